@@ -1,0 +1,1 @@
+"""Loading fleet.yaml plus FLEET_* environment into one validated configuration."""

@@ -1,0 +1,1 @@
+"""The simulated GPU fleet: instances that boot, serve with continuous batching, heat up and fail."""
