@@ -1,1 +1,3 @@
-"""The fleet service: observe -> decide -> actuate -> record, with its store, lease, status API and notifications."""
+"""The fleet service: observe -> decide -> actuate -> record, with its store, lease, status API and
+notifications.
+"""

@@ -1,0 +1,109 @@
+"""The leader lease: which replica may act, kept in the shared database.
+
+One row per service name holds the holder's id, an expiry and an epoch. Every change is a single conditional
+UPDATE (compare-and-set), so two replicas can never both believe they hold it: the holder renews while the
+lease is still valid; anyone else takes over only after it expired, and a takeover increments the epoch. The
+epoch is recorded with every action (fencing): a replica that stalled past its expiry finds the epoch moved
+on and stops.
+
+Replicas compare expiry against their own clock; keep their clocks within a small fraction of the TTL (NTP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from fleet.service.store import leases
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease as read or won: valid for acting while ``now < expires_at``."""
+
+    name: str
+    holder: str
+    epoch: int
+    expires_at: datetime
+
+    def valid_at(self, now: datetime) -> bool:
+        return now < self.expires_at
+
+
+class LeaseManager:
+    """Acquire, renew, verify and release one named lease for one holder."""
+
+    def __init__(self, engine: Engine, name: str, holder: str, ttl_s: float) -> None:
+        if ttl_s <= 0:
+            raise ValueError("lease ttl_s must be positive")
+        self.engine = engine
+        self.name = name
+        self.holder = holder
+        self.ttl = timedelta(seconds=ttl_s)
+
+    def acquire(self, now: datetime) -> Lease | None:
+        """Renew our valid lease, or take an expired (or missing) one; None while someone else holds it."""
+        expires = now + self.ttl
+        with self.engine.begin() as c:
+            renewed = c.execute(
+                sa.update(leases)
+                .where(leases.c.name == self.name, leases.c.holder == self.holder, leases.c.expires_at > now)
+                .values(expires_at=expires)
+            )
+            if renewed.rowcount == 1:
+                return self._read(c)
+            taken = c.execute(
+                sa.update(leases)
+                .where(leases.c.name == self.name, leases.c.expires_at <= now)
+                .values(holder=self.holder, epoch=leases.c.epoch + 1, acquired_at=now, expires_at=expires)
+            )
+            if taken.rowcount == 1:
+                return self._read(c)
+        try:
+            with self.engine.begin() as c:
+                c.execute(
+                    sa.insert(leases).values(
+                        name=self.name, holder=self.holder, epoch=1, acquired_at=now, expires_at=expires
+                    )
+                )
+                return self._read(c)
+        except sa.exc.IntegrityError:  # the row exists and is someone else's, valid lease
+            return None
+
+    def still_held(self, lease: Lease, now: datetime, conn: Connection | None = None) -> bool:
+        """Fencing check before a write: same holder, same epoch, not expired."""
+        if conn is None:
+            with self.engine.connect() as c:
+                current = self._read(c)
+        else:
+            current = self._read(conn)
+        return (
+            current is not None
+            and current.holder == self.holder
+            and current.epoch == lease.epoch
+            and current.valid_at(now)
+        )
+
+    def release(self, now: datetime) -> None:
+        """Give the lease up at once (graceful shutdown) so another replica need not wait for the expiry."""
+        with self.engine.begin() as c:
+            c.execute(
+                sa.update(leases)
+                .where(leases.c.name == self.name, leases.c.holder == self.holder)
+                .values(expires_at=now)
+            )
+
+    def current(self) -> Lease | None:
+        with self.engine.connect() as c:
+            return self._read(c)
+
+    def _read(self, c: Connection) -> Lease | None:
+        row = c.execute(
+            sa.select(leases.c.holder, leases.c.epoch, leases.c.expires_at).where(leases.c.name == self.name)
+        ).first()
+        if row is None:
+            return None
+        return Lease(name=self.name, holder=row[0], epoch=int(row[1]), expires_at=row[2])

@@ -1,0 +1,1 @@
+"""Alembic migrations of the service store, shipped as package data and applied by ``store.migrate``."""

@@ -1,0 +1,571 @@
+"""The service's record: decisions, the persisted policy history, incidents with their timeline, operator
+requests.
+
+One SQLAlchemy 2 engine over SQLite (default) or PostgreSQL (``postgresql+psycopg://...``). The schema is
+owned by the alembic migrations shipped in ``fleet/service/migrations`` and applied at start-up by
+:func:`open_store`, so every replica and every CLI command sees the same tables. Times are stored in UTC and
+come back timezone-aware whatever the backend (SQLite keeps no zone). Nothing here reads the clock: callers
+pass ``now``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATABASE_URL = "sqlite:///fleet.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def default_database_url(env: dict[str, str] | None = None) -> str:
+    """``FLEET_DATABASE_URL`` when set, else a SQLite file ``fleet.db`` in the working directory."""
+    env = os.environ if env is None else env
+    return env.get("FLEET_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+class UtcDateTime(sa.types.TypeDecorator):
+    """Aware datetimes in, aware UTC datetimes out; SQLite stores naive UTC, PostgreSQL timestamptz."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass timezone-aware times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("holder", sa.String(200), nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+)
+
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("service", sa.String(100), nullable=False),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("group_name", sa.String(200), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("action", sa.String(64), nullable=False),
+    sa.Column("decision_id", sa.String(200), nullable=False),
+    sa.Column("target", sa.Integer, nullable=True),
+    sa.Column("instance_id", sa.String(64), nullable=True),
+    sa.Column("incident_id", sa.String(100), nullable=True),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("inputs", sa.JSON, nullable=True),
+    sa.Column("client_token", sa.String(64), nullable=True),
+    sa.Column("request_id", sa.String(128), nullable=True),
+    sa.Column("outcome", sa.String(32), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("dry_run", sa.Boolean, nullable=False, default=False),
+    sa.Column("lease_epoch", sa.BigInteger, nullable=True),
+    sa.Index("ix_decisions_service_at", "service", "at"),
+    sa.Index("ix_decisions_group_kind", "service", "group_name", "kind"),
+)
+
+policy_state = sa.Table(
+    "policy_state",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("history", sa.JSON, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Column("lease_epoch", sa.BigInteger, nullable=True),
+)
+
+incidents = sa.Table(
+    "incidents",
+    metadata,
+    sa.Column("id", sa.String(100), primary_key=True),
+    sa.Column("service", sa.String(100), nullable=False),
+    sa.Column("group_name", sa.String(200), nullable=False),
+    sa.Column("instance_id", sa.String(64), nullable=False),
+    sa.Column("cause", sa.Text, nullable=False, default=""),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("detected_at", UtcDateTime, nullable=False),
+    sa.Column("respond_by", UtcDateTime, nullable=True),
+    sa.Column("isolate_by", UtcDateTime, nullable=True),
+    sa.Column("acknowledged_at", UtcDateTime, nullable=True),
+    sa.Column("acknowledged_by", sa.String(200), nullable=True),
+    sa.Column("notified_at", UtcDateTime, nullable=True),
+    sa.Column("isolated_at", UtcDateTime, nullable=True),
+    sa.Column("closed_at", UtcDateTime, nullable=True),
+    sa.Column("body", sa.JSON, nullable=True),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Index("ix_incidents_service_state", "service", "state"),
+)
+
+incident_events = sa.Table(
+    "incident_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("incident_id", sa.String(100), nullable=False, index=True),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("detail", sa.Text, nullable=False, default=""),
+    sa.Column("actor", sa.String(200), nullable=False, default="service"),
+)
+
+group_controls = sa.Table(
+    "group_controls",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("group_name", sa.String(200), primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("actor", sa.String(200), nullable=False, default=""),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+operator_requests = sa.Table(
+    "operator_requests",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("service", sa.String(100), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("instance_id", sa.String(64), nullable=True),
+    sa.Column("incident_id", sa.String(100), nullable=True),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("actor", sa.String(200), nullable=False, default=""),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("handled_at", UtcDateTime, nullable=True),
+    sa.Column("outcome", sa.Text, nullable=True),
+)
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One audited decision: what was decided from which inputs, what was done, and how it ended."""
+
+    service: str
+    at: datetime
+    group_name: str
+    kind: str  # scale | isolation | schedule
+    action: str  # scale_to | enter_standby | reboot | ... | create_task ...
+    decision_id: str
+    outcome: str  # applied | noop | dry_run | conflict | error | skipped | fenced
+    reason: str = ""
+    target: int | None = None
+    instance_id: str | None = None
+    incident_id: str | None = None
+    inputs: dict[str, Any] | None = None
+    client_token: str | None = None
+    request_id: str | None = None
+    error: str | None = None
+    dry_run: bool = False
+    lease_epoch: int | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class IncidentRecord:
+    """An incident as the operators see it; ``body`` keeps the policy engine's full model."""
+
+    id: str
+    service: str
+    group_name: str
+    instance_id: str
+    state: str
+    detected_at: datetime
+    updated_at: datetime
+    cause: str = ""
+    respond_by: datetime | None = None
+    isolate_by: datetime | None = None
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
+    notified_at: datetime | None = None
+    isolated_at: datetime | None = None
+    closed_at: datetime | None = None
+    body: dict[str, Any] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.closed_at is None
+
+
+@dataclass(frozen=True)
+class IncidentEvent:
+    incident_id: str
+    at: datetime
+    kind: str
+    detail: str = ""
+    actor: str = "service"
+
+
+@dataclass(frozen=True)
+class OperatorRequest:
+    """An operator's isolate / release / ack, queued for the leader's next tick."""
+
+    id: int
+    service: str
+    kind: str  # isolate | release | ack
+    created_at: datetime
+    instance_id: str | None = None
+    incident_id: str | None = None
+    reason: str = ""
+    actor: str = ""
+    handled_at: datetime | None = None
+    outcome: str | None = None
+
+
+# Threads of one process (tests, the API beside the loop) never migrate concurrently.
+_MIGRATION_LOCK = threading.Lock()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite gets a busy timeout (replicas share the file), in-memory one pool."""
+    if url.startswith("sqlite"):
+        memory = url in ("sqlite://", "sqlite:///:memory:") or ":memory:" in url
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+        if memory:
+            kwargs["poolclass"] = StaticPool
+        engine = sa.create_engine(url, **kwargs)
+
+        @sa.event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            if not memory:
+                # WAL lets readers (the CLI, the status API) run beside the writer: no "database is locked".
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest alembic revision (idempotent; safe with several replicas starting)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with _MIGRATION_LOCK:
+        for attempt in range(5):
+            try:
+                with engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        # Serialise concurrent start-ups of replicas: the lock ends with the transaction.
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(7315001)"))
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
+                return
+            except sa.exc.OperationalError as exc:  # SQLite: another replica holds the write lock
+                if attempt == 4:
+                    raise
+                log.info("migration retry after %s", type(exc).__name__)
+                time.sleep(0.2 * (attempt + 1))
+            except sa.exc.IntegrityError:  # another replica created the version row first
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+
+class Store:
+    """Typed reads and writes over the service tables; every method is one short transaction."""
+
+    def __init__(self, engine: Engine, service: str = "fleet") -> None:
+        self.engine = engine
+        self.service = service
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- decisions ------------------------------------------------------------------------------------
+    def record_decision(self, rec: DecisionRecord, conn: Connection | None = None) -> int:
+        values = {k: v for k, v in rec.__dict__.items() if k != "id"}
+        if conn is not None:
+            return int(conn.execute(sa.insert(decisions).values(**values)).inserted_primary_key[0])
+        with self.begin() as c:
+            return int(c.execute(sa.insert(decisions).values(**values)).inserted_primary_key[0])
+
+    def decisions(
+        self,
+        since: datetime | None = None,
+        group: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+    ) -> list[DecisionRecord]:
+        """Decisions of this service, newest first."""
+        q = sa.select(decisions).where(decisions.c.service == self.service)
+        if since is not None:
+            q = q.where(decisions.c.at >= since)
+        if group is not None:
+            q = q.where(decisions.c.group_name == group)
+        if kind is not None:
+            q = q.where(decisions.c.kind == kind)
+        q = q.order_by(decisions.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engine.connect() as c:
+            return [DecisionRecord(**dict(r._mapping)) for r in c.execute(q)]
+
+    def applied_count(self, group: str, kind: str, action: str) -> int:
+        """How many writes of this kind were applied for the group: the next decision's sequence number."""
+        q = (
+            sa.select(sa.func.count())
+            .select_from(decisions)
+            .where(
+                decisions.c.service == self.service,
+                decisions.c.group_name == group,
+                decisions.c.kind == kind,
+                decisions.c.action == action,
+                decisions.c.outcome == "applied",
+            )
+        )
+        with self.engine.connect() as c:
+            return int(c.execute(q).scalar_one())
+
+    # -- policy history -------------------------------------------------------------------------------
+    def load_history(self) -> dict[str, Any] | None:
+        with self.engine.connect() as c:
+            row = c.execute(
+                sa.select(policy_state.c.history).where(policy_state.c.service == self.service)
+            ).first()
+        return None if row is None else row[0]
+
+    def save_history(
+        self, history: dict[str, Any], now: datetime, epoch: int | None, conn: Connection | None = None
+    ) -> None:
+        def _write(c: Connection) -> None:
+            updated = c.execute(
+                sa.update(policy_state)
+                .where(policy_state.c.service == self.service)
+                .values(history=history, updated_at=now, lease_epoch=epoch)
+            )
+            if updated.rowcount == 0:
+                c.execute(
+                    sa.insert(policy_state).values(
+                        service=self.service, history=history, updated_at=now, lease_epoch=epoch
+                    )
+                )
+
+        if conn is not None:
+            _write(conn)
+        else:
+            with self.begin() as c:
+                _write(c)
+
+    # -- incidents ------------------------------------------------------------------------------------
+    def upsert_incident(self, inc: IncidentRecord, conn: Connection | None = None) -> bool:
+        """Insert or update; returns True when the incident is new."""
+        values = dict(inc.__dict__)
+
+        def _write(c: Connection) -> bool:
+            existing = c.execute(sa.select(incidents.c.id).where(incidents.c.id == inc.id)).first()
+            if existing is None:
+                c.execute(sa.insert(incidents).values(**values))
+                return True
+            # Operator fields written by the API or CLI must not be overwritten by an older view.
+            keep = {"acknowledged_at", "acknowledged_by", "notified_at"}
+            update = {k: v for k, v in values.items() if k not in keep or v is not None}
+            update.pop("id")
+            c.execute(sa.update(incidents).where(incidents.c.id == inc.id).values(**update))
+            return False
+
+        if conn is not None:
+            return _write(conn)
+        with self.begin() as c:
+            return _write(c)
+
+    def incidents(self, open_only: bool = False, since: datetime | None = None) -> list[IncidentRecord]:
+        q = sa.select(incidents).where(incidents.c.service == self.service)
+        if open_only:
+            q = q.where(incidents.c.closed_at.is_(None))
+        if since is not None:
+            q = q.where(incidents.c.detected_at >= since)
+        q = q.order_by(incidents.c.detected_at.desc())
+        with self.engine.connect() as c:
+            return [IncidentRecord(**dict(r._mapping)) for r in c.execute(q)]
+
+    def incident(self, incident_id: str) -> IncidentRecord | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(incidents).where(incidents.c.id == incident_id)).first()
+        return None if row is None else IncidentRecord(**dict(row._mapping))
+
+    def add_incident_event(self, ev: IncidentEvent, conn: Connection | None = None) -> None:
+        if conn is not None:
+            conn.execute(sa.insert(incident_events).values(**ev.__dict__))
+            return
+        with self.begin() as c:
+            c.execute(sa.insert(incident_events).values(**ev.__dict__))
+
+    def incident_events(self, incident_id: str) -> list[IncidentEvent]:
+        q = (
+            sa.select(incident_events)
+            .where(incident_events.c.incident_id == incident_id)
+            .order_by(incident_events.c.at, incident_events.c.id)
+        )
+        with self.engine.connect() as c:
+            rows = [dict(r._mapping) for r in c.execute(q)]
+        return [IncidentEvent(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
+
+    def acknowledge_incident(self, incident_id: str, actor: str, now: datetime) -> bool:
+        """Mark a human acknowledgment; False when the incident is unknown. Idempotent (first ack wins)."""
+        with self.begin() as c:
+            row = c.execute(
+                sa.select(incidents.c.acknowledged_at, incidents.c.acknowledged_by).where(
+                    incidents.c.id == incident_id
+                )
+            ).first()
+            if row is None:
+                return False
+            if row[0] is None or not (row[1] or "").startswith("human:"):
+                c.execute(
+                    sa.update(incidents)
+                    .where(incidents.c.id == incident_id)
+                    .values(acknowledged_at=row[0] or now, acknowledged_by=f"human:{actor}")
+                )
+            c.execute(
+                sa.insert(incident_events).values(
+                    incident_id=incident_id, at=now, kind="acknowledged", detail="", actor=actor
+                )
+            )
+        return True
+
+    def mark_notified(self, incident_id: str, channel: str, now: datetime) -> None:
+        """A human channel received the incident: the service's own acknowledgment now counts."""
+        with self.begin() as c:
+            c.execute(
+                sa.update(incidents)
+                .where(incidents.c.id == incident_id, incidents.c.notified_at.is_(None))
+                .values(notified_at=now)
+            )
+            c.execute(
+                sa.insert(incident_events).values(
+                    incident_id=incident_id, at=now, kind="notified", detail=channel, actor="service"
+                )
+            )
+
+    # -- group controls -------------------------------------------------------------------------------
+    def set_paused(self, group: str, paused: bool, actor: str, now: datetime, reason: str = "") -> None:
+        with self.begin() as c:
+            key = (group_controls.c.service == self.service) & (group_controls.c.group_name == group)
+            updated = c.execute(
+                sa.update(group_controls)
+                .where(key)
+                .values(paused=paused, actor=actor, reason=reason, updated_at=now)
+            )
+            if updated.rowcount == 0:
+                c.execute(
+                    sa.insert(group_controls).values(
+                        service=self.service,
+                        group_name=group,
+                        paused=paused,
+                        actor=actor,
+                        reason=reason,
+                        updated_at=now,
+                    )
+                )
+
+    def paused_groups(self) -> set[str]:
+        q = sa.select(group_controls.c.group_name).where(
+            group_controls.c.service == self.service, group_controls.c.paused.is_(True)
+        )
+        with self.engine.connect() as c:
+            return {r[0] for r in c.execute(q)}
+
+    # -- operator requests ----------------------------------------------------------------------------
+    def add_request(
+        self,
+        kind: str,
+        now: datetime,
+        *,
+        instance_id: str | None = None,
+        incident_id: str | None = None,
+        reason: str = "",
+        actor: str = "",
+    ) -> int:
+        with self.begin() as c:
+            res = c.execute(
+                sa.insert(operator_requests).values(
+                    service=self.service,
+                    kind=kind,
+                    instance_id=instance_id,
+                    incident_id=incident_id,
+                    reason=reason,
+                    actor=actor,
+                    created_at=now,
+                )
+            )
+            return int(res.inserted_primary_key[0])
+
+    def pending_requests(self) -> list[OperatorRequest]:
+        q = (
+            sa.select(operator_requests)
+            .where(operator_requests.c.service == self.service, operator_requests.c.handled_at.is_(None))
+            .order_by(operator_requests.c.id)
+        )
+        with self.engine.connect() as c:
+            return [OperatorRequest(**dict(r._mapping)) for r in c.execute(q)]
+
+    def requests(self) -> list[OperatorRequest]:
+        q = sa.select(operator_requests).where(operator_requests.c.service == self.service)
+        with self.engine.connect() as c:
+            rows = c.execute(q.order_by(operator_requests.c.id))
+            return [OperatorRequest(**dict(r._mapping)) for r in rows]
+
+    def mark_request(
+        self, request_id: int, outcome: str, now: datetime, conn: Connection | None = None
+    ) -> None:
+        stmt = (
+            sa.update(operator_requests)
+            .where(operator_requests.c.id == request_id)
+            .values(handled_at=now, outcome=outcome)
+        )
+        if conn is not None:
+            conn.execute(stmt)
+            return
+        with self.begin() as c:
+            c.execute(stmt)
+
+
+def open_store(url: str, service: str = "fleet") -> Store:
+    """Connect, migrate to head, and return the store (what the service and every CLI command call)."""
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+    except Exception:
+        engine.dispose()
+        raise
+    return Store(engine, service=service)
+
+
+def known_tables() -> Sequence[str]:
+    return sorted(metadata.tables)
