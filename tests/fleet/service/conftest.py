@@ -1,10 +1,16 @@
-"""Fixtures for the service tests: a database URL per backend (SQLite file, and PostgreSQL when reachable)."""
+"""Fixtures for the service tests: a database URL per backend (SQLite file, and PostgreSQL when
+reachable), and a local HTTP receiver on 127.0.0.1 that records POSTs and answers from a script.
+"""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -54,3 +60,51 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'fleet.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+class Receiver:
+    def __init__(self, answers=None):
+        self.requests: list[dict] = []
+        self.answers = list(answers or [])  # (status, json body) per request, then 200 {"errcode":0,"code":0}
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("content-length", 0))
+                raw = self.rfile.read(length)
+                parts = urlsplit(self.path)
+                with receiver._lock:
+                    body = json.loads(raw or b"null")
+                    receiver.requests.append(
+                        {"path": parts.path, "query": parse_qs(parts.query), "body": body}
+                    )
+                    ok = (200, {"errcode": 0, "code": 0})
+                    status, body = receiver.answers.pop(0) if receiver.answers else ok
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> type[Receiver]:
+    """The Receiver class: ``with receiver(answers) as rx`` gives ``rx.url`` and ``rx.requests``."""
+    return Receiver

@@ -158,5 +158,8 @@ def test_operator_request_is_pending_until_marked(database_url):
 
 
 def test_default_database_url_prefers_the_environment():
-    assert default_database_url({"FLEET_DATABASE_URL": "postgresql+psycopg://h/db"}) == "postgresql+psycopg://h/db"
+    assert (
+        default_database_url({"FLEET_DATABASE_URL": "postgresql+psycopg://h/db"})
+        == "postgresql+psycopg://h/db"
+    )
     assert default_database_url({}) == "sqlite:///fleet.db"

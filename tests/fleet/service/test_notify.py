@@ -1,0 +1,141 @@
+"""Notifications: robot formats and signatures, retries, and never blocking the caller."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import socket
+
+import pytest
+
+from fleet.service.notify import Channel, Notification, Notifier, render
+
+NOTE = Notification(
+    kind="incident",
+    title="i-1 overheating",
+    text="gpu_temperature_c 91 > 85 for 2m",
+    severity="critical",
+    group="chat",
+    incident_id="inc-1",
+    fields={"respond_by": "08:15Z"},
+)
+WALL_S = 1_767_225_600.0
+
+
+@pytest.fixture
+def deliver(receiver):
+    def run(channel_type, secret=None, answers=None, **kw):
+        with receiver(answers) as rx:
+            notifier = Notifier(
+                [Channel(channel_type, rx.url + "/hook?access_token=tok", secret)],
+                backoff_s=0.01,
+                wall_time=lambda: WALL_S,
+                **kw,
+            ).start()
+            notifier.send(NOTE)
+            assert notifier.flush(10)
+            notifier.stop()
+        return rx.requests, notifier
+
+    return run
+
+
+def test_webhook_posts_the_notification_fields(deliver):
+    [req], _ = deliver("webhook")
+    assert req["body"]["kind"] == "incident"
+    assert req["body"]["incident_id"] == "inc-1"
+    assert req["body"]["fields"] == {"respond_by": "08:15Z"}
+
+
+def test_dingtalk_signs_timestamp_and_secret_in_the_query(deliver):
+    [req], _ = deliver("dingtalk", secret="SEC123")
+    ts = req["query"]["timestamp"][0]
+    expected = base64.b64encode(
+        hmac.new(b"SEC123", f"{ts}\nSEC123".encode(), hashlib.sha256).digest()
+    ).decode()
+    assert ts == str(int(WALL_S * 1000))
+    assert req["query"]["sign"] == [expected]
+    assert req["query"]["access_token"] == ["tok"]
+    assert req["body"]["msgtype"] == "markdown"
+
+
+def test_feishu_signs_in_the_body_with_seconds(deliver):
+    [req], _ = deliver("feishu", secret="fs-secret")
+    ts = req["body"]["timestamp"]
+    expected = base64.b64encode(hmac.new(f"{ts}\nfs-secret".encode(), b"", hashlib.sha256).digest()).decode()
+    assert ts == str(int(WALL_S))
+    assert req["body"]["sign"] == expected
+    assert req["body"]["msg_type"] == "text"
+
+
+def test_wecom_sends_markdown_content(deliver):
+    [req], _ = deliver("wecom")
+    assert req["body"]["msgtype"] == "markdown"
+    assert "i-1 overheating" in req["body"]["markdown"]["content"]
+
+
+def test_server_error_is_retried_until_accepted(deliver):
+    reqs, notifier = deliver("webhook", answers=[(503, {}), (500, {})])
+    assert len(reqs) == 3
+    assert notifier.sent == 1
+
+
+def test_robot_error_code_in_a_200_is_retried(deliver):
+    reqs, notifier = deliver("dingtalk", answers=[(200, {"errcode": 310000, "errmsg": "sign not match"})])
+    assert len(reqs) == 2
+    assert notifier.sent == 1
+
+
+def test_gives_up_after_max_attempts(deliver):
+    reqs, notifier = deliver("webhook", answers=[(500, {})] * 5, max_attempts=3)
+    assert len(reqs) == 3
+    assert notifier.failed == 1 and notifier.sent == 0
+
+
+def test_on_delivered_is_called_per_channel_accepted(receiver):
+    seen = []
+    with receiver() as rx:
+        notifier = Notifier(
+            [Channel("webhook", rx.url), Channel("wecom", rx.url)],
+            backoff_s=0.01,
+            on_delivered=lambda n, c: seen.append(c.type),
+        ).start()
+        notifier.send(NOTE)
+        notifier.flush(10)
+        notifier.stop()
+    assert sorted(seen) == ["webhook", "wecom"]
+
+
+def test_send_returns_while_the_receiver_hangs():
+    # A receiver that accepts the connection and never answers: send() must still return at once.
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    notifier = Notifier([Channel("webhook", url)], timeout_s=2, max_attempts=1).start()
+    notifier.send(NOTE)
+    assert notifier.flush(timeout_s=0) is False  # still in flight: the caller was not held
+    notifier.stop(timeout_s=5)
+    sock.close()
+
+
+def test_channel_repr_and_label_never_show_secret_or_token():
+    ch = Channel("dingtalk", "https://oapi.dingtalk.com/robot/send?access_token=TOKEN", "SECRETX")
+    assert "SECRETX" not in repr(ch)
+    assert "TOKEN" not in ch.label
+
+
+def test_unknown_channel_type_is_refused():
+    with pytest.raises(ValueError, match="slack"):
+        Channel("slack", "http://127.0.0.1/")
+
+
+def test_dingtalk_without_secret_keeps_url_unsigned():
+    url, _ = render(Channel("dingtalk", "http://h/robot?access_token=t"), NOTE, WALL_S)
+    assert "sign=" not in url
+
+
+def test_from_config_accepts_a_mapping():
+    ch = Channel.from_config({"type": "feishu", "url": "http://h/", "secret": "s"})
+    assert (ch.type, ch.secret) == ("feishu", "s")
