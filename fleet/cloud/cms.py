@@ -1,0 +1,265 @@
+"""CloudMonitor (CMS 2019-01-01) adapter: read instance and custom metrics, publish custom metrics.
+
+Wire facts this relies on (../shared/reference/aliyun-api.md section 2):
+- `Dimensions` is a JSON string holding an array of at most 50 filter objects; answers page with NextToken.
+- `Datapoints` comes back as a JSON *string* of rows: `timestamp` (ms), the dimension keys (`instanceId`,
+  `userId`, per-GPU `gpuId`) and the statistics (`Average`, `Maximum`, `Minimum`; custom data may carry
+  `value`).
+- Custom metrics are read under Namespace `acs_customMetric_<account id>` and filtered by
+  `{"groupId": "0", "dimension": "instanceId=i-..."}` (the reported dimensions as key=value joined by `&`).
+- PutCustomMetric takes at most 21 `MetricList.N` entries per call; Dimensions and Values are JSON strings.
+- CMS answers some failures with HTTP 200 and `Success: false`; the SDK raises nothing, so we check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from alibabacloud_cms20190101 import models as m
+
+from fleet.cloud.errors import CloudError, classify
+from fleet.cloud.retry import RetryPolicy, call
+from fleet.cloud.types import CustomMetric, MetricPoint, parse_time, to_epoch_ms
+
+ACTIONS: tuple[str, ...] = ("DescribeMetricLast", "DescribeMetricList", "PutCustomMetric")
+
+MAX_DIMENSIONS_PER_CALL = 50  # DescribeMetricList/Last accept at most 50 dimension objects [DOC]
+MAX_CUSTOM_METRICS_PER_CALL = 21  # PutCustomMetric MetricList.N, N <= 21 [DOC]
+MAX_LENGTH = 1440  # DescribeMetricList Length upper bound [DOC]
+CUSTOM_NAMESPACE_PREFIX = "acs_customMetric_"
+CUSTOM_GROUP_ID = "0"  # GroupId 0: the metric belongs to no application group
+
+_NOT_STATS = frozenset({"timestamp"})
+
+T = TypeVar("T")
+
+
+class CmsSdkClient(Protocol):
+    """The methods of `alibabacloud_cms20190101.client.Client` this adapter calls."""
+
+    def describe_metric_last(self, request: m.DescribeMetricLastRequest) -> Any: ...
+    def describe_metric_list(self, request: m.DescribeMetricListRequest) -> Any: ...
+    def put_custom_metric(self, request: m.PutCustomMetricRequest) -> Any: ...
+
+
+class CmsApi(Protocol):
+    """What the service needs from CloudMonitor."""
+
+    @property
+    def custom_namespace(self) -> str: ...
+    def metric_last(
+        self, namespace: str, metric: str, instance_ids: Sequence[str], statistic: str = "Average"
+    ) -> list[MetricPoint]: ...
+    def metric_list(
+        self,
+        namespace: str,
+        metric: str,
+        instance_ids: Sequence[str],
+        start: datetime,
+        end: datetime,
+        period_s: int = 15,
+        statistic: str = "Average",
+    ) -> list[MetricPoint]: ...
+    def put_custom_metrics(self, metrics: Sequence[CustomMetric]) -> None: ...
+
+
+class CmsAdapter:
+    """CmsApi over the official CMS SDK client."""
+
+    product = "cms"
+
+    def __init__(
+        self,
+        client: CmsSdkClient,
+        account_id: str,
+        retry: RetryPolicy | None = None,
+        region: str | None = None,
+    ):
+        self._client = client
+        self._account_id = str(account_id)
+        self._retry = retry or RetryPolicy()
+        self._region = region
+
+    def __repr__(self) -> str:
+        return f"CmsAdapter(account_id={self._account_id!r}, region={self._region!r})"
+
+    @property
+    def custom_namespace(self) -> str:
+        return f"{CUSTOM_NAMESPACE_PREFIX}{self._account_id}"
+
+    def metric_last(
+        self, namespace: str, metric: str, instance_ids: Sequence[str], statistic: str = "Average"
+    ) -> list[MetricPoint]:
+        """The latest point of `metric` for each instance (one per GPU for per-GPU metrics)."""
+        points: list[MetricPoint] = []
+        for dims in _dimension_batches(namespace, instance_ids):
+            for row in self._rows(
+                "DescribeMetricLast",
+                lambda token, dims=dims: m.DescribeMetricLastRequest(
+                    region_id=self._region,
+                    namespace=namespace,
+                    metric_name=metric,
+                    dimensions=dims,
+                    next_token=token,
+                ),
+                self._client.describe_metric_last,
+            ):
+                points.append(_point(namespace, metric, row, statistic))
+        return points
+
+    def metric_list(
+        self,
+        namespace: str,
+        metric: str,
+        instance_ids: Sequence[str],
+        start: datetime,
+        end: datetime,
+        period_s: int = 15,
+        statistic: str = "Average",
+    ) -> list[MetricPoint]:
+        """Every point of `metric` in (start, end] at `period_s` resolution, ordered by instance then time."""
+        start_ms, end_ms = str(to_epoch_ms(start)), str(to_epoch_ms(end))
+        points: list[MetricPoint] = []
+        for dims in _dimension_batches(namespace, instance_ids):
+            for row in self._rows(
+                "DescribeMetricList",
+                lambda token, dims=dims: m.DescribeMetricListRequest(
+                    region_id=self._region,
+                    namespace=namespace,
+                    metric_name=metric,
+                    dimensions=dims,
+                    start_time=start_ms,
+                    end_time=end_ms,
+                    period=str(int(period_s)),
+                    length=str(MAX_LENGTH),
+                    next_token=token,
+                ),
+                self._client.describe_metric_list,
+            ):
+                points.append(_point(namespace, metric, row, statistic))
+        points.sort(key=lambda p: (p.instance_id or "", p.timestamp))
+        return points
+
+    def put_custom_metrics(self, metrics: Sequence[CustomMetric]) -> None:
+        items = list(metrics)
+        for start in range(0, len(items), MAX_CUSTOM_METRICS_PER_CALL):
+            batch = [
+                m.PutCustomMetricRequestMetricList(
+                    metric_name=cm.name,
+                    group_id=str(cm.group_id),
+                    dimensions=json.dumps(dict(cm.dimensions), separators=(",", ":"), sort_keys=True),
+                    values=json.dumps({"value": float(cm.value)}, separators=(",", ":")),
+                    time=str(to_epoch_ms(cm.timestamp)),
+                    type="0",  # raw data points; CMS aggregates them
+                )
+                for cm in items[start : start + MAX_CUSTOM_METRICS_PER_CALL]
+            ]
+            req = m.PutCustomMetricRequest(region_id=self._region, metric_list=batch)
+            # Re-sending the same points is harmless, so 5xx and lost answers are retried too.
+            self._call("PutCustomMetric", lambda req=req: _checked(self._client.put_custom_metric(req)))
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    def _call(self, action: str, fn: Callable[[], T]) -> T:
+        return call(self._retry, self.product, action, fn)
+
+    def _rows(
+        self, action: str, make_request: Callable[[str | None], Any], method: Callable[[Any], Any]
+    ) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        seen_tokens: set[str] = set()
+        while True:
+            req = make_request(token)
+            resp = self._call(action, lambda req=req: _checked(method(req)))
+            yield from _datapoints(resp.body.datapoints, action)
+            token = resp.body.next_token or None
+            if token is None or token in seen_tokens:  # a repeated token would loop forever
+                return
+            seen_tokens.add(token)
+
+
+def _dimension_batches(namespace: str, instance_ids: Sequence[str]) -> Iterator[str]:
+    ids = list(dict.fromkeys(instance_ids))  # de-duplicated, order kept
+    custom = namespace.startswith(CUSTOM_NAMESPACE_PREFIX)
+    for start in range(0, len(ids), MAX_DIMENSIONS_PER_CALL):
+        chunk = ids[start : start + MAX_DIMENSIONS_PER_CALL]
+        if custom:
+            dims: list[dict[str, str]] = [
+                {"groupId": CUSTOM_GROUP_ID, "dimension": f"instanceId={iid}"} for iid in chunk
+            ]
+        else:
+            dims = [{"instanceId": iid} for iid in chunk]
+        yield json.dumps(dims, separators=(",", ":"))
+
+
+def _checked(resp: Any) -> Any:
+    """Raise for a CMS answer that is HTTP 200 but says it failed (Success false or a non-200 Code)."""
+    body = getattr(resp, "body", None)
+    if body is None:
+        return resp
+    success = getattr(body, "success", None)
+    code = getattr(body, "code", None)
+    failed = success is False or (code is not None and str(code) not in ("200", ""))
+    if not failed:
+        return resp
+    code_s = str(code) if code not in (None, "") else "Unknown"
+    status = int(code_s) if code_s.isdigit() else 400
+    message = getattr(body, "message", None) or "CMS reported Success=false"
+    raise classify(code_s, status)(code_s, str(message), getattr(body, "request_id", None), status)
+
+
+def _datapoints(raw: Any, action: str) -> list[dict[str, Any]]:
+    if raw in (None, "", "[]"):
+        return []
+    if isinstance(raw, str):
+        try:
+            rows = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise CloudError("InvalidDatapoints", f"Datapoints is not JSON: {exc}", action=action) from exc
+    else:
+        rows = raw
+    if not isinstance(rows, list):
+        raise CloudError("InvalidDatapoints", "Datapoints is not a JSON array", action=action)
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def _parse_dimension(text: str) -> dict[str, str]:
+    """'gpu=0&instanceId=i-1' -> {'gpu': '0', 'instanceId': 'i-1'} (custom metric dimension strings)."""
+    out: dict[str, str] = {}
+    for pair in text.split("&"):
+        key, sep, value = pair.partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def _point(namespace: str, metric: str, row: Mapping[str, Any], statistic: str) -> MetricPoint:
+    dims: dict[str, str] = {}
+    stats: dict[str, float] = {}
+    for key, value in row.items():
+        if key in _NOT_STATS:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            stats[key] = float(value)
+        elif key == "dimension" and isinstance(value, str):
+            dims.update(_parse_dimension(value))
+        elif value is not None:
+            dims[key] = str(value)
+    value = stats.get(statistic)
+    if value is None:
+        value = stats.get("value", stats.get("Value"))
+    timestamp = parse_time(row.get("timestamp"))
+    if timestamp is None:
+        raise CloudError("InvalidDatapoints", f"a {metric} datapoint has no timestamp")
+    return MetricPoint(
+        namespace=namespace,
+        metric=metric,
+        instance_id=dims.get("instanceId"),
+        timestamp=timestamp,
+        value=value,
+        dimensions=dims,
+        stats=stats,
+    )

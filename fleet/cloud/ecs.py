@@ -1,0 +1,218 @@
+"""ECS (2014-05-26) adapter: instance facts, health and system events for node isolation, and reboot.
+
+Wire facts (../shared/reference/aliyun-api.md section 3): ECS lists are wrapped (`Instances.Instance[]`);
+DescribeInstances takes `InstanceIds` as a JSON array string of at most 100 ids and pages with NextToken;
+DescribeInstancesFullStatus takes `InstanceId.N` (at most 100) and pages by number;
+DescribeInstanceHistoryEvents takes a single `InstanceId` and pages with NextToken. Status, health and event
+fields are `{Code, Name}` pairs where Name is the readable value (`Running`, `Impaired`,
+`SystemFailure.Reboot`, `Executing`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+from alibabacloud_ecs20140526 import models as m
+
+from fleet.cloud.retry import RetryPolicy, call
+from fleet.cloud.types import InstanceHealth, InstanceInfo, SystemEvent, parse_time
+
+ACTIONS: tuple[str, ...] = (
+    "DescribeInstances",
+    "DescribeInstancesFullStatus",
+    "DescribeInstanceHistoryEvents",
+    "RebootInstance",
+)
+
+MAX_IDS_PER_CALL = 100  # DescribeInstances InstanceIds and DescribeInstancesFullStatus InstanceId.N [DOC]
+PAGE_SIZE = 100
+# Event cycle states that still matter to a running node: not yet done, or being done now.
+ACTIVE_CYCLE_STATES = ("Scheduled", "Executing", "Inquiring")
+
+T = TypeVar("T")
+
+
+class EcsSdkClient(Protocol):
+    """The methods of `alibabacloud_ecs20140526.client.Client` this adapter calls."""
+
+    def describe_instances(self, request: m.DescribeInstancesRequest) -> Any: ...
+    def describe_instances_full_status(self, request: m.DescribeInstancesFullStatusRequest) -> Any: ...
+    def describe_instance_history_events(self, request: m.DescribeInstanceHistoryEventsRequest) -> Any: ...
+    def reboot_instance(self, request: m.RebootInstanceRequest) -> Any: ...
+
+
+class EcsApi(Protocol):
+    """What the service and node isolation need from ECS."""
+
+    def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceInfo]: ...
+    def describe_full_status(self, instance_ids: Sequence[str]) -> list[InstanceHealth]: ...
+    def describe_history_events(
+        self, instance_ids: Sequence[str], active_only: bool = True
+    ) -> list[SystemEvent]: ...
+    def reboot_instance(self, instance_id: str) -> None: ...
+
+
+class EcsAdapter:
+    """EcsApi over the official ECS SDK client; `region` is sent as RegionId, which ECS requires."""
+
+    product = "ecs"
+
+    def __init__(self, client: EcsSdkClient, region: str, retry: RetryPolicy | None = None):
+        self._client = client
+        self._region = region
+        self._retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:
+        return f"EcsAdapter(region={self._region!r})"
+
+    def describe_instances(self, instance_ids: Sequence[str]) -> list[InstanceInfo]:
+        out: list[InstanceInfo] = []
+        for chunk in _chunks(instance_ids, MAX_IDS_PER_CALL):
+            ids_json = json.dumps(chunk, separators=(",", ":"))
+            token: str | None = None
+            seen_tokens: set[str] = set()
+            while True:
+                req = m.DescribeInstancesRequest(
+                    region_id=self._region, instance_ids=ids_json, max_results=PAGE_SIZE, next_token=token
+                )
+                resp = self._call("DescribeInstances", lambda req=req: self._client.describe_instances(req))
+                body = resp.body
+                rows = (body.instances.instance if body.instances else None) or []
+                out.extend(_info(row) for row in rows)
+                token = body.next_token or None
+                if token is None or token in seen_tokens:
+                    break
+                seen_tokens.add(token)
+        return out
+
+    def describe_full_status(self, instance_ids: Sequence[str]) -> list[InstanceHealth]:
+        out: list[InstanceHealth] = []
+        for chunk in _chunks(instance_ids, MAX_IDS_PER_CALL):
+            page = 1
+            seen = 0
+            while True:
+                req = m.DescribeInstancesFullStatusRequest(
+                    region_id=self._region, instance_id=chunk, page_number=page, page_size=PAGE_SIZE
+                )
+                resp = self._call(
+                    "DescribeInstancesFullStatus",
+                    lambda req=req: self._client.describe_instances_full_status(req),
+                )
+                body = resp.body
+                sets = body.instance_full_status_set
+                rows = (sets.instance_full_status_type if sets else None) or []
+                out.extend(_health(row) for row in rows)
+                seen += len(rows)
+                if (
+                    not rows
+                    or len(rows) < PAGE_SIZE
+                    or (body.total_count is not None and seen >= body.total_count)
+                ):
+                    break
+                page += 1
+        return out
+
+    def describe_history_events(
+        self, instance_ids: Sequence[str], active_only: bool = True
+    ) -> list[SystemEvent]:
+        """System events of each instance; with active_only, only Scheduled, Executing and Inquiring ones."""
+        cycle = list(ACTIVE_CYCLE_STATES) if active_only else None
+        out: list[SystemEvent] = []
+        for instance_id in dict.fromkeys(instance_ids):
+            token: str | None = None
+            seen_tokens: set[str] = set()
+            while True:
+                req = m.DescribeInstanceHistoryEventsRequest(
+                    region_id=self._region,
+                    instance_id=instance_id,
+                    instance_event_cycle_status=cycle,
+                    max_results=PAGE_SIZE,
+                    next_token=token,
+                )
+                resp = self._call(
+                    "DescribeInstanceHistoryEvents",
+                    lambda req=req: self._client.describe_instance_history_events(req),
+                )
+                body = resp.body
+                sets = body.instance_system_event_set
+                rows = (sets.instance_system_event_type if sets else None) or []
+                for row in rows:
+                    event = _event(row, instance_id)
+                    if not active_only or event.cycle_status in ACTIVE_CYCLE_STATES:
+                        out.append(event)
+                token = body.next_token or None
+                if token is None or token in seen_tokens:
+                    break
+                seen_tokens.add(token)
+        return out
+
+    def reboot_instance(self, instance_id: str, force_stop: bool = False) -> None:
+        req = m.RebootInstanceRequest(instance_id=instance_id, force_stop=force_stop)
+        # A reboot is not idempotent: after a 5xx or a lost answer it may have happened, so only rejections
+        # (throttling) are retried; the caller re-checks the instance before rebooting again.
+        self._call("RebootInstance", lambda: self._client.reboot_instance(req), idempotent=False)
+
+    def _call(self, action: str, fn: Callable[[], T], *, idempotent: bool = True) -> T:
+        return call(self._retry, self.product, action, fn, idempotent=idempotent)
+
+
+def _chunks(values: Sequence[str], size: int) -> Iterator[list[str]]:
+    ids = list(dict.fromkeys(values))
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+def _name(pair: Any) -> str | None:
+    """The readable value of a {Code, Name} pair (Code is numeric on the real API)."""
+    if pair is None:
+        return None
+    name = getattr(pair, "name", None)
+    if name:
+        return str(name)
+    code = getattr(pair, "code", None)
+    return str(code) if code is not None else None
+
+
+def _first_ip(holder: Any) -> str | None:
+    ips = getattr(holder, "ip_address", None) if holder is not None else None
+    return ips[0] if ips else None
+
+
+def _info(row: m.DescribeInstancesResponseBodyInstancesInstance) -> InstanceInfo:
+    vpc_ip = _first_ip(row.vpc_attributes.private_ip_address) if row.vpc_attributes else None
+    return InstanceInfo(
+        instance_id=row.instance_id,
+        status=row.status or "",
+        instance_type=row.instance_type or "",
+        gpu_amount=int(row.gpuamount or 0),
+        gpu_spec=row.gpuspec or None,
+        zone_id=row.zone_id,
+        private_ip=vpc_ip or _first_ip(row.inner_ip_address),
+    )
+
+
+def _event(row: Any, instance_id: str | None) -> SystemEvent:
+    return SystemEvent(
+        event_id=row.event_id,
+        instance_id=getattr(row, "instance_id", None) or instance_id or "",
+        code=_name(row.event_type) or "",
+        cycle_status=_name(row.event_cycle_status) or "",
+        not_before=parse_time(row.not_before),
+        finished_at=parse_time(getattr(row, "event_finish_time", None)),
+        reason=row.reason or None,
+    )
+
+
+def _health(
+    row: m.DescribeInstancesFullStatusResponseBodyInstanceFullStatusSetInstanceFullStatusType,
+) -> InstanceHealth:
+    sets = row.scheduled_system_event_set
+    events = (sets.scheduled_system_event_type if sets else None) or []
+    return InstanceHealth(
+        instance_id=row.instance_id,
+        status=_name(row.status),
+        health_status=_name(row.health_status),
+        events=tuple(_event(e, row.instance_id) for e in events),
+    )

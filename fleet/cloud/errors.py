@@ -1,0 +1,221 @@
+"""One error tree for every cloud call, and the mapping from the SDKs' exceptions into it.
+
+    CloudError(code, message, request_id, status, action)
+    ├── Throttled            Throttling, Throttling.User, Throttling.Api (retried; carries retry_after_s)
+    ├── Conflict             ScalingActivityInProgress, IncorrectScalingGroupStatus (retried)
+    ├── IdempotencyMismatch  IdempotentParameterMismatch: a ClientToken reused with other parameters
+    ├── NotFound             any *.NotFound code
+    ├── AuthError            Forbidden*, SignatureDoesNotMatch, InvalidAccessKeyId*, missing credentials
+    ├── InvalidRequest       every other 4xx (parameter errors: never retried)
+    └── ServerError          5xx (retried where the call is idempotent)
+        └── NetworkError     no HTTP answer at all: refused, reset, timed out
+
+The SDKs raise `alibabacloud_tea_openapi.exceptions.{ThrottlingException, ClientException, ServerException}`
+for HTTP errors (ThrottlingException when the answer carries `x-acs-retry-after`, whatever the status), and a
+Tea `UnretryableException` wrapping darabonba's `RetryError` when no answer came back
+(../shared/reference/aliyun-api.md section 0). `from_sdk` turns any of those into the tree above.
+Nothing here ever includes request headers or credentials: only the server's code, message and request id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alibabacloud_tea_openapi.exceptions import (
+    AlibabaCloudException,
+    ClientException,
+    ServerException,
+    ThrottlingException,
+)
+from requests import RequestException
+from Tea.exceptions import TeaException, UnretryableException
+
+THROTTLING_CODES = frozenset({"Throttling", "Throttling.User", "Throttling.Api"})
+CONFLICT_CODES = frozenset({"ScalingActivityInProgress", "IncorrectScalingGroupStatus"})
+IDEMPOTENCY_CODES = frozenset({"IdempotentParameterMismatch"})
+AUTH_CODES = frozenset({"SignatureDoesNotMatch", "InvalidCredentials", "IncompleteSignature"})
+AUTH_PREFIXES = ("Forbidden", "InvalidAccessKeyId", "InvalidSecurityToken", "NoPermission")
+
+
+class CloudError(Exception):
+    """A failed cloud call: the wire error code, the server's message, its RequestId, the HTTP status and
+    the Action that failed. str() is one line fit for a log or a CLI error, e.g.
+    `DescribeMetricList: HTTP 400 Throttling.User: Request was denied due to user flow control.
+    (request id 5E4A...; gave up after 5 attempts)`."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        request_id: str | None = None,
+        status: int | None = None,
+        action: str | None = None,
+    ) -> None:
+        super().__init__(code, message, request_id, status, action)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+        self.status = status
+        self.action = action
+        self.attempts = 1  # set by the retry loop to how many calls were made before giving up
+
+    def __str__(self) -> str:
+        where = f"{self.action}: " if self.action else ""
+        status = f"HTTP {self.status} " if self.status is not None else ""
+        notes = []
+        if self.request_id:
+            notes.append(f"request id {self.request_id}")
+        if self.attempts > 1:
+            notes.append(f"gave up after {self.attempts} attempts")
+        tail = f" ({'; '.join(notes)})" if notes else ""
+        text = " ".join(str(self.message).split())  # one line, whatever the server sent
+        return f"{where}{status}{self.code}: {text}{tail}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(code={self.code!r}, message={self.message!r}, "
+            f"request_id={self.request_id!r}, status={self.status!r}, action={self.action!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.request_id, self.status, self.action))
+
+
+class Throttled(CloudError):
+    """Flow control. `retry_after_s` is the server's requested wait, when it sent one."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        request_id: str | None = None,
+        status: int | None = None,
+        action: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(code, message, request_id, status, action)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.code, self.message, self.request_id, self.status, self.action, self.retry_after_s),
+        )
+
+
+class Conflict(CloudError):
+    """The group is busy (an activity is running) or not Active: safe to retry later."""
+
+
+class IdempotencyMismatch(CloudError):
+    """The ClientToken was already used with different parameters: a bug in the caller, never retried."""
+
+
+class NotFound(CloudError):
+    """The named group, instance, rule or task does not exist."""
+
+
+class InvalidRequest(CloudError):
+    """The request was refused as malformed or impossible (4xx): retrying cannot help."""
+
+
+class ServerError(CloudError):
+    """The service failed (5xx)."""
+
+
+class NetworkError(ServerError):
+    """No HTTP answer came back (connection refused, reset, timed out)."""
+
+
+class AuthError(CloudError):
+    """Credentials missing, wrong, or without the permission for this Action."""
+
+
+def classify(code: str, status: int | None) -> type[CloudError]:
+    """The error class for a wire code and HTTP status (the code wins over the status)."""
+    if code in THROTTLING_CODES:
+        return Throttled
+    if code in CONFLICT_CODES:
+        return Conflict
+    if code in IDEMPOTENCY_CODES:
+        return IdempotencyMismatch
+    if code in AUTH_CODES or code.startswith(AUTH_PREFIXES):
+        return AuthError
+    if code.endswith(".NotFound"):
+        return NotFound
+    if status is not None and status >= 500:
+        return ServerError
+    if status == 403:
+        return AuthError
+    if status == 404:
+        return NotFound
+    return InvalidRequest
+
+
+def _wire_message(exc: TeaException) -> str:
+    """The server's own Message, without the SDK's 'code: 400, ... request id: ...' wrapping."""
+    data = getattr(exc, "data", None)
+    if isinstance(data, dict):
+        msg = data.get("Message") or data.get("message")
+        if msg:
+            return str(msg)
+    return str(getattr(exc, "message", None) or type(exc).__name__)
+
+
+def _retry_after_s(exc: Exception) -> float | None:
+    # darabonba treats x-acs-retry-after as milliseconds: DaraCore.get_backoff_time returns it unchanged
+    # and DaraCore.sleep divides by 1000 (darabonba-core 1.0.9). We read it the same way.
+    value = getattr(exc, "retry_after", None)
+    if value is None:
+        return None
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        return None
+    return ms / 1000.0 if ms > 0 else None
+
+
+def from_sdk(exc: BaseException, action: str | None = None) -> CloudError:
+    """Map any exception raised by an SDK call into the error tree (an unknown one becomes a plain
+    CloudError, which is never retried)."""
+    if isinstance(exc, CloudError):
+        if exc.action is None:
+            exc.action = action
+        return exc
+    if isinstance(exc, UnretryableException):
+        inner = exc.inner_exception
+        if isinstance(inner, TeaException) and not isinstance(inner, UnretryableException):
+            return from_sdk(inner, action)
+        return _no_answer(inner, action)
+    if isinstance(exc, AlibabaCloudException):
+        code = str(exc.code) if exc.code not in (None, "None") else "Unknown"
+        status = exc.status_code
+        request_id = exc.request_id if exc.request_id not in (None, "None") else None
+        message = _wire_message(exc)
+        if isinstance(exc, ThrottlingException) or code in THROTTLING_CODES:
+            return Throttled(code, message, request_id, status, action, retry_after_s=_retry_after_s(exc))
+        if status is None and isinstance(exc, ClientException):
+            # Raised by the SDK before sending anything (e.g. InvalidCredentials when no credential is set).
+            return classify(code, 400)(code, message, request_id, None, action)
+        if status is None and isinstance(exc, ServerException):
+            status = 500
+        return classify(code, status)(code, message, request_id, status, action)
+    if isinstance(exc, TeaException):
+        code = str(exc.code) if exc.code else "Unknown"
+        status = getattr(exc, "statusCode", None)
+        return classify(code, status)(code, _wire_message(exc), None, status, action)
+    return _no_answer(exc, action)
+
+
+def _no_answer(exc: BaseException | None, action: str | None) -> CloudError:
+    name = type(exc).__name__ if exc is not None else "Unknown"
+    if name == "CredentialException":
+        # alibabacloud_credentials found nothing in its chain; its text lists the providers it tried.
+        return AuthError("NoCredentials", str(exc), None, None, action)
+    if exc is not None and (
+        isinstance(exc, (RequestException, OSError)) or name in ("RetryError", "ConnectionError", "Timeout")
+    ):
+        text = str(getattr(exc, "message", None) or exc) or name
+        return NetworkError("NetworkError", text, None, None, action)
+    # Anything else (a validation error inside the SDK, a bug) is not known to be transient: not retried.
+    return CloudError(name, str(exc) if exc is not None else "unknown failure", None, None, action)

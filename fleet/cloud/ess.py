@@ -1,0 +1,486 @@
+"""Auto Scaling (ESS 2022-02-22) adapter: the few Actions the service calls, returning our own types.
+
+ESS list answers are plain arrays with PageNumber/PageSize/TotalCount paging (PageSize at most 50), and its
+times have minute resolution ('2026-11-30T08:00Z'); see ../shared/reference/aliyun-api.md section 1.
+Writes that start an activity carry the caller's ClientToken, so a retried call yields the same activity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from alibabacloud_ess20220222 import models as m
+
+from fleet.cloud.retry import RetryPolicy, call
+from fleet.cloud.types import (
+    ScalingActivity,
+    ScalingGroup,
+    ScalingInstance,
+    ScheduledTask,
+    format_ess_time,
+    parse_time,
+)
+
+ACTIONS: tuple[str, ...] = (
+    "DescribeScalingGroups",
+    "DescribeScalingInstances",
+    "DescribeScalingActivities",
+    "ScaleWithAdjustment",
+    "ModifyScalingGroup",
+    "DescribeScheduledTasks",
+    "CreateScheduledTask",
+    "ModifyScheduledTask",
+    "DeleteScheduledTask",
+    "EnterStandby",
+    "ExitStandby",
+    "RemoveInstances",
+    "SetInstancesProtection",
+)
+
+PAGE_SIZE = 50  # ESS's maximum PageSize
+MAX_GROUP_FILTER = 20  # ScalingGroupIds.N / ScalingGroupNames.N accept at most 20 values [DOC]
+MAX_INSTANCES_PER_WRITE = 20  # EnterStandby/ExitStandby/RemoveInstances/SetInstancesProtection [DOC]
+
+T = TypeVar("T")
+
+
+class EssSdkClient(Protocol):
+    """The methods of `alibabacloud_ess20220222.client.Client` this adapter calls."""
+
+    def describe_scaling_groups(self, request: m.DescribeScalingGroupsRequest) -> Any: ...
+    def describe_scaling_instances(self, request: m.DescribeScalingInstancesRequest) -> Any: ...
+    def describe_scaling_activities(self, request: m.DescribeScalingActivitiesRequest) -> Any: ...
+    def scale_with_adjustment(self, request: m.ScaleWithAdjustmentRequest) -> Any: ...
+    def modify_scaling_group(self, request: m.ModifyScalingGroupRequest) -> Any: ...
+    def describe_scheduled_tasks(self, request: m.DescribeScheduledTasksRequest) -> Any: ...
+    def create_scheduled_task(self, request: m.CreateScheduledTaskRequest) -> Any: ...
+    def modify_scheduled_task(self, request: m.ModifyScheduledTaskRequest) -> Any: ...
+    def delete_scheduled_task(self, request: m.DeleteScheduledTaskRequest) -> Any: ...
+    def enter_standby(self, request: m.EnterStandbyRequest) -> Any: ...
+    def exit_standby(self, request: m.ExitStandbyRequest) -> Any: ...
+    def remove_instances(self, request: m.RemoveInstancesRequest) -> Any: ...
+    def set_instances_protection(self, request: m.SetInstancesProtectionRequest) -> Any: ...
+
+
+class EssApi(Protocol):
+    """What the service needs from Auto Scaling (EssAdapter implements it; fakes in tests may too)."""
+
+    def describe_scaling_groups(
+        self, group_ids: Sequence[str] | None = None, names: Sequence[str] | None = None
+    ) -> list[ScalingGroup]: ...
+    def describe_scaling_instances(
+        self, group_id: str, lifecycle_states: Sequence[str] | None = None
+    ) -> list[ScalingInstance]: ...
+    def describe_scaling_activities(
+        self, group_id: str, status_code: str | None = None, limit: int = 20
+    ) -> list[ScalingActivity]: ...
+    def scale_to(self, group_id: str, total_capacity: int, client_token: str) -> str: ...
+    def modify_scaling_group(
+        self,
+        group_id: str,
+        *,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        desired_capacity: int | None = None,
+    ) -> None: ...
+    def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]: ...
+    def create_scheduled_task(
+        self,
+        group_id: str,
+        name: str,
+        launch_time: datetime | str,
+        recurrence_type: str | None,
+        recurrence_value: str | None,
+        *,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        desired_capacity: int | None = None,
+        recurrence_end_time: datetime | str | None = None,
+        enabled: bool = True,
+    ) -> str: ...
+    def modify_scheduled_task(self, task_id: str, **fields: Any) -> None: ...
+    def delete_scheduled_task(self, task_id: str) -> None: ...
+    def enter_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str: ...
+    def exit_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str: ...
+    def remove_instances(
+        self,
+        group_id: str,
+        instance_ids: Sequence[str],
+        *,
+        decrease_desired_capacity: bool = True,
+        client_token: str,
+    ) -> str: ...
+    def set_instances_protection(
+        self, group_id: str, instance_ids: Sequence[str], protected: bool
+    ) -> None: ...
+
+
+class EssAdapter:
+    """EssApi over the official ESS SDK client. `region` (optional) is sent as RegionId where ESS takes it."""
+
+    product = "ess"
+
+    def __init__(self, client: EssSdkClient, retry: RetryPolicy | None = None, region: str | None = None):
+        self._client = client
+        self._retry = retry or RetryPolicy()
+        self._region = region
+
+    def __repr__(self) -> str:
+        return f"EssAdapter(region={self._region!r})"
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    def describe_scaling_groups(
+        self, group_ids: Sequence[str] | None = None, names: Sequence[str] | None = None
+    ) -> list[ScalingGroup]:
+        filters: list[dict[str, list[str]]] = []
+        for chunk in _chunks(list(group_ids or []), MAX_GROUP_FILTER):
+            filters.append({"scaling_group_ids": chunk})
+        for chunk in _chunks(list(names or []), MAX_GROUP_FILTER):
+            filters.append({"scaling_group_names": chunk})
+        if not filters:
+            filters.append({})
+        seen: dict[str, ScalingGroup] = {}
+        for flt in filters:
+            for raw in self._pages(
+                "DescribeScalingGroups",
+                lambda page, flt=flt: m.DescribeScalingGroupsRequest(
+                    region_id=self._region, page_number=page, page_size=PAGE_SIZE, **flt
+                ),
+                self._client.describe_scaling_groups,
+                lambda body: body.scaling_groups,
+            ):
+                group = _group(raw)
+                seen.setdefault(group.group_id, group)
+        return list(seen.values())
+
+    def describe_scaling_instances(
+        self, group_id: str, lifecycle_states: Sequence[str] | None = None
+    ) -> list[ScalingInstance]:
+        states = list(lifecycle_states) if lifecycle_states else None
+        return [
+            _instance(raw, group_id)
+            for raw in self._pages(
+                "DescribeScalingInstances",
+                lambda page: m.DescribeScalingInstancesRequest(
+                    region_id=self._region,
+                    scaling_group_id=group_id,
+                    lifecycle_states=states,
+                    page_number=page,
+                    page_size=PAGE_SIZE,
+                ),
+                self._client.describe_scaling_instances,
+                lambda body: body.scaling_instances,
+            )
+        ]
+
+    def describe_scaling_activities(
+        self, group_id: str, status_code: str | None = None, limit: int = 20
+    ) -> list[ScalingActivity]:
+        out: list[ScalingActivity] = []
+        if limit <= 0:
+            return out
+        for raw in self._pages(
+            "DescribeScalingActivities",
+            lambda page: m.DescribeScalingActivitiesRequest(
+                region_id=self._region,
+                scaling_group_id=group_id,
+                status_code=status_code,
+                page_number=page,
+                page_size=min(PAGE_SIZE, limit),
+            ),
+            self._client.describe_scaling_activities,
+            lambda body: body.scaling_activities,
+        ):
+            out.append(_activity(raw, group_id))
+            if len(out) >= limit:
+                break
+        return out
+
+    def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]:
+        return [
+            _task(raw)
+            for raw in self._pages(
+                "DescribeScheduledTasks",
+                lambda page: m.DescribeScheduledTasksRequest(
+                    region_id=self._region, scaling_group_id=group_id, page_number=page, page_size=PAGE_SIZE
+                ),
+                self._client.describe_scheduled_tasks,
+                lambda body: body.scheduled_tasks,
+            )
+        ]
+
+    # -- writes --------------------------------------------------------------------------------------------
+
+    def scale_to(self, group_id: str, total_capacity: int, client_token: str) -> str:
+        """Set the group's size to `total_capacity` (ScaleWithAdjustment, AdjustmentType TotalCapacity)."""
+        req = m.ScaleWithAdjustmentRequest(
+            scaling_group_id=group_id,
+            adjustment_type="TotalCapacity",
+            adjustment_value=int(total_capacity),
+            client_token=client_token,
+        )
+        resp = self._call("ScaleWithAdjustment", lambda: self._client.scale_with_adjustment(req))
+        return resp.body.scaling_activity_id
+
+    def modify_scaling_group(
+        self,
+        group_id: str,
+        *,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        desired_capacity: int | None = None,
+        default_cooldown_s: int | None = None,
+    ) -> None:
+        req = m.ModifyScalingGroupRequest(
+            scaling_group_id=group_id,
+            min_size=min_size,
+            max_size=max_size,
+            desired_capacity=desired_capacity,
+            default_cooldown=default_cooldown_s,
+        )
+        # Absolute values: repeating the call is harmless, so it is retried like a read.
+        self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
+
+    def create_scheduled_task(
+        self,
+        group_id: str,
+        name: str,
+        launch_time: datetime | str,
+        recurrence_type: str | None,
+        recurrence_value: str | None,
+        *,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        desired_capacity: int | None = None,
+        recurrence_end_time: datetime | str | None = None,
+        enabled: bool = True,
+        launch_expiration_s: int | None = None,
+        description: str | None = None,
+    ) -> str:
+        req = m.CreateScheduledTaskRequest(
+            region_id=self._region,
+            scaling_group_id=group_id,
+            scheduled_task_name=name,
+            launch_time=_ess_time(launch_time),
+            recurrence_type=recurrence_type,
+            recurrence_value=recurrence_value,
+            recurrence_end_time=_ess_time(recurrence_end_time),
+            min_value=min_value,
+            max_value=max_value,
+            desired_capacity=desired_capacity,
+            task_enabled=enabled,
+            launch_expiration_time=launch_expiration_s,
+            description=description,
+        )
+        # Not idempotent (no ClientToken): a 5xx may hide a created task, so only rejections are retried.
+        resp = self._call(
+            "CreateScheduledTask", lambda: self._client.create_scheduled_task(req), idempotent=False
+        )
+        return resp.body.scheduled_task_id
+
+    def modify_scheduled_task(
+        self,
+        task_id: str,
+        *,
+        group_id: str | None = None,
+        name: str | None = None,
+        launch_time: datetime | str | None = None,
+        recurrence_type: str | None = None,
+        recurrence_value: str | None = None,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        desired_capacity: int | None = None,
+        recurrence_end_time: datetime | str | None = None,
+        enabled: bool | None = None,
+        launch_expiration_s: int | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Change the given fields of a scheduled task; fields left None are not sent (so not changed)."""
+        req = m.ModifyScheduledTaskRequest(
+            region_id=self._region,
+            scheduled_task_id=task_id,
+            scaling_group_id=group_id,
+            scheduled_task_name=name,
+            launch_time=_ess_time(launch_time),
+            recurrence_type=recurrence_type,
+            recurrence_value=recurrence_value,
+            recurrence_end_time=_ess_time(recurrence_end_time),
+            min_value=min_value,
+            max_value=max_value,
+            desired_capacity=desired_capacity,
+            task_enabled=enabled,
+            launch_expiration_time=launch_expiration_s,
+            description=description,
+        )
+        self._call("ModifyScheduledTask", lambda: self._client.modify_scheduled_task(req))
+
+    def delete_scheduled_task(self, task_id: str) -> None:
+        req = m.DeleteScheduledTaskRequest(region_id=self._region, scheduled_task_id=task_id)
+        self._call("DeleteScheduledTask", lambda: self._client.delete_scheduled_task(req))
+
+    def enter_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str:
+        ids = _write_ids(instance_ids, "EnterStandby")
+        req = m.EnterStandbyRequest(scaling_group_id=group_id, instance_ids=ids, client_token=client_token)
+        resp = self._call("EnterStandby", lambda: self._client.enter_standby(req))
+        return resp.body.scaling_activity_id
+
+    def exit_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str:
+        ids = _write_ids(instance_ids, "ExitStandby")
+        req = m.ExitStandbyRequest(
+            region_id=self._region, scaling_group_id=group_id, instance_ids=ids, client_token=client_token
+        )
+        resp = self._call("ExitStandby", lambda: self._client.exit_standby(req))
+        return resp.body.scaling_activity_id
+
+    def remove_instances(
+        self,
+        group_id: str,
+        instance_ids: Sequence[str],
+        *,
+        decrease_desired_capacity: bool = True,
+        client_token: str,
+        remove_policy: str | None = None,
+    ) -> str:
+        ids = _write_ids(instance_ids, "RemoveInstances")
+        req = m.RemoveInstancesRequest(
+            region_id=self._region,
+            scaling_group_id=group_id,
+            instance_ids=ids,
+            decrease_desired_capacity=decrease_desired_capacity,
+            client_token=client_token,
+            remove_policy=remove_policy,
+        )
+        resp = self._call("RemoveInstances", lambda: self._client.remove_instances(req))
+        return resp.body.scaling_activity_id
+
+    def set_instances_protection(self, group_id: str, instance_ids: Sequence[str], protected: bool) -> None:
+        for chunk in _chunks(list(instance_ids), MAX_INSTANCES_PER_WRITE):
+            req = m.SetInstancesProtectionRequest(
+                scaling_group_id=group_id, instance_ids=chunk, protected_from_scale_in=bool(protected)
+            )
+            self._call("SetInstancesProtection", lambda req=req: self._client.set_instances_protection(req))
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    def _call(self, action: str, fn: Callable[[], T], *, idempotent: bool = True) -> T:
+        return call(self._retry, self.product, action, fn, idempotent=idempotent)
+
+    def _pages(
+        self,
+        action: str,
+        make_request: Callable[[int], Any],
+        method: Callable[[Any], Any],
+        items: Callable[[Any], list[Any] | None],
+    ) -> Iterator[Any]:
+        """Walk PageNumber 1, 2, ... until TotalCount items were seen or a page comes back short."""
+        page = 1
+        seen = 0
+        while True:
+            req = make_request(page)
+            resp = self._call(action, lambda req=req: method(req))
+            batch = items(resp.body) or []
+            yield from batch
+            seen += len(batch)
+            total = resp.body.total_count
+            size = req.page_size or PAGE_SIZE
+            if not batch or len(batch) < size or (total is not None and seen >= total):
+                return
+            page += 1
+
+
+def _chunks(values: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _write_ids(instance_ids: Sequence[str], action: str) -> list[str]:
+    ids = list(instance_ids)
+    if not ids:
+        raise ValueError(f"{action}: no instance ids given")
+    if len(ids) > MAX_INSTANCES_PER_WRITE:
+        # One ClientToken names one activity, so splitting would need invented tokens: the caller decides.
+        raise ValueError(
+            f"{action}: {len(ids)} instance ids given, ESS accepts at most {MAX_INSTANCES_PER_WRITE}"
+        )
+    return ids
+
+
+def _ess_time(value: datetime | str | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return format_ess_time(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value is None or value == "":
+        return default
+    return int(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
+    return ScalingGroup(
+        group_id=g.scaling_group_id,
+        name=g.scaling_group_name or "",
+        lifecycle_state=g.lifecycle_state or "",
+        min_size=_int(g.min_size),
+        max_size=_int(g.max_size),
+        desired_capacity=_opt_int(g.desired_capacity),
+        total_capacity=_int(g.total_capacity),
+        active_capacity=_int(g.active_capacity),
+        pending_capacity=_int(g.pending_capacity) + _int(g.pending_wait_capacity),
+        removing_capacity=_int(g.removing_capacity) + _int(g.removing_wait_capacity),
+        standby_capacity=_int(g.standby_capacity),
+        protected_capacity=_int(g.protected_capacity),
+        stopped_capacity=_int(g.stopped_capacity),
+        scaling_policy=g.scaling_policy,
+        default_cooldown_s=_int(g.default_cooldown),
+    )
+
+
+def _instance(i: m.DescribeScalingInstancesResponseBodyScalingInstances, group_id: str) -> ScalingInstance:
+    return ScalingInstance(
+        instance_id=i.instance_id,
+        group_id=i.scaling_group_id or group_id,
+        lifecycle_state=i.lifecycle_state or "",
+        health_status=i.health_status,
+        creation_type=i.creation_type,
+        created_at=parse_time(i.created_time or i.creation_time),
+        zone_id=i.zone_id,
+    )
+
+
+def _activity(a: m.DescribeScalingActivitiesResponseBodyScalingActivities, group_id: str) -> ScalingActivity:
+    return ScalingActivity(
+        activity_id=a.scaling_activity_id,
+        group_id=a.scaling_group_id or group_id,
+        status_code=a.status_code or "",
+        cause=a.cause,
+        start_time=parse_time(a.start_time),
+        end_time=parse_time(a.end_time),
+        total_capacity=_opt_int(a.total_capacity),
+    )
+
+
+def _task(t: m.DescribeScheduledTasksResponseBodyScheduledTasks) -> ScheduledTask:
+    return ScheduledTask(
+        task_id=t.scheduled_task_id,
+        name=t.scheduled_task_name or "",
+        group_id=t.scaling_group_id,
+        launch_time=parse_time(t.launch_time),
+        recurrence_type=t.recurrence_type or None,
+        recurrence_value=t.recurrence_value or None,
+        recurrence_end_time=parse_time(t.recurrence_end_time),
+        min_value=_opt_int(t.min_value),
+        max_value=_opt_int(t.max_value),
+        desired_capacity=_opt_int(t.desired_capacity),
+        enabled=bool(t.task_enabled) if t.task_enabled is not None else True,
+    )
