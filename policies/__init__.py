@@ -1,1 +1,76 @@
-"""What the fleet should do now: pure scaling and isolation policies (no I/O, no clock)."""
+"""What the fleet should do now: pure scaling and isolation policies (no I/O, no clock).
+
+``decide(snapshot, spec, history, now) -> Plan`` is the one entry point; the models it maps are exported here.
+"""
+
+from policies.decide import decide
+from policies.model import (
+    GroupHistory,
+    GroupPlan,
+    GroupSnapshot,
+    History,
+    Incident,
+    IncidentState,
+    InstanceSnapshot,
+    IsolationStep,
+    MetricSample,
+    Notification,
+    OperatorAction,
+    Plan,
+    PlanWarning,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    StepAction,
+    StepOutcome,
+    SystemEvent,
+    WarningCode,
+    XidEvent,
+)
+from policies.spec import (
+    GroupSpec,
+    Guardrails,
+    IsolationRule,
+    IsolationSpec,
+    PolicySpec,
+    ScaleInRule,
+    ScaleOutRule,
+    Schedule,
+    Stabilization,
+    parse_duration,
+)
+
+__all__ = [
+    "GroupHistory",
+    "GroupPlan",
+    "GroupSnapshot",
+    "GroupSpec",
+    "Guardrails",
+    "History",
+    "Incident",
+    "IncidentState",
+    "InstanceSnapshot",
+    "IsolationRule",
+    "IsolationSpec",
+    "IsolationStep",
+    "MetricSample",
+    "Notification",
+    "OperatorAction",
+    "Plan",
+    "PlanWarning",
+    "PolicySpec",
+    "Reason",
+    "ReasonCode",
+    "ScaleInRule",
+    "ScaleOutRule",
+    "Schedule",
+    "Snapshot",
+    "Stabilization",
+    "StepAction",
+    "StepOutcome",
+    "SystemEvent",
+    "WarningCode",
+    "XidEvent",
+    "decide",
+    "parse_duration",
+]

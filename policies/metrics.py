@@ -1,0 +1,118 @@
+"""Canonical metric names the policies speak, and where each one comes from in the cloud.
+
+The service maps CloudMonitor and custom metric names to these before calling ``decide``; the policies
+never see a cloud name. Per-instance metrics arrive in ``InstanceSnapshot.metrics``; group metrics are
+aggregated here from the per-instance ones (or given directly, e.g. by a Prometheus source).
+"""
+
+from __future__ import annotations
+
+from enum import IntFlag
+
+# ---- per-instance metrics --------------------------------------------------------------------------------
+QUEUE_WAITING = "queue_waiting"
+REQUESTS_RUNNING = "requests_running"
+TTFT_P99_MS = "ttft_p99_ms"
+TPOT_P99_MS = "tpot_p99_ms"
+E2E_P99_MS = "e2e_p99_ms"
+LATENCY_P95_MS = "latency_p95_ms"
+KV_CACHE_USAGE_PCT = "kv_cache_usage_pct"
+GPU_THROTTLE_REASONS = "gpu_throttle_reasons"
+GPU_XID = "gpu_xid"
+GPU_MEM_BW_UTIL_PCT = "gpu_mem_bw_util_pct"
+GPU_SM_CLOCK_RATIO = "gpu_sm_clock_ratio"
+GPU_UTIL_PCT = "gpu_util_pct"
+GPU_MEM_USED_PCT = "gpu_mem_used_pct"
+GPU_TEMPERATURE_C = "gpu_temperature_c"
+GPU_POWER_W = "gpu_power_w"
+
+# Custom metrics published by the node agent (PutCustomMetric, GroupId 0, dimension instanceId).
+CUSTOM_METRIC_NAMES: dict[str, str] = {
+    QUEUE_WAITING: "vllm_num_requests_waiting",
+    REQUESTS_RUNNING: "vllm_num_requests_running",
+    TTFT_P99_MS: "vllm_ttft_p99_ms",
+    TPOT_P99_MS: "vllm_tpot_p99_ms",
+    E2E_P99_MS: "vllm_e2e_p99_ms",
+    LATENCY_P95_MS: "vllm_e2e_p95_ms",
+    KV_CACHE_USAGE_PCT: "vllm_kv_cache_usage_pct",
+    GPU_THROTTLE_REASONS: "gpu_throttle_reasons",
+    GPU_XID: "gpu_xid",
+    GPU_MEM_BW_UTIL_PCT: "gpu_mem_bw_util",
+    GPU_SM_CLOCK_RATIO: "gpu_sm_clock_ratio",
+}
+
+# CloudMonitor namespace acs_ecs_dashboard, per instance; the statistic the service should read.
+CMS_NAMESPACE = "acs_ecs_dashboard"
+CMS_METRIC_NAMES: dict[str, tuple[str, str]] = {
+    GPU_UTIL_PCT: ("instance_gpu_gpu_usedutilization", "Average"),
+    GPU_MEM_USED_PCT: ("instance_gpu_memory_usedutilization", "Average"),
+    # the hottest GPU decides: a single overheating card throttles a tensor-parallel instance
+    GPU_TEMPERATURE_C: ("instance_gpu_gpu_temperature", "Maximum"),
+    GPU_POWER_W: ("instance_gpu_power_readings_power_draw", "Average"),
+}
+
+INSTANCE_METRICS: frozenset[str] = frozenset(CUSTOM_METRIC_NAMES) | frozenset(CMS_METRIC_NAMES)
+
+# ---- group metrics (what scaling rules name) ---------------------------------------------------------------
+QUEUE_WAITING_PER_INSTANCE = "queue_waiting_per_instance"
+GPU_UTIL_AVG = "gpu_util_avg"
+GPU_MEM_BW_UTIL = "gpu_mem_bw_util"
+
+# group metric -> (instance metric it aggregates, default aggregation over InService instances)
+# queue_waiting_per_instance is sum(queue_waiting) / number of InService instances, as issue 5 defines it.
+GROUP_METRICS: dict[str, tuple[str, str]] = {
+    QUEUE_WAITING_PER_INSTANCE: (QUEUE_WAITING, "per_instance"),
+    TTFT_P99_MS: (TTFT_P99_MS, "mean"),
+    TPOT_P99_MS: (TPOT_P99_MS, "mean"),
+    E2E_P99_MS: (E2E_P99_MS, "mean"),
+    LATENCY_P95_MS: (LATENCY_P95_MS, "mean"),
+    KV_CACHE_USAGE_PCT: (KV_CACHE_USAGE_PCT, "mean"),
+    GPU_UTIL_AVG: (GPU_UTIL_PCT, "mean"),
+    GPU_MEM_BW_UTIL: (GPU_MEM_BW_UTIL_PCT, "mean"),
+}
+
+AGGREGATIONS = ("per_instance", "mean", "max", "min", "sum")
+
+
+class ThrottleReason(IntFlag):
+    """NVML clock-event (throttle) reason bits, as nvmlDeviceGetCurrentClocksEventReasons reports them."""
+
+    GPU_IDLE = 0x1
+    APP_CLOCKS = 0x2
+    SW_POWER_CAP = 0x4
+    HW_SLOWDOWN = 0x8
+    SYNC_BOOST = 0x10
+    SW_THERMAL = 0x20
+    HW_THERMAL = 0x40
+    HW_POWER_BRAKE = 0x80
+    DISPLAY_CLOCKS = 0x100
+
+
+# Names accepted in isolation rules' ``throttle_reasons`` lists.
+THROTTLE_REASON_NAMES: dict[str, ThrottleReason] = {
+    "gpu_idle": ThrottleReason.GPU_IDLE,
+    "app_clocks": ThrottleReason.APP_CLOCKS,
+    "power_cap": ThrottleReason.SW_POWER_CAP,
+    "hw_slowdown": ThrottleReason.HW_SLOWDOWN,
+    "sync_boost": ThrottleReason.SYNC_BOOST,
+    "sw_thermal": ThrottleReason.SW_THERMAL,
+    "hw_thermal": ThrottleReason.HW_THERMAL,
+    "hw_power_brake": ThrottleReason.HW_POWER_BRAKE,
+    "display_clocks": ThrottleReason.DISPLAY_CLOCKS,
+}
+
+# XID classes (NVIDIA "XID Errors" catalogue). Hardware/reset XIDs mean the GPU itself is suspect:
+# 48 double-bit ECC, 63/64 row-remapping pending/failure, 74 NVLink error, 79 fallen off the bus,
+# 92 high single-bit ECC rate, 94/95 contained/uncontained ECC. Application XIDs (13 graphics engine
+# exception, 31 MMU fault, 43 channel reset, 45 preemptive cleanup) are usually caused by the workload and
+# only mean something when they repeat.
+HARDWARE_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95)
+APPLICATION_XIDS: tuple[int, ...] = (13, 31, 43, 45)
+
+
+def throttle_mask(names: list[str] | tuple[str, ...]) -> int:
+    """The bitmask for a list of throttle reason names (names are validated by the spec)."""
+    mask = 0
+    for name in names:
+        mask |= int(THROTTLE_REASON_NAMES[name])
+    return mask

@@ -1,0 +1,370 @@
+"""The values ``decide`` maps: what was observed (``Snapshot``), what was remembered (``History``) and what to
+do (``Plan``), with the machine-readable codes every decision carries.
+
+All three are pydantic models that round-trip through JSON (``model_dump_json`` / ``model_validate_json``);
+times are timezone-aware. The service builds a Snapshot each tick, persists ``plan.history`` and feeds it back
+next tick; the outcome of the steps it actuated comes back through the next Snapshot (lifecycle states,
+``outcomes``, ``notifications``, ``operator_actions``). docs/policies.md describes every field.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+Scalar = float | int | str | bool | None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- codes -------------------------------------------------------------------------------------------------
+
+
+class ReasonCode(StrEnum):
+    """Why a group's target is what it is, or why an isolation step is (not) taken."""
+
+    # scaling
+    HOLD = "hold"
+    FLOOR_MIN_SIZE = "floor_min_size"
+    FLOOR_WARM = "floor_warm"
+    FLOOR_SCHEDULE = "floor_schedule"
+    CEILING_MAX_SIZE = "ceiling_max_size"
+    CEILING_SCHEDULE = "ceiling_schedule"
+    RULE_SCALE_OUT = "rule_scale_out"
+    RULE_SCALE_IN = "rule_scale_in"
+    PANIC = "panic"
+    PENDING_CAPACITY_COVERS = "pending_capacity_covers"
+    STEP_LIMITED_UP = "step_limited_up"
+    STEP_LIMITED_DOWN = "step_limited_down"
+    WITHIN_TOLERANCE = "within_tolerance"
+    SCALE_IN_STABILIZING = "scale_in_stabilizing"
+    SCALE_IN_COOLDOWN = "scale_in_cooldown"
+    SCALE_IN_BLOCKED_METRICS = "scale_in_blocked_metrics_unknown"
+    SCALE_IN_BLOCKED_ISOLATION = "scale_in_blocked_unreplaced_isolation"
+    SCALE_IN_BLOCKED_PANIC = "scale_in_blocked_panic"
+    SCALE_IN_BLOCKED_BREAKER = "scale_in_blocked_breaker_open"
+    SURGE_FOR_ISOLATION = "surge_for_isolation"
+    PAUSED = "paused"
+    GROUP_NOT_OBSERVED = "group_not_observed"
+    # isolation
+    RULE_BREACHED = "rule_breached"
+    MANUAL_ISOLATION = "manual_isolation"
+    NOTIFY_HUMAN = "notify_human"
+    ACKNOWLEDGED = "acknowledged"
+    FLOOR_HOLDS = "floor_holds"
+    FLOOR_WOULD_BREAK = "floor_would_break"
+    WAITING_FOR_REPLACEMENT = "waiting_for_replacement"
+    SURGE_BLOCKED_BY_MAX = "surge_blocked_by_max"
+    GUARDRAIL_MAX_ISOLATED = "guardrail_max_isolated"
+    BREAKER_OPEN = "breaker_open"
+    BREAKER_TRIPPED = "breaker_tripped"
+    BREAKER_RESET = "breaker_reset"
+    ENTER_STANDBY = "enter_standby"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    DRAIN_TIMEOUT = "drain_timeout"
+    REBOOT = "reboot"
+    AWAITING_HEALTH = "awaiting_health"
+    HEALTH_CHECK_PASSED = "health_check_passed"
+    HEALTH_CHECK_TIMEOUT = "health_check_timeout"
+    STEP_FAILED = "step_failed"
+    REPLACE = "replace"
+    REPEATED_FAULT = "repeated_fault"
+    HOLD_FOR_HUMAN = "hold_for_human"
+    RELEASED = "released"
+    INSTANCE_GONE = "instance_gone"
+    ESCALATED = "escalated"
+    REMEDIATED = "remediated"
+
+
+class WarningCode(StrEnum):
+    METRIC_MISSING = "metric_missing"
+    METRIC_STALE = "metric_stale"
+    METRIC_PARTIAL = "metric_partial"
+    SLA_RESPOND_AT_RISK = "sla_respond_at_risk"
+    SLA_RESPOND_BREACHED = "sla_respond_breached"
+    SLA_ISOLATE_AT_RISK = "sla_isolate_at_risk"
+    SLA_ISOLATE_BREACHED = "sla_isolate_breached"
+    BREAKER_OPEN = "breaker_open"
+    GUARDRAIL_MAX_ISOLATED = "guardrail_max_isolated"
+    CEILING_BELOW_FLOOR = "ceiling_below_floor"
+    GROUP_NOT_IN_SPEC = "group_not_in_spec"
+    GROUP_NOT_OBSERVED = "group_not_observed"
+    UNKNOWN_LIFECYCLE_STATE = "unknown_lifecycle_state"
+    UNKNOWN_INSTANCE = "unknown_instance"
+
+
+class StepAction(StrEnum):
+    """What the service does for an incident (issue 6's workflow)."""
+
+    ACKNOWLEDGE = "acknowledge"  # notify a human channel; record the acknowledgment
+    SURGE = "surge"  # the group's target already includes the replacement; informational
+    WAIT = "wait"  # blocked (guardrail, breaker, replacement not yet InService)
+    ENTER_STANDBY = "enter_standby"  # ESS EnterStandby: no new traffic
+    DRAIN = "drain"  # wait for in-flight requests to finish
+    REBOOT = "reboot"  # ECS RebootInstance
+    EXIT_STANDBY = "exit_standby"  # ESS ExitStandby: back in service
+    REMOVE = "remove"  # ESS RemoveInstances (release), DecreaseDesiredCapacity=false
+    HOLD = "hold"  # keep in Standby for diagnosis until a human decides
+    CLOSE = "close"
+
+
+class IncidentState(StrEnum):
+    DETECTED = "detected"
+    ACKNOWLEDGED = "acknowledged"
+    CAPACITY_PROTECTED = "capacity_protected"
+    ISOLATED = "isolated"
+    REMEDIATING = "remediating"
+    REMEDIATED = "remediated"
+    CLOSED = "closed"
+
+
+PRE_ISOLATION_STATES = (IncidentState.DETECTED, IncidentState.ACKNOWLEDGED, IncidentState.CAPACITY_PROTECTED)
+OPEN_STATES = PRE_ISOLATION_STATES + (IncidentState.ISOLATED, IncidentState.REMEDIATING, IncidentState.REMEDIATED)
+
+# ---- snapshot ----------------------------------------------------------------------------------------------
+
+
+class MetricSample(_Model):
+    value: float
+    at: AwareDatetime
+
+
+class XidEvent(_Model):
+    code: int
+    at: AwareDatetime
+    gpu: str | None = None
+
+
+class SystemEvent(_Model):
+    """An ECS system event (DescribeInstanceHistoryEvents), e.g. ``SystemFailure.Reboot``."""
+
+    code: str
+    cycle_status: str = "Executing"
+    event_id: str | None = None
+    not_before: AwareDatetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.cycle_status in ("Scheduled", "Executing", "Inquiring")
+
+
+class InstanceSnapshot(_Model):
+    instance_id: str
+    lifecycle_state: str = Field(
+        default="InService",
+        description="ESS: InService, Pending, Pending:Wait, Protected, Standby, Stopped, Removing, Removing:Wait",
+    )
+    health_status: str = "Healthy"
+    created_at: AwareDatetime | None = None
+    zone_id: str | None = None
+    metrics: dict[str, MetricSample] = Field(default_factory=dict, description="canonical name -> latest sample")
+    xids: list[XidEvent] = Field(default_factory=list, description="XID events seen since the last snapshot")
+    events: list[SystemEvent] = Field(default_factory=list)
+
+
+class OperatorAction(_Model):
+    """A human's request (CLI or status API), passed through until it appears in the history as applied."""
+
+    action_id: str
+    kind: Literal["ack", "isolate", "release", "replace", "reset_breaker"]
+    at: AwareDatetime
+    instance_id: str | None = None
+    incident_id: str | None = None
+    reason: str = ""
+    by: str = "operator"
+
+
+class Notification(_Model):
+    """The service notified a human channel about an incident (counts as the acknowledgment)."""
+
+    incident_id: str
+    at: AwareDatetime
+    channel: str
+
+
+class StepOutcome(_Model):
+    """The result of a step the service actuated, keyed by the step's ``step_id``."""
+
+    step_id: str
+    ok: bool
+    at: AwareDatetime
+    detail: str = ""
+
+
+class GroupSnapshot(_Model):
+    name: str
+    scaling_group_id: str | None = None
+    desired_capacity: int | None = Field(default=None, description="ESS DesiredCapacity (counts Standby)")
+    activity_in_progress: bool = False
+    paused: bool = False
+    instances: list[InstanceSnapshot] = Field(default_factory=list)
+    group_metrics: dict[str, MetricSample] = Field(
+        default_factory=dict, description="group metrics measured directly (override the aggregates)"
+    )
+    notifications: list[Notification] = Field(default_factory=list)
+    operator_actions: list[OperatorAction] = Field(default_factory=list)
+    outcomes: list[StepOutcome] = Field(default_factory=list)
+
+
+class Snapshot(_Model):
+    taken_at: AwareDatetime
+    groups: list[GroupSnapshot] = Field(default_factory=list)
+
+    def group(self, name: str) -> GroupSnapshot | None:
+        return next((g for g in self.groups if g.name == name), None)
+
+
+# ---- history -----------------------------------------------------------------------------------------------
+
+
+class Track(_Model):
+    """A condition that has held since ``since``: ``count`` samples, the last one at ``last_at``."""
+
+    since: AwareDatetime
+    last_at: AwareDatetime
+    count: int = 1
+
+
+class Recommendation(_Model):
+    at: AwareDatetime
+    serving: int
+
+
+class XidRecord(_Model):
+    instance_id: str
+    code: int
+    at: AwareDatetime
+
+
+class TimelineEntry(_Model):
+    at: AwareDatetime
+    state: IncidentState
+    reason: ReasonCode
+    detail: str = ""
+
+
+class Incident(_Model):
+    incident_id: str
+    group: str
+    instance_id: str
+    rule: str
+    kind: str = Field(description="metric, throttle, xid, event, outlier or manual")
+    action: Literal["reboot", "replace", "hold"]
+    manual: bool = False
+    state: IncidentState = IncidentState.DETECTED
+    detected_at: AwareDatetime
+    respond_by: AwareDatetime
+    isolate_by: AwareDatetime
+    acknowledged_at: AwareDatetime | None = None
+    acknowledged_by: str | None = None
+    admitted_at: AwareDatetime | None = None
+    surge_requested_at: AwareDatetime | None = None
+    capacity_protected_at: AwareDatetime | None = None
+    standby_requested_at: AwareDatetime | None = None
+    isolated_at: AwareDatetime | None = None
+    drained_at: AwareDatetime | None = None
+    reboot_requested_at: AwareDatetime | None = None
+    reboot_attempts: int = 0
+    rebooted_at: AwareDatetime | None = None
+    exit_requested_at: AwareDatetime | None = None
+    remove_requested_at: AwareDatetime | None = None
+    remediated_at: AwareDatetime | None = None
+    closed_at: AwareDatetime | None = None
+    outcome: str | None = None
+    evidence: dict[str, Scalar] = Field(default_factory=dict)
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+
+    @property
+    def open(self) -> bool:
+        return self.state != IncidentState.CLOSED
+
+
+class BreakerState(_Model):
+    open: bool = False
+    opened_at: AwareDatetime | None = None
+    reason: str = ""
+
+
+class GroupHistory(_Model):
+    last_target: int | None = Field(default=None, description="the serving target last decided")
+    last_scale_at: AwareDatetime | None = None
+    last_scale_in_at: AwareDatetime | None = None
+    recommendations: list[Recommendation] = Field(default_factory=list)
+    tracks: dict[str, Track] = Field(default_factory=dict)
+    panic_until: AwareDatetime | None = None
+    incidents: list[Incident] = Field(default_factory=list)
+    xids: list[XidRecord] = Field(default_factory=list)
+    breaker: BreakerState = Field(default_factory=BreakerState)
+    applied_operator_actions: list[str] = Field(default_factory=list)
+    seen_outcomes: list[str] = Field(default_factory=list)
+
+
+class History(_Model):
+    version: int = 1
+    updated_at: AwareDatetime | None = None
+    groups: dict[str, GroupHistory] = Field(default_factory=dict)
+
+
+# ---- plan --------------------------------------------------------------------------------------------------
+
+
+class Reason(_Model):
+    code: ReasonCode
+    detail: str = ""
+    inputs: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class PlanWarning(_Model):
+    code: WarningCode
+    group: str
+    detail: str = ""
+    instance_id: str | None = None
+    metric: str | None = None
+    incident_id: str | None = None
+
+
+class IsolationStep(_Model):
+    step_id: str = Field(description="stable per incident, action and attempt: derive the ClientToken from it")
+    incident_id: str
+    instance_id: str
+    action: StepAction
+    reason: ReasonCode
+    detail: str = ""
+    inputs: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class GroupPlan(_Model):
+    group: str
+    scaling_group_id: str | None = None
+    in_service: int = 0
+    pending: int = 0
+    standby: int = 0
+    current_serving: int = Field(0, description="InService + Pending + ordered but not yet launched")
+    serving_target: int = Field(0, description="InService + Pending wanted")
+    target_capacity: int = Field(0, description="ESS DesiredCapacity wanted: serving_target + Standby")
+    desired_capacity: int | None = Field(None, description="target_capacity when a write is needed, else None")
+    direction: Literal["up", "down", "none"] = "none"
+    reason: ReasonCode = ReasonCode.HOLD
+    reasons: list[Reason] = Field(default_factory=list)
+    floor: int = 0
+    ceiling: int = 0
+    active_schedules: list[str] = Field(default_factory=list)
+    scale_in_order: list[str] = Field(default_factory=list, description="instances to remove first")
+    steps: list[IsolationStep] = Field(default_factory=list)
+    incidents: list[Incident] = Field(default_factory=list, description="open incidents with their timers")
+    warnings: list[PlanWarning] = Field(default_factory=list)
+
+
+class Plan(_Model):
+    at: AwareDatetime
+    groups: list[GroupPlan] = Field(default_factory=list)
+    warnings: list[PlanWarning] = Field(default_factory=list)
+    history: History = Field(default_factory=History)
+
+    def group(self, name: str) -> GroupPlan | None:
+        return next((g for g in self.groups if g.group == name), None)

@@ -1,0 +1,639 @@
+"""The policy part of fleet.yaml as pydantic models: bounds, schedules, metric rules, stabilization,
+isolation rules and guardrails of each scaling group.
+
+Durations are written as ``30s``, ``10m``, ``4h``, ``1h30m`` or a number of seconds and are held as
+seconds (fields end in ``_s``; the YAML key is the short name, e.g. ``for``). Every model forbids unknown
+keys so that a typo is an error naming the field, never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from datetime import time
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from policies import metrics as m
+
+# ---- value types -------------------------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 30s, 10m or 4h")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            match = _DURATION_RE.match(text)
+            if not text or not match or not any(match.groups()):
+                raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m, 4h or 1h30m") from None
+            h, mi, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = h * 3600 + mi * 60 + s
+        if seconds < 0:
+            raise ValueError("a duration cannot be negative")
+        return seconds
+    raise ValueError("expected a duration like 30s, 10m or 4h")
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^(\d+(\.\d+)?h)?(\d+(\.\d+)?m)?(\d+(\.\d+)?s)?$"},
+            ],
+            "description": "seconds, or a duration such as 30s, 10m, 4h, 1h30m",
+        }
+    ),
+]
+
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def parse_weekdays(value: Any) -> tuple[int, ...]:
+    """Weekday numbers (Monday = 0) from ``mon-fri``, ``sat,sun``, ``fri-mon``, ``daily`` or a list."""
+    if value is None:
+        return tuple(range(7))
+    if isinstance(value, list | tuple):
+        parts = [str(v) for v in value]
+    elif isinstance(value, str):
+        parts = [p for p in re.split(r"[,\s]+", value.strip().lower()) if p]
+    else:
+        raise ValueError("expected weekdays such as mon-fri, sat,sun or daily")
+    days: set[int] = set()
+    for part in parts:
+        part = part.strip().lower()
+        if part in ("daily", "*", "all", "every day"):
+            days.update(range(7))
+            continue
+        if "-" in part:
+            a, b = (x.strip() for x in part.split("-", 1))
+            start, end = _weekday(a), _weekday(b)
+            i = start
+            while True:  # ranges may wrap: fri-mon
+                days.add(i)
+                if i == end:
+                    break
+                i = (i + 1) % 7
+        else:
+            days.add(_weekday(part))
+    if not days:
+        raise ValueError("no weekdays given")
+    return tuple(sorted(days))
+
+
+_FULL_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def _weekday(name: str) -> int:
+    if name in _WEEKDAYS:
+        return _WEEKDAYS.index(name)
+    if name in _FULL_WEEKDAYS:
+        return _FULL_WEEKDAYS.index(name)
+    near = difflib.get_close_matches(name, _WEEKDAYS + _FULL_WEEKDAYS, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ValueError(f"unknown weekday {name!r}{hint}; use mon, tue, wed, thu, fri, sat, sun")
+
+
+Weekdays = Annotated[
+    tuple[int, ...],
+    BeforeValidator(parse_weekdays),
+    PlainSerializer(lambda days: ",".join(_WEEKDAYS[d] for d in days), return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "weekdays: mon-fri, sat,sun, fri-mon (wraps), daily, or a list of names",
+        }
+    ),
+]
+
+
+def parse_clock(value: Any) -> time:
+    """``HH:MM`` (24 h); ``24:00`` means the end of the day and is held as 00:00."""
+    if isinstance(value, time):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        # YAML 1.1 reads an unquoted 09:00 as the sexagesimal number 540
+        value = f"{value // 60:02d}:{value % 60:02d}"
+    if not isinstance(value, str) or not re.fullmatch(r"\d{1,2}:\d{2}", value.strip()):
+        raise ValueError(f"{value!r} is not a time of day; write HH:MM, e.g. \"09:00\"")
+    hh, mm = (int(x) for x in value.strip().split(":"))
+    if (hh, mm) == (24, 0):
+        return time(0, 0)
+    if hh > 23 or mm > 59:
+        raise ValueError(f"{value!r} is not a time of day (00:00-24:00)")
+    return time(hh, mm)
+
+
+ClockTime = Annotated[
+    time,
+    BeforeValidator(parse_clock),
+    PlainSerializer(lambda t: t.strftime("%H:%M"), return_type=str),
+    WithJsonSchema({"type": "string", "pattern": r"^\d{1,2}:\d{2}$", "description": "HH:MM"}),
+]
+
+
+def parse_count_or_percent(value: Any) -> int | str:
+    """An instance count (``2``) or a percentage of the group (``"20%"``)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a count such as 2 or a percentage such as \"20%\"")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("cannot be negative")
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return parse_count_or_percent(int(value))
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("%"):
+            try:
+                pct = float(text[:-1])
+            except ValueError:
+                raise ValueError(f"{value!r} is not a percentage") from None
+            if pct < 0:
+                raise ValueError("cannot be negative")
+            return f"{pct:g}%"
+        if text.isdigit():
+            return int(text)
+    raise ValueError(f"{value!r}: expected a count such as 2 or a percentage such as \"20%\"")
+
+
+CountOrPercent = Annotated[
+    int | str,
+    BeforeValidator(parse_count_or_percent),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^\d+(\.\d+)?%$"}],
+            "description": "an instance count or a percentage of the group such as \"20%\"",
+        }
+    ),
+]
+
+
+def resolve_count(value: int | str, base: int, minimum: int = 0, round_up: bool = False) -> int:
+    """A count, or a percentage of ``base`` (rounded down unless ``round_up``), never below ``minimum``."""
+    if isinstance(value, int):
+        return max(minimum, value)
+    pct = float(value[:-1]) / 100.0
+    raw = base * pct
+    # the epsilon keeps 20% of 10 at exactly 2 despite binary floating point
+    count = -int(-raw // 1) if round_up and raw % 1 > 1e-9 else int(raw + 1e-9)
+    return max(minimum, count)
+
+
+def _suggest(name: str, valid: list[str] | tuple[str, ...] | frozenset[str]) -> str:
+    near = difflib.get_close_matches(name, sorted(valid), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+# ---- models ------------------------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Schedule(_Model):
+    """A recurring window that raises the floor (and may cap the group) while it is active.
+
+    Either ``days`` + ``start`` + ``end`` (local time in ``timezone``; ``end`` earlier than ``start`` means the
+    window runs past midnight into the next day; equal means 24 hours, so 00:00-24:00 is the whole day) or
+    ``cron`` (the window's start, evaluated in ``timezone``)
+    + ``duration``.
+    """
+
+    name: str
+    timezone: str = "Asia/Shanghai"
+    days: Weekdays | None = None
+    start: ClockTime | None = None
+    end: ClockTime | None = None
+    cron: str | None = None
+    duration_s: Duration | None = Field(default=None, alias="duration")
+    floor: int = Field(
+        default=0, ge=0, validation_alias=AliasChoices("min", "floor"), serialization_alias="min",
+        description="instances kept InService + Pending while the window is active",
+    )
+    ceiling: int | None = Field(
+        default=None, ge=0, validation_alias=AliasChoices("max", "ceiling"), serialization_alias="max",
+        description="optional cap while the window is active (see docs/policies.md for overlaps)",
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Schedule:
+        hours = self.start is not None or self.end is not None
+        if self.cron is not None:
+            if hours:
+                raise ValueError("give either cron + duration or start + end, not both")
+            if not self.duration_s:
+                raise ValueError("a cron window needs a positive duration, e.g. duration: 9h")
+            if self.days is not None:
+                raise ValueError("days does not apply to a cron window (put the weekdays in the cron expression)")
+        else:
+            if self.start is None or self.end is None:
+                raise ValueError("a window needs start and end (HH:MM) or cron + duration")
+            if self.duration_s is not None:
+                raise ValueError("duration applies only to cron windows")
+        if self.ceiling is not None and self.ceiling < self.floor:
+            raise ValueError(f"max ({self.ceiling}) is below min ({self.floor})")
+        return self
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def weekdays(self) -> tuple[int, ...]:
+        return self.days if self.days is not None else tuple(range(7))
+
+
+Aggregation = Literal["per_instance", "mean", "max", "min", "sum"]
+
+
+class MetricRule(_Model):
+    """A scaling rule in LLM terms: ``{metric: ttft_p99_ms, above: 800, for: 60s}``.
+
+    Scale-out rules use ``above`` and scale-in rules ``below``. ``above`` may be written ``"2x"`` together with
+    ``baseline`` (a value in the metric's unit) for "twice the baseline". ``target`` sets the per-instance
+    target of the target form (desired = ceil(total / target)); it defaults to the threshold for
+    ``queue_waiting_per_instance`` and is unused otherwise (ratio form: desired = ceil(N * value / threshold)).
+    """
+
+    metric: str
+    above: float | None = None
+    below: float | None = None
+    baseline: float | None = Field(default=None, gt=0)
+    for_s: Duration = Field(default=0.0, alias="for")
+    target: float | None = Field(default=None, gt=0)
+    aggregate: Aggregation | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ratio_threshold(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in ("above", "below"):
+                raw = data.get(key)
+                if isinstance(raw, str) and raw.strip().lower().endswith("x"):
+                    try:
+                        factor = float(raw.strip()[:-1])
+                    except ValueError:
+                        raise ValueError(f"{key}: {raw!r} is neither a number nor a factor like 2x") from None
+                    baseline = data.get("baseline")
+                    if not isinstance(baseline, int | float) or isinstance(baseline, bool) or baseline <= 0:
+                        raise ValueError(f"{key}: {raw!r} needs a positive baseline (in the metric's unit)")
+                    data = {**data, key: factor * float(baseline)}
+        return data
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        if value not in m.GROUP_METRICS:
+            raise ValueError(
+                f"unknown metric {value!r}{_suggest(value, list(m.GROUP_METRICS))}; valid: "
+                + ", ".join(sorted(m.GROUP_METRICS))
+            )
+        return value
+
+    @property
+    def threshold(self) -> float:
+        return self.above if self.above is not None else self.below  # type: ignore[return-value]
+
+    @property
+    def target_form(self) -> bool:
+        return self.metric == m.QUEUE_WAITING_PER_INSTANCE or self.target is not None
+
+    @property
+    def per_instance_target(self) -> float:
+        return self.target if self.target is not None else self.threshold
+
+    @property
+    def aggregation(self) -> str:
+        return self.aggregate or m.GROUP_METRICS[self.metric][1]
+
+    @property
+    def label(self) -> str:
+        op = ">" if self.above is not None else "<"
+        return f"{self.metric} {op} {self.threshold:g} for {self.for_s:g}s"
+
+
+class ScaleOutRule(MetricRule):
+    @model_validator(mode="after")
+    def _above_only(self) -> ScaleOutRule:
+        if self.above is None or self.below is not None:
+            raise ValueError("a scale_out rule needs 'above' (and no 'below')")
+        if self.above <= 0:
+            raise ValueError("above must be positive")
+        return self
+
+
+class ScaleInRule(MetricRule):
+    @model_validator(mode="after")
+    def _below_only(self) -> ScaleInRule:
+        if self.below is None or self.above is not None:
+            raise ValueError("a scale_in rule needs 'below' (and no 'above')")
+        if self.below <= 0:
+            raise ValueError("below must be positive (a rule below 0 could never hold)")
+        return self
+
+
+class Stabilization(_Model):
+    """Fast up, slow down. Defaults follow the Kubernetes HPA and Knative/AIBrix KPA (see docs/policies.md)."""
+
+    scale_in_window_s: Duration = Field(
+        default=600.0, alias="scale_in_window",
+        description="scale in only to the highest recommendation seen in this window (HPA-style)",
+    )
+    tolerance: float = Field(default=0.1, ge=0, lt=1, description="ignore changes within this fraction")
+    max_step_up: CountOrPercent = Field(default="100%", description="per decision: a count or % of current")
+    max_step_down: CountOrPercent = Field(default=1, description="per decision: a count or % of current")
+    scale_in_cooldown_s: Duration = Field(default=120.0, alias="scale_in_cooldown")
+    panic_threshold: float = Field(
+        default=2.0, gt=1, description="a scale-out rule at this multiple of its threshold fires at once"
+    )
+    panic_hold_s: Duration = Field(default=180.0, alias="panic_hold", description="no scale-in after a panic")
+    stale_after_s: Duration = Field(
+        default=120.0, alias="stale_after", description="a metric sample older than this is unknown"
+    )
+
+
+IsolationAction = Literal["reboot", "replace", "hold"]
+ACTION_SEVERITY: dict[str, int] = {"reboot": 0, "hold": 1, "replace": 2}
+
+_INSTANCE_THRESHOLD_METRICS = frozenset(m.INSTANCE_METRICS) - {m.GPU_XID, m.GPU_THROTTLE_REASONS}
+
+
+class IsolationRule(_Model):
+    """One way a node is judged faulty, and what to do about it.
+
+    Exactly one detector: ``metric`` + ``above``/``below`` (+ ``for``), ``throttle_reasons`` (+ ``samples``),
+    ``xids`` (+ ``repeat`` within ``window``), ``events`` (ECS system event code patterns, ``*`` wildcards),
+    or ``peer_factor`` (the instance's ``metric`` above that multiple of its peers' median for ``for``).
+    """
+
+    name: str | None = None
+    metric: str | None = None
+    above: float | None = None
+    below: float | None = None
+    for_s: Duration = Field(default=0.0, alias="for")
+    throttle_reasons: tuple[str, ...] | None = None
+    samples: int = Field(default=1, ge=1, description="consecutive samples (throttle rules)")
+    xids: tuple[int, ...] | None = None
+    repeat: int = Field(default=1, ge=1, description="XID occurrences needed within window")
+    window_s: Duration = Field(default=600.0, alias="window")
+    events: tuple[str, ...] | None = None
+    peer_factor: float | None = Field(default=None, gt=1)
+    min_peers: int = Field(default=3, ge=1)
+    min_value: float = Field(default=0.0, ge=0, description="outlier rules ignore values below this")
+    action: IsolationAction = "reboot"
+
+    @field_validator("throttle_reasons")
+    @classmethod
+    def _known_reasons(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("list at least one throttle reason")
+            for name in value:
+                if name not in m.THROTTLE_REASON_NAMES:
+                    raise ValueError(
+                        f"unknown throttle reason {name!r}{_suggest(name, list(m.THROTTLE_REASON_NAMES))}; "
+                        "valid: " + ", ".join(m.THROTTLE_REASON_NAMES)
+                    )
+        return value
+
+    @model_validator(mode="after")
+    def _one_detector(self) -> IsolationRule:
+        kinds = [k for k, on in (
+            ("xid", self.xids is not None),
+            ("event", self.events is not None),
+            ("throttle", self.throttle_reasons is not None),
+            ("outlier", self.peer_factor is not None),
+        ) if on]
+        if len(kinds) > 1:
+            raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
+        if kinds:
+            kind = kinds[0]
+            if kind == "outlier" and self.metric is None:
+                raise ValueError("an outlier rule needs the metric to compare, e.g. metric: ttft_p99_ms")
+            if kind != "outlier" and (self.above is not None or self.below is not None):
+                raise ValueError(f"above/below do not apply to a {kind} rule")
+            if kind in ("xid", "event", "throttle") and self.metric is not None:
+                raise ValueError(f"metric does not apply to a {kind} rule")
+            if kind == "xid" and not self.xids:
+                raise ValueError("list at least one XID")
+            if kind == "event" and not self.events:
+                raise ValueError("list at least one event code pattern, e.g. SystemFailure.*")
+        else:
+            if self.metric is None:
+                raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
+            if (self.above is None) == (self.below is None):
+                raise ValueError("a metric rule needs exactly one of above or below")
+        if self.metric is not None and self.metric not in _INSTANCE_THRESHOLD_METRICS:
+            raise ValueError(
+                f"unknown instance metric {self.metric!r}{_suggest(self.metric, _INSTANCE_THRESHOLD_METRICS)}; "
+                "valid: " + ", ".join(sorted(_INSTANCE_THRESHOLD_METRICS))
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        if self.xids is not None:
+            return "xid"
+        if self.events is not None:
+            return "event"
+        if self.throttle_reasons is not None:
+            return "throttle"
+        if self.peer_factor is not None:
+            return "outlier"
+        return "metric"
+
+    @property
+    def rule_id(self) -> str:
+        """A stable name for the rule (its ``name``, or one derived from the detector)."""
+        if self.name:
+            return self.name
+        if self.kind == "xid":
+            return "xid_" + "_".join(str(x) for x in self.xids or ())
+        if self.kind == "event":
+            return "event_" + "_".join(e.replace("*", "").rstrip(".").lower() for e in self.events or ())
+        if self.kind == "throttle":
+            return "throttle_" + "_".join(self.throttle_reasons or ())
+        if self.kind == "outlier":
+            return f"{self.metric}_outlier"
+        op = "above" if self.above is not None else "below"
+        return f"{self.metric}_{op}_{self.above if self.above is not None else self.below:g}"
+
+
+def default_isolation_rules() -> tuple[IsolationRule, ...]:
+    """The rules of issue 3 when a group lists none (power cap is left out: a busy GPU hits it normally)."""
+    return (
+        IsolationRule(name="gpu_overheat", metric=m.GPU_TEMPERATURE_C, above=85, for_s=120, action="reboot"),
+        IsolationRule(name="gpu_memory_full", metric=m.GPU_MEM_USED_PCT, above=90, for_s=300, action="reboot"),
+        IsolationRule(
+            name="gpu_throttled", throttle_reasons=("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
+            samples=4, action="reboot",
+        ),
+        IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
+        IsolationRule(name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"),
+        IsolationRule(name="ecs_system_failure", events=("SystemFailure.*",), action="replace"),
+        IsolationRule(name="ecs_maintenance", events=("SystemMaintenance.*",), action="reboot"),
+        IsolationRule(
+            name="latency_outlier", metric=m.TTFT_P99_MS, peer_factor=3.0, for_s=300, min_value=200, action="hold"
+        ),
+    )
+
+
+class Breaker(_Model):
+    """More than ``max_isolations`` automatic incidents opened within ``window`` pauses automatic isolation
+    until a human resets it (NVSentinel's breaker, counted per group)."""
+
+    max_isolations: CountOrPercent = 3
+    window_s: Duration = Field(default=3600.0, alias="window")
+
+
+class Guardrails(_Model):
+    max_isolated: CountOrPercent | None = Field(
+        default=None, description="instances out of service for isolation at once; default max(1, 20%)"
+    )
+    breaker: Breaker = Field(default_factory=Breaker)
+    block_scale_in_while_isolating: bool = Field(
+        default=True, description="no scale-in while an isolated instance has no replacement in service"
+    )
+
+    def max_isolated_for(self, group_size: int) -> int:
+        if self.max_isolated is None:
+            return max(1, resolve_count("20%", group_size))
+        return resolve_count(self.max_isolated, group_size)
+
+
+class IsolationSpec(_Model):
+    enabled: bool = True
+    respond_within_s: Duration = Field(default=900.0, alias="respond_within")
+    isolate_within_s: Duration = Field(default=14400.0, alias="isolate_within")
+    at_risk_fraction: float = Field(
+        default=0.75, gt=0, lt=1, description="flag an SLA at risk once this fraction of its window has passed"
+    )
+    drain_timeout_s: Duration = Field(default=600.0, alias="drain_timeout")
+    health_check_timeout_s: Duration = Field(default=900.0, alias="health_check_timeout")
+    max_reboots: int = Field(default=2, ge=0, description="reboots of one instance per day before replacing it")
+    rules: tuple[IsolationRule, ...] = Field(default_factory=default_isolation_rules)
+
+    @model_validator(mode="after")
+    def _unique_rule_ids(self) -> IsolationSpec:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.rule_id in seen:
+                raise ValueError(f"two isolation rules are named {rule.rule_id!r}; give them distinct names")
+            seen.add(rule.rule_id)
+        return self
+
+
+class GroupSpec(_Model):
+    """The policy of one ESS scaling group."""
+
+    name: str = Field(min_length=1)
+    scaling_group_id: str | None = None
+    scaling_group_name: str | None = None
+    min_size: int = Field(ge=0)
+    max_size: int = Field(ge=1)
+    warm_floor: int = Field(default=2, ge=0, description="never fewer InService + Pending instances")
+    cold_start_s: Duration = Field(default=180.0, description="order-to-serving time; floors start this early")
+    schedules: tuple[Schedule, ...] = ()
+    scale_out: tuple[ScaleOutRule, ...] = ()
+    scale_in: tuple[ScaleInRule, ...] = ()
+    stabilization: Stabilization = Field(default_factory=Stabilization)
+    isolation: IsolationSpec = Field(default_factory=IsolationSpec)
+    guardrails: Guardrails = Field(default_factory=Guardrails)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cold_start_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cold_start" in data and "cold_start_s" not in data:
+            data = {**data, "cold_start_s": data["cold_start"]}
+            data.pop("cold_start")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent_bounds(self) -> GroupSpec:
+        problems = []
+        if self.min_size > self.max_size:
+            problems.append(f"min_size ({self.min_size}) is above max_size ({self.max_size})")
+        if self.warm_floor > self.max_size:
+            problems.append(f"warm_floor ({self.warm_floor}) is above max_size ({self.max_size})")
+        for sched in self.schedules:
+            if sched.floor > self.max_size:
+                problems.append(f"schedule {sched.name!r}: min ({sched.floor}) is above max_size ({self.max_size})")
+            base = max(self.min_size, self.warm_floor)
+            if sched.ceiling is not None and sched.ceiling < base:
+                problems.append(
+                    f"schedule {sched.name!r}: max ({sched.ceiling}) is below the group's floor ({base})"
+                )
+        names = [s.name for s in self.schedules]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"two schedules are named {name!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def base_floor(self) -> int:
+        return max(self.min_size, self.warm_floor)
+
+
+class PolicySpec(_Model):
+    """The policy part of fleet.yaml: the groups. ``fleet.config.FleetConfig`` has the same ``groups``."""
+
+    groups: tuple[GroupSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PolicySpec:
+        names = [g.name for g in self.groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError("group names must be unique: " + ", ".join(dupes))
+        return self
+
+    def group(self, name: str) -> GroupSpec | None:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        return None
