@@ -1,0 +1,373 @@
+"""GPU readings through NVML: the narrow ``Nvml`` protocol, the reading types, and the per-period collector.
+
+``Nvml`` lists exactly the NVML entry points the agent calls, under nvidia-ml-py's own names, so that the real
+``pynvml`` module satisfies it as is and a fake (``fleet.agent.fake_nvml``) can stand in for it in tests.
+Errors are pynvml's own ``NVMLError`` subclasses in both cases, so the handling below is the code that runs on
+a GPU.
+
+Failure model: NVML missing (no driver, no library) makes the whole GPU side unavailable, which is reported
+(``nvml_ok`` false with the reason) and retried every period; a GPU that falls off the bus (``GPU is lost``)
+is reported as lost for that GPU while the others are still read; a field a GPU does not support (ECC on a
+consumer card, thresholds on some boards) is simply absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import pynvml
+
+# Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
+# nvidia-ml-py). Only the reasons that mean "held below the clock it wants because of distress" are published
+# in the throttle bitmask: idle, application/user clocks, sync boost and display clocks are normal operation.
+THROTTLE_REASON_BITS: dict[str, int] = {
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,  # 0x4: power draw at the enforced limit
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,  # 0x8: HW slowdown (thermal or power brake)
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,  # 0x20
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,  # 0x40
+    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,  # 0x80
+}
+# The benign bits, decoded for humans but never part of the published mask.
+BENIGN_REASON_BITS: dict[str, int] = {
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,  # 0x1
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,  # 0x2
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,  # 0x10
+    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,  # 0x100
+}
+THROTTLE_MASK = 0
+for _bit in THROTTLE_REASON_BITS.values():
+    THROTTLE_MASK |= _bit
+
+# At most this many XID events are drained per period, so a GPU storming events cannot stall the loop.
+MAX_XID_EVENTS_PER_PERIOD = 64
+
+
+def decode_clock_event_reasons(mask: int) -> list[str]:
+    """Names of the reasons set in an NVML clock event bitmask (distress reasons first)."""
+    names = [name for name, bit in THROTTLE_REASON_BITS.items() if mask & bit]
+    names += [name for name, bit in BENIGN_REASON_BITS.items() if mask & bit]
+    return names
+
+
+class Nvml(Protocol):
+    """The NVML calls the agent makes (nvidia-ml-py names; the ``pynvml`` module itself satisfies this)."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetIndex(self, handle: Any) -> int: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str: ...
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int: ...
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int: ...
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int: ...
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int: ...
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int: ...
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int: ...
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int: ...
+    def nvmlEventSetCreate(self) -> Any: ...
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
+    def nvmlEventSetFree(self, event_set: Any) -> None: ...
+
+
+def load_nvml() -> Nvml:
+    """The real NVML (nvidia-ml-py). Importing it needs no driver; ``nvmlInit`` fails cleanly without one."""
+    return pynvml  # type: ignore[return-value]
+
+
+@dataclass
+class GpuReading:
+    """One GPU at one moment. Fields a GPU does not support are None."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    lost: bool = False  # fell off the bus (NVML: GPU is lost / reset required)
+    error: str | None = None
+    util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    mem_used_pct: float | None = None
+    # NVML utilization.memory: percent of the sample period the device memory was being read or written.
+    mem_bw_util_pct: float | None = None
+    temperature_c: float | None = None
+    temperature_slowdown_c: float | None = None
+    temperature_shutdown_c: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    sm_clock_ratio: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    clock_event_reasons_raw: int | None = None
+    throttle_reasons: int | None = None  # raw & THROTTLE_MASK
+    throttle_reason_names: list[str] = field(default_factory=list)
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    last_xid: int | None = None  # last XID seen on this GPU during the period
+
+
+@dataclass
+class XidEvent:
+    """One XID critical error drained from the NVML event set."""
+
+    gpu_index: int | None
+    xid: int
+
+
+@dataclass
+class GpuSnapshot:
+    """All GPUs of the instance for one period, plus the health of NVML itself."""
+
+    nvml_ok: bool
+    error: str | None = None
+    gpus: list[GpuReading] = field(default_factory=list)
+    xid_events: list[XidEvent] = field(default_factory=list)
+    xid_supported: bool = False
+
+    @property
+    def lost_count(self) -> int:
+        return sum(1 for g in self.gpus if g.lost)
+
+
+def describe_nvml_error(exc: BaseException) -> str:
+    """``GpuIsLost: GPU is lost`` from an NVMLError, a short line from anything else."""
+    return f"{type(exc).__name__.removeprefix('NVMLError_')}: {exc}"
+
+
+# NVML answers these for a field the board does not have; the field is left out, the GPU is still fine.
+_ABSENT_ERRORS: tuple[type[BaseException], ...] = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_NoPermission,
+    pynvml.NVMLError_NotFound,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoData,
+)
+# These mean the GPU itself is gone until a reset (the XID 79 "fallen off the bus" case).
+_LOST_ERRORS: tuple[type[BaseException], ...] = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
+# These mean NVML as a whole is unusable: start over next period.
+_NVML_DOWN_ERRORS: tuple[type[BaseException], ...] = (
+    pynvml.NVMLError_Uninitialized,
+    pynvml.NVMLError_DriverNotLoaded,
+    pynvml.NVMLError_LibraryNotFound,
+    pynvml.NVMLError_LibRmVersionMismatch,
+)
+
+_T = TypeVar("_T")
+
+
+def _optional(fn: Callable[..., _T], *args: Any) -> _T | None:
+    try:
+        return fn(*args)
+    except _ABSENT_ERRORS:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _NvmlDown(Exception):
+    """NVML stopped answering as a whole (driver unloaded mid-run)."""
+
+
+class GpuCollector:
+    """Reads every GPU once per period; survives NVML missing, GPUs lost, unsupported fields."""
+
+    def __init__(self, nvml: Nvml | None) -> None:
+        self._nvml = nvml
+        self._initialized = False
+        self._event_set: Any = None
+        self._init_error: str | None = None if nvml is not None else "NVML not available"
+
+    def _ensure_init(self) -> bool:
+        if self._initialized:
+            return True
+        if self._nvml is None:
+            return False
+        try:
+            self._nvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self._init_error = describe_nvml_error(exc)
+            return False
+        except OSError as exc:  # a broken libnvidia-ml.so can fail in the loader itself
+            self._init_error = f"NVML failed to load: {exc}"
+            return False
+        self._initialized = True
+        self._init_error = None
+        self._register_xid_events()
+        return True
+
+    def _register_xid_events(self) -> None:
+        assert self._nvml is not None
+        nvml = self._nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except pynvml.NVMLError:
+            self._event_set = None
+            return
+        registered = 0
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                nvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                registered += 1
+            except pynvml.NVMLError:
+                # Not supported on this board, or the GPU is already lost: read the others.
+                continue
+        if registered:
+            self._event_set = event_set
+        else:
+            _optional(nvml.nvmlEventSetFree, event_set)
+            self._event_set = None
+
+    def start(self) -> bool:
+        """Initialize NVML and register for XID events now (``read`` does it too); False when NVML is down."""
+        return self._ensure_init()
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down (safe to call twice)."""
+        if not self._initialized or self._nvml is None:
+            return
+        try:
+            if self._event_set is not None:
+                self._nvml.nvmlEventSetFree(self._event_set)
+            self._nvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        self._initialized = False
+        self._event_set = None
+
+    def read(self) -> GpuSnapshot:
+        """One reading of every GPU, plus the XID events that arrived since the last read."""
+        if not self._ensure_init():
+            return GpuSnapshot(nvml_ok=False, error=self._init_error)
+        assert self._nvml is not None
+        try:
+            count = self._nvml.nvmlDeviceGetCount()
+            gpus = [self._read_gpu(index) for index in range(count)]
+            events = self._drain_xid_events()
+        except (_NvmlDown, *_NVML_DOWN_ERRORS) as exc:
+            cause = exc.__cause__ if isinstance(exc, _NvmlDown) else exc
+            self._initialized = False  # start over next period
+            self._event_set = None
+            return GpuSnapshot(nvml_ok=False, error=describe_nvml_error(cause or exc))
+        for event in events:
+            if event.gpu_index is not None and 0 <= event.gpu_index < len(gpus):
+                gpus[event.gpu_index].last_xid = event.xid
+        return GpuSnapshot(
+            nvml_ok=True, gpus=gpus, xid_events=events, xid_supported=self._event_set is not None
+        )
+
+    def _read_gpu(self, index: int) -> GpuReading:
+        assert self._nvml is not None
+        nvml = self._nvml
+        reading = GpuReading(index=index)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            reading.uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            reading.name = _optional(lambda: _text(nvml.nvmlDeviceGetName(handle)))
+            pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
+            reading.pci_bus_id = _text(pci.busId) if pci is not None else None
+
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            reading.util_pct = float(util.gpu)
+            reading.mem_bw_util_pct = float(util.memory)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
+            if mem.total:
+                reading.mem_used_pct = 100.0 * mem.used / mem.total
+
+            reading.temperature_c = float(nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+            slowdown = _optional(
+                nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            )
+            shutdown = _optional(
+                nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+            )
+            reading.temperature_slowdown_c = float(slowdown) if slowdown is not None else None
+            reading.temperature_shutdown_c = float(shutdown) if shutdown is not None else None
+
+            sm = _optional(nvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+            sm_max = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
+            reading.sm_clock_mhz = float(sm) if sm is not None else None
+            reading.sm_clock_max_mhz = float(sm_max) if sm_max is not None else None
+            if sm is not None and sm_max:
+                reading.sm_clock_ratio = sm / sm_max
+
+            # NVML reports power in milliwatts.
+            power_mw = _optional(nvml.nvmlDeviceGetPowerUsage, handle)
+            limit_mw = _optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+            reading.power_w = power_mw / 1000.0 if power_mw is not None else None
+            reading.power_limit_w = limit_mw / 1000.0 if limit_mw is not None else None
+
+            raw = self._clock_event_reasons(handle)
+            if raw is not None:
+                reading.clock_event_reasons_raw = int(raw)
+                reading.throttle_reasons = int(raw) & THROTTLE_MASK
+                reading.throttle_reason_names = decode_clock_event_reasons(int(raw))
+
+            reading.ecc_uncorrected_volatile = _optional(
+                nvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+            reading.ecc_corrected_volatile = _optional(
+                nvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+        except _LOST_ERRORS as exc:
+            reading.lost = True
+            reading.error = describe_nvml_error(exc)
+        except _NVML_DOWN_ERRORS as exc:
+            raise _NvmlDown() from exc
+        except pynvml.NVMLError as exc:
+            reading.error = describe_nvml_error(exc)
+        return reading
+
+    def _clock_event_reasons(self, handle: Any) -> int | None:
+        assert self._nvml is not None
+        try:
+            return self._nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        except (pynvml.NVMLError_FunctionNotFound, AttributeError):
+            # Drivers before the "clocks event" rename only have the throttle-reasons entry point.
+            return _optional(self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        except _ABSENT_ERRORS:
+            return None
+
+    def _drain_xid_events(self) -> list[XidEvent]:
+        if self._event_set is None:
+            return []
+        assert self._nvml is not None
+        events: list[XidEvent] = []
+        for _ in range(MAX_XID_EVENTS_PER_PERIOD):
+            try:
+                data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)  # never block the period
+            except pynvml.NVMLError_Timeout:
+                break
+            except _NVML_DOWN_ERRORS:
+                raise
+            except pynvml.NVMLError:
+                break
+            if int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
+                events.append(XidEvent(gpu_index=self._index_of(data.device), xid=int(data.eventData)))
+        return events
+
+    def _index_of(self, handle: Any) -> int | None:
+        assert self._nvml is not None
+        try:
+            return int(self._nvml.nvmlDeviceGetIndex(handle))
+        except pynvml.NVMLError:
+            return None

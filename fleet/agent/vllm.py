@@ -1,0 +1,247 @@
+"""The local vLLM server's Prometheus ``/metrics``: scrape, parse, and turn cumulative counters into windows.
+
+vLLM exposes latency as cumulative histograms and requests as cumulative counters. The agent keeps the
+previous scrape and differences the two, so percentiles and rates describe the last period only (the same
+thing Prometheus' ``histogram_quantile(rate(...[w]))`` computes). A counter that went down means vLLM
+restarted between scrapes (a counter reset): everything counted since the restart happened inside the window,
+so the new cumulative values are the window's own.
+
+Metric names follow vLLM's ``/metrics`` (both the V0 names and the V1 renames are accepted, newest first).
+Scraping uses urllib on purpose: the fake cloud intercepts ``requests``, and the local server must stay local.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+# vLLM reports KV cache usage as a fraction (1.0 = full) despite the "perc" suffix; V1 renamed it.
+KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+TTFT = ("vllm:time_to_first_token_seconds",)
+# vLLM V1 renamed the per-token latency histogram to inter_token_latency; older servers only have the first.
+TPOT = ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds")
+E2E = ("vllm:e2e_request_latency_seconds",)
+REQUEST_SUCCESS = "vllm:request_success_total"
+PREEMPTIONS = ("vllm:num_preemptions_total",)
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+
+QUANTILES = (0.50, 0.95, 0.99)
+SCRAPE_TIMEOUT_S = 2.0
+
+
+class ScrapeError(Exception):
+    """The metrics endpoint could not be read or parsed."""
+
+
+def fetch_metrics_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
+    """GET ``url`` and return its body; ScrapeError for anything but a 2xx with a body."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (operator-given local URL)
+            return resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        raise ScrapeError(f"{url}: HTTP {exc.code}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ScrapeError(f"{url}: {reason}") from exc
+
+
+@dataclass
+class ParsedMetrics:
+    """Samples by name (``_bucket``/``_total`` suffixes kept), each a list of (labels, value)."""
+
+    samples: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return name in self.samples
+
+    def first_present(self, names: Iterable[str], suffix: str = "") -> str | None:
+        for name in names:
+            if name + suffix in self.samples:
+                return name
+        return None
+
+    def total(self, name: str) -> float | None:
+        """Sum over every label set (several models or engines on one server add up)."""
+        values = [v for _, v in self.samples.get(name, []) if not math.isnan(v)]
+        return sum(values) if values else None
+
+    def maximum(self, name: str) -> float | None:
+        values = [v for _, v in self.samples.get(name, []) if not math.isnan(v)]
+        return max(values) if values else None
+
+    def buckets(self, histogram: str) -> dict[float, float]:
+        """Cumulative bucket counts by upper bound, summed over label sets."""
+        out: dict[float, float] = {}
+        for labels, value in self.samples.get(histogram + "_bucket", []):
+            try:
+                upper = float(labels.get("le", "nan"))
+            except ValueError:
+                continue
+            if math.isnan(upper):
+                continue
+            out[upper] = out.get(upper, 0.0) + value
+        return out
+
+
+def parse_metrics(text: str) -> ParsedMetrics:
+    """Parse Prometheus text exposition; ScrapeError when it is not that."""
+    parsed = ParsedMetrics()
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                parsed.samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise ScrapeError(f"not Prometheus text: {exc}") from exc
+    return parsed
+
+
+def bucket_delta(current: dict[float, float], previous: dict[float, float] | None) -> dict[float, float]:
+    """Per-window cumulative buckets: current minus previous, or current alone after a counter reset."""
+    if previous is None:
+        return dict(current)
+    reset = any(current.get(le, 0.0) < count for le, count in previous.items())
+    if reset:
+        return dict(current)
+    return {le: count - previous.get(le, 0.0) for le, count in current.items()}
+
+
+def histogram_quantile(q: float, cumulative: dict[float, float]) -> float | None:
+    """The q-quantile from cumulative buckets, interpolating linearly inside a bucket (as Prometheus does).
+
+    None when the window holds no observation. A rank that falls in the ``+Inf`` bucket answers the largest
+    finite bound: the histogram cannot say more, and saying "infinite" would poison every max() downstream.
+    """
+    if not cumulative:
+        return None
+    bounds = sorted(cumulative)
+    total = cumulative[bounds[-1]] if math.isinf(bounds[-1]) else max(cumulative.values())
+    if total <= 0:
+        return None
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for upper in bounds:
+        count = cumulative[upper]
+        if count >= rank:
+            if math.isinf(upper):
+                finite = [b for b in bounds if not math.isinf(b)]
+                return finite[-1] if finite else None
+            in_bucket = count - lower_count
+            if in_bucket <= 0:
+                return upper
+            return lower_bound + (upper - lower_bound) * (rank - lower_count) / in_bucket
+        lower_bound, lower_count = upper, count
+    return None
+
+
+def counter_delta(current: float | None, previous: float | None) -> float | None:
+    """The increase of a counter over the window (a reset counts from zero)."""
+    if current is None or previous is None:
+        return None
+    return current if current < previous else current - previous
+
+
+@dataclass
+class LatencyQuantiles:
+    """P50/P95/P99 of one histogram over the window, in milliseconds (None: no observation in the window)."""
+
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    count: float = 0.0
+
+
+@dataclass
+class VllmReading:
+    """What vLLM said this period."""
+
+    up: bool
+    error: str | None = None
+    num_requests_waiting: float | None = None
+    num_requests_running: float | None = None
+    kv_cache_usage_pct: float | None = None
+    ttft: LatencyQuantiles = field(default_factory=LatencyQuantiles)
+    tpot: LatencyQuantiles = field(default_factory=LatencyQuantiles)
+    e2e: LatencyQuantiles = field(default_factory=LatencyQuantiles)
+    request_rate_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    preemptions: float | None = None  # in the window
+    window_s: float | None = None  # None on the first scrape: there is nothing to difference yet
+
+
+@dataclass
+class _Previous:
+    monotonic_s: float
+    histograms: dict[str, dict[float, float]]
+    counters: dict[str, float | None]
+
+
+class VllmCollector:
+    """Scrapes vLLM every period and keeps the previous scrape to window the cumulative series."""
+
+    def __init__(self, url: str, fetch: Callable[[str], str] = fetch_metrics_text) -> None:
+        self.url = url
+        self._fetch = fetch
+        self._previous: _Previous | None = None
+
+    def read(self, monotonic_s: float) -> VllmReading:
+        try:
+            parsed = parse_metrics(self._fetch(self.url))
+        except ScrapeError as exc:
+            # Keep the previous scrape: when vLLM comes back, its counters either continue (a blip) or have
+            # reset (a restart), and the difference handles both.
+            return VllmReading(up=False, error=str(exc))
+        if not parsed.has(WAITING) and not parsed.has(RUNNING):
+            return VllmReading(up=False, error=f"{self.url}: no {WAITING} (is this vLLM's /metrics?)")
+
+        reading = VllmReading(
+            up=True,
+            num_requests_waiting=parsed.total(WAITING),
+            num_requests_running=parsed.total(RUNNING),
+        )
+        kv_name = parsed.first_present(KV_CACHE_USAGE)
+        if kv_name is not None:
+            fraction = parsed.maximum(kv_name)  # the fullest engine is the one that preempts
+            reading.kv_cache_usage_pct = None if fraction is None else 100.0 * fraction
+
+        histograms: dict[str, dict[float, float]] = {}
+        for key, names in (("ttft", TTFT), ("tpot", TPOT), ("e2e", E2E)):
+            name = parsed.first_present(names, "_bucket")
+            if name is not None:
+                histograms[key] = parsed.buckets(name)
+        preempt_name = parsed.first_present(PREEMPTIONS)
+        counters = {
+            "success": parsed.total(REQUEST_SUCCESS),
+            "generation": parsed.total(GENERATION_TOKENS),
+            "preemptions": parsed.total(preempt_name) if preempt_name else None,
+        }
+
+        previous = self._previous
+        self._previous = _Previous(monotonic_s, histograms, counters)
+        if previous is None:
+            return reading
+        window_s = monotonic_s - previous.monotonic_s
+        if window_s <= 0:
+            return reading
+        reading.window_s = window_s
+        for key, current in histograms.items():
+            delta = bucket_delta(current, previous.histograms.get(key))
+            quantiles = [histogram_quantile(q, delta) for q in QUANTILES]
+            total = max(delta.values()) if delta else 0.0
+            setattr(
+                reading,
+                key,
+                LatencyQuantiles(*(None if v is None else v * 1000.0 for v in quantiles), count=total),
+            )
+        success = counter_delta(counters["success"], previous.counters.get("success"))
+        reading.request_rate_per_s = None if success is None else success / window_s
+        generation = counter_delta(counters["generation"], previous.counters.get("generation"))
+        reading.generation_tokens_per_s = None if generation is None else generation / window_s
+        reading.preemptions = counter_delta(counters["preemptions"], previous.counters.get("preemptions"))
+        return reading
