@@ -1,0 +1,173 @@
+"""The status API: health, status and Prometheus metrics for everyone, operator actions behind a bearer token.
+
+Reads come from the shared store (so every replica answers the same) plus the replica's own last tick.
+Mutations never touch the cloud directly: pausing a group writes a control row, and acknowledging, isolating
+and releasing write to the store or queue an operator request that the lease holder's next tick carries out
+through the same workflow as automatic actions. Without a configured token every mutation is refused (403);
+a request without credentials gets 401, a wrong token 403.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from fleet.service.metrics import ServiceMetrics
+from fleet.service.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj, default=str), status_code=status, media_type="application/json")
+
+
+def create_app(
+    *,
+    store: Store,
+    metrics: ServiceMetrics,
+    token: str | None,
+    clock: Callable[[], datetime],
+    groups: Callable[[], set[str]],
+    status: Callable[[], dict[str, Any]],
+    health: Callable[[], dict[str, Any]],
+) -> Starlette:
+    """The Starlette app; callables give the live view so the app holds no state of its own."""
+
+    def authorized(request: Request) -> Response | None:
+        if not token:
+            return _json({"error": "mutations disabled: no API token configured"}, 403)
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return JSONResponse(
+                {"error": "bearer token required"}, 401, headers={"WWW-Authenticate": "Bearer"}
+            )
+        if not hmac.compare_digest(given.strip().encode(), token.encode()):
+            return _json({"error": "invalid token"}, 403)
+        return None
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return {"__invalid__": True}
+        return data if isinstance(data, dict) else {"__invalid__": True}
+
+    async def healthz(request: Request) -> Response:
+        return _json({"ok": True, **health()})
+
+    async def status_view(request: Request) -> Response:
+        return _json(status())
+
+    async def metrics_view(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def pause_or_resume(paused: bool) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            if (denied := authorized(request)) is not None:
+                return denied
+            name = request.path_params["name"]
+            known = groups()
+            if name not in known:
+                return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
+            body = await body_of(request)
+            store.set_paused(name, paused, "api", clock(), reason=str(body.get("reason", "")))
+            log.info("group %s %s through the API", name, "paused" if paused else "resumed")
+            return _json({"group": name, "paused": paused})
+
+        return handler
+
+    async def ack(request: Request) -> Response:
+        if (denied := authorized(request)) is not None:
+            return denied
+        incident_id = request.path_params["incident_id"]
+        body = await body_of(request)
+        actor = str(body.get("actor") or "api")
+        if not store.acknowledge_incident(incident_id, actor, clock()):
+            return _json({"error": f"unknown incident {incident_id!r}"}, 404)
+        return _json({"incident": incident_id, "acknowledged_by": actor})
+
+    def operator_request(kind: str) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            if (denied := authorized(request)) is not None:
+                return denied
+            body = await body_of(request)
+            instance_id = body.get("instance_id")
+            if body.get("__invalid__") or not isinstance(instance_id, str) or not instance_id:
+                return _json({"error": "body must be JSON with a string field instance_id"}, 400)
+            reason = str(body.get("reason") or "")
+            if kind == "isolate" and not reason:
+                return _json({"error": "isolate needs a reason"}, 400)
+            rid = store.add_request(
+                kind, clock(), instance_id=instance_id, reason=reason, actor=str(body.get("actor") or "api")
+            )
+            return _json({"request": rid, "kind": kind, "instance_id": instance_id, "queued": True}, 202)
+
+        return handler
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/status", status_view, methods=["GET"]),
+        Route("/metrics", metrics_view, methods=["GET"]),
+        Route("/groups/{name}/pause", pause_or_resume(True), methods=["POST"]),
+        Route("/groups/{name}/resume", pause_or_resume(False), methods=["POST"]),
+        Route("/incidents/{incident_id}/ack", ack, methods=["POST"]),
+        Route("/isolate", operator_request("isolate"), methods=["POST"]),
+        Route("/release", operator_request("release"), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+class ApiServer:
+    """uvicorn in a daemon thread (signals stay with the main loop); ``port`` is the bound port."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 8080) -> None:
+        import uvicorn
+
+        self._config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(self._config)
+        self._thread: threading.Thread | None = None
+        self.host = host
+        self.port = port
+
+    def start(self, timeout_s: float = 10.0) -> ApiServer:
+        self._thread = threading.Thread(target=self._serve, name="fleet-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"status API could not listen on {self.host}:{self.port}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("status API did not start in time")
+            time.sleep(0.02)
+        sockets = [s for srv in self._server.servers for s in srv.sockets]
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        return self
+
+    def _serve(self) -> None:
+        try:
+            self._server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind; start() reports that to the caller
+            log.error("status API stopped: could not listen on %s:%s", self.host, self.port)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,0 +1,65 @@
+"""The service's own Prometheus metrics: one registry per Service, so tests and replicas never share."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ServiceMetrics:
+    """Counters and gauges that the loop updates and ``GET /metrics`` exposes."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter(
+            "fleet_ticks", "Ticks run, by outcome (acted, standby, error).", ["outcome"], registry=r
+        )
+        self.decisions = Counter(
+            "fleet_decisions", "Decisions recorded, by group and kind.", ["group", "kind"], registry=r
+        )
+        self.actions = Counter(
+            "fleet_actions",
+            "Cloud writes attempted, by group, action and outcome.",
+            ["group", "action", "outcome"],
+            registry=r,
+        )
+        self.cloud_errors = Counter(
+            "fleet_cloud_api_errors",
+            "Cloud API errors seen by the service, by error code.",
+            ["code"],
+            registry=r,
+        )
+        self.tick_duration = Histogram(
+            "fleet_tick_duration_seconds",
+            "Wall time of one tick.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.metric_staleness = Gauge(
+            "fleet_metric_staleness_seconds",
+            "Age of the newest sample of each metric per group.",
+            ["group", "metric"],
+            registry=r,
+        )
+        self.incidents = Gauge("fleet_incidents", "Incidents by state.", ["state"], registry=r)
+        self.sla_breaches = Counter(
+            "fleet_sla_breaches", "SLA deadlines missed, by kind (respond, isolate).", ["kind"], registry=r
+        )
+        self.respond_by = Gauge(
+            "fleet_incident_respond_by_seconds",
+            "Seconds left to respond (negative: breached).",
+            ["incident", "instance"],
+            registry=r,
+        )
+        self.isolate_by = Gauge(
+            "fleet_incident_isolate_by_seconds",
+            "Seconds left to isolate (negative: breached).",
+            ["incident", "instance"],
+            registry=r,
+        )
+        self.leader = Gauge("fleet_leader", "1 while this replica holds the lease.", registry=r)
+        self.desired = Gauge("fleet_group_desired_capacity", "ESS desired capacity.", ["group"], registry=r)
+        self.in_service = Gauge("fleet_group_in_service", "InService instances.", ["group"], registry=r)
+        self.paused = Gauge(
+            "fleet_group_paused", "1 while a group is paused by an operator.", ["group"], registry=r
+        )

@@ -1,0 +1,160 @@
+"""The status API: open reads, token-guarded mutations, and a /metrics that Prometheus can parse."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet.service.api import ApiServer, create_app
+from fleet.service.metrics import ServiceMetrics
+from fleet.service.store import IncidentRecord, open_store
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def store(tmp_path):
+    return open_store(f"sqlite:///{tmp_path / 'api.db'}")
+
+
+@pytest.fixture
+def servers():
+    started: list[ApiServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def client(store, servers):
+    """``client(token=..., metrics=...)``: an httpx client of the app served by uvicorn on 127.0.0.1."""
+
+    def make(token=TOKEN, metrics=None):
+        server = ApiServer(_app(store, token, metrics), "127.0.0.1", 0).start()
+        servers.append(server)
+        return httpx.Client(base_url=f"http://127.0.0.1:{server.port}")
+
+    return make
+
+
+def _app(store, token=TOKEN, metrics=None):
+    return create_app(
+        store=store,
+        metrics=metrics or ServiceMetrics(),
+        token=token,
+        clock=lambda: T0,
+        groups=lambda: {"chat"},
+        status=lambda: {"groups": [{"name": "chat", "desired": 3}]},
+        health=lambda: {"leader": True},
+    )
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_healthz_answers_without_token(store, client):
+    r = client().get("/healthz")
+    assert r.status_code == 200 and r.json()["ok"] is True
+
+
+def test_status_returns_the_live_view(store, client):
+    assert client().get("/status").json()["groups"][0]["desired"] == 3
+
+
+def test_pause_without_token_is_401_and_changes_nothing(store, client):
+    r = client().post("/groups/chat/pause")
+    assert r.status_code == 401
+    assert store.paused_groups() == set()
+
+
+def test_pause_with_wrong_token_is_403(store, client):
+    r = client().post("/groups/chat/pause", headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 403
+    assert store.paused_groups() == set()
+
+
+def test_mutation_refused_when_no_token_is_configured(store, client):
+    r = client(token=None).post("/groups/chat/pause", headers=AUTH)
+    assert r.status_code == 403
+
+
+def test_pause_and_resume_with_token(store, client):
+    c = client()
+    assert c.post("/groups/chat/pause", headers=AUTH).status_code == 200
+    assert store.paused_groups() == {"chat"}
+    assert c.post("/groups/chat/resume", headers=AUTH).status_code == 200
+    assert store.paused_groups() == set()
+
+
+def test_pause_of_unknown_group_is_404_naming_known_ones(store, client):
+    r = client().post("/groups/nope/pause", headers=AUTH)
+    assert r.status_code == 404 and "chat" in r.json()["error"]
+
+
+def test_ack_records_a_human_acknowledgment(store, client):
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-1",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-1",
+            state="detected",
+            detected_at=T0,
+            updated_at=T0,
+            respond_by=T0 + timedelta(minutes=15),
+        )
+    )
+    r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "alice"})
+    assert r.status_code == 200
+    assert store.incident("inc-1").acknowledged_by == "human:alice"
+
+
+def test_ack_without_token_is_refused(store, client):
+    assert client().post("/incidents/inc-1/ack").status_code == 401
+
+
+def test_ack_unknown_incident_is_404(store, client):
+    assert client().post("/incidents/nope/ack", headers=AUTH).status_code == 404
+
+
+def test_isolate_queues_an_operator_request(store, client):
+    r = client().post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "ECC storm"})
+    assert r.status_code == 202
+    [req] = store.pending_requests()
+    assert (req.kind, req.instance_id, req.reason) == ("isolate", "i-7", "ECC storm")
+
+
+def test_isolate_without_reason_is_400(store, client):
+    r = client().post("/isolate", headers=AUTH, json={"instance_id": "i-7"})
+    assert r.status_code == 400 and store.pending_requests() == []
+
+
+def test_release_without_token_is_refused(store, client):
+    assert client().post("/release", json={"instance_id": "i-7"}).status_code == 401
+    assert store.pending_requests() == []
+
+
+def test_metrics_parse_with_the_prometheus_text_parser(store, client):
+    metrics = ServiceMetrics()
+    metrics.ticks.labels(outcome="acted").inc()
+    metrics.cloud_errors.labels(code="Throttling.User").inc(2)
+    metrics.metric_staleness.labels(group="chat", metric="queue_waiting").set(12.5)
+    text = client(metrics=metrics).get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    errors = [s for s in families["fleet_cloud_api_errors"].samples if s.name.endswith("_total")]
+    assert errors[0].labels == {"code": "Throttling.User"} and errors[0].value == 2
+    assert "fleet_tick_duration_seconds" in families
+
+
+def test_server_refuses_a_port_already_taken(store, client):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        with pytest.raises(RuntimeError, match="could not listen"):
+            ApiServer(_app(store), "127.0.0.1", sock.getsockname()[1]).start()
