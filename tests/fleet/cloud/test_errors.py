@@ -1,0 +1,117 @@
+"""The SDK's exceptions become our error tree: through the real SDK for HTTP errors, directly for the rest."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import requests
+from alibabacloud_tea_openapi.exceptions import ClientException, ThrottlingException
+
+from fleet.cloud import (
+    AuthError,
+    CloudError,
+    Conflict,
+    IdempotencyMismatch,
+    InvalidRequest,
+    NetworkError,
+    NotFound,
+    RetryPolicy,
+    ServerError,
+    Throttled,
+)
+from fleet.cloud.errors import classify, from_sdk
+
+from .conftest import error
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [
+        (400, "Throttling", Throttled),
+        (400, "Throttling.User", Throttled),
+        (400, "Throttling.Api", Throttled),
+        (400, "ScalingActivityInProgress", Conflict),
+        (400, "IncorrectScalingGroupStatus", Conflict),
+        (400, "IdempotentParameterMismatch", IdempotencyMismatch),
+        (404, "InvalidScalingGroupId.NotFound", NotFound),
+        (400, "InvalidInstanceId.NotFound", NotFound),
+        (403, "Forbidden.Unauthorized", AuthError),
+        (403, "Forbidden", AuthError),
+        (400, "SignatureDoesNotMatch", AuthError),
+        (400, "InvalidAccessKeyId.NotFound", AuthError),
+        (400, "InvalidParameter.Conflict", InvalidRequest),
+        (400, "IncorrectCapacity.MinSize", InvalidRequest),
+        (500, "InternalError", ServerError),
+        (503, "ServiceUnavailable", ServerError),
+    ],
+)
+def test_wire_error_maps_to_class(stub, clients, status, code, expected):
+    stub.on("DescribeScalingGroups", error(status, code, "it failed", request_id="RID-7"))
+    with pytest.raises(CloudError) as info:
+        clients.ess.describe_scaling_groups()
+    err = info.value
+    assert type(err) is expected
+    assert (err.code, err.status, err.request_id, err.action) == (
+        code,
+        status,
+        "RID-7",
+        "DescribeScalingGroups",
+    )
+    assert err.message == "it failed"
+
+
+def test_classify_prefers_code_over_status():
+    assert classify("InvalidScalingGroupId.NotFound", 400) is NotFound
+    assert classify("SomethingNew", 502) is ServerError
+    assert classify("SomethingNew", 400) is InvalidRequest
+
+
+def test_retry_after_header_becomes_throttled_minimum_wait(stub, clients):
+    stub.on("DescribeScalingGroups", error(400, "Throttling.User", **{"x-acs-retry-after": "2500"}))
+    policy = RetryPolicy(attempts=1)
+    clients.ess._retry = policy  # one attempt: look at the error itself
+    with pytest.raises(Throttled) as info:
+        clients.ess.describe_scaling_groups()
+    assert info.value.retry_after_s == 2.5
+
+
+def test_throttling_exception_with_other_code_is_still_throttled():
+    exc = ThrottlingException(
+        status_code=429, code="TooManyRequests", message="m", request_id="r", retry_after=100
+    )
+    err = from_sdk(exc, "X")
+    assert isinstance(err, Throttled)
+    assert err.retry_after_s == 0.1
+
+
+def test_connection_failure_is_network_error(stub, clients):
+    stub.on("DescribeInstances", requests.ConnectionError("connection refused"))
+    clients.ecs._retry = RetryPolicy(attempts=1)
+    with pytest.raises(NetworkError) as info:
+        clients.ecs.describe_instances(["i-1"])
+    assert isinstance(info.value, ServerError)
+    assert info.value.action == "DescribeInstances"
+
+
+def test_missing_credentials_client_exception_is_auth_error():
+    exc = ClientException(code="InvalidCredentials", message="Please set up the credentials correctly.")
+    assert isinstance(from_sdk(exc, "DescribeScalingGroups"), AuthError)
+
+
+def test_str_is_one_clear_line():
+    err = Throttled(
+        "Throttling.User", "Request was denied\ndue to user flow control.", "RID-1", 400, "DescribeMetricList"
+    )
+    err.attempts = 5
+    text = str(err)
+    assert "\n" not in text
+    assert text == (
+        "DescribeMetricList: HTTP 400 Throttling.User: Request was denied due to user flow control. "
+        "(request id RID-1; gave up after 5 attempts)"
+    )
+
+
+def test_errors_pickle_with_their_fields():
+    err = pickle.loads(pickle.dumps(Throttled("Throttling", "m", "r", 400, "A", retry_after_s=1.5)))
+    assert (type(err), err.code, err.request_id, err.retry_after_s) == (Throttled, "Throttling", "r", 1.5)
