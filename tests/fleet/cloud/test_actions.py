@@ -1,0 +1,87 @@
+"""Each module's ACTIONS is exactly the set of wire Actions its adapter sends (the RAM policy reads it).
+
+Every public adapter method is run once; the x-acs-action headers seen on the wire must equal the union of the
+ACTIONS tuples, and every public method must be in the table below, so neither list can drift.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from fleet.cloud import CustomMetric, cms, ecs, ess
+from fleet.cloud.clients import CloudClients
+
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+# Enough of every answer shape for any Action here.
+ANY_ANSWER = {
+    "Code": "200",
+    "Success": True,
+    "Datapoints": "[]",
+    "TotalCount": 0,
+    "ScalingActivityId": "asa-1",
+    "ScheduledTaskId": "st-1",
+}
+
+
+def calls_for(c: CloudClients) -> dict[str, Callable[[], object]]:
+    """One call of every public adapter method, keyed 'product.method'."""
+    return {
+        "ess.describe_scaling_groups": lambda: c.ess.describe_scaling_groups(),
+        "ess.describe_scaling_instances": lambda: c.ess.describe_scaling_instances("asg-1"),
+        "ess.describe_scaling_activities": lambda: c.ess.describe_scaling_activities("asg-1"),
+        "ess.scale_to": lambda: c.ess.scale_to("asg-1", 2, client_token="t1"),
+        "ess.modify_scaling_group": lambda: c.ess.modify_scaling_group("asg-1", max_size=4),
+        "ess.describe_scheduled_tasks": lambda: c.ess.describe_scheduled_tasks("asg-1"),
+        "ess.create_scheduled_task": lambda: c.ess.create_scheduled_task(
+            "asg-1", "t", T0 + timedelta(days=1), "Daily", "1", min_value=1, max_value=4
+        ),
+        "ess.modify_scheduled_task": lambda: c.ess.modify_scheduled_task("st-1", max_value=5),
+        "ess.delete_scheduled_task": lambda: c.ess.delete_scheduled_task("st-1"),
+        "ess.enter_standby": lambda: c.ess.enter_standby("asg-1", ["i-1"], client_token="t2"),
+        "ess.exit_standby": lambda: c.ess.exit_standby("asg-1", ["i-1"], client_token="t3"),
+        "ess.remove_instances": lambda: c.ess.remove_instances("asg-1", ["i-1"], client_token="t4"),
+        "ess.set_instances_protection": lambda: c.ess.set_instances_protection("asg-1", ["i-1"], True),
+        "cms.metric_last": lambda: c.cms.metric_last("acs_ecs_dashboard", "m", ["i-1"]),
+        "cms.metric_list": lambda: c.cms.metric_list(
+            "acs_ecs_dashboard", "m", ["i-1"], T0, T0 + timedelta(minutes=1)
+        ),
+        "cms.put_custom_metrics": lambda: c.cms.put_custom_metrics(
+            [CustomMetric("m", {"instanceId": "i-1"}, 1.0, T0)]
+        ),
+        "ecs.describe_instances": lambda: c.ecs.describe_instances(["i-1"]),
+        "ecs.describe_full_status": lambda: c.ecs.describe_full_status(["i-1"]),
+        "ecs.describe_history_events": lambda: c.ecs.describe_history_events(["i-1"]),
+        "ecs.reboot_instance": lambda: c.ecs.reboot_instance("i-1"),
+    }
+
+
+def public_methods(adapter: object) -> set[str]:
+    return {
+        name
+        for name, member in inspect.getmembers(type(adapter), inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+def test_every_public_method_is_exercised(clients):
+    table = set(calls_for(clients))
+    expected = {f"{p}.{m}" for p in ("ess", "cms", "ecs") for m in public_methods(getattr(clients, p))}
+    assert table == expected
+
+
+def test_actions_tuples_equal_the_actions_sent(stub, clients):
+    for action in ess.ACTIONS + cms.ACTIONS + ecs.ACTIONS + ("Unlisted",):
+        stub.on(action, ANY_ANSWER)
+    for call in calls_for(clients).values():
+        call()
+    sent = {(c.host.split(".")[0], c.action) for c in stub.calls}
+    declared = (
+        {("ess", a) for a in ess.ACTIONS}
+        | {("metrics", a) for a in cms.ACTIONS}
+        | {("ecs", a) for a in ecs.ACTIONS}
+    )
+    assert sent == declared
+    assert len(ess.ACTIONS + cms.ACTIONS + ecs.ACTIONS) == len(declared)  # no duplicates
