@@ -1,1 +1,47 @@
-"""What to buy and how to run it: pure sizing of vLLM deployments on Alibaba Cloud GPUs."""
+"""What to buy and how to run it: pure sizing of vLLM deployments on Alibaba Cloud GPUs.
+
+Pure: no I/O beyond the package's own data files, no clock. The shell (``fleet size``) reads files and passes
+their contents in.
+"""
+
+from sizing.catalog import (
+    GPU,
+    InstanceType,
+    ModelShape,
+    PriceBook,
+    find_gpu,
+    find_instance,
+    find_model,
+    load_gpus,
+    load_instances,
+    load_models,
+    model_from_hf_config,
+    price_book,
+)
+from sizing.engine import CompletedRequest, InstanceEngine
+from sizing.errors import SizingInputError
+from sizing.memory import Deployment, MemoryPlan, plan_memory
+from sizing.perf import PerfModel, perf_model
+
+__all__ = [
+    "GPU",
+    "CompletedRequest",
+    "Deployment",
+    "InstanceEngine",
+    "InstanceType",
+    "MemoryPlan",
+    "ModelShape",
+    "PerfModel",
+    "PriceBook",
+    "SizingInputError",
+    "find_gpu",
+    "find_instance",
+    "find_model",
+    "load_gpus",
+    "load_instances",
+    "load_models",
+    "model_from_hf_config",
+    "perf_model",
+    "plan_memory",
+    "price_book",
+]

@@ -1,0 +1,466 @@
+"""The catalogs the sizing model reads: GPUs, Alibaba Cloud instance types, model shapes and prices.
+
+The data ship as YAML package data under ``sizing/data``; each entry names its source there. Loaders take no
+ambient state (they read only the package's own files, and cache the result). Models not in the catalog come
+from a Hugging Face ``config.json`` the shell has read and parsed: :func:`model_from_hf_config` takes
+the dict.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from sizing.errors import SizingInputError, unknown
+
+GIB = 1024**3
+
+
+def _load_yaml(name: str) -> Any:
+    text = resources.files("sizing").joinpath("data", name).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _key(name: str) -> str:
+    """Lookup key: case- and punctuation-insensitive, organisation prefix dropped."""
+    name = name.strip().rsplit("/", 1)[-1].lower()
+    return "".join(ch for ch in name if ch.isalnum() or ch == ".")
+
+
+# ----------------------------------------------------------------------------------------------------- GPUs
+@dataclass(frozen=True)
+class Interconnect:
+    """What tensor-parallel all-reduce runs over inside one instance."""
+
+    kind: str  # "pcie" or "nvlink"
+    bus_gbps: float  # per direction, GB/s
+    latency_us: float  # fixed cost of one small all-reduce
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    device_name: str
+    memory_gb: float
+    visible_gib: float
+    bandwidth_gbps: float
+    fp16_tflops: float
+    int8_tops: float
+    fp8_tflops: float | None
+    compute_capability: float
+    interconnect: Interconnect
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def supports_bf16(self) -> bool:
+        return self.compute_capability >= 8.0
+
+    @property
+    def native_fp8(self) -> bool:
+        return self.fp8_tflops is not None and self.compute_capability >= 8.9
+
+    def with_visible_gib(self, visible_gib: float) -> GPU:
+        """The same card reporting a different total (``--gpu-memory-gib``)."""
+        return replace(self, visible_gib=visible_gib)
+
+
+@functools.cache
+def load_gpus() -> dict[str, GPU]:
+    """The GPU catalog, keyed by canonical name."""
+    out: dict[str, GPU] = {}
+    for row in _load_yaml("gpus.yaml")["gpus"]:
+        ic = row["interconnect"]
+        out[row["name"]] = GPU(
+            name=row["name"],
+            device_name=row["device_name"],
+            memory_gb=float(row["memory_gb"]),
+            visible_gib=float(row["visible_gib"]),
+            bandwidth_gbps=float(row["bandwidth_gbps"]),
+            fp16_tflops=float(row["fp16_tflops"]),
+            int8_tops=float(row["int8_tops"]),
+            fp8_tflops=None if row.get("fp8_tflops") is None else float(row["fp8_tflops"]),
+            compute_capability=float(row["compute_capability"]),
+            interconnect=Interconnect(ic["kind"], float(ic["bus_gbps"]), float(ic["latency_us"])),
+            source=row.get("source", ""),
+            aliases=tuple(str(a) for a in row.get("aliases", ())),
+        )
+    return out
+
+
+def find_gpu(name: str) -> GPU:
+    """A GPU by name or alias (case-insensitive); unknown names raise with the nearest valid ones."""
+    gpus = load_gpus()
+    want = _key(name)
+    for gpu in gpus.values():
+        if want in {_key(gpu.name), *(_key(a) for a in gpu.aliases)}:
+            return gpu
+    raise unknown("GPU", name, gpus)
+
+
+# ------------------------------------------------------------------------------------------ instance types
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    family: str
+    gpu: str  # canonical GPU name
+    gpus: int
+    vcpu: int
+    ram_gib: float
+    source: str = ""
+
+
+@functools.cache
+def load_instances() -> dict[str, InstanceType]:
+    """Alibaba Cloud GPU instance types, keyed by full name (``ecs.gn7i-c8g1.2xlarge``)."""
+    data = _load_yaml("instances.yaml")
+    families = data["families"]
+    out: dict[str, InstanceType] = {}
+    for name, (family, vcpu, ram_gib, gpus) in data["types"].items():
+        fam = families[family]
+        out[name] = InstanceType(
+            name, family, fam["gpu"], int(gpus), int(vcpu), float(ram_gib), fam["source"]
+        )
+    return out
+
+
+def find_instance(name: str) -> InstanceType:
+    """An instance type by name, with or without the ``ecs.`` prefix."""
+    instances = load_instances()
+    full = name if name.startswith("ecs.") else f"ecs.{name}"
+    if full in instances:
+        return instances[full]
+    raise unknown("instance type", name, instances)
+
+
+# ---------------------------------------------------------------------------------------------------- models
+@dataclass(frozen=True)
+class ModelShape:
+    """What vLLM sizes memory and speed from: the config.json fields of a decoder-only transformer."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    max_position: int
+    tie: bool = False
+    dtype: str = "bf16"  # config.json torch_dtype
+    qkv_bias: bool = False
+    experts: int = 0  # 0: dense
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    shared_expert_intermediate: int = 0
+    quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
+    hf_id: str = ""
+    source: str = ""
+    params_b_reference: float | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    # Parameter counts (GQA attention + SwiGLU MLP, the shape every catalog model has).
+    @property
+    def attention_params_per_layer(self) -> int:
+        q = self.hidden * self.heads * self.head_dim
+        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        return q + kv + o + bias
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """All routed experts' weights in one layer (0 for a dense model)."""
+        return self.experts * 3 * self.hidden * self.moe_intermediate if self.experts else 0
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        """MLP weights every token reads: the dense MLP, or a MoE's router and shared expert."""
+        if self.experts:
+            return self.hidden * self.experts + 3 * self.hidden * self.shared_expert_intermediate
+        return 3 * self.hidden * self.intermediate
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus the lm_head when untied: vLLM keeps both unquantised."""
+        return self.vocab * self.hidden * (1 if self.tie else 2)
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.layers + 1) * self.hidden
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of the quantisable linear layers (attention, MLP, experts)."""
+        per_layer = (
+            self.attention_params_per_layer + self.dense_mlp_params_per_layer + self.expert_params_per_layer
+        )
+        return self.layers * per_layer
+
+    @property
+    def params(self) -> int:
+        return self.linear_params + self.embedding_params + self.norm_params
+
+    @property
+    def active_linear_params(self) -> int:
+        """Linear weights one token multiplies through (top-k experts only)."""
+        active_experts = (
+            self.experts_per_token * 3 * self.hidden * self.moe_intermediate if self.experts else 0
+        )
+        return self.layers * (
+            self.attention_params_per_layer + self.dense_mlp_params_per_layer + active_experts
+        )
+
+    @property
+    def activation_intermediate(self) -> int:
+        """Width of the widest MLP intermediate one token produces (for the activation peak)."""
+        if self.experts:
+            return max(self.experts_per_token * self.moe_intermediate, self.shared_expert_intermediate)
+        return self.intermediate
+
+
+def _model_from_row(row: dict[str, Any]) -> ModelShape:
+    return ModelShape(
+        name=row["name"],
+        layers=int(row["layers"]),
+        hidden=int(row["hidden"]),
+        heads=int(row["heads"]),
+        kv_heads=int(row["kv_heads"]),
+        head_dim=int(row["head_dim"]),
+        intermediate=int(row["intermediate"]),
+        vocab=int(row["vocab"]),
+        max_position=int(row["max_position"]),
+        tie=bool(row.get("tie", False)),
+        dtype=str(row.get("dtype", "bf16")),
+        qkv_bias=bool(row.get("qkv_bias", False)),
+        experts=int(row.get("experts", 0)),
+        experts_per_token=int(row.get("experts_per_token", 0)),
+        moe_intermediate=int(row.get("moe_intermediate", 0)),
+        hf_id=str(row.get("hf_id", "")),
+        source=str(row.get("source", "")),
+        params_b_reference=row.get("params_b"),
+        aliases=tuple(str(a) for a in row.get("aliases", ())),
+    )
+
+
+@functools.cache
+def load_models() -> dict[str, ModelShape]:
+    """The model catalog (vllm-sizing.md section 4), keyed by canonical name."""
+    return {row["name"]: _model_from_row(row) for row in _load_yaml("models.yaml")["models"]}
+
+
+# Suffixes that name a fine-tune or a packaging of the same shape; a trailing quantisation tag sets the dtype.
+_VARIANT_SUFFIXES = ("instruct", "chat", "hf", "it", "base")
+_QUANT_SUFFIXES = {
+    "awq": "awq",
+    "gptqint4": "gptq",
+    "gptq": "gptq",
+    "fp8": "fp8",
+    "int8": "int8",
+    "w8a8": "int8",
+}
+
+
+def find_model(name: str) -> ModelShape:
+    """A catalog model by name, alias or HF id; ``-Instruct``/``-Chat`` variants and ``-AWQ``/``-GPTQ``
+    packagings of a catalog model resolve to its shape (the packaging sets ``quantization``)."""
+    models = load_models()
+    index: dict[str, ModelShape] = {}
+    for m in models.values():
+        for alias in (m.name, m.hf_id, *m.aliases):
+            if alias:
+                index[_key(alias)] = m
+    parts = [p for p in name.strip().rsplit("/", 1)[-1].split("-") if p]
+    quant: str | None = None
+    while parts:
+        key = _key("-".join(parts))
+        if key in index:
+            found = index[key]
+            return replace(found, quantization=quant) if quant else found
+        tail = _key(parts[-1])
+        if tail in _QUANT_SUFFIXES and quant is None:
+            quant = _QUANT_SUFFIXES[tail]
+        elif tail not in _VARIANT_SUFFIXES and not tail.startswith("v0") and not tail.isdigit():
+            break
+        parts.pop()
+    raise unknown("model", name, models)
+
+
+def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
+    """A model shape from a parsed Hugging Face ``config.json`` (the dict); bad or missing fields raise."""
+    if not isinstance(config, dict):
+        raise SizingInputError(f"{name}: config.json must be a JSON object, got {type(config).__name__}")
+    cfg = dict(config)
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
+        cfg = {**cfg, **cfg["text_config"]}
+    if cfg.get("kv_lora_rank"):
+        raise SizingInputError(f"{name}: MLA attention (kv_lora_rank) is not supported by this calculator")
+
+    def pick(*keys: str, required: bool = True, default: Any = None) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                value = cfg[k]
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise SizingInputError(
+                        f"{name}: config.json field {k!r} must be a positive integer, got {value!r}"
+                    )
+                return value
+        if required:
+            raise SizingInputError(f"{name}: config.json lacks {' / '.join(repr(k) for k in keys)}")
+        return default
+
+    layers = pick("num_hidden_layers", "num_layers", "n_layer")
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    heads = pick("num_attention_heads", "n_head")
+    kv_heads = pick("num_key_value_heads", "multi_query_group_num", required=False, default=heads)
+    if cfg.get("multi_query_attention") is False:
+        kv_heads = heads
+    head_dim = pick("head_dim", "kv_channels", required=False, default=hidden // heads)
+    intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
+    vocab = pick("vocab_size", "padded_vocab_size")
+    max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
+    experts = pick("num_local_experts", "num_experts", "n_routed_experts", required=False, default=0)
+    dtype_raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp16"}.get(dtype_raw)
+    if dtype is None:
+        raise SizingInputError(
+            f"{name}: config.json torch_dtype {dtype_raw!r} is not bfloat16/float16/float32"
+        )
+    quant_cfg = cfg.get("quantization_config") or {}
+    quantization = None
+    if isinstance(quant_cfg, dict) and quant_cfg.get("quant_method"):
+        method = str(quant_cfg["quant_method"]).lower()
+        quantization = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "compressed-tensors": "int8"}.get(method)
+        if quantization is None:
+            raise SizingInputError(f"{name}: quantization method {method!r} is not one of awq, gptq, fp8")
+    model_type = str(cfg.get("model_type", ""))
+    qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias")) or model_type in {
+        "qwen2",
+        "qwen2_moe",
+    }
+    if kv_heads > heads or heads % kv_heads:
+        raise SizingInputError(
+            f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )
+    return ModelShape(
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        max_position=max_position,
+        tie=bool(cfg.get("tie_word_embeddings", False)),
+        dtype=dtype,
+        qkv_bias=qkv_bias,
+        experts=experts,
+        experts_per_token=pick(
+            "num_experts_per_tok", "moe_topk", required=False, default=2 if experts else 0
+        ),
+        moe_intermediate=pick(
+            "moe_intermediate_size", required=False, default=intermediate if experts else 0
+        ),
+        shared_expert_intermediate=pick("shared_expert_intermediate_size", required=False, default=0),
+        quantization=quantization,
+        hf_id=str(cfg.get("_name_or_path") or name),
+        source="config.json",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- prices
+@dataclass(frozen=True)
+class Price:
+    cny_per_hour: float
+    estimate: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """Pay-as-you-go prices: listed per type, else composed from per-GPU, per-vCPU and per-GiB rates."""
+
+    currency: str
+    default_region: str
+    cny_per_vcpu_hour: float
+    cny_per_gib_hour: float
+    gpu_cny_per_hour: dict[str, tuple[float, bool]]
+    types: dict[str, Price]
+    region_multipliers: dict[str, float]
+
+    def price(self, instance: InstanceType, region: str | None = None) -> Price | None:
+        """The hourly price of ``instance`` in ``region``; None when no rate covers its GPU."""
+        region = region or self.default_region
+        if region not in self.region_multipliers:
+            raise unknown("region", region, self.region_multipliers)
+        mult = self.region_multipliers[region]
+        if instance.name in self.types:
+            p = self.types[instance.name]
+            return Price(round(p.cny_per_hour * mult, 4), p.estimate, p.source)
+        if instance.gpu not in self.gpu_cny_per_hour:
+            return None
+        gpu_rate, estimate = self.gpu_cny_per_hour[instance.gpu]
+        value = (
+            instance.gpus * gpu_rate
+            + instance.vcpu * self.cny_per_vcpu_hour
+            + instance.ram_gib * self.cny_per_gib_hour
+        )
+        return Price(round(value * mult, 4), estimate, "composed from per-GPU/vCPU/GiB rates (prices.yaml)")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def price_book(override: Any = None, source_name: str = "prices file") -> PriceBook:
+    """The shipped price list, with ``override`` (a parsed prices.yaml of the same shape) laid over it."""
+    data = _load_yaml("prices.yaml")
+    if override is not None:
+        if not isinstance(override, dict):
+            raise SizingInputError(f"{source_name}: must be a mapping like the shipped prices.yaml")
+        data = _merge(data, override)
+    try:
+        gpu_rates: dict[str, tuple[float, bool]] = {}
+        for gpu, rate in (data.get("gpu_cny_per_hour") or {}).items():
+            if isinstance(rate, dict):
+                gpu_rates[gpu] = (float(rate["value"]), bool(rate.get("estimate", False)))
+            else:
+                gpu_rates[gpu] = (float(rate), False)
+        types: dict[str, Price] = {}
+        for name, p in (data.get("types") or {}).items():
+            full = name if name.startswith("ecs.") else f"ecs.{name}"
+            if isinstance(p, dict):
+                types[full] = Price(
+                    float(p["cny_per_hour"]), bool(p.get("estimate", False)), str(p.get("source", ""))
+                )
+            else:
+                types[full] = Price(float(p), False, source_name)
+        regions = {
+            r: float((v or {}).get("multiplier", 1.0)) if isinstance(v, dict) else float(v)
+            for r, v in (data.get("regions") or {}).items()
+        }
+        book = PriceBook(
+            currency=str(data.get("currency", "CNY")),
+            default_region=str(data.get("default_region", "cn-hangzhou")),
+            cny_per_vcpu_hour=float(data.get("cny_per_vcpu_hour", 0.0)),
+            cny_per_gib_hour=float(data.get("cny_per_gib_hour", 0.0)),
+            gpu_cny_per_hour=gpu_rates,
+            types=types,
+            region_multipliers=regions,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SizingInputError(f"{source_name}: malformed price entry ({exc})") from None
+    for value in [p.cny_per_hour for p in types.values()] + [r for r, _ in gpu_rates.values()]:
+        if not math.isfinite(value) or value < 0:
+            raise SizingInputError(f"{source_name}: prices must be finite and non-negative, got {value}")
+    return book

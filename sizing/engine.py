@@ -1,0 +1,460 @@
+"""A stepwise continuous-batching engine of one vLLM instance, driven by an external clock.
+
+It reproduces what vLLM's scheduler does each iteration (V1 with chunked prefill; V0-style whole-prompt
+prefill steps when chunked prefill is off): every running sequence decodes one token, prefill chunks fill the
+rest of ``max_num_batched_tokens``, waiting requests are admitted first-come-first-served while
+``max_num_seqs`` and the KV cache allow, and when the KV cache runs out the most recently admitted sequence is
+preempted (its KV freed, recomputed later). Iteration times come from :mod:`sizing.perf`.
+
+Speed: between events (an arrival, a prefill, a completion, KV exhaustion, the end of ``advance``) every
+iteration is decode-only with the same batch, so its cost is affine in the batch's context, which grows by the
+batch size per iteration. The engine jumps over such runs in closed form instead of looping per iteration.
+
+Example::
+
+    >>> from sizing import Deployment, InstanceEngine, find_gpu, find_model
+    >>> engine = InstanceEngine(Deployment(find_model("Qwen2.5-7B"), find_gpu("A10"), max_model_len=8192))
+    >>> engine.submit("r1", arrival_s=0.0, prompt_tokens=1000, output_tokens=200)
+    True
+    >>> done = engine.advance(60.0)
+    >>> [r.request_id for r in done], engine.num_running, engine.num_waiting
+    (['r1'], 0, 0)
+    >>> 0.0 < done[0].ttft_s < done[0].e2e_s and done[0].tpot_s > 0
+    True
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from sizing.errors import SizingInputError
+from sizing.memory import Deployment, MemoryPlan, plan_memory
+from sizing.perf import PerfModel, perf_model
+
+_INF = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedRequest:
+    """One finished (or rejected) request. Times in seconds on the engine's clock."""
+
+    request_id: Hashable
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_token_s: float
+    finish_s: float
+    queue_s: float  # arrival until first scheduled
+    ttft_s: float  # arrival until the first output token
+    tpot_s: float  # mean time per output token after the first
+    e2e_s: float  # arrival until the last token
+    preemptions: int = 0
+    rejected: bool = False  # refused at arrival: waiting queue full or prompt longer than max_model_len
+
+
+class _Seq:
+    __slots__ = (
+        "rid",
+        "arrival",
+        "prompt",
+        "output",
+        "need",
+        "computed",
+        "generated",
+        "first_sched",
+        "first_token",
+        "base",
+        "finish_d",
+        "order",
+        "alive",
+        "preemptions",
+    )
+
+    def __init__(self, rid: Hashable, arrival: float, prompt: int, output: int) -> None:
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.need = (
+            prompt  # tokens to compute before the next sample (prompt, or prompt + output after preemption)
+        )
+        self.computed = 0
+        self.generated = 0
+        self.first_sched = -1.0
+        self.first_token = -1.0
+        self.base = 0  # context = base + decode counter while decoding
+        self.finish_d = 0
+        self.order = 0
+        self.alive = False  # in the decoding set
+        self.preemptions = 0
+
+
+def _live(entry: tuple[int, int, _Seq]) -> bool:
+    """A heap entry still describes its sequence (not preempted, or re-admitted under a new order)."""
+    seq = entry[2]
+    return seq.alive and seq.order == entry[1]
+
+
+class InstanceEngine:
+    """One vLLM instance under an external clock.
+
+    ``submit`` requests (arrival times may lie in the future), then ``advance(until_s)`` runs every scheduler
+    iteration that starts before ``until_s`` and returns the requests that completed. Set ``speed_factor``
+    below 1.0 to slow the GPU (a throttled card runs every iteration ``1 / speed_factor`` times longer).
+    """
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        max_waiting: int | None = None,
+        speed_factor: float = 1.0,
+        start_s: float = 0.0,
+        plan: MemoryPlan | None = None,
+        perf: PerfModel | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.plan = plan or plan_memory(deployment)
+        if not self.plan.fits:
+            raise SizingInputError(
+                f"{deployment.model.name} on {deployment.tp} x {deployment.gpu.name}: {self.plan.reason}"
+            )
+        self.perf = perf or perf_model(
+            deployment.model, deployment.gpu, deployment.tp, self.plan.dtype, self.plan.kv_cache_dtype
+        )
+        self.max_waiting = max_waiting
+        self.speed_factor = speed_factor
+        self._max_seqs = self.plan.max_num_seqs
+        self._budget = self.plan.max_num_batched_tokens
+        self._chunked = self.plan.chunked_prefill
+        self._max_len = self.plan.max_model_len
+        self._kv_capacity = float(self.plan.kv_cache_tokens)
+        self._slack = deployment.block_size / 2.0  # a sequence's last block is half empty on average
+        self._now = start_s
+        self._last_until = start_s
+        self._busy_total = 0.0
+        self._busy_fraction = 0.0
+        self._pending: list[tuple[float, int, _Seq]] = []
+        self._submitted = 0
+        self._waiting: deque[_Seq] = deque()
+        self._running: dict[int, _Seq] = {}  # admission order -> seq; the last one is preempted first
+        self._prefilling: list[_Seq] = []
+        self._heap: list[tuple[int, int, _Seq]] = []  # (finish decode count, order, seq) of decoding seqs
+        self._order = 0
+        self._d = 0  # decode iterations so far
+        self._n_dec = 0
+        self._base_sum = 0  # sum of base over decoding seqs: their context is _base_sum + _n_dec * _d
+        self._prefill_kv = 0  # KV tokens held by prefilling seqs
+        self._affine: dict[int, tuple[float, float]] = {}
+
+    # ----------------------------------------------------------------------------------------- public API
+    @property
+    def now(self) -> float:
+        """The engine's clock: the end of the last iteration run (or the last ``advance`` target if idle)."""
+        return self._now
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_pending(self) -> int:
+        """Submitted requests whose arrival time the engine has not reached yet."""
+        return len(self._pending)
+
+    @property
+    def kv_usage(self) -> float:
+        """Share of the KV cache in use, 0..1 (vLLM's ``kv_cache_usage_perc`` / ``gpu_cache_usage_perc``)."""
+        return min(1.0, self._kv_used() / self._kv_capacity) if self._kv_capacity else 0.0
+
+    @property
+    def busy_fraction(self) -> float:
+        """Share of the last ``advance`` window the GPU spent running iterations (0..1)."""
+        return self._busy_fraction
+
+    utilization = busy_fraction
+
+    def submit(self, request_id: Hashable, arrival_s: float, prompt_tokens: int, output_tokens: int) -> bool:
+        """Queue a request arriving at ``arrival_s``. Returns False when it can never run
+        (rejected at arrival: prompt longer than max_model_len); output is capped at max_model_len, like
+        vLLM's max_tokens check."""
+        prompt = max(1, int(prompt_tokens))
+        output = max(1, int(output_tokens))
+        seq = _Seq(request_id, float(arrival_s), prompt, output)
+        if prompt >= self._max_len:
+            seq.output = 0  # marks "reject at arrival"
+        else:
+            seq.output = min(output, self._max_len - prompt)
+        self._submitted += 1
+        heapq.heappush(self._pending, (seq.arrival, self._submitted, seq))
+        return seq.output > 0
+
+    def advance(self, until_s: float) -> list[CompletedRequest]:
+        """Run every iteration that starts before ``until_s``; return the requests completed meanwhile."""
+        done: list[CompletedRequest] = []
+        window_start = self._last_until
+        busy_start = self._busy_total
+        while True:
+            self._admit_arrivals(done)
+            if not self._running and not self._waiting:
+                nxt = self._pending[0][0] if self._pending else _INF
+                if nxt >= until_s:
+                    self._now = max(self._now, until_s)
+                    break
+                self._now = max(self._now, nxt)
+                continue
+            if self._now >= until_s:
+                break
+            if not self._try_jump(until_s, done):
+                self._step(done)
+        span = until_s - window_start
+        self._busy_fraction = min(1.0, (self._busy_total - busy_start) / span) if span > 0 else 0.0
+        self._last_until = max(self._last_until, until_s)
+        return done
+
+    # ---------------------------------------------------------------------------------------- internals
+    def _kv_used(self) -> float:
+        decode_ctx = self._base_sum + self._n_dec * self._d
+        return decode_ctx + self._prefill_kv + self._slack * len(self._running)
+
+    def _admit_arrivals(self, done: list[CompletedRequest]) -> None:
+        pending, now = self._pending, self._now
+        while pending and pending[0][0] <= now:
+            seq = heapq.heappop(pending)[2]
+            if seq.output == 0 or (self.max_waiting is not None and len(self._waiting) >= self.max_waiting):
+                done.append(
+                    CompletedRequest(
+                        seq.rid,
+                        seq.arrival,
+                        seq.prompt,
+                        0,
+                        seq.arrival,
+                        seq.arrival,
+                        0.0,
+                        0.0,
+                        0.0,
+                        0.0,
+                        0,
+                        True,
+                    )
+                )
+                continue
+            self._waiting.append(seq)
+
+    def _finish(self, seq: _Seq, done: list[CompletedRequest]) -> None:
+        end = self._now
+        ttft = seq.first_token - seq.arrival
+        tpot = (end - seq.first_token) / (seq.output - 1) if seq.output > 1 else 0.0
+        done.append(
+            CompletedRequest(
+                seq.rid,
+                seq.arrival,
+                seq.prompt,
+                seq.output,
+                seq.first_token,
+                end,
+                seq.first_sched - seq.arrival,
+                ttft,
+                tpot,
+                end - seq.arrival,
+                seq.preemptions,
+            )
+        )
+
+    def _remove_decoding(self, seq: _Seq) -> None:
+        seq.alive = False
+        self._n_dec -= 1
+        self._base_sum -= seq.base
+
+    def _preempt_last(self) -> bool:
+        """Free the most recently admitted running sequence (vLLM's recompute preemption)."""
+        if not self._running:
+            return False
+        _, seq = self._running.popitem()
+        if seq.alive:
+            seq.generated += self._d - (seq.finish_d - (seq.output - seq.generated))
+            self._remove_decoding(seq)
+            seq.need = seq.prompt + seq.generated
+        else:
+            self._prefilling.remove(seq)
+            self._prefill_kv -= seq.computed
+        seq.computed = 0
+        seq.preemptions += 1
+        self._waiting.appendleft(seq)
+        return True
+
+    def _affine_for(self, n: int) -> tuple[float, float]:
+        ab = self._affine.get(n)
+        if ab is None:
+            ab = self._affine[n] = self.perf.decode_affine(n)
+        return ab
+
+    def _try_jump(self, until_s: float, done: list[CompletedRequest]) -> bool:
+        """Run k >= 2 identical decode-only iterations in closed form; False when the next one is not."""
+        n = self._n_dec
+        if n == 0 or self._prefilling:
+            return False
+        can_admit = len(self._running) < self._max_seqs
+        if self._waiting and can_admit:
+            first = self._waiting[0]
+            chunk = min(first.need, self._budget) if self._chunked else first.need
+            if self._kv_used() + n + chunk + self._slack <= self._kv_capacity:
+                return False  # the next iteration admits someone
+        heap = self._heap
+        while heap and not _live(heap[0]):
+            heapq.heappop(heap)
+        k = heap[0][0] - self._d if heap else 1 << 30
+        free = self._kv_capacity - self._kv_used()
+        k = min(k, int(free // n))
+        if k < 2:
+            return False
+        horizon = until_s
+        if can_admit and self._pending:
+            horizon = min(horizon, self._pending[0][0])
+        a, b = self._affine_for(n)
+        speed = self.speed_factor
+        c0 = self._base_sum + n * self._d
+        target = (horizon - self._now) * speed
+        # smallest k with k*a + b*(k*c0 + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
+        if target <= 0:
+            return False
+        qa = b * n / 2.0
+        qb = a + b * c0 - qa
+        if qa > 0:
+            kt = math.ceil((-qb + math.sqrt(qb * qb + 4 * qa * target)) / (2 * qa) - 1e-9)
+        else:
+            kt = math.ceil(target / qb - 1e-9)
+        k = min(k, max(1, kt))
+        if k < 2:
+            return False
+        cost = (k * a + b * (k * c0 + n * k * (k - 1) / 2.0)) / speed
+        self._now += cost
+        self._busy_total += cost
+        self._d += k
+        self._complete_decodes(done)
+        return True
+
+    def _complete_decodes(self, done: list[CompletedRequest]) -> None:
+        heap, d = self._heap, self._d
+        while heap and heap[0][0] <= d:
+            entry = heapq.heappop(heap)
+            if not _live(entry):
+                continue
+            seq = entry[2]
+            seq.generated = seq.output
+            self._remove_decoding(seq)
+            del self._running[seq.order]
+            self._finish(seq, done)
+
+    def _step(self, done: list[CompletedRequest]) -> None:
+        """One scheduler iteration, scheduled the way vLLM's scheduler does."""
+        budget = self._budget
+        cap = self._kv_capacity
+        # Decodes first: each running decoding sequence needs one more KV slot; preempt until they fit.
+        while self._n_dec and self._kv_used() + self._n_dec > cap:
+            if not self._preempt_last():
+                break
+        chunks: list[tuple[_Seq, int]] = []
+        prefill_only = False
+        if not self._chunked and self._waiting and len(self._running) < self._max_seqs:
+            prefill_only = True  # V0 without chunked prefill runs prompts in their own iterations
+        n_dec = 0 if prefill_only else self._n_dec
+        budget -= n_dec
+        kv_free = cap - self._kv_used() - n_dec
+        if not prefill_only:
+            for seq in self._prefilling:
+                if budget <= 0:
+                    break
+                c = min(seq.need - seq.computed, budget, int(kv_free))
+                if c <= 0:
+                    break
+                chunks.append((seq, c))
+                budget -= c
+                kv_free -= c
+        while self._waiting and budget > 0 and len(self._running) < self._max_seqs:
+            seq = self._waiting[0]
+            c = min(seq.need, budget)
+            if not self._chunked and c < seq.need:
+                break
+            if c + self._slack > kv_free:
+                break
+            self._waiting.popleft()
+            self._order += 1
+            seq.order = self._order
+            self._running[seq.order] = seq
+            self._prefilling.append(seq)
+            if seq.first_sched < 0:
+                seq.first_sched = self._now
+            chunks.append((seq, c))
+            budget -= c
+            kv_free -= c + self._slack
+        if prefill_only and not chunks:
+            prefill_only = False
+            n_dec = self._n_dec
+        if not chunks and n_dec == 0:
+            # Nothing could be scheduled: partial prefills hold the KV cache. Free the newest, as vLLM does;
+            # with nothing running, the head of the queue can never fit and is refused.
+            if not self._preempt_last() and self._waiting:
+                seq = self._waiting.popleft()
+                done.append(
+                    CompletedRequest(
+                        seq.rid,
+                        seq.arrival,
+                        seq.prompt,
+                        0,
+                        self._now,
+                        self._now,
+                        self._now - seq.arrival,
+                        0.0,
+                        0.0,
+                        self._now - seq.arrival,
+                        seq.preemptions,
+                        True,
+                    )
+                )
+            return
+        tokens = n_dec
+        ctx = (self._base_sum + self._n_dec * self._d) if n_dec else 0
+        pairs = float(ctx)
+        sampled = n_dec
+        for seq, c in chunks:
+            tokens += c
+            ctx += seq.computed
+            pairs += c * (seq.computed + (c + 1) / 2.0)
+            if seq.computed + c >= seq.need:
+                sampled += 1
+        dt = self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
+        self._now += dt
+        self._busy_total += dt
+        if n_dec:
+            self._d += 1
+            self._complete_decodes(done)
+        for seq, c in chunks:
+            seq.computed += c
+            self._prefill_kv += c
+            if seq.computed < seq.need:
+                continue
+            # prefill done: this iteration sampled a token
+            self._prefilling.remove(seq)
+            self._prefill_kv -= seq.computed
+            seq.generated += 1
+            if seq.first_token < 0:
+                seq.first_token = self._now
+            if seq.generated >= seq.output:
+                del self._running[seq.order]
+                self._finish(seq, done)
+                continue
+            seq.base = seq.computed - self._d
+            seq.finish_d = self._d + (seq.output - seq.generated)
+            seq.alive = True
+            self._n_dec += 1
+            self._base_sum += seq.base
+            heapq.heappush(self._heap, (seq.finish_d, seq.order, seq))

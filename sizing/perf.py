@@ -1,0 +1,137 @@
+"""How long one vLLM scheduler iteration takes: decode bandwidth roofline, prefill compute roofline, TP comms.
+
+One iteration runs a batch of ``num_tokens`` new tokens (one per decoding sequence plus prefill chunks)
+through the model on every rank:
+
+    t = overhead + max(weights/rank / (BW x BW_EFF), linear FLOPs/rank / (peak x MFU))
+        + KV bytes read / (BW x BW_EFF) + attention FLOPs / (peak x MFU)
+        + 2 x layers x (latency + 2 (TP-1)/TP x num_tokens x hidden x 2 bytes / bus)   (TP all-reduces)
+
+Decode is the bandwidth term (all weights are read for a handful of tokens); prefill is the compute term.
+
+Calibration (tt-inference-server#143: vLLM serving Qwen2.5-72B-Instruct bf16 on 2 x H100 SXM, TP2, batch 1):
+* BW_EFF = 0.75 from its decode TPOT of 30.9 ms (72.7 GB per rank read per token, NVLink all-reduces and the
+  1 ms step overhead taken off first). aiconfigurator uses 0.8 (vllm-sizing.md section 6).
+* MFU = 0.62 from its TTFT of 1063.8 ms for an 8192-token prompt (one step at the H100 8192-token budget).
+  The reference gives 0.4-0.7 for prefill. Its 1024-token TTFT (129 ms) is then predicted at 126 ms.
+* STEP_OVERHEAD_S = 1 ms per iteration (scheduler, sampling and launch with CUDA graphs): an estimate.
+docs/sizing-accuracy.md compares the result with further public measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sizing.catalog import GPU, ModelShape
+from sizing.memory import WEIGHT_BYTES, kv_bytes_per_token, weight_bytes_per_rank
+
+BW_EFF = 0.75
+MFU = 0.62
+STEP_OVERHEAD_S = 0.001
+
+
+def compute_tflops(gpu: GPU, dtype: str) -> float:
+    """Dense tensor throughput the GEMMs of ``dtype`` run at (4-bit and weight-only fp8 compute in 16 bit)."""
+    if dtype == "int8":
+        return gpu.int8_tops
+    if dtype == "fp8" and gpu.native_fp8 and gpu.fp8_tflops:
+        return gpu.fp8_tflops
+    return gpu.fp16_tflops
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """Per-iteration cost coefficients of one deployment (per rank; every rank runs in lock step)."""
+
+    weight_bytes: float  # per rank, dense part (read every iteration)
+    expert_bytes: float  # per rank, all routed experts (a MoE reads only the experts its tokens hit)
+    experts: int
+    experts_per_token: int
+    linear_flops_per_token: float  # per rank
+    lm_head_flops_per_token: float  # per rank, per sampled token
+    kv_bytes_per_token: float  # per rank, read per context token
+    attn_flops_per_pair: float  # per rank, per (query token x context token) pair
+    bandwidth_bps: float  # effective bytes/s
+    compute_flops: float  # effective FLOP/s
+    comm_latency_s: float  # per iteration, all all-reduces' fixed cost
+    comm_s_per_token: float  # per iteration, per batched token
+    overhead_s: float = STEP_OVERHEAD_S
+
+    def weights_read_s(self, num_tokens: int) -> float:
+        if not self.experts:
+            return self.weight_bytes / self.bandwidth_bps
+        # expected share of experts touched by num_tokens tokens routed top-k out of E
+        miss = (1.0 - self.experts_per_token / self.experts) ** max(num_tokens, 1)
+        return (self.weight_bytes + self.expert_bytes * (1.0 - miss)) / self.bandwidth_bps
+
+    def step_s(self, num_tokens: int, context_tokens: float, attn_pairs: float, sampled: int) -> float:
+        """One iteration: ``num_tokens`` new tokens, ``context_tokens`` KV read, ``attn_pairs`` QK pairs."""
+        if num_tokens <= 0:
+            return 0.0
+        flops = self.linear_flops_per_token * num_tokens + self.lm_head_flops_per_token * sampled
+        body = max(self.weights_read_s(num_tokens), flops / self.compute_flops)
+        return (
+            self.overhead_s
+            + body
+            + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+            + attn_pairs * self.attn_flops_per_pair / self.compute_flops
+            + self.comm_latency_s
+            + self.comm_s_per_token * num_tokens
+        )
+
+    def decode_affine(self, n: int) -> tuple[float, float]:
+        """A decode-only iteration of ``n`` sequences costs ``a + b x total_context``: returns (a, b)."""
+        a = self.step_s(n, 0.0, 0.0, n)
+        b = self.kv_bytes_per_token / self.bandwidth_bps + self.attn_flops_per_pair / self.compute_flops
+        return a, b
+
+    def decode_tpot_s(self, context_tokens: int = 0) -> float:
+        """Batch-1 time per output token at a given context length."""
+        a, b = self.decode_affine(1)
+        return a + b * context_tokens
+
+    def prefill_s(self, prompt_tokens: int, chunk_tokens: int) -> float:
+        """Time to prefill one prompt alone, in chunks of ``chunk_tokens``."""
+        done, total = 0, 0.0
+        while done < prompt_tokens:
+            c = min(chunk_tokens, prompt_tokens - done)
+            total += self.step_s(c, done, c * (done + (c + 1) / 2), 1)
+            done += c
+        return total
+
+
+def perf_model(
+    model: ModelShape,
+    gpu: GPU,
+    tp: int,
+    dtype: str,
+    kv_cache_dtype: str = "auto",
+    bw_eff: float = BW_EFF,
+    mfu: float = MFU,
+) -> PerfModel:
+    """The iteration-cost coefficients of ``model`` on ``tp`` x ``gpu`` with weights in ``dtype``."""
+    total = weight_bytes_per_rank(model, dtype, tp)
+    expert_bytes = model.layers * model.expert_params_per_layer * WEIGHT_BYTES[dtype] / tp
+    heads_per_rank = model.heads / tp
+    lm_head = 2.0 * model.hidden * model.vocab / tp
+    ic = gpu.interconnect
+    comm_latency = comm_per_token = 0.0
+    if tp > 1:
+        allreduces = 2 * model.layers  # after attention and after the MLP, every layer
+        comm_latency = allreduces * ic.latency_us * 1e-6
+        ring = 2.0 * (tp - 1) / tp  # ring all-reduce moves this share of the buffer over each link
+        comm_per_token = allreduces * ring * model.hidden * 2.0 / (ic.bus_gbps * 1e9)
+    return PerfModel(
+        weight_bytes=total - expert_bytes,
+        expert_bytes=expert_bytes,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
+        linear_flops_per_token=2.0 * model.active_linear_params / tp,
+        lm_head_flops_per_token=lm_head,
+        kv_bytes_per_token=float(kv_bytes_per_token(model, tp, kv_cache_dtype, dtype)),
+        attn_flops_per_pair=4.0 * model.layers * heads_per_rank * model.head_dim,
+        bandwidth_bps=gpu.bandwidth_gbps * 1e9 * bw_eff,
+        compute_flops=compute_tflops(gpu, dtype) * 1e12 * mfu,
+        comm_latency_s=comm_latency,
+        comm_s_per_token=comm_per_token,
+    )
