@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from alibabacloud_cms20190101 import models as m
@@ -98,13 +99,7 @@ class CmsAdapter:
         for dims in _dimension_batches(namespace, instance_ids):
             for row in self._rows(
                 "DescribeMetricLast",
-                lambda token, dims=dims: m.DescribeMetricLastRequest(
-                    region_id=self._region,
-                    namespace=namespace,
-                    metric_name=metric,
-                    dimensions=dims,
-                    next_token=token,
-                ),
+                partial(self._last_request, namespace, metric, dims),
                 self._client.describe_metric_last,
             ):
                 points.append(_point(namespace, metric, row, statistic))
@@ -126,17 +121,7 @@ class CmsAdapter:
         for dims in _dimension_batches(namespace, instance_ids):
             for row in self._rows(
                 "DescribeMetricList",
-                lambda token, dims=dims: m.DescribeMetricListRequest(
-                    region_id=self._region,
-                    namespace=namespace,
-                    metric_name=metric,
-                    dimensions=dims,
-                    start_time=start_ms,
-                    end_time=end_ms,
-                    period=str(int(period_s)),
-                    length=str(MAX_LENGTH),
-                    next_token=token,
-                ),
+                partial(self._list_request, namespace, metric, dims, start_ms, end_ms, period_s),
                 self._client.describe_metric_list,
             ):
                 points.append(_point(namespace, metric, row, statistic))
@@ -159,9 +144,38 @@ class CmsAdapter:
             ]
             req = m.PutCustomMetricRequest(region_id=self._region, metric_list=batch)
             # Re-sending the same points is harmless, so 5xx and lost answers are retried too.
-            self._call("PutCustomMetric", lambda req=req: _checked(self._client.put_custom_metric(req)))
+            self._call("PutCustomMetric", partial(_checked_call, self._client.put_custom_metric, req))
 
     # -- plumbing ------------------------------------------------------------------------------------------
+
+    def _last_request(
+        self, namespace: str, metric: str, dims: str, token: str | None
+    ) -> m.DescribeMetricLastRequest:
+        return m.DescribeMetricLastRequest(
+            region_id=self._region, namespace=namespace, metric_name=metric, dimensions=dims, next_token=token
+        )
+
+    def _list_request(
+        self,
+        namespace: str,
+        metric: str,
+        dims: str,
+        start_ms: str,
+        end_ms: str,
+        period_s: int,
+        token: str | None,
+    ) -> m.DescribeMetricListRequest:
+        return m.DescribeMetricListRequest(
+            region_id=self._region,
+            namespace=namespace,
+            metric_name=metric,
+            dimensions=dims,
+            start_time=start_ms,
+            end_time=end_ms,
+            period=str(int(period_s)),
+            length=str(MAX_LENGTH),
+            next_token=token,
+        )
 
     def _call(self, action: str, fn: Callable[[], T]) -> T:
         return call(self._retry, self.product, action, fn)
@@ -173,7 +187,7 @@ class CmsAdapter:
         seen_tokens: set[str] = set()
         while True:
             req = make_request(token)
-            resp = self._call(action, lambda req=req: _checked(method(req)))
+            resp = self._call(action, partial(_checked_call, method, req))
             yield from _datapoints(resp.body.datapoints, action)
             token = resp.body.next_token or None
             if token is None or token in seen_tokens:  # a repeated token would loop forever
@@ -193,6 +207,10 @@ def _dimension_batches(namespace: str, instance_ids: Sequence[str]) -> Iterator[
         else:
             dims = [{"instanceId": iid} for iid in chunk]
         yield json.dumps(dims, separators=(",", ":"))
+
+
+def _checked_call(method: Callable[[Any], Any], request: Any) -> Any:
+    return _checked(method(request))
 
 
 def _checked(resp: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ecs20140526 import models as m
@@ -77,7 +78,7 @@ class EcsAdapter:
                 req = m.DescribeInstancesRequest(
                     region_id=self._region, instance_ids=ids_json, max_results=PAGE_SIZE, next_token=token
                 )
-                resp = self._call("DescribeInstances", lambda req=req: self._client.describe_instances(req))
+                resp = self._call("DescribeInstances", partial(self._client.describe_instances, req))
                 body = resp.body
                 rows = (body.instances.instance if body.instances else None) or []
                 out.extend(_info(row) for row in rows)
@@ -98,7 +99,7 @@ class EcsAdapter:
                 )
                 resp = self._call(
                     "DescribeInstancesFullStatus",
-                    lambda req=req: self._client.describe_instances_full_status(req),
+                    partial(self._client.describe_instances_full_status, req),
                 )
                 body = resp.body
                 sets = body.instance_full_status_set
@@ -133,7 +134,7 @@ class EcsAdapter:
                 )
                 resp = self._call(
                     "DescribeInstanceHistoryEvents",
-                    lambda req=req: self._client.describe_instance_history_events(req),
+                    partial(self._client.describe_instance_history_events, req),
                 )
                 body = resp.body
                 sets = body.instance_system_event_set

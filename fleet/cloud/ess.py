@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ess20220222 import models as m
@@ -100,7 +101,21 @@ class EssApi(Protocol):
         recurrence_end_time: datetime | str | None = None,
         enabled: bool = True,
     ) -> str: ...
-    def modify_scheduled_task(self, task_id: str, **fields: Any) -> None: ...
+    def modify_scheduled_task(
+        self,
+        task_id: str,
+        *,
+        group_id: str | None = None,
+        name: str | None = None,
+        launch_time: datetime | str | None = None,
+        recurrence_type: str | None = None,
+        recurrence_value: str | None = None,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        desired_capacity: int | None = None,
+        recurrence_end_time: datetime | str | None = None,
+        enabled: bool | None = None,
+    ) -> None: ...
     def delete_scheduled_task(self, task_id: str) -> None: ...
     def enter_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str: ...
     def exit_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str: ...
@@ -146,9 +161,7 @@ class EssAdapter:
         for flt in filters:
             for raw in self._pages(
                 "DescribeScalingGroups",
-                lambda page, flt=flt: m.DescribeScalingGroupsRequest(
-                    region_id=self._region, page_number=page, page_size=PAGE_SIZE, **flt
-                ),
+                partial(self._groups_request, flt),
                 self._client.describe_scaling_groups,
                 lambda body: body.scaling_groups,
             ):
@@ -211,6 +224,11 @@ class EssAdapter:
                 lambda body: body.scheduled_tasks,
             )
         ]
+
+    def _groups_request(self, flt: dict[str, list[str]], page: int) -> m.DescribeScalingGroupsRequest:
+        return m.DescribeScalingGroupsRequest(
+            region_id=self._region, page_number=page, page_size=PAGE_SIZE, **flt
+        )
 
     # -- writes --------------------------------------------------------------------------------------------
 
@@ -361,7 +379,7 @@ class EssAdapter:
             req = m.SetInstancesProtectionRequest(
                 scaling_group_id=group_id, instance_ids=chunk, protected_from_scale_in=bool(protected)
             )
-            self._call("SetInstancesProtection", lambda req=req: self._client.set_instances_protection(req))
+            self._call("SetInstancesProtection", partial(self._client.set_instances_protection, req))
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
@@ -380,7 +398,7 @@ class EssAdapter:
         seen = 0
         while True:
             req = make_request(page)
-            resp = self._call(action, lambda req=req: method(req))
+            resp = self._call(action, partial(method, req))
             batch = items(resp.body) or []
             yield from batch
             seen += len(batch)
