@@ -60,8 +60,8 @@ variable "alarms" {
   EOT
   nullable    = false
 
-  # Thresholds: 85 C and 90 % GPU memory from the isolation rules (issue 3); 2 s P99 end-to-end latency and
-  # the queue depth from issue 8. The durations mirror the isolation rules (2 min, 5 min).
+  # Thresholds: 85 C and 90 % GPU memory from the isolation rules (issue 3); 2 s P99 end-to-end latency, the
+  # queue depth and instance down from issue 8. The durations mirror the isolation rules (2 min, 5 min).
   default = {
     gpu_temperature = {
       metric     = "instance_gpu_gpu_temperature"
@@ -88,6 +88,16 @@ variable "alarms" {
       threshold     = 10
       times         = 5
       level         = "warn"
+    }
+    # The node agent's vllm_up is 1 while the local vLLM server answers; below 1 for a whole period means
+    # it never answered. A VM that dies stops publishing altogether: the ESS health check replaces it.
+    instance_down = {
+      metric              = "vllm_up"
+      custom_metric       = true
+      statistics          = "Maximum"
+      comparison_operator = "<"
+      threshold           = 1
+      times               = 2
     }
   }
 

@@ -1,0 +1,322 @@
+"""The Terraform module's variables from the configuration the service runs: one source of truth.
+
+``build_tfvars(config, group=None, now=...)`` maps one group of a ``FleetConfig`` to the variables of
+``terraform/`` (and of ``terraform/examples/complete``). It is a pure function of its arguments:
+
+- bounds: ``min_size``, ``max_size``, and the initial ``desired_capacity`` (the group's base floor);
+- alarms: the CloudMonitor metric names come from ``policies.metrics`` (the same mapping the service reads
+  through), the thresholds from the rules the service acts on: the isolation rules on GPU temperature and
+  GPU memory (the alarm fires when the service would start isolating), and the scale-out rules on latency and
+  queue depth (the alarm fires when the breach outlasts the rule's duration by ``SLO_ALARM_HOLD_S``, i.e. when
+  scaling out did not fix it);
+- scheduled tasks: the schedule floors and ceilings, as ``policies.schedule.bounds`` computes them (cold-start
+  lead included), turned into ESS scheduled tasks that recur weekly in UTC, one per change of the bounds;
+- ``drain_timeout_s`` from the isolation spec's drain timeout.
+
+Problems the configuration cannot express in ESS (a schedule that does not repeat weekly in UTC, such as a
+window in a zone with daylight saving time) raise :class:`ExportError` naming the group and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from policies import metrics as m
+from policies.schedule import bounds, windows_between
+from policies.spec import GroupSpec
+
+ALARM_PERIOD_S = 60  # one CloudMonitor period per minute: GPU metrics arrive every 15 s, agent metrics too
+SLO_ALARM_HOLD_S = 300.0  # an SLO alarm waits this long past the rule's own duration (scaling had its chance)
+
+# Metrics the node agent publishes for its own health rather than for the service's decisions; the instance
+# down alarm uses vllm_up (1 while the local vLLM server answers, 0 when it does not; fleet/agent/sample.py).
+AGENT_HEALTH_METRICS: tuple[str, ...] = ("vllm_up",)
+
+# Alarms kept when the configuration has no rule to derive them from. Latency: P99 end-to-end above 2 s
+# (issue 8). Queue: 10 waiting requests per instance for 5 minutes (issue 8 names the alarm, not the value).
+DEFAULT_LATENCY_ALARM = {"metric": m.E2E_P99_MS, "threshold": 2000.0, "hold_s": 180.0}
+DEFAULT_QUEUE_ALARM = {"threshold": 10.0, "hold_s": 300.0}
+INSTANCE_DOWN_ALARM = {
+    "metric": "vllm_up",
+    "custom_metric": True,
+    "statistics": "Maximum",  # below 1 for the whole period: vLLM never answered in it
+    "comparison_operator": "<",
+    "threshold": 1,
+    "times": 2,
+    "period_s": ALARM_PERIOD_S,
+    "level": "critical",
+}
+
+# Group rule metric -> the per-instance custom metric the alarm watches, and the statistic it takes.
+_SCALE_OUT_ALARMS: dict[str, tuple[str, str, str]] = {
+    # rule metric: (alarm key, instance metric, statistics)
+    m.QUEUE_WAITING_PER_INSTANCE: ("queue_depth", m.QUEUE_WAITING, "Average"),
+    m.TTFT_P99_MS: ("ttft_p99", m.TTFT_P99_MS, "Maximum"),
+    m.TPOT_P99_MS: ("tpot_p99", m.TPOT_P99_MS, "Maximum"),
+    m.E2E_P99_MS: ("latency_p99", m.E2E_P99_MS, "Maximum"),
+    m.LATENCY_P95_MS: ("latency_p95", m.LATENCY_P95_MS, "Maximum"),
+}
+
+# Isolation rule metric -> alarm key and level.
+_ISOLATION_ALARMS: dict[str, tuple[str, str]] = {
+    m.GPU_TEMPERATURE_C: ("gpu_temperature", "critical"),
+    m.GPU_MEM_USED_PCT: ("gpu_memory", "warn"),
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{1,39}$")  # the module's `name` validation
+_ESS_WEEKDAY = {0: "1", 1: "2", 2: "3", 3: "4", 4: "5", 5: "6", 6: "0"}  # Python Monday=0 -> ESS Sunday=0
+_DRAIN_RANGE_S = (30, 21600)  # ESS lifecycle hook heartbeat timeout range [DOC]
+_WEEKS_CHECKED = (0, 1, 13, 26, 39)  # across a year's seasons: a pattern that changes is not weekly in UTC
+
+
+class ExportError(ValueError):
+    """The configuration cannot be expressed as the module's variables; the message says why."""
+
+
+@dataclass(frozen=True)
+class _Change:
+    """The bounds ESS should hold from a minute of the week (UTC) on."""
+
+    weekday: int  # Monday = 0, in UTC
+    minute: int  # minute of the day, UTC
+    floor: int
+    ceiling: int
+    source: str
+
+
+def select_group(groups: Sequence[GroupSpec], name: str | None) -> GroupSpec:
+    """The group to export: the one named, or the only one."""
+    if name is None:
+        if len(groups) != 1:
+            names = ", ".join(g.name for g in groups) or "none"
+            raise ExportError(f"the config has {len(groups)} groups ({names}); choose one with --group")
+        return groups[0]
+    for group in groups:
+        if group.name == name:
+            return group
+    raise ExportError(f"no group named {name!r}; groups: {', '.join(g.name for g in groups) or 'none'}")
+
+
+def build_tfvars(config: Any, group: str | None = None, *, now: datetime) -> dict[str, Any]:
+    """The variables of terraform/ (and of examples/complete, which adds ``region``) for one group.
+
+    ``config`` is a ``fleet.config.FleetConfig`` (region, account_id, groups); ``now`` (aware) picks the first
+    launch of each scheduled task, which ESS wants in the future and at most 90 days ahead.
+    """
+    if now.tzinfo is None:
+        raise ExportError("now must be timezone-aware")
+    spec = select_group(list(config.groups), group)
+    if not _NAME_RE.match(spec.name):
+        raise ExportError(f"group {spec.name!r}: Terraform names need 2-40 letters, digits, '.', '_' or '-'")
+    account_id = getattr(config, "account_id", None)
+    if not account_id:
+        raise ExportError("account_id is required: the agent's metrics live in acs_customMetric_<account_id>")
+    return {
+        "region": config.region,
+        "name": spec.name,
+        "account_id": str(account_id),
+        "min_size": spec.min_size,
+        "max_size": spec.max_size,
+        "desired_capacity": min(spec.base_floor, spec.max_size),
+        "drain_timeout_s": _drain_timeout_s(spec),
+        "alarms": alarms_for(spec),
+        "scheduled_tasks": scheduled_tasks_for(spec, now),
+    }
+
+
+def _drain_timeout_s(spec: GroupSpec) -> int:
+    seconds = math.ceil(spec.isolation.drain_timeout_s)
+    lo, hi = _DRAIN_RANGE_S
+    if not lo <= seconds <= hi:
+        raise ExportError(
+            f"group {spec.name!r}: isolation.drain_timeout {seconds}s is outside the ESS lifecycle hook "
+            f"range {lo}..{hi}s"
+        )
+    return seconds
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Alarms
+# ---------------------------------------------------------------------------------------------------------
+
+
+def cloud_metric(policy_metric: str) -> tuple[str, bool, str]:
+    """(CloudMonitor metric name, is a custom metric, statistic) of a per-instance policy metric."""
+    if policy_metric in m.CMS_METRIC_NAMES:
+        name, statistic = m.CMS_METRIC_NAMES[policy_metric]
+        return name, False, statistic
+    if policy_metric in m.CUSTOM_METRIC_NAMES:
+        return m.CUSTOM_METRIC_NAMES[policy_metric], True, "Average"
+    raise ExportError(f"policy metric {policy_metric!r} has no CloudMonitor name")
+
+
+def _times(hold_s: float) -> int:
+    return max(1, math.ceil(hold_s / ALARM_PERIOD_S))
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def alarms_for(spec: GroupSpec) -> dict[str, dict[str, Any]]:
+    """The module's ``alarms`` map for one group (see the module docstring for where each comes from)."""
+    alarms: dict[str, dict[str, Any]] = {}
+    for rule in spec.isolation.rules:
+        if rule.kind != "metric" or rule.metric not in _ISOLATION_ALARMS or rule.above is None:
+            continue
+        key, level = _ISOLATION_ALARMS[rule.metric]
+        if key in alarms and alarms[key]["threshold"] <= rule.above:
+            continue  # the lowest threshold: the alarm must fire whenever any rule of that metric would act
+        name, custom, statistic = cloud_metric(rule.metric)
+        alarms[key] = {
+            "metric": name,
+            "custom_metric": custom,
+            "statistics": statistic,
+            "comparison_operator": ">",
+            "threshold": _number(rule.above),
+            "times": _times(rule.for_s),
+            "period_s": ALARM_PERIOD_S,
+            "level": level,
+        }
+    for rule in spec.scale_out:
+        if rule.metric not in _SCALE_OUT_ALARMS or rule.above is None:
+            continue
+        key, instance_metric, statistic = _SCALE_OUT_ALARMS[rule.metric]
+        if key in alarms and alarms[key]["threshold"] <= rule.above:
+            continue
+        name, custom, _ = cloud_metric(instance_metric)
+        alarms[key] = {
+            "metric": name,
+            "custom_metric": custom,
+            "statistics": statistic,
+            "comparison_operator": ">",
+            "threshold": _number(rule.above),
+            "times": _times(rule.for_s + SLO_ALARM_HOLD_S),
+            "period_s": ALARM_PERIOD_S,
+            "level": "warn" if rule.metric == m.QUEUE_WAITING_PER_INSTANCE else "critical",
+        }
+    if "latency_p99" not in alarms:  # issue 8's P99 end-to-end alarm, unless a rule on e2e_p99_ms set it
+        name, custom, _ = cloud_metric(str(DEFAULT_LATENCY_ALARM["metric"]))
+        alarms["latency_p99"] = {
+            "metric": name,
+            "custom_metric": custom,
+            "statistics": "Maximum",
+            "comparison_operator": ">",
+            "threshold": _number(float(DEFAULT_LATENCY_ALARM["threshold"])),
+            "times": _times(float(DEFAULT_LATENCY_ALARM["hold_s"])),
+            "period_s": ALARM_PERIOD_S,
+            "level": "critical",
+        }
+    if "queue_depth" not in alarms:
+        name, custom, _ = cloud_metric(m.QUEUE_WAITING)
+        alarms["queue_depth"] = {
+            "metric": name,
+            "custom_metric": custom,
+            "statistics": "Average",
+            "comparison_operator": ">",
+            "threshold": _number(DEFAULT_QUEUE_ALARM["threshold"]),
+            "times": _times(DEFAULT_QUEUE_ALARM["hold_s"]),
+            "period_s": ALARM_PERIOD_S,
+            "level": "warn",
+        }
+    alarms["instance_down"] = dict(INSTANCE_DOWN_ALARM)
+    return dict(sorted(alarms.items()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scheduled tasks
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _week_start(at: datetime) -> datetime:
+    """Monday 00:00 UTC of the week holding ``at``."""
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday())
+
+
+def _weekly_changes(spec: GroupSpec, week: datetime) -> tuple[_Change, ...]:
+    """Where the group's bounds change during one UTC week, and to what.
+
+    The bounds only change at a window's start less the cold-start lead (floor), at its start (ceiling) and at
+    its end, so those instants (rounded to ESS's whole minutes: raises early, drops late) are evaluated with
+    the service's own ``bounds``.
+    """
+    end = week + timedelta(days=7)
+    lead = timedelta(seconds=spec.cold_start_s)
+    instants: set[datetime] = {week}
+    for schedule in spec.schedules:
+        for window in windows_between(schedule, week - timedelta(days=1), end + timedelta(days=1)):
+            for instant in (window.start - lead, window.start, window.end):
+                instant = instant.astimezone(UTC)
+                down = instant.replace(second=0, microsecond=0)
+                up = down if down == instant else down + timedelta(minutes=1)
+                instants.update(t for t in (down, up) if week <= t < end)
+    changes: list[_Change] = []
+    previous: tuple[int, int] | None = None
+    # The state just before the week starts decides whether the week's first instant is a change.
+    before = bounds(spec, week - timedelta(minutes=1))
+    previous = (before.floor, before.ceiling)
+    for instant in sorted(instants):
+        b = bounds(spec, instant)
+        if (b.floor, b.ceiling) == previous:
+            continue
+        previous = (b.floor, b.ceiling)
+        minute = instant.hour * 60 + instant.minute
+        changes.append(_Change(instant.weekday(), minute, b.floor, b.ceiling, b.floor_source))
+    return tuple(changes)
+
+
+def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, Any]]:
+    """ESS scheduled tasks (the module's ``scheduled_tasks``) that hold the schedule bounds in UTC.
+
+    Each task sets MinValue and MaxValue from that minute on; tasks with the same time and bounds on several
+    weekdays are one Weekly task (RecurrenceValue lists days, 0 = Sunday), on all seven days one Daily task.
+    """
+    if not spec.schedules:
+        return {}
+    reference = _week_start(now)
+    patterns = {w: _weekly_changes(spec, reference + timedelta(weeks=w)) for w in _WEEKS_CHECKED}
+    if len({tuple((c.weekday, c.minute, c.floor, c.ceiling) for c in p) for p in patterns.values()}) != 1:
+        zones = sorted({s.timezone for s in spec.schedules})
+        raise ExportError(
+            f"group {spec.name!r}: the schedules do not repeat every week in UTC (daylight saving time in "
+            f"{', '.join(zones)}, or a cron window that is not weekly); ESS scheduled tasks recur in UTC, so "
+            "they cannot hold these floors"
+        )
+    grouped: dict[tuple[int, int, int], list[_Change]] = {}
+    for change in patterns[0]:
+        grouped.setdefault((change.minute, change.floor, change.ceiling), []).append(change)
+    tasks: dict[str, dict[str, Any]] = {}
+    for (minute, floor, ceiling), changes in sorted(grouped.items()):
+        weekdays = sorted({c.weekday for c in changes})
+        hh, mm = divmod(minute, 60)
+        daily = len(weekdays) == 7
+        days = "daily" if daily else "".join(_ESS_WEEKDAY[d] for d in sorted(weekdays, key=_ESS_WEEKDAY.get))
+        key = f"{hh:02d}{mm:02d}z-{days}-min{floor}-max{ceiling}"
+        sources = sorted({c.source for c in changes})
+        ess_days = ",".join(sorted((_ESS_WEEKDAY[d] for d in weekdays), key=int))
+        tasks[key] = {
+            "launch_time": _first_launch(now, weekdays, minute),
+            "recurrence_type": "Daily" if daily else "Weekly",
+            "recurrence_value": "1" if daily else ess_days,
+            "min_value": floor,
+            "max_value": ceiling,
+            "description": f"{spec.name}: min {floor}, max {ceiling} from {', '.join(sources)} (export)",
+        }
+    return tasks
+
+
+def _first_launch(now: datetime, weekdays: list[int], minute: int) -> str:
+    """The first occurrence after ``now`` (plus a minute of margin) as ESS's UTC ``YYYY-MM-DDThh:mmZ``."""
+    earliest = now.astimezone(UTC) + timedelta(minutes=1)
+    day = earliest.replace(hour=0, minute=0, second=0, microsecond=0)
+    for offset in range(8):
+        candidate = day + timedelta(days=offset, minutes=minute)
+        if candidate.weekday() in weekdays and candidate >= earliest:
+            return candidate.strftime("%Y-%m-%dT%H:%MZ")
+    raise AssertionError("a weekly occurrence always exists within 8 days")
