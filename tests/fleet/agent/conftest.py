@@ -1,0 +1,161 @@
+"""Fixtures for the agent's tests: a fake vLLM /metrics server on 127.0.0.1 whose counters tests drive."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+# vLLM's own bucket bounds for the two latency histograms (vllm/engine/metrics.py, V0 and V1 loggers).
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: int = 0
+    sum_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.bounds)
+
+    def observe(self, value_s: float, times: int = 1) -> None:
+        for i, bound in enumerate(self.bounds):
+            if value_s <= bound:
+                self.counts[i] += times
+        self.total += times
+        self.sum_s += value_s * times
+
+    def render(self, name: str, labels: str) -> list[str]:
+        lines = [f"# HELP {name} latency", f"# TYPE {name} histogram"]
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            lines.append(f'{name}_bucket{{le="{bound}",{labels}}} {float(count)}')
+        lines.append(f'{name}_bucket{{le="+Inf",{labels}}} {float(self.total)}')
+        lines.append(f"{name}_count{{{labels}}} {float(self.total)}")
+        lines.append(f"{name}_sum{{{labels}}} {self.sum_s}")
+        return lines
+
+
+@dataclass
+class FakeVllmState:
+    """What the fake vLLM reports; tests change it between scrapes."""
+
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_fraction: float = 0.25
+    kv_name: str = "vllm:kv_cache_usage_perc"  # V1 name; "vllm:gpu_cache_usage_perc" for V0
+    tpot_name: str = "vllm:time_per_output_token_seconds"  # or "vllm:inter_token_latency_seconds"
+    success: float = 0.0
+    generation_tokens: float = 0.0
+    preemptions: float = 0.0
+    status: int = 200
+    body_override: str | None = None
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS_S))
+    tpot: Histogram = field(default_factory=lambda: Histogram(TPOT_BUCKETS_S))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS_S))
+
+    def finish_requests(
+        self, n: int, ttft_s: float, tpot_s: float, e2e_s: float, tokens_each: int = 100
+    ) -> None:
+        """n requests complete with these latencies."""
+        self.ttft.observe(ttft_s, n)
+        self.tpot.observe(tpot_s, n * tokens_each)
+        self.e2e.observe(e2e_s, n)
+        self.success += n
+        self.generation_tokens += n * tokens_each
+
+    def restart(self) -> None:
+        """vLLM restarted: every counter and histogram starts from zero."""
+        self.ttft, self.tpot, self.e2e = (
+            Histogram(TTFT_BUCKETS_S),
+            Histogram(TPOT_BUCKETS_S),
+            Histogram(E2E_BUCKETS_S),
+        )
+        self.success = self.generation_tokens = self.preemptions = 0.0
+
+    def render(self) -> str:
+        if self.body_override is not None:
+            return self.body_override
+        labels = 'model_name="Qwen2.5-7B-Instruct"'
+        lines = [
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{labels}}} {self.waiting}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {self.running}",
+            f"# TYPE {self.kv_name} gauge",
+            f"{self.kv_name}{{{labels}}} {self.kv_fraction}",
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{finished_reason="stop",{labels}}} {self.success}',
+            f'vllm:request_success_total{{finished_reason="length",{labels}}} 0.0',
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{labels}}} {self.preemptions}",
+        ]
+        lines += self.ttft.render("vllm:time_to_first_token_seconds", labels)
+        lines += self.tpot.render(self.tpot_name, labels)
+        lines += self.e2e.render("vllm:e2e_request_latency_seconds", labels)
+        return "\n".join(lines) + "\n"
+
+
+class FakeVllmServer:
+    def __init__(self) -> None:
+        self.state = FakeVllmState()
+        self.scrapes = 0
+        state_ref = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                state_ref.scrapes += 1
+                if self.path != "/metrics":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                body = state_ref.state.render().encode()
+                self.send_response(state_ref.state.status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_port}/metrics"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture
+def vllm_server() -> Iterator[FakeVllmServer]:
+    server = FakeVllmServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """A 127.0.0.1 URL where nothing listens (vLLM down)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"

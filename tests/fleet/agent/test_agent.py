@@ -1,0 +1,228 @@
+"""The agent loop with fakes: fake NVML, fake vLLM on 127.0.0.1, a recording CMS sink, a fake clock."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+
+import pynvml
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet.agent.clock import FakeClock
+from fleet.agent.fake_nvml import FakeGpu, FakeNvml
+from fleet.agent.prom import make_registry, serve
+from fleet.agent.publish import CmsPublisher
+from fleet.agent.run import Agent, AgentConfig
+from fleet.agent.sample import INSTANCE_METRICS_READ_BY_SERVICE, instance_values, to_points
+
+HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+SW_POWER = pynvml.nvmlClocksEventReasonSwPowerCap
+INSTANCE = "i-bp1agent000000001"
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def put_custom_metrics(self, metrics) -> None:
+        self.sent.extend(metrics)
+
+    def values(self, name: str, dims: dict | None = None) -> list[float]:
+        dims = dims or {"instanceId": INSTANCE}
+        return [m.value for m in self.sent if m.name == name and dict(m.dimensions) == dims]
+
+
+def make_agent(url: str, nvml=None, clock=None, sink=None, period_s: float = 15.0) -> Agent:
+    return Agent(
+        AgentConfig(instance_id=INSTANCE, vllm_url=url, period_s=period_s),
+        nvml=nvml if nvml is not None else FakeNvml([FakeGpu(), FakeGpu()]),
+        clock=clock or FakeClock(),
+        publisher=CmsPublisher(sink) if sink is not None else None,
+    )
+
+
+def test_run_takes_one_sample_per_period_on_the_clock(vllm_server):
+    clock = FakeClock()
+    start = clock.monotonic()
+    taken = make_agent(vllm_server.url, clock=clock).run(threading.Event(), max_samples=3)
+    assert taken == 3
+    assert clock.monotonic() - start == pytest.approx(45.0)
+
+
+def test_published_queue_depth_is_what_vllm_reported(vllm_server):
+    sink = RecordingSink()
+    agent = make_agent(vllm_server.url, sink=sink)
+    agent.prime()
+    vllm_server.state.waiting = 42
+    agent.step()
+    assert sink.values("vllm_num_requests_waiting") == [42.0]
+
+
+def test_every_name_the_service_reads_is_published_when_available(vllm_server):
+    gpus = [FakeGpu(), FakeGpu()]
+    clock = FakeClock()
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), clock=clock)
+    agent.prime()
+    vllm_server.state.finish_requests(50, ttft_s=0.3, tpot_s=0.03, e2e_s=2.0)
+    gpus[0].push_xid(94)
+    clock.advance(15)
+    names = set(instance_values(agent.step()))
+    assert set(INSTANCE_METRICS_READ_BY_SERVICE) <= names
+
+
+def test_instance_aggregates_over_gpus(vllm_server):
+    gpus = [
+        FakeGpu(clock_event_reasons=HW_THERMAL, mem_util_pct=40, sm_clock_mhz=1980),
+        FakeGpu(
+            clock_event_reasons=SW_POWER | pynvml.nvmlClocksEventReasonGpuIdle,
+            mem_util_pct=95,
+            sm_clock_mhz=990,
+        ),
+    ]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    values = instance_values(agent.step())
+    assert values["gpu_throttle_reasons"] == HW_THERMAL | SW_POWER  # OR of GPUs, idle bit excluded
+    assert values["gpu_mem_bw_util"] == 95.0  # max
+    assert values["gpu_sm_clock_ratio"] == pytest.approx(0.5)  # min
+
+
+def test_gpu_xid_is_published_only_in_a_period_with_an_xid(vllm_server):
+    gpus = [FakeGpu(), FakeGpu()]
+    sink = RecordingSink()
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), sink=sink)
+    agent.prime()
+    agent.step()
+    gpus[1].push_xid(48)
+    agent.step()
+    agent.step()
+    assert sink.values("gpu_xid") == [48.0]
+    assert sink.values("gpu_device_xid", {"instanceId": INSTANCE, "gpu": "1"}) == [48.0]
+
+
+def test_per_gpu_points_carry_the_gpu_dimension(vllm_server):
+    gpus = [FakeGpu(temperature_c=51), FakeGpu(temperature_c=88)]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    temps = {
+        p.dimensions["gpu"]: p.value for p in to_points(agent.step()) if p.name == "gpu_device_temperature_c"
+    }
+    assert temps == {"0": 51.0, "1": 88.0}
+
+
+def test_instance_level_points_have_only_the_instance_dimension(vllm_server):
+    agent = make_agent(vllm_server.url)
+    agent.prime()
+    for point in to_points(agent.step()):
+        if not point.name.startswith("gpu_device_"):
+            assert point.dimensions == {"instanceId": INSTANCE}
+
+
+def test_gpu_lost_mid_run_keeps_the_loop_going(vllm_server):
+    gpus = [FakeGpu(), FakeGpu()]
+    clock = FakeClock()
+    sink = RecordingSink()
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), clock=clock, sink=sink)
+    stop = threading.Event()
+    seen = []
+
+    def on_sample(sample):
+        seen.append(sample)
+        if len(seen) == 1:
+            gpus[0].lose()
+
+    assert agent.run(stop, max_samples=3, on_sample=on_sample) == 3
+    assert sink.values("gpu_lost") == [0.0, 1.0, 1.0]
+    assert sink.values("gpu_device_lost", {"instanceId": INSTANCE, "gpu": "0"}) == [0.0, 1.0, 1.0]
+    assert sink.values("gpu_xid") == [79.0]
+    assert len(sink.values("gpu_device_temperature_c", {"instanceId": INSTANCE, "gpu": "1"})) == 3
+
+
+def test_nvml_missing_still_publishes_vllm_and_says_so(vllm_server):
+    sink = RecordingSink()
+    vllm_server.state.waiting = 3
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(library_missing=True), sink=sink)
+    agent.prime()
+    sample = agent.step()
+    assert not sample.gpu.nvml_ok
+    assert sink.values("gpu_nvml_up") == [0.0]
+    assert sink.values("vllm_num_requests_waiting") == [3.0]
+    assert sink.values("gpu_throttle_reasons") == []
+
+
+def test_vllm_down_is_published_as_vllm_up_0_and_gpus_still_are(closed_port_url):
+    sink = RecordingSink()
+    agent = make_agent(closed_port_url, sink=sink)
+    assert agent.run(threading.Event(), max_samples=2) == 2
+    assert sink.values("vllm_up") == [0.0, 0.0]
+    assert sink.values("vllm_num_requests_waiting") == []
+    assert len(sink.values("gpu_device_util_pct", {"instanceId": INSTANCE, "gpu": "0"})) == 2
+
+
+def test_an_unexpected_failure_in_one_period_does_not_stop_the_loop(vllm_server):
+    calls = {"n": 0}
+
+    def flaky_fetch(url: str) -> str:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first period's scrape (after the priming one)
+            raise RuntimeError("boom")
+        return vllm_server.state.render()
+
+    agent = Agent(
+        AgentConfig(instance_id=INSTANCE, vllm_url=vllm_server.url),
+        nvml=FakeNvml(),
+        clock=FakeClock(),
+        vllm_fetch=flaky_fetch,
+    )
+    assert agent.run(threading.Event(), max_samples=3) == 2
+    assert agent.counters().sample_errors_total == 1
+
+
+def test_clock_jump_is_repaired_in_published_timestamps(vllm_server):
+    clock = FakeClock()
+    sink = RecordingSink()
+    agent = make_agent(vllm_server.url, clock=clock, sink=sink)
+    agent.prime()
+    first = agent.step().timestamp_ms
+    clock.advance(15)
+    clock.step_wall(10 * 365 * 86_400)  # the wall clock leaps a decade
+    second = agent.step().timestamp_ms
+    assert second - first == 15_000
+    assert agent.counters().clock_repairs_total == 1
+
+
+def test_stop_event_ends_the_loop(vllm_server):
+    stop = threading.Event()
+    agent = make_agent(vllm_server.url)
+    taken = agent.run(stop, on_sample=lambda s: stop.set())
+    assert taken == 1
+
+
+def test_prometheus_endpoint_serves_the_latest_sample(vllm_server):
+    gpus = [FakeGpu(temperature_c=77, clock_event_reasons=HW_THERMAL)]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    vllm_server.state.waiting = 9
+    agent.step()
+    server, _ = serve(make_registry(agent.prometheus_collector()), "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("vllm_num_requests_waiting", (("instance_id", INSTANCE),))] == 9.0
+    assert samples[("gpu_device_temperature_c", (("gpu", "0"), ("instance_id", INSTANCE)))] == 77.0
+    reason_key = (
+        "gpu_device_clock_event_reason",
+        (("gpu", "0"), ("instance_id", INSTANCE), ("reason", "hw_thermal_slowdown")),
+    )
+    assert samples[reason_key] == 1.0
+    assert samples[("fleet_agent_samples_total", ())] == 1.0

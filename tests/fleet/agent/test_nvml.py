@@ -1,0 +1,168 @@
+"""GpuCollector against the fake NVML: readings, throttle decoding, XID events, lost GPUs, NVML missing."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from fleet.agent.fake_nvml import FakeGpu, FakeNvml
+from fleet.agent.nvml import THROTTLE_MASK, GpuCollector, decode_clock_event_reasons
+
+HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+SW_POWER = pynvml.nvmlClocksEventReasonSwPowerCap
+HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
+HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+IDLE = pynvml.nvmlClocksEventReasonGpuIdle
+
+
+def test_the_real_pynvml_module_satisfies_the_protocol_names():
+    from fleet.agent.nvml import Nvml
+
+    wanted = [name for name in vars(Nvml) if name.startswith("nvml")]
+    assert wanted and all(callable(getattr(pynvml, name, None)) for name in wanted)
+
+
+def test_readings_convert_nvml_units():
+    gpu = FakeGpu(
+        power_mw=412_500,
+        power_limit_mw=500_000,
+        mem_used_bytes=48 * 1024**3,
+        mem_total_bytes=96 * 1024**3,
+        sm_clock_mhz=1485,
+        sm_clock_max_mhz=1980,
+    )
+    snap = GpuCollector(FakeNvml([gpu])).read()
+    reading = snap.gpus[0]
+    assert snap.nvml_ok
+    assert reading.power_w == pytest.approx(412.5)
+    assert reading.power_limit_w == pytest.approx(500.0)
+    assert reading.mem_used_pct == pytest.approx(50.0)
+    assert reading.sm_clock_ratio == pytest.approx(1485 / 1980)
+
+
+def test_temperature_and_its_thresholds_are_read():
+    reading = GpuCollector(FakeNvml([FakeGpu(temperature_c=91, slowdown_c=87, shutdown_c=92)])).read().gpus[0]
+    assert (reading.temperature_c, reading.temperature_slowdown_c, reading.temperature_shutdown_c) == (
+        91,
+        87,
+        92,
+    )
+
+
+def test_memory_bandwidth_utilization_comes_from_utilization_memory():
+    reading = GpuCollector(FakeNvml([FakeGpu(util_pct=100, mem_util_pct=93)])).read().gpus[0]
+    assert (reading.util_pct, reading.mem_bw_util_pct) == (100.0, 93.0)
+
+
+@pytest.mark.parametrize(
+    ("mask", "names"),
+    [
+        (HW_THERMAL, ["hw_thermal_slowdown"]),
+        (SW_THERMAL | SW_POWER, ["sw_power_cap", "sw_thermal_slowdown"]),
+        (HW_SLOWDOWN | HW_POWER_BRAKE, ["hw_slowdown", "hw_power_brake_slowdown"]),
+        (IDLE, ["gpu_idle"]),
+        (0, []),
+    ],
+)
+def test_clock_event_reasons_decode_to_names(mask, names):
+    assert decode_clock_event_reasons(mask) == names
+
+
+def test_throttle_mask_keeps_distress_bits_and_drops_idle():
+    reading = GpuCollector(FakeNvml([FakeGpu(clock_event_reasons=IDLE | HW_THERMAL)])).read().gpus[0]
+    assert reading.clock_event_reasons_raw == IDLE | HW_THERMAL
+    assert reading.throttle_reasons == HW_THERMAL
+
+
+def test_throttle_mask_is_the_five_slowdown_reasons_from_nvml():
+    assert THROTTLE_MASK == SW_POWER | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+
+
+def test_legacy_driver_falls_back_to_throttle_reasons_call():
+    reading = (
+        GpuCollector(FakeNvml([FakeGpu(clock_event_reasons=SW_POWER, legacy_driver=True)])).read().gpus[0]
+    )
+    assert reading.throttle_reasons == SW_POWER
+
+
+def test_ecc_volatile_counts_are_read():
+    reading = GpuCollector(FakeNvml([FakeGpu(ecc_uncorrected=2, ecc_corrected=17)])).read().gpus[0]
+    assert (reading.ecc_uncorrected_volatile, reading.ecc_corrected_volatile) == (2, 17)
+
+
+def test_unsupported_fields_are_absent_not_errors():
+    gpu = FakeGpu(ecc_uncorrected=None, ecc_corrected=None, slowdown_c=None, power_limit_mw=None)
+    reading = GpuCollector(FakeNvml([gpu])).read().gpus[0]
+    assert reading.error is None and not reading.lost
+    assert reading.ecc_uncorrected_volatile is None and reading.temperature_slowdown_c is None
+    assert reading.power_limit_w is None and reading.power_w is not None
+
+
+def test_xid_events_are_drained_once_with_their_gpu():
+    gpus = [FakeGpu(), FakeGpu()]
+    collector = GpuCollector(FakeNvml(gpus))
+    collector.start()
+    gpus[1].push_xid(48)
+    gpus[1].push_xid(63)
+    first = collector.read()
+    assert [(e.gpu_index, e.xid) for e in first.xid_events] == [(1, 48), (1, 63)]
+    assert first.gpus[1].last_xid == 63 and first.gpus[0].last_xid is None
+    assert collector.read().xid_events == []
+
+
+def test_xid_unsupported_board_still_reads():
+    snap = GpuCollector(FakeNvml([FakeGpu(xid_supported=False)])).read()
+    assert snap.nvml_ok and not snap.xid_supported and snap.gpus[0].util_pct is not None
+
+
+def test_gpu_lost_mid_run_is_reported_and_others_still_read():
+    gpus = [FakeGpu(temperature_c=60), FakeGpu(temperature_c=61)]
+    collector = GpuCollector(FakeNvml(gpus))
+    assert collector.read().lost_count == 0
+    gpus[0].lose()
+    snap = collector.read()
+    assert snap.nvml_ok
+    assert snap.gpus[0].lost and "GpuIsLost" in (snap.gpus[0].error or "")
+    assert snap.gpus[1].temperature_c == 61 and not snap.gpus[1].lost
+    assert [e.xid for e in snap.xid_events] == [79]
+
+
+def test_nvml_missing_is_reported_not_raised():
+    snap = GpuCollector(FakeNvml(library_missing=True)).read()
+    assert not snap.nvml_ok
+    assert "LibraryNotFound" in (snap.error or "")
+    assert snap.gpus == []
+
+
+def test_nvml_missing_is_retried_each_period_and_recovers():
+    nvml = FakeNvml(library_missing=True)
+    collector = GpuCollector(nvml)
+    assert not collector.read().nvml_ok
+    nvml.library_missing = False  # the driver got installed
+    assert collector.read().nvml_ok
+    assert nvml.init_calls == 2
+
+
+def test_driver_unloaded_mid_run_reports_and_reinitializes():
+    nvml = FakeNvml([FakeGpu()])
+    collector = GpuCollector(nvml)
+    assert collector.read().nvml_ok
+    nvml.driver_unloaded = True
+    down = collector.read()
+    assert not down.nvml_ok and "DriverNotLoaded" in (down.error or "")
+    nvml.driver_unloaded = False
+    assert collector.read().nvml_ok
+
+
+def test_no_nvml_object_at_all_is_reported():
+    snap = GpuCollector(None).read()
+    assert not snap.nvml_ok and snap.error
+
+
+def test_real_nvml_without_a_driver_reports_instead_of_raising():
+    # This machine has no NVIDIA driver: the real pynvml fails to load its library, and that is a reading.
+    snap = GpuCollector(pynvml).read()  # type: ignore[arg-type]
+    if snap.nvml_ok:
+        pytest.skip("an NVIDIA driver is present here; this test is about machines without one")
+    assert snap.error
