@@ -1,13 +1,159 @@
-"""decide(snapshot, spec, history, now) -> Plan: one decision for every group (work in progress)."""
+"""decide(snapshot, spec, history, now) -> Plan: one decision for every group, pure.
+
+For each group in the spec: read the snapshot (observe.py), advance the incidents (isolation.py) and then set
+the serving target (scaling.py), so that the target already includes the surge that an isolation needs. The
+input history is never modified: the plan carries the new one.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from policies.model import History, Plan, Snapshot
-from policies.spec import PolicySpec
+from policies.isolation import run as run_isolation
+from policies.model import (
+    OPEN_STATES,
+    GroupHistory,
+    GroupPlan,
+    GroupSnapshot,
+    History,
+    InstanceSnapshot,
+    Plan,
+    PlanWarning,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    WarningCode,
+)
+from policies.observe import classify
+from policies.scaling import plan_scaling
+from policies.schedule import bounds
+from policies.spec import GroupSpec, PolicySpec
 
 
 def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: datetime) -> Plan:
-    """The plan for ``now`` (aware) given what was observed and what was remembered."""
-    return Plan(at=now, history=history or History())
+    """The plan for ``now`` (timezone-aware) from what was observed and what was remembered.
+
+    ``spec`` is a ``PolicySpec`` or anything with ``groups`` of ``GroupSpec`` (``fleet.config.FleetConfig``).
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be timezone-aware")
+    hist = history.model_copy(deep=True) if history is not None else History()
+    plans: list[GroupPlan] = []
+    warnings: list[PlanWarning] = []
+    specs: list[GroupSpec] = list(spec.groups)
+    known = {g.name for g in specs}
+    for group in snapshot.groups:
+        if group.name not in known:
+            warnings.append(
+                PlanWarning(
+                    code=WarningCode.GROUP_NOT_IN_SPEC,
+                    group=group.name,
+                    detail="observed but not configured: ignored",
+                )
+            )
+    for gspec in specs:
+        gh = hist.groups.setdefault(gspec.name, GroupHistory())
+        group = snapshot.group(gspec.name)
+        if group is None:
+            bnd = bounds(gspec, now)
+            w = PlanWarning(
+                code=WarningCode.GROUP_NOT_OBSERVED,
+                group=gspec.name,
+                detail="no observation this tick: nothing changes",
+            )
+            plans.append(
+                GroupPlan(
+                    group=gspec.name,
+                    scaling_group_id=gspec.scaling_group_id,
+                    reason=ReasonCode.GROUP_NOT_OBSERVED,
+                    reasons=[Reason(code=ReasonCode.GROUP_NOT_OBSERVED, detail=w.detail)],
+                    serving_target=gh.last_target or bnd.floor,
+                    target_capacity=gh.last_target or bnd.floor,
+                    floor=bnd.floor,
+                    ceiling=bnd.ceiling,
+                    active_schedules=list(bnd.active),
+                    incidents=[i for i in gh.incidents if i.state in OPEN_STATES],
+                    warnings=[w],
+                )
+            )
+            warnings.append(w)
+            continue
+        plan = _decide_group(gspec, group, gh, now)
+        plans.append(plan)
+        warnings.extend(plan.warnings)
+    hist.updated_at = now
+    return Plan(at=now, groups=plans, warnings=warnings, history=hist)
+
+
+def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: datetime) -> GroupPlan:
+    view = classify(group)
+    bnd = bounds(spec, now)
+    warnings: list[PlanWarning] = []
+    for inst in view.unknown:
+        warnings.append(
+            PlanWarning(
+                code=WarningCode.UNKNOWN_LIFECYCLE_STATE,
+                group=group.name,
+                instance_id=inst.instance_id,
+                detail=f"lifecycle state {inst.lifecycle_state!r} is not counted",
+            )
+        )
+    iso = run_isolation(spec, gh, group, view, bnd.floor, now)
+    sc = plan_scaling(spec, gh, group, view, bnd, now, iso.leaving_serving, iso.unreplaced, gh.breaker.open)
+    warnings.extend(sc.warnings)
+    warnings.extend(iso.warnings)
+
+    target_capacity = sc.serving_target + len(view.standby)
+    reason, reasons = sc.reason, sc.reasons
+    desired: int | None = target_capacity
+    if group.paused:
+        desired = None
+        reason = ReasonCode.PAUSED
+        reasons = [Reason(code=ReasonCode.PAUSED, detail="scaling paused by an operator")] + reasons
+    elif group.desired_capacity is not None and group.desired_capacity == target_capacity:
+        desired = None
+    if not group.paused:
+        if gh.last_target is not None and sc.base != gh.last_target:
+            gh.last_scale_at = now
+            if sc.base < gh.last_target:
+                gh.last_scale_in_at = now
+        gh.last_target = sc.base
+    observed = (
+        group.desired_capacity
+        if group.desired_capacity is not None
+        else (view.current_serving + len(view.standby))
+    )
+    direction = "none"
+    if desired is not None and desired != observed:
+        direction = "up" if desired > observed else "down"
+
+    # scale-in victims: suspect instances first, then ones still starting, then the newest
+    degraded = [i for i in iso.degraded if any(x.instance_id == i for x in view.serving + view.pending)]
+
+    def age_key(inst: InstanceSnapshot) -> tuple[float, str]:
+        return (inst.created_at.timestamp() if inst.created_at else 0.0, inst.instance_id)
+
+    rest = sorted(view.pending, key=age_key, reverse=True) + sorted(view.serving, key=age_key, reverse=True)
+    order = degraded + [i.instance_id for i in rest if i.instance_id not in degraded]
+
+    return GroupPlan(
+        group=group.name,
+        scaling_group_id=group.scaling_group_id or spec.scaling_group_id,
+        in_service=len(view.serving),
+        pending=len(view.pending),
+        standby=len(view.standby),
+        current_serving=view.current_serving,
+        serving_target=sc.serving_target,
+        target_capacity=target_capacity,
+        desired_capacity=desired,
+        direction=direction,
+        reason=reason,
+        reasons=reasons,
+        floor=bnd.floor,
+        ceiling=bnd.ceiling,
+        active_schedules=list(bnd.active),
+        scale_in_order=order,
+        steps=iso.steps,
+        incidents=[i.model_copy(deep=True) for i in gh.incidents if i.state in OPEN_STATES],
+        warnings=warnings,
+    )

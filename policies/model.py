@@ -124,7 +124,11 @@ class IncidentState(StrEnum):
 
 
 PRE_ISOLATION_STATES = (IncidentState.DETECTED, IncidentState.ACKNOWLEDGED, IncidentState.CAPACITY_PROTECTED)
-OPEN_STATES = PRE_ISOLATION_STATES + (IncidentState.ISOLATED, IncidentState.REMEDIATING, IncidentState.REMEDIATED)
+OPEN_STATES = PRE_ISOLATION_STATES + (
+    IncidentState.ISOLATED,
+    IncidentState.REMEDIATING,
+    IncidentState.REMEDIATED,
+)
 
 # ---- snapshot ----------------------------------------------------------------------------------------------
 
@@ -157,12 +161,14 @@ class InstanceSnapshot(_Model):
     instance_id: str
     lifecycle_state: str = Field(
         default="InService",
-        description="ESS: InService, Pending, Pending:Wait, Protected, Standby, Stopped, Removing, Removing:Wait",
+        description="ESS: InService, Pending, Pending:Wait, Protected, Standby, Stopped, Removing, ...",
     )
     health_status: str = "Healthy"
     created_at: AwareDatetime | None = None
     zone_id: str | None = None
-    metrics: dict[str, MetricSample] = Field(default_factory=dict, description="canonical name -> latest sample")
+    metrics: dict[str, MetricSample] = Field(
+        default_factory=dict, description="canonical name -> latest sample"
+    )
     xids: list[XidEvent] = Field(default_factory=list, description="XID events seen since the last snapshot")
     events: list[SystemEvent] = Field(default_factory=list)
 
@@ -276,6 +282,7 @@ class Incident(_Model):
     remediated_at: AwareDatetime | None = None
     closed_at: AwareDatetime | None = None
     outcome: str | None = None
+    failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per step action")
     evidence: dict[str, Scalar] = Field(default_factory=dict)
     timeline: list[TimelineEntry] = Field(default_factory=list)
 
@@ -291,7 +298,9 @@ class BreakerState(_Model):
 
 
 class GroupHistory(_Model):
-    last_target: int | None = Field(default=None, description="the serving target last decided")
+    last_target: int | None = Field(
+        default=None, description="the healthy serving target last decided (without isolation surges)"
+    )
     last_scale_at: AwareDatetime | None = None
     last_scale_in_at: AwareDatetime | None = None
     recommendations: list[Recommendation] = Field(default_factory=list)
@@ -329,7 +338,9 @@ class PlanWarning(_Model):
 
 
 class IsolationStep(_Model):
-    step_id: str = Field(description="stable per incident, action and attempt: derive the ClientToken from it")
+    step_id: str = Field(
+        description="stable per incident, action and attempt: derive the ClientToken from it"
+    )
     incident_id: str
     instance_id: str
     action: StepAction
@@ -347,7 +358,9 @@ class GroupPlan(_Model):
     current_serving: int = Field(0, description="InService + Pending + ordered but not yet launched")
     serving_target: int = Field(0, description="InService + Pending wanted")
     target_capacity: int = Field(0, description="ESS DesiredCapacity wanted: serving_target + Standby")
-    desired_capacity: int | None = Field(None, description="target_capacity when a write is needed, else None")
+    desired_capacity: int | None = Field(
+        None, description="target_capacity when a write is needed, else None"
+    )
     direction: Literal["up", "down", "none"] = "none"
     reason: ReasonCode = ReasonCode.HOLD
     reasons: list[Reason] = Field(default_factory=list)

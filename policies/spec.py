@@ -141,7 +141,7 @@ def parse_clock(value: Any) -> time:
         # YAML 1.1 reads an unquoted 09:00 as the sexagesimal number 540
         value = f"{value // 60:02d}:{value % 60:02d}"
     if not isinstance(value, str) or not re.fullmatch(r"\d{1,2}:\d{2}", value.strip()):
-        raise ValueError(f"{value!r} is not a time of day; write HH:MM, e.g. \"09:00\"")
+        raise ValueError(f'{value!r} is not a time of day; write HH:MM, e.g. "09:00"')
     hh, mm = (int(x) for x in value.strip().split(":"))
     if (hh, mm) == (24, 0):
         return time(0, 0)
@@ -161,7 +161,7 @@ ClockTime = Annotated[
 def parse_count_or_percent(value: Any) -> int | str:
     """An instance count (``2``) or a percentage of the group (``"20%"``)."""
     if isinstance(value, bool):
-        raise ValueError("expected a count such as 2 or a percentage such as \"20%\"")
+        raise ValueError('expected a count such as 2 or a percentage such as "20%"')
     if isinstance(value, int):
         if value < 0:
             raise ValueError("cannot be negative")
@@ -180,7 +180,7 @@ def parse_count_or_percent(value: Any) -> int | str:
             return f"{pct:g}%"
         if text.isdigit():
             return int(text)
-    raise ValueError(f"{value!r}: expected a count such as 2 or a percentage such as \"20%\"")
+    raise ValueError(f'{value!r}: expected a count such as 2 or a percentage such as "20%"')
 
 
 CountOrPercent = Annotated[
@@ -189,7 +189,7 @@ CountOrPercent = Annotated[
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^\d+(\.\d+)?%$"}],
-            "description": "an instance count or a percentage of the group such as \"20%\"",
+            "description": 'an instance count or a percentage of the group such as "20%"',
         }
     ),
 ]
@@ -221,8 +221,8 @@ class _Model(BaseModel):
 class Schedule(_Model):
     """A recurring window that raises the floor (and may cap the group) while it is active.
 
-    Either ``days`` + ``start`` + ``end`` (local time in ``timezone``; ``end`` earlier than ``start`` means the
-    window runs past midnight into the next day; equal means 24 hours, so 00:00-24:00 is the whole day) or
+    Either ``days`` + ``start`` + ``end`` (local time in ``timezone``; ``end`` earlier than ``start`` means
+    the window runs past midnight into the next day; equal means 24 hours, so 00:00-24:00 is the whole day) or
     ``cron`` (the window's start, evaluated in ``timezone``)
     + ``duration``.
     """
@@ -235,11 +235,17 @@ class Schedule(_Model):
     cron: str | None = None
     duration_s: Duration | None = Field(default=None, alias="duration")
     floor: int = Field(
-        default=0, ge=0, validation_alias=AliasChoices("min", "floor"), serialization_alias="min",
+        default=0,
+        ge=0,
+        validation_alias=AliasChoices("min", "floor"),
+        serialization_alias="min",
         description="instances kept InService + Pending while the window is active",
     )
     ceiling: int | None = Field(
-        default=None, ge=0, validation_alias=AliasChoices("max", "ceiling"), serialization_alias="max",
+        default=None,
+        ge=0,
+        validation_alias=AliasChoices("max", "ceiling"),
+        serialization_alias="max",
         description="optional cap while the window is active (see docs/policies.md for overlaps)",
     )
 
@@ -268,7 +274,9 @@ class Schedule(_Model):
             if not self.duration_s:
                 raise ValueError("a cron window needs a positive duration, e.g. duration: 9h")
             if self.days is not None:
-                raise ValueError("days does not apply to a cron window (put the weekdays in the cron expression)")
+                raise ValueError(
+                    "days does not apply to a cron window (put the weekdays in the cron expression)"
+                )
         else:
             if self.start is None or self.end is None:
                 raise ValueError("a window needs start and end (HH:MM) or cron + duration")
@@ -293,10 +301,10 @@ Aggregation = Literal["per_instance", "mean", "max", "min", "sum"]
 class MetricRule(_Model):
     """A scaling rule in LLM terms: ``{metric: ttft_p99_ms, above: 800, for: 60s}``.
 
-    Scale-out rules use ``above`` and scale-in rules ``below``. ``above`` may be written ``"2x"`` together with
-    ``baseline`` (a value in the metric's unit) for "twice the baseline". ``target`` sets the per-instance
-    target of the target form (desired = ceil(total / target)); it defaults to the threshold for
-    ``queue_waiting_per_instance`` and is unused otherwise (ratio form: desired = ceil(N * value / threshold)).
+    Scale-out rules use ``above`` and scale-in rules ``below``. ``above`` may be written ``"2x"`` together
+    with ``baseline`` (a value in the metric's unit) for "twice the baseline". ``target`` sets the
+    per-instance target of the target form (desired = ceil(total / target)); it defaults to the threshold for
+    ``queue_waiting_per_instance``; otherwise the ratio form desired = ceil(N * value / threshold) applies.
     """
 
     metric: str
@@ -377,10 +385,11 @@ class ScaleInRule(MetricRule):
 
 
 class Stabilization(_Model):
-    """Fast up, slow down. Defaults follow the Kubernetes HPA and Knative/AIBrix KPA (see docs/policies.md)."""
+    """Fast up, slow down; defaults follow the Kubernetes HPA and Knative/AIBrix KPA (docs/policies.md)."""
 
     scale_in_window_s: Duration = Field(
-        default=600.0, alias="scale_in_window",
+        default=600.0,
+        alias="scale_in_window",
         description="scale in only to the highest recommendation seen in this window (HPA-style)",
     )
     tolerance: float = Field(default=0.1, ge=0, lt=1, description="ignore changes within this fraction")
@@ -442,12 +451,16 @@ class IsolationRule(_Model):
 
     @model_validator(mode="after")
     def _one_detector(self) -> IsolationRule:
-        kinds = [k for k, on in (
-            ("xid", self.xids is not None),
-            ("event", self.events is not None),
-            ("throttle", self.throttle_reasons is not None),
-            ("outlier", self.peer_factor is not None),
-        ) if on]
+        kinds = [
+            k
+            for k, on in (
+                ("xid", self.xids is not None),
+                ("event", self.events is not None),
+                ("throttle", self.throttle_reasons is not None),
+                ("outlier", self.peer_factor is not None),
+            )
+            if on
+        ]
         if len(kinds) > 1:
             raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
         if kinds:
@@ -469,7 +482,8 @@ class IsolationRule(_Model):
                 raise ValueError("a metric rule needs exactly one of above or below")
         if self.metric is not None and self.metric not in _INSTANCE_THRESHOLD_METRICS:
             raise ValueError(
-                f"unknown instance metric {self.metric!r}{_suggest(self.metric, _INSTANCE_THRESHOLD_METRICS)}; "
+                f"unknown instance metric {self.metric!r}"
+                f"{_suggest(self.metric, _INSTANCE_THRESHOLD_METRICS)}; "
                 "valid: " + ", ".join(sorted(_INSTANCE_THRESHOLD_METRICS))
             )
         return self
@@ -507,17 +521,28 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
     """The rules of issue 3 when a group lists none (power cap is left out: a busy GPU hits it normally)."""
     return (
         IsolationRule(name="gpu_overheat", metric=m.GPU_TEMPERATURE_C, above=85, for_s=120, action="reboot"),
-        IsolationRule(name="gpu_memory_full", metric=m.GPU_MEM_USED_PCT, above=90, for_s=300, action="reboot"),
         IsolationRule(
-            name="gpu_throttled", throttle_reasons=("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
-            samples=4, action="reboot",
+            name="gpu_memory_full", metric=m.GPU_MEM_USED_PCT, above=90, for_s=300, action="reboot"
+        ),
+        IsolationRule(
+            name="gpu_throttled",
+            throttle_reasons=("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
+            samples=4,
+            action="reboot",
         ),
         IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
-        IsolationRule(name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"),
+        IsolationRule(
+            name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"
+        ),
         IsolationRule(name="ecs_system_failure", events=("SystemFailure.*",), action="replace"),
         IsolationRule(name="ecs_maintenance", events=("SystemMaintenance.*",), action="reboot"),
         IsolationRule(
-            name="latency_outlier", metric=m.TTFT_P99_MS, peer_factor=3.0, for_s=300, min_value=200, action="hold"
+            name="latency_outlier",
+            metric=m.TTFT_P99_MS,
+            peer_factor=3.0,
+            for_s=300,
+            min_value=200,
+            action="hold",
         ),
     )
 
@@ -550,11 +575,16 @@ class IsolationSpec(_Model):
     respond_within_s: Duration = Field(default=900.0, alias="respond_within")
     isolate_within_s: Duration = Field(default=14400.0, alias="isolate_within")
     at_risk_fraction: float = Field(
-        default=0.75, gt=0, lt=1, description="flag an SLA at risk once this fraction of its window has passed"
+        default=0.75,
+        gt=0,
+        lt=1,
+        description="flag an SLA at risk once this fraction of its window has passed",
     )
     drain_timeout_s: Duration = Field(default=600.0, alias="drain_timeout")
     health_check_timeout_s: Duration = Field(default=900.0, alias="health_check_timeout")
-    max_reboots: int = Field(default=2, ge=0, description="reboots of one instance per day before replacing it")
+    max_reboots: int = Field(
+        default=2, ge=0, description="reboots of one instance per day before replacing it"
+    )
     rules: tuple[IsolationRule, ...] = Field(default_factory=default_isolation_rules)
 
     @model_validator(mode="after")
@@ -576,7 +606,9 @@ class GroupSpec(_Model):
     min_size: int = Field(ge=0)
     max_size: int = Field(ge=1)
     warm_floor: int = Field(default=2, ge=0, description="never fewer InService + Pending instances")
-    cold_start_s: Duration = Field(default=180.0, description="order-to-serving time; floors start this early")
+    cold_start_s: Duration = Field(
+        default=180.0, description="order-to-serving time; floors start this early"
+    )
     schedules: tuple[Schedule, ...] = ()
     scale_out: tuple[ScaleOutRule, ...] = ()
     scale_in: tuple[ScaleInRule, ...] = ()
@@ -601,7 +633,9 @@ class GroupSpec(_Model):
             problems.append(f"warm_floor ({self.warm_floor}) is above max_size ({self.max_size})")
         for sched in self.schedules:
             if sched.floor > self.max_size:
-                problems.append(f"schedule {sched.name!r}: min ({sched.floor}) is above max_size ({self.max_size})")
+                problems.append(
+                    f"schedule {sched.name!r}: min ({sched.floor}) is above max_size ({self.max_size})"
+                )
             base = max(self.min_size, self.warm_floor)
             if sched.ceiling is not None and sched.ceiling < base:
                 problems.append(

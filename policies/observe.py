@@ -1,0 +1,126 @@
+"""Reading a group snapshot: instance classes by lifecycle state, fresh samples, group metric aggregates.
+
+A sample older than ``stale_after_s`` is *unknown*, never zero (KEDA #3065 scaled a fleet to its minimum at
+peak by reading an empty query as 0). Aggregates say how many InService instances they cover, so that a
+partial view can still drive a scale-out but never a scale-in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from policies import metrics as m
+from policies.model import GroupSnapshot, InstanceSnapshot, MetricSample
+
+SERVING_STATES = frozenset({"InService", "Protected"})
+PENDING_STATES = frozenset({"Pending", "Pending:Wait"})
+STANDBY_STATES = frozenset({"Standby"})
+LEAVING_STATES = frozenset({"Removing", "Removing:Wait", "Stopped", "Stopping"})
+KNOWN_STATES = SERVING_STATES | PENDING_STATES | STANDBY_STATES | LEAVING_STATES
+
+
+@dataclass
+class GroupView:
+    serving: list[InstanceSnapshot]
+    pending: list[InstanceSnapshot]
+    standby: list[InstanceSnapshot]
+    leaving: list[InstanceSnapshot]
+    unknown: list[InstanceSnapshot]
+    in_flight: int  # ordered through DesiredCapacity but not launched yet
+
+    @property
+    def current_serving(self) -> int:
+        return len(self.serving) + len(self.pending) + self.in_flight
+
+    @property
+    def size(self) -> int:
+        return len(self.serving) + len(self.pending) + len(self.standby)
+
+
+def classify(group: GroupSnapshot) -> GroupView:
+    serving, pending, standby, leaving, unknown = [], [], [], [], []
+    for inst in sorted(group.instances, key=lambda i: i.instance_id):
+        state = inst.lifecycle_state
+        if state in SERVING_STATES:
+            serving.append(inst)
+        elif state in PENDING_STATES:
+            pending.append(inst)
+        elif state in STANDBY_STATES:
+            standby.append(inst)
+        elif state in LEAVING_STATES:
+            leaving.append(inst)
+        else:
+            unknown.append(inst)
+    counted = len(serving) + len(pending) + len(standby)
+    in_flight = 0
+    if group.desired_capacity is not None and group.desired_capacity > counted:
+        # ESS accepted a higher DesiredCapacity but has not created the instances yet: capacity on the way
+        in_flight = group.desired_capacity - counted
+    return GroupView(serving, pending, standby, leaving, unknown, in_flight)
+
+
+def fresh(sample: MetricSample | None, now: datetime, stale_after_s: float) -> bool:
+    return (
+        sample is not None
+        and sample.at >= now - timedelta(seconds=stale_after_s)
+        and math.isfinite(sample.value)
+    )
+
+
+@dataclass
+class Aggregate:
+    """A group metric as seen now: ``value`` is None when unknown."""
+
+    metric: str
+    value: float | None
+    covered: int  # InService instances with a fresh sample (or all, for a direct group metric)
+    expected: int  # InService instances
+    missing: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.value is not None and self.covered >= self.expected
+
+
+def aggregate(
+    metric: str,
+    aggregation: str,
+    group: GroupSnapshot,
+    serving: list[InstanceSnapshot],
+    now: datetime,
+    stale_after_s: float,
+) -> Aggregate:
+    direct = group.group_metrics.get(metric)
+    if fresh(direct, now, stale_after_s):
+        assert direct is not None
+        return Aggregate(metric, direct.value, len(serving), len(serving))
+    source = m.GROUP_METRICS[metric][0]
+    values: list[float] = []
+    missing: list[str] = []
+    stale: list[str] = []
+    for inst in serving:
+        sample = inst.metrics.get(source)
+        if sample is None:
+            missing.append(inst.instance_id)
+        elif not fresh(sample, now, stale_after_s):
+            stale.append(inst.instance_id)
+        else:
+            values.append(sample.value)
+    if direct is not None and not values:
+        stale.append("<group>")
+    value: float | None
+    if not values:
+        value = None
+    elif aggregation in ("per_instance", "mean"):
+        # per_instance: sum over InService / their count; with partial coverage the known mean stands in
+        value = sum(values) / len(values)
+    elif aggregation == "max":
+        value = max(values)
+    elif aggregation == "min":
+        value = min(values)
+    else:  # sum
+        value = sum(values) * len(serving) / len(values)
+    return Aggregate(metric, value, len(values), len(serving), missing, stale)
