@@ -22,6 +22,7 @@ app = typer.Typer(
 # Modules under fleet.commands, each exposing ``register(app: typer.Typer) -> None``.
 COMMAND_MODULES: list[str] = [
     "agent",
+    "terraform",
 ]
 
 

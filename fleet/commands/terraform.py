@@ -1,0 +1,127 @@
+"""`fleet terraform`: export the module's variables from fleet.yaml, and check modules against the schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+
+from fleet.commands._common import console, fail
+
+terraform_app = typer.Typer(
+    name="terraform",
+    help="The Terraform module's variables from the service's config, and offline checks of the module.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(terraform_app, name="terraform")
+
+
+@terraform_app.command("export")
+def export(
+    config_path: Path = typer.Option(..., "--config", "-c", help="fleet.yaml, as the service runs it."),
+    output: Path = typer.Option(
+        Path("terraform.tfvars.json"), "--output", "-o", help="Where to write the variables ('-' for stdout)."
+    ),
+    group: str | None = typer.Option(None, "--group", help="The group to export (when there are several)."),
+    at: str | None = typer.Option(
+        None, "--at", help="ISO 8601 instant the scheduled tasks' first launches follow (default: now)."
+    ),
+) -> None:
+    """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
+    from fleet.config import ConfigError, load_config
+    from fleet.terraform_export import ExportError, build_tfvars
+
+    now = _parse_at(at)
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        fail(str(exc) or f"{config_path}: invalid config")
+    except OSError as exc:
+        fail(f"{config_path}: {exc.strerror or exc}")
+    try:
+        tfvars = build_tfvars(config, group, now=now)
+    except ExportError as exc:
+        fail(f"{config_path}: {exc}")
+    text = json.dumps(tfvars, indent=2) + "\n"
+    if str(output) == "-":
+        typer.echo(text, nl=False)
+        return
+    _write_atomically(output, text)
+    console.print(f"wrote {output} ({len(tfvars)} variables, group {tfvars['name']})", highlight=False)
+
+
+def _parse_at(at: str | None) -> datetime:
+    if at is None:
+        return datetime.now(UTC)
+    try:
+        value = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"--at: {at!r} is not an ISO 8601 instant such as 2026-12-01T08:00:00Z")
+    if value.tzinfo is None:
+        fail(f"--at: {at!r} has no timezone; add Z or an offset such as +08:00")
+    return value
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write next to the target and rename, so a failure never leaves half a file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        fail(f"--output: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        fail(f"--output: cannot write {path}: {exc.strerror or exc}")
+
+
+@terraform_app.command("check")
+def check(
+    directories: list[Path] = typer.Argument(..., help="Module directories (each checked on its own)."),
+    schema: Path | None = typer.Option(
+        None, "--schema", envvar="FLEET_TERRAFORM_SCHEMA",
+        help="alicloud-schema.json (default: ../shared/terraform/alicloud-schema.json next to the repo).",
+    ),
+    tfvars: list[Path] = typer.Option(
+        [], "--var-file", help="tfvars or tfvars.json whose values are checked too (repeatable)."
+    ),
+) -> None:
+    """Check modules against the provider schema offline: arguments, required ones, enumerated values."""
+    from fleet.terraform_check import check_module, default_schema_path, load_schema
+    from fleet.terraform_hcl import HclError, load_hcl_tfvars, load_json_tfvars
+
+    schema_path = schema or default_schema_path()
+    try:
+        loaded = load_schema(schema_path)
+    except (OSError, ValueError) as exc:
+        fail(f"--schema: cannot read {schema_path}: {exc}")
+    inputs: dict[str, list[object]] = {}
+    for path in tfvars:
+        try:
+            values = load_json_tfvars(path) if path.name.endswith(".json") else load_hcl_tfvars(path)
+        except (OSError, HclError, ValueError) as exc:
+            fail(f"--var-file: {exc}")
+        for key, value in values.items():
+            inputs.setdefault(key, []).append(value)
+    problems = []
+    for directory in directories:
+        if not directory.is_dir():
+            fail(f"{directory}: not a directory")
+        try:
+            problems.extend(check_module(directory, loaded, inputs=inputs))
+        except HclError as exc:
+            fail(str(exc))
+    for problem in problems:
+        typer.echo(str(problem), err=True)
+    if problems:
+        raise typer.Exit(1)
+    console.print(f"{len(directories)} module(s) match the provider schema", highlight=False)
