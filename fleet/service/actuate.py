@@ -1,0 +1,415 @@
+"""Actuate: carry out a Plan through the adapters, idempotently, fenced by the lease, and audited.
+
+Every write is compared with what was observed first (no write when the cloud already says so) and carries a
+ClientToken derived from the decision, so a retry, a crash before the audit row, or a second replica never
+applies it twice:
+
+- scale: ``sha256(service | group id | target | group:scale:<n>)`` where n counts the scale writes already
+  applied for the group (from the store). A lost answer or a restart re-derives the same token; the next,
+  different decision gets n+1.
+- isolation steps: ``sha256(service | step_id)``; the policy's step ids are stable per incident, action and
+  attempt, and a step already recorded as done is never repeated.
+
+ESS activity conflicts (``Conflict``) and transient failures are recorded and tried again next tick; only a
+hard refusal is reported to the policy as a failed step. Guardrails are enforced again here (max isolated,
+breaker, floor), as the last line before the cloud. Dry run records what would be done and touches nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from fleet.cloud.clients import CloudClients
+from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, Throttled
+from fleet.service.metrics import ServiceMetrics
+from fleet.service.notify import Notification
+from fleet.service.observe import GroupObservation
+from fleet.service.store import DecisionRecord, Store
+from policies.model import GroupPlan, Incident, IsolationStep, StepAction
+from policies.spec import GroupSpec
+
+log = logging.getLogger(__name__)
+
+# Outcomes after which a step is done for good (never repeated, reported to the policy).
+DONE_OUTCOMES = frozenset({"applied", "failed", "notified", "recorded"})
+# Transient: nothing changed for sure; the next tick tries again with the same token.
+RETRY_OUTCOMES = frozenset({"conflict", "error", "fenced", "blocked"})
+_INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+
+
+def client_token(*parts: object) -> str:
+    """A ClientToken (ASCII, at most 64 characters, per ESS) derived from the decision's identity."""
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
+    return f"fleet-{digest[:40]}"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    group: str
+    kind: str
+    action: str
+    decision_id: str
+    outcome: str
+    reason: str = ""
+    target: int | None = None
+    instance_id: str | None = None
+    incident_id: str | None = None
+    client_token: str | None = None
+    request_id: str | None = None
+    error: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+class Actuator:
+    """Applies plans; ``fence()`` must say the lease is still ours right before each write."""
+
+    def __init__(
+        self,
+        clients: CloudClients,
+        store: Store,
+        *,
+        service: str,
+        metrics: ServiceMetrics,
+        dry_run: bool = False,
+        notify: Callable[[Notification], None] | None = None,
+        notify_scale_min_change: int = 1,
+    ) -> None:
+        self.clients = clients
+        self.store = store
+        self.service = service
+        self.metrics = metrics
+        self.dry_run = dry_run
+        self.notify = notify
+        self.notify_scale_min_change = notify_scale_min_change
+        self._dry_run_seen: set[tuple[str, str]] = set()
+
+    # -- scaling --------------------------------------------------------------------------------------
+    def scale(
+        self,
+        gp: GroupPlan,
+        observed: GroupObservation,
+        now: datetime,
+        epoch: int | None,
+        fence: Callable[[], bool],
+    ) -> ActionResult | None:
+        """Write the plan's desired capacity when it differs from what ESS has."""
+        target = gp.desired_capacity
+        if target is None or observed.group is None:
+            return None
+        group = observed.group
+        current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+        inputs = {
+            "observed_desired": current,
+            "in_service": gp.in_service,
+            "pending": gp.pending,
+            "standby": gp.standby,
+            "floor": gp.floor,
+            "ceiling": gp.ceiling,
+            "reasons": [r.model_dump(mode="json") for r in gp.reasons],
+        }
+        reason = _reason_text(gp)
+        if current == target:
+            return None  # already there (a write that landed before a restart, or ESS reconciled)
+        seq = self.store.applied_count(gp.group, "scale", "scale_to")
+        decision_id = f"{gp.group}:scale:{seq}"
+        token = client_token(self.service, group.group_id, target, decision_id)
+        base = ActionResult(
+            group=gp.group,
+            kind="scale",
+            action="scale_to",
+            decision_id=decision_id,
+            outcome="",
+            reason=reason,
+            target=target,
+            client_token=token,
+            inputs=inputs,
+        )
+        if self.dry_run:
+            key = (gp.group, f"scale:{target}")
+            if key in self._dry_run_seen:
+                return None
+            self._dry_run_seen = {k for k in self._dry_run_seen if k[0] != gp.group} | {key}
+            return self._record(replace(base, outcome="dry_run"), now, epoch)
+        if observed.activities_in_progress and group.desired_capacity is None:
+            # Without desired capacity ESS runs one activity at a time: ask again next tick.
+            return self._record(
+                replace(base, outcome="conflict", error="scaling activity in progress"), now, epoch
+            )
+        if not fence():
+            return self._record(
+                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+            )
+        try:
+            activity_id = self.clients.ess.scale_to(group.group_id, target, token)
+        except CloudError as exc:
+            self._cloud_error(exc)
+            return self._record(
+                replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
+                now,
+                epoch,
+            )
+        result = self._record(replace(base, outcome="applied", request_id=activity_id), now, epoch)
+        change = abs(target - current)
+        if self.notify is not None and change >= self.notify_scale_min_change:
+            direction = "out" if target > current else "in"
+            self.notify(
+                Notification(
+                    kind="scale",
+                    title=f"{gp.group}: scale {direction} {current} -> {target}",
+                    text=reason,
+                    group=gp.group,
+                    fields={"activity": activity_id, "floor": gp.floor, "ceiling": gp.ceiling},
+                )
+            )
+        return result
+
+    # -- isolation ------------------------------------------------------------------------------------
+    def steps(
+        self,
+        gp: GroupPlan,
+        spec: GroupSpec,
+        observed: GroupObservation,
+        breaker_open: bool,
+        now: datetime,
+        epoch: int | None,
+        fence: Callable[[], bool],
+        has_human_channel: bool,
+    ) -> list[ActionResult]:
+        results: list[ActionResult] = []
+        incidents = {i.incident_id: i for i in gp.incidents}
+        done = {
+            d.decision_id: d.outcome
+            for d in self.store.decisions(group=gp.group, kind="isolation", limit=500)
+        }
+        standby_now = observed.count("Standby")
+        for step in gp.steps:
+            if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == "dry_run":
+                continue
+            res = self._step(
+                step,
+                gp,
+                spec,
+                observed,
+                incidents.get(step.incident_id),
+                breaker_open,
+                standby_now,
+                now,
+                epoch,
+                fence,
+                has_human_channel,
+            )
+            if res is None:
+                continue
+            if res.action == "enter_standby" and res.outcome in ("applied", "dry_run"):
+                standby_now += 1
+            results.append(res)
+            if res.outcome == "fenced":
+                break
+        return results
+
+    def _step(
+        self,
+        step: IsolationStep,
+        gp: GroupPlan,
+        spec: GroupSpec,
+        observed: GroupObservation,
+        incident: Incident | None,
+        breaker_open: bool,
+        standby_now: int,
+        now: datetime,
+        epoch: int | None,
+        fence: Callable[[], bool],
+        has_human_channel: bool,
+    ) -> ActionResult | None:
+        action = step.action.value
+        base = ActionResult(
+            group=gp.group,
+            kind="isolation",
+            action=action,
+            decision_id=step.step_id,
+            outcome="",
+            reason=f"{step.reason.value}: {step.detail}".strip(": "),
+            instance_id=step.instance_id,
+            incident_id=step.incident_id,
+            inputs=dict(step.inputs),
+        )
+        if step.action in _INFORMATIONAL:
+            return None  # the target already carries the surge; waiting and draining need no call
+        if step.action in (StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE):
+            if self.dry_run:
+                return self._record(replace(base, outcome="dry_run"), now, epoch)
+            self._notify_step(step, gp, incident)
+            outcome = (
+                "notified" if has_human_channel and step.action == StepAction.ACKNOWLEDGE else "recorded"
+            )
+            return self._record(replace(base, outcome=outcome), now, epoch)
+
+        group = observed.group
+        if group is None:
+            return None
+        lifecycle = {i.instance_id: i.lifecycle_state for i in observed.instances}
+        state = lifecycle.get(step.instance_id)
+        token = client_token(self.service, step.step_id)
+        base = replace(base, client_token=token)
+
+        # Compare with what is observed before writing: the step may have landed before a restart.
+        if step.action == StepAction.ENTER_STANDBY and state == "Standby":
+            return self._record(
+                replace(base, outcome="applied", reason=base.reason + " (already Standby)"), now, epoch
+            )
+        if step.action == StepAction.EXIT_STANDBY and state == "InService":
+            return self._record(
+                replace(base, outcome="applied", reason=base.reason + " (already InService)"), now, epoch
+            )
+        if step.action == StepAction.REMOVE and state is None:
+            return self._record(
+                replace(base, outcome="applied", reason=base.reason + " (already gone)"), now, epoch
+            )
+
+        if step.action == StepAction.ENTER_STANDBY:
+            blocked = self._guardrail(spec, gp, observed, incident, breaker_open, standby_now)
+            if blocked:
+                log.warning("isolation of %s blocked at actuation: %s", step.instance_id, blocked)
+                return self._record(replace(base, outcome="blocked", error=blocked), now, epoch)
+
+        if self.dry_run:
+            return self._record(replace(base, outcome="dry_run"), now, epoch)
+        if not fence():
+            return self._record(
+                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+            )
+        ess, ecs = self.clients.ess, self.clients.ecs
+        try:
+            if step.action == StepAction.ENTER_STANDBY:
+                rid: str | None = ess.enter_standby(group.group_id, [step.instance_id], token)
+            elif step.action == StepAction.EXIT_STANDBY:
+                rid = ess.exit_standby(group.group_id, [step.instance_id], token)
+            elif step.action == StepAction.REMOVE:
+                # The replacement was surged already: keep desired capacity so ESS does not shrink the group.
+                rid = ess.remove_instances(
+                    group.group_id, [step.instance_id], decrease_desired_capacity=False, client_token=token
+                )
+            elif step.action == StepAction.REBOOT:
+                ecs.reboot_instance(step.instance_id)
+                rid = None
+            else:
+                log.warning("unknown isolation step %s for %s ignored", action, step.instance_id)
+                return None
+        except CloudError as exc:
+            self._cloud_error(exc)
+            return self._record(
+                replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
+                now,
+                epoch,
+            )
+        return self._record(replace(base, outcome="applied", request_id=rid), now, epoch)
+
+    def _guardrail(
+        self,
+        spec: GroupSpec,
+        gp: GroupPlan,
+        observed: GroupObservation,
+        incident: Incident | None,
+        breaker_open: bool,
+        standby_now: int,
+    ) -> str | None:
+        """Why entering standby must not happen now, or None. The policy checked too; this is the backstop."""
+        manual = bool(incident and incident.manual)
+        if breaker_open and not manual:
+            return "circuit breaker open: automatic isolation paused until a human resets it"
+        size = observed.count("InService", "Pending", "Pending:Wait", "Standby", "Protected")
+        limit = spec.guardrails.max_isolated_for(size)
+        if standby_now + 1 > limit:
+            return f"max_isolated reached ({standby_now} of {limit} already out of service)"
+        serving_after = observed.count("InService", "Pending", "Pending:Wait", "Protected") - 1
+        if serving_after < gp.floor:
+            return f"would leave {serving_after} serving, below the floor of {gp.floor}: surge a replacement"
+        return None
+
+    def _notify_step(self, step: IsolationStep, gp: GroupPlan, incident: Incident | None) -> None:
+        if self.notify is None:
+            return
+        titles = {
+            StepAction.ACKNOWLEDGE: "incident detected",
+            StepAction.HOLD: "held in Standby for diagnosis: a human decides",
+            StepAction.CLOSE: "incident closed",
+        }
+        fields: dict[str, Any] = {"incident": step.incident_id}
+        if incident is not None:
+            fields.update(
+                rule=incident.rule,
+                action=incident.action,
+                respond_by=incident.respond_by.isoformat(),
+                isolate_by=incident.isolate_by.isoformat(),
+            )
+        self.notify(
+            Notification(
+                kind="incident",
+                title=f"{gp.group}/{step.instance_id}: {titles.get(step.action, step.action.value)}",
+                text=step.detail or step.reason.value,
+                severity="critical" if step.action == StepAction.ACKNOWLEDGE else "warning",
+                group=gp.group,
+                incident_id=step.incident_id,
+                fields=fields,
+            )
+        )
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def _cloud_error(self, exc: CloudError) -> None:
+        self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
+
+    def _record(self, res: ActionResult, now: datetime, epoch: int | None) -> ActionResult:
+        self.store.record_decision(
+            DecisionRecord(
+                service=self.service,
+                at=now,
+                group_name=res.group,
+                kind=res.kind,
+                action=res.action,
+                decision_id=res.decision_id,
+                outcome=res.outcome,
+                reason=res.reason,
+                target=res.target,
+                instance_id=res.instance_id,
+                incident_id=res.incident_id,
+                inputs=res.inputs,
+                client_token=res.client_token,
+                request_id=res.request_id,
+                error=res.error,
+                dry_run=self.dry_run,
+                lease_epoch=epoch,
+            )
+        )
+        self.metrics.actions.labels(group=res.group, action=res.action, outcome=res.outcome).inc()
+        self.metrics.decisions.labels(group=res.group, kind=res.kind).inc()
+        log.info(
+            "%s %s %s -> %s%s",
+            res.group,
+            res.action,
+            res.instance_id or res.target,
+            res.outcome,
+            f" ({res.error})" if res.error else "",
+            extra={"decision_id": res.decision_id, "request_id": res.request_id, "outcome": res.outcome},
+        )
+        return res
+
+
+def _failure_outcome(exc: CloudError) -> str:
+    if isinstance(exc, Conflict):
+        return "conflict"
+    if isinstance(exc, Throttled | ServerError | NetworkError):
+        return "error"  # transient: the same token is used again next tick
+    return "failed"
+
+
+def _reason_text(gp: GroupPlan) -> str:
+    parts = [gp.reason.value]
+    for r in gp.reasons:
+        if r.detail:
+            parts.append(r.detail)
+    return "; ".join(dict.fromkeys(parts))

@@ -1,0 +1,274 @@
+"""Observe: read what the cloud says about each group and turn it into the policy engine's vocabulary.
+
+Per tick and group: one DescribeScalingInstances, one DescribeScalingActivities, and per needed metric one
+batched CloudMonitor read covering every instance of the group (the adapter packs up to 50 instances into the
+``Dimensions`` list of one call); ECS full status and active system events, batched likewise. Groups are
+resolved in one DescribeScalingGroups for all of them. API calls per tick therefore grow with groups and
+metrics, not with instances (beyond pagination).
+
+Cloud metric names become the canonical names of ``policies.metrics``; the service never reads a metric no
+rule needs. A failed read leaves that metric (or group) out: unknown, never zero, so the policies can refuse
+to scale in on it. Staleness is tracked per group and metric as the age of the newest sample.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from fleet.cloud.clients import CloudClients
+from fleet.cloud.errors import CloudError
+from fleet.cloud.types import (
+    InstanceHealth,
+    MetricPoint,
+    ScalingActivity,
+    ScalingGroup,
+    ScalingInstance,
+)
+from fleet.cloud.types import SystemEvent as CloudSystemEvent
+from policies import metrics as pm
+from policies.model import MetricSample, SystemEvent, XidEvent
+from policies.spec import GroupSpec
+
+log = logging.getLogger(__name__)
+
+# Instances in these states have no workload to measure.
+_UNMEASURED_STATES = frozenset({"Stopped", "Removing", "Removing:Wait"})
+# ECS health codes that mean the instance cannot be trusted to serve (DescribeInstancesFullStatus).
+_ECS_UNHEALTHY = frozenset({"Impaired"})
+
+
+def needed_metrics(spec: GroupSpec) -> set[str]:
+    """Canonical per-instance metrics a group's rules read (scale rules via their group aggregate)."""
+    needed: set[str] = set()
+    for rule in (*spec.scale_out, *spec.scale_in):
+        needed.add(pm.GROUP_METRICS[rule.metric][0])
+    if spec.isolation.enabled:
+        # Draining watches the isolated instance's queue and running requests.
+        needed.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})
+        for rule in spec.isolation.rules:
+            if rule.kind == "throttle":
+                needed.add(pm.GPU_THROTTLE_REASONS)
+            elif rule.kind == "xid":
+                needed.add(pm.GPU_XID)
+            elif rule.metric is not None:
+                needed.add(rule.metric)
+    return needed & pm.INSTANCE_METRICS
+
+
+def cloud_source(canonical: str, custom_namespace: str) -> tuple[str, str, str]:
+    """(namespace, cloud metric name, statistic) of a canonical per-instance metric."""
+    if canonical in pm.CMS_METRIC_NAMES:
+        name, statistic = pm.CMS_METRIC_NAMES[canonical]
+        return pm.CMS_NAMESPACE, name, statistic
+    return custom_namespace, pm.CUSTOM_METRIC_NAMES[canonical], "Average"
+
+
+@dataclass
+class GroupObservation:
+    """Everything read about one group in one tick; ``ok`` False: the group itself could not be read."""
+
+    name: str
+    ok: bool
+    group: ScalingGroup | None = None
+    instances: list[ScalingInstance] = field(default_factory=list)
+    activities_in_progress: list[ScalingActivity] = field(default_factory=list)
+    health: dict[str, InstanceHealth] = field(default_factory=dict)
+    events: dict[str, list[CloudSystemEvent]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, MetricSample]] = field(
+        default_factory=dict
+    )  # instance -> canonical -> sample
+    xids: dict[str, list[XidEvent]] = field(default_factory=dict)
+    staleness_s: dict[str, float | None] = field(default_factory=dict)  # canonical -> newest sample's age
+    errors: list[str] = field(default_factory=list)
+
+    def count(self, *states: str) -> int:
+        return sum(1 for i in self.instances if i.lifecycle_state in states)
+
+
+@dataclass
+class Observation:
+    at: datetime
+    groups: dict[str, GroupObservation]
+    errors: list[CloudError] = field(default_factory=list)
+    api_calls: int = 0
+
+
+class Observer:
+    """Reads the cloud for a set of group specs. Holds only the name -> group id resolution cache."""
+
+    def __init__(
+        self,
+        clients: CloudClients,
+        specs: Sequence[GroupSpec],
+        *,
+        on_error: Callable[[CloudError], None] | None = None,
+        read_ecs: bool = True,
+    ) -> None:
+        self.clients = clients
+        self.specs = list(specs)
+        self.on_error = on_error
+        self.read_ecs = read_ecs
+        self._group_ids: dict[str, str] = {
+            s.name: s.scaling_group_id for s in self.specs if s.scaling_group_id
+        }
+
+    def group_id(self, name: str) -> str | None:
+        return self._group_ids.get(name)
+
+    def observe(self, now: datetime) -> Observation:
+        obs = Observation(at=now, groups={})
+        groups = self._describe_groups(obs)
+        for spec in self.specs:
+            gid = self._group_ids.get(spec.name)
+            group = groups.get(gid) if gid else None
+            if group is None:
+                g = GroupObservation(name=spec.name, ok=False)
+                g.errors.append("scaling group not found" if gid or groups else "scaling groups not readable")
+                obs.groups[spec.name] = g
+                continue
+            obs.groups[spec.name] = self._observe_group(spec, group, now, obs)
+        return obs
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
+        obs.errors.append(exc)
+        log.warning("observe %s failed: %s", where, exc)
+        if self.on_error is not None:
+            self.on_error(exc)
+
+    def _describe_groups(self, obs: Observation) -> dict[str, ScalingGroup]:
+        ids = sorted({s.scaling_group_id for s in self.specs if s.scaling_group_id})
+        names = sorted(
+            {s.scaling_group_name for s in self.specs if s.scaling_group_name and not s.scaling_group_id}
+        )
+        found: dict[str, ScalingGroup] = {}
+        try:
+            if ids:
+                obs.api_calls += 1
+                for g in self.clients.ess.describe_scaling_groups(group_ids=ids):
+                    found[g.group_id] = g
+            if names:
+                obs.api_calls += 1
+                for g in self.clients.ess.describe_scaling_groups(names=names):
+                    found[g.group_id] = g
+                    for spec in self.specs:
+                        if spec.scaling_group_name == g.name and not spec.scaling_group_id:
+                            self._group_ids[spec.name] = g.group_id
+        except CloudError as exc:
+            self._fail(obs, exc, "DescribeScalingGroups")
+            return {}
+        return found
+
+    def _observe_group(
+        self, spec: GroupSpec, group: ScalingGroup, now: datetime, obs: Observation
+    ) -> GroupObservation:
+        g = GroupObservation(name=spec.name, ok=True, group=group)
+        ess = self.clients.ess
+        try:
+            obs.api_calls += 2
+            g.instances = ess.describe_scaling_instances(group.group_id)
+            g.activities_in_progress = ess.describe_scaling_activities(
+                group.group_id, status_code="InProgress", limit=10
+            )
+        except CloudError as exc:
+            self._fail(obs, exc, f"{spec.name} instances")
+            g.ok = False
+            g.errors.append(str(exc))
+            return g
+        measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
+        all_ids = [i.instance_id for i in g.instances]
+        if self.read_ecs and all_ids and spec.isolation.enabled:
+            self._read_ecs(g, all_ids, obs)
+        for canonical in sorted(needed_metrics(spec)):
+            self._read_metric(g, canonical, measured, now, obs)
+        return g
+
+    def _read_ecs(self, g: GroupObservation, ids: list[str], obs: Observation) -> None:
+        try:
+            obs.api_calls += 1
+            g.health = {h.instance_id: h for h in self.clients.ecs.describe_full_status(ids)}
+        except CloudError as exc:
+            self._fail(obs, exc, f"{g.name} DescribeInstancesFullStatus")
+            g.errors.append(str(exc))
+        try:
+            obs.api_calls += 1
+            for ev in self.clients.ecs.describe_history_events(ids, active_only=True):
+                g.events.setdefault(ev.instance_id, []).append(ev)
+        except CloudError as exc:
+            self._fail(obs, exc, f"{g.name} DescribeInstanceHistoryEvents")
+            g.errors.append(str(exc))
+
+    def _read_metric(
+        self, g: GroupObservation, canonical: str, ids: list[str], now: datetime, obs: Observation
+    ) -> None:
+        if not ids:
+            g.staleness_s[canonical] = None
+            return
+        namespace, name, statistic = cloud_source(canonical, self.clients.cms.custom_namespace)
+        try:
+            obs.api_calls += 1
+            points = self.clients.cms.metric_last(namespace, name, ids, statistic=statistic)
+        except CloudError as exc:
+            self._fail(obs, exc, f"{g.name} {name}")
+            g.errors.append(str(exc))
+            g.staleness_s[canonical] = None
+            return
+        wanted = set(ids)
+        by_instance: dict[str, list[MetricPoint]] = {}
+        for p in points:
+            if p.instance_id in wanted and p.value is not None:
+                by_instance.setdefault(p.instance_id, []).append(p)
+        newest: datetime | None = None
+        for iid, pts in by_instance.items():
+            if canonical == pm.GPU_XID:
+                g.xids[iid] = [
+                    XidEvent(
+                        code=int(p.value),
+                        at=p.timestamp,
+                        gpu=p.dimensions.get("gpu") or p.dimensions.get("gpuId"),
+                    )
+                    for p in pts
+                    if p.value
+                ]
+            sample = combine(canonical, pts)
+            g.metrics.setdefault(iid, {})[canonical] = sample
+            newest = sample.at if newest is None or sample.at > newest else newest
+        g.staleness_s[canonical] = None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def combine(canonical: str, points: Iterable[MetricPoint]) -> MetricSample:
+    """One sample per instance from its series (several for per-GPU custom metrics).
+
+    Throttle reasons are OR-ed (any GPU throttled counts), the rest take the worst (highest) GPU: one hot or
+    saturated card limits a tensor-parallel instance. The time is the newest point's.
+    """
+    pts = list(points)
+    at = max(p.timestamp for p in pts)
+    values = [float(p.value) for p in pts if p.value is not None]
+    if canonical == pm.GPU_THROTTLE_REASONS:
+        mask = 0
+        for v in values:
+            mask |= int(v)
+        return MetricSample(value=float(mask), at=at)
+    return MetricSample(value=max(values), at=at)
+
+
+def to_policy_events(events: Iterable[CloudSystemEvent]) -> list[SystemEvent]:
+    return [
+        SystemEvent(code=e.code, cycle_status=e.cycle_status, event_id=e.event_id, not_before=e.not_before)
+        for e in events
+    ]
+
+
+def health_status(instance: ScalingInstance, health: InstanceHealth | None) -> str:
+    """ESS health, downgraded to Unhealthy when ECS reports the instance Impaired."""
+    if health is not None and (health.health_status or "") in _ECS_UNHEALTHY:
+        return "Unhealthy"
+    return instance.health_status or "Healthy"
+
+
+def within(at: datetime, now: datetime, max_age_s: float) -> bool:
+    return now - at <= timedelta(seconds=max_age_s)

@@ -1,0 +1,215 @@
+"""Mirror the config's schedule floors as ESS scheduled tasks, so floors hold while the service is down.
+
+Each ``days`` + ``start`` + ``end`` window of a group becomes two Weekly tasks in UTC on its scaling group:
+``fleet-<group>-<schedule>-start`` at the window's start less the group's cold start (the same lead the policy
+uses) setting MinValue to the window's floor (and MaxValue to its ceiling, if any), and
+``fleet-<group>-<schedule>-end`` at the window's end setting MinValue back to the group's ``min_size`` (and
+MaxValue back to ``max_size`` when the window had a ceiling). Lowering MinValue never removes instances, so an
+overlapping window's floor still holds until the service (or the other window) scales.
+
+Only tasks whose names carry the ``fleet-<group>-`` prefix and a ``-start``/``-end`` suffix are the service's:
+they are created, updated and deleted to match the config; every other task is left alone. Cron windows are
+not mirrored (ESS cron runs in UTC and a local cron plus a lead does not translate in general): they are
+reported as skipped.
+
+The weekly days and time are computed from the window's next occurrence, so DST zones are right until their
+offset changes; the periodic re-sync then moves the tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from fleet.cloud.errors import CloudError
+from fleet.cloud.ess import EssApi
+from fleet.cloud.types import ScheduledTask
+from policies.spec import GroupSpec, Schedule
+
+log = logging.getLogger(__name__)
+
+TASK_PREFIX = "fleet-"
+# ESS allows a LaunchTime at most 90 days ahead; a recurrence end is refreshed well before it is reached.
+RECURRENCE_SPAN = timedelta(days=300)
+RECURRENCE_REFRESH = timedelta(days=30)
+
+
+def task_prefix(group: str) -> str:
+    return f"{TASK_PREFIX}{group}-"
+
+
+def owned(task_name: str, group: str) -> bool:
+    return task_name.startswith(task_prefix(group)) and task_name.endswith(("-start", "-end"))
+
+
+@dataclass(frozen=True)
+class DesiredTask:
+    name: str
+    launch_time: datetime  # next occurrence, UTC, minute resolution
+    recurrence_value: str  # Weekly: comma-separated days, 0 = Sunday (UTC)
+    min_value: int | None
+    max_value: int | None
+
+    @property
+    def hhmm(self) -> str:
+        return self.launch_time.strftime("%H:%M")
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    group: str
+    op: str  # create | modify | delete | skip
+    name: str
+    detail: str = ""
+    task_id: str | None = None
+
+
+def _weekly(
+    sched: Schedule, now: datetime, lead_s: float = 0.0, at_end: bool = False
+) -> tuple[datetime, str]:
+    """The next UTC occurrence after ``now`` of a window's start (less ``lead_s``) or end, and the UTC
+    weekdays (ESS numbering, 0 = Sunday) on which it recurs at that same UTC time."""
+    assert sched.start is not None and sched.end is not None
+    zone = sched.zone
+    today = now.astimezone(zone).date()
+    occurrences = []
+    for offset in range(-2, 12):  # two weeks: every weekday appears, whatever the UTC shift
+        day = today + timedelta(days=offset)
+        if day.weekday() not in sched.weekdays:
+            continue
+        if at_end:
+            end_day = day if sched.end > sched.start else day + timedelta(days=1)
+            local = datetime.combine(end_day, sched.end, tzinfo=zone)
+        else:
+            local = datetime.combine(day, sched.start, tzinfo=zone) - timedelta(seconds=lead_s)
+        # ESS launch times have minute resolution: round down, never late.
+        occurrences.append(local.astimezone(now.tzinfo).replace(second=0, microsecond=0))
+    nxt = min(o for o in occurrences if o > now)
+    same_time = [o for o in occurrences if (o.hour, o.minute) == (nxt.hour, nxt.minute)]
+    days = sorted({(o.weekday() + 1) % 7 for o in same_time})  # Python: Monday = 0; ESS: Sunday = 0
+    return nxt, ",".join(str(d) for d in days)
+
+
+def desired_tasks(spec: GroupSpec, now: datetime) -> tuple[list[DesiredTask], list[str]]:
+    """The tasks a group's schedules call for, and the schedule names that cannot be mirrored."""
+    tasks: list[DesiredTask] = []
+    skipped: list[str] = []
+    for sched in spec.schedules:
+        if sched.cron is not None or sched.start is None or sched.end is None:
+            skipped.append(sched.name)
+            continue
+        start_at, start_days = _weekly(sched, now, lead_s=spec.cold_start_s)
+        end_at, end_days = _weekly(sched, now, at_end=True)
+        tasks.append(
+            DesiredTask(
+                name=f"{task_prefix(spec.name)}{sched.name}-start",
+                launch_time=start_at,
+                recurrence_value=start_days,
+                min_value=sched.floor,
+                max_value=sched.ceiling,
+            )
+        )
+        tasks.append(
+            DesiredTask(
+                name=f"{task_prefix(spec.name)}{sched.name}-end",
+                launch_time=end_at,
+                recurrence_value=end_days,
+                min_value=spec.min_size,
+                max_value=spec.max_size if sched.ceiling is not None else None,
+            )
+        )
+    return tasks, skipped
+
+
+def _differs(have: ScheduledTask, want: DesiredTask, now: datetime) -> list[str]:
+    diffs = []
+    if have.recurrence_type != "Weekly" or (have.recurrence_value or "") != want.recurrence_value:
+        diffs.append("recurrence")
+    if have.launch_time is None or have.launch_time.strftime("%H:%M") != want.hhmm:
+        diffs.append("time")
+    if have.min_value != want.min_value:
+        diffs.append("min")
+    if want.max_value is not None and have.max_value != want.max_value:
+        diffs.append("max")
+    if not have.enabled:
+        diffs.append("enabled")
+    if have.recurrence_end_time is not None and have.recurrence_end_time < now + RECURRENCE_REFRESH:
+        diffs.append("recurrence_end")
+    return diffs
+
+
+def plan_sync(
+    spec: GroupSpec, existing: list[ScheduledTask], now: datetime
+) -> tuple[list[TaskChange], list[DesiredTask]]:
+    """What to change so that the owned tasks match the config (pure: tested without a cloud)."""
+    want, skipped = desired_tasks(spec, now)
+    mine = {t.name: t for t in existing if owned(t.name, spec.name)}
+    changes: list[TaskChange] = [
+        TaskChange(spec.name, "skip", name, "cron windows are not mirrored as ESS tasks") for name in skipped
+    ]
+    for task in want:
+        have = mine.pop(task.name, None)
+        if have is None:
+            changes.append(
+                TaskChange(spec.name, "create", task.name, f"weekly {task.recurrence_value} {task.hhmm}Z")
+            )
+        else:
+            diffs = _differs(have, task, now)
+            if diffs:
+                changes.append(TaskChange(spec.name, "modify", task.name, ",".join(diffs), have.task_id))
+    for name, have in sorted(mine.items()):
+        changes.append(TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id))
+    return changes, want
+
+
+def sync_group(
+    ess: EssApi, spec: GroupSpec, group_id: str, now: datetime, dry_run: bool = False
+) -> list[TaskChange]:
+    """Read the group's tasks and apply ``plan_sync``; returns the changes (made, or that would be made)."""
+    existing = ess.describe_scheduled_tasks(group_id)
+    changes, want = plan_sync(spec, existing, now)
+    by_name = {t.name: t for t in want}
+    end = now + RECURRENCE_SPAN
+    applied: list[TaskChange] = []
+    for ch in changes:
+        if dry_run or ch.op == "skip":
+            applied.append(ch)
+            continue
+        try:
+            if ch.op == "create":
+                t = by_name[ch.name]
+                task_id = ess.create_scheduled_task(
+                    group_id,
+                    t.name,
+                    t.launch_time,
+                    "Weekly",
+                    t.recurrence_value,
+                    min_value=t.min_value,
+                    max_value=t.max_value,
+                    recurrence_end_time=end,
+                    enabled=True,
+                )
+                applied.append(TaskChange(ch.group, ch.op, ch.name, ch.detail, task_id))
+            elif ch.op == "modify":
+                t = by_name[ch.name]
+                assert ch.task_id is not None
+                ess.modify_scheduled_task(
+                    ch.task_id,
+                    launch_time=t.launch_time,
+                    recurrence_type="Weekly",
+                    recurrence_value=t.recurrence_value,
+                    min_value=t.min_value,
+                    max_value=t.max_value,
+                    recurrence_end_time=end,
+                    enabled=True,
+                )
+                applied.append(ch)
+            elif ch.op == "delete":
+                assert ch.task_id is not None
+                ess.delete_scheduled_task(ch.task_id)
+                applied.append(ch)
+        except CloudError as exc:
+            log.warning("scheduled task %s %s failed: %s", ch.op, ch.name, exc)
+            applied.append(TaskChange(ch.group, "error", ch.name, f"{ch.op}: {exc}", ch.task_id))
+    return applied
