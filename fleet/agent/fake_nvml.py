@@ -40,6 +40,7 @@ class FakeGpu:
     ecc_corrected: int | None = 0
     xid_supported: bool = True
     legacy_driver: bool = False  # only the pre-rename nvmlDeviceGetCurrentClocksThrottleReasons exists
+    mig_mode: bool = False  # utilization is not reported for a GPU split into MIG instances
     is_lost: bool = False
     pending_xids: deque[int] = field(default_factory=deque)
 
@@ -133,6 +134,8 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> Any:
         gpu = self._gpu(handle)
+        if gpu.mig_mode:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(gpu=gpu.util_pct, memory=gpu.mem_util_pct)
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> Any:

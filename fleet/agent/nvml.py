@@ -279,15 +279,19 @@ class GpuCollector:
             pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
             reading.pci_bus_id = _text(pci.busId) if pci is not None else None
 
-            util = nvml.nvmlDeviceGetUtilizationRates(handle)
-            reading.util_pct = float(util.gpu)
-            reading.mem_bw_util_pct = float(util.memory)
-            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
-            if mem.total:
-                reading.mem_used_pct = 100.0 * mem.used / mem.total
+            # Utilization is "Not Supported" on a GPU in MIG mode: the rest of the reading still stands.
+            util = _optional(nvml.nvmlDeviceGetUtilizationRates, handle)
+            if util is not None:
+                reading.util_pct = float(util.gpu)
+                reading.mem_bw_util_pct = float(util.memory)
+            mem = _optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+            if mem is not None:
+                reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
+                if mem.total:
+                    reading.mem_used_pct = 100.0 * mem.used / mem.total
 
-            reading.temperature_c = float(nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+            temperature = _optional(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+            reading.temperature_c = float(temperature) if temperature is not None else None
             slowdown = _optional(
                 nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
             )

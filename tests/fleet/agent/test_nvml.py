@@ -99,6 +99,12 @@ def test_unsupported_fields_are_absent_not_errors():
     assert reading.power_limit_w is None and reading.power_w is not None
 
 
+def test_mig_mode_gpu_without_utilization_still_reports_the_rest():
+    reading = GpuCollector(FakeNvml([FakeGpu(mig_mode=True, temperature_c=66)])).read().gpus[0]
+    assert reading.util_pct is None and reading.error is None
+    assert reading.temperature_c == 66 and reading.mem_used_pct is not None
+
+
 def test_xid_events_are_drained_once_with_their_gpu():
     gpus = [FakeGpu(), FakeGpu()]
     collector = GpuCollector(FakeNvml(gpus))
