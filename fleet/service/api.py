@@ -99,8 +99,11 @@ def create_app(
         incident_id = request.path_params["incident_id"]
         body = await body_of(request)
         actor = str(body.get("actor") or "api")
-        if not store.acknowledge_incident(incident_id, actor, clock()):
+        now = clock()
+        if not store.acknowledge_incident(incident_id, actor, now):
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
+        # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
+        store.add_request("ack", now, incident_id=incident_id, actor=f"human:{actor}")
         return _json({"incident": incident_id, "acknowledged_by": actor})
 
     def operator_request(kind: str) -> Callable[[Request], Any]:

@@ -1,0 +1,569 @@
+"""Commands of the fleet service: `fleet serve`, and the store readers and operator actions around it.
+
+`serve` runs the loop; `status`, `decisions`, `incidents`, `isolate`, `release` and `sla-report` read or write
+the service's store directly (every one takes `--database URL`, default `FLEET_DATABASE_URL`, else a SQLite
+file fleet.db in the working directory), so they work whether or not a replica is running: operator requests
+are queued and carried out by the lease holder's next tick through the same workflow as automatic ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from fleet.commands._common import console, err_console, fail, print_json
+
+DB_HELP = "database URL (default: $FLEET_DATABASE_URL, else sqlite:///fleet.db in the working directory)"
+SERVICE_HELP = "service name in the store (the lease name; default $FLEET_SERVICE_NAME or 'fleet')"
+
+
+def _service_name(value: str | None) -> str:
+    return value or os.environ.get("FLEET_SERVICE_NAME") or "fleet"
+
+
+def _open(database: str | None, service: str | None):
+    from fleet.service.store import default_database_url, open_store
+
+    url = database or default_database_url()
+    try:
+        return open_store(url, service=_service_name(service))
+    except Exception as exc:  # bad URL, unreachable server, unwritable file: one line, exit 2
+        fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable URL>"
+
+
+def _since(text: str) -> timedelta:
+    from policies.spec import parse_duration
+
+    try:
+        return timedelta(seconds=parse_duration(text))
+    except ValueError as exc:
+        fail(f"--since: {exc}")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _JsonFormatter(logging.Formatter):
+    _EXTRA = ("decision_id", "request_id", "outcome", "leader", "epoch")
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in self._EXTRA:
+            if hasattr(record, key):
+                data[key] = getattr(record, key)
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+class _Redact(logging.Filter):
+    """Last line of defence: known secret values never reach a log line, whatever code logged them."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s and len(s) >= 4]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            msg = record.getMessage()
+            if any(s in msg for s in self.secrets):
+                for s in self.secrets:
+                    msg = msg.replace(s, "***")
+                record.msg, record.args = msg, None
+        return True
+
+
+def _setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter()
+        if json_logs
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    handler.addFilter(_Redact(secrets))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # Per-request chatter of the HTTP stack is noise at INFO.
+    for noisy in ("apscheduler", "urllib3", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _config_secrets(config: Any, token: str | None) -> list[str]:
+    out = [token or ""]
+    for item in getattr(config, "notifications", None) or []:
+        secret = item.get("secret") if isinstance(item, dict) else getattr(item, "secret", None)
+        if secret is not None and hasattr(secret, "get_secret_value"):
+            secret = secret.get_secret_value()
+        out.append(secret or "")
+    for var in ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN", "FLEET_API_TOKEN"):
+        out.append(os.environ.get(var, ""))
+    return out
+
+
+def serve(
+    config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="decide and record what would be done; touch nothing"
+    ),
+    once: bool = typer.Option(
+        False, "--once", help="run one tick and exit (exit 1 when the tick had errors)"
+    ),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    api: bool = typer.Option(True, "--api/--no-api", help="serve the status API"),
+    port: int | None = typer.Option(None, "--port", help="status API port (overrides the config)"),
+    interval: float | None = typer.Option(
+        None, "--interval", help="seconds between ticks (overrides config)"
+    ),
+    holder: str | None = typer.Option(
+        None, "--holder", help="replica id for the lease (default host:pid:random)"
+    ),
+    log_json: bool = typer.Option(
+        False, "--log-json", envvar="FLEET_LOG_JSON", help="structured JSON log lines on stderr"
+    ),
+    log_level: str = typer.Option("info", "--log-level", envvar="FLEET_LOG_LEVEL"),
+) -> None:
+    """Run the fleet service: every tick observe, decide, actuate and record."""
+    from dataclasses import replace
+
+    from fleet.cloud.clients import make_clients
+    from fleet.config import ConfigError, load_config
+    from fleet.service.api import ApiServer, create_app
+    from fleet.service.loop import ServiceSettings, build_service, run_forever
+    from fleet.service.store import default_database_url
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        for line in str(exc).splitlines() or [str(exc)]:
+            err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except FileNotFoundError:
+        fail(f"{config}: no such file")
+    settings = ServiceSettings.from_config(cfg)
+    if port is not None:
+        settings = replace(settings, api_port=port)
+    if interval is not None:
+        if interval <= 0:
+            fail("--interval must be positive")
+        settings = replace(
+            settings, tick_interval_s=interval, lease_ttl_s=max(settings.lease_ttl_s, 3 * interval)
+        )
+    _setup_logging(log_json, log_level, _config_secrets(cfg, settings.api_token))
+    log = logging.getLogger("fleet.service")
+    url = database or getattr(cfg, "database_url", None) or default_database_url()
+    try:
+        clients = make_clients(cfg.region, cfg.account_id)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
+        service = build_service(
+            cfg, clients, database_url=url, dry_run=dry_run, holder_id=holder, settings=settings
+        )
+    except Exception as exc:
+        fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    log.info(
+        "fleet serve: %d group(s), tick %.1fs, lease %.0fs, database %s%s, holder %s",
+        len(service.specs),
+        settings.tick_interval_s,
+        settings.lease_ttl_s,
+        _safe_url(url),
+        " (dry run)" if dry_run else "",
+        service.holder_id,
+    )
+    if once:
+        result = service.tick(service.clock())
+        service.close(release_lease=True)
+        _print_tick(result)
+        raise typer.Exit(0 if result.ok else 1)
+    server = None
+    if api and settings.api_enabled:
+        app = create_app(
+            store=service.store,
+            metrics=service.metrics,
+            token=settings.api_token,
+            clock=service.clock,
+            groups=lambda: {s.name for s in service.specs},
+            status=service.status,
+            health=service.health,
+        )
+        try:
+            server = ApiServer(app, settings.api_host, settings.api_port).start()
+        except RuntimeError as exc:
+            service.close()
+            fail(str(exc))
+        log.info("status API on http://%s:%s", settings.api_host, server.port)
+        if not settings.api_token:
+            log.warning(
+                "no API token configured (api.token or FLEET_API_TOKEN): mutating endpoints refuse all"
+            )
+    try:
+        run_forever(service, settings.tick_interval_s)
+    finally:
+        if server is not None:
+            server.stop()
+    log.info("fleet serve stopped")
+
+
+def _print_tick(result: Any) -> None:
+    console.print(
+        f"tick at {result.at.isoformat()}: leader={result.leader} epoch={result.lease_epoch} "
+        f"actions={len(result.actions)} errors={len(result.errors)}",
+        highlight=False,
+    )
+    for a in result.actions:
+        console.print(f"  {a.group} {a.action} {a.instance_id or a.target}: {a.outcome}", highlight=False)
+    for e in result.errors:
+        err_console.print(f"  error: {e}", highlight=False, soft_wrap=True)
+
+
+def status(
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """What the store says: the leader, groups, recent decisions, open incidents with their SLA timers."""
+    from rich.table import Table
+
+    from fleet.service.loop import status_from_store
+
+    store = _open(database, service)
+    view = status_from_store(store, _now(), [])
+    if as_json:
+        print_json(view)
+        return
+    lease = view["lease"]
+    if lease is None:
+        console.print("leader: none (no replica has run against this database)")
+    else:
+        state = "valid" if lease["valid"] else "expired"
+        console.print(
+            f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} until {lease['expires_at']})"
+        )
+    table = Table("group", "paused", "last scale", "target", "outcome")
+    for g in view["groups"]:
+        last = g["last_scale"] or {}
+        table.add_row(
+            g["name"],
+            "yes" if g["paused"] else "",
+            last.get("at", "-"),
+            str(last.get("target", "-")),
+            last.get("outcome", "-"),
+        )
+    console.print(table)
+    _print_incidents(view["incidents"])
+
+
+def decisions(
+    since: str = typer.Option("1h", "--since", help="how far back, e.g. 30m, 1h, 7d"),
+    group: str | None = typer.Option(None, "--group"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Decisions recorded since a time: inputs, reason, action, request id and outcome."""
+    from rich.table import Table
+
+    from fleet.service.loop import decision_view
+
+    window = _since_days(since)
+    store = _open(database, service)
+    rows = [decision_view(d) for d in store.decisions(since=_now() - window, group=group)]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("at", "group", "kind", "action", "target/instance", "outcome", "reason", "request id")
+    for d in rows:
+        table.add_row(
+            d["at"][:19],
+            d["group"],
+            d["kind"],
+            d["action"],
+            str(d["instance_id"] or d["target"] or ""),
+            d["outcome"] + (" (dry run)" if d["dry_run"] else ""),
+            d["error"] or d["reason"] or "",
+            d["request_id"] or "",
+        )
+    console.print(table)
+    if not rows:
+        console.print(f"no decisions in the last {since}")
+
+
+def _since_days(text: str) -> timedelta:
+    """Durations as `fleet` writes them, plus days (`7d`) for reports."""
+    t = text.strip().lower()
+    if t.endswith("d") and t[:-1].replace(".", "", 1).isdigit():
+        return timedelta(days=float(t[:-1]))
+    return _since(t)
+
+
+def _print_incidents(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not rows:
+        console.print("no open incidents")
+        return
+    table = Table("id", "group", "instance", "state", "cause", "respond in", "isolate in", "ack")
+    for r in rows:
+        table.add_row(
+            r["id"],
+            r["group"],
+            r["instance_id"],
+            r["state"],
+            r["cause"],
+            _left(r.get("respond_by_s_left")),
+            _left(r.get("isolate_by_s_left")),
+            r.get("acknowledged_by") or "-",
+        )
+    console.print(table)
+
+
+def _left(seconds: float | None) -> str:
+    if seconds is None:
+        return "done"
+    sign = "-" if seconds < 0 else ""
+    s = int(abs(seconds))
+    return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m" if s >= 3600 else f"{sign}{s // 60}m{s % 60:02d}s"
+
+
+incidents_app = typer.Typer(
+    help="Incidents of node isolation: list, show a timeline, acknowledge.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@incidents_app.callback()
+def incidents_list(
+    ctx: typer.Context,
+    open_only: bool = typer.Option(False, "--open", help="only incidents not closed"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """List incidents (newest first) with their SLA timers."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from fleet.service.loop import incident_view
+
+    store = _open(database, service)
+    now = _now()
+    rows = [incident_view(i, now) for i in store.incidents(open_only=open_only)]
+    if as_json:
+        print_json(rows)
+        return
+    _print_incidents(rows)
+
+
+@incidents_app.command("show")
+def incidents_show(
+    incident_id: str = typer.Argument(..., help="incident id"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """One incident and its timeline: states, actions taken, notifications, acknowledgments."""
+    from fleet.service.loop import incident_view
+
+    store = _open(database, service)
+    inc = store.incident(incident_id)
+    if inc is None:
+        known = [i.id for i in store.incidents()][:5]
+        fail(f"unknown incident {incident_id!r}" + (f"; recent: {', '.join(known)}" if known else ""))
+    timeline: list[dict[str, Any]] = []
+    for entry in (inc.body or {}).get("timeline", []):
+        timeline.append(
+            {
+                "at": entry["at"],
+                "what": f"state {entry['state']}",
+                "detail": f"{entry.get('reason', '')} {entry.get('detail', '')}".strip(),
+            }
+        )
+    for ev in store.incident_events(incident_id):
+        timeline.append({"at": ev.at.isoformat(), "what": ev.kind, "detail": f"{ev.detail} ({ev.actor})"})
+    for d in store.decisions(kind="isolation"):
+        if d.incident_id == incident_id:
+            timeline.append(
+                {
+                    "at": d.at.isoformat(),
+                    "what": f"action {d.action}",
+                    "detail": f"{d.outcome} {d.request_id or ''} {d.error or ''}".strip(),
+                }
+            )
+    timeline.sort(key=lambda e: _parse_at(e["at"]))
+    view = {**incident_view(inc, _now()), "timeline": timeline}
+    if as_json:
+        print_json(view)
+        return
+    console.print(f"[bold]{inc.id}[/] {inc.group_name}/{inc.instance_id}: {inc.state} ({inc.cause})")
+    console.print(
+        f"respond by {view['respond_by']} ({_left(view['respond_by_s_left'])}), "
+        f"isolate by {view['isolate_by']} ({_left(view['isolate_by_s_left'])})",
+        highlight=False,
+    )
+    for e in timeline:
+        console.print(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}", highlight=False)
+
+
+def _parse_at(text: str) -> datetime:
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@incidents_app.command("ack")
+def incidents_ack(
+    incident_id: str = typer.Argument(..., help="incident id"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by", help="who acknowledges"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Acknowledge an incident as a human (stops the respond-by clock)."""
+    store = _open(database, service)
+    now = _now()
+    if not store.acknowledge_incident(incident_id, by, now):
+        fail(f"unknown incident {incident_id!r}")
+    store.add_request("ack", now, incident_id=incident_id, actor=f"human:{by}")
+    console.print(f"{incident_id} acknowledged by {by}")
+
+
+def isolate(
+    instance_id: str = typer.Argument(..., help="ECS instance id, e.g. i-..."),
+    reason: str = typer.Option(..., "--reason", help="why (recorded in the incident)"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Isolate an instance by hand, through the same workflow (surge first, guardrails, SLA timers)."""
+    if not instance_id.strip() or not reason.strip():
+        fail("isolate needs an instance id and a non-empty --reason")
+    store = _open(database, service)
+    rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
+    console.print(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick")
+
+
+def release(
+    instance_id: str = typer.Argument(..., help="ECS instance id"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Return an isolated instance to service (ExitStandby) and close its incident."""
+    store = _open(database, service)
+    rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
+    console.print(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick")
+
+
+def sla_report(
+    since: str = typer.Option("7d", "--since", help="how far back, e.g. 24h, 7d"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Incidents in a window: time to respond, time to isolate, SLA breaches."""
+    from rich.table import Table
+
+    store = _open(database, service)
+    now = _now()
+    rows = []
+    for inc in store.incidents(since=now - _since_days(since)):
+        respond_s = (inc.acknowledged_at - inc.detected_at).total_seconds() if inc.acknowledged_at else None
+        isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
+        respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
+        # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
+        closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
+        isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)
+        rows.append(
+            {
+                "id": inc.id,
+                "group": inc.group_name,
+                "instance_id": inc.instance_id,
+                "state": inc.state,
+                "cause": inc.cause,
+                "detected_at": inc.detected_at.isoformat(),
+                "time_to_respond_s": respond_s,
+                "time_to_isolate_s": isolate_s,
+                "respond_breached": respond_breach,
+                "isolate_breached": isolate_breach,
+                "human_acknowledged": (inc.acknowledged_by or "").startswith("human:"),
+            }
+        )
+    summary = {
+        "since": (now - _since_days(since)).isoformat(),
+        "incidents": len(rows),
+        "respond_breaches": sum(r["respond_breached"] for r in rows),
+        "isolate_breaches": sum(r["isolate_breached"] for r in rows),
+        "median_time_to_respond_s": _median([r["time_to_respond_s"] for r in rows]),
+        "median_time_to_isolate_s": _median([r["time_to_isolate_s"] for r in rows]),
+    }
+    if as_json:
+        print_json({"summary": summary, "incidents": rows})
+        return
+    table = Table("id", "instance", "state", "respond", "isolate", "breach")
+    for r in rows:
+        breach = ",".join(k for k in ("respond", "isolate") if r[f"{k}_breached"]) or "-"
+        table.add_row(
+            r["id"],
+            r["instance_id"],
+            r["state"],
+            _dur(r["time_to_respond_s"]),
+            _dur(r["time_to_isolate_s"]),
+            breach,
+        )
+    console.print(table)
+    console.print(
+        f"{summary['incidents']} incident(s); breaches: respond {summary['respond_breaches']}, "
+        f"isolate {summary['isolate_breaches']}; median respond {_dur(summary['median_time_to_respond_s'])}, "
+        f"isolate {_dur(summary['median_time_to_isolate_s'])}",
+        highlight=False,
+    )
+
+
+def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:
+    if deadline is None:
+        return False
+    return (done or now) > deadline
+
+
+def _median(values: list[float | None]) -> float | None:
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _dur(seconds: float | None) -> str:
+    return "-" if seconds is None else _left(seconds)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("status")(status)
+    app.command("decisions")(decisions)
+    app.add_typer(incidents_app, name="incidents")
+    app.command("isolate")(isolate)
+    app.command("release")(release)
+    app.command("sla-report")(sla_report)

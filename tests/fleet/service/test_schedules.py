@@ -1,0 +1,114 @@
+"""Schedule mirroring: the ESS tasks a config calls for, in UTC with the cold-start lead, and what to change."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fleet.cloud.types import ScheduledTask
+from fleet.service.schedules import desired_tasks, owned, plan_sync
+from policies.spec import GroupSpec
+
+# A Monday, 00:00 UTC = 08:00 Asia/Shanghai.
+NOW = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
+
+
+def _spec(**kw):
+    base = dict(
+        name="chat",
+        scaling_group_id="asg-1",
+        min_size=1,
+        max_size=20,
+        warm_floor=1,
+        cold_start_s=180,
+        schedules=[{"name": "biz", "timezone": "Asia/Shanghai", "days": "mon-fri", "start": "09:00",
+                    "end": "18:00", "min": 6}],
+    )
+    base.update(kw)
+    return GroupSpec.model_validate(base)
+
+
+def _task(name, **kw):
+    base = dict(task_id=f"sst-{name}", name=name, group_id="asg-1", launch_time=None, recurrence_type="Weekly",
+                recurrence_value="1,2,3,4,5", recurrence_end_time=None, min_value=6, max_value=None,
+                desired_capacity=None, enabled=True)
+    base.update(kw)
+    return ScheduledTask(**base)
+
+
+def test_start_task_is_weekly_in_utc_ahead_by_the_cold_start():
+    tasks, _ = desired_tasks(_spec(), NOW)
+    start = next(t for t in tasks if t.name == "fleet-chat-biz-start")
+    # 09:00 Shanghai less 180 s = 08:57 local = 00:57 UTC, same weekdays (Mon-Fri = 1..5 with Sunday 0)
+    assert start.hhmm == "00:57"
+    assert start.recurrence_value == "1,2,3,4,5"
+    assert start.launch_time == datetime(2026, 3, 2, 0, 57, tzinfo=UTC)
+    assert start.min_value == 6
+
+
+def test_end_task_restores_min_size():
+    tasks, _ = desired_tasks(_spec(), NOW)
+    end = next(t for t in tasks if t.name == "fleet-chat-biz-end")
+    assert end.hhmm == "10:00" and end.min_value == 1 and end.max_value is None
+
+
+def test_early_local_start_shifts_the_utc_weekdays_back():
+    spec = _spec(schedules=[{"name": "early", "days": "mon", "start": "06:00", "end": "10:00", "min": 3}],
+                 cold_start_s=0)
+    tasks, _ = desired_tasks(spec, NOW)
+    start = next(t for t in tasks if t.name.endswith("-start"))
+    assert (start.hhmm, start.recurrence_value) == ("22:00", "0")  # Sunday 22:00 UTC
+
+
+def test_ceiling_is_set_at_start_and_max_size_restored_at_end():
+    spec = _spec(schedules=[{"name": "night", "days": "daily", "start": "00:00", "end": "06:00", "min": 2,
+                             "max": 4}])
+    tasks, _ = desired_tasks(spec, NOW)
+    by = {t.name.rsplit("-", 1)[1]: t for t in tasks}
+    assert by["start"].max_value == 4
+    assert by["end"].max_value == 20
+
+
+def test_cron_windows_are_reported_as_skipped():
+    spec = _spec(schedules=[{"name": "c", "cron": "0 9 * * 1-5", "duration": "9h", "min": 4}])
+    changes, _ = plan_sync(spec, [], NOW)
+    assert [(c.op, c.name) for c in changes] == [("skip", "c")]
+
+
+def test_missing_tasks_are_created():
+    changes, _ = plan_sync(_spec(), [], NOW)
+    assert sorted((c.op, c.name) for c in changes) == [
+        ("create", "fleet-chat-biz-end"), ("create", "fleet-chat-biz-start")]
+
+
+def test_matching_tasks_need_no_change():
+    _, want = plan_sync(_spec(), [], NOW)
+    existing = [_task(t.name, launch_time=t.launch_time, recurrence_value=t.recurrence_value,
+                      min_value=t.min_value, max_value=t.max_value) for t in want]
+    changes, _ = plan_sync(_spec(), existing, NOW)
+    assert changes == []
+
+
+def test_changed_floor_modifies_the_task():
+    _, want = plan_sync(_spec(), [], NOW)
+    existing = [_task(t.name, launch_time=t.launch_time, recurrence_value=t.recurrence_value,
+                      min_value=t.min_value) for t in want]
+    spec = _spec(schedules=[{"name": "biz", "days": "mon-fri", "start": "09:00", "end": "18:00", "min": 8}])
+    changes, _ = plan_sync(spec, existing, NOW)
+    assert [(c.op, c.name, c.detail) for c in changes] == [("modify", "fleet-chat-biz-start", "min")]
+
+
+def test_owned_task_no_longer_configured_is_deleted():
+    changes, _ = plan_sync(_spec(schedules=[]), [_task("fleet-chat-old-start")], NOW)
+    assert [(c.op, c.name) for c in changes] == [("delete", "fleet-chat-old-start")]
+
+
+def test_tasks_the_service_does_not_own_are_never_touched():
+    foreign = [_task("nightly-backup"), _task("fleet-other-biz-start"), _task("fleet-chat-manual")]
+    changes, _ = plan_sync(_spec(schedules=[]), foreign, NOW)
+    assert changes == []
+
+
+def test_ownership_needs_prefix_and_suffix():
+    assert owned("fleet-chat-biz-start", "chat")
+    assert not owned("fleet-chat-biz", "chat")
+    assert not owned("team-chat-biz-start", "chat")
