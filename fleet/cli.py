@@ -23,6 +23,8 @@ app = typer.Typer(
 COMMAND_MODULES: list[str] = [
     "agent",
     "terraform",
+    "serve",
+    "policy",
 ]
 
 
