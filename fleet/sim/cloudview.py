@@ -1,0 +1,311 @@
+"""The runner's glue to the fake cloud and the controllers: group set-up, state reads, incidents, counts.
+
+The world lives *inside* the fake cloud, so it reads the fake's backend state directly (which instances the
+group has, their lifecycle, whether ECS is restarting one) instead of paying an SDK call per look; the
+controllers see the cloud only through the SDK adapters, exactly as in production.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from fleet.sim.baselines import EssAlarmRule, StaticPeak, TargetTracking
+from fleet.sim.invariants import InvariantChecker
+from fleet.sim.runner import MinutePoint, SimOptions
+from fleet.sim.world import World
+
+# ECS statuses during which the instance is not running its software (a reboot or a start in progress).
+_RESTARTING = ("Stopping", "Starting", "Stopped")
+_ISOLATION_CAUSES = {"metric": "metric", "throttle": "throttle", "xid": "xid", "event": "event"}
+
+
+def initial_size(spec: Any, at: datetime) -> int:
+    """The group's floor when the run starts (schedules and the warm floor included)."""
+    from policies.schedule import bounds
+
+    return bounds(spec, at).floor
+
+
+def create_group(cloud: Any, spec: Any, hardware: Any, initial: int, *, region: str, max_size: int) -> str:
+    """The scaling group of ``spec`` in the fake, with ``initial`` instances already InService."""
+    return cloud.create_group_for_tests(
+        name=spec.scaling_group_name or spec.name,
+        min_size=min(spec.min_size, initial),
+        max_size=max_size,
+        desired_capacity=initial,
+        instance_type=hardware.instance_type,
+        region_id=region,
+        in_service=initial,
+        default_cooldown_s=300,
+    )
+
+
+def bind_group(config: Any, index: int, group_id: str) -> Any:
+    """The config with group ``index`` pointing at the fake's group id."""
+    groups = list(config.groups)
+    groups[index] = groups[index].model_copy(
+        update={"scaling_group_id": group_id, "scaling_group_name": None}
+    )
+    return config.model_copy(update={"groups": type(config.groups)(groups)})
+
+
+def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
+    """Instance id -> ESS lifecycle state, ``Rebooting`` while ECS restarts the instance."""
+    group = cloud.ess.groups.get(group_id)
+    if group is None:
+        return {}
+    out: dict[str, str] = {}
+    ecs = cloud.ecs.instances
+    for iid in group.instance_ids:
+        inst = cloud.ess.instances.get(iid)
+        if inst is None:
+            continue
+        state = inst.lifecycle_state
+        ecs_inst = ecs.get(iid)
+        if (
+            ecs_inst is not None
+            and ecs_inst.status in _RESTARTING
+            and state not in ("Pending", "Pending:Wait")
+        ):
+            state = "Rebooting"
+        out[iid] = state
+    return out
+
+
+def _sim_credential() -> Any:
+    from alibabacloud_credentials import models as credential_models
+    from alibabacloud_credentials.client import Client as CredentialClient
+
+    # The fake ignores signatures; the SDK only needs something to sign with.
+    return CredentialClient(
+        credential_models.Config(type="access_key", access_key_id="fleet-sim", access_key_secret="fleet-sim")
+    )  # noqa: S106
+
+
+def make_clients(config: Any) -> Any:
+    from fleet.cloud.clients import make_clients as _make
+    from fleet.cloud.retry import RetryPolicy
+
+    return _make(
+        config.region, config.account_id, credential=_sim_credential(), retry=_sim_retry(RetryPolicy), env={}
+    )
+
+
+def _sim_retry(policy_cls: Any) -> Any:
+    # Virtual time must not sleep on the wall clock: retries (the fake never throttles here) wait zero.
+    try:
+        return policy_cls(sleep=lambda _s: None)
+    except TypeError:
+        return policy_cls()
+
+
+def make_controller(
+    options: SimOptions, config: Any, spec: Any, cloud: Any, clock: Any, group_id: str
+) -> tuple[Any, InvariantChecker]:
+    """The controller for ``options.policy`` and the invariant checker that fits it."""
+    clients = make_clients(config)
+    policy = options.policy
+    if policy == "ours":
+        from fleet.service import build_service
+
+        service = build_service(config, clients, database_url="sqlite://", clock=clock, dry_run=False)
+        service.name = "ours"
+        checker = InvariantChecker(
+            min_size=spec.min_size,
+            max_size=spec.max_size,
+            warm_floor=spec.warm_floor,
+            floor_at=_schedule_floor(spec, options.tick_s),
+        )
+        checker.max_isolated_for = spec.guardrails.max_isolated_for  # type: ignore[attr-defined]
+        return service, checker
+    if policy == "static-peak":
+        size = options.static_size or spec.max_size
+        return StaticPeak(clients.ess, group_id, size), InvariantChecker(min_size=size, max_size=size)
+    if policy == "ess-alarm":
+        ctl = EssAlarmRule(clients.ess, clients.cms, group_id, spec.min_size, spec.max_size)
+        return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+    if policy == "target-tracking":
+        ctl = TargetTracking(
+            clients.ess, clients.cms, group_id, spec.min_size, spec.max_size, target=options.queue_target
+        )
+        return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+    raise ValueError(f"unknown policy {policy!r}")
+
+
+def _schedule_floor(spec: Any, tick_s: float) -> Any:
+    from policies.schedule import bounds
+
+    # A floor must hold by the tick after it takes effect: the write happens in the tick that sees it, and an
+    # ESS activity already in progress can hold it back one tick.
+    grace = timedelta(seconds=2 * tick_s)
+
+    def floor_at(at: datetime) -> int:
+        return min(bounds(spec, at).floor, bounds(spec, at - grace).floor)
+
+    return floor_at
+
+
+def check(checker: InvariantChecker, cloud: Any, group_id: str, at: datetime, since_s: float) -> None:
+    """Run the invariants on the group's state after a tick."""
+    group = cloud.ess.groups[group_id]
+    states = {
+        iid: cloud.ess.instances[iid].lifecycle_state
+        for iid in group.instance_ids
+        if iid in cloud.ess.instances
+    }
+    desired = group.desired_capacity if group.desired_capacity is not None else len(states)
+    fresh = [
+        a.activity_id
+        for a in cloud.ess.activities.values()
+        if a.group_id == group_id
+        and a.start_s >= since_s
+        and a.activity_type == "CapacityChange"
+        and a.trigger_source_type == "APIs"
+        and a.total_capacity is not None
+    ]
+    max_iso = getattr(checker, "max_isolated_for", None)
+    if max_iso is not None:
+        checker.max_isolated = max_iso(max(1, desired))
+    checker.check(at, desired, states, fresh)
+
+
+def minute_point(world: World, cloud: Any, group_id: str, minute: int, start: datetime) -> MinutePoint:
+    group = cloud.ess.groups[group_id]
+    counts: dict[str, int] = {}
+    for iid in group.instance_ids:
+        inst = cloud.ess.instances.get(iid)
+        if inst is not None:
+            counts[inst.lifecycle_state] = counts.get(inst.lifecycle_state, 0) + 1
+    temps = [max(g.temperature_c for g in i.gpus) for i in world.instances.values()]
+    utils = [i.util for i in world.instances.values() if i.serving(world.now_s)]
+    return MinutePoint(
+        minute=minute,
+        at=(start + timedelta(minutes=minute)).isoformat(),
+        arrivals=0,
+        completed=0,
+        rejected=0,
+        ttft_p99_ms=None,
+        desired=int(
+            group.desired_capacity if group.desired_capacity is not None else len(group.instance_ids)
+        ),
+        in_service=counts.get("InService", 0) + counts.get("Protected", 0),
+        serving=world.serving_count(),
+        pending=counts.get("Pending", 0) + counts.get("Pending:Wait", 0),
+        standby=counts.get("Standby", 0),
+        temperature_max_c=round(max(temps), 1) if temps else 0.0,
+        gpu_util_avg_pct=round(100.0 * sum(utils) / len(utils), 1) if utils else 0.0,
+    )
+
+
+def scale_actions(cloud: Any, group_id: str, since_s: float) -> int:
+    """Capacity writes the controller made: ESS capacity-change activities it started through the API."""
+    return sum(
+        1
+        for a in cloud.ess.activities.values()
+        if a.group_id == group_id
+        and a.start_s >= since_s
+        and a.activity_type == "CapacityChange"
+        and a.trigger_source_type == "APIs"
+        and a.total_capacity is not None
+    )
+
+
+def _iso(dt: Any) -> str | None:
+    if dt is None:
+        return None
+    return dt.isoformat() if hasattr(dt, "isoformat") else str(dt)
+
+
+def incidents(controller: Any, world: World, options: SimOptions, spec: Any) -> list[dict[str, Any]]:
+    """The run's incidents: our service's own records for ``ours``; for the baselines, which do not isolate,
+    each injected fault as an incident nobody responded to."""
+    out: list[dict[str, Any]] = []
+    end = options.start + timedelta(hours=options.hours)
+    respond_s = float(spec.isolation.respond_within_s)
+    isolate_s = float(spec.isolation.isolate_within_s)
+    records = service_incidents(controller) if options.policy == "ours" else None
+    if records is not None:
+        for inc in records:
+            detected = inc.detected_at
+            responded = (
+                inc.acknowledged_at or inc.admitted_at or inc.surge_requested_at or inc.standby_requested_at
+            )
+            isolated = inc.isolated_at
+            late_response = (responded or end) - detected > timedelta(seconds=respond_s)
+            late_isolation = (isolated or inc.remediated_at or end) - detected > timedelta(seconds=isolate_s)
+            out.append(
+                {
+                    "instance_id": inc.instance_id,
+                    "cause": inc.rule,
+                    "kind": inc.kind,
+                    "detected_at": _iso(detected),
+                    "responded_at": _iso(responded),
+                    "isolated_at": _iso(isolated),
+                    "action": inc.action,
+                    "state": str(getattr(inc.state, "value", inc.state)),
+                    "remediated_at": _iso(inc.remediated_at),
+                    "sla_breached": bool(late_response or late_isolation),
+                }
+            )
+        return out
+    for f in world.fault_log:
+        if f["event"] == "rebooted":
+            continue
+        at = options.start + timedelta(seconds=f["at_s"])
+        out.append(
+            {
+                "instance_id": f["instance_id"],
+                "cause": _fault_cause(f),
+                "kind": f["event"],
+                "detected_at": None,
+                "responded_at": None,
+                "isolated_at": None,
+                "action": None,
+                "sla_breached": (end - at).total_seconds() > respond_s,
+            }
+        )
+    return out
+
+
+def _fault_cause(f: dict[str, Any]) -> str:
+    if f["event"] == "xid":
+        return f"xid_{f.get('xid')}"
+    if f["event"] == "event":
+        return str(f.get("code"))
+    return "gpu_overheat"
+
+
+def service_incidents(service: Any) -> list[Any]:
+    """Every incident the service recorded (open and closed), from its persisted history."""
+    history = service_history(service)
+    if history is None:
+        return []
+    found: list[Any] = []
+    for group_history in getattr(history, "groups", {}).values():
+        found.extend(getattr(group_history, "incidents", []))
+    return found
+
+
+def service_history(service: Any) -> Any:
+    for name in ("history", "load_history"):
+        attr = getattr(service, name, None)
+        if attr is None:
+            continue
+        return attr() if callable(attr) else attr
+    store = getattr(service, "store", None)
+    if store is not None and hasattr(store, "load_history"):
+        return store.load_history()
+    return None
+
+
+def decisions(controller: Any) -> list[dict[str, Any]]:
+    stats = getattr(controller, "stats", None)
+    if stats is not None:
+        return list(stats.decisions)
+    return []
+
+
+def ceil_div(a: float, b: float) -> int:
+    return int(math.ceil(a / b - 1e-9))

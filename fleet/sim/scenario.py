@@ -1,0 +1,200 @@
+"""Whole simulations as the commands run them: load the config, build the workload and faults, pick the
+policy.
+
+``simulate`` is one ``fleet simulate`` run; ``bench_autoscale`` runs the benchmark's workloads under the four
+policies. Static provisioning for the peak is sized with the same engine the world uses: the highest Poisson
+rate one instance serves within the SLO (a short calibration run, the capacity test a team would do), then
+enough instances for the workload's 1-minute peak.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fleet.sim.runner import Hardware, SimOptions, SimResult, run
+from fleet.sim.workload import (
+    Request,
+    WorkloadSpec,
+    build_workload,
+    load_trace,
+    parse_workload_spec,
+    peak_rate_rps,
+)
+from fleet.sim.world import Fault, World, WorldParams, percentile
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
+DEFAULT_WORKLOAD = "servegen:m-large,peak=60"
+
+# The benchmark's workloads (issue 7: at least a ServeGen language day, the Azure code bursts and the Azure
+# conversation hour). Peaks are chosen so that the default fleet needs tens of instances at the top.
+BENCH_WORKLOADS: tuple[tuple[str, str, float], ...] = (
+    ("servegen-language-day", "servegen:m-large,peak=60", 24.0),
+    ("azure-code-bursts", "azure:code,rate=8", 1.0),
+    ("azure-conversation-hour", "azure:conv,rate=4", 1.0),
+)
+
+
+def slo_ttft_ms(spec: Any, default: float = 800.0) -> float:
+    """The group's P99 TTFT SLO: its ``ttft_p99_ms`` scale-out threshold, else ``default``."""
+    for rule in getattr(spec, "scale_out", ()):
+        if rule.metric == "ttft_p99_ms" and rule.above is not None:
+            return float(rule.above)
+    return default
+
+
+def queue_target(spec: Any, default: float = 2.0) -> float:
+    """The waiting-requests-per-instance target a team would give a target-tracking scaler: the config's."""
+    for rule in getattr(spec, "scale_out", ()):
+        if rule.metric == "queue_waiting_per_instance":
+            return float(rule.target or rule.above)
+    return default
+
+
+def calibrate_capacity_rps(
+    engine_factory: Callable[[float, int], Any],
+    sizes: Sequence[Request],
+    slo_ms: float,
+    *,
+    seed: int = 0,
+    duration_s: float = 600.0,
+) -> float:
+    """The highest Poisson arrival rate one engine serves with P99 TTFT within ``slo_ms`` (bisection)."""
+    lo, hi = 0.05, 64.0
+    for _ in range(12):
+        mid = math.sqrt(lo * hi)
+        if _p99_ttft_at(engine_factory, sizes, mid, duration_s, seed) <= slo_ms:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1.03:
+            break
+    return lo
+
+
+def _p99_ttft_at(
+    engine_factory: Callable[[float, int], Any],
+    sizes: Sequence[Request],
+    rate: float,
+    duration_s: float,
+    seed: int,
+) -> float:
+    rng = random.Random(seed)
+    eng = engine_factory(0.0, 1 << 30)
+    t, rid = 0.0, 0
+    arrivals: dict[int, float] = {}
+    ttfts: list[float] = []
+    step = 1.0
+    now = 0.0
+    pending: list[tuple[float, Request]] = []
+    while t < duration_s:
+        t += rng.expovariate(rate)
+        s = sizes[rng.randrange(len(sizes))]
+        pending.append((t, s))
+    i = 0
+    while now < duration_s + 120.0:
+        nxt = now + step
+        while i < len(pending) and pending[i][0] < nxt:
+            at, s = pending[i]
+            rid += 1
+            arrivals[rid] = at
+            eng.submit(rid, max(at, now), s.prompt_tokens, s.output_tokens)
+            i += 1
+        for done in eng.advance(nxt):
+            arrivals.pop(done.request_id)
+            ttfts.append(math.inf if done.rejected else done.ttft_s * 1000.0)
+        now = nxt
+        if len(arrivals) > 4 * rate * 60 + 500:  # hopelessly behind: no need to finish the run
+            return math.inf
+    ttfts.extend(math.inf for _ in arrivals)
+    return percentile(sorted(ttfts), 99)
+
+
+def static_peak_size(requests: Sequence[Request], capacity_rps: float, max_size: int | None = None) -> int:
+    """Instances for the workload's 1-minute peak at ``capacity_rps`` each."""
+    need = max(1, math.ceil(peak_rate_rps(requests) / max(1e-9, capacity_rps)))
+    return need if max_size is None else min(need, max_size)
+
+
+def sizes_for(spec: WorkloadSpec) -> Sequence[Request]:
+    """The request-size mix a workload draws from (for calibration)."""
+    if spec.kind == "servegen":
+        from fleet.sim.workload import SIZE_SOURCES
+
+        return load_trace(*SIZE_SOURCES[spec.params.get("sizes", "azure-conv")])
+    return load_trace(spec.kind, spec.name)
+
+
+def simulate(
+    config: Any,
+    workload: str,
+    hours: float,
+    *,
+    faults: Sequence[Fault] = (),
+    policy: str = "ours",
+    hardware: Hardware | None = None,
+    options: SimOptions | None = None,
+    engine_factory: Callable[[float, int], Any] | None = None,
+    progress: Callable[[float], None] | None = None,
+    capacity_cache: dict[tuple[str, str], float] | None = None,
+) -> SimResult:
+    """One simulated run of ``workload`` for ``hours`` under ``policy``."""
+    from fleet.sim.engine import make_engine_factory
+
+    hardware = hardware or Hardware()
+    spec_w = parse_workload_spec(workload)
+    group = config.groups[0]
+    requests = build_workload(spec_w, hours * 3600.0, max_prompt_tokens=hardware.max_model_len - 512)
+    factory = engine_factory or make_engine_factory(hardware)
+    slo = slo_ttft_ms(group)
+    opts = options or SimOptions()
+    opts = replace(opts, hours=hours, policy=policy, slo_ttft_ms=slo, queue_target=queue_target(group))
+    if policy == "static-peak" and opts.static_size is None:
+        key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name))
+        cap = (capacity_cache or {}).get(key)
+        if cap is None:
+            cap = calibrate_capacity_rps(factory, sizes_for(spec_w), slo, seed=opts.seed)
+            if capacity_cache is not None:
+                capacity_cache[key] = cap
+        opts = replace(opts, static_size=static_peak_size(requests, cap))
+    return run(
+        config,
+        requests,
+        options=opts,
+        hardware=hardware,
+        engine_factory=factory,
+        faults=[replace(f) for f in faults],
+        workload_name=workload,
+        progress=progress,
+    )
+
+
+def bench_autoscale(
+    config: Any,
+    *,
+    workloads: Sequence[tuple[str, str, float]] = BENCH_WORKLOADS,
+    policies: Sequence[str] = ("ours", "static-peak", "ess-alarm", "target-tracking"),
+    hardware: Hardware | None = None,
+    options: SimOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every workload under every policy: ``{workload: {policy: summary}}``."""
+    cache: dict[tuple[str, str], float] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, spec, hours in workloads:
+        out[name] = {}
+        for pol in policies:
+            if progress is not None:
+                progress(f"{name} / {pol}")
+            result = simulate(
+                config, spec, hours, policy=pol, hardware=hardware, options=options, capacity_cache=cache
+            )
+            out[name][pol] = dict(result.summary, wall_s=round(result.wall_s, 1))
+    return out
+
+
+__all__ = ["World", "WorldParams", "simulate", "bench_autoscale", "DEFAULT_CONFIG", "DEFAULT_WORKLOAD"]

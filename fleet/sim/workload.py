@@ -1,0 +1,478 @@
+"""Workloads for the simulator: real request traces replayed, and ServeGen rate curves turned into arrivals.
+
+Three sources live in ``../shared/traces`` (see its README for shapes and licences):
+
+* the Azure LLM inference traces (Splitwise, 2023): one hour of per-request arrivals with token counts, as CSV
+  with naive timestamps carrying 7 fractional digits and no trailing newline;
+* the Mooncake FAST'25 traces: JSONL with millisecond offsets and token counts;
+* the ServeGen aggregates: request rate per 600 s window over days, with the rate-weighted inter-arrival CV.
+
+A workload is a list of :class:`Request` sorted by arrival, built deterministically from a seed. Replays are
+time- and rate-scalable and loop to fill the simulated duration; ServeGen curves are scaled to a target peak
+and sampled with Gamma inter-arrivals at each window's recorded CV, drawing request sizes from a per-request
+trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+# The shared traces sit next to the repository (../shared from the root) in development and in CI.
+TRACES_ENV = "FLEET_TRACES_DIR"
+
+
+def traces_dir() -> Path:
+    """Where the shared traces are: ``$FLEET_TRACES_DIR``, else ``../shared/traces`` beside the repository."""
+    env = os.environ.get(TRACES_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+
+
+class WorkloadError(ValueError):
+    """A workload spec or trace file that cannot be used; the message names the problem in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request: when it arrives (seconds from the start of the run) and its token counts."""
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """One ServeGen window: start (seconds from the trace's local midnight), mean rate, inter-arrival CV."""
+
+    start_s: float
+    rate_rps: float
+    iat_cv: float
+
+
+@dataclass(frozen=True)
+class RateCurve:
+    """A request-rate curve in fixed windows (ServeGen: 600 s)."""
+
+    windows: tuple[RateWindow, ...]
+    window_s: float = 600.0
+    name: str = ""
+
+    def day(self, index: int) -> RateCurve:
+        """The windows of day ``index`` (0-based), restarted at 0 s."""
+        per_day = int(round(86400 / self.window_s))
+        chunk = self.windows[index * per_day : (index + 1) * per_day]
+        if not chunk:
+            raise WorkloadError(f"{self.name}: day {index} is past the trace's {self.days()} day(s)")
+        base = chunk[0].start_s
+        return RateCurve(
+            tuple(RateWindow(w.start_s - base, w.rate_rps, w.iat_cv) for w in chunk), self.window_s, self.name
+        )
+
+    def days(self) -> int:
+        return max(1, math.ceil(len(self.windows) * self.window_s / 86400))
+
+
+# --------------------------------------------------------------------------------------------------- loaders
+
+
+def _parse_azure_timestamp(text: str) -> datetime:
+    # Azure writes 7 fractional digits (100 ns ticks); datetime takes at most 6, so drop the last one.
+    text = text.strip()
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    return datetime.fromisoformat(text)
+
+
+def load_azure_csv(path: Path | str) -> list[Request]:
+    """Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``); arrivals from the first."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    rows = list(csv.reader(text.splitlines()))  # no trailing newline in the published files: splitlines copes
+    if not rows or [c.strip() for c in rows[0]] != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        raise WorkloadError(f"{path}: expected the header TIMESTAMP,ContextTokens,GeneratedTokens")
+    stamps: list[tuple[datetime, int, int]] = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            stamps.append((_parse_azure_timestamp(row[0]), int(row[1]), int(row[2])))
+        except (ValueError, IndexError):
+            raise WorkloadError(
+                f"{path}:{line_no}: not a TIMESTAMP,ContextTokens,GeneratedTokens row"
+            ) from None
+    if not stamps:
+        raise WorkloadError(f"{path}: no requests")
+    stamps.sort(key=lambda s: s[0])
+    t0 = stamps[0][0]
+    return [Request((ts - t0).total_seconds(), max(1, p), max(1, o)) for ts, p, o in stamps]
+
+
+def load_mooncake_jsonl(path: Path | str) -> list[Request]:
+    """Mooncake FAST'25 trace (``timestamp`` in ms from the start, ``input_length``, ``output_length``)."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    out: list[Request] = []
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(
+                Request(
+                    float(row["timestamp"]) / 1000.0,
+                    max(1, int(row["input_length"])),
+                    max(1, int(row["output_length"])),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            raise WorkloadError(
+                f"{path}:{line_no}: not a Mooncake row (timestamp, input_length, output_length)"
+            ) from None
+    if not out:
+        raise WorkloadError(f"{path}: no requests")
+    out.sort(key=lambda r: r.arrival_s)
+    t0 = out[0].arrival_s
+    return [Request(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in out]
+
+
+def load_servegen(path: Path | str, window_s: float = 600.0) -> RateCurve:
+    """ServeGen 600 s aggregate (``window_start_s,total_rate_rps,active_clients,rate_weighted_iat_cv``)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    reader = csv.DictReader(text.splitlines())
+    windows: list[RateWindow] = []
+    for line_no, row in enumerate(reader, start=2):
+        try:
+            windows.append(
+                RateWindow(
+                    float(row["window_start_s"]),
+                    float(row["total_rate_rps"]),
+                    float(row["rate_weighted_iat_cv"]),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            raise WorkloadError(f"{path}:{line_no}: not a ServeGen aggregate row") from None
+    if not windows:
+        raise WorkloadError(f"{path}: no windows")
+    windows.sort(key=lambda w: w.start_s)
+    return RateCurve(tuple(windows), window_s, path.stem)
+
+
+# ------------------------------------------------------------------------------------------------ generators
+
+
+def replay(
+    trace: Sequence[Request],
+    duration_s: float,
+    *,
+    speed: float = 1.0,
+    rate: float = 1.0,
+    loop: bool = True,
+    seed: int = 0,
+) -> list[Request]:
+    """Replay a per-request trace for ``duration_s``.
+
+    ``speed`` compresses time (2.0 plays the hour in 30 minutes, so the rate doubles too); ``rate``
+    multiplies the
+    request count at the same pace: each request is kept ``floor(rate)`` times plus once more with probability
+    ``rate - floor(rate)``, copies spread by a small seeded jitter so they do not land on the same instant.
+    The trace loops (each pass shifted by its span) until ``duration_s`` is filled, unless ``loop`` is false.
+    """
+    if speed <= 0 or rate <= 0:
+        raise WorkloadError("replay: speed and rate must be positive")
+    if not trace:
+        return []
+    rng = random.Random(seed)
+    # One pass lasts the trace's span plus the mean gap, so a loop does not put two arrivals at the seam.
+    span_s = trace[-1].arrival_s - trace[0].arrival_s
+    period_s = (span_s + span_s / max(1, len(trace) - 1)) / speed
+    whole, frac = int(rate), rate - int(rate)
+    out: list[Request] = []
+    offset = 0.0
+    while offset < duration_s:
+        for r in trace:
+            t = offset + r.arrival_s / speed
+            if t >= duration_s:
+                break
+            copies = whole + (1 if frac and rng.random() < frac else 0)
+            for c in range(copies):
+                jitter = rng.uniform(0.0, 0.05) if c else 0.0
+                out.append(Request(t + jitter, r.prompt_tokens, r.output_tokens))
+        if not loop:
+            break
+        offset += period_s
+    out.sort(key=lambda r: r.arrival_s)
+    return [r for r in out if r.arrival_s < duration_s]
+
+
+def from_rate_curve(
+    curve: RateCurve,
+    duration_s: float,
+    *,
+    peak_rps: float,
+    sizes: Sequence[Request],
+    seed: int = 0,
+    start_offset_s: float = 0.0,
+    cv_cap: float | None = 8.0,
+    max_prompt_tokens: int | None = None,
+) -> list[Request]:
+    """Arrivals following ``curve`` scaled so its highest window over the run is ``peak_rps``.
+
+    Inside each window, inter-arrival gaps are Gamma distributed with that window's recorded CV (shape
+    ``1/CV^2``,
+    mean ``1/rate``): CV 1 is Poisson, larger is burstier. ``cv_cap`` bounds the CV: ServeGen's figure is a
+    per-client CV weighted by rate, and a few windows record values in the hundreds (one client firing a
+    batch),
+    which as a whole-fleet Gamma shape would put a window's load in one instant; ``None`` uses the CV as
+    recorded. ``start_offset_s`` starts the run that far into the curve (the curve repeats when the run is
+    longer).
+    Request sizes are drawn uniformly from ``sizes`` (a per-request trace).
+    """
+    if peak_rps <= 0:
+        raise WorkloadError("rate curve: peak must be positive")
+    if not sizes:
+        raise WorkloadError("rate curve: no request sizes to draw from")
+    rng = random.Random(seed)
+    span_s = len(curve.windows) * curve.window_s
+
+    def window_at(t_s: float) -> RateWindow:
+        idx = int(((t_s + start_offset_s) % span_s) // curve.window_s)
+        return curve.windows[idx]
+
+    # Scale by the highest window that the run actually covers.
+    n_windows = int(math.ceil(duration_s / curve.window_s)) + 1
+    covered = [window_at(i * curve.window_s) for i in range(n_windows)]
+    top = max(w.rate_rps for w in covered)
+    if top <= 0:
+        raise WorkloadError(f"{curve.name}: the selected windows have no traffic")
+    scale = peak_rps / top
+
+    out: list[Request] = []
+    t = 0.0
+    while t < duration_s:
+        w = window_at(t)
+        rate = w.rate_rps * scale
+        window_end = (math.floor((t + start_offset_s) / curve.window_s) + 1) * curve.window_s - start_offset_s
+        if rate <= 0:  # a collection gap: nothing arrives until the next window
+            t = window_end
+            continue
+        cv = w.iat_cv if w.iat_cv > 0 else 1.0
+        if cv_cap is not None:
+            cv = min(cv, cv_cap)
+        shape = 1.0 / (cv * cv)
+        gap = rng.gammavariate(shape, 1.0 / (rate * shape))
+        if t + gap >= window_end:
+            # Memoryless enough at these scales: restart the draw at the boundary with the next window's rate.
+            t = window_end
+            continue
+        t += gap
+        if t >= duration_s:
+            break
+        s = sizes[rng.randrange(len(sizes))]
+        prompt = s.prompt_tokens if max_prompt_tokens is None else min(s.prompt_tokens, max_prompt_tokens)
+        out.append(Request(t, prompt, s.output_tokens))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the SPEC
+
+
+TRACE_FILES = {
+    ("azure", "conv"): "azure2023_conv.csv",
+    ("azure", "code"): "azure2023_code.csv",
+    ("mooncake", "conversation"): "mooncake_fast25_conversation.jsonl",
+    ("mooncake", "synthetic"): "mooncake_fast25_synthetic.jsonl",
+}
+SERVEGEN_NAMES = (
+    "language_m-large",
+    "language_m-mid",
+    "language_m-small",
+    "multimodal_mm-image",
+    "reason_deepseek-r1",
+)
+SIZE_SOURCES = {
+    "azure-conv": ("azure", "conv"),
+    "azure-code": ("azure", "code"),
+    "mooncake-conversation": ("mooncake", "conversation"),
+    "mooncake-synthetic": ("mooncake", "synthetic"),
+}
+
+_REPLAY_KEYS = {"speed", "rate", "loop", "seed"}
+_CURVE_KEYS = {"peak", "day", "sizes", "cv_cap", "seed", "start_h"}
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A parsed workload SPEC: ``KIND:NAME[,key=value...]``.
+
+    * ``servegen:NAME`` (``language_m-large``, ``m-large``, ...): keys ``peak`` (req/s at the busiest window,
+      default 20), ``day`` (0-based, default 0), ``start_h`` (hour of the curve to start at, default 0),
+      ``sizes`` (``azure-conv`` default, ``azure-code``, ``mooncake-conversation``, ``mooncake-synthetic``),
+      ``cv_cap`` (default 8, ``none`` for the recorded CV), ``seed``.
+    * ``azure:conv|code`` and ``mooncake:conversation|synthetic``: keys ``speed`` (time compression, default
+    1),
+      ``rate`` (request multiplier, default 1), ``loop`` (``true``/``false``, default true), ``seed``.
+    """
+
+    kind: str
+    name: str
+    params: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def seed(self) -> int:
+        return int(self.params.get("seed", "0"))
+
+
+def parse_workload_spec(text: str) -> WorkloadSpec:
+    """Parse ``KIND:NAME[,key=value...]``; raises :class:`WorkloadError` with the nearest valid names."""
+    head, _, rest = text.strip().partition(",")
+    kind, sep, name = head.partition(":")
+    kind, name = kind.strip().lower(), name.strip()
+    if not sep or not name:
+        raise WorkloadError(
+            f"workload {text!r}: expected KIND:NAME[,key=value...], e.g. servegen:m-large,peak=30"
+        )
+    params: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise WorkloadError(f"workload {text!r}: {item!r} is not key=value")
+        params[key.strip().lower()] = value.strip()
+    if kind == "servegen":
+        full = (
+            name
+            if name in SERVEGEN_NAMES
+            else next((n for n in SERVEGEN_NAMES if n.endswith("_" + name)), "")
+        )
+        if not full:
+            raise WorkloadError(
+                f"workload {text!r}: unknown ServeGen trace {name!r}; one of {', '.join(SERVEGEN_NAMES)}"
+            )
+        allowed = _CURVE_KEYS
+        name = full
+        if params.get("sizes", "azure-conv") not in SIZE_SOURCES:
+            raise WorkloadError(f"workload {text!r}: sizes must be one of {', '.join(SIZE_SOURCES)}")
+    elif kind in ("azure", "mooncake"):
+        names = [n for k, n in TRACE_FILES if k == kind]
+        if name not in names:
+            raise WorkloadError(
+                f"workload {text!r}: unknown {kind} trace {name!r}; one of {', '.join(names)}"
+            )
+        allowed = _REPLAY_KEYS
+    else:
+        raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake")
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise WorkloadError(
+            f"workload {text!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+    for key in params:
+        if key in ("sizes", "loop"):
+            continue
+        if key == "cv_cap" and params[key].lower() == "none":
+            continue
+        try:
+            value = float(params[key])
+        except ValueError:
+            raise WorkloadError(f"workload {text!r}: {key}={params[key]!r} is not a number") from None
+        if key in ("peak", "speed", "rate") and value <= 0:
+            raise WorkloadError(f"workload {text!r}: {key} must be positive")
+    if params.get("loop", "true").lower() not in ("true", "false"):
+        raise WorkloadError(f"workload {text!r}: loop must be true or false")
+    return WorkloadSpec(kind, name, params, text.strip())
+
+
+_CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
+
+
+def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Request, ...]:
+    """A per-request trace by kind and name, loaded once per process."""
+    directory = directory or traces_dir()
+    key = (str(directory), f"{kind}:{name}")
+    if key not in _CACHE:
+        path = directory / TRACE_FILES[(kind, name)]
+        loader = load_azure_csv if kind == "azure" else load_mooncake_jsonl
+        _CACHE[key] = tuple(loader(path))
+    return _CACHE[key]
+
+
+def build_workload(
+    spec: WorkloadSpec | str,
+    duration_s: float,
+    *,
+    directory: Path | None = None,
+    max_prompt_tokens: int | None = None,
+) -> list[Request]:
+    """The requests of ``spec`` over ``duration_s``, deterministic for the spec's seed."""
+    if isinstance(spec, str):
+        spec = parse_workload_spec(spec)
+    directory = directory or traces_dir()
+    p = spec.params
+    if spec.kind == "servegen":
+        curve = load_servegen(directory / "servegen" / f"servegen_{spec.name}_aggregate_600s.csv")
+        day = int(float(p.get("day", "0")))
+        if day:
+            curve = curve.day(day)
+        size_kind, size_name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
+        sizes = load_trace(size_kind, size_name, directory)
+        cv_text = p.get("cv_cap", "8")
+        cv_cap = None if cv_text.lower() == "none" else float(cv_text)
+        return from_rate_curve(
+            curve,
+            duration_s,
+            peak_rps=float(p.get("peak", "20")),
+            sizes=sizes,
+            seed=spec.seed,
+            start_offset_s=float(p.get("start_h", "0")) * 3600.0,
+            cv_cap=cv_cap,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+    trace = load_trace(spec.kind, spec.name, directory)
+    reqs = replay(
+        trace,
+        duration_s,
+        speed=float(p.get("speed", "1")),
+        rate=float(p.get("rate", "1")),
+        loop=p.get("loop", "true").lower() == "true",
+        seed=spec.seed,
+    )
+    if max_prompt_tokens is not None:
+        reqs = [
+            r
+            if r.prompt_tokens <= max_prompt_tokens
+            else Request(r.arrival_s, max_prompt_tokens, r.output_tokens)
+            for r in reqs
+        ]
+    return reqs
+
+
+def peak_rate_rps(requests: Sequence[Request], window_s: float = 60.0) -> float:
+    """The highest arrival rate over fixed windows of ``window_s`` (the 1-minute peak by default)."""
+    if not requests:
+        return 0.0
+    counts: dict[int, int] = {}
+    for r in requests:
+        k = int(r.arrival_s // window_s)
+        counts[k] = counts.get(k, 0) + 1
+    return max(counts.values()) / window_s

@@ -1,0 +1,523 @@
+"""The simulated world inside the fake cloud: GPU instances that boot, load weights, serve, heat up and fail.
+
+Each instance that appears in the scaling group (the fake ESS creates it) boots and loads its weights for the
+config's cold start, then serves requests with continuous batching through one stepwise vLLM engine from the
+sizing model. A least-outstanding-requests load balancer spreads arrivals over the instances that are
+InService, not in Standby, healthy and loaded; beyond a per-instance queue limit a request is rejected, as a
+gateway with ``max_num_waiting`` would. Every publish period each instance writes its metrics to the fake
+CloudMonitor, both the node agent's custom metrics and the ``acs_ecs_dashboard`` GPU metrics, with a
+temperature from a first-order thermal model; a hot GPU throttles its clock and so slows its engine. Faults
+(an overheating GPU, an XID, an ECS system event) are injected at given times.
+
+The world never decides anything about capacity: it only reacts to what the cloud's state says, like real
+nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fleet.sim.thermal import GpuThermal, ThermalParams
+from fleet.sim.workload import Request
+
+# XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
+# reset-class
+# XIDs leave the GPU unusable until it is reset or replaced; application XIDs are raised by a faulty program
+# and
+# the GPU keeps working.
+HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+
+
+class ServingEngine(Protocol):
+    """What the world needs of one instance's engine: the sizing package's :class:`sizing.InstanceEngine`."""
+
+    speed_factor: float
+
+    def submit(self, request_id: Any, arrival_s: float, prompt_tokens: int, output_tokens: int) -> bool: ...
+
+    def advance(self, until_s: float) -> list[Any]: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def kv_usage(self) -> float: ...
+
+    @property
+    def busy_fraction(self) -> float: ...
+
+
+# Builds a fresh engine whose clock starts at the given simulated second, rejecting beyond ``max_waiting``.
+EngineFactory = Callable[[float, int], ServingEngine]
+
+
+@dataclass(frozen=True)
+class WorldParams:
+    """How the simulated instances behave; the defaults are those of the demo."""
+
+    cold_start_s: float = 180.0  # ordering to serving, from the group's spec
+    queue_limit: int = 64  # waiting requests per instance beyond which the engine rejects (vLLM max waiting)
+    gpus_per_instance: int = 1
+    publish_period_s: float = 15.0
+    metric_window_s: float = 60.0  # latency percentiles are over the last minute of finished requests
+    gpu_mem_reserved_pct: float = 88.0  # vLLM takes gpu_memory_utilization (0.90) of the card at start-up
+    reboot_s: float = 60.0  # an ECS reboot, before the weights load again
+    thermal: ThermalParams = field(default_factory=ThermalParams)
+    step_s: float = 1.0  # engines advance in steps of this size; the balancer sees load at this resolution
+
+
+class SimInstance:
+    """One GPU instance as the world sees it: lifecycle, engine, GPUs and the metric window."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        appeared_s: float,
+        ready_s: float,
+        engine: ServingEngine,
+        gpus: list[GpuThermal],
+    ) -> None:
+        self.instance_id = instance_id
+        self.appeared_s = appeared_s
+        self.ready_s = ready_s
+        self.removed_s: float | None = None
+        self.engine = engine
+        self.gpus = gpus
+        self.lifecycle = "Pending"  # the ESS lifecycle state last seen ("Rebooting" while ECS restarts it)
+        self.hw_fault_xid: int | None = None  # a hardware XID: the GPU is unusable until reset
+        self.last_xid = 0
+        self.outstanding = 0
+        self.inflight: dict[int, int] = {}  # request id -> output tokens
+        self.win: list[tuple[float, float, float, float]] = []  # (finish_s, ttft_ms, tpot_ms, e2e_ms)
+        self.busy_s = 0.0  # engine busy time since the last publish
+        self.engine_start_s = appeared_s
+        self.last_advance_s = appeared_s
+        self.util = 0.0  # GPU utilization over the last publish period, 0..1
+        self.completed = 0
+
+    def speed(self) -> float:
+        """The engine's speed: the slowest GPU's clock ratio (tensor-parallel ranks run in lock step)."""
+        return min(g.clock_ratio for g in self.gpus)
+
+    def serving(self, now_s: float) -> bool:
+        return (
+            self.lifecycle == "InService"
+            and self.hw_fault_xid is None
+            and now_s >= self.ready_s
+            and self.removed_s is None
+        )
+
+
+@dataclass
+class Fault:
+    """An injected fault: ``kind`` ``overheat``, ``xid`` or ``event``; ``target`` an index or instance id."""
+
+    kind: str
+    at_s: float
+    target: str = "0"
+    xid: int = 79
+    event_code: str = "SystemMaintenance.Reboot"
+    extra_c: float = 35.0
+    fired: bool = False
+    instance_id: str | None = None
+
+
+@dataclass
+class MinuteStats:
+    """Requests by the minute they arrived in: their TTFTs (rejected or lost ones as infinity)."""
+
+    arrivals: int = 0
+    rejected: int = 0
+    completed: int = 0
+    ttfts_ms: list[float] = field(default_factory=list)
+
+
+class World:
+    """The requests and the instances; driven by :meth:`run_until` from the runner's virtual-time loop."""
+
+    def __init__(
+        self,
+        cloud: Any,
+        group_id: str,
+        engine_factory: EngineFactory,
+        params: WorldParams,
+        requests: Sequence[Request],
+        faults: Iterable[Fault] = (),
+        *,
+        instance_lister: Callable[[Any, str], dict[str, str]] | None = None,
+    ) -> None:
+        self.cloud = cloud
+        self.group_id = group_id
+        self.engine_factory = engine_factory
+        self.p = params
+        self.requests = requests
+        self.next_req = 0
+        self.faults = sorted(faults, key=lambda f: f.at_s)
+        self.list_instances = instance_lister or list_group_instances
+        self.instances: dict[str, SimInstance] = {}
+        self.gone: list[SimInstance] = []
+        self.minutes: dict[int, MinuteStats] = {}
+        self.now_s = 0.0
+        self.next_publish_s = 0.0
+        self.total_requests = 0
+        self.total_rejected = 0
+        self.total_dropped = 0
+        self.total_completed = 0
+        self.all_ttfts_ms: list[float] = []
+        self.all_tpots_ms: list[float] = []
+        self.fault_log: list[dict[str, Any]] = []
+        self._req_seq = 0
+        self._arrival: dict[int, float] = {}
+
+    # ------------------------------------------------------------------------------------------- lifecycle
+
+    def sync(self, *, prewarmed: bool = False) -> None:
+        """Match the world's instances to the group's: new ones boot and load, vanished ones stop (their
+        in-flight requests are lost), and one that ECS restarts loses its work and loads again."""
+        states = self.list_instances(self.cloud, self.group_id)
+        now = self.now_s
+        for iid, state in states.items():
+            inst = self.instances.get(iid)
+            if inst is None:
+                ready = now if prewarmed else now + self.p.cold_start_s
+                gpus = [GpuThermal.at_idle(self.p.thermal) for _ in range(self.p.gpus_per_instance)]
+                inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
+                self.instances[iid] = inst
+            if state == "Rebooting" and inst.lifecycle != "Rebooting":
+                self._reboot(inst)
+            inst.lifecycle = state
+        for iid in [i for i in self.instances if i not in states]:
+            inst = self.instances.pop(iid)
+            self._drop_inflight(inst)
+            inst.removed_s = now
+            self.gone.append(inst)
+
+    def _reboot(self, inst: SimInstance) -> None:
+        """An ECS reboot: in-flight work is lost; the GPU resets, which clears a hardware XID and the injected
+        cooling fault (a stuck fan controller); the weights load again once the instance is back."""
+        self._drop_inflight(inst)
+        inst.engine = self.engine_factory(self.now_s, self.p.queue_limit)
+        inst.engine_start_s = inst.last_advance_s = self.now_s
+        # Back after the reboot plus the weights load (the cold start less the instance's first boot).
+        inst.ready_s = self.now_s + self.p.reboot_s + max(0.0, self.p.cold_start_s - self.p.reboot_s)
+        inst.hw_fault_xid = None
+        inst.last_xid = 0
+        for g in inst.gpus:
+            g.extra_c = 0.0
+        self.fault_log.append({"at_s": self.now_s, "instance_id": inst.instance_id, "event": "rebooted"})
+
+    def _drop_inflight(self, inst: SimInstance) -> None:
+        for rid in inst.inflight:
+            self._minute(self._arrival.pop(rid)).ttfts_ms.append(math.inf)
+            self.total_dropped += 1
+        inst.inflight.clear()
+        inst.outstanding = 0
+
+    def _minute(self, t_s: float) -> MinuteStats:
+        m = int(t_s // 60)
+        stats = self.minutes.get(m)
+        if stats is None:
+            stats = self.minutes[m] = MinuteStats()
+        return stats
+
+    # ------------------------------------------------------------------------------------------- the loop
+
+    def run_until(self, end_s: float) -> None:
+        """Advance the world to ``end_s`` in engine steps: faults, arrivals through the balancer, engines,
+        temperatures, and the metrics every publish period."""
+        while self.now_s < end_s - 1e-9:
+            step_end = min(end_s, self.now_s + self.p.step_s)
+            self._fire_faults(step_end)
+            self._dispatch(step_end)
+            for inst in self.instances.values():
+                self._advance_instance(inst, step_end)
+            self.now_s = step_end
+            if self.now_s >= self.next_publish_s - 1e-9:
+                self.publish()
+                self.next_publish_s += self.p.publish_period_s
+
+    def _dispatch(self, until_s: float) -> None:
+        """The balancer: each arrival goes to the serving instance with the fewest outstanding requests."""
+        reqs = self.requests
+        i = self.next_req
+        if i >= len(reqs) or reqs[i].arrival_s >= until_s:
+            return
+        now = self.now_s
+        pool = [inst for inst in self.instances.values() if inst.serving(now)]
+        while i < len(reqs) and reqs[i].arrival_s < until_s:
+            r = reqs[i]
+            i += 1
+            self.total_requests += 1
+            stats = self._minute(r.arrival_s)
+            stats.arrivals += 1
+            if not pool:  # no backend: the gateway answers 503 at once
+                stats.rejected += 1
+                stats.ttfts_ms.append(math.inf)
+                self.total_rejected += 1
+                continue
+            best = min(pool, key=_outstanding)
+            self._req_seq += 1
+            rid = self._req_seq
+            self._arrival[rid] = r.arrival_s
+            best.engine.submit(rid, max(r.arrival_s, now), r.prompt_tokens, r.output_tokens)
+            best.inflight[rid] = r.output_tokens
+            best.outstanding += 1
+        self.next_req = i
+
+    def _advance_instance(self, inst: SimInstance, step_end: float) -> None:
+        # An idle engine need not be advanced: it jumps to the next arrival by itself.
+        if inst.outstanding and inst.hw_fault_xid is None and inst.removed_s is None:
+            eng = inst.engine
+            speed = inst.speed()
+            if eng.speed_factor != speed:
+                eng.speed_factor = speed
+            for done in eng.advance(step_end):
+                self._finished(inst, done)
+            inst.busy_s += eng.busy_fraction * (step_end - max(inst.last_advance_s, inst.engine_start_s))
+            inst.last_advance_s = step_end
+
+    def _finished(self, inst: SimInstance, done: Any) -> None:
+        rid = done.request_id
+        if inst.inflight.pop(rid, None) is None:
+            return
+        arrival_s = self._arrival.pop(rid)
+        inst.outstanding -= 1
+        stats = self._minute(arrival_s)
+        if done.rejected:  # the instance's waiting queue was full
+            stats.rejected += 1
+            stats.ttfts_ms.append(math.inf)
+            self.total_rejected += 1
+            return
+        ttft_ms = done.ttft_s * 1000.0
+        tpot_ms = done.tpot_s * 1000.0
+        inst.completed += 1
+        inst.win.append((done.finish_s, ttft_ms, tpot_ms, done.e2e_s * 1000.0))
+        stats.ttfts_ms.append(ttft_ms)
+        stats.completed += 1
+        self.total_completed += 1
+        self.all_ttfts_ms.append(ttft_ms)
+        self.all_tpots_ms.append(tpot_ms)
+
+    # ------------------------------------------------------------------------------------------- metrics
+
+    def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
+        """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
+        eng = inst.engine
+        custom = {
+            "vllm_num_requests_waiting": float(eng.num_waiting),
+            "vllm_num_requests_running": float(eng.num_running),
+            "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
+            "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
+            "gpu_xid": float(inst.last_xid),
+            "gpu_sm_clock_ratio": inst.speed(),
+            # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
+            "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
+        }
+        if inst.win:
+            ttfts = sorted(w[1] for w in inst.win)
+            tpots = sorted(w[2] for w in inst.win)
+            e2es = sorted(w[3] for w in inst.win)
+            custom["vllm_ttft_p99_ms"] = percentile(ttfts, 99)
+            custom["vllm_tpot_p99_ms"] = percentile(tpots, 99)
+            custom["vllm_e2e_p99_ms"] = percentile(e2es, 99)
+            custom["vllm_e2e_p95_ms"] = percentile(e2es, 95)
+        dash = {
+            "instance_gpu_gpu_usedutilization": 100.0 * inst.util,
+            "instance_gpu_memory_usedutilization": self.p.gpu_mem_reserved_pct,
+            "instance_gpu_gpu_temperature": max(g.temperature_c for g in inst.gpus),
+            "instance_gpu_power_readings_power_draw": sum(g.power_w(inst.util) for g in inst.gpus)
+            / len(inst.gpus),
+        }
+        return custom, dash
+
+    def publish(self) -> None:
+        """Each instance's metrics for the last period, as the node agent and the ECS monitoring agent send
+        them. Instances still booting or loading publish nothing: their agents and vLLM are not up yet."""
+        now = self.now_s
+        ts_ms = int(self.cloud.now().timestamp() * 1000)
+        period = self.p.publish_period_s
+        cutoff = now - self.p.metric_window_s
+        for inst in self.instances.values():
+            inst.util = min(1.0, inst.busy_s / period) if inst.hw_fault_xid is None else 0.0
+            inst.busy_s = 0.0
+            # Utilization is constant over the period, so one exponential step per period is exact.
+            for g in inst.gpus:
+                g.step(period, inst.util)
+            if inst.lifecycle not in ("InService", "Standby") or now < inst.ready_s:
+                continue
+            if inst.win and inst.win[0][0] < cutoff:
+                inst.win = [w for w in inst.win if w[0] >= cutoff]
+            custom, dash = self.instance_metrics(inst)
+            dims = {"instanceId": inst.instance_id}
+            for name, value in custom.items():
+                self.cloud.put_custom_metric(name, dims, value, ts_ms)
+            for name, value in dash.items():
+                self.cloud.publish_metric("acs_ecs_dashboard", name, dims, value, ts_ms)
+
+    # ------------------------------------------------------------------------------------------- faults
+
+    def _fire_faults(self, until_s: float) -> None:
+        for f in self.faults:
+            if f.fired or f.at_s >= until_s:
+                continue
+            inst = self._fault_target(f)
+            if inst is None:
+                continue  # no instance to hit yet: try again next step
+            f.fired = True
+            f.instance_id = inst.instance_id
+            self.inject(f, inst)
+
+    def _fault_target(self, f: Fault) -> SimInstance | None:
+        if f.target.startswith("i-"):
+            return self.instances.get(f.target)
+        serving = sorted(
+            (i for i in self.instances.values() if i.serving(self.now_s)),
+            key=lambda i: (i.appeared_s, i.instance_id),
+        )
+        if not serving:
+            return None
+        return serving[int(f.target) % len(serving)]
+
+    def inject(self, f: Fault, inst: SimInstance) -> None:
+        """Apply one fault to one instance now."""
+        entry: dict[str, Any] = {"at_s": self.now_s, "instance_id": inst.instance_id, "event": f.kind}
+        if f.kind == "overheat":
+            inst.gpus[0].extra_c = f.extra_c
+            entry["extra_c"] = f.extra_c
+        elif f.kind == "xid":
+            inst.last_xid = f.xid
+            entry["xid"] = f.xid
+            if f.xid in HARDWARE_XIDS:
+                inst.hw_fault_xid = f.xid
+                self._drop_inflight(inst)
+        elif f.kind == "event":
+            self.cloud.add_system_event(inst.instance_id, f.event_code)
+            entry["code"] = f.event_code
+        else:  # parse_fault_spec only lets the three kinds through
+            raise ValueError(f"unknown fault kind {f.kind!r}")
+        self.fault_log.append(entry)
+
+    # ------------------------------------------------------------------------------------------- views
+
+    def serving_count(self) -> int:
+        return sum(1 for i in self.instances.values() if i.serving(self.now_s))
+
+    def finish(self) -> None:
+        """At the end of the run, requests still without a first token count as misses in their minute."""
+        for inst in self.instances.values():
+            for rid in inst.inflight:
+                self._minute(self._arrival[rid]).ttfts_ms.append(math.inf)
+
+
+def _outstanding(inst: SimInstance) -> int:
+    return inst.outstanding
+
+
+def percentile(sorted_values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of already sorted values (0 for none)."""
+    if not sorted_values:
+        return 0.0
+    k = max(0, min(len(sorted_values) - 1, math.ceil(pct / 100.0 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
+    """The group's instances and their ESS lifecycle states, read from the fake's backend; an instance whose
+    ECS status is not Running (a reboot in progress) shows as ``Rebooting``."""
+    raise NotImplementedError("bound once the fake cloud's backend lands")
+
+
+# ------------------------------------------------------------------------------------------------ fault SPEC
+
+FAULT_KINDS = ("overheat", "xid", "event")
+_FAULT_KEYS = {"at", "instance", "extra_c"}
+
+
+class FaultSpecError(ValueError):
+    """A fault SPEC that cannot be used; the message names the problem in one line."""
+
+
+def parse_duration_s(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``3h``, ``1h30m`` -> seconds."""
+    text = text.strip().lower()
+    if not text:
+        raise ValueError("empty duration")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    total, num = 0.0, ""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    for ch in text:
+        if ch.isdigit() or ch == ".":
+            num += ch
+        elif ch in units and num:
+            total += float(num) * units[ch]
+            num = ""
+        else:
+            raise ValueError(f"bad duration {text!r}")
+    if num:
+        raise ValueError(f"bad duration {text!r} (a number without a unit at the end)")
+    return total
+
+
+def parse_fault_spec(text: str) -> Fault:
+    """``overheat,at=10h[,instance=N|i-...][,extra_c=35]``, ``xid:79,at=3h``,
+    ``event:SystemFailure.Reboot,at=5h``.
+
+    ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
+    instance id; it defaults to 0.
+    """
+    head, _, rest = text.strip().partition(",")
+    kind, sep, arg = head.partition(":")
+    kind = kind.strip().lower()
+    if kind not in FAULT_KINDS:
+        raise FaultSpecError(f"fault {text!r}: unknown kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
+    params: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise FaultSpecError(f"fault {text!r}: {item!r} is not key=value")
+        params[key.strip().lower()] = value.strip()
+    unknown = sorted(set(params) - _FAULT_KEYS)
+    if unknown:
+        raise FaultSpecError(
+            f"fault {text!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_FAULT_KEYS))}"
+        )
+    if "at" not in params:
+        raise FaultSpecError(f"fault {text!r}: needs at=TIME from the start, e.g. at=10h30m")
+    try:
+        at_s = parse_duration_s(params["at"])
+    except ValueError:
+        raise FaultSpecError(
+            f"fault {text!r}: at={params['at']!r} is not a duration like 90s, 10m, 3h"
+        ) from None
+    fault = Fault(kind=kind, at_s=at_s, target=params.get("instance", "0"))
+    if not (fault.target.startswith("i-") or fault.target.isdigit()):
+        raise FaultSpecError(f"fault {text!r}: instance must be an index (0, 1, ...) or an instance id i-...")
+    if kind == "xid":
+        try:
+            fault.xid = int(arg)
+        except ValueError:
+            raise FaultSpecError(f"fault {text!r}: xid needs its code, e.g. xid:79") from None
+    elif kind == "event":
+        if not arg or "." not in arg:
+            raise FaultSpecError(
+                f"fault {text!r}: event needs an ECS event code, e.g. event:SystemFailure.Reboot"
+            )
+        fault.event_code = arg
+    elif sep and arg:
+        raise FaultSpecError(f"fault {text!r}: overheat takes no :argument")
+    if "extra_c" in params:
+        try:
+            fault.extra_c = float(params["extra_c"])
+        except ValueError:
+            raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
+    return fault

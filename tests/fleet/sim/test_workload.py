@@ -1,0 +1,148 @@
+"""Workload loaders and generators: the shared traces parse, replays scale, ServeGen curves hit their peak."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fleet.sim.workload import (
+    Request,
+    WorkloadError,
+    build_workload,
+    from_rate_curve,
+    load_azure_csv,
+    load_mooncake_jsonl,
+    load_servegen,
+    parse_workload_spec,
+    peak_rate_rps,
+    replay,
+    traces_dir,
+)
+
+TRACES = traces_dir()
+needs_traces = pytest.mark.skipif(
+    not (TRACES / "azure2023_conv.csv").exists(), reason=f"shared traces not found at {TRACES}"
+)
+
+
+@needs_traces
+def test_azure_conv_loads_every_row_with_seven_digit_timestamps():
+    reqs = load_azure_csv(TRACES / "azure2023_conv.csv")
+    assert len(reqs) == 19366  # the README's row count: the last line has no trailing newline
+    assert reqs[0].arrival_s == 0.0
+    assert 3400 < reqs[-1].arrival_s < 3600  # 58 minutes
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(reqs, reqs[1:], strict=False))
+
+
+def test_azure_timestamps_keep_microseconds_and_last_row_without_newline(tmp_path: Path):
+    f = tmp_path / "t.csv"
+    f.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:47.1805919,10,2"
+    )
+    reqs = load_azure_csv(f)
+    assert reqs == [Request(0.0, 374, 44), Request(pytest.approx(0.500001), 10, 2)]
+
+
+def test_azure_loader_names_the_file_and_line_of_a_bad_row(tmp_path: Path):
+    f = tmp_path / "bad.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,1")
+    with pytest.raises(WorkloadError, match=r"bad.csv:2"):
+        load_azure_csv(f)
+
+
+@needs_traces
+def test_mooncake_offsets_are_milliseconds():
+    reqs = load_mooncake_jsonl(TRACES / "mooncake_fast25_conversation.jsonl")
+    assert len(reqs) == 12031
+    assert 3400 < reqs[-1].arrival_s < 3600  # 59 minutes, so the ms were divided by 1000
+
+
+@needs_traces
+def test_servegen_large_has_fourteen_days_of_windows():
+    curve = load_servegen(TRACES / "servegen" / "servegen_language_m-large_aggregate_600s.csv")
+    assert len(curve.windows) == 2016
+    assert curve.days() == 14
+    assert curve.day(1).windows[0].start_s == 0.0
+
+
+def _trace(n: int, gap_s: float) -> list[Request]:
+    return [Request(i * gap_s, 100 + i, 10) for i in range(n)]
+
+
+def test_replay_speed_compresses_time():
+    out = replay(_trace(10, 1.0), 100.0, speed=2.0, loop=False)
+    assert [r.arrival_s for r in out] == [i * 0.5 for i in range(10)]
+
+
+def test_replay_rate_multiplies_requests():
+    trace = _trace(1000, 0.1)
+    out = replay(trace, 100.0, rate=2.5, loop=False, seed=1)
+    assert 2400 < len(out) < 2600
+
+
+def test_replay_loops_to_fill_the_duration():
+    out = replay(_trace(10, 1.0), 35.0)  # a 10 s period: 3.5 passes
+    assert len(out) == 35
+    assert out[-1].arrival_s < 35.0
+
+
+def test_replay_is_deterministic_for_a_seed():
+    trace = _trace(200, 0.3)
+    assert replay(trace, 60.0, rate=1.7, seed=5) == replay(trace, 60.0, rate=1.7, seed=5)
+    assert replay(trace, 60.0, rate=1.7, seed=5) != replay(trace, 60.0, rate=1.7, seed=6)
+
+
+def _flat_curve(rate: float, cv: float, windows: int = 6):
+    from fleet.sim.workload import RateCurve, RateWindow
+
+    return RateCurve(tuple(RateWindow(i * 600.0, rate * (1 + i % 2), cv) for i in range(windows)))
+
+
+def test_rate_curve_is_scaled_to_the_target_peak():
+    sizes = _trace(50, 1.0)
+    out = from_rate_curve(_flat_curve(100.0, 1.0), 3600.0, peak_rps=5.0, sizes=sizes, seed=3)
+    busy = [r for r in out if 600 <= r.arrival_s < 1200]  # a window at the curve's peak
+    assert 5.0 * 600 * 0.9 < len(busy) < 5.0 * 600 * 1.1
+    quiet = [r for r in out if r.arrival_s < 600]
+    assert 2.5 * 600 * 0.9 < len(quiet) < 2.5 * 600 * 1.1
+
+
+def test_rate_curve_gaps_follow_the_recorded_cv():
+    sizes = _trace(5, 1.0)
+    for cv in (1.0, 3.0):
+        out = from_rate_curve(_flat_curve(10.0, cv, windows=2), 600.0, peak_rps=20.0, sizes=sizes, seed=7)
+        gaps = [b.arrival_s - a.arrival_s for a, b in zip(out, out[1:], strict=False)]
+        measured = statistics.pstdev(gaps) / statistics.mean(gaps)
+        assert abs(measured - cv) < 0.25 * cv
+
+
+def test_rate_curve_draws_sizes_from_the_given_trace():
+    sizes = [Request(0.0, 777, 33), Request(1.0, 555, 11)]
+    out = from_rate_curve(_flat_curve(1.0, 1.0), 600.0, peak_rps=2.0, sizes=sizes)
+    assert {(r.prompt_tokens, r.output_tokens) for r in out} == {(777, 33), (555, 11)}
+
+
+@needs_traces
+def test_servegen_spec_builds_a_day_scaled_to_its_peak():
+    reqs = build_workload("servegen:m-large,peak=5,seed=2", 86400.0)
+    # the busiest 10-minute window averages 5 req/s; 1-minute peaks sit a little above it
+    assert 4.5 < peak_rate_rps(reqs, 600.0) < 5.5
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("nonsense", "KIND:NAME"),
+        ("servegen:m-huge", "language_m-large"),
+        ("azure:chat", "conv, code"),
+        ("azure:conv,peak=3", "unknown key"),
+        ("servegen:m-large,peak=-1", "positive"),
+        ("s3:foo", "unknown kind"),
+    ],
+)
+def test_bad_workload_specs_name_the_problem(text: str, fragment: str):
+    with pytest.raises(WorkloadError, match=fragment):
+        parse_workload_spec(text)

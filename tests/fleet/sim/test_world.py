@@ -1,0 +1,209 @@
+"""The simulated world on its own: the balancer, serving, metrics and fault injection (a stub cloud)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from fleet.sim.engine import make_engine_factory, resolve_hardware
+from fleet.sim.workload import Request
+from fleet.sim.world import Fault, FaultSpecError, World, WorldParams, parse_duration_s, parse_fault_spec
+
+
+class StubCloud:
+    """Just what the world calls on the fake cloud: the clock, metric writes and system events."""
+
+    def __init__(self) -> None:
+        self.t0 = datetime(2026, 3, 2, tzinfo=UTC)
+        self.world: World | None = None
+        self.custom: list[tuple[str, dict, float]] = []
+        self.dash: list[tuple[str, dict, float]] = []
+        self.events: list[tuple[str, str]] = []
+
+    def now(self) -> datetime:
+        return self.t0 + timedelta(seconds=self.world.now_s if self.world else 0.0)
+
+    def put_custom_metric(self, name, dims, value, ts_ms=None):
+        self.custom.append((name, dims, value))
+
+    def publish_metric(self, ns, name, dims, value, ts_ms=None):
+        self.dash.append((name, dims, value))
+
+    def add_system_event(self, instance_id, code, *a, **k):
+        self.events.append((instance_id, code))
+        return "e-1"
+
+    def last(self, name: str, instance_id: str) -> float:
+        rows = [v for n, d, v in self.custom + self.dash if n == name and d["instanceId"] == instance_id]
+        return rows[-1]
+
+
+@pytest.fixture(scope="module")
+def factory():
+    return make_engine_factory(resolve_hardware("Qwen2.5-7B", "ecs.gn7i-c8g1.2xlarge"))
+
+
+def make_world(factory, states: dict[str, str], requests, faults=(), **params) -> tuple[World, StubCloud]:
+    cloud = StubCloud()
+    p = WorldParams(**params)
+    world = World(cloud, "asg-1", factory, p, requests, faults, instance_lister=lambda _c, _g: dict(states))
+    cloud.world = world
+    world.sync(prewarmed=True)
+    return world, cloud
+
+
+def steady(rate: float, seconds: float, prompt: int = 500, output: int = 100) -> list[Request]:
+    n = int(rate * seconds)
+    return [Request(i / rate, prompt, output) for i in range(n)]
+
+
+def test_balancer_spreads_load_evenly_over_serving_instances(factory):
+    states = {"i-a": "InService", "i-b": "InService", "i-c": "InService"}
+    world, _ = make_world(factory, states, steady(6.0, 60.0))
+    world.run_until(70.0)
+    done = [world.instances[i].completed for i in states]
+    assert sum(done) == 360
+    assert max(done) - min(done) <= 0.1 * max(done)
+
+
+def test_balancer_skips_standby_and_loading_instances(factory):
+    states = {"i-a": "InService", "i-b": "Standby", "i-c": "Pending"}
+    world, _ = make_world(factory, states, steady(2.0, 30.0))
+    world.instances["i-c"].ready_s = 1e9  # still loading weights
+    world.run_until(40.0)
+    assert world.instances["i-a"].completed == 60
+    assert world.instances["i-b"].completed == 0 and world.instances["i-c"].completed == 0
+
+
+def test_balancer_prefers_the_instance_with_fewer_outstanding_requests(factory):
+    states = {"i-a": "InService", "i-b": "InService"}
+    world, _ = make_world(factory, states, [Request(0.5, 100, 50)])
+    world.instances["i-a"].outstanding = 5  # busy with earlier work
+    world.run_until(1.0)
+    assert world.instances["i-b"].outstanding == 1
+
+
+def test_requests_beyond_the_queue_limit_are_rejected(factory):
+    states = {"i-a": "InService"}
+    burst = [Request(0.0, 4000, 400) for _ in range(400)]
+    world, _ = make_world(factory, states, burst, queue_limit=8)
+    world.run_until(5.0)
+    assert world.total_rejected > 0
+    assert world.instances["i-a"].engine.num_waiting <= 8
+
+
+def test_no_serving_instance_means_every_request_is_rejected(factory):
+    world, _ = make_world(factory, {"i-a": "Standby"}, steady(1.0, 10.0))
+    world.run_until(12.0)
+    assert world.total_rejected == 10 and world.total_completed == 0
+
+
+def test_instances_publish_queue_latency_and_gpu_metrics(factory):
+    world, cloud = make_world(factory, {"i-a": "InService"}, steady(1.5, 120.0))
+    world.run_until(120.0)
+    names = {n for n, _, _ in cloud.custom} | {n for n, _, _ in cloud.dash}
+    for name in (
+        "vllm_num_requests_waiting",
+        "vllm_num_requests_running",
+        "vllm_ttft_p99_ms",
+        "vllm_tpot_p99_ms",
+        "vllm_e2e_p99_ms",
+        "gpu_throttle_reasons",
+        "gpu_xid",
+        "gpu_mem_bw_util",
+        "instance_gpu_gpu_usedutilization",
+        "instance_gpu_memory_usedutilization",
+        "instance_gpu_gpu_temperature",
+        "instance_gpu_power_readings_power_draw",
+    ):
+        assert name in names, name
+    assert 0 < cloud.last("instance_gpu_gpu_usedutilization", "i-a") <= 100
+    assert cloud.last("vllm_ttft_p99_ms", "i-a") > 0
+
+
+def test_an_idle_instance_reports_no_utilization(factory):
+    world, cloud = make_world(factory, {"i-a": "InService"}, [])
+    world.run_until(60.0)
+    assert cloud.last("instance_gpu_gpu_usedutilization", "i-a") == 0.0
+
+
+def test_overheat_fault_raises_temperature_past_85_and_throttles(factory):
+    fault = parse_fault_spec("overheat,at=60s,instance=0")
+    world, cloud = make_world(factory, {"i-a": "InService", "i-b": "InService"}, steady(2.0, 900.0), [fault])
+    world.run_until(900.0)
+    hot = fault.instance_id
+    cool = ({"i-a", "i-b"} - {hot}).pop()
+    assert cloud.last("instance_gpu_gpu_temperature", hot) > 85.0
+    assert cloud.last("instance_gpu_gpu_temperature", cool) < 80.0
+    assert cloud.last("gpu_throttle_reasons", hot) > 0 and cloud.last("gpu_throttle_reasons", cool) == 0
+    assert cloud.last("gpu_sm_clock_ratio", hot) < 1.0
+
+
+def test_hardware_xid_takes_the_instance_out_of_the_balancer(factory):
+    fault = parse_fault_spec("xid:79,at=10s,instance=i-a")
+    world, cloud = make_world(factory, {"i-a": "InService", "i-b": "InService"}, steady(2.0, 60.0), [fault])
+    world.run_until(60.0)
+    assert cloud.last("gpu_xid", "i-a") == 79.0
+    assert not world.instances["i-a"].serving(world.now_s)
+    assert world.instances["i-b"].completed > world.instances["i-a"].completed
+
+
+def test_application_xid_is_reported_but_the_instance_keeps_serving(factory):
+    fault = parse_fault_spec("xid:13,at=10s,instance=i-a")
+    world, cloud = make_world(factory, {"i-a": "InService"}, steady(1.0, 60.0), [fault])
+    world.run_until(60.0)
+    assert cloud.last("gpu_xid", "i-a") == 13.0
+    assert world.instances["i-a"].serving(world.now_s)
+
+
+def test_system_event_fault_is_raised_in_ecs(factory):
+    fault = parse_fault_spec("event:SystemFailure.Reboot,at=5s,instance=i-a")
+    world, cloud = make_world(factory, {"i-a": "InService"}, [], [fault])
+    world.run_until(10.0)
+    assert cloud.events == [("i-a", "SystemFailure.Reboot")]
+
+
+def test_a_reboot_loses_work_and_clears_the_cooling_fault(factory):
+    states = {"i-a": "InService"}
+    fault = Fault("overheat", 0.0, target="i-a")
+    world, _ = make_world(factory, states, steady(2.0, 30.0), [fault])
+    world.run_until(10.0)
+    states["i-a"] = "Rebooting"
+    world.sync()
+    assert world.total_dropped > 0
+    assert world.instances["i-a"].gpus[0].extra_c == 0.0
+    states["i-a"] = "InService"
+    world.sync()
+    assert not world.instances["i-a"].serving(world.now_s)  # loading its weights again
+
+
+def test_a_removed_instance_drops_its_in_flight_requests(factory):
+    states = {"i-a": "InService", "i-b": "InService"}
+    world, _ = make_world(factory, states, steady(4.0, 20.0, prompt=3000, output=400))
+    world.run_until(10.0)
+    del states["i-b"]
+    world.sync()
+    assert world.total_dropped > 0 and "i-b" not in world.instances
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0)])
+def test_durations_parse(text: str, seconds: float):
+    assert parse_duration_s(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("meltdown,at=1h", "unknown kind"),
+        ("overheat", "needs at="),
+        ("xid:abc,at=1h", "xid needs its code"),
+        ("event:Reboot,at=1h", "ECS event code"),
+        ("overheat,at=1h,instance=first", "instance must be"),
+        ("overheat,at=soon", "not a duration"),
+        ("overheat,at=1h,color=red", "unknown key"),
+    ],
+)
+def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
+    with pytest.raises(FaultSpecError, match=fragment):
+        parse_fault_spec(text)
