@@ -1,1 +1,295 @@
-"""Loading fleet.yaml plus FLEET_* environment into one validated configuration."""
+"""Loading fleet.yaml plus FLEET_* environment into one validated configuration.
+
+``FleetConfig`` is the whole file: the policy part (``groups``, each a ``policies.spec.GroupSpec`` plus its
+``metrics_source``) and the service keys. Sources, highest first: ``FLEET_*`` environment variables
+(nested keys with ``__``: ``FLEET_API__TOKEN``; ``FLEET_API_TOKEN`` is accepted too), then the YAML file.
+``load_config`` reports every problem at once, one ``file: field.path: reason`` per line; secrets are
+``SecretStr`` so that they never show in a repr, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import typing
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from policies.spec import Duration, GroupSpec, PolicySpec
+
+ENV_PREFIX = "FLEET_"
+# short spellings people reach for, mapped to the nested form pydantic-settings reads
+_ENV_SHORTHANDS = {"FLEET_API_TOKEN": "FLEET_API__TOKEN", "FLEET_LEASE_TTL_S": "FLEET_LEASE__TTL_S"}
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` holds one ``file: field.path: reason`` line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NotificationChannel(_Section):
+    """Where incidents, SLA risk and large scale actions are announced (issue 5)."""
+
+    type: Literal["webhook", "dingtalk", "wecom", "feishu"]
+    url: str
+    secret: SecretStr | None = Field(
+        default=None, description="robot signing secret (DingTalk, Feishu)"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
+class ApiConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8780, ge=0, le=65535)
+    token: SecretStr | None = Field(default=None, description="bearer token for mutating endpoints")
+
+
+class LeaseConfig(_Section):
+    ttl_s: Duration = Field(default=30.0, gt=0, description="a replica that stops renewing loses the lease")
+
+
+class MetricsSource(_Section):
+    type: Literal["cloudmonitor", "prometheus"] = "cloudmonitor"
+    url: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, description="extra label matchers (prometheus)")
+    instance_label: str = Field(default="instance_id", description="the label holding the ECS instance id")
+
+    @model_validator(mode="after")
+    def _prometheus_needs_url(self) -> MetricsSource:
+        if self.type == "prometheus" and not self.url:
+            raise ValueError("a prometheus metrics_source needs url")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must be an http:// or https:// URL")
+        return self
+
+
+class GroupConfig(GroupSpec):
+    """A group's policy plus where its metrics come from."""
+
+    metrics_source: MetricsSource = Field(default_factory=MetricsSource)
+
+
+_ENV: ContextVar[Mapping[str, str] | None] = ContextVar("fleet_config_env", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source reading a given mapping instead of the process environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._mapping = dict(env)
+        for short, nested in _ENV_SHORTHANDS.items():
+            if short in self._mapping and nested not in self._mapping:
+                self._mapping[nested] = self._mapping[short]
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._mapping.items() if k.upper().startswith(ENV_PREFIX)}
+
+
+class FleetConfig(BaseSettings):
+    """The whole fleet.yaml. ``groups`` doubles as the ``PolicySpec`` that ``policies.decide`` takes."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    region: str = Field(min_length=1, description="Alibaba Cloud region id, e.g. cn-chengdu")
+    account_id: str | None = Field(default=None, description="for the custom metric namespace")
+    groups: tuple[GroupConfig, ...] = Field(description="at least one scaling group")
+    notifications: tuple[NotificationChannel, ...] = ()
+    database_url: str | None = Field(default=None, description="default: sqlite file fleet.db")
+    tick_interval_s: Duration = Field(default=15.0, gt=0)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    schedule_sync_interval_s: Duration = Field(
+        default=300.0, gt=0, description="how often the service re-syncs its ESS scheduled tasks"
+    )
+    notify_scale_min_change: int = Field(
+        default=1, ge=1, description="notify scale actions that change capacity by at least this many"
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        env = _ENV.get()
+        source = _MappingEnvSource(settings_cls, env if env is not None else os.environ)
+        return (source, init_settings)  # the environment overrides the file
+
+    @model_validator(mode="after")
+    def _unique_groups(self) -> FleetConfig:
+        if not self.groups:
+            raise ValueError("groups: configure at least one scaling group")
+        names = [g.name for g in self.groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError("group names must be unique: " + ", ".join(dupes))
+        return self
+
+    def policy(self) -> PolicySpec:
+        """The policy part alone (``decide`` also accepts the FleetConfig itself)."""
+        return PolicySpec(groups=self.groups)
+
+    def group(self, name: str) -> GroupConfig | None:
+        return next((g for g in self.groups if g.name == name), None)
+
+    def warnings(self) -> list[str]:
+        """Valid but worth a look (``fleet validate`` prints these)."""
+        out = []
+        if not self.notifications:
+            out.append(
+                "notifications: no notification channel configured; incidents will stay unacknowledged "
+                "(isolation still proceeds)"
+            )
+        for g in self.groups:
+            if (
+                g.metrics_source.type == "cloudmonitor"
+                and self.account_id is None
+                and (g.scale_out or g.scale_in)
+            ):
+                out.append(f"groups[{g.name}]: account_id is unset; custom vLLM metrics cannot be read")
+        return out
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON schema of fleet.yaml (``fleet validate --schema``)."""
+    return FleetConfig.model_json_schema(by_alias=True)
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> FleetConfig:
+    """Read, merge with ``FLEET_*`` from ``env`` (default os.environ), validate; ConfigError otherwise."""
+    file = str(path)
+    env = os.environ if env is None else env
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{file}: file not found"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{file}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([f"{file}: {where}not valid YAML: {problem}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{file}: the top level must be a mapping of keys (region, groups, ...)"])
+    token = _ENV.set(env)
+    try:
+        return FleetConfig(**data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(file, exc)) from None
+    finally:
+        _ENV.reset(token)
+
+
+def format_errors(file: str, exc: ValidationError) -> list[str]:
+    """One ``file: field.path: reason`` line per error, with the nearest valid key for unknown keys."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if err["type"] == "extra_forbidden":
+            valid = _keys_at(FleetConfig, loc[:-1])
+            near = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            msg = "unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")
+            if valid:
+                msg += "; valid keys: " + ", ".join(valid)
+        elif err["type"] == "missing":
+            msg = "required"
+        lines.append(f"{file}: {_path(loc) or '(top level)'}: {msg}")
+    return lines
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-", "tagged-union")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The YAML keys of the model found by following ``loc`` from ``model`` (best effort)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = _field_by_key(current, str(part))
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        keys = []
+        for name, f in current.model_fields.items():
+            alias = f.serialization_alias or f.alias or name
+            keys.append(str(alias))
+        return sorted(keys)
+    return []
+
+
+def _field_by_key(model: type[BaseModel], key: str) -> Any:
+    for name, f in model.model_fields.items():
+        if key in (name, f.alias, f.serialization_alias):
+            return f
+        choices = getattr(f.validation_alias, "choices", None)
+        if choices and key in choices:
+            return f
+    return None
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -115,7 +115,9 @@ def _weekday(name: str) -> int:
         return _WEEKDAYS.index(name)
     if name in _FULL_WEEKDAYS:
         return _FULL_WEEKDAYS.index(name)
-    near = difflib.get_close_matches(name, _WEEKDAYS + _FULL_WEEKDAYS, n=1)
+    near = difflib.get_close_matches(name, _WEEKDAYS, n=1) or difflib.get_close_matches(
+        name, _FULL_WEEKDAYS, n=1
+    )
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     raise ValueError(f"unknown weekday {name!r}{hint}; use mon, tue, wed, thu, fri, sat, sun")
 

@@ -1,0 +1,172 @@
+"""`fleet plan` (one decision offline: the shadow mode) and `fleet validate` (all config problems at once)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.markup import escape
+from rich.table import Table
+
+from fleet.commands._common import EXIT_INVALID, console, err_console, print_json
+from fleet.commands._common import fail as _fail_markup
+from fleet.config import ConfigError, FleetConfig, config_json_schema, load_config
+
+
+def fail(message: str) -> NoReturn:
+    _fail_markup(escape(message))
+
+
+def _fail_lines(lines: list[str]) -> NoReturn:
+    for line in lines:
+        err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INVALID)
+
+
+def _load_config_or_exit(path: Path) -> FleetConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail_lines(exc.problems)
+
+
+def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(f"{path}: {what} file not found")
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors(include_url=False):
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+            msg = err["msg"]
+            if err["type"] == "json_invalid":
+                msg = f"not valid JSON: {err.get('ctx', {}).get('error', msg)}"
+            lines.append(f"{path}: {loc or '(top level)'}: {msg}")
+        _fail_lines(lines)
+
+
+def _parse_at(value: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        fail(f"--at: {value!r} is not an ISO 8601 time, e.g. 2026-12-01T09:00:00+08:00")
+    if at.tzinfo is None or at.utcoffset() is None:
+        fail(f"--at: {value!r} has no timezone; add one, e.g. Z or +08:00")
+    return at
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
+        snapshot: Path = typer.Option(
+            ..., "--snapshot", "-s", help="observation as JSON (docs/policies.md)"
+        ),
+        history: Path | None = typer.Option(None, "--history", help="the remembered state as JSON"),
+        at: str | None = typer.Option(
+            None, "--at", help="as of this ISO 8601 time (default taken_at)"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="print the whole plan as JSON"),
+        save_history: Path | None = typer.Option(
+            None, "--save-history", help="write the new history here (to feed the next --history)"
+        ),
+    ) -> None:
+        """Decide once, offline, what the service would do: the shadow mode."""
+        from policies import History, Snapshot, decide
+
+        cfg = _load_config_or_exit(config)
+        snap = _load_json_model(snapshot, Snapshot, "snapshot")
+        hist = _load_json_model(history, History, "history") if history is not None else None
+        now = _parse_at(at) if at is not None else snap.taken_at
+        result = decide(snap, cfg, hist, now)
+        if save_history is not None:
+            try:
+                save_history.write_text(result.history.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            except OSError as exc:
+                fail(f"{save_history}: cannot write: {exc.strerror or exc}")
+        if as_json:
+            print_json(result)
+            return
+        _render(result)
+
+    @app.command("validate")
+    def validate(
+        config: Path | None = typer.Option(None, "--config", "-c", help="fleet.yaml"),
+        schema: bool = typer.Option(False, "--schema", help="print the JSON schema of fleet.yaml and exit"),
+    ) -> None:
+        """Check fleet.yaml (and FLEET_* environment): every problem with its file, field and reason."""
+        if schema:
+            import sys
+
+            sys.stdout.write(json.dumps(config_json_schema(), indent=2) + "\n")
+            return
+        if config is None:
+            fail("--config is required (or use --schema)")
+        cfg = _load_config_or_exit(config)
+        for warning in cfg.warnings():
+            err_console.print(
+                f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        names = ", ".join(g.name for g in cfg.groups)
+        console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
+
+
+def _render(plan: Any) -> None:
+    table = Table(title=f"plan at {plan.at.isoformat()}")
+    for col in ("group", "serving", "target", "desired", "floor", "ceiling", "schedules", "reason"):
+        table.add_column(col)
+    for g in plan.groups:
+        table.add_row(
+            escape(g.group),
+            f"{g.in_service}+{g.pending} pending" + (f" ({g.standby} standby)" if g.standby else ""),
+            str(g.serving_target),
+            "-" if g.desired_capacity is None else str(g.desired_capacity),
+            str(g.floor),
+            str(g.ceiling),
+            ",".join(g.active_schedules) or "-",
+            g.reason.value,
+        )
+    console.print(table)
+    for g in plan.groups:
+        for r in g.reasons:
+            console.print(escape(f"  {g.group}: {r.code.value}: {r.detail}"), highlight=False)
+    steps = [(g.group, s) for g in plan.groups for s in g.steps]
+    if steps:
+        st = Table(title="isolation steps")
+        for col in ("group", "instance", "action", "reason", "detail"):
+            st.add_column(col)
+        for group, s in steps:
+            st.add_row(*(escape(x) for x in (group, s.instance_id, s.action.value, s.reason.value, s.detail)))
+        console.print(st)
+    incidents = [(g.group, i) for g in plan.groups for i in g.incidents]
+    if incidents:
+        it = Table(title="open incidents")
+        for col in ("instance", "rule", "action", "state", "respond_by", "isolate_by", "acknowledged"):
+            it.add_column(col)
+        for _, i in incidents:
+            cells = (
+                i.instance_id,
+                i.rule,
+                i.action,
+                i.state.value,
+                i.respond_by.isoformat(),
+                i.isolate_by.isoformat(),
+                "yes" if i.acknowledged_at else "no",
+            )
+            it.add_row(*(escape(x) for x in cells))
+        console.print(it)
+    for w in plan.warnings:
+        where = " ".join(x for x in (w.instance_id, w.metric) if x)
+        text = f"{w.group}: {w.code.value}{' ' + where if where else ''}: {w.detail}"
+        console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
