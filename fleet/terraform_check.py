@@ -86,7 +86,7 @@ def load_schema(path: str | Path | None = None) -> dict[str, Any]:
 Resolver = Callable[[tuple[Any, ...]], Any]
 
 
-class _ModuleScope:
+class ModuleScope:
     """Candidate values of ``var.*`` and ``local.*`` in one module."""
 
     def __init__(self, config: TfConfig, inputs: Mapping[str, Sequence[Any]] | None) -> None:
@@ -152,7 +152,7 @@ class _ModuleScope:
             except HclError:
                 return UNKNOWN
         if isinstance(raw, list):
-            items = [_ModuleScope.value_of(v, scope) for v in raw]
+            items = [ModuleScope.value_of(v, scope) for v in raw]
             return UNKNOWN if any(i is UNKNOWN for i in items) else [[v for i in items for v in i]]
         if isinstance(raw, str) and len(raw) >= 2 and raw[0] == raw[-1] == '"' and "${" in raw:
             try:
@@ -296,7 +296,7 @@ def _has_value_constraint(spec: Mapping[str, Any]) -> bool:
 
 
 class _Checker:
-    def __init__(self, schema: Mapping[str, Any], scope: _ModuleScope, strict: bool) -> None:
+    def __init__(self, schema: Mapping[str, Any], scope: ModuleScope, strict: bool) -> None:
         self.schema = schema
         self.scope = scope
         self.strict = strict
@@ -494,7 +494,7 @@ def _module_call_problems(config: TfConfig) -> list[Problem]:
 def check_config(config: TfConfig, schema: Mapping[str, Any], *,
                  inputs: Mapping[str, Sequence[Any]] | None = None, strict: bool = True) -> list[Problem]:
     """Check one parsed module; ``inputs`` adds candidate values for its variables (tfvars, a caller)."""
-    scope = _ModuleScope(config, inputs)
+    scope = ModuleScope(config, inputs)
     checker = _Checker(schema, scope, strict)
     for block in config.of("data"):
         checker.report(block, f"data.{'.'.join(block.labels)}", "data sources are not covered by the schema")

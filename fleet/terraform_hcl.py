@@ -2,10 +2,11 @@
 
 Nothing here runs Terraform. python-hcl2 parses the files; expressions come back as text, and
 :func:`evaluate` works out the values an expression can take from literals, templates, conditionals (both
-branches), ``tostring``/``coalesce`` and references that a scope resolves (variables, locals, ``each``,
-dynamic iterators; see fleet.terraform_check). Anything else (other functions, other resources' attributes,
-comprehensions) is :data:`UNKNOWN`. Type constraints (``map(object({... optional(T, d)
-...}))``) are parsed so that object defaults can be filled in and exported values checked against them.
+branches), ``tostring``/``coalesce``/``jsonencode`` and references that a scope resolves (variables,
+locals, ``each``, dynamic iterators; see fleet.terraform_check). Anything else (other functions, other
+resources' attributes, comprehensions) is :data:`UNKNOWN`. Type constraints
+(``map(object({... optional(T, d) ...}))``) are parsed so that object defaults can be filled in and
+exported values checked against them.
 """
 
 from __future__ import annotations
@@ -478,6 +479,8 @@ def evaluate(node: Any, scope: Mapping[str, Any]) -> Any:
             return args[0]
         if node.name == "coalesce" and args and all(a is not UNKNOWN for a in args):
             return _coalesce(args)
+        if node.name == "jsonencode" and len(args) == 1 and args[0] is not UNKNOWN:
+            return [json.dumps(v, separators=(",", ":")) for v in args[0]]
         return UNKNOWN
     return UNKNOWN
 
