@@ -176,7 +176,8 @@ def serve(
     log = logging.getLogger("fleet.service")
     url = database or getattr(cfg, "database_url", None) or default_database_url()
     try:
-        clients = make_clients(cfg.region, cfg.account_id)
+        # Without account_id the custom metric namespace is unknown (fleet validate warns); CMS reads fail.
+        clients = make_clients(cfg.region, cfg.account_id or "unset")
     except ValueError as exc:
         fail(str(exc))
     try:

@@ -71,7 +71,7 @@ class ServiceSettings:
     schedule_sync_interval_s: float = 300.0
     notify_scale_min_change: int = 1
     api_host: str = "127.0.0.1"
-    api_port: int = 8080
+    api_port: int = 8780
     api_token: str | None = field(default=None, repr=False)
     api_enabled: bool = True
 
@@ -91,7 +91,7 @@ class ServiceSettings:
             schedule_sync_interval_s=float(_get(config, "schedule_sync_interval_s", 300.0) or 300.0),
             notify_scale_min_change=int(_get(config, "notify_scale_min_change", 1) or 1),
             api_host=str(_get(api, "host", "127.0.0.1") or "127.0.0.1"),
-            api_port=int(_get(api, "port", 8080) if _get(api, "port", None) is not None else 8080),
+            api_port=int(_get(api, "port", 8780) if _get(api, "port", None) is not None else 8780),
             api_token=token or env.get("FLEET_API_TOKEN") or None,
             api_enabled=bool(_get(api, "enabled", True)),
         )

@@ -20,17 +20,35 @@ def _spec(**kw):
         max_size=20,
         warm_floor=1,
         cold_start_s=180,
-        schedules=[{"name": "biz", "timezone": "Asia/Shanghai", "days": "mon-fri", "start": "09:00",
-                    "end": "18:00", "min": 6}],
+        schedules=[
+            {
+                "name": "biz",
+                "timezone": "Asia/Shanghai",
+                "days": "mon-fri",
+                "start": "09:00",
+                "end": "18:00",
+                "min": 6,
+            }
+        ],
     )
     base.update(kw)
     return GroupSpec.model_validate(base)
 
 
 def _task(name, **kw):
-    base = dict(task_id=f"sst-{name}", name=name, group_id="asg-1", launch_time=None, recurrence_type="Weekly",
-                recurrence_value="1,2,3,4,5", recurrence_end_time=None, min_value=6, max_value=None,
-                desired_capacity=None, enabled=True)
+    base = dict(
+        task_id=f"sst-{name}",
+        name=name,
+        group_id="asg-1",
+        launch_time=None,
+        recurrence_type="Weekly",
+        recurrence_value="1,2,3,4,5",
+        recurrence_end_time=None,
+        min_value=6,
+        max_value=None,
+        desired_capacity=None,
+        enabled=True,
+    )
     base.update(kw)
     return ScheduledTask(**base)
 
@@ -52,16 +70,19 @@ def test_end_task_restores_min_size():
 
 
 def test_early_local_start_shifts_the_utc_weekdays_back():
-    spec = _spec(schedules=[{"name": "early", "days": "mon", "start": "06:00", "end": "10:00", "min": 3}],
-                 cold_start_s=0)
+    spec = _spec(
+        schedules=[{"name": "early", "days": "mon", "start": "06:00", "end": "10:00", "min": 3}],
+        cold_start_s=0,
+    )
     tasks, _ = desired_tasks(spec, NOW)
     start = next(t for t in tasks if t.name.endswith("-start"))
     assert (start.hhmm, start.recurrence_value) == ("22:00", "0")  # Sunday 22:00 UTC
 
 
 def test_ceiling_is_set_at_start_and_max_size_restored_at_end():
-    spec = _spec(schedules=[{"name": "night", "days": "daily", "start": "00:00", "end": "06:00", "min": 2,
-                             "max": 4}])
+    spec = _spec(
+        schedules=[{"name": "night", "days": "daily", "start": "00:00", "end": "06:00", "min": 2, "max": 4}]
+    )
     tasks, _ = desired_tasks(spec, NOW)
     by = {t.name.rsplit("-", 1)[1]: t for t in tasks}
     assert by["start"].max_value == 4
@@ -77,21 +98,33 @@ def test_cron_windows_are_reported_as_skipped():
 def test_missing_tasks_are_created():
     changes, _ = plan_sync(_spec(), [], NOW)
     assert sorted((c.op, c.name) for c in changes) == [
-        ("create", "fleet-chat-biz-end"), ("create", "fleet-chat-biz-start")]
+        ("create", "fleet-chat-biz-end"),
+        ("create", "fleet-chat-biz-start"),
+    ]
 
 
 def test_matching_tasks_need_no_change():
     _, want = plan_sync(_spec(), [], NOW)
-    existing = [_task(t.name, launch_time=t.launch_time, recurrence_value=t.recurrence_value,
-                      min_value=t.min_value, max_value=t.max_value) for t in want]
+    existing = [
+        _task(
+            t.name,
+            launch_time=t.launch_time,
+            recurrence_value=t.recurrence_value,
+            min_value=t.min_value,
+            max_value=t.max_value,
+        )
+        for t in want
+    ]
     changes, _ = plan_sync(_spec(), existing, NOW)
     assert changes == []
 
 
 def test_changed_floor_modifies_the_task():
     _, want = plan_sync(_spec(), [], NOW)
-    existing = [_task(t.name, launch_time=t.launch_time, recurrence_value=t.recurrence_value,
-                      min_value=t.min_value) for t in want]
+    existing = [
+        _task(t.name, launch_time=t.launch_time, recurrence_value=t.recurrence_value, min_value=t.min_value)
+        for t in want
+    ]
     spec = _spec(schedules=[{"name": "biz", "days": "mon-fri", "start": "09:00", "end": "18:00", "min": 8}])
     changes, _ = plan_sync(spec, existing, NOW)
     assert [(c.op, c.name, c.detail) for c in changes] == [("modify", "fleet-chat-biz-start", "min")]

@@ -1,0 +1,143 @@
+"""The tick loop against the in-process fake cloud: observe -> decide -> actuate -> record."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import timedelta
+
+import pytest
+
+from fleet.cloud.clients import make_clients
+from fleet.cloud.retry import RetryPolicy
+from fleet.config import load_config
+from fleet.service.loop import build_service
+from fleet.testing import mock_aliyun
+
+REGION = "cn-chengdu"
+ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test-ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret-value"}
+FAST = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+
+
+def _config(tmp_path, group_id, extra=""):
+    text = textwrap.dedent(f"""
+        region: {REGION}
+        account_id: "1234567890"
+        tick_interval_s: 15
+        groups:
+          - name: chat
+            scaling_group_id: {group_id}
+            min_size: 1
+            max_size: 10
+            warm_floor: 2
+            cold_start_s: 60
+            scale_out:
+              - {{metric: queue_waiting_per_instance, above: 2, for: 30s}}
+            scale_in:
+              - {{metric: queue_waiting_per_instance, below: 0.5, for: 2m}}
+            stabilization: {{scale_in_window: 2m}}
+    """) + textwrap.dedent(extra)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return load_config(path, env={})
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(cloud, service, group_id): a group of 2 InService instances and a service over a SQLite file."""
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        cfg = _config(tmp_path, gid)
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        yield cloud, svc, gid
+        svc.close()
+
+
+def _publish_queue(cloud, svc, waiting):
+    obs = svc.observer.observe(cloud.now())
+    for inst in obs.groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, waiting)
+
+
+def _desired(svc):
+    return svc.observer.observe(svc.clock()).groups["chat"].group.desired_capacity
+
+
+def test_first_tick_takes_the_lease_and_records_history(world):
+    cloud, svc, _ = world
+    result = svc.tick(cloud.now())
+    assert result.leader and result.lease_epoch == 1
+    assert svc.store.load_history() is not None
+
+
+def test_queue_above_rule_scales_out_once_duration_passes(world):
+    cloud, svc, _ = world
+    _publish_queue(cloud, svc, 3)
+    svc.tick(cloud.now())
+    assert _desired(svc) == 2  # the rule has not held for 30 s yet
+    for _ in range(3):
+        cloud.advance(15)
+        _publish_queue(cloud, svc, 3)
+        svc.tick(cloud.now())
+    assert _desired(svc) > 2
+    [d] = [d for d in svc.store.decisions(kind="scale") if d.outcome == "applied"]
+    assert d.client_token and d.request_id
+
+
+def test_missing_metrics_never_scale_in(world):
+    cloud, svc, _ = world
+    # no metrics are ever published
+    for _ in range(20):
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    assert _desired(svc) == 2
+    assert not [d for d in svc.store.decisions(kind="scale") if d.target is not None and d.target < 2]
+
+
+def test_repeated_tick_after_scale_writes_nothing_more(world):
+    cloud, svc, _ = world
+    for _ in range(4):
+        _publish_queue(cloud, svc, 3)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    applied = [d for d in svc.store.decisions(kind="scale") if d.outcome == "applied"]
+    assert len(applied) == 1
+
+
+def test_dry_run_records_and_touches_nothing(tmp_path):
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        svc = build_service(
+            _config(tmp_path, gid), clients, database_url="sqlite://", clock=cloud.now, dry_run=True
+        )
+        for _ in range(4):
+            _publish_queue(cloud, svc, 3)
+            svc.tick(cloud.now())
+            cloud.advance(15)
+        assert _desired(svc) == 2
+        dry = [d for d in svc.store.decisions(kind="scale") if d.outcome == "dry_run"]
+        assert dry and dry[0].target > 2
+        svc.close()
+
+
+def test_a_second_replica_stands_by_while_the_first_holds_the_lease(world, tmp_path):
+    cloud, svc, _ = world
+    other = build_service(
+        _config(tmp_path, world[2]),
+        svc.clients,
+        database_url=f"sqlite:///{tmp_path / 'fleet.db'}",
+        clock=cloud.now,
+    )
+    try:
+        assert svc.tick(cloud.now()).leader
+        assert not other.tick(cloud.now()).leader
+        cloud.advance(timedelta(seconds=svc.settings.lease_ttl_s + 1).total_seconds())
+        assert other.tick(cloud.now()).leader
+        assert not svc.tick(cloud.now()).leader
+    finally:
+        other.close(release_lease=False)
