@@ -1,4 +1,4 @@
-"""Schedule mirroring: the ESS tasks a config calls for, in UTC with the cold-start lead, and what to change."""
+"""Schedule mirroring: the ESS tasks a config calls for (UTC, cold-start lead) and what to change."""
 
 from __future__ import annotations
 
