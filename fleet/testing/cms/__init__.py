@@ -1,0 +1,2 @@
+"""The faked CloudMonitor (CMS 2019-01-01): metric data, custom metrics, resource metric rules and alert
+logs."""

@@ -1,0 +1,172 @@
+"""Reading the SDKs' flattened query parameters.
+
+The SDKs flatten lists as ``Name.1``, ``Name.2`` (1-based), nested models as ``Name.N.Field`` or
+``Name.Field``, send booleans through ``str()`` (``True``/``False``) and some parameters as JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fleet.testing.core.errors import AliyunError, invalid, missing
+
+
+def parse_query(query: str, body: bytes | str | None = None) -> dict[str, str]:
+    """Merge the query string and a form-encoded body (the RPC style allows either)."""
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    if body:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        if "=" in text and not text.lstrip().startswith(("{", "[")):
+            params.update(parse_qsl(text, keep_blank_values=True))
+    return params
+
+
+class Params:
+    """Typed access to one request's parameters; errors use the real
+    ``InvalidParameter``/``MissingParameter``."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self.raw = dict(raw)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.raw
+
+    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
+        value = self.raw.get(name)
+        if value is None or value == "":
+            if required:
+                raise missing(name)
+            return default
+        return value
+
+    def req(self, name: str) -> str:
+        value = self.str(name, required=True)
+        assert value is not None
+        return value
+
+    def int(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
+        value = self.str(name, required=required)
+        if value is None:
+            return default
+        try:
+            return int(float(value)) if "." in value else int(value)
+        except ValueError:
+            raise invalid(f'The specified parameter "{name}" is not valid: {value!r}.') from None
+
+    def float(self, name: str, default: float | None = None, *, required: bool = False) -> float | None:
+        value = self.str(name, required=required)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise invalid(f'The specified parameter "{name}" is not valid: {value!r}.') from None
+
+    def bool(self, name: str, default: bool | None = None) -> bool | None:
+        value = self.str(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise invalid(f'The specified parameter "{name}" is not a boolean: {value!r}.')
+
+    def list(self, name: str) -> list[str]:
+        """``Name.1``, ``Name.2``, ... in index order (gaps tolerated)."""
+        prefix = name + "."
+        items: list[tuple[int, str]] = []
+        for key, value in self.raw.items():
+            if key.startswith(prefix):
+                rest = key[len(prefix) :]
+                if rest.isdigit():
+                    items.append((int(rest), value))
+        return [value for _, value in sorted(items)]
+
+    def objects(self, name: str) -> list[dict[str, Any]]:
+        """``Name.N.Field[.Sub...]`` as a list of nested dicts in index order."""
+        prefix = name + "."
+        grouped: dict[int, dict[str, Any]] = {}
+        for key, value in self.raw.items():
+            if not key.startswith(prefix):
+                continue
+            index, _, field = key[len(prefix) :].partition(".")
+            if not index.isdigit() or not field:
+                continue
+            _set_path(grouped.setdefault(int(index), {}), field.split("."), value)
+        return [grouped[i] for i in sorted(grouped)]
+
+    def nested(self, name: str) -> dict[str, Any]:
+        """``Name.Field.Sub`` (a flattened model, e.g. ``Escalations.Critical.Threshold``) as a dict."""
+        prefix = name + "."
+        result: dict[str, Any] = {}
+        for key, value in self.raw.items():
+            if key.startswith(prefix):
+                _set_path(result, key[len(prefix) :].split("."), value)
+        return result
+
+    def json(self, name: str, default: Any = None) -> Any:
+        value = self.str(name)
+        if value is None:
+            return default
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise invalid(f'The specified parameter "{name}" is not valid JSON.') from None
+
+    def json_list(self, name: str) -> list[Any]:
+        value = self.json(name, [])
+        if not isinstance(value, list):
+            raise invalid(f'The specified parameter "{name}" must be a JSON array.')
+        return value
+
+    def time_ms(self, name: str) -> int | None:
+        """A time given as epoch milliseconds or ``YYYY-MM-DD hh:mm:ss`` (UTC) or ISO 8601."""
+        value = self.str(name)
+        if value is None:
+            return None
+        return parse_time_ms(value, name)
+
+    def time_s(self, name: str) -> float | None:
+        value = self.str(name)
+        if value is None:
+            return None
+        return parse_time_s(value, name)
+
+
+def _set_path(target: dict[str, Any], path: list[str], value: str) -> None:
+    for part in path[:-1]:
+        nxt = target.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            target[part] = nxt
+        target = nxt
+    target[path[-1]] = value
+
+
+def parse_time_s(value: str, name: str = "time") -> float:
+    """ISO 8601 (``2024-01-01T00:00Z``, ``2024-01-01T00:00:00Z``), ``YYYY-MM-DD hh:mm:ss`` or epoch ms."""
+    text = value.strip()
+    if text.isdigit():
+        return int(text) / 1000.0
+    candidate = text.replace(" ", "T")
+    if candidate.endswith("Z"):
+        candidate = candidate[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(candidate)
+    except ValueError:
+        raise AliyunError(
+            "InvalidParameter", f'The specified parameter "{name}" is not a valid time: {value!r}.'
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def parse_time_ms(value: str, name: str = "time") -> int:
+    return int(round(parse_time_s(value, name) * 1000))

@@ -1,0 +1,309 @@
+"""``FakeAliyunServer``: the fake cloud over HTTP on 127.0.0.1, plus the ``/_fake/`` control API.
+
+SDK clients point at it with ``Config(endpoint="127.0.0.1:<port>", protocol="http")``. The clock runs at real
+time x ``time_scale`` plus any advance made through ``POST /_fake/clock``. The control API (documented in
+docs/fake-cloud.md) lets scripts drive what the real API cannot: time, metrics the cloud writes itself,
+faults,
+system events.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from fleet.testing.cloud import DEFAULT_ACCOUNT_ID, FakeCloud
+from fleet.testing.core.clock import Clock, ScaledClock
+from fleet.testing.core.params import parse_time_s
+
+CONTROL_PREFIX = "/_fake/"
+
+
+class ControlError(ValueError):
+    """Bad input to the control API: answered 400 with ``{"error": message}``."""
+
+
+def _number(
+    body: dict[str, Any], key: str, default: float | None = None, *, required: bool = False
+) -> float | None:
+    value = body.get(key, default)
+    if value is None:
+        if required:
+            raise ControlError(f"{key} is required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ControlError(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+class FakeControl:
+    """The ``/_fake/`` endpoints, independent of the HTTP server so they can be tested directly."""
+
+    def __init__(self, cloud: FakeCloud) -> None:
+        self.cloud = cloud
+
+    def handle(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = path[len(CONTROL_PREFIX) :].strip("/")
+        route = {
+            ("POST", "reset"): self.reset,
+            ("POST", "clock"): self.clock,
+            ("GET", "clock"): self.get_clock,
+            ("POST", "metrics"): self.metrics,
+            ("POST", "faults"): self.faults,
+            ("DELETE", "faults"): self.clear,
+            ("GET", "faults"): self.list_faults,
+            ("POST", "events"): self.events,
+            ("GET", "state"): self.state,
+            ("POST", "groups"): self.groups,
+        }.get((method, name))
+        if route is None:
+            return 404, {"error": f"no control endpoint {method} {path}; see docs/fake-cloud.md"}
+        try:
+            return 200, route(body)
+        except ControlError as err:
+            return 400, {"error": str(err)}
+        except (ValueError, TypeError, KeyError) as err:
+            return 400, {"error": f"{type(err).__name__}: {err}"}
+
+    def reset(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.cloud.reset()
+        return {"ok": True}
+
+    def get_clock(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.cloud.tick()
+        return {"now": now.isoformat(), "now_ms": int(now.timestamp() * 1000)}
+
+    def clock(self, body: dict[str, Any]) -> dict[str, Any]:
+        seconds = _number(body, "advance_s", required=True)
+        assert seconds is not None
+        if seconds < 0:
+            raise ControlError("advance_s must not be negative: the fake clock never goes backwards")
+        now = self.cloud.advance(seconds)
+        return {"now": now.isoformat(), "now_ms": int(now.timestamp() * 1000)}
+
+    def metrics(self, body: dict[str, Any]) -> dict[str, Any]:
+        points = body.get("points", [body])
+        if not isinstance(points, list) or not points:
+            raise ControlError("points must be a non-empty list")
+        checked = []
+        for point in points:
+            if not isinstance(point, dict):
+                raise ControlError("each point must be an object")
+            for key in ("namespace", "metric"):
+                if not isinstance(point.get(key), str) or not point[key]:
+                    raise ControlError(f"{key} is required (a non-empty string)")
+            dims = point.get("dimensions", {})
+            if not isinstance(dims, dict):
+                raise ControlError("dimensions must be an object of strings")
+            value = _number(point, "value", required=True)
+            ts = _number(point, "timestamp_ms")
+            checked.append(
+                (point["namespace"], point["metric"], dims, value, None if ts is None else int(ts))
+            )
+        for namespace, metric, dims, value, ts in checked:
+            self.cloud.publish_metric(namespace, metric, dims, value, ts)
+        return {"ok": True, "points": len(checked)}
+
+    def faults(self, body: dict[str, Any]) -> dict[str, Any]:
+        allowed = {
+            "action",
+            "code",
+            "status",
+            "rate",
+            "count",
+            "retry_after_s",
+            "latency_s",
+            "message",
+            "product",
+        }
+        unknown = set(body) - allowed
+        if unknown:
+            raise ControlError(f"unknown fault field(s) {sorted(unknown)}; expected {sorted(allowed)}")
+        count = body.get("count")
+        rule = self.cloud.inject_fault(
+            body.get("action"),
+            code=body.get("code", "Throttling.User"),
+            status=int(body.get("status", 400)),
+            rate=float(body.get("rate", 1.0)),
+            count=None if count is None else int(count),
+            retry_after_s=_number(body, "retry_after_s"),
+            latency_s=_number(body, "latency_s", 0.0) or 0.0,
+            message=body.get("message"),
+            product=body.get("product"),
+        )
+        return {"fault_id": rule.fault_id}
+
+    def clear(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.cloud.clear_faults()
+        return {"ok": True}
+
+    def list_faults(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "faults": [r.as_dict() for r in self.cloud.faults.rules],
+            "fired": self.cloud.faults.fired[-100:],
+        }
+
+    def events(self, body: dict[str, Any]) -> dict[str, Any]:
+        instance_id, code = body.get("instance_id"), body.get("code")
+        if not instance_id or not code:
+            raise ControlError("instance_id and code are required")
+        if instance_id not in self.cloud.ecs.instances:
+            raise ControlError(f"no instance {instance_id!r}")
+        not_before = body.get("not_before")
+        when = None
+        if not_before is not None:
+            when = datetime.fromtimestamp(parse_time_s(str(not_before), "not_before"), UTC)
+        event_id = self.cloud.add_system_event(
+            instance_id, code, body.get("cycle_status", "Executing"), when, body.get("reason", "")
+        )
+        return {"event_id": event_id}
+
+    def state(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.cloud.tick()
+        return self.cloud.state()
+
+    def groups(self, body: dict[str, Any]) -> dict[str, Any]:
+        allowed = {
+            "name",
+            "min_size",
+            "max_size",
+            "desired_capacity",
+            "instance_type",
+            "scaling_policy",
+            "region_id",
+            "enable",
+            "in_service",
+            "default_cooldown_s",
+        }
+        unknown = set(body) - allowed
+        if unknown:
+            raise ControlError(f"unknown group field(s) {sorted(unknown)}; expected {sorted(allowed)}")
+        return {"group_id": self.cloud.create_group_for_tests(**body)}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        return  # quiet: tests and the simulator make thousands of calls
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, headers: dict[str, str], payload: str) -> None:
+        data = payload.encode("utf-8")
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self) -> None:
+        body = self._body()
+        if self.path.startswith(CONTROL_PREFIX):
+            try:
+                parsed = json.loads(body) if body.strip() else {}
+                if not isinstance(parsed, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as err:
+                self._send(
+                    400, {"Content-Type": "application/json"}, json.dumps({"error": f"bad JSON: {err}"})
+                )
+                return
+            path = self.path.split("?", 1)[0]
+            status, result = self.server.control.handle(self.command, path, parsed)
+            self._send(status, {"Content-Type": "application/json"}, json.dumps(result, default=str))
+            return
+        host = self.headers.get("Host", "127.0.0.1")
+        status, headers, payload = self.server.cloud.handle(
+            self.command, f"http://{host}{self.path}", dict(self.headers.items()), body
+        )
+        self._send(status, headers, payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _dispatch  # noqa: N815 - http.server's naming
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], cloud: FakeCloud) -> None:
+        super().__init__(address, _Handler)
+        self.cloud = cloud
+        self.control = FakeControl(cloud)
+
+
+class FakeAliyunServer:
+    """The fake cloud on ``127.0.0.1:<port>`` (``port=0`` picks a free one); a context manager."""
+
+    def __init__(
+        self,
+        port: int = 0,
+        boot_seconds: float = 30.0,
+        time_scale: float = 1.0,
+        seed: int = 0,
+        account_id: str = DEFAULT_ACCOUNT_ID,
+        host: str = "127.0.0.1",
+        clock: Clock | None = None,
+        start: datetime | None = None,
+        **cloud_options: Any,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.cloud = FakeCloud(
+            clock=clock if clock is not None else ScaledClock(time_scale, start),
+            boot_seconds=boot_seconds,
+            seed=seed,
+            account_id=account_id,
+            **cloud_options,
+        )
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+    def bind(self) -> None:
+        """Open the listening socket (``start`` does this too); raises OSError when the port is taken."""
+        if self._server is None:
+            self._server = _Server((self.host, self.port), self.cloud)
+            self.port = self._server.server_address[1]
+
+    def start(self) -> FakeAliyunServer:
+        self.bind()
+        assert self._server is not None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-aliyun", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until ``stop`` (or KeyboardInterrupt)."""
+        self.bind()
+        assert self._server is not None
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeAliyunServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
