@@ -70,7 +70,11 @@ _ISOLATION_ALARMS: dict[str, tuple[str, str]] = {
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{1,39}$")  # the module's `name` validation
 _ESS_WEEKDAY = {0: "1", 1: "2", 2: "3", 3: "4", 4: "5", 5: "6", 6: "0"}  # Python Monday=0 -> ESS Sunday=0
+_ESS_TIME = "%Y-%m-%dT%H:%MZ"  # ESS LaunchTime / RecurrenceEndTime: UTC, minutes
 _DRAIN_RANGE_S = (30, 21600)  # ESS lifecycle hook heartbeat timeout range [DOC]
+# Recurring tasks carry an end; 300 days keeps it well inside ESS's limits (the service's mirror uses the same
+# span). Each export moves it forward, so applying an export at least every few months keeps the tasks alive.
+RECURRENCE_SPAN = timedelta(days=300)
 _WEEKS_CHECKED = (0, 1, 13, 26, 39)  # across a year's seasons: a pattern that changes is not weekly in UTC
 
 
@@ -102,11 +106,14 @@ def select_group(groups: Sequence[GroupSpec], name: str | None) -> GroupSpec:
     raise ExportError(f"no group named {name!r}; groups: {', '.join(g.name for g in groups) or 'none'}")
 
 
-def build_tfvars(config: Any, group: str | None = None, *, now: datetime) -> dict[str, Any]:
+def build_tfvars(
+    config: Any, group: str | None = None, *, now: datetime, scheduled_tasks: bool = True
+) -> dict[str, Any]:
     """The variables of terraform/ (and of examples/complete, which adds ``region``) for one group.
 
     ``config`` is a ``fleet.config.FleetConfig`` (region, account_id, groups); ``now`` (aware) picks the first
-    launch of each scheduled task, which ESS wants in the future and at most 90 days ahead.
+    launch of each scheduled task, which ESS wants in the future and at most 90 days ahead. With
+    ``scheduled_tasks=False`` the floors are left to the service's own mirroring (an empty map).
     """
     if now.tzinfo is None:
         raise ExportError("now must be timezone-aware")
@@ -125,7 +132,7 @@ def build_tfvars(config: Any, group: str | None = None, *, now: datetime) -> dic
         "desired_capacity": min(spec.base_floor, spec.max_size),
         "drain_timeout_s": _drain_timeout_s(spec),
         "alarms": alarms_for(spec),
-        "scheduled_tasks": scheduled_tasks_for(spec, now),
+        "scheduled_tasks": scheduled_tasks_for(spec, now) if scheduled_tasks else {},
     }
 
 
@@ -300,8 +307,10 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
         key = f"{hh:02d}{mm:02d}z-{days}-min{floor}-max{ceiling}"
         sources = sorted({c.source for c in changes})
         ess_days = ",".join(sorted((_ESS_WEEKDAY[d] for d in weekdays), key=int))
+        launch = _first_launch(now, weekdays, minute)
         tasks[key] = {
-            "launch_time": _first_launch(now, weekdays, minute),
+            "launch_time": launch.strftime(_ESS_TIME),
+            "recurrence_end_time": (launch + RECURRENCE_SPAN).strftime(_ESS_TIME),
             "recurrence_type": "Daily" if daily else "Weekly",
             "recurrence_value": "1" if daily else ess_days,
             "min_value": floor,
@@ -311,12 +320,12 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
     return tasks
 
 
-def _first_launch(now: datetime, weekdays: list[int], minute: int) -> str:
-    """The first occurrence after ``now`` (plus a minute of margin) as ESS's UTC ``YYYY-MM-DDThh:mmZ``."""
+def _first_launch(now: datetime, weekdays: list[int], minute: int) -> datetime:
+    """The first occurrence after ``now`` (plus a minute of margin), UTC."""
     earliest = now.astimezone(UTC) + timedelta(minutes=1)
     day = earliest.replace(hour=0, minute=0, second=0, microsecond=0)
     for offset in range(8):
         candidate = day + timedelta(days=offset, minutes=minute)
         if candidate.weekday() in weekdays and candidate >= earliest:
-            return candidate.strftime("%Y-%m-%dT%H:%MZ")
+            return candidate
     raise AssertionError("a weekly occurrence always exists within 8 days")

@@ -33,6 +33,10 @@ def export(
     at: str | None = typer.Option(
         None, "--at", help="ISO 8601 instant the scheduled tasks' first launches follow (default: now)."
     ),
+    scheduled_tasks: bool = typer.Option(
+        True, "--scheduled-tasks/--no-scheduled-tasks",
+        help="Export the schedule floors as ESS scheduled tasks (off: the service's mirroring holds them).",
+    ),
 ) -> None:
     """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
     from fleet.config import ConfigError, load_config
@@ -46,7 +50,7 @@ def export(
     except OSError as exc:
         fail(f"{config_path}: {exc.strerror or exc}")
     try:
-        tfvars = build_tfvars(config, group, now=now)
+        tfvars = build_tfvars(config, group, now=now, scheduled_tasks=scheduled_tasks)
     except ExportError as exc:
         fail(f"{config_path}: {exc}")
     text = json.dumps(tfvars, indent=2) + "\n"
