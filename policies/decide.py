@@ -22,6 +22,7 @@ from policies.model import (
     Reason,
     ReasonCode,
     Snapshot,
+    StepAction,
     WarningCode,
 )
 from policies.observe import classify
@@ -103,6 +104,23 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     warnings.extend(sc.warnings)
     warnings.extend(iso.warnings)
 
+    steps = iso.steps
+    if sc.serving_target < sc.base + iso.leaving_serving:
+        # the ceiling or ESS MaxSize leaves no room for the replacement: say so, and the SLA is at risk
+        for k, step in enumerate(steps):
+            if step.action == StepAction.SURGE:
+                detail = f"no room for a replacement: serving target {sc.serving_target} is at the cap"
+                update = {"reason": ReasonCode.SURGE_BLOCKED_BY_MAX, "detail": detail}
+                steps[k] = step.model_copy(update=update)
+                warnings.append(
+                    PlanWarning(
+                        code=WarningCode.SLA_ISOLATE_AT_RISK,
+                        group=group.name,
+                        instance_id=step.instance_id,
+                        incident_id=step.incident_id,
+                        detail=detail,
+                    )
+                )
     target_capacity = sc.serving_target + len(view.standby)
     reason, reasons = sc.reason, sc.reasons
     desired: int | None = target_capacity
@@ -153,7 +171,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
         ceiling=bnd.ceiling,
         active_schedules=list(bnd.active),
         scale_in_order=order,
-        steps=iso.steps,
+        steps=steps,
         incidents=[i.model_copy(deep=True) for i in gh.incidents if i.state in OPEN_STATES],
         warnings=warnings,
     )

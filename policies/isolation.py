@@ -401,7 +401,16 @@ def run(
             gh.breaker.reason = f"reset by {op.by} at {op.at.isoformat()}: {op.reason}".strip()
             continue
         if op.kind == "isolate":
-            if op.instance_id and op.instance_id in by_id and target is None:
+            if op.instance_id not in by_id:
+                result.warnings.append(
+                    PlanWarning(
+                        code=WarningCode.UNKNOWN_INSTANCE,
+                        group=group.name,
+                        instance_id=op.instance_id,
+                        detail=f"isolate requested by {op.by} for an instance not in the group: ignored",
+                    )
+                )
+            elif op.instance_id and target is None:
                 inc = new_incident(
                     op.instance_id,
                     "manual",

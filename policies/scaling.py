@@ -249,6 +249,8 @@ def plan_scaling(
             )
     else:
         candidate = max((r.serving for r in gh.recommendations), default=None)
+        if candidate is not None:
+            candidate = max(candidate, bnd.floor)  # below the floor there is nothing to scale in
         if candidate is not None and candidate < hold:
             blocker = None
             if not all_known:
@@ -355,7 +357,7 @@ def plan_scaling(
                     inputs={"base": base, "leaving": leaving_serving, "cap": cap},
                 )
             )
-            if reason == ReasonCode.HOLD:
+            if reason not in (ReasonCode.RULE_SCALE_OUT, ReasonCode.PANIC):
                 reason = ReasonCode.SURGE_FOR_ISOLATION
     serving_target = max(0, min(serving_target, spec.max_size - len(view.standby)))
     if serving_target < base:
