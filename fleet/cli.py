@@ -21,10 +21,13 @@ app = typer.Typer(
 
 # Modules under fleet.commands, each exposing ``register(app: typer.Typer) -> None``.
 COMMAND_MODULES: list[str] = [
+    "size",
     "agent",
     "terraform",
     "serve",
     "policy",
+    "simulate",
+    "fake_cloud",
 ]
 
 

@@ -1,0 +1,60 @@
+"""`fleet fake-cloud`: serve the fake Alibaba Cloud (ECS, ESS, CMS) over HTTP on 127.0.0.1.
+
+Point the official SDK clients at it with ``Config(endpoint="127.0.0.1:<port>", protocol="http")`` or set
+``FLEET_ALIYUN_ENDPOINT=127.0.0.1:<port>``; drive time, metrics, faults and events through ``/_fake/``
+(docs/fake-cloud.md).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+import typer
+
+from fleet.commands._common import fail
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fake-cloud")(fake_cloud)
+
+
+def fake_cloud(
+    port: int = typer.Option(..., "--port", help="TCP port on 127.0.0.1 (0 picks a free one and prints it)."),
+    boot_seconds: float = typer.Option(30.0, "--boot-seconds", help="Fake seconds to InService."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Fake seconds per real second."),
+    seed: int = typer.Option(0, "--seed", help="Seed for ids and random faults (reproducible runs)."),
+    account_id: str = typer.Option("1234567890", "--account-id", help="Account id (custom namespace)."),
+) -> None:
+    """Serve the fake Alibaba Cloud until interrupted (Ctrl-C or SIGTERM)."""
+    from fleet.testing import FakeAliyunServer
+
+    if not 0 <= port <= 65535:
+        fail(f"--port: {port} is not a TCP port (0-65535)")
+    if boot_seconds < 0:
+        fail(f"--boot-seconds: must not be negative, got {boot_seconds}")
+    if time_scale <= 0:
+        fail(f"--time-scale: must be positive, got {time_scale}")
+    if not account_id.isdigit():
+        fail(f"--account-id: must be digits, got {account_id!r}")
+    server = FakeAliyunServer(port=port, boot_seconds=boot_seconds, time_scale=time_scale, seed=seed,
+                              account_id=account_id)
+    try:
+        server.bind()
+    except OSError as exc:
+        fail(f"--port: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    # One machine-readable line first: scripts wait for it and read the port.
+    sys.stdout.write(f"fake Alibaba Cloud listening on {server.endpoint} (control: {server.url}/_fake/)\n")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
