@@ -302,17 +302,19 @@ class InstanceEngine:
         n = self._n_dec
         if n == 0 or self._prefilling:
             return False
-        can_admit = len(self._running) < self._max_seqs
-        if self._waiting and can_admit:
+        running = len(self._running)
+        c0 = self._base_sum + n * self._d
+        free = self._kv_capacity - c0 - self._prefill_kv - self._slack * running
+        can_admit = running < self._max_seqs
+        if can_admit and self._waiting:
             first = self._waiting[0]
             chunk = min(first.need, self._budget) if self._chunked else first.need
-            if self._kv_used() + n + chunk + self._slack <= self._kv_capacity:
+            if n + chunk + self._slack <= free:
                 return False  # the next iteration admits someone
         heap = self._heap
         while heap and not _live(heap[0]):
             heapq.heappop(heap)
         k = heap[0][0] - self._d if heap else 1 << 30
-        free = self._kv_capacity - self._kv_used()
         k = min(k, int(free // n))
         if k < 2:
             return False
@@ -321,7 +323,6 @@ class InstanceEngine:
             horizon = min(horizon, self._pending[0][0])
         a, b = self._affine_for(n)
         speed = self.speed_factor
-        c0 = self._base_sum + n * self._d
         target = (horizon - self._now) * speed
         # smallest k with k*a + b*(k*c0 + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
         if target <= 0:

@@ -1,0 +1,481 @@
+"""`fleet size`: which instance type, TP, count and vLLM settings carry a model's load, at what cost.
+
+The shell part only: it reads the files (config.json, prices.yaml, traces), passes their contents to the pure
+``sizing`` package, renders tables or JSON, writes the optional plot, and picks the exit code
+(0: an option fits and meets the SLOs; 1: none does; 2: bad input).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+
+from fleet.commands._common import console, err_console, fail, print_json
+
+EXIT_NO_FIT = 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("size")(size)
+
+
+def size(
+    model: str | None = typer.Option(
+        None, "--model", help="A catalog model (e.g. Qwen2.5-7B, Llama-3.1-8B)."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="A Hugging Face config.json for any other model."
+    ),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, bf16, fp16, fp8, int8, awq or gptq (4-bit)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Evaluate this GPU (no instance type, no price)."),
+    instance_type: str | None = typer.Option(
+        None, "--instance-type", help="Evaluate this Alibaba instance type."
+    ),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (default 1 when evaluating)."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Default: the model's limit."),
+    gpu_memory_utilization: float = typer.Option(
+        0.90, "--gpu-memory-utilization", help="Share of the device."
+    ),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Fix vLLM's max_num_seqs."),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Fix the budget."
+    ),
+    gpu_memory_gib: float | None = typer.Option(
+        None,
+        "--gpu-memory-gib",
+        help="Memory CUDA sees per GPU, GiB (for cards reporting less than the label).",
+    ),
+    qps: float | None = typer.Option(None, "--qps", help="Target load, requests per second (fleet-wide)."),
+    prompt_tokens: int | None = typer.Option(
+        None, "--prompt-tokens", help="Mean prompt length (default 1000)."
+    ),
+    output_tokens: int | None = typer.Option(
+        None, "--output-tokens", help="Mean output length (default 200)."
+    ),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="A request trace (Azure/BurstGPT CSV, Mooncake JSONL)."
+    ),
+    slo_ttft_p99_ms: float | None = typer.Option(
+        None, "--slo-ttft-p99-ms", help="P99 time to first token, ms."
+    ),
+    slo_tpot_p99_ms: float | None = typer.Option(
+        None, "--slo-tpot-p99-ms", help="P99 time per output token, ms."
+    ),
+    region: str | None = typer.Option(None, "--region", help="Price region (default cn-hangzhou)."),
+    top: int | None = typer.Option(None, "--top", help="Show only the best K options."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write a latency-throughput plot (SVG) of the best."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    prices: Path | None = typer.Option(
+        None, "--prices", help="prices.yaml overriding the shipped estimates."
+    ),
+    length_cv: float = typer.Option(
+        0.0, "--length-cv", help="Token-length spread (lognormal CV; 0 = fixed)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the simulated arrivals."),
+) -> None:
+    """Size a vLLM deployment: memory, speed, latency under load, cost, and the vLLM command line.
+
+    With --gpu or --instance-type it evaluates that deployment; without, it searches every instance type x TP
+    x max_num_seqs and ranks them, cheapest meeting the SLOs first, each other option with the reason it lost.
+    """
+    import sizing
+    from sizing.latency import Workload
+    from sizing.search import SLO, Settings, search
+
+    if (model is None) == (config is None):
+        fail("give exactly one of --model NAME or --config FILE")
+    if gpu is not None and instance_type is not None:
+        fail("give at most one of --gpu and --instance-type")
+    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
+        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
+    if top is not None and top < 1:
+        fail(f"--top must be at least 1, got {top}")
+    for name, value in (
+        ("--max-model-len", max_model_len),
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--prompt-tokens", prompt_tokens),
+        ("--output-tokens", output_tokens),
+    ):
+        if value is not None and value < 1:
+            fail(f"{name} must be at least 1, got {value}")
+    if plot is not None:
+        _check_writable(plot, "--plot")
+
+    try:
+        shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
+        book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
+        if region is not None:
+            book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
+        requests = _read_trace(trace) if trace is not None else ()
+        workload = Workload(
+            qps=qps,
+            prompt_tokens=prompt_tokens or 1000,
+            output_tokens=output_tokens or 200,
+            length_cv=length_cv,
+            trace=requests,
+        )
+        slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
+        evaluating = gpu is not None or instance_type is not None
+        settings = Settings(
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            tp=(tp or 1) if evaluating else tp,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            gpu_memory_gib=gpu_memory_gib,
+        )
+        the_gpu = sizing.find_gpu(gpu) if gpu is not None else None
+        pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
+        _check_settings(shape, settings, the_gpu, pool)
+        has_load = qps is not None or trace is not None
+        with _progress(enabled=has_load and not evaluating and not as_json) as report:
+            result = search(
+                shape,
+                settings=settings,
+                workload=workload,
+                slo=slo,
+                prices=book,
+                region=region,
+                instances=pool,
+                gpu=the_gpu,
+                top=top or 3,
+                seed=seed,
+                progress=report,
+            )
+    except sizing.SizingInputError as exc:
+        fail(str(exc))
+
+    best = result.best
+    if plot is not None:
+        if best is None or best.deployment is None:
+            fail("--plot: no option fits, so there is nothing to plot")
+        _write_plot(plot, best, workload, slo, seed)
+    if as_json:
+        print_json(result.to_json(top))
+    else:
+        _render(result, shape, top, has_load, requests, plot)
+    if best is None:
+        raise typer.Exit(EXIT_NO_FIT)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def _read_model_config(path: Path) -> Any:
+    import sizing
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return sizing.model_from_hf_config(data, name=name or str(path))
+
+
+def _read_prices(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    except yaml.YAMLError as exc:
+        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
+
+
+_TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
+_PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
+_OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
+
+
+def _read_trace(path: Path) -> tuple[Any, ...]:
+    """Requests of a trace file: Azure LLM (CSV, datetimes), BurstGPT (CSV, seconds), Mooncake (JSONL, ms).
+
+    Rows with zero tokens (failed requests in BurstGPT) are skipped."""
+    from sizing.latency import TraceRequest
+
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            if path.suffix in {".jsonl", ".json"}:
+                rows = [json.loads(line) for line in handle if line.strip()]
+                millis = True  # Mooncake's timestamp is milliseconds from the start
+            else:
+                rows = list(csv.DictReader(handle))
+                millis = False
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as exc:
+        fail(f"{path}: cannot parse the trace ({exc})")
+    if not rows or not isinstance(rows[0], dict):
+        fail(f"{path}: the trace has no request rows")
+    keys = {k.strip().lower(): k for k in rows[0]}
+    tkey = next((keys[k] for k in _TIME_KEYS if k in keys), None)
+    pkey = next((keys[k] for k in _PROMPT_KEYS if k in keys), None)
+    okey = next((keys[k] for k in _OUTPUT_KEYS if k in keys), None)
+    if tkey is None or pkey is None or okey is None:
+        fail(
+            f"{path}: needs a time column ({'/'.join(_TIME_KEYS)}), prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
+            f"and output tokens ({'/'.join(_OUTPUT_KEYS)}); found {', '.join(keys) or 'none'}"
+        )
+    out: list[TraceRequest] = []
+    t0: datetime | None = None
+    for n, row in enumerate(rows, start=2):
+        try:
+            prompt, output = int(float(row[pkey])), int(float(row[okey]))
+            raw = row[tkey]
+            if isinstance(raw, int | float) or _is_number(str(raw)):
+                t = float(raw) / (1000.0 if millis else 1.0)
+            else:
+                stamp = datetime.fromisoformat(str(raw).strip())
+                t0 = t0 or stamp
+                t = (stamp - t0).total_seconds()
+        except (TypeError, ValueError, KeyError) as exc:
+            fail(f"{path}: row {n}: {exc}")
+        if prompt <= 0 or output <= 0 or not math.isfinite(t):
+            continue
+        out.append(TraceRequest(t, prompt, output))
+    if len(out) < 2:
+        fail(f"{path}: fewer than two usable requests")
+    out.sort(key=lambda r: r.arrival_s)
+    return tuple(out)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
+    """Bad combinations that vLLM itself refuses at start-up: fail with one line before any work."""
+    import sizing
+
+    if not 0 < settings.gpu_memory_utilization <= 1:
+        raise sizing.SizingInputError(
+            f"--gpu-memory-utilization must be in (0, 1], got {settings.gpu_memory_utilization}"
+        )
+    if settings.max_model_len is not None and settings.max_model_len > shape.max_position:
+        raise sizing.SizingInputError(
+            f"--max-model-len {settings.max_model_len} is above {shape.name}'s limit of {shape.max_position}"
+        )
+    if settings.tp is not None:
+        from sizing.memory import check_tp
+
+        check_tp(shape, settings.tp)
+        if pool and settings.tp > pool[0].gpus:
+            raise sizing.SizingInputError(
+                f"impossible TP: {pool[0].name} has {pool[0].gpus} GPU(s), --tp is {settings.tp}"
+            )
+    if the_gpu is not None or pool:
+        from sizing.memory import resolve_dtype
+
+        g = the_gpu or sizing.find_gpu(pool[0].gpu)
+        resolve_dtype(shape, g, settings.dtype)
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        fail(f"{flag}: directory {directory} does not exist")
+
+
+# ------------------------------------------------------------------------------------------------ output
+class _progress:
+    """A transient progress bar on stderr for long searches; a no-op callback otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err_console.is_terminal
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        self._bar = Progress(
+            TextColumn("simulating options"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            console=err_console,
+            transient=True,
+        )
+        self._bar.__enter__()
+        self._task = self._bar.add_task("search", total=None)
+        return self._update
+
+    def _update(self, done: int, total: int) -> None:
+        assert self._bar is not None
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> None:
+    from sizing.latency import knee_sweep
+    from sizing.plot import latency_throughput_svg
+
+    dep = best.deployment
+    if best.max_num_seqs:
+        from dataclasses import replace
+
+        dep = replace(dep, max_num_seqs=best.max_num_seqs)
+    sweep = knee_sweep(dep, workload, seed=seed)
+    title = f"{dep.model.name} on {dep.tp} x {dep.gpu.name} (max_num_seqs {best.max_num_seqs})"
+    svg = latency_throughput_svg(sweep, title, slo.ttft_p99_ms, slo.tpot_p99_ms)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(svg)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        fail(f"--plot: {path}: {exc.strerror or exc}")
+
+
+def _fmt(x: Any, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
+    """The verdict in a few words for the table (the full reason is in --json)."""
+    reason = j["reason"]
+    if not reason:
+        return "best"
+    if reason.startswith("dearer") and best is not None:
+        mine, theirs = j.get("cost_cny_per_hour"), best.get("cost_cny_per_hour")
+        if mine is None or theirs is None:
+            mine, theirs = j.get("price_cny_per_hour"), best.get("price_cny_per_hour")
+        if mine is not None and theirs is not None:
+            return f"dearer by CNY {mine - theirs:.2f}/h"
+    if reason.startswith("does not fit: one"):
+        return f"KV too small; max_model_len <= {reason.rsplit(' ', 1)[-1]}"
+    if reason.startswith("does not fit"):
+        return "weights do not fit"
+    if reason.startswith("impossible"):
+        return "impossible TP"
+    if reason.startswith("SLO missed"):
+        return "misses SLO: " + reason.split(":", 1)[1].strip()
+    return reason
+
+
+def _render(
+    result: Any, shape: Any, top: int | None, has_load: bool, requests: Any, plot: Path | None
+) -> None:
+    wl = result.workload
+    rows = result.candidates[: top or 15]
+    best = result.best
+    best_j = best.to_json(wl) if best is not None else None
+    table = Table(title=f"{shape.name}: options, best first", header_style="bold")
+    for col in ("#", "instance type", "GPUs", "TP", "KV tokens"):
+        table.add_column(col, justify="left" if col == "instance type" else "right", no_wrap=True)
+    if has_load:
+        for col in ("seqs", "count", "P99 TTFT ms", "P99 TPOT ms", "CNY/h", "CNY/Mtok"):
+            table.add_column(col, justify="right", no_wrap=True)
+    else:
+        table.add_column("CNY/h", justify="right", no_wrap=True)
+    table.add_column("verdict", overflow="fold")
+    for i, c in enumerate(rows, start=1):
+        j = c.to_json(wl)
+        cells = [
+            str(i),
+            (j["instance_type"] or "-").removeprefix("ecs."),
+            f"{j['gpus']}x {j['gpu']}",
+            str(j["tp"]),
+            _fmt(j["kv_cache_tokens"], ",") if j["fits"] else "-",
+        ]
+        if has_load:
+            est = "~" if j.get("estimated") else ""
+            cells += [
+                _fmt(j.get("max_num_seqs"), "d") if j["fits"] else "-",
+                est + _fmt(j.get("instances"), "d") if j.get("instances") else "-",
+                _fmt(j.get("p99_ttft_ms"), ".0f"),
+                _fmt(j.get("p99_tpot_ms"), ".1f"),
+                est + _fmt(j.get("cost_cny_per_hour")) if j.get("cost_cny_per_hour") is not None else "-",
+                _fmt(j.get("cost_cny_per_million_tokens"), ".3f"),
+            ]
+        else:
+            cells.append(_fmt(j.get("price_cny_per_hour")))
+        cells.append(_short_reason(j, best_j))
+        table.add_row(*cells)
+    # piped output gets a wide table rather than rich's 80-column default
+    out = console if console.is_terminal else Console(width=160, highlight=False)
+    out.print(table)
+    if len(result.candidates) > len(rows):
+        console.print(f"({len(result.candidates) - len(rows)} more options: --top or --json shows them)")
+    if has_load:
+        console.print("~ : count and cost estimated in closed form, not simulated", highlight=False)
+    if best_j is None:
+        console.print(
+            "[bold red]no option fits[/]" + (" and meets the SLOs" if has_load else ""), highlight=False
+        )
+        return
+    j = best_j
+    console.print(
+        f"[bold]best:[/] {j['instance_type'] or j['gpu']} x {j.get('instances') or 1}", highlight=False
+    )
+    console.print(f"  {j['vllm_command']}", highlight=False, soft_wrap=True)
+    console.print(
+        f"  weights {j['weights_gib']:.2f} GiB/GPU; KV cache {j['kv_cache_gib']:.2f} GiB/GPU = "
+        f"{j['kv_cache_tokens']:,} tokens ({j['max_concurrency']:.2f}x max_model_len {j['max_model_len']:,})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"  batch-1 TPOT {j['decode_tpot_ms']:.1f} ms; prefill {j['prefill_tokens_per_s']:,} tokens/s",
+        highlight=False,
+    )
+    if has_load:
+        console.print(
+            f"  at {wl.rate:.3g} req/s: P50/P99 TTFT {j['p50_ttft_ms']:.0f}/{j['p99_ttft_ms']:.0f} ms, "
+            f"P50/P99 TPOT {j['p50_tpot_ms']:.1f}/{j['p99_tpot_ms']:.1f} ms; "
+            f"headroom {_fmt(j['headroom_pct'], '.0f')}%; queue limit {j['queue_limit']} waiting per engine "
+            "(beyond it, fail fast)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if j["cost_cny_per_hour"] is not None:
+            note = (
+                " (estimated prices: check DescribePrice, override with --prices)"
+                if j["price_estimate"]
+                else ""
+            )
+            console.print(
+                f"  CNY {j['cost_cny_per_hour']:.2f}/h, "
+                f"CNY {j['cost_cny_per_million_tokens']:.3f} per million tokens{note}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    for w in j["warnings"]:
+        console.print(f"  [yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    if requests:
+        too_long = sum(1 for r in requests if r.prompt_tokens >= (j["max_model_len"] or 0))
+        if too_long:
+            console.print(
+                f"  [yellow]warning:[/] {too_long} of {len(requests)} trace requests are longer than "
+                "max_model_len and would be refused",
+                highlight=False,
+            )
+    if plot is not None:
+        console.print(f"  wrote {plot}", highlight=False)

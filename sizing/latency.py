@@ -1,0 +1,343 @@
+"""Latency under load: run a request stream through one :class:`InstanceEngine` and report percentiles,
+plus the sweep that finds the knee of the latency-throughput curve.
+
+The request stream is either Poisson arrivals with token lengths drawn from a distribution, or a trace given
+as data (arrival time, prompt tokens, output tokens per request; the shell parses the trace files). A fleet of
+``replicas`` identical instances behind a round-robin balancer is simulated by giving one instance every
+``replicas``-th request: each sees ``qps / replicas``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sizing.engine import CompletedRequest, InstanceEngine
+from sizing.errors import SizingInputError
+from sizing.memory import Deployment, MemoryPlan
+from sizing.perf import PerfModel
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The load one deployment must carry.
+
+    Without a trace: Poisson arrivals at ``qps``, prompt/output lengths with the given means, fixed when
+    ``length_cv`` is 0 and lognormal with that coefficient of variation otherwise. With a trace: its arrivals
+    and lengths; ``qps``, when given, rescales the trace's clock so its mean rate becomes ``qps``.
+    """
+
+    qps: float | None = None
+    prompt_tokens: int = 1000
+    output_tokens: int = 200
+    length_cv: float = 0.0
+    trace: tuple[TraceRequest, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.qps is not None and not (self.qps > 0 and math.isfinite(self.qps)):
+            raise SizingInputError(f"qps must be a positive number, got {self.qps}")
+        if self.prompt_tokens < 1 or self.output_tokens < 1:
+            raise SizingInputError("prompt and output tokens must be at least 1")
+        if self.length_cv < 0:
+            raise SizingInputError(f"length cv must be >= 0, got {self.length_cv}")
+        if self.trace and len(self.trace) < 2:
+            raise SizingInputError("a trace needs at least two requests")
+
+    @property
+    def trace_rate(self) -> float:
+        if not self.trace:
+            return 0.0
+        span = self.trace[-1].arrival_s - self.trace[0].arrival_s
+        return (len(self.trace) - 1) / span if span > 0 else float(len(self.trace))
+
+    @property
+    def rate(self) -> float:
+        """Mean arrival rate, req/s."""
+        if self.qps is not None:
+            return self.qps
+        if self.trace:
+            return self.trace_rate
+        raise SizingInputError("the workload needs --qps (or a trace)")
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        if self.trace:
+            return sum(r.prompt_tokens for r in self.trace) / len(self.trace)
+        return float(self.prompt_tokens)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        if self.trace:
+            return sum(r.output_tokens for r in self.trace) / len(self.trace)
+        return float(self.output_tokens)
+
+    def with_qps(self, qps: float) -> Workload:
+        return Workload(qps, self.prompt_tokens, self.output_tokens, self.length_cv, self.trace)
+
+    def stream(self, num_requests: int, seed: int = 0, replicas: int = 1) -> list[TraceRequest]:
+        """The requests one of ``replicas`` round-robin instances sees, ``num_requests`` of them."""
+        rng = random.Random(seed)
+        if self.trace:
+            scale = self.trace_rate / self.rate if self.qps else 1.0  # stretch the clock to the asked rate
+            t0 = self.trace[0].arrival_s
+            out: list[TraceRequest] = []
+            lap = (self.trace[-1].arrival_s - t0) * scale + 1.0 / self.rate
+            i = rng.randrange(replicas)  # which replica's share
+            while len(out) < num_requests:
+                laps, j = divmod(i, len(self.trace))  # loop the trace when it is too short
+                r = self.trace[j]
+                out.append(
+                    TraceRequest(laps * lap + (r.arrival_s - t0) * scale, r.prompt_tokens, r.output_tokens)
+                )
+                i += replicas
+            return out
+        rate = self.rate / replicas
+        t = 0.0
+        out = []
+        for _ in range(num_requests):
+            t += rng.expovariate(rate)
+            out.append(
+                TraceRequest(t, self._length(rng, self.prompt_tokens), self._length(rng, self.output_tokens))
+            )
+        return out
+
+    def _length(self, rng: random.Random, mean: int) -> int:
+        if self.length_cv <= 0:
+            return mean
+        sigma2 = math.log(1 + self.length_cv**2)
+        return max(1, round(rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) with linear interpolation; 0 for no values."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """Latency percentiles (ms) and throughput of one instance at one offered load."""
+
+    rate_rps: float  # offered to this instance
+    requests: int
+    rejected: int  # refused at arrival (prompt longer than max_model_len, or a full queue)
+    preemptions: int
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p95_ms: float
+    tpot_p99_ms: float
+    e2e_p50_ms: float
+    e2e_p95_ms: float
+    e2e_p99_ms: float
+    queue_p50_ms: float
+    queue_p95_ms: float
+    queue_p99_ms: float
+    throughput_rps: float
+    output_tokens_per_s: float
+    busy_fraction: float
+
+    def meets(self, slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> bool:
+        ok_ttft = slo_ttft_p99_ms is None or self.ttft_p99_ms <= slo_ttft_p99_ms
+        ok_tpot = slo_tpot_p99_ms is None or self.tpot_p99_ms <= slo_tpot_p99_ms
+        return ok_ttft and ok_tpot
+
+    def missed(self, slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> str:
+        """Which SLO this load misses, in words ('' when none)."""
+        parts = []
+        if slo_ttft_p99_ms is not None and self.ttft_p99_ms > slo_ttft_p99_ms:
+            parts.append(f"P99 TTFT {self.ttft_p99_ms:.0f} ms > {slo_ttft_p99_ms:g} ms")
+        if slo_tpot_p99_ms is not None and self.tpot_p99_ms > slo_tpot_p99_ms:
+            parts.append(f"P99 TPOT {self.tpot_p99_ms:.1f} ms > {slo_tpot_p99_ms:g} ms")
+        return ", ".join(parts)
+
+
+def summarize(done: Sequence[CompletedRequest], rate_rps: float, busy_fraction: float) -> LatencyReport:
+    served = [r for r in done if not r.rejected]
+    ms = 1000.0
+    ttft = [r.ttft_s * ms for r in served]
+    tpot = [r.tpot_s * ms for r in served if r.output_tokens > 1]
+    e2e = [r.e2e_s * ms for r in served]
+    queue = [r.queue_s * ms for r in served]
+    if served:
+        first = min(r.arrival_s for r in served)
+        last = max(r.finish_s for r in served)
+        span = max(last - first, 1e-9)
+    else:
+        span = 1.0
+    return LatencyReport(
+        rate_rps=rate_rps,
+        requests=len(done),
+        rejected=len(done) - len(served),
+        preemptions=sum(r.preemptions for r in served),
+        ttft_p50_ms=percentile(ttft, 0.5),
+        ttft_p95_ms=percentile(ttft, 0.95),
+        ttft_p99_ms=percentile(ttft, 0.99),
+        tpot_p50_ms=percentile(tpot, 0.5),
+        tpot_p95_ms=percentile(tpot, 0.95),
+        tpot_p99_ms=percentile(tpot, 0.99),
+        e2e_p50_ms=percentile(e2e, 0.5),
+        e2e_p95_ms=percentile(e2e, 0.95),
+        e2e_p99_ms=percentile(e2e, 0.99),
+        queue_p50_ms=percentile(queue, 0.5),
+        queue_p95_ms=percentile(queue, 0.95),
+        queue_p99_ms=percentile(queue, 0.99),
+        throughput_rps=len(served) / span,
+        output_tokens_per_s=sum(r.output_tokens for r in served) / span,
+        busy_fraction=busy_fraction,
+    )
+
+
+DEFAULT_REQUESTS = 1000  # per simulated load: enough for a P99 from ten requests, fast enough for a search
+
+
+def simulate(
+    deployment: Deployment,
+    workload: Workload,
+    *,
+    replicas: int = 1,
+    num_requests: int = DEFAULT_REQUESTS,
+    seed: int = 0,
+    max_waiting: int | None = None,
+    warmup_fraction: float = 0.1,
+    plan: MemoryPlan | None = None,
+    perf: PerfModel | None = None,
+) -> LatencyReport:
+    """Run one instance's share of ``workload`` (1/``replicas`` of it) and report its latency.
+
+    The first ``warmup_fraction`` of requests (an empty engine's unrepresentatively short queues) are left out
+    of the percentiles.
+    """
+    engine = InstanceEngine(deployment, max_waiting=max_waiting, plan=plan, perf=perf)
+    reqs = workload.stream(num_requests, seed=seed, replicas=replicas)
+    for i, r in enumerate(reqs):
+        engine.submit(i, r.arrival_s, r.prompt_tokens, r.output_tokens)
+    end = reqs[-1].arrival_s
+    done = engine.advance(end)
+    busy = engine.busy_fraction
+    done += engine.advance(end + 1e7)  # drain
+    skip = int(len(reqs) * warmup_fraction)
+    kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
+    return summarize(kept, workload.rate / replicas, busy)
+
+
+# -------------------------------------------------------------------------------------------- capacity
+def capacity_estimate(
+    plan: MemoryPlan,
+    perf: PerfModel,
+    prompt_tokens: float,
+    output_tokens: float,
+    slo_tpot_p99_ms: float | None = None,
+    max_num_seqs: int | None = None,
+) -> tuple[float, int]:
+    """Closed-form steady state of one instance: (requests/s it sustains, the batch size it runs at).
+
+    With N sequences decoding, each iteration costs the decode step plus the prefill tokens that arrive
+    meanwhile: tau = tau_dec(N) + c_prefill x P x N / O, and throughput is N / (O x tau). N is capped by
+    max_num_seqs, the KV cache, and (with a TPOT SLO) the largest batch whose iteration stays under it.
+    The simulator checks the result; the search uses it to rank and to pick starting counts.
+    """
+    p, o = max(prompt_tokens, 1.0), max(output_tokens, 1.0)
+    seqs = max_num_seqs or plan.max_num_seqs
+    per_seq_kv = p + o / 2 + 8
+    n_max = max(1, min(seqs, int(plan.kv_cache_tokens / per_seq_kv)))
+    c_prefill = (
+        perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
+    ) / perf.compute_flops + perf.comm_s_per_token
+
+    def tau(n: int) -> float:
+        a, b = perf.decode_affine(n)
+        return a + b * n * (p + o / 2) + c_prefill * p * n / o
+
+    n = n_max
+    if slo_tpot_p99_ms is not None:
+        # P99 TPOT sits above the mean iteration; keep the mean at 80% of the SLO (estimate).
+        limit = slo_tpot_p99_ms / 1000.0 * 0.8
+        lo, hi = 1, n_max
+        if tau(1) > limit:
+            return 0.0, 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if tau(mid) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = lo
+    return n / (o * tau(n)), n
+
+
+# ----------------------------------------------------------------------------------------------- knee
+@dataclass(frozen=True)
+class KneeSweep:
+    """Latency against offered load for one instance, and the knee of that curve."""
+
+    points: tuple[LatencyReport, ...]
+    knee_index: int
+    metric: str = "e2e_p99_ms"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def knee(self) -> LatencyReport:
+        return self.points[self.knee_index]
+
+    @property
+    def knee_rate_rps(self) -> float:
+        return self.knee.rate_rps
+
+
+def find_knee(xs: Sequence[float], ys: Sequence[float]) -> int:
+    """Index of the knee of an increasing, convex curve (Kneedle: the point farthest below the chord of the
+    normalised curve, where growth turns from linear to super-linear)."""
+    if len(xs) < 3:
+        return len(xs) - 1
+    x0, x1 = xs[0], xs[-1]
+    y0, y1 = min(ys), max(ys)
+    if x1 <= x0 or y1 <= y0:
+        return len(xs) - 1
+    best, best_i = -1.0, len(xs) - 1
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        d = (x - x0) / (x1 - x0) - (y - y0) / (y1 - y0)
+        if d > best:
+            best, best_i = d, i
+    return best_i
+
+
+def knee_sweep(
+    deployment: Deployment,
+    workload: Workload,
+    *,
+    rates: Sequence[float] | None = None,
+    points: int = 16,
+    num_requests: int = DEFAULT_REQUESTS,
+    seed: int = 0,
+    plan: MemoryPlan | None = None,
+    perf: PerfModel | None = None,
+) -> KneeSweep:
+    """Simulate one instance at a range of loads (default: 5% to 130% of its estimated capacity) and find the
+    knee of P99 end-to-end latency against load."""
+    engine = InstanceEngine(deployment, plan=plan, perf=perf)
+    plan, perf = engine.plan, engine.perf
+    if rates is None:
+        cap, _ = capacity_estimate(plan, perf, workload.mean_prompt_tokens, workload.mean_output_tokens)
+        rates = [cap * (0.05 + 1.25 * i / (points - 1)) for i in range(points)]
+    reports = tuple(
+        simulate(deployment, workload.with_qps(r), num_requests=num_requests, seed=seed, plan=plan, perf=perf)
+        for r in rates
+    )
+    idx = find_knee([r.rate_rps for r in reports], [r.e2e_p99_ms for r in reports])
+    return KneeSweep(reports, idx)

@@ -1,0 +1,535 @@
+"""The SLO-aware search: which instance type, tensor parallelism, max_num_seqs and count carry a load
+cheapest while meeting the latency SLOs, and why every other option lost.
+
+Method, per option (instance type x TP x max_num_seqs):
+
+1. Memory: :func:`plan_memory`; an option whose weights or one max_model_len request do not fit is rejected.
+2. Estimate: :func:`capacity_estimate` gives the requests/s one engine sustains within the TPOT SLO; the
+   instance count follows (an instance of G GPUs runs G / TP engines behind a balancer), and its price.
+3. Verify: in order of estimated cost, the simulator runs one engine's share of the load at that count;
+   if it misses an SLO the count grows, if it meets them with room a smaller count is tried. Options that
+   share a GPU, TP and batch size share simulations. Verification stops once the cheapest ``top`` verified
+   options cannot be beaten by the remaining estimates (with a margin for the estimate's error).
+4. The winners get their headroom (the highest per-engine load that still meets the SLOs, by bisection) and
+   a queue limit (how many waiting requests one engine clears within the TTFT SLO; beyond it, fail fast).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
+from sizing.errors import SizingInputError
+from sizing.latency import LatencyReport, Workload, capacity_estimate, simulate
+from sizing.memory import Deployment, MemoryPlan, check_tp, plan_memory
+from sizing.perf import PerfModel, perf_model
+
+TP_CHOICES = (1, 2, 4, 8)
+SEQ_CHOICES = (16, 32, 64, 128, 256, 512)  # smaller batches than vLLM's default trade throughput for TPOT
+ESTIMATE_MARGIN = 1.25  # keep verifying while an estimate is within this factor of the k-th verified cost
+MAX_SIMULATIONS = 60  # bound on the search's simulations (the catalog search must stay under 2 s)
+DEFAULT_QUEUE_WINDOW_S = 10.0  # queue limit horizon when no TTFT SLO is given
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for v in (self.ttft_p99_ms, self.tpot_p99_ms):
+            if v is not None and not v > 0:
+                raise SizingInputError(f"SLOs must be positive milliseconds, got {v}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The user's fixed choices; ``None`` leaves the choice to vLLM's defaults or to the search."""
+
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tp: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.90
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_gib: float | None = None
+
+    def deployment(self, model: ModelShape, gpu: GPU, tp: int) -> Deployment:
+        if self.gpu_memory_gib is not None:
+            if not self.gpu_memory_gib > 0:
+                raise SizingInputError(f"--gpu-memory-gib must be positive, got {self.gpu_memory_gib}")
+            gpu = gpu.with_visible_gib(self.gpu_memory_gib)
+        return Deployment(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+        )
+
+
+@dataclass
+class Candidate:
+    """One option and its verdict. ``to_json`` gives the documented ``fleet size --json`` fields."""
+
+    instance_type: str | None
+    gpu: str
+    gpus: int  # per instance (or TP with --gpu)
+    tp: int
+    deployment: Deployment | None = None
+    plan: MemoryPlan | None = None
+    perf: PerfModel | None = None
+    fits: bool = False
+    reason: str = ""
+    price_cny_per_hour: float | None = None
+    price_estimate: bool = True
+    max_num_seqs: int | None = None
+    # with a load
+    instances: int | None = None
+    replicas: int | None = None
+    report: LatencyReport | None = None
+    estimated: bool = False  # instances/cost from the closed-form estimate only (not simulated)
+    meets_slo: bool | None = None
+    capacity_rps: float | None = None  # per engine, highest load meeting the SLOs
+    headroom_pct: float | None = None
+    queue_limit: int | None = None
+    cost_cny_per_hour: float | None = None
+    cost_cny_per_million_tokens: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def replicas_per_instance(self) -> int:
+        return max(1, self.gpus // self.tp)
+
+    def vllm_args(self) -> dict[str, Any]:
+        if self.plan is None or self.deployment is None:
+            return {}
+        return vllm_args(self.deployment, self.plan, self.max_num_seqs)
+
+    def to_json(self, workload: Workload | None = None) -> dict[str, Any]:
+        p = self.plan
+        out: dict[str, Any] = {
+            "instance_type": self.instance_type,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "tp": self.tp,
+            "fits": self.fits,
+            "weights_gib": _r(p.weights_gib if p else None),
+            "kv_cache_gib": _r(p.kv_cache_gib if p else None),
+            "kv_cache_tokens": p.kv_cache_tokens if p else None,
+            "activation_gib": _r(p.activation_gib if p else None),
+            "non_torch_gib": _r(p.non_torch_gib if p else None),
+            "max_concurrency": _r(p.max_concurrency if p else None),
+            "max_model_len": p.max_model_len if p else None,
+            "decode_tpot_ms": None,
+            "prefill_tokens_per_s": None,
+            "vllm_args": self.vllm_args(),
+            "reason": self.reason,
+        }
+        if p is not None and self.perf is not None and self.fits:
+            ctx = int(workload.mean_prompt_tokens) if workload else 0
+            out["decode_tpot_ms"] = _r(self.perf.decode_tpot_s(ctx) * 1000)
+            budget = p.max_num_batched_tokens
+            out["prefill_tokens_per_s"] = round(budget / self.perf.prefill_s(budget, budget))
+        if workload is not None and workload_has_load(workload):
+            rep = self.report
+            out.update(
+                {
+                    "instances": self.instances,
+                    "p99_ttft_ms": _r(rep.ttft_p99_ms if rep else None),
+                    "p99_tpot_ms": _r(rep.tpot_p99_ms if rep else None),
+                    "cost_cny_per_hour": _r(self.cost_cny_per_hour),
+                    "cost_cny_per_million_tokens": _r(self.cost_cny_per_million_tokens),
+                    "replicas": self.replicas,
+                    "max_num_seqs": self.max_num_seqs,
+                    "meets_slo": self.meets_slo,
+                    "estimated": self.estimated,
+                    "headroom_pct": _r(self.headroom_pct),
+                    "queue_limit": self.queue_limit,
+                    "p50_ttft_ms": _r(rep.ttft_p50_ms if rep else None),
+                    "p95_ttft_ms": _r(rep.ttft_p95_ms if rep else None),
+                    "p50_tpot_ms": _r(rep.tpot_p50_ms if rep else None),
+                    "p99_e2e_ms": _r(rep.e2e_p99_ms if rep else None),
+                    "p99_queue_ms": _r(rep.queue_p99_ms if rep else None),
+                }
+            )
+        out["price_cny_per_hour"] = _r(self.price_cny_per_hour)
+        out["price_estimate"] = self.price_estimate
+        out["vllm_command"] = vllm_command(out["vllm_args"]) if out["vllm_args"] else None
+        out["warnings"] = list(self.warnings)
+        return out
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def workload_has_load(workload: Workload | None) -> bool:
+    return workload is not None and (workload.qps is not None or bool(workload.trace))
+
+
+_DTYPE_ARGS = {"bf16": ("dtype", "bfloat16"), "fp16": ("dtype", "float16")}
+_QUANT_ARGS = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "int8": "compressed-tensors"}
+
+
+def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None) -> dict[str, Any]:
+    """The ``vllm serve`` arguments of a deployment (snake_case keys, as in vLLM's EngineArgs)."""
+    args: dict[str, Any] = {"model": dep.model.hf_id or dep.model.name}
+    if plan.dtype in _DTYPE_ARGS:
+        args["dtype"] = _DTYPE_ARGS[plan.dtype][1]
+    else:
+        args["quantization"] = _QUANT_ARGS[plan.dtype]
+    args["tensor_parallel_size"] = dep.tp
+    args["max_model_len"] = plan.max_model_len
+    args["gpu_memory_utilization"] = dep.gpu_memory_utilization
+    args["max_num_seqs"] = max_num_seqs or plan.max_num_seqs
+    args["max_num_batched_tokens"] = plan.max_num_batched_tokens
+    if plan.kv_cache_dtype == "fp8":
+        args["kv_cache_dtype"] = "fp8"
+    if plan.warnings:
+        args["enforce_eager"] = True  # no room for CUDA graphs outside gpu_memory_utilization
+    return args
+
+
+def vllm_command(args: dict[str, Any]) -> str:
+    parts = ["vllm", "serve", str(args["model"])]
+    for k, v in args.items():
+        if k == "model":
+            continue
+        flag = "--" + k.replace("_", "-")
+        parts.append(flag if v is True else f"{flag} {v}")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- options
+def _option(
+    model: ModelShape,
+    gpu: GPU,
+    tp: int,
+    settings: Settings,
+    instance: InstanceType | None,
+    plans: dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str],
+) -> Candidate:
+    gpus = instance.gpus if instance else tp
+    cand = Candidate(instance.name if instance else None, gpu.name, gpus, tp)
+    if instance is not None and (tp > instance.gpus or instance.gpus % tp):
+        cand.reason = f"impossible TP: {tp} does not divide the {instance.gpus} GPUs of {instance.name}"
+        return cand
+    key = (gpu.name, tp)
+    if key not in plans:
+        try:
+            check_tp(model, tp)
+            dep = settings.deployment(model, gpu, tp)
+            plan = plan_memory(dep)
+            plans[key] = (dep, plan, perf_model(model, dep.gpu, tp, plan.dtype, plan.kv_cache_dtype))
+        except SizingInputError as exc:
+            plans[key] = f"impossible: {exc}"
+    got = plans[key]
+    if isinstance(got, str):
+        cand.reason = got
+        return cand
+    cand.deployment, cand.plan, cand.perf = got
+    cand.fits = cand.plan.fits
+    cand.reason = cand.plan.reason
+    cand.max_num_seqs = cand.plan.max_num_seqs
+    cand.warnings = list(cand.plan.warnings)
+    return cand
+
+
+def _seq_choices(plan: MemoryPlan, settings: Settings) -> list[int]:
+    if settings.max_num_seqs:
+        return [settings.max_num_seqs]
+    return [plan.max_num_seqs] + [s for s in reversed(SEQ_CHOICES) if s < plan.max_num_seqs]
+
+
+@dataclass
+class _Sim:
+    """Simulations shared by every option with the same GPU, TP and batch size."""
+
+    workload: Workload
+    slo: SLO
+    seed: int
+    count: int = 0
+    cache: dict[tuple[str, int, int, float], LatencyReport] = field(default_factory=dict)
+
+    def run(self, cand: Candidate, per_engine_rps: float) -> LatencyReport:
+        assert cand.deployment is not None and cand.max_num_seqs is not None
+        key = (cand.gpu, cand.tp, cand.max_num_seqs, round(per_engine_rps, 9))
+        if key not in self.cache:
+            self.count += 1
+            dep = replace(cand.deployment, max_num_seqs=cand.max_num_seqs)
+            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)  # type: ignore[arg-type]
+            # a trace is split round-robin over engines; Poisson arrivals split into Poisson arrivals
+            replicas = max(1, round(self.workload.rate / per_engine_rps)) if self.workload.trace else 1
+            wl = self.workload.with_qps(per_engine_rps * replicas)
+            self.cache[key] = simulate(dep, wl, replicas=replicas, seed=self.seed, plan=plan, perf=cand.perf)
+        return self.cache[key]
+
+
+def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings) -> None:
+    """Closed-form count and cost of a fitting option, picking its max_num_seqs."""
+    assert cand.plan is not None and cand.perf is not None
+    best: tuple[float, int, int, float] | None = None  # (cost, -seqs, replicas, rate)
+    p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
+    for seqs in _seq_choices(cand.plan, settings):
+        rate, _ = capacity_estimate(cand.plan, cand.perf, p, o, slo.tpot_p99_ms, seqs)
+        if rate <= 0:
+            continue
+        replicas = max(1, math.ceil(workload.rate / rate))
+        instances = math.ceil(replicas / cand.replicas_per_instance)
+        cost = instances * (cand.price_cny_per_hour or 0.0)
+        key = (cost if cand.price_cny_per_hour is not None else float(instances), -seqs, replicas, rate)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        tpot = cand.perf.decode_tpot_s(int(p)) * 1000
+        cand.reason = (
+            f"SLO missed: even one request decodes at {tpot:.1f} ms per token > {slo.tpot_p99_ms:g} ms"
+        )
+        cand.meets_slo = False
+        return
+    _, neg_seqs, replicas, _rate = best
+    cand.max_num_seqs = -neg_seqs
+    _set_count(cand, replicas, workload)
+    cand.estimated = True
+
+
+def _set_count(cand: Candidate, replicas: int, workload: Workload) -> None:
+    cand.instances = math.ceil(replicas / cand.replicas_per_instance)
+    cand.replicas = cand.instances * cand.replicas_per_instance  # a bought instance runs all its engines
+    if cand.price_cny_per_hour is not None:
+        cand.cost_cny_per_hour = cand.instances * cand.price_cny_per_hour
+        tokens_per_hour = workload.rate * 3600 * (workload.mean_prompt_tokens + workload.mean_output_tokens)
+        cand.cost_cny_per_million_tokens = cand.cost_cny_per_hour / (tokens_per_hour / 1e6)
+
+
+def _verify(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_steps: int = 6) -> None:
+    """Simulate the estimated count; grow it until the SLOs hold, shrink it while they still do."""
+    assert cand.replicas is not None and cand.instances is not None
+    rpi = cand.replicas_per_instance
+    instances = cand.instances
+    report = sim.run(cand, workload.rate / (instances * rpi))
+    steps = 0
+    if report.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+        while instances > 1 and steps < max_steps:
+            fewer = sim.run(cand, workload.rate / ((instances - 1) * rpi))
+            steps += 1
+            if not fewer.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+                break
+            instances, report = instances - 1, fewer
+    else:
+        while steps < max_steps:
+            grown = max(instances + 1, math.ceil(instances * 1.3))
+            steps += 1
+            nxt = sim.run(cand, workload.rate / (grown * rpi))
+            instances, report = grown, nxt
+            if nxt.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+                break
+    _set_count(cand, instances * rpi, workload)
+    cand.report = report
+    cand.estimated = False
+    cand.meets_slo = report.meets(slo.ttft_p99_ms, slo.tpot_p99_ms)
+    if not cand.meets_slo:
+        cand.reason = (
+            f"SLO missed at {instances} instances: {report.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)}"
+        )
+
+
+def _headroom(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, iterations: int = 5) -> None:
+    """Highest per-engine load that still meets the SLOs (bisection), as headroom and a queue limit."""
+    assert cand.replicas is not None
+    lo = workload.rate / cand.replicas
+    hi = lo * 2.0
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if sim.run(cand, mid).meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+            lo = mid
+        else:
+            hi = mid
+    cand.capacity_rps = lo
+    cand.headroom_pct = (lo * cand.replicas / workload.rate - 1.0) * 100.0
+    window_s = slo.ttft_p99_ms / 1000.0 if slo.ttft_p99_ms else DEFAULT_QUEUE_WINDOW_S
+    cand.queue_limit = max(1, math.floor(lo * window_s))
+
+
+# ---------------------------------------------------------------------------------------------- entry
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    workload: Workload | None
+    slo: SLO
+    simulations: int = 0
+    region: str | None = None
+
+    @property
+    def best(self) -> Candidate | None:
+        """The winning option, or None when nothing fits (or nothing meets the SLOs)."""
+        first = self.candidates[0] if self.candidates else None
+        return first if first is not None and first.fits and not first.reason else None
+
+    def to_json(self, top: int | None = None) -> dict[str, Any]:
+        cands = self.candidates if top is None else self.candidates[:top]
+        wl = self.workload
+        return {
+            "candidates": [c.to_json(wl) for c in cands],
+            "region": self.region,
+            "slo": {"ttft_p99_ms": self.slo.ttft_p99_ms, "tpot_p99_ms": self.slo.tpot_p99_ms},
+            "workload": None
+            if wl is None
+            else {
+                "qps": wl.rate if workload_has_load(wl) else None,
+                "prompt_tokens": round(wl.mean_prompt_tokens, 1),
+                "output_tokens": round(wl.mean_output_tokens, 1),
+                "trace_requests": len(wl.trace) or None,
+            },
+            "simulations": self.simulations,
+        }
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+def search(
+    model: ModelShape,
+    *,
+    settings: Settings = Settings(),
+    workload: Workload | None = None,
+    slo: SLO = SLO(),
+    prices: PriceBook | None = None,
+    region: str | None = None,
+    instances: Sequence[InstanceType] | None = None,
+    gpu: GPU | None = None,
+    top: int = 3,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> SearchResult:
+    """Rank deployment options for ``model``; the best first, every other with the reason it lost.
+
+    ``gpu`` evaluates bare GPUs (no instance type, no price) at ``settings.tp`` (default 1); otherwise the
+    options are ``instances`` (default: the whole catalog) x TP (``settings.tp`` or every TP that fits an
+    instance) x max_num_seqs (``settings.max_num_seqs`` or vLLM's default and smaller batches).
+    """
+    plans: dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str] = {}
+    cands: list[Candidate] = []
+    if gpu is not None:
+        tp = settings.tp or 1
+        check_tp(model, tp)
+        c = _option(model, gpu, tp, settings, None, plans)
+        if isinstance(plans.get((gpu.name, tp)), str):
+            raise SizingInputError(str(plans[(gpu.name, tp)]))
+        cands.append(c)
+    else:
+        if settings.tp is not None:
+            check_tp(model, settings.tp)
+        pool = list(instances) if instances is not None else list(load_instances().values())
+        for inst in pool:
+            g = find_gpu(inst.gpu)
+            tps = [settings.tp] if settings.tp else [t for t in TP_CHOICES if t <= inst.gpus]
+            for tp in tps:
+                c = _option(model, g, tp, settings, inst, plans)
+                if prices is not None:
+                    price = prices.price(inst, region)
+                    if price is not None:
+                        c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
+                    elif c.fits:
+                        c.reason = f"no price for {inst.name} in the price list"
+                        c.fits = False
+                cands.append(c)
+    single = settings.tp is not None and gpu is None and instances is not None and len(cands) == 1
+    if single and not cands[0].plan and cands[0].reason.startswith("impossible"):
+        raise SizingInputError(cands[0].reason)  # the one deployment asked for cannot exist
+    has_load = workload_has_load(workload)
+    sim_count = 0
+    fitting = [c for c in cands if c.fits and not c.reason]
+    if has_load and workload is not None:
+        for c in fitting:
+            _estimate(c, workload, slo, settings)
+        viable = [c for c in fitting if not c.reason]
+        viable.sort(key=_cost_key)
+        sim = _Sim(workload, slo, seed)
+        verified: list[Candidate] = []
+        total = len(viable)
+        for i, c in enumerate(viable):
+            if progress:
+                progress(i, total)
+            passed = [v for v in verified if v.meets_slo]
+            if len(passed) >= top:
+                kth = sorted(_cost_key(v) for v in passed)[top - 1]
+                if _cost_key(c)[0] > kth[0] * ESTIMATE_MARGIN or sim.count >= MAX_SIMULATIONS:
+                    break
+            elif sim.count >= MAX_SIMULATIONS:
+                break
+            _verify(c, sim, workload, slo)
+            verified.append(c)
+        if progress:
+            progress(total, total)
+        winners = sorted((v for v in verified if v.meets_slo), key=_cost_key)
+        for c in winners[:top]:
+            _headroom(c, sim, workload, slo)
+        best = winners[0] if winners else None
+        for c in viable:
+            if c is best or c.meets_slo is False:
+                continue
+            if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
+                c.reason = "not verified: the search's simulation budget ran out before this option"
+            else:
+                c.reason = _dearer(c, best)
+        sim_count = sim.count
+        cands.sort(key=lambda c: _rank_key(c, best))
+    else:
+        cheapest = min(
+            (c for c in fitting),
+            key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
+            default=None,
+        )
+        for c in fitting:
+            if c is not cheapest:
+                c.reason = _dearer(c, cheapest)
+        cands.sort(key=lambda c: _rank_key(c, cheapest))
+    return SearchResult(cands, workload, slo, sim_count, region)
+
+
+def _cost_key(c: Candidate) -> tuple[float, int, str]:
+    cost = c.cost_cny_per_hour if c.cost_cny_per_hour is not None else math.inf
+    if c.cost_cny_per_hour is None and c.instances is not None:
+        cost = float(c.instances) * 1e6  # unpriced (bare GPUs): rank by count
+    return (cost, c.gpus * (c.instances or 1), c.instance_type or c.gpu)
+
+
+def _dearer(c: Candidate, best: Candidate | None) -> str:
+    if best is None:
+        return ""
+    what = best.instance_type or best.gpu
+    if c.cost_cny_per_hour is not None and best.cost_cny_per_hour is not None:
+        how = "estimated " if c.estimated else ""
+        return (
+            f"dearer: {how}{c.instances} x {c.instance_type} at CNY {c.cost_cny_per_hour:.2f}/h vs "
+            f"CNY {best.cost_cny_per_hour:.2f}/h for {best.instances} x {what}"
+        )
+    if c.price_cny_per_hour is not None and best.price_cny_per_hour is not None:
+        return f"dearer: CNY {c.price_cny_per_hour:.2f}/h vs CNY {best.price_cny_per_hour:.2f}/h for {what}"
+    return f"lost to {what}"
+
+
+def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, int, str]:
+    """Best first; then the other fitting options by cost; then SLO misses; then those that do not fit."""
+    if c is best:
+        group = 0
+    elif c.fits and c.meets_slo is not False:
+        group = 1 if not c.estimated else 2
+    elif c.fits:
+        group = 3
+    elif c.plan is not None:
+        group = 4
+    else:
+        group = 5
+    cost = c.cost_cny_per_hour if c.cost_cny_per_hour is not None else (c.price_cny_per_hour or math.inf)
+    return (group, cost, c.gpus, c.instance_type or c.gpu)
