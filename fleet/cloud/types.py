@@ -21,8 +21,8 @@ class ScalingGroup:
     desired_capacity: int | None  # None when the group was created without desired capacity
     total_capacity: int
     active_capacity: int
-    pending_capacity: int
-    removing_capacity: int
+    pending_capacity: int  # PendingCapacity + PendingWaitCapacity (waiting in a lifecycle hook)
+    removing_capacity: int  # RemovingCapacity + RemovingWaitCapacity
     standby_capacity: int
     protected_capacity: int
     stopped_capacity: int

@@ -93,6 +93,26 @@ def test_environment_access_key_is_used(tmp_path):
     assert "Credential=LTAI-from-env" in seen[0][2]
 
 
+def test_explicit_credential_wins_over_environment(tmp_path):
+    from alibabacloud_credentials import models as credential_models
+    from alibabacloud_credentials.client import Client as CredentialClient
+
+    given = CredentialClient(
+        credential_models.Config(type="access_key", access_key_id="LTAI-given", access_key_secret=SECRET)
+    )
+    env = {
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAI-env",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "x",
+        "HOME": str(tmp_path),
+    }
+    rsps, seen = _local_stub()
+    with rsps:
+        make_clients(
+            REGION, ACCOUNT, endpoint="127.0.0.1:18080", credential=given, env=env
+        ).ess.describe_scaling_groups()
+    assert "Credential=LTAI-given" in seen[0][2]
+
+
 def test_no_secret_reaches_logs_reprs_or_errors(stub: Stub, tmp_path, caplog):
     """Calls that succeed, retry and fail, with DEBUG logging everywhere: the secret and token never show."""
     env = {
