@@ -197,3 +197,31 @@ def test_module_call_with_unknown_and_missing_inputs_is_reported(schema, tmp_pat
         ("module.m.optionl", "the module declares no such variable"),
         ("module.m.needed", "missing required module input"),
     }
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def test_cli_check_passes_on_the_module_with_the_example_inputs(schema, module_dir, example_dir, capsys):
+    from fleet.cli import main
+
+    code = main(["terraform", "check", str(module_dir), str(example_dir),
+                 "--var-file", str(example_dir / "terraform.tfvars")])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_cli_check_prints_each_problem_and_exits_1(schema, tmp_path, capsys):
+    from fleet.cli import main
+
+    (tmp_path / "main.tf").write_text(GROUP % 'scaling_policy = "delete"')
+    code = main(["terraform", "check", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "main.tf:6: alicloud_ess_scaling_group.g.scaling_policy: invalid value 'delete'" in err
+
+
+def test_cli_check_of_a_missing_directory_exits_2(schema, tmp_path, capsys):
+    from fleet.cli import main
+
+    assert main(["terraform", "check", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
