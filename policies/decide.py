@@ -100,7 +100,9 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
             )
         )
     iso = run_isolation(spec, gh, group, view, bnd.floor, now)
-    sc = plan_scaling(spec, gh, group, view, bnd, now, iso.leaving_serving, iso.unreplaced, gh.breaker.open)
+    sc = plan_scaling(
+        spec, gh, group, view, bnd, now, iso.leaving_serving, iso.unreplaced, gh.breaker.open, iso.returned
+    )
     warnings.extend(sc.warnings)
     warnings.extend(iso.warnings)
 

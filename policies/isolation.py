@@ -50,6 +50,8 @@ class IsolationResult:
     warnings: list[PlanWarning] = field(default_factory=list)
     # admitted incidents whose instance still serves traffic: the scaler adds them to the serving target
     leaving_serving: int = 0
+    # incidents closed this tick whose instance came back from Standby into service
+    returned: int = 0
     # admitted incidents not yet remediated: scale-in waits for their replacement
     unreplaced: int = 0
     degraded: list[str] = field(default_factory=list)  # instance ids, most suspect first
@@ -609,6 +611,7 @@ def run(
         if inc.outcome == "released":
             if state in ("InService", "Protected"):
                 _close(inc, now, ReasonCode.RELEASED, "released")
+                result.returned += 1
             else:
                 steps.add(inc, StepAction.EXIT_STANDBY, ReasonCode.RELEASED, "released by a human")
             continue
@@ -673,6 +676,7 @@ def run(
             if state in ("InService", "Protected") and inc.exit_requested_at is None:
                 # someone took it out of Standby behind our back: treat as released
                 _close(inc, now, ReasonCode.RELEASED, "left Standby outside the workflow")
+                result.returned += 1
                 continue
             if inc.drained_at is None:
                 running = inst.metrics.get(m.REQUESTS_RUNNING)
@@ -718,6 +722,7 @@ def run(
                     inc.remediated_at = now
                     _enter(inc, IncidentState.REMEDIATED, now, ReasonCode.REMEDIATED, "back InService")
                     _close(inc, now, ReasonCode.REMEDIATED, "rebooted")
+                    result.returned += 1
                 else:
                     steps.add(inc, StepAction.EXIT_STANDBY, ReasonCode.HEALTH_CHECK_PASSED, "back to service")
                 continue

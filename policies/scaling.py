@@ -1,8 +1,8 @@
 """The serving target of one group: schedule bounds, metric rules, stabilization and the isolation surge.
 
 Order of composition (each step's reason is kept):
-1. hold: the last decided healthy target (or what is observed on the first tick; more than decided is adopted,
-   so that a node coming back from Standby never forces an implicit scale-in);
+1. hold: the last decided healthy target (what is observed on the first tick), plus nodes that came back from
+   Standby this tick (so that their return never forces an implicit scale-in by ESS);
 2. scale-out: rules whose duration is met (or in panic, at once) recommend ceil(N * value / target); the max
    wins; capped by the step limit (not in panic);
 3. scale-in: only when no scale-out rule fires, every scale-in rule held for its duration, every rule metric
@@ -73,6 +73,7 @@ def plan_scaling(
     leaving_serving: int,
     unreplaced: int,
     breaker_open: bool,
+    returned: int = 0,
 ) -> ScalingResult:
     st = spec.stabilization
     reasons: list[Reason] = []
@@ -92,15 +93,17 @@ def plan_scaling(
         )
     else:
         hold = gh.last_target
-        if healthy_serving > hold:
+        if returned:
+            # nodes back from Standby serve again: keep them rather than let ESS pick victims implicitly;
+            # the scale-in rules bring the group down from here, removing suspects first
             reasons.append(
                 Reason(
                     code=ReasonCode.HOLD,
-                    detail="more capacity observed than decided: adopted",
-                    inputs={"decided": hold, "observed": healthy_serving},
+                    detail=f"{returned} instance(s) back from isolation kept",
+                    inputs={"decided": hold, "returned": returned},
                 )
             )
-            hold = healthy_serving
+            hold += returned
     hold = min(hold, spec.max_size)
 
     # 2. evaluate the rules

@@ -1,0 +1,187 @@
+"""The policy spec: durations, weekdays, clock times, rules and their validation messages."""
+
+import pytest
+from policy_builders import group_spec
+from pydantic import ValidationError
+
+from policies.spec import (
+    IsolationRule,
+    ScaleInRule,
+    ScaleOutRule,
+    Schedule,
+    parse_count_or_percent,
+    parse_duration,
+    parse_weekdays,
+    resolve_count,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30),
+        ("10m", 600),
+        ("4h", 14400),
+        ("1h30m", 5400),
+        ("90", 90),
+        (15, 15),
+        (2.5, 2.5),
+        ("0.5m", 30),
+    ],
+)
+def test_durations_parse_to_seconds(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["soon", "", "30 sec", "-5", -1, True, "m"])
+def test_bad_durations_are_rejected(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "days"),
+    [
+        ("mon-fri", (0, 1, 2, 3, 4)),
+        ("sat,sun", (5, 6)),
+        ("fri-mon", (0, 4, 5, 6)),
+        ("daily", tuple(range(7))),
+        (["tue", "thursday"], (1, 3)),
+    ],
+)
+def test_weekdays_parse_including_wrapping_ranges(text, days):
+    assert parse_weekdays(text) == days
+
+
+def test_unknown_weekday_suggests_the_nearest():
+    with pytest.raises(ValueError, match="did you mean 'fri'"):
+        parse_weekdays("mon-fry")
+
+
+def test_unquoted_yaml_clock_times_are_understood():
+    # YAML 1.1 reads 09:00 unquoted as the number 540
+    sched = Schedule.model_validate({"name": "s", "start": 540, "end": "18:00", "min": 3})
+    assert sched.start.hour == 9 and sched.start.minute == 0
+
+
+def test_schedule_needs_hours_or_cron_not_both():
+    with pytest.raises(ValidationError, match="either cron"):
+        Schedule.model_validate(
+            {"name": "s", "start": "09:00", "end": "10:00", "cron": "0 9 * * *", "min": 1}
+        )
+    with pytest.raises(ValidationError, match="positive duration"):
+        Schedule.model_validate({"name": "s", "cron": "0 9 * * *", "min": 1})
+
+
+def test_schedule_rejects_unknown_timezone_and_bad_cron():
+    with pytest.raises(ValidationError, match="unknown timezone"):
+        Schedule.model_validate({"name": "s", "timezone": "Mars/Olympus", "start": "09:00", "end": "10:00"})
+    with pytest.raises(ValidationError, match="not a cron expression"):
+        Schedule.model_validate({"name": "s", "cron": "every morning", "duration": "1h"})
+
+
+def test_schedule_ceiling_below_its_floor_is_rejected():
+    with pytest.raises(ValidationError, match="below min"):
+        Schedule.model_validate({"name": "s", "start": "09:00", "end": "10:00", "min": 5, "max": 3})
+
+
+def test_group_bounds_are_checked_together():
+    with pytest.raises(ValidationError, match="min_size .* is above max_size"):
+        group_spec(min_size=10, max_size=4)
+    with pytest.raises(ValidationError, match="warm_floor"):
+        group_spec(min_size=0, max_size=1, warm_floor=2)
+    with pytest.raises(ValidationError, match="above max_size"):
+        group_spec(schedules=[{"name": "s", "start": "09:00", "end": "10:00", "min": 50}])
+
+
+def test_scale_rules_need_the_right_direction():
+    with pytest.raises(ValidationError, match="needs 'above'"):
+        ScaleOutRule.model_validate({"metric": "ttft_p99_ms", "below": 100})
+    with pytest.raises(ValidationError, match="needs 'below'"):
+        ScaleInRule.model_validate({"metric": "ttft_p99_ms", "above": 100})
+
+
+def test_unknown_rule_metric_names_the_valid_ones():
+    with pytest.raises(ValidationError, match="did you mean 'queue_waiting_per_instance'"):
+        ScaleOutRule.model_validate({"metric": "queue_waiting_per_instanc", "above": 2})
+
+
+def test_factor_of_a_baseline_becomes_a_threshold():
+    rule = ScaleOutRule.model_validate(
+        {"metric": "latency_p95_ms", "above": "2x", "baseline": 400, "for": "5m"}
+    )
+    assert rule.above == 800 and rule.for_s == 300
+
+
+def test_factor_without_baseline_is_rejected():
+    with pytest.raises(ValidationError, match="baseline"):
+        ScaleOutRule.model_validate({"metric": "latency_p95_ms", "above": "2x"})
+
+
+@pytest.mark.parametrize(
+    ("rule", "kind"),
+    [
+        ({"metric": "gpu_temperature_c", "above": 85, "for": "2m"}, "metric"),
+        ({"throttle_reasons": ["hw_thermal"], "samples": 3}, "throttle"),
+        ({"xids": [79]}, "xid"),
+        ({"events": ["SystemFailure.*"]}, "event"),
+        ({"metric": "ttft_p99_ms", "peer_factor": 3}, "outlier"),
+    ],
+)
+def test_isolation_rule_kinds(rule, kind):
+    assert IsolationRule.model_validate(rule).kind == kind
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"xids": [79], "events": ["SystemFailure.*"]},
+        {"metric": "gpu_temperature_c"},
+        {"throttle_reasons": ["too_hot"]},
+        {"xids": [79], "above": 3},
+        {"metric": "queue_waiting_per_instance", "above": 2},
+    ],
+)
+def test_malformed_isolation_rules_are_rejected(rule):
+    with pytest.raises(ValidationError):
+        IsolationRule.model_validate(rule)
+
+
+def test_default_isolation_rules_cover_the_issue_classes():
+    rules = {r.rule_id: r for r in group_spec().isolation.rules}
+    assert rules["gpu_overheat"].above == 85 and rules["gpu_overheat"].for_s == 120
+    assert rules["xid_hardware"].action == "replace" and rules["xid_hardware"].repeat == 1
+    assert rules["xid_application"].repeat > 1
+    assert 79 in rules["xid_hardware"].xids and 13 in rules["xid_application"].xids
+
+
+def test_default_sla_is_15_minutes_and_4_hours():
+    iso = group_spec().isolation
+    assert (iso.respond_within_s, iso.isolate_within_s) == (900, 14400)
+
+
+@pytest.mark.parametrize(
+    ("value", "base", "expected"),
+    [(3, 10, 3), ("20%", 10, 2), ("20%", 4, 0), ("50%", 5, 2), ("100%", 7, 7)],
+)
+def test_counts_and_percentages_resolve(value, base, expected):
+    assert resolve_count(parse_count_or_percent(value), base) == expected
+
+
+def test_default_max_isolated_is_the_larger_of_one_and_twenty_percent():
+    guard = group_spec().guardrails
+    assert guard.max_isolated_for(3) == 1
+    assert guard.max_isolated_for(10) == 2
+    assert guard.max_isolated_for(25) == 5
+
+
+def test_spec_json_round_trip_keeps_every_value():
+    spec = group_spec(
+        schedules=[
+            {"name": "biz", "days": "mon-fri", "start": "09:00", "end": "18:00", "min": 6},
+            {"name": "late", "days": "daily", "start": "22:00", "end": "02:00", "min": 3, "max": 8},
+            {"name": "cron", "cron": "30 8 * * 1-5", "duration": "1h", "min": 4},
+        ]
+    )
+    again = type(spec).model_validate_json(spec.model_dump_json(by_alias=True))
+    assert again == spec
