@@ -39,7 +39,8 @@ AGENT_HEALTH_METRICS: tuple[str, ...] = ("vllm_up",)
 
 # Alarms kept when the configuration has no rule to derive them from. Latency: P99 end-to-end above 2 s
 # (issue 8). Queue: 10 waiting requests per instance for 5 minutes (issue 8 names the alarm, not the value).
-DEFAULT_LATENCY_ALARM = {"metric": m.E2E_P99_MS, "threshold": 2000.0, "hold_s": 180.0}
+DEFAULT_LATENCY_METRIC = m.E2E_P99_MS
+DEFAULT_LATENCY_ALARM = {"threshold": 2000.0, "hold_s": 180.0}
 DEFAULT_QUEUE_ALARM = {"threshold": 10.0, "hold_s": 300.0}
 INSTANCE_DOWN_ALARM = {
     "metric": "vllm_up",
@@ -190,11 +191,11 @@ def alarms_for(spec: GroupSpec) -> dict[str, dict[str, Any]]:
             "period_s": ALARM_PERIOD_S,
             "level": level,
         }
-    for rule in spec.scale_out:
-        if rule.metric not in _SCALE_OUT_ALARMS or rule.above is None:
+    for out_rule in spec.scale_out:
+        if out_rule.metric not in _SCALE_OUT_ALARMS or out_rule.above is None:
             continue
-        key, instance_metric, statistic = _SCALE_OUT_ALARMS[rule.metric]
-        if key in alarms and alarms[key]["threshold"] <= rule.above:
+        key, instance_metric, statistic = _SCALE_OUT_ALARMS[out_rule.metric]
+        if key in alarms and alarms[key]["threshold"] <= out_rule.above:
             continue
         name, custom, _ = cloud_metric(instance_metric)
         alarms[key] = {
@@ -202,20 +203,20 @@ def alarms_for(spec: GroupSpec) -> dict[str, dict[str, Any]]:
             "custom_metric": custom,
             "statistics": statistic,
             "comparison_operator": ">",
-            "threshold": _number(rule.above),
-            "times": _times(rule.for_s + SLO_ALARM_HOLD_S),
+            "threshold": _number(out_rule.above),
+            "times": _times(out_rule.for_s + SLO_ALARM_HOLD_S),
             "period_s": ALARM_PERIOD_S,
-            "level": "warn" if rule.metric == m.QUEUE_WAITING_PER_INSTANCE else "critical",
+            "level": "warn" if out_rule.metric == m.QUEUE_WAITING_PER_INSTANCE else "critical",
         }
     if "latency_p99" not in alarms:  # issue 8's P99 end-to-end alarm, unless a rule on e2e_p99_ms set it
-        name, custom, _ = cloud_metric(str(DEFAULT_LATENCY_ALARM["metric"]))
+        name, custom, _ = cloud_metric(DEFAULT_LATENCY_METRIC)
         alarms["latency_p99"] = {
             "metric": name,
             "custom_metric": custom,
             "statistics": "Maximum",
             "comparison_operator": ">",
-            "threshold": _number(float(DEFAULT_LATENCY_ALARM["threshold"])),
-            "times": _times(float(DEFAULT_LATENCY_ALARM["hold_s"])),
+            "threshold": _number(DEFAULT_LATENCY_ALARM["threshold"]),
+            "times": _times(DEFAULT_LATENCY_ALARM["hold_s"]),
             "period_s": ALARM_PERIOD_S,
             "level": "critical",
         }
@@ -303,10 +304,10 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
         weekdays = sorted({c.weekday for c in changes})
         hh, mm = divmod(minute, 60)
         daily = len(weekdays) == 7
-        days = "daily" if daily else "".join(_ESS_WEEKDAY[d] for d in sorted(weekdays, key=_ESS_WEEKDAY.get))
+        ess_days = ",".join(sorted((_ESS_WEEKDAY[d] for d in weekdays), key=int))
+        days = "daily" if daily else ess_days.replace(",", "")
         key = f"{hh:02d}{mm:02d}z-{days}-min{floor}-max{ceiling}"
         sources = sorted({c.source for c in changes})
-        ess_days = ",".join(sorted((_ESS_WEEKDAY[d] for d in weekdays), key=int))
         launch = _first_launch(now, weekdays, minute)
         tasks[key] = {
             "launch_time": launch.strftime(_ESS_TIME),
