@@ -83,6 +83,7 @@ class FakeCloud:
         self.metric_retention_s = float(metric_retention_s)
         self.sleep_latency = sleep_latency
         self.lock = threading.RLock()
+        self._event_s: float | None = None
         self.calls: list[tuple[str, str]] = []  # (product, action) of every request, for tests
         self._init_state()
 
@@ -102,12 +103,21 @@ class FakeCloud:
         return self.clock.now()
 
     def now_s(self) -> float:
+        """Seconds since the epoch; inside a firing timer, the time that timer was due."""
+        if self._event_s is not None:
+            return self._event_s
         return self.clock.now().timestamp()
+
+    def _set_event_time(self, at_s: float | None) -> None:
+        self._event_s = at_s
+
+    def _run_timers(self) -> None:
+        self.timers.run_due(self.clock.now().timestamp(), self._set_event_time)
 
     def tick(self) -> datetime:
         """Fire every timer due by the clock's current time (for callers that move their own clock)."""
         with self.lock:
-            self.timers.run_due(self.now_s())
+            self._run_timers()
             return self.now()
 
     def advance(self, seconds: float) -> datetime:
@@ -120,7 +130,7 @@ class FakeCloud:
             )
         with self.lock:
             advance(seconds)
-            self.timers.run_due(self.now_s())
+            self._run_timers()
             return self.now()
 
     # -- ids ------------------------------------------------------------------------------------------------
@@ -156,7 +166,7 @@ class FakeCloud:
                 if action not in handler_cls.ACTIONS:
                     raise not_implemented(f"{product.upper()} action {action!r}")
                 self.calls.append((product, action))
-                self.timers.run_due(self.now_s())
+                self._run_timers()
                 latency_s, fault = self.faults.check(product, action)
                 if fault is not None:
                     raise fault
@@ -266,7 +276,7 @@ class FakeCloud:
         """Create a group with one scaling configuration, optionally enabled and with ``in_service`` instances
         already InService (booted at once, no activity left in progress). Returns the group id."""
         with self.lock:
-            self.timers.run_due(self.now_s())
+            self._run_timers()
             return self.ess.create_group_for_tests(
                 name=name,
                 min_size=min_size,

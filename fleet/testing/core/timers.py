@@ -32,16 +32,25 @@ class TimerQueue:
         heapq.heappush(self._heap, timer)
         return timer
 
-    def run_due(self, now_s: float) -> int:
-        """Fire every timer due at or before ``now_s`` in order (timers may schedule more); return how
-        many."""
+    def run_due(self, now_s: float, at_time: Callable[[float | None], None] | None = None) -> int:
+        """Fire every timer due at or before ``now_s`` in order (timers may schedule more); return how many.
+
+        ``at_time`` is told each timer's due time before its callback runs (and None at the end), so that work a
+        callback starts is timed from when it was due, not from ``now_s``.
+        """
         fired = 0
-        while self._heap and self._heap[0].due_s <= now_s:
-            timer = heapq.heappop(self._heap)
-            if timer.cancelled:
-                continue
-            timer.callback(timer.due_s)
-            fired += 1
+        try:
+            while self._heap and self._heap[0].due_s <= now_s:
+                timer = heapq.heappop(self._heap)
+                if timer.cancelled:
+                    continue
+                if at_time is not None:
+                    at_time(timer.due_s)
+                timer.callback(timer.due_s)
+                fired += 1
+        finally:
+            if at_time is not None:
+                at_time(None)
         return fired
 
     def pending(self) -> list[tuple[float, str]]:
