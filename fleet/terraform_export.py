@@ -251,31 +251,41 @@ def _weekly_changes(spec: GroupSpec, week: datetime) -> tuple[_Change, ...]:
     """Where the group's bounds change during one UTC week, and to what.
 
     The bounds only change at a window's start less the cold-start lead (floor), at its start (ceiling) and at
-    its end, so those instants (rounded to ESS's whole minutes: raises early, drops late) are evaluated with
-    the service's own ``bounds``.
+    its end; those instants are evaluated with the service's own ``bounds``. ESS fires at whole minutes, so a
+    change inside a minute moves to the minute's start when it raises a bound (a floor is never late) and to
+    the next minute when it lowers one.
     """
     end = week + timedelta(days=7)
     lead = timedelta(seconds=spec.cold_start_s)
-    instants: set[datetime] = {week}
+    instants: set[datetime] = set()
     for schedule in spec.schedules:
         for window in windows_between(schedule, week - timedelta(days=1), end + timedelta(days=1)):
             for instant in (window.start - lead, window.start, window.end):
                 instant = instant.astimezone(UTC)
-                down = instant.replace(second=0, microsecond=0)
-                up = down if down == instant else down + timedelta(minutes=1)
-                instants.update(t for t in (down, up) if week <= t < end)
-    changes: list[_Change] = []
-    previous: tuple[int, int] | None = None
-    # The state just before the week starts decides whether the week's first instant is a change.
-    before = bounds(spec, week - timedelta(minutes=1))
+                if week <= instant < end:
+                    instants.add(instant)
+    before = bounds(spec, week - timedelta(microseconds=1))
     previous = (before.floor, before.ceiling)
+    at_minute: dict[datetime, tuple[int, int, str]] = {}
     for instant in sorted(instants):
         b = bounds(spec, instant)
         if (b.floor, b.ceiling) == previous:
             continue
+        raises = b.floor > previous[0] or b.ceiling > previous[1]
+        minute = instant.replace(second=0, microsecond=0)
+        if minute != instant and not raises:
+            minute += timedelta(minutes=1)
+        if minute >= end:  # a drop at the week's last second wraps to its first minute
+            minute -= timedelta(days=7)
+        at_minute[minute] = (b.floor, b.ceiling, b.floor_source)
         previous = (b.floor, b.ceiling)
-        minute = instant.hour * 60 + instant.minute
-        changes.append(_Change(instant.weekday(), minute, b.floor, b.ceiling, b.floor_source))
+    changes: list[_Change] = []
+    state = (before.floor, before.ceiling)
+    for minute, (floor, ceiling, source) in sorted(at_minute.items()):
+        if (floor, ceiling) == state:
+            continue
+        state = (floor, ceiling)
+        changes.append(_Change(minute.weekday(), minute.hour * 60 + minute.minute, floor, ceiling, source))
     return tuple(changes)
 
 

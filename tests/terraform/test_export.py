@@ -62,6 +62,12 @@ def test_business_hours_floor_starts_cold_start_early_in_utc():
     ]
 
 
+def test_a_raise_inside_a_minute_fires_at_the_start_of_that_minute():
+    tasks = scheduled_tasks_for(group(schedules=[BUSINESS_HOURS], cold_start_s=90), NOW)
+    raise_floor = next(t for t in tasks.values() if t["min_value"] == 6)
+    assert raise_floor["launch_time"][11:] == "00:58Z"  # 00:58:30 UTC, never late: 00:58
+
+
 def test_first_launch_is_the_next_occurrence_after_now():
     tasks = scheduled_tasks_for(group(schedules=[BUSINESS_HOURS]), NOW)
     launches = sorted(t["launch_time"] for t in tasks.values())
