@@ -35,7 +35,7 @@ class TimerQueue:
     def run_due(self, now_s: float, at_time: Callable[[float | None], None] | None = None) -> int:
         """Fire every timer due at or before ``now_s`` in order (timers may schedule more); return how many.
 
-        ``at_time`` is told each timer's due time before its callback runs (and None at the end), so that work a
+        ``at_time`` is told each due time before its callback runs (and None at the end), so that work a
         callback starts is timed from when it was due, not from ``now_s``.
         """
         fired = 0

@@ -793,12 +793,9 @@ class EssBackend:
     def _finish_if_done(self, activity: ScalingActivity, at: float) -> None:
         if activity.status_code != "InProgress" or activity.pending:
             return
-        changed = (
-            activity.created
-            or activity.destroyed
-            or activity.started
-            or activity.stopped
-            or activity.attached
+        launched = set(activity.created) | set(activity.started)
+        changed = bool(
+            launched - set(activity.failed) or activity.destroyed or activity.stopped or activity.attached
         )
         if activity.failed:
             activity.status_code = "Warning" if changed else "Failed"
