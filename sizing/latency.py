@@ -300,21 +300,27 @@ class KneeSweep:
         return self.knee.rate_rps
 
 
-def find_knee(xs: Sequence[float], ys: Sequence[float]) -> int:
-    """Index of the knee of an increasing, convex curve (Kneedle: the point farthest below the chord of the
-    normalised curve, where growth turns from linear to super-linear)."""
-    if len(xs) < 3:
-        return len(xs) - 1
-    x0, x1 = xs[0], xs[-1]
-    y0, y1 = min(ys), max(ys)
-    if x1 <= x0 or y1 <= y0:
-        return len(xs) - 1
-    best, best_i = -1.0, len(xs) - 1
-    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        d = (x - x0) / (x1 - x0) - (y - y0) / (y1 - y0)
-        if d > best:
-            best, best_i = d, i
-    return best_i
+KNEE_TOLERANCE = 0.5  # a P99 more than 1.5x its low-load linear trend counts as super-linear
+
+
+def find_knee(xs: Sequence[float], ys: Sequence[float], tolerance: float = KNEE_TOLERANCE) -> int:
+    """Index of the knee: the last point before P99 leaves its linear trend (fitted by least squares on the
+    lowest quarter of the loads, at least three points) by more than ``tolerance`` of the trend."""
+    n = len(xs)
+    if n < 4:
+        return n - 1
+    k = max(3, n // 4)
+    mx, my = sum(xs[:k]) / k, sum(ys[:k]) / k
+    sxx = sum((x - mx) ** 2 for x in xs[:k])
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs[:k], ys[:k], strict=True)) / sxx if sxx > 0 else 0.0
+    slope = max(slope, 0.0)  # latency does not fall with load; noise must not tilt the trend down
+    knee = 0
+    for i in range(n):
+        trend = my + slope * (xs[i] - mx)
+        if ys[i] > trend * (1.0 + tolerance):
+            break
+        knee = i
+    return knee
 
 
 def knee_sweep(

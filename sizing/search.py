@@ -311,7 +311,37 @@ def _set_count(cand: Candidate, replicas: int, workload: Workload) -> None:
         cand.cost_cny_per_million_tokens = cand.cost_cny_per_hour / (tokens_per_hour / 1e6)
 
 
-def _verify(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_steps: int = 6) -> None:
+def _verify(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, settings: Settings) -> None:
+    """Verify the estimate; when bursts forced a larger count than estimated and a TPOT SLO binds, also try
+    the next smaller max_num_seqs (a capped batch keeps TPOT flat under bursts) and keep the cheaper."""
+    estimated_instances = cand.instances
+    _verify_count(cand, sim, workload, slo)
+    if slo.tpot_p99_ms is None or settings.max_num_seqs or cand.instances is None:
+        return
+    if cand.meets_slo and cand.instances <= (estimated_instances or 0):
+        return
+    assert cand.plan is not None
+    smaller = [s for s in _seq_choices(cand.plan, settings) if s < (cand.max_num_seqs or 0)]
+    if not smaller:
+        return
+    alt = replace(cand, max_num_seqs=smaller[0], instances=estimated_instances, report=None)
+    _verify_count(alt, sim, workload, slo)
+    better = alt.meets_slo and (not cand.meets_slo or (alt.instances or 0) < (cand.instances or 0))
+    if better:
+        for name in (
+            "max_num_seqs",
+            "instances",
+            "replicas",
+            "report",
+            "meets_slo",
+            "reason",
+            "cost_cny_per_hour",
+            "cost_cny_per_million_tokens",
+        ):
+            setattr(cand, name, getattr(alt, name))
+
+
+def _verify_count(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_steps: int = 6) -> None:
     """Simulate the estimated count; grow it until the SLOs hold, shrink it while they still do."""
     assert cand.replicas is not None and cand.instances is not None
     rpi = cand.replicas_per_instance
@@ -467,7 +497,7 @@ def search(
                     break
             elif sim.count >= MAX_SIMULATIONS:
                 break
-            _verify(c, sim, workload, slo)
+            _verify(c, sim, workload, slo, settings)
             verified.append(c)
         if progress:
             progress(total, total)

@@ -82,8 +82,9 @@ def test_running_never_exceeds_max_num_seqs_and_the_rest_wait():
 
 def test_a_full_kv_cache_preempts_and_still_finishes_everything():
     # 0.12 x 22 GiB leaves room for a few thousand tokens of KV only
-    engine = InstanceEngine(_deployment(model=find_model("Qwen2.5-0.5B"), gpu_memory_utilization=0.12,
-                                        max_model_len=4096))
+    engine = InstanceEngine(
+        _deployment(model=find_model("Qwen2.5-0.5B"), gpu_memory_utilization=0.12, max_model_len=4096)
+    )
     capacity = engine.plan.kv_cache_tokens
     for i in range(40):
         engine.submit(i, 0.0, 1500, 1500)

@@ -1,0 +1,325 @@
+"""`fleet size` end to end through ``fleet.cli.main``: JSON names, exit codes, files in and out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+CANDIDATE_FIELDS = {
+    "instance_type",
+    "gpu",
+    "gpus",
+    "tp",
+    "fits",
+    "weights_gib",
+    "kv_cache_gib",
+    "kv_cache_tokens",
+    "activation_gib",
+    "non_torch_gib",
+    "max_concurrency",
+    "max_model_len",
+    "decode_tpot_ms",
+    "prefill_tokens_per_s",
+    "vllm_args",
+    "reason",
+}
+LOAD_FIELDS = {"instances", "p99_ttft_ms", "p99_tpot_ms", "cost_cny_per_hour", "cost_cny_per_million_tokens"}
+
+
+def _json(capsys, argv):
+    code = main(argv + ["--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def _error(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err
+    return code, " ".join(err.split())
+
+
+def test_evaluating_a_gpu_gives_the_documented_fields_and_null_instance_type(capsys):
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192"])
+    assert code == 0
+    [c] = doc["candidates"]
+    assert set(c) >= CANDIDATE_FIELDS
+    assert c["instance_type"] is None and c["gpu"] == "A10" and c["tp"] == 1 and c["fits"] is True
+    assert c["vllm_args"]["max_model_len"] == 8192
+
+
+def test_a_search_with_a_load_adds_the_load_fields_best_first(capsys):
+    code, doc = _json(
+        capsys,
+        [
+            "size",
+            "--model",
+            "Qwen2.5-7B",
+            "--qps",
+            "3",
+            "--prompt-tokens",
+            "800",
+            "--output-tokens",
+            "150",
+            "--slo-ttft-p99-ms",
+            "2000",
+            "--slo-tpot-p99-ms",
+            "100",
+            "--max-model-len",
+            "8192",
+        ],
+    )
+    assert code == 0
+    cands = doc["candidates"]
+    assert all(set(c) >= (CANDIDATE_FIELDS | LOAD_FIELDS) for c in cands)
+    best = cands[0]
+    assert best["reason"] == "" and best["p99_ttft_ms"] <= 2000 and best["p99_tpot_ms"] <= 100
+    assert best["instances"] >= 1 and best["cost_cny_per_hour"] > 0
+    assert all(c["reason"] for c in cands[1:])
+
+
+def test_top_limits_the_candidates(capsys):
+    _, doc = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--max-model-len", "8192", "--top", "3"])
+    assert len(doc["candidates"]) == 3
+
+
+def test_the_human_table_names_the_best_option_and_its_command(capsys):
+    assert (
+        main(
+            [
+                "size",
+                "--model",
+                "Qwen2.5-7B",
+                "--instance-type",
+                "gn7i-c8g1.2xlarge",
+                "--max-model-len",
+                "8192",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "best: ecs.gn7i-c8g1.2xlarge" in out and "vllm serve Qwen/Qwen2.5-7B-Instruct" in out
+
+
+def test_an_unknown_model_exits_2_with_the_nearest_names(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-8B"])
+    assert code == 2 and "unknown model 'Qwen2.5-8B'; nearest:" in err and "Qwen2.5-" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_gpu_exits_2_with_the_nearest_names(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "H200x"])
+    assert code == 2 and "unknown GPU 'H200x'; nearest:" in err
+
+
+def test_an_unknown_instance_type_exits_2(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--instance-type", "gn7i-c9g1.2xlarge"])
+    assert code == 2 and "unknown instance type" in err and "gn7i-c8g1.2xlarge" in err
+
+
+def test_a_tp_that_does_not_divide_the_heads_exits_2(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "8"])
+    assert code == 2 and "does not divide" in err and "valid: 1, 2, 4" in err
+
+
+def test_a_tp_larger_than_the_instance_exits_2(capsys):
+    code, err = _error(
+        capsys, ["size", "--model", "Qwen2.5-7B", "--instance-type", "gn7i-c8g1.2xlarge", "--tp", "2"]
+    )
+    assert code == 2 and "impossible TP" in err
+
+
+def test_max_model_len_above_the_models_limit_exits_2(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--max-model-len", "100000"])
+    assert code == 2 and "limit of 32768" in err
+
+
+def test_malformed_config_json_exits_2_naming_the_file_and_position(capsys, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 4096,,}')
+    code, err = _error(capsys, ["size", "--config", str(bad)])
+    assert code == 2 and "config.json" in err and "not valid JSON (line 1" in err
+
+
+def test_a_config_json_missing_fields_exits_2_naming_them(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32}))
+    code, err = _error(capsys, ["size", "--config", str(cfg)])
+    assert code == 2 and "num_hidden_layers" in err
+
+
+def test_a_missing_config_file_exits_2(capsys, tmp_path):
+    code, err = _error(capsys, ["size", "--config", str(tmp_path / "nope.json")])
+    assert code == 2 and "nope.json" in err
+
+
+def test_a_valid_config_json_sizes_a_model_outside_the_catalog(capsys, tmp_path):
+    cfg = tmp_path / "my-model" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "intermediate_size": 8192,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 16,
+                "vocab_size": 32000,
+                "max_position_embeddings": 4096,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    code, doc = _json(capsys, ["size", "--config", str(cfg), "--gpu", "L20"])
+    assert code == 0 and doc["candidates"][0]["fits"] and doc["candidates"][0]["max_model_len"] == 4096
+
+
+def test_model_and_config_together_exit_2(capsys, tmp_path):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--config", str(tmp_path / "c.json")])
+    assert code == 2 and "exactly one" in err
+
+
+def test_nothing_fitting_exits_1_with_the_reason(capsys):
+    code, doc = _json(capsys, ["size", "--model", "Llama-3.1-70B", "--gpu", "T4", "--max-model-len", "4096"])
+    assert code == 1 and doc["candidates"][0]["fits"] is False
+    assert doc["candidates"][0]["reason"].startswith("does not fit")
+
+
+def test_gpu_memory_gib_overrides_the_visible_memory(capsys):
+    _, full = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "L20", "--max-model-len", "8192"])
+    _, less = _json(
+        capsys,
+        [
+            "size",
+            "--model",
+            "Qwen2.5-7B",
+            "--gpu",
+            "L20",
+            "--max-model-len",
+            "8192",
+            "--gpu-memory-gib",
+            "40",
+        ],
+    )
+    assert less["candidates"][0]["kv_cache_gib"] < full["candidates"][0]["kv_cache_gib"]
+
+
+def test_a_prices_file_changes_the_cost(capsys, tmp_path):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("types:\n  ecs.gn7i-c8g1.2xlarge: 1.5\n")
+    argv = [
+        "size",
+        "--model",
+        "Qwen2.5-7B",
+        "--instance-type",
+        "gn7i-c8g1.2xlarge",
+        "--max-model-len",
+        "8192",
+        "--qps",
+        "1",
+    ]
+    _, doc = _json(capsys, argv + ["--prices", str(prices)])
+    best = doc["candidates"][0]
+    assert best["cost_cny_per_hour"] == pytest.approx(1.5 * best["instances"])
+
+
+def test_a_malformed_prices_file_exits_2(capsys, tmp_path):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("types: [unclosed\n")
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--prices", str(prices)])
+    assert code == 2 and "prices.yaml" in err
+
+
+def test_an_unknown_region_exits_2(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--region", "cn-hangzou"])
+    assert code == 2 and "nearest: cn-hangzhou" in err
+
+
+def test_a_trace_file_drives_the_load(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [
+        f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.0000000,{300 + 7 * i % 900},{20 + 3 * i % 200}"
+        for i in range(300)
+    ]
+    trace.write_text("\n".join(rows))
+    code, doc = _json(
+        capsys,
+        [
+            "size",
+            "--model",
+            "Qwen2.5-7B",
+            "--instance-type",
+            "gn7i-c8g1.2xlarge",
+            "--max-model-len",
+            "8192",
+            "--trace",
+            str(trace),
+        ],
+    )
+    assert code == 0
+    assert doc["workload"]["qps"] == pytest.approx(1.0) and doc["workload"]["trace_requests"] == 300
+    assert doc["candidates"][0]["instances"] >= 1
+
+
+def test_a_trace_without_token_columns_exits_2(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("when,what\n1,2\n3,4\n")
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--trace", str(trace)])
+    assert code == 2 and "needs a time column" in err
+
+
+@pytest.mark.skipif(
+    not (TRACES / "mooncake_fast25_synthetic.jsonl").exists(), reason="shared traces not present"
+)
+def test_the_shared_mooncake_trace_parses_with_millisecond_timestamps(capsys):
+    code, doc = _json(
+        capsys,
+        [
+            "size",
+            "--model",
+            "Qwen2.5-7B",
+            "--gpu",
+            "H20",
+            "--trace",
+            str(TRACES / "mooncake_fast25_synthetic.jsonl"),
+        ],
+    )
+    assert code == 0 and doc["workload"]["qps"] == pytest.approx(3.91, rel=0.05)
+
+
+def test_plot_writes_an_svg_with_the_knee(capsys, tmp_path):
+    svg = tmp_path / "curve.svg"
+    code = main(
+        [
+            "size",
+            "--model",
+            "Qwen2.5-1.5B",
+            "--gpu",
+            "L20",
+            "--max-model-len",
+            "4096",
+            "--prompt-tokens",
+            "500",
+            "--output-tokens",
+            "100",
+            "--plot",
+            str(svg),
+        ]
+    )
+    assert code == 0
+    text = svg.read_text()
+    assert text.startswith("<svg") and "knee" in text and "P99 TTFT" in text
+
+
+def test_plot_into_a_missing_directory_exits_2(capsys, tmp_path):
+    code, err = _error(
+        capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--plot", str(tmp_path / "no" / "x.svg")]
+    )
+    assert code == 2 and "does not exist" in err

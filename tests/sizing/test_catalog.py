@@ -1,0 +1,188 @@
+"""The shipped catalogs (GPUs, instance types, models, prices) and the lookups over them."""
+
+from __future__ import annotations
+
+import pytest
+
+from sizing import (
+    SizingInputError,
+    find_gpu,
+    find_instance,
+    find_model,
+    load_gpus,
+    load_instances,
+    load_models,
+    model_from_hf_config,
+    price_book,
+)
+
+REQUIRED_GPUS = [
+    "T4",
+    "V100-16G",
+    "V100-32G",
+    "A10",
+    "A10G",
+    "L4",
+    "L20",
+    "L40S",
+    "A30",
+    "A100-40G",
+    "A100-80G",
+    "A800",
+    "H100",
+    "H800",
+    "H20",
+    "RTX3090",
+    "RTX4090",
+]
+REQUIRED_FAMILIES = [
+    "gn6i",
+    "gn6v",
+    "gn6e",
+    "gn7i",
+    "gn7",
+    "gn7e",
+    "gn7s",
+    "gn8is",
+    "gn8v",
+    "ebmgn7e",
+    "ebmgn8v",
+]
+
+
+def test_every_required_gpu_is_in_the_catalog_with_a_source():
+    gpus = load_gpus()
+    for name in REQUIRED_GPUS:
+        assert name in gpus
+        assert gpus[name].source and gpus[name].visible_gib < gpus[name].memory_gb
+
+
+def test_only_ampere_and_newer_support_bf16():
+    assert not find_gpu("T4").supports_bf16 and not find_gpu("V100-32G").supports_bf16
+    assert find_gpu("A10").supports_bf16 and find_gpu("H20").supports_bf16
+
+
+def test_every_instance_family_is_present_and_every_type_names_a_catalog_gpu():
+    instances = load_instances()
+    families = {i.family for i in instances.values()}
+    assert set(REQUIRED_FAMILIES) <= families
+    gpus = load_gpus()
+    assert all(i.gpu in gpus and i.gpus >= 1 for i in instances.values())
+
+
+def test_instance_types_resolve_with_or_without_the_ecs_prefix():
+    assert find_instance("gn7i-c8g1.2xlarge") is find_instance("ecs.gn7i-c8g1.2xlarge")
+    assert find_instance("ecs.gn8v-8x.48xlarge").gpus == 8
+
+
+@pytest.mark.parametrize("name", [m for m in load_models()])
+def test_derived_parameter_counts_match_the_reference_table(name):
+    model = load_models()[name]
+    assert model.params / 1e9 == pytest.approx(model.params_b_reference, rel=0.01)
+
+
+def test_moe_active_parameters_match_the_reference():
+    assert find_model("Mixtral-8x7B").active_linear_params / 1e9 == pytest.approx(12.9 - 0.26, rel=0.02)
+
+
+def test_instruct_and_hf_names_resolve_to_the_catalog_shape():
+    assert find_model("Qwen/Qwen2.5-7B-Instruct").name == "Qwen2.5-7B"
+    assert find_model("meta-llama/Llama-3.1-8B-Instruct").name == "Llama-3.1-8B"
+    assert find_model("qwen2.5-7b").name == "Qwen2.5-7B"
+
+
+def test_a_quantisation_suffix_sets_the_checkpoint_format():
+    model = find_model("Qwen2.5-0.5B-Instruct-AWQ")
+    assert model.name == "Qwen2.5-0.5B" and model.quantization == "awq"
+
+
+def test_an_unknown_model_names_the_nearest_ones():
+    with pytest.raises(SizingInputError, match=r"unknown model 'Qwen2.5-8B'; nearest: .*Qwen2\.5-"):
+        find_model("Qwen2.5-8B")
+
+
+def test_an_unknown_gpu_names_the_nearest_ones():
+    with pytest.raises(SizingInputError, match="unknown GPU 'A101'; nearest: .*A10"):
+        find_gpu("A101")
+
+
+def test_gpu_aliases_are_case_and_punctuation_insensitive():
+    assert find_gpu("rtx 4090").name == "RTX4090"
+    assert find_gpu("a100_80gb").name == "A100-80G"
+
+
+QWEN2_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_hf_config_gives_the_same_shape_as_the_catalog():
+    custom = model_from_hf_config(QWEN2_CONFIG, name="my-qwen")
+    assert custom.params == find_model("Qwen2.5-7B").params
+    assert custom.head_dim == 128 and custom.qkv_bias
+
+
+def test_a_config_missing_a_field_is_refused_naming_it():
+    bad = {k: v for k, v in QWEN2_CONFIG.items() if k != "num_hidden_layers"}
+    with pytest.raises(SizingInputError, match="num_hidden_layers"):
+        model_from_hf_config(bad)
+
+
+def test_a_config_with_a_non_integer_field_is_refused():
+    with pytest.raises(SizingInputError, match="hidden_size"):
+        model_from_hf_config({**QWEN2_CONFIG, "hidden_size": "big"})
+
+
+def test_a_config_that_is_not_an_object_is_refused():
+    with pytest.raises(SizingInputError, match="JSON object"):
+        model_from_hf_config([1, 2, 3])
+
+
+def test_a_quantized_config_sets_the_format():
+    cfg = {**QWEN2_CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    assert model_from_hf_config(cfg).quantization == "awq"
+
+
+def test_a_listed_price_is_used_as_is_and_marked_an_estimate():
+    price = price_book().price(find_instance("gn7i-c8g1.2xlarge"))
+    assert price is not None and price.cny_per_hour == 12.0 and price.estimate
+
+
+def test_an_unlisted_type_is_priced_from_its_gpus_vcpus_and_memory():
+    book = price_book()
+    inst = find_instance("gn7i-4x.16xlarge")
+    gpu_rate = book.gpu_cny_per_hour["A10"][0]
+    expected = 4 * gpu_rate + 64 * book.cny_per_vcpu_hour + 256 * book.cny_per_gib_hour
+    assert book.price(inst).cny_per_hour == pytest.approx(expected)
+
+
+def test_a_user_price_file_overrides_the_shipped_estimate():
+    book = price_book({"types": {"gn7i-c8g1.2xlarge": 9.9}})
+    price = book.price(find_instance("gn7i-c8g1.2xlarge"))
+    assert price.cny_per_hour == 9.9 and not price.estimate
+
+
+def test_a_regional_multiplier_scales_prices():
+    book = price_book({"regions": {"cn-test": {"multiplier": 2.0}}})
+    inst = find_instance("gn7i-c8g1.2xlarge")
+    assert book.price(inst, "cn-test").cny_per_hour == 2 * book.price(inst).cny_per_hour
+
+
+def test_an_unknown_region_names_the_nearest_ones():
+    with pytest.raises(SizingInputError, match="unknown region 'cn-hangzou'; nearest: cn-hangzhou"):
+        price_book().price(find_instance("gn7i-c8g1.2xlarge"), "cn-hangzou")
+
+
+def test_a_malformed_price_file_is_refused():
+    with pytest.raises(SizingInputError, match="prices"):
+        price_book({"types": {"gn7i-c8g1.2xlarge": {"cny": 1}}}, "prices")
