@@ -353,7 +353,7 @@ class CmsBackend:
         """Check each resource's statistic over the last Period against the levels, Critical first; a level
         that holds for ``Times`` consecutive evaluations raises an alert (silenced for SilenceTime)."""
         end_ms = int(at * 1000)
-        start_ms = end_ms - rule.period_s * 1000
+        start_ms = end_ms - rule.period_s * 1000 - 1  # the evaluation window includes its first instant
         filters = [r for r in rule.resources if r.get("resource") != "_ALL"] or None
         any_alarm = False
         any_data = False
