@@ -759,6 +759,20 @@ def run(
     # 7. SLA clocks
     for inc in gh.incidents:
         if inc.state not in OPEN_STATES:
+            # a closed incident nobody was told about still owes its response for one more window
+            late = inc.respond_by + timedelta(seconds=iso.respond_within_s)
+            if inc.acknowledged_at is None and now <= late:
+                _sla(
+                    result,
+                    inc,
+                    iso.respond_within_s,
+                    iso.isolate_within_s,
+                    iso.at_risk_fraction,
+                    now,
+                    group.name,
+                    blocked=False,
+                    respond_only=True,
+                )
             continue
         _sla(
             result,
@@ -872,6 +886,7 @@ def _sla(
     now: datetime,
     group: str,
     blocked: bool,
+    respond_only: bool = False,
 ) -> None:
     if inc.acknowledged_at is None:
         if now > inc.respond_by:
@@ -893,7 +908,7 @@ def _sla(
                     detail=detail,
                 )
             )
-    if inc.isolated_at is None:
+    if inc.isolated_at is None and not respond_only:
         if now > inc.isolate_by:
             code, detail = WarningCode.SLA_ISOLATE_BREACHED, f"not isolated by {inc.isolate_by.isoformat()}"
         elif blocked or now >= inc.detected_at + timedelta(seconds=isolate_s * fraction):

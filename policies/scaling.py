@@ -79,16 +79,16 @@ def plan_scaling(
     reasons: list[Reason] = []
     warnings: list[PlanWarning] = []
     n_serving = len(view.serving)
-    healthy_serving = view.current_serving - leaving_serving
 
     # 1. hold
     if gh.last_target is None:
-        hold = healthy_serving
+        # what serves now, suspects included: their replacements come on top (the surge)
+        hold = view.current_serving
         reasons.append(
             Reason(
                 code=ReasonCode.HOLD,
                 detail="first decision: start from what is observed",
-                inputs={"observed": healthy_serving},
+                inputs={"observed": view.current_serving},
             )
         )
     else:

@@ -1,0 +1,182 @@
+"""A tiny simulated group for policy tests: applies a Plan as the service and ESS would, on a virtual clock.
+
+Deliberately simple: ESS moves Pending instances to InService after the cold start, honours DesiredCapacity by
+launching or removing (victims from the plan's scale_in_order), and the isolation steps take effect at the
+next observation. Load is a demand in "instances' worth" of traffic; the queue per instance grows when the
+serving instances fall short of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from policy_builders import GROUP
+
+from policies import (
+    GroupSnapshot,
+    InstanceSnapshot,
+    MetricSample,
+    Notification,
+    Plan,
+    Snapshot,
+    StepAction,
+    StepOutcome,
+    XidEvent,
+)
+
+
+@dataclass
+class Node:
+    instance_id: str
+    state: str
+    created_at: datetime
+    ready_at: datetime
+    hot: bool = False  # GPU temperature above 85 C until rebooted (thermal paste, fan) or replaced
+    rebooted_at: datetime | None = None
+    xids: list[XidEvent] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    ttft_ms: float | None = None
+
+
+class World:
+    def __init__(
+        self,
+        start: datetime,
+        n: int,
+        cold_start_s: float = 180.0,
+        demand: Callable[[datetime], float] | None = None,
+        notify: bool = True,
+        reboot_fixes: bool = True,
+    ) -> None:
+        self.now = start
+        self.cold_start_s = cold_start_s
+        self.demand = demand or (lambda at: 1.0)
+        self.notify = notify
+        self.reboot_fixes = reboot_fixes
+        self.nodes: dict[str, Node] = {}
+        self.desired = n
+        self.counter = 0
+        self.outage: tuple[datetime, datetime] | None = None
+        self.pending_notifications: list[Notification] = []
+        self.pending_outcomes: list[StepOutcome] = []
+        self.operator_actions: list = []
+        self.removed: list[str] = []
+        self.launched = 0
+        self.actions: list[tuple[datetime, str, str]] = []  # (at, action, instance) actually performed
+        for _ in range(n):
+            self._launch(ready=True)
+
+    # ---- ESS ---------------------------------------------------------------------------------------------
+    def _launch(self, ready: bool = False) -> Node:
+        self.counter += 1
+        iid = f"i-{self.counter:04d}"
+        node = Node(
+            iid,
+            "InService" if ready else "Pending",
+            self.now - timedelta(days=1) if ready else self.now,
+            self.now if ready else self.now + timedelta(seconds=self.cold_start_s),
+        )
+        self.nodes[iid] = node
+        if not ready:
+            self.launched += 1
+        return node
+
+    def counted(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.state in ("InService", "Pending", "Standby")]
+
+    def serving(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.state == "InService"]
+
+    def apply(self, plan: Plan) -> None:
+        gp = plan.group(GROUP)
+        assert gp is not None
+        for step in gp.steps:
+            node = self.nodes.get(step.instance_id)
+            told = any(n.incident_id == step.incident_id for n in self.pending_notifications)
+            if step.action == StepAction.ACKNOWLEDGE and self.notify and not told:
+                self.pending_notifications.append(
+                    Notification(incident_id=step.incident_id, at=self.now, channel="dingtalk")
+                )
+            if node is None:
+                continue
+            if step.action == StepAction.ENTER_STANDBY and node.state == "InService":
+                node.state = "Standby"
+                self.actions.append((self.now, "enter_standby", node.instance_id))
+            elif step.action == StepAction.REBOOT:
+                node.rebooted_at = self.now
+                if self.reboot_fixes:
+                    node.hot = False
+                node.xids = []
+                node.events = []
+                self.actions.append((self.now, "reboot", node.instance_id))
+                self.pending_outcomes.append(StepOutcome(step_id=step.step_id, ok=True, at=self.now))
+            elif step.action == StepAction.EXIT_STANDBY and node.state == "Standby":
+                node.state = "InService"
+                self.actions.append((self.now, "exit_standby", node.instance_id))
+            elif step.action == StepAction.REMOVE and node.state != "Removed":
+                node.state = "Removed"
+                self.removed.append(node.instance_id)
+                self.desired -= 1  # RemoveInstances with DecreaseDesiredCapacity
+                self.actions.append((self.now, "remove", node.instance_id))
+        if gp.desired_capacity is not None:
+            self.desired = gp.desired_capacity
+        counted = self.counted()
+        while len(counted) < self.desired:
+            counted.append(self._launch())
+        if len(counted) > self.desired:
+            victims = [i for i in gp.scale_in_order if self.nodes[i].state in ("InService", "Pending")]
+            for iid in victims[: len(counted) - self.desired]:
+                self.nodes[iid].state = "Removed"
+                self.removed.append(iid)
+
+    # ---- time and observation ----------------------------------------------------------------------------
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        for node in self.nodes.values():
+            if node.state == "Pending" and node.ready_at <= self.now:
+                node.state = "InService"
+
+    def observe(self) -> Snapshot:
+        now = self.now
+        serving = self.serving()
+        demand = self.demand(now)
+        short = max(0.0, demand - len(serving))
+        per_instance = (short * 3.0 + 0.2 * demand) / max(1, len(serving))
+        in_outage = self.outage is not None and self.outage[0] <= now < self.outage[1]
+        instances = []
+        for node in sorted(self.nodes.values(), key=lambda n: n.instance_id):
+            if node.state == "Removed":
+                continue
+            metrics: dict[str, MetricSample] = {}
+            booting = node.rebooted_at is not None and now < node.rebooted_at + timedelta(seconds=60)
+            if not in_outage and node.state != "Pending" and not booting:
+                standby = node.state == "Standby"
+                values = {
+                    "queue_waiting": 0.0 if standby else per_instance,
+                    "requests_running": 0.0 if standby else 4.0,
+                    "gpu_temperature_c": 91.0 if node.hot else 66.0,
+                    "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else 300.0,
+                    "gpu_throttle_reasons": 0.0,
+                }
+                metrics = {k: MetricSample(value=v, at=now) for k, v in values.items()}
+            instances.append(
+                InstanceSnapshot(
+                    instance_id=node.instance_id,
+                    lifecycle_state=node.state,
+                    created_at=node.created_at,
+                    metrics=metrics,
+                    xids=list(node.xids),
+                    events=node.events,
+                )
+            )
+        group = GroupSnapshot(
+            name=GROUP,
+            desired_capacity=self.desired,
+            instances=instances,
+            notifications=self.pending_notifications,
+            outcomes=self.pending_outcomes,
+            operator_actions=self.operator_actions,
+        )
+        return Snapshot(taken_at=now, groups=[group])

@@ -1,0 +1,419 @@
+"""The isolation workflow: detection per fault class, incident states, guardrails, breaker, SLA clocks."""
+
+from datetime import timedelta
+
+from policy_builders import GROUP, MONDAY_10_SHANGHAI, fleet, instance, policy, snapshot
+from policy_world import World
+
+from policies import (
+    History,
+    IncidentState,
+    OperatorAction,
+    ReasonCode,
+    StepAction,
+    StepOutcome,
+    SystemEvent,
+    WarningCode,
+    XidEvent,
+    decide,
+)
+
+T0 = MONDAY_10_SHANGHAI + timedelta(hours=14)  # 00:00 Shanghai: only the warm floor applies
+
+
+def drive(world, spec, seconds, history=None, tick=15):
+    plans = []
+    for _ in range(int(seconds // tick)):
+        plan = decide(world.observe(), spec, history, world.now)
+        history = plan.history
+        world.apply(plan)
+        plans.append(plan)
+        world.advance(tick)
+    return plans, history
+
+
+def steps_of(plans, action):
+    return [s for p in plans for s in p.group(GROUP).steps if s.action == action]
+
+
+def incidents(history):
+    return history.groups[GROUP].incidents
+
+
+def test_overheating_node_goes_through_every_state_to_closed():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    plans, hist = drive(world, spec, 20 * 60)
+    (inc,) = incidents(hist)
+    states = list(dict.fromkeys(e.state for e in inc.timeline))
+    assert states == [
+        IncidentState.DETECTED,
+        IncidentState.CAPACITY_PROTECTED,
+        IncidentState.ISOLATED,
+        IncidentState.REMEDIATING,
+        IncidentState.REMEDIATED,
+        IncidentState.CLOSED,
+    ]
+    # acknowledging runs beside isolating: recorded on the timeline, never waited for
+    assert ReasonCode.ACKNOWLEDGED in [e.reason for e in inc.timeline]
+    assert inc.outcome == "rebooted"
+    assert inc.rule == "gpu_overheat"
+    assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "reboot", "exit_standby"]
+
+
+def test_detection_waits_for_the_rule_duration():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0001"].hot = True
+    _, hist = drive(world, spec, 105)  # hot for 0..90 s
+    assert not incidents(hist)
+    _, hist = drive(world, spec, 30, history=hist)
+    assert len(incidents(hist)) == 1
+
+
+def test_every_incident_carries_its_sla_deadlines():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0002"].hot = True
+    _, hist = drive(world, spec, 3 * 60)
+    (inc,) = incidents(hist)
+    assert inc.respond_by - inc.detected_at == timedelta(minutes=15)
+    assert inc.isolate_by - inc.detected_at == timedelta(hours=4)
+
+
+def test_replacement_is_surged_before_isolating_when_the_floor_would_break():
+    spec = policy(min_size=2, warm_floor=2)
+    world = World(T0, 2, cold_start_s=300)
+    world.nodes["i-0001"].hot = True
+    plans, hist = drive(world, spec, 4 * 60)
+    assert steps_of(plans, StepAction.SURGE)
+    assert not steps_of(plans, StepAction.ENTER_STANDBY)  # the replacement is still booting
+    assert plans[-1].group(GROUP).serving_target == 3
+    plans, hist = drive(world, spec, 5 * 60, history=hist)
+    assert steps_of(plans, StepAction.ENTER_STANDBY)
+    assert world.launched == 1  # exactly one replacement, never a second order for the same need
+
+
+def test_floor_holds_during_isolation():
+    spec = policy(min_size=2, warm_floor=2)
+    world = World(T0, 2, cold_start_s=120)
+    world.nodes["i-0001"].hot = True
+    for _ in range(40):
+        _, hist = drive(world, spec, 15, history=locals().get("hist"))
+        assert len(world.serving()) >= 2
+
+
+def test_guardrail_and_breaker_stop_mass_isolation():
+    spec = policy(guardrails={"breaker": {"max_isolations": 3, "window": "1h"}})
+    world = World(T0, 10)
+    for node in world.nodes.values():
+        node.hot = True
+    plans, hist = drive(world, spec, 4 * 60)
+    gh = hist.groups[GROUP]
+    admitted = [i for i in gh.incidents if i.admitted_at is not None]
+    assert len(admitted) == 2  # max(1, 20% of 10)
+    assert gh.breaker.open and "limit 3" in gh.breaker.reason
+    last = plans[-1].group(GROUP)
+    assert any(w.code == WarningCode.BREAKER_OPEN for w in last.warnings)
+    waits = {s.reason for s in last.steps if s.action == StepAction.WAIT}
+    assert ReasonCode.BREAKER_OPEN in waits
+    assert len({i for _, a, i in world.actions if a == "enter_standby"}) <= 2
+
+
+def test_breaker_stays_open_until_a_human_resets_it():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "10m"}}, max_size=20)
+    world = World(T0, 10)
+    for iid in ("i-0001", "i-0002", "i-0003"):
+        world.nodes[iid].hot = True
+    _, hist = drive(world, spec, 4 * 60)
+    assert hist.groups[GROUP].breaker.open
+    _, hist = drive(world, spec, 30 * 60, history=hist)
+    assert hist.groups[GROUP].breaker.open  # the window passing does not close it
+    world.operator_actions = [OperatorAction(action_id="r1", kind="reset_breaker", at=world.now, by="ops")]
+    _, hist = drive(world, spec, 15, history=hist)
+    assert not hist.groups[GROUP].breaker.open
+
+
+def test_hardware_xid_leads_to_replacement_at_once():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].xids = [XidEvent(code=79, at=T0)]
+    plans, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.action == "replace" and inc.rule == "xid_hardware"
+    assert "i-0004" in world.removed
+    assert steps_of(plans, StepAction.REMOVE)[0].inputs["decrease_desired_capacity"] is True
+    assert inc.state == IncidentState.CLOSED and inc.outcome == "replaced"
+
+
+def test_application_xid_once_is_tolerated():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].xids = [XidEvent(code=13, at=T0)]
+    _, hist = drive(world, spec, 5 * 60)
+    assert not incidents(hist)
+
+
+def test_application_xid_repeated_in_the_window_reboots():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].xids = [XidEvent(code=43, at=T0 + timedelta(minutes=k)) for k in range(3)]
+    _, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "xid_application" and inc.action == "reboot"
+
+
+def test_application_xids_spread_beyond_the_window_are_tolerated():
+    spec = policy()
+    at = T0 + timedelta(hours=1)
+    xids = [XidEvent(code=43, at=at - timedelta(minutes=k * 11)) for k in range(3)]
+    plan = decide(snapshot(at, fleet(at, 5) + [instance(9, at, xids=xids)]), spec, None, at)
+    assert not plan.group(GROUP).incidents
+
+
+def test_ecs_system_failure_event_leads_to_replacement():
+    spec = policy()
+    at = T0
+    inst = instance(9, at, events=[SystemEvent(code="SystemFailure.Reboot", cycle_status="Executing")])
+    plan = decide(snapshot(at, fleet(at, 5) + [inst]), spec, None, at)
+    (inc,) = plan.group(GROUP).incidents
+    assert (inc.instance_id, inc.action) == ("i-009", "replace")
+
+
+def test_finished_system_events_are_ignored():
+    spec = policy()
+    inst = instance(9, T0, events=[SystemEvent(code="SystemFailure.Reboot", cycle_status="Executed")])
+    plan = decide(snapshot(T0, fleet(T0, 5) + [inst]), spec, None, T0)
+    assert not plan.group(GROUP).incidents
+
+
+def test_latency_outlier_against_peers_is_held_for_diagnosis():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0005"].ttft_ms = 2500
+    plans, hist = drive(world, spec, 12 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "latency_outlier" and inc.action == "hold"
+    assert steps_of(plans, StepAction.HOLD)
+    assert world.nodes["i-0005"].state == "Standby"
+
+
+def test_throttling_needs_its_number_of_samples():
+    spec = policy(
+        isolation={"rules": [{"throttle_reasons": ["hw_thermal"], "samples": 3, "action": "reboot"}]}
+    )
+    hist = None
+    for k in range(3):
+        at = T0 + timedelta(seconds=15 * k)
+        insts = fleet(at, 5) + [instance(9, at, metrics={"gpu_throttle_reasons": 0x40})]
+        plan = decide(snapshot(at, insts), spec, hist, at)
+        hist = plan.history
+        assert bool(plan.group(GROUP).incidents) is (k == 2)
+
+
+def test_power_cap_throttling_is_not_a_fault_by_default():
+    spec = policy()
+    hist = None
+    for k in range(10):
+        at = T0 + timedelta(seconds=15 * k)
+        plan = decide(snapshot(at, fleet(at, 5, gpu_throttle_reasons=0x4)), spec, hist, at)
+        hist = plan.history
+    assert not plan.group(GROUP).incidents
+
+
+def test_sla_risk_is_flagged_before_the_breach():
+    spec = policy()
+    world = World(T0, 6, notify=False)
+    world.nodes["i-0003"].hot = True
+    plans, _ = drive(world, spec, 20 * 60)
+    codes = [(p.at, w.code) for p in plans for w in p.warnings]
+    risk = min(at for at, c in codes if c == WarningCode.SLA_RESPOND_AT_RISK)
+    breach = min(at for at, c in codes if c == WarningCode.SLA_RESPOND_BREACHED)
+    assert risk < breach
+
+
+def test_isolation_does_not_wait_for_a_human():
+    spec = policy()
+    world = World(T0, 6, notify=False)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 6 * 60)
+    (inc,) = incidents(hist)
+    assert inc.acknowledged_at is None
+    assert inc.isolated_at is not None
+
+
+def test_notification_acknowledges_the_incident():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 4 * 60)
+    (inc,) = incidents(hist)
+    assert inc.acknowledged_by == "dingtalk"
+    assert inc.acknowledged_at <= inc.respond_by
+
+
+def test_blocked_incident_is_flagged_at_risk_at_once():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}})
+    world = World(T0, 10)
+    for iid in ("i-0001", "i-0002", "i-0003"):
+        world.nodes[iid].hot = True
+    plans, _ = drive(world, spec, 3 * 60)
+    assert any(
+        w.code == WarningCode.SLA_ISOLATE_AT_RISK and "breaker" in w.detail for w in plans[-1].warnings
+    )
+
+
+def test_manual_isolation_holds_until_released():
+    spec = policy()
+    world = World(T0, 6)
+    world.operator_actions = [
+        OperatorAction(
+            action_id="m1", kind="isolate", instance_id="i-0002", reason="odd logs", at=T0, by="alice"
+        )
+    ]
+    _, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.manual and inc.action == "hold" and inc.acknowledged_by == "alice"
+    assert world.nodes["i-0002"].state == "Standby"
+    world.operator_actions = world.operator_actions + [
+        OperatorAction(action_id="m2", kind="release", instance_id="i-0002", at=world.now, by="alice")
+    ]
+    _, hist = drive(world, spec, 60, history=hist)
+    (inc,) = incidents(hist)
+    assert inc.state == IncidentState.CLOSED and inc.outcome == "released"
+    assert world.nodes["i-0002"].state == "InService"
+
+
+def test_failed_reboot_is_retried_with_a_new_step_id_then_replaced():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    hist = None
+    reboot_ids = []
+    for _ in range(60):
+        plan = decide(world.observe(), spec, hist, world.now)
+        hist = plan.history
+        for s in plan.group(GROUP).steps:
+            if s.action == StepAction.REBOOT:
+                reboot_ids.append(s.step_id)
+                world.pending_outcomes.append(
+                    StepOutcome(step_id=s.step_id, ok=False, at=world.now, detail="x")
+                )
+        steps = [s for s in plan.group(GROUP).steps if s.action != StepAction.REBOOT]
+        world.apply(
+            plan.model_copy(update={"groups": [plan.group(GROUP).model_copy(update={"steps": steps})]})
+        )
+        world.advance(15)
+    assert len(reboot_ids) == len(set(reboot_ids)) == 3
+    (inc,) = incidents(hist)
+    assert inc.action == "replace"
+
+
+def test_reboot_that_does_not_cure_is_replaced_after_the_health_check_timeout():
+    spec = policy(
+        isolation={
+            "health_check_timeout": "5m",
+            "rules": [
+                {
+                    "name": "gpu_overheat",
+                    "metric": "gpu_temperature_c",
+                    "above": 85,
+                    "for": "2m",
+                    "action": "reboot",
+                }
+            ],
+        }
+    )
+    world = World(T0, 6, reboot_fixes=False)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 20 * 60)
+    (inc,) = incidents(hist)
+    assert inc.outcome == "replaced"
+    assert any(e.reason == ReasonCode.HEALTH_CHECK_TIMEOUT for e in inc.timeline)
+
+
+def test_repeated_faults_on_one_instance_lead_to_replacement():
+    spec = policy(
+        min_size=6,
+        isolation={
+            "max_reboots": 1,
+            "rules": [
+                {
+                    "name": "gpu_overheat",
+                    "metric": "gpu_temperature_c",
+                    "above": 85,
+                    "for": "2m",
+                    "action": "reboot",
+                }
+            ],
+        },
+    )
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 20 * 60)
+    world.nodes["i-0003"].hot = True  # it comes back
+    _, hist = drive(world, spec, 20 * 60, history=hist)
+    second = incidents(hist)[-1]
+    assert second.outcome == "replaced"
+    assert any(e.reason == ReasonCode.REPEATED_FAULT for e in second.timeline)
+
+
+def test_no_scale_in_while_an_isolated_instance_has_no_replacement():
+    spec = policy(min_size=1, warm_floor=1)
+    at = T0
+    hist = None
+    # a quiet fleet of 4 (would scale in) with one node held in Standby by a manual isolation
+    ops = [OperatorAction(action_id="m", kind="isolate", instance_id="i-003", at=at, by="ops")]
+    plan = decide(snapshot(at, fleet(at, 4, waiting=0), operator_actions=ops), spec, hist, at)
+    hist = plan.history
+    for k in range(1, 60):
+        at = T0 + timedelta(seconds=15 * k)
+        insts = fleet(at, 3, waiting=0) + [
+            instance(3, at, state="Standby", metrics={"queue_waiting": 0, "requests_running": 0})
+        ]
+        plan = decide(snapshot(at, insts, desired=5, operator_actions=ops), spec, hist, at)
+        hist = plan.history
+    gp = plan.group(GROUP)
+    assert gp.serving_target == 4
+    assert gp.reason == ReasonCode.SCALE_IN_BLOCKED_ISOLATION
+
+
+def test_restart_from_persisted_history_resumes_without_duplicate_steps():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 3 * 60)
+    restored = History.model_validate_json(hist.model_dump_json())
+    snap = world.observe()
+    a = decide(snap, spec, hist, world.now)
+    b = decide(snap, spec, restored, world.now)
+    assert a.model_dump() == b.model_dump()
+    # a step repeated across ticks keeps its id, so the service's ClientToken dedups it
+    again = decide(snap, spec, a.history, world.now)
+    ids_a = {s.step_id for s in a.group(GROUP).steps}
+    ids_again = {s.step_id for s in again.group(GROUP).steps}
+    assert ids_again <= ids_a | {s.step_id for s in again.group(GROUP).steps if s.action == StepAction.WAIT}
+
+
+def test_operator_actions_apply_once():
+    spec = policy()
+    ops = [OperatorAction(action_id="x", kind="isolate", instance_id="i-001", at=T0, by="bob")]
+    plan = decide(snapshot(T0, fleet(T0, 6), operator_actions=ops), spec, None, T0)
+    at = T0 + timedelta(seconds=15)
+    plan = decide(snapshot(at, fleet(at, 6), operator_actions=ops), spec, plan.history, at)
+    assert len(plan.history.groups[GROUP].incidents) == 1
+
+
+def test_isolating_an_unknown_instance_is_reported():
+    ops = [OperatorAction(action_id="x", kind="isolate", instance_id="i-nope", at=T0)]
+    plan = decide(snapshot(T0, fleet(T0, 3), operator_actions=ops), policy(), None, T0)
+    assert any(w.code == WarningCode.UNKNOWN_INSTANCE for w in plan.warnings)
+
+
+def test_isolation_can_be_switched_off():
+    spec = policy(isolation={"enabled": False})
+    world = World(T0, 6)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 5 * 60)
+    assert not incidents(hist)
