@@ -625,40 +625,38 @@ def run(
                 going_out += 1
                 result.leaving_serving += 1
                 remaining = len(in_service_ids) - going_out
-                if inc.state != IncidentState.CAPACITY_PROTECTED:
-                    if remaining >= floor:
-                        inc.capacity_protected_at = now
-                        why = (
-                            ReasonCode.FLOOR_HOLDS
-                            if inc.surge_requested_at is None
-                            else ReasonCode.WAITING_FOR_REPLACEMENT
-                        )
-                        _enter(
+                if remaining < floor:
+                    # checked every tick, also after capacity_protected: a schedule may have raised the floor
+                    if inc.surge_requested_at is None:
+                        inc.surge_requested_at = now
+                        _note(
                             inc,
-                            IncidentState.CAPACITY_PROTECTED,
                             now,
-                            why,
-                            f"{remaining} InService remain, floor {floor}",
-                        )
-                    else:
-                        if inc.surge_requested_at is None:
-                            inc.surge_requested_at = now
-                            _note(
-                                inc,
-                                now,
-                                ReasonCode.FLOOR_WOULD_BREAK,
-                                f"{remaining} InService would remain, floor {floor}: surge a replacement",
-                            )
-                        steps.add(
-                            inc,
-                            StepAction.SURGE,
                             ReasonCode.FLOOR_WOULD_BREAK,
-                            "replacement ordered; waiting for it to be InService",
-                            in_service=len(in_service_ids),
-                            remaining=remaining,
-                            floor=floor,
+                            f"{remaining} InService would remain, floor {floor}: surge a replacement",
                         )
-                        continue
+                    steps.add(
+                        inc,
+                        StepAction.SURGE,
+                        ReasonCode.FLOOR_WOULD_BREAK
+                        if inc.surge_requested_at == now
+                        else ReasonCode.WAITING_FOR_REPLACEMENT,
+                        "replacement ordered; waiting for it to be InService",
+                        in_service=len(in_service_ids),
+                        remaining=remaining,
+                        floor=floor,
+                    )
+                    continue
+                if inc.state != IncidentState.CAPACITY_PROTECTED:
+                    inc.capacity_protected_at = now
+                    replaced = " (replacement InService)" if inc.surge_requested_at is not None else ""
+                    _enter(
+                        inc,
+                        IncidentState.CAPACITY_PROTECTED,
+                        now,
+                        ReasonCode.FLOOR_HOLDS,
+                        f"{remaining} InService remain, floor {floor}{replaced}",
+                    )
                 if inc.standby_requested_at is None:
                     inc.standby_requested_at = now
                 steps.add(
