@@ -165,6 +165,13 @@ _NVML_DOWN_ERRORS: tuple[type[BaseException], ...] = (
 _T = TypeVar("_T")
 
 
+class _NvmlDown(Exception):
+    """NVML stopped answering as a whole (driver unloaded mid-run)."""
+
+
+_NVML_DOWN_OR_WRAPPED: tuple[type[BaseException], ...] = (_NvmlDown, *_NVML_DOWN_ERRORS)
+
+
 def _optional(fn: Callable[..., _T], *args: Any) -> _T | None:
     try:
         return fn(*args)
@@ -174,10 +181,6 @@ def _optional(fn: Callable[..., _T], *args: Any) -> _T | None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class _NvmlDown(Exception):
-    """NVML stopped answering as a whole (driver unloaded mid-run)."""
 
 
 class GpuCollector:
@@ -256,7 +259,7 @@ class GpuCollector:
             count = self._nvml.nvmlDeviceGetCount()
             gpus = [self._read_gpu(index) for index in range(count)]
             events = self._drain_xid_events()
-        except (_NvmlDown, *_NVML_DOWN_ERRORS) as exc:
+        except _NVML_DOWN_OR_WRAPPED as exc:
             cause = exc.__cause__ if isinstance(exc, _NvmlDown) else exc
             self._initialized = False  # start over next period
             self._event_set = None

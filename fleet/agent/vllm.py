@@ -147,6 +147,10 @@ def counter_delta(current: float | None, previous: float | None) -> float | None
     return current if current < previous else current - previous
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 @dataclass
 class LatencyQuantiles:
     """P50/P95/P99 of one histogram over the window, in milliseconds (None: no observation in the window)."""
@@ -232,13 +236,9 @@ class VllmCollector:
         reading.window_s = window_s
         for key, current in histograms.items():
             delta = bucket_delta(current, previous.histograms.get(key))
-            quantiles = [histogram_quantile(q, delta) for q in QUANTILES]
+            p50, p95, p99 = (_ms(histogram_quantile(q, delta)) for q in QUANTILES)
             total = max(delta.values()) if delta else 0.0
-            setattr(
-                reading,
-                key,
-                LatencyQuantiles(*(None if v is None else v * 1000.0 for v in quantiles), count=total),
-            )
+            setattr(reading, key, LatencyQuantiles(p50_ms=p50, p95_ms=p95, p99_ms=p99, count=total))
         success = counter_delta(counters["success"], previous.counters.get("success"))
         reading.request_rate_per_s = None if success is None else success / window_s
         generation = counter_delta(counters["generation"], previous.counters.get("generation"))
