@@ -11,7 +11,8 @@
   scaling out did not fix it);
 - scheduled tasks: the schedule floors and ceilings, as ``policies.schedule.bounds`` computes them (cold-start
   lead included), turned into ESS scheduled tasks that recur weekly in UTC, one per change of the bounds;
-- ``drain_timeout_s`` from the isolation spec's drain timeout.
+- ``drain_timeout_s`` from the isolation spec's drain timeout;
+- ``chat_robot_webhook_url`` from the first DingTalk robot among the notifications, when there is one.
 
 Problems the configuration cannot express in ESS (a schedule that does not repeat weekly in UTC, such as a
 window in a zone with daylight saving time) raise :class:`ExportError` naming the group and the reason.
@@ -124,7 +125,7 @@ def build_tfvars(
     account_id = getattr(config, "account_id", None)
     if not account_id:
         raise ExportError("account_id is required: the agent's metrics live in acs_customMetric_<account_id>")
-    return {
+    tfvars: dict[str, Any] = {
         "region": config.region,
         "name": spec.name,
         "account_id": str(account_id),
@@ -135,6 +136,20 @@ def build_tfvars(
         "alarms": alarms_for(spec),
         "scheduled_tasks": scheduled_tasks_for(spec, now) if scheduled_tasks else {},
     }
+    robot = chat_robot_url(getattr(config, "notifications", ()))
+    if robot is not None:
+        tfvars["chat_robot_webhook_url"] = robot
+    return tfvars
+
+
+def chat_robot_url(notifications: Sequence[Any]) -> str | None:
+    """The first DingTalk robot of the config's notifications: CloudMonitor contacts can post to DingTalk
+    robots only (``channels_ding_web_hook``), and without a signature, so the robot must use keyword or IP
+    security rather than signing."""
+    for channel in notifications:
+        if getattr(channel, "type", None) == "dingtalk":
+            return str(channel.url)
+    return None
 
 
 def _drain_timeout_s(spec: GroupSpec) -> int:

@@ -177,7 +177,7 @@ variable "chat_robot_webhook_url" {
 
 variable "service_webhook_url" {
   type        = string
-  description = "URL CloudMonitor POSTs every alarm of this module to (the fleet service's alarm receiver); null for none."
+  description = "URL CloudMonitor POSTs every alarm of this module to (a relay to the fleet service or an incident tool); null for none."
   default     = null
 }
 

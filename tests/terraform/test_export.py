@@ -203,6 +203,19 @@ def test_several_groups_need_a_choice():
         build_tfvars(cfg, "chat-13b", now=NOW)
 
 
+def test_the_chat_robot_is_the_configs_dingtalk_notification():
+    cfg = config(group()).model_copy(update={"notifications": ()})
+    assert "chat_robot_webhook_url" not in build_tfvars(cfg, now=NOW)
+    with_robot = FleetConfig.model_validate({
+        **cfg.model_dump(), "notifications": [
+            {"type": "webhook", "url": "https://hooks.example/fleet"},
+            {"type": "dingtalk", "url": "https://oapi.dingtalk.com/robot/send?access_token=t"},
+        ],
+    })
+    assert build_tfvars(with_robot, now=NOW)["chat_robot_webhook_url"] == \
+        "https://oapi.dingtalk.com/robot/send?access_token=t"
+
+
 def test_missing_account_id_is_an_error():
     with pytest.raises(ExportError, match="account_id is required"):
         build_tfvars(config(group(), account_id=None), now=NOW)
