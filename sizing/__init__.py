@@ -20,12 +20,25 @@ from sizing.catalog import (
 )
 from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
+from sizing.latency import KneeSweep, LatencyReport, TraceRequest, Workload, knee_sweep, simulate
 from sizing.memory import Deployment, MemoryPlan, plan_memory
 from sizing.perf import PerfModel, perf_model
+from sizing.search import SLO, Candidate, SearchResult, Settings, search
 
 __all__ = [
     "GPU",
+    "SLO",
+    "Candidate",
     "CompletedRequest",
+    "KneeSweep",
+    "LatencyReport",
+    "SearchResult",
+    "Settings",
+    "TraceRequest",
+    "Workload",
+    "knee_sweep",
+    "search",
+    "simulate",
     "Deployment",
     "InstanceEngine",
     "InstanceType",

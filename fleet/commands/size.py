@@ -269,7 +269,12 @@ def _is_number(text: str) -> bool:
 def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
     """Bad combinations that vLLM itself refuses at start-up: fail with one line before any work."""
     import sizing
+    from sizing.memory import DTYPES, KV_CACHE_DTYPES
 
+    if settings.dtype not in DTYPES:
+        raise sizing.SizingInputError(f"--dtype {settings.dtype!r} is not one of {', '.join(DTYPES)}")
+    if settings.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise sizing.SizingInputError(f"--kv-cache-dtype {settings.kv_cache_dtype!r} is not auto or fp8")
     if not 0 < settings.gpu_memory_utilization <= 1:
         raise sizing.SizingInputError(
             f"--gpu-memory-utilization must be in (0, 1], got {settings.gpu_memory_utilization}"

@@ -323,3 +323,13 @@ def test_plot_into_a_missing_directory_exits_2(capsys, tmp_path):
         capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--plot", str(tmp_path / "no" / "x.svg")]
     )
     assert code == 2 and "does not exist" in err
+
+
+def test_an_unknown_dtype_exits_2_listing_the_valid_ones(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--dtype", "int4"])
+    assert code == 2 and "awq" in err and "gptq" in err
+
+
+def test_an_fp8_kv_cache_on_a_t4_exits_2(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-1.5B", "--gpu", "T4", "--kv-cache-dtype", "fp8"])
+    assert code == 2 and "fp8" in err and "T4" in err
