@@ -14,8 +14,9 @@ deprecated, removed), type, enumerated values, ranges and conflicts, as read fro
   that has such a constraint but whose value cannot be worked out offline is a problem too, so that no
   constraint goes unchecked by accident.
 
-It also holds the module conventions: every variable has a type and a description, and a ``module`` call
-passes only declared variables and every required one.
+It also holds the module conventions: every variable has a type and a description, a reusable module does
+not configure providers, a ``module`` call passes only declared variables and every required one, and every
+reference names a declared variable, local or resource and an attribute that resource type has.
 """
 
 from __future__ import annotations
@@ -486,6 +487,61 @@ def _module_call_problems(config: TfConfig) -> list[Problem]:
     return out
 
 
+_REFERENCE = re.compile(
+    r"(?<![\w.])(?P<type>alicloud_[a-z0-9_]+)\.(?P<name>[A-Za-z_][\w-]*)(?:\[[^\]]*\])*\.(?P<attr>[a-z_][a-z0-9_]*)"
+)
+_LOCAL_OR_VAR = re.compile(r"(?<![\w.])(?P<kind>var|local)\.(?P<name>[A-Za-z_][\w-]*)")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() if k not in META_KEYS for s in _strings(v)]
+    return []
+
+
+def _reference_problems(config: TfConfig, schema: Mapping[str, Any]) -> list[Problem]:
+    """References to resources, variables and locals must name things that exist: an ``alicloud_x.name.attr``
+    needs that resource in the module and ``attr`` in the schema (or ``id``)."""
+    declared = {(b.labels[0], b.labels[1]) for b in config.resources()}
+    variables = set(config.variables)
+    local_names = set(config.locals)
+    out: list[Problem] = []
+    for block in config.blocks:
+        if block.kind not in ("resource", "output", "locals", "module", "provider"):
+            continue
+        where = ".".join((block.kind, *block.labels)) if block.kind != "resource" else ".".join(block.labels)
+        seen: set[str] = set()
+        for text in _strings(block.body):
+            for m in _REFERENCE.finditer(text):
+                rtype, name, attr = m.group("type"), m.group("name"), m.group("attr")
+                key = f"{rtype}.{name}.{attr}"
+                if key in seen:
+                    continue
+                seen.add(key)
+                if (rtype, name) not in declared:
+                    out.append(Problem(block.file, block.line, where, f"references {rtype}.{name}, which the "
+                                       "module does not declare"))
+                elif attr != "id" and attr not in schema.get(rtype, {}):
+                    known = [k for k in schema.get(rtype, {}) if not k.startswith("__")] + ["id"]
+                    out.append(Problem(block.file, block.line, where,
+                                       f"references {key}: no attribute {attr!r}{_nearest(attr, known)}"))
+            for m in _LOCAL_OR_VAR.finditer(text):
+                kind, name = m.group("kind"), m.group("name")
+                key = f"{kind}.{name}"
+                if key in seen:
+                    continue
+                seen.add(key)
+                if (kind == "var" and name not in variables) or (kind == "local" and name not in local_names):
+                    hint = _nearest(name, sorted(variables if kind == "var" else local_names))
+                    out.append(Problem(block.file, block.line, where,
+                                       f"references {key}, which is not declared{hint}"))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------------------
@@ -500,7 +556,8 @@ def check_config(config: TfConfig, schema: Mapping[str, Any], *,
         checker.report(block, f"data.{'.'.join(block.labels)}", "data sources are not covered by the schema")
     for block in config.resources():
         checker.check_resource(block)
-    return [*_variable_problems(config), *_module_call_problems(config), *checker.problems]
+    return [*_variable_problems(config), *_module_call_problems(config), *checker.problems,
+            *_reference_problems(config, schema)]
 
 
 def check_module(path: str | Path, schema: Mapping[str, Any] | None = None, *,

@@ -148,6 +148,13 @@ variable "alarms" {
                      id="variable-without-type"),
         pytest.param('provider "alicloud" {\n  region = "cn-chengdu"\n}\n', "provider.alicloud",
                      "must not configure providers", id="provider-in-module"),
+        pytest.param(GROUP % "" + 'output "g" {\n  value = alicloud_ess_scaling_group.g.scaling_policyy\n}\n',
+                     "output.g", "no attribute 'scaling_policyy' (did you mean scaling_policy",
+                     id="reference-to-unknown-attribute"),
+        pytest.param('output "g" {\n  value = alicloud_ess_scaling_group.other.id\n}\n', "output.g",
+                     "does not declare", id="reference-to-undeclared-resource"),
+        pytest.param(GROUP % "scaling_policy = var.polcy", "alicloud_ess_scaling_group.g",
+                     "references var.polcy, which is not declared", id="reference-to-undeclared-variable"),
     ],
 )
 def test_checker_catches(schema, snippet, where, expected):
