@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -15,7 +21,7 @@ from fleet.agent.run import Agent, AgentConfig
 from fleet.cli import main
 from fleet.cloud.clients import make_clients
 from fleet.cloud.retry import RetryPolicy
-from fleet.testing import mock_aliyun
+from fleet.testing import FakeAliyunServer, mock_aliyun
 
 ACCOUNT = "1234567890"
 INSTANCE = "i-bp1e2eagent00001"
@@ -124,3 +130,55 @@ def test_cli_once_publishes_what_it_prints(capsys, monkeypatch, vllm_server):
             last_value(cms_adapter(), "vllm_num_requests_waiting")
             == printed["metrics"]["vllm_num_requests_waiting"]
         )
+
+
+@pytest.mark.slow
+def test_agent_process_publishes_over_http_to_the_fake_server(vllm_server, tmp_path):
+    vllm_server.state.waiting = 23
+    with FakeAliyunServer(port=0, account_id=ACCOUNT) as server:
+        env = {
+            **os.environ,
+            "FLEET_ALIYUN_ENDPOINT": server.endpoint,
+            "FLEET_ECS_METADATA_URL": "http://127.0.0.1:9/latest/meta-data/",
+            **KEYS,
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "agent",
+                "--instance-id",
+                INSTANCE,
+                "--region",
+                "cn-hangzhou",
+                "--account-id",
+                ACCOUNT,
+                "--vllm-url",
+                vllm_server.url,
+                "--period-s",
+                "0.2",
+                "--listen",
+                "off",
+            ],
+            cwd=Path(__file__).resolve().parents[3],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            retry = RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, sleep=lambda s: None)
+            cms = make_clients("cn-hangzhou", ACCOUNT, endpoint=server.endpoint, env=KEYS, retry=retry).cms
+            value = None
+            deadline = time.monotonic() + 30
+            while value is None and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+                value = last_value(cms, "vllm_num_requests_waiting")
+            assert value == 23.0, proc.stderr.read() if proc.poll() is not None else "no point published"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
