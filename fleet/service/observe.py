@@ -28,6 +28,7 @@ from fleet.cloud.types import (
     ScalingInstance,
 )
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
+from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
 from policies.model import MetricSample, SystemEvent, XidEvent
 from policies.spec import GroupSpec
@@ -114,6 +115,8 @@ class Observer:
         self._group_ids: dict[str, str] = {
             s.name: s.scaling_group_id for s in self.specs if s.scaling_group_id
         }
+        # where each group's metrics come from (its metrics_source; CloudMonitor by default)
+        self.sources: dict[str, MetricSource] = {s.name: source_for(s, clients) for s in self.specs}
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
@@ -207,10 +210,11 @@ class Observer:
         if not ids:
             g.staleness_s[canonical] = None
             return
-        namespace, name, statistic = cloud_source(canonical, self.clients.cms.custom_namespace)
+        source = self.sources[g.name]
+        name = source.describe(canonical)
         try:
             obs.api_calls += 1
-            points = self.clients.cms.metric_last(namespace, name, ids, statistic=statistic)
+            points = source.read_last(canonical, ids)
         except CloudError as exc:
             self._fail(obs, exc, f"{g.name} {name}")
             g.errors.append(str(exc))

@@ -1,0 +1,318 @@
+"""Prometheus as a metric source: PromQL over the HTTP API (``/api/v1/query``, ``/api/v1/query_range``).
+
+The expressions come from ``fleet.service.sources.mappings`` (DCGM exporter and vLLM series -> canonical
+policy metrics). Results are matched to ECS instance ids by one label (config ``instance_label``, default
+``instance_id``), which the scrape config attaches to every target of the fleet; config ``labels`` adds
+matchers to every selector (a cluster or environment label, say).
+
+Times. An instant query's result is stamped with the evaluation time, which says nothing about how old the
+data is; so each read also asks for the newest raw sample's own time per instance (``timestamp()`` of the
+series the expression reads), and that is the point's time: a target that stopped being scraped ages like a
+CloudMonitor metric that stopped arriving, and goes stale under the policies' ``stale_after``.
+
+XIDs. ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the last XID code, not an event stream: the same value is
+scraped again and again. The policies count XID events by (instance, code, time), so an XID is dated by when
+the gauge took its current value, found with a range query on a step-aligned grid (the same grid every tick,
+hence the same date every tick). An XID whose value has not changed within ``xid_lookback_s`` cannot be dated
+and is left out: it was recorded when it happened if the service was running then.
+
+Unknown, never zero: an instance missing from the result, a NaN (``histogram_quantile`` with no requests in
+the window) or an infinite value gives no point. HTTP failures, PromQL errors and malformed answers raise the
+service's ``CloudError`` subclasses (``NetworkError``, ``ServerError``, ``InvalidRequest``) with codes
+``Prometheus.<errorType>``, which the Observer records and counts like any cloud API error.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+
+from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError
+from fleet.cloud.types import MetricPoint
+from fleet.service.sources.mappings import DEFAULT_RATE_WINDOW, GPU_LABEL, PROMQL_MAPPINGS, PromMapping
+from policies import metrics as pm
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "prometheus"  # MetricPoint.namespace of every point this source returns
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_REGEX_SPECIALS = set(r"\.^$*+?()[]{}|")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One series of an instant-vector result: its labels, value and the evaluation time."""
+
+    labels: dict[str, str]
+    value: float
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of a range-query result: its labels and (time, value) points in time order."""
+
+    labels: dict[str, str]
+    points: list[tuple[datetime, float]]
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _number(text: Any) -> float:
+    """Prometheus sends values as strings: "1.5", "NaN", "+Inf"."""
+    return float(text)
+
+
+def promql_string(value: str) -> str:
+    """A double-quoted PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def regex_alternation(values: Sequence[str]) -> str:
+    """An RE2 alternation matching exactly ``values`` (fully anchored, as PromQL's =~ always is)."""
+    return "|".join("".join("\\" + c if c in _REGEX_SPECIALS else c for c in v) for v in sorted(set(values)))
+
+
+class PrometheusClient:
+    """The two HTTP API calls this source needs; requests.Session underneath (tests swap the session)."""
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, session: requests.Session | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.session = session or requests.Session()
+
+    def query(self, promql: str) -> list[Sample]:
+        """Evaluate ``promql`` now; the result must be an instant vector."""
+        data = self._call("query", {"query": promql})
+        if data.get("resultType") != "vector":
+            raise InvalidRequest(
+                "Prometheus.BadResultType",
+                f"expected an instant vector, got {data.get('resultType')!r} for {promql}",
+                action="query",
+            )
+        out = []
+        for row in data.get("result") or []:
+            ts, text = row["value"]
+            out.append(Sample(labels=dict(row.get("metric") or {}), value=_number(text), at=_utc(float(ts))))
+        return out
+
+    def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
+        """Evaluate ``promql`` at every ``step_s`` from ``start`` to ``end`` (a range vector per series)."""
+        data = self._call(
+            "query_range",
+            {
+                "query": promql,
+                "start": f"{start.timestamp():.3f}",
+                "end": f"{end.timestamp():.3f}",
+                "step": f"{step_s:g}",
+            },
+        )
+        if data.get("resultType") != "matrix":
+            raise InvalidRequest(
+                "Prometheus.BadResultType",
+                f"expected a range vector, got {data.get('resultType')!r} for {promql}",
+                action="query_range",
+            )
+        return [
+            Series(
+                labels=dict(row.get("metric") or {}),
+                points=[(_utc(float(ts)), _number(text)) for ts, text in row.get("values") or []],
+            )
+            for row in data.get("result") or []
+        ]
+
+    def _call(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
+        # POST with a form body: a group's instance-id regex can outgrow a URL
+        url = f"{self.url}/api/v1/{endpoint}"
+        try:
+            resp = self.session.post(url, data=form, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise NetworkError(
+                "Prometheus.Unreachable", f"{url}: {type(exc).__name__}: {exc}", action=endpoint
+            ) from None
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            cls: type[CloudError] = ServerError if resp.status_code >= 500 or resp.ok else InvalidRequest
+            code = "Prometheus.BadResponse" if resp.ok else f"Prometheus.HTTP{resp.status_code}"
+            raise cls(
+                code,
+                f"{url}: not a Prometheus API answer: {resp.text[:200]!r}",
+                status=resp.status_code,
+                action=endpoint,
+            )
+        if body.get("status") != "success":
+            code = "Prometheus." + str(body.get("errorType") or f"HTTP{resp.status_code}")
+            cls = ServerError if resp.status_code >= 500 else InvalidRequest
+            message = str(body.get("error") or "query failed")
+            raise cls(code, message, status=resp.status_code, action=endpoint)
+        for warning in body.get("warnings") or []:
+            log.warning("prometheus %s warning: %s", endpoint, warning)
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise ServerError("Prometheus.BadResponse", f"{url}: answer without data", action=endpoint)
+        return data
+
+
+class PrometheusSource:
+    """Canonical policy metrics read from Prometheus; see the module docstring for times and XIDs."""
+
+    kind = "prometheus"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        instance_label: str = "instance_id",
+        rate_window: str = DEFAULT_RATE_WINDOW,
+        xid_lookback_s: int = 3600,
+        xid_step_s: int = 30,
+        timeout_s: float = 10.0,
+        session: requests.Session | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        labels = dict(labels or {})
+        for name in (instance_label, *labels):
+            if not _LABEL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+        if instance_label in labels:
+            raise ValueError(f"labels must not set the instance label {instance_label!r}")
+        self.client = PrometheusClient(url, timeout_s=timeout_s, session=session)
+        self.labels = labels
+        self.instance_label = instance_label
+        self.rate_window = rate_window
+        self.xid_lookback_s = xid_lookback_s
+        self.xid_step_s = xid_step_s
+        self.clock = clock
+
+    # -- PromQL ---------------------------------------------------------------------------------------
+    def matchers(self, instance_ids: Sequence[str]) -> str:
+        """The label matchers of every selector, without braces: the instances, then the configured labels."""
+        parts = [f"{self.instance_label}=~{promql_string(regex_alternation(instance_ids))}"]
+        parts += [f"{k}={promql_string(v)}" for k, v in sorted(self.labels.items())]
+        return ",".join(parts)
+
+    def expression(self, canonical: str, instance_ids: Sequence[str]) -> str:
+        """The PromQL that yields ``canonical`` for ``instance_ids``."""
+        return self._mapping(canonical).render(
+            self.instance_label, "{" + self.matchers(instance_ids) + "}", self.rate_window
+        )
+
+    def freshness_expression(self, canonical: str, instance_ids: Sequence[str]) -> str:
+        """Per instance, the time of the newest raw sample among the series ``canonical`` is computed from."""
+        names = regex_alternation(self._mapping(canonical).series)
+        selector = "{__name__=~" + promql_string(names) + "," + self.matchers(instance_ids) + "}"
+        return f"max by ({self.instance_label}) (timestamp({selector}))"
+
+    def describe(self, canonical: str) -> str:
+        return self._mapping(canonical).render(self.instance_label, "{...}", self.rate_window)
+
+    @staticmethod
+    def _mapping(canonical: str) -> PromMapping:
+        try:
+            return PROMQL_MAPPINGS[canonical]
+        except KeyError:
+            raise ValueError(f"no PromQL mapping for metric {canonical!r}") from None
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def read_last(self, canonical: str, instance_ids: Sequence[str]) -> list[MetricPoint]:
+        ids = [i for i in instance_ids if i]
+        if not ids:
+            return []
+        if canonical == pm.GPU_XID:
+            return self._read_xids(ids)
+        mapping = self._mapping(canonical)
+        samples = self.client.query(self.expression(canonical, ids))
+        fresh = {
+            s.labels.get(self.instance_label): _utc(s.value)
+            for s in self.client.query(self.freshness_expression(canonical, ids))
+            if math.isfinite(s.value)
+        }
+        wanted = set(ids)
+        points = []
+        for s in samples:
+            iid = s.labels.get(self.instance_label)
+            if iid not in wanted or not math.isfinite(s.value):
+                continue  # NaN: no requests in the window; +Inf: beyond the top bucket. Unknown.
+            points.append(self._point(canonical, mapping, iid, s.labels, s.value, fresh.get(iid, s.at)))
+        return points
+
+    def read_range(
+        self, canonical: str, instance_ids: Sequence[str], start: datetime, end: datetime, step_s: int = 15
+    ) -> list[MetricPoint]:
+        ids = [i for i in instance_ids if i]
+        if not ids:
+            return []
+        mapping = self._mapping(canonical)
+        wanted = set(ids)
+        points = []
+        for series in self.client.query_range(self.expression(canonical, ids), start, end, step_s):
+            iid = series.labels.get(self.instance_label)
+            if iid not in wanted:
+                continue
+            points += [
+                self._point(canonical, mapping, iid, series.labels, v, at)
+                for at, v in series.points
+                if math.isfinite(v)
+            ]
+        return points
+
+    def _read_xids(self, ids: list[str]) -> list[MetricPoint]:
+        """Per GPU, the current XID code dated by when the gauge took it (see the module docstring)."""
+        mapping = self._mapping(pm.GPU_XID)
+        step = self.xid_step_s
+        end_ts = math.floor(self.clock() / step) * step  # a fixed grid: the same dates every tick
+        start_ts = end_ts - self.xid_lookback_s
+        wanted = set(ids)
+        points = []
+        for series in self.client.query_range(
+            self.expression(pm.GPU_XID, ids), _utc(start_ts), _utc(end_ts), step
+        ):
+            iid = series.labels.get(self.instance_label)
+            values = [(at, v) for at, v in series.points if math.isfinite(v)]
+            if iid not in wanted or not values:
+                continue
+            last_at, code = values[-1]
+            if code == 0:
+                points.append(self._point(pm.GPU_XID, mapping, iid, series.labels, 0.0, last_at))
+                continue
+            first = len(values) - 1
+            while first > 0 and values[first - 1][1] == code:
+                first -= 1
+            since = values[first][0]
+            if first == 0 and since.timestamp() <= start_ts:
+                log.debug(
+                    "XID %g on %s older than the %ss lookback: not dated", code, iid, self.xid_lookback_s
+                )
+                continue
+            points.append(self._point(pm.GPU_XID, mapping, iid, series.labels, code, since))
+        return points
+
+    def _point(
+        self,
+        canonical: str,
+        mapping: PromMapping,
+        iid: str,
+        labels: Mapping[str, str],
+        value: float,
+        at: datetime,
+    ) -> MetricPoint:
+        dims = {"instanceId": iid}
+        if mapping.per_gpu and GPU_LABEL in labels:
+            dims["gpu"] = labels[GPU_LABEL]
+        return MetricPoint(
+            namespace=NAMESPACE, metric=canonical, instance_id=iid, timestamp=at, value=value, dimensions=dims
+        )
