@@ -93,12 +93,6 @@ class _Seq:
         self.preemptions = 0
 
 
-def _live(entry: tuple[int, int, _Seq]) -> bool:
-    """A heap entry still describes its sequence (not preempted, or re-admitted under a new order)."""
-    seq = entry[2]
-    return seq.alive and seq.order == entry[1]
-
-
 class InstanceEngine:
     """One vLLM instance under an external clock.
 
@@ -202,8 +196,10 @@ class InstanceEngine:
         done: list[CompletedRequest] = []
         window_start = self._last_until
         busy_start = self._busy_total
+        pending = self._pending
         while True:
-            self._admit_arrivals(done)
+            if pending and pending[0][0] <= self._now:
+                self._admit_arrivals(done)
             if not self._running and not self._waiting:
                 nxt = self._pending[0][0] if self._pending else _INF
                 if nxt >= until_s:
@@ -291,12 +287,6 @@ class InstanceEngine:
         self._waiting.appendleft(seq)
         return True
 
-    def _affine_for(self, n: int) -> tuple[float, float]:
-        ab = self._affine.get(n)
-        if ab is None:
-            ab = self._affine[n] = self.perf.decode_affine(n)
-        return ab
-
     def _try_jump(self, until_s: float, done: list[CompletedRequest]) -> bool:
         """Run k >= 2 identical decode-only iterations in closed form; False when the next one is not."""
         n = self._n_dec
@@ -312,31 +302,44 @@ class InstanceEngine:
             if n + chunk + self._slack <= free:
                 return False  # the next iteration admits someone
         heap = self._heap
-        while heap and not _live(heap[0]):
+        while heap:
+            top = heap[0]
+            seq = top[2]
+            if seq.alive and seq.order == top[1]:
+                break
             heapq.heappop(heap)
         k = heap[0][0] - self._d if heap else 1 << 30
-        k = min(k, int(free // n))
+        kv_k = int(free // n)
+        if kv_k < k:
+            k = kv_k
         if k < 2:
             return False
         horizon = until_s
-        if can_admit and self._pending:
-            horizon = min(horizon, self._pending[0][0])
-        a, b = self._affine_for(n)
+        if can_admit and self._pending and self._pending[0][0] < horizon:
+            horizon = self._pending[0][0]
+        ab = self._affine.get(n)
+        if ab is None:
+            ab = self._affine[n] = self.perf.decode_affine(n)
+        a, b = ab
         speed = self.speed_factor
         target = (horizon - self._now) * speed
-        # smallest k with k*a + b*(k*c0 + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
         if target <= 0:
             return False
-        qa = b * n / 2.0
-        qb = a + b * c0 - qa
-        if qa > 0:
-            kt = math.ceil((-qb + math.sqrt(qb * qb + 4 * qa * target)) / (2 * qa) - 1e-9)
-        else:
-            kt = math.ceil(target / qb - 1e-9)
-        k = min(k, max(1, kt))
-        if k < 2:
-            return False
-        cost = (k * a + b * (k * c0 + n * k * (k - 1) / 2.0)) / speed
+        half_bn = b * n / 2.0
+        cost = k * a + b * k * c0 + half_bn * k * (k - 1)
+        if cost > target:
+            # smallest k with k*a + b*(k*c0 + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
+            qb = a + b * c0 - half_bn
+            if half_bn > 0:
+                kt = math.ceil((-qb + math.sqrt(qb * qb + 4 * half_bn * target)) / (2 * half_bn) - 1e-9)
+            else:
+                kt = math.ceil(target / qb - 1e-9)
+            if kt < k:
+                k = kt
+            if k < 2:
+                return False
+            cost = k * a + b * k * c0 + half_bn * k * (k - 1)
+        cost /= speed
         self._now += cost
         self._busy_total += cost
         self._d += k
@@ -347,9 +350,9 @@ class InstanceEngine:
         heap, d = self._heap, self._d
         while heap and heap[0][0] <= d:
             entry = heapq.heappop(heap)
-            if not _live(entry):
-                continue
             seq = entry[2]
+            if not (seq.alive and seq.order == entry[1]):
+                continue
             seq.generated = seq.output
             self._remove_decoding(seq)
             del self._running[seq.order]
@@ -360,16 +363,19 @@ class InstanceEngine:
         budget = self._budget
         cap = self._kv_capacity
         # Decodes first: each running decoding sequence needs one more KV slot; preempt until they fit.
-        while self._n_dec and self._kv_used() + self._n_dec > cap:
-            if not self._preempt_last():
-                break
+        used = self._base_sum + self._n_dec * self._d + self._prefill_kv + self._slack * len(self._running)
+        if self._n_dec and used + self._n_dec > cap:
+            while self._n_dec and self._kv_used() + self._n_dec > cap:
+                if not self._preempt_last():
+                    break
+            used = self._kv_used()
         chunks: list[tuple[_Seq, int]] = []
         prefill_only = False
         if not self._chunked and self._waiting and len(self._running) < self._max_seqs:
             prefill_only = True  # V0 without chunked prefill runs prompts in their own iterations
         n_dec = 0 if prefill_only else self._n_dec
         budget -= n_dec
-        kv_free = cap - self._kv_used() - n_dec
+        kv_free = cap - used - n_dec
         if not prefill_only:
             for seq in self._prefilling:
                 if budget <= 0:
