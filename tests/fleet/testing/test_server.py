@@ -1,0 +1,175 @@
+"""FakeAliyunServer and its /_fake/ control API, over HTTP from the SDKs and urllib; the CLI's bad input."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from alibabacloud_cms20190101 import models as cm
+from alibabacloud_cms20190101.client import Client as CmsClient
+from alibabacloud_ecs20140526 import models as em
+from alibabacloud_ecs20140526.client import Client as EcsClient
+from alibabacloud_ess20220222 import models as m
+from alibabacloud_ess20220222.client import Client as EssClient
+from alibabacloud_tea_openapi.exceptions import ServerException
+
+from fleet.cli import main
+from fleet.testing import FakeAliyunServer
+
+from .conftest import REGION, sdk_config
+
+
+@pytest.fixture
+def server() -> Iterator[FakeAliyunServer]:
+    with FakeAliyunServer(port=0, boot_seconds=30, time_scale=1.0) as running:
+        yield running
+
+
+def call(
+    server: FakeAliyunServer, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{server.url}/_fake/{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_endpoint_is_loopback_with_the_bound_port(server: FakeAliyunServer) -> None:
+    host, port = server.endpoint.split(":")
+    assert host == "127.0.0.1" and int(port) > 0
+
+
+def test_clock_advance_boots_instances(server: FakeAliyunServer) -> None:
+    ess = EssClient(sdk_config(server.endpoint))
+    group_id = server.cloud.create_group_for_tests(min_size=1)
+    status, body = call(server, "POST", "clock", {"advance_s": 60})
+    rows = ess.describe_scaling_instances(
+        m.DescribeScalingInstancesRequest(scaling_group_id=group_id)
+    ).body.scaling_instances
+    assert status == 200 and "now" in body and [r.lifecycle_state for r in rows] == ["InService"]
+
+
+def test_negative_advance_is_refused(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "clock", {"advance_s": -5})
+    assert status == 400 and "negative" in body["error"]
+
+
+def test_published_metrics_read_back_through_the_sdk(server: FakeAliyunServer) -> None:
+    status, _ = call(
+        server,
+        "POST",
+        "metrics",
+        {
+            "namespace": "acs_ecs_dashboard",
+            "metric": "instance_gpu_gpu_temperature",
+            "dimensions": {"instanceId": "i-1"},
+            "value": 91.0,
+        },
+    )
+    body = (
+        CmsClient(sdk_config(server.endpoint))
+        .describe_metric_last(
+            cm.DescribeMetricLastRequest(
+                namespace="acs_ecs_dashboard",
+                metric_name="instance_gpu_gpu_temperature",
+                dimensions=json.dumps({"instanceId": "i-1"}),
+            )
+        )
+        .body
+    )
+    assert status == 200 and [r["Maximum"] for r in json.loads(body.datapoints)] == [91.0]
+
+
+def test_metric_without_a_value_is_refused(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "metrics", {"namespace": "ns", "metric": "m"})
+    assert status == 400 and "value" in body["error"]
+
+
+def test_injected_server_error_reaches_the_sdk(server: FakeAliyunServer) -> None:
+    call(
+        server,
+        "POST",
+        "faults",
+        {"action": "DescribeScalingGroups", "code": "InternalError", "status": 500, "count": 1},
+    )
+    with pytest.raises(ServerException) as info:
+        EssClient(sdk_config(server.endpoint)).describe_scaling_groups(
+            m.DescribeScalingGroupsRequest(region_id=REGION)
+        )
+    assert (info.value.code, info.value.status_code) == ("InternalError", 500)
+
+
+def test_unknown_fault_field_is_refused(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "faults", {"action": "X", "probability": 0.5})
+    assert status == 400 and "probability" in body["error"]
+
+
+def test_system_event_shows_in_full_status(server: FakeAliyunServer) -> None:
+    iid = server.cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", region_id=REGION).instance_id
+    status, body = call(server, "POST", "events", {"instance_id": iid, "code": "SystemFailure.Reboot"})
+    row = (
+        EcsClient(sdk_config(server.endpoint))
+        .describe_instances_full_status(
+            em.DescribeInstancesFullStatusRequest(region_id=REGION, instance_id=[iid])
+        )
+        .body.instance_full_status_set.instance_full_status_type[0]
+    )
+    events = row.scheduled_system_event_set.scheduled_system_event_type
+    assert status == 200 and [e.event_id for e in events] == [body["event_id"]]
+
+
+def test_event_for_an_unknown_instance_is_refused(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "events", {"instance_id": "i-ghost", "code": "SystemFailure.Reboot"})
+    assert status == 400 and "i-ghost" in body["error"]
+
+
+def test_state_dumps_groups_and_instances(server: FakeAliyunServer) -> None:
+    group_id = server.cloud.create_group_for_tests(in_service=2)
+    status, body = call(server, "GET", "state")
+    assert status == 200 and body["ess"]["groups"][group_id]["TotalCapacity"] == 2
+    assert len(body["ecs"]["instances"]) == 2
+
+
+def test_reset_empties_the_world(server: FakeAliyunServer) -> None:
+    server.cloud.create_group_for_tests(in_service=1)
+    status, _ = call(server, "POST", "reset", {})
+    assert status == 200 and call(server, "GET", "state")[1]["ess"]["groups"] == {}
+
+
+def test_groups_endpoint_builds_a_group(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "groups", {"min_size": 0, "max_size": 4, "in_service": 1})
+    assert status == 200 and server.cloud.ess.groups[body["group_id"]].max_size == 4
+
+
+def test_unknown_control_endpoint_is_404(server: FakeAliyunServer) -> None:
+    assert call(server, "POST", "teleport", {})[0] == 404
+
+
+def test_time_scale_speeds_up_the_clock() -> None:
+    with FakeAliyunServer(port=0, time_scale=3600.0) as fast:
+        before = fast.cloud.now()
+        call(fast, "GET", "clock")
+        assert (fast.cloud.now() - before).total_seconds() > 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--port", "70000"], "--port"),
+        (["--port", "0", "--time-scale", "0"], "--time-scale"),
+        (["--port", "0", "--boot-seconds", "-1"], "--boot-seconds"),
+        (["--port", "0", "--account-id", "abc"], "--account-id"),
+    ],
+)
+def test_fake_cloud_command_refuses_bad_input(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fake-cloud", *args]) == 2
+    assert fragment in capsys.readouterr().err
