@@ -20,8 +20,9 @@ from typing import Any, Protocol, TypeVar
 import pynvml
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
-# nvidia-ml-py). Only the reasons that mean "held below the clock it wants because of distress" are published
-# in the throttle bitmask: idle, application/user clocks, sync boost and display clocks are normal operation.
+# nvidia-ml-py). The published bitmask carries every bit as NVML reports it (the policies match named bits);
+# these five are the "distress" reasons, held below the wanted clock, that make a GPU count as throttled.
+# Idle, application/user clocks, sync boost and display clocks are normal operation.
 THROTTLE_REASON_BITS: dict[str, int] = {
     "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,  # 0x4: power draw at the enforced limit
     "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,  # 0x8: HW slowdown (thermal or power brake)
@@ -29,7 +30,7 @@ THROTTLE_REASON_BITS: dict[str, int] = {
     "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,  # 0x40
     "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,  # 0x80
 }
-# The benign bits, decoded for humans but never part of the published mask.
+# The benign bits: decoded and published, but never "throttled" on their own.
 BENIGN_REASON_BITS: dict[str, int] = {
     "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,  # 0x1
     "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,  # 0x2
@@ -109,7 +110,7 @@ class GpuReading:
     power_w: float | None = None
     power_limit_w: float | None = None
     clock_event_reasons_raw: int | None = None
-    throttle_reasons: int | None = None  # raw & THROTTLE_MASK
+    throttle_reasons: int | None = None  # the distress bits only: raw & THROTTLE_MASK
     throttle_reason_names: list[str] = field(default_factory=list)
     ecc_uncorrected_volatile: int | None = None
     ecc_corrected_volatile: int | None = None

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleet.agent.clock import StampResult
-from fleet.agent.nvml import GpuReading, GpuSnapshot
+from fleet.agent.nvml import THROTTLE_MASK, GpuReading, GpuSnapshot
 from fleet.agent.vllm import VllmReading
 
 # Instance-level custom metric names the service maps to policy metrics (keep them: issue 5, brief contract).
@@ -43,7 +43,7 @@ GPU_DEVICE_METRICS: dict[str, str] = {
     "gpu_device_sm_clock_ratio": "sm_clock_ratio",
     "gpu_device_power_w": "power_w",
     "gpu_device_power_limit_w": "power_limit_w",
-    "gpu_device_throttle_reasons": "throttle_reasons",
+    "gpu_device_throttle_reasons": "clock_event_reasons_raw",
     "gpu_device_ecc_uncorrected": "ecc_uncorrected_volatile",
     "gpu_device_xid": "last_xid",
 }
@@ -125,12 +125,15 @@ def instance_values(sample: Sample) -> dict[str, float]:
         live = [r for r in g.gpus if not r.lost]
         out["gpu_count"] = float(len(g.gpus))
         out["gpu_lost"] = float(g.lost_count)
-        masks = [r.throttle_reasons for r in live if r.throttle_reasons is not None]
+        masks = [r.clock_event_reasons_raw for r in live if r.clock_event_reasons_raw is not None]
         if masks:
+            # Every bit as NVML reports it, OR-ed over GPUs (policies match named bits; GpuIdle is set on
+            # any idle GPU, so "mask > 0" does not mean throttled: gpu_throttled does).
             combined = 0
             for mask in masks:
                 combined |= mask
             out["gpu_throttle_reasons"] = float(combined)
+            out["gpu_throttled"] = 1.0 if combined & THROTTLE_MASK else 0.0
         if g.xid_events:
             out["gpu_xid"] = float(g.xid_events[-1].xid)
         optional["gpu_mem_bw_util"] = _max([r.mem_bw_util_pct for r in live])

@@ -83,9 +83,20 @@ def test_instance_aggregates_over_gpus(vllm_server):
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
     agent.prime()
     values = instance_values(agent.step())
-    assert values["gpu_throttle_reasons"] == HW_THERMAL | SW_POWER  # OR of GPUs, idle bit excluded
+    assert values["gpu_throttle_reasons"] == HW_THERMAL | SW_POWER | pynvml.nvmlClocksEventReasonGpuIdle
+    assert values["gpu_throttled"] == 1.0
     assert values["gpu_mem_bw_util"] == 95.0  # max
     assert values["gpu_sm_clock_ratio"] == pytest.approx(0.5)  # min
+
+
+def test_an_idle_gpu_is_not_throttled(vllm_server):
+    agent = make_agent(
+        vllm_server.url, nvml=FakeNvml([FakeGpu(clock_event_reasons=pynvml.nvmlClocksEventReasonGpuIdle)])
+    )
+    agent.prime()
+    values = instance_values(agent.step())
+    assert values["gpu_throttle_reasons"] == pynvml.nvmlClocksEventReasonGpuIdle
+    assert values["gpu_throttled"] == 0.0
 
 
 def test_gpu_xid_is_published_only_in_a_period_with_an_xid(vllm_server):

@@ -69,7 +69,7 @@ def test_clock_event_reasons_decode_to_names(mask, names):
     assert decode_clock_event_reasons(mask) == names
 
 
-def test_throttle_mask_keeps_distress_bits_and_drops_idle():
+def test_throttle_reasons_keep_distress_bits_and_raw_keeps_all():
     reading = GpuCollector(FakeNvml([FakeGpu(clock_event_reasons=IDLE | HW_THERMAL)])).read().gpus[0]
     assert reading.clock_event_reasons_raw == IDLE | HW_THERMAL
     assert reading.throttle_reasons == HW_THERMAL
