@@ -18,8 +18,9 @@ from typing import Any
 
 import typer
 import yaml
+from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from fleet.commands._common import console, err_console, fail, print_json
@@ -319,7 +320,7 @@ class _progress:
         self._bar = Progress(
             TextColumn("simulating options"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            MofNCompleteColumn(),
             console=err_console,
             transient=True,
         )
@@ -392,7 +393,7 @@ def _render(
     rows = result.candidates[: top or 15]
     best = result.best
     best_j = best.to_json(wl) if best is not None else None
-    table = Table(title=f"{shape.name}: options, best first", header_style="bold")
+    table = Table(title=f"{shape.name}: options, best first", header_style="bold", box=box.SIMPLE_HEAD)
     for col in ("#", "instance type", "GPUs", "TP", "KV tokens"):
         table.add_column(col, justify="left" if col == "instance type" else "right", no_wrap=True)
     if has_load:
@@ -424,8 +425,12 @@ def _render(
             cells.append(_fmt(j.get("price_cny_per_hour")))
         cells.append(_short_reason(j, best_j))
         table.add_row(*cells)
-    # piped output gets a wide table rather than rich's 80-column default
-    out = console if console.is_terminal else Console(width=160, highlight=False)
+    # A wide table rather than rich's squeezed columns: a narrow terminal wraps lines, pipes keep them whole.
+    out = (
+        console
+        if console.width >= 150
+        else Console(width=150, highlight=False, force_terminal=console.is_terminal)
+    )
     out.print(table)
     if len(result.candidates) > len(rows):
         console.print(f"({len(result.candidates) - len(rows)} more options: --top or --json shows them)")
