@@ -12,7 +12,8 @@
 - scheduled tasks: the schedule floors and ceilings, as ``policies.schedule.bounds`` computes them (cold-start
   lead included), turned into ESS scheduled tasks that recur weekly in UTC, one per change of the bounds;
 - ``drain_timeout_s`` from the isolation spec's drain timeout;
-- ``chat_robot_webhook_url`` from the first DingTalk robot among the notifications, when there is one.
+- ``chat_robot_webhook_url`` from the first DingTalk robot among the notifications, when there is one;
+- ``backstop_alarm.threshold`` kept above any scale-out rule on ``gpu_util_avg``.
 
 Problems the configuration cannot express in ESS (a schedule that does not repeat weekly in UTC, such as a
 window in a zone with daylight saving time) raise :class:`ExportError` naming the group and the reason.
@@ -53,6 +54,15 @@ INSTANCE_DOWN_ALARM = {
     "period_s": ALARM_PERIOD_S,
     "level": "critical",
 }
+
+# ESS alarm tasks name the CloudMonitor agent's GPU readings their own way (aliyun-api.md, CreateAlarm); the
+# policy metric each one is. The backstop alarm may only use these.
+ESS_SYSTEM_GPU_METRICS: dict[str, str] = {
+    "GpuUtilizationAgent": m.GPU_UTIL_PCT,
+    "GpuMemoryUtilizationAgent": m.GPU_MEM_USED_PCT,
+}
+BACKSTOP_MARGIN_PCT = 10.0  # the backstop fires this far above the service's own GPU-utilization trigger
+BACKSTOP_DEFAULT_THRESHOLD_PCT = 95.0  # the module's default, kept when no rule is higher
 
 # Group rule metric -> the per-instance custom metric the alarm watches, and the statistic it takes.
 _SCALE_OUT_ALARMS: dict[str, tuple[str, str, str]] = {
@@ -136,10 +146,22 @@ def build_tfvars(
         "alarms": alarms_for(spec),
         "scheduled_tasks": scheduled_tasks_for(spec, now) if scheduled_tasks else {},
     }
+    backstop = backstop_threshold_pct(spec)
+    if backstop is not None:
+        tfvars["backstop_alarm"] = {"threshold": backstop}
     robot = chat_robot_url(getattr(config, "notifications", ()))
     if robot is not None:
         tfvars["chat_robot_webhook_url"] = robot
     return tfvars
+
+
+def backstop_threshold_pct(spec: GroupSpec) -> float | int | None:
+    """The backstop's GPU-utilization threshold when a scale-out rule on gpu_util_avg would put the module's
+    default too close: BACKSTOP_MARGIN_PCT above the rule (at most 100), so the service always acts first."""
+    rules = [r.above for r in spec.scale_out if r.metric == m.GPU_UTIL_AVG and r.above is not None]
+    if not rules:
+        return None
+    return _number(min(100.0, max(BACKSTOP_DEFAULT_THRESHOLD_PCT, min(rules) + BACKSTOP_MARGIN_PCT)))
 
 
 def chat_robot_url(notifications: Sequence[Any]) -> str | None:

@@ -12,7 +12,7 @@ from fleet.agent.nvml import GpuSnapshot
 from fleet.agent.sample import Sample, instance_values
 from fleet.agent.vllm import VllmReading
 from fleet.config import load_config
-from fleet.terraform_export import AGENT_HEALTH_METRICS, build_tfvars
+from fleet.terraform_export import AGENT_HEALTH_METRICS, ESS_SYSTEM_GPU_METRICS, build_tfvars
 from fleet.terraform_hcl import apply_defaults, literal, load_dir, parse_type
 from policies import metrics as m
 
@@ -68,3 +68,10 @@ def test_agent_health_metrics_in_alarms_are_published_by_the_node_agent(name):
         vllm=VllmReading(up=False),
     )
     assert instance_values(sample)[name] == 0.0  # published even (especially) when vLLM is down
+
+
+def test_backstop_alarm_metric_is_the_ess_name_of_a_gpu_reading_the_service_reads(module_dir):
+    variable = load_dir(module_dir).variables["backstop_alarm"]
+    backstop = apply_defaults(parse_type(variable.body["type"]), literal(variable.body["default"]))
+    policy_metric = ESS_SYSTEM_GPU_METRICS[backstop["metric_name"]]
+    assert m.CMS_METRIC_NAMES[policy_metric][0] in SERVICE_CMS_METRICS

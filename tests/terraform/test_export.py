@@ -216,6 +216,14 @@ def test_the_chat_robot_is_the_configs_dingtalk_notification():
         "https://oapi.dingtalk.com/robot/send?access_token=t"
 
 
+def test_backstop_stays_above_the_services_gpu_utilization_trigger():
+    assert "backstop_alarm" not in build_tfvars(config(group()), now=NOW)
+    low = group(scale_out=[{"metric": "gpu_util_avg", "above": 70, "for": "3m"}])
+    assert build_tfvars(config(low), now=NOW)["backstop_alarm"] == {"threshold": 95}
+    high = group(scale_out=[{"metric": "gpu_util_avg", "above": 88, "for": "3m"}])
+    assert build_tfvars(config(high), now=NOW)["backstop_alarm"] == {"threshold": 98}
+
+
 def test_missing_account_id_is_an_error():
     with pytest.raises(ExportError, match="account_id is required"):
         build_tfvars(config(group(), account_id=None), now=NOW)
