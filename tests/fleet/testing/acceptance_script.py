@@ -1,4 +1,4 @@
-"""The issue's acceptance script: only the official SDK clients (plus the fake's control API for time and faults).
+"""The issue's acceptance script: only the official SDK clients (plus the fake's control API: time, faults).
 
 Run against a server: ``python acceptance_script.py 127.0.0.1:PORT`` (e.g. ``fleet fake-cloud --port PORT``);
 the tests also run it in-process under ``mock_aliyun()`` and against ``FakeAliyunServer``.

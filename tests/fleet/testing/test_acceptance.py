@@ -1,5 +1,6 @@
 """The issue's acceptance list, walked by a script that uses only the official SDK clients: over HTTP against
-``FakeAliyunServer`` and against ``fleet fake-cloud`` in a subprocess, and in-process under ``mock_aliyun()``."""
+``FakeAliyunServer`` and against ``fleet fake-cloud`` in a subprocess, and in-process under
+``mock_aliyun()``."""
 
 from __future__ import annotations
 
