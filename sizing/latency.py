@@ -151,11 +151,19 @@ class LatencyReport:
     throughput_rps: float
     output_tokens_per_s: float
     busy_fraction: float
+    backlog_at_end: int = 0  # requests still waiting when the arrivals stopped
+
+    @property
+    def stable(self) -> bool:
+        """The instance keeps up: an overloaded one ends the arrivals with a backlog that grew all along
+        (more than 5% of the requests; a steady queue stays far below that)."""
+        return self.backlog_at_end <= max(5, 0.05 * self.requests)
 
     def meets(self, slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> bool:
+        """Both SLOs (when given) hold at P99, and the instance is not overloaded."""
         ok_ttft = slo_ttft_p99_ms is None or self.ttft_p99_ms <= slo_ttft_p99_ms
         ok_tpot = slo_tpot_p99_ms is None or self.tpot_p99_ms <= slo_tpot_p99_ms
-        return ok_ttft and ok_tpot
+        return ok_ttft and ok_tpot and self.stable
 
     def missed(self, slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> str:
         """Which SLO this load misses, in words ('' when none)."""
@@ -164,10 +172,14 @@ class LatencyReport:
             parts.append(f"P99 TTFT {self.ttft_p99_ms:.0f} ms > {slo_ttft_p99_ms:g} ms")
         if slo_tpot_p99_ms is not None and self.tpot_p99_ms > slo_tpot_p99_ms:
             parts.append(f"P99 TPOT {self.tpot_p99_ms:.1f} ms > {slo_tpot_p99_ms:g} ms")
+        if not self.stable:
+            parts.append(f"overloaded: {self.backlog_at_end} requests still waiting when arrivals stop")
         return ", ".join(parts)
 
 
-def summarize(done: Sequence[CompletedRequest], rate_rps: float, busy_fraction: float) -> LatencyReport:
+def summarize(
+    done: Sequence[CompletedRequest], rate_rps: float, busy_fraction: float, backlog_at_end: int = 0
+) -> LatencyReport:
     served = [r for r in done if not r.rejected]
     ms = 1000.0
     ttft = [r.ttft_s * ms for r in served]
@@ -200,6 +212,7 @@ def summarize(done: Sequence[CompletedRequest], rate_rps: float, busy_fraction: 
         throughput_rps=len(served) / span,
         output_tokens_per_s=sum(r.output_tokens for r in served) / span,
         busy_fraction=busy_fraction,
+        backlog_at_end=backlog_at_end,
     )
 
 
@@ -230,10 +243,11 @@ def simulate(
     end = reqs[-1].arrival_s
     done = engine.advance(end)
     busy = engine.busy_fraction
+    backlog = engine.num_waiting
     done += engine.advance(end + 1e7)  # drain
     skip = int(len(reqs) * warmup_fraction)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
-    return summarize(kept, workload.rate / replicas, busy)
+    return summarize(kept, workload.rate / replicas, busy, backlog)
 
 
 # -------------------------------------------------------------------------------------------- capacity

@@ -129,3 +129,14 @@ def test_the_knee_sweep_finds_a_knee_before_latency_explodes():
     slope_before = (pts[k].e2e_p99_ms - pts[0].e2e_p99_ms) / (pts[k].rate_rps - pts[0].rate_rps)
     slope_after = (pts[k + 1].e2e_p99_ms - pts[k].e2e_p99_ms) / (pts[k + 1].rate_rps - pts[k].rate_rps)
     assert slope_after > 1.5 * slope_before
+
+
+def test_an_overloaded_instance_is_flagged_even_without_slos():
+    from sizing import InstanceEngine
+
+    engine = InstanceEngine(DEP)
+    cap, _ = capacity_estimate(engine.plan, engine.perf, 1000, 200)
+    over = simulate(DEP, Workload(qps=cap * 1.5), num_requests=600)
+    under = simulate(DEP, Workload(qps=cap * 0.5), num_requests=600)
+    assert not over.stable and not over.meets(None, None) and "overloaded" in over.missed(None, None)
+    assert under.stable and under.meets(None, None)

@@ -163,3 +163,10 @@ def test_the_json_of_a_candidate_has_every_documented_field(result):
         "cost_cny_per_million_tokens",
     }
     assert all(fields <= set(c) for c in doc["candidates"])
+
+
+def test_without_slos_the_count_still_carries_the_load():
+    pool = [find_instance("gn7i-c8g1.2xlarge")]
+    res = search(MODEL, settings=SETTINGS, workload=LOAD.with_qps(8.0), prices=price_book(), instances=pool)
+    best = res.best
+    assert best is not None and best.report.stable and best.instances >= 2
