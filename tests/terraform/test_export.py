@@ -306,3 +306,15 @@ def test_cli_invalid_config_names_the_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert str(bad) in err and "min_size (2) is above max_size (1)" in err
+
+
+def test_cli_writes_to_stdout_with_dash(capsys):
+    code = main(["terraform", "export", "-c", str(EXAMPLE_CONFIG), "-o", "-", "--at", "2026-11-30T16:00:00Z"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "chat-7b"
+
+
+def test_cli_refuses_an_output_in_a_missing_directory(tmp_path, capsys):
+    code = main(["terraform", "export", "-c", str(EXAMPLE_CONFIG), "-o", str(tmp_path / "no" / "t.json")])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
