@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from sizing import Deployment, InstanceEngine, find_gpu, find_model
+from sizing import Deployment, InstanceEngine, find_gpu, find_model, plan_memory
 from sizing.engine import CompletedRequest
 
 
@@ -145,3 +147,40 @@ def test_requests_arriving_later_wait_for_their_arrival_time():
     assert engine.num_pending == 1
     [r] = engine.advance(60.0)
     assert r.first_token_s > 50.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 30), st.integers(1, 3000), st.integers(1, 600)), min_size=1, max_size=40),
+    st.sampled_from([0.065, 0.08, 0.9]),  # small KV caches force preemption
+    st.sampled_from([4, 64, 256]),
+    st.booleans(),
+)
+def test_engine_invariants_hold_for_any_arrivals(reqs, util, max_seqs, chunked):
+    dep = _deployment(
+        model=find_model("Qwen2.5-0.5B"),
+        gpu_memory_utilization=util,
+        max_model_len=4096,
+        max_num_seqs=max_seqs,
+        enable_chunked_prefill=chunked,
+    )
+    plan = plan_memory(dep)
+    assume(plan.fits)
+    engine = InstanceEngine(dep, plan=plan)
+    accepted = {i for i, (t, p, o) in enumerate(reqs) if engine.submit(i, t, p, o)}
+    done: list[CompletedRequest] = []
+    for t in range(0, 40, 2):
+        done += engine.advance(float(t))
+        assert engine.num_running <= max_seqs
+        assert 0.0 <= engine.kv_usage <= 1.0
+    done += engine.advance(1e7)
+    assert sorted(r.request_id for r in done) == list(range(len(reqs)))
+    assert {r.request_id for r in done if not r.rejected} == accepted
+    floor = engine.perf.decode_tpot_s()
+    for r in done:
+        if r.rejected:
+            continue
+        assert 0.0 <= r.queue_s <= r.ttft_s <= r.e2e_s
+        assert r.finish_s == pytest.approx(r.arrival_s + r.e2e_s)
+        if r.output_tokens > 1 and r.preemptions == 0:
+            assert r.tpot_s >= floor * (1 - 1e-9)
