@@ -212,6 +212,10 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     """vLLM's startup memory arithmetic for ``dep``; raises :class:`SizingInputError` for impossible input."""
     model, gpu, tp = dep.model, dep.gpu, dep.tp
     check_tp(model, tp)
+    if dep.engine not in ("v0", "v1"):
+        raise SizingInputError(f"engine must be v0 or v1, got {dep.engine!r}")
+    if dep.block_size < 1:
+        raise SizingInputError(f"block_size must be positive, got {dep.block_size}")
     if not 0.0 < dep.gpu_memory_utilization <= 1.0:
         raise SizingInputError(f"gpu_memory_utilization must be in (0, 1], got {dep.gpu_memory_utilization}")
     if dep.kv_cache_dtype not in KV_CACHE_DTYPES:
