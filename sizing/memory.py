@@ -236,6 +236,8 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     tokens, seqs, chunked = _budgets(dep, max_model_len)
     if tokens < 1 or seqs < 1:
         raise SizingInputError("max_num_batched_tokens and max_num_seqs must be positive")
+    if tokens < seqs:  # vLLM's SchedulerConfig refuses this at start-up
+        raise SizingInputError(f"max_num_batched_tokens ({tokens}) must be at least max_num_seqs ({seqs})")
     if not chunked and tokens < max_model_len:
         raise SizingInputError(
             f"max_num_batched_tokens {tokens} is below max_model_len {max_model_len} without chunked prefill"

@@ -192,3 +192,9 @@ def test_more_memory_utilization_never_shrinks_the_kv_cache(util, extra):
     low = plan_memory(Deployment(model, gpu, gpu_memory_utilization=util))
     high = plan_memory(Deployment(model, gpu, gpu_memory_utilization=util + extra))
     assert high.kv_cache_tokens >= low.kv_cache_tokens
+
+
+def test_a_token_budget_below_max_num_seqs_is_refused_like_vllm_does():
+    dep = Deployment(find_model("Qwen2.5-7B"), find_gpu("A10"), max_num_seqs=4096, max_model_len=4096)
+    with pytest.raises(SizingInputError, match=r"max_num_batched_tokens \(2048\) must be at least"):
+        plan_memory(dep)
