@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import typing
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -87,6 +88,12 @@ class MetricsSource(_Section):
             raise ValueError("a prometheus metrics_source needs url")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
+        # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
+        for name in (self.instance_label, *self.labels):
+            if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):
+                raise ValueError(f"{name!r} is not a usable Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+        if self.instance_label in self.labels:
+            raise ValueError(f"labels must not match on instance_label {self.instance_label!r}")
         return self
 
 

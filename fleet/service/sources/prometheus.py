@@ -83,6 +83,12 @@ def regex_alternation(values: Sequence[str]) -> str:
     return "|".join("".join("\\" + c if c in _REGEX_SPECIALS else c for c in v) for v in sorted(set(values)))
 
 
+def _malformed(endpoint: str, exc: Exception) -> ServerError:
+    return ServerError(
+        "Prometheus.BadResponse", f"malformed result: {type(exc).__name__}: {exc}", action=endpoint
+    )
+
+
 class PrometheusClient:
     """The two HTTP API calls this source needs; requests.Session underneath (tests swap the session)."""
 
@@ -100,11 +106,17 @@ class PrometheusClient:
                 f"expected an instant vector, got {data.get('resultType')!r} for {promql}",
                 action="query",
             )
-        out = []
-        for row in data.get("result") or []:
-            ts, text = row["value"]
-            out.append(Sample(labels=dict(row.get("metric") or {}), value=_number(text), at=_utc(float(ts))))
-        return out
+        try:
+            return [
+                Sample(
+                    labels=dict(row.get("metric") or {}),
+                    value=_number(row["value"][1]),
+                    at=_utc(float(row["value"][0])),
+                )
+                for row in data.get("result") or []
+            ]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed("query", exc) from None
 
     def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
         """Evaluate ``promql`` at every ``step_s`` from ``start`` to ``end`` (a range vector per series)."""
@@ -123,13 +135,16 @@ class PrometheusClient:
                 f"expected a range vector, got {data.get('resultType')!r} for {promql}",
                 action="query_range",
             )
-        return [
-            Series(
-                labels=dict(row.get("metric") or {}),
-                points=[(_utc(float(ts)), _number(text)) for ts, text in row.get("values") or []],
-            )
-            for row in data.get("result") or []
-        ]
+        try:
+            return [
+                Series(
+                    labels=dict(row.get("metric") or {}),
+                    points=[(_utc(float(ts)), _number(text)) for ts, text in row.get("values") or []],
+                )
+                for row in data.get("result") or []
+            ]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed("query_range", exc) from None
 
     def _call(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
         # POST with a form body: a group's instance-id regex can outgrow a URL

@@ -1,0 +1,245 @@
+"""PrometheusSource against a scripted Prometheus HTTP API on 127.0.0.1: PromQL, matching, times, errors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from fleet.cloud.clients import make_clients
+from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError
+from fleet.cloud.retry import RetryPolicy
+from fleet.config import GroupConfig
+from fleet.service.observe import Observer
+from fleet.service.sources import PROMQL_MAPPINGS, CloudMonitorSource, PrometheusSource, source_for
+from fleet.service.sources.prometheus import promql_string, regex_alternation
+from policies import metrics as pm
+from policies.spec import GroupSpec
+
+from .conftest import ENV, REGION, free_port, matrix, vector
+
+FAST = RetryPolicy(attempts=1, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+EVAL_AT = 1_700_000_100.0  # the evaluation time the fake stamps instant results with
+
+
+def _answer_by_kind(values, fresh):
+    """Value queries get ``values``; the freshness query (timestamp()) gets ``fresh``."""
+
+    def answer(endpoint, form):
+        rows = fresh if form["query"].startswith("max by") and "timestamp(" in form["query"] else values
+        return 200, vector(rows, at=EVAL_AT)
+
+    return answer
+
+
+def test_every_canonical_instance_metric_has_a_promql_mapping():
+    assert set(PROMQL_MAPPINGS) == set(pm.INSTANCE_METRICS)
+
+
+def test_query_restricts_to_the_group_instances_and_the_configured_labels(prom_api):
+    src = PrometheusSource(prom_api.url, labels={"cluster": "prod"})
+    src.read_last(pm.QUEUE_WAITING, ["i-b", "i-a"])
+    value_query = prom_api.queries()[0]
+    assert 'instance_id=~"i-a|i-b"' in value_query
+    assert 'cluster="prod"' in value_query
+    assert value_query.startswith("sum by (instance_id) (vllm:num_requests_waiting{")
+
+
+def test_results_are_matched_to_instances_by_the_instance_label(prom_api):
+    prom_api.answer = _answer_by_kind(
+        [({"instance_id": "i-a"}, 3), ({"instance_id": "i-other"}, 9), ({}, 1)],
+        [({"instance_id": "i-a"}, EVAL_AT - 2)],
+    )
+    points = PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a", "i-b"])
+    assert [(p.instance_id, p.value) for p in points] == [("i-a", 3.0)]
+
+
+def test_a_configured_instance_label_is_used_to_select_group_and_match(prom_api):
+    prom_api.answer = _answer_by_kind([({"ecs_id": "i-a"}, 4)], [({"ecs_id": "i-a"}, EVAL_AT - 1)])
+    points = PrometheusSource(prom_api.url, instance_label="ecs_id").read_last(pm.REQUESTS_RUNNING, ["i-a"])
+    assert [(p.instance_id, p.value) for p in points] == [("i-a", 4.0)]
+    assert all("sum by (ecs_id)" in q or "max by (ecs_id)" in q for q in prom_api.queries())
+
+
+def test_point_time_is_the_newest_raw_sample_not_the_evaluation_time(prom_api):
+    scraped_at = EVAL_AT - 42.5
+    prom_api.answer = _answer_by_kind([({"instance_id": "i-a"}, 70)], [({"instance_id": "i-a"}, scraped_at)])
+    [point] = PrometheusSource(prom_api.url).read_last(pm.GPU_TEMPERATURE_C, ["i-a"])
+    assert point.timestamp == datetime.fromtimestamp(scraped_at, UTC)
+
+
+def test_freshness_query_reads_the_timestamps_of_every_series_the_metric_uses(prom_api):
+    PrometheusSource(prom_api.url).read_last(pm.GPU_MEM_USED_PCT, ["i-a"])
+    fresh = [q for q in prom_api.queries() if "timestamp(" in q]
+    assert fresh and '__name__=~"DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_USED"' in fresh[0]
+
+
+def test_empty_result_means_unknown_not_zero(prom_api):
+    prom_api.answer = lambda e, f: (200, vector([]))
+    assert PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"]) == []
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_non_finite_values_give_no_point(prom_api, value):
+    prom_api.answer = _answer_by_kind([({"instance_id": "i-a"}, value)], [({"instance_id": "i-a"}, EVAL_AT)])
+    assert PrometheusSource(prom_api.url).read_last(pm.TTFT_P99_MS, ["i-a"]) == []
+
+
+def test_per_gpu_metrics_keep_the_gpu_as_a_dimension(prom_api):
+    prom_api.answer = _answer_by_kind(
+        [({"instance_id": "i-a", "gpu": "0"}, 4), ({"instance_id": "i-a", "gpu": "1"}, 64)],
+        [({"instance_id": "i-a"}, EVAL_AT)],
+    )
+    points = PrometheusSource(prom_api.url).read_last(pm.GPU_THROTTLE_REASONS, ["i-a"])
+    assert sorted((p.dimensions["gpu"], p.value) for p in points) == [("0", 4.0), ("1", 64.0)]
+
+
+def test_no_instances_means_no_query(prom_api):
+    assert PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, []) == []
+    assert prom_api.requests == []
+
+
+def test_promql_error_becomes_an_invalid_request_with_the_error_type(prom_api):
+    prom_api.answer = lambda e, f: (
+        400,
+        {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"},
+    )
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.bad_data" and "parse error" in info.value.message
+
+
+def test_server_error_becomes_a_server_error(prom_api):
+    prom_api.answer = lambda e, f: (503, {"status": "error", "errorType": "unavailable", "error": "busy"})
+    with pytest.raises(ServerError) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.unavailable" and info.value.status == 503
+
+
+def test_an_answer_that_is_not_the_prometheus_api_is_a_server_error(prom_api):
+    prom_api.answer = lambda e, f: (200, "<html>a proxy login page</html>")
+    with pytest.raises(ServerError) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.BadResponse"
+
+
+def test_a_malformed_result_is_a_server_error_not_a_crash(prom_api):
+    prom_api.answer = lambda e, f: (
+        200,
+        {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
+    )
+    with pytest.raises(ServerError):
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+
+
+def test_unreachable_prometheus_is_a_network_error():
+    src = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    with pytest.raises(NetworkError) as info:
+        src.read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.Unreachable"
+
+
+def _xid_source(prom_api, series, now):
+    prom_api.answer = lambda e, f: (200, matrix(series))
+    return PrometheusSource(prom_api.url, xid_lookback_s=300, xid_step_s=30, clock=lambda: now)
+
+
+def test_xid_is_dated_when_the_gauge_took_its_value(prom_api):
+    now = 1_699_999_980.0  # a multiple of 30 (the step)
+    grid = [now - 300 + 30 * k for k in range(11)]
+    values = [0.0] * 6 + [79.0] * 5
+    src = _xid_source(
+        prom_api, [({"instance_id": "i-a", "gpu": "1"}, list(zip(grid, values, strict=True)))], now
+    )
+    [point] = src.read_last(pm.GPU_XID, ["i-a"])
+    assert point.value == 79 and point.timestamp == datetime.fromtimestamp(grid[6], UTC)
+    assert point.dimensions["gpu"] == "1"
+
+
+def test_xid_date_is_the_same_on_the_next_tick(prom_api):
+    now = 1_699_999_980.0
+    grid = [now - 300 + 30 * k for k in range(11)]
+    values = [0.0] * 6 + [79.0] * 5
+    first = _xid_source(prom_api, [({"instance_id": "i-a"}, list(zip(grid, values, strict=True)))], now)
+    [a] = first.read_last(pm.GPU_XID, ["i-a"])
+    later_grid = grid[1:] + [now + 30]
+    later_values = values[1:] + [79.0]
+    second = _xid_source(
+        prom_api, [({"instance_id": "i-a"}, list(zip(later_grid, later_values, strict=True)))], now + 40
+    )
+    [b] = second.read_last(pm.GPU_XID, ["i-a"])
+    assert a.timestamp == b.timestamp
+
+
+def test_range_query_for_xids_is_aligned_to_the_step(prom_api):
+    _xid_source(prom_api, [], 1_700_000_017.0).read_last(pm.GPU_XID, ["i-a"])
+    [(endpoint, form)] = prom_api.requests
+    assert endpoint == "query_range"
+    assert float(form["end"]) % 30 == 0 and float(form["start"]) == float(form["end"]) - 300
+
+
+def test_xid_unchanged_over_the_whole_lookback_is_left_out(prom_api):
+    now = 1_699_999_980.0
+    grid = [now - 300 + 30 * k for k in range(11)]
+    src = _xid_source(prom_api, [({"instance_id": "i-a"}, [(t, 79.0) for t in grid])], now)
+    assert src.read_last(pm.GPU_XID, ["i-a"]) == []
+
+
+def test_no_xid_reads_as_code_zero(prom_api):
+    now = 1_699_999_980.0
+    grid = [now - 60, now - 30, now]
+    src = _xid_source(prom_api, [({"instance_id": "i-a"}, [(t, 0.0) for t in grid])], now)
+    [point] = src.read_last(pm.GPU_XID, ["i-a"])
+    assert point.value == 0
+
+
+def test_read_range_returns_a_point_per_step(prom_api):
+    prom_api.answer = lambda e, f: (200, matrix([({"instance_id": "i-a"}, [(100.0, 1.0), (115.0, 2.0)])]))
+    points = PrometheusSource(prom_api.url).read_range(
+        pm.QUEUE_WAITING, ["i-a"], datetime.fromtimestamp(100, UTC), datetime.fromtimestamp(115, UTC), 15
+    )
+    assert [p.value for p in points] == [1.0, 2.0]
+    assert prom_api.requests[0][1]["step"] == "15"
+
+
+def test_regex_and_string_literals_are_escaped():
+    assert regex_alternation(["i-a.b", "i-c"]) == "i-a\\.b|i-c"
+    assert promql_string('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def test_label_names_are_checked():
+    with pytest.raises(ValueError, match="label name"):
+        PrometheusSource("http://127.0.0.1:9", labels={"bad-name": "x"})
+    with pytest.raises(ValueError, match="instance label"):
+        PrometheusSource("http://127.0.0.1:9", labels={"instance_id": "i-a"})
+
+
+def test_a_spec_without_metrics_source_reads_cloudmonitor():
+    class Clients:
+        cms = object()
+
+    spec = GroupSpec(name="chat", scaling_group_id="asg-1", min_size=1, max_size=2)
+    assert isinstance(source_for(spec, Clients()), CloudMonitorSource)
+
+
+def test_observer_records_a_failed_prometheus_read_and_goes_on(aliyun_server):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
+    cloud = aliyun_server.cloud
+    gid = cloud.create_group_for_tests(name="chat", desired_capacity=1, in_service=1, region_id=REGION)
+    clients = make_clients(REGION, cloud.account_id, endpoint=aliyun_server.endpoint, retry=FAST, env=ENV)
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id=gid,
+        min_size=1,
+        max_size=2,
+        scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "30s"}],
+        isolation={"enabled": False},
+        metrics_source={"type": "prometheus", "url": url},
+    )
+    errors: list[CloudError] = []
+    obs = Observer(clients, [spec], on_error=errors.append).observe(cloud.now())
+    g = obs.groups["chat"]
+    assert g.ok and len(g.instances) == 1
+    assert [e.code for e in errors] == ["Prometheus.Unreachable"]
+    assert g.metrics == {} and g.staleness_s[pm.QUEUE_WAITING] is None
+    assert not [c for c in cloud.calls if c[0] == "cms"]  # a Prometheus group never reads CloudMonitor
