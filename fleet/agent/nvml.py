@@ -220,7 +220,11 @@ class GpuCollector:
             self._event_set = None
             return
         registered = 0
-        for index in range(nvml.nvmlDeviceGetCount()):
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError:
+            count = 0  # read() will report why
+        for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 nvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)

@@ -130,7 +130,10 @@ class Agent:
         ticks instead of bursting to catch up.
         """
         period_s = self.config.period_s
-        self.prime()
+        try:
+            self.prime()
+        except Exception:  # a failed baseline only costs the first window its percentiles
+            log.exception("priming failed; sampling anyway")
         next_s = self._clock.monotonic() + period_s
         taken = periods = 0
         try:

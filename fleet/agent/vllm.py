@@ -12,6 +12,7 @@ Scraping uses urllib on purpose: the fake cloud intercepts ``requests``, and the
 
 from __future__ import annotations
 
+import http.client
 import math
 import urllib.error
 import urllib.request
@@ -34,6 +35,8 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 QUANTILES = (0.50, 0.95, 0.99)
 SCRAPE_TIMEOUT_S = 2.0
+# vLLM's page is tens of KiB; anything far larger is not it, and must not eat the agent's memory.
+MAX_METRICS_BYTES = 16 * 1024 * 1024
 
 
 class ScrapeError(Exception):
@@ -44,12 +47,15 @@ def fetch_metrics_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     """GET ``url`` and return its body; ScrapeError for anything but a 2xx with a body."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (operator-given local URL)
-            return resp.read().decode("utf-8", errors="replace")
+            body = resp.read(MAX_METRICS_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise ScrapeError(f"{url}: HTTP {exc.code}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ScrapeError(f"{url}: {reason}") from exc
+    if len(body) > MAX_METRICS_BYTES:
+        raise ScrapeError(f"{url}: answer larger than {MAX_METRICS_BYTES} bytes; not vLLM's /metrics")
+    return body.decode("utf-8", errors="replace")
 
 
 @dataclass

@@ -190,6 +190,24 @@ def test_an_unexpected_failure_in_one_period_does_not_stop_the_loop(vllm_server)
     assert agent.counters().sample_errors_total == 1
 
 
+def test_a_failed_baseline_scrape_does_not_stop_the_agent(vllm_server):
+    calls = {"n": 0}
+
+    def fetch(url: str) -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("vLLM answered nonsense while priming")
+        return vllm_server.state.render()
+
+    agent = Agent(
+        AgentConfig(instance_id=INSTANCE, vllm_url=vllm_server.url),
+        nvml=FakeNvml(),
+        clock=FakeClock(),
+        vllm_fetch=fetch,
+    )
+    assert agent.run(threading.Event(), max_samples=2) == 2
+
+
 def test_clock_jump_is_repaired_in_published_timestamps(vllm_server):
     clock = FakeClock()
     sink = RecordingSink()
