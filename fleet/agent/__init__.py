@@ -1,1 +1,50 @@
-"""The node agent: GPU health (NVML) and vLLM metrics from each instance into CloudMonitor."""
+"""The node agent: GPU health (NVML) and vLLM metrics from each instance into CloudMonitor.
+
+``Agent`` runs the loop (``fleet agent`` builds one); ``FakeNvml`` stands in for NVML in tests and demos;
+``to_points``/``instance_values`` say what a sample publishes. See docs/agent.md.
+"""
+
+from fleet.agent.clock import Clock, FakeClock, SystemClock, TimestampGuard
+from fleet.agent.fake_nvml import FakeGpu, FakeNvml
+from fleet.agent.nvml import GpuCollector, GpuReading, GpuSnapshot, Nvml, XidEvent, load_nvml
+from fleet.agent.publish import CmsPublisher
+from fleet.agent.run import Agent, AgentConfig
+from fleet.agent.sample import (
+    INSTANCE_METRICS_READ_BY_SERVICE,
+    Point,
+    PublishStatus,
+    Sample,
+    gpu_values,
+    instance_values,
+    sample_to_json,
+    to_points,
+)
+from fleet.agent.vllm import VllmCollector, VllmReading
+
+__all__ = [
+    "INSTANCE_METRICS_READ_BY_SERVICE",
+    "Agent",
+    "AgentConfig",
+    "Clock",
+    "CmsPublisher",
+    "FakeClock",
+    "FakeGpu",
+    "FakeNvml",
+    "GpuCollector",
+    "GpuReading",
+    "GpuSnapshot",
+    "Nvml",
+    "Point",
+    "PublishStatus",
+    "Sample",
+    "SystemClock",
+    "TimestampGuard",
+    "VllmCollector",
+    "VllmReading",
+    "XidEvent",
+    "gpu_values",
+    "instance_values",
+    "load_nvml",
+    "sample_to_json",
+    "to_points",
+]
