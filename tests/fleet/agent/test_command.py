@@ -31,15 +31,24 @@ def _no_ambient_identity(monkeypatch, closed_port_url):
         monkeypatch.delenv(name, raising=False)
 
 
+class MetadataServer(str):
+    """The base URL of a local stand-in for the ECS metadata service; ``hits`` lists the paths asked."""
+
+    hits: list[str]
+
+
 @pytest.fixture
-def metadata_server() -> Iterator[str]:
+def metadata_server() -> Iterator[MetadataServer]:
     items = {
         "/latest/meta-data/instance-id": "i-frommetadata01",
         "/latest/meta-data/region-id": "cn-hangzhou",
     }
 
+    hits: list[str] = []
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
             body = items.get(self.path)
             self.send_response(200 if body else 404)
             self.end_headers()
@@ -53,7 +62,9 @@ def metadata_server() -> Iterator[str]:
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_port}/latest/meta-data/"
+        url = MetadataServer(f"http://127.0.0.1:{httpd.server_port}/latest/meta-data/")
+        url.hits = hits
+        yield url
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -87,6 +98,17 @@ def test_instance_id_comes_from_metadata_when_not_given(capsys, monkeypatch, vll
     monkeypatch.setenv("FLEET_ECS_METADATA_URL", metadata_server)
     code, out, _ = run_once(capsys, "--json", "--no-publish", "--vllm-url", vllm_server.url)
     assert code == 0 and json.loads(out)["instance_id"] == "i-frommetadata01"
+
+
+def test_metadata_is_not_asked_when_the_instance_id_is_given(
+    capsys, monkeypatch, vllm_server, metadata_server
+):
+    monkeypatch.setenv("FLEET_ECS_METADATA_URL", metadata_server)
+    code, out, _ = run_once(
+        capsys, "--json", "--no-publish", "--instance-id", "i-given", "--vllm-url", vllm_server.url
+    )
+    assert code == 0 and json.loads(out)["instance_id"] == "i-given"
+    assert metadata_server.hits == []
 
 
 def test_no_instance_id_and_no_metadata_is_one_line_exit_2(capsys, vllm_server):
