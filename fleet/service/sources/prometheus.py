@@ -228,9 +228,11 @@ class PrometheusSource:
 
     def freshness_expression(self, canonical: str, instance_ids: Sequence[str]) -> str:
         """Per instance, the time of the newest raw sample among the series ``canonical`` is computed from."""
-        names = regex_alternation(self._mapping(canonical).series)
-        selector = "{__name__=~" + promql_string(names) + "," + self.matchers(instance_ids) + "}"
-        return f"max by ({self.instance_label}) (timestamp({selector}))"
+        # one timestamp() per series name: timestamp() drops the name, and two names with the same labels in
+        # one vector would be an error; `or` keeps one per label set, all scraped together from one target
+        sel = "{" + self.matchers(instance_ids) + "}"
+        stamps = " or ".join(f"timestamp({name}{sel})" for name in self._mapping(canonical).series)
+        return f"max by ({self.instance_label}) ({stamps})"
 
     def describe(self, canonical: str) -> str:
         return self._mapping(canonical).render(self.instance_label, "{...}", self.rate_window)

@@ -59,7 +59,7 @@ def wait_for(pred: Callable[[], object], timeout_s: float = 20.0, what: str = "c
 def _serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     return server, thread
 
@@ -290,14 +290,14 @@ def prometheus_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def exporters() -> Iterator[FakeExporters]:
     ex = FakeExporters()
     yield ex
     ex.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_prometheus(
     exporters: FakeExporters, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealPrometheus]:

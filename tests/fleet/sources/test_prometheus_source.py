@@ -71,7 +71,8 @@ def test_point_time_is_the_newest_raw_sample_not_the_evaluation_time(prom_api):
 def test_freshness_query_reads_the_timestamps_of_every_series_the_metric_uses(prom_api):
     PrometheusSource(prom_api.url).read_last(pm.GPU_MEM_USED_PCT, ["i-a"])
     fresh = [q for q in prom_api.queries() if "timestamp(" in q]
-    assert fresh and '__name__=~"DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_USED"' in fresh[0]
+    assert fresh
+    assert "timestamp(DCGM_FI_DEV_FB_USED{" in fresh[0] and "timestamp(DCGM_FI_DEV_FB_FREE{" in fresh[0]
 
 
 def test_empty_result_means_unknown_not_zero(prom_api):
