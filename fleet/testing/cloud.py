@@ -20,6 +20,7 @@ import random
 import string
 import threading
 import time
+from collections import Counter, deque
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -84,7 +85,9 @@ class FakeCloud:
         self.sleep_latency = sleep_latency
         self.lock = threading.RLock()
         self._event_s: float | None = None
-        self.calls: list[tuple[str, str]] = []  # (product, action) of every request, for tests
+        # (product, action) of recent requests and a count per Action, for tests; bounded for long runs.
+        self.calls: deque[tuple[str, str]] = deque(maxlen=10_000)
+        self.call_counts: Counter[str] = Counter()
         self._init_state()
 
     def _init_state(self) -> None:
@@ -94,6 +97,7 @@ class FakeCloud:
         self.timers = TimerQueue()
         self.faults = FaultInjector(random.Random(f"faults-{self.seed}"))
         self.calls.clear()
+        self.call_counts.clear()
         self.ecs = EcsBackend(self)
         self.cms = CmsBackend(self)
         self.ess = EssBackend(self)
@@ -166,6 +170,7 @@ class FakeCloud:
                 if action not in handler_cls.ACTIONS:
                     raise not_implemented(f"{product.upper()} action {action!r}")
                 self.calls.append((product, action))
+                self.call_counts[action] += 1
                 self._run_timers()
                 latency_s, fault = self.faults.check(product, action)
                 if fault is not None:

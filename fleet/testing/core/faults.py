@@ -79,6 +79,7 @@ class FaultInjector:
                     self.rules.remove(rule)
             latency_s += rule.latency_s
             self.fired.append({"fault_id": rule.fault_id, "action": action, "code": rule.code})
+            del self.fired[:-1000]
             if rule.code is not None:
                 retry_after_ms = (
                     None if rule.retry_after_s is None else max(1, int(rule.retry_after_s * 1000))

@@ -57,6 +57,8 @@ CAPACITY_FIELDS = {
     "Stopped": "StoppedCapacity",
 }
 MAX_LIFECYCLE_HOOKS = 6  # per group (aliyun-api.md section 1.2, Limits)
+MAX_ACTIVITIES_PER_GROUP = 2000  # the fake's own bound on kept history, not an ESS limit
+MAX_CLIENT_TOKENS = 100_000  # likewise: the oldest tokens are forgotten first
 
 
 def _in_progress(group_id: str) -> AliyunError:
@@ -420,6 +422,7 @@ class EssBackend:
         self.instances: dict[str, ScalingInstance] = {}
         self.activities: dict[str, ScalingActivity] = {}
         self.group_activities: dict[str, list[str]] = {}
+        self.in_progress: dict[str, set[str]] = {}  # group id -> ids of its InProgress activities
         self.rules: dict[str, ScalingRule] = {}
         self.rules_by_ari: dict[str, str] = {}
         self.scheduled_tasks: dict[str, ScheduledTask] = {}
@@ -449,10 +452,7 @@ class EssBackend:
         return sum(1 for i in self.group_instances(group) if i.lifecycle_state not in REMOVING_STATES)
 
     def _activity_in_progress(self, group: ScalingGroup) -> bool:
-        for activity_id in reversed(self.group_activities.get(group.group_id, [])):
-            if self.activities[activity_id].status_code == "InProgress":
-                return True
-        return False
+        return bool(self.in_progress.get(group.group_id))
 
     def serving_instance_ids(self, group_id: str) -> list[str]:
         """Instances that take traffic: InService and Protected (Standby has weight 0)."""
@@ -490,6 +490,8 @@ class EssBackend:
             return dict(seen[1])
         result = run()
         self.client_tokens[token] = (signature, dict(result))
+        if len(self.client_tokens) > MAX_CLIENT_TOKENS:
+            del self.client_tokens[next(iter(self.client_tokens))]
         return result
 
     # ==== groups ============================================================================================
@@ -733,6 +735,7 @@ class EssBackend:
         for key in [k for k, c in self.configurations.items() if c.group_id == group_id]:
             del self.configurations[key]
         del self.groups[group_id]
+        self.in_progress.pop(group_id, None)
 
     # ==== configurations ====================================================================================
     def create_scaling_configuration(
@@ -787,7 +790,20 @@ class EssBackend:
             trigger_source_type=trigger,
         )
         self.activities[activity.activity_id] = activity
-        self.group_activities.setdefault(group.group_id, []).append(activity.activity_id)
+        history = self.group_activities.setdefault(group.group_id, [])
+        history.append(activity.activity_id)
+        self.in_progress.setdefault(group.group_id, set()).add(activity.activity_id)
+        if len(history) > MAX_ACTIVITIES_PER_GROUP:
+            # Keep memory flat over long simulations: forget the oldest finished activities.
+            keep = [
+                a
+                for a in history[:-MAX_ACTIVITIES_PER_GROUP]
+                if self.activities[a].status_code == "InProgress"
+            ]
+            for old in history[:-MAX_ACTIVITIES_PER_GROUP]:
+                if old not in keep:
+                    del self.activities[old]
+            history[:] = keep + history[-MAX_ACTIVITIES_PER_GROUP:]
         return activity
 
     def _finish_if_done(self, activity: ScalingActivity, at: float) -> None:
@@ -805,6 +821,7 @@ class EssBackend:
             activity.status_message = activity.status_message or "The scaling activity succeeded."
         activity.progress = 100
         activity.end_s = at
+        self.in_progress.get(activity.group_id, set()).discard(activity.activity_id)
         group = self.groups.get(activity.group_id)
         if group is None:
             return
