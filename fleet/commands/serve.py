@@ -108,7 +108,7 @@ def _setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Per-request chatter of the HTTP stack is noise at INFO.
-    for noisy in ("apscheduler", "urllib3", "uvicorn.access"):
+    for noisy in ("apscheduler", "urllib3", "uvicorn.access", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

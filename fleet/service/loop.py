@@ -8,9 +8,9 @@
    restart resumes from exactly what the last leader persisted);
 3. observe the cloud and build the ``policies.Snapshot``;
 4. ``policies.decide`` -> Plan;
-5. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
-6. actuate (each write fenced by the lease and carrying a derived ClientToken);
-7. persist the new history, the incidents and their timeline, and mark handled operator requests;
+5. persist the new history (write-ahead), the incidents and their timeline, and mark handled requests;
+6. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
+7. actuate (each write fenced by the lease and carrying a derived ClientToken), auditing each write;
 8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics.
 """
 
@@ -32,7 +32,7 @@ from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import DONE_OUTCOMES, ActionResult, Actuator
 from fleet.service.lease import Lease, LeaseManager
-from fleet.service.metrics import ServiceMetrics
+from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Channel, Notification, Notifier
 from fleet.service.observe import Observation, Observer, health_status, to_policy_events
 from fleet.service.schedules import TaskChange, sync_group
@@ -162,6 +162,8 @@ class Service:
             notify=self._notify,
             notify_scale_min_change=settings.notify_scale_min_change,
         )
+        self._retried = RetriedErrorCounter(metrics)
+        logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
@@ -214,13 +216,15 @@ class Service:
             elapsed = timedelta(seconds=time.monotonic() - tick_started)
             return self.lease.still_held(lease, now + elapsed)
 
+        # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
+        # so a crash between the write and the end of the tick resumes from the intent, never from the state
+        # before it (which would undo the write). Every write below is idempotent by its ClientToken.
+        if not self._persist(plan, now, lease, requests, unmatched):
+            result.errors.append("lease lost before the history was saved: nothing written")
+            return
         if self._schedule_sync_due(now):
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
         self._actuate(plan, observation, now, lease, fence, paused, result)
-        if not self.lease.still_held(lease, now):
-            result.errors.append("lease lost during the tick: history not saved")
-            return
-        self._persist(plan, now, lease, requests, unmatched)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
@@ -450,7 +454,8 @@ class Service:
         return changes
 
     # -- recording ------------------------------------------------------------------------------------
-    def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> None:
+    def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> bool:
+        """Save the plan's history, incidents and handled requests in one transaction, fenced by the lease."""
         history = plan.history.model_dump(mode="json")
         applied_ops: set[str] = set()
         for gh in plan.history.groups.values():
@@ -464,7 +469,7 @@ class Service:
                 incidents[inc.incident_id] = (gp.group, inc)
         with self.store.begin() as conn:
             if not self.lease.still_held(lease, now, conn):
-                return
+                return False
             self.store.save_history(history, now, lease.epoch, conn)
             for gname, inc in incidents.values():
                 new = self.store.upsert_incident(
@@ -480,6 +485,7 @@ class Service:
             for req in unmatched:
                 what = req.instance_id or req.incident_id
                 self.store.mark_request(req.id, f"refused: {what} is not in any configured group", now, conn)
+        return True
 
     def _after(self, plan: Plan, observation: Observation, now: datetime) -> None:
         """Notifications for SLA risk and breaches (once each), and the Prometheus gauges."""
@@ -599,6 +605,7 @@ class Service:
                 log.warning("could not release the lease at shutdown")
         if self.notifier is not None:
             self.notifier.stop(timeout_s=5)
+        logging.getLogger("fleet.cloud").removeHandler(self._retried)
         self.store.close()
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from fleet.cloud.errors import CloudError
 
 
 class ServiceMetrics:
@@ -63,3 +67,23 @@ class ServiceMetrics:
         self.paused = Gauge(
             "fleet_group_paused", "1 while a group is paused by an operator.", ["group"], registry=r
         )
+
+
+class RetriedErrorCounter(logging.Handler):
+    """Counts the cloud errors the adapters retried away, by code.
+
+    The adapters retry inside one call and log each failed attempt (logger ``fleet.cloud``, WARNING) with the
+    CloudError among the record's arguments; the service sees only a final failure. Counting from those
+    records makes ``fleet_cloud_api_errors`` count every failed attempt, recovered or not.
+    """
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        super().__init__(level=logging.WARNING)
+        self.metrics = metrics
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            if isinstance(arg, CloudError):
+                self.metrics.cloud_errors.labels(code=arg.code or "unknown").inc()
+                return

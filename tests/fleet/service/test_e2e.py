@@ -1,0 +1,393 @@
+"""End to end: `fleet serve` as a subprocess against the fake cloud over HTTP (FLEET_ALIYUN_ENDPOINT).
+
+The fake runs in this process (FakeAliyunServer on 127.0.0.1, real-time clock) so tests can publish metrics,
+inject faults and count activities directly; the service is a separate process with a short tick (0.5 s)
+and a 3 s lease. Waits are bounded polls, never timing assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet.service.lease import LeaseManager
+from fleet.service.store import open_store
+from fleet.testing import FakeAliyunServer
+
+pytestmark = pytest.mark.slow
+
+REGION = "cn-chengdu"
+TOKEN = "e2e-token-123"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def wait_for(pred: Callable[[], object], timeout_s: float = 20.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class World:
+    """The fake cloud, one group, and helpers to run `fleet serve` against them."""
+
+    def __init__(self, tmp: Path, server: FakeAliyunServer, group_id: str) -> None:
+        self.tmp = tmp
+        self.server = server
+        self.cloud = server.cloud
+        self.group_id = group_id
+        self.db_url = f"sqlite:///{tmp / 'fleet.db'}"
+        self.procs: list[subprocess.Popen] = []
+        self._publish: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._publisher = threading.Thread(target=self._publish_loop, daemon=True)
+        self._publisher.start()
+
+    # -- config and processes ---------------------------------------------------------------------
+    def config(self, group_yaml: str, port: int | None = None) -> Path:
+        port = port or free_port()
+        text = textwrap.dedent(f"""\
+            region: {REGION}
+            account_id: "{self.cloud.account_id}"
+            tick_interval_s: 0.5
+            lease: {{ttl_s: 3}}
+            api: {{host: 127.0.0.1, port: {port}}}
+            groups:
+              - name: chat
+                scaling_group_id: {self.group_id}
+            """) + textwrap.indent(textwrap.dedent(group_yaml), "    ")
+        path = self.tmp / f"fleet-{port}.yaml"
+        path.write_text(text)
+        return path
+
+    def serve(self, config: Path, *extra: str, holder: str = "replica-a") -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "FLEET_ALIYUN_ENDPOINT": self.server.endpoint,
+            "FLEET_API_TOKEN": TOKEN,
+            "ALIBABA_CLOUD_ACCESS_KEY_ID": "e2e-ak",
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "e2e-secret-never-logged",
+            "PYTHONPATH": str(REPO),
+        }
+        log = open(self.tmp / f"{holder}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--database",
+                self.db_url,
+                "--holder",
+                holder,
+                *extra,
+            ],
+            cwd=self.tmp,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def logs(self, holder: str = "replica-a") -> str:
+        path = self.tmp / f"{holder}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def close(self) -> None:
+        self._stop.set()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+    # -- cloud views --------------------------------------------------------------------------------
+    def group(self) -> dict:
+        return self.cloud.state()["ess"]["groups"][self.group_id]
+
+    def desired(self) -> int:
+        return int(self.group()["DesiredCapacity"])
+
+    def instances(self, *states: str) -> list[str]:
+        with self.cloud.lock:
+            group = self.cloud.ess.groups[self.group_id]
+            return [
+                i
+                for i in group.instance_ids
+                if not states or self.cloud.ess.instances[i].lifecycle_state in states
+            ]
+
+    def activities(self) -> int:
+        with self.cloud.lock:
+            return len(self.cloud.ess.group_activities.get(self.group_id, []))
+
+    def dump(self) -> str:
+        """What happened, for assertion messages."""
+        with self.cloud.lock:
+            acts = [
+                self.cloud.ess.activities[a] for a in self.cloud.ess.group_activities.get(self.group_id, [])
+            ]
+            lines = [f"activity {a.activity_id} {a.status_code} {a.cause}" for a in acts]
+        for d in reversed(self.store().decisions()):
+            lines.append(
+                f"decision {d.at:%H:%M:%S.%f} {d.kind} {d.action} {d.target} {d.outcome} "
+                f"epoch={d.lease_epoch} {d.reason[:80]} {d.error or ''}"
+            )
+        return "\n".join(lines)
+
+    def calls(self, action: str) -> int:
+        with self.cloud.lock:
+            return sum(1 for _, a in self.cloud.calls if a == action)
+
+    def scheduled_tasks(self) -> dict[str, object]:
+        with self.cloud.lock:
+            return {t.name: t for t in self.cloud.ess.scheduled_tasks.values()}
+
+    def store(self):
+        return open_store(self.db_url)
+
+    # -- metrics ------------------------------------------------------------------------------------
+    def publish_queue(self, total_waiting: float | None) -> None:
+        """Keep publishing vllm_num_requests_waiting: ``total_waiting`` requests spread over the InService
+        instances, as a load balancer would (None: the agents stop reporting)."""
+        if total_waiting is None:
+            self._publish.pop("vllm_num_requests_waiting", None)
+        else:
+            self._publish["vllm_num_requests_waiting"] = total_waiting
+
+    def _publish_loop(self) -> None:
+        while not self._stop.wait(0.25):
+            for name, total in list(self._publish.items()):
+                serving = set(self.instances("InService"))
+                for iid in self.instances():
+                    # Booting instances report an empty queue, so the first reading after one turns InService
+                    # is 0 rather than missing (or a stale share).
+                    share = total / len(serving) if iid in serving else 0.0
+                    self.cloud.put_custom_metric(name, {"instanceId": iid}, share)
+
+
+@pytest.fixture
+def world(tmp_path) -> Iterator[World]:
+    with FakeAliyunServer(boot_seconds=1.0) as server:
+        gid = server.cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        w = World(tmp_path, server, gid)
+        try:
+            yield w
+        finally:
+            w.close()
+
+
+SCALE_RULES = """\
+min_size: 1
+max_size: 10
+warm_floor: 1
+cold_start_s: 2
+scale_out:
+  - {metric: queue_waiting_per_instance, above: 2, for: 2s}
+scale_in:
+  - {metric: queue_waiting_per_instance, below: 0.5, for: 1s}
+stabilization: {scale_in_window: 2s, scale_in_cooldown: 1s, stale_after: 2s}
+isolation: {enabled: false}
+"""
+
+
+def test_schedule_window_raises_the_floor_and_mirrors_the_task(world):
+    now = time.gmtime()
+    start = f"{(now.tm_hour - 1) % 24:02d}:00"
+    end = f"{(now.tm_hour + 2) % 24:02d}:00"
+    cfg = world.config(f"""\
+        min_size: 1
+        max_size: 10
+        warm_floor: 1
+        cold_start_s: 2
+        isolation: {{enabled: false}}
+        schedules:
+          - {{name: biz, timezone: UTC, days: daily, start: "{start}", end: "{end}", min: 4}}
+        """)
+    world.serve(cfg)
+    wait_for(lambda: world.desired() >= 4, what="the schedule floor of 4")
+    tasks = wait_for(
+        lambda: (
+            {"fleet-chat-biz-start", "fleet-chat-biz-end"} <= set(world.scheduled_tasks())
+            and world.scheduled_tasks()
+        ),
+        what="mirrored scheduled tasks",
+    )
+    start_task = tasks["fleet-chat-biz-start"]
+    assert (start_task.recurrence_type, start_task.min_value) == ("Weekly", 4)
+    assert tasks["fleet-chat-biz-end"].min_value == 1
+
+
+def test_queue_above_the_rule_scales_out_once_its_duration_passes(world):
+    world.publish_queue(6.0)  # 3 per instance, 1.5x the threshold: below panic, the 2 s must pass
+    world.serve(world.config(SCALE_RULES))
+    wait_for(lambda: world.desired() > 2, what="a scale-out")
+    [d] = [d for d in world.store().decisions(kind="scale") if d.outcome == "applied"][-1:]
+    assert d.target > 2 and "rule_scale_out" in d.reason
+    assert d.client_token.startswith("fleet-") and d.request_id
+
+
+def _ticked(world, n: int = 3) -> bool:
+    """The leader has persisted its history at least ``n`` times since this was first asked."""
+    state = world.store().load_history()
+    return bool(state and state.get("updated_at"))
+
+
+def test_metrics_going_missing_never_scale_in(world):
+    world.publish_queue(2.0)  # 1 per instance, between scale-in (0.5) and scale-out (2): hold at 2
+    proc = world.serve(world.config(SCALE_RULES))
+    wait_for(lambda: _ticked(world), what="the first ticks")
+    time.sleep(1.5)
+    world.publish_queue(None)  # the node agents stop reporting; samples go stale after 2 s
+    time.sleep(6)  # many ticks, well past the scale-in rule's 1 s, its 2 s window and the staleness limit
+    assert proc.poll() is None
+    assert world.desired() == 2
+    assert [d for d in world.store().decisions(kind="scale")] == []
+
+
+def test_metrics_reading_zero_do_scale_in(world):
+    """The control for the test above: the same config scales in when the queue is really empty."""
+    world.publish_queue(0.0)
+    world.serve(world.config(SCALE_RULES))
+    wait_for(lambda: world.desired() < 2, what="a scale-in on an empty queue")
+
+
+def test_sigkill_mid_write_and_restart_leaves_no_duplicate_activity(world):
+    before = world.activities()
+    # The write lands and then the answer is slow: the service dies before it records the decision.
+    world.cloud.inject_fault("ScaleWithAdjustment", code=None, latency_s=3.0)
+    world.publish_queue(6.0)
+    cfg = world.config(SCALE_RULES)
+    proc = world.serve(cfg)
+    wait_for(lambda: world.calls("ScaleWithAdjustment") >= 1, what="the scale write")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    scaled_to = world.desired()
+    world.cloud.clear_faults()
+    world.serve(cfg, "--port", str(free_port()), holder="replica-b")
+    wait_for(
+        lambda: any(d.outcome for d in world.store().decisions()) or world.desired() == scaled_to,
+        what="the restarted service",
+    )
+    time.sleep(6)  # lease expiry (3 s) plus several ticks of the new replica
+    assert world.desired() == scaled_to, world.dump()
+    assert world.activities() - before == 1, world.dump()
+    assert "replica-b" in (LeaseManager(world.store().engine, "fleet", "x", 1).current().holder)
+
+
+def test_throttling_and_server_errors_are_survived_with_nothing_lost(world):
+    before = world.activities()
+    world.cloud.inject_fault("DescribeMetricLast", code="Throttling.User", status=400, rate=0.5)
+    world.cloud.inject_fault("ScaleWithAdjustment", code="ServiceUnavailable", status=503, count=2)
+    world.cloud.inject_fault("DescribeScalingInstances", code="InternalError", status=500, count=3)
+    world.publish_queue(6.0)
+    port = free_port()
+    proc = world.serve(world.config(SCALE_RULES, port=port))
+    wait_for(lambda: world.desired() > 2, timeout_s=40, what="a scale-out despite the faults")
+    assert proc.poll() is None
+    assert world.activities() - before == 1
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    codes = {
+        s.labels["code"]
+        for f in text_string_to_metric_families(text)
+        if f.name == "fleet_cloud_api_errors"
+        for s in f.samples
+    }
+    assert {"Throttling.User", "ServiceUnavailable", "InternalError"} <= codes
+
+
+def test_two_replicas_exactly_one_acts_and_a_kill_hands_over(world):
+    world.publish_queue(6.0)
+    cfg = world.config(SCALE_RULES)
+    a = world.serve(cfg, holder="replica-a")
+    wait_for(lambda: _holder(world) == "replica-a", what="replica-a to lead")
+    b = world.serve(cfg, "--port", str(free_port()), holder="replica-b")  # each replica its own status API
+    wait_for(lambda: world.desired() > 2, what="a scale-out")
+    time.sleep(2)  # replica-b ticks several times while replica-a holds the lease
+    epochs = {d.lease_epoch for d in world.store().decisions()}
+    assert epochs == {1}
+    first_lease = LeaseManager(world.store().engine, "fleet", "x", 1).current()
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    try:
+        wait_for(lambda: _holder(world) == "replica-b", timeout_s=3 + 5, what="replica-b to take over")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{world.logs('replica-b')[-3000:]}") from None
+    assert LeaseManager(world.store().engine, "fleet", "x", 1).current().epoch == first_lease.epoch + 1
+    assert b.poll() is None
+
+
+def _holder(world) -> str | None:
+    try:
+        lease = LeaseManager(world.store().engine, "fleet", "x", 1).current()
+    except Exception:
+        return None
+    return lease.holder if lease else None
+
+
+def test_status_api_refuses_mutation_without_the_token_and_serves_metrics(world):
+    port = free_port()
+    proc = world.serve(world.config(SCALE_RULES, port=port))
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _get(f"{base}/healthz"), what="the status API")
+    wait_for(lambda: _get(f"{base}/status").json()["replica"]["leader"], what="the first tick")
+    assert httpx.post(f"{base}/groups/chat/pause").status_code == 401
+    assert (
+        httpx.post(f"{base}/groups/chat/pause", headers={"Authorization": "Bearer nope"}).status_code == 403
+    )
+    assert world.store().paused_groups() == set()
+    ok = httpx.post(f"{base}/groups/chat/pause", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert ok.status_code == 200 and world.store().paused_groups() == {"chat"}
+    families = {f.name for f in text_string_to_metric_families(httpx.get(f"{base}/metrics").text)}
+    assert {"fleet_ticks", "fleet_tick_duration_seconds", "fleet_leader"} <= families
+    assert proc.poll() is None
+    assert "e2e-secret-never-logged" not in world.logs() and TOKEN not in world.logs()
+
+
+def test_sigterm_finishes_the_tick_and_releases_the_lease(world):
+    proc = world.serve(world.config(SCALE_RULES))
+    wait_for(lambda: _holder(world) == "replica-a", what="the lease")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    lease = LeaseManager(world.store().engine, "fleet", "x", 1).current()
+    assert lease.expires_at <= time_now()
+
+
+def time_now():
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+def _get(url: str):
+    try:
+        r = httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return None
+    return r if r.status_code == 200 else None
