@@ -73,9 +73,12 @@ class FakeCloud:
         removal_seconds: float = 5.0,
         metric_retention_s: float = 7 * 86400.0,
         sleep_latency: bool = True,
+        region_id: str = "cn-hangzhou",
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.account_id = account_id
+        # Where resources land when a request names no RegionId (and the test helpers' default).
+        self.region_id = region_id
         self.seed = seed
         self.boot_seconds = float(boot_seconds)
         self.stop_seconds = float(stop_seconds)
@@ -273,7 +276,7 @@ class FakeCloud:
         desired_capacity: int | None = None,
         instance_type: str = "ecs.gn7i-c8g1.2xlarge",
         scaling_policy: str = "release",
-        region_id: str = "cn-hangzhou",
+        region_id: str | None = None,
         enable: bool = True,
         in_service: int = 0,
         default_cooldown_s: int = 300,
@@ -289,7 +292,7 @@ class FakeCloud:
                 desired_capacity=desired_capacity,
                 instance_type=instance_type,
                 scaling_policy=scaling_policy,
-                region_id=region_id,
+                region_id=region_id or self.region_id,
                 enable=enable,
                 in_service=in_service,
                 default_cooldown_s=default_cooldown_s,

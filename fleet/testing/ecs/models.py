@@ -180,7 +180,7 @@ class EcsBackend:
         self,
         instance_type: str,
         *,
-        region_id: str = "cn-hangzhou",
+        region_id: str | None = None,
         zone_id: str | None = None,
         status: str = "Running",
         boot_s: float | None = None,
@@ -190,6 +190,7 @@ class EcsBackend:
     ) -> Instance:
         """A new instance; ``status="Pending"`` boots to Running after ``boot_s`` (default: the cloud's)."""
         now = self.cloud.now_s()
+        region_id = region_id or self.cloud.region_id
         self._ip_counter += 1
         ip = f"10.0.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}"
         inst = Instance(

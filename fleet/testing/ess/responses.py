@@ -10,8 +10,6 @@ from fleet.testing.core.params import parse_time_s
 from fleet.testing.core.responses import BaseResponse, page
 from fleet.testing.ess.models import EssBackend
 
-DEFAULT_REGION = "cn-hangzhou"
-
 
 class EssResponse(BaseResponse):
     ACTIONS = frozenset(
@@ -62,7 +60,7 @@ class EssResponse(BaseResponse):
         return self.cloud.ess
 
     def _region(self) -> str:
-        return self.params.str("RegionId") or DEFAULT_REGION
+        return self.params.str("RegionId") or self.cloud.region_id
 
     def _signature(self, action: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         return action, tuple(sorted((k, v) for k, v in self.params.raw.items() if k != "ClientToken"))
