@@ -1069,10 +1069,15 @@ class EssBackend:
             self._maybe_in_service(inst, at)
         elif ecs_inst.status == "Deleted":
             self._health_removal(group, inst, "was released outside Auto Scaling", at)
-        elif ecs_inst.status == "Stopped" and inst.lifecycle_state in (
-            "InService",
-            "Pending",
-            "Pending:Wait",
+        elif (
+            ecs_inst.status == "Stopped"
+            and "HealthCheck" not in group.suspended_processes
+            and inst.lifecycle_state
+            in (
+                "InService",
+                "Pending",
+                "Pending:Wait",
+            )
         ):
             # Health check: a stopped instance is Unhealthy and is removed (section 1,
             # DescribeScalingInstances).
@@ -1748,7 +1753,10 @@ class EssBackend:
     def _fire_task(self, task: ScheduledTask, scheduled_s: float, at: float) -> None:
         outcome = "skipped (disabled)"
         retry = False
-        if task.enabled:
+        group = self.groups.get(task.group_id or "")
+        if group is not None and "ScheduledAction" in group.suspended_processes:
+            outcome = "skipped (ScheduledAction suspended)"
+        elif task.enabled:
             try:
                 if task.scheduled_action is not None:
                     activity = self.execute_scaling_rule(

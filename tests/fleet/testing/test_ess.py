@@ -490,3 +490,125 @@ def test_alarms_are_stored_and_deleted(h: EssHelper, ess: EssClient) -> None:
 def test_create_group_for_tests_builds_in_service_instances(cloud: FakeCloud, h: EssHelper) -> None:
     group_id = cloud.create_group_for_tests(min_size=1, max_size=5, desired_capacity=3, in_service=3)
     assert list(h.states(group_id).values()) == ["InService"] * 3
+
+
+def test_raising_min_size_scales_a_group_without_desired_capacity(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+    ess.modify_scaling_group(m.ModifyScalingGroupRequest(scaling_group_id=group_id, min_size=2))
+    assert h.group(group_id).total_capacity == 2
+
+
+def test_lowering_max_size_scales_in_a_group_without_desired_capacity(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud
+) -> None:
+    group_id = h.make_group()
+    h.scale_to(group_id, 3)
+    cloud.advance(30)
+    ess.modify_scaling_group(m.ModifyScalingGroupRequest(scaling_group_id=group_id, max_size=1))
+    cloud.advance(30)
+    assert list(h.states(group_id).values()) == ["InService"]
+
+
+def test_quantity_change_with_desired_capacity_counts_from_stable_instances(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud
+) -> None:
+    group_id = h.make_group(desired=2)
+    cloud.advance(30)
+    h.scale_to(group_id, 4)  # two more Pending: not stable yet
+    ess.scale_with_adjustment(
+        m.ScaleWithAdjustmentRequest(
+            scaling_group_id=group_id, adjustment_type="QuantityChangeInCapacity", adjustment_value=1
+        )
+    )
+    assert h.group(group_id).desired_capacity == 3  # stable 2 + 1 (aliyun-api.md section 1.2)
+
+
+def test_percent_change_rounds_away_from_zero(h: EssHelper, ess: EssClient, cloud: FakeCloud) -> None:
+    group_id = h.make_group(min_size=3)
+    cloud.advance(30)
+    ess.scale_with_adjustment(
+        m.ScaleWithAdjustmentRequest(
+            scaling_group_id=group_id, adjustment_type="PercentChangeInCapacity", adjustment_value=10
+        )
+    )
+    assert h.group(group_id).total_capacity == 4
+
+
+def test_adjustment_value_out_of_range_is_invalid(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+    code = error_code(
+        lambda: ess.scale_with_adjustment(
+            m.ScaleWithAdjustmentRequest(
+                scaling_group_id=group_id, adjustment_type="TotalCapacity", adjustment_value=5000
+            )
+        )
+    )
+    assert code == ("InvalidParameter", 400)
+
+
+def test_configurations_and_rules_are_described(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+    rule = ess.create_scaling_rule(
+        m.CreateScalingRuleRequest(
+            scaling_group_id=group_id,
+            scaling_rule_name="up",
+            adjustment_type="QuantityChangeInCapacity",
+            adjustment_value=1,
+            cooldown=60,
+        )
+    ).body
+    configs = ess.describe_scaling_configurations(
+        m.DescribeScalingConfigurationsRequest(scaling_group_id=group_id)
+    ).body.scaling_configurations
+    rules = ess.describe_scaling_rules(
+        m.DescribeScalingRulesRequest(scaling_group_id=group_id)
+    ).body.scaling_rules
+    assert [(c.instance_type, c.lifecycle_state) for c in configs] == [("ecs.gn7i-c8g1.2xlarge", "Active")]
+    assert [(r.scaling_rule_id, r.scaling_rule_ari, r.cooldown) for r in rules] == [
+        (rule.scaling_rule_id, rule.scaling_rule_ari, 60)
+    ]
+
+
+def test_target_tracking_rule_cannot_be_executed(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+    ari = ess.create_scaling_rule(
+        m.CreateScalingRuleRequest(
+            scaling_group_id=group_id,
+            scaling_rule_type="TargetTrackingScalingRule",
+            metric_name="CpuUtilization",
+            target_value=50,
+        )
+    ).body.scaling_rule_ari
+    code = error_code(lambda: ess.execute_scaling_rule(m.ExecuteScalingRuleRequest(scaling_rule_ari=ari)))
+    assert code == ("ScalingRule.InvalidScalingRuleType", 400)
+
+
+def test_enable_without_a_configuration_is_refused(ess: EssClient) -> None:
+    group_id = ess.create_scaling_group(
+        m.CreateScalingGroupRequest(region_id=REGION, scaling_group_name="bare", min_size=0, max_size=1)
+    ).body.scaling_group_id
+    code = error_code(
+        lambda: ess.enable_scaling_group(m.EnableScalingGroupRequest(scaling_group_id=group_id))
+    )
+    assert code == ("MissingParameter.ActiveScalingConfigurationId", 400)
+
+
+def test_suspended_health_check_keeps_a_stopped_instance(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud
+) -> None:
+    group_id = h.make_group(desired=1)
+    cloud.advance(30)
+    ess.suspend_processes(m.SuspendProcessesRequest(scaling_group_id=group_id, processes=["HealthCheck"]))
+    victim = next(iter(h.states(group_id)))
+    cloud.ecs.stop_instance(victim)
+    cloud.advance(10)
+    assert h.states(group_id) == {victim: "InService"}
+
+
+def test_enter_standby_is_idempotent_per_client_token(h: EssHelper, ess: EssClient, cloud: FakeCloud) -> None:
+    group_id = h.make_group(min_size=1)
+    cloud.advance(30)
+    victim = next(iter(h.states(group_id)))
+    request = m.EnterStandbyRequest(scaling_group_id=group_id, instance_ids=[victim], client_token="sb-1")
+    first = ess.enter_standby(request).body.scaling_activity_id
+    assert ess.enter_standby(request).body.scaling_activity_id == first
