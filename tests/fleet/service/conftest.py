@@ -4,6 +4,7 @@ reachable), and a local HTTP receiver on 127.0.0.1 that records POSTs and answer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -108,3 +109,73 @@ class Receiver:
 def receiver() -> type[Receiver]:
     """The Receiver class: ``with receiver(answers) as rx`` gives ``rx.url`` and ``rx.requests``."""
     return Receiver
+
+
+# -- an in-process world: the fake cloud (mock_aliyun) and a service over it ------------------------------
+
+SERVICE_REGION = "cn-chengdu"
+SERVICE_ENV = {
+    "ALIBABA_CLOUD_ACCESS_KEY_ID": "test-ak",
+    "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret-value",
+}
+
+
+@pytest.fixture
+def fake_world(tmp_path):
+    """``fake_world(group_yaml, in_service=3, **service_kwargs) -> (cloud, service, group_id)``.
+
+    The group is created in the fake with ``in_service`` InService instances; ``group_yaml`` is the group's
+    policy (indented YAML under ``- name: chat``). Services share one SQLite file per test, so a second call
+    with ``same_db=True`` is a restarted or second replica.
+    """
+    import textwrap
+
+    from fleet.cloud.clients import make_clients
+    from fleet.cloud.retry import RetryPolicy
+    from fleet.config import load_config
+    from fleet.service.loop import build_service
+    from fleet.testing import mock_aliyun
+
+    fast = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+    mock = mock_aliyun(boot_seconds=30)
+    cloud = mock.__enter__()
+    services = []
+    state: dict[str, str] = {}
+
+    def make(group_yaml: str, in_service: int = 3, max_size: int = 20, extra: str = "", **kwargs):
+        if "group_id" not in state:
+            state["group_id"] = cloud.create_group_for_tests(
+                name="chat",
+                min_size=1,
+                max_size=max_size,
+                desired_capacity=in_service,
+                in_service=in_service,
+                region_id=SERVICE_REGION,
+            )
+        gid = state["group_id"]
+        text = (
+            textwrap.dedent(f"""\
+            region: {SERVICE_REGION}
+            account_id: "{cloud.account_id}"
+            groups:
+              - name: chat
+                scaling_group_id: {gid}
+            """)
+            + textwrap.indent(textwrap.dedent(group_yaml), "    ")
+            + textwrap.dedent(extra)
+        )
+        path = tmp_path / "fleet.yaml"
+        path.write_text(text)
+        cfg = load_config(path, env={})
+        clients = make_clients(SERVICE_REGION, cloud.account_id, retry=fast, env=SERVICE_ENV)
+        kwargs.setdefault("database_url", f"sqlite:///{tmp_path / 'fleet.db'}")
+        kwargs.setdefault("clock", cloud.now)
+        svc = build_service(cfg, clients, **kwargs)
+        services.append(svc)
+        return cloud, svc, gid
+
+    yield make
+    for svc in services:
+        with contextlib.suppress(Exception):
+            svc.close(release_lease=False)
+    mock.__exit__(None, None, None)

@@ -1,0 +1,185 @@
+"""Node isolation through the service against the in-process fake (issue 6): the workflow's cloud side."""
+
+from __future__ import annotations
+
+from fleet.service.notify import Channel, Notifier
+
+HOT_RULE = """\
+min_size: 1
+max_size: 20
+warm_floor: 3
+cold_start_s: 60
+isolation:
+  drain_timeout: 60s
+  rules:
+    - {metric: gpu_temperature_c, above: 85, for: 2m, action: reboot}
+"""
+
+
+def _ids(svc, cloud, *states):
+    g = svc.observer.observe(cloud.now()).groups["chat"]
+    return [i.instance_id for i in g.instances if not states or i.lifecycle_state in states]
+
+
+def _publish(cloud, ids, hot, temp_hot=91.0):
+    for iid in ids:
+        cloud.publish_metric(
+            "acs_ecs_dashboard",
+            "instance_gpu_gpu_temperature",
+            {"instanceId": iid},
+            temp_hot if iid in hot else 60.0,
+        )
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+        cloud.put_custom_metric("vllm_num_requests_running", {"instanceId": iid}, 0)
+
+
+def _run(cloud, svc, hot, ticks, cool_after=None, on_tick=None):
+    """Tick every 15 s of fake time publishing temperatures; the (serving, standby) counts per tick."""
+    seen = []
+    for t in range(ticks):
+        still_hot = hot if cool_after is None or t < cool_after else set()
+        _publish(cloud, _ids(svc, cloud), still_hot)
+        result = svc.tick(cloud.now())
+        obs = svc.last_observation.groups["chat"]
+        seen.append((obs.count("InService", "Pending"), obs.count("Standby")))
+        if on_tick:
+            on_tick(t, result)
+        cloud.advance(15)
+    return seen
+
+
+def test_overheating_instance_is_isolated_rebooted_and_returned_without_breaking_the_floor(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    hot = _ids(svc, cloud)[0]
+    seen = _run(cloud, svc, {hot}, ticks=45, cool_after=30)
+    done = {(d.action, d.outcome) for d in svc.store.decisions(kind="isolation")}
+    assert {("enter_standby", "applied"), ("reboot", "applied"), ("exit_standby", "applied")} <= done
+    assert min(serving for serving, _ in seen) >= 3  # the warm floor held throughout
+    [inc] = svc.store.incidents()
+    assert inc.instance_id == hot and inc.isolated_at is not None
+
+
+class _Accepting:
+    """A transport for the notifier that accepts every post (mock_aliyun intercepts all of ``requests``)."""
+
+    def __init__(self):
+        self.bodies = []
+
+    def post(self, url, json, timeout):
+        self.bodies.append(json)
+
+        class _Resp:
+            status_code = 200
+
+            @staticmethod
+            def json():
+                return {}
+
+        return _Resp()
+
+
+def test_incident_is_acknowledged_once_a_human_channel_was_notified(fake_world):
+    transport = _Accepting()
+    notifier = Notifier([Channel("webhook", "http://127.0.0.1:9/hook")], backoff_s=0.01, session=transport)
+    cloud, svc, _ = fake_world(HOT_RULE, notifier=notifier)
+    hot = _ids(svc, cloud)[0]
+    _run(cloud, svc, {hot}, ticks=10, on_tick=lambda t, r: notifier.flush(5))
+    [inc] = svc.store.incidents()
+    assert inc.notified_at is not None
+    assert inc.acknowledged_at is not None
+    assert any(b["kind"] == "incident" and b["incident_id"] == inc.id for b in transport.bodies)
+
+
+def test_without_a_channel_isolation_proceeds_unacknowledged(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    hot = _ids(svc, cloud)[0]
+    _run(cloud, svc, {hot}, ticks=14)
+    [inc] = svc.store.incidents()
+    assert inc.acknowledged_at is None and inc.isolated_at is not None
+
+
+def test_ten_hot_instances_stop_at_the_guardrail(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE.replace("warm_floor: 3", "warm_floor: 2"), in_service=10)
+    hot = set(_ids(svc, cloud))
+    seen = _run(cloud, svc, hot, ticks=20)
+    limit = 2  # the default max_isolated: max(1, 20% of 10)
+    assert max(standby for _, standby in seen) <= limit
+    codes = {w.code.value for gp in svc.last_tick.plan.groups for w in gp.warnings} | {
+        w.code.value for w in svc.last_tick.plan.warnings
+    }
+    assert codes & {"breaker_open", "guardrail_max_isolated"}
+
+
+def test_restart_mid_isolation_resumes_without_repeating_a_write(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    hot = _ids(svc, cloud)[0]
+
+    def entered(_t, _r):
+        return any(
+            d.action == "enter_standby" and d.outcome == "applied"
+            for d in svc.store.decisions(kind="isolation")
+        )
+
+    for _ in range(30):
+        _run(cloud, svc, {hot}, ticks=1)
+        if entered(0, None):
+            break
+    [before] = svc.store.incidents()
+    # The replica dies without releasing its lease; a new one starts on the same database.
+    cloud.advance(svc.settings.lease_ttl_s + 1)
+    _, svc2, _ = fake_world(HOT_RULE)
+    _run(cloud, svc2, {hot}, ticks=20, cool_after=5)
+    [after] = svc2.store.incidents()
+    assert (after.respond_by, after.isolate_by, after.detected_at) == (
+        before.respond_by,
+        before.isolate_by,
+        before.detected_at,
+    )
+    assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1
+    assert any(d.action == "exit_standby" and d.outcome == "applied" for d in svc2.store.decisions())
+
+
+def test_hardware_xid_leads_to_replacement(fake_world):
+    cloud, svc, _ = fake_world("""\
+        min_size: 1
+        max_size: 20
+        warm_floor: 3
+        cold_start_s: 60
+        isolation:
+          drain_timeout: 30s
+          rules:
+            - {name: xid_hw, xids: [79], action: replace}
+        """)
+    bad = _ids(svc, cloud)[0]
+    for t in range(25):
+        for iid in _ids(svc, cloud):
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+            cloud.put_custom_metric("vllm_num_requests_running", {"instanceId": iid}, 0)
+        if t == 0:
+            cloud.put_custom_metric("gpu_xid", {"instanceId": bad}, 79)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    assert any(
+        d.action == "remove" and d.outcome == "applied" and d.instance_id == bad
+        for d in svc.store.decisions(kind="isolation")
+    )
+    assert bad not in _ids(svc, cloud)
+
+
+def test_operator_isolate_request_opens_a_manual_incident(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[1]
+    svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="ECC storm", actor="alice")
+    _run(cloud, svc, set(), ticks=3)
+    [inc] = svc.store.incidents()
+    assert inc.instance_id == target
+    assert inc.body["manual"] is True
+    assert svc.store.pending_requests() == []
+
+
+def test_request_for_an_unknown_instance_is_refused_and_closed(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    svc.store.add_request("isolate", cloud.now(), instance_id="i-nowhere", reason="x", actor="alice")
+    _run(cloud, svc, set(), ticks=1)
+    [req] = svc.store.requests()
+    assert req.handled_at is not None and "not in any configured group" in req.outcome
