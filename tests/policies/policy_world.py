@@ -143,7 +143,9 @@ class World:
         serving = self.serving()
         demand = self.demand(now)
         short = max(0.0, demand - len(serving))
-        per_instance = (short * 3.0 + 0.2 * demand) / max(1, len(serving))
+        # a shortfall queues requests and stretches time to first token
+        per_instance = (short * 8.0 + 0.2 * demand) / max(1, len(serving))
+        ttft_ms = 300.0 + 700.0 * short
         in_outage = self.outage is not None and self.outage[0] <= now < self.outage[1]
         instances = []
         for node in sorted(self.nodes.values(), key=lambda n: n.instance_id):
@@ -157,7 +159,7 @@ class World:
                     "queue_waiting": 0.0 if standby else per_instance,
                     "requests_running": 0.0 if standby else 4.0,
                     "gpu_temperature_c": 91.0 if node.hot else 66.0,
-                    "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else 300.0,
+                    "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else ttft_ms,
                     "gpu_throttle_reasons": 0.0,
                 }
                 metrics = {k: MetricSample(value=v, at=now) for k, v in values.items()}
