@@ -1,0 +1,133 @@
+"""The actuator: idempotent writes with derived ClientTokens, conflicts retried next tick, guardrails and the
+lease checked again right before the cloud."""
+
+from __future__ import annotations
+
+from fleet.service.actuate import client_token
+from policies.model import GroupPlan, IsolationStep, ReasonCode, StepAction
+
+SCALE = """\
+min_size: 1
+max_size: 20
+warm_floor: 1
+cold_start_s: 60
+scale_out:
+  - {metric: queue_waiting_per_instance, above: 2, for: 30s}
+isolation: {enabled: false}
+"""
+
+
+def _queue(cloud, svc, per_instance):
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, per_instance)
+
+
+def _tick_until_scale(cloud, svc, ticks=5):
+    for _ in range(ticks):
+        _queue(cloud, svc, 3)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+
+
+def test_client_token_is_deterministic_ascii_and_short():
+    a = client_token("fleet", "asg-1", 4, "chat:scale:0")
+    assert a == client_token("fleet", "asg-1", 4, "chat:scale:0")
+    assert a != client_token("fleet", "asg-1", 4, "chat:scale:1")
+    assert a.isascii() and len(a) <= 64
+
+
+def test_conflict_is_recorded_and_retried_next_tick_with_the_same_token(fake_world):
+    cloud, svc, _ = fake_world(SCALE, in_service=2)
+    cloud.inject_fault("ScaleWithAdjustment", code="ScalingActivityInProgress", status=400, count=3)
+    _tick_until_scale(cloud, svc, ticks=4)
+    records = list(reversed(svc.store.decisions(kind="scale")))
+    outcomes = [d.outcome for d in records]
+    assert outcomes[0] == "conflict" and "applied" in outcomes
+    applied = next(d for d in records if d.outcome == "applied")
+    assert applied.client_token == records[0].client_token
+
+
+def test_paused_group_is_decided_but_never_written(fake_world):
+    cloud, svc, _ = fake_world(SCALE, in_service=2)
+    svc.store.set_paused("chat", True, "alice", cloud.now())
+    _tick_until_scale(cloud, svc)
+    assert svc.last_tick.plan.group("chat") is not None
+    assert not any(a == "ScaleWithAdjustment" for _, a in cloud.calls)
+
+
+def test_a_lost_lease_fences_the_write(fake_world):
+    cloud, svc, _ = fake_world(SCALE, in_service=2)
+    svc.tick(cloud.now())
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    gp = GroupPlan(group="chat", desired_capacity=5, target_capacity=5)
+    res = svc.actuator.scale(gp, obs, cloud.now(), epoch=1, fence=lambda: False)
+    assert res.outcome == "fenced"
+    assert not any(a == "ScaleWithAdjustment" for _, a in cloud.calls)
+
+
+def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    target = obs.instances[0].instance_id
+    step = IsolationStep(
+        step_id="inc-1:enter_standby:0",
+        incident_id="inc-1",
+        instance_id=target,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+    gp = GroupPlan(group="chat", floor=3, steps=[step])
+    spec = svc.policy.group("chat")
+    [res] = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
+    assert res.outcome == "blocked" and "floor" in res.error
+    assert not any(a == "EnterStandby" for _, a in cloud.calls)
+
+
+def test_open_breaker_blocks_automatic_standby_at_actuation(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    step = IsolationStep(
+        step_id="inc-2:enter_standby:0",
+        incident_id="inc-2",
+        instance_id=obs.instances[0].instance_id,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+    gp = GroupPlan(group="chat", floor=1, steps=[step])
+    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, True, cloud.now(), 1, lambda: True, False)
+    assert res.outcome == "blocked" and "breaker" in res.error
+
+
+def test_standby_step_is_applied_once_with_a_derived_token(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    step = IsolationStep(
+        step_id="inc-3:enter_standby:0",
+        incident_id="inc-3",
+        instance_id=obs.instances[0].instance_id,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+    gp = GroupPlan(group="chat", floor=1, steps=[step])
+    spec = svc.policy.group("chat")
+    [res] = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
+    again = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
+    assert res.outcome == "applied" and res.client_token == client_token("fleet", step.step_id)
+    assert again == []
+    assert sum(1 for _, a in cloud.calls if a == "EnterStandby") == 1
+
+
+def test_dry_run_step_touches_nothing(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6, dry_run=True)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    step = IsolationStep(
+        step_id="inc-4:reboot:0",
+        incident_id="inc-4",
+        instance_id=obs.instances[0].instance_id,
+        action=StepAction.REBOOT,
+        reason=ReasonCode.REBOOT,
+    )
+    gp = GroupPlan(group="chat", floor=1, steps=[step])
+    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, False, cloud.now(), 1, lambda: True, False)
+    assert res.outcome == "dry_run"
+    assert not any(a == "RebootInstance" for _, a in cloud.calls)
