@@ -1,0 +1,79 @@
+"""fleet.yaml's per-group ``metrics_source``: validation lines, and the source each group gets."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from fleet.config import ConfigError, load_config
+from fleet.service.sources import CloudMonitorSource, PrometheusSource, source_for
+
+
+def _load(tmp_path, source_yaml: str):
+    """A two-group fleet.yaml whose first group has ``source_yaml`` (a metrics_source block)."""
+    source = textwrap.indent(textwrap.dedent(source_yaml).strip(), " " * 4)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "region: cn-chengdu\n"
+        'account_id: "1234567890"\n'
+        "groups:\n"
+        "  - name: chat\n"
+        "    scaling_group_id: asg-1\n"
+        "    min_size: 1\n"
+        "    max_size: 4\n"
+        f"{source}\n"
+        "  - name: batch\n"
+        "    scaling_group_id: asg-2\n"
+        "    min_size: 1\n"
+        "    max_size: 4\n"
+    )
+    return load_config(path, env={})
+
+
+def _problems(tmp_path, source_yaml: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, source_yaml)
+    return "\n".join(info.value.problems)
+
+
+def test_prometheus_source_is_built_for_its_group_and_cloudmonitor_for_the_rest(tmp_path):
+    cfg = _load(
+        tmp_path,
+        """
+        metrics_source:
+          type: prometheus
+          url: http://127.0.0.1:9090
+          labels: {cluster: prod}
+          instance_label: ecs_id
+        """,
+    )
+    chat = source_for(cfg.group("chat"), clients=type("Clients", (), {"cms": None})())
+    batch = source_for(cfg.group("batch"), clients=type("Clients", (), {"cms": None})())
+    assert isinstance(chat, PrometheusSource) and isinstance(batch, CloudMonitorSource)
+    assert chat.instance_label == "ecs_id" and chat.labels == {"cluster": "prod"}
+    assert chat.client.url == "http://127.0.0.1:9090"
+
+
+def test_prometheus_without_url_names_the_field(tmp_path):
+    problems = _problems(tmp_path, "metrics_source: {type: prometheus}\n")
+    assert "groups[0].metrics_source" in problems and "needs url" in problems
+
+
+def test_a_bad_label_name_names_the_field(tmp_path):
+    problems = _problems(
+        tmp_path, "metrics_source: {type: prometheus, url: 'http://p:9090', labels: {bad-name: x}}\n"
+    )
+    assert "groups[0].metrics_source" in problems and "'bad-name'" in problems
+
+
+def test_labels_may_not_match_on_the_instance_label(tmp_path):
+    problems = _problems(
+        tmp_path, "metrics_source: {type: prometheus, url: 'http://p:9090', labels: {instance_id: i-1}}\n"
+    )
+    assert "instance_label" in problems
+
+
+def test_an_unknown_source_type_is_refused(tmp_path):
+    problems = _problems(tmp_path, "metrics_source: {type: influxdb, url: 'http://p:8086'}\n")
+    assert "groups[0].metrics_source.type" in problems
