@@ -1,0 +1,287 @@
+"""`fleet diagnose`: why P99 latency is high and what to change, from the cloud's metrics or a snapshot file.
+
+And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (benchmarks/diagnose.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from fleet.commands._common import console, err_console, fail, print_json
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diagnose")(diagnose)
+    _register_bench(app)
+
+
+def _register_bench(app: typer.Typer) -> None:
+    """Add ``diagnose`` to the ``bench`` sub-app (fleet/commands/simulate.py owns it)."""
+    try:
+        from fleet.commands.simulate import bench_app
+    except ImportError:  # the simulator's commands are absent: the benchmark is reachable via make bench
+        return
+    if not any(getattr(c, "name", None) == "diagnose" for c in bench_app.registered_commands):
+        bench_app.command("diagnose")(bench_diagnose)
+
+
+def parse_since(text: str) -> float:
+    """``30m``, ``2h``, ``90s``, ``1h30m`` or plain seconds -> seconds (positive)."""
+    t = text.strip().lower()
+    try:
+        seconds = float(t)
+    except ValueError:
+        m = _DURATION.match(t)
+        if not t or not m or not any(m.groups()):
+            raise ValueError(f"--since: {text!r} is not a duration like 30m, 2h, 90s") from None
+        h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+        seconds = h * 3600 + mi * 60 + s
+    if seconds <= 0:
+        raise ValueError(f"--since: {text!r} must be positive")
+    return seconds
+
+
+def _parse_until(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"--until: {text!r} is not an ISO 8601 time, e.g. 2026-03-02T10:00:00Z")
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def diagnose(
+    config: Path | None = typer.Option(
+        None, "--config", help="fleet.yaml (needed unless --snapshot).", dir_okay=False
+    ),
+    group: str | None = typer.Option(None, "--group", help="Only this group (default: every group)."),
+    instance: str | None = typer.Option(None, "--instance", help="Only findings that concern this instance."),
+    since: str = typer.Option("30m", "--since", help="Window length back from --until, e.g. 30m, 2h."),
+    until: str | None = typer.Option(None, "--until", help="Window end (ISO 8601; default now)."),
+    snapshot: Path | None = typer.Option(
+        None,
+        "--snapshot",
+        help="Diagnose a saved metrics window (JSON, docs/diagnose.md) instead of the cloud.",
+        dir_okay=False,
+    ),
+    save: Path | None = typer.Option(
+        None, "--save", help="Also write the window(s) read as a snapshot file."
+    ),
+    model: str | None = typer.Option(None, "--model", help="Model served (sizing catalog), for fix numbers."),
+    instance_type: str | None = typer.Option(
+        None, "--instance-type", help="ECS instance type (default: read from ECS), for fix numbers."
+    ),
+    period_s: int = typer.Option(15, "--period", help="Metric resolution in seconds (CloudMonitor period)."),
+    json_out: bool = typer.Option(False, "--json", help="Print {findings: [...], groups: [...]} as JSON."),
+) -> None:
+    """Diagnose high latency: queueing, KV cache, bandwidth, throttling, a bad node, cold start, fleet "
+    "size."""
+    from fleet.diagnose.model import SnapshotError, window_to_json
+    from fleet.diagnose.rules import diagnose as run_rules
+
+    try:
+        since_s = parse_since(since)
+    except ValueError as exc:
+        fail(str(exc))
+    if period_s <= 0:
+        fail(f"--period: must be a positive number of seconds, got {period_s}")
+    end = _parse_until(until)
+    if snapshot is not None:
+        from fleet.diagnose.reader import load_snapshot
+
+        try:
+            windows = load_snapshot(snapshot)
+        except SnapshotError as exc:
+            fail(str(exc))
+        if group is not None:
+            names = [w.group.name for w in windows]
+            windows = [w for w in windows if w.group.name == group]
+            if not windows:
+                fail(f"--group: no group {group!r} in {snapshot}; groups there: {', '.join(names)}")
+        for w in windows:
+            if model and not w.group.model:
+                w.group.model = model
+            if instance_type and not w.group.instance_type:
+                w.group.instance_type = instance_type
+    else:
+        if config is None:
+            fail("--config: needed to read the cloud (or give --snapshot FILE)")
+        windows = _read_cloud(
+            config, group, end - timedelta(seconds=since_s), end, period_s, model, instance_type, instance
+        )
+    results = []
+    for w in windows:
+        findings = run_rules(w, instance=instance)
+        results.append((w, findings))
+    if save is not None:
+        payload: Any = (
+            window_to_json(windows[0])
+            if len(windows) == 1
+            else {"windows": [window_to_json(w) for w in windows]}
+        )
+        try:
+            save.write_text(json.dumps(payload, indent=1) + "\n")
+        except OSError as exc:
+            fail(f"--save: cannot write {save}: {exc.strerror or exc}")
+    if json_out:
+        print_json(
+            {
+                "findings": [f.to_json() for _, fs in results for f in fs],
+                "groups": [
+                    {
+                        "group": w.group.name,
+                        "window": {"start": w.start.isoformat(), "end": w.end.isoformat()},
+                        "source": w.source,
+                        "instances": len(w.instances),
+                        "errors": w.errors,
+                        "kinds": [f.kind for f in fs],
+                    }
+                    for w, fs in results
+                ],
+            }
+        )
+        return
+    _print(results)
+
+
+def _read_cloud(
+    config: Path,
+    group: str | None,
+    start: datetime,
+    end: datetime,
+    period_s: int,
+    model: str | None,
+    instance_type: str | None,
+    instance: str | None,
+) -> list[Any]:
+    from fleet.cloud.clients import make_clients
+    from fleet.config import ConfigError, load_config
+    from fleet.diagnose.reader import ReadError, context_for, read_window
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        lines = str(exc).splitlines() or [str(exc)]
+        fail(lines[0] if len(lines) == 1 else f"{lines[0]} (and {len(lines) - 1} more problem(s))")
+    specs = list(cfg.groups)
+    if group is not None:
+        specs = [s for s in specs if s.name == group]
+        if not specs:
+            fail(f"--group: no group {group!r} in {config}; groups: {', '.join(g.name for g in cfg.groups)}")
+    try:
+        clients = make_clients(cfg.region, cfg.account_id or "unset")
+    except ValueError as exc:
+        fail(str(exc))
+    store = _store(cfg)
+    windows = []
+    try:
+        for spec in specs:
+            ctx = context_for(spec, model=model, instance_type=instance_type, region=cfg.region)
+            try:
+                windows.append(
+                    read_window(
+                        clients,
+                        spec,
+                        start=start,
+                        end=end,
+                        period_s=period_s,
+                        store=store,
+                        context=ctx,
+                        instance_ids=[instance] if instance else None,
+                    )
+                )
+            except ReadError as exc:
+                fail(str(exc), code=1)
+    finally:
+        if store is not None:
+            store.close()
+    return windows
+
+
+def _store(cfg: Any) -> Any:
+    """The service's store when one is configured or already exists here; never created by diagnosis."""
+    from fleet.service.store import DEFAULT_DATABASE_URL, default_database_url, open_store
+
+    url = getattr(cfg, "database_url", None) or default_database_url()
+    if url == DEFAULT_DATABASE_URL and not Path("fleet.db").exists():
+        return None
+    try:
+        return open_store(url)
+    except Exception as exc:  # noqa: BLE001 - decisions are context; diagnosis goes on without them
+        err_console.print(f"[yellow]warning:[/] store {url.split('@')[-1]} unreadable: {type(exc).__name__}")
+        return None
+
+
+def _load_bench() -> Any:
+    """benchmarks/diagnose.py of the checkout this package runs from (the benchmarks are not installed)."""
+    import importlib.util
+
+    import fleet
+
+    path = Path(fleet.__file__).resolve().parents[1] / "benchmarks" / "diagnose.py"
+    if not path.is_file():
+        fail(f"{path}: the diagnosis benchmark ships with the repository, not the installed package")
+    spec = importlib.util.spec_from_file_location("benchmarks_diagnose", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _print(results: list[tuple[Any, list[Any]]]) -> None:
+    from rich.table import Table
+
+    for w, findings in results:
+        title = (
+            f"{w.group.name}: {w.start:%Y-%m-%d %H:%M} - {w.end:%H:%M} UTC, {len(w.instances)} instance(s)"
+        )
+        if not findings:
+            console.print(f"[green]{title}: no latency problem found[/]")
+            continue
+        table = Table(title=title, show_lines=True)
+        table.add_column("severity")
+        table.add_column("kind")
+        table.add_column("scope", overflow="fold", max_width=26)
+        table.add_column("why", ratio=2)
+        table.add_column("fix", ratio=2)
+        for f in findings:
+            style = _STYLE.get(f.severity, "")
+            table.add_row(f"[{style}]{f.severity}[/]", f.kind, "\n".join(f.scope), f.explanation, f.fix)
+        console.print(table)
+        if w.errors:
+            console.print(f"[yellow]read errors:[/] {'; '.join(w.errors[:5])}")
+
+
+def bench_diagnose(
+    json_out: bool = typer.Option(
+        False, "--json", help="Print per-scenario results, recall and precision as JSON."
+    ),
+    scenario: list[str] = typer.Option([], "--scenario", help="Run only these scenarios (repeatable)."),
+) -> None:
+    """The diagnosis benchmark: one simulated scenario per finding kind plus healthy controls."""
+    bench = _load_bench()
+    from fleet.diagnose.scenarios import SCENARIOS
+
+    known = {s.name for s in SCENARIOS}
+    unknown = [s for s in scenario if s not in known]
+    if unknown:
+        fail(f"--scenario: unknown {', '.join(unknown)}; one of {', '.join(sorted(known))}")
+    report = bench.run(names=scenario or None, progress=None if json_out else err_console.print)
+    if json_out:
+        print_json(report)
+    else:
+        bench.print_report(report, console)
+    if not report["passed"]:
+        raise typer.Exit(1)

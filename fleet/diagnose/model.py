@@ -1,0 +1,287 @@
+"""The values diagnosis works on: a metrics window of one group, its context, and the findings.
+
+A :class:`Window` is everything the analysis core looks at for one scaling group over ``[start, end]``: the
+per-instance time series of the canonical policy metrics (``policies.metrics``) plus a few diagnosis-only ones
+the node agent also publishes (:data:`EXTRA_METRICS`), what ESS says about each instance (state, when it was
+created), the scale-outs seen in the window, the service's recent decisions, read errors, and the group's
+context from the config (SLOs, cold start, model and instance type for the sizing model).
+
+The same shapes round-trip through JSON (the snapshot format of ``fleet diagnose --snapshot``, documented in
+docs/diagnose.md), so a window saved from the cloud or from the simulator can be diagnosed again offline.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+SNAPSHOT_VERSION = 1
+
+# Diagnosis-only metrics the node agent publishes besides the policy ones (fleet/agent/sample.py):
+# canonical name here -> custom metric name in CloudMonitor.
+REQUEST_RATE_RPS = "request_rate_rps"  # completed requests per second (vLLM request_success rate)
+PREEMPTIONS = "preemptions"  # sequences preempted in the agent's window (KV cache ran out)
+VLLM_UP = "vllm_up"  # 1 while the agent can scrape vLLM
+GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
+EXTRA_METRICS: dict[str, str] = {
+    REQUEST_RATE_RPS: "vllm_request_rate_per_s",
+    PREEMPTIONS: "vllm_preemptions",
+    VLLM_UP: "vllm_up",
+    GENERATION_TOKENS_PER_S: "vllm_generation_tokens_per_s",
+}
+
+SEVERITIES = ("critical", "warning", "info")
+
+# Instance lifecycle states that serve traffic (ESS names; Protected instances serve too).
+SERVING_STATES = frozenset({"InService", "Protected"})
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be used; the message names the field and the problem in one line."""
+
+
+Series = list[tuple[datetime, float]]
+
+
+@dataclass
+class InstanceWindow:
+    """One instance over the window: its ESS state now, when it was created, and its metric series."""
+
+    instance_id: str
+    state: str = "InService"
+    created_at: datetime | None = None
+    metrics: dict[str, Series] = field(default_factory=dict)
+
+    def values(self, metric: str) -> list[float]:
+        return [v for _, v in self.metrics.get(metric, ())]
+
+    def first_sample_at(self) -> datetime | None:
+        times = [s[0][0] for s in self.metrics.values() if s]
+        return min(times) if times else None
+
+    def last_sample_at(self) -> datetime | None:
+        times = [s[-1][0] for s in self.metrics.values() if s]
+        return max(times) if times else None
+
+
+@dataclass
+class GroupContext:
+    """What the config and the sizing catalog say about the group (``None``: not known)."""
+
+    name: str
+    cold_start_s: float = 240.0
+    slo_ttft_p99_ms: float | None = None
+    slo_tpot_p99_ms: float | None = None
+    model: str | None = None
+    instance_type: str | None = None
+    min_size: int | None = None
+    max_size: int | None = None
+    warm_floor: int | None = None
+    max_num_seqs: int | None = None  # vLLM's, when known; else the sizing model's default for the deployment
+    max_model_len: int | None = None
+    queue_limit: int | None = None  # max waiting requests per instance at the gateway, when there is one
+    publish_period_s: float = 15.0  # the node agent's period
+    region: str | None = None
+    prompt_tokens_mean: float | None = None  # the request mix, for the sizing model's capacity
+    output_tokens_mean: float | None = None
+
+
+@dataclass
+class Window:
+    """One group's metrics window and context: the input of :func:`fleet.diagnose.rules.diagnose`."""
+
+    group: GroupContext
+    start: datetime
+    end: datetime
+    instances: list[InstanceWindow] = field(default_factory=list)
+    scale_outs: list[tuple[datetime, int, int]] = field(default_factory=list)  # (at, from, to)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # reads that failed (e.g. "Throttled.User: ...")
+    source: str = "snapshot"
+
+    @property
+    def duration_s(self) -> float:
+        return max(1.0, (self.end - self.start).total_seconds())
+
+    def instance(self, instance_id: str) -> InstanceWindow | None:
+        return next((i for i in self.instances if i.instance_id == instance_id), None)
+
+
+@dataclass
+class Finding:
+    """One diagnosis: what is wrong, how sure and how bad, where, the evidence, why, and what to change."""
+
+    kind: str
+    severity: str
+    scope: list[str]
+    evidence: dict[str, Any]
+    explanation: str
+    fix: str
+    group: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "group": self.group,
+            "scope": list(self.scope),
+            "evidence": _clean(self.evidence),
+            "explanation": self.explanation,
+            "fix": self.fix,
+        }
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe evidence: floats rounded, infinities as None, datetimes as ISO strings."""
+    if isinstance(obj, float):
+        return None if not math.isfinite(obj) else round(obj, 3)
+    if isinstance(obj, datetime):
+        return isoformat(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def isoformat(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------------------------------------ snapshot JS
+def window_to_json(w: Window) -> dict[str, Any]:
+    g = w.group
+    return {
+        "version": SNAPSHOT_VERSION,
+        "group": {k: v for k, v in g.__dict__.items() if v is not None},
+        "start": isoformat(w.start),
+        "end": isoformat(w.end),
+        "source": w.source,
+        "instances": [
+            {
+                "instance_id": i.instance_id,
+                "state": i.state,
+                **({"created_at": isoformat(i.created_at)} if i.created_at else {}),
+                "metrics": {
+                    m: [[isoformat(t), round(v, 4)] for t, v in series]
+                    for m, series in sorted(i.metrics.items())
+                },
+            }
+            for i in w.instances
+        ],
+        "scale_outs": [{"at": isoformat(at), "from": a, "to": b} for at, a, b in w.scale_outs],
+        "decisions": _clean(w.decisions),
+        "errors": list(w.errors),
+    }
+
+
+def parse_time(value: Any, where: str) -> datetime:
+    """An ISO 8601 time (``Z`` or an offset; naive means UTC) or epoch seconds / milliseconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value / 1000.0 if value > 1e11 else float(value)
+        return datetime.fromtimestamp(seconds, UTC)
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise SnapshotError(f"{where}: {value!r} is not an ISO 8601 time") from None
+        return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    raise SnapshotError(f"{where}: expected a time (ISO 8601 string or epoch number), got {value!r}")
+
+
+_GROUP_FIELDS = {f for f in GroupContext.__dataclass_fields__}
+
+
+def window_from_json(data: Any, where: str = "snapshot") -> Window:
+    """A :class:`Window` from its JSON form; :class:`SnapshotError` names the first bad field."""
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"{where}: expected an object with group, start, end, instances")
+    version = data.get("version", SNAPSHOT_VERSION)
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"{where}.version: {version!r} is not supported (expected {SNAPSHOT_VERSION})")
+    raw_group = data.get("group")
+    if not isinstance(raw_group, Mapping) or not isinstance(raw_group.get("name"), str):
+        raise SnapshotError(f"{where}.group: expected an object with at least a name")
+    unknown = sorted(set(raw_group) - _GROUP_FIELDS)
+    if unknown:
+        raise SnapshotError(
+            f"{where}.group: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(_GROUP_FIELDS))}"
+        )
+    group = GroupContext(**dict(raw_group))
+    for name in ("start", "end"):
+        if name not in data:
+            raise SnapshotError(f"{where}.{name}: missing (the window's bounds)")
+    start = parse_time(data["start"], f"{where}.start")
+    end = parse_time(data["end"], f"{where}.end")
+    if end <= start:
+        raise SnapshotError(f"{where}.end: must be after start")
+    instances: list[InstanceWindow] = []
+    raw_instances = data.get("instances", [])
+    if not isinstance(raw_instances, list):
+        raise SnapshotError(f"{where}.instances: expected a list")
+    for n, raw in enumerate(raw_instances):
+        at = f"{where}.instances[{n}]"
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("instance_id"), str):
+            raise SnapshotError(f"{at}: expected an object with instance_id")
+        metrics: dict[str, Series] = {}
+        raw_metrics = raw.get("metrics", {})
+        if not isinstance(raw_metrics, Mapping):
+            raise SnapshotError(f"{at}.metrics: expected an object of metric name -> [[time, value], ...]")
+        for metric, points in raw_metrics.items():
+            if not isinstance(points, list):
+                raise SnapshotError(f"{at}.metrics.{metric}: expected a list of [time, value] pairs")
+            series: Series = []
+            for k, point in enumerate(points):
+                if not (isinstance(point, list | tuple) and len(point) == 2):
+                    raise SnapshotError(f"{at}.metrics.{metric}[{k}]: expected [time, value]")
+                value = point[1]
+                if value is None:
+                    continue
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise SnapshotError(f"{at}.metrics.{metric}[{k}]: value {value!r} is not a number")
+                series.append((parse_time(point[0], f"{at}.metrics.{metric}[{k}]"), float(value)))
+            series.sort(key=lambda p: p[0])
+            metrics[str(metric)] = series
+        created = raw.get("created_at")
+        instances.append(
+            InstanceWindow(
+                instance_id=raw["instance_id"],
+                state=str(raw.get("state", "InService")),
+                created_at=parse_time(created, f"{at}.created_at") if created is not None else None,
+                metrics=metrics,
+            )
+        )
+    scale_outs: list[tuple[datetime, int, int]] = []
+    for n, raw in enumerate(data.get("scale_outs", []) or []):
+        at = f"{where}.scale_outs[{n}]"
+        if not isinstance(raw, Mapping) or "at" not in raw:
+            raise SnapshotError(f"{at}: expected an object with at, from, to")
+        scale_outs.append((parse_time(raw["at"], f"{at}.at"), int(raw.get("from", 0)), int(raw.get("to", 0))))
+    decisions = data.get("decisions", []) or []
+    errors = data.get("errors", []) or []
+    if not isinstance(decisions, list) or not isinstance(errors, list):
+        raise SnapshotError(f"{where}: decisions and errors must be lists")
+    return Window(
+        group=group,
+        start=start,
+        end=end,
+        instances=instances,
+        scale_outs=scale_outs,
+        decisions=list(decisions),
+        errors=[str(e) for e in errors],
+        source=str(data.get("source", "snapshot")),
+    )
+
+
+def windows_from_json(data: Any, where: str = "snapshot") -> list[Window]:
+    """One window, or ``{"windows": [...]}`` holding several (one per group)."""
+    if isinstance(data, Mapping) and "windows" in data:
+        raw = data["windows"]
+        if not isinstance(raw, list) or not raw:
+            raise SnapshotError(f"{where}.windows: expected a non-empty list of windows")
+        return [window_from_json(w, f"{where}.windows[{n}]") for n, w in enumerate(raw)]
+    return [window_from_json(data, where)]

@@ -1,0 +1,206 @@
+"""Gathering a diagnosis window: from the cloud (what the service observes, over a time range) or a file.
+
+From the cloud, per group: DescribeScalingGroups (name -> id), DescribeScalingInstances, one
+DescribeScalingActivities (the scale-outs), one DescribeInstances for the instance type, and per metric one
+batched range read over every instance of the group through the group's metric source (CloudMonitor's
+``DescribeMetricList`` by default: the CMS adapter packs up to 50 instances per call), plus the agent's
+diagnosis-only custom metrics; the service store's recent decisions when a store is given. API calls grow
+with metrics, not with instances. A read that fails is recorded in ``Window.errors`` and its metric left out:
+the analysis reports what is missing rather than failing.
+
+From a file: the snapshot JSON of :mod:`fleet.diagnose.model` (docs/diagnose.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from fleet.cloud.errors import CloudError
+from fleet.cloud.types import MetricPoint
+from fleet.diagnose.model import (
+    EXTRA_METRICS,
+    GroupContext,
+    InstanceWindow,
+    SnapshotError,
+    Window,
+    windows_from_json,
+)
+from fleet.diagnose.rules import parse_scale_out
+from policies import metrics as pm
+
+log = logging.getLogger(__name__)
+
+_UNMEASURED_STATES = frozenset({"Stopped", "Removing", "Removing:Wait"})
+
+
+class ReadError(Exception):
+    """The group itself could not be read (not found, or ESS unreachable); one line."""
+
+
+def context_for(
+    spec: Any, *, model: str | None = None, instance_type: str | None = None, region: str | None = None
+) -> GroupContext:
+    """The group's context from its fleet.yaml spec: SLOs from its scale-out rules, sizes, cold start."""
+    ttft = tpot = None
+    for rule in getattr(spec, "scale_out", ()):
+        if rule.above is None:
+            continue
+        if rule.metric == pm.TTFT_P99_MS:
+            ttft = float(rule.above) if ttft is None else min(ttft, float(rule.above))
+        elif rule.metric == pm.TPOT_P99_MS:
+            tpot = float(rule.above) if tpot is None else min(tpot, float(rule.above))
+    return GroupContext(
+        name=spec.name,
+        cold_start_s=float(spec.cold_start_s),
+        slo_ttft_p99_ms=ttft,
+        slo_tpot_p99_ms=tpot,
+        model=model or getattr(spec, "model", None),
+        instance_type=instance_type or getattr(spec, "instance_type", None),
+        min_size=spec.min_size,
+        max_size=spec.max_size,
+        warm_floor=spec.warm_floor,
+        region=region,
+    )
+
+
+def combine_points(canonical: str, points: Iterable[MetricPoint]) -> dict[str, list[tuple[datetime, float]]]:
+    """Per instance, one value per timestamp: per-GPU rows reduced as the service does (throttle reasons
+    OR-ed, the rest the worst GPU)."""
+    by: dict[str, dict[datetime, float]] = {}
+    for p in points:
+        if p.instance_id is None or p.value is None:
+            continue
+        slot = by.setdefault(p.instance_id, {})
+        v = float(p.value)
+        if p.timestamp in slot:
+            old = slot[p.timestamp]
+            v = float(int(old) | int(v)) if canonical == pm.GPU_THROTTLE_REASONS else max(old, v)
+        slot[p.timestamp] = v
+    return {iid: sorted(series.items()) for iid, series in by.items()}
+
+
+def read_window(
+    clients: Any,
+    spec: Any,
+    *,
+    start: datetime,
+    end: datetime,
+    period_s: int = 15,
+    store: Any = None,
+    context: GroupContext | None = None,
+    instance_ids: Sequence[str] | None = None,
+) -> Window:
+    """The window of ``spec``'s group over ``[start, end]`` read through the SDK adapters."""
+    from fleet.service.sources import source_for
+
+    ctx = context or context_for(spec)
+    errors: list[str] = []
+    ess = clients.ess
+    gid = getattr(spec, "scaling_group_id", None)
+    try:
+        if not gid:
+            name = getattr(spec, "scaling_group_name", None) or spec.name
+            found = ess.describe_scaling_groups(names=[name])
+            if not found:
+                raise ReadError(f"group {spec.name}: no scaling group named {name!r} in the region")
+            gid = found[0].group_id
+        instances = ess.describe_scaling_instances(gid)
+    except CloudError as exc:
+        raise ReadError(f"group {spec.name}: cannot read the scaling group: {exc}") from None
+    if instance_ids:
+        instances = [i for i in instances if i.instance_id in set(instance_ids)] or instances
+    scale_outs: list[tuple[datetime, int, int]] = []
+    try:
+        for a in ess.describe_scaling_activities(gid, limit=50):
+            when = a.start_time
+            change = parse_scale_out(a.cause)
+            if change and when is not None and start - timedelta(seconds=ctx.cold_start_s) <= when <= end:
+                scale_outs.append((when, change[0], change[1]))
+    except CloudError as exc:
+        errors.append(f"{exc.code}: DescribeScalingActivities")
+    scale_outs.sort()
+    measured = [i for i in instances if i.lifecycle_state not in _UNMEASURED_STATES]
+    ids = [i.instance_id for i in measured]
+    if ctx.instance_type is None and ids:
+        try:
+            infos = clients.ecs.describe_instances(ids[:1])
+            if infos and infos[0].instance_type:
+                ctx.instance_type = infos[0].instance_type
+        except CloudError as exc:
+            errors.append(f"{exc.code}: DescribeInstances")
+    windows = {
+        i.instance_id: InstanceWindow(i.instance_id, i.lifecycle_state, i.created_at) for i in measured
+    }
+    if ids:
+        source = source_for(spec, clients)
+        for canonical in sorted(pm.INSTANCE_METRICS):
+            try:
+                points = source.read_range(canonical, ids, start, end, step_s=period_s)
+            except CloudError as exc:
+                errors.append(f"{exc.code}: {source.describe(canonical)}")
+                continue
+            for iid, series in combine_points(canonical, points).items():
+                if iid in windows:
+                    windows[iid].metrics[canonical] = series
+        if getattr(source, "kind", "") == "cloudmonitor":
+            cms = clients.cms
+            for canonical, name in EXTRA_METRICS.items():
+                try:
+                    points = cms.metric_list(cms.custom_namespace, name, ids, start, end, period_s=period_s)
+                except CloudError as exc:
+                    errors.append(f"{exc.code}: {name}")
+                    continue
+                for iid, series in combine_points(canonical, points).items():
+                    if iid in windows:
+                        windows[iid].metrics[canonical] = series
+    decisions: list[dict[str, Any]] = []
+    if store is not None:
+        try:
+            for d in store.decisions(since=start, group=spec.name, limit=50):
+                decisions.append(
+                    {
+                        "at": d.at,
+                        "kind": d.kind,
+                        "action": d.action,
+                        "outcome": d.outcome,
+                        "target": d.target,
+                        "instance_id": d.instance_id,
+                        "reason": d.reason,
+                    }
+                )
+        except Exception as exc:  # noqa: BLE001 - the store is optional context; its failure is reported
+            errors.append(f"store: {exc}")
+    ctx.publish_period_s = float(period_s) if period_s > ctx.publish_period_s else ctx.publish_period_s
+    return Window(
+        group=ctx,
+        start=start,
+        end=end,
+        instances=list(windows.values()),
+        scale_outs=scale_outs,
+        decisions=decisions,
+        errors=errors,
+        source=getattr(source_for(spec, clients), "kind", "cloud") if ids else "cloud",
+    )
+
+
+def load_snapshot(path: Path) -> list[Window]:
+    """The windows of a snapshot file; :class:`SnapshotError` names the file and field on bad input."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    try:
+        return windows_from_json(data, where=path.name)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SnapshotError):
+            raise SnapshotError(f"{path}: {exc}") from None
+        raise SnapshotError(f"{path}: {exc}") from None
