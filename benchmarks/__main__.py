@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["sizing", "autoscale"]
+BENCHMARKS = ["sizing", "autoscale", "diagnose"]
 
 
 def main() -> int:

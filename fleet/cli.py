@@ -28,6 +28,7 @@ COMMAND_MODULES: list[str] = [
     "policy",
     "simulate",
     "fake_cloud",
+    "diagnose",
 ]
 
 
