@@ -1,0 +1,193 @@
+"""The service's commands, run in-process with fleet.cli.main: store readers and operator actions."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from fleet.cli import main
+from fleet.service.store import DecisionRecord, IncidentRecord, open_store
+
+
+@pytest.fixture
+def db(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    store.record_decision(
+        DecisionRecord(
+            service="fleet",
+            at=now - timedelta(minutes=10),
+            group_name="chat",
+            kind="scale",
+            action="scale_to",
+            decision_id="chat:scale:0",
+            outcome="applied",
+            target=4,
+            reason="rule_scale_out",
+            request_id="asa-1",
+            client_token="fleet-abc",
+        )
+    )
+    store.record_decision(
+        DecisionRecord(
+            service="fleet",
+            at=now - timedelta(hours=3),
+            group_name="chat",
+            kind="scale",
+            action="scale_to",
+            decision_id="chat:scale:old",
+            outcome="applied",
+            target=2,
+            reason="old",
+        )
+    )
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-1",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-hot",
+            state="isolated",
+            detected_at=now - timedelta(minutes=30),
+            updated_at=now,
+            cause="metric: gpu_overheat",
+            respond_by=now - timedelta(minutes=15),
+            isolate_by=now + timedelta(hours=3, minutes=30),
+            isolated_at=now - timedelta(minutes=20),
+            body={
+                "timeline": [
+                    {
+                        "at": (now - timedelta(minutes=30)).isoformat(),
+                        "state": "detected",
+                        "reason": "rule_breached",
+                        "detail": "91 > 85",
+                    }
+                ]
+            },
+        )
+    )
+    return url
+
+
+def _json(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_decisions_since_window_as_json(db, capsys):
+    assert main(["decisions", "--since", "1h", "--json", "--database", db]) == 0
+    rows = _json(capsys)
+    assert [r["target"] for r in rows] == [4]
+    assert rows[0]["request_id"] == "asa-1" and rows[0]["client_token"] == "fleet-abc"
+
+
+def test_decisions_accept_days(db, capsys):
+    assert main(["decisions", "--since", "1d", "--json", "--database", db]) == 0
+    assert len(_json(capsys)) == 2
+
+
+def test_decisions_bad_since_is_one_line_exit_2(db, capsys):
+    assert main(["decisions", "--since", "soon", "--database", db]) == 2
+    err = capsys.readouterr().err
+    assert "--since" in err and "Traceback" not in err
+
+
+def test_database_defaults_to_the_environment(db, capsys, monkeypatch):
+    monkeypatch.setenv("FLEET_DATABASE_URL", db)
+    assert main(["decisions", "--json"]) == 0
+    assert len(_json(capsys)) == 1
+
+
+def test_unusable_database_url_is_one_line_exit_2(capsys):
+    assert main(["status", "--database", "nosuchdialect://x"]) == 2
+    err = capsys.readouterr().err
+    assert "database" in err and "Traceback" not in err
+
+
+def test_status_json_shows_incident_timers(db, capsys):
+    assert main(["status", "--json", "--database", db]) == 0
+    view = _json(capsys)
+    [inc] = view["incidents"]
+    assert inc["id"] == "inc-1"
+    assert inc["respond_by_s_left"] < 0  # never acknowledged: overdue
+    assert inc["isolate_by_s_left"] is None  # isolated: that clock stopped
+    assert view["lease"] is None
+
+
+def test_incidents_open_as_json(db, capsys):
+    assert main(["incidents", "--open", "--json", "--database", db]) == 0
+    assert [i["id"] for i in _json(capsys)] == ["inc-1"]
+
+
+def test_incident_show_merges_the_timeline(db, capsys):
+    assert main(["incidents", "show", "inc-1", "--json", "--database", db]) == 0
+    view = _json(capsys)
+    assert view["timeline"][0]["what"] == "state detected"
+
+
+def test_incident_show_unknown_id_exit_2(db, capsys):
+    assert main(["incidents", "show", "nope", "--database", db]) == 2
+    assert "unknown incident" in capsys.readouterr().err
+
+
+def test_incident_ack_records_human_and_queues_for_the_policy(db, capsys):
+    assert main(["incidents", "ack", "inc-1", "--by", "alice", "--database", db]) == 0
+    store = open_store(db)
+    assert store.incident("inc-1").acknowledged_by == "human:alice"
+    assert [(r.kind, r.incident_id) for r in store.pending_requests()] == [("ack", "inc-1")]
+
+
+def test_isolate_queues_a_request_with_its_reason(db, capsys):
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--by", "bob", "--database", db]) == 0
+    [req] = open_store(db).pending_requests()
+    assert (req.kind, req.instance_id, req.reason, req.actor) == ("isolate", "i-7", "ECC storm", "bob")
+
+
+def test_isolate_without_reason_is_refused(db, capsys):
+    assert main(["isolate", "i-7", "--database", db]) == 2
+    assert open_store(db).pending_requests() == []
+
+
+def test_release_queues_a_request(db, capsys):
+    assert main(["release", "i-7", "--database", db]) == 0
+    assert [r.kind for r in open_store(db).pending_requests()] == ["release"]
+
+
+def test_sla_report_counts_breaches(db, capsys):
+    assert main(["sla-report", "--since", "7d", "--json", "--database", db]) == 0
+    report = _json(capsys)
+    assert report["summary"]["incidents"] == 1
+    assert report["summary"]["respond_breaches"] == 1  # never acknowledged, respond_by passed
+    assert report["summary"]["isolate_breaches"] == 0
+    assert report["incidents"][0]["time_to_isolate_s"] == pytest.approx(600, abs=5)
+
+
+def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("region: cn-chengdu\ngroups:\n  - name: chat\n    min_size: 2\n    max_sise: 4\n")
+    assert (
+        main(["serve", "--config", str(bad), "--once", "--database", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "max_sise" in err and "Traceback" not in err
+
+
+def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch):
+    from fleet.testing import FakeAliyunServer
+
+    with FakeAliyunServer(boot_seconds=1) as server:
+        gid = server.cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=4, desired_capacity=2, in_service=2, region_id="cn-chengdu"
+        )
+        cfg = tmp_path / "fleet.yaml"
+        cfg.write_text(
+            f"region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+            f"    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 4\n    warm_floor: 1\n"
+        )
+        monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", server.endpoint)
+        db = f"sqlite:///{tmp_path / 'once.db'}"
+        assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 0
+        assert "leader=True" in capsys.readouterr().out
+        assert open_store(db).load_history() is not None
