@@ -33,7 +33,7 @@ __all__ = [
 
 def source_for(spec: Any, clients: CloudClients) -> MetricSource:
     """The source a group spec's ``metrics_source`` names (a plain GroupSpec without one: CloudMonitor)."""
-    config = getattr(spec, "metrics_source", None)
+    config: Any = getattr(spec, "metrics_source", None)
     kind = getattr(config, "type", None) or "cloudmonitor"
     if kind == "cloudmonitor":
         return CloudMonitorSource(clients.cms)
