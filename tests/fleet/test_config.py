@@ -1,0 +1,200 @@
+"""fleet.config: fleet.yaml + FLEET_* environment into one FleetConfig, every problem reported at once."""
+
+import json
+from datetime import time
+from pathlib import Path
+
+import pytest
+
+from fleet.config import ConfigError, FleetConfig, config_json_schema, load_config
+from policies import PolicySpec, Snapshot, decide
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "fleet.yaml"
+
+MINIMAL = """
+region: cn-chengdu
+groups:
+  - {name: g, min_size: 1, max_size: 4}
+"""
+
+
+def write(tmp_path, text, name="fleet.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_example_expresses_the_acceptance_policy():
+    cfg = load_config(EXAMPLE, env={})
+    (group,) = cfg.groups
+    biz = next(s for s in group.schedules if s.name == "business-hours")
+    assert (biz.timezone, biz.weekdays, biz.start, biz.end, biz.floor) == (
+        "Asia/Shanghai",
+        (0, 1, 2, 3, 4),
+        time(9),
+        time(18),
+        6,
+    )
+    nights = next(s for s in group.schedules if s.name == "nights")
+    assert nights.floor == 2 and nights.start == time(18) and nights.end == time(9)
+    queue = next(r for r in group.scale_out if r.metric == "queue_waiting_per_instance")
+    assert (queue.above, queue.for_s) == (2, 30)
+    assert any(r.metric == "ttft_p99_ms" and r.above == 800 for r in group.scale_out)
+    hot = next(r for r in group.isolation.rules if r.metric == "gpu_temperature_c")
+    assert (hot.above, hot.for_s) == (85, 120)
+    assert (group.isolation.respond_within_s, group.isolation.isolate_within_s) == (900, 14400)
+
+
+def test_defaults_of_the_service_keys():
+    cfg = FleetConfig.model_validate(
+        {"region": "cn-chengdu", "groups": [{"name": "g", "min_size": 1, "max_size": 2}]}
+    )
+    assert cfg.tick_interval_s == 15
+    assert cfg.api.host == "127.0.0.1"
+    assert cfg.groups[0].metrics_source.type == "cloudmonitor"
+    assert cfg.groups[0].warm_floor == 2
+
+
+def test_environment_overrides_the_file(tmp_path):
+    path = write(tmp_path, MINIMAL + "tick_interval_s: 15\n")
+    cfg = load_config(
+        path,
+        env={"FLEET_TICK_INTERVAL_S": "5", "FLEET_DATABASE_URL": "sqlite:///x.db", "FLEET_API__PORT": "9000"},
+    )
+    assert cfg.tick_interval_s == 5 and cfg.database_url == "sqlite:///x.db" and cfg.api.port == 9000
+
+
+def test_api_token_from_the_environment_short_or_nested(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    assert load_config(path, env={"FLEET_API_TOKEN": "t1"}).api.token.get_secret_value() == "t1"
+    assert load_config(path, env={"FLEET_API__TOKEN": "t2"}).api.token.get_secret_value() == "t2"
+
+
+def test_process_environment_is_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEET_REGION", "cn-beijing")
+    assert load_config(write(tmp_path, MINIMAL)).region == "cn-beijing"
+
+
+def test_given_environment_replaces_the_process_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEET_TICK_INTERVAL_S", "not-a-duration")
+    assert load_config(write(tmp_path, MINIMAL), env={}).tick_interval_s == 15
+
+
+def test_unrelated_fleet_variables_are_ignored(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL), env={"FLEET_ALIYUN_ENDPOINT": "127.0.0.1:9", "FLEET_X": "1"})
+    assert cfg.region == "cn-chengdu"
+
+
+def test_bad_environment_value_is_reported(tmp_path):
+    with pytest.raises(ConfigError, match="tick_interval_s"):
+        load_config(write(tmp_path, MINIMAL), env={"FLEET_TICK_INTERVAL_S": "soon"})
+
+
+BAD = """
+region: cn-chengdu
+groups:
+  - name: a
+    min_size: 1
+    max_sise: 20
+    max_size: 4
+    schedules:
+      - {name: x, days: mon-fry, start: "09:00", end: "18:00", min: 2}
+    scale_out:
+      - {metric: queue_wait, above: 2, for: 30s}
+notifications:
+  - {type: slack, url: "https://example.invalid/hook", secret: hunter2}
+"""
+
+
+def test_every_problem_is_listed_with_file_field_and_reason(tmp_path):
+    path = write(tmp_path, BAD)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    lines = err.value.problems
+    assert len(lines) == 4
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    assert any("groups[0].max_sise: unknown key (did you mean 'max_size'?)" in line for line in lines)
+    assert any("groups[0].schedules[0].days:" in line and "'fri'" in line for line in lines)
+    assert any(
+        "groups[0].scale_out[0].metric:" in line and "queue_waiting_per_instance" in line for line in lines
+    )
+    assert any("notifications[0].type:" in line for line in lines)
+    assert str(err.value) == "\n".join(lines)
+
+
+def test_secrets_never_show(tmp_path):
+    path = write(tmp_path, BAD)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={"FLEET_API__TOKEN": "tok-123"})
+    assert "hunter2" not in str(err.value)
+    cfg = load_config(
+        write(
+            tmp_path,
+            MINIMAL + "notifications:\n  - {type: feishu, url: 'https://x.invalid', secret: s3}\n",
+            "ok.yaml",
+        ),
+        env={"FLEET_API_TOKEN": "tok-123"},
+    )
+    shown = repr(cfg) + str(cfg) + cfg.model_dump_json()
+    assert "tok-123" not in shown and "s3" not in shown.replace("https", "")
+
+
+def test_cross_field_problems_are_reported(tmp_path):
+    path = write(tmp_path, "region: r\ngroups:\n  - {name: a, min_size: 9, max_size: 3}\n")
+    with pytest.raises(ConfigError, match=r"groups\[0\]: min_size \(9\) is above max_size \(3\)"):
+        load_config(path, env={})
+
+
+def test_duplicate_group_names_are_rejected(tmp_path):
+    group = "  - {name: a, min_size: 1, max_size: 3}\n"
+    text = "region: r\ngroups:\n" + group + group
+    with pytest.raises(ConfigError, match="unique"):
+        load_config(write(tmp_path, text), env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("region: [\n", "line 2"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("", "region: required"),
+    ],
+)
+def test_unreadable_files_are_one_clear_line(tmp_path, text, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text), env={})
+    assert expected in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_prometheus_source_needs_a_url(tmp_path):
+    text = "region: r\ngroups:\n  - {name: a, min_size: 1, max_size: 3, metrics_source: {type: prometheus}}\n"
+    with pytest.raises(
+        ConfigError, match=r"groups\[0\].metrics_source: a prometheus metrics_source needs url"
+    ):
+        load_config(write(tmp_path, text), env={})
+
+
+def test_no_notification_channel_is_a_warning_not_an_error(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL), env={})
+    assert any("no notification channel" in w for w in cfg.warnings())
+    assert not any("notification" in w for w in load_config(EXAMPLE, env={}).warnings())
+
+
+def test_json_schema_documents_the_file():
+    schema = config_json_schema()
+    assert {"region", "groups", "notifications", "api", "lease"} <= set(schema["properties"])
+    json.dumps(schema)
+
+
+def test_the_config_is_a_policy_spec_for_decide():
+    cfg = load_config(EXAMPLE, env={})
+    snap = Snapshot.model_validate_json((ROOT / "examples" / "snapshots" / "queue-spike.json").read_text())
+    plan = decide(snap, cfg, None, snap.taken_at)
+    assert plan.group("chat-7b").serving_target > 6
+    assert isinstance(cfg.policy(), PolicySpec)

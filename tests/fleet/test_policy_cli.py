@@ -1,0 +1,143 @@
+"""`fleet validate` and `fleet plan`, run in-process through fleet.cli.main."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main
+from policies import History, Plan
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
+SNAPSHOTS = ROOT / "examples" / "snapshots"
+
+
+def test_validate_accepts_the_example(capsys):
+    assert main(["validate", "--config", EXAMPLE]) == 0
+    out, err = capsys.readouterr()
+    assert "valid" in out and "chat-7b" in out
+    assert "warning" not in err
+
+
+def test_validate_lists_every_problem_and_exits_2(tmp_path, capsys):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text(
+        "region: r\ngroups:\n  - {name: a, min_size: 1, max_size: 3, warm_flor: 1,\n"
+        "     scale_out: [{metric: ttft_p99_ms, above: 800, for: forever}]}\n"
+    )
+    assert main(["validate", "--config", str(bad)]) == 2
+    _, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 2
+    assert any("groups[0].warm_flor: unknown key (did you mean 'warm_floor'?)" in line for line in lines)
+    assert any("groups[0].scale_out[0].for:" in line for line in lines)
+    assert "Traceback" not in err
+
+
+def test_validate_warns_without_a_notification_channel(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text("region: r\ngroups:\n  - {name: a, min_size: 1, max_size: 3}\n")
+    assert main(["validate", "--config", str(cfg)]) == 0
+    _, err = capsys.readouterr()
+    assert "warning:" in err and "no notification channel" in err
+
+
+def test_validate_prints_the_json_schema(capsys):
+    assert main(["validate", "--schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "groups" in schema["properties"]
+
+
+def test_validate_needs_a_config(capsys):
+    assert main(["validate"]) == 2
+
+
+@pytest.mark.parametrize(
+    "snapshot", sorted(p.name for p in SNAPSHOTS.glob("*.json") if ".history." not in p.name)
+)
+def test_plan_runs_on_every_example_snapshot(snapshot, capsys):
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(SNAPSHOTS / snapshot), "--json"]) == 0
+    plan = Plan.model_validate_json(capsys.readouterr().out)
+    assert plan.group("chat-7b") is not None
+
+
+def test_plan_table_names_the_reason(capsys):
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(SNAPSHOTS / "queue-spike.json")]) == 0
+    out = capsys.readouterr().out
+    assert "chat-7b" in out and "panic" in out
+
+
+def test_plan_with_history_shows_the_incident(tmp_path, capsys):
+    saved = tmp_path / "next-history.json"
+    args = [
+        "plan",
+        "--config",
+        EXAMPLE,
+        "--snapshot",
+        str(SNAPSHOTS / "overheating-node.json"),
+        "--history",
+        str(SNAPSHOTS / "overheating-node.history.json"),
+        "--json",
+        "--save-history",
+        str(saved),
+    ]
+    assert main(args) == 0
+    plan = Plan.model_validate_json(capsys.readouterr().out)
+    (incident,) = plan.group("chat-7b").incidents
+    assert incident.rule == "gpu_overheat"
+    assert History.model_validate_json(saved.read_text()) == plan.history
+
+
+def test_plan_metrics_outage_reports_stale_metrics(capsys):
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(SNAPSHOTS / "metrics-outage.json")]) == 0
+    assert "metric_stale" in capsys.readouterr().out
+
+
+def test_plan_at_overrides_the_snapshot_time(capsys):
+    args = [
+        "plan",
+        "--config",
+        EXAMPLE,
+        "--snapshot",
+        str(SNAPSHOTS / "business-hours-steady.json"),
+        "--json",
+    ]
+    assert main(args + ["--at", "2026-12-07T02:00:00Z"]) == 0
+    day = Plan.model_validate_json(capsys.readouterr().out)
+    assert main(args + ["--at", "2026-12-07T23:00:00+08:00"]) == 0
+    night = Plan.model_validate_json(capsys.readouterr().out)
+    assert day.group("chat-7b").floor == 6 and night.group("chat-7b").floor == 2
+
+
+@pytest.mark.parametrize("at", ["2026-12-07T02:00:00", "yesterday"])
+def test_plan_rejects_a_bad_or_naive_time(at, capsys):
+    args = ["plan", "--config", EXAMPLE, "--snapshot", str(SNAPSHOTS / "queue-spike.json"), "--at", at]
+    assert main(args) == 2
+    assert "--at" in capsys.readouterr().err
+
+
+def test_plan_reports_a_bad_snapshot_with_its_field(tmp_path, capsys):
+    snap = tmp_path / "snap.json"
+    snap.write_text(
+        json.dumps({"taken_at": "2026-12-07T02:00:00Z", "groups": [{"name": "g", "instances": [{}]}]})
+    )
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(snap)]) == 2
+    err = capsys.readouterr().err
+    assert "groups[0].instances[0].instance_id" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("content", "expected"), [(None, "not found"), ("{not json", "not valid JSON")])
+def test_plan_reports_an_unreadable_snapshot(tmp_path, capsys, content, expected):
+    snap = tmp_path / "snap.json"
+    if content is not None:
+        snap.write_text(content)
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(snap)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_plan_with_an_invalid_config_exits_2(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text("region: r\n")
+    assert main(["plan", "--config", str(cfg), "--snapshot", str(SNAPSHOTS / "queue-spike.json")]) == 2
+    assert "groups" in capsys.readouterr().err
