@@ -89,24 +89,6 @@ def request_sizes(ctx: GroupContext, output_tokens: float | None = None) -> tupl
     return float(prompt), float(output)
 
 
-def capacity_rps(ctx: GroupContext, output_tokens: float | None = None) -> tuple[float, int] | None:
-    """Requests/s one instance sustains within the TPOT SLO (if any), and the batch it runs at."""
-    d = deployment(ctx)
-    if d is None:
-        return None
-    from sizing.latency import capacity_estimate
-
-    prompt, output = request_sizes(ctx, output_tokens)
-    rps, batch = capacity_estimate(
-        d.plan,  # type: ignore[arg-type]
-        d.perf,  # type: ignore[arg-type]
-        prompt,
-        output,
-        slo_tpot_p99_ms=ctx.slo_tpot_p99_ms,
-    )
-    return (rps, batch) if rps > 0 else None
-
-
 def instances_for(demand_rps: float, per_instance_rps: float) -> int:
     """Instances to serve ``demand_rps`` at :data:`TARGET_LOAD_FRACTION` of each one's capacity."""
     return max(1, math.ceil(demand_rps / max(1e-9, per_instance_rps * TARGET_LOAD_FRACTION)))
@@ -162,9 +144,85 @@ def quantized_tpot_ratio(ctx: GroupContext, dtype: str = "int8") -> float | None
     return b / a if a > 0 else None
 
 
-def tpot_batch_limit(ctx: GroupContext, output_tokens: float | None = None) -> int | None:
-    """The largest batch whose iterations keep P99 TPOT within the SLO (sizing's capacity estimate)."""
-    if ctx.slo_tpot_p99_ms is None:
+# Steady decode iterations vary little, so P99 TPOT sits close above the mean iteration; keep the mean at 90%
+# of a P99 target (sizing's capacity estimate keeps 80%, a margin for mixed prefill that a measured batch has
+# already shown).
+TPOT_MEAN_SHARE = 0.9
+
+
+def _tpot_ms(d: Deploy, n: int, tokens_per_seq: float) -> float:
+    """Mean time per output token with ``n`` sequences of ``tokens_per_seq`` context decoding together."""
+    a, b = d.perf.decode_affine(n)  # type: ignore[attr-defined]
+    return 1000.0 * (a + b * n * tokens_per_seq)
+
+
+def batch_for_tpot(ctx: GroupContext, limit_ms: float, tokens_per_seq: float) -> int | None:
+    """The largest batch whose decode iterations keep P99 TPOT within ``limit_ms`` (the mean kept at
+    :data:`TPOT_MEAN_SHARE` of it); ``None`` when one sequence misses it or the model is unknown."""
+    d = deployment(ctx)
+    if d is None or _tpot_ms(d, 1, tokens_per_seq) > TPOT_MEAN_SHARE * limit_ms:
         return None
-    cap = capacity_rps(ctx, output_tokens)
-    return cap[1] if cap else None
+    lo, hi = 1, 1024
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _tpot_ms(d, mid, tokens_per_seq) <= TPOT_MEAN_SHARE * limit_ms:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+KNEE_TPOT_FACTOR = 1.5  # the decode "knee": past this multiple of batch-1 TPOT, a bigger batch costs latency
+
+
+def knee_batch(ctx: GroupContext, tokens_per_seq: float) -> int | None:
+    """The batch at which TPOT reaches :data:`KNEE_TPOT_FACTOR` x its batch-1 value (sizing's perf model)."""
+    d = deployment(ctx)
+    if d is None:
+        return None
+    return batch_for_tpot(
+        ctx, _tpot_ms(d, 1, tokens_per_seq) * KNEE_TPOT_FACTOR / TPOT_MEAN_SHARE, tokens_per_seq
+    )
+
+
+def search_recommendation(ctx: GroupContext, demand_rps: float) -> dict[str, object] | None:
+    """The sizing search for ``demand_rps`` at the group's SLOs: the cheapest option on the group's own
+    instance type and across the catalog (each: type, count, max_num_seqs, cost)."""
+    if not ctx.model or demand_rps <= 0:
+        return None
+    from sizing import SLO, SizingInputError, Workload, find_instance, find_model, price_book, search
+
+    prompt, output = request_sizes(ctx)
+    try:
+        model = find_model(ctx.model)
+        workload = Workload(qps=demand_rps, prompt_tokens=int(prompt), output_tokens=int(output))
+        slo = SLO(ttft_p99_ms=ctx.slo_ttft_p99_ms, tpot_p99_ms=ctx.slo_tpot_p99_ms)
+        prices = price_book()
+        out: dict[str, object] = {}
+        if ctx.instance_type:
+            same = search(
+                model,
+                workload=workload,
+                slo=slo,
+                prices=prices,
+                region=ctx.region,
+                instances=[find_instance(ctx.instance_type)],
+                top=1,
+            ).best
+            if same is not None and same.instances:
+                out["same_type"] = _option(same)
+        best = search(model, workload=workload, slo=slo, prices=prices, region=ctx.region, top=1).best
+        if best is not None and best.instances:
+            out["best"] = _option(best)
+    except (SizingInputError, ValueError, KeyError):
+        return None
+    return out or None
+
+
+def _option(c: object) -> dict[str, object]:
+    return {
+        "instance_type": c.instance_type,  # type: ignore[attr-defined]
+        "instances": c.instances,  # type: ignore[attr-defined]
+        "max_num_seqs": c.max_num_seqs,  # type: ignore[attr-defined]
+        "cost_cny_per_hour": None if c.cost_cny_per_hour is None else round(c.cost_cny_per_hour, 1),  # type: ignore[attr-defined]
+    }

@@ -489,7 +489,6 @@ def _kv_pressure(st: _State) -> list[Finding]:
         return []
     st.kv_bound.update(hit)
     opts = fixes.kv_options(g)
-    demand = _demand_rps(st, [i for i in st.measured if i.instance_id in hit])
     parts = []
     if "kv_cache_tokens_fp8" in opts:
         parts.append(
@@ -503,9 +502,14 @@ def _kv_pressure(st: _State) -> list[Finding]:
     else:
         parts.append("lower --max-model-len if prompts allow")
     parts.append("or give each instance more GPUs (a larger tensor-parallel size)")
-    count = _instances_needed(st, demand, running_share=len(hit) / max(1, len(st.measured)))
-    if count is not None:
-        parts.append(f"or run {count} instance(s) instead of {len(st.serving)}")
+    count, lower_bound = _measured_need(
+        st, _demand_rps(st, st.measured), [i for i in st.measured if i.instance_id in hit]
+    )
+    if count is not None and count > len(st.serving):
+        parts.append(
+            f"or run {'at least ' if lower_bound else ''}{count} instance(s) instead of {len(st.serving)} "
+            "(measured throughput per instance, kept at 80% load)"
+        )
     else:
         parts.append("or add instances")
     share = len(hit) / max(1, len(st.measured))
@@ -542,25 +546,39 @@ def _demand_rps(st: _State, insts: Sequence[InstanceWindow]) -> float | None:
     return total if seen else None
 
 
-def _output_tokens(st: _State) -> float | None:
-    from fleet.diagnose.model import GENERATION_TOKENS_PER_S
-
-    gen = sum(_mean(i.values(GENERATION_TOKENS_PER_S)) or 0.0 for i in st.measured)
-    rate = sum(_mean(i.values(REQUEST_RATE_RPS)) or 0.0 for i in st.measured)
-    return gen / rate if gen > 0 and rate > 0 else None
+def _pinned(st: _State, insts: Sequence[InstanceWindow]) -> bool:
+    """Whether any of ``insts`` had its queue at the gateway's limit (arrivals were being turned away)."""
+    limit = st.window.group.queue_limit or DEFAULT_QUEUE_LIMIT
+    return any(_thirds(i.values(pm.QUEUE_WAITING) or [0.0])[1] >= 0.8 * limit for i in insts)
 
 
-def _instances_needed(st: _State, demand: float | None, running_share: float = 1.0) -> int | None:
-    """Instances for ``demand`` at the SLO: the sizing model's capacity per instance, else the measured "
-    "one."""
-    if demand is None or demand <= 0:
-        return None
-    cap = fixes.capacity_rps(st.window.group, _output_tokens(st))
-    if cap is not None:
-        return fixes.instances_for(demand / max(running_share, 1e-9) * running_share, cap[0])
-    measured = [_mean(i.values(REQUEST_RATE_RPS)) for i in st.measured]
-    per = _mean(v for v in measured if v)
-    return fixes.instances_for(demand, per) if per else None
+def _measured_need(
+    st: _State, demand: float | None, saturated: Sequence[InstanceWindow]
+) -> tuple[int | None, bool]:
+    """Instances for ``demand`` at the throughput the saturated instances showed (their completions per
+    second are what one instance does flat out), and whether that is a lower bound (requests turned away)."""
+    per = _mean(_mean(_after(i.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)) or 0.0 for i in saturated)
+    if not demand or not per:
+        return None, False
+    pinned = _pinned(st, saturated)
+    need = fixes.instances_for(demand, per)
+    return (max(need, len(st.serving) + 1) if pinned else need), pinned
+
+
+def _tokens_per_seq(st: _State, insts: Sequence[InstanceWindow]) -> float:
+    """Context tokens per running sequence: KV cache in use over the batch, else the request mix."""
+    d = fixes.deployment(st.window.group)
+    ratios: list[float] = []
+    if d is not None:
+        for inst in insts:
+            kv = _by_time(inst, pm.KV_CACHE_USAGE_PCT)
+            for t, n in inst.metrics.get(pm.REQUESTS_RUNNING, ()):
+                if n >= 1 and t in kv:
+                    ratios.append(kv[t] / 100.0 * d.kv_cache_tokens / n)
+    if ratios:
+        return statistics.median(ratios)
+    prompt, output = fixes.request_sizes(st.window.group)
+    return prompt + output / 2
 
 
 def _queue_and_capacity(st: _State) -> list[Finding]:
@@ -624,24 +642,40 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
     }
     overloaded = (len(growing) + len(pinned)) / len(pool)
     if sat_share >= 0.75 and overloaded >= 0.5:
-        need = _instances_needed(st, demand)
-        at_limit = bool(pinned)
         now_n = len(st.serving)
+        rec = fixes.search_recommendation(g, demand or 0.0)
+        measured_need, at_limit = _measured_need(st, demand, saturated)
+        same = rec.get("same_type") if rec else None
+        need = same["instances"] if isinstance(same, dict) else measured_need
         if need is not None and at_limit:
-            need = max(need, now_n + 1)
-        count_txt = (
-            f"Run {'at least ' if at_limit else ''}{need} instance(s) of "
-            f"{g.instance_type or 'the current type'} "
-            f"instead of {now_n}"
-            if need is not None
-            else "Add instances until the queue stops growing"
-        )
+            need = max(int(need), now_n + 1)  # type: ignore[call-overload]
+        prompt, output = fixes.request_sizes(g)
+        if isinstance(same, dict):
+            count_txt = (
+                f"Run {'at least ' if at_limit else ''}{need} instance(s) of {same['instance_type']} "
+                f"instead of {now_n} (the sizing search for {demand:.1f} requests/s of {prompt:.0f} in / "
+                f"{output:.0f} out tokens at the SLOs, with max_num_seqs {same['max_num_seqs']})"
+            )
+            best = rec.get("best") if rec else None
+            if isinstance(best, dict) and best["instance_type"] != same["instance_type"]:
+                count_txt += (
+                    f"; across the catalog the cheapest is {best['instances']} x {best['instance_type']} at "
+                    f"{best['cost_cny_per_hour']} CNY/h against {same['cost_cny_per_hour']} CNY/h"
+                )
+        elif need is not None:
+            count_txt = (
+                f"Run {'at least ' if at_limit else ''}{need} instance(s) instead of {now_n} (measured "
+                "throughput per instance, kept at 80% load)"
+            )
+        else:
+            count_txt = "Add instances until the queue stops growing"
         if need is not None and g.max_size is not None and need > g.max_size:
-            count_txt += f", and raise max_size from {g.max_size} to at least {need}"
-        cap = fixes.capacity_rps(g, _output_tokens(st))
-        if cap is not None:
-            evidence["capacity_rps_per_instance_at_slo"] = round(cap[0], 3)
+            count_txt += f"; raise max_size from {g.max_size} to at least {need}"
+        if at_limit:
+            count_txt += "; a lower bound: the requests turned away at the gateway are not counted"
         evidence["instances_recommended"] = need
+        if rec:
+            evidence["sizing_search"] = rec
         return [
             Finding(
                 "undersized_fleet",
@@ -652,18 +686,12 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
                 "stayed saturated and the queues kept growing"
                 + (" up to the gateway's limit, so requests were turned away" if at_limit else "")
                 + ". Bigger batches or another card will not fix a fleet that is too small.",
-                count_txt
-                + (
-                    " (the sizing model's capacity at the SLO, kept at 80% load"
-                    if cap
-                    else " (measured throughput"
-                )
-                + (", a lower bound: rejected requests are not counted)." if at_limit else ")."),
+                count_txt + ".",
             )
         ]
     if sat_share < 0.5:
         return []
-    knee = fixes.tpot_batch_limit(g, _output_tokens(st))
+    knee = fixes.knee_batch(g, _tokens_per_seq(st, saturated))
     seqs = _max_num_seqs(st)
     per = (completed / len(pool)) if completed else None
     cap_q = None
@@ -678,9 +706,12 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         else "cap the queue (max waiting) at about throughput x the TTFT SLO per instance"
     ]
     if seqs and knee and knee < seqs:
-        parts.append(f"lower max_num_seqs from {seqs} to {knee} (the batch at the TPOT SLO)")
-    elif seqs:
-        parts.append(f"lower max_num_seqs below {seqs} toward the latency knee (fleet size --knee)")
+        parts.append(
+            f"lower max_num_seqs from {seqs} to {knee} (the latency knee: TPOT at "
+            f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model)"
+        )
+    elif seqs and knee:
+        parts.append(f"keep max_num_seqs at {seqs} (already below the latency knee of about {knee})")
     extra = None
     if demand and per:
         extra = max(1, math.ceil(demand / (per * fixes.TARGET_LOAD_FRACTION)) - len(pool))
@@ -733,11 +764,16 @@ def _bandwidth(st: _State) -> list[Finding]:
     if not hit:
         return []
     seqs = _max_num_seqs(st)
-    knee = fixes.tpot_batch_limit(g, _output_tokens(st))
+    hit_insts = [i for i in st.measured if i.instance_id in hit]
+    limit_ms = g.slo_tpot_p99_ms
+    knee = fixes.batch_for_tpot(g, limit_ms, _tokens_per_seq(st, hit_insts)) if limit_ms else None
+    batch_now = _mean(_mean(i.values(pm.REQUESTS_RUNNING)) or 0.0 for i in hit_insts) or 0.0
     parts = []
-    if knee and seqs and knee < seqs:
+    if knee and (seqs is None or knee < seqs) and knee < batch_now:
         parts.append(
-            f"lower max_num_seqs from {seqs} to {knee} to keep P99 TPOT within {g.slo_tpot_p99_ms:g} ms"
+            f"lower max_num_seqs{f' from {seqs}' if seqs else ''} to {knee} to keep P99 TPOT within "
+            f"{limit_ms:g} ms (the sizing model's decode time at the measured context per sequence; the "
+            f"batch averaged {batch_now:.0f})"
         )
     else:
         parts.append(

@@ -337,6 +337,10 @@ def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> S
         ctx.max_num_seqs = plan.max_num_seqs
         ctx.max_model_len = plan.max_model_len
         ctx.queue_limit = sc.queue_limit
+        # The team knows its request mix (fleet diagnose --prompt-tokens/--output-tokens): the workload's.
+        if requests:
+            ctx.prompt_tokens_mean = round(sum(r.prompt_tokens for r in requests) / len(requests))
+            ctx.output_tokens_mean = round(sum(r.output_tokens for r in requests) / len(requests))
         window = read_window(
             clients,
             spec,
