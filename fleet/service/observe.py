@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
@@ -272,7 +272,3 @@ def health_status(instance: ScalingInstance, health: InstanceHealth | None) -> s
     if health is not None and (health.health_status or "") in _ECS_UNHEALTHY:
         return "Unhealthy"
     return instance.health_status or "Healthy"
-
-
-def within(at: datetime, now: datetime, max_age_s: float) -> bool:
-    return now - at <= timedelta(seconds=max_age_s)
