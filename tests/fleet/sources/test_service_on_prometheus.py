@@ -16,7 +16,7 @@ from fleet.cloud.retry import RetryPolicy
 from fleet.config import load_config
 from fleet.service.loop import build_service
 
-from .conftest import ENV, REGION
+from .conftest import ENV, REGION, free_port
 
 FAST = RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
 
@@ -103,5 +103,44 @@ def test_service_scales_out_and_isolates_reading_only_prometheus(
         assert not [c for c in cloud.calls if c[0] == "cms"]  # the metrics came from Prometheus alone
         staleness = svc.last_observation.groups["chat"].staleness_s if svc.last_observation else {}
         assert staleness.get("queue_waiting") is not None and staleness["queue_waiting"] < 30
+    finally:
+        svc.close()
+
+
+def test_prometheus_down_is_counted_as_an_api_error_and_never_scales_in(tmp_path, aliyun_server):
+    cloud = aliyun_server.cloud
+    gid = cloud.create_group_for_tests(
+        name="chat", min_size=1, max_size=6, desired_capacity=3, in_service=3, region_id=REGION
+    )
+    clients = make_clients(REGION, cloud.account_id, endpoint=aliyun_server.endpoint, retry=FAST, env=ENV)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        textwrap.dedent(f"""
+            region: {REGION}
+            groups:
+              - name: chat
+                scaling_group_id: {gid}
+                min_size: 1
+                max_size: 6
+                scale_in:
+                  - {{metric: queue_waiting_per_instance, below: 0.5, for: 1s}}
+                stabilization: {{scale_in_window: 1s}}
+                isolation: {{enabled: false}}
+                metrics_source: {{type: prometheus, url: "http://127.0.0.1:{free_port()}"}}
+        """)
+    )
+    svc = build_service(
+        load_config(path, env={}), clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now
+    )
+    try:
+        for _ in range(4):
+            assert svc.tick(cloud.now()).leader
+            time.sleep(0.5)
+        errors = svc.metrics.registry.get_sample_value(
+            "fleet_cloud_api_errors_total", {"code": "Prometheus.Unreachable"}
+        )
+        assert errors is not None and errors >= 4  # one per tick at least (each metric read fails)
+        assert clients.ess.describe_scaling_groups(group_ids=[gid])[0].desired_capacity == 3
+        assert not [d for d in svc.store.decisions(kind="scale") if d.outcome == "applied"]
     finally:
         svc.close()
