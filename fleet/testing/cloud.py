@@ -210,10 +210,51 @@ class FakeCloud:
         dimensions: dict[str, str],
         value: float,
         timestamp_ms: int | None = None,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
     ) -> None:
-        """Write a point the real API does not let clients write (e.g. ``acs_ecs_dashboard`` GPU metrics)."""
+        """Write a point the real API does not let clients write (e.g. ``acs_ecs_dashboard`` GPU metrics).
+
+        ``value`` is the point's Average; ``minimum``/``maximum`` (default: ``value``) are for points that
+        already summarize several samples."""
         with self.lock:
-            self.cms.put_point(namespace, metric, dimensions, float(value), timestamp_ms)
+            self.cms.put_point(
+                namespace, metric, dimensions, float(value), timestamp_ms, minimum=minimum, maximum=maximum
+            )
+
+    def publish_gpu_metrics(
+        self,
+        instance_id: str,
+        suffix: str,
+        per_gpu: dict[str, float],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Publish ``gpu_<suffix>`` per GPU (``gpuId`` dimension) and ``instance_gpu_<suffix>`` for the
+        instance (average, minimum and maximum across its GPUs) in ``acs_ecs_dashboard``, as the CloudMonitor
+        agent does (aliyun-api.md section 2.1). ``per_gpu`` maps gpuId (the PCI bus id in the new agent) to
+        the value."""
+        if not per_gpu:
+            raise ValueError("per_gpu needs at least one GPU")
+        values = list(per_gpu.values())
+        with self.lock:
+            for gpu_id, value in per_gpu.items():
+                self.cms.put_point(
+                    "acs_ecs_dashboard",
+                    f"gpu_{suffix}",
+                    {"instanceId": instance_id, "gpuId": gpu_id},
+                    float(value),
+                    timestamp_ms,
+                )
+            self.cms.put_point(
+                "acs_ecs_dashboard",
+                f"instance_gpu_{suffix}",
+                {"instanceId": instance_id},
+                sum(values) / len(values),
+                timestamp_ms,
+                minimum=min(values),
+                maximum=max(values),
+            )
 
     def put_custom_metric(
         self,

@@ -100,11 +100,12 @@ class FakeControl:
                 raise ControlError("dimensions must be an object of strings")
             value = _number(point, "value", required=True)
             ts = _number(point, "timestamp_ms")
+            low, high = _number(point, "minimum"), _number(point, "maximum")
             checked.append(
-                (point["namespace"], point["metric"], dims, value, None if ts is None else int(ts))
+                (point["namespace"], point["metric"], dims, value, None if ts is None else int(ts), low, high)
             )
-        for namespace, metric, dims, value, ts in checked:
-            self.cloud.publish_metric(namespace, metric, dims, value, ts)
+        for namespace, metric, dims, value, ts, low, high in checked:
+            self.cloud.publish_metric(namespace, metric, dims, value, ts, minimum=low, maximum=high)
         return {"ok": True, "points": len(checked)}
 
     def faults(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -38,27 +38,54 @@ STATISTICS = ("Average", "Minimum", "Maximum", "Sum", "SampleCount")
 
 
 class Series:
-    __slots__ = ("dims", "match", "times_ms", "values")
+    """One time series. Each point is a value (its average) with its own minimum and maximum, which differ for
+    points that already aggregate several samples (``instance_gpu_*`` across an instance's GPUs)."""
+
+    __slots__ = ("dims", "match", "times_ms", "values", "mins", "maxs")
 
     def __init__(self, dims: dict[str, str], match: dict[str, str]) -> None:
         self.dims = dims  # what rows print
         self.match = match  # what filters may name (a superset of dims for custom metrics)
         self.times_ms: list[int] = []
         self.values: list[float] = []
+        self.mins: list[float] = []
+        self.maxs: list[float] = []
 
-    def add(self, ts_ms: int, value: float, cutoff_ms: int) -> None:
+    def add(
+        self, ts_ms: int, value: float, cutoff_ms: int, low: float | None = None, high: float | None = None
+    ) -> None:
         times = self.times_ms
+        low = value if low is None else low
+        high = value if high is None else high
         if not times or ts_ms >= times[-1]:
             times.append(ts_ms)
             self.values.append(value)
+            self.mins.append(low)
+            self.maxs.append(high)
         else:
             i = bisect.bisect_right(times, ts_ms)
             times.insert(i, ts_ms)
             self.values.insert(i, value)
+            self.mins.insert(i, low)
+            self.maxs.insert(i, high)
         if times[0] < cutoff_ms:
             drop = bisect.bisect_left(times, cutoff_ms)
             del times[:drop]
             del self.values[:drop]
+            del self.mins[:drop]
+            del self.maxs[:drop]
+
+    def stats(self, lo: int, hi: int) -> dict[str, float]:
+        """Average, Minimum, Maximum, Sum and SampleCount of the points ``lo:hi``."""
+        values = self.values[lo:hi]
+        total = sum(values)
+        return {
+            "Average": total / len(values),
+            "Minimum": min(self.mins[lo:hi]),
+            "Maximum": max(self.maxs[lo:hi]),
+            "Sum": total,
+            "SampleCount": float(len(values)),
+        }
 
     def window(self, start_ms: int | None, end_ms: int) -> tuple[int, int]:
         """Indices of points in (start, end] (CMS windows are left-open)."""
@@ -155,6 +182,8 @@ class CmsBackend:
         value: float,
         timestamp_ms: int | None = None,
         match_extra: Mapping[str, str] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
     ) -> None:
         if not namespace or not metric:
             raise ValueError("a metric point needs a namespace and a metric name")
@@ -174,7 +203,13 @@ class CmsBackend:
             index = self._index[key]
             for pair in match.items():
                 index.setdefault(pair, []).append(series)
-        series.add(ts_ms, float(value), now_ms - int(self.cloud.metric_retention_s * 1000))
+        series.add(
+            ts_ms,
+            float(value),
+            now_ms - int(self.cloud.metric_retention_s * 1000),
+            None if minimum is None else float(minimum),
+            None if maximum is None else float(maximum),
+        )
 
     def put_custom(
         self,
@@ -214,19 +249,19 @@ class CmsBackend:
                     found[id(series)] = series
         return list(found.values())
 
-    def _row(self, namespace: str, series: Series, ts_ms: int, values: list[float]) -> dict[str, Any]:
-        total = sum(values)
+    def _row(self, namespace: str, series: Series, ts_ms: int, lo: int, hi: int) -> dict[str, Any]:
+        stats = series.stats(lo, hi)
         row: dict[str, Any] = {
             "timestamp": ts_ms,
             "userId": self.cloud.account_id,
             **series.dims,
-            "Average": total / len(values),
-            "Minimum": min(values),
-            "Maximum": max(values),
+            "Average": stats["Average"],
+            "Minimum": stats["Minimum"],
+            "Maximum": stats["Maximum"],
         }
         if namespace.startswith("acs_customMetric_"):
-            row["Sum"] = total
-            row["SampleCount"] = len(values)
+            row["Sum"] = stats["Sum"]
+            row["SampleCount"] = hi - lo
         return row
 
     def rows(
@@ -244,21 +279,19 @@ class CmsBackend:
             lo, hi = series.window(start_ms, end_ms)
             if lo >= hi:
                 continue
-            times, values = series.times_ms, series.values
+            times = series.times_ms
             if not period_s:
                 for i in range(lo, hi):
-                    out.append(self._row(namespace, series, times[i], [values[i]]))
+                    out.append(self._row(namespace, series, times[i], i, i + 1))
                 continue
             step = period_s * 1000
-            bucket = times[lo] // step * step
-            acc: list[float] = []
+            bucket, first = times[lo] // step * step, lo
             for i in range(lo, hi):
                 b = times[i] // step * step
                 if b != bucket:
-                    out.append(self._row(namespace, series, bucket, acc))
-                    bucket, acc = b, []
-                acc.append(values[i])
-            out.append(self._row(namespace, series, bucket, acc))
+                    out.append(self._row(namespace, series, bucket, first, i))
+                    bucket, first = b, i
+            out.append(self._row(namespace, series, bucket, first, hi))
         out.sort(key=lambda r: r["timestamp"])
         return out
 
@@ -278,12 +311,12 @@ class CmsBackend:
             if lo >= hi:
                 continue
             if not period_s:
-                out.append(self._row(namespace, series, series.times_ms[hi - 1], [series.values[hi - 1]]))
+                out.append(self._row(namespace, series, series.times_ms[hi - 1], hi - 1, hi))
                 continue
             step = period_s * 1000
             bucket = series.times_ms[hi - 1] // step * step
             first = max(lo, bisect.bisect_left(series.times_ms, bucket))
-            out.append(self._row(namespace, series, bucket, series.values[first:hi]))
+            out.append(self._row(namespace, series, bucket, first, hi))
         return out
 
     def aggregate_rows(
@@ -294,7 +327,7 @@ class CmsBackend:
         for series in self.matching(namespace, metric, filters):
             lo, hi = series.window(start_ms, end_ms)
             if lo < hi:
-                out.append(self._row(namespace, series, start_ms, series.values[lo:hi]))
+                out.append(self._row(namespace, series, start_ms, lo, hi))
         return out
 
     def custom_metric_list(
@@ -363,14 +396,7 @@ class CmsBackend:
             if lo >= hi:
                 continue
             any_data = True
-            values = series.values[lo:hi]
-            stats = {
-                "Average": sum(values) / len(values),
-                "Minimum": min(values),
-                "Maximum": max(values),
-                "Sum": sum(values),
-                "SampleCount": float(len(values)),
-            }
+            stats = series.stats(lo, hi)
             breached = None
             for level, level_name in LEVELS:
                 spec = rule.escalations.get(level)

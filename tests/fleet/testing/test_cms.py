@@ -300,3 +300,42 @@ def test_rule_below_threshold_stays_ok(cms: CmsClient, cloud: FakeCloud) -> None
         0
     ]
     assert state.alert_state == "OK" and cloud.cms.alert_logs == []
+
+
+def test_instance_gpu_metric_summarizes_the_gpus(cms: CmsClient, cloud: FakeCloud) -> None:
+    cloud.publish_gpu_metrics(
+        "i-1", "gpu_usedutilization", {"00000000:00:07.0": 80.0, "00000000:00:08.0": 40.0}
+    )
+    instance = points(
+        cms.describe_metric_last(
+            cm.DescribeMetricLastRequest(namespace=NS, metric_name="instance_gpu_gpu_usedutilization")
+        ).body
+    )
+    per_gpu = points(
+        cms.describe_metric_last(
+            cm.DescribeMetricLastRequest(
+                namespace=NS,
+                metric_name="gpu_gpu_usedutilization",
+                dimensions=json.dumps({"instanceId": "i-1"}),
+            )
+        ).body
+    )
+    assert [(r["Average"], r["Minimum"], r["Maximum"]) for r in instance] == [(60.0, 40.0, 80.0)]
+    assert sorted((r["gpuId"], r["Average"]) for r in per_gpu) == [
+        ("00000000:00:07.0", 80.0),
+        ("00000000:00:08.0", 40.0),
+    ]
+
+
+def test_period_aggregate_keeps_the_extremes_of_summarized_points(cms: CmsClient, cloud: FakeCloud) -> None:
+    cloud.publish_metric(NS, TEMP, {"instanceId": "i-1"}, 70, START_MS, minimum=65, maximum=75)
+    cloud.publish_metric(NS, TEMP, {"instanceId": "i-1"}, 80, START_MS + 15000, minimum=60, maximum=95)
+    cloud.advance(60)
+    rows = points(
+        cms.describe_metric_list(
+            cm.DescribeMetricListRequest(
+                namespace=NS, metric_name=TEMP, period="60", start_time=str(START_MS - 1)
+            )
+        ).body
+    )
+    assert [(r["Average"], r["Minimum"], r["Maximum"]) for r in rows] == [(75.0, 60.0, 95.0)]
