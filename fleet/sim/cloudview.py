@@ -18,7 +18,6 @@ from fleet.sim.world import World
 
 # ECS statuses during which the instance is not running its software (a reboot or a start in progress).
 _RESTARTING = ("Stopping", "Starting", "Stopped")
-_ISOLATION_CAUSES = {"metric": "metric", "throttle": "throttle", "xid": "xid", "event": "event"}
 
 
 def initial_size(spec: Any, at: datetime) -> int:
@@ -108,10 +107,12 @@ def make_controller(
     clients = make_clients(config)
     policy = options.policy
     if policy == "ours":
-        from fleet.service import build_service
+        try:
+            from fleet.service import build_service
+        except ImportError:  # exported from the package once the service lands whole
+            from fleet.service.loop import build_service
 
-        service = build_service(config, clients, database_url="sqlite://", clock=clock, dry_run=False)
-        service.name = "ours"
+        service = build_service(config, clients, database_url="sqlite://", clock=clock.now, dry_run=False)
         checker = InvariantChecker(
             min_size=spec.min_size,
             max_size=spec.max_size,
@@ -218,34 +219,43 @@ def _iso(dt: Any) -> str | None:
     return dt.isoformat() if hasattr(dt, "isoformat") else str(dt)
 
 
+_RESPONSE_FIELDS = (
+    "acknowledged_at",
+    "admitted_at",
+    "surge_requested_at",
+    "capacity_protected_at",
+    "standby_requested_at",
+    "reboot_requested_at",
+    "remove_requested_at",
+)
+
+
 def incidents(controller: Any, world: World, options: SimOptions, spec: Any) -> list[dict[str, Any]]:
     """The run's incidents: our service's own records for ``ours``; for the baselines, which do not isolate,
     each injected fault as an incident nobody responded to."""
     out: list[dict[str, Any]] = []
     end = options.start + timedelta(hours=options.hours)
-    respond_s = float(spec.isolation.respond_within_s)
-    isolate_s = float(spec.isolation.isolate_within_s)
-    records = service_incidents(controller) if options.policy == "ours" else None
-    if records is not None:
-        for inc in records:
-            detected = inc.detected_at
-            responded = (
-                inc.acknowledged_at or inc.admitted_at or inc.surge_requested_at or inc.standby_requested_at
-            )
-            isolated = inc.isolated_at
-            late_response = (responded or end) - detected > timedelta(seconds=respond_s)
-            late_isolation = (isolated or inc.remediated_at or end) - detected > timedelta(seconds=isolate_s)
+    respond = timedelta(seconds=float(spec.isolation.respond_within_s))
+    isolate = timedelta(seconds=float(spec.isolation.isolate_within_s))
+    if options.policy == "ours":
+        for rec in sorted(controller.store.incidents(), key=lambda r: r.detected_at):
+            body = rec.body or {}
+            responses = [_dt(body.get(k)) for k in _RESPONSE_FIELDS]
+            responded = min((r for r in responses if r is not None), default=None)
+            isolated = rec.isolated_at or _dt(body.get("isolated_at"))
+            remediated = _dt(body.get("remediated_at")) or rec.closed_at
+            late_response = (responded or end) - rec.detected_at > respond
+            late_isolation = (isolated or remediated or end) - rec.detected_at > isolate
             out.append(
                 {
-                    "instance_id": inc.instance_id,
-                    "cause": inc.rule,
-                    "kind": inc.kind,
-                    "detected_at": _iso(detected),
+                    "instance_id": rec.instance_id,
+                    "cause": rec.cause or body.get("rule", ""),
+                    "detected_at": _iso(rec.detected_at),
                     "responded_at": _iso(responded),
                     "isolated_at": _iso(isolated),
-                    "action": inc.action,
-                    "state": str(getattr(inc.state, "value", inc.state)),
-                    "remediated_at": _iso(inc.remediated_at),
+                    "action": body.get("action"),
+                    "state": rec.state,
+                    "closed_at": _iso(rec.closed_at),
                     "sla_breached": bool(late_response or late_isolation),
                 }
             )
@@ -258,15 +268,20 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: Any) -> 
             {
                 "instance_id": f["instance_id"],
                 "cause": _fault_cause(f),
-                "kind": f["event"],
                 "detected_at": None,
                 "responded_at": None,
                 "isolated_at": None,
                 "action": None,
-                "sla_breached": (end - at).total_seconds() > respond_s,
+                "sla_breached": end - at > respond,
             }
         )
     return out
+
+
+def _dt(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
 def _fault_cause(f: dict[str, Any]) -> str:
@@ -275,29 +290,6 @@ def _fault_cause(f: dict[str, Any]) -> str:
     if f["event"] == "event":
         return str(f.get("code"))
     return "gpu_overheat"
-
-
-def service_incidents(service: Any) -> list[Any]:
-    """Every incident the service recorded (open and closed), from its persisted history."""
-    history = service_history(service)
-    if history is None:
-        return []
-    found: list[Any] = []
-    for group_history in getattr(history, "groups", {}).values():
-        found.extend(getattr(group_history, "incidents", []))
-    return found
-
-
-def service_history(service: Any) -> Any:
-    for name in ("history", "load_history"):
-        attr = getattr(service, name, None)
-        if attr is None:
-            continue
-        return attr() if callable(attr) else attr
-    store = getattr(service, "store", None)
-    if store is not None and hasattr(store, "load_history"):
-        return store.load_history()
-    return None
 
 
 def decisions(controller: Any) -> list[dict[str, Any]]:

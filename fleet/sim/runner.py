@@ -33,12 +33,12 @@ DEFAULT_START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC) - timedelta(hours=8)
 class Hardware:
     """What each instance of the group is: the model served, the GPU, and what it costs."""
 
-    model: str = "Qwen2.5-7B"
-    instance_type: str = "ecs.gn7i-c8g1.2xlarge"
+    model: str = "Qwen2.5-14B"
+    instance_type: str = "ecs.gn7i-2x.8xlarge"
     gpu: str = "A10"
-    gpus_per_instance: int = 1
-    tp: int = 1
-    price_cny_per_hour: float = 12.0
+    gpus_per_instance: int = 2
+    tp: int = 2
+    price_cny_per_hour: float = 29.24
     max_model_len: int = 8192
 
 
@@ -161,8 +161,15 @@ def run(
     spec = config.groups[group_index]
     duration_s = options.hours * 3600.0
     clock = ManualClock(options.start)
+    # CloudMonitor keeps a week of points; the simulation reads only the last minutes, so an hour keeps memory
+    # flat over long runs. The fake's sleeps for injected latency would stall virtual time: off.
     with mock_aliyun(
-        boot_seconds=options.boot_s, seed=options.seed, account_id=config.account_id, clock=clock
+        boot_seconds=options.boot_s,
+        seed=options.seed,
+        account_id=config.account_id,
+        clock=clock,
+        metric_retention_s=3600.0,
+        sleep_latency=False,
     ) as cloud:
         initial = options.initial_size
         if initial is None:

@@ -13,10 +13,11 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fleet.sim.runner import Hardware, SimOptions, SimResult, run
+from fleet.sim.runner import DEFAULT_START, Hardware, SimOptions, SimResult, run
 from fleet.sim.workload import (
     Request,
     WorkloadSpec,
@@ -28,14 +29,22 @@ from fleet.sim.workload import (
 from fleet.sim.world import Fault, World, WorldParams, percentile
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
-DEFAULT_WORKLOAD = "servegen:m-large,peak=60"
+# ServeGen's m-small language model, day 2: a night trough at ~45 % of the peak, a ramp from 06:00 and the
+# peak
+# at 09:00, scaled so that the default fleet (Qwen2.5-14B on 2 x A10) needs about twenty instances at the top.
+DEFAULT_WORKLOAD = "servegen:m-small,day=2,peak=15"
+# The demo's fault: one GPU's cooling fails mid-morning, during the business-hours floor.
+DEFAULT_FAULTS = ("overheat,at=10h30m,instance=1",)
+# Per-request traces are replayed from 10:00 local on the start day (inside business hours); ServeGen curves
+# start at local midnight (their window 0).
+REPLAY_START_OFFSET = timedelta(hours=10)
 
 # The benchmark's workloads (issue 7: at least a ServeGen language day, the Azure code bursts and the Azure
-# conversation hour). Peaks are chosen so that the default fleet needs tens of instances at the top.
+# conversation hour).
 BENCH_WORKLOADS: tuple[tuple[str, str, float], ...] = (
-    ("servegen-language-day", "servegen:m-large,peak=60", 24.0),
-    ("azure-code-bursts", "azure:code,rate=8", 1.0),
-    ("azure-conversation-hour", "azure:conv,rate=4", 1.0),
+    ("servegen-language-day", DEFAULT_WORKLOAD, 24.0),
+    ("azure-code-bursts", "azure:code", 1.0),
+    ("azure-conversation-hour", "azure:conv,rate=2", 1.0),
 )
 
 
@@ -153,6 +162,8 @@ def simulate(
     slo = slo_ttft_ms(group)
     opts = options or SimOptions()
     opts = replace(opts, hours=hours, policy=policy, slo_ttft_ms=slo, queue_target=queue_target(group))
+    if spec_w.kind != "servegen" and opts.start == DEFAULT_START:
+        opts = replace(opts, start=DEFAULT_START + REPLAY_START_OFFSET)
     if policy == "static-peak" and opts.static_size is None:
         key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name))
         cap = (capacity_cache or {}).get(key)

@@ -16,6 +16,7 @@ nodes.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -262,7 +263,7 @@ class World:
                 stats.ttfts_ms.append(math.inf)
                 self.total_rejected += 1
                 continue
-            best = min(pool, key=_outstanding)
+            best = min(pool, key=_OUTSTANDING)
             self._req_seq += 1
             rid = self._req_seq
             self._arrival[rid] = r.arrival_s
@@ -416,8 +417,7 @@ class World:
                 self._minute(self._arrival[rid]).ttfts_ms.append(math.inf)
 
 
-def _outstanding(inst: SimInstance) -> int:
-    return inst.outstanding
+_OUTSTANDING = operator.attrgetter("outstanding")
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:

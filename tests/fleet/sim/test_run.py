@@ -1,0 +1,115 @@
+"""Short simulated runs through the real service loop (fake cloud, SDK adapters, policies, store)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from fleet.cli import main
+from fleet.config import load_config
+from fleet.sim.runner import SimOptions
+from fleet.sim.scenario import DEFAULT_CONFIG, simulate
+from fleet.sim.workload import traces_dir
+from fleet.sim.world import parse_fault_spec
+
+pytestmark = pytest.mark.skipif(
+    not (traces_dir() / "azure2023_conv.csv").exists(), reason=f"shared traces not found at {traces_dir()}"
+)
+
+SUMMARY_FIELDS = (
+    "requests",
+    "completed",
+    "rejected",
+    "slo_violation_minutes",
+    "ttft_p99_ms",
+    "tpot_p99_ms",
+    "gpu_hours",
+    "cost_cny",
+    "scale_actions",
+    "max_instances",
+    "incidents",
+    "sla_breaches",
+    "invariant_violations",
+)
+INCIDENT_FIELDS = ("instance_id", "cause", "detected_at", "responded_at", "isolated_at", "action")
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(DEFAULT_CONFIG, env={})
+
+
+@pytest.fixture(scope="module")
+def overheat_run(config):
+    """Twenty minutes of the conversation trace with one GPU's cooling failing after two minutes."""
+    fault = replace(parse_fault_spec("overheat,at=2m,instance=0"), extra_c=50.0)
+    return simulate(config, "azure:conv,rate=0.5", 20 / 60, faults=[fault], options=SimOptions())
+
+
+def test_summary_has_every_field_the_issue_names(overheat_run):
+    assert set(SUMMARY_FIELDS) <= set(overheat_run.summary)
+    assert overheat_run.summary["requests"] > 0 and overheat_run.summary["completed"] > 0
+
+
+def test_real_loop_run_has_no_invariant_violations(overheat_run):
+    assert overheat_run.summary["invariant_violations"] == []
+
+
+def test_overheating_gpu_becomes_an_incident_that_is_responded_to(overheat_run):
+    incidents = overheat_run.summary["incidents"]
+    hot = overheat_run.fault_log[0]["instance_id"]
+    mine = [i for i in incidents if i["instance_id"] == hot]
+    assert mine, incidents
+    assert set(INCIDENT_FIELDS) <= set(mine[0])
+    assert mine[0]["detected_at"] is not None and mine[0]["responded_at"] is not None
+
+
+def test_series_has_one_point_per_simulated_minute(overheat_run):
+    assert len(overheat_run.series) == 20
+    assert all(p.desired >= 2 for p in overheat_run.series)
+
+
+def test_static_peak_pins_the_group_at_its_size(config):
+    result = simulate(
+        config, "azure:conv,rate=0.5", 5 / 60, policy="static-peak", options=SimOptions(static_size=3)
+    )
+    assert result.summary["invariant_violations"] == []
+    assert {p.desired for p in result.series} == {3}
+
+
+def test_simulate_json_via_cli(capsys, tmp_path):
+    report = tmp_path / "r.html"
+    code = main(
+        [
+            "simulate",
+            "--workload",
+            "azure:conv,rate=0.3",
+            "--hours",
+            "0.08",
+            "--json",
+            "--report",
+            str(report),
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(SUMMARY_FIELDS) <= set(out)
+    assert report.read_text().startswith("<!doctype html>") and "<svg" in report.read_text()
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--policy", "magic"], "--policy"),
+        (["--workload", "azure:chat"], "--workload"),
+        (["--fault", "meltdown,at=1h"], "--fault"),
+        (["--hours", "0"], "--hours"),
+        (["--model", "NoSuchModel-1B"], "--model"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_and_exit_2(capsys, args, fragment):
+    assert main(["simulate", *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
