@@ -400,7 +400,10 @@ def run(
         if op.kind == "reset_breaker":
             gh.breaker.open = False
             gh.breaker.opened_at = None
-            gh.breaker.reason = f"reset by {op.by} at {op.at.isoformat()}: {op.reason}".strip()
+            gh.breaker.reason = f"reset by {op.by} at {op.at.isoformat()}: {op.reason}".rstrip(": ")
+            for waiting in gh.incidents:
+                if waiting.state in OPEN_STATES and waiting.admitted_at is None:
+                    _note(waiting, now, ReasonCode.BREAKER_RESET, gh.breaker.reason)
             continue
         if op.kind == "isolate":
             if op.instance_id not in by_id:
@@ -753,6 +756,11 @@ def run(
             else:
                 steps.add(inc, StepAction.WAIT, ReasonCode.AWAITING_HEALTH, why)
             continue
+
+    for inc in gh.incidents:
+        if inc.closed_at == now:
+            last = inc.timeline[-1]
+            steps.add(inc, StepAction.CLOSE, last.reason, inc.outcome or "", outcome=inc.outcome)
 
     # 7. SLA clocks
     for inc in gh.incidents:
