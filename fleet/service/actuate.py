@@ -87,6 +87,9 @@ class Actuator:
         self.notify = notify
         self.notify_scale_min_change = notify_scale_min_change
         self._dry_run_seen: set[tuple[str, str]] = set()
+        # The last transient outcome per decision: a step blocked or in conflict for many ticks is audited
+        # once per change, not once per tick.
+        self._last_transient: dict[str, tuple[str, str | None]] = {}
 
     # -- scaling --------------------------------------------------------------------------------------
     def scale(
@@ -364,6 +367,13 @@ class Actuator:
         self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
 
     def _record(self, res: ActionResult, now: datetime, epoch: int | None) -> ActionResult:
+        self.metrics.actions.labels(group=res.group, action=res.action, outcome=res.outcome).inc()
+        if res.outcome in RETRY_OUTCOMES:
+            if self._last_transient.get(res.decision_id) == (res.outcome, res.error):
+                return res
+            self._last_transient[res.decision_id] = (res.outcome, res.error)
+        else:
+            self._last_transient.pop(res.decision_id, None)
         self.store.record_decision(
             DecisionRecord(
                 service=self.service,
@@ -385,7 +395,6 @@ class Actuator:
                 lease_epoch=epoch,
             )
         )
-        self.metrics.actions.labels(group=res.group, action=res.action, outcome=res.outcome).inc()
         self.metrics.decisions.labels(group=res.group, kind=res.kind).inc()
         log.info(
             "%s %s %s -> %s%s",

@@ -131,3 +131,19 @@ def test_dry_run_step_touches_nothing(fake_world):
     [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, False, cloud.now(), 1, lambda: True, False)
     assert res.outcome == "dry_run"
     assert not any(a == "RebootInstance" for _, a in cloud.calls)
+
+
+def test_a_step_blocked_for_many_ticks_is_audited_once(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    step = IsolationStep(
+        step_id="inc-5:enter_standby:0",
+        incident_id="inc-5",
+        instance_id=obs.instances[0].instance_id,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+    gp = GroupPlan(group="chat", floor=3, steps=[step])
+    for _ in range(5):
+        svc.actuator.steps(gp, svc.policy.group("chat"), obs, False, cloud.now(), 1, lambda: True, False)
+    assert [d.outcome for d in svc.store.decisions(kind="isolation")] == ["blocked"]

@@ -1,0 +1,36 @@
+"""The service's logs: JSON lines when asked, and no configured secret in any line."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fleet.commands.serve import _JsonFormatter, _Redact
+
+
+def _record(msg, *args, **extra):
+    rec = logging.LogRecord("fleet.service", logging.INFO, __file__, 1, msg, args, None)
+    for k, v in extra.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def test_json_formatter_writes_one_object_with_action_fields():
+    line = _JsonFormatter().format(
+        _record("chat %s -> %s", "scale_to", "applied", decision_id="chat:scale:0", outcome="applied")
+    )
+    data = json.loads(line)
+    assert data["msg"] == "chat scale_to -> applied"
+    assert (data["decision_id"], data["outcome"], data["level"]) == ("chat:scale:0", "applied", "info")
+
+
+def test_redact_replaces_configured_secrets_in_the_message():
+    rec = _record("calling with token %s", "tok-SECRET-1")
+    _Redact(["tok-SECRET-1"]).filter(rec)
+    assert "tok-SECRET-1" not in rec.getMessage() and "***" in rec.getMessage()
+
+
+def test_redact_ignores_empty_and_tiny_values():
+    rec = _record("a b c")
+    _Redact(["", "a"]).filter(rec)
+    assert rec.getMessage() == "a b c"
