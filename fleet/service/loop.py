@@ -87,7 +87,8 @@ class ServiceSettings:
         return cls(
             service_name=str(_get(lease, "name", None) or _get(config, "service_name", None) or "fleet"),
             tick_interval_s=tick,
-            lease_ttl_s=float(_get(lease, "ttl_s", None) or max(3 * tick, 10.0)),
+            # A lease shorter than two ticks would lapse between renewals: every tick would be a takeover.
+            lease_ttl_s=max(float(_get(lease, "ttl_s", None) or 3 * tick), 2 * tick + 1.0),
             schedule_sync_interval_s=float(_get(config, "schedule_sync_interval_s", 300.0) or 300.0),
             notify_scale_min_change=int(_get(config, "notify_scale_min_change", 1) or 1),
             api_host=str(_get(api, "host", "127.0.0.1") or "127.0.0.1"),

@@ -141,3 +141,20 @@ def test_a_second_replica_stands_by_while_the_first_holds_the_lease(world, tmp_p
         assert not svc.tick(cloud.now()).leader
     finally:
         other.close(release_lease=False)
+
+
+def test_settings_come_from_the_config_with_a_lease_longer_than_two_ticks(tmp_path):
+    from fleet.service.loop import ServiceSettings
+
+    cfg = _config(tmp_path, "asg-1", extra="api: {port: 9999, token: abc-token}\nlease: {ttl_s: 20}\n")
+    s = ServiceSettings.from_config(cfg, env={})
+    assert (s.api_port, s.api_token, s.tick_interval_s) == (9999, "abc-token", 15.0)
+    assert s.lease_ttl_s == 31.0  # 20 s would lapse between two 15 s ticks
+    assert "abc-token" not in repr(s)
+
+
+def test_api_token_falls_back_to_the_environment(tmp_path):
+    from fleet.service.loop import ServiceSettings
+
+    s = ServiceSettings.from_config(_config(tmp_path, "asg-1"), env={"FLEET_API_TOKEN": "from-env"})
+    assert s.api_token == "from-env"
