@@ -243,8 +243,9 @@ class CmsBackend:
             wanted = {k: str(v) for k, v in wanted.items() if k != "userId"}
             if not wanted:
                 return list(by_dims.values())
-            first = next(iter(wanted.items()))
-            for series in index.get(first, ()):
+            # Look up by the most selective pair: ``groupId=0`` matches every custom series, ``dimension`` one.
+            candidates = min((index.get(pair, ()) for pair in wanted.items()), key=len)
+            for series in candidates:
                 if all(series.match.get(k) == v for k, v in wanted.items()):
                     found[id(series)] = series
         return list(found.values())
