@@ -243,7 +243,7 @@ class CmsBackend:
             wanted = {k: str(v) for k, v in wanted.items() if k != "userId"}
             if not wanted:
                 return list(by_dims.values())
-            # Look up by the most selective pair: ``groupId=0`` matches every custom series, ``dimension`` one.
+            # Look up by the most selective pair: ``groupId=0`` matches all custom series, ``dimension`` one.
             candidates = min((index.get(pair, ()) for pair in wanted.items()), key=len)
             for series in candidates:
                 if all(series.match.get(k) == v for k, v in wanted.items()):
