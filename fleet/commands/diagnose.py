@@ -251,8 +251,8 @@ def _print(results: list[tuple[Any, list[Any]]]) -> None:
             console.print(f"[green]{title}: no latency problem found[/]")
             continue
         table = Table(title=title, show_lines=True)
-        table.add_column("severity")
-        table.add_column("kind")
+        table.add_column("severity", no_wrap=True)
+        table.add_column("kind", no_wrap=True)
         table.add_column("scope", overflow="fold", max_width=26)
         table.add_column("why", ratio=2)
         table.add_column("fix", ratio=2)

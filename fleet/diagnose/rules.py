@@ -646,6 +646,13 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         rec = fixes.search_recommendation(g, demand or 0.0)
         measured_need, at_limit = _measured_need(st, demand, saturated)
         same = rec.get("same_type") if rec else None
+        if isinstance(same, dict) and int(same["instances"]) <= now_n:  # type: ignore[call-overload]
+            # The model says today's count would do with its settings (a larger max_num_seqs, say): the
+            # settings differ from the ones measured, so size by the measured throughput and name the option.
+            evidence["sizing_search_note"] = (
+                f"{same['instances']} x {same['instance_type']} with max_num_seqs {same['max_num_seqs']}"
+            )
+            same = None
         need = same["instances"] if isinstance(same, dict) else measured_need
         if need is not None and at_limit:
             need = max(int(need), now_n + 1)  # type: ignore[call-overload]

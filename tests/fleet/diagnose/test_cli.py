@@ -1,0 +1,175 @@
+"""`fleet diagnose` via fleet.cli.main: snapshot files, bad input, and end to end against the fake cloud."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main
+from fleet.testing import FakeAliyunServer
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "diagnose"
+ACCOUNT = "1234567890"
+KEYS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test-key", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret"}
+
+
+def run_json(capsys, *args: str) -> dict:
+    code = main(["diagnose", *args, "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_example_snapshot_reports_the_overheating_gpu(capsys):
+    data = run_json(capsys, "--snapshot", str(EXAMPLES / "overheating-gpu.json"))
+    assert [f["kind"] for f in data["findings"]] == ["thermal_throttling"]
+    assert data["findings"][0]["evidence"]["temperature_max_c"] >= 85
+
+
+def test_healthy_example_has_no_findings(capsys):
+    assert run_json(capsys, "--snapshot", str(EXAMPLES / "healthy-steady.json"))["findings"] == []
+
+
+def test_every_example_parses_and_names_its_group(capsys):
+    for path in sorted(EXAMPLES.glob("*.json")):
+        data = run_json(capsys, "--snapshot", str(path))
+        assert data["groups"] and data["groups"][0]["group"].startswith("diag-"), path
+
+
+def test_human_output_is_a_table(capsys):
+    assert main(["diagnose", "--snapshot", str(EXAMPLES / "kv-pressure-long-context.json")]) == 0
+    out = capsys.readouterr().out
+    assert "kv_cache_pressure" in out and "fix" in out
+
+
+def test_save_writes_a_snapshot_that_diagnoses_the_same(tmp_path, capsys):
+    saved = tmp_path / "again.json"
+    first = run_json(capsys, "--snapshot", str(EXAMPLES / "falsely-busy-queue.json"), "--save", str(saved))
+    again = run_json(capsys, "--snapshot", str(saved))
+    assert (
+        [f["kind"] for f in again["findings"]] == [f["kind"] for f in first["findings"]] == ["queue_backlog"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--snapshot", "/no/such/file.json"], "cannot read"),
+        (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--group", "nope"], "no group 'nope'"),
+        (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--since", "5x"], "--since"),
+        (["--since", "30m"], "--config"),
+        (["--config", "/no/such/fleet.yaml"], "fleet.yaml"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    assert main(["diagnose", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "not JSON"),
+        ('{"group": {"name": "g"}, "start": "2026-01-01T00:00:00Z"}', "end: missing"),
+        ('{"group": {"name": "g", "colour": 1}, "start": 0, "end": 60}', "unknown field(s) colour"),
+        (
+            '{"group": {"name": "g"}, "start": 0, "end": 60, "instances": [{"instance_id": "i-1", '
+            '"metrics": {"queue_waiting": [[10, "x"]]}}]}',
+            "queue_waiting[0]: value 'x' is not a number",
+        ),
+    ],
+)
+def test_bad_snapshot_names_the_field(tmp_path, content, message, capsys):
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+# ---- end to end against the fake cloud server --------------------------------------------------------------
+@pytest.fixture
+def fake_cloud(monkeypatch):
+    with FakeAliyunServer(account_id=ACCOUNT) as server:
+        monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", server.endpoint)
+        for k, v in KEYS.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("FLEET_DATABASE_URL", raising=False)
+        yield server.cloud
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        f"region: cn-hangzhou\naccount_id: '{ACCOUNT}'\ndatabase_url: sqlite:///{tmp_path}/fleet.db\n"
+        "groups:\n"
+        "  - name: chat\n    scaling_group_name: chat-prod\n    min_size: 1\n    max_size: 8\n"
+        "    cold_start_s: 240\n"
+        "    scale_out:\n      - {metric: ttft_p99_ms, above: 2000, for: 60s}\n"
+    )
+    return path
+
+
+def _group(cloud) -> list[str]:
+    gid = cloud.create_group_for_tests(
+        name="chat-prod", min_size=1, max_size=8, desired_capacity=3, in_service=3
+    )
+    cloud.advance(1800)  # the instances have long finished loading
+    return sorted(cloud.ess.groups[gid].instance_ids)
+
+
+def _publish(cloud, ids: list[str], hot: str) -> None:
+    now = cloud.now()
+    for k in range(32):
+        ts_ms = int((now - timedelta(seconds=15 * (32 - k))).timestamp() * 1000)
+        for iid in ids:
+            dims = {"instanceId": iid}
+            hot_now = iid == hot
+            custom = {
+                "vllm_num_requests_waiting": 0.0,
+                "vllm_num_requests_running": 8.0,
+                "vllm_kv_cache_usage_pct": 25.0,
+                "vllm_ttft_p99_ms": 1300.0,
+                "vllm_tpot_p99_ms": 110.0 if hot_now else 70.0,
+                "gpu_throttle_reasons": float(0x60 if hot_now else 0),
+                "gpu_sm_clock_ratio": 0.6 if hot_now else 1.0,
+                "gpu_mem_bw_util": 63.0,
+            }
+            for name, value in custom.items():
+                cloud.put_custom_metric(name, dims, value, ts_ms)
+            cloud.publish_metric("acs_ecs_dashboard", "instance_gpu_gpu_usedutilization", dims, 96.0, ts_ms)
+            cloud.publish_metric(
+                "acs_ecs_dashboard", "instance_gpu_gpu_temperature", dims, 92.0 if hot_now else 73.0, ts_ms
+            )
+
+
+def test_end_to_end_finds_the_hot_gpu_in_published_metrics(fake_cloud, tmp_path, capsys):
+    ids = _group(fake_cloud)
+    _publish(fake_cloud, ids, hot=ids[1])
+    until = fake_cloud.now().isoformat()
+    data = run_json(capsys, "--config", str(_config(tmp_path)), "--since", "10m", "--until", until)
+    assert [(f["kind"], f["scope"]) for f in data["findings"]] == [("thermal_throttling", [ids[1]])]
+    assert data["groups"][0]["instances"] == 3 and data["groups"][0]["errors"] == []
+
+
+def test_end_to_end_without_metrics_reports_metrics_missing(fake_cloud, tmp_path, capsys):
+    ids = _group(fake_cloud)
+    until = fake_cloud.now().isoformat()
+    data = run_json(capsys, "--config", str(_config(tmp_path)), "--until", until)
+    assert [f["kind"] for f in data["findings"]] == ["metrics_missing"]
+    assert sorted(data["findings"][0]["scope"]) == ids
+
+
+def test_end_to_end_unknown_group_name_is_exit_2(fake_cloud, tmp_path, capsys):
+    _group(fake_cloud)
+    assert main(["diagnose", "--config", str(_config(tmp_path)), "--group", "other"]) == 2
+    assert "no group 'other'" in capsys.readouterr().err
+
+
+def test_end_to_end_missing_scaling_group_is_one_line(fake_cloud, tmp_path, capsys):
+    assert main(["diagnose", "--config", str(_config(tmp_path))]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "chat-prod" in err and len(err.splitlines()) == 1

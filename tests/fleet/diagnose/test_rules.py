@@ -1,0 +1,379 @@
+"""The analysis core on synthetic windows: each rule fires on its cause and stays quiet on a near miss."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from diagnose_windows import IDS, T0, make_window
+
+from fleet.diagnose.model import GroupContext, Window
+from fleet.diagnose.rules import KINDS, diagnose
+
+SIZED = {"model": "Qwen2.5-14B", "instance_type": "ecs.gn7i-2x.8xlarge"}
+
+
+def kinds(window: Window) -> list[str]:
+    return [f.kind for f in diagnose(window)]
+
+
+def oscillating(k: int) -> float:
+    """A queue that fills in bursts and drains between them (period eight samples)."""
+    return 60.0 * max(0.0, math.sin(2 * math.pi * k / 8))
+
+
+# (name, expected kind, window arguments that produce it)
+FIRING: list[tuple[str, str, dict]] = [
+    (
+        "hot GPU with its clock cut",
+        "thermal_throttling",
+        {
+            "changes": {
+                "i-b": {
+                    "gpu_temperature_c": 91.0,
+                    "gpu_sm_clock_ratio": 0.6,
+                    "gpu_throttle_reasons": 0x60,
+                    "tpot_p99_ms": 110.0,
+                }
+            }
+        },
+    ),
+    (
+        "power cap holding the clock down on a cool GPU",
+        "power_throttling",
+        {
+            "changes": {
+                "i-c": {
+                    "gpu_throttle_reasons": 0x4,
+                    "gpu_sm_clock_ratio": 0.7,
+                    "gpu_temperature_c": 60.0,
+                    "tpot_p99_ms": 100.0,
+                }
+            }
+        },
+    ),
+    (
+        "one node three times slower per token",
+        "node_outlier",
+        {"changes": {"i-d": {"tpot_p99_ms": 210.0}}},
+    ),
+    (
+        "KV cache full while requests wait and the batch is small",
+        "kv_cache_pressure",
+        {
+            "changes": {
+                "*": {
+                    "kv_cache_usage_pct": 96.0,
+                    "queue_waiting": 12.0,
+                    "requests_running": 9.0,
+                    "ttft_p99_ms": 9000.0,
+                    "gpu_util_pct": 99.0,
+                }
+            },
+            "group": SIZED,
+        },
+    ),
+    (
+        "bandwidth above 90% and TPOT over its SLO",
+        "memory_bandwidth_bound",
+        {
+            "changes": {"*": {"gpu_mem_bw_util_pct": 94.0, "tpot_p99_ms": 60.0}},
+            "group": {"slo_tpot_p99_ms": 45.0},
+        },
+    ),
+    (
+        "saturated GPUs and queues growing all through the window",
+        "undersized_fleet",
+        {
+            "changes": {
+                "*": {
+                    "gpu_util_pct": 99.0,
+                    "queue_waiting": lambda k: 4.0 + 2.0 * k,
+                    "ttft_p99_ms": 9000.0,
+                    "request_rate_rps": 4.0,
+                }
+            }
+        },
+    ),
+    (
+        "saturated GPUs, queues at the gateway's limit",
+        "undersized_fleet",
+        {
+            "changes": {
+                "*": {
+                    "gpu_util_pct": 99.0,
+                    "queue_waiting": 63.0,
+                    "ttft_p99_ms": 12000.0,
+                    "request_rate_rps": 4.0,
+                }
+            }
+        },
+    ),
+    (
+        "saturated GPUs with a queue that builds and drains in bursts",
+        "queue_backlog",
+        {
+            "changes": {
+                "*": {
+                    "gpu_util_pct": 99.0,
+                    "queue_waiting": oscillating,
+                    "ttft_p99_ms": 9000.0,
+                    "request_rate_rps": 4.0,
+                }
+            }
+        },
+    ),
+    (
+        "SLO broken while scaled-out instances load",
+        "cold_start",
+        {
+            "ids": ("i-a", "i-b", "i-new1", "i-new2"),
+            "created": {"i-new1": T0 + timedelta(seconds=30), "i-new2": T0 + timedelta(seconds=30)},
+            "first_sample": {"i-new1": 17, "i-new2": 17},  # 270 s after creation: the cold start
+            "changes": {
+                "i-a": {
+                    "ttft_p99_ms": lambda k: 9000.0 if 2 <= k < 18 else 1300.0,
+                    "queue_waiting": lambda k: 30.0 if 2 <= k < 18 else 0.0,
+                },
+                "i-b": {
+                    "ttft_p99_ms": lambda k: 9000.0 if 2 <= k < 18 else 1300.0,
+                    "queue_waiting": lambda k: 30.0 if 2 <= k < 18 else 0.0,
+                },
+            },
+            "scale_outs": [(T0 + timedelta(seconds=30), 2, 4)],
+            "group": {"warm_floor": 2},
+        },
+    ),
+    (
+        "node agent silent on every instance",
+        "metrics_missing",
+        {
+            "drop": {
+                "*": (
+                    "queue_waiting",
+                    "requests_running",
+                    "kv_cache_usage_pct",
+                    "ttft_p99_ms",
+                    "tpot_p99_ms",
+                    "e2e_p99_ms",
+                    "latency_p95_ms",
+                    "gpu_throttle_reasons",
+                    "gpu_sm_clock_ratio",
+                    "gpu_mem_bw_util_pct",
+                    "gpu_xid",
+                    "request_rate_rps",
+                )
+            }
+        },
+    ),
+]
+
+# (name, kind that must not be reported, window arguments: a near miss of that kind's cause)
+QUIET: list[tuple[str, str, dict]] = [
+    ("84 C with full clocks", "thermal_throttling", {"changes": {"i-b": {"gpu_temperature_c": 84.0}}}),
+    (
+        "power-cap bit at full clocks (normal at the power limit)",
+        "power_throttling",
+        {"changes": {"i-c": {"gpu_throttle_reasons": 0x4, "gpu_sm_clock_ratio": 0.97}}},
+    ),
+    ("one node 1.7x slower per token", "node_outlier", {"changes": {"i-d": {"tpot_p99_ms": 120.0}}}),
+    (
+        "KV cache full but nothing waits",
+        "kv_cache_pressure",
+        {"changes": {"*": {"kv_cache_usage_pct": 96.0, "queue_waiting": 0.0}}},
+    ),
+    (
+        "bandwidth above 90% with TPOT within its SLO",
+        "memory_bandwidth_bound",
+        {
+            "changes": {"*": {"gpu_mem_bw_util_pct": 94.0, "tpot_p99_ms": 40.0}},
+            "group": {"slo_tpot_p99_ms": 45.0},
+        },
+    ),
+    (
+        "bursty queue that drains (not a fleet too small)",
+        "undersized_fleet",
+        {"changes": {"*": {"gpu_util_pct": 99.0, "queue_waiting": oscillating, "ttft_p99_ms": 9000.0}}},
+    ),
+    (
+        "a standing queue while TTFT meets the SLO",
+        "queue_backlog",
+        {"changes": {"*": {"gpu_util_pct": 99.0, "queue_waiting": oscillating, "ttft_p99_ms": 1200.0}}},
+    ),
+    (
+        "scale-out absorbed without SLO violations",
+        "cold_start",
+        {
+            "ids": ("i-a", "i-b", "i-new1", "i-new2"),
+            "created": {"i-new1": T0 + timedelta(seconds=30), "i-new2": T0 + timedelta(seconds=30)},
+            "first_sample": {"i-new1": 17, "i-new2": 17},
+            "scale_outs": [(T0 + timedelta(seconds=30), 2, 4)],
+        },
+    ),
+    (
+        "an instance still loading has no metrics yet",
+        "metrics_missing",
+        {
+            "ids": ("i-a", "i-b", "i-c", "i-new"),
+            "created": {"i-new": T0 + timedelta(minutes=6)},
+            "first_sample": {"i-new": 10_000},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "args"), FIRING, ids=[c[0] for c in FIRING])
+def test_rule_fires_on_its_cause_and_nothing_else(name, kind, args):
+    assert kinds(make_window(**args)) == [kind]
+
+
+@pytest.mark.parametrize(("name", "kind", "args"), QUIET, ids=[c[0] for c in QUIET])
+def test_rule_stays_quiet_on_a_near_miss(name, kind, args):
+    assert kind not in kinds(make_window(**args))
+
+
+def test_every_kind_has_a_firing_and_a_quiet_case():
+    assert {k for _, k, _ in FIRING} == set(KINDS)
+    assert {k for _, k, _ in QUIET} == set(KINDS)
+
+
+def test_healthy_window_has_no_findings():
+    assert diagnose(make_window()) == []
+
+
+def test_window_without_any_metrics_reports_metrics_missing():
+    w = make_window(drop={"*": tuple(make_window().instances[0].metrics)})
+    found = diagnose(w)
+    assert [f.kind for f in found] == ["metrics_missing"]
+    assert sorted(found[0].scope) == sorted(IDS)
+
+
+def test_group_without_instances_reports_metrics_missing():
+    w = make_window(ids=())
+    assert kinds(w) == ["metrics_missing"]
+
+
+def test_agent_stopped_mid_window_is_reported_with_when():
+    w = make_window(
+        changes={
+            "i-a": {
+                name: (lambda k, v=v: v if k < 10 else None)
+                for name, v in {
+                    "queue_waiting": 0.0,
+                    "requests_running": 8.0,
+                    "kv_cache_usage_pct": 25.0,
+                }.items()
+            }
+        }
+    )
+    found = [f for f in diagnose(w) if f.kind == "metrics_missing"]
+    assert found and found[0].scope == ["i-a"] and "i-a" in found[0].evidence["stopped_at"]
+
+
+def test_throttled_reads_are_named_in_the_fix():
+    w = make_window(
+        drop={"*": ("queue_waiting", "requests_running", "kv_cache_usage_pct")},
+        errors=["Throttling.User: vllm_num_requests_waiting"],
+    )
+    found = diagnose(w)
+    assert found[0].kind == "metrics_missing" and "throttled" in found[0].fix
+
+
+def test_findings_are_ordered_critical_first():
+    w = make_window(
+        changes={
+            "i-b": {"gpu_temperature_c": 91.0, "gpu_sm_clock_ratio": 0.6, "gpu_throttle_reasons": 0x60},
+            "i-d": {"tpot_p99_ms": 210.0},
+        }
+    )
+    found = diagnose(w)
+    assert [f.kind for f in found] == ["thermal_throttling", "node_outlier"]
+    assert [f.severity for f in found] == ["critical", "warning"]
+
+
+def test_instance_filter_keeps_only_findings_about_it():
+    w = make_window(
+        changes={
+            "i-b": {"gpu_temperature_c": 91.0, "gpu_sm_clock_ratio": 0.6, "gpu_throttle_reasons": 0x60},
+            "i-d": {"tpot_p99_ms": 210.0},
+        }
+    )
+    assert [f.kind for f in diagnose(w, instance="i-d")] == ["node_outlier"]
+
+
+def test_a_throttled_node_is_not_also_reported_as_an_outlier():
+    w = make_window(
+        changes={
+            "i-b": {
+                "gpu_temperature_c": 91.0,
+                "gpu_sm_clock_ratio": 0.6,
+                "gpu_throttle_reasons": 0x60,
+                "tpot_p99_ms": 300.0,
+            }
+        }
+    )
+    assert kinds(w) == ["thermal_throttling"]
+
+
+def test_every_finding_has_evidence_explanation_and_fix():
+    for _, _, args in FIRING:
+        for f in diagnose(make_window(**args)):
+            assert f.scope and f.evidence and f.explanation and f.fix and f.group == "chat"
+            assert f.severity in ("critical", "warning", "info")
+
+
+def test_kv_fix_quotes_the_sizing_models_fp8_cache():
+    from sizing import Deployment, find_gpu, find_instance, find_model, plan_memory
+
+    inst = find_instance(SIZED["instance_type"])
+    dep = Deployment(find_model(SIZED["model"]), find_gpu(inst.gpu), tp=inst.gpus, kv_cache_dtype="fp8")
+    fp8_tokens = plan_memory(dep).kv_cache_tokens
+    args = next(a for _, k, a in FIRING if k == "kv_cache_pressure")
+    f = diagnose(make_window(**args))[0]
+    assert f"-> {fp8_tokens} tokens" in f.fix
+
+
+def test_undersized_fix_names_the_sizing_searchs_count():
+    from sizing import SLO, Workload, find_instance, find_model, price_book, search
+
+    args = {
+        "changes": {
+            "*": {
+                "gpu_util_pct": 99.0,
+                "queue_waiting": lambda k: 4.0 + 1.0 * k,
+                "ttft_p99_ms": 9000.0,
+                "request_rate_rps": 9.0,
+            }
+        },
+        "group": {**SIZED, "prompt_tokens_mean": 300, "output_tokens_mean": 120},
+    }
+    f = diagnose(make_window(**args))[0]
+    assert f.kind == "undersized_fleet"
+    demand = f.evidence["offered_rps_estimate"]
+    best = search(
+        find_model(SIZED["model"]),
+        workload=Workload(qps=demand, prompt_tokens=300, output_tokens=120),
+        slo=SLO(ttft_p99_ms=2000.0),
+        prices=price_book(),
+        instances=[find_instance(SIZED["instance_type"])],
+        top=1,
+    ).best
+    assert f"Run {best.instances} instance(s) of {SIZED['instance_type']}" in f.fix
+
+
+def test_cold_start_fix_uses_the_measured_cold_start():
+    args = next(a for _, k, a in FIRING if k == "cold_start")
+    f = diagnose(make_window(**args))[0]
+    measured_s = 17 * 15 + 15 - 30  # first sample at index 17 (t = 18 periods) minus creation at 30 s
+    assert f.evidence["cold_start_s_measured"] == measured_s
+    assert f"{math.ceil(measured_s / 60)} min earlier" in f.fix
+    assert "warm floor from 2 to 4" in f.fix
+
+
+def test_context_defaults_do_not_need_a_model():
+    w = make_window(
+        changes={"*": {"kv_cache_usage_pct": 96.0, "queue_waiting": 12.0, "requests_running": 9.0}}
+    )
+    assert isinstance(w.group, GroupContext) and w.group.model is None
+    assert kinds(w) == ["kv_cache_pressure"]

@@ -1,0 +1,60 @@
+"""Two quick simulator scenarios read back through the fake CloudMonitor, and the benchmark's scoring."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from fleet.diagnose.rules import KINDS
+from fleet.diagnose.scenarios import SCENARIOS, by_name
+from fleet.diagnose.simrun import run_scenario
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_diagnose_under_test", ROOT / "benchmarks" / "diagnose.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_overheating_gpu_scenario_is_diagnosed_on_the_faulted_instance():
+    run = run_scenario(by_name("overheating-gpu"))
+    faulted = {e["instance_id"] for e in run.fault_log if e["event"] == "overheat"}
+    assert [(f.kind, set(f.scope)) for f in run.findings] == [("thermal_throttling", faulted)]
+    assert run.window.source == "cloudmonitor" and len(run.window.instances) == 4
+
+
+def test_healthy_control_reads_metrics_and_finds_nothing():
+    run = run_scenario(by_name("healthy-steady"))
+    assert run.findings == []
+    assert all(i.metrics.get("queue_waiting") for i in run.window.instances)
+
+
+def test_scenarios_cover_every_kind_and_have_controls():
+    assert {s.expected for s in SCENARIOS if s.expected} == set(KINDS)
+    assert any(s.expected is None for s in SCENARIOS)
+    assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+
+
+def test_score_counts_misses_and_false_findings():
+    rows = [
+        {"expected": "cold_start", "found": ["cold_start"]},
+        {"expected": "node_outlier", "found": []},
+        {"expected": "kv_cache_pressure", "found": ["kv_cache_pressure", "queue_backlog"]},
+        {"expected": None, "found": []},
+    ]
+    s = _bench().score(rows)
+    assert (s["recall"], s["precision"]) == (round(2 / 3, 3), round(2 / 3, 3))
+    assert s["controls_clean"] and not s["passed"]
+
+
+def test_a_finding_on_a_healthy_control_fails_the_benchmark():
+    rows = [{"expected": "cold_start", "found": ["cold_start"]}] * 20 + [
+        {"expected": None, "found": ["node_outlier"]}
+    ]
+    s = _bench().score(rows)
+    assert s["recall"] == 1.0 and s["precision"] >= 0.9 and not s["controls_clean"] and not s["passed"]
