@@ -6,9 +6,10 @@ batched CloudMonitor read covering every instance of the group (the adapter pack
 resolved in one DescribeScalingGroups for all of them. API calls per tick therefore grow with groups and
 metrics, not with instances (beyond pagination).
 
-Cloud metric names become the canonical names of ``policies.metrics``; the service never reads a metric no
-rule needs. A failed read leaves that metric (or group) out: unknown, never zero, so the policies can refuse
-to scale in on it. Staleness is tracked per group and metric as the age of the newest sample.
+Each group reads its metrics from its ``metrics_source`` (``fleet.service.sources``: CloudMonitor by
+default, or Prometheus), always under the canonical names of ``policies.metrics``; the service never reads a
+metric no rule needs. A failed read leaves that metric (or group) out: unknown, never zero, so the policies
+can refuse to scale in on it. Staleness is tracked per group and metric as the age of the newest sample.
 """
 
 from __future__ import annotations
@@ -57,14 +58,6 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
             elif rule.metric is not None:
                 needed.add(rule.metric)
     return needed & pm.INSTANCE_METRICS
-
-
-def cloud_source(canonical: str, custom_namespace: str) -> tuple[str, str, str]:
-    """(namespace, cloud metric name, statistic) of a canonical per-instance metric."""
-    if canonical in pm.CMS_METRIC_NAMES:
-        name, statistic = pm.CMS_METRIC_NAMES[canonical]
-        return pm.CMS_NAMESPACE, name, statistic
-    return custom_namespace, pm.CUSTOM_METRIC_NAMES[canonical], "Average"
 
 
 @dataclass
