@@ -968,7 +968,10 @@ class EssBackend:
         activity.pending.add(inst.instance_id)
         if previous is not None and previous is not activity and inst.instance_id in previous.pending:
             previous.pending.discard(inst.instance_id)
-            self._finish_if_done(previous, self.cloud.now_s())
+            # Finish the previous activity once this change is complete (a timer due now fires on the next
+            # request or advance): finishing it here would re-check the group halfway through the change.
+            self.cloud.timers.schedule(self.cloud.now_s(), lambda at: self._finish_if_done(previous, at),
+                                       f"ess finish {previous.activity_id}")
 
     def _scale_in(
         self, group: ScalingGroup, activity: ScalingActivity, victims: list[ScalingInstance], recycle: bool

@@ -77,3 +77,22 @@ def test_capacities_add_up_and_desired_is_reached(ops: list[tuple[str, int]], re
             for i in ess.group_instances(group)
         )
         assert not ess.in_progress.get(group_id)
+
+
+def test_rapid_rescaling_while_instances_boot_settles_without_recursion() -> None:
+    # Scale-ins that take every booting instance of an earlier activity used to finish that activity midway
+    # and re-enter the reconcile without end (found by concurrent clients against the server).
+    with mock_aliyun(boot_seconds=30, start=START) as cloud:
+        group_id = cloud.create_group_for_tests(max_size=30, desired_capacity=0)
+        for target in [(i + k) % 20 + 1 for i in range(30) for k in range(8)]:
+            try:
+                cloud.ess.scale(
+                    group_id, "TotalCapacity", target, min_adjustment_magnitude=None, cause="test"
+                )
+            except AliyunError:
+                pass  # IncorrectCapacity.NoChange
+            cloud.tick()
+        cloud.advance(600)
+        group = cloud.ess.groups[group_id]
+        assert cloud.ess.capacities(group)["ActiveCapacity"] == group.desired_capacity
+        assert not cloud.ess.in_progress.get(group_id)
