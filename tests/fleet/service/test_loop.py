@@ -158,3 +158,27 @@ def test_api_token_falls_back_to_the_environment(tmp_path):
 
     s = ServiceSettings.from_config(_config(tmp_path, "asg-1"), env={"FLEET_API_TOKEN": "from-env"})
     assert s.api_token == "from-env"
+
+
+def test_metric_reads_per_tick_grow_with_metrics_not_instances(fake_world):
+    cloud, svc, _ = fake_world(
+        """\
+        min_size: 1
+        max_size: 60
+        warm_floor: 1
+        scale_out:
+          - {metric: queue_waiting_per_instance, above: 2, for: 30s}
+        isolation:
+          rules:
+            - {metric: gpu_temperature_c, above: 85, for: 2m}
+        """,
+        in_service=40,
+        max_size=60,
+    )
+    cloud.calls.clear()
+    obs = svc.observer.observe(cloud.now())
+    calls = [a for _, a in cloud.calls]
+    # queue_waiting, requests_running (draining) and gpu_temperature_c: one batched read each for 40 instances
+    assert calls.count("DescribeMetricLast") == 3
+    assert calls.count("DescribeInstancesFullStatus") == 1
+    assert len(obs.groups["chat"].instances) == 40
