@@ -80,6 +80,12 @@ def diagnose(
     instance_type: str | None = typer.Option(
         None, "--instance-type", help="ECS instance type (default: read from ECS), for fix numbers."
     ),
+    prompt_tokens: float | None = typer.Option(
+        None, "--prompt-tokens", help="Mean prompt tokens per request (the sizing model's request mix)."
+    ),
+    output_tokens: float | None = typer.Option(
+        None, "--output-tokens", help="Mean output tokens per request (the sizing model's request mix)."
+    ),
     period_s: int = typer.Option(15, "--period", help="Metric resolution in seconds (CloudMonitor period)."),
     json_out: bool = typer.Option(False, "--json", help="Print {findings: [...], groups: [...]} as JSON."),
 ) -> None:
@@ -94,6 +100,9 @@ def diagnose(
         fail(str(exc))
     if period_s <= 0:
         fail(f"--period: must be a positive number of seconds, got {period_s}")
+    for flag, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
+        if value is not None and not value > 0:
+            fail(f"{flag}: must be a positive number of tokens, got {value:g}")
     end = _parse_until(until)
     if snapshot is not None:
         from fleet.diagnose.reader import load_snapshot
@@ -107,17 +116,18 @@ def diagnose(
             windows = [w for w in windows if w.group.name == group]
             if not windows:
                 fail(f"--group: no group {group!r} in {snapshot}; groups there: {', '.join(names)}")
-        for w in windows:
-            if model and not w.group.model:
-                w.group.model = model
-            if instance_type and not w.group.instance_type:
-                w.group.instance_type = instance_type
     else:
         if config is None:
             fail("--config: needed to read the cloud (or give --snapshot FILE)")
-        windows = _read_cloud(
-            config, group, end - timedelta(seconds=since_s), end, period_s, model, instance_type, instance
-        )
+        windows = _read_cloud(config, group, end - timedelta(seconds=since_s), end, period_s)
+    for w in windows:
+        w.group.model = model or w.group.model
+        w.group.instance_type = instance_type or w.group.instance_type
+        w.group.prompt_tokens_mean = prompt_tokens or w.group.prompt_tokens_mean
+        w.group.output_tokens_mean = output_tokens or w.group.output_tokens_mean
+    if instance is not None and not any(w.instance(instance) for w in windows):
+        known = sorted(i.instance_id for w in windows for i in w.instances)
+        fail(f"--instance: {instance} is not in the group(s) read; instances: {', '.join(known) or 'none'}")
     results = []
     for w in windows:
         findings = run_rules(w, instance=instance)
@@ -153,16 +163,7 @@ def diagnose(
     _print(results)
 
 
-def _read_cloud(
-    config: Path,
-    group: str | None,
-    start: datetime,
-    end: datetime,
-    period_s: int,
-    model: str | None,
-    instance_type: str | None,
-    instance: str | None,
-) -> list[Any]:
+def _read_cloud(config: Path, group: str | None, start: datetime, end: datetime, period_s: int) -> list[Any]:
     from fleet.cloud.clients import make_clients
     from fleet.config import ConfigError, load_config
     from fleet.diagnose.reader import ReadError, context_for, read_window
@@ -185,18 +186,11 @@ def _read_cloud(
     windows = []
     try:
         for spec in specs:
-            ctx = context_for(spec, model=model, instance_type=instance_type, region=cfg.region)
+            ctx = context_for(spec, region=cfg.region)
             try:
                 windows.append(
                     read_window(
-                        clients,
-                        spec,
-                        start=start,
-                        end=end,
-                        period_s=period_s,
-                        store=store,
-                        context=ctx,
-                        instance_ids=[instance] if instance else None,
+                        clients, spec, start=start, end=end, period_s=period_s, store=store, context=ctx
                     )
                 )
             except ReadError as exc:
@@ -258,10 +252,24 @@ def _print(results: list[tuple[Any, list[Any]]]) -> None:
         table.add_column("fix", ratio=2)
         for f in findings:
             style = _STYLE.get(f.severity, "")
-            table.add_row(f"[{style}]{f.severity}[/]", f.kind, "\n".join(f.scope), f.explanation, f.fix)
+            why = f.explanation
+            brief = _evidence_brief(f.evidence)
+            if brief:
+                why += f"\n[dim]{brief}[/]"
+            table.add_row(f"[{style}]{f.severity}[/]", f.kind, "\n".join(f.scope), why, f.fix)
         console.print(table)
         if w.errors:
             console.print(f"[yellow]read errors:[/] {'; '.join(w.errors[:5])}")
+
+
+def _evidence_brief(evidence: dict[str, Any], limit: int = 5) -> str:
+    """A few scalar evidence values (``--json`` has them all)."""
+    items = [
+        f"{k}={v}"
+        for k, v in evidence.items()
+        if isinstance(v, int | float | str) and not isinstance(v, bool) and k != "window"
+    ]
+    return ", ".join(items[:limit])
 
 
 def bench_diagnose(

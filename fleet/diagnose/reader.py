@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,6 @@ def read_window(
     period_s: int = 15,
     store: Any = None,
     context: GroupContext | None = None,
-    instance_ids: Sequence[str] | None = None,
 ) -> Window:
     """The window of ``spec``'s group over ``[start, end]`` read through the SDK adapters."""
     from fleet.service.sources import source_for
@@ -112,8 +111,6 @@ def read_window(
         instances = ess.describe_scaling_instances(gid)
     except CloudError as exc:
         raise ReadError(f"group {spec.name}: cannot read the scaling group: {exc}") from None
-    if instance_ids:
-        instances = [i for i in instances if i.instance_id in set(instance_ids)] or instances
     scale_outs: list[tuple[datetime, int, int]] = []
     try:
         for a in ess.describe_scaling_activities(gid, limit=50):

@@ -115,6 +115,7 @@ def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
         findings.extend(rule(st))
     for f in findings:
         f.group = w.group.name
+        f.fix = f.fix[:1].upper() + f.fix[1:]
     if instance is not None:
         findings = [f for f in findings if instance in f.scope or f.scope == [w.group.name]]
     findings.sort(key=lambda f: (_SEVERITY_RANK.get(f.severity, 9), _kind_rank(f.kind)))
@@ -698,6 +699,19 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         ]
     if sat_share < 0.5:
         return []
+    # "Flat": completions per second barely move while the queue swings (they are at the GPUs' limit).
+    flat = False
+    q_cv, r_cv = [], []
+    for inst in backlog:
+        rates_i = _after(inst.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)
+        qs = _after(inst.metrics.get(pm.QUEUE_WAITING, ()), st.steady_from)
+        if len(rates_i) >= 4 and _mean(rates_i) and _mean(qs):
+            r_cv.append(statistics.pstdev(rates_i) / _mean(rates_i))  # type: ignore[operator]
+            q_cv.append(statistics.pstdev(qs) / _mean(qs))  # type: ignore[operator]
+    if r_cv:
+        evidence["completed_rps_cv"] = round(statistics.median(r_cv), 2)
+        evidence["queue_waiting_cv"] = round(statistics.median(q_cv), 2)
+        flat = statistics.median(r_cv) < 0.5 * statistics.median(q_cv)
     knee = fixes.knee_batch(g, _tokens_per_seq(st, saturated))
     seqs = _max_num_seqs(st)
     per = (completed / len(pool)) if completed else None
@@ -729,8 +743,12 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
             "critical" if over_share >= 0.5 else "warning",
             [g.name] if len(backlog) * 2 >= len(pool) else sorted(i.instance_id for i in backlog),
             evidence,
-            "The GPUs look fully busy, but completions stayed flat while requests waited in the queue: the "
-            "latency is waiting time, not compute, so a bigger card would not help.",
+            (
+                "The GPUs look fully busy, but completions stayed flat while requests waited in the queue"
+                if flat
+                else "The GPUs look fully busy while requests waited in the queue"
+            )
+            + ": the latency is waiting time, not compute, so a bigger card would not help.",
             "; ".join(parts) + ".",
         )
     ]
