@@ -42,6 +42,8 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule, resolve_cou
 
 DAY_S = 86400.0
 MAX_STEP_FAILURES = 3  # then escalate: a reboot that keeps failing becomes a replacement
+# Samples of the same "last XID" closer than this are one occurrence: two missed 60 s CMS periods fit inside.
+XID_SAME_EVENT_GAP_S = 120.0
 
 
 @dataclass
@@ -120,15 +122,31 @@ def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: dateti
 
 
 def _record_xids(gh: GroupHistory, inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> None:
-    seen = {(x.instance_id, x.code, x.at) for x in gh.xids}
-    found = [(e.code, e.at) for e in inst.xids if e.code]
+    """Remember the instance's XID occurrences.
+
+    ``gpu_xid`` is "the last XID code": a source may repeat it every sample while it stays the last one. The
+    same code reported again within XID_SAME_EVENT_GAP_S of its previous report is therefore the same
+    occurrence, not a repeat; a repeat is the code coming back after a gap, or after another code.
+    """
+    found = {(e.code, e.at) for e in inst.xids if e.code}
     last = inst.metrics.get(m.GPU_XID)
     if last is not None and fresh(last, now, stale_after_s) and int(last.value) != 0:
-        found.append((int(last.value), last.at))
-    for code, at in found:
-        if (inst.instance_id, code, at) not in seen and at <= now:
-            gh.xids.append(XidRecord(instance_id=inst.instance_id, code=code, at=at))
-            seen.add((inst.instance_id, code, at))
+        found.add((int(last.value), last.at))
+    mine = [x for x in gh.xids if x.instance_id == inst.instance_id]
+    for code, at in sorted(found, key=lambda f: (f[1], f[0])):
+        if at > now:
+            continue
+        if any(x.code == code and (x.at == at or (x.last_at is not None and x.last_at >= at)) for x in mine):
+            continue  # already counted (the same sample seen again)
+        previous = max(mine, key=lambda x: x.last_at or x.at, default=None)
+        if previous is not None and previous.code == code:
+            seen_until = previous.last_at or previous.at
+            if timedelta(0) <= at - seen_until <= timedelta(seconds=XID_SAME_EVENT_GAP_S):
+                previous.last_at = at
+                continue
+        record = XidRecord(instance_id=inst.instance_id, code=code, at=at, last_at=at)
+        gh.xids.append(record)
+        mine.append(record)
 
 
 def detect(

@@ -242,9 +242,12 @@ class Recommendation(_Model):
 
 
 class XidRecord(_Model):
+    """One XID occurrence: first seen at ``at``, reported until ``last_at`` ("last XID" metrics are sticky)."""
+
     instance_id: str
     code: int
     at: AwareDatetime
+    last_at: AwareDatetime | None = None
 
 
 class TimelineEntry(_Model):

@@ -158,10 +158,22 @@ def test_application_xid_once_is_tolerated():
 def test_application_xid_repeated_in_the_window_reboots():
     spec = policy()
     world = World(T0, 6)
-    world.nodes["i-0004"].xids = [XidEvent(code=43, at=T0 + timedelta(minutes=k)) for k in range(3)]
-    _, hist = drive(world, spec, 5 * 60)
+    world.nodes["i-0004"].xids = [XidEvent(code=43, at=T0 + timedelta(minutes=3 * k)) for k in range(3)]
+    _, hist = drive(world, spec, 8 * 60)
     (inc,) = incidents(hist)
     assert inc.rule == "xid_application" and inc.action == "reboot"
+
+
+def test_a_sticky_last_xid_reported_every_sample_is_one_occurrence():
+    spec = policy()
+    hist = None
+    for k in range(20):  # the same XID 13 reported as "last XID" every 15 s for 5 minutes
+        at = T0 + timedelta(seconds=15 * k)
+        insts = fleet(at, 5) + [instance(9, at, metrics={"gpu_xid": 13})]
+        plan = decide(snapshot(at, insts), spec, hist, at)
+        hist = plan.history
+    assert not plan.group(GROUP).incidents
+    assert len(hist.groups[GROUP].xids) == 1
 
 
 def test_application_xids_spread_beyond_the_window_are_tolerated():
