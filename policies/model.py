@@ -242,7 +242,7 @@ class Recommendation(_Model):
 
 
 class XidRecord(_Model):
-    """One XID occurrence: first seen at ``at``, reported until ``last_at`` ("last XID" metrics are sticky)."""
+    """One XID occurrence, first seen at ``at`` and reported until ``last_at`` (a "last XID" is sticky)."""
 
     instance_id: str
     code: int
