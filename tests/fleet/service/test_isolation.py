@@ -183,3 +183,40 @@ def test_request_for_an_unknown_instance_is_refused_and_closed(fake_world):
     _run(cloud, svc, set(), ticks=1)
     [req] = svc.store.requests()
     assert req.handled_at is not None and "not in any configured group" in req.outcome
+
+
+XID_RULES = """\
+min_size: 1
+max_size: 20
+warm_floor: 3
+cold_start_s: 60
+isolation:
+  drain_timeout: 30s
+  rules:
+    - {name: xid_app, xids: [13], repeat: 3, window: 10m, action: reboot}
+"""
+
+
+def _xid_ticks(cloud, svc, bad, publish_at):
+    """25 ticks 15 s apart; XID 13 reported at the given ticks and 0 (none) at the others. Reports of one
+    code closer than 2 min are one occurrence (the agent repeats its last XID), so repeats are spaced."""
+    for t in range(25):
+        for iid in _ids(svc, cloud):
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+            cloud.put_custom_metric("vllm_num_requests_running", {"instanceId": iid}, 0)
+        cloud.put_custom_metric("gpu_xid", {"instanceId": bad}, 13 if t in publish_at else 0)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+
+
+def test_a_single_application_xid_opens_no_incident(fake_world):
+    cloud, svc, _ = fake_world(XID_RULES)
+    _xid_ticks(cloud, svc, _ids(svc, cloud)[0], publish_at={0})
+    assert svc.store.incidents() == []
+
+
+def test_repeated_application_xids_open_an_incident(fake_world):
+    cloud, svc, _ = fake_world(XID_RULES)
+    bad = _ids(svc, cloud)[0]
+    _xid_ticks(cloud, svc, bad, publish_at={0, 10, 20})
+    assert [i.instance_id for i in svc.store.incidents()] == [bad]
