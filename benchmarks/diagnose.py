@@ -44,24 +44,36 @@ def score(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(names: Sequence[str] | None = None, progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Run the scenarios (all, or ``names``) and score them: ``{scenarios: [...], recall, precision}``."""
+def run(
+    names: Sequence[str] | None = None, progress: Callable[[str], Any] | None = None, seeds: int = 1
+) -> dict[str, Any]:
+    """Run the scenarios (all, or ``names``) and score them: ``{scenarios: [...], recall, precision}``.
+
+    ``seeds`` > 1 repeats each scenario with other workload seeds (``seed + 101 k``): a robustness check of
+    the same causes under different arrivals, scored together."""
+    from dataclasses import replace
+
     from fleet.diagnose.scenarios import SCENARIOS
     from fleet.diagnose.simrun import run_scenario
 
     rows: list[dict[str, Any]] = []
     wall0 = time.perf_counter()
-    for sc in SCENARIOS:
-        if names and sc.name not in names:
-            continue
+    runs = [
+        replace(sc, seed=sc.seed + 101 * k)
+        for sc in SCENARIOS
+        if not names or sc.name in names
+        for k in range(seeds)
+    ]
+    for sc in runs:
         if progress is not None:
-            progress(f"running {sc.name}")
+            progress(f"running {sc.name} (seed {sc.seed})")
         t0 = time.perf_counter()
         result = run_scenario(sc)
         found = list(dict.fromkeys(f.kind for f in result.findings))
         rows.append(
             {
                 "scenario": sc.name,
+                "seed": sc.seed,
                 "description": sc.description,
                 "expected": sc.expected,
                 "found": found,
@@ -83,11 +95,13 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
 
     con = console or Console()
     table = Table(title="diagnosis against simulator ground truth")
-    for col in ("scenario", "expected", "found", "ok"):
+    for col in ("scenario", "seed", "expected", "found", "ok"):
         table.add_column(col)
     for r in report["scenarios"]:
         ok = "[green]yes[/]" if r["hit"] and not r["false"] else "[red]no[/]"
-        table.add_row(r["scenario"], r["expected"] or "(healthy)", ", ".join(r["found"]) or "-", ok)
+        table.add_row(
+            r["scenario"], str(r["seed"]), r["expected"] or "(healthy)", ", ".join(r["found"]) or "-", ok
+        )
     con.print(table)
     con.print(
         f"recall {report['recall']:.0%} (target {TARGET_RECALL:.0%}), precision {report['precision']:.0%} "

@@ -277,6 +277,7 @@ def bench_diagnose(
         False, "--json", help="Print per-scenario results, recall and precision as JSON."
     ),
     scenario: list[str] = typer.Option([], "--scenario", help="Run only these scenarios (repeatable)."),
+    seeds: int = typer.Option(1, "--seeds", help="Repeat each scenario with this many workload seeds."),
 ) -> None:
     """The diagnosis benchmark: one simulated scenario per finding kind plus healthy controls."""
     bench = _load_bench()
@@ -286,7 +287,9 @@ def bench_diagnose(
     unknown = [s for s in scenario if s not in known]
     if unknown:
         fail(f"--scenario: unknown {', '.join(unknown)}; one of {', '.join(sorted(known))}")
-    report = bench.run(names=scenario or None, progress=None if json_out else err_console.print)
+    if seeds < 1:
+        fail(f"--seeds: must be at least 1, got {seeds}")
+    report = bench.run(names=scenario or None, progress=None if json_out else err_console.print, seeds=seeds)
     if json_out:
         print_json(report)
     else:
