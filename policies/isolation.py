@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from policies import metrics as m
 from policies.model import (
@@ -60,7 +60,7 @@ class IsolationResult:
 
 
 def _iso(t: datetime) -> str:
-    return t.strftime("%Y%m%dT%H%M%SZ") if t.utcoffset() == timedelta(0) else t.isoformat()
+    return t.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _enter(inc: Incident, state: IncidentState, now: datetime, reason: ReasonCode, detail: str = "") -> None:
