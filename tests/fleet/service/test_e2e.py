@@ -460,3 +460,81 @@ def _isolation_done(world, instance_id) -> bool:
         if d.instance_id == instance_id
     }
     return {("enter_standby", "applied"), ("reboot", "applied"), ("exit_standby", "applied")} <= done
+
+
+def test_against_the_fake_cloud_command_over_http_only(tmp_path):
+    """The whole loop over the wire: `fleet fake-cloud` and `fleet serve` as two processes, the world built
+    and inspected through the fake's /_fake/ control API."""
+    port, api_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "fake-cloud", "--port", str(port), "--boot-seconds", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    serve = None
+    try:
+        base = f"http://127.0.0.1:{port}/_fake"
+        wait_for(lambda: _get(f"{base}/clock"), what="fleet fake-cloud")
+        gid = httpx.post(
+            f"{base}/groups",
+            json={
+                "name": "chat",
+                "min_size": 1,
+                "max_size": 8,
+                "desired_capacity": 1,
+                "in_service": 1,
+                "region_id": REGION,
+            },
+        ).json()["group_id"]
+        hour = time.gmtime().tm_hour
+        cfg = tmp_path / "fleet.yaml"
+        cfg.write_text(
+            textwrap.dedent(f"""\
+            region: {REGION}
+            account_id: "1234567890"
+            tick_interval_s: 0.5
+            lease: {{ttl_s: 3}}
+            api: {{port: {api_port}}}
+            groups:
+              - name: chat
+                scaling_group_id: {gid}
+                min_size: 1
+                max_size: 8
+                warm_floor: 1
+                cold_start_s: 2
+                isolation: {{enabled: false}}
+                schedules:
+                  - {{name: day, timezone: UTC, days: daily, start: "{(hour - 1) % 24:02d}:00",
+                     end: "{(hour + 2) % 24:02d}:00", min: 3}}
+            """)
+        )
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "serve",
+                "--config",
+                str(cfg),
+                "--database",
+                f"sqlite:///{tmp_path / 'fleet.db'}",
+            ],
+            env={**env, "FLEET_ALIYUN_ENDPOINT": f"127.0.0.1:{port}"},
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def state():
+            return httpx.get(f"{base}/state").json()["ess"]
+
+        wait_for(lambda: state()["groups"][gid]["DesiredCapacity"] >= 3, what="the schedule floor over HTTP")
+        names = {t["ScheduledTaskName"] for t in state()["scheduled_tasks"].values()}
+        assert {"fleet-chat-day-start", "fleet-chat-day-end"} <= names
+    finally:
+        for p in (serve, fake):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
