@@ -53,7 +53,7 @@ class NotificationChannel(_Section):
     """Where incidents, SLA risk and large scale actions are announced (issue 5)."""
 
     type: Literal["webhook", "dingtalk", "wecom", "feishu"]
-    url: str
+    url: str = Field(repr=False, description="robot webhook URLs carry an access token: kept out of reprs")
     secret: SecretStr | None = Field(
         default=None, description="robot signing secret (DingTalk, Feishu)"
     )
@@ -135,7 +135,9 @@ class FleetConfig(BaseSettings):
     account_id: str | None = Field(default=None, description="for the custom metric namespace")
     groups: tuple[GroupConfig, ...] = Field(description="at least one scaling group")
     notifications: tuple[NotificationChannel, ...] = ()
-    database_url: str | None = Field(default=None, description="default: sqlite file fleet.db")
+    database_url: str | None = Field(
+        default=None, repr=False, description="default: sqlite file fleet.db (may hold a password: no repr)"
+    )
     tick_interval_s: Duration = Field(default=15.0, gt=0)
     api: ApiConfig = Field(default_factory=ApiConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
