@@ -58,6 +58,7 @@ CAPACITY_FIELDS = {
 }
 MAX_LIFECYCLE_HOOKS = 6  # per group (aliyun-api.md section 1.2, Limits)
 MAX_ACTIVITIES_PER_GROUP = 2000  # the fake's own bound on kept history, not an ESS limit
+MAX_CONVERGE_ROUNDS = 4  # a reconcile that needs more steps than this waits for the next event
 MAX_CLIENT_TOKENS = 100_000  # likewise: the oldest tokens are forgotten first
 
 
@@ -423,6 +424,8 @@ class EssBackend:
         self.activities: dict[str, ScalingActivity] = {}
         self.group_activities: dict[str, list[str]] = {}
         self.in_progress: dict[str, set[str]] = {}  # group id -> ids of its InProgress activities
+        self._converging: set[str] = set()
+        self._converge_again: set[str] = set()
         self.rules: dict[str, ScalingRule] = {}
         self.rules_by_ari: dict[str, str] = {}
         self.scheduled_tasks: dict[str, ScheduledTask] = {}
@@ -831,36 +834,52 @@ class EssBackend:
         self._converge(group, "A scaling activity finished and the group is re-checked.")
 
     def _converge(self, group: ScalingGroup, cause: str) -> None:
-        """Bring the group within its bounds (and to DesiredCapacity when enabled)."""
-        if group.lifecycle_state != "Active" or group.active_config_id is None:
+        """Bring the group within its bounds (and to DesiredCapacity when enabled).
+
+        Re-entrant calls (an activity finishing while this one changes the group) are folded into the loop
+        here; the loop stops when nothing more can be done, e.g. when only Standby or Protected instances are
+        left to scale in."""
+        if group.group_id in self._converging:
+            self._converge_again.add(group.group_id)
             return
+        self._converging.add(group.group_id)
+        try:
+            for _ in range(MAX_CONVERGE_ROUNDS):
+                self._converge_again.discard(group.group_id)
+                if not self._converge_once(group, cause) and group.group_id not in self._converge_again:
+                    break
+        finally:
+            self._converging.discard(group.group_id)
+            self._converge_again.discard(group.group_id)
+
+    def _converge_once(self, group: ScalingGroup, cause: str) -> bool:
+        """One step towards the bounds or the desired capacity; False when there is nothing (more) to do."""
+        if group.lifecycle_state != "Active" or group.active_config_id is None:
+            return False
         self._trim_stopped_to_max(group)
         counted = len(self._counted(group))
         if group.desired_enabled:
             target = group.desired_capacity or 0
-            if counted == target:
-                return
-            activity = self._new_activity(
-                group,
-                f"{cause} The desired capacity is {target}; the group has {counted} instance(s).",
-                trigger="Ess",
-            )
-            self._apply_target(group, activity, target)
-            return
-        if self._activity_in_progress(group):
-            return  # the next finished activity re-checks
-        if counted < group.min_size:
+            why = "the desired capacity"
+        elif self._activity_in_progress(group):
+            return False  # the next finished activity re-checks
+        elif counted < group.min_size:
             target, why = group.min_size, "MinSize"
         elif counted > group.max_size:
             target, why = group.max_size, "MaxSize"
         else:
-            return
+            return False
+        if counted == target:
+            return False
+        if counted > target and not self._scale_in_candidates(group, counted - target):
+            return False  # only Standby/Protected (or removing) instances are left: nothing to scale in
         activity = self._new_activity(
             group,
-            f"{cause} The group has {counted} instance(s), out of bounds; adjusting to {why} {target}.",
+            f"{cause} The group has {counted} instance(s); adjusting to {why} ({target}).",
             trigger="Ess",
         )
         self._apply_target(group, activity, target)
+        return True
 
     def _trim_stopped_to_max(self, group: ScalingGroup) -> None:
         """Stopped instances count toward MaxSize: lowering Max releases them first (section 1.3)."""
@@ -970,8 +989,11 @@ class EssBackend:
             previous.pending.discard(inst.instance_id)
             # Finish the previous activity once this change is complete (a timer due now fires on the next
             # request or advance): finishing it here would re-check the group halfway through the change.
-            self.cloud.timers.schedule(self.cloud.now_s(), lambda at: self._finish_if_done(previous, at),
-                                       f"ess finish {previous.activity_id}")
+            self.cloud.timers.schedule(
+                self.cloud.now_s(),
+                lambda at: self._finish_if_done(previous, at),
+                f"ess finish {previous.activity_id}",
+            )
 
     def _scale_in(
         self, group: ScalingGroup, activity: ScalingActivity, victims: list[ScalingInstance], recycle: bool

@@ -96,3 +96,17 @@ def test_rapid_rescaling_while_instances_boot_settles_without_recursion() -> Non
         group = cloud.ess.groups[group_id]
         assert cloud.ess.capacities(group)["ActiveCapacity"] == group.desired_capacity
         assert not cloud.ess.in_progress.get(group_id)
+
+
+def test_desired_below_standby_and_protected_count_waits_instead_of_looping() -> None:
+    with mock_aliyun(boot_seconds=30, start=START) as cloud:
+        group_id = cloud.create_group_for_tests(max_size=5, desired_capacity=3, in_service=3)
+        members = list(cloud.ess.groups[group_id].instance_ids)
+        cloud.ess.enter_standby(group_id, members[:2])
+        cloud.ess.set_instances_protection(group_id, members[2:], True)
+        cloud.ess.scale(group_id, "TotalCapacity", 1, min_adjustment_magnitude=None, cause="test")
+        cloud.advance(60)
+        states = sorted(i.lifecycle_state for i in cloud.ess.group_instances(cloud.ess.groups[group_id]))
+        assert (
+            states == ["Protected", "Standby", "Standby"] and cloud.ess.groups[group_id].desired_capacity == 1
+        )
