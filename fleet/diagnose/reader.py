@@ -133,8 +133,8 @@ def read_window(
     windows = {
         i.instance_id: InstanceWindow(i.instance_id, i.lifecycle_state, i.created_at) for i in measured
     }
+    source = source_for(spec, clients)
     if ids:
-        source = source_for(spec, clients)
         for canonical in sorted(pm.INSTANCE_METRICS):
             try:
                 points = source.read_range(canonical, ids, start, end, step_s=period_s)
@@ -181,7 +181,7 @@ def read_window(
         scale_outs=scale_outs,
         decisions=decisions,
         errors=errors,
-        source=getattr(source_for(spec, clients), "kind", "cloud") if ids else "cloud",
+        source=getattr(source, "kind", "cloud"),
     )
 
 
