@@ -80,6 +80,7 @@ KIND_ORDER = (
     "power_throttling",
     "node_outlier",
     "memory_bandwidth_bound",
+    "gpu_xid_error",
 )
 KINDS = KIND_ORDER
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -111,7 +112,15 @@ def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
         measured,
         slo_ttft_ms=w.group.slo_ttft_p99_ms or DEFAULT_SLO_TTFT_MS,
     )
-    for rule in (_throttling, _cold_start, _kv_pressure, _queue_and_capacity, _bandwidth, _outliers):
+    for rule in (
+        _xid_errors,
+        _throttling,
+        _cold_start,
+        _kv_pressure,
+        _queue_and_capacity,
+        _bandwidth,
+        _outliers,
+    ):
         findings.extend(rule(st))
     for f in findings:
         f.group = w.group.name
@@ -273,6 +282,36 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
             )
         )
     return out, measured
+
+
+# ---- XID errors -------------------------------------------------------------------------------------------
+def _xid_errors(st: _State) -> list[Finding]:
+    """A hardware or reset-class XID (policies.metrics.HARDWARE_XIDS): the GPU is unusable until reset."""
+    out: list[Finding] = []
+    for inst in st.measured:
+        seen = [(t, int(v)) for t, v in inst.metrics.get(pm.GPU_XID, ()) if int(v) in pm.HARDWARE_XIDS]
+        if not seen:
+            continue
+        st.explained.add(inst.instance_id)
+        codes = sorted({c for _, c in seen})
+        out.append(
+            Finding(
+                "gpu_xid_error",
+                "critical",
+                [inst.instance_id],
+                {
+                    "window": {"start": isoformat(seen[0][0]), "end": isoformat(seen[-1][0])},
+                    "xids": codes,
+                    "samples": len(seen),
+                    "gpu_util_pct_mean": _r(_mean(_after(inst.metrics.get(pm.GPU_UTIL_PCT, ()), seen[0][0]))),
+                },
+                f"{inst.instance_id} reported hardware XID {', '.join(map(str, codes))} (NVIDIA's catalogue: "
+                "the GPU needs a reset or replacement); it serves nothing or fails the requests it gets.",
+                f"Replace {inst.instance_id} (the isolation policy's xid_hardware rule: replace), or take it "
+                "out of service now with fleet isolate; check the host's GPU before it returns.",
+            )
+        )
+    return out
 
 
 # ---- thermal and power throttling --------------------------------------------------------------------------

@@ -173,6 +173,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         seed=1,
     ),
     Scenario(
+        "gpu-fell-off-the-bus",
+        "gpu_xid_error",
+        "One instance's GPU raises XID 79 (fallen off the bus: the simulator's xid fault) at moderate load.",
+        rate_steps=((0.0, 3.2),),
+        faults=(("xid", 3.0, "2"),),
+    ),
+    Scenario(
         "bandwidth-bound-decode",
         "memory_bandwidth_bound",
         "Long outputs at a high batch with a tight TPOT SLO: decode streams weights and KV cache.",

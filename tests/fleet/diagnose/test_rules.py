@@ -169,8 +169,21 @@ FIRING: list[tuple[str, str, dict]] = [
     ),
 ]
 
+FIRING.append(
+    (
+        "hardware XID 79 on one GPU",
+        "gpu_xid_error",
+        {"changes": {"i-c": {"gpu_xid": lambda k: 79.0 if k >= 20 else 0.0}}},
+    )
+)
+
 # (name, kind that must not be reported, window arguments: a near miss of that kind's cause)
 QUIET: list[tuple[str, str, dict]] = [
+    (
+        "an application XID (13)",
+        "gpu_xid_error",
+        {"changes": {"i-c": {"gpu_xid": lambda k: 13.0 if k == 20 else 0.0}}},
+    ),
     ("84 C with full clocks", "thermal_throttling", {"changes": {"i-b": {"gpu_temperature_c": 84.0}}}),
     (
         "power-cap bit at full clocks (normal at the power limit)",
