@@ -275,9 +275,10 @@ class Service:
         notified = self._notifications(history)
         outcomes = self._outcomes(history, now)
         for spec in self.specs:
-            g = observation.groups.get(spec.name)
-            if g is None or not g.ok or g.group is None:
+            seen = observation.groups.get(spec.name)
+            if seen is None or not seen.ok or seen.group is None:
                 continue  # not observed: the policy holds the group (unknown is not zero)
+            g, ess_group = seen, seen.group
             instances = []
             gh = history.groups.get(spec.name) if history else None
             seen_xids = {(x.instance_id, x.code, x.at) for x in gh.xids} if gh else set()
@@ -302,8 +303,8 @@ class Service:
             groups.append(
                 GroupSnapshot(
                     name=spec.name,
-                    scaling_group_id=g.group.group_id,
-                    desired_capacity=g.group.desired_capacity,
+                    scaling_group_id=ess_group.group_id,
+                    desired_capacity=ess_group.desired_capacity,
                     activity_in_progress=bool(g.activities_in_progress),
                     paused=spec.name in paused,
                     instances=instances,

@@ -116,11 +116,11 @@ def render(channel: Channel, note: Notification, wall_time_s: float) -> tuple[st
     if channel.type == "wecom":
         return channel.url, {"msgtype": "markdown", "markdown": {"content": _markdown(note)}}
     # feishu
-    body: dict[str, Any] = {"msg_type": "text", "content": {"text": f"{note.title}\n{note.text}"}}
+    message: dict[str, Any] = {"msg_type": "text", "content": {"text": f"{note.title}\n{note.text}"}}
     if channel.secret:
         ts_s = int(wall_time_s)
-        body = {"timestamp": str(ts_s), "sign": feishu_sign(channel.secret, ts_s), **body}
-    return channel.url, body
+        message = {"timestamp": str(ts_s), "sign": feishu_sign(channel.secret, ts_s), **message}
+    return channel.url, message
 
 
 def delivered(channel: Channel, status: int, payload: Any) -> bool:

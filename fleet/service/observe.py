@@ -50,13 +50,13 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
     if spec.isolation.enabled:
         # Draining watches the isolated instance's queue and running requests.
         needed.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})
-        for rule in spec.isolation.rules:
-            if rule.kind == "throttle":
+        for iso in spec.isolation.rules:
+            if iso.kind == "throttle":
                 needed.add(pm.GPU_THROTTLE_REASONS)
-            elif rule.kind == "xid":
+            elif iso.kind == "xid":
                 needed.add(pm.GPU_XID)
-            elif rule.metric is not None:
-                needed.add(rule.metric)
+            elif iso.metric is not None:
+                needed.add(iso.metric)
     return needed & pm.INSTANCE_METRICS
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,10 +31,10 @@ DEFAULT_DATABASE_URL = "sqlite:///fleet.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
-def default_database_url(env: dict[str, str] | None = None) -> str:
+def default_database_url(env: Mapping[str, str] | None = None) -> str:
     """``FLEET_DATABASE_URL`` when set, else a SQLite file ``fleet.db`` in the working directory."""
-    env = os.environ if env is None else env
-    return env.get("FLEET_DATABASE_URL") or DEFAULT_DATABASE_URL
+    source = os.environ if env is None else env
+    return source.get("FLEET_DATABASE_URL") or DEFAULT_DATABASE_URL
 
 
 class UtcDateTime(sa.types.TypeDecorator):
@@ -311,9 +311,9 @@ class Store:
     def record_decision(self, rec: DecisionRecord, conn: Connection | None = None) -> int:
         values = {k: v for k, v in rec.__dict__.items() if k != "id"}
         if conn is not None:
-            return int(conn.execute(sa.insert(decisions).values(**values)).inserted_primary_key[0])
+            return _new_id(conn.execute(sa.insert(decisions).values(**values)))
         with self.begin() as c:
-            return int(c.execute(sa.insert(decisions).values(**values)).inserted_primary_key[0])
+            return _new_id(c.execute(sa.insert(decisions).values(**values)))
 
     def decisions(
         self,
@@ -524,7 +524,7 @@ class Store:
                     created_at=now,
                 )
             )
-            return int(res.inserted_primary_key[0])
+            return _new_id(res)
 
     def pending_requests(self) -> list[OperatorRequest]:
         q = (
@@ -554,6 +554,13 @@ class Store:
             return
         with self.begin() as c:
             c.execute(stmt)
+
+
+def _new_id(result: Any) -> int:
+    """The primary key an INSERT generated."""
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 def open_store(url: str, service: str = "fleet") -> Store:
