@@ -55,6 +55,8 @@ from policies.spec import GroupSpec, PolicySpec
 log = logging.getLogger("fleet.service")
 
 Clock = Callable[[], datetime]
+# An operator request the policy has not applied within this time is closed as not applicable.
+REQUEST_EXPIRY = timedelta(hours=1)
 
 
 def wall_clock() -> datetime:
@@ -259,7 +261,9 @@ class Service:
                 row = self.store.incident(req.incident_id)
                 group = row.group_name if row else None
             if group is None:
-                unmatched.append(req)
+                # Refuse only when every group was seen: an unreadable group may well hold the instance.
+                if all(g.ok for g in observation.groups.values()):
+                    unmatched.append(req)
                 continue
             ops.setdefault(group, []).append(
                 OperatorAction(
@@ -484,6 +488,9 @@ class Service:
             for req in requests:
                 if f"req-{req.id}" in applied_ops:
                     self.store.mark_request(req.id, "applied", now, conn)
+                elif now - req.created_at > REQUEST_EXPIRY:
+                    # The policy never took it up (e.g. a release for an instance with no incident).
+                    self.store.mark_request(req.id, "expired: not applicable", now, conn)
             for req in unmatched:
                 what = req.instance_id or req.incident_id
                 self.store.mark_request(req.id, f"refused: {what} is not in any configured group", now, conn)

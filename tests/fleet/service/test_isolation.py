@@ -220,3 +220,17 @@ def test_repeated_application_xids_open_an_incident(fake_world):
     bad = _ids(svc, cloud)[0]
     _xid_ticks(cloud, svc, bad, publish_at={0, 10, 20})
     assert [i.instance_id for i in svc.store.incidents()] == [bad]
+
+
+def test_a_request_not_taken_up_within_an_hour_expires(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[0]
+    svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="x", actor="alice")
+    # The group cannot be read, so the policy never sees the request.
+    cloud.inject_fault("DescribeScalingInstances", code="InternalError", status=500)
+    svc.tick(cloud.now())
+    assert len(svc.store.pending_requests()) == 1
+    cloud.advance(3700)
+    svc.tick(cloud.now())
+    [req] = svc.store.requests()
+    assert req.outcome.startswith("expired")
