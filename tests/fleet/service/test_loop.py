@@ -182,3 +182,24 @@ def test_metric_reads_per_tick_grow_with_metrics_not_instances(fake_world):
     assert calls.count("DescribeMetricLast") == 3
     assert calls.count("DescribeInstancesFullStatus") == 1
     assert len(obs.groups["chat"].instances) == 40
+
+
+def test_a_scale_out_on_postgresql(fake_world, postgres_url):
+    cloud, svc, _ = fake_world(
+        """\
+        min_size: 1
+        max_size: 10
+        warm_floor: 1
+        scale_out:
+          - {metric: queue_waiting_per_instance, above: 2, for: 30s}
+        """,
+        in_service=2,
+        database_url=postgres_url,
+    )
+    for _ in range(4):
+        _publish_queue(cloud, svc, 3)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    assert _desired(svc) > 2
+    assert [d.outcome for d in svc.store.decisions(kind="scale")] == ["applied"]
+    assert svc.store.load_history()["groups"]["chat"]["last_target"] > 2
