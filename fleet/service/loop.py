@@ -206,8 +206,11 @@ class Service:
         self.last_observation = observation
         result.api_calls = observation.api_calls
         result.observed_groups = [n for n, g in observation.groups.items() if g.ok]
-        for err in observation.errors:
-            result.errors.append(str(err))
+        problems = [str(err) for err in observation.errors]
+        for name, g in observation.groups.items():
+            if not g.ok:
+                problems += [f"group {name}: {e}" for e in g.errors if e not in problems]
+        result.errors.extend(problems)
         snapshot, unmatched = self._snapshot(now, observation, paused, requests, history)
         plan = decide(snapshot, self.policy, history, now)
         result.plan = plan

@@ -142,7 +142,14 @@ def fake_world(tmp_path):
     services = []
     state: dict[str, str] = {}
 
-    def make(group_yaml: str, in_service: int = 3, max_size: int = 20, extra: str = "", **kwargs):
+    def make(
+        group_yaml: str,
+        in_service: int = 3,
+        max_size: int = 20,
+        extra: str = "",
+        scaling_group_id: str | None = None,
+        **kwargs,
+    ):
         if "group_id" not in state:
             state["group_id"] = cloud.create_group_for_tests(
                 name="chat",
@@ -152,7 +159,7 @@ def fake_world(tmp_path):
                 in_service=in_service,
                 region_id=SERVICE_REGION,
             )
-        gid = state["group_id"]
+        gid = scaling_group_id or state["group_id"]
         text = (
             textwrap.dedent(f"""\
             region: {SERVICE_REGION}

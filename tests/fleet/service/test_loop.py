@@ -203,3 +203,10 @@ def test_a_scale_out_on_postgresql(fake_world, postgres_url):
     assert _desired(svc) > 2
     assert [d.outcome for d in svc.store.decisions(kind="scale")] == ["applied"]
     assert svc.store.load_history()["groups"]["chat"]["last_target"] > 2
+
+
+def test_a_group_that_does_not_exist_is_reported_and_left_alone(fake_world):
+    cloud, svc, _ = fake_world("min_size: 1\nmax_size: 4\n", scaling_group_id="asg-does-not-exist")
+    result = svc.tick(cloud.now())
+    assert any("chat" in e and "not found" in e for e in result.errors)
+    assert not result.actions
