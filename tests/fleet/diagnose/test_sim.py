@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
+import pytest
+
+from fleet.cli import main
 from fleet.diagnose.rules import KINDS
 from fleet.diagnose.scenarios import SCENARIOS, by_name
 from fleet.diagnose.simrun import run_scenario
@@ -19,6 +23,13 @@ def _bench():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _needs_bench_app() -> None:
+    try:
+        from fleet.commands.simulate import bench_app  # noqa: F401
+    except ImportError:
+        pytest.skip("the bench sub-app (fleet/commands/simulate.py) is not present")
 
 
 def test_overheating_gpu_scenario_is_diagnosed_on_the_faulted_instance():
@@ -58,3 +69,19 @@ def test_a_finding_on_a_healthy_control_fails_the_benchmark():
     ]
     s = _bench().score(rows)
     assert s["recall"] == 1.0 and s["precision"] >= 0.9 and not s["controls_clean"] and not s["passed"]
+
+
+def test_bench_command_reports_one_scenario_as_json(capsys):
+    _needs_bench_app()
+    assert main(["bench", "diagnose", "--json", "--scenario", "power-cap"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["scenario"], r["expected"], r["found"]) for r in report["scenarios"]] == [
+        ("power-cap", "power_throttling", ["power_throttling"])
+    ]
+    assert report["recall"] == 1.0 and report["precision"] == 1.0 and report["passed"]
+
+
+def test_bench_command_refuses_an_unknown_scenario(capsys):
+    _needs_bench_app()
+    assert main(["bench", "diagnose", "--scenario", "nope"]) == 2
+    assert "unknown nope" in capsys.readouterr().err
