@@ -1,11 +1,9 @@
 """A moto-style fake of Alibaba Cloud (ECS, ESS, CMS) that speaks the real wire protocol.
 
 Two ways in: ``with mock_aliyun() as cloud:`` intercepts the official SDKs in-process (also a decorator, and
-the
-pytest fixture ``aliyun``); ``FakeAliyunServer`` / ``fleet fake-cloud`` serve the same fake over HTTP on
+the pytest fixture ``aliyun``); ``FakeAliyunServer`` / ``fleet fake-cloud`` serve the same fake over HTTP on
 127.0.0.1 with a ``/_fake/`` control API. This package copies the cloud's API, not our adapters: it imports
-nothing else of ``fleet``.
-"""
+nothing else of ``fleet``."""
 
 from fleet.testing.cloud import DEFAULT_ACCOUNT_ID, FakeCloud
 from fleet.testing.cms.models import dimension_string

@@ -3,14 +3,11 @@
 The same object serves ``mock_aliyun`` (in-process, via ``responses``) and ``FakeAliyunServer`` (HTTP on
 127.0.0.1). Requests are dispatched on the ``x-acs-version`` header (which product) and the ``x-acs-action``
 header or ``Action`` query parameter (which Action); handlers live in each product's ``responses.py``. Time
-comes
-from an injected clock; due timers (boots, reboots, scheduled tasks, rule evaluations) fire lazily before
-every
-request and on ``advance``.
+comes from an injected clock; due timers (boots, reboots, scheduled tasks, rule evaluations) fire lazily
+before every request and on ``advance``.
 
 State is one account; every resource records the ``RegionId`` it was created in (a simplification of moto's
-account x region keying: the service under test works in one region).
-"""
+account x region keying: the service under test works in one region)."""
 
 from __future__ import annotations
 

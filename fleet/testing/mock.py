@@ -1,10 +1,8 @@
 """``mock_aliyun``: the fake cloud in-process, intercepting the official SDKs' HTTP with ``responses``.
 
 Every request the SDKs send through ``requests`` reaches the fake; a request the fake does not know (another
-product, another host, an unfaked Action) is answered with a loud ``NotImplemented`` error, so nothing
-reaches the
-network. ``passthrough`` lists URL prefixes to let through (e.g. a local test server).
-"""
+product, another host, an unfaked Action) is answered with a loud ``NotImplemented`` error, so nothing reaches
+the network. ``passthrough`` lists URL prefixes to let through (e.g. a local test server)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """pytest plugin (entry point ``pytest11``): the ``aliyun`` fixture, a :class:`FakeCloud` behind
-``mock_aliyun``
-for the duration of one test."""
+``mock_aliyun`` for the duration of one test."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from fleet.testing.mock import mock_aliyun
 
 @pytest.fixture
 def aliyun() -> Iterator[FakeCloud]:
-    """The fake Alibaba Cloud (ECS, ESS, CMS), intercepting the official SDKs; clock starts at the real UTC
-    now."""
+    """The fake Alibaba Cloud (ECS, ESS, CMS) intercepting the official SDKs; its clock starts at UTC now."""
     with mock_aliyun() as cloud:
         yield cloud

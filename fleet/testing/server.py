@@ -3,9 +3,7 @@
 SDK clients point at it with ``Config(endpoint="127.0.0.1:<port>", protocol="http")``. The clock runs at real
 time x ``time_scale`` plus any advance made through ``POST /_fake/clock``. The control API (documented in
 docs/fake-cloud.md) lets scripts drive what the real API cannot: time, metrics the cloud writes itself,
-faults,
-system events.
-"""
+faults, system events."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """CloudMonitor state: metric series, custom metrics, resource metric rules and their alert logs.
 
-Series are keyed by (namespace, metric, dimensions) and hold two parallel sorted arrays (timestamps in ms,
-values), so a window is two bisects; an index from (dimension key, value) to series makes the usual
-"these 50 instances" filter a few dict lookups. Points older than the retention window (default 7 days of fake
-time, the CMS retention for periods under 60 s) are dropped as new points arrive.
+Series are keyed by (namespace, metric, dimensions) and hold parallel arrays sorted by time (timestamps in
+ms, values and each point's min and max), so a window is two bisects; an index from (dimension key, value) to
+series makes the usual "these 50 instances" filter a few dict lookups. Points older than the retention window
+(default 7 days of fake time, the CMS retention for periods under 60 s) are dropped as new points arrive.
 
 Custom metrics (PutCustomMetric) live under ``acs_customMetric_<account id>`` with the dimensions
 ``{"groupId": "<GroupId>", "dimension": "k1=v1&k2=v2"}`` (the reported dimensions in key order), as
-CloudMonitor
-returns them.
-"""
+CloudMonitor returns them."""
 
 from __future__ import annotations
 

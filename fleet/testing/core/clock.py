@@ -1,9 +1,7 @@
 """Clocks for the fake cloud: a manual one for tests and the simulator, a scaled real-time one for the server.
 
 Any object with ``now() -> datetime`` (timezone-aware) can drive the fake; ``advance(seconds)`` is optional
-and
-only needed when the fake itself is asked to move time (``FakeCloud.advance``).
-"""
+and only needed when the fake itself is asked to move time (``FakeCloud.advance``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Fault injection: throttling, server errors and added latency for chosen Actions or a random fraction.
 
 Draws come from the fake's own seeded random generator, so a run with the same seed and the same calls fails
-the same calls.
-"""
+the same calls."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Reading the SDKs' flattened query parameters.
 
 The SDKs flatten lists as ``Name.1``, ``Name.2`` (1-based), nested models as ``Name.N.Field`` or
-``Name.Field``, send booleans through ``str()`` (``True``/``False``) and some parameters as JSON strings.
-"""
+``Name.Field``, send booleans through ``str()`` (``True``/``False``) and some parameters as JSON strings."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Timers on the fake's clock: boot completion, reboot stages, scheduled tasks, rule evaluations.
 
 Timers fire lazily (on every request and on ``advance``), in time order; each callback receives the time it
-was
-due at, so records carry the due time rather than the moment somebody happened to look.
-"""
+was due at, so records carry the due time rather than the moment somebody happened to look."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """GPU instance types the fake knows, from the official instance-family page.
 
 Source: ../shared/reference/aliyun-api.md section 4 (vCPU / RAM GiB / GPUs per type). GPU memory per GPU is
-the
-nominal size of the card named there (A10 24 GB, T4 16 GB, V100 16/32 GB, A100 40/80 GB, A30 24 GB, L20 48 GB,
-gn8v 96 GB). GPUSpec strings follow the ``"NVIDIA A10"`` form that DescribeInstances prints.
-"""
+the nominal size of the card named there (A10 24 GB, T4 16 GB, V100 16/32 GB, A100 40/80 GB, A30 24 GB, L20 48
+GB, gn8v 96 GB). GPUSpec strings follow the ``"NVIDIA A10"`` form that DescribeInstances prints."""
 
 from __future__ import annotations
 
@@ -35,8 +33,8 @@ class InstanceType:
         }
 
 
-# family: (gpu spec, GiB per GPU, [(suffix, vcpu, ram GiB, gpus)]); ecs.<family>-<suffix> unless suffix is
-# full.
+# family: (gpu spec, GiB per GPU, [(suffix, vcpu, ram GiB, gpus)]); the type is ecs.<family>-<suffix>, or
+# ecs.<suffix> when the suffix starts with "=".
 _FAMILIES: dict[str, tuple[str, float, list[tuple[str, int, float, int]]]] = {
     "gn7i": (
         "NVIDIA A10",

@@ -1,6 +1,5 @@
 """ECS request handlers: wrapped lists (``Instances.Instance``), JSON-string ``InstanceIds``,
-MaxResults/NextToken
-and PageNumber/PageSize pagination, DryRun."""
+MaxResults/NextToken and PageNumber/PageSize pagination, DryRun."""
 
 from __future__ import annotations
 

@@ -2,23 +2,23 @@
 
 What the fake models (aliyun-api.md section 1):
 - A new group is Inactive; EnableScalingGroup activates it with a scaling configuration and scales it to
-MinSize
-  (or DesiredCapacity).
+  MinSize (or DesiredCapacity).
 - Scale-out creates ECS instances (Pending) that become InService when ECS reports them Running,
-``boot_seconds``
-  later on the fake's clock, and once every SCALE_OUT lifecycle hook has been completed (``Pending:Wait``).
+  ``boot_seconds`` later on the fake's clock, and once every SCALE_OUT lifecycle hook has been completed
+  (``Pending:Wait``).
 - Scale-in moves instances to Removing (``Removing:Wait`` under SCALE_IN hooks); ``removal_seconds`` later
-they
-  are released, or, in economical mode (ScalingPolicy ``recycle``), stopped and kept as ``Stopped``. Scale-out
-  starts Stopped instances first. Stopped instances count toward MaxSize.
+  they are released, or, in economical mode (ScalingPolicy ``recycle``), stopped and kept as ``Stopped``.
+  Scale-out starts Stopped instances first. Stopped instances count toward MaxSize.
 - Groups without desired capacity run one activity at a time (``ScalingActivityInProgress``); groups with it
   run activities in parallel and reconcile towards DesiredCapacity. Standby and Protected instances count as
   stable and are never scaled in; Standby takes no traffic (LoadBalancerWeight 0).
 - ClientToken: the same token with the same parameters answers the same activity; other parameters answer
   ``IdempotentParameterMismatch``.
 - Scheduled tasks fire on the fake's clock (Daily/Weekly/Monthly/Cron, UTC) and set Min/Max/Desired or
-execute a
-  rule; Alarms are stored (their evaluation against CMS is not modelled: they stay INSUFFICIENT_DATA).
+  execute a rule.
+- Alarm tasks (CreateAlarm) are evaluated every Period against the CMS data of the group's instances (system
+  GPU/CPU metrics) or the custom metric, and execute their rules after EvaluationCount breaches, outside
+  cooldown.
 """
 
 from __future__ import annotations
@@ -55,6 +55,20 @@ CAPACITY_FIELDS = {
     "Protected": "ProtectedCapacity",
     "Standby": "StandbyCapacity",
     "Stopped": "StoppedCapacity",
+}
+# ESS system alarm metrics the fake evaluates -> acs_ecs_dashboard series (aliyun-api.md sections 1, 2.1).
+SYSTEM_ALARM_METRICS = {
+    "GpuUtilizationAgent": "instance_gpu_gpu_usedutilization",
+    "GpuMemoryUtilizationAgent": "instance_gpu_memory_usedutilization",
+    "GpuMemoryFreeUtilizationAgent": "instance_gpu_memory_freeutilization",
+    "CpuUtilizationAgent": "cpu_total",
+    "MemoryUtilization": "memory_usedutilization",
+}
+ALARM_COMPARISONS = {
+    ">=": lambda v, t: v >= t,
+    "<=": lambda v, t: v <= t,
+    ">": lambda v, t: v > t,
+    "<": lambda v, t: v < t,
 }
 MAX_LIFECYCLE_HOOKS = 6  # per group (aliyun-api.md section 1.2, Limits)
 MAX_ACTIVITIES_PER_GROUP = 2000  # the fake's own bound on kept history, not an ESS limit
@@ -210,6 +224,7 @@ class ScalingActivity:
     error_code: str = ""
     error_message: str = ""
     activity_type: str = "CapacityChange"
+    cooldown_s: int | None = None  # a simple rule's own Cooldown overrides the group's (section 1.1)
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -346,6 +361,8 @@ class Alarm:
     effective: str | None = None
     enabled: bool = True
     state: str = "INSUFFICIENT_DATA"
+    breaches: int = 0
+    last_error: str | None = None
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -830,7 +847,8 @@ class EssBackend:
             return
         activity.total_capacity = self.capacities(group)["TotalCapacity"]
         if changed:  # an activity that changes nothing starts no cooldown (section 1.1)
-            group.cooldown_until_s = at + group.default_cooldown_s
+            cooldown_s = group.default_cooldown_s if activity.cooldown_s is None else activity.cooldown_s
+            group.cooldown_until_s = at + cooldown_s
         self._converge(group, "A scaling activity finished and the group is re-checked.")
 
     def _converge(self, group: ScalingGroup, cause: str) -> None:
@@ -1104,8 +1122,7 @@ class EssBackend:
                 "Pending:Wait",
             )
         ):
-            # Health check: a stopped instance is Unhealthy and is removed (section 1,
-            # DescribeScalingInstances).
+            # Health check: a stopped instance is Unhealthy and is removed (section 1, ScalingInstances).
             inst.health_status = "Unhealthy"
             self._health_removal(group, inst, "is stopped and failed the health check", at)
 
@@ -1209,7 +1226,7 @@ class EssBackend:
             f'A user requests to execute scaling rule "{rule.rule_id}", changing the Total Capacity from '
             '"{old}" to "{new}".'
         )
-        return self.scale(
+        activity = self.scale(
             rule.group_id,
             rule.adjustment_type or "QuantityChangeInCapacity",
             adjustment,
@@ -1217,6 +1234,9 @@ class EssBackend:
             cause=cause,
             trigger=trigger,
         )
+        if rule.rule_type == "SimpleScalingRule":
+            activity.cooldown_s = rule.cooldown_s
+        return activity
 
     # ==== instances =========================================================================================
     def _members(self, group: ScalingGroup, instance_ids: list[str]) -> list[ScalingInstance]:
@@ -1540,8 +1560,7 @@ class EssBackend:
                 if result == "CONTINUE":
                     self._maybe_in_service(inst, at)
                 elif inst.lifecycle_state in ("Pending", "Pending:Wait"):
-                    # ABANDON (or ROLLBACK) on scale-out: the instance is released and the activity fails for
-                    # it.
+                    # ABANDON (or ROLLBACK) on scale-out: the instance is released, the activity fails for it.
                     for other in list(inst.waiting_tokens):
                         self._discard_from_action(other, instance_id)
                     if activity is not None:
@@ -1830,9 +1849,91 @@ class EssBackend:
                 raise not_found("InvalidScalingRuleAri.NotFound", f"scaling rule {ari!r}")
         if fields["metric_type"] == "custom" and not fields.get("group_id_cms"):
             raise AliyunError("MissingParameter.GroupId", "GroupId is required for custom metrics.", 400)
+        if fields["metric_type"] == "system" and fields["metric_name"] not in SYSTEM_ALARM_METRICS:
+            raise invalid(
+                f"MetricName {fields['metric_name']!r} is not a system metric the fake evaluates "
+                f"(one of {', '.join(SYSTEM_ALARM_METRICS)})."
+            )
+        if fields["comparison_operator"] not in ALARM_COMPARISONS:
+            raise invalid(
+                f"ComparisonOperator {fields['comparison_operator']!r} is not one of "
+                f"{', '.join(ALARM_COMPARISONS)}."
+            )
+        if fields["statistics"] not in ("Average", "Minimum", "Maximum"):
+            raise invalid(f"Statistics {fields['statistics']!r} is not one of Average, Minimum, Maximum.")
         alarm = Alarm(alarm_id=self.cloud.new_id("asalarm-", 20), group_id=group_id, **fields)
         self.alarms[alarm.alarm_id] = alarm
+        self._arm_alarm(alarm, self.cloud.now_s() + alarm.period_s)
         return alarm
+
+    def _arm_alarm(self, alarm: Alarm, due_s: float) -> None:
+        def evaluate(at: float) -> None:
+            if self.alarms.get(alarm.alarm_id) is alarm:
+                self.evaluate_alarm(alarm, at)
+                self._arm_alarm(alarm, at + alarm.period_s)
+
+        self.cloud.timers.schedule(due_s, evaluate, f"ess alarm {alarm.alarm_id}")
+
+    def _alarm_value(self, alarm: Alarm, group: ScalingGroup, at: float) -> float | None:
+        """The group's value of the alarm metric over the last Period: per instance the statistic, then the
+        mean (Average), the lowest (Minimum) or the highest (Maximum) across the group's instances."""
+        cms = self.cloud.cms
+        end_ms = int(at * 1000)
+        start_ms = end_ms - alarm.period_s * 1000 - 1  # the evaluation window includes its first instant
+        if alarm.metric_type == "system":
+            namespace, metric = "acs_ecs_dashboard", SYSTEM_ALARM_METRICS[alarm.metric_name]
+            members = [
+                i.instance_id
+                for i in self.group_instances(group)
+                if i.lifecycle_state in ("InService", "Protected")
+            ]
+            series = cms.matching(namespace, metric, [{"instanceId": m} for m in members]) if members else []
+        else:
+            namespace, metric = self.cloud.custom_namespace, alarm.metric_name
+            wanted = {
+                d["DimensionKey"]: d["DimensionValue"] for d in alarm.dimensions if d.get("DimensionKey")
+            }
+            series = cms.matching(namespace, metric, [wanted] if wanted else None)
+        per_instance = []
+        for one in series:
+            lo, hi = one.window(start_ms, end_ms)
+            if lo < hi:
+                per_instance.append(one.stats(lo, hi)[alarm.statistics])
+        if not per_instance:
+            return None
+        if alarm.statistics == "Maximum":
+            return max(per_instance)
+        if alarm.statistics == "Minimum":
+            return min(per_instance)
+        return sum(per_instance) / len(per_instance)
+
+    def evaluate_alarm(self, alarm: Alarm, at: float) -> None:
+        """One evaluation: EvaluationCount consecutive breaches put the alarm in ALARM, and each evaluation in
+        ALARM executes its rules unless the group is in cooldown (only alarm-triggered activities honour it,
+        section 1.1)."""
+        group = self.groups.get(alarm.group_id)
+        if group is None or not alarm.enabled:
+            return
+        value = self._alarm_value(alarm, group, at)
+        if value is None:
+            alarm.state, alarm.breaches = "INSUFFICIENT_DATA", 0
+            return
+        if not ALARM_COMPARISONS[alarm.comparison_operator](value, alarm.threshold):
+            alarm.state, alarm.breaches = "OK", 0
+            return
+        alarm.breaches += 1
+        if alarm.breaches < alarm.evaluation_count:
+            return
+        alarm.state = "ALARM"
+        if at < group.cooldown_until_s or group.lifecycle_state != "Active":
+            return
+        for ari in alarm.alarm_actions:
+            try:
+                self.execute_scaling_rule(
+                    ari, breach_threshold=alarm.threshold, metric_value=value, trigger="Cms"
+                )
+            except AliyunError as err:
+                alarm.last_error = err.code  # NoChange, InProgress, ...: ESS rejects, the alarm stays
 
     def delete_alarm(self, alarm_id: str) -> None:
         if alarm_id not in self.alarms:

@@ -31,7 +31,7 @@ def sdk_config(endpoint: str | None = None) -> open_api_models.Config:
 @pytest.fixture
 def cloud() -> Iterator[FakeCloud]:
     """The fake on a manual clock at a fixed start, 30 s boots."""
-    with mock_aliyun(boot_seconds=30.0, start=START) as fake:
+    with mock_aliyun(boot_seconds=30.0, start=START, region_id=REGION) as fake:
         yield fake
 
 

@@ -612,3 +612,97 @@ def test_enter_standby_is_idempotent_per_client_token(h: EssHelper, ess: EssClie
     request = m.EnterStandbyRequest(scaling_group_id=group_id, instance_ids=[victim], client_token="sb-1")
     first = ess.enter_standby(request).body.scaling_activity_id
     assert ess.enter_standby(request).body.scaling_activity_id == first
+
+
+def _gpu_alarm(ess: EssClient, group_id: str, ari: str, threshold: float, count: int = 2) -> str:
+    return ess.create_alarm(
+        m.CreateAlarmRequest(
+            scaling_group_id=group_id,
+            name="gpu-busy",
+            metric_type="system",
+            metric_name="GpuUtilizationAgent",
+            statistics="Average",
+            comparison_operator=">=",
+            threshold=threshold,
+            evaluation_count=count,
+            period=60,
+            alarm_actions=[ari],
+        )
+    ).body.alarm_task_id
+
+
+def _up_rule(ess: EssClient, group_id: str, cooldown: int | None = None) -> str:
+    return ess.create_scaling_rule(
+        m.CreateScalingRuleRequest(
+            scaling_group_id=group_id,
+            adjustment_type="QuantityChangeInCapacity",
+            adjustment_value=1,
+            cooldown=cooldown,
+        )
+    ).body.scaling_rule_ari
+
+
+def _report_gpu(cloud: FakeCloud, group_id: str, value: float) -> None:
+    for iid in cloud.ess.serving_instance_ids(group_id):
+        cloud.publish_gpu_metrics(iid, "gpu_usedutilization", {"0": value})
+
+
+def test_alarm_executes_its_rule_after_evaluation_count_breaches(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud
+) -> None:
+    group_id = cloud.create_group_for_tests(max_size=5, in_service=2, default_cooldown_s=0)
+    _gpu_alarm(ess, group_id, _up_rule(ess, group_id), threshold=80, count=2)
+    totals = []
+    for _ in range(2):
+        _report_gpu(cloud, group_id, 95.0)
+        cloud.advance(60)
+        totals.append(h.group(group_id).total_capacity)
+    alarm = ess.describe_alarms(m.DescribeAlarmsRequest(scaling_group_id=group_id)).body.alarm_list[0]
+    assert totals == [2, 3] and alarm.state == "ALARM"
+
+
+def test_alarm_below_threshold_stays_ok(h: EssHelper, ess: EssClient, cloud: FakeCloud) -> None:
+    group_id = cloud.create_group_for_tests(max_size=5, in_service=2)
+    _gpu_alarm(ess, group_id, _up_rule(ess, group_id), threshold=80, count=1)
+    _report_gpu(cloud, group_id, 30.0)
+    cloud.advance(60)
+    alarm = ess.describe_alarms(m.DescribeAlarmsRequest(scaling_group_id=group_id)).body.alarm_list[0]
+    assert (alarm.state, h.group(group_id).total_capacity) == ("OK", 2)
+
+
+def test_alarm_without_data_is_insufficient_data(ess: EssClient, cloud: FakeCloud) -> None:
+    group_id = cloud.create_group_for_tests(max_size=5, in_service=1)
+    _gpu_alarm(ess, group_id, _up_rule(ess, group_id), threshold=80, count=1)
+    cloud.advance(60)
+    alarm = ess.describe_alarms(m.DescribeAlarmsRequest(scaling_group_id=group_id)).body.alarm_list[0]
+    assert alarm.state == "INSUFFICIENT_DATA"
+
+
+def test_alarm_actions_wait_for_the_rule_cooldown(h: EssHelper, ess: EssClient, cloud: FakeCloud) -> None:
+    group_id = cloud.create_group_for_tests(max_size=9, in_service=1, default_cooldown_s=0)
+    _gpu_alarm(ess, group_id, _up_rule(ess, group_id, cooldown=600), threshold=80, count=1)
+    totals = []
+    for _ in range(
+        4
+    ):  # the first scale-out ends after the 30 s boot; its 600 s cooldown blocks the next ones
+        _report_gpu(cloud, group_id, 95.0)
+        cloud.advance(60)
+        totals.append(h.group(group_id).total_capacity)
+    assert totals == [2, 2, 2, 2]
+
+
+def test_alarm_on_an_unknown_system_metric_is_refused(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+    code = error_code(
+        lambda: ess.create_alarm(
+            m.CreateAlarmRequest(
+                scaling_group_id=group_id,
+                name="x",
+                metric_type="system",
+                metric_name="NoSuchMetric",
+                threshold=1,
+                alarm_actions=[_up_rule(ess, group_id)],
+            )
+        )
+    )
+    assert code == ("InvalidParameter", 400)
