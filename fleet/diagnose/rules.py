@@ -370,9 +370,8 @@ def _throttling(st: _State) -> list[Finding]:
                     + ", so every request on it runs slower; the card or its cooling is at fault, not the "
                     "load.",
                     f"Isolate {inst.instance_id} per the isolation policy (gpu_overheat: reboot, replace if "
-                    "it "
-                    "recurs) and have its cooling checked; until then lower the density on that host (fewer "
-                    "instances per rack, or a smaller max_num_seqs) so it stays below the slowdown "
+                    "it recurs) and have its cooling checked; until then lower the density on that host "
+                    "(fewer instances per rack, or a smaller max_num_seqs) so it stays below the slowdown "
                     "temperature.",
                 )
             )
@@ -395,13 +394,10 @@ def _throttling(st: _State) -> list[Finding]:
                         **tpot,
                     },
                     f"{inst.instance_id}'s GPU hit its power limit and the driver lowered its SM clock "
-                    "while it "
-                    "was cool enough, so it serves slower than its peers.",
-                    f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and "
-                    "restore the "
-                    "default (`nvidia-smi -pl <default>`); if it cannot be raised (a rack power cap), "
-                    "isolate it "
-                    "per the isolation policy and lower the density on that power domain.",
+                    "while it was cool enough, so it serves slower than its peers.",
+                    f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and restore "
+                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (a rack power cap), "
+                    "isolate it per the isolation policy and lower the density on that power domain.",
                 )
             )
     return out
@@ -427,7 +423,9 @@ def _cold_start(st: _State) -> list[Finding]:
         return []
     loads: list[tuple[str, datetime, datetime | None]] = []  # (id, created, first sample)
     for inst in new:
-        loads.append((inst.instance_id, inst.created_at, inst.first_sample_at()))  # type: ignore[arg-type]
+        # Ready when vLLM answers the agent; CloudMonitor's own GPU metrics flow from boot, before the load.
+        served = [s[0][0] for m in AGENT_METRICS if (s := inst.metrics.get(m))]
+        loads.append((inst.instance_id, inst.created_at, min(served, default=None)))  # type: ignore[arg-type]
     if not loads:
         return []
     first_created = min(c for _, c, _ in loads)
@@ -459,9 +457,8 @@ def _cold_start(st: _State) -> list[Finding]:
     suggested_floor = (floor_now or 0) + added
     fix = (
         f"Raise the warm floor from {floor_now if floor_now is not None else 'its value'} to "
-        f"{suggested_floor} "
-        f"(the {added} instance(s) that had to cold-start), and move the pre-warm schedules {lead_min} min "
-        f"earlier than the ramp (the measured cold start is {cold_s:.0f} s"
+        f"{suggested_floor} (the {added} instance(s) that had to cold-start), and move the pre-warm "
+        f"schedules {lead_min} min earlier than the ramp (the measured cold start is {cold_s:.0f} s"
         + (f"; set cold_start_s: {math.ceil(cold_s)} in fleet.yaml" if cold_s > g.cold_start_s + 30 else "")
         + "); a faster image (weights on local NVMe or a prefetched snapshot) shortens it."
     )
