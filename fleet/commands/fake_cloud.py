@@ -7,6 +7,7 @@ Point the official SDK clients at it with ``Config(endpoint="127.0.0.1:<port>", 
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from types import FrameType
@@ -26,6 +27,9 @@ def fake_cloud(
     time_scale: float = typer.Option(1.0, "--time-scale", help="Fake seconds per real second."),
     seed: int = typer.Option(0, "--seed", help="Seed for ids and random faults (reproducible runs)."),
     account_id: str = typer.Option("1234567890", "--account-id", help="Account id (custom namespace)."),
+    region: str = typer.Option(
+        "cn-hangzhou", "--region", help="Region of resources whose request names none."
+    ),
 ) -> None:
     """Serve the fake Alibaba Cloud until interrupted (Ctrl-C or SIGTERM)."""
     from fleet.testing import FakeAliyunServer
@@ -38,8 +42,16 @@ def fake_cloud(
         fail(f"--time-scale: must be positive, got {time_scale}")
     if not account_id.isdigit():
         fail(f"--account-id: must be digits, got {account_id!r}")
-    server = FakeAliyunServer(port=port, boot_seconds=boot_seconds, time_scale=time_scale, seed=seed,
-                              account_id=account_id)
+    if not re.fullmatch(r"[a-z]{2}-[a-z0-9-]+", region):
+        fail(f"--region: {region!r} is not a region id such as cn-chengdu")
+    server = FakeAliyunServer(
+        port=port,
+        boot_seconds=boot_seconds,
+        time_scale=time_scale,
+        seed=seed,
+        account_id=account_id,
+        region_id=region,
+    )
     try:
         server.bind()
     except OSError as exc:

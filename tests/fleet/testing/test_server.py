@@ -166,6 +166,7 @@ def test_time_scale_speeds_up_the_clock() -> None:
         (["--port", "0", "--time-scale", "0"], "--time-scale"),
         (["--port", "0", "--boot-seconds", "-1"], "--boot-seconds"),
         (["--port", "0", "--account-id", "abc"], "--account-id"),
+    (["--port", "0", "--region", "Chengdu"], "--region"),
     ],
 )
 def test_fake_cloud_command_refuses_bad_input(
