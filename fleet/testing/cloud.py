@@ -17,6 +17,7 @@ import random
 import string
 import threading
 import time
+import traceback
 from collections import Counter, deque
 from datetime import datetime
 from typing import Any
@@ -83,6 +84,7 @@ class FakeCloud:
         # CMS keeps points of <60 s periods for 7 days (aliyun-api.md section 2, "Retention").
         self.metric_retention_s = float(metric_retention_s)
         self.sleep_latency = sleep_latency
+        self.raise_on_bug = True  # FakeAliyunServer answers a bug as a 500 instead
         self.lock = threading.RLock()
         self._event_s: float | None = None
         # (product, action) of recent requests and a count per Action, for tests; bounded for long runs.
@@ -189,6 +191,19 @@ class FakeCloud:
                     "Message": err.message,
                     "HostId": host,
                     "Recommend": "",
+                }
+            except Exception as exc:
+                # A bug in the fake. In-process it propagates (loudly, to the test); over HTTP it becomes a
+                # 500 naming the bug, so that clients see more than a dropped connection.
+                if self.raise_on_bug:
+                    raise
+                traceback.print_exc()
+                status = 500
+                out_headers = {"Content-Type": "application/json;charset=utf-8"}
+                payload = {
+                    "RequestId": request_id,
+                    "Code": "InternalError",
+                    "Message": f"fleet.testing fake bug in {action}: {type(exc).__name__}: {exc}",
                 }
             out_headers["x-acs-request-id"] = request_id
         if latency_s > 0 and self.sleep_latency:

@@ -264,6 +264,7 @@ class FakeAliyunServer:
             account_id=account_id,
             **cloud_options,
         )
+        self.cloud.raise_on_bug = False
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -166,7 +166,7 @@ def test_time_scale_speeds_up_the_clock() -> None:
         (["--port", "0", "--time-scale", "0"], "--time-scale"),
         (["--port", "0", "--boot-seconds", "-1"], "--boot-seconds"),
         (["--port", "0", "--account-id", "abc"], "--account-id"),
-    (["--port", "0", "--region", "Chengdu"], "--region"),
+        (["--port", "0", "--region", "Chengdu"], "--region"),
     ],
 )
 def test_fake_cloud_command_refuses_bad_input(
@@ -174,3 +174,22 @@ def test_fake_cloud_command_refuses_bad_input(
 ) -> None:
     assert main(["fake-cloud", *args]) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_a_bug_in_the_fake_is_answered_as_a_500_over_http(
+    server: FakeAliyunServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleet.testing.ess.responses import EssResponse
+
+    def broken(self: EssResponse) -> dict:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(EssResponse, "describe_scaling_groups", broken)
+    with pytest.raises(ServerException) as info:
+        EssClient(sdk_config(server.endpoint)).describe_scaling_groups(
+            m.DescribeScalingGroupsRequest(region_id=REGION)
+        )
+    assert (info.value.code, info.value.status_code) == (
+        "InternalError",
+        500,
+    ) and "boom" in info.value.message
