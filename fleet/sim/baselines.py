@@ -42,6 +42,7 @@ class StaticPeak:
     """Pins the group at ``size`` (min = max = desired) once, then does nothing."""
 
     name = "static-peak"
+    period_s = 60.0  # nothing to do after the first tick
 
     def __init__(self, ess: Any, group_id: str, size: int) -> None:
         self.ess, self.group_id, self.size = ess, group_id, size
@@ -89,6 +90,7 @@ class EssAlarmRule:
         self.ess, self.cms, self.group_id = ess, cms, group_id
         self.min_size, self.max_size = min_size, max_size
         self.p = params or EssAlarmParams()
+        self.period_s = float(self.p.period_s)
         self.stats = ControllerStats()
         self._next_eval: datetime | None = None
         self._high = 0
@@ -178,6 +180,7 @@ class TargetTracking:
         self.ess, self.cms, self.group_id = ess, cms, group_id
         self.min_size, self.max_size, self.target = min_size, max_size, target
         self.p = params or TargetTrackingParams()
+        self.period_s = float(self.p.sync_s)
         self.stats = ControllerStats()
         self._next_sync: datetime | None = None
         self._recs: deque[tuple[datetime, int]] = deque()

@@ -3,8 +3,8 @@
 Whatever the policy, the fleet must never leave its bounds: the group's desired capacity stays within [min,
 max] and at or above the warm floor and any active schedule floor (for our policy, which promises them), never
 more instances isolated (Standby) than the guardrail allows, and never two capacity writes for one decision
-(two scaling activities started in the same tick, or the same instance sent to Standby or removed twice). Each
-violation is a dict with ``kind``, ``at`` and ``detail``; the run's summary lists them.
+(two capacity-change activities started in the same tick). Each violation is a dict with ``kind``, ``at`` and
+``detail``; the run's summary lists them.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ class InvariantChecker:
     floor_at: Callable[[datetime], int] | None = None  # the schedule floor in force (ours only)
     violations: list[dict[str, Any]] = field(default_factory=list)
     _seen_activities: set[str] = field(default_factory=set)
-    _standby_entries: dict[str, int] = field(default_factory=dict)
-    _last_standby: set[str] = field(default_factory=set)
 
     def _add(self, kind: str, at: datetime, detail: str) -> None:
         self.violations.append({"kind": kind, "at": at.isoformat(), "detail": detail})
@@ -60,11 +58,6 @@ class InvariantChecker:
                 at,
                 f"{len(standby)} instances isolated, guardrail max_isolated {self.max_isolated}",
             )
-        for iid in standby - self._last_standby:
-            self._standby_entries[iid] = self._standby_entries.get(iid, 0) + 1
-            if self._standby_entries[iid] > 1:
-                self._add("double_action", at, f"{iid} entered Standby a second time")
-        self._last_standby = standby
         fresh = [a for a in new_activities if a not in self._seen_activities]
         self._seen_activities.update(fresh)
         if len(fresh) > 1:

@@ -48,14 +48,17 @@ class SimOptions:
     policy: str = "ours"
     start: datetime = DEFAULT_START
     seed: int = 0
-    tick_s: float = 15.0  # the controller's period (the service default)
+    tick_s: float = 15.0  # the service's tick (its production default); baselines keep their own period
     sync_s: float = 5.0  # how often the world reads the group's instances and the cloud clock moves
-    step_s: float = 1.0  # the engines' step
+    step_s: float = 2.0  # the engines' step (the balancer sees load at this resolution)
     publish_s: float = 15.0
     boot_s: float = 60.0  # ECS boot inside the cold start; the rest is loading weights
     queue_limit: int = 64
     slo_ttft_ms: float = 800.0
     static_size: int | None = None
+    # The fleet already serving when the run starts (at least the config's floor); the scenario sizes it for
+    # the
+    # first minutes' load so that no policy starts from a cold, undersized fleet.
     initial_size: int | None = None
     queue_target: float = 2.0  # the target-tracking baseline's target (the config's queue rule)
 
@@ -171,9 +174,8 @@ def run(
         metric_retention_s=3600.0,
         sleep_latency=False,
     ) as cloud:
-        initial = options.initial_size
-        if initial is None:
-            initial = cloudview.initial_size(spec, options.start)
+        floor = cloudview.initial_size(spec, options.start)
+        initial = floor if options.initial_size is None else max(floor, options.initial_size)
         if options.policy == "static-peak" and options.static_size is not None:
             initial = options.static_size
         group_id = cloudview.create_group(
@@ -202,6 +204,8 @@ def run(
         world.next_publish_s = options.publish_s
         t0_s = cloud.now_s()
         controller, checker = cloudview.make_controller(options, config, spec, cloud, clock, group_id)
+        # Baselines tick at their own documented period; ours at the service's tick.
+        tick_s = float(getattr(controller, "period_s", options.tick_s))
 
         series: list[MinutePoint] = []
         instance_seconds = 0.0
@@ -216,11 +220,11 @@ def run(
                 controller.tick(now)
                 cloud.tick()
                 cloudview.check(checker, cloud, group_id, now, tick_start_s)
-                next_tick += options.tick_s
+                next_tick += tick_s
             end = min(duration_s, next_tick, next_minute, t + options.sync_s)
             world.run_until(end)
             cloud.advance(end - t)
-            instance_seconds += len(world.instances) * (end - t)
+            instance_seconds += (len(world.instances) + len(world.draining)) * (end - t)
             t = end
             world.sync()
             max_instances = max(max_instances, len(world.instances))

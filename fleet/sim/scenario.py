@@ -129,6 +129,12 @@ def static_peak_size(requests: Sequence[Request], capacity_rps: float, max_size:
     return need if max_size is None else min(need, max_size)
 
 
+def initial_fleet_size(requests: Sequence[Request], capacity_rps: float, window_s: float = 600.0) -> int:
+    """Instances for the mean rate of the run's first ``window_s``: the fleet as the hours before left it."""
+    first = sum(1 for r in requests if r.arrival_s < window_s)
+    return max(1, math.ceil(first / window_s / max(1e-9, capacity_rps)))
+
+
 def sizes_for(spec: WorkloadSpec) -> Sequence[Request]:
     """The request-size mix a workload draws from (for calibration)."""
     if spec.kind == "servegen":
@@ -149,7 +155,7 @@ def simulate(
     options: SimOptions | None = None,
     engine_factory: Callable[[float, int], Any] | None = None,
     progress: Callable[[float], None] | None = None,
-    capacity_cache: dict[tuple[str, str], float] | None = None,
+    capacity_cache: dict[tuple[str, str, str], float] | None = None,
 ) -> SimResult:
     """One simulated run of ``workload`` for ``hours`` under ``policy``."""
     from fleet.sim.engine import make_engine_factory
@@ -164,13 +170,15 @@ def simulate(
     opts = replace(opts, hours=hours, policy=policy, slo_ttft_ms=slo, queue_target=queue_target(group))
     if spec_w.kind != "servegen" and opts.start == DEFAULT_START:
         opts = replace(opts, start=DEFAULT_START + REPLAY_START_OFFSET)
+    key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name), str(slo))
+    cap = (capacity_cache or {}).get(key)
+    if cap is None:
+        cap = calibrate_capacity_rps(factory, sizes_for(spec_w), slo, seed=opts.seed)
+        if capacity_cache is not None:
+            capacity_cache[key] = cap
+    if opts.initial_size is None:
+        opts = replace(opts, initial_size=initial_fleet_size(requests, cap))
     if policy == "static-peak" and opts.static_size is None:
-        key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name))
-        cap = (capacity_cache or {}).get(key)
-        if cap is None:
-            cap = calibrate_capacity_rps(factory, sizes_for(spec_w), slo, seed=opts.seed)
-            if capacity_cache is not None:
-                capacity_cache[key] = cap
         opts = replace(opts, static_size=static_peak_size(requests, cap))
     return run(
         config,
@@ -194,7 +202,7 @@ def bench_autoscale(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Every workload under every policy: ``{workload: {policy: summary}}``."""
-    cache: dict[tuple[str, str], float] = {}
+    cache: dict[tuple[str, str, str], float] = {}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name, spec, hours in workloads:
         out[name] = {}

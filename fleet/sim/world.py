@@ -70,6 +70,7 @@ class WorldParams:
     metric_window_s: float = 60.0  # latency percentiles are over the last minute of finished requests
     gpu_mem_reserved_pct: float = 88.0  # vLLM takes gpu_memory_utilization (0.90) of the card at start-up
     reboot_s: float = 60.0  # an ECS reboot, before the weights load again
+    drain_timeout_s: float = 300.0  # the drain lifecycle hook's heartbeat timeout (terraform drain_timeout_s)
     thermal: ThermalParams = field(default_factory=ThermalParams)
     step_s: float = 1.0  # engines advance in steps of this size; the balancer sees load at this resolution
 
@@ -99,6 +100,7 @@ class SimInstance:
         self.win: list[tuple[float, float, float, float]] = []  # (finish_s, ttft_ms, tpot_ms, e2e_ms)
         self.busy_s = 0.0  # engine busy time since the last publish
         self.engine_start_s = appeared_s
+        self.drain_until_s = 0.0
         self.last_advance_s = appeared_s
         self.util = 0.0  # GPU utilization over the last publish period, 0..1
         self.completed = 0
@@ -164,6 +166,7 @@ class World:
         self.list_instances = instance_lister or list_group_instances
         self.instances: dict[str, SimInstance] = {}
         self.gone: list[SimInstance] = []
+        self.draining: list[SimInstance] = []  # left the group, finishing their in-flight requests
         self.minutes: dict[int, MinuteStats] = {}
         self.now_s = 0.0
         self.next_publish_s = 0.0
@@ -196,9 +199,20 @@ class World:
             inst.lifecycle = state
         for iid in [i for i in self.instances if i not in states]:
             inst = self.instances.pop(iid)
-            self._drop_inflight(inst)
-            inst.removed_s = now
-            self.gone.append(inst)
+            was = inst.lifecycle
+            inst.lifecycle = "Removed"
+            if inst.outstanding and inst.hw_fault_xid is None and was != "Rebooting":
+                # The group's drain lifecycle hook (terraform module) holds the instance until its in-flight
+                # requests finish, up to the hook's timeout; the balancer already stopped sending to it.
+                inst.drain_until_s = now + self.p.drain_timeout_s
+                self.draining.append(inst)
+            else:
+                self._retire(inst)
+
+    def _retire(self, inst: SimInstance) -> None:
+        self._drop_inflight(inst)
+        inst.removed_s = self.now_s
+        self.gone.append(inst)
 
     def _reboot(self, inst: SimInstance) -> None:
         """An ECS reboot: in-flight work is lost; the GPU resets, which clears a hardware XID and the injected
@@ -239,6 +253,13 @@ class World:
             self._dispatch(step_end)
             for inst in self.instances.values():
                 self._advance_instance(inst, step_end)
+            if self.draining:
+                for inst in self.draining:
+                    self._advance_instance(inst, step_end)
+                done = [i for i in self.draining if not i.outstanding or step_end >= i.drain_until_s]
+                for inst in done:
+                    self.draining.remove(inst)
+                    self._retire(inst)
             self.now_s = step_end
             if self.now_s >= self.next_publish_s - 1e-9:
                 self.publish()
@@ -412,7 +433,7 @@ class World:
 
     def finish(self) -> None:
         """At the end of the run, requests still without a first token count as misses in their minute."""
-        for inst in self.instances.values():
+        for inst in [*self.instances.values(), *self.draining]:
             for rid in inst.inflight:
                 self._minute(self._arrival[rid]).ttfts_ms.append(math.inf)
 

@@ -178,13 +178,27 @@ def test_a_reboot_loses_work_and_clears_the_cooling_fault(factory):
     assert not world.instances["i-a"].serving(world.now_s)  # loading its weights again
 
 
-def test_a_removed_instance_drops_its_in_flight_requests(factory):
+def test_a_removed_instance_drains_its_in_flight_requests(factory):
     states = {"i-a": "InService", "i-b": "InService"}
     world, _ = make_world(factory, states, steady(4.0, 20.0, prompt=3000, output=400))
     world.run_until(10.0)
+    before = world.instances["i-b"].completed
     del states["i-b"]
     world.sync()
-    assert world.total_dropped > 0 and "i-b" not in world.instances
+    assert "i-b" not in world.instances and world.draining
+    world.run_until(200.0)
+    gone = world.gone[-1]
+    assert gone.instance_id == "i-b" and gone.completed > before and world.total_dropped == 0
+
+
+def test_draining_stops_at_the_hook_timeout(factory):
+    states = {"i-a": "InService"}
+    world, _ = make_world(factory, states, steady(4.0, 20.0, prompt=3000, output=2000), drain_timeout_s=5.0)
+    world.run_until(10.0)
+    del states["i-a"]
+    world.sync()
+    world.run_until(20.0)
+    assert not world.draining and world.total_dropped > 0
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0)])
