@@ -69,8 +69,12 @@ class mock_aliyun:  # noqa: N801 - named like moto's mock_* helpers, used as a c
                 mock.calls.reset()
             return cloud.handle(request.method, request.url, dict(request.headers), request.body)
 
+        # responses lets a request through only when nothing matches it, so the catch-all must not match the
+        # passthrough prefixes (a negative lookahead), or they would be answered by the fake.
+        skip = "|".join(re.escape(prefix) for prefix in self.passthrough)
+        catch_all = re.compile(rf"^(?!(?:{skip})).*" if skip else r".*")
         for method in _METHODS:
-            mock.add_callback(method, re.compile(r".*"), callback=callback)
+            mock.add_callback(method, catch_all, callback=callback)
         mock.start()
         self.cloud, self._mock = cloud, mock
         return cloud
