@@ -264,13 +264,18 @@ def status(
         console.print(
             f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} until {lease['expires_at']})"
         )
-    table = Table("group", "paused", "last scale", "target", "outcome")
+    table = Table()
+    table.add_column("group", no_wrap=True)
+    table.add_column("paused")
+    table.add_column("last scale (UTC)", no_wrap=True)
+    table.add_column("target")
+    table.add_column("outcome")
     for g in view["groups"]:
         last = g["last_scale"] or {}
         table.add_row(
             g["name"],
             "yes" if g["paused"] else "",
-            last.get("at", "-"),
+            last.get("at", "-")[:19],
             str(last.get("target", "-")),
             last.get("outcome", "-"),
         )
@@ -296,7 +301,10 @@ def decisions(
     if as_json:
         print_json(rows)
         return
-    table = Table("at", "group", "kind", "action", "target/instance", "outcome", "reason", "request id")
+    table = Table()
+    table.add_column("at (UTC)", no_wrap=True)
+    for col in ("group", "kind", "action", "target/instance", "outcome", "reason", "request id"):
+        table.add_column(col)
     for d in rows:
         table.add_row(
             d["at"][:19],
@@ -327,7 +335,10 @@ def _print_incidents(rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no open incidents")
         return
-    table = Table("id", "group", "instance", "state", "cause", "respond in", "isolate in", "ack")
+    table = Table()
+    table.add_column("id", no_wrap=True)  # people copy it into `fleet incidents show`
+    for col in ("group", "instance", "state", "cause", "respond in", "isolate in", "ack"):
+        table.add_column(col)
     for r in rows:
         table.add_row(
             r["id"],
@@ -522,7 +533,10 @@ def sla_report(
     if as_json:
         print_json({"summary": summary, "incidents": rows})
         return
-    table = Table("id", "instance", "state", "respond", "isolate", "breach")
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for col in ("instance", "state", "respond", "isolate", "breach"):
+        table.add_column(col)
     for r in rows:
         breach = ",".join(k for k in ("respond", "isolate") if r[f"{k}_breached"]) or "-"
         table.add_row(
