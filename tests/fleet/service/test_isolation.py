@@ -234,3 +234,36 @@ def test_a_request_not_taken_up_within_an_hour_expires(fake_world):
     svc.tick(cloud.now())
     [req] = svc.store.requests()
     assert req.outcome.startswith("expired")
+
+
+class _RefusingIncidents(_Accepting):
+    """Accepts every notification except the incident itself, so nobody acknowledges it."""
+
+    def post(self, url, json, timeout):
+        if json["kind"] == "incident":
+            self.bodies.append(json)
+
+            class _Down:
+                status_code = 503
+
+                @staticmethod
+                def json():
+                    return {}
+
+            return _Down()
+        return super().post(url, json, timeout)
+
+
+def test_sla_risk_and_breach_are_notified_once_each_and_counted(fake_world):
+    transport = _RefusingIncidents()
+    notifier = Notifier(
+        [Channel("webhook", "http://127.0.0.1:9/hook")], backoff_s=0.01, max_attempts=1, session=transport
+    )
+    rule = HOT_RULE.replace("  drain_timeout: 60s", "  drain_timeout: 60s\n  respond_within: 2m")
+    cloud, svc, _ = fake_world(rule, notifier=notifier)
+    hot = _ids(svc, cloud)[0]
+    _run(cloud, svc, {hot}, ticks=20, on_tick=lambda t, r: notifier.flush(5))
+    kinds = [b["kind"] for b in transport.bodies]
+    assert kinds.count("sla_risk") == 1
+    assert kinds.count("sla_breach") == 1
+    assert svc.metrics.registry.get_sample_value("fleet_sla_breaches_total", {"kind": "respond"}) == 1
