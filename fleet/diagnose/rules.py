@@ -29,7 +29,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -101,7 +101,7 @@ class _State:
 
 def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
     """Findings for one group's window, most important first; ``instance`` keeps those that concern it."""
-    w = window
+    w = _finite(window)
     serving = [i for i in w.instances if i.state in SERVING_STATES]
     findings: list[Finding] = []
     missing, measured = _metrics_missing(w, serving)
@@ -129,6 +129,15 @@ def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
         findings = [f for f in findings if instance in f.scope or f.scope == [w.group.name]]
     findings.sort(key=lambda f: (_SEVERITY_RANK.get(f.severity, 9), _kind_rank(f.kind)))
     return findings
+
+
+def _finite(w: Window) -> Window:
+    """The window without NaN or infinite samples (a value that is not a number is a missing one)."""
+    instances = [
+        replace(i, metrics={m: [(t, v) for t, v in s if math.isfinite(v)] for m, s in i.metrics.items()})
+        for i in w.instances
+    ]
+    return replace(w, instances=instances)
 
 
 def _kind_rank(kind: str) -> int:
