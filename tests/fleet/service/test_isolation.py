@@ -267,3 +267,14 @@ def test_sla_risk_and_breach_are_notified_once_each_and_counted(fake_world):
     assert kinds.count("sla_risk") == 1
     assert kinds.count("sla_breach") == 1
     assert svc.metrics.registry.get_sample_value("fleet_sla_breaches_total", {"kind": "respond"}) == 1
+
+
+def test_sla_timers_are_exported_per_open_incident(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    hot = _ids(svc, cloud)[0]
+    _run(cloud, svc, {hot}, ticks=10)
+    [inc] = svc.store.incidents()
+    labels = {"incident": inc.id, "instance": hot}
+    left = svc.metrics.registry.get_sample_value("fleet_incident_respond_by_seconds", labels)
+    assert left == (inc.respond_by - svc.last_tick.at).total_seconds()
+    assert svc.metrics.registry.get_sample_value("fleet_incidents", {"state": inc.state}) == 1
