@@ -487,6 +487,12 @@ def _cold_start(st: _State) -> list[Finding]:
                 "samples_over_slo": len(over),
                 "slo_ttft_p99_ms": st.slo_ttft_ms,
                 "queue_waiting_max_while_loading": _r(max(during_queue) if during_queue else None),
+                # what the service decided meanwhile (from its store, when the window has them)
+                "service_decisions": [
+                    {k: d.get(k) for k in ("at", "action", "target", "outcome", "reason")}
+                    for d in w.decisions
+                    if d.get("kind") == "scale"
+                ][:5],
             },
             f"The group scaled out but the {len(loads)} new instance(s) took {cold_s:.0f} s to start "
             "serving; "

@@ -45,6 +45,18 @@ def test_healthy_control_reads_metrics_and_finds_nothing():
     assert all(i.metrics.get("queue_waiting") for i in run.window.instances)
 
 
+def test_cold_start_after_ramp_under_the_real_service():
+    run = run_scenario(by_name("cold-start-after-ramp"))
+    assert [f.kind for f in run.findings] == ["cold_start"]
+    ev = run.findings[0].evidence
+    assert (
+        ev["new_instances"] >= 1
+        and ev["cold_start_s_measured"] >= by_name("cold-start-after-ramp").cold_start_s
+    )
+    # the service's own scale-out decision, read from its store, is part of the evidence
+    assert any(d["action"] == "scale_to" and d["outcome"] == "applied" for d in ev["service_decisions"])
+
+
 def test_scenarios_cover_every_kind_and_have_controls():
     assert {s.expected for s in SCENARIOS if s.expected} == set(KINDS)
     assert any(s.expected is None for s in SCENARIOS)
