@@ -2,9 +2,9 @@
 
 Per tick and group: one DescribeScalingInstances, one DescribeScalingActivities, and per needed metric one
 batched CloudMonitor read covering every instance of the group (the adapter packs up to 50 instances into the
-``Dimensions`` list of one call); ECS full status and active system events, batched likewise. Groups are
-resolved in one DescribeScalingGroups for all of them. API calls per tick therefore grow with groups and
-metrics, not with instances (beyond pagination).
+``Dimensions`` list of one call); ECS full status with the active system events, 100 instances per call.
+Groups are resolved in one DescribeScalingGroups for all of them. API calls per tick therefore grow with
+groups and metrics, not with instances (beyond pagination).
 
 Each group reads its metrics from its ``metrics_source`` (``fleet.service.sources``: CloudMonitor by
 default, or Prometheus), always under the canonical names of ``policies.metrics``; the service never reads a
@@ -183,18 +183,17 @@ class Observer:
         return g
 
     def _read_ecs(self, g: GroupObservation, ids: list[str], obs: Observation) -> None:
+        # DescribeInstancesFullStatus takes up to 100 ids per call and carries each instance's active
+        # (scheduled, executing, inquiring) system events; DescribeInstanceHistoryEvents takes one instance
+        # per call, so it is left to diagnosis and never read per tick.
         try:
             obs.api_calls += 1
-            g.health = {h.instance_id: h for h in self.clients.ecs.describe_full_status(ids)}
+            for h in self.clients.ecs.describe_full_status(ids):
+                g.health[h.instance_id] = h
+                if h.events:
+                    g.events.setdefault(h.instance_id, []).extend(h.events)
         except CloudError as exc:
             self._fail(obs, exc, f"{g.name} DescribeInstancesFullStatus")
-            g.errors.append(str(exc))
-        try:
-            obs.api_calls += 1
-            for ev in self.clients.ecs.describe_history_events(ids, active_only=True):
-                g.events.setdefault(ev.instance_id, []).append(ev)
-        except CloudError as exc:
-            self._fail(obs, exc, f"{g.name} DescribeInstanceHistoryEvents")
             g.errors.append(str(exc))
 
     def _read_metric(

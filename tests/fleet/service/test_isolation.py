@@ -278,3 +278,19 @@ def test_sla_timers_are_exported_per_open_incident(fake_world):
     left = svc.metrics.registry.get_sample_value("fleet_incident_respond_by_seconds", labels)
     assert left == (inc.respond_by - svc.last_tick.at).total_seconds()
     assert svc.metrics.registry.get_sample_value("fleet_incidents", {"state": inc.state}) == 1
+
+
+def test_an_ecs_system_failure_event_opens_an_incident(fake_world):
+    cloud, svc, _ = fake_world("""\
+        min_size: 1
+        max_size: 20
+        warm_floor: 3
+        isolation:
+          rules:
+            - {name: ecs_failure, events: ["SystemFailure.*"], action: replace}
+        """)
+    bad = _ids(svc, cloud)[2]
+    cloud.add_system_event(bad, "SystemFailure.Reboot")
+    _run(cloud, svc, set(), ticks=2)
+    [inc] = svc.store.incidents()
+    assert inc.instance_id == bad and "ecs_failure" in inc.cause

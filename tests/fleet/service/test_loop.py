@@ -181,6 +181,7 @@ def test_metric_reads_per_tick_grow_with_metrics_not_instances(fake_world):
     # queue_waiting, requests_running (draining) and gpu_temperature_c: one batched read each for 40 instances
     assert calls.count("DescribeMetricLast") == 3
     assert calls.count("DescribeInstancesFullStatus") == 1
+    assert calls.count("DescribeInstanceHistoryEvents") == 0  # one call per instance: never per tick
     assert len(obs.groups["chat"].instances) == 40
 
 
