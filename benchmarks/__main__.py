@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["sizing", "autoscale", "diagnose", "fake_cloud"]
+BENCHMARKS = ["sizing", "autoscale", "diagnose", "fake_cloud", "service"]
 
 
 def main() -> int:
