@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -55,6 +55,7 @@ from policies.spec import GroupSpec, PolicySpec
 log = logging.getLogger("fleet.service")
 
 Clock = Callable[[], datetime]
+DRY_RUN_SUFFIX = "-dry-run"
 # An operator request the policy has not applied within this time is closed as not applicable.
 REQUEST_EXPIRY = timedelta(hours=1)
 
@@ -748,6 +749,10 @@ def build_service(
     ``notifier`` defaults to one built from ``config.notifications`` (none configured: no notifications).
     """
     settings = settings or ServiceSettings.from_config(config)
+    if dry_run and not settings.service_name.endswith(DRY_RUN_SUFFIX):
+        # A shadow run keeps its own lease, history and decisions: sharing them with the real service would
+        # let it take the lease from the acting replica and overwrite the history the real one resumes from.
+        settings = replace(settings, service_name=settings.service_name + DRY_RUN_SUFFIX)
     store = open_store(database_url, service=settings.service_name)
     specs = list(_get(config, "groups", []) or [])
     holder = holder_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -211,3 +211,11 @@ def test_a_group_that_does_not_exist_is_reported_and_left_alone(fake_world):
     result = svc.tick(cloud.now())
     assert any("chat" in e and "not found" in e for e in result.errors)
     assert not result.actions
+
+
+def test_a_dry_run_replica_never_takes_the_real_lease_or_history(fake_world):
+    cloud, real, _ = fake_world("min_size: 1\nmax_size: 4\nwarm_floor: 1\n")
+    _, shadow, _ = fake_world("min_size: 1\nmax_size: 4\nwarm_floor: 1\n", dry_run=True)
+    assert shadow.tick(cloud.now()).leader
+    assert real.tick(cloud.now()).leader
+    assert shadow.store.service == "fleet-dry-run" and real.store.service == "fleet"
