@@ -20,37 +20,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-
-def verdicts(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
-    """Per workload, the ways ours falls short of the issue's bar (empty: it meets it)."""
-    out: dict[str, list[str]] = {}
-    for name, per in results.items():
-        ours = per.get("ours")
-        misses: list[str] = []
-        if ours is None:
-            out[name] = ["ours did not run"]
-            continue
-        for pol, s in per.items():
-            if pol == "ours":
-                continue
-            if ours["slo_violation_minutes"] >= s["slo_violation_minutes"]:
-                misses.append(
-                    f"SLO-violation minutes {ours['slo_violation_minutes']} not below {pol}'s "
-                    f"{s['slo_violation_minutes']}"
-                )
-        static = per.get("static-peak")
-        if static is not None and ours["gpu_hours"] > static["gpu_hours"]:
-            misses.append(f"GPU-hours {ours['gpu_hours']} above static-peak's {static['gpu_hours']}")
-        out[name] = misses
-    return out
 
 
 def main() -> int:
     from fleet.commands.simulate import print_bench_tables
     from fleet.config import load_config
-    from fleet.sim.scenario import BENCH_WORKLOADS, DEFAULT_CONFIG, bench_autoscale
+    from fleet.sim.scenario import BENCH_WORKLOADS, DEFAULT_CONFIG, bench_autoscale, verdicts
 
     quick = os.environ.get("FLEET_BENCH_QUICK") == "1"
     cfg = load_config(DEFAULT_CONFIG, env={})

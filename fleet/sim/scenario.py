@@ -216,4 +216,28 @@ def bench_autoscale(
     return out
 
 
+def verdicts(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
+    """Per workload, the ways ours falls short of the issue's bar (empty: it meets it)."""
+    out: dict[str, list[str]] = {}
+    for name, per in results.items():
+        ours = per.get("ours")
+        misses: list[str] = []
+        if ours is None:
+            out[name] = ["ours did not run"]
+            continue
+        for pol, s in per.items():
+            if pol == "ours":
+                continue
+            if ours["slo_violation_minutes"] >= s["slo_violation_minutes"]:
+                misses.append(
+                    f"SLO-violation minutes {ours['slo_violation_minutes']} not below {pol}'s "
+                    f"{s['slo_violation_minutes']}"
+                )
+        static = per.get("static-peak")
+        if static is not None and ours["gpu_hours"] > static["gpu_hours"]:
+            misses.append(f"GPU-hours {ours['gpu_hours']} above static-peak's {static['gpu_hours']}")
+        out[name] = misses
+    return out
+
+
 __all__ = ["World", "WorldParams", "simulate", "bench_autoscale", "DEFAULT_CONFIG", "DEFAULT_WORKLOAD"]

@@ -113,3 +113,24 @@ def test_simulate_bad_input_is_one_line_and_exit_2(capsys, args, fragment):
     assert main(["simulate", *args]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_bench_autoscale_is_a_subcommand_of_bench(capsys):
+    assert main(["bench", "--help"]) == 0
+    assert "autoscale" in capsys.readouterr().out
+
+
+def test_bench_verdicts_name_where_ours_falls_short():
+    from fleet.sim.scenario import verdicts
+
+    def s(minutes: int, hours: float) -> dict:
+        return {"slo_violation_minutes": minutes, "gpu_hours": hours}
+
+    results = {
+        "w1": {"ours": s(1, 10), "static-peak": s(3, 20), "ess-alarm": s(2, 30)},
+        "w2": {"ours": s(4, 25), "static-peak": s(3, 20), "ess-alarm": s(9, 9)},
+    }
+    out = verdicts(results)
+    assert out["w1"] == []
+    assert any("static-peak" in m and "SLO" in m for m in out["w2"])
+    assert any("GPU-hours" in m for m in out["w2"])
