@@ -29,15 +29,18 @@ def _fmt(v: float) -> str:
 class _Plot:
     """Coordinates of one plot: minutes on x, a linear or log value axis on y."""
 
-    def __init__(self, minutes: int, y_max: float, *, log: bool = False, y_min: float = 0.0) -> None:
+    def __init__(
+        self, minutes: int, y_max: float, *, log: bool = False, y_min: float = 0.0, x0: float = 0.0
+    ) -> None:
         self.minutes = max(1, minutes)
+        self.x0 = x0  # the first minute shown (a close-up starts later than the run)
         self.log = log
         self.y_min = y_min if not log else max(1e-9, y_min)
         self.y_max = max(y_max, self.y_min * 10 if log else self.y_min + 1)
         self.parts: list[str] = []
 
     def x(self, minute: float) -> float:
-        return ML + (W - ML - MR) * minute / self.minutes
+        return ML + (W - ML - MR) * (minute - self.x0) / self.minutes
 
     def y(self, v: float) -> float:
         if self.log:
@@ -98,6 +101,8 @@ class _Plot:
         )
 
     def marker(self, minute: float, color: str, label: str) -> None:
+        if not self.x0 <= minute <= self.x0 + self.minutes:
+            return
         x = self.x(minute)
         self.parts.append(
             f'<line x1="{_fmt(x)}" x2="{_fmt(x)}" y1="{MT}" y2="{H - MB}" stroke="{color}" '
@@ -109,18 +114,18 @@ class _Plot:
             f'<rect x="{ML}" y="{MT}" width="{W - ML - MR}" height="{H - MT - MB}" fill="#fafafa" '
             f'stroke="#ccc"/>'
         ]
-        hours = self.minutes / 60
-        step_h = 1 if hours <= 6 else 2 if hours <= 24 else 6
-        h = 0
-        while h <= hours + 1e-9:
-            x = self.x(h * 60)
-            stamp = (start_local + timedelta(hours=h)).strftime("%H:%M")
+        span = self.minutes
+        step = 10 if span <= 120 else 60 if span <= 360 else 120 if span <= 1440 else 360
+        m = math.ceil(self.x0 / step) * step
+        while m <= self.x0 + span + 1e-9:
+            x = self.x(m)
+            stamp = (start_local + timedelta(minutes=m)).strftime("%H:%M")
             axes.append(
                 f'<line x1="{_fmt(x)}" x2="{_fmt(x)}" y1="{H - MB}" y2="{H - MB + 4}" stroke="#888"/>'
                 f'<text x="{_fmt(x)}" y="{H - 8}" text-anchor="middle" font-size="10" fill="#555">'
                 f"{stamp}</text>"
             )
-            h += step_h
+            m += step
         for frac in (0.0, 0.5, 1.0):
             if self.log:
                 v = 10 ** (math.log10(self.y_min) + frac * (math.log10(self.y_max) - math.log10(self.y_min)))
@@ -149,6 +154,10 @@ def _minute_of(result: SimResult, at: str | None) -> float | None:
     return (when - result.options.start).total_seconds() / 60.0
 
 
+# Bars (arrivals, rejections, P99 per minute) span their minute; levels (capacity, temperature) are sampled at
+# the minute's end, so they are drawn at ``minute + 1``.
+
+
 def _markers(result: SimResult, plots: Sequence[_Plot]) -> None:
     for f in result.fault_log:
         m = f["at_s"] / 60.0
@@ -164,6 +173,38 @@ def _markers(result: SimResult, plots: Sequence[_Plot]) -> None:
                     )
 
 
+def _closeup(result: SimResult, start_local: datetime) -> str:
+    """Forty minutes around the first injected fault: the hottest GPU, the instances serving and isolated."""
+    faults = [f for f in result.fault_log if f["event"] != "rebooted"]
+    if not faults or not result.series:
+        return ""
+    m0 = max(0.0, faults[0]["at_s"] / 60.0 - 10.0)
+    span = 40
+    pts = [p for p in result.series if m0 <= p.minute <= m0 + span]
+    if not pts:
+        return ""
+    temp = _Plot(span, 110.0, y_min=20.0, x0=m0)
+    temp.hline(85.0, "#ff7f0e", "85 C isolation rule")
+    temp.polyline([(p.minute + 1, p.temperature_max_c) for p in pts], "#d62728", 2.0)
+    cap = _Plot(span, max(max(p.in_service + p.pending + p.standby for p in pts), 1) * 1.2, x0=m0)
+    cap.polyline([(p.minute + 1, float(p.serving)) for p in pts], "#17becf", 2.0, step=True)
+    cap.polyline([(p.minute + 1, float(p.standby)) for p in pts], "#9467bd", 2.0, step=True)
+    cap.polyline([(p.minute + 1, float(p.desired)) for p in pts], "#1f77b4", 1.5, step=True, dash="5 3")
+    _markers(result, [temp, cap])
+    for f in result.fault_log:
+        if f["event"] == "rebooted":
+            for p in (temp, cap):
+                p.marker(f["at_s"] / 60.0, "#2ca02c", f"rebooted: {f['instance_id']}")
+    return (
+        "<h2>Incident close-up</h2><p>Forty minutes around the first injected fault: the fault (red), the "
+        "incident detected (orange), the instance isolated in Standby (purple), the ECS reboot (green).</p>"
+        + temp.render("Hottest GPU temperature", start_local, "C")
+        + cap.render(
+            "Instances serving (cyan), in Standby (purple), desired (blue)", start_local, "instances"
+        )
+    )
+
+
 def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
     """The whole report as one HTML string."""
     s: Sequence[MinutePoint] = result.series
@@ -175,10 +216,10 @@ def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
     cap_max = max([max(p.desired, p.in_service + p.pending + p.standby) for p in s] + [1]) * 1.15
     cap = _Plot(n, cap_max)
     cap.bars([(p.minute, float(p.in_service + p.pending + p.standby)) for p in s], "#e7e7e7")
-    cap.polyline([(p.minute, float(p.desired)) for p in s], "#1f77b4", 2.0, step=True)
-    cap.polyline([(p.minute, float(p.in_service)) for p in s], "#2ca02c", 1.5, step=True, dash="5 3")
-    cap.polyline([(p.minute, float(p.serving)) for p in s], "#17becf", 1.5, step=True)
-    cap.polyline([(p.minute, float(p.standby)) for p in s], "#9467bd", 1.5, step=True)
+    cap.polyline([(p.minute + 1, float(p.desired)) for p in s], "#1f77b4", 2.0, step=True)
+    cap.polyline([(p.minute + 1, float(p.in_service)) for p in s], "#2ca02c", 1.5, step=True, dash="5 3")
+    cap.polyline([(p.minute + 1, float(p.serving)) for p in s], "#17becf", 1.5, step=True)
+    cap.polyline([(p.minute + 1, float(p.standby)) for p in s], "#9467bd", 1.5, step=True)
     slo = result.options.slo_ttft_ms
     ttft_vals = [p.ttft_p99_ms for p in s if p.ttft_p99_ms is not None and math.isfinite(p.ttft_p99_ms)]
     ttft = _Plot(n, max(ttft_vals + [slo * 4]) * 1.5, log=True, y_min=max(10.0, min(ttft_vals + [slo]) / 2))
@@ -194,10 +235,11 @@ def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
         )
     temp = _Plot(n, 110.0, y_min=20.0)
     temp.hline(85.0, "#ff7f0e", "85 C isolation rule")
-    temp.polyline([(p.minute, p.temperature_max_c) for p in s], "#d62728", 1.5)
-    temp.polyline([(p.minute, p.gpu_util_avg_pct) for p in s], "#1f77b4", 1.0, dash="2 2")
+    temp.polyline([(p.minute + 1, p.temperature_max_c) for p in s], "#d62728", 1.5)
+    temp.polyline([(p.minute + 1, p.gpu_util_avg_pct) for p in s], "#1f77b4", 1.0, dash="2 2")
     plots = [load, cap, ttft, temp]
     _markers(result, plots)
+    closeup = _closeup(result, start_local)
 
     summary = result.summary
     rows = "".join(
@@ -254,6 +296,7 @@ InService</span>
 {cap.render("Capacity: desired vs actual instances", start_local, "instances")}
 {ttft.render("P99 TTFT per minute vs SLO (log scale; red: minutes over the SLO)", start_local, "ms")}
 {temp.render("Hottest GPU temperature (red) and average GPU utilization % (blue)", start_local, "C / %")}
+{closeup}
 <h2>Summary</h2><table>{rows}</table>
 <h2>Incidents</h2><table><tr><th>instance</th><th>cause</th><th>detected</th><th>responded</th><th>isolated</th>
 <th>action</th></tr>{inc_rows}</table>

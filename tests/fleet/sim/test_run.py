@@ -134,3 +134,18 @@ def test_bench_verdicts_name_where_ours_falls_short():
     assert out["w1"] == []
     assert any("static-peak" in m and "SLO" in m for m in out["w2"])
     assert any("GPU-hours" in m for m in out["w2"])
+
+
+def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_run):
+    import re
+    import xml.dom.minidom
+
+    from fleet.sim.report import render_html
+
+    page = render_html(overheat_run)
+    svgs = re.findall(r"<svg.*?</svg>", page, re.S)
+    assert len(svgs) == 6  # load, capacity, P99 TTFT, temperature + the two close-up plots
+    for svg in svgs:
+        xml.dom.minidom.parseString(svg)  # well-formed
+    assert "Incident close-up" in page
+    assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
