@@ -59,6 +59,8 @@ class World:
         self.group_id = group_id
         self.db_url = f"sqlite:///{tmp / 'fleet.db'}"
         self.procs: list[subprocess.Popen] = []
+        self._store = None
+        self._store_url = ""
         self._publish: dict[str, float] = {}
         self._stop = threading.Event()
         self._publisher = threading.Thread(target=self._publish_loop, daemon=True)
@@ -123,6 +125,8 @@ class World:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
+        if self._store is not None:
+            self._store.close()
 
     # -- cloud views --------------------------------------------------------------------------------
     def group(self) -> dict:
@@ -167,7 +171,10 @@ class World:
             return {t.name: t for t in self.cloud.ess.scheduled_tasks.values()}
 
     def store(self):
-        return open_store(self.db_url)
+        """One store per URL for the whole test (polling must not open a connection pool per call)."""
+        if self._store is None or self._store_url != self.db_url:
+            self._store, self._store_url = open_store(self.db_url), self.db_url
+        return self._store
 
     # -- metrics ------------------------------------------------------------------------------------
     def publish_queue(self, total_waiting: float | None) -> None:
@@ -323,6 +330,15 @@ def test_throttling_and_server_errors_are_survived_with_nothing_lost(world):
 
 
 def test_two_replicas_exactly_one_acts_and_a_kill_hands_over(world):
+    _two_replicas(world)
+
+
+def test_two_replicas_on_postgresql_hand_over(postgres_url, world):  # world (processes) ends first
+    world.db_url = postgres_url
+    _two_replicas(world)
+
+
+def _two_replicas(world):
     world.publish_queue(6.0)
     cfg = world.config(SCALE_RULES)
     a = world.serve(cfg, holder="replica-a")
