@@ -307,6 +307,14 @@ class GroupHistory(_Model):
     last_scale_at: AwareDatetime | None = None
     last_scale_in_at: AwareDatetime | None = None
     recommendations: list[Recommendation] = Field(default_factory=list)
+    known_since: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "start of the current unbroken run of fully known recommendations; scale-in waits until it is at "
+            "least one scale-in window old, so a fresh start or a metrics outage never scales in on a "
+            "window that saw only a moment"
+        ),
+    )
     tracks: dict[str, Track] = Field(default_factory=dict)
     panic_until: AwareDatetime | None = None
     incidents: list[Incident] = Field(default_factory=list)

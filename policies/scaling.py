@@ -205,6 +205,10 @@ def plan_scaling(
         raw = hold
     if raw is not None:
         gh.recommendations.append(Recommendation(at=now, serving=raw))
+        if gh.known_since is None:
+            gh.known_since = now
+    else:
+        gh.known_since = None  # the window has a hole: it must fill again before any scale-in
     window_start = now - timedelta(seconds=st.scale_in_window_s)
     gh.recommendations = [r for r in gh.recommendations if r.at > window_start]
 
@@ -273,6 +277,13 @@ def plan_scaling(
                 blocker = (
                     ReasonCode.SCALE_IN_BLOCKED_ISOLATION,
                     f"{unreplaced} isolated instance(s) without a replacement InService",
+                )
+            elif gh.known_since is None or (now - gh.known_since).total_seconds() < st.scale_in_window_s:
+                # HPA keeps the highest recommendation of the window, but after a restart or an outage its
+                # window holds only a moment (anchors: ray#46497, HPA#99394): wait until it is really full.
+                blocker = (
+                    ReasonCode.SCALE_IN_STABILIZING,
+                    f"the {st.scale_in_window_s:.0f} s scale-in window is not yet covered by known metrics",
                 )
             elif not in_rules_hold:
                 blocker = (ReasonCode.SCALE_IN_STABILIZING, "scale-in rules have not held for their duration")

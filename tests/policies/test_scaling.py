@@ -259,3 +259,26 @@ def test_desired_capacity_counts_standby_instances():
     spec = policy(isolation={"rules": []})
     plan, _ = run(spec, lambda at: fleet(at, 4) + [instance(8, at, state="Standby")], 0)
     assert gp(plan).target_capacity == gp(plan).serving_target + 1
+
+
+def test_a_fresh_history_does_not_scale_in_before_the_window_is_covered():
+    # A new service (no history) pointed at a live fleet above its floor must not shrink it on the first tick.
+    spec = policy(scale_out=[], scale_in=[], stabilization={"scale_in_window": "10m", "max_step_down": 10})
+    first = decide(snapshot(T0, fleet(T0, 5)), spec, None, T0)
+    assert gp(first).serving_target == 5
+    assert gp(first).reason == ReasonCode.SCALE_IN_STABILIZING
+    covered, _ = run(spec, lambda at: fleet(at, 5), 10 * 60)
+    assert gp(covered).serving_target == gp(covered).floor < 5
+
+
+def test_a_metrics_outage_restarts_the_scale_in_window():
+    spec = policy(stabilization={"scale_in_window": "10m", "max_step_down": 10, "scale_in_cooldown": "0s"})
+    outage = lambda at: [instance(i, at, metrics={"queue_waiting": None}) for i in range(6)]  # noqa: E731
+    _, hist = run(spec, outage, 15 * 60)
+    back = T0 + timedelta(minutes=15, seconds=15)
+    plan, hist = run(spec, lambda at: fleet(at, 6, waiting=0), 9 * 60, history=hist, start=back)
+    assert gp(plan).serving_target == 6  # quiet again, but only for 9 minutes of the 10-minute window
+    assert hist.groups[GROUP].known_since == back
+    later = back + timedelta(minutes=9, seconds=15)
+    plan, _ = run(spec, lambda at: fleet(at, 6, waiting=0), 75, history=hist, start=later)
+    assert gp(plan).serving_target < 6
