@@ -293,9 +293,12 @@ class Actuator:
             elif step.action == StepAction.EXIT_STANDBY:
                 rid = ess.exit_standby(group.group_id, [step.instance_id], token)
             elif step.action == StepAction.REMOVE:
-                # The replacement was surged already: keep desired capacity so ESS does not shrink the group.
+                # The policy counts the Standby node inside the desired capacity and has surged its
+                # replacement already, so removing it lowers desired by one (its step says so); keeping
+                # desired would make ESS launch a second replacement that the next plan scales in at random.
+                decrease = bool(step.inputs.get("decrease_desired_capacity", True))
                 rid = ess.remove_instances(
-                    group.group_id, [step.instance_id], decrease_desired_capacity=False, client_token=token
+                    group.group_id, [step.instance_id], decrease_desired_capacity=decrease, client_token=token
                 )
             elif step.action == StepAction.REBOOT:
                 ecs.reboot_instance(step.instance_id)

@@ -294,3 +294,30 @@ def test_an_ecs_system_failure_event_opens_an_incident(fake_world):
     _run(cloud, svc, set(), ticks=2)
     [inc] = svc.store.incidents()
     assert inc.instance_id == bad and "ecs_failure" in inc.cause
+
+
+def test_replacing_a_node_launches_exactly_one_replacement(fake_world):
+    # The surge replaces the bad node; its removal must lower desired capacity, or ESS launches a second one.
+    cloud, svc, _ = fake_world("""\
+        min_size: 1
+        max_size: 20
+        warm_floor: 3
+        cold_start_s: 60
+        isolation:
+          drain_timeout: 30s
+          rules:
+            - {name: xid_hw, xids: [79], action: replace}
+        """)
+    before = set(_ids(svc, cloud))
+    bad = sorted(before)[0]
+    for t in range(40):
+        for iid in _ids(svc, cloud):
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+            cloud.put_custom_metric("vllm_num_requests_running", {"instanceId": iid}, 0)
+        if t == 0:
+            cloud.put_custom_metric("gpu_xid", {"instanceId": bad}, 79)
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    launched = {i.instance_id for i in cloud.ecs.instances.values()} - before
+    assert len(launched) == 1
+    assert sorted(_ids(svc, cloud, "InService")) == sorted((before - {bad}) | launched)
