@@ -135,7 +135,12 @@ def _print_summary(result: Any) -> None:
     from rich.table import Table
 
     s = result.summary
-    table = Table(title=f"{result.workload} under {result.options.policy} ({result.wall_s:.0f} s wall)")
+    console.print(
+        f"{result.workload} under {result.options.policy}: {result.options.hours:g} simulated hours in "
+        f"{result.wall_s:.0f} s",
+        highlight=False,
+    )
+    table = Table()
     table.add_column("field")
     table.add_column("value", justify="right")
     for key, value in s.items():

@@ -57,10 +57,12 @@ def slo_ttft_ms(spec: Any, default: float = 800.0) -> float:
 
 
 def queue_target(spec: Any, default: float = 2.0) -> float:
-    """The waiting-requests-per-instance target a team would give a target-tracking scaler: the config's."""
+    """The waiting-requests-per-instance target a team would give a target-tracking scaler: the level the
+    config
+    calls too much waiting (the queue rule's threshold, not our own sizing divisor)."""
     for rule in getattr(spec, "scale_out", ()):
-        if rule.metric == "queue_waiting_per_instance":
-            return float(rule.target or rule.above)
+        if rule.metric == "queue_waiting_per_instance" and rule.above is not None:
+            return float(rule.above)
     return default
 
 
@@ -129,10 +131,16 @@ def static_peak_size(requests: Sequence[Request], capacity_rps: float, max_size:
     return need if max_size is None else min(need, max_size)
 
 
+# A fleet that has been running keeps some headroom below the SLO capacity: the start sizes it at 80 % of it.
+START_UTILIZATION = 0.8
+
+
 def initial_fleet_size(requests: Sequence[Request], capacity_rps: float, window_s: float = 600.0) -> int:
-    """Instances for the mean rate of the run's first ``window_s``: the fleet as the hours before left it."""
+    """Instances for the mean rate of the run's first ``window_s`` at 80 % of the SLO capacity: the fleet as
+    the
+    hours before left it (the same for every dynamic policy)."""
     first = sum(1 for r in requests if r.arrival_s < window_s)
-    return max(1, math.ceil(first / window_s / max(1e-9, capacity_rps)))
+    return max(1, math.ceil(first / window_s / max(1e-9, capacity_rps * START_UTILIZATION)))
 
 
 def sizes_for(spec: WorkloadSpec) -> Sequence[Request]:

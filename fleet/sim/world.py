@@ -431,9 +431,15 @@ class World:
     def serving_count(self) -> int:
         return sum(1 for i in self.instances.values() if i.serving(self.now_s))
 
-    def finish(self) -> None:
-        """At the end of the run, requests still without a first token count as misses in their minute."""
+    def finish(self, drain_s: float = 900.0) -> None:
+        """End of the run: no more arrivals; the requests in flight run to completion (up to ``drain_s``) so
+        that their TTFT counts in the minute they arrived in; whatever is still unfinished counts as a
+        miss."""
+        end = self.now_s + drain_s
         for inst in [*self.instances.values(), *self.draining]:
+            if inst.outstanding and inst.hw_fault_xid is None:
+                for done in inst.engine.advance(end):
+                    self._finished(inst, done)
             for rid in inst.inflight:
                 self._minute(self._arrival[rid]).ttfts_ms.append(math.inf)
 
