@@ -186,22 +186,15 @@ def bench_autoscale(
 
 
 def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any = None) -> None:
+    from rich.console import Console
     from rich.table import Table
 
-    con = out or console
+    # Wide enough for the eight columns even when stdout is not a terminal (rich then assumes 80).
+    con = out or Console(width=max(console.width, 110))
     for name, per in results.items():
         table = Table(title=name)
-        for col in (
-            "policy",
-            "SLO-violation min",
-            "GPU-hours",
-            "cost CNY",
-            "scale actions",
-            "P99 TTFT ms",
-            "rejected",
-            "max inst.",
-        ):
-            table.add_column(col, justify="right" if col != "policy" else "left")
+        for col in ("policy", "SLO min", "GPU-h", "CNY", "actions", "P99 TTFT", "rejected", "max inst"):
+            table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
         for pol, s in per.items():
             table.add_row(
                 pol,
