@@ -236,11 +236,11 @@ def verdicts(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[st
         for pol, s in per.items():
             if pol == "ours":
                 continue
-            if ours["slo_violation_minutes"] >= s["slo_violation_minutes"]:
-                misses.append(
-                    f"SLO-violation minutes {ours['slo_violation_minutes']} not below {pol}'s "
-                    f"{s['slo_violation_minutes']}"
-                )
+            mine, theirs = ours["slo_violation_minutes"], s["slo_violation_minutes"]
+            if mine == theirs:
+                misses.append(f"ties {pol} at {mine} SLO-violation minutes")
+            elif mine > theirs:
+                misses.append(f"SLO-violation minutes {mine} not below {pol}'s {theirs}")
         static = per.get("static-peak")
         if static is not None and ours["gpu_hours"] > static["gpu_hours"]:
             misses.append(f"GPU-hours {ours['gpu_hours']} above static-peak's {static['gpu_hours']}")
