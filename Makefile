@@ -32,8 +32,11 @@ prometheus:
 	  echo "note: could not install prometheus; the real-Prometheus tests will skip"; \
 	else echo "note: prometheus not installed (needs root and apt-get); the real-Prometheus tests will skip"; fi
 
+# The main job: a simulated day of ServeGen-shaped traffic on a GPU fleet in the fake cloud, driven by the real
+# service loop (business-hours floor, queue/KV/TTFT scaling, one GPU overheating), with an HTML report.
 demo: $(STAMP)
-	$(BIN)/fleet size --model Qwen2.5-7B --qps 5 --prompt-tokens 1000 --output-tokens 200 --slo-ttft-p99-ms 2000 --slo-tpot-p99-ms 100
+	$(BIN)/fleet simulate --report reports/demo.html
+	@echo "report: reports/demo.html"
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
