@@ -211,6 +211,8 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         raise ConfigError([f"{file}: file not found"]) from None
     except OSError as exc:
         raise ConfigError([f"{file}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{file}: not UTF-8 text (byte {exc.start})"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -41,6 +41,8 @@ def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
         fail(f"{path}: {what} file not found")
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {exc.start})")
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:

@@ -185,6 +185,8 @@ def _read_model_config(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {exc.start})")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -198,6 +200,8 @@ def _read_prices(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {exc.start})")
     except yaml.YAMLError as exc:
         fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
 

@@ -188,9 +188,11 @@ def read_window(
 def load_snapshot(path: Path) -> list[Window]:
     """The windows of a snapshot file; :class:`SnapshotError` names the file and field on bad input."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -205,3 +205,11 @@ def test_urls_that_may_hold_credentials_stay_out_of_reprs(tmp_path):
     cfg = load_config(write(tmp_path, text), env={"FLEET_DATABASE_URL": "postgresql://u:pw123@db/fleet"})
     assert cfg.database_url == "postgresql://u:pw123@db/fleet"
     assert "pw123" not in repr(cfg) and "abc123" not in repr(cfg)
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    binary = tmp_path / "fleet.yaml"
+    binary.write_bytes(b"region: r\n\xff\xfe")
+    with pytest.raises(ConfigError) as info:
+        load_config(binary, env={})
+    assert info.value.problems == [f"{binary}: not UTF-8 text (byte 10)"]

@@ -141,3 +141,15 @@ def test_plan_with_an_invalid_config_exits_2(tmp_path, capsys):
     cfg.write_text("region: r\n")
     assert main(["plan", "--config", str(cfg), "--snapshot", str(SNAPSHOTS / "queue-spike.json")]) == 2
     assert "groups" in capsys.readouterr().err
+
+
+def test_a_config_or_snapshot_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys):
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for argv in (
+        ["validate", "--config", str(binary)],
+        ["plan", "--config", EXAMPLE, "--snapshot", str(binary)],
+    ):
+        assert main(argv) == 2
+        _, err = capsys.readouterr()
+        assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err

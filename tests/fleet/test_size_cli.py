@@ -333,3 +333,13 @@ def test_an_unknown_dtype_exits_2_listing_the_valid_ones(capsys):
 def test_an_fp8_kv_cache_on_a_t4_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-1.5B", "--gpu", "T4", "--kv-cache-dtype", "fp8"])
     assert code == 2 and "fp8" in err and "T4" in err
+
+
+@pytest.mark.parametrize("flag", ["--config", "--prices"])
+def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys, flag):
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    args = ["size", "--config", str(binary)] if flag == "--config" else [
+        "size", "--model", "Qwen2.5-7B", "--prices", str(binary)]
+    code, err = _error(capsys, args)
+    assert code == 2 and str(binary) in err and "not UTF-8" in err

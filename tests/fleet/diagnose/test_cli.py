@@ -173,3 +173,11 @@ def test_end_to_end_missing_scaling_group_is_one_line(fake_cloud, tmp_path, caps
     assert main(["diagnose", "--config", str(_config(tmp_path))]) == 1
     err = capsys.readouterr().err.strip()
     assert "chat-prod" in err and len(err.splitlines()) == 1
+
+
+def test_a_snapshot_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys):
+    binary = tmp_path / "window.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    assert main(["diagnose", "--snapshot", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err
