@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,18 @@ bench_app = typer.Typer(
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate)
     app.add_typer(bench_app, name="bench")
+
+
+def _check_report_path(report: Path) -> None:
+    """Before the run, so a long simulation never ends on a report it cannot write."""
+    if report.is_dir():
+        fail(f"--report: {report} is a directory")
+    try:
+        report.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--report: cannot create {report.parent}: {exc.strerror or exc}")
+    if not os.access(report.parent, os.W_OK) or (report.exists() and not os.access(report, os.W_OK)):
+        fail(f"--report: cannot write {report}: permission denied")
 
 
 def _load(config: Path | None) -> Any:
@@ -105,8 +118,8 @@ def simulate(
         fail(f"--fault: {exc}")
     cfg = _load(config)
     hw = _hardware(model, instance_type, cfg.region)
-    if report is not None and report.exists() and report.is_dir():
-        fail(f"--report: {report} is a directory")
+    if report is not None:
+        _check_report_path(report)
     opts = replace(SimOptions(), seed=seed, tick_s=tick_s)
     if not json_out:
         err_console.print(
@@ -119,8 +132,10 @@ def simulate(
     if report is not None:
         from fleet.sim.report import render_html
 
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(render_html(result))
+        try:
+            report.write_text(render_html(result), encoding="utf-8")
+        except OSError as exc:
+            fail(f"--report: cannot write {report}: {exc.strerror or exc}")
     if json_out:
         print_json(result.summary)
     else:

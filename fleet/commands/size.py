@@ -354,13 +354,15 @@ def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> No
     title = f"{dep.model.name} on {dep.tp} x {dep.gpu.name} (max_num_seqs {best.max_num_seqs})"
     svg = latency_throughput_svg(sweep, title, slo.ttft_p99_ms, slo.tpot_p99_ms)
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    tmp: str | None = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(svg)
         os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         fail(f"--plot: {path}: {exc.strerror or exc}")
 
 

@@ -343,3 +343,16 @@ def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys, flag):
         "size", "--model", "Qwen2.5-7B", "--prices", str(binary)]
     code, err = _error(capsys, args)
     assert code == 2 and str(binary) in err and "not UTF-8" in err
+
+
+def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    plot = tmp_path / "knee.svg"
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
+                                "--qps", "1", "--plot", str(plot)])
+    assert code == 2 and f"--plot: {plot}: Permission denied" in err and not plot.exists()

@@ -318,3 +318,17 @@ def test_cli_refuses_an_output_in_a_missing_directory(tmp_path, capsys):
     code = main(["terraform", "export", "-c", str(EXAMPLE_CONFIG), "-o", str(tmp_path / "no" / "t.json")])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_export_to_a_directory_it_cannot_write_exits_2_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    out = tmp_path / "fleet.auto.tfvars.json"
+    code = main(["terraform", "export", "--config", str(EXAMPLE_CONFIG), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--output: cannot write {out}: Permission denied" in " ".join(err.split())
+    assert not out.exists() and "Traceback" not in err

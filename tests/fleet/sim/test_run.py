@@ -149,3 +149,14 @@ def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_r
         xml.dom.minidom.parseString(svg)  # well-formed
     assert "Incident close-up" in page
     assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
+
+
+def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path, capsys):
+    not_a_dir = tmp_path / "file.txt"
+    not_a_dir.write_text("x")
+    report = not_a_dir / "r.html"
+    argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.08", "--report", str(report)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"--report: cannot create {not_a_dir}" in captured.err and "Traceback" not in captured.err
+    assert "simulating" not in captured.err  # refused before the run, not after it
