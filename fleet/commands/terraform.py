@@ -114,8 +114,13 @@ def check(
     for path in tfvars:
         try:
             values = load_json_tfvars(path) if path.name.endswith(".json") else load_hcl_tfvars(path)
-        except (OSError, HclError, ValueError) as exc:
-            fail(f"--var-file: {exc}")
+        except OSError as exc:
+            fail(f"--var-file: cannot read {path}: {exc.strerror or exc}")
+        except UnicodeDecodeError as exc:
+            fail(f"--var-file: {path}: not UTF-8 text (byte {exc.start})")
+        except (HclError, ValueError) as exc:
+            # HCL errors name the file already; JSON ones do not
+            fail(f"--var-file: {exc}" if str(path) in str(exc) else f"--var-file: {path}: {exc}")
         for key, value in values.items():
             inputs.setdefault(key, []).append(value)
     problems = []

@@ -332,3 +332,12 @@ def test_export_to_a_directory_it_cannot_write_exits_2_without_a_traceback(tmp_p
     err = capsys.readouterr().err
     assert code == 2 and f"--output: cannot write {out}: Permission denied" in " ".join(err.split())
     assert not out.exists() and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", [b"{bad", b"\xff\xfe\x00"])
+def test_check_names_a_var_file_it_cannot_read(tmp_path, capsys, schema, module_dir, content):
+    var_file = tmp_path / "broken.tfvars.json"
+    var_file.write_bytes(content)
+    code = main(["terraform", "check", str(module_dir), "--var-file", str(var_file)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and f"--var-file: {var_file}:" in err and "Traceback" not in err
