@@ -6,6 +6,7 @@ And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -182,6 +183,9 @@ def _read_cloud(config: Path, group: str | None, start: datetime, end: datetime,
         clients = make_clients(cfg.region, cfg.account_id or "unset")
     except ValueError as exc:
         fail(str(exc))
+    # alibabacloud_credentials logs each failed refresh with its traceback on the "credentials" logger; the
+    # adapters turn the same failure into a NoCredentials error that the one line below reports.
+    logging.getLogger("credentials").setLevel(logging.CRITICAL)
     store = _store(cfg)
     windows = []
     try:

@@ -181,3 +181,24 @@ def test_a_snapshot_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys):
     assert main(["diagnose", "--snapshot", str(binary)]) == 2
     err = capsys.readouterr().err
     assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err
+
+
+def test_a_credentials_refresh_traceback_logged_by_the_sdk_stays_off_stderr(fake_cloud, tmp_path, capsys,
+                                                                           monkeypatch):
+    import logging
+
+    import fleet.diagnose.reader as reader
+
+    def unreadable(*_args, **_kwargs):
+        try:
+            raise RuntimeError("metadata service answered 404")
+        except RuntimeError:
+            # what alibabacloud_credentials does when no provider in its chain has credentials
+            logging.getLogger("credentials").error("Refresh credentials failed", exc_info=True)
+        raise reader.ReadError("group chat: DescribeScalingInstances: NoCredentials: no provider had any")
+
+    monkeypatch.setattr(reader, "read_window", unreadable)
+    monkeypatch.setattr(logging.getLogger("credentials"), "level", logging.NOTSET)
+    assert main(["diagnose", "--config", str(_config(tmp_path))]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "NoCredentials" in err and "Traceback" not in err and len(err.splitlines()) == 1
