@@ -64,7 +64,8 @@ def agent(
     parsed_url = urlparse(vllm_url)
     if parsed_url.scheme not in ("http", "https") or not parsed_url.netloc:
         fail(f"--vllm-url must be an http(s) URL such as http://127.0.0.1:8000/metrics, got {vllm_url!r}")
-    listen_at = None if once else _parse_listen(listen)
+    parsed_listen = _parse_listen(listen)  # checked with --once too, so a typo shows before it is deployed
+    listen_at = None if once else parsed_listen
 
     base_url = metadata_base_url()
     if not instance_id:

@@ -141,6 +141,11 @@ def test_bad_listen_address_is_exit_2(capsys):
     assert code == 2 and "--listen" in capsys.readouterr().err
 
 
+def test_bad_listen_address_is_exit_2_with_once_too(capsys):
+    code = main(["agent", "--once", "--no-publish", "--instance-id", "i-1", "--listen", "127.0.0.1:99999"])
+    assert code == 2 and "--listen" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_loop_serves_metrics_and_exits_on_sigterm(vllm_server, tmp_path):
     vllm_server.state.waiting = 6
