@@ -47,7 +47,7 @@ class Workload:
             raise SizingInputError(f"qps must be a positive number, got {self.qps}")
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise SizingInputError("prompt and output tokens must be at least 1")
-        if self.length_cv < 0:
+        if not (self.length_cv >= 0 and math.isfinite(self.length_cv)):
             raise SizingInputError(f"length cv must be >= 0, got {self.length_cv}")
         if self.trace and len(self.trace) < 2:
             raise SizingInputError("a trace needs at least two requests")

@@ -115,6 +115,13 @@ def size(
     ):
         if value is not None and value < 1:
             fail(f"{name} must be at least 1, got {value}")
+    for name, number in (
+        ("--qps", qps), ("--slo-ttft-p99-ms", slo_ttft_p99_ms), ("--slo-tpot-p99-ms", slo_tpot_p99_ms)
+    ):
+        if number is not None and not (number > 0 and math.isfinite(number)):
+            fail(f"{name} must be a positive number, got {number:g}")
+    if not (length_cv >= 0 and math.isfinite(length_cv)):
+        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
     if plot is not None:
         _check_writable(plot, "--plot")
 

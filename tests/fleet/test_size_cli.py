@@ -356,3 +356,19 @@ def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeyp
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
                                 "--qps", "1", "--plot", str(plot)])
     assert code == 2 and f"--plot: {plot}: Permission denied" in err and not plot.exists()
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--qps", "-1"], "--qps must be a positive number, got -1"),
+        (["--qps", "nan"], "--qps must be a positive number, got nan"),
+        (["--qps", "1", "--slo-ttft-p99-ms", "0"], "--slo-ttft-p99-ms must be a positive number, got 0"),
+        (["--qps", "1", "--slo-tpot-p99-ms", "inf"], "--slo-tpot-p99-ms must be a positive number, got inf"),
+        (["--qps", "1", "--length-cv", "nan"], "--length-cv must be a number >= 0, got nan"),
+        (["--qps", "1", "--length-cv", "-0.5"], "--length-cv must be a number >= 0, got -0.5"),
+    ],
+)
+def test_bad_load_numbers_name_their_option_and_exit_2(capsys, args, named):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", *args])
+    assert code == 2 and named in err and "Traceback" not in err

@@ -73,6 +73,12 @@ def test_a_workload_without_rate_is_refused_when_a_rate_is_needed():
         _ = Workload().rate
 
 
+@pytest.mark.parametrize("cv", [float("nan"), float("inf"), -0.1])
+def test_a_workload_refuses_a_length_cv_that_is_not_a_finite_non_negative_number(cv):
+    with pytest.raises(SizingInputError, match="length cv"):
+        Workload(qps=1.0, length_cv=cv)
+
+
 def test_latency_grows_with_load():
     light = simulate(DEP, Workload(qps=0.5), num_requests=400)
     heavy = simulate(DEP, Workload(qps=3.0), num_requests=400)
