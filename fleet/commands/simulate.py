@@ -116,6 +116,9 @@ def simulate(
         faults = [parse_fault_spec(f) for f in fault_texts]
     except FaultSpecError as exc:
         fail(f"--fault: {exc}")
+    for text, parsed in zip(fault_texts, faults, strict=True):
+        if parsed.at_s >= hours * 3600:
+            fail(f"--fault: fault {text!r} is at {parsed.at_s / 3600:g} h, after the run's end ({hours:g} h)")
     cfg = _load(config)
     hw = _hardware(model, instance_type, cfg.region)
     if report is not None:

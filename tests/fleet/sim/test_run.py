@@ -107,6 +107,7 @@ def test_simulate_json_via_cli(capsys, tmp_path):
         (["--fault", "meltdown,at=1h"], "--fault"),
         (["--hours", "0"], "--hours"),
         (["--model", "NoSuchModel-1B"], "--model"),
+        (["--hours", "1", "--fault", "overheat,at=10h"], "after the run's end (1 h)"),
     ],
 )
 def test_simulate_bad_input_is_one_line_and_exit_2(capsys, args, fragment):
