@@ -428,6 +428,12 @@ def price_book(override: Any = None, source_name: str = "prices file") -> PriceB
     if override is not None:
         if not isinstance(override, dict):
             raise SizingInputError(f"{source_name}: must be a mapping like the shipped prices.yaml")
+        unknown = sorted(str(k) for k in override if k not in data)
+        if unknown:
+            # a misspelt section would otherwise be ignored and the shipped estimates used without a word
+            raise SizingInputError(
+                f"{source_name}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(data)}"
+            )
         data = _merge(data, override)
     try:
         gpu_rates: dict[str, tuple[float, bool]] = {}

@@ -186,3 +186,8 @@ def test_an_unknown_region_names_the_nearest_ones():
 def test_a_malformed_price_file_is_refused():
     with pytest.raises(SizingInputError, match="prices"):
         price_book({"types": {"gn7i-c8g1.2xlarge": {"cny": 1}}}, "prices")
+
+
+def test_a_price_override_with_a_misspelt_section_is_refused():
+    with pytest.raises(SizingInputError, match=r"prices.yaml: unknown key\(s\) type; valid keys: .*types"):
+        price_book({"type": {"gn7i-c8g1.2xlarge": 9.9}}, "prices.yaml")
