@@ -198,8 +198,13 @@ def _read_model_config(path: Path) -> Any:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
-    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return sizing.model_from_hf_config(data, name=name or str(path))
+    name = (path.parent.name if path.name == "config.json" and path.parent.name else path.stem) or str(path)
+    try:
+        return sizing.model_from_hf_config(data, name=name)
+    except sizing.SizingInputError as exc:
+        # the library names the model; the user needs the file they passed
+        message = str(exc).removeprefix(f"{name}: ")
+        fail(f"{path}: {message}")
 
 
 def _read_prices(path: Path) -> Any:

@@ -372,3 +372,13 @@ def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeyp
 def test_bad_load_numbers_name_their_option_and_exit_2(capsys, args, named):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", *args])
     assert code == 2 and named in err and "Traceback" not in err
+
+
+def test_a_config_json_with_a_bad_field_names_the_file_passed(tmp_path, capsys):
+    model_dir = tmp_path / "my-model"
+    model_dir.mkdir()
+    config = model_dir / "config.json"
+    config.write_text(json.dumps({"hidden_size": "wide", "num_hidden_layers": 2, "num_attention_heads": 8,
+                                  "intermediate_size": 64, "vocab_size": 100}))
+    code, err = _error(capsys, ["size", "--config", str(config)])
+    assert code == 2 and f"error: {config}: " in err and "'hidden_size'" in err
