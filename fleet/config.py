@@ -249,6 +249,9 @@ def format_errors(file: str, exc: ValidationError) -> list[str]:
                 msg += "; valid keys: " + ", ".join(valid)
         elif err["type"] == "missing":
             msg = "required"
+        elif err["type"] in ("tuple_type", "list_type"):
+            # pydantic says "tuple" for the immutable sequences the models hold; in YAML it is a list
+            msg = f"must be a list (- item lines or [a, b]), got {type(err['input']).__name__}"
         lines.append(f"{file}: {_path(loc) or '(top level)'}: {msg}")
     return lines
 

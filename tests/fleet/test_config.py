@@ -213,3 +213,14 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(binary, env={})
     assert info.value.problems == [f"{binary}: not UTF-8 text (byte 10)"]
+
+
+def test_a_mapping_where_a_list_belongs_says_list(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "region: r\ngroups:\n  - {name: a, min_size: 1, max_size: 3, scale_out: {metric: ttft_p99_ms}}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    expected = f"{path}: groups[0].scale_out: must be a list (- item lines or [a, b]), got dict"
+    assert info.value.problems == [expected]
