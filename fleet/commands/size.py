@@ -371,6 +371,7 @@ def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> No
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(svg)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the user's umask decides, as for any file
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None:
@@ -507,3 +508,9 @@ def _render(
             )
     if plot is not None:
         console.print(f"  wrote {plot}", highlight=False)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

@@ -83,6 +83,7 @@ def _write_atomically(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the user's umask decides, as for any file
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None:
@@ -136,3 +137,9 @@ def check(
     if problems:
         raise typer.Exit(1)
     console.print(f"{len(directories)} module(s) match the provider schema", highlight=False)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

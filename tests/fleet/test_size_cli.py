@@ -382,3 +382,16 @@ def test_a_config_json_with_a_bad_field_names_the_file_passed(tmp_path, capsys):
                                   "intermediate_size": 64, "vocab_size": 100}))
     code, err = _error(capsys, ["size", "--config", str(config)])
     assert code == 2 and f"error: {config}: " in err and "'hidden_size'" in err
+
+
+def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
+    import os
+
+    plot = tmp_path / "knee.svg"
+    old = os.umask(0o022)
+    try:
+        code = main(["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--qps", "1",
+                     "--plot", str(plot)])
+    finally:
+        os.umask(old)
+    assert code == 0 and plot.stat().st_mode & 0o777 == 0o644

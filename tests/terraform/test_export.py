@@ -341,3 +341,15 @@ def test_check_names_a_var_file_it_cannot_read(tmp_path, capsys, schema, module_
     code = main(["terraform", "check", str(module_dir), "--var-file", str(var_file)])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and f"--var-file: {var_file}:" in err and "Traceback" not in err
+
+
+def test_export_file_mode_follows_the_umask(tmp_path):
+    import os
+
+    out = tmp_path / "fleet.auto.tfvars.json"
+    old = os.umask(0o022)
+    try:
+        assert main(["terraform", "export", "--config", str(EXAMPLE_CONFIG), "-o", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o644
