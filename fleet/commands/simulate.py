@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from fleet.commands._common import console, err_console, fail, print_json
 
@@ -47,7 +48,10 @@ def _load(config: Path | None) -> Any:
     try:
         cfg = load_config(path, env={})
     except ConfigError as exc:
-        fail(f"{path}: invalid config:\n" + "\n".join(exc.problems))
+        # one line per problem, each already "file: field: reason", as fleet validate prints them
+        for line in exc.problems[:-1]:
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        fail(escape(exc.problems[-1]) if exc.problems else f"{path}: invalid config")
     if not cfg.groups:
         fail(f"{path}: groups: the simulator needs at least one scaling group")
     return cfg

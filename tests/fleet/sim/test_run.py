@@ -161,3 +161,11 @@ def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path
     captured = capsys.readouterr()
     assert f"--report: cannot create {not_a_dir}" in captured.err and "Traceback" not in captured.err
     assert "simulating" not in captured.err  # refused before the run, not after it
+
+
+def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys):
+    config = tmp_path / "fleet.yaml"
+    config.write_text("region: r\ngroups:\n  - {name: chat, min_size: x, max_size: 3, bogus: 1}\n")
+    assert main(["simulate", "--config", str(config), "--hours", "0.05"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"error: {config}: groups[0].") for line in lines)
