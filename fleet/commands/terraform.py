@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
-from fleet.commands._common import console, fail
+from fleet.commands._common import console, err_console, fail
 
 terraform_app = typer.Typer(
     name="terraform",
@@ -46,7 +47,10 @@ def export(
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        fail(str(exc) or f"{config_path}: invalid config")
+        # one line per problem, each already "file: field: reason", as fleet validate prints them
+        for line in exc.problems[:-1]:
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        fail(escape(exc.problems[-1]) if exc.problems else f"{config_path}: invalid config")
     except OSError as exc:
         fail(f"{config_path}: {exc.strerror or exc}")
     try:

@@ -353,3 +353,12 @@ def test_export_file_mode_follows_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_export_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys):
+    config = tmp_path / "fleet.yaml"
+    config.write_text("region: r\ngroups:\n  - {name: chat, min_size: x, max_size: 3, bogus: 1}\n")
+    assert main(["terraform", "export", "--config", str(config), "-o", str(tmp_path / "out.json")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"error: {config}: groups[0].") for line in lines)
+    assert not (tmp_path / "out.json").exists()
