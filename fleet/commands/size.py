@@ -223,6 +223,13 @@ _PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_token
 _OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
 
 
+def _json_line(path: Path, number: int, line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})")
+
+
 def _read_trace(path: Path) -> tuple[Any, ...]:
     """Requests of a trace file: Azure LLM (CSV, datetimes), BurstGPT (CSV, seconds), Mooncake (JSONL, ms).
 
@@ -232,7 +239,7 @@ def _read_trace(path: Path) -> tuple[Any, ...]:
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             if path.suffix in {".jsonl", ".json"}:
-                rows = [json.loads(line) for line in handle if line.strip()]
+                rows = [_json_line(path, n, line) for n, line in enumerate(handle, start=1) if line.strip()]
                 millis = True  # Mooncake's timestamp is milliseconds from the start
             else:
                 rows = list(csv.DictReader(handle))
@@ -264,7 +271,7 @@ def _read_trace(path: Path) -> tuple[Any, ...]:
                 stamp = datetime.fromisoformat(str(raw).strip())
                 t0 = t0 or stamp
                 t = (stamp - t0).total_seconds()
-        except (TypeError, ValueError, KeyError) as exc:
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
             fail(f"{path}: row {n}: {exc}")
         if prompt <= 0 or output <= 0 or not math.isfinite(t):
             continue

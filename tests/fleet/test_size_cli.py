@@ -395,3 +395,19 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
     finally:
         os.umask(old)
     assert code == 0 and plot.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    "name, content, named",
+    [
+        ("huge.csv", "timestamp,prompt_tokens,output_tokens\n1,1e400,5\n2,100,5\n", "row 2: cannot convert"),
+        ("broken.jsonl", '{"timestamp": 1, "input_length": 5, "output_length": 5}\nnot json\n',
+         "line 2: not valid JSON"),
+    ],
+)
+def test_a_malformed_trace_row_names_the_row_and_exits_2(tmp_path, capsys, name, content, named):
+    trace = tmp_path / name
+    trace.write_text(content)
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
+                                "--trace", str(trace)])
+    assert code == 2 and f"{trace}: {named}" in err and "Traceback" not in err
