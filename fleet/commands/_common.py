@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 err_console = Console(stderr=True)
@@ -17,7 +18,8 @@ EXIT_INVALID = 2  # bad input: scripts can trust this code
 
 def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     """Print one clear line on stderr and exit: never a traceback for bad input."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escaped: messages quote user input and formats like "[time, value]", which rich would take as markup
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

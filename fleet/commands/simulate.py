@@ -51,7 +51,7 @@ def _load(config: Path | None) -> Any:
         # one line per problem, each already "file: field: reason", as fleet validate prints them
         for line in exc.problems[:-1]:
             err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        fail(escape(exc.problems[-1]) if exc.problems else f"{path}: invalid config")
+        fail(exc.problems[-1] if exc.problems else f"{path}: invalid config")
     if not cfg.groups:
         fail(f"{path}: groups: the simulator needs at least one scaling group")
     return cfg

@@ -50,7 +50,7 @@ def export(
         # one line per problem, each already "file: field: reason", as fleet validate prints them
         for line in exc.problems[:-1]:
             err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        fail(escape(exc.problems[-1]) if exc.problems else f"{config_path}: invalid config")
+        fail(exc.problems[-1] if exc.problems else f"{config_path}: invalid config")
     except OSError as exc:
         fail(f"{config_path}: {exc.strerror or exc}")
     try:

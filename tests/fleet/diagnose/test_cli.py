@@ -202,3 +202,12 @@ def test_a_credentials_refresh_traceback_logged_by_the_sdk_stays_off_stderr(fake
     assert main(["diagnose", "--config", str(_config(tmp_path))]) == 1
     err = capsys.readouterr().err.strip()
     assert "NoCredentials" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_an_error_quoting_brackets_prints_them(tmp_path, capsys):
+    window = json.loads((EXAMPLES / "healthy-steady.json").read_text())
+    window["instances"][0]["metrics"]["e2e_p99_ms"] = "abc"
+    path = tmp_path / "window.json"
+    path.write_text(json.dumps(window))
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    assert "expected a list of [time, value] pairs" in " ".join(capsys.readouterr().err.split())
