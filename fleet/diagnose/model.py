@@ -196,6 +196,22 @@ def parse_time(value: Any, where: str) -> datetime:
 _GROUP_FIELDS = {f for f in GroupContext.__dataclass_fields__}
 
 
+def _check_group_field(key: str, value: Any, where: str) -> None:
+    """The type each GroupContext field declares (annotations are strings here: ``float | None`` ...)."""
+    kind = str(GroupContext.__dataclass_fields__[key].type)
+    if value is None and "None" in kind:
+        return
+    if kind.startswith("str"):
+        if not isinstance(value, str):
+            raise SnapshotError(f"{where}: expected a string, got {value!r}")
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0:
+        raise SnapshotError(f"{where}: expected a non-negative number, got {value!r}")
+    if kind.startswith("int") and value != int(value):
+        raise SnapshotError(f"{where}: expected a whole number, got {value!r}")
+
+
 def window_from_json(data: Any, where: str = "snapshot") -> Window:
     """A :class:`Window` from its JSON form; :class:`SnapshotError` names the first bad field."""
     if not isinstance(data, Mapping):
@@ -211,6 +227,8 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
         raise SnapshotError(
             f"{where}.group: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(_GROUP_FIELDS))}"
         )
+    for key, value in raw_group.items():
+        _check_group_field(key, value, f"{where}.group.{key}")
     group = GroupContext(**dict(raw_group))
     for name in ("start", "end"):
         if name not in data:

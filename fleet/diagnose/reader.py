@@ -200,6 +200,10 @@ def load_snapshot(path: Path) -> list[Window]:
     try:
         return windows_from_json(data, where=path.name)
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, SnapshotError):
-            raise SnapshotError(f"{path}: {exc}") from None
-        raise SnapshotError(f"{path}: {exc}") from None
+        # "file.json.group.x: reason" -> "path/file.json: group.x: reason" (the file named once, as given)
+        message = str(exc)
+        for prefix in (f"{path.name}.", f"{path.name}: "):
+            if message.startswith(prefix):
+                message = message[len(prefix):]
+                break
+        raise SnapshotError(f"{path}: {message}") from None

@@ -211,3 +211,23 @@ def test_an_error_quoting_brackets_prints_them(tmp_path, capsys):
     path.write_text(json.dumps(window))
     assert main(["diagnose", "--snapshot", str(path)]) == 2
     assert "expected a list of [time, value] pairs" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("slo_ttft_p99_ms", "fast", "group.slo_ttft_p99_ms: expected a non-negative number, got 'fast'"),
+        ("model", 7, "group.model: expected a string, got 7"),
+        ("min_size", 1.5, "group.min_size: expected a whole number, got 1.5"),
+    ],
+)
+def test_a_snapshot_group_field_of_the_wrong_type_is_one_line_naming_file_and_field(
+    tmp_path, capsys, field, value, named
+):
+    window = json.loads((EXAMPLES / "healthy-steady.json").read_text())
+    window["group"][field] = value
+    path = tmp_path / "window.json"
+    path.write_text(json.dumps(window))
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {path}: {named}" in err and "Traceback" not in err
