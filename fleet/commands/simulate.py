@@ -136,6 +136,15 @@ def simulate(
         result = run_sim(cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts)
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    fired = sum(1 for entry in result.fault_log if entry["event"] != "rebooted")
+    if fired < len(faults):
+        # a fault waits for its target; an instance id that never appears means it never fired
+        err_console.print(
+            f"[yellow]warning:[/] {len(faults) - fired} of {len(faults)} fault(s) never fired: "
+            "no instance to hit (an instance=i-... that never existed?)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if report is not None:
         from fleet.sim.report import render_html
 

@@ -169,3 +169,11 @@ def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, caps
     assert main(["simulate", "--config", str(config), "--hours", "0.05"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and all(line.startswith(f"error: {config}: groups[0].") for line in lines)
+
+
+@pytest.mark.parametrize("instance, warned", [("i-never-existed", True), ("0", False)])
+def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned):
+    argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.08", "--json",
+            "--fault", f"overheat,at=1m,instance={instance}"]
+    assert main(argv) == 0
+    assert ("1 of 1 fault(s) never fired" in capsys.readouterr().err) is warned
