@@ -624,6 +624,10 @@ class Service:
 
 def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> IncidentRecord:
     by = inc.acknowledged_by
+    cause = f"{inc.kind}: {inc.rule}"
+    if inc.manual and inc.evidence.get("reason"):
+        # the operator's own words are the cause people look for in `fleet incidents`
+        cause = f"manual: {inc.evidence['reason']}"
     return IncidentRecord(
         id=inc.incident_id,
         service=service,
@@ -632,7 +636,7 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         state=inc.state.value,
         detected_at=inc.detected_at,
         updated_at=now,
-        cause=f"{inc.kind}: {inc.rule}",
+        cause=cause,
         respond_by=inc.respond_by,
         isolate_by=inc.isolate_by,
         acknowledged_at=inc.acknowledged_at,

@@ -177,6 +177,15 @@ def test_operator_isolate_request_opens_a_manual_incident(fake_world):
     assert svc.store.pending_requests() == []
 
 
+def test_a_manual_incident_shows_the_operators_reason_as_its_cause(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[1]
+    svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="fan noise", actor="alice")
+    _run(cloud, svc, set(), ticks=2)
+    [inc] = svc.store.incidents()
+    assert inc.cause == "manual: fan noise"
+
+
 def test_request_for_an_unknown_instance_is_refused_and_closed(fake_world):
     cloud, svc, _ = fake_world(HOT_RULE)
     svc.store.add_request("isolate", cloud.now(), instance_id="i-nowhere", reason="x", actor="alice")
