@@ -48,15 +48,6 @@ def _safe_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def _since(text: str) -> timedelta:
-    from policies.spec import parse_duration
-
-    try:
-        return timedelta(seconds=parse_duration(text))
-    except ValueError as exc:
-        fail(f"--since: {exc}")
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -260,10 +251,8 @@ def status(
     if lease is None:
         console.print("leader: none (no replica has run against this database)")
     else:
-        state = "valid" if lease["valid"] else "expired"
-        console.print(
-            f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} until {lease['expires_at']})"
-        )
+        state = "held until" if lease["valid"] else "expired at"  # a released lease expires at once
+        console.print(f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} {lease['expires_at']})")
     table = Table()
     table.add_column("group", no_wrap=True)
     table.add_column("paused")
@@ -326,7 +315,12 @@ def _since_days(text: str) -> timedelta:
     t = text.strip().lower()
     if t.endswith("d") and t[:-1].replace(".", "", 1).isdigit():
         return timedelta(days=float(t[:-1]))
-    return _since(t)
+    from policies.spec import parse_duration
+
+    try:
+        return timedelta(seconds=parse_duration(t))
+    except ValueError:
+        fail(f"--since: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
 
 
 def _print_incidents(rows: list[dict[str, Any]]) -> None:

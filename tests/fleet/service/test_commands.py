@@ -191,3 +191,25 @@ def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch
         assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 0
         assert "leader=True" in capsys.readouterr().out
         assert open_store(db).load_history() is not None
+
+
+def test_status_says_a_released_lease_expired_at_its_time(tmp_path, capsys):
+    from fleet.service.lease import LeaseManager
+
+    url = f"sqlite:///{tmp_path / 'lease.db'}"
+    store = open_store(url, service="fleet")
+    lease = LeaseManager(store.engine, "fleet", "replica-a", 30.0)
+    now = datetime.now(UTC)
+    lease.acquire(now)
+    lease.release(now)
+    store.close()
+    assert main(["status", "--database", url]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "leader: replica-a (epoch 1, expired at" in out
+    assert "until" not in out
+
+
+def test_sla_report_bad_since_suggests_days_exit_2(db, capsys):
+    assert main(["sla-report", "--since", "a week", "--database", db]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--since: 'a week' is not a duration" in err and "7d" in err
