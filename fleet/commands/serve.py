@@ -495,7 +495,11 @@ def sla_report(
     now = _now()
     rows = []
     for inc in store.incidents(since=now - _since_days(since)):
-        respond_s = (inc.acknowledged_at - inc.detected_at).total_seconds() if inc.acknowledged_at else None
+        # A manual isolation is acknowledged when the operator asked, before the leader opened the
+        # incident: that is a response time of zero, never a negative one.
+        respond_s = (
+            max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
+        )
         isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
         respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
         # An incident closed without isolation (released, resolved) cannot breach the isolation clock.

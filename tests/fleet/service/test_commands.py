@@ -213,3 +213,32 @@ def test_sla_report_bad_since_suggests_days_exit_2(db, capsys):
     assert main(["sla-report", "--since", "a week", "--database", db]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--since: 'a week' is not a duration" in err and "7d" in err
+
+
+def test_sla_report_never_shows_a_negative_time_to_respond(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'manual.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-manual",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-7",
+            state="isolated",
+            detected_at=now - timedelta(minutes=5),
+            updated_at=now,
+            cause="manual: fan noise",
+            respond_by=now + timedelta(minutes=10),
+            isolate_by=now + timedelta(hours=4),
+            acknowledged_at=now - timedelta(minutes=5, seconds=2),  # the operator asked before the tick
+            acknowledged_by="alice",
+            isolated_at=now - timedelta(minutes=4),
+            body={"timeline": []},
+        )
+    )
+    store.close()
+    assert main(["sla-report", "--json", "--database", url]) == 0
+    report = _json(capsys)
+    assert report["incidents"][0]["time_to_respond_s"] == 0.0
+    assert report["summary"]["median_time_to_respond_s"] == 0.0
