@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -86,8 +87,13 @@ class MetricsSource(_Section):
     def _prometheus_needs_url(self) -> MetricsSource:
         if self.type == "prometheus" and not self.url:
             raise ValueError("a prometheus metrics_source needs url")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError("url must be an http:// or https:// URL")
+        if self.url is not None and not (
+            self.url.startswith(("http://", "https://")) and urlsplit(self.url).hostname
+        ):
+            raise ValueError("url must be an http:// or https:// URL with a host, e.g. http://prometheus:9090")
+        if self.type == "cloudmonitor" and (self.url is not None or self.labels):
+            # these only mean something to a prometheus source: set here, they would be silently ignored
+            raise ValueError("url and labels apply to type: prometheus only; add it or drop them")
         # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
         for name in (self.instance_label, *self.labels):
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):

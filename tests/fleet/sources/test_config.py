@@ -77,3 +77,14 @@ def test_labels_may_not_match_on_the_instance_label(tmp_path):
 def test_an_unknown_source_type_is_refused(tmp_path):
     problems = _problems(tmp_path, "metrics_source: {type: influxdb, url: 'http://p:8086'}\n")
     assert "groups[0].metrics_source.type" in problems
+
+
+def test_a_prometheus_url_without_a_host_is_refused(tmp_path):
+    problems = _problems(tmp_path, 'metrics_source: {type: prometheus, url: "http://"}\n')
+    assert "groups[0].metrics_source: url must be an http:// or https:// URL with a host" in problems
+
+
+@pytest.mark.parametrize("extra", ['url: "http://prom:9090"', "labels: {cluster: prod}"])
+def test_prometheus_settings_on_a_cloudmonitor_source_are_refused_not_ignored(tmp_path, extra):
+    problems = _problems(tmp_path, f"metrics_source: {{{extra}}}\n")
+    assert "groups[0].metrics_source: url and labels apply to type: prometheus only" in problems
