@@ -65,13 +65,20 @@ def parse_endpoint(value: str) -> Endpoint:
     text = value.strip().rstrip("/")
     if not text:
         raise ValueError(f"{ENDPOINT_ENV} is empty; expected host:port such as 127.0.0.1:8080")
+    protocol = "http"
     for scheme in ("http", "https"):
         prefix = f"{scheme}://"
         if text.lower().startswith(prefix):
-            return Endpoint(host=text[len(prefix) :], protocol=scheme)
-    if "://" in text:
-        raise ValueError(f"{ENDPOINT_ENV}={value!r}: only http:// and https:// endpoints are supported")
-    return Endpoint(host=text, protocol="http")
+            text, protocol = text[len(prefix) :], scheme
+            break
+    else:
+        if "://" in text:
+            raise ValueError(f"{ENDPOINT_ENV}={value!r}: only http:// and https:// endpoints are supported")
+    # Checked here so a typo is one clear line at start-up, not a NetworkError retried on every call.
+    host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host or any(c.isspace() or c in "/?#@" for c in text) or (port and not port.isdigit()):
+        raise ValueError(f"{ENDPOINT_ENV}={value!r}: expected host:port such as 127.0.0.1:8080")
+    return Endpoint(host=text, protocol=protocol)
 
 
 def make_clients(

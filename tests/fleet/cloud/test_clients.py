@@ -39,6 +39,27 @@ def test_parse_endpoint_refuses_other_schemes():
         parse_endpoint("ftp://x:1")
 
 
+@pytest.mark.parametrize("value", ["127.0.0.1:8080\n8080", "127.0.0.1:80a", "127.0.0.1:8080/path", ":8080"])
+def test_parse_endpoint_refuses_what_is_not_host_port(value):
+    with pytest.raises(ValueError, match="expected host:port"):
+        parse_endpoint(value)
+
+
+def test_serve_with_a_malformed_endpoint_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from fleet.cli import main
+
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-hangzhou\naccount_id: '1'\ngroups:\n"
+        "  - {name: g, scaling_group_name: g, min_size: 0, max_size: 2}\n"
+    )
+    monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", "127.0.0.1:80 80")
+    code = main(["serve", "--config", str(cfg), "--once", "--database", f"sqlite:///{tmp_path / 'f.db'}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "FLEET_ALIYUN_ENDPOINT" in err and "Traceback" not in err
+
+
 def _local_stub():
     rsps = responses.RequestsMock(assert_all_requests_are_fired=False)
     seen: list[tuple[str, str, str]] = []
