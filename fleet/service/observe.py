@@ -119,10 +119,13 @@ class Observer:
         groups = self._describe_groups(obs)
         for spec in self.specs:
             gid = self._group_ids.get(spec.name)
-            group = groups.get(gid) if gid else None
+            group = groups.get(gid) if gid and groups else None
             if group is None:
                 g = GroupObservation(name=spec.name, ok=False)
-                g.errors.append("scaling group not found" if gid or groups else "scaling groups not readable")
+                wanted = spec.scaling_group_id or spec.scaling_group_name
+                g.errors.append(
+                    "scaling groups not readable" if groups is None else f"scaling group {wanted!r} not found"
+                )
                 obs.groups[spec.name] = g
                 continue
             obs.groups[spec.name] = self._observe_group(spec, group, now, obs)
@@ -135,7 +138,8 @@ class Observer:
         if self.on_error is not None:
             self.on_error(exc)
 
-    def _describe_groups(self, obs: Observation) -> dict[str, ScalingGroup]:
+    def _describe_groups(self, obs: Observation) -> dict[str, ScalingGroup] | None:
+        """The configured groups by id; None when ESS could not be read (as opposed to found nothing)."""
         ids = sorted({s.scaling_group_id for s in self.specs if s.scaling_group_id})
         names = sorted(
             {s.scaling_group_name for s in self.specs if s.scaling_group_name and not s.scaling_group_id}
@@ -155,7 +159,7 @@ class Observer:
                             self._group_ids[spec.name] = g.group_id
         except CloudError as exc:
             self._fail(obs, exc, "DescribeScalingGroups")
-            return {}
+            return None
         return found
 
     def _observe_group(

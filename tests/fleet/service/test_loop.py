@@ -213,6 +213,23 @@ def test_a_group_that_does_not_exist_is_reported_and_left_alone(fake_world):
     assert not result.actions
 
 
+def test_a_group_name_that_does_not_exist_is_named_in_the_error(tmp_path):
+    with mock_aliyun(boot_seconds=30) as cloud:
+        cloud.create_group_for_tests(name="chat", min_size=1, max_size=10, in_service=1, region_id=REGION)
+        path = tmp_path / "fleet.yaml"
+        path.write_text(
+            f"region: {REGION}\naccount_id: '1234567890'\ngroups:\n"
+            "  - {name: chat, scaling_group_name: chat-typo, min_size: 1, max_size: 10}\n"
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        svc = build_service(load_config(path, env={}), clients, database_url="sqlite://", clock=cloud.now)
+        try:
+            result = svc.tick(cloud.now())
+        finally:
+            svc.close()
+    assert "group chat: scaling group 'chat-typo' not found" in result.errors
+
+
 def test_a_dry_run_replica_never_takes_the_real_lease_or_history(fake_world):
     cloud, real, _ = fake_world("min_size: 1\nmax_size: 4\nwarm_floor: 1\n")
     _, shadow, _ = fake_world("min_size: 1\nmax_size: 4\nwarm_floor: 1\n", dry_run=True)
