@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet.testing.cloud import DEFAULT_ACCOUNT_ID, FakeCloud
 from fleet.testing.core.clock import Clock, ScaledClock
+from fleet.testing.core.errors import AliyunError
 from fleet.testing.core.params import parse_time_s
 
 CONTROL_PREFIX = "/_fake/"
@@ -63,6 +64,8 @@ class FakeControl:
             return 200, route(body)
         except ControlError as err:
             return 400, {"error": str(err)}
+        except AliyunError as err:  # e.g. /_fake/groups with MinSize above MaxSize: the API's own refusal
+            return err.status, {"error": str(err), "code": err.code}
         except (ValueError, TypeError, KeyError) as err:
             return 400, {"error": f"{type(err).__name__}: {err}"}
 

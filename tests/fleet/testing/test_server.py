@@ -148,6 +148,12 @@ def test_groups_endpoint_builds_a_group(server: FakeAliyunServer) -> None:
     assert status == 200 and server.cloud.ess.groups[body["group_id"]].max_size == 4
 
 
+def test_groups_endpoint_answers_an_invalid_group_with_the_api_error(server: FakeAliyunServer) -> None:
+    status, body = call(server, "POST", "groups", {"min_size": 5, "max_size": 1})
+    assert status == 400 and body["code"] == "InvalidParameter.Conflict"
+    assert server.cloud.ess.groups == {}
+
+
 def test_unknown_control_endpoint_is_404(server: FakeAliyunServer) -> None:
     assert call(server, "POST", "teleport", {})[0] == 404
 
