@@ -477,6 +477,8 @@ def release(
     service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
 ) -> None:
     """Return an isolated instance to service (ExitStandby) and close its incident."""
+    if not instance_id.strip():
+        fail("release needs an instance id, e.g. fleet release i-...")
     store = _open(database, service)
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
     console.print(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick")

@@ -242,3 +242,9 @@ def test_sla_report_never_shows_a_negative_time_to_respond(tmp_path, capsys):
     report = _json(capsys)
     assert report["incidents"][0]["time_to_respond_s"] == 0.0
     assert report["summary"]["median_time_to_respond_s"] == 0.0
+
+
+def test_release_without_an_instance_id_queues_nothing_exit_2(db, capsys):
+    assert main(["release", " ", "--database", db]) == 2
+    assert "instance id" in capsys.readouterr().err
+    assert open_store(db).pending_requests() == []
