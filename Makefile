@@ -36,7 +36,6 @@ prometheus:
 # service loop (business-hours floor, queue/KV/TTFT scaling, one GPU overheating), with an HTML report.
 demo: $(STAMP)
 	$(BIN)/fleet simulate --report reports/demo.html
-	@echo "report: reports/demo.html"
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
