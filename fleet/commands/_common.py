@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from fleet.config import FleetConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -21,6 +27,23 @@ def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     # escaped: messages quote user input and formats like "[time, value]", which rich would take as markup
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def fail_lines(lines: list[str], code: int = EXIT_INVALID) -> NoReturn:
+    """Print several problems, one clear line each (as ``fleet validate`` does), then exit."""
+    for line in lines[:-1]:
+        err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    fail(lines[-1] if lines else "invalid input", code)
+
+
+def load_config_or_exit(path: Path | str, env: Mapping[str, str] | None = None) -> FleetConfig:
+    """fleet.yaml for a command: every problem as ``file: field: reason``, one per line, and exit 2."""
+    from fleet.config import ConfigError, load_config
+
+    try:
+        return load_config(path, env=env)
+    except ConfigError as exc:
+        fail_lines(list(exc.problems) or [f"{path}: invalid config"])
 
 
 def print_json(obj: Any) -> None:

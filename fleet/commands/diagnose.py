@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from fleet.commands._common import console, err_console, fail, print_json
+from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -166,14 +166,9 @@ def diagnose(
 
 def _read_cloud(config: Path, group: str | None, start: datetime, end: datetime, period_s: int) -> list[Any]:
     from fleet.cloud.clients import make_clients
-    from fleet.config import ConfigError, load_config
     from fleet.diagnose.reader import ReadError, context_for, read_window
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        lines = str(exc).splitlines() or [str(exc)]
-        fail(lines[0] if len(lines) == 1 else f"{lines[0]} (and {len(lines) - 1} more problem(s))")
+    cfg = load_config_or_exit(config)
     specs = list(cfg.groups)
     if group is not None:
         specs = [s for s in specs if s.name == group]

@@ -5,33 +5,22 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from fleet.commands._common import EXIT_INVALID, console, err_console, print_json
-from fleet.commands._common import fail as _fail_markup
-from fleet.config import ConfigError, FleetConfig, config_json_schema, load_config
-
-
-def fail(message: str) -> NoReturn:
-    _fail_markup(escape(message))
-
-
-def _fail_lines(lines: list[str]) -> NoReturn:
-    for line in lines:
-        err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_INVALID)
-
-
-def _load_config_or_exit(path: Path) -> FleetConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        _fail_lines(exc.problems)
+from fleet.commands._common import (
+    console,
+    err_console,
+    fail,
+    fail_lines,
+    load_config_or_exit,
+    print_json,
+)
+from fleet.config import config_json_schema
 
 
 def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
@@ -53,7 +42,7 @@ def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
             if err["type"] == "json_invalid":
                 msg = f"not valid JSON: {err.get('ctx', {}).get('error', msg)}"
             lines.append(f"{path}: {loc or '(top level)'}: {msg}")
-        _fail_lines(lines)
+        fail_lines(lines)
 
 
 def _parse_at(value: str) -> datetime:
@@ -85,7 +74,7 @@ def register(app: typer.Typer) -> None:
         """Decide once, offline, what the service would do: the shadow mode."""
         from policies import History, Snapshot, decide
 
-        cfg = _load_config_or_exit(config)
+        cfg = load_config_or_exit(config)
         snap = _load_json_model(snapshot, Snapshot, "snapshot")
         hist = _load_json_model(history, History, "history") if history is not None else None
         now = _parse_at(at) if at is not None else snap.taken_at
@@ -113,7 +102,7 @@ def register(app: typer.Typer) -> None:
             return
         if config is None:
             fail("--config is required (or use --schema)")
-        cfg = _load_config_or_exit(config)
+        cfg = load_config_or_exit(config)
         for warning in cfg.warnings():
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",

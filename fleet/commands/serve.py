@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from fleet.commands._common import console, err_console, fail, print_json
+from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
 
 DB_HELP = "database URL (default: $FLEET_DATABASE_URL, else sqlite:///fleet.db in the working directory)"
 SERVICE_HELP = "service name in the store (the lease name; default $FLEET_SERVICE_NAME or 'fleet')"
@@ -141,19 +141,11 @@ def serve(
     from dataclasses import replace
 
     from fleet.cloud.clients import make_clients
-    from fleet.config import ConfigError, load_config
     from fleet.service.api import ApiServer, create_app
     from fleet.service.loop import ServiceSettings, build_service, run_forever
     from fleet.service.store import default_database_url
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        for line in str(exc).splitlines() or [str(exc)]:
-            err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except FileNotFoundError:
-        fail(f"{config}: no such file")
+    cfg = load_config_or_exit(config)
     settings = ServiceSettings.from_config(cfg)
     if port is not None:
         settings = replace(settings, api_port=port)

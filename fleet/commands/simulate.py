@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
-from fleet.commands._common import console, err_console, fail, print_json
+from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
 
 bench_app = typer.Typer(
     name="bench",
@@ -39,19 +38,12 @@ def _check_report_path(report: Path) -> None:
 
 
 def _load(config: Path | None) -> Any:
-    from fleet.config import ConfigError, load_config
     from fleet.sim.scenario import DEFAULT_CONFIG
 
     path = config or DEFAULT_CONFIG
     if not path.is_file():
         fail(f"{path}: no such config file" + ("" if config else " (the embedded default is missing)"))
-    try:
-        cfg = load_config(path, env={})
-    except ConfigError as exc:
-        # one line per problem, each already "file: field: reason", as fleet validate prints them
-        for line in exc.problems[:-1]:
-            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        fail(exc.problems[-1] if exc.problems else f"{path}: invalid config")
+    cfg = load_config_or_exit(path, env={})
     if not cfg.groups:
         fail(f"{path}: groups: the simulator needs at least one scaling group")
     return cfg

@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from fleet.commands._common import console, err_console, fail
+from fleet.commands._common import console, fail, load_config_or_exit
 
 terraform_app = typer.Typer(
     name="terraform",
@@ -40,19 +39,10 @@ def export(
     ),
 ) -> None:
     """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
-    from fleet.config import ConfigError, load_config
     from fleet.terraform_export import ExportError, build_tfvars
 
     now = _parse_at(at)
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        # one line per problem, each already "file: field: reason", as fleet validate prints them
-        for line in exc.problems[:-1]:
-            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        fail(exc.problems[-1] if exc.problems else f"{config_path}: invalid config")
-    except OSError as exc:
-        fail(f"{config_path}: {exc.strerror or exc}")
+    config = load_config_or_exit(config_path)
     try:
         tfvars = build_tfvars(config, group, now=now, scheduled_tasks=scheduled_tasks)
     except ExportError as exc:
