@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +228,3 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 str(s["max_instances"]),
             )
         con.print(table)
-
-
-def _dump(obj: Any) -> None:  # pragma: no cover - debugging aid
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")

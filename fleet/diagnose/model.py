@@ -59,14 +59,6 @@ class InstanceWindow:
     def values(self, metric: str) -> list[float]:
         return [v for _, v in self.metrics.get(metric, ())]
 
-    def first_sample_at(self) -> datetime | None:
-        times = [s[0][0] for s in self.metrics.values() if s]
-        return min(times) if times else None
-
-    def last_sample_at(self) -> datetime | None:
-        times = [s[-1][0] for s in self.metrics.values() if s]
-        return max(times) if times else None
-
 
 @dataclass
 class GroupContext:

@@ -973,7 +973,3 @@ def parse_scale_out(cause: str | None) -> tuple[int, int] | None:
         return None
     a, b = int(m.group(1)), int(m.group(2))
     return (a, b) if b > a else None
-
-
-def findings_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    return [f.to_json() for f in findings]
