@@ -31,11 +31,14 @@ from policies import metrics as m
 
 # ---- value types -------------------------------------------------------------------------------------------
 
-_DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+_DURATION_PATTERN = r"^(\d+(\.\d+)?d)?(\d+(\.\d+)?h)?(\d+(\.\d+)?m)?(\d+(\.\d+)?s)?$"
+_DURATION_RE = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
+)
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m`` or a plain number of seconds."""
+    """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m``, ``7d`` or a plain number of seconds."""
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30s, 10m or 4h")
     if isinstance(value, int | float):
@@ -50,8 +53,8 @@ def parse_duration(value: Any) -> float:
             match = _DURATION_RE.match(text)
             if not text or not match or not any(match.groups()):
                 raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m, 4h or 1h30m") from None
-            h, mi, s = (float(g) if g else 0.0 for g in match.groups())
-            seconds = h * 3600 + mi * 60 + s
+            d, h, mi, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = d * 86400 + h * 3600 + mi * 60 + s
         if seconds < 0:
             raise ValueError("a duration cannot be negative")
         return seconds
@@ -65,9 +68,9 @@ Duration = Annotated[
         {
             "anyOf": [
                 {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"^(\d+(\.\d+)?h)?(\d+(\.\d+)?m)?(\d+(\.\d+)?s)?$"},
+                {"type": "string", "pattern": _DURATION_PATTERN},
             ],
-            "description": "seconds, or a duration such as 30s, 10m, 4h, 1h30m",
+            "description": "seconds, or a duration such as 30s, 10m, 4h, 1h30m, 7d",
         }
     ),
 ]

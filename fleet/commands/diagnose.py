@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,6 @@ from typing import Any
 import typer
 
 from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
 def register(app: typer.Typer) -> None:
@@ -35,16 +32,13 @@ def _register_bench(app: typer.Typer) -> None:
 
 
 def parse_since(text: str) -> float:
-    """``30m``, ``2h``, ``90s``, ``1h30m`` or plain seconds -> seconds (positive)."""
-    t = text.strip().lower()
+    """``30m``, ``2h``, ``90s``, ``1h30m``, ``7d`` or plain seconds -> seconds (positive)."""
+    from policies.spec import parse_duration
+
     try:
-        seconds = float(t)
+        seconds = parse_duration(text)
     except ValueError:
-        m = _DURATION.match(t)
-        if not t or not m or not any(m.groups()):
-            raise ValueError(f"--since: {text!r} is not a duration like 30m, 2h, 90s") from None
-        h, mi, s = (float(x) if x else 0.0 for x in m.groups())
-        seconds = h * 3600 + mi * 60 + s
+        raise ValueError(f"--since: {text!r} is not a duration like 30m, 2h, 90s") from None
     if seconds <= 0:
         raise ValueError(f"--since: {text!r} must be positive")
     return seconds

@@ -303,14 +303,11 @@ def decisions(
 
 
 def _since_days(text: str) -> timedelta:
-    """Durations as `fleet` writes them, plus days (`7d`) for reports."""
-    t = text.strip().lower()
-    if t.endswith("d") and t[:-1].replace(".", "", 1).isdigit():
-        return timedelta(days=float(t[:-1]))
+    """Durations as `fleet` writes them (`30m`, `4h`, `7d`)."""
     from policies.spec import parse_duration
 
     try:
-        return timedelta(seconds=parse_duration(t))
+        return timedelta(seconds=parse_duration(text))
     except ValueError:
         fail(f"--since: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
 

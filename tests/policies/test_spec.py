@@ -185,3 +185,10 @@ def test_spec_json_round_trip_keeps_every_value():
     )
     again = type(spec).model_validate_json(spec.model_dump_json(by_alias=True))
     assert again == spec
+
+
+def test_durations_take_days_for_reports_and_windows():
+    from policies.spec import parse_duration
+
+    assert parse_duration("7d") == 7 * 86400
+    assert parse_duration("1d12h") == 36 * 3600
