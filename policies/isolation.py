@@ -580,15 +580,7 @@ def run(
                 isolated=len(admitted),
                 max_isolated=max_isolated,
             )
-            result.warnings.append(
-                PlanWarning(
-                    code=WarningCode.GUARDRAIL_MAX_ISOLATED,
-                    group=group.name,
-                    instance_id=inc.instance_id,
-                    incident_id=inc.incident_id,
-                    detail=detail,
-                )
-            )
+            _warn_about(result, WarningCode.GUARDRAIL_MAX_ISOLATED, group.name, inc, detail)
             continue
         inc.admitted_at = now
         admitted.append(inc)
@@ -901,6 +893,15 @@ def _wait(
     steps.add(inc, StepAction.WAIT, reason, detail, **inputs)
 
 
+def _warn_about(result: IsolationResult, code: WarningCode, group: str, inc: Incident, detail: str) -> None:
+    """Add a plan warning that concerns one incident (and so its instance)."""
+    result.warnings.append(
+        PlanWarning(
+            code=code, group=group, instance_id=inc.instance_id, incident_id=inc.incident_id, detail=detail
+        )
+    )
+
+
 def _sla(
     result: IsolationResult,
     inc: Incident,
@@ -923,15 +924,7 @@ def _sla(
         else:
             code = None
         if code is not None:
-            result.warnings.append(
-                PlanWarning(
-                    code=code,
-                    group=group,
-                    instance_id=inc.instance_id,
-                    incident_id=inc.incident_id,
-                    detail=detail,
-                )
-            )
+            _warn_about(result, code, group, inc, detail)
     if inc.isolated_at is None and not respond_only:
         if now > inc.isolate_by:
             code, detail = WarningCode.SLA_ISOLATE_BREACHED, f"not isolated by {inc.isolate_by.isoformat()}"
@@ -941,12 +934,4 @@ def _sla(
         else:
             code = None
         if code is not None:
-            result.warnings.append(
-                PlanWarning(
-                    code=code,
-                    group=group,
-                    instance_id=inc.instance_id,
-                    incident_id=inc.incident_id,
-                    detail=detail,
-                )
-            )
+            _warn_about(result, code, group, inc, detail)
