@@ -554,7 +554,7 @@ def run(
             continue  # closed below as gone
         if not inc.manual:
             if gh.breaker.open:
-                _wait(steps, result, inc, now, ReasonCode.BREAKER_OPEN, gh.breaker.reason, group.name)
+                _wait(steps, inc, now, ReasonCode.BREAKER_OPEN, gh.breaker.reason)
                 continue
             if rank.get(inc.incident_id, 0) > breaker_limit:
                 gh.breaker.open = True
@@ -565,18 +565,16 @@ def run(
                     "automatic isolation paused until a human resets the breaker"
                 )
                 _note(inc, now, ReasonCode.BREAKER_TRIPPED, gh.breaker.reason)
-                _wait(steps, result, inc, now, ReasonCode.BREAKER_TRIPPED, gh.breaker.reason, group.name)
+                _wait(steps, inc, now, ReasonCode.BREAKER_TRIPPED, gh.breaker.reason)
                 continue
         if len(admitted) >= max_isolated:
             detail = f"{len(admitted)} of at most {max_isolated} instances already out for isolation"
             _wait(
                 steps,
-                result,
                 inc,
                 now,
                 ReasonCode.GUARDRAIL_MAX_ISOLATED,
                 detail,
-                group.name,
                 isolated=len(admitted),
                 max_isolated=max_isolated,
             )
@@ -880,14 +878,7 @@ def _close(inc: Incident, now: datetime, reason: ReasonCode, outcome: str) -> No
 
 
 def _wait(
-    steps: _Steps,
-    result: IsolationResult,
-    inc: Incident,
-    now: datetime,
-    reason: ReasonCode,
-    detail: str,
-    group: str,
-    **inputs: Scalar,
+    steps: _Steps, inc: Incident, now: datetime, reason: ReasonCode, detail: str, **inputs: Scalar
 ) -> None:
     _note(inc, now, reason, detail)
     steps.add(inc, StepAction.WAIT, reason, detail, **inputs)
