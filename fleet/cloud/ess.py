@@ -279,19 +279,21 @@ class EssAdapter:
         description: str | None = None,
     ) -> str:
         req = m.CreateScheduledTaskRequest(
-            region_id=self._region,
-            scaling_group_id=group_id,
-            scheduled_task_name=name,
-            launch_time=_ess_time(launch_time),
-            recurrence_type=recurrence_type,
-            recurrence_value=recurrence_value,
-            recurrence_end_time=_ess_time(recurrence_end_time),
-            min_value=min_value,
-            max_value=max_value,
-            desired_capacity=desired_capacity,
-            task_enabled=enabled,
-            launch_expiration_time=launch_expiration_s,
-            description=description,
+            **_scheduled_task_fields(
+                region=self._region,
+                group_id=group_id,
+                name=name,
+                launch_time=launch_time,
+                recurrence_type=recurrence_type,
+                recurrence_value=recurrence_value,
+                recurrence_end_time=recurrence_end_time,
+                min_value=min_value,
+                max_value=max_value,
+                desired_capacity=desired_capacity,
+                enabled=enabled,
+                launch_expiration_s=launch_expiration_s,
+                description=description,
+            )
         )
         # Not idempotent (no ClientToken): a 5xx may hide a created task, so only rejections are retried.
         resp = self._call(
@@ -318,20 +320,22 @@ class EssAdapter:
     ) -> None:
         """Change the given fields of a scheduled task; fields left None are not sent (so not changed)."""
         req = m.ModifyScheduledTaskRequest(
-            region_id=self._region,
             scheduled_task_id=task_id,
-            scaling_group_id=group_id,
-            scheduled_task_name=name,
-            launch_time=_ess_time(launch_time),
-            recurrence_type=recurrence_type,
-            recurrence_value=recurrence_value,
-            recurrence_end_time=_ess_time(recurrence_end_time),
-            min_value=min_value,
-            max_value=max_value,
-            desired_capacity=desired_capacity,
-            task_enabled=enabled,
-            launch_expiration_time=launch_expiration_s,
-            description=description,
+            **_scheduled_task_fields(
+                region=self._region,
+                group_id=group_id,
+                name=name,
+                launch_time=launch_time,
+                recurrence_type=recurrence_type,
+                recurrence_value=recurrence_value,
+                recurrence_end_time=recurrence_end_time,
+                min_value=min_value,
+                max_value=max_value,
+                desired_capacity=desired_capacity,
+                enabled=enabled,
+                launch_expiration_s=launch_expiration_s,
+                description=description,
+            ),
         )
         self._call("ModifyScheduledTask", lambda: self._client.modify_scheduled_task(req))
 
@@ -424,6 +428,40 @@ def _write_ids(instance_ids: Sequence[str], action: str) -> list[str]:
             f"{action}: {len(ids)} instance ids given, ESS accepts at most {MAX_INSTANCES_PER_WRITE}"
         )
     return ids
+
+
+def _scheduled_task_fields(
+    *,
+    region: str | None,
+    group_id: str | None,
+    name: str | None,
+    launch_time: datetime | str | None,
+    recurrence_type: str | None,
+    recurrence_value: str | None,
+    recurrence_end_time: datetime | str | None,
+    min_value: int | None,
+    max_value: int | None,
+    desired_capacity: int | None,
+    enabled: bool | None,
+    launch_expiration_s: int | None,
+    description: str | None,
+) -> dict[str, Any]:
+    """Request fields Create- and ModifyScheduledTask share, in the SDK's names (None: not sent)."""
+    return {
+        "region_id": region,
+        "scaling_group_id": group_id,
+        "scheduled_task_name": name,
+        "launch_time": _ess_time(launch_time),
+        "recurrence_type": recurrence_type,
+        "recurrence_value": recurrence_value,
+        "recurrence_end_time": _ess_time(recurrence_end_time),
+        "min_value": min_value,
+        "max_value": max_value,
+        "desired_capacity": desired_capacity,
+        "task_enabled": enabled,
+        "launch_expiration_time": launch_expiration_s,
+        "description": description,
+    }
 
 
 def _ess_time(value: datetime | str | None) -> str | None:
