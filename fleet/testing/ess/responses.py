@@ -3,10 +3,11 @@ arrays)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fleet.testing.core.errors import AliyunError, invalid
-from fleet.testing.core.params import parse_time_s
+from fleet.testing.core.params import Params, parse_time_s
 from fleet.testing.core.responses import BaseResponse, page
 from fleet.testing.ess.models import EssBackend
 
@@ -102,13 +103,7 @@ class EssResponse(BaseResponse):
             name=p.str("ScalingGroupName"),
             region_id=p.str("RegionId"),
         )
-        items, number, size = page(groups, p)
-        return {
-            "ScalingGroups": [self.ess.group_as_api(g) for g in items],
-            "TotalCount": len(groups),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("ScalingGroups", groups, p, self.ess.group_as_api)
 
     def modify_scaling_group(self) -> dict[str, Any]:
         p = self.params
@@ -199,13 +194,7 @@ class EssResponse(BaseResponse):
         if p.list("ScalingConfigurationNames"):
             wanted = set(p.list("ScalingConfigurationNames"))
             configs = [c for c in configs if c.name in wanted]
-        items, number, size = page(configs, p)
-        return {
-            "ScalingConfigurations": [c.as_api() for c in items],
-            "TotalCount": len(configs),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("ScalingConfigurations", configs, p)
 
     # ---- rules ---------------------------------------------------------------------------------------------
     def create_scaling_rule(self) -> dict[str, Any]:
@@ -241,13 +230,7 @@ class EssResponse(BaseResponse):
                 rules = [r for r in rules if getattr(r, attr) in wanted]
         if p.str("ScalingRuleType"):
             rules = [r for r in rules if r.rule_type == p.str("ScalingRuleType")]
-        items, number, size = page(rules, p)
-        return {
-            "ScalingRules": [r.as_api() for r in items],
-            "TotalCount": len(rules),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("ScalingRules", rules, p)
 
     def delete_scaling_rule(self) -> dict[str, Any]:
         rule_id = self.params.req("ScalingRuleId")
@@ -366,13 +349,7 @@ class EssResponse(BaseResponse):
             tasks = [t for t in tasks if t.name == p.str("TaskName")]
         if p.bool("TaskEnabled") is not None:
             tasks = [t for t in tasks if t.enabled == p.bool("TaskEnabled")]
-        items, number, size = page(tasks, p)
-        return {
-            "ScheduledTasks": [t.as_api() for t in items],
-            "TotalCount": len(tasks),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("ScheduledTasks", tasks, p)
 
     def delete_scheduled_task(self) -> dict[str, Any]:
         self.ess.delete_scheduled_task(self.params.req("ScheduledTaskId"))
@@ -416,13 +393,7 @@ class EssResponse(BaseResponse):
             alarms = [a for a in alarms if a.state == p.str("State")]
         if p.str("MetricType"):
             alarms = [a for a in alarms if a.metric_type == p.str("MetricType")]
-        items, number, size = page(alarms, p)
-        return {
-            "AlarmList": [a.as_api() for a in items],
-            "TotalCount": len(alarms),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("AlarmList", alarms, p)
 
     def delete_alarm(self) -> dict[str, Any]:
         self.ess.delete_alarm(self.params.req("AlarmTaskId"))
@@ -458,14 +429,7 @@ class EssResponse(BaseResponse):
             activity_id=p.str("ScalingActivityId"),
             config_id=p.str("ScalingConfigurationId"),
         )
-        items, number, size = page(found, p)
-        return {
-            "ScalingInstances": [i.as_api() for i in items],
-            "TotalCount": len(found),
-            "PageNumber": number,
-            "PageSize": size,
-            "TotalSpotCount": 0,
-        }
+        return {**_paged_answer("ScalingInstances", found, p), "TotalSpotCount": 0}
 
     def enter_standby(self) -> dict[str, Any]:
         p = self.params
@@ -548,13 +512,7 @@ class EssResponse(BaseResponse):
             hooks = [h for h in hooks if h.hook_id in wanted]
         if p.str("LifecycleHookName"):
             hooks = [h for h in hooks if h.name == p.str("LifecycleHookName")]
-        items, number, size = page(hooks, p)
-        return {
-            "LifecycleHooks": [h.as_api() for h in items],
-            "TotalCount": len(hooks),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("LifecycleHooks", hooks, p)
 
     def delete_lifecycle_hook(self) -> dict[str, Any]:
         hook_id = self.params.str("LifecycleHookId")
@@ -623,10 +581,13 @@ class EssResponse(BaseResponse):
             )
         if p.str("StatusCode"):
             activities = [a for a in activities if a.status_code == p.str("StatusCode")]
-        items, number, size = page(activities, p)
-        return {
-            "ScalingActivities": [a.as_api() for a in items],
-            "TotalCount": len(activities),
-            "PageNumber": number,
-            "PageSize": size,
-        }
+        return _paged_answer("ScalingActivities", activities, p)
+
+
+def _paged_answer(
+    key: str, rows: list[Any], params: Params, as_api: Callable[[Any], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One page of `rows` in ESS's list answer shape: `key` (rows as API dicts), TotalCount, paging echo."""
+    items, number, size = page(rows, params)
+    to_api = as_api or (lambda row: row.as_api())
+    return {key: [to_api(r) for r in items], "TotalCount": len(rows), "PageNumber": number, "PageSize": size}
