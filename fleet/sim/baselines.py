@@ -38,6 +38,18 @@ class ControllerStats:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _current_size(group: Any) -> int:
+    """The group's desired capacity, or its total when ESS reports no desired value (as a rule would read)."""
+    return group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+
+
+def _scale(ctrl: Any, now: datetime, target: int, reason: str, **detail: Any) -> None:
+    """Writes ``target`` through ESS with an idempotent token and records the decision in ``ctrl.stats``."""
+    ctrl.ess.scale_to(ctrl.group_id, target, _token(ctrl.name, ctrl.group_id, now.isoformat(), target))
+    ctrl.stats.scale_actions += 1
+    ctrl.stats.decisions.append({"at": now.isoformat(), "desired": target, **detail, "reason": reason})
+
+
 class StaticPeak:
     """Pins the group at ``size`` (min = max = desired) once, then does nothing."""
 
@@ -134,21 +146,12 @@ class EssAlarmRule:
             return
         if self._last_action is not None and (now - self._last_action).total_seconds() < self.p.cooldown_s:
             return  # the group's cooldown rejects simple-rule executions
-        current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+        current = _current_size(group)
         target = min(self.max_size, max(self.min_size, current + step))
         if target == current:
             return
-        self.ess.scale_to(self.group_id, target, _token("ess-alarm", self.group_id, now.isoformat(), target))
+        _scale(self, now, target, "alarm_high" if step > 0 else "alarm_low", gpu_util_avg=round(avg, 1))
         self._last_action = now
-        self.stats.scale_actions += 1
-        self.stats.decisions.append(
-            {
-                "at": now.isoformat(),
-                "desired": target,
-                "gpu_util_avg": round(avg, 1),
-                "reason": "alarm_high" if step > 0 else "alarm_low",
-            }
-        )
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ class TargetTracking:
             return
         self._next_sync = now + timedelta(seconds=self.p.sync_s)
         group = self.ess.describe_scaling_groups([self.group_id])[0]
-        current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+        current = _current_size(group)
         members = self.ess.describe_scaling_instances(self.group_id)
         pods = [i.instance_id for i in members if i.lifecycle_state in ("InService", "Pending")]
         in_service = [i.instance_id for i in members if i.lifecycle_state == "InService"]
@@ -230,15 +233,5 @@ class TargetTracking:
             desired = min(current, max(r for _, r in self._recs))
         if desired == current:
             return
-        self.ess.scale_to(
-            self.group_id, desired, _token("target-tracking", self.group_id, now.isoformat(), desired)
-        )
-        self.stats.scale_actions += 1
-        self.stats.decisions.append(
-            {
-                "at": now.isoformat(),
-                "desired": desired,
-                "metric": round(total / ready, 2),
-                "reason": "scale_up" if desired > current else "scale_down",
-            }
-        )
+        reason = "scale_up" if desired > current else "scale_down"
+        _scale(self, now, desired, reason, metric=round(total / ready, 2))
