@@ -472,27 +472,10 @@ class FaultSpecError(ValueError):
 
 
 def parse_duration_s(text: str) -> float:
-    """``90``, ``90s``, ``10m``, ``3h``, ``1h30m`` -> seconds."""
-    text = text.strip().lower()
-    if not text:
-        raise ValueError("empty duration")
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    total, num = 0.0, ""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    for ch in text:
-        if ch.isdigit() or ch == ".":
-            num += ch
-        elif ch in units and num:
-            total += float(num) * units[ch]
-            num = ""
-        else:
-            raise ValueError(f"bad duration {text!r}")
-    if num:
-        raise ValueError(f"bad duration {text!r} (a number without a unit at the end)")
-    return total
+    """``90``, ``90s``, ``10m``, ``3h``, ``1h30m``, ``1d`` -> seconds (the policy's own duration syntax)."""
+    from policies.spec import parse_duration
+
+    return parse_duration(text)
 
 
 def parse_fault_spec(text: str) -> Fault:
