@@ -482,43 +482,13 @@ def sla_report(
     """Incidents in a window: time to respond, time to isolate, SLA breaches."""
     from rich.table import Table
 
+    from fleet.service.sla import sla_report as build_report
+
+    window = _since_days(since)
     store = _open(database, service)
     now = _now()
-    rows = []
-    for inc in store.incidents(since=now - _since_days(since)):
-        # A manual isolation is acknowledged when the operator asked, before the leader opened the
-        # incident: that is a response time of zero, never a negative one.
-        respond_s = (
-            max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
-        )
-        isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
-        respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
-        # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
-        closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
-        isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)
-        rows.append(
-            {
-                "id": inc.id,
-                "group": inc.group_name,
-                "instance_id": inc.instance_id,
-                "state": inc.state,
-                "cause": inc.cause,
-                "detected_at": inc.detected_at.isoformat(),
-                "time_to_respond_s": respond_s,
-                "time_to_isolate_s": isolate_s,
-                "respond_breached": respond_breach,
-                "isolate_breached": isolate_breach,
-                "human_acknowledged": (inc.acknowledged_by or "").startswith("human:"),
-            }
-        )
-    summary = {
-        "since": (now - _since_days(since)).isoformat(),
-        "incidents": len(rows),
-        "respond_breaches": sum(r["respond_breached"] for r in rows),
-        "isolate_breaches": sum(r["isolate_breached"] for r in rows),
-        "median_time_to_respond_s": _median([r["time_to_respond_s"] for r in rows]),
-        "median_time_to_isolate_s": _median([r["time_to_isolate_s"] for r in rows]),
-    }
+    report = build_report(store, now - window, now)
+    summary, rows = report["summary"], report["incidents"]
     if as_json:
         print_json({"summary": summary, "incidents": rows})
         return
@@ -543,20 +513,6 @@ def sla_report(
         f"isolate {_dur(summary['median_time_to_isolate_s'])}",
         highlight=False,
     )
-
-
-def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:
-    if deadline is None:
-        return False
-    return (done or now) > deadline
-
-
-def _median(values: list[float | None]) -> float | None:
-    xs = sorted(v for v in values if v is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _dur(seconds: float | None) -> str:

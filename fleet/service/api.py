@@ -1,4 +1,5 @@
-"""The status API: health, status and Prometheus metrics for everyone, operator actions behind a bearer token.
+"""The status API: health, status and Prometheus metrics for everyone, operator actions behind a bearer token,
+and the web console (fleet/service/console, docs/console.md) on the same listener.
 
 Reads come from the shared store (so every replica answers the same) plus the replica's own last tick.
 Mutations never touch the cloud directly: pausing a group writes a control row, and acknowledging, isolating
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.store import Store
 
@@ -44,9 +46,50 @@ def create_app(
     status: Callable[[], dict[str, Any]],
     health: Callable[[], dict[str, Any]],
 ) -> Starlette:
-    """The Starlette app; callables give the live view so the app holds no state of its own."""
+    """The Starlette app: the JSON API and the web console; callables give the live view (no state here)."""
+    api = _StatusApi(
+        store=store, metrics=metrics, token=token, clock=clock, groups=groups, status=status, health=health
+    )
+    console = Console(store=store, token=token, clock=clock, groups=groups, status=status)
+    return Starlette(routes=api.routes() + console.routes())
 
-    def authorized(request: Request) -> Response | None:
+
+class _StatusApi:
+    """The JSON endpoints; each handler is a method so that none hides inside one long factory."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        metrics: ServiceMetrics,
+        token: str | None,
+        clock: Callable[[], datetime],
+        groups: Callable[[], set[str]],
+        status: Callable[[], dict[str, Any]],
+        health: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.token = token
+        self.clock = clock
+        self.groups = groups
+        self.status = status
+        self.health = health
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/status", self.status_view, methods=["GET"]),
+            Route("/metrics", self.metrics_view, methods=["GET"]),
+            Route("/groups/{name}/pause", self.pause_or_resume(True), methods=["POST"]),
+            Route("/groups/{name}/resume", self.pause_or_resume(False), methods=["POST"]),
+            Route("/incidents/{incident_id}/ack", self.ack, methods=["POST"]),
+            Route("/isolate", self.operator_request("isolate"), methods=["POST"]),
+            Route("/release", self.operator_request("release"), methods=["POST"]),
+        ]
+
+    def authorized(self, request: Request) -> Response | None:
+        token = self.token
         if not token:
             return _json({"error": "mutations disabled: no API token configured"}, 403)
         header = request.headers.get("authorization", "")
@@ -59,7 +102,7 @@ def create_app(
             return _json({"error": "invalid token"}, 403)
         return None
 
-    async def body_of(request: Request) -> dict[str, Any]:
+    async def body_of(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
         if not raw:
             return {}
@@ -69,72 +112,61 @@ def create_app(
             return {"__invalid__": True}
         return data if isinstance(data, dict) else {"__invalid__": True}
 
-    async def healthz(request: Request) -> Response:
-        return _json({"ok": True, **health()})
+    async def healthz(self, request: Request) -> Response:
+        return _json({"ok": True, **self.health()})
 
-    async def status_view(request: Request) -> Response:
-        return _json(status())
+    async def status_view(self, request: Request) -> Response:
+        return _json(self.status())
 
-    async def metrics_view(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics_view(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def pause_or_resume(paused: bool) -> Callable[[Request], Any]:
+    def pause_or_resume(self, paused: bool) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
-            if (denied := authorized(request)) is not None:
+            if (denied := self.authorized(request)) is not None:
                 return denied
             name = request.path_params["name"]
-            known = groups()
+            known = self.groups()
             if name not in known:
                 return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
-            body = await body_of(request)
-            store.set_paused(name, paused, "api", clock(), reason=str(body.get("reason", "")))
+            body = await self.body_of(request)
+            self.store.set_paused(name, paused, "api", self.clock(), reason=str(body.get("reason", "")))
             log.info("group %s %s through the API", name, "paused" if paused else "resumed")
             return _json({"group": name, "paused": paused})
 
         return handler
 
-    async def ack(request: Request) -> Response:
-        if (denied := authorized(request)) is not None:
+    async def ack(self, request: Request) -> Response:
+        if (denied := self.authorized(request)) is not None:
             return denied
         incident_id = request.path_params["incident_id"]
-        body = await body_of(request)
+        body = await self.body_of(request)
         actor = str(body.get("actor") or "api")
-        now = clock()
-        if not store.acknowledge_incident(incident_id, actor, now):
+        now = self.clock()
+        if not self.store.acknowledge_incident(incident_id, actor, now):
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
-        store.add_request("ack", now, incident_id=incident_id, actor=f"human:{actor}")
+        self.store.add_request("ack", now, incident_id=incident_id, actor=f"human:{actor}")
         return _json({"incident": incident_id, "acknowledged_by": actor})
 
-    def operator_request(kind: str) -> Callable[[Request], Any]:
+    def operator_request(self, kind: str) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
-            if (denied := authorized(request)) is not None:
+            if (denied := self.authorized(request)) is not None:
                 return denied
-            body = await body_of(request)
+            body = await self.body_of(request)
             instance_id = body.get("instance_id")
             if body.get("__invalid__") or not isinstance(instance_id, str) or not instance_id:
                 return _json({"error": "body must be JSON with a string field instance_id"}, 400)
             reason = str(body.get("reason") or "")
             if kind == "isolate" and not reason:
                 return _json({"error": "isolate needs a reason"}, 400)
-            rid = store.add_request(
-                kind, clock(), instance_id=instance_id, reason=reason, actor=str(body.get("actor") or "api")
+            actor = str(body.get("actor") or "api")
+            rid = self.store.add_request(
+                kind, self.clock(), instance_id=instance_id, reason=reason, actor=actor
             )
             return _json({"request": rid, "kind": kind, "instance_id": instance_id, "queued": True}, 202)
 
         return handler
-
-    routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/status", status_view, methods=["GET"]),
-        Route("/metrics", metrics_view, methods=["GET"]),
-        Route("/groups/{name}/pause", pause_or_resume(True), methods=["POST"]),
-        Route("/groups/{name}/resume", pause_or_resume(False), methods=["POST"]),
-        Route("/incidents/{incident_id}/ack", ack, methods=["POST"]),
-        Route("/isolate", operator_request("isolate"), methods=["POST"]),
-        Route("/release", operator_request("release"), methods=["POST"]),
-    ]
-    return Starlette(routes=routes)
 
 
 class ApiServer:
