@@ -325,9 +325,10 @@ class Console:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """An urlencoded form's fields (first value each); a body over the limit or of another type is refused."""
+    """An urlencoded form's fields (first value each); another body reads as no fields (so its CSRF check
+    fails), one over the limit is refused."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        raise Refused(400, "expected a form post")
+        return {}
     raw = await request.body()
     if len(raw) > MAX_FORM_BYTES:
         raise Refused(413, "form too large")

@@ -1,0 +1,314 @@
+"""The console's routes through starlette's TestClient: rendering, escaping, sign-in, CSRF and the audit of
+every action. Fast; the browser-level checks live in test_browser.py."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from starlette.testclient import TestClient
+
+from fleet.service.api import create_app
+from fleet.service.console.security import SESSION_COOKIE, issue_session
+from fleet.service.metrics import ServiceMetrics
+from fleet.service.store import DecisionRecord, IncidentRecord, open_store
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+TOKEN = "console-token-1"
+HOSTILE = '<script>alert("x")</script>'
+
+
+def _status(paused: bool = False) -> dict:
+    return {
+        "service": "fleet",
+        "lease": {"holder": "replica-a", "epoch": 3},
+        "replica": {"holder": "replica-a", "leader": True, "last_tick_at": T0.isoformat()},
+        "groups": [
+            {
+                "name": "chat",
+                "paused": paused,
+                "desired": 7,
+                "in_service": 5,
+                "pending": 1,
+                "standby": 2,
+                "target": 7,
+                "floor": 4,
+                "active_schedules": ["business-hours"],
+            }
+        ],
+        "incidents": [],
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'console.db'}")
+    yield s
+    s.close()
+
+
+def _app(store, token: str | None = TOKEN, groups=("chat",)):
+    return create_app(
+        store=store,
+        metrics=ServiceMetrics(),
+        token=token,
+        clock=lambda: T0,
+        groups=lambda: set(groups),
+        status=lambda: {
+            **_status(),
+            "groups": [
+                dict(_status()["groups"][0], name=g, paused=g in store.paused_groups()) for g in groups
+            ],
+        },
+        health=lambda: {},
+    )
+
+
+@pytest.fixture
+def client(store):
+    return TestClient(_app(store), base_url="http://127.0.0.1:8780", follow_redirects=False)
+
+
+def sign_in(client: TestClient, name: str = "alice") -> str:
+    """Sign in and return the CSRF token the pages then carry."""
+    r = client.post("/console/signin", data={"name": name, "token": TOKEN})
+    assert r.status_code == 303, r.text
+    page = client.get("/console/incidents").text
+    match = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert match, "a signed-in page carries the CSRF token"
+    return match.group(1)
+
+
+def _decision(store, **kw) -> None:
+    base = dict(
+        service="fleet",
+        at=T0 - timedelta(minutes=30),
+        group_name="chat",
+        kind="scale",
+        action="scale_to",
+        decision_id="chat:scale:0",
+        outcome="applied",
+        reason="rule_scale_out; queue",
+        target=6,
+        inputs={
+            "in_service": 4,
+            "reasons": [
+                {"code": "rule_scale_out", "inputs": {"desired": 8}},
+                {"code": "floor_schedule", "inputs": {}},
+            ],
+        },
+        client_token="tok-abc",
+        request_id="req-123",
+    )
+    store.record_decision(DecisionRecord(**{**base, **kw}))
+
+
+def _incident(store, iid: str = "inc-1", closed: bool = False) -> None:
+    store.upsert_incident(
+        IncidentRecord(
+            id=iid,
+            service="fleet",
+            group_name="chat",
+            instance_id="i-hot1",
+            state="closed" if closed else "detected",
+            detected_at=T0 - timedelta(minutes=5),
+            updated_at=T0,
+            cause="metric: gpu_overheat",
+            respond_by=T0 + timedelta(minutes=10),
+            isolate_by=T0 + timedelta(hours=4),
+            closed_at=T0 if closed else None,
+        )
+    )
+
+
+def test_fleet_page_shows_each_group_with_its_numbers_and_floors(client, store):
+    _decision(store)
+    r = client.get("/console/")
+    assert r.status_code == 200
+    row = re.search(r"<tr><td><a href=\"/console/groups/chat\">chat</a>.*?</tr>", r.text, re.S).group(0)
+    cells = re.findall(r'<span class="num">([^<]*)</span>', row)
+    assert cells[:5] == ["7", "5", "6", "2", "7"]  # desired, InService, serving, Standby, target
+    assert "schedule: business-hours" in row and "floor_schedule" in row
+    assert "rule_scale_out; queue" in row and "<svg" in row
+
+
+def test_pages_load_nothing_from_another_origin(client, store):
+    _decision(store)
+    _incident(store)
+    for path in ("/console/", "/console/groups/chat", "/console/incidents", "/console/decisions"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        refs = re.findall(r'(?:src|href|action)="([^"]*)"', r.text)
+        assert refs and all(u.startswith(("/", "?", "#")) for u in refs), (path, refs)
+
+
+def test_store_data_is_escaped_everywhere(store):
+    client = TestClient(_app(store, groups=(HOSTILE,)), follow_redirects=False)
+    _decision(store, group_name=HOSTILE, reason=HOSTILE, inputs={"note": HOSTILE})
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-x",
+            service="fleet",
+            group_name=HOSTILE,
+            instance_id="i-1",
+            state="detected",
+            detected_at=T0,
+            updated_at=T0,
+            cause=HOSTILE,
+            respond_by=T0,
+            isolate_by=T0,
+        )
+    )
+    for path in (
+        "/console/",
+        "/console/incidents",
+        "/console/decisions",
+        "/console/decisions?group=" + HOSTILE,
+    ):
+        text = client.get(path).text
+        assert HOSTILE not in text, path
+        assert "&lt;script&gt;" in text, path
+
+
+def test_read_only_view_has_no_forms_and_actions_need_sign_in(client, store):
+    _incident(store)
+    page = client.get("/console/incidents").text
+    assert 'name="csrf"' not in page and "sign in" in page
+    r = client.post("/console/incidents/inc-1/ack", data={"csrf": "x"})
+    assert r.status_code == 401
+    assert store.incident("inc-1").acknowledged_by is None
+
+
+def test_sign_in_sets_an_httponly_samesite_strict_cookie_without_the_token(client):
+    r = client.post("/console/signin", data={"name": "alice", "token": TOKEN})
+    cookie = r.headers["set-cookie"]
+    assert r.status_code == 303
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert TOKEN not in cookie
+
+
+def test_wrong_token_is_refused_and_sets_no_cookie(client):
+    r = client.post("/console/signin", data={"name": "alice", "token": "guess"})
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+
+
+def test_a_forged_session_cookie_is_not_a_session(client, store):
+    other = issue_session("mallory", "another-token", T0).cookie
+    client.cookies.set(SESSION_COOKIE, other)
+    assert client.post("/console/groups/chat/pause", data={"csrf": "x"}).status_code == 401
+    assert store.paused_groups() == set()
+
+
+def test_an_action_without_the_csrf_token_is_refused(client, store):
+    sign_in(client)
+    r = client.post("/console/groups/chat/pause", data={})
+    assert r.status_code == 403 and "CSRF" in r.text
+    assert store.paused_groups() == set()
+
+
+def test_a_cross_origin_post_is_refused_even_with_the_csrf_token(client, store):
+    csrf = sign_in(client)
+    r = client.post(
+        "/console/groups/chat/pause", data={"csrf": csrf}, headers={"origin": "http://evil.example"}
+    )
+    assert r.status_code == 403
+    assert store.paused_groups() == set()
+
+
+def test_pause_and_resume_record_who_did_it(client, store):
+    csrf = sign_in(client, "bob")
+    r = client.post("/console/groups/chat/pause", data={"csrf": csrf, "next": "/console/"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/console/?")
+    assert store.paused_groups() == {"chat"}
+    with store.engine.connect() as c:
+        assert c.exec_driver_sql("select actor from group_controls").scalar_one() == "bob"
+    client.post("/console/groups/chat/resume", data={"csrf": csrf})
+    assert store.paused_groups() == set()
+
+
+def test_ack_isolate_and_release_reach_the_store_under_the_operators_name(client, store):
+    _incident(store)
+    csrf = sign_in(client, "carol")
+    assert client.post("/console/incidents/inc-1/ack", data={"csrf": csrf}).status_code == 303
+    assert store.incident("inc-1").acknowledged_by == "human:carol"
+    client.post("/console/isolate", data={"csrf": csrf, "instance_id": "i-hot1", "reason": "fans"})
+    client.post("/console/release", data={"csrf": csrf, "instance_id": "i-hot1"})
+    queued = [(q.kind, q.instance_id or q.incident_id, q.actor) for q in store.requests()]
+    assert queued == [
+        ("ack", "inc-1", "human:carol"),
+        ("isolate", "i-hot1", "carol"),
+        ("release", "i-hot1", "carol"),
+    ]
+
+
+def test_isolate_without_a_reason_is_refused(client, store):
+    csrf = sign_in(client)
+    r = client.post("/console/isolate", data={"csrf": csrf, "instance_id": "i-1"})
+    assert r.status_code == 400 and store.requests() == []
+
+
+def test_without_a_configured_token_nobody_signs_in_and_actions_are_refused(store):
+    client = TestClient(_app(store, token=None), follow_redirects=False)
+    assert "read-only (no API token configured)" in client.get("/console/").text
+    assert client.post("/console/signin", data={"name": "a", "token": ""}).status_code == 403
+    assert client.post("/console/groups/chat/pause", data={"csrf": ""}).status_code == 403
+
+
+def test_redirects_after_an_action_stay_inside_the_console(client, store):
+    csrf = sign_in(client)
+    r = client.post("/console/groups/chat/pause", data={"csrf": csrf, "next": "//evil.example/x"})
+    assert r.headers["location"].startswith("/console/?")
+
+
+def test_incidents_page_lists_open_incidents_first_with_countdowns(client, store):
+    _incident(store, "inc-old", closed=True)
+    _incident(store, "inc-new")
+    text = client.get("/console/incidents").text
+    assert text.index('id="incident-inc-new"') < text.index('id="incident-inc-old"')
+    deadline = (T0 + timedelta(minutes=10)).isoformat()
+    assert f'data-deadline="{deadline}"' in text and ">10m 0s<" in text
+    assert 'id="sla-summary"' in text
+
+
+def test_decisions_filter_by_outcome_and_reason_code(client, store):
+    _decision(store, decision_id="a", outcome="applied", reason="rule_scale_out; q", request_id="req-a")
+    _decision(store, decision_id="b", outcome="error", reason="rule_scale_out; q", request_id="req-b")
+    _decision(store, decision_id="c", outcome="applied", reason="floor_schedule; day", request_id="req-c")
+    text = client.get("/console/decisions?outcome=applied&reason=rule_scale_out&since=").text
+    assert "req-a" in text and "req-b" not in text and "req-c" not in text
+    assert "tok-abc" in text  # the ClientToken column
+
+
+def test_decisions_page_answers_a_bad_since_with_a_message(client, store):
+    text = client.get("/console/decisions?since=soon").text
+    assert "is not a duration" in text
+
+
+def test_group_page_says_there_is_no_forecast_when_the_store_keeps_none(client, store):
+    _decision(store)
+    text = client.get("/console/groups/chat?window=1h").text
+    assert 'id="forecast-none"' in text and "<svg" in text
+
+
+@dataclass
+class _Row:
+    at: datetime
+    predicted: float
+    actual: float | None
+
+
+def test_group_page_plots_forecast_rows_when_the_store_has_them(store):
+    class WithForecasts(type(store)):
+        def forecasts(self, group, since, until):
+            return [_Row(T0 - timedelta(minutes=20), 5.0, 4.0), _Row(T0 - timedelta(minutes=10), 6.0, None)]
+
+    rich = WithForecasts(store.engine, store.service)
+    text = TestClient(_app(rich)).get("/console/groups/chat").text
+    assert 'id="forecast-none"' not in text and "forecast against actual" in text
+
+
+def test_unknown_group_page_is_404(client):
+    assert client.get("/console/groups/nope").status_code == 404
