@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint setup clean prometheus
+.PHONY: test demo bench lint setup clean prometheus chromium
 
 setup: $(STAMP)
 
@@ -18,7 +18,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check fleet policies sizing tests
 	$(BIN)/lint-imports
 
-test: lint prometheus
+test: lint prometheus chromium
 	$(BIN)/pytest
 
 # Debian's Prometheus for the tests against a real server (tests/fleet/sources); they skip where it is absent.
@@ -31,6 +31,17 @@ prometheus:
 	      apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; } || \
 	  echo "note: could not install prometheus; the real-Prometheus tests will skip"; \
 	else echo "note: prometheus not installed (needs root and apt-get); the real-Prometheus tests will skip"; fi
+
+# Debian's headless Chromium and its driver for the console's browser tests (tests/fleet/service/console); they
+# skip where it is absent. Installed only where we are root with apt-get; never fails the build.
+chromium:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  { apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && \
+	      apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1; }; } || \
+	  echo "note: could not install chromium; the console's browser tests will skip"; \
+	else echo "note: chromium not installed (needs root and apt-get); the console's browser tests will skip"; fi
 
 # The main job: a simulated day of ServeGen-shaped traffic on a GPU fleet in the fake cloud, driven by the real
 # service loop (business-hours floor, queue/KV/TTFT scaling, one GPU overheating), with an HTML report.

@@ -136,6 +136,9 @@ def serve(
         False, "--log-json", envvar="FLEET_LOG_JSON", help="structured JSON log lines on stderr"
     ),
     log_level: str = typer.Option("info", "--log-level", envvar="FLEET_LOG_LEVEL"),
+    open_console: bool = typer.Option(
+        False, "--open", help="print the web console's address (and open it where there is a desktop)"
+    ),
 ) -> None:
     """Run the fleet service: every tick observe, decide, actuate and record."""
     from dataclasses import replace
@@ -155,6 +158,8 @@ def serve(
         settings = replace(
             settings, tick_interval_s=interval, lease_ttl_s=max(settings.lease_ttl_s, 3 * interval)
         )
+    if open_console and (once or not (api and settings.api_enabled)):
+        fail("--open needs the status API running (no --once, no --no-api, api enabled)")
     _setup_logging(log_json, log_level, _config_secrets(cfg, settings.api_token))
     log = logging.getLogger("fleet.service")
     url = database or getattr(cfg, "database_url", None) or default_database_url()
@@ -200,6 +205,8 @@ def serve(
             service.close()
             fail(str(exc))
         log.info("status API on http://%s:%s", settings.api_host, server.port)
+        if open_console:
+            _open_console(_console_url(settings.api_host, server.port))
         if not settings.api_token:
             log.warning(
                 "no API token configured (api.token or FLEET_API_TOKEN): mutating endpoints refuse all"
@@ -210,6 +217,30 @@ def serve(
         if server is not None:
             server.stop()
     log.info("fleet serve stopped")
+
+
+def _console_url(host: str, port: int) -> str:
+    """The console's address; a wildcard listener is reached through the loopback address."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/console/"
+
+
+def _open_console(url: str) -> None:
+    """Print the address on stdout; open a browser only where a desktop is there to show it."""
+    print(f"console: {url}", flush=True)
+    desktop = sys.platform in ("darwin", "win32") or bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    if desktop:
+        import webbrowser
+
+        try:
+            webbrowser.open(url)
+        except Exception:  # a missing browser must not stop the service; the address is printed
+            logging.getLogger("fleet.service").info("could not open a browser; the address is printed")
 
 
 def _print_tick(result: Any) -> None:

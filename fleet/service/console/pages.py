@@ -53,12 +53,16 @@ def _num(value: Any) -> Safe:
     return render('<span class="num">{v}</span>', v="-" if value is None else value)
 
 
-def countdown(deadline: datetime | None, done: datetime | None, now: datetime) -> Safe:
+def countdown(
+    deadline: datetime | None, done: datetime | None, now: datetime, closed: datetime | None = None
+) -> Safe:
     """A deadline with the time left; the script counts it down, the server's value stands without script."""
     if deadline is None:
         return Safe("-")
     if done is not None:
         return render('<span class="muted">met at {t}</span>', t=_ts(done))
+    if closed is not None:
+        return Safe('<span class="muted">closed before it</span>')
     left = (deadline - now).total_seconds()
     cls = "late" if left < 0 else ("soon" if left < 300 else "")
     return render(
@@ -163,7 +167,8 @@ def _floors(g: dict[str, Any], points: Sequence[CapacityPoint]) -> Safe:
 def _spark(points: Sequence[CapacityPoint], g: dict[str, Any], now: datetime) -> Safe:
     capacity = [(p.at, float(p.target)) for p in points if p.target is not None]
     if g.get("desired") is not None:
-        capacity.append((now, float(g["desired"])))
+        # No scale write in the window: the desired capacity observed now has held since its start.
+        capacity.append((now if capacity else now - SPARK_WINDOW, float(g["desired"])))
     demand = [(p.at, p.demand) for p in points if p.demand is not None]
     if not capacity and not demand:
         return Safe('<span class="muted">no scale decisions</span>')
@@ -266,7 +271,8 @@ def group_page(
     )
     target = [(p.at, float(p.target)) for p in points if p.target is not None]
     if g.get("desired") is not None:
-        target.append((now, float(g["desired"])))
+        # No scale write in the window: the desired capacity observed now has held since its start.
+        target.append((now if target else start, float(g["desired"])))
     chart = svg.chart(
         [
             svg.Series("desired (decided)", "#1f77b4", target),
@@ -378,8 +384,8 @@ def incidents_page(
                 render("<b>{s}</b>", s=inc.state) if inc.is_open else inc.state,
                 inc.cause,
                 _ts(inc.detected_at),
-                countdown(inc.respond_by, inc.acknowledged_at, now),
-                countdown(inc.isolate_by, inc.isolated_at, now),
+                countdown(inc.respond_by, inc.acknowledged_at, now, inc.closed_at),
+                countdown(inc.isolate_by, inc.isolated_at, now, inc.closed_at),
                 inc.acknowledged_by or "-",
                 _timeline(inc, events.get(inc.id, [])),
                 _incident_actions(inc, viewer),

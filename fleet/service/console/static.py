@@ -15,6 +15,7 @@ main { padding: 12px 16px; }
 table { border-collapse: collapse; margin: 8px 0 16px; background: #fff; }
 th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
+table.incidents td, table.decisions td { overflow-wrap: anywhere; max-width: 28ch; }
 .num { text-align: right; }
 .flash { background: #e8f4e8; border: 1px solid #9c9; padding: 6px; }
 .error { background: #fbeaea; border: 1px solid #d99; padding: 6px; }

@@ -312,3 +312,29 @@ def test_group_page_plots_forecast_rows_when_the_store_has_them(store):
 
 def test_unknown_group_page_is_404(client):
     assert client.get("/console/groups/nope").status_code == 404
+
+
+def test_serve_open_without_the_api_is_one_line_and_exit_2(tmp_path, capsys):
+    from fleet.cli import main
+
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-chengdu\ngroups:\n  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 2}\n"
+    )
+    assert main(["serve", "--config", str(cfg), "--once", "--open"]) == 2
+    err = capsys.readouterr().err
+    assert "--open needs the status API" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8780/console/"),
+        ("0.0.0.0", "http://127.0.0.1:8780/console/"),
+        ("::1", "http://[::1]:8780/console/"),
+    ],
+)
+def test_console_url_reaches_a_wildcard_listener_through_loopback(host, url):
+    from fleet.commands.serve import _console_url
+
+    assert _console_url(host, 8780) == url
