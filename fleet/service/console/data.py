@@ -30,6 +30,7 @@ class CapacityPoint:
     outcome: str
     reason: str
     floor_codes: tuple[str, ...] = ()
+    observed_desired: int | None = None  # ESS's desired capacity when the decision was taken
 
 
 @dataclass(frozen=True)
@@ -99,19 +100,23 @@ def capacity_series(
     with store.engine.connect() as c:
         for r in c.execute(q.order_by(decisions.c.id)):
             inputs = r.inputs or {}
-            in_service = inputs.get("in_service")
             out.setdefault(r.group_name, []).append(
                 CapacityPoint(
                     at=r.at,
                     target=r.target,
-                    in_service=in_service if isinstance(in_service, int) else None,
+                    in_service=_int_or_none(inputs.get("in_service")),
                     demand=demand_of(inputs),
                     outcome=r.outcome,
                     reason=r.reason,
                     floor_codes=floor_codes(inputs),
+                    observed_desired=_int_or_none(inputs.get("observed_desired")),
                 )
             )
     return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def decision_log(store: Store, f: DecisionFilter, limit: int = PAGE_ROWS) -> list[DecisionRecord]:

@@ -164,11 +164,19 @@ def _floors(g: dict[str, Any], points: Sequence[CapacityPoint]) -> Safe:
     return esc("; ".join(parts) or "-")
 
 
+def capacity_line(points: Sequence[CapacityPoint], desired_now: Any, start: datetime, now: datetime) -> list:
+    """Desired capacity over the window: what ESS had before the first write, each write, and now."""
+    line = [(p.at, float(p.target)) for p in points if p.target is not None]
+    if points and points[0].observed_desired is not None:
+        line.insert(0, (start, float(points[0].observed_desired)))
+    if desired_now is not None:
+        # With no write in the window, the desired capacity observed now has held since its start.
+        line.append((now if line else start, float(desired_now)))
+    return line
+
+
 def _spark(points: Sequence[CapacityPoint], g: dict[str, Any], now: datetime) -> Safe:
-    capacity = [(p.at, float(p.target)) for p in points if p.target is not None]
-    if g.get("desired") is not None:
-        # No scale write in the window: the desired capacity observed now has held since its start.
-        capacity.append((now if capacity else now - SPARK_WINDOW, float(g["desired"])))
+    capacity = capacity_line(points, g.get("desired"), now - SPARK_WINDOW, now)
     demand = [(p.at, p.demand) for p in points if p.demand is not None]
     if not capacity and not demand:
         return Safe('<span class="muted">no scale decisions</span>')
@@ -269,10 +277,7 @@ def group_page(
         render('<a href="?window={w}" class="{cls}">{w}</a> ', w=w, cls="here" if w == window else "")
         for w in WINDOWS
     )
-    target = [(p.at, float(p.target)) for p in points if p.target is not None]
-    if g.get("desired") is not None:
-        # No scale write in the window: the desired capacity observed now has held since its start.
-        target.append((now if target else start, float(g["desired"])))
+    target = capacity_line(points, g.get("desired"), start, now)
     chart = svg.chart(
         [
             svg.Series("desired (decided)", "#1f77b4", target),
