@@ -39,7 +39,7 @@ def export(
     ),
 ) -> None:
     """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
-    from fleet.terraform_export import ExportError, build_tfvars
+    from fleet.terraform.export import ExportError, build_tfvars
 
     now = _parse_at(at)
     config = load_config_or_exit(config_path)
@@ -97,8 +97,8 @@ def check(
     ),
 ) -> None:
     """Check modules against the provider schema offline: arguments, required ones, enumerated values."""
-    from fleet.terraform_check import check_module, default_schema_path, load_schema
-    from fleet.terraform_hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    from fleet.terraform.check import check_module, default_schema_path, load_schema
+    from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
 
     schema_path = schema or default_schema_path()
     try:
