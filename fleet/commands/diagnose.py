@@ -1,6 +1,6 @@
 """`fleet diagnose`: why P99 latency is high and what to change, from the cloud's metrics or a snapshot file.
 
-And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (benchmarks/diagnose.py).
+And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (fleet.sim.diagnose_bench).
 """
 
 from __future__ import annotations
@@ -208,22 +208,6 @@ def _store(cfg: Any) -> Any:
         return None
 
 
-def _load_bench() -> Any:
-    """benchmarks/diagnose.py of the checkout this package runs from (the benchmarks are not installed)."""
-    import importlib.util
-
-    import fleet
-
-    path = Path(fleet.__file__).resolve().parents[1] / "benchmarks" / "diagnose.py"
-    if not path.is_file():
-        fail(f"{path}: the diagnosis benchmark ships with the repository, not the installed package")
-    spec = importlib.util.spec_from_file_location("benchmarks_diagnose", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -273,8 +257,8 @@ def bench_diagnose(
     seeds: int = typer.Option(1, "--seeds", help="Repeat each scenario with this many workload seeds."),
 ) -> None:
     """The diagnosis benchmark: one simulated scenario per finding kind plus healthy controls."""
-    bench = _load_bench()
-    from fleet.diagnose.scenarios import SCENARIOS
+    from fleet.sim import diagnose_bench as bench
+    from fleet.sim.diagnose_scenarios import SCENARIOS
 
     known = {s.name for s in SCENARIOS}
     unknown = [s for s in scenario if s not in known]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from fleet.sim.runner import MinutePoint, SimResult
+from fleet.sim.types import MinutePoint, SimResult
 
 W, H = 960, 200  # one plot's size in SVG user units
 ML, MR, MT, MB = 60, 20, 16, 26  # margins
