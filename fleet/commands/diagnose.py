@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
+from fleet.timefmt import parse_iso_utc
 
 
 def register(app: typer.Typer) -> None:
@@ -48,10 +49,9 @@ def _parse_until(text: str | None) -> datetime:
     if text is None:
         return datetime.now(UTC)
     try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return parse_iso_utc(text)
     except ValueError:
         fail(f"--until: {text!r} is not an ISO 8601 time, e.g. 2026-03-02T10:00:00Z")
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def diagnose(

@@ -319,6 +319,7 @@ def incidents_show(
 ) -> None:
     """One incident and its timeline: states, actions taken, notifications, acknowledgments."""
     from fleet.service.views import incident_view
+    from fleet.timefmt import parse_iso_utc
 
     store = _open(database, service)
     inc = store.incident(incident_id)
@@ -345,7 +346,7 @@ def incidents_show(
                     "detail": f"{d.outcome} {d.request_id or ''} {d.error or ''}".strip(),
                 }
             )
-    timeline.sort(key=lambda e: _parse_at(e["at"]))
+    timeline.sort(key=lambda e: parse_iso_utc(e["at"]))
     view = {**incident_view(inc, _now()), "timeline": timeline}
     if as_json:
         print_json(view)
@@ -358,11 +359,6 @@ def incidents_show(
     )
     for e in timeline:
         console.print(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}", highlight=False)
-
-
-def _parse_at(text: str) -> datetime:
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @incidents_app.command("ack")

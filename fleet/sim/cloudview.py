@@ -7,7 +7,6 @@ controllers see the cloud only through the SDK adapters, exactly as in productio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from fleet.sim.baselines import EssAlarmRule, StaticPeak, TargetTracking
 from fleet.sim.invariants import InvariantChecker
 from fleet.sim.types import Hardware, MinutePoint, SimOptions
 from fleet.sim.world import World
+from fleet.timefmt import parse_iso
 
 if TYPE_CHECKING:
     from fleet.cloud.clients import CloudClients
@@ -293,7 +293,7 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
 def _dt(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parse_iso(str(value))
 
 
 def _fault_cause(f: dict[str, Any]) -> str:
@@ -309,7 +309,3 @@ def decisions(controller: Any) -> list[dict[str, Any]]:
     if stats is not None:
         return list(stats.decisions)
     return []
-
-
-def ceil_div(a: float, b: float) -> int:
-    return int(math.ceil(a / b - 1e-9))

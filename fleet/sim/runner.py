@@ -13,10 +13,8 @@ the safety invariants after every tick and ends with the summary whose field nam
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from fleet.sim import cloudview
@@ -192,11 +190,3 @@ def run(
         spec.name,
         wall_s=time.perf_counter() - wall0,
     )
-
-
-def isoformat(dt: datetime) -> str:
-    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _ceil_div(a: float, b: float) -> int:
-    return int(math.ceil(a / b - 1e-9))
