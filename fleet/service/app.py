@@ -19,7 +19,7 @@ from fleet.config import FleetConfig
 from fleet.service.loop import Service
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Channel, Notifier
-from fleet.service.settings import Clock, ServiceSettings, wall_clock
+from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.store import open_store
 
 log = logging.getLogger("fleet.service")
@@ -31,7 +31,7 @@ def build_service(
     config: FleetConfig,
     clients: CloudClients,
     database_url: str = "sqlite://",
-    clock: Clock | None = None,
+    clock: NowFn | None = None,
     dry_run: bool = False,
     notifier: Notifier | None = None,
     *,

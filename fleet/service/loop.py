@@ -29,10 +29,10 @@ from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
-from fleet.service.notify import Channel, Notification, Notifier
+from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import Observation, Observer
 from fleet.service.schedules import TaskChange, sync_group
-from fleet.service.settings import Clock, ServiceSettings, wall_clock
+from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Store
 from fleet.service.views import replica_health, service_status
@@ -76,7 +76,7 @@ class Service:
         clients: CloudClients,
         store: Store,
         settings: ServiceSettings,
-        clock: Clock,
+        clock: NowFn,
         dry_run: bool,
         notifier: Notifier | None,
         holder_id: str,
@@ -330,7 +330,7 @@ class Service:
                     kind="respond" if "respond" in w.code.value else "isolate"
                 ).inc()
             self._notify(
-                Notification(
+                Announcement(
                     kind=kind,
                     title=f"{w.group}: {w.code.value.replace('_', ' ')}",
                     text=w.detail,
@@ -367,14 +367,14 @@ class Service:
                 )
                 self.metrics.in_service.labels(group=name).set(g.count("InService"))
 
-    def _notify(self, note: Notification) -> None:
+    def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:
             self.notifier.send(note)
 
     def _count_error(self, exc: CloudError) -> None:
         self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
 
-    def _delivered(self, note: Notification, channel: Channel) -> None:
+    def _delivered(self, note: Announcement, channel: Channel) -> None:
         if note.kind == "incident" and note.incident_id:
             self.store.mark_notified(note.incident_id, channel.label, self.clock())
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 from fleet.config import FleetConfig
 
-Clock = Callable[[], datetime]
+# What the service reads the time from: a function returning an aware datetime (wall, or a virtual clock).
+NowFn = Callable[[], datetime]
 
 
 def wall_clock() -> datetime:
