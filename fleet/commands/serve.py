@@ -8,7 +8,6 @@ are queued and carried out by the lease holder's next tick through the same work
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -52,69 +51,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class _JsonFormatter(logging.Formatter):
-    _EXTRA = ("decision_id", "request_id", "outcome", "leader", "epoch")
-
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key in self._EXTRA:
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str)
-
-
-class _Redact(logging.Filter):
-    """Last line of defence: known secret values never reach a log line, whatever code logged them."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 4]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            msg = record.getMessage()
-            if any(s in msg for s in self.secrets):
-                for s in self.secrets:
-                    msg = msg.replace(s, "***")
-                record.msg, record.args = msg, None
-        return True
-
-
-def _setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _JsonFormatter()
-        if json_logs
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    handler.addFilter(_Redact(secrets))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # Per-request chatter of the HTTP stack is noise at INFO.
-    for noisy in ("apscheduler", "urllib3", "uvicorn.access", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _config_secrets(config: Any, token: str | None) -> list[str]:
-    out = [token or ""]
-    for item in getattr(config, "notifications", None) or []:
-        secret = item.get("secret") if isinstance(item, dict) else getattr(item, "secret", None)
-        if secret is not None and hasattr(secret, "get_secret_value"):
-            secret = secret.get_secret_value()
-        out.append(secret or "")
-    for var in ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN", "FLEET_API_TOKEN"):
-        out.append(os.environ.get(var, ""))
-    return out
-
-
 def serve(
     config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
     dry_run: bool = typer.Option(
@@ -145,7 +81,9 @@ def serve(
 
     from fleet.cloud.clients import make_clients
     from fleet.service.api import ApiServer, create_app
-    from fleet.service.loop import ServiceSettings, build_service, run_forever
+    from fleet.service.app import build_service, run_forever
+    from fleet.service.logs import config_secrets, setup_logging
+    from fleet.service.settings import ServiceSettings
     from fleet.service.store import default_database_url
 
     cfg = load_config_or_exit(config)
@@ -160,7 +98,7 @@ def serve(
         )
     if open_console and (once or not (api and settings.api_enabled)):
         fail("--open needs the status API running (no --once, no --no-api, api enabled)")
-    _setup_logging(log_json, log_level, _config_secrets(cfg, settings.api_token))
+    setup_logging(log_json, log_level, config_secrets(cfg, settings.api_token))
     log = logging.getLogger("fleet.service")
     url = database or getattr(cfg, "database_url", None) or default_database_url()
     try:
@@ -263,7 +201,7 @@ def status(
     """What the store says: the leader, groups, recent decisions, open incidents with their SLA timers."""
     from rich.table import Table
 
-    from fleet.service.loop import status_from_store
+    from fleet.service.views import status_from_store
 
     store = _open(database, service)
     view = status_from_store(store, _now(), [])
@@ -305,7 +243,7 @@ def decisions(
     """Decisions recorded since a time: inputs, reason, action, request id and outcome."""
     from rich.table import Table
 
-    from fleet.service.loop import decision_view
+    from fleet.service.views import decision_view
 
     window = _since_days(since)
     store = _open(database, service)
@@ -393,7 +331,7 @@ def incidents_list(
     """List incidents (newest first) with their SLA timers."""
     if ctx.invoked_subcommand is not None:
         return
-    from fleet.service.loop import incident_view
+    from fleet.service.views import incident_view
 
     store = _open(database, service)
     now = _now()
@@ -412,7 +350,8 @@ def incidents_show(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """One incident and its timeline: states, actions taken, notifications, acknowledgments."""
-    from fleet.service.loop import incident_view
+    from fleet.service.views import incident_view
+    from fleet.timefmt import parse_iso_utc
 
     store = _open(database, service)
     inc = store.incident(incident_id)
@@ -439,7 +378,7 @@ def incidents_show(
                     "detail": f"{d.outcome} {d.request_id or ''} {d.error or ''}".strip(),
                 }
             )
-    timeline.sort(key=lambda e: _parse_at(e["at"]))
+    timeline.sort(key=lambda e: parse_iso_utc(e["at"]))
     view = {**incident_view(inc, _now()), "timeline": timeline}
     if as_json:
         print_json(view)
@@ -452,11 +391,6 @@ def incidents_show(
     )
     for e in timeline:
         console.print(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}", highlight=False)
-
-
-def _parse_at(text: str) -> datetime:
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @incidents_app.command("ack")
@@ -513,15 +447,14 @@ def sla_report(
     """Incidents in a window: time to respond, time to isolate, SLA breaches."""
     from rich.table import Table
 
-    from fleet.service.sla import sla_report as build_report
+    from fleet.service.views import sla_report as build_sla_report
 
-    window = _since_days(since)
     store = _open(database, service)
     now = _now()
-    report = build_report(store, now - window, now)
+    report = build_sla_report(store, now - _since_days(since), now)
     summary, rows = report["summary"], report["incidents"]
     if as_json:
-        print_json({"summary": summary, "incidents": rows})
+        print_json(report)
         return
     table = Table()
     table.add_column("id", no_wrap=True)

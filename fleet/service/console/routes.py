@@ -24,8 +24,8 @@ from starlette.routing import Route
 from fleet.service.console import data, pages, security
 from fleet.service.console.html import Safe
 from fleet.service.console.static import CSS, FAVICON_SVG, JS
-from fleet.service.sla import sla_report
 from fleet.service.store import Store
+from fleet.service.views import sla_report
 from policies.spec import parse_duration
 
 log = logging.getLogger("fleet.console")

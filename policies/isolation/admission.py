@@ -1,0 +1,89 @@
+"""Admission under the guardrails, in detection order: the breaker, then ``max_isolated``.
+
+An admitted incident may take its instance out of traffic. Automatic incidents wait while the breaker is
+open, and trip it when more of them opened within its window than it allows (only a human resets it); any
+incident, manual ones included, waits while ``max_isolated`` instances are already out. Waiting incidents
+get a WAIT step every tick, so the plan says why nothing happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from policies.isolation.shared import Tick, note
+from policies.model import Incident, PlanWarning, ReasonCode, WarningCode
+from policies.spec import resolve_count
+
+
+@dataclass
+class _Limits:
+    max_isolated: int
+    breaker_limit: int
+    # rank of each automatic incident opened within the breaker's window, 1 = the oldest
+    rank: dict[str, int]
+
+
+def admit(t: Tick) -> None:
+    """Admit the open incidents the guardrails allow; warn while the breaker is open."""
+    limits = _limits(t)
+    ordered = t.open_in_detection_order()
+    admitted = [i for i in ordered if i.admitted_at is not None]
+    for inc in ordered:
+        if inc.admitted_at is not None or inc.incident_id in t.released:
+            continue
+        if inc.instance_id not in t.by_id:
+            continue  # closed by its handler as gone
+        if not inc.manual and _held_by_breaker(t, inc, limits):
+            continue
+        if len(admitted) >= limits.max_isolated:
+            _wait_for_room(t, inc, len(admitted), limits.max_isolated)
+            continue
+        inc.admitted_at = t.now
+        admitted.append(inc)
+    if t.gh.breaker.open:
+        t.result.warnings.append(
+            PlanWarning(code=WarningCode.BREAKER_OPEN, group=t.group.name, detail=t.gh.breaker.reason)
+        )
+
+
+def _limits(t: Tick) -> _Limits:
+    guard = t.spec.guardrails
+    size = t.view.size
+    window_start = t.now - timedelta(seconds=guard.breaker.window_s)
+    recent_auto = sorted(
+        (i for i in t.gh.incidents if not i.manual and i.detected_at > window_start),
+        key=lambda i: (i.detected_at, i.incident_id),
+    )
+    return _Limits(
+        max_isolated=guard.max_isolated_for(size),
+        breaker_limit=max(1, resolve_count(guard.breaker.max_isolations, size)),
+        rank={inc.incident_id: n + 1 for n, inc in enumerate(recent_auto)},
+    )
+
+
+def _held_by_breaker(t: Tick, inc: Incident, limits: _Limits) -> bool:
+    """An automatic incident waits while the breaker is open; one past the breaker's limit trips it."""
+    breaker = t.gh.breaker
+    if breaker.open:
+        t.wait(inc, ReasonCode.BREAKER_OPEN, breaker.reason)
+        return True
+    rank = limits.rank.get(inc.incident_id, 0)
+    if rank <= limits.breaker_limit:
+        return False
+    breaker.open = True
+    breaker.opened_at = t.now
+    breaker.reason = (
+        f"{rank} isolations requested within "
+        f"{t.spec.guardrails.breaker.window_s:g}s (limit {limits.breaker_limit}); "
+        "automatic isolation paused until a human resets the breaker"
+    )
+    note(inc, t.now, ReasonCode.BREAKER_TRIPPED, breaker.reason)
+    t.wait(inc, ReasonCode.BREAKER_TRIPPED, breaker.reason)
+    return True
+
+
+def _wait_for_room(t: Tick, inc: Incident, isolated: int, max_isolated: int) -> None:
+    detail = f"{isolated} of at most {max_isolated} instances already out for isolation"
+    t.wait(inc, ReasonCode.GUARDRAIL_MAX_ISOLATED, detail, isolated=isolated, max_isolated=max_isolated)
+    t.warn_about(WarningCode.GUARDRAIL_MAX_ISOLATED, inc, detail)

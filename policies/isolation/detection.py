@@ -1,0 +1,290 @@
+"""Detection: per-instance fault findings, one detector per rule kind; new incidents open, open ones escalate.
+
+A detector sees one rule and one instance (a ``Probe``) and returns a ``Finding`` or None; condition tracks
+(how long a breach has held, unbroken) advance in the group history. Kinds: metric, throttle, xid, event and
+outlier (the instance's metric against its fresh InService peers' median).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from policies import metrics as m
+from policies.isolation.shared import SERVING_STATES, XID_SAME_EVENT_GAP_S, Tick, note
+from policies.model import (
+    OPEN_STATES,
+    GroupHistory,
+    IncidentState,
+    InstanceSnapshot,
+    ReasonCode,
+    Scalar,
+    Track,
+    XidRecord,
+)
+from policies.observe import GroupView, fresh
+from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
+
+
+@dataclass
+class Finding:
+    rule: IsolationRule
+    detail: str
+    evidence: dict[str, Scalar]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One instance under one rule: what a detector reads (and the track key it advances)."""
+
+    key: str
+    inst: InstanceSnapshot
+    view: GroupView
+    gh: GroupHistory
+    now: datetime
+    stale_after_s: float
+    last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
+
+
+def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
+    """Advance a condition track by one sample; None (unknown) resets it - unbroken evidence only."""
+    if not breaching:
+        gh.tracks.pop(key, None)
+        return None
+    track = gh.tracks.get(key)
+    if track is None:
+        track = Track(since=sample_at, last_at=sample_at, count=1)
+    elif sample_at > track.last_at:
+        track = Track(since=track.since, last_at=sample_at, count=track.count + 1)
+    gh.tracks[key] = track
+    return track
+
+
+def _record_xids(gh: GroupHistory, inst: InstanceSnapshot, now: datetime, stale_after: float) -> None:
+    """Remember the instance's XID occurrences.
+
+    ``gpu_xid`` is "the last XID code": a source may repeat it every sample while it stays the last one. The
+    same code reported again within XID_SAME_EVENT_GAP_S of its previous report is therefore the same
+    occurrence, not a repeat; a repeat is the code coming back after a gap, or after another code.
+    """
+    found = {(e.code, e.at) for e in inst.xids if e.code}
+    last = inst.metrics.get(m.GPU_XID)
+    if last is not None and fresh(last, now, stale_after) and int(last.value) != 0:
+        found.add((int(last.value), last.at))
+    mine = [x for x in gh.xids if x.instance_id == inst.instance_id]
+    for code, at in sorted(found, key=lambda f: (f[1], f[0])):
+        if at > now:
+            continue
+        if any(x.code == code and (x.at == at or (x.last_at is not None and x.last_at >= at)) for x in mine):
+            continue  # already counted (the same sample seen again)
+        previous = max(mine, key=lambda x: x.last_at or x.at, default=None)
+        if previous is not None and previous.code == code:
+            seen_until = previous.last_at or previous.at
+            if timedelta(0) <= at - seen_until <= timedelta(seconds=XID_SAME_EVENT_GAP_S):
+                previous.last_at = at
+                continue
+        record = XidRecord(instance_id=inst.instance_id, code=code, at=at, last_at=at)
+        gh.xids.append(record)
+        mine.append(record)
+
+
+def detect(
+    spec: GroupSpec,
+    gh: GroupHistory,
+    view: GroupView,
+    now: datetime,
+    suspects: set[str],
+) -> dict[str, list[Finding]]:
+    """Findings per instance for the serving and standby instances; tracks advance in ``gh``."""
+    stale_after = spec.stabilization.stale_after_s
+    findings: dict[str, list[Finding]] = {}
+    candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
+    last_detected: dict[str, datetime] = {}
+    for inc in gh.incidents:
+        if inc.instance_id not in last_detected or inc.detected_at > last_detected[inc.instance_id]:
+            last_detected[inc.instance_id] = inc.detected_at
+    for inst in candidates:
+        _record_xids(gh, inst, now, stale_after)
+    for rule in spec.isolation.rules:
+        detector = _DETECTORS.get(rule.kind, _outlier)
+        for inst in candidates:
+            key = f"iso:{rule.rule_id}:{inst.instance_id}"
+            probe = Probe(key, inst, view, gh, now, stale_after, last_detected.get(inst.instance_id))
+            finding = detector(rule, probe)
+            if finding is not None:
+                findings.setdefault(inst.instance_id, []).append(finding)
+    return findings
+
+
+def _unknown(p: Probe) -> None:
+    """No fresh sample: the condition's track resets (unbroken evidence only)."""
+    _track(p.gh, p.key, None, p.now)
+
+
+def _metric(rule: IsolationRule, p: Probe) -> Finding | None:
+    assert rule.metric is not None
+    sample = p.inst.metrics.get(rule.metric)
+    if not fresh(sample, p.now, p.stale_after_s):
+        _unknown(p)
+        return None
+    assert sample is not None
+    breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
+    track = _track(p.gh, p.key, breaching, sample.at)
+    if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
+        op = ">" if rule.above is not None else "<"
+        return Finding(
+            rule,
+            f"{rule.metric}={sample.value:g} {op} {rule.above or rule.below:g} for "
+            f"{(track.last_at - track.since).total_seconds():g}s",
+            {
+                "metric": rule.metric,
+                "value": sample.value,
+                "threshold": rule.above or rule.below,
+                "since": track.since.isoformat(),
+                "samples": track.count,
+            },
+        )
+    return None
+
+
+def _throttle(rule: IsolationRule, p: Probe) -> Finding | None:
+    sample = p.inst.metrics.get(m.GPU_THROTTLE_REASONS)
+    if not fresh(sample, p.now, p.stale_after_s):
+        _unknown(p)
+        return None
+    assert sample is not None
+    mask = m.throttle_mask(rule.throttle_reasons or ())
+    bits = int(sample.value) & mask
+    track = _track(p.gh, p.key, bits != 0, sample.at)
+    if track and track.count >= rule.samples and (track.last_at - track.since).total_seconds() >= rule.for_s:
+        names = [n for n, b in m.THROTTLE_REASON_NAMES.items() if int(b) & bits]
+        return Finding(
+            rule,
+            f"throttled ({', '.join(names)}) for {track.count} samples",
+            {
+                "metric": m.GPU_THROTTLE_REASONS,
+                "value": int(sample.value),
+                "mask": mask,
+                "samples": track.count,
+                "since": track.since.isoformat(),
+            },
+        )
+    return None
+
+
+def _xid(rule: IsolationRule, p: Probe) -> Finding | None:
+    window_start = p.now - timedelta(seconds=rule.window_s)
+    if p.last_detected is not None and p.last_detected > window_start:
+        window_start = p.last_detected  # XIDs already answered by an earlier incident do not count twice
+    hits = [
+        x
+        for x in p.gh.xids
+        if x.instance_id == p.inst.instance_id
+        and x.code in (rule.xids or ())
+        and x.at > window_start
+        and x.at <= p.now
+    ]
+    if len(hits) >= rule.repeat:
+        codes = sorted({x.code for x in hits})
+        return Finding(
+            rule,
+            f"XID {', '.join(map(str, codes))} x{len(hits)} within {rule.window_s:g}s",
+            {"xids": ",".join(map(str, codes)), "count": len(hits), "repeat": rule.repeat},
+        )
+    return None
+
+
+def _event(rule: IsolationRule, p: Probe) -> Finding | None:
+    active = [
+        e
+        for e in p.inst.events
+        if e.active and any(fnmatch.fnmatchcase(e.code, pat) for pat in rule.events or ())
+    ]
+    if active:
+        codes = sorted({e.code for e in active})
+        return Finding(rule, f"ECS system event {', '.join(codes)}", {"events": ",".join(codes)})
+    return None
+
+
+def _outlier(rule: IsolationRule, p: Probe) -> Finding | None:
+    """The instance's metric against the median of its fresh InService peers."""
+    assert rule.metric is not None and rule.peer_factor is not None
+    sample = p.inst.metrics.get(rule.metric)
+    if not fresh(sample, p.now, p.stale_after_s) or p.inst.lifecycle_state not in SERVING_STATES:
+        _unknown(p)
+        return None
+    assert sample is not None
+    peers = [
+        q.metrics[rule.metric].value
+        for q in p.view.serving
+        if q.instance_id != p.inst.instance_id and fresh(q.metrics.get(rule.metric), p.now, p.stale_after_s)
+    ]
+    if len(peers) < rule.min_peers:
+        _unknown(p)
+        return None
+    median = statistics.median(peers)
+    breaching = sample.value >= rule.min_value and sample.value > rule.peer_factor * median
+    track = _track(p.gh, p.key, breaching, sample.at)
+    if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
+        return Finding(
+            rule,
+            f"{rule.metric}={sample.value:g} > {rule.peer_factor:g}x peers' median {median:g}",
+            {
+                "metric": rule.metric,
+                "value": sample.value,
+                "peer_median": median,
+                "peers": len(peers),
+                "factor": rule.peer_factor,
+            },
+        )
+    return None
+
+
+# One detector per rule kind (IsolationRule.kind); "outlier" is the default, as the kind property reads.
+_DETECTORS: dict[str, Callable[[IsolationRule, Probe], Finding | None]] = {
+    "metric": _metric,
+    "throttle": _throttle,
+    "xid": _xid,
+    "event": _event,
+    "outlier": _outlier,
+}
+
+
+def open_or_escalate(t: Tick) -> None:
+    """Open an incident per instance with findings, for its most severe one; or escalate its open incident.
+
+    Serving instances are examined; standby ones only when they have an open incident (to escalate it).
+    """
+    gh, now = t.gh, t.now
+    suspects = {i.instance_id for i in gh.incidents if i.state in OPEN_STATES}
+    findings = detect(t.spec, gh, t.view, now, suspects) if t.iso.enabled else {}
+    for instance_id in sorted(findings):
+        found = sorted(findings[instance_id], key=lambda f: -ACTION_SEVERITY[f.rule.action])
+        worst = found[0]
+        inc = t.open_incident(instance_id)
+        if inc is None:
+            evidence = dict(worst.evidence)
+            if len(found) > 1:
+                evidence["also"] = ",".join(f.rule.rule_id for f in found[1:])
+            t.new_incident(
+                instance_id,
+                worst.rule.rule_id,
+                worst.rule.kind,
+                worst.rule.action,
+                False,
+                worst.detail,
+                evidence,
+                ReasonCode.RULE_BREACHED,
+            )
+        elif (
+            ACTION_SEVERITY[worst.rule.action] > ACTION_SEVERITY[inc.action]
+            and inc.state != IncidentState.REMEDIATED
+        ):
+            inc.action = worst.rule.action
+            inc.evidence[f"escalated_by_{worst.rule.rule_id}"] = worst.detail
+            note(
+                inc, now, ReasonCode.ESCALATED, f"{worst.rule.rule_id}: {worst.detail} -> {worst.rule.action}"
+            )

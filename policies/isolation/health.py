@@ -1,0 +1,106 @@
+"""The health check after a reboot: the instance reports again and the fault its rule found is gone.
+
+One check per rule kind, as detection has one detector per kind; a kind without a check (outlier, manual)
+passes once the instance reports fresh metrics newer than the reboot.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from datetime import datetime
+
+from policies import metrics as m
+from policies.model import GroupHistory, InstanceSnapshot
+from policies.observe import fresh
+from policies.spec import IsolationRule
+
+Check = Callable[[IsolationRule, InstanceSnapshot, GroupHistory, datetime, datetime, float], tuple[bool, str]]
+
+
+def healthy_again(
+    rule: IsolationRule | None,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale_after: float,
+) -> tuple[bool, str]:
+    """After a reboot: the instance reports fresh metrics newer than the reboot and its fault is gone."""
+    if inst.health_status != "Healthy":
+        return False, f"health status {inst.health_status}"
+    newer = [s for s in inst.metrics.values() if s.at > since and fresh(s, now, stale_after)]
+    if not newer:
+        return False, "no metrics since the reboot yet"
+    if rule is None:
+        return True, "reporting again"
+    check = _CHECKS.get(rule.kind)
+    if check is None:
+        return True, "reporting again"
+    return check(rule, inst, gh, since, now, stale_after)
+
+
+def _metric(
+    rule: IsolationRule,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    assert rule.metric is not None
+    s = inst.metrics.get(rule.metric)
+    if s is None or s.at <= since or not fresh(s, now, stale):
+        return False, f"no {rule.metric} since the reboot yet"
+    bad = s.value > rule.above if rule.above is not None else s.value < (rule.below or 0.0)
+    return (not bad), f"{rule.metric}={s.value:g}"
+
+
+def _throttle(
+    rule: IsolationRule,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    s = inst.metrics.get(m.GPU_THROTTLE_REASONS)
+    if s is None or s.at <= since or not fresh(s, now, stale):
+        return False, "no throttle reasons since the reboot yet"
+    bits = int(s.value) & m.throttle_mask(rule.throttle_reasons or ())
+    return bits == 0, f"throttle reasons {int(s.value):#x}"
+
+
+def _xid(
+    rule: IsolationRule,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    again = [
+        x
+        for x in gh.xids
+        if x.instance_id == inst.instance_id and x.code in (rule.xids or ()) and x.at > since
+    ]
+    return (not again), ("XID again after reboot" if again else "no XID since the reboot")
+
+
+def _event(
+    rule: IsolationRule,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    active = [
+        e.code
+        for e in inst.events
+        if e.active and any(fnmatch.fnmatchcase(e.code, p) for p in rule.events or ())
+    ]
+    return (not active), ("event still active: " + ",".join(active)) if active else "event cleared"
+
+
+_CHECKS: dict[str, Check] = {"metric": _metric, "throttle": _throttle, "xid": _xid, "event": _event}

@@ -1,0 +1,47 @@
+"""SLA clocks: the response clock (acknowledge within ``respond_within``, 15 min by default) and the isolation
+clock (out of traffic within ``isolate_within``, 4 h), each warned about at risk and when breached.
+
+The two run side by side: isolation never waits for a human. A closed incident nobody was told about still
+owes its response for one more window.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from policies.isolation.shared import Tick
+from policies.model import OPEN_STATES, Incident, WarningCode
+
+
+def check_clocks(t: Tick) -> None:
+    iso, gh = t.iso, t.gh
+    for inc in gh.incidents:
+        if inc.state in OPEN_STATES:
+            _respond_clock(t, inc)
+            blocked = inc.admitted_at is None and gh.breaker.open and not inc.manual
+            _isolate_clock(t, inc, blocked)
+        elif t.now <= inc.respond_by + timedelta(seconds=iso.respond_within_s):
+            _respond_clock(t, inc)
+
+
+def _respond_clock(t: Tick, inc: Incident) -> None:
+    if inc.acknowledged_at is not None:
+        return
+    if t.now > inc.respond_by:
+        t.warn_about(
+            WarningCode.SLA_RESPOND_BREACHED, inc, f"not acknowledged by {inc.respond_by.isoformat()}"
+        )
+    elif t.now >= inc.detected_at + timedelta(seconds=t.iso.respond_within_s * t.iso.at_risk_fraction):
+        t.warn_about(WarningCode.SLA_RESPOND_AT_RISK, inc, f"acknowledge by {inc.respond_by.isoformat()}")
+
+
+def _isolate_clock(t: Tick, inc: Incident, blocked: bool) -> None:
+    if inc.isolated_at is not None:
+        return
+    if t.now > inc.isolate_by:
+        t.warn_about(WarningCode.SLA_ISOLATE_BREACHED, inc, f"not isolated by {inc.isolate_by.isoformat()}")
+    elif blocked or t.now >= inc.detected_at + timedelta(
+        seconds=t.iso.isolate_within_s * t.iso.at_risk_fraction
+    ):
+        why = " (blocked: breaker open)" if blocked else ""
+        t.warn_about(WarningCode.SLA_ISOLATE_AT_RISK, inc, f"isolate by {inc.isolate_by.isoformat()}{why}")
