@@ -31,6 +31,7 @@ class CapacityPoint:
     reason: str
     floor_codes: tuple[str, ...] = ()
     observed_desired: int | None = None  # ESS's desired capacity when the decision was taken
+    inputs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ def capacity_series(
                     reason=r.reason,
                     floor_codes=floor_codes(inputs),
                     observed_desired=_int_or_none(inputs.get("observed_desired")),
+                    inputs=inputs,
                 )
             )
     return out

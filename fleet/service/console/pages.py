@@ -324,10 +324,18 @@ def group_page(
         pause=pause,
     )
     rows = [
-        [_ts(p.at), _num(p.target), _num(p.in_service), _num(p.demand), p.outcome, p.reason]
+        [
+            _ts(p.at),
+            _num(p.target),
+            _num(p.in_service),
+            _num(p.demand),
+            p.outcome,
+            p.reason,
+            _inputs(p.inputs),
+        ]
         for p in reversed(points)
     ]
-    decisions = table(["at (UTC)", "target", "InService", "demand", "outcome", "reason"], rows)
+    decisions = table(["at (UTC)", "target", "InService", "demand", "outcome", "reason", "inputs"], rows)
     more = render(
         '<p><a href="/console/decisions?group={n}">every decision of {n}, with inputs</a></p>', n=name
     )

@@ -338,3 +338,11 @@ def test_console_url_reaches_a_wildcard_listener_through_loopback(host, url):
     from fleet.commands.serve import _console_url
 
     assert _console_url(host, 8780) == url
+
+
+def test_group_page_shows_each_decisions_metric_inputs(client, store):
+    reasons = [{"code": "rule_scale_out", "inputs": {"metric": "queue_waiting_per_instance", "value": 3.25}}]
+    _decision(store, inputs={"in_service": 4, "reasons": reasons})
+    text = client.get("/console/groups/chat").text
+    assert "&quot;metric&quot;: &quot;queue_waiting_per_instance&quot;" in text
+    assert "&quot;value&quot;: 3.25" in text
