@@ -17,6 +17,8 @@ from fleet.service.store import DecisionRecord, Store, decisions
 
 # Most rows one page of the decision log shows; older ones are a link away.
 PAGE_ROWS = 200
+# Points of a Fleet-page sparkline (160 px wide): more would only cost time and bytes.
+SPARK_POINTS = 80
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,64 @@ def latest_decisions(store: Store) -> dict[str, DecisionRecord]:
     q = sa.select(decisions).where(decisions.c.id.in_(newest))
     with store.engine.connect() as c:
         return {r.group_name: DecisionRecord(**dict(r._mapping)) for r in c.execute(q)}
+
+
+def latest_floor_codes(store: Store) -> dict[str, tuple[str, ...]]:
+    """The floor reasons in force at each group's newest scale decision, in one query."""
+    newest = (
+        sa.select(sa.func.max(decisions.c.id))
+        .where(decisions.c.service == store.service, decisions.c.kind == "scale")
+        .group_by(decisions.c.group_name)
+    )
+    q = sa.select(decisions.c.group_name, decisions.c.inputs).where(decisions.c.id.in_(newest))
+    with store.engine.connect() as c:
+        return {r.group_name: floor_codes(r.inputs or {}) for r in c.execute(q)}
+
+
+def spark_series(store: Store, since: datetime) -> dict[str, list[CapacityPoint]]:
+    """Capacity and demand of every group since ``since`` for the sparklines: the few JSON fields they draw
+    are extracted by the database (no inputs parsed here), and each line is thinned to SPARK_POINTS."""
+    inputs = decisions.c.inputs
+    q = (
+        sa.select(
+            decisions.c.at,
+            decisions.c.group_name,
+            decisions.c.target,
+            decisions.c.outcome,
+            inputs["observed_desired"].as_integer().label("observed_desired"),
+            # the first reason is the one that set the target; a rule's records what the metrics asked for
+            inputs[("reasons", 0, "inputs", "desired")].as_float().label("demand"),
+        )
+        .where(decisions.c.service == store.service, decisions.c.kind == "scale", decisions.c.at >= since)
+        .order_by(decisions.c.id)
+    )
+    out: dict[str, list[CapacityPoint]] = {}
+    with store.engine.connect() as c:
+        for r in c.execute(q):
+            out.setdefault(r.group_name, []).append(
+                CapacityPoint(
+                    at=r.at,
+                    target=r.target,
+                    in_service=None,
+                    demand=r.demand,
+                    outcome=r.outcome,
+                    reason="",
+                    observed_desired=r.observed_desired,
+                )
+            )
+    return {g: thin(pts, since) for g, pts in out.items()}
+
+
+def thin(points: list[CapacityPoint], since: datetime) -> list[CapacityPoint]:
+    """At most SPARK_POINTS points: the last of each equal slice of time (a step line keeps its shape)."""
+    if len(points) <= SPARK_POINTS:
+        return points
+    span_s = max((points[-1].at - since).total_seconds(), 1.0)
+    kept: dict[int, CapacityPoint] = {}
+    for p in points:
+        kept[min(int((p.at - since).total_seconds() / span_s * SPARK_POINTS), SPARK_POINTS - 1)] = p
+    first = points[0]
+    return [first, *[p for p in kept.values() if p is not first]]
 
 
 def demand_of(inputs: dict[str, Any] | None) -> float | None:

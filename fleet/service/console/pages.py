@@ -151,14 +151,13 @@ def layout(title: str, here: str, viewer: Viewer, body: Safe, now: datetime, mes
 # ---- Fleet ---------------------------------------------------------------------------------------------
 
 
-def _floors(g: dict[str, Any], points: Sequence[CapacityPoint]) -> Safe:
+def _floors(g: dict[str, Any], codes: Sequence[str]) -> Safe:
     """The floor and where it comes from: active schedules, floor reasons of the last scale."""
     parts = []
     if g.get("floor") is not None:
         parts.append(f"floor {g['floor']}")
     if g.get("active_schedules"):
         parts.append("schedule: " + ", ".join(g["active_schedules"]))
-    codes = points[-1].floor_codes if points else ()
     if codes:
         parts.append("in force: " + ", ".join(dict.fromkeys(codes)))
     return esc("; ".join(parts) or "-")
@@ -195,6 +194,7 @@ def fleet_page(
     status: dict[str, Any],
     last: dict[str, DecisionRecord],
     series: dict[str, list[CapacityPoint]],
+    floors: dict[str, tuple[str, ...]],
     viewer: Viewer,
     now: datetime,
 ) -> Safe:
@@ -221,7 +221,7 @@ def fleet_page(
                 _num(serving),
                 _num(g.get("standby")),
                 _num(g.get("target")),
-                _floors(g, series.get(name, [])),
+                _floors(g, floors.get(name, ())),
                 "-" if d is None else render("{at} {a} → {o}", at=_ts(d.at), a=d.action, o=d.outcome),
                 (d.reason if d else None) or g.get("reason") or "-",
                 _spark(series.get(name, []), g, now),

@@ -136,9 +136,10 @@ class Console:
         now = self.clock()
         status = self.status()
         last = data.latest_decisions(self.store)
-        series = data.capacity_series(self.store, now - pages.SPARK_WINDOW)
+        series = data.spark_series(self.store, now - pages.SPARK_WINDOW)
+        floors = data.latest_floor_codes(self.store)
         viewer, _ = self.viewer(request)
-        body = pages.fleet_page(status, last, series, viewer, now)
+        body = pages.fleet_page(status, last, series, floors, viewer, now)
         return self.page(request, "Fleet", "fleet", body)
 
     async def group(self, request: Request) -> Response:
