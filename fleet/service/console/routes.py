@@ -112,9 +112,20 @@ class Console:
 
     def page(self, request: Request, title: str, here: str, body: Safe, status_code: int = 200) -> Response:
         viewer, _ = self.viewer(request)
-        message = request.query_params.get("msg", "")[:200]
+        message = self._flash(request)
         html = pages.layout(title, here, viewer, body, self.clock(), message)
         return Response(html, status_code, headers=SECURITY_HEADERS, media_type="text/html; charset=utf-8")
+
+    def _flash_query(self, message: str) -> str:
+        """The confirmation shown after a redirect, signed: a crafted link cannot put words on a page."""
+        return urlencode({"msg": message, "sig": security.sign_message(self.token or "", message)})
+
+    def _flash(self, request: Request) -> str:
+        message = request.query_params.get("msg", "")
+        given = request.query_params.get("sig", "")
+        if not message or not self.token or not security.message_ok(self.token, message, given):
+            return ""
+        return message[:300]
 
     async def root(self, request: Request) -> Response:
         return RedirectResponse("/console/", 307)
@@ -227,7 +238,7 @@ class Console:
             return self.page(request, "Sign in", "", pages.signin_page("wrong token"), 403)
         session = security.issue_session(name, self.token, self.clock())
         log.info("console: %s signed in", name)
-        response = RedirectResponse("/console/?" + urlencode({"msg": f"signed in as {name}"}), 303)
+        response = RedirectResponse("/console/?" + self._flash_query(f"signed in as {name}"), 303)
         response.set_cookie(
             security.SESSION_COOKIE,
             session.cookie,
@@ -252,7 +263,7 @@ class Console:
                 return self.page(request, "Refused", "", pages.refusal(exc.message), exc.status)
             target = _safe_next(act.form.get("next", ""))
             sep = "&" if "?" in target else "?"
-            response = RedirectResponse(f"{target}{sep}{urlencode({'msg': message})}", 303)
+            response = RedirectResponse(f"{target}{sep}{self._flash_query(message)}", 303)
             if perform == self._signout:
                 response.delete_cookie(security.SESSION_COOKIE, path=security.COOKIE_PATH)
             return response

@@ -89,3 +89,11 @@ def same_origin(origin: str | None, host: str | None) -> bool:
     if origin == "null" or not host:
         return False
     return origin.split("://", 1)[-1].rstrip("/") == host
+
+
+def sign_message(token: str, message: str) -> str:
+    return _sign(token, "flash|" + message)
+
+
+def message_ok(token: str, message: str, given: str) -> bool:
+    return hmac.compare_digest(given.encode(), sign_message(token, message).encode())

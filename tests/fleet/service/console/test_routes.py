@@ -346,3 +346,14 @@ def test_group_page_shows_each_decisions_metric_inputs(client, store):
     text = client.get("/console/groups/chat").text
     assert "&quot;metric&quot;: &quot;queue_waiting_per_instance&quot;" in text
     assert "&quot;value&quot;: 3.25" in text
+
+
+def test_a_crafted_confirmation_link_shows_nothing(client):
+    text = client.get("/console/?msg=call+this+number&sig=forged").text
+    assert "call this number" not in text
+
+
+def test_an_actions_confirmation_is_shown_after_the_redirect(client, store):
+    csrf = sign_in(client, "dora")
+    r = client.post("/console/groups/chat/pause", data={"csrf": csrf, "next": "/console/"})
+    assert "chat paused by dora" in client.get(r.headers["location"]).text
