@@ -22,7 +22,7 @@ def main() -> int:
     from fleet.cloud.clients import make_clients
     from fleet.cloud.retry import RetryPolicy
     from fleet.config import load_config
-    from fleet.service.loop import build_service
+    from fleet.service.app import build_service
     from fleet.testing import mock_aliyun
 
     env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "bench", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "bench"}

@@ -4,7 +4,7 @@
 ``to_points``/``instance_values`` say what a sample publishes. See docs/agent.md.
 """
 
-from fleet.agent.clock import Clock, FakeClock, SystemClock, TimestampGuard
+from fleet.agent.clock import AgentClock, ManualAgentClock, SystemClock, TimestampGuard
 from fleet.agent.fake_nvml import FakeGpu, FakeNvml
 from fleet.agent.nvml import GpuCollector, GpuReading, GpuSnapshot, Nvml, XidEvent, load_nvml
 from fleet.agent.publish import CmsPublisher
@@ -25,9 +25,9 @@ __all__ = [
     "INSTANCE_METRICS_READ_BY_SERVICE",
     "Agent",
     "AgentConfig",
-    "Clock",
+    "AgentClock",
     "CmsPublisher",
-    "FakeClock",
+    "ManualAgentClock",
     "FakeGpu",
     "FakeNvml",
     "GpuCollector",

@@ -1,8 +1,8 @@
-"""The agent's notion of time: an injected Clock, and the guard that turns wall-clock readings into
+"""The agent's notion of time: an injected AgentClock, and the guard that turns wall-clock readings into
 timestamps.
 
-The agent never reads ``time`` directly: it is given a :class:`Clock` (the real one in production, a fake one
-in tests) so that periods, percentile windows and skew repair are testable without sleeping.
+The agent never reads ``time`` directly: it is given an :class:`AgentClock` (the real one in production, a
+manual one in tests) so that periods, percentile windows and skew repair are testable without sleeping.
 
 Clock skew policy (documented in docs/agent.md): a sample is stamped with the local wall clock when the wall
 clock agrees with the monotonic clock's account of how much time has passed since the last trusted reading.
@@ -27,7 +27,7 @@ PLAUSIBLE_FLOOR_S = 1_704_067_200.0
 PLAUSIBLE_CEILING_S = 4_102_444_800.0
 
 
-class Clock(Protocol):
+class AgentClock(Protocol):
     """Time as the agent sees it."""
 
     def time(self) -> float:
@@ -56,7 +56,7 @@ class SystemClock:
         return stop.wait(max(0.0, seconds))
 
 
-class FakeClock:
+class ManualAgentClock:
     """A clock that moves only when told (or when waited on), for tests and simulation."""
 
     def __init__(self, wall_s: float = 1_767_225_600.0, monotonic_s: float = 1000.0) -> None:

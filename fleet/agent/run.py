@@ -1,6 +1,6 @@
 """The agent's loop: every period read the GPUs and vLLM, stamp, publish, and keep the latest for Prometheus.
 
-Everything with a side effect comes in through the constructor (the Clock, the ``Nvml``, the vLLM fetcher, the
+Everything with a side effect comes in through the constructor (the clock, the ``Nvml``, the vLLM fetcher, the
 CMS publisher), so tests drive the same loop with fakes and a clock that moves only when waited on.
 
 A period's sample covers the period before it: the first scrape of vLLM only records a baseline (percentiles
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleet.agent.clock import Clock, TimestampGuard
+from fleet.agent.clock import AgentClock, TimestampGuard
 from fleet.agent.nvml import GpuCollector, Nvml
 from fleet.agent.prom import AgentCollector, AgentCounters
 from fleet.agent.publish import CmsPublisher
@@ -50,7 +50,7 @@ class Agent:
         config: AgentConfig,
         *,
         nvml: Nvml | None,
-        clock: Clock,
+        clock: AgentClock,
         publisher: CmsPublisher | None = None,
         vllm_fetch: Callable[[str], str] = fetch_metrics_text,
         guard: TimestampGuard | None = None,

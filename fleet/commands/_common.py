@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -46,6 +49,19 @@ def load_config_or_exit(path: Path | str, env: Mapping[str, str] | None = None) 
         fail_lines(list(exc.problems) or [f"{path}: invalid config"])
 
 
+def parse_at(value: str, option: str = "--at") -> datetime:
+    """An aware ISO 8601 instant given on the command line, or one clear line and exit 2."""
+    from fleet.timefmt import parse_iso
+
+    try:
+        at = parse_iso(value)
+    except ValueError:
+        fail(f"{option}: {value!r} is not an ISO 8601 instant such as 2026-12-01T08:00:00Z")
+    if at.tzinfo is None or at.utcoffset() is None:
+        fail(f"{option}: {value!r} has no timezone; add Z or an offset such as +08:00")
+    return at
+
+
 def print_json(obj: Any) -> None:
     """Write ``obj`` as JSON on stdout (pydantic models and dataclasses are welcome)."""
     sys.stdout.write(json.dumps(_jsonable(obj), indent=2, sort_keys=False, default=str) + "\n")
@@ -63,3 +79,27 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_jsonable(v) for v in obj]
     return obj
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` next to ``path`` and rename it into place, so a failure never leaves half a file.
+
+    Raises ``OSError`` (the temporary file removed): the command words the error for its own option."""
+    directory = path.parent if str(path.parent) else Path(".")
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the user's umask decides, as for any file
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

@@ -1,6 +1,6 @@
 """`fleet diagnose`: why P99 latency is high and what to change, from the cloud's metrics or a snapshot file.
 
-And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (benchmarks/diagnose.py).
+And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (fleet.sim.diagnose_bench).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
+from fleet.timefmt import parse_iso_utc
 
 
 def register(app: typer.Typer) -> None:
@@ -48,10 +49,9 @@ def _parse_until(text: str | None) -> datetime:
     if text is None:
         return datetime.now(UTC)
     try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return parse_iso_utc(text)
     except ValueError:
         fail(f"--until: {text!r} is not an ISO 8601 time, e.g. 2026-03-02T10:00:00Z")
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def diagnose(
@@ -208,22 +208,6 @@ def _store(cfg: Any) -> Any:
         return None
 
 
-def _load_bench() -> Any:
-    """benchmarks/diagnose.py of the checkout this package runs from (the benchmarks are not installed)."""
-    import importlib.util
-
-    import fleet
-
-    path = Path(fleet.__file__).resolve().parents[1] / "benchmarks" / "diagnose.py"
-    if not path.is_file():
-        fail(f"{path}: the diagnosis benchmark ships with the repository, not the installed package")
-    spec = importlib.util.spec_from_file_location("benchmarks_diagnose", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -273,8 +257,8 @@ def bench_diagnose(
     seeds: int = typer.Option(1, "--seeds", help="Repeat each scenario with this many workload seeds."),
 ) -> None:
     """The diagnosis benchmark: one simulated scenario per finding kind plus healthy controls."""
-    bench = _load_bench()
-    from fleet.diagnose.scenarios import SCENARIOS
+    from fleet.sim import diagnose_bench as bench
+    from fleet.sim.diagnose_scenarios import SCENARIOS
 
     known = {s.name for s in SCENARIOS}
     unknown = [s for s in scenario if s not in known]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from fleet.commands._common import (
     fail,
     fail_lines,
     load_config_or_exit,
+    parse_at,
     print_json,
 )
 from fleet.config import config_json_schema
@@ -45,16 +45,6 @@ def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
         fail_lines(lines)
 
 
-def _parse_at(value: str) -> datetime:
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
-        fail(f"--at: {value!r} is not an ISO 8601 time, e.g. 2026-12-01T09:00:00+08:00")
-    if at.tzinfo is None or at.utcoffset() is None:
-        fail(f"--at: {value!r} has no timezone; add one, e.g. Z or +08:00")
-    return at
-
-
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
@@ -77,7 +67,7 @@ def register(app: typer.Typer) -> None:
         cfg = load_config_or_exit(config)
         snap = _load_json_model(snapshot, Snapshot, "snapshot")
         hist = _load_json_model(history, History, "history") if history is not None else None
-        now = _parse_at(at) if at is not None else snap.taken_at
+        now = parse_at(at) if at is not None else snap.taken_at
         result = decide(snap, cfg, hist, now)
         if save_history is not None:
             try:

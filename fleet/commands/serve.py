@@ -8,10 +8,8 @@ are queued and carried out by the lease holder's next tick through the same work
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,69 +50,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class _JsonFormatter(logging.Formatter):
-    _EXTRA = ("decision_id", "request_id", "outcome", "leader", "epoch")
-
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key in self._EXTRA:
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str)
-
-
-class _Redact(logging.Filter):
-    """Last line of defence: known secret values never reach a log line, whatever code logged them."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 4]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            msg = record.getMessage()
-            if any(s in msg for s in self.secrets):
-                for s in self.secrets:
-                    msg = msg.replace(s, "***")
-                record.msg, record.args = msg, None
-        return True
-
-
-def _setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _JsonFormatter()
-        if json_logs
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    handler.addFilter(_Redact(secrets))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # Per-request chatter of the HTTP stack is noise at INFO.
-    for noisy in ("apscheduler", "urllib3", "uvicorn.access", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _config_secrets(config: Any, token: str | None) -> list[str]:
-    out = [token or ""]
-    for item in getattr(config, "notifications", None) or []:
-        secret = item.get("secret") if isinstance(item, dict) else getattr(item, "secret", None)
-        if secret is not None and hasattr(secret, "get_secret_value"):
-            secret = secret.get_secret_value()
-        out.append(secret or "")
-    for var in ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN", "FLEET_API_TOKEN"):
-        out.append(os.environ.get(var, ""))
-    return out
-
-
 def serve(
     config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
     dry_run: bool = typer.Option(
@@ -142,7 +77,9 @@ def serve(
 
     from fleet.cloud.clients import make_clients
     from fleet.service.api import ApiServer, create_app
-    from fleet.service.loop import ServiceSettings, build_service, run_forever
+    from fleet.service.app import build_service, run_forever
+    from fleet.service.logs import config_secrets, setup_logging
+    from fleet.service.settings import ServiceSettings
     from fleet.service.store import default_database_url
 
     cfg = load_config_or_exit(config)
@@ -155,7 +92,7 @@ def serve(
         settings = replace(
             settings, tick_interval_s=interval, lease_ttl_s=max(settings.lease_ttl_s, 3 * interval)
         )
-    _setup_logging(log_json, log_level, _config_secrets(cfg, settings.api_token))
+    setup_logging(log_json, log_level, config_secrets(cfg, settings.api_token))
     log = logging.getLogger("fleet.service")
     url = database or getattr(cfg, "database_url", None) or default_database_url()
     try:
@@ -232,7 +169,7 @@ def status(
     """What the store says: the leader, groups, recent decisions, open incidents with their SLA timers."""
     from rich.table import Table
 
-    from fleet.service.loop import status_from_store
+    from fleet.service.views import status_from_store
 
     store = _open(database, service)
     view = status_from_store(store, _now(), [])
@@ -274,7 +211,7 @@ def decisions(
     """Decisions recorded since a time: inputs, reason, action, request id and outcome."""
     from rich.table import Table
 
-    from fleet.service.loop import decision_view
+    from fleet.service.views import decision_view
 
     window = _since_days(since)
     store = _open(database, service)
@@ -362,7 +299,7 @@ def incidents_list(
     """List incidents (newest first) with their SLA timers."""
     if ctx.invoked_subcommand is not None:
         return
-    from fleet.service.loop import incident_view
+    from fleet.service.views import incident_view
 
     store = _open(database, service)
     now = _now()
@@ -381,7 +318,8 @@ def incidents_show(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """One incident and its timeline: states, actions taken, notifications, acknowledgments."""
-    from fleet.service.loop import incident_view
+    from fleet.service.views import incident_view
+    from fleet.timefmt import parse_iso_utc
 
     store = _open(database, service)
     inc = store.incident(incident_id)
@@ -408,7 +346,7 @@ def incidents_show(
                     "detail": f"{d.outcome} {d.request_id or ''} {d.error or ''}".strip(),
                 }
             )
-    timeline.sort(key=lambda e: _parse_at(e["at"]))
+    timeline.sort(key=lambda e: parse_iso_utc(e["at"]))
     view = {**incident_view(inc, _now()), "timeline": timeline}
     if as_json:
         print_json(view)
@@ -421,11 +359,6 @@ def incidents_show(
     )
     for e in timeline:
         console.print(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}", highlight=False)
-
-
-def _parse_at(text: str) -> datetime:
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @incidents_app.command("ack")
@@ -482,45 +415,14 @@ def sla_report(
     """Incidents in a window: time to respond, time to isolate, SLA breaches."""
     from rich.table import Table
 
+    from fleet.service.views import sla_report as build_sla_report
+
     store = _open(database, service)
     now = _now()
-    rows = []
-    for inc in store.incidents(since=now - _since_days(since)):
-        # A manual isolation is acknowledged when the operator asked, before the leader opened the
-        # incident: that is a response time of zero, never a negative one.
-        respond_s = (
-            max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
-        )
-        isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
-        respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
-        # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
-        closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
-        isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)
-        rows.append(
-            {
-                "id": inc.id,
-                "group": inc.group_name,
-                "instance_id": inc.instance_id,
-                "state": inc.state,
-                "cause": inc.cause,
-                "detected_at": inc.detected_at.isoformat(),
-                "time_to_respond_s": respond_s,
-                "time_to_isolate_s": isolate_s,
-                "respond_breached": respond_breach,
-                "isolate_breached": isolate_breach,
-                "human_acknowledged": (inc.acknowledged_by or "").startswith("human:"),
-            }
-        )
-    summary = {
-        "since": (now - _since_days(since)).isoformat(),
-        "incidents": len(rows),
-        "respond_breaches": sum(r["respond_breached"] for r in rows),
-        "isolate_breaches": sum(r["isolate_breached"] for r in rows),
-        "median_time_to_respond_s": _median([r["time_to_respond_s"] for r in rows]),
-        "median_time_to_isolate_s": _median([r["time_to_isolate_s"] for r in rows]),
-    }
+    report = build_sla_report(store, now - _since_days(since), now)
+    summary, rows = report["summary"], report["incidents"]
     if as_json:
-        print_json({"summary": summary, "incidents": rows})
+        print_json(report)
         return
     table = Table()
     table.add_column("id", no_wrap=True)
@@ -543,20 +445,6 @@ def sla_report(
         f"isolate {_dur(summary['median_time_to_isolate_s'])}",
         highlight=False,
     )
-
-
-def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:
-    if deadline is None:
-        return False
-    return (done or now) > deadline
-
-
-def _median(values: list[float | None]) -> float | None:
-    xs = sorted(v for v in values if v is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _dur(seconds: float | None) -> str:

@@ -85,9 +85,9 @@ def simulate(
     """Simulate a GPU fleet in the in-process fake cloud under one policy and summarise the run."""
     from dataclasses import replace
 
-    from fleet.sim.runner import POLICIES, SimOptions
     from fleet.sim.scenario import DEFAULT_FAULTS, DEFAULT_WORKLOAD
     from fleet.sim.scenario import simulate as run_sim
+    from fleet.sim.types import POLICIES, SimOptions
     from fleet.sim.workload import WorkloadError, parse_workload_spec
     from fleet.sim.world import FaultSpecError, parse_fault_spec
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from fleet.commands._common import console, err_console, fail, print_json
+from fleet.commands._common import console, err_console, fail, print_json, write_atomically
 
 EXIT_NO_FIT = 1
 
@@ -372,17 +370,9 @@ def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> No
     sweep = knee_sweep(dep, workload, seed=seed)
     title = f"{dep.model.name} on {dep.tp} x {dep.gpu.name} (max_num_seqs {best.max_num_seqs})"
     svg = latency_throughput_svg(sweep, title, slo.ttft_p99_ms, slo.tpot_p99_ms)
-    directory = path.parent if str(path.parent) else Path(".")
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(svg)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the user's umask decides, as for any file
-        os.replace(tmp, path)
+        write_atomically(path, svg)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         fail(f"--plot: {path}: {exc.strerror or exc}")
 
 
@@ -515,9 +505,3 @@ def _render(
             )
     if plot is not None:
         console.print(f"  wrote {plot}", highlight=False)
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current

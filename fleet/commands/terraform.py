@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 
-from fleet.commands._common import console, fail, load_config_or_exit
+from fleet.commands._common import console, fail, load_config_or_exit, parse_at, write_atomically
 
 terraform_app = typer.Typer(
     name="terraform",
@@ -39,9 +37,9 @@ def export(
     ),
 ) -> None:
     """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
-    from fleet.terraform_export import ExportError, build_tfvars
+    from fleet.terraform.export import ExportError, build_tfvars
 
-    now = _parse_at(at)
+    now = datetime.now(UTC) if at is None else parse_at(at)
     config = load_config_or_exit(config_path)
     try:
         tfvars = build_tfvars(config, group, now=now, scheduled_tasks=scheduled_tasks)
@@ -55,33 +53,14 @@ def export(
     console.print(f"wrote {output} ({len(tfvars)} variables, group {tfvars['name']})", highlight=False)
 
 
-def _parse_at(at: str | None) -> datetime:
-    if at is None:
-        return datetime.now(UTC)
-    try:
-        value = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"--at: {at!r} is not an ISO 8601 instant such as 2026-12-01T08:00:00Z")
-    if value.tzinfo is None:
-        fail(f"--at: {at!r} has no timezone; add Z or an offset such as +08:00")
-    return value
-
-
 def _write_atomically(path: Path, text: str) -> None:
     """Write next to the target and rename, so a failure never leaves half a file."""
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         fail(f"--output: directory {directory} does not exist")
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the user's umask decides, as for any file
-        os.replace(tmp, path)
+        write_atomically(path, text)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         fail(f"--output: cannot write {path}: {exc.strerror or exc}")
 
 
@@ -97,8 +76,8 @@ def check(
     ),
 ) -> None:
     """Check modules against the provider schema offline: arguments, required ones, enumerated values."""
-    from fleet.terraform_check import check_module, default_schema_path, load_schema
-    from fleet.terraform_hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    from fleet.terraform.check import check_module, default_schema_path, load_schema
+    from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
 
     schema_path = schema or default_schema_path()
     try:
@@ -131,9 +110,3 @@ def check(
     if problems:
         raise typer.Exit(1)
     console.print(f"{len(directories)} module(s) match the provider schema", highlight=False)
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current

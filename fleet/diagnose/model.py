@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fleet.timefmt import isoformat, parse_iso_utc
+
 SNAPSHOT_VERSION = 1
 
 # Diagnosis-only metrics the node agent publishes besides the policy ones (fleet/agent/sample.py):
@@ -140,10 +142,6 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def isoformat(dt: datetime) -> str:
-    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 # ------------------------------------------------------------------------------------------------ snapshot JS
 def window_to_json(w: Window) -> dict[str, Any]:
     g = w.group
@@ -178,10 +176,9 @@ def parse_time(value: Any, where: str) -> datetime:
         return datetime.fromtimestamp(seconds, UTC)
     if isinstance(value, str):
         try:
-            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            return parse_iso_utc(value)
         except ValueError:
             raise SnapshotError(f"{where}: {value!r} is not an ISO 8601 time") from None
-        return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
     raise SnapshotError(f"{where}: expected a time (ISO 8601 string or epoch number), got {value!r}")
 
 

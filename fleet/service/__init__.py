@@ -2,6 +2,8 @@
 notifications (docs/service.md).
 """
 
-from fleet.service.loop import Service, ServiceSettings, TickResult, build_service, run_forever
+from fleet.service.app import build_service, run_forever
+from fleet.service.loop import Service, TickResult
+from fleet.service.settings import ServiceSettings
 
 __all__ = ["Service", "ServiceSettings", "TickResult", "build_service", "run_forever"]

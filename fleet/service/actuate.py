@@ -27,7 +27,7 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, Throttled
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.notify import Notification
+from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Store
 from policies.model import GroupPlan, Incident, IsolationStep, StepAction
@@ -76,7 +76,7 @@ class Actuator:
         service: str,
         metrics: ServiceMetrics,
         dry_run: bool = False,
-        notify: Callable[[Notification], None] | None = None,
+        notify: Callable[[Announcement], None] | None = None,
         notify_scale_min_change: int = 1,
     ) -> None:
         self.clients = clients
@@ -161,7 +161,7 @@ class Actuator:
         if self.notify is not None and change >= self.notify_scale_min_change:
             direction = "out" if target > current else "in"
             self.notify(
-                Notification(
+                Announcement(
                     kind="scale",
                     title=f"{gp.group}: scale {direction} {current} -> {target}",
                     text=reason,
@@ -354,7 +354,7 @@ class Actuator:
                 isolate_by=incident.isolate_by.isoformat(),
             )
         self.notify(
-            Notification(
+            Announcement(
                 kind="incident",
                 title=f"{gp.group}/{step.instance_id}: {titles.get(step.action, step.action.value)}",
                 text=step.detail or step.reason.value,

@@ -35,7 +35,7 @@ CHANNEL_TYPES = ("webhook", "dingtalk", "wecom", "feishu")
 
 
 @dataclass(frozen=True)
-class Notification:
+class Announcement:
     """What people should know: a scale action, an incident, an SLA at risk or breached, the breaker."""
 
     kind: str  # scale | incident | sla_risk | sla_breach | breaker | lease
@@ -85,14 +85,14 @@ def feishu_sign(secret: str, timestamp_s: int) -> str:
     return base64.b64encode(digest).decode()
 
 
-def _markdown(note: Notification) -> str:
+def _markdown(note: Announcement) -> str:
     lines = [f"**{note.title}**", "", note.text]
     for key, value in note.fields.items():
         lines.append(f"- {key}: {value}")
     return "\n".join(lines)
 
 
-def render(channel: Channel, note: Notification, wall_time_s: float) -> tuple[str, dict[str, Any]]:
+def render(channel: Channel, note: Announcement, wall_time_s: float) -> tuple[str, dict[str, Any]]:
     """The URL and JSON body to POST for ``note`` on ``channel`` (signed where the robot wants it)."""
     if channel.type == "webhook":
         body = {
@@ -142,7 +142,7 @@ class _Job:
     seq: int
     attempt: int = field(compare=False)
     channel: Channel = field(compare=False)
-    note: Notification = field(compare=False)
+    note: Announcement = field(compare=False)
 
 
 class Notifier:
@@ -157,7 +157,7 @@ class Notifier:
         max_backoff_s: float = 60.0,
         timeout_s: float = 5.0,
         max_queue: int = 1000,
-        on_delivered: Callable[[Notification, Channel], None] | None = None,
+        on_delivered: Callable[[Announcement, Channel], None] | None = None,
         wall_time: Callable[[], float] = time.time,
         session: requests.Session | None = None,
     ) -> None:
@@ -189,7 +189,7 @@ class Notifier:
             self._thread.start()
         return self
 
-    def send(self, note: Notification) -> None:
+    def send(self, note: Announcement) -> None:
         """Enqueue ``note`` for every channel; drops (and logs) when the queue is full rather than block."""
         with self._cond:
             for channel in self.channels:

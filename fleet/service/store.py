@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -419,6 +419,15 @@ class Store:
             row = c.execute(sa.select(incidents).where(incidents.c.id == incident_id)).first()
         return None if row is None else IncidentRecord(**dict(row._mapping))
 
+    def incidents_by_id(self, incident_ids: Iterable[str]) -> dict[str, IncidentRecord]:
+        """Several incidents in one read, by id (as ``incident``); unknown ids are absent."""
+        ids = sorted(set(incident_ids))
+        if not ids:
+            return {}
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(incidents).where(incidents.c.id.in_(ids))).all()
+        return {r.id: IncidentRecord(**dict(r._mapping)) for r in rows}
+
     def add_incident_event(self, ev: IncidentEvent, conn: Connection | None = None) -> None:
         if conn is not None:
             conn.execute(sa.insert(incident_events).values(**ev.__dict__))
@@ -435,6 +444,25 @@ class Store:
         with self.engine.connect() as c:
             rows = [dict(r._mapping) for r in c.execute(q)]
         return [IncidentEvent(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
+
+    def incident_events_by_incident(
+        self, incident_ids: Iterable[str], kind: str | None = None
+    ) -> dict[str, list[IncidentEvent]]:
+        """``incident_events`` of several incidents in one read (optionally one kind), each list in order."""
+        ids = sorted(set(incident_ids))
+        if not ids:
+            return {}
+        q = sa.select(incident_events).where(incident_events.c.incident_id.in_(ids))
+        if kind is not None:
+            q = q.where(incident_events.c.kind == kind)
+        q = q.order_by(incident_events.c.at, incident_events.c.id)
+        with self.engine.connect() as c:
+            rows = [dict(r._mapping) for r in c.execute(q)]
+        out: dict[str, list[IncidentEvent]] = {}
+        for r in rows:
+            event = IncidentEvent(**{k: v for k, v in r.items() if k != "id"})
+            out.setdefault(event.incident_id, []).append(event)
+        return out
 
     def acknowledge_incident(self, incident_id: str, actor: str, now: datetime) -> bool:
         """Mark a human acknowledgment; False when the incident is unknown. Idempotent (first ack wins)."""

@@ -7,27 +7,37 @@ controllers see the cloud only through the SDK adapters, exactly as in productio
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.sim.baselines import EssAlarmRule, StaticPeak, TargetTracking
 from fleet.sim.invariants import InvariantChecker
-from fleet.sim.runner import MinutePoint, SimOptions
+from fleet.sim.types import Hardware, MinutePoint, SimOptions
 from fleet.sim.world import World
+from fleet.timefmt import parse_iso
+
+if TYPE_CHECKING:
+    from fleet.cloud.clients import CloudClients
+    from fleet.config import FleetConfig, GroupConfig
+    from fleet.testing import ManualClock
+    from fleet.testing.cloud import FakeCloud
+    from policies.spec import GroupSpec
 
 # ECS statuses during which the instance is not running its software (a reboot or a start in progress).
 _RESTARTING = ("Stopping", "Starting", "Stopped")
 
 
-def initial_size(spec: Any, at: datetime) -> int:
+def initial_size(spec: GroupSpec, at: datetime) -> int:
     """The group's floor when the run starts (schedules and the warm floor included)."""
     from policies.schedule import bounds
 
     return bounds(spec, at).floor
 
 
-def create_group(cloud: Any, spec: Any, hardware: Any, initial: int, *, region: str, max_size: int) -> str:
+def create_group(
+    cloud: FakeCloud, spec: GroupConfig, hardware: Hardware, initial: int, *, region: str, max_size: int
+) -> str:
     """The scaling group of ``spec`` in the fake, with ``initial`` instances already InService."""
     return cloud.create_group_for_tests(
         name=spec.scaling_group_name or spec.name,
@@ -41,7 +51,7 @@ def create_group(cloud: Any, spec: Any, hardware: Any, initial: int, *, region: 
     )
 
 
-def bind_group(config: Any, index: int, group_id: str) -> Any:
+def bind_group(config: FleetConfig, index: int, group_id: str) -> FleetConfig:
     """The config with group ``index`` pointing at the fake's group id."""
     groups = list(config.groups)
     groups[index] = groups[index].model_copy(
@@ -50,7 +60,7 @@ def bind_group(config: Any, index: int, group_id: str) -> Any:
     return config.model_copy(update={"groups": type(config.groups)(groups)})
 
 
-def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
+def list_group_instances(cloud: FakeCloud, group_id: str) -> dict[str, str]:
     """Instance id -> ESS lifecycle state, ``Rebooting`` while ECS restarts the instance."""
     group = cloud.ess.groups.get(group_id)
     if group is None:
@@ -83,7 +93,7 @@ def _sim_credential() -> Any:
     )  # noqa: S106
 
 
-def make_clients(config: Any) -> Any:
+def make_clients(config: FleetConfig) -> CloudClients:
     from fleet.cloud.clients import make_clients as _make
     from fleet.cloud.retry import RetryPolicy
 
@@ -101,16 +111,18 @@ def _sim_retry(policy_cls: Any) -> Any:
 
 
 def make_controller(
-    options: SimOptions, config: Any, spec: Any, cloud: Any, clock: Any, group_id: str
+    options: SimOptions,
+    config: FleetConfig,
+    spec: GroupConfig,
+    cloud: FakeCloud,
+    clock: ManualClock,
+    group_id: str,
 ) -> tuple[Any, InvariantChecker]:
     """The controller for ``options.policy`` and the invariant checker that fits it."""
     clients = make_clients(config)
     policy = options.policy
     if policy == "ours":
-        try:
-            from fleet.service import build_service
-        except ImportError:  # exported from the package once the service lands whole
-            from fleet.service.loop import build_service
+        from fleet.service import build_service
 
         service = build_service(config, clients, database_url="sqlite://", clock=clock.now, dry_run=False)
         checker = InvariantChecker(
@@ -128,14 +140,14 @@ def make_controller(
         ctl = EssAlarmRule(clients.ess, clients.cms, group_id, spec.min_size, spec.max_size)
         return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
     if policy == "target-tracking":
-        ctl = TargetTracking(
+        tracking = TargetTracking(
             clients.ess, clients.cms, group_id, spec.min_size, spec.max_size, target=options.queue_target
         )
-        return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+        return tracking, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
     raise ValueError(f"unknown policy {policy!r}")
 
 
-def _schedule_floor(spec: Any, tick_s: float) -> Any:
+def _schedule_floor(spec: GroupSpec, tick_s: float) -> Callable[[datetime], int]:
     from policies.schedule import bounds
 
     # A floor must hold by the tick after it takes effect: the write happens in the tick that sees it, and an
@@ -148,7 +160,7 @@ def _schedule_floor(spec: Any, tick_s: float) -> Any:
     return floor_at
 
 
-def check(checker: InvariantChecker, cloud: Any, group_id: str, at: datetime, since_s: float) -> None:
+def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: datetime, since_s: float) -> None:
     """Run the invariants on the group's state after a tick."""
     group = cloud.ess.groups[group_id]
     states = {
@@ -172,7 +184,7 @@ def check(checker: InvariantChecker, cloud: Any, group_id: str, at: datetime, si
     checker.check(at, desired, states, fresh)
 
 
-def minute_point(world: World, cloud: Any, group_id: str, minute: int, start: datetime) -> MinutePoint:
+def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, start: datetime) -> MinutePoint:
     group = cloud.ess.groups[group_id]
     counts: dict[str, int] = {}
     for iid in group.instance_ids:
@@ -200,7 +212,7 @@ def minute_point(world: World, cloud: Any, group_id: str, minute: int, start: da
     )
 
 
-def scale_actions(cloud: Any, group_id: str, since_s: float) -> int:
+def scale_actions(cloud: FakeCloud, group_id: str, since_s: float) -> int:
     """Capacity writes the controller made: ESS capacity-change activities it started through the API."""
     return sum(
         1
@@ -230,7 +242,7 @@ _RESPONSE_FIELDS = (
 )
 
 
-def incidents(controller: Any, world: World, options: SimOptions, spec: Any) -> list[dict[str, Any]]:
+def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpec) -> list[dict[str, Any]]:
     """The run's incidents: our service's own records for ``ours``; for the baselines, which do not isolate,
     each injected fault as an incident nobody responded to."""
     out: list[dict[str, Any]] = []
@@ -281,7 +293,7 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: Any) -> 
 def _dt(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parse_iso(str(value))
 
 
 def _fault_cause(f: dict[str, Any]) -> str:
@@ -297,7 +309,3 @@ def decisions(controller: Any) -> list[dict[str, Any]]:
     if stats is not None:
         return list(stats.decisions)
     return []
-
-
-def ceil_div(a: float, b: float) -> int:
-    return int(math.ceil(a / b - 1e-9))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fleet.sim.runner import Hardware
+from fleet.sim.types import Hardware
 
 
 class HardwareError(ValueError):

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from fleet.sim.runner import MinutePoint, SimResult
+from fleet.sim.types import MinutePoint, SimResult
+from fleet.timefmt import parse_iso
 
 W, H = 960, 200  # one plot's size in SVG user units
 ML, MR, MT, MB = 60, 20, 16, 26  # margins
@@ -150,7 +151,7 @@ class _Plot:
 def _minute_of(result: SimResult, at: str | None) -> float | None:
     if not at:
         return None
-    when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    when = parse_iso(at)
     return (when - result.options.start).total_seconds() / 60.0
 
 

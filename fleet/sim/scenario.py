@@ -17,7 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fleet.sim.runner import DEFAULT_START, Hardware, SimOptions, SimResult, run
+from fleet.sim.runner import run
+from fleet.sim.types import DEFAULT_START, Hardware, SimOptions, SimResult
 from fleet.sim.workload import (
     Request,
     WorkloadSpec,

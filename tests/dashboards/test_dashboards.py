@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from fleet.agent import vllm as agent_vllm
-from fleet.agent.clock import FakeClock
+from fleet.agent.clock import ManualAgentClock
 from fleet.agent.fake_nvml import FakeGpu, FakeNvml
 from fleet.agent.prom import make_registry
 from fleet.agent.run import Agent, AgentConfig
@@ -113,7 +113,7 @@ def agent_names() -> set[str]:
     gpus = [FakeGpu(), FakeGpu()]
     gpus[1].throttle_reasons = 0x20
     pages = iter([_vllm_page(10), _vllm_page(40)])
-    clock = FakeClock()
+    clock = ManualAgentClock()
     agent = Agent(
         AgentConfig(instance_id="i-dash"),
         nvml=FakeNvml(gpus),

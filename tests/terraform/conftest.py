@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.terraform_check import default_schema_path, load_schema
+from fleet.terraform.check import default_schema_path, load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE_DIR = REPO / "terraform"

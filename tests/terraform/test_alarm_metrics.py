@@ -12,8 +12,8 @@ from fleet.agent.nvml import GpuSnapshot
 from fleet.agent.sample import Sample, instance_values
 from fleet.agent.vllm import VllmReading
 from fleet.config import load_config
-from fleet.terraform_export import AGENT_HEALTH_METRICS, ESS_SYSTEM_GPU_METRICS, build_tfvars
-from fleet.terraform_hcl import apply_defaults, literal, load_dir, parse_type
+from fleet.terraform.export import AGENT_HEALTH_METRICS, ESS_SYSTEM_GPU_METRICS, build_tfvars
+from fleet.terraform.hcl import apply_defaults, literal, load_dir, parse_type
 from policies import metrics as m
 
 REPO = Path(__file__).resolve().parents[2]

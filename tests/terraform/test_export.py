@@ -14,15 +14,15 @@ import pytest
 
 from fleet.cli import main
 from fleet.config import FleetConfig, load_config
-from fleet.terraform_check import check_module
-from fleet.terraform_export import (
+from fleet.terraform.check import check_module
+from fleet.terraform.export import (
     ALARM_PERIOD_S,
     SLO_ALARM_HOLD_S,
     ExportError,
     build_tfvars,
     scheduled_tasks_for,
 )
-from fleet.terraform_hcl import load_dir, load_hcl_tfvars, parse_type, type_errors
+from fleet.terraform.hcl import load_dir, load_hcl_tfvars, parse_type, type_errors
 from policies import metrics as m
 from policies.schedule import bounds
 from policies.spec import GroupSpec

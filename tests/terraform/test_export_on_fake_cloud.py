@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fleet.cloud import RetryPolicy, make_clients
-from fleet.terraform_export import scheduled_tasks_for
+from fleet.terraform.export import scheduled_tasks_for
 from fleet.testing import mock_aliyun
 from policies.schedule import bounds
 from policies.spec import GroupSpec

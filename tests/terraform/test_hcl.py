@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.terraform_hcl import (
+from fleet.terraform.hcl import (
     UNKNOWN,
     HclError,
     apply_defaults,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fleet.cloud import cms, ecs, ess
-from fleet.terraform_check import ModuleScope
-from fleet.terraform_hcl import TfConfig, load_dir, parse_text
+from fleet.terraform.check import ModuleScope
+from fleet.terraform.hcl import TfConfig, load_dir, parse_text
 
 
 def adapter_actions() -> set[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.terraform_check import check_module, check_text
-from fleet.terraform_hcl import load_hcl_tfvars
+from fleet.terraform.check import check_module, check_text
+from fleet.terraform.hcl import load_hcl_tfvars
 
 
 def _messages(problems) -> str:
@@ -35,7 +35,7 @@ def test_example_matches_the_schema_and_calls_the_module_correctly(schema, examp
 
 
 def test_module_resources_are_all_in_the_schema(schema, module_dir):
-    from fleet.terraform_hcl import load_dir
+    from fleet.terraform.hcl import load_dir
 
     used = {b.labels[0] for b in load_dir(module_dir).resources()}
     assert used <= set(schema)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fleet.config import load_config
-from fleet.terraform_export import build_tfvars
-from fleet.terraform_hcl import apply_defaults, literal, load_dir, load_hcl_tfvars, parse_type
+from fleet.terraform.export import build_tfvars
+from fleet.terraform.hcl import apply_defaults, literal, load_dir, load_hcl_tfvars, parse_type
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE_DIR = REPO / "terraform"

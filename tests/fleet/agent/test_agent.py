@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.agent.clock import FakeClock
+from fleet.agent.clock import ManualAgentClock
 from fleet.agent.fake_nvml import FakeGpu, FakeNvml
 from fleet.agent.prom import make_registry, serve
 from fleet.agent.publish import CmsPublisher
@@ -37,13 +37,13 @@ def make_agent(url: str, nvml=None, clock=None, sink=None, period_s: float = 15.
     return Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=url, period_s=period_s),
         nvml=nvml if nvml is not None else FakeNvml([FakeGpu(), FakeGpu()]),
-        clock=clock or FakeClock(),
+        clock=clock or ManualAgentClock(),
         publisher=CmsPublisher(sink) if sink is not None else None,
     )
 
 
 def test_run_takes_one_sample_per_period_on_the_clock(vllm_server):
-    clock = FakeClock()
+    clock = ManualAgentClock()
     start = clock.monotonic()
     taken = make_agent(vllm_server.url, clock=clock).run(threading.Event(), max_samples=3)
     assert taken == 3
@@ -61,7 +61,7 @@ def test_published_queue_depth_is_what_vllm_reported(vllm_server):
 
 def test_every_name_the_service_reads_is_published_when_available(vllm_server):
     gpus = [FakeGpu(), FakeGpu()]
-    clock = FakeClock()
+    clock = ManualAgentClock()
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), clock=clock)
     agent.prime()
     vllm_server.state.finish_requests(50, ttft_s=0.3, tpot_s=0.03, e2e_s=2.0)
@@ -132,7 +132,7 @@ def test_instance_level_points_have_only_the_instance_dimension(vllm_server):
 
 def test_gpu_lost_mid_run_keeps_the_loop_going(vllm_server):
     gpus = [FakeGpu(), FakeGpu()]
-    clock = FakeClock()
+    clock = ManualAgentClock()
     sink = RecordingSink()
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), clock=clock, sink=sink)
     stop = threading.Event()
@@ -183,7 +183,7 @@ def test_an_unexpected_failure_in_one_period_does_not_stop_the_loop(vllm_server)
     agent = Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=vllm_server.url),
         nvml=FakeNvml(),
-        clock=FakeClock(),
+        clock=ManualAgentClock(),
         vllm_fetch=flaky_fetch,
     )
     assert agent.run(threading.Event(), max_samples=3) == 2
@@ -202,14 +202,14 @@ def test_a_failed_baseline_scrape_does_not_stop_the_agent(vllm_server):
     agent = Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=vllm_server.url),
         nvml=FakeNvml(),
-        clock=FakeClock(),
+        clock=ManualAgentClock(),
         vllm_fetch=fetch,
     )
     assert agent.run(threading.Event(), max_samples=2) == 2
 
 
 def test_clock_jump_is_repaired_in_published_timestamps(vllm_server):
-    clock = FakeClock()
+    clock = ManualAgentClock()
     sink = RecordingSink()
     agent = make_agent(vllm_server.url, clock=clock, sink=sink)
     agent.prime()

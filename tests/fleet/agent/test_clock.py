@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from fleet.agent.clock import FakeClock, TimestampGuard
+from fleet.agent.clock import ManualAgentClock, TimestampGuard
 
 NOW_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def stamp(guard: TimestampGuard, clock: FakeClock):
+def stamp(guard: TimestampGuard, clock: ManualAgentClock):
     return guard.stamp(clock.time(), clock.monotonic())
 
 
 def test_sane_wall_clock_is_used_as_is():
-    clock, guard = FakeClock(NOW_S), TimestampGuard()
+    clock, guard = ManualAgentClock(NOW_S), TimestampGuard()
     first = stamp(guard, clock)
     clock.advance(15)
     second = stamp(guard, clock)
@@ -21,7 +21,7 @@ def test_sane_wall_clock_is_used_as_is():
 
 
 def test_forward_jump_is_repaired_from_the_monotonic_clock():
-    clock, guard = FakeClock(NOW_S), TimestampGuard(max_skew_s=30)
+    clock, guard = ManualAgentClock(NOW_S), TimestampGuard(max_skew_s=30)
     stamp(guard, clock)
     clock.advance(15)
     clock.step_wall(86_400 * 365)  # a year ahead
@@ -32,7 +32,7 @@ def test_forward_jump_is_repaired_from_the_monotonic_clock():
 
 
 def test_reset_to_1970_is_repaired():
-    clock, guard = FakeClock(NOW_S), TimestampGuard()
+    clock, guard = ManualAgentClock(NOW_S), TimestampGuard()
     stamp(guard, clock)
     clock.advance(15)
     clock.wall_s = 0.0
@@ -41,12 +41,12 @@ def test_reset_to_1970_is_repaired():
 
 
 def test_implausible_clock_at_start_gives_no_timestamp():
-    result = stamp(TimestampGuard(), FakeClock(wall_s=86_400.0))  # 1970-01-02
+    result = stamp(TimestampGuard(), ManualAgentClock(wall_s=86_400.0))  # 1970-01-02
     assert result.timestamp_ms is None and result.source == "none"
 
 
 def test_steady_new_offset_is_accepted_as_a_correction():
-    clock, guard = FakeClock(NOW_S), TimestampGuard(max_skew_s=30, reanchor_after=4)
+    clock, guard = ManualAgentClock(NOW_S), TimestampGuard(max_skew_s=30, reanchor_after=4)
     stamp(guard, clock)
     clock.step_wall(-300)  # NTP steps the clock back five minutes, and it stays there
     sources = []
@@ -59,7 +59,7 @@ def test_steady_new_offset_is_accepted_as_a_correction():
 
 
 def test_small_drift_within_tolerance_is_not_a_repair():
-    clock, guard = FakeClock(NOW_S), TimestampGuard(max_skew_s=30)
+    clock, guard = ManualAgentClock(NOW_S), TimestampGuard(max_skew_s=30)
     stamp(guard, clock)
     clock.advance(15)
     clock.step_wall(2.0)

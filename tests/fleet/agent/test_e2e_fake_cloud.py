@@ -14,7 +14,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from fleet.agent.clock import FakeClock
+from fleet.agent.clock import ManualAgentClock
 from fleet.agent.fake_nvml import FakeGpu, FakeNvml
 from fleet.agent.publish import CmsPublisher
 from fleet.agent.run import Agent, AgentConfig
@@ -33,7 +33,7 @@ def cms_adapter():
     return make_clients("cn-hangzhou", ACCOUNT, env=KEYS, retry=retry).cms
 
 
-def agent_on(cloud, url: str, gpus: list[FakeGpu], clock: FakeClock) -> Agent:
+def agent_on(cloud, url: str, gpus: list[FakeGpu], clock: ManualAgentClock) -> Agent:
     return Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=url),
         nvml=FakeNvml(gpus),
@@ -49,7 +49,7 @@ def last_value(cms, metric: str) -> float | None:
 
 def test_service_reads_back_the_queue_the_agent_published(vllm_server):
     with mock_aliyun(account_id=ACCOUNT) as cloud:
-        clock = FakeClock(wall_s=cloud.now().timestamp() - 30)
+        clock = ManualAgentClock(wall_s=cloud.now().timestamp() - 30)
         agent = agent_on(cloud, vllm_server.url, [FakeGpu()], clock)
         agent.prime()
         vllm_server.state.waiting = 17
@@ -62,7 +62,7 @@ def test_gpu_health_names_read_back_as_published(vllm_server):
     hw_thermal = pynvml.nvmlClocksEventReasonHwThermalSlowdown
     gpus = [FakeGpu(clock_event_reasons=hw_thermal, mem_util_pct=92), FakeGpu(sm_clock_mhz=990)]
     with mock_aliyun(account_id=ACCOUNT) as cloud:
-        clock = FakeClock(wall_s=cloud.now().timestamp() - 30)
+        clock = ManualAgentClock(wall_s=cloud.now().timestamp() - 30)
         agent = agent_on(cloud, vllm_server.url, gpus, clock)
         agent.prime()
         gpus[1].push_xid(48)
@@ -79,7 +79,7 @@ def test_gpu_health_names_read_back_as_published(vllm_server):
 
 def test_cms_throttling_is_buffered_and_flushed_into_the_fake(vllm_server):
     with mock_aliyun(account_id=ACCOUNT) as cloud:
-        clock = FakeClock(wall_s=cloud.now().timestamp() - 60)
+        clock = ManualAgentClock(wall_s=cloud.now().timestamp() - 60)
         agent = agent_on(cloud, vllm_server.url, [FakeGpu()], clock)
         agent.prime()
         cloud.inject_fault("PutCustomMetric", code="Throttling.User", status=400)

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from fleet.cli import main
 from fleet.diagnose.rules import KINDS
-from fleet.diagnose.scenarios import SCENARIOS, by_name
-from fleet.diagnose.simrun import run_scenario
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_diagnose_under_test", ROOT / "benchmarks" / "diagnose.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from fleet.sim.diagnose_bench import score
+from fleet.sim.diagnose_run import run_scenario
+from fleet.sim.diagnose_scenarios import SCENARIOS, by_name
 
 
 def _needs_bench_app() -> None:
@@ -70,7 +58,7 @@ def test_score_counts_misses_and_false_findings():
         {"expected": "kv_cache_pressure", "found": ["kv_cache_pressure", "queue_backlog"]},
         {"expected": None, "found": []},
     ]
-    s = _bench().score(rows)
+    s = score(rows)
     assert (s["recall"], s["precision"]) == (round(2 / 3, 3), round(2 / 3, 3))
     assert s["controls_clean"] and not s["passed"]
 
@@ -79,7 +67,7 @@ def test_a_finding_on_a_healthy_control_fails_the_benchmark():
     rows = [{"expected": "cold_start", "found": ["cold_start"]}] * 20 + [
         {"expected": None, "found": ["node_outlier"]}
     ]
-    s = _bench().score(rows)
+    s = score(rows)
     assert s["recall"] == 1.0 and s["precision"] >= 0.9 and not s["controls_clean"] and not s["passed"]
 
 

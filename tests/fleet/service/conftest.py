@@ -133,7 +133,7 @@ def fake_world(tmp_path):
     from fleet.cloud.clients import make_clients
     from fleet.cloud.retry import RetryPolicy
     from fleet.config import load_config
-    from fleet.service.loop import build_service
+    from fleet.service.app import build_service
     from fleet.testing import mock_aliyun
 
     fast = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from fleet.commands.serve import _JsonFormatter, _Redact
+from fleet.service.logs import JsonFormatter, Redact
 
 
 def _record(msg, *args, **extra):
@@ -16,7 +16,7 @@ def _record(msg, *args, **extra):
 
 
 def test_json_formatter_writes_one_object_with_action_fields():
-    line = _JsonFormatter().format(
+    line = JsonFormatter().format(
         _record("chat %s -> %s", "scale_to", "applied", decision_id="chat:scale:0", outcome="applied")
     )
     data = json.loads(line)
@@ -26,11 +26,11 @@ def test_json_formatter_writes_one_object_with_action_fields():
 
 def test_redact_replaces_configured_secrets_in_the_message():
     rec = _record("calling with token %s", "tok-SECRET-1")
-    _Redact(["tok-SECRET-1"]).filter(rec)
+    Redact(["tok-SECRET-1"]).filter(rec)
     assert "tok-SECRET-1" not in rec.getMessage() and "***" in rec.getMessage()
 
 
 def test_redact_ignores_empty_and_tiny_values():
     rec = _record("a b c")
-    _Redact(["", "a"]).filter(rec)
+    Redact(["", "a"]).filter(rec)
     assert rec.getMessage() == "a b c"

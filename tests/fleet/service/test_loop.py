@@ -10,7 +10,7 @@ import pytest
 from fleet.cloud.clients import make_clients
 from fleet.cloud.retry import RetryPolicy
 from fleet.config import load_config
-from fleet.service.loop import build_service
+from fleet.service.app import build_service
 from fleet.testing import mock_aliyun
 
 REGION = "cn-chengdu"
@@ -144,7 +144,7 @@ def test_a_second_replica_stands_by_while_the_first_holds_the_lease(world, tmp_p
 
 
 def test_settings_come_from_the_config_with_a_lease_longer_than_two_ticks(tmp_path):
-    from fleet.service.loop import ServiceSettings
+    from fleet.service.settings import ServiceSettings
 
     cfg = _config(tmp_path, "asg-1", extra="api: {port: 9999, token: abc-token}\nlease: {ttl_s: 20}\n")
     s = ServiceSettings.from_config(cfg, env={})
@@ -154,7 +154,7 @@ def test_settings_come_from_the_config_with_a_lease_longer_than_two_ticks(tmp_pa
 
 
 def test_api_token_falls_back_to_the_environment(tmp_path):
-    from fleet.service.loop import ServiceSettings
+    from fleet.service.settings import ServiceSettings
 
     s = ServiceSettings.from_config(_config(tmp_path, "asg-1"), env={"FLEET_API_TOKEN": "from-env"})
     assert s.api_token == "from-env"

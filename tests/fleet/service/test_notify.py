@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from fleet.service.notify import Channel, Notification, Notifier, render
+from fleet.service.notify import Announcement, Channel, Notifier, render
 
-NOTE = Notification(
+NOTE = Announcement(
     kind="incident",
     title="i-1 overheating",
     text="gpu_temperature_c 91 > 85 for 2m",

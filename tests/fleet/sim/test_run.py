@@ -9,8 +9,8 @@ import pytest
 
 from fleet.cli import main
 from fleet.config import load_config
-from fleet.sim.runner import SimOptions
 from fleet.sim.scenario import DEFAULT_CONFIG, simulate
+from fleet.sim.types import SimOptions
 from fleet.sim.workload import traces_dir
 from fleet.sim.world import parse_fault_spec
 

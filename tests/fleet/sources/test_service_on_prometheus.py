@@ -14,7 +14,7 @@ import time
 from fleet.cloud.clients import make_clients
 from fleet.cloud.retry import RetryPolicy
 from fleet.config import load_config
-from fleet.service.loop import build_service
+from fleet.service.app import build_service
 
 from .conftest import ENV, REGION, free_port
 

@@ -1,10 +1,10 @@
 """Running a labelled diagnosis scenario in the simulator, and reading its window back like production.
 
-A scenario (:mod:`fleet.diagnose.scenarios`) names a fleet, a workload shape and faults. This module builds
-the simulated world of :mod:`fleet.sim` inside the in-process fake cloud, runs it on virtual time (with the
-real service ticking when the scenario autoscales), then reads the metrics the simulated instances published
-to the fake CloudMonitor through :func:`fleet.diagnose.reader.read_window`, over the SDK adapters, exactly
-as ``fleet diagnose`` does against a real account, and diagnoses that window.
+A scenario (:mod:`fleet.sim.diagnose_scenarios`) names a fleet, a workload shape and faults. This module
+builds the simulated world of :mod:`fleet.sim` inside the in-process fake cloud, runs it on virtual time (with
+the real service ticking when the scenario autoscales), then reads the metrics the simulated instances
+published to the fake CloudMonitor through :func:`fleet.diagnose.reader.read_window`, over the SDK adapters,
+exactly as ``fleet diagnose`` does against a real account, and diagnoses that window.
 
 The simulator's own faults (an overheating GPU, an XID, a system event) are used as they are. Three more are
 added here, by wrapping the pieces the world is built from rather than editing it:
@@ -225,11 +225,11 @@ def load_scenario_config(data: dict[str, Any]) -> Any:
 
 
 def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> ScenarioRun:
-    """Simulate ``sc`` (a :class:`fleet.diagnose.scenarios.Scenario`) and diagnose its last window."""
+    """Simulate ``sc`` (a :class:`fleet.sim.diagnose_scenarios.Scenario`) and diagnose its last window."""
     from fleet.diagnose.reader import context_for, read_window
     from fleet.diagnose.rules import diagnose
     from fleet.sim import cloudview
-    from fleet.sim.runner import Hardware
+    from fleet.sim.types import Hardware
     from fleet.sim.world import WorldParams
     from fleet.testing import ManualClock, mock_aliyun
     from sizing import (
@@ -316,7 +316,7 @@ def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> S
         clients = cloudview.make_clients(config)
         service = None
         if sc.autoscale:
-            from fleet.service.loop import build_service
+            from fleet.service.app import build_service
 
             service = build_service(config, clients, database_url="sqlite://", clock=clock.now, dry_run=False)
             controller = service

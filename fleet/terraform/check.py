@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.terraform_hcl import (
+from fleet.terraform.hcl import (
     META_KEYS,
     UNKNOWN,
     Block,
@@ -70,7 +70,7 @@ class Problem:
 
 def default_schema_path() -> Path:
     """../shared/terraform/alicloud-schema.json next to the repository (the CI layout)."""
-    return Path(__file__).resolve().parents[1] / ".." / "shared" / "terraform" / "alicloud-schema.json"
+    return Path(__file__).resolve().parents[2] / ".." / "shared" / "terraform" / "alicloud-schema.json"
 
 
 def load_schema(path: str | Path | None = None) -> dict[str, Any]:

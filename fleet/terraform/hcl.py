@@ -3,7 +3,7 @@
 Nothing here runs Terraform. python-hcl2 parses the files; expressions come back as text, and
 :func:`evaluate` works out the values an expression can take from literals, templates, conditionals (both
 branches), ``tostring``/``coalesce``/``jsonencode`` and references that a scope resolves (variables,
-locals, ``each``, dynamic iterators; see fleet.terraform_check). Anything else (other functions, other
+locals, ``each``, dynamic iterators; see fleet.terraform.check). Anything else (other functions, other
 resources' attributes, comprehensions) is :data:`UNKNOWN`. Type constraints
 (``map(object({... optional(T, d) ...}))``) are parsed so that object defaults can be filled in and
 exported values checked against them.

@@ -1,0 +1,128 @@
+"""Wiring one replica of the service: ``build_service`` (store, lease, observer, actuator, notifier) and
+``run_forever`` (the APScheduler interval job that ticks it until a signal).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from fleet.cloud.clients import CloudClients
+from fleet.config import FleetConfig
+from fleet.service.loop import Service
+from fleet.service.metrics import ServiceMetrics
+from fleet.service.notify import Channel, Notifier
+from fleet.service.settings import NowFn, ServiceSettings, wall_clock
+from fleet.service.store import open_store
+
+log = logging.getLogger("fleet.service")
+
+DRY_RUN_SUFFIX = "-dry-run"
+
+
+def build_service(
+    config: FleetConfig,
+    clients: CloudClients,
+    database_url: str = "sqlite://",
+    clock: NowFn | None = None,
+    dry_run: bool = False,
+    notifier: Notifier | None = None,
+    *,
+    holder_id: str | None = None,
+    settings: ServiceSettings | None = None,
+    metrics: ServiceMetrics | None = None,
+) -> Service:
+    """A ready Service: store migrated, lease manager, observer, actuator, notifier started.
+
+    ``notifier`` defaults to one built from ``config.notifications`` (none configured: no notifications).
+    """
+    settings = settings or ServiceSettings.from_config(config)
+    if dry_run and not settings.service_name.endswith(DRY_RUN_SUFFIX):
+        # A shadow run keeps its own lease, history and decisions: sharing them with the real service would
+        # let it take the lease from the acting replica and overwrite the history the real one resumes from.
+        settings = replace(settings, service_name=settings.service_name + DRY_RUN_SUFFIX)
+    store = open_store(database_url, service=settings.service_name)
+    specs = list(config.groups)
+    holder = holder_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    service = Service(
+        specs=specs,
+        clients=clients,
+        store=store,
+        settings=settings,
+        clock=clock or wall_clock,
+        dry_run=dry_run,
+        notifier=None,
+        holder_id=holder,
+        metrics=metrics or ServiceMetrics(),
+    )
+    if notifier is None:
+        channels = [Channel.from_config(c) for c in config.notifications]
+        notifier = Notifier(channels, on_delivered=service._delivered)
+    elif notifier.on_delivered is None:
+        notifier.on_delivered = service._delivered
+    service.notifier = notifier.start()
+    return service
+
+
+def run_forever(
+    service: Service,
+    interval_s: float,
+    *,
+    stop: threading.Event | None = None,
+    install_signals: bool = True,
+) -> None:
+    """Tick every ``interval_s`` with an APScheduler interval job until SIGTERM/SIGINT (or ``stop``).
+
+    A signal lets the running tick finish (the job is never interrupted), then the scheduler shuts down and
+    the lease is released so another replica can take over at once.
+    """
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    stop = stop or threading.Event()
+    if install_signals:
+
+        def _on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal %s: finishing the current tick, then exiting", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    def job() -> None:
+        if stop.is_set():
+            return
+        result = service.tick(service.clock())
+        log.info(
+            "tick leader=%s actions=%d errors=%d %.3fs",
+            result.leader,
+            len(result.actions),
+            len(result.errors),
+            result.duration_s,
+            extra={"leader": result.leader, "epoch": result.lease_epoch},
+        )
+
+    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler.add_job(
+        job,
+        "interval",
+        seconds=interval_s,
+        next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=max(1, int(interval_s)),
+        id="fleet-tick",
+    )
+    scheduler.start()
+    try:
+        while not stop.wait(0.2):
+            pass
+    finally:
+        scheduler.shutdown(wait=True)  # waits for a running tick to finish
+        service.close(release_lease=True)

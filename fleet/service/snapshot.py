@@ -1,0 +1,182 @@
+"""Building the policy's input: what was observed, what the store remembers and what operators asked, as a
+``policies.Snapshot``.
+
+The store is read in batches (one query for all the incidents a tick needs, one for their events), never once
+per incident: a tick's cost must not grow with the number of open incidents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from fleet.service.actuate import DONE_OUTCOMES
+from fleet.service.observe import GroupObservation, Observation, health_status, to_policy_events
+from fleet.service.store import OperatorRequest, Store
+from policies.model import (
+    GroupHistory,
+    GroupSnapshot,
+    History,
+    InstanceSnapshot,
+    OperatorAction,
+    Snapshot,
+    StepOutcome,
+)
+from policies.model import Notification as PolicyNotification
+from policies.spec import GroupSpec
+
+
+def build_snapshot(
+    store: Store,
+    specs: Sequence[GroupSpec],
+    now: datetime,
+    observation: Observation,
+    paused: set[str],
+    requests: list[OperatorRequest],
+    history: History | None,
+) -> tuple[Snapshot, list[OperatorRequest]]:
+    """The snapshot the policy decides on, and the operator requests naming nothing in any group."""
+    ops, unmatched = operator_actions(store, observation, requests, history)
+    notified = notifications(store, history)
+    outcomes = step_outcomes(store, history, now)
+    groups: list[GroupSnapshot] = []
+    for spec in specs:
+        seen = observation.groups.get(spec.name)
+        if seen is None or not seen.ok or seen.group is None:
+            continue  # not observed: the policy holds the group (unknown is not zero)
+        gh = history.groups.get(spec.name) if history else None
+        groups.append(
+            GroupSnapshot(
+                name=spec.name,
+                scaling_group_id=seen.group.group_id,
+                desired_capacity=seen.group.desired_capacity,
+                activity_in_progress=bool(seen.activities_in_progress),
+                paused=spec.name in paused,
+                instances=_instances(seen, gh),
+                notifications=notified.get(spec.name, []),
+                operator_actions=ops.get(spec.name, []),
+                outcomes=outcomes.get(spec.name, []),
+            )
+        )
+    return Snapshot(taken_at=now, groups=groups), unmatched
+
+
+def _instances(g: GroupObservation, gh: GroupHistory | None) -> list[InstanceSnapshot]:
+    """The group's instances, each with the XIDs the policy has not seen yet."""
+    seen_xids = {(x.instance_id, x.code, x.at) for x in gh.xids} if gh else set()
+    instances = []
+    for inst in g.instances:
+        xids = [
+            x for x in g.xids.get(inst.instance_id, []) if (inst.instance_id, x.code, x.at) not in seen_xids
+        ]
+        instances.append(
+            InstanceSnapshot(
+                instance_id=inst.instance_id,
+                lifecycle_state=inst.lifecycle_state,
+                health_status=health_status(inst, g.health.get(inst.instance_id)),
+                created_at=inst.created_at,
+                zone_id=inst.zone_id,
+                metrics=g.metrics.get(inst.instance_id, {}),
+                xids=xids,
+                events=to_policy_events(g.events.get(inst.instance_id, [])),
+            )
+        )
+    return instances
+
+
+def operator_actions(
+    store: Store,
+    observation: Observation,
+    requests: list[OperatorRequest],
+    history: History | None,
+) -> tuple[dict[str, list[OperatorAction]], list[OperatorRequest]]:
+    """Pending operator requests as policy actions by group, and those that name nothing in any group."""
+    where: dict[str, str] = {}  # instance -> group
+    for name, g in observation.groups.items():
+        for inst in g.instances:
+            where[inst.instance_id] = name
+    incident_group = {
+        i.incident_id: gname
+        for gname, gh in (history.groups.items() if history else [])
+        for i in gh.incidents
+    }
+    stored = store.incidents_by_id(
+        req.incident_id
+        for req in requests
+        if req.incident_id
+        and where.get(req.instance_id or "") is None
+        and req.incident_id not in incident_group
+    )
+    ops: dict[str, list[OperatorAction]] = {}
+    unmatched = []
+    for req in requests:
+        group = where.get(req.instance_id or "") or incident_group.get(req.incident_id or "")
+        if group is None and req.incident_id:
+            row = stored.get(req.incident_id)
+            group = row.group_name if row else None
+        if group is None:
+            # Refuse only when every group was seen: an unreadable group may well hold the instance.
+            if all(g.ok for g in observation.groups.values()):
+                unmatched.append(req)
+            continue
+        ops.setdefault(group, []).append(
+            OperatorAction(
+                action_id=f"req-{req.id}",
+                kind=req.kind,
+                at=req.created_at,
+                instance_id=req.instance_id,
+                incident_id=req.incident_id,
+                reason=req.reason,
+                by=req.actor or "operator",
+            )
+        )
+    return ops, unmatched
+
+
+def notifications(store: Store, history: History | None) -> dict[str, list[PolicyNotification]]:
+    """Human channels reached for incidents the policy has not yet seen acknowledged."""
+    out: dict[str, list[PolicyNotification]] = {}
+    if history is None:
+        return out
+    waiting = [
+        (gname, inc)
+        for gname, gh in history.groups.items()
+        for inc in gh.incidents
+        if inc.acknowledged_at is None and inc.open
+    ]
+    rows = store.incidents_by_id(inc.incident_id for _, inc in waiting)
+    notified = {i: r for i, r in rows.items() if r.notified_at is not None}
+    events = store.incident_events_by_incident(notified, kind="notified")
+    for gname, inc in waiting:
+        row = notified.get(inc.incident_id)
+        if row is None or row.notified_at is None:
+            continue
+        first = events.get(inc.incident_id)
+        channel = first[0].detail if first else "notification"
+        out.setdefault(gname, []).append(
+            PolicyNotification(incident_id=inc.incident_id, at=row.notified_at, channel=channel)
+        )
+    return out
+
+
+def step_outcomes(store: Store, history: History | None, now: datetime) -> dict[str, list[StepOutcome]]:
+    """Results of isolation steps done but not yet seen by the policy."""
+    seen: set[str] = set()
+    if history is not None:
+        for gh in history.groups.values():
+            seen.update(gh.seen_outcomes)
+    out: dict[str, list[StepOutcome]] = {}
+    recent = store.decisions(since=now - timedelta(days=1), kind="isolation", limit=2000)
+    for d in reversed(recent):  # oldest first
+        if d.decision_id in seen or d.outcome not in DONE_OUTCOMES or d.dry_run:
+            continue
+        seen.add(d.decision_id)
+        out.setdefault(d.group_name, []).append(
+            StepOutcome(
+                step_id=d.decision_id,
+                ok=d.outcome != "failed",
+                at=d.at,
+                detail=d.error or d.reason or d.outcome,
+            )
+        )
+    return out

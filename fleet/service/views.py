@@ -1,0 +1,205 @@
+"""What the service and its store show people: the status view (GET /status, `fleet status`), decisions,
+incidents with their SLA timers, and the SLA report (`fleet sla-report`). Plain dicts, ready for JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from fleet.service.lease import LeaseManager
+from fleet.service.observe import Observation
+from fleet.service.store import DecisionRecord, IncidentRecord, Store
+from policies.model import Plan
+
+
+def replica_health(
+    holder_id: str, last_tick_at: datetime | None, leader: bool, dry_run: bool
+) -> dict[str, Any]:
+    """One replica's own view of itself (GET /healthz)."""
+    return {
+        "holder": holder_id,
+        "leader": leader,
+        "last_tick_at": last_tick_at.isoformat() if last_tick_at else None,
+        "dry_run": dry_run,
+    }
+
+
+def service_status(
+    store: Store,
+    now: datetime,
+    group_names: list[str],
+    replica: dict[str, Any],
+    observation: Observation | None,
+    plan: Plan | None,
+) -> dict[str, Any]:
+    """The view behind GET /status and `fleet status`: the store's view plus this replica's last tick."""
+    view = status_from_store(store, now, group_names)
+    view["replica"] = replica
+    for g in view["groups"]:
+        o = observation.groups.get(g["name"]) if observation else None
+        if o is not None and o.group is not None:
+            g.update(
+                group_id=o.group.group_id,
+                desired=o.group.desired_capacity,
+                total=o.group.total_capacity,
+                in_service=o.count("InService"),
+                pending=o.count("Pending", "Pending:Wait"),
+                standby=o.count("Standby"),
+                staleness_s=o.staleness_s,
+            )
+        gp = plan.group(g["name"]) if plan else None
+        if gp is not None:
+            g.update(
+                target=gp.target_capacity,
+                reason=gp.reason.value,
+                floor=gp.floor,
+                ceiling=gp.ceiling,
+                active_schedules=gp.active_schedules,
+                warnings=[w.model_dump(mode="json") for w in gp.warnings],
+            )
+    return view
+
+
+def status_from_store(store: Store, now: datetime, group_names: list[str]) -> dict[str, Any]:
+    """What the store says: lease, paused groups, last decisions, incidents with their SLA timers."""
+    lease = LeaseManager(store.engine, store.service, "-", 1.0).current()
+    paused = store.paused_groups()
+    decisions = store.decisions(limit=50)
+    last_by_group: dict[str, DecisionRecord] = {}
+    for d in decisions:
+        if d.kind == "scale":
+            last_by_group.setdefault(d.group_name, d)
+    groups = []
+    for name in group_names or sorted({d.group_name for d in decisions}):
+        last = last_by_group.get(name)
+        groups.append(
+            {
+                "name": name,
+                "paused": name in paused,
+                "last_scale": None
+                if last is None
+                else {"at": last.at.isoformat(), "target": last.target, "outcome": last.outcome},
+            }
+        )
+    incidents = []
+    for inc in store.incidents(open_only=True):
+        incidents.append(incident_view(inc, now))
+    return {
+        "service": store.service,
+        "at": now.isoformat(),
+        "lease": None
+        if lease is None
+        else {
+            "holder": lease.holder,
+            "epoch": lease.epoch,
+            "expires_at": lease.expires_at.isoformat(),
+            "valid": lease.valid_at(now),
+        },
+        "groups": groups,
+        "decisions": [decision_view(d) for d in decisions[:20]],
+        "incidents": incidents,
+    }
+
+
+def decision_view(d: DecisionRecord) -> dict[str, Any]:
+    return {
+        "at": d.at.isoformat(),
+        "group": d.group_name,
+        "kind": d.kind,
+        "action": d.action,
+        "target": d.target,
+        "instance_id": d.instance_id,
+        "incident_id": d.incident_id,
+        "outcome": d.outcome,
+        "reason": d.reason,
+        "request_id": d.request_id,
+        "client_token": d.client_token,
+        "error": d.error,
+        "dry_run": d.dry_run,
+        "lease_epoch": d.lease_epoch,
+        "inputs": d.inputs,
+    }
+
+
+def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
+    def left(deadline: datetime | None, done: datetime | None) -> float | None:
+        if deadline is None or done is not None:
+            return None
+        return round((deadline - now).total_seconds(), 1)
+
+    human = (inc.acknowledged_by or "").startswith("human:")
+    return {
+        "id": inc.id,
+        "group": inc.group_name,
+        "instance_id": inc.instance_id,
+        "state": inc.state,
+        "cause": inc.cause,
+        "detected_at": inc.detected_at.isoformat(),
+        "respond_by": inc.respond_by.isoformat() if inc.respond_by else None,
+        "isolate_by": inc.isolate_by.isoformat() if inc.isolate_by else None,
+        "respond_by_s_left": left(inc.respond_by, inc.acknowledged_at),
+        "isolate_by_s_left": left(inc.isolate_by, inc.isolated_at),
+        "acknowledged_at": inc.acknowledged_at.isoformat() if inc.acknowledged_at else None,
+        "acknowledged_by": inc.acknowledged_by,
+        "human_acknowledged": human,
+        "notified_at": inc.notified_at.isoformat() if inc.notified_at else None,
+        "isolated_at": inc.isolated_at.isoformat() if inc.isolated_at else None,
+        "closed_at": inc.closed_at.isoformat() if inc.closed_at else None,
+    }
+
+
+def sla_report(store: Store, since: datetime, now: datetime) -> dict[str, Any]:
+    """Incidents detected since ``since``: time to respond, time to isolate, SLA breaches, and a summary."""
+    rows = [sla_row(inc, now) for inc in store.incidents(since=since)]
+    summary = {
+        "since": since.isoformat(),
+        "incidents": len(rows),
+        "respond_breaches": sum(r["respond_breached"] for r in rows),
+        "isolate_breaches": sum(r["isolate_breached"] for r in rows),
+        "median_time_to_respond_s": _median([r["time_to_respond_s"] for r in rows]),
+        "median_time_to_isolate_s": _median([r["time_to_isolate_s"] for r in rows]),
+    }
+    return {"summary": summary, "incidents": rows}
+
+
+def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
+    """One incident's line of the SLA report."""
+    # A manual isolation is acknowledged when the operator asked, before the leader opened the
+    # incident: that is a response time of zero, never a negative one.
+    respond_s = (
+        max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
+    )
+    isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
+    respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
+    # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
+    closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
+    isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)
+    return {
+        "id": inc.id,
+        "group": inc.group_name,
+        "instance_id": inc.instance_id,
+        "state": inc.state,
+        "cause": inc.cause,
+        "detected_at": inc.detected_at.isoformat(),
+        "time_to_respond_s": respond_s,
+        "time_to_isolate_s": isolate_s,
+        "respond_breached": respond_breach,
+        "isolate_breached": isolate_breach,
+        "human_acknowledged": (inc.acknowledged_by or "").startswith("human:"),
+    }
+
+
+def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:
+    if deadline is None:
+        return False
+    return (done or now) > deadline
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2

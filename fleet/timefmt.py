@@ -1,0 +1,25 @@
+"""Instants as text, one way for the whole shell: ISO 8601 in (``Z`` or an offset), UTC with ``Z`` out.
+
+The fake cloud (``fleet.testing``) keeps its own formatters: it copies the cloud's wire formats and imports
+nothing else of ``fleet``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def isoformat(dt: datetime) -> str:
+    """``dt`` in UTC as ISO 8601 with a ``Z`` suffix, e.g. ``2026-03-02T10:00:00Z``."""
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    """An ISO 8601 instant (``Z`` or an offset); a time without a zone stays naive. Raises ``ValueError``."""
+    return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+
+
+def parse_iso_utc(text: str) -> datetime:
+    """As :func:`parse_iso`, a time without a zone read as UTC."""
+    dt = parse_iso(text)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
