@@ -1,7 +1,7 @@
 """decide(snapshot, spec, history, now) -> Plan: one decision for every group, pure.
 
 For each group in the spec: read the snapshot (observe.py), advance the incidents (isolation/) and then set
-the serving target (scaling.py), so that the target already includes the surge that an isolation needs. The
+the serving target (scaling/), so that the target already includes the surge that an isolation needs. The
 input history is never modified: the plan carries the new one.
 """
 

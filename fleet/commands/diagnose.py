@@ -86,7 +86,6 @@ def diagnose(
 ) -> None:
     """Diagnose high latency: queueing, KV cache, bandwidth, throttling, a bad node, cold start, fleet "
     "size."""
-    from fleet.diagnose.model import SnapshotError, window_to_json
     from fleet.diagnose.rules import diagnose as run_rules
 
     try:
@@ -100,17 +99,7 @@ def diagnose(
             fail(f"{flag}: must be a positive number of tokens, got {value:g}")
     end = _parse_until(until)
     if snapshot is not None:
-        from fleet.diagnose.reader import load_snapshot
-
-        try:
-            windows = load_snapshot(snapshot)
-        except SnapshotError as exc:
-            fail(str(exc))
-        if group is not None:
-            names = [w.group.name for w in windows]
-            windows = [w for w in windows if w.group.name == group]
-            if not windows:
-                fail(f"--group: no group {group!r} in {snapshot}; groups there: {', '.join(names)}")
+        windows = _read_snapshot(snapshot, group)
     else:
         if config is None:
             fail("--config: needed to read the cloud (or give --snapshot FILE)")
@@ -123,39 +112,60 @@ def diagnose(
     if instance is not None and not any(w.instance(instance) for w in windows):
         known = sorted(i.instance_id for w in windows for i in w.instances)
         fail(f"--instance: {instance} is not in the group(s) read; instances: {', '.join(known) or 'none'}")
-    results = []
-    for w in windows:
-        findings = run_rules(w, instance=instance)
-        results.append((w, findings))
+    results = [(w, run_rules(w, instance=instance)) for w in windows]
     if save is not None:
-        payload: Any = (
-            window_to_json(windows[0])
-            if len(windows) == 1
-            else {"windows": [window_to_json(w) for w in windows]}
-        )
-        try:
-            save.write_text(json.dumps(payload, indent=1) + "\n")
-        except OSError as exc:
-            fail(f"--save: cannot write {save}: {exc.strerror or exc}")
+        _save(save, windows)
     if json_out:
-        print_json(
-            {
-                "findings": [f.to_json() for _, fs in results for f in fs],
-                "groups": [
-                    {
-                        "group": w.group.name,
-                        "window": {"start": w.start.isoformat(), "end": w.end.isoformat()},
-                        "source": w.source,
-                        "instances": len(w.instances),
-                        "errors": w.errors,
-                        "kinds": [f.kind for f in fs],
-                    }
-                    for w, fs in results
-                ],
-            }
-        )
+        print_json(_json_report(results))
         return
     _print(results)
+
+
+def _read_snapshot(snapshot: Path, group: str | None) -> list[Any]:
+    """The windows of a snapshot file (only ``group``'s when given); bad input is one line and exit 2."""
+    from fleet.diagnose.model import SnapshotError
+    from fleet.diagnose.reader import load_snapshot
+
+    try:
+        windows = load_snapshot(snapshot)
+    except SnapshotError as exc:
+        fail(str(exc))
+    if group is not None:
+        names = [w.group.name for w in windows]
+        windows = [w for w in windows if w.group.name == group]
+        if not windows:
+            fail(f"--group: no group {group!r} in {snapshot}; groups there: {', '.join(names)}")
+    return windows
+
+
+def _save(save: Path, windows: list[Any]) -> None:
+    """--save: the window (or ``{"windows": [...]}``) as a snapshot file ``--snapshot`` reads back."""
+    from fleet.diagnose.model import window_to_json
+
+    payload: Any = (
+        window_to_json(windows[0]) if len(windows) == 1 else {"windows": [window_to_json(w) for w in windows]}
+    )
+    try:
+        save.write_text(json.dumps(payload, indent=1) + "\n")
+    except OSError as exc:
+        fail(f"--save: cannot write {save}: {exc.strerror or exc}")
+
+
+def _json_report(results: list[tuple[Any, list[Any]]]) -> dict[str, Any]:
+    return {
+        "findings": [f.to_json() for _, fs in results for f in fs],
+        "groups": [
+            {
+                "group": w.group.name,
+                "window": {"start": w.start.isoformat(), "end": w.end.isoformat()},
+                "source": w.source,
+                "instances": len(w.instances),
+                "errors": w.errors,
+                "kinds": [f.kind for f in fs],
+            }
+            for w, fs in results
+        ],
+    }
 
 
 def _read_cloud(config: Path, group: str | None, start: datetime, end: datetime, period_s: int) -> list[Any]:

@@ -401,11 +401,13 @@ def incidents_ack(
     service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
 ) -> None:
     """Acknowledge an incident as a human (stops the respond-by clock)."""
+    from fleet.service.store import human_actor
+
     store = _open(database, service)
     now = _now()
     if not store.acknowledge_incident(incident_id, by, now):
         fail(f"unknown incident {incident_id!r}")
-    store.add_request("ack", now, incident_id=incident_id, actor=f"human:{by}")
+    store.add_request("ack", now, incident_id=incident_id, actor=human_actor(by))
     console.print(f"{incident_id} acknowledged by {by}")
 
 

@@ -85,11 +85,10 @@ def simulate(
     """Simulate a GPU fleet in the in-process fake cloud under one policy and summarise the run."""
     from dataclasses import replace
 
-    from fleet.sim.scenario import DEFAULT_FAULTS, DEFAULT_WORKLOAD
+    from fleet.sim.scenario import DEFAULT_WORKLOAD
     from fleet.sim.scenario import simulate as run_sim
     from fleet.sim.types import POLICIES, SimOptions
     from fleet.sim.workload import WorkloadError, parse_workload_spec
-    from fleet.sim.world import FaultSpecError, parse_fault_spec
 
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
@@ -105,14 +104,7 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
-    fault_texts = list(fault) or (list(DEFAULT_FAULTS) if embedded and hours >= 12 else [])
-    try:
-        faults = [parse_fault_spec(f) for f in fault_texts]
-    except FaultSpecError as exc:
-        fail(f"--fault: {exc}")
-    for text, parsed in zip(fault_texts, faults, strict=True):
-        if parsed.at_s >= hours * 3600:
-            fail(f"--fault: fault {text!r} is at {parsed.at_s / 3600:g} h, after the run's end ({hours:g} h)")
+    faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     hw = _hardware(model, instance_type, cfg.region)
     if report is not None:
@@ -126,22 +118,9 @@ def simulate(
         result = run_sim(cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts)
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
-    fired = sum(1 for entry in result.fault_log if entry["event"] != "rebooted")
-    if fired < len(faults):
-        # a fault waits for its target; an instance id that never appears means it never fired
-        err_console.print(
-            f"[yellow]warning:[/] {len(faults) - fired} of {len(faults)} fault(s) never fired: "
-            "no instance to hit (an instance=i-... that never existed?)",
-            highlight=False,
-            soft_wrap=True,
-        )
+    _warn_unfired(result, len(faults))
     if report is not None:
-        from fleet.sim.report import render_html
-
-        try:
-            report.write_text(render_html(result), encoding="utf-8")
-        except OSError as exc:
-            fail(f"--report: cannot write {report}: {exc.strerror or exc}")
+        _write_report(report, result)
     if json_out:
         print_json(result.summary)
     else:
@@ -150,6 +129,43 @@ def simulate(
             console.print(f"report: {report}")
     if result.summary["invariant_violations"]:
         raise typer.Exit(1)
+
+
+def _faults(texts: list[str], embedded: bool, hours: float) -> list[Any]:
+    """The --fault specs parsed (the embedded defaults on a long run given none), each before the end."""
+    from fleet.sim.scenario import DEFAULT_FAULTS
+    from fleet.sim.world import FaultSpecError, parse_fault_spec
+
+    fault_texts = list(texts) or (list(DEFAULT_FAULTS) if embedded and hours >= 12 else [])
+    try:
+        faults = [parse_fault_spec(f) for f in fault_texts]
+    except FaultSpecError as exc:
+        fail(f"--fault: {exc}")
+    for text, parsed in zip(fault_texts, faults, strict=True):
+        if parsed.at_s >= hours * 3600:
+            fail(f"--fault: fault {text!r} is at {parsed.at_s / 3600:g} h, after the run's end ({hours:g} h)")
+    return faults
+
+
+def _warn_unfired(result: Any, asked: int) -> None:
+    fired = sum(1 for entry in result.fault_log if entry["event"] != "rebooted")
+    if fired < asked:
+        # a fault waits for its target; an instance id that never appears means it never fired
+        err_console.print(
+            f"[yellow]warning:[/] {asked - fired} of {asked} fault(s) never fired: "
+            "no instance to hit (an instance=i-... that never existed?)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _write_report(report: Path, result: Any) -> None:
+    from fleet.sim.report import render_html
+
+    try:
+        report.write_text(render_html(result), encoding="utf-8")
+    except OSError as exc:
+        fail(f"--report: cannot write {report}: {exc.strerror or exc}")
 
 
 def _print_summary(result: Any) -> None:

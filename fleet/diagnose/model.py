@@ -208,17 +208,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
     version = data.get("version", SNAPSHOT_VERSION)
     if version != SNAPSHOT_VERSION:
         raise SnapshotError(f"{where}.version: {version!r} is not supported (expected {SNAPSHOT_VERSION})")
-    raw_group = data.get("group")
-    if not isinstance(raw_group, Mapping) or not isinstance(raw_group.get("name"), str):
-        raise SnapshotError(f"{where}.group: expected an object with at least a name")
-    unknown = sorted(set(raw_group) - _GROUP_FIELDS)
-    if unknown:
-        raise SnapshotError(
-            f"{where}.group: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(_GROUP_FIELDS))}"
-        )
-    for key, value in raw_group.items():
-        _check_group_field(key, value, f"{where}.group.{key}")
-    group = GroupContext(**dict(raw_group))
+    group = _group_from_json(data.get("group"), f"{where}.group")
     for name in ("start", "end"):
         if name not in data:
             raise SnapshotError(f"{where}.{name}: missing (the window's bounds)")
@@ -226,48 +216,14 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
     end = parse_time(data["end"], f"{where}.end")
     if end <= start:
         raise SnapshotError(f"{where}.end: must be after start")
-    instances: list[InstanceWindow] = []
     raw_instances = data.get("instances", [])
     if not isinstance(raw_instances, list):
         raise SnapshotError(f"{where}.instances: expected a list")
-    for n, raw in enumerate(raw_instances):
-        at = f"{where}.instances[{n}]"
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("instance_id"), str):
-            raise SnapshotError(f"{at}: expected an object with instance_id")
-        metrics: dict[str, Series] = {}
-        raw_metrics = raw.get("metrics", {})
-        if not isinstance(raw_metrics, Mapping):
-            raise SnapshotError(f"{at}.metrics: expected an object of metric name -> [[time, value], ...]")
-        for metric, points in raw_metrics.items():
-            if not isinstance(points, list):
-                raise SnapshotError(f"{at}.metrics.{metric}: expected a list of [time, value] pairs")
-            series: Series = []
-            for k, point in enumerate(points):
-                if not (isinstance(point, list | tuple) and len(point) == 2):
-                    raise SnapshotError(f"{at}.metrics.{metric}[{k}]: expected [time, value]")
-                value = point[1]
-                if value is None:
-                    continue
-                if not isinstance(value, int | float) or isinstance(value, bool):
-                    raise SnapshotError(f"{at}.metrics.{metric}[{k}]: value {value!r} is not a number")
-                series.append((parse_time(point[0], f"{at}.metrics.{metric}[{k}]"), float(value)))
-            series.sort(key=lambda p: p[0])
-            metrics[str(metric)] = series
-        created = raw.get("created_at")
-        instances.append(
-            InstanceWindow(
-                instance_id=raw["instance_id"],
-                state=str(raw.get("state", "InService")),
-                created_at=parse_time(created, f"{at}.created_at") if created is not None else None,
-                metrics=metrics,
-            )
-        )
-    scale_outs: list[tuple[datetime, int, int]] = []
-    for n, raw in enumerate(data.get("scale_outs", []) or []):
-        at = f"{where}.scale_outs[{n}]"
-        if not isinstance(raw, Mapping) or "at" not in raw:
-            raise SnapshotError(f"{at}: expected an object with at, from, to")
-        scale_outs.append((parse_time(raw["at"], f"{at}.at"), int(raw.get("from", 0)), int(raw.get("to", 0))))
+    instances = [_instance_from_json(raw, f"{where}.instances[{n}]") for n, raw in enumerate(raw_instances)]
+    scale_outs = [
+        _scale_out_from_json(raw, f"{where}.scale_outs[{n}]")
+        for n, raw in enumerate(data.get("scale_outs", []) or [])
+    ]
     decisions = data.get("decisions", []) or []
     errors = data.get("errors", []) or []
     if not isinstance(decisions, list) or not isinstance(errors, list):
@@ -282,6 +238,62 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
         errors=[str(e) for e in errors],
         source=str(data.get("source", "snapshot")),
     )
+
+
+def _group_from_json(raw_group: Any, where: str) -> GroupContext:
+    if not isinstance(raw_group, Mapping) or not isinstance(raw_group.get("name"), str):
+        raise SnapshotError(f"{where}: expected an object with at least a name")
+    unknown = sorted(set(raw_group) - _GROUP_FIELDS)
+    if unknown:
+        raise SnapshotError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(_GROUP_FIELDS))}"
+        )
+    for key, value in raw_group.items():
+        _check_group_field(key, value, f"{where}.{key}")
+    return GroupContext(**dict(raw_group))
+
+
+def _instance_from_json(raw: Any, at: str) -> InstanceWindow:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("instance_id"), str):
+        raise SnapshotError(f"{at}: expected an object with instance_id")
+    raw_metrics = raw.get("metrics", {})
+    if not isinstance(raw_metrics, Mapping):
+        raise SnapshotError(f"{at}.metrics: expected an object of metric name -> [[time, value], ...]")
+    metrics = {
+        str(metric): _series_from_json(points, f"{at}.metrics.{metric}")
+        for metric, points in raw_metrics.items()
+    }
+    created = raw.get("created_at")
+    return InstanceWindow(
+        instance_id=raw["instance_id"],
+        state=str(raw.get("state", "InService")),
+        created_at=parse_time(created, f"{at}.created_at") if created is not None else None,
+        metrics=metrics,
+    )
+
+
+def _series_from_json(points: Any, where: str) -> Series:
+    """``[[time, value], ...]`` in time order; points without a value (null) are dropped."""
+    if not isinstance(points, list):
+        raise SnapshotError(f"{where}: expected a list of [time, value] pairs")
+    series: Series = []
+    for k, point in enumerate(points):
+        if not (isinstance(point, list | tuple) and len(point) == 2):
+            raise SnapshotError(f"{where}[{k}]: expected [time, value]")
+        value = point[1]
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise SnapshotError(f"{where}[{k}]: value {value!r} is not a number")
+        series.append((parse_time(point[0], f"{where}[{k}]"), float(value)))
+    series.sort(key=lambda p: p[0])
+    return series
+
+
+def _scale_out_from_json(raw: Any, at: str) -> tuple[datetime, int, int]:
+    if not isinstance(raw, Mapping) or "at" not in raw:
+        raise SnapshotError(f"{at}: expected an object with at, from, to")
+    return (parse_time(raw["at"], f"{at}.at"), int(raw.get("from", 0)), int(raw.get("to", 0)))
 
 
 def windows_from_json(data: Any, where: str = "snapshot") -> list[Window]:

@@ -26,6 +26,7 @@ from fleet.diagnose.model import (
     EXTRA_METRICS,
     GroupContext,
     InstanceWindow,
+    Series,
     SnapshotError,
     Window,
     windows_from_json,
@@ -99,28 +100,8 @@ def read_window(
 
     ctx = context or context_for(spec)
     errors: list[str] = []
-    ess = clients.ess
-    gid = getattr(spec, "scaling_group_id", None)
-    try:
-        if not gid:
-            name = getattr(spec, "scaling_group_name", None) or spec.name
-            found = ess.describe_scaling_groups(names=[name])
-            if not found:
-                raise ReadError(f"group {spec.name}: no scaling group named {name!r} in the region")
-            gid = found[0].group_id
-        instances = ess.describe_scaling_instances(gid)
-    except CloudError as exc:
-        raise ReadError(f"group {spec.name}: cannot read the scaling group: {exc}") from None
-    scale_outs: list[tuple[datetime, int, int]] = []
-    try:
-        for a in ess.describe_scaling_activities(gid, limit=50):
-            when = a.start_time
-            change = parse_scale_out(a.cause)
-            if change and when is not None and start - timedelta(seconds=ctx.cold_start_s) <= when <= end:
-                scale_outs.append((when, change[0], change[1]))
-    except CloudError as exc:
-        errors.append(f"{exc.code}: DescribeScalingActivities")
-    scale_outs.sort()
+    gid, instances = _group_instances(clients.ess, spec)
+    scale_outs = _scale_outs(clients.ess, gid, start - timedelta(seconds=ctx.cold_start_s), end, errors)
     measured = [i for i in instances if i.lifecycle_state not in _UNMEASURED_STATES]
     ids = [i.instance_id for i in measured]
     if ctx.instance_type is None and ids:
@@ -135,43 +116,8 @@ def read_window(
     }
     source = source_for(spec, clients)
     if ids:
-        for canonical in sorted(pm.INSTANCE_METRICS):
-            try:
-                points = source.read_range(canonical, ids, start, end, step_s=period_s)
-            except CloudError as exc:
-                errors.append(f"{exc.code}: {source.describe(canonical)}")
-                continue
-            for iid, series in combine_points(canonical, points).items():
-                if iid in windows:
-                    windows[iid].metrics[canonical] = series
-        if getattr(source, "kind", "") == "cloudmonitor":
-            cms = clients.cms
-            for canonical, name in EXTRA_METRICS.items():
-                try:
-                    points = cms.metric_list(cms.custom_namespace, name, ids, start, end, period_s=period_s)
-                except CloudError as exc:
-                    errors.append(f"{exc.code}: {name}")
-                    continue
-                for iid, series in combine_points(canonical, points).items():
-                    if iid in windows:
-                        windows[iid].metrics[canonical] = series
-    decisions: list[dict[str, Any]] = []
-    if store is not None:
-        try:
-            for d in store.decisions(since=start, group=spec.name, limit=50):
-                decisions.append(
-                    {
-                        "at": d.at,
-                        "kind": d.kind,
-                        "action": d.action,
-                        "outcome": d.outcome,
-                        "target": d.target,
-                        "instance_id": d.instance_id,
-                        "reason": d.reason,
-                    }
-                )
-        except Exception as exc:  # noqa: BLE001 - the store is optional context; its failure is reported
-            errors.append(f"store: {exc}")
+        _read_metrics(source, clients, windows, ids, start, end, period_s, errors)
+    decisions = _decisions(store, spec.name, start, errors) if store is not None else []
     ctx.publish_period_s = float(period_s) if period_s > ctx.publish_period_s else ctx.publish_period_s
     return Window(
         group=ctx,
@@ -183,6 +129,94 @@ def read_window(
         errors=errors,
         source=getattr(source, "kind", "cloud"),
     )
+
+
+def _group_instances(ess: Any, spec: Any) -> tuple[str, list[Any]]:
+    """The group's id (by name when the config gives none) and its instances; ReadError if unreadable."""
+    gid = getattr(spec, "scaling_group_id", None)
+    try:
+        if not gid:
+            name = getattr(spec, "scaling_group_name", None) or spec.name
+            found = ess.describe_scaling_groups(names=[name])
+            if not found:
+                raise ReadError(f"group {spec.name}: no scaling group named {name!r} in the region")
+            gid = found[0].group_id
+        return gid, ess.describe_scaling_instances(gid)
+    except CloudError as exc:
+        raise ReadError(f"group {spec.name}: cannot read the scaling group: {exc}") from None
+
+
+def _scale_outs(
+    ess: Any, gid: str, since: datetime, end: datetime, errors: list[str]
+) -> list[tuple[datetime, int, int]]:
+    """Scale-outs started in ``[since, end]`` as (when, from, to), oldest first."""
+    scale_outs: list[tuple[datetime, int, int]] = []
+    try:
+        for a in ess.describe_scaling_activities(gid, limit=50):
+            when = a.start_time
+            change = parse_scale_out(a.cause)
+            if change and when is not None and since <= when <= end:
+                scale_outs.append((when, change[0], change[1]))
+    except CloudError as exc:
+        errors.append(f"{exc.code}: DescribeScalingActivities")
+    scale_outs.sort()
+    return scale_outs
+
+
+def _read_metrics(
+    source: Any,
+    clients: Any,
+    windows: dict[str, InstanceWindow],
+    ids: list[str],
+    start: datetime,
+    end: datetime,
+    period_s: int,
+    errors: list[str],
+) -> None:
+    """Every instance metric from the group's source, and the diagnosis-only ones from CloudMonitor."""
+    for canonical in sorted(pm.INSTANCE_METRICS):
+        try:
+            points = source.read_range(canonical, ids, start, end, step_s=period_s)
+        except CloudError as exc:
+            errors.append(f"{exc.code}: {source.describe(canonical)}")
+            continue
+        _merge(windows, canonical, combine_points(canonical, points))
+    if getattr(source, "kind", "") == "cloudmonitor":
+        cms = clients.cms
+        for canonical, name in EXTRA_METRICS.items():
+            try:
+                points = cms.metric_list(cms.custom_namespace, name, ids, start, end, period_s=period_s)
+            except CloudError as exc:
+                errors.append(f"{exc.code}: {name}")
+                continue
+            _merge(windows, canonical, combine_points(canonical, points))
+
+
+def _merge(windows: dict[str, InstanceWindow], canonical: str, by_instance: dict[str, Series]) -> None:
+    for iid, series in by_instance.items():
+        if iid in windows:
+            windows[iid].metrics[canonical] = series
+
+
+def _decisions(store: Any, group: str, start: datetime, errors: list[str]) -> list[dict[str, Any]]:
+    """The service's decisions for the group since ``start`` (context; a store failure is reported)."""
+    decisions: list[dict[str, Any]] = []
+    try:
+        for d in store.decisions(since=start, group=group, limit=50):
+            decisions.append(
+                {
+                    "at": d.at,
+                    "kind": d.kind,
+                    "action": d.action,
+                    "outcome": d.outcome,
+                    "target": d.target,
+                    "instance_id": d.instance_id,
+                    "reason": d.reason,
+                }
+            )
+    except Exception as exc:  # noqa: BLE001 - the store is optional context; its failure is reported
+        errors.append(f"store: {exc}")
+    return decisions
 
 
 def load_snapshot(path: Path) -> list[Window]:

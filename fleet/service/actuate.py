@@ -29,16 +29,16 @@ from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, 
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
-from fleet.service.store import DecisionRecord, Store
+from fleet.service.store import DecisionRecord, Outcome, Store
 from policies.model import GroupPlan, Incident, IsolationStep, StepAction
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
 # Outcomes after which a step is done for good (never repeated, reported to the policy).
-DONE_OUTCOMES = frozenset({"applied", "failed", "notified", "recorded"})
+DONE_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.FAILED, Outcome.NOTIFIED, Outcome.RECORDED})
 # Transient: nothing changed for sure; the next tick tries again with the same token.
-RETRY_OUTCOMES = frozenset({"conflict", "error", "fenced", "blocked"})
+RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Outcome.BLOCKED})
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
 
 

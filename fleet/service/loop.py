@@ -34,7 +34,7 @@ from fleet.service.observe import Observation, Observer
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Store
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
 from policies import decide
 from policies.model import History, Incident, Plan, WarningCode
@@ -203,17 +203,17 @@ class Service:
                 gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel
             )
             result.actions.extend(steps)
-            if any(s.outcome == "fenced" for s in steps):
+            if any(s.outcome == Outcome.FENCED for s in steps):
                 result.errors.append("lease lost before a write")
                 return
             res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
             if res is not None:
                 result.actions.append(res)
-                if res.outcome == "fenced":
+                if res.outcome == Outcome.FENCED:
                     result.errors.append("lease lost before a write")
                     return
             for a in result.actions:
-                if a.outcome in ("error", "failed") and a.error:
+                if a.outcome in (Outcome.ERROR, Outcome.FAILED) and a.error:
                     result.errors.append(a.error)
 
     def _schedule_sync_due(self, now: datetime) -> bool:
@@ -246,12 +246,12 @@ class Service:
                 if ch.op == "error":
                     complete = False
                 outcome = (
-                    "dry_run"
+                    Outcome.DRY_RUN
                     if self.dry_run and ch.op != "skip"
-                    else ("error" if ch.op == "error" else "applied")
+                    else (Outcome.ERROR if ch.op == "error" else Outcome.APPLIED)
                 )
                 if ch.op == "skip":
-                    outcome = "skipped"
+                    outcome = Outcome.SKIPPED
                 self.store.record_decision(
                     DecisionRecord(
                         service=self.settings.service_name,

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from fleet.service.actuate import DONE_OUTCOMES
 from fleet.service.observe import GroupObservation, Observation, health_status, to_policy_events
-from fleet.service.store import OperatorRequest, Store
+from fleet.service.store import OperatorRequest, Outcome, Store
 from policies.model import (
     GroupHistory,
     GroupSnapshot,
@@ -174,7 +174,7 @@ def step_outcomes(store: Store, history: History | None, now: datetime) -> dict[
         out.setdefault(d.group_name, []).append(
             StepOutcome(
                 step_id=d.decision_id,
-                ok=d.outcome != "failed",
+                ok=d.outcome != Outcome.FAILED,
                 at=d.at,
                 detail=d.error or d.reason or d.outcome,
             )

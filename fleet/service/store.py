@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,22 @@ operator_requests = sa.Table(
 )
 
 
+class Outcome(StrEnum):
+    """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""
+
+    APPLIED = "applied"  # the write was made (or found already made)
+    NOOP = "noop"
+    DRY_RUN = "dry_run"  # decided, not written: the actuator runs dry
+    CONFLICT = "conflict"  # the cloud refused for now (an activity in progress): retried next tick
+    BLOCKED = "blocked"  # a guardrail held the step: retried next tick
+    ERROR = "error"  # transient failure (throttled, server, network): retried with the same token
+    FAILED = "failed"  # the cloud refused for good
+    FENCED = "fenced"  # the lease was lost before the write: nothing written
+    SKIPPED = "skipped"  # nothing to do (a scheduled task already as wanted)
+    NOTIFIED = "notified"  # an incident step announced on a human channel
+    RECORDED = "recorded"  # an incident step with no write, only recorded
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """One audited decision: what was decided from which inputs, what was done, and how it ended."""
@@ -173,7 +190,7 @@ class DecisionRecord:
     kind: str  # scale | isolation | schedule
     action: str  # scale_to | enter_standby | reboot | ... | create_task ...
     decision_id: str
-    outcome: str  # applied | noop | dry_run | conflict | error | skipped | fenced
+    outcome: str  # an Outcome
     reason: str = ""
     target: int | None = None
     instance_id: str | None = None
@@ -211,6 +228,21 @@ class IncidentRecord:
     @property
     def is_open(self) -> bool:
         return self.closed_at is None
+
+
+# Who acknowledged an incident: a person is recorded as ``human:<name>``; anything else (a channel label) is
+# the service's own acknowledgment once a human channel was reached. Built and read only through these two.
+HUMAN_ACTOR_PREFIX = "human:"
+
+
+def human_actor(name: str) -> str:
+    """The actor recorded for a person (``fleet incidents ack``, the API's ack)."""
+    return f"{HUMAN_ACTOR_PREFIX}{name}"
+
+
+def is_human(actor: str | None) -> bool:
+    """Whether ``actor`` names a person rather than the service."""
+    return (actor or "").startswith(HUMAN_ACTOR_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -346,7 +378,7 @@ class Store:
                 decisions.c.group_name == group,
                 decisions.c.kind == kind,
                 decisions.c.action == action,
-                decisions.c.outcome == "applied",
+                decisions.c.outcome == Outcome.APPLIED,
             )
         )
         with self.engine.connect() as c:
@@ -474,11 +506,11 @@ class Store:
             ).first()
             if row is None:
                 return False
-            if row[0] is None or not (row[1] or "").startswith("human:"):
+            if row[0] is None or not is_human(row[1]):
                 c.execute(
                     sa.update(incidents)
                     .where(incidents.c.id == incident_id)
-                    .values(acknowledged_at=row[0] or now, acknowledged_by=f"human:{actor}")
+                    .values(acknowledged_at=row[0] or now, acknowledged_by=human_actor(actor))
                 )
             c.execute(
                 sa.insert(incident_events).values(

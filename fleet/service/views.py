@@ -10,7 +10,7 @@ from typing import Any
 
 from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
-from fleet.service.store import DecisionRecord, IncidentRecord, Store
+from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human
 from policies.model import Plan
 
 
@@ -129,7 +129,6 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
             return None
         return round((deadline - now).total_seconds(), 1)
 
-    human = (inc.acknowledged_by or "").startswith("human:")
     return {
         "id": inc.id,
         "group": inc.group_name,
@@ -143,7 +142,7 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "isolate_by_s_left": left(inc.isolate_by, inc.isolated_at),
         "acknowledged_at": inc.acknowledged_at.isoformat() if inc.acknowledged_at else None,
         "acknowledged_by": inc.acknowledged_by,
-        "human_acknowledged": human,
+        "human_acknowledged": is_human(inc.acknowledged_by),
         "notified_at": inc.notified_at.isoformat() if inc.notified_at else None,
         "isolated_at": inc.isolated_at.isoformat() if inc.isolated_at else None,
         "closed_at": inc.closed_at.isoformat() if inc.closed_at else None,
@@ -187,7 +186,7 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "time_to_isolate_s": isolate_s,
         "respond_breached": respond_breach,
         "isolate_breached": isolate_breach,
-        "human_acknowledged": (inc.acknowledged_by or "").startswith("human:"),
+        "human_acknowledged": is_human(inc.acknowledged_by),
     }
 
 

@@ -359,6 +359,18 @@ def parse_workload_spec(text: str) -> WorkloadSpec:
         if not eq:
             raise WorkloadError(f"workload {text!r}: {item!r} is not key=value")
         params[key.strip().lower()] = value.strip()
+    name, allowed = _resolve_trace(kind, name, params, text)
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise WorkloadError(
+            f"workload {text!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+    _check_values(params, text)
+    return WorkloadSpec(kind, name, params, text.strip())
+
+
+def _resolve_trace(kind: str, name: str, params: dict[str, str], text: str) -> tuple[str, set[str]]:
+    """The trace's full name and the keys its kind takes; WorkloadError names the valid ones."""
     if kind == "servegen":
         full = (
             name
@@ -369,24 +381,21 @@ def parse_workload_spec(text: str) -> WorkloadSpec:
             raise WorkloadError(
                 f"workload {text!r}: unknown ServeGen trace {name!r}; one of {', '.join(SERVEGEN_NAMES)}"
             )
-        allowed = _CURVE_KEYS
-        name = full
         if params.get("sizes", "azure-conv") not in SIZE_SOURCES:
             raise WorkloadError(f"workload {text!r}: sizes must be one of {', '.join(SIZE_SOURCES)}")
-    elif kind in ("azure", "mooncake"):
+        return full, _CURVE_KEYS
+    if kind in ("azure", "mooncake"):
         names = [n for k, n in TRACE_FILES if k == kind]
         if name not in names:
             raise WorkloadError(
                 f"workload {text!r}: unknown {kind} trace {name!r}; one of {', '.join(names)}"
             )
-        allowed = _REPLAY_KEYS
-    else:
-        raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake")
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        raise WorkloadError(
-            f"workload {text!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-        )
+        return name, _REPLAY_KEYS
+    raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake")
+
+
+def _check_values(params: dict[str, str], text: str) -> None:
+    """Numbers where numbers are wanted (positive for rates), and loop a boolean."""
     for key in params:
         if key in ("sizes", "loop"):
             continue
@@ -400,7 +409,6 @@ def parse_workload_spec(text: str) -> WorkloadSpec:
             raise WorkloadError(f"workload {text!r}: {key} must be positive")
     if params.get("loop", "true").lower() not in ("true", "false"):
         raise WorkloadError(f"workload {text!r}: loop must be true or false")
-    return WorkloadSpec(kind, name, params, text.strip())
 
 
 _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}

@@ -264,6 +264,12 @@ def _scalar_problems(spec: Mapping[str, Any], value: Any, allowed: Any, kind: st
             out.append(f"expected a whole number, got {value!r}")
     elif kind == "bool" and not isinstance(value, bool) and value not in ("true", "false"):
         return [f"expected true or false, got {value!r}"]
+    return out + _limit_problems(spec, value, allowed)
+
+
+def _limit_problems(spec: Mapping[str, Any], value: Any, allowed: Any) -> list[str]:
+    """Enumerated values, numeric range, string length and the provider's string validations."""
+    out: list[str] = []
     if allowed is not None:
         normalized = {str(a) for a in allowed}
         shown = value if not isinstance(value, float) or not value.is_integer() else int(value)
@@ -329,53 +335,63 @@ class _Checker:
                     dynamic.setdefault(unquote_label(label), []).append(dyn)
         names = [k for k in spec if not k.startswith("__")]
         present = set(args) | set(dynamic)
-
         for name, raw in args.items():
-            line = block.line_of(name)
-            arg_where = f"{where}.{name}"
-            arg = spec.get(name)
-            if arg is None:
-                self.report(block, arg_where, f"unknown argument{_nearest(name, names)}", line)
-                continue
-            if not self._usable(block, arg_where, arg, line):
-                continue
-            is_block = _is_block_value(raw)
-            if arg.get("type") == "block":
-                if not is_block:
-                    self.report(block, arg_where, f"is a block: write `{name} {{ ... }}`, not an attribute",
-                                line)
-                    continue
-                bodies = raw if isinstance(raw, list) else [raw]
-                if "max_items" in arg and len(bodies) > arg["max_items"]:
-                    self.report(block, arg_where,
-                                f"at most {arg['max_items']} block(s) allowed, got {len(bodies)}", line)
-                for nested in bodies:
-                    self.check_body(block, arg_where, arg.get("block", {}), nested, scope)
-                continue
-            if is_block:
-                self.report(block, arg_where, f"is an argument: write `{name} = ...`, not a block", line)
-                continue
-            self.check_value(block, arg_where, arg, raw, scope, line)
-
+            self.check_argument(block, f"{where}.{name}", name, spec, names, raw, scope)
         for name, entries in dynamic.items():
-            arg_where = f"{where}.{name}"
-            arg = spec.get(name)
-            if arg is None:
-                self.report(block, arg_where, f"unknown block{_nearest(name, names)}", block.line_of(name))
-                continue
-            if not self._usable(block, arg_where, arg, None):
-                continue
-            if arg.get("type") != "block":
-                self.report(block, arg_where, "is an argument, not a block: it cannot be dynamic")
-                continue
-            for dyn in entries:
-                iterator = literal(dyn.get("iterator", name))
-                iterator = iterator if isinstance(iterator, str) else name
-                values = self.scope.value_of(dyn.get("for_each"), scope)
-                inner_scope = {**scope, iterator: _iterator_resolver(values)}
-                for content in dyn.get("content", []) or []:
-                    self.check_body(block, arg_where, arg.get("block", {}), content, inner_scope)
+            self.check_dynamic(block, f"{where}.{name}", name, spec, names, entries, scope)
+        self.check_presence(block, where, spec, names, present, args)
 
+    def check_argument(self, block: Block, arg_where: str, name: str, spec: Mapping[str, Any],
+                       names: list[str], raw: Any, scope: dict[str, Resolver]) -> None:
+        """One argument or nested block written in the body."""
+        line = block.line_of(name)
+        arg = spec.get(name)
+        if arg is None:
+            self.report(block, arg_where, f"unknown argument{_nearest(name, names)}", line)
+            return
+        if not self._usable(block, arg_where, arg, line):
+            return
+        is_block = _is_block_value(raw)
+        if arg.get("type") == "block":
+            if not is_block:
+                self.report(block, arg_where, f"is a block: write `{name} {{ ... }}`, not an attribute",
+                            line)
+                return
+            bodies = raw if isinstance(raw, list) else [raw]
+            if "max_items" in arg and len(bodies) > arg["max_items"]:
+                self.report(block, arg_where,
+                            f"at most {arg['max_items']} block(s) allowed, got {len(bodies)}", line)
+            for nested in bodies:
+                self.check_body(block, arg_where, arg.get("block", {}), nested, scope)
+            return
+        if is_block:
+            self.report(block, arg_where, f"is an argument: write `{name} = ...`, not a block", line)
+            return
+        self.check_value(block, arg_where, arg, raw, scope, line)
+
+    def check_dynamic(self, block: Block, arg_where: str, name: str, spec: Mapping[str, Any],
+                      names: list[str], entries: list[Mapping[str, Any]], scope: dict[str, Resolver]) -> None:
+        """A ``dynamic "name"`` block: its content checked with the iterator bound to the for_each values."""
+        arg = spec.get(name)
+        if arg is None:
+            self.report(block, arg_where, f"unknown block{_nearest(name, names)}", block.line_of(name))
+            return
+        if not self._usable(block, arg_where, arg, None):
+            return
+        if arg.get("type") != "block":
+            self.report(block, arg_where, "is an argument, not a block: it cannot be dynamic")
+            return
+        for dyn in entries:
+            iterator = literal(dyn.get("iterator", name))
+            iterator = iterator if isinstance(iterator, str) else name
+            values = self.scope.value_of(dyn.get("for_each"), scope)
+            inner_scope = {**scope, iterator: _iterator_resolver(values)}
+            for content in dyn.get("content", []) or []:
+                self.check_body(block, arg_where, arg.get("block", {}), content, inner_scope)
+
+    def check_presence(self, block: Block, where: str, spec: Mapping[str, Any], names: list[str],
+                       present: set[str], args: Mapping[str, Any]) -> None:
+        """Required arguments missing, and pairs the schema says conflict (each pair once)."""
         for name in names:
             if spec[name].get("required") and name not in present:
                 self.report(block, f"{where}.{name}", "missing required argument")

@@ -360,55 +360,57 @@ class _Parser:
         if kind == "num":
             return Const(float(text) if any(c in text for c in ".eE") else int(text))
         if kind == "ident":
-            if text in ("true", "false"):
-                return Const(text == "true")
-            if text == "null":
-                return Const(None)
-            if text == "for":
-                self._skip_to_close()
-                return _Opaque()
-            if self.peek("("):
-                self.take("(")
-                args: list[Any] = []
-                while not self.peek(")"):
-                    args.append(self.expr())
-                    if not self.peek(")"):
-                        self.take(",")
-                self.take(")")
-                return Call(text, tuple(args))
-            return Ref((text,))
+            return self._identifier(text)
         if text == "(":
             node = self.expr()
             self.take(")")
             return node
+        if text in ("[", "{") and self.peek("for"):
+            self._skip_to_close(1)
+            return _Opaque()
         if text == "[":
-            if self.peek("for"):
-                self._skip_to_close(1)
-                return _Opaque()
-            items: list[Any] = []
-            while not self.peek("]"):
-                items.append(self.expr())
-                if not self.peek("]"):
-                    self.take(",")
-            self.take("]")
-            return ListExpr(tuple(items))
+            return ListExpr(tuple(self._items("]")))
         if text == "{":
-            if self.peek("for"):
-                self._skip_to_close(1)
-                return _Opaque()
-            pairs: list[tuple[str, Any]] = []
-            while not self.peek("}"):
-                kkind, key = self.take()
-                name = _unescape(key[1:-1]) if kkind == "str" else key
-                if not (self.peek("=") or self.peek(":")):
-                    raise HclError("expected '=' in object")
-                self.take()
-                pairs.append((name, self.expr()))
-                if self.peek(","):
-                    self.take(",")
-            self.take("}")
-            return ObjectExpr(tuple(pairs))
+            return self._object()
         raise HclError(f"unexpected {text!r}")
+
+    def _identifier(self, text: str) -> Any:
+        """A keyword literal, a `for` (skipped), a function call or a reference."""
+        if text in ("true", "false"):
+            return Const(text == "true")
+        if text == "null":
+            return Const(None)
+        if text == "for":
+            self._skip_to_close()
+            return _Opaque()
+        if self.peek("("):
+            self.take("(")
+            return Call(text, tuple(self._items(")")))
+        return Ref((text,))
+
+    def _items(self, close: str) -> list[Any]:
+        """Comma-separated expressions up to and including ``close``."""
+        items: list[Any] = []
+        while not self.peek(close):
+            items.append(self.expr())
+            if not self.peek(close):
+                self.take(",")
+        self.take(close)
+        return items
+
+    def _object(self) -> ObjectExpr:
+        pairs: list[tuple[str, Any]] = []
+        while not self.peek("}"):
+            kkind, key = self.take()
+            name = _unescape(key[1:-1]) if kkind == "str" else key
+            if not (self.peek("=") or self.peek(":")):
+                raise HclError("expected '=' in object")
+            self.take()
+            pairs.append((name, self.expr()))
+            if self.peek(","):
+                self.take(",")
+        self.take("}")
+        return ObjectExpr(tuple(pairs))
 
     def _skip_to_close(self, depth: int = 0) -> None:
         """Skip a `for` expression up to the bracket that closes it (we never evaluate comprehensions)."""
@@ -444,15 +446,7 @@ def evaluate(node: Any, scope: Mapping[str, Any]) -> Any:
         resolver = scope.get(node.parts[0])
         return UNKNOWN if resolver is None else resolver(node.parts[1:])
     if isinstance(node, Template):
-        texts = [""]
-        for part in node.parts:
-            values = evaluate(part, scope)
-            if values is UNKNOWN or any(isinstance(v, dict | list) or v is None for v in values):
-                return UNKNOWN
-            texts = [t + str(_tostring(v)) for t in texts for v in values]
-            if len(texts) > 10_000:  # a combinatorial template: give up rather than enumerate it
-                return UNKNOWN
-        return texts
+        return _evaluate_template(node, scope)
     if isinstance(node, Cond):
         a, b = evaluate(node.then, scope), evaluate(node.otherwise, scope)
         return UNKNOWN if a is UNKNOWN or b is UNKNOWN else a + b
@@ -464,24 +458,45 @@ def evaluate(node: Any, scope: Mapping[str, Any]) -> Any:
         # which is what element checks need.
         return [[v for p in parts for v in p]]
     if isinstance(node, ObjectExpr):
-        obj: dict[str, Any] = {}
-        for key, value in node.items:
-            v = evaluate(value, scope)
-            if v is UNKNOWN or len(v) != 1:
-                return UNKNOWN
-            obj[key] = v[0]
-        return [obj]
+        return _evaluate_object(node, scope)
     if isinstance(node, Call):
-        args = [evaluate(a, scope) for a in node.args]
-        if node.name == "tostring" and len(args) == 1 and args[0] is not UNKNOWN:
-            return [_tostring(v) for v in args[0]]
-        if node.name == "tonumber" and len(args) == 1 and args[0] is not UNKNOWN:
-            return args[0]
-        if node.name == "coalesce" and args and all(a is not UNKNOWN for a in args):
-            return _coalesce(args)
-        if node.name == "jsonencode" and len(args) == 1 and args[0] is not UNKNOWN:
-            return [json.dumps(v, separators=(",", ":")) for v in args[0]]
-        return UNKNOWN
+        return _evaluate_call(node, scope)
+    return UNKNOWN
+
+
+def _evaluate_template(node: Template, scope: Mapping[str, Any]) -> Any:
+    texts = [""]
+    for part in node.parts:
+        values = evaluate(part, scope)
+        if values is UNKNOWN or any(isinstance(v, dict | list) or v is None for v in values):
+            return UNKNOWN
+        texts = [t + str(_tostring(v)) for t in texts for v in values]
+        if len(texts) > 10_000:  # a combinatorial template: give up rather than enumerate it
+            return UNKNOWN
+    return texts
+
+
+def _evaluate_object(node: ObjectExpr, scope: Mapping[str, Any]) -> Any:
+    obj: dict[str, Any] = {}
+    for key, value in node.items:
+        v = evaluate(value, scope)
+        if v is UNKNOWN or len(v) != 1:
+            return UNKNOWN
+        obj[key] = v[0]
+    return [obj]
+
+
+def _evaluate_call(node: Call, scope: Mapping[str, Any]) -> Any:
+    """The few functions the module uses on checked values; any other call is UNKNOWN."""
+    args = [evaluate(a, scope) for a in node.args]
+    if node.name == "tostring" and len(args) == 1 and args[0] is not UNKNOWN:
+        return [_tostring(v) for v in args[0]]
+    if node.name == "tonumber" and len(args) == 1 and args[0] is not UNKNOWN:
+        return args[0]
+    if node.name == "coalesce" and args and all(a is not UNKNOWN for a in args):
+        return _coalesce(args)
+    if node.name == "jsonencode" and len(args) == 1 and args[0] is not UNKNOWN:
+        return [json.dumps(v, separators=(",", ":")) for v in args[0]]
     return UNKNOWN
 
 
@@ -623,6 +638,16 @@ def type_errors(tf_type: TfType, value: Any, path: str = "") -> list[str]:
     kind = tf_type.kind
     if kind == "any":
         return []
+    if kind in ("string", "number", "bool"):
+        return _primitive_type_errors(kind, value, where)
+    if kind in ("list", "set", "tuple", "map"):
+        return _collection_type_errors(tf_type, value, where)
+    if kind == "object":
+        return _object_type_errors(tf_type, value, where)
+    return [f"{where}: unsupported type {kind}"]
+
+
+def _primitive_type_errors(kind: str, value: Any, where: str) -> list[str]:
     if kind == "string":
         ok = isinstance(value, str | int | float | bool)
         return [] if ok else [f"{where}: expected a string, got {type(value).__name__}"]
@@ -638,9 +663,13 @@ def type_errors(tf_type: TfType, value: Any, path: str = "") -> list[str]:
             except ValueError:
                 pass
         return [f"{where}: expected a number, got {value!r}"]
-    if kind == "bool":
-        ok = isinstance(value, bool) or value in ("true", "false")
-        return [] if ok else [f"{where}: expected a bool, got {value!r}"]
+    # a bool
+    ok = isinstance(value, bool) or value in ("true", "false")
+    return [] if ok else [f"{where}: expected a bool, got {value!r}"]
+
+
+def _collection_type_errors(tf_type: TfType, value: Any, where: str) -> list[str]:
+    kind = tf_type.kind
     if kind in ("list", "set", "tuple"):
         if not isinstance(value, list):
             return [f"{where}: expected a list, got {type(value).__name__}"]
@@ -651,25 +680,26 @@ def type_errors(tf_type: TfType, value: Any, path: str = "") -> list[str]:
                     for e in type_errors(t, v, f"{where}[{i}]")]
         assert tf_type.elem is not None
         return [e for i, v in enumerate(value) for e in type_errors(tf_type.elem, v, f"{where}[{i}]")]
-    if kind == "map":
-        if not isinstance(value, Mapping):
-            return [f"{where}: expected a map, got {type(value).__name__}"]
-        assert tf_type.elem is not None
-        return [e for k, v in value.items() for e in type_errors(tf_type.elem, v, f"{where}.{k}")]
-    if kind == "object":
-        if not isinstance(value, Mapping):
-            return [f"{where}: expected an object, got {type(value).__name__}"]
-        attrs = tf_type.attr_map()
-        errors = [f"{where}: unknown attribute {k!r} (expected one of {', '.join(sorted(attrs))})"
-                  for k in value if k not in attrs]
-        for name, (attr_type, optional, _default) in attrs.items():
-            if name not in value:
-                if not optional:
-                    errors.append(f"{where}: missing required attribute {name!r}")
-                continue
-            errors.extend(type_errors(attr_type, value[name], f"{where}.{name}"))
-        return errors
-    return [f"{where}: unsupported type {kind}"]
+    # a map
+    if not isinstance(value, Mapping):
+        return [f"{where}: expected a map, got {type(value).__name__}"]
+    assert tf_type.elem is not None
+    return [e for k, v in value.items() for e in type_errors(tf_type.elem, v, f"{where}.{k}")]
+
+
+def _object_type_errors(tf_type: TfType, value: Any, where: str) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [f"{where}: expected an object, got {type(value).__name__}"]
+    attrs = tf_type.attr_map()
+    errors = [f"{where}: unknown attribute {k!r} (expected one of {', '.join(sorted(attrs))})"
+              for k in value if k not in attrs]
+    for name, (attr_type, optional, _default) in attrs.items():
+        if name not in value:
+            if not optional:
+                errors.append(f"{where}: missing required attribute {name!r}")
+            continue
+        errors.extend(type_errors(attr_type, value[name], f"{where}.{name}"))
+    return errors
 
 
 def load_json_tfvars(path: str | Path) -> dict[str, Any]:

@@ -167,22 +167,7 @@ class GroupsMixin(EssBase):
         if disable_desired_capacity:
             new_desired = None
         _check_sizes(new_min, new_max, new_desired)
-        if scaling_policy is not None and scaling_policy not in SCALING_POLICIES:
-            raise invalid(f"ScalingPolicy {scaling_policy!r} is not one of {', '.join(SCALING_POLICIES)}.")
-        if default_cooldown_s is not None and not 0 <= default_cooldown_s <= 86400:
-            raise invalid(f"DefaultCooldown must be within 0-86400, got {default_cooldown_s}.")
-        if (
-            name is not None
-            and name != group.name
-            and any(g.name == name and g.region_id == group.region_id for g in self.groups.values())
-        ):
-            raise AliyunError(
-                "InvalidScalingGroupName.Duplicate",
-                f'The specified value of parameter "ScalingGroupName" ({name}) is duplicated.',
-                400,
-            )
-        if active_config_id is not None:
-            self._config_of(group, active_config_id)
+        self._check_modify(group, scaling_policy, default_cooldown_s, name, active_config_id)
         group.min_size, group.max_size, group.desired_capacity = new_min, new_max, new_desired
         if default_cooldown_s is not None:
             group.default_cooldown_s = default_cooldown_s
@@ -206,6 +191,32 @@ class GroupsMixin(EssBase):
             group.max_instance_lifetime_s = max_instance_lifetime_s
         group.modified_s = self.cloud.now_s()
         self._converge(group, cause or "A user modifies the scaling group.")
+
+    def _check_modify(
+        self,
+        group: ScalingGroup,
+        scaling_policy: str | None,
+        default_cooldown_s: int | None,
+        name: str | None,
+        active_config_id: str | None,
+    ) -> None:
+        """ModifyScalingGroup's checks beyond the sizes, before anything changes."""
+        if scaling_policy is not None and scaling_policy not in SCALING_POLICIES:
+            raise invalid(f"ScalingPolicy {scaling_policy!r} is not one of {', '.join(SCALING_POLICIES)}.")
+        if default_cooldown_s is not None and not 0 <= default_cooldown_s <= 86400:
+            raise invalid(f"DefaultCooldown must be within 0-86400, got {default_cooldown_s}.")
+        if (
+            name is not None
+            and name != group.name
+            and any(g.name == name and g.region_id == group.region_id for g in self.groups.values())
+        ):
+            raise AliyunError(
+                "InvalidScalingGroupName.Duplicate",
+                f'The specified value of parameter "ScalingGroupName" ({name}) is duplicated.',
+                400,
+            )
+        if active_config_id is not None:
+            self._config_of(group, active_config_id)
 
     def enable_scaling_group(self, group_id: str, config_id: str | None, instance_ids: list[str]) -> None:
         group = self.group(group_id)

@@ -9,6 +9,8 @@ from fleet.testing.ess.base import (
     LifecycleAction,
     LifecycleHook,
     ScalingActivity,
+    ScalingGroup,
+    ScalingInstance,
 )
 
 
@@ -119,29 +121,49 @@ class LifecycleHooksMixin(EssBase):
                 continue
             inst.waiting_tokens.discard(action.token)
             if action.transition == "SCALE_OUT":
-                if result == "CONTINUE":
-                    self._maybe_in_service(inst, at)
-                elif inst.lifecycle_state in ("Pending", "Pending:Wait"):
-                    # ABANDON (or ROLLBACK) on scale-out: the instance is released, the activity fails for it.
-                    for other in list(inst.waiting_tokens):
-                        self._discard_from_action(other, instance_id)
-                    if activity is not None:
-                        activity.pending.discard(instance_id)
-                        activity.failed.append(instance_id)
-                    self._drop_instance(group, inst, release=True)
-                    if group.desired_enabled and group.desired_capacity:
-                        group.desired_capacity = max(group.min_size, group.desired_capacity - 1)
+                self._complete_scale_out(group, inst, activity, result, at)
             elif inst.lifecycle_state == "Removing:Wait":
-                if result == "ROLLBACK":
-                    for other in list(inst.waiting_tokens):
-                        self._discard_from_action(other, instance_id)
-                    inst.lifecycle_state = "InService"
-                    if activity is not None:
-                        activity.pending.discard(instance_id)
-                        activity.failed.append(instance_id)
-                    if group.desired_enabled:
-                        group.desired_capacity = min(group.max_size, (group.desired_capacity or 0) + 1)
-                elif not inst.waiting_tokens:
-                    self._begin_removal(inst, at)
+                self._complete_scale_in(group, inst, activity, result, at)
         if activity is not None:
             self._finish_if_done(activity, at)
+
+    def _complete_scale_out(
+        self,
+        group: ScalingGroup,
+        inst: ScalingInstance,
+        activity: ScalingActivity | None,
+        result: str,
+        at: float,
+    ) -> None:
+        if result == "CONTINUE":
+            self._maybe_in_service(inst, at)
+        elif inst.lifecycle_state in ("Pending", "Pending:Wait"):
+            # ABANDON (or ROLLBACK) on scale-out: the instance is released, the activity fails for it.
+            for other in list(inst.waiting_tokens):
+                self._discard_from_action(other, inst.instance_id)
+            if activity is not None:
+                activity.pending.discard(inst.instance_id)
+                activity.failed.append(inst.instance_id)
+            self._drop_instance(group, inst, release=True)
+            if group.desired_enabled and group.desired_capacity:
+                group.desired_capacity = max(group.min_size, group.desired_capacity - 1)
+
+    def _complete_scale_in(
+        self,
+        group: ScalingGroup,
+        inst: ScalingInstance,
+        activity: ScalingActivity | None,
+        result: str,
+        at: float,
+    ) -> None:
+        if result == "ROLLBACK":
+            for other in list(inst.waiting_tokens):
+                self._discard_from_action(other, inst.instance_id)
+            inst.lifecycle_state = "InService"
+            if activity is not None:
+                activity.pending.discard(inst.instance_id)
+                activity.failed.append(inst.instance_id)
+            if group.desired_enabled:
+                group.desired_capacity = min(group.max_size, (group.desired_capacity or 0) + 1)
+        elif not inst.waiting_tokens:
+            self._begin_removal(inst, at)

@@ -259,19 +259,55 @@ def test_queue_above_the_rule_scales_out_once_its_duration_passes(world):
     assert d.client_token.startswith("fleet-") and d.request_id
 
 
-def _ticked(world, n: int = 3) -> bool:
-    """The leader has persisted its history at least ``n`` times since this was first asked."""
+def _ticked(world, n: int = 3) -> Callable[[], bool]:
+    """A condition for ``wait_for``: the leader has persisted its history at least ``n`` times since the
+    condition was made (each tick saves it with its own ``updated_at``; polls 5x faster than the 0.5 s tick
+    see each one, and one missed only makes the wait longer)."""
+    first = _history_stamp(world)
+    seen: set[str] = set()
+
+    def done() -> bool:
+        stamp = _history_stamp(world)
+        if stamp is not None and stamp != first:
+            seen.add(stamp)
+        return len(seen) >= n
+
+    return done
+
+
+def _history_stamp(world) -> str | None:
     state = world.store().load_history()
-    return bool(state and state.get("updated_at"))
+    return str(state["updated_at"]) if state and state.get("updated_at") else None
+
+
+def _replica_ticked(port: int, n: int = 3) -> Callable[[], bool]:
+    """A condition for ``wait_for``: the replica serving its status API on ``port`` has ticked ``n`` times
+    since the condition was made (leader or standby: /healthz gives its last tick's time)."""
+    seen: set[str] = set()
+
+    def last_tick() -> str | None:
+        r = _get(f"http://127.0.0.1:{port}/healthz")
+        return r.json().get("last_tick_at") if r is not None else None
+
+    first = last_tick()
+
+    def done() -> bool:
+        at = last_tick()
+        if at is not None and at != first:
+            seen.add(at)
+        return len(seen) >= n
+
+    return done
 
 
 def test_metrics_going_missing_never_scale_in(world):
     world.publish_queue(2.0)  # 1 per instance, between scale-in (0.5) and scale-out (2): hold at 2
     proc = world.serve(world.config(SCALE_RULES))
-    wait_for(lambda: _ticked(world), what="the first ticks")
-    time.sleep(1.5)
+    wait_for(_ticked(world, 1), what="the first tick")
+    wait_for(_ticked(world, 3), what="three ticks holding at 2")
     world.publish_queue(None)  # the node agents stop reporting; samples go stale after 2 s
-    time.sleep(6)  # many ticks, well past the scale-in rule's 1 s, its 2 s window and the staleness limit
+    # many ticks (0.5 s apart), well past the scale-in rule's 1 s, its 2 s window and the staleness limit
+    wait_for(_ticked(world, 12), what="twelve ticks without metrics")
     assert proc.poll() is None
     assert world.desired() == 2
     assert [d for d in world.store().decisions(kind="scale")] == []
@@ -292,7 +328,7 @@ def test_sigkill_mid_write_and_restart_leaves_no_duplicate_activity(world):
     cfg = world.config(SCALE_RULES)
     proc = world.serve(cfg)
     wait_for(lambda: world.calls("ScaleWithAdjustment") >= 1, what="the scale write")
-    time.sleep(0.3)
+    wait_for(lambda: world.activities() - before >= 1, what="the write to land (its answer is slow)")
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     scaled_to = world.desired()
@@ -302,7 +338,9 @@ def test_sigkill_mid_write_and_restart_leaves_no_duplicate_activity(world):
         lambda: any(d.outcome for d in world.store().decisions()) or world.desired() == scaled_to,
         what="the restarted service",
     )
-    time.sleep(6)  # lease expiry (3 s) plus several ticks of the new replica
+    # the lease expires (3 s) and replica-b takes over, then ticks several times as the leader
+    wait_for(lambda: _holder(world) == "replica-b", timeout_s=3 + 10, what="replica-b to take over")
+    wait_for(_ticked(world, 4), what="several ticks of replica-b")
     assert world.desired() == scaled_to, world.dump()
     assert world.activities() - before == 1, world.dump()
     assert "replica-b" in (LeaseManager(world.store().engine, "fleet", "x", 1).current().holder)
@@ -343,9 +381,10 @@ def _two_replicas(world):
     cfg = world.config(SCALE_RULES)
     a = world.serve(cfg, holder="replica-a")
     wait_for(lambda: _holder(world) == "replica-a", what="replica-a to lead")
-    b = world.serve(cfg, "--port", str(free_port()), holder="replica-b")  # each replica its own status API
+    b_port = free_port()
+    b = world.serve(cfg, "--port", str(b_port), holder="replica-b")  # each replica its own status API
     wait_for(lambda: world.desired() > 2, what="a scale-out")
-    time.sleep(2)  # replica-b ticks several times while replica-a holds the lease
+    wait_for(_replica_ticked(b_port, 4), what="replica-b ticking while replica-a holds the lease")
     epochs = {d.lease_epoch for d in world.store().decisions()}
     assert epochs == {1}
     first_lease = LeaseManager(world.store().engine, "fleet", "x", 1).current()

@@ -1,0 +1,53 @@
+"""``plan_scaling``: the serving target of one group, a short orchestrator over the desired-capacity steps.
+
+A new source of desired capacity (a forecast, a capacity fallback) is one more ``Step`` in ``STEPS``, placed
+where it ranks: it reads the context and returns a ``Contribution`` (context.py), and the steps after it see
+its target. The bounds come last among the steps so that nothing escapes them; the surge for isolation is
+added on top of whatever the steps decided.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from policies.model import GroupHistory, GroupSnapshot
+from policies.observe import GroupView
+from policies.scaling.bounds import ceiling, floor
+from policies.scaling.context import ScalingContext, ScalingInputs, ScalingResult, Step
+from policies.scaling.hold import hold, starting_point
+from policies.scaling.scale_in import scale_in, within_tolerance
+from policies.scaling.scale_out import scale_out
+from policies.scaling.signals import read_rules
+from policies.scaling.surge import with_surge
+from policies.schedule import Bounds
+from policies.spec import GroupSpec
+
+STEPS: tuple[Step, ...] = (
+    hold,  # hold.py: the last decided target, plus nodes back from Standby
+    scale_out,  # scale_out.py: the fired rules' highest recommendation, step-limited
+    scale_in,  # scale_in.py: the window's highest recommendation when nothing fired and nothing blocks
+    within_tolerance,  # scale_in.py: the reason when the metrics' change is within the tolerance band
+    floor,  # bounds.py: up to the floor
+    ceiling,  # bounds.py: down to the ceiling (never below the floor: the floor step ran first)
+)
+
+
+def plan_scaling(
+    spec: GroupSpec,
+    gh: GroupHistory,
+    group: GroupSnapshot,
+    view: GroupView,
+    bnd: Bounds,
+    now: datetime,
+    leaving_serving: int,
+    unreplaced: int,
+    breaker_open: bool,
+    returned: int = 0,
+) -> ScalingResult:
+    inp = ScalingInputs(spec, gh, group, view, bnd, now, leaving_serving, unreplaced, breaker_open, returned)
+    start, _ = starting_point(inp)
+    signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
+    ctx = ScalingContext(inp=inp, hold=start, signals=signals, target=start, warnings=list(signals.warnings))
+    for step in STEPS:
+        ctx.apply(step(ctx))
+    return with_surge(ctx)
