@@ -17,7 +17,7 @@ from fleet.service.console import svg
 from fleet.service.console.data import CapacityPoint, DecisionFilter, ForecastPoint
 from fleet.service.console.html import Safe, esc, join, options, render, table
 from fleet.service.console.security import CSRF_FIELD
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, is_human
 from policies.model import ReasonCode
 
 # Seconds between live refreshes of a page's <main> (the script); without script, <noscript> meta refresh.
@@ -433,7 +433,7 @@ def _incident_actions(inc: IncidentRecord, viewer: Viewer) -> Safe:
         return Safe("")
     back = "/console/incidents"
     parts = []
-    if not (inc.acknowledged_by or "").startswith("human:"):
+    if not is_human(inc.acknowledged_by):
         parts.append(action_form(viewer, f"/console/incidents/{inc.id}/ack", "ack", back))
     if inc.isolated_at is None:
         parts.append(

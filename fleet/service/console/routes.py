@@ -24,7 +24,7 @@ from starlette.routing import Route
 from fleet.service.console import data, pages, security
 from fleet.service.console.html import Safe
 from fleet.service.console.static import CSS, FAVICON_SVG, JS
-from fleet.service.store import Store
+from fleet.service.store import Store, human_actor
 from fleet.service.views import sla_report
 from policies.spec import parse_duration
 
@@ -293,7 +293,7 @@ class Console:
         if not self.store.acknowledge_incident(incident_id, name, now):
             raise Refused(404, f"unknown incident {incident_id!r}")
         # As the API does: the policy learns of it on the leader's next tick (respond-by stops there).
-        self.store.add_request("ack", now, incident_id=incident_id, actor=f"human:{name}")
+        self.store.add_request("ack", now, incident_id=incident_id, actor=human_actor(name))
         log.info("console: %s acknowledged %s", name, incident_id)
         return f"{incident_id} acknowledged by {name}"
 
