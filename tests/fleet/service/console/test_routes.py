@@ -357,3 +357,16 @@ def test_an_actions_confirmation_is_shown_after_the_redirect(client, store):
     csrf = sign_in(client, "dora")
     r = client.post("/console/groups/chat/pause", data={"csrf": csrf, "next": "/console/"})
     assert "chat paused by dora" in client.get(r.headers["location"]).text
+
+
+def test_sparklines_are_thinned_to_a_bounded_number_of_points_keeping_the_ends():
+    from fleet.service.console.data import SPARK_POINTS, CapacityPoint, thin
+
+    start = T0 - timedelta(hours=6)
+    pts = [
+        CapacityPoint(start + timedelta(seconds=10 * i), i, None, None, "applied", "") for i in range(2000)
+    ]
+    kept = thin(pts, start)
+    assert len(kept) <= SPARK_POINTS + 1
+    assert kept[0] is pts[0] and kept[-1] is pts[-1]
+    assert [p.at for p in kept] == sorted(p.at for p in kept)
