@@ -195,6 +195,7 @@ class GroupsMixin(EssBase):
         if max_instance_lifetime_s is not None:
             group.max_instance_lifetime_s = max_instance_lifetime_s
         group.modified_s = self.cloud.now_s()
+        group.retry_not_before_s = 0.0  # an explicit change is tried at once, stock permitting
         self._converge(group, cause or "A user modifies the scaling group.")
 
     def _check_modify(

@@ -22,6 +22,7 @@ class EssResponse(BaseResponse):
             "ModifyScalingGroup",
             "DeleteScalingGroup",
             "CreateScalingConfiguration",
+            "ModifyScalingConfiguration",
             "DescribeScalingConfigurations",
             "CreateScalingRule",
             "DescribeScalingRules",
@@ -205,6 +206,34 @@ class EssResponse(BaseResponse):
         )
         self.ess.set_spot_strategy(config, p.str("SpotStrategy"), limits)
         return {"ScalingConfigurationId": config.config_id}
+
+    def modify_scaling_configuration(self) -> dict[str, Any]:
+        """InstanceTypes (priority order), SpotStrategy and SpotPriceLimits of an existing configuration; the
+        group retries what stock refused with the new one at once."""
+        p = self.params
+        config_id = p.req("ScalingConfigurationId")
+        config = self.ess.configurations.get(config_id)
+        if config is None:
+            raise AliyunError(
+                "InvalidScalingConfigurationId.NotFound",
+                f"The specified scaling configuration ({config_id}) does not exist.",
+                404,
+            )
+        limits = {
+            str(o.get("InstanceType")): float(o.get("PriceLimit") or 0) for o in p.objects("SpotPriceLimits")
+        }
+        types = p.list("InstanceTypes") or ([p.req("InstanceType")] if p.str("InstanceType") else [])
+        probe = ScalingConfiguration("", "", "", [], "", 0.0, spot_strategy=config.spot_strategy)
+        probe.spot_price_limits = dict(config.spot_price_limits)
+        self.ess.set_spot_strategy(probe, p.str("SpotStrategy"), limits)
+        if types:
+            config.instance_types = types
+        self.ess.set_spot_strategy(config, p.str("SpotStrategy"), limits)
+        group = self.ess.groups.get(config.group_id)
+        if group is not None and group.active_config_id == config_id:
+            group.retry_not_before_s = 0.0
+            self.ess._converge(group, "The scaling configuration is modified.")
+        return {}
 
     def describe_scaling_configurations(self) -> dict[str, Any]:
         p = self.params

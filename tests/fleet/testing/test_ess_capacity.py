@@ -355,3 +355,17 @@ def test_stopped_instance_whose_start_finds_no_stock_is_released_and_replaced_by
     assert new != old and old in activity.destroyed_instances
     assert ecs_instances(ecs, [new])[0].instance_type == L20
     assert activity.error_messages[0].code == "OperationDenied.NoStock"
+
+
+def test_modify_scaling_configuration_reorders_types_and_retries_at_once(
+    h: EssHelper, cloud: FakeCloud, ess: EssClient, ecs: EcsClient
+) -> None:
+    cloud.set_stock(A10, 0)
+    group_id = make_group(ess, desired=2, types=[A10])
+    assert h.group(group_id).total_capacity == 0
+    config_id = h.group(group_id).active_scaling_configuration_id
+    ess.modify_scaling_configuration(
+        m.ModifyScalingConfigurationRequest(scaling_configuration_id=config_id, instance_types=[L20, A10])
+    )
+    found = ecs_instances(ecs, list(h.states(group_id)))
+    assert [i.instance_type for i in found] == [L20, L20]
