@@ -75,6 +75,7 @@ class CapacityMemory(_Model):
     rung: int = 0
     sold_out: tuple[SoldOut, ...] = ()
     last_activity_id: str | None = None  # the newest activity already judged
+    moved_at: datetime | None = None  # the last move along the ladder
 
     def is_sold_out(self, rung: Rung, now: datetime) -> bool:
         return any(_same(s, rung) and s.until > now for s in self.sold_out)
@@ -159,7 +160,7 @@ def _fall_back(
                 reason=f"{why}: {current.label()} is remembered sold out; falling back to {rung.label()}",
                 target=adjusted_count(target, current, rung),
             )
-            return remembered.model_copy(update={"rung": index}), move
+            return remembered.model_copy(update={"rung": index, "moved_at": now}), move
     move = Move(
         kind=MoveKind.EXHAUSTED,
         from_rung=current,
@@ -182,7 +183,7 @@ def _retry(
                 reason=f"the backoff of {rung.label()} has passed: trying it again",
                 target=adjusted_count(target, current, rung),
             )
-            return memory.model_copy(update={"rung": index}), move
+            return memory.model_copy(update={"rung": index, "moved_at": now}), move
     return None
 
 
