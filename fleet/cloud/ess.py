@@ -88,25 +88,6 @@ class EssApi(Protocol):
         desired_capacity: int | None = None,
     ) -> None: ...
     def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]: ...
-    def modify_scaling_configuration(
-        self, config_id: str, *, instance_types: Sequence[str], spot_strategy: str | None = None
-    ) -> None:
-        """The configuration's instance types in priority order (and its SpotStrategy): how the service moves
-        a group along its capacity ladder. Absolute values, so retried like a read."""
-        req = m.ModifyScalingConfigurationRequest(
-            scaling_configuration_id=config_id,
-            instance_types=list(instance_types),
-            spot_strategy=spot_strategy,
-        )
-        self._call(
-            "ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req)
-        )
-
-    def set_vswitch_order(self, group_id: str, vswitch_ids: Sequence[str]) -> None:
-        """The group's vSwitches in priority order (MultiAZPolicy PRIORITY tries them in this order)."""
-        req = m.ModifyScalingGroupRequest(scaling_group_id=group_id, v_switch_ids=list(vswitch_ids))
-        self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
-
     def create_scheduled_task(
         self,
         group_id: str,
@@ -280,6 +261,25 @@ class EssAdapter:
             default_cooldown=default_cooldown_s,
         )
         # Absolute values: repeating the call is harmless, so it is retried like a read.
+        self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
+
+    def modify_scaling_configuration(
+        self, config_id: str, *, instance_types: Sequence[str], spot_strategy: str | None = None
+    ) -> None:
+        """The configuration's instance types in priority order (and its SpotStrategy): how the service moves
+        a group along its capacity ladder. Absolute values, so retried like a read."""
+        req = m.ModifyScalingConfigurationRequest(
+            scaling_configuration_id=config_id,
+            instance_types=list(instance_types),
+            spot_strategy=spot_strategy,
+        )
+        self._call(
+            "ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req)
+        )
+
+    def set_vswitch_order(self, group_id: str, vswitch_ids: Sequence[str]) -> None:
+        """The group's vSwitches in priority order (MultiAZPolicy PRIORITY tries them in this order)."""
+        req = m.ModifyScalingGroupRequest(scaling_group_id=group_id, v_switch_ids=list(vswitch_ids))
         self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
 
     def create_scheduled_task(

@@ -114,7 +114,14 @@ class CapacityManager:
             for s in self.specs
         }
 
-    def tick(self, observation: Observation, now: datetime, fence: Callable[[], bool]) -> CapacityResult:
+    def tick(
+        self,
+        observation: Observation,
+        targets: dict[str, int],
+        now: datetime,
+        fence: Callable[[], bool],
+    ) -> CapacityResult:
+        """``targets``: each group's capacity as this tick's plan set it (ESS DesiredCapacity)."""
         result = CapacityResult()
         for spec in self.specs:
             g = observation.groups.get(spec.name)
@@ -123,7 +130,8 @@ class CapacityManager:
             try:
                 self._reclaims(spec, g, g.group, now, fence, result)
                 if len(self.ladders[spec.name]) > 1:
-                    self._ladder(spec, g, g.group, now, fence, result)
+                    target = targets.get(spec.name, g.group.desired_capacity or g.group.total_capacity)
+                    self._ladder(spec, g, g.group, target, now, fence, result)
             except CloudError as exc:
                 log.warning("capacity handling of %s failed: %s", spec.name, exc)
                 result.errors.append(f"group {spec.name} capacity: {exc}")
@@ -135,6 +143,7 @@ class CapacityManager:
         spec: GroupSpec,
         g: GroupObservation,
         group: ScalingGroup,
+        target: int,
         now: datetime,
         fence: Callable[[], bool],
         result: CapacityResult,
@@ -143,12 +152,11 @@ class CapacityManager:
         shortfall, newest = self._shortfall(spec, g, group, memory, now)
         if newest is not None:
             memory = memory.model_copy(update={"last_activity_id": newest})
-        target = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
         memory, move = step(memory, self.ladders[spec.name], shortfall, now, target)
         if move is not None and move.kind != MoveKind.EXHAUSTED:
             if not self.dry_run and not fence():
                 return
-            self._apply(spec, group, move, now)
+            self._apply(spec, group, move, target, now)
             result.moves.append(move)
         cs.save_memory(self.store, spec.name, memory, now)
         if move is not None:
@@ -192,7 +200,7 @@ class CapacityManager:
             return f"{len(stuck)} instance(s) Pending for over {int(stuck_after.total_seconds())} s", newest
         return None, newest
 
-    def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, now: datetime) -> None:
+    def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, target: int, now: datetime) -> None:
         rung = move.to_rung
         types = [rung.instance_type] + [t for t in spec.instance_types if t != rung.instance_type]
         spot = (
@@ -213,7 +221,7 @@ class CapacityManager:
                 if rung.vswitch_id and group.vswitch_ids:
                     order = [rung.vswitch_id] + [v for v in group.vswitch_ids if v != rung.vswitch_id]
                     self.ess.set_vswitch_order(group.group_id, order)
-                if move.target is not None and move.target != (group.desired_capacity or 0):
+                if move.target is not None and move.target != target:
                     self.ess.scale_to(group.group_id, min(move.target, group.max_size), token)
             except CloudError as exc:
                 outcome, error = Outcome.ERROR, str(exc)

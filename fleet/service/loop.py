@@ -182,7 +182,8 @@ class Service:
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
         self._actuate(plan, observation, now, lease, fence, paused, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
-        result.errors.extend(self.capacity.tick(observation, now, fence).errors)
+        targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        result.errors.extend(self.capacity.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
