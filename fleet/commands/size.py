@@ -174,10 +174,13 @@ def size(
         if best is None or best.deployment is None:
             fail("--plot: no option fits, so there is nothing to plot")
         _write_plot(plot, best, workload, slo, seed)
+    from fleet.commands.size_fallback import fallback_json, render_fallback  # issue 17: spot and the ladder
+
     if as_json:
-        print_json(result.to_json(top))
+        print_json({**result.to_json(top), **fallback_json(result)})
     else:
         _render(result, shape, top, has_load, requests, plot)
+        render_fallback(result)
     if best is None:
         raise typer.Exit(EXIT_NO_FIT)
 

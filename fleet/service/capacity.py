@@ -67,14 +67,14 @@ class CapacityEss(Protocol):
 
 
 def capacity_per_instance(instance_type: str) -> float:
-    """Decode throughput per instance relative to one unit, from the sizing catalog: GPUs x memory bandwidth
-    (decode is bandwidth-bound). 1.0 for a type the catalog does not know."""
-    from sizing.catalog import find_gpu, find_instance
+    """Decode throughput per instance relative to one unit (``sizing.fallback.relative_capacity``); 1.0 for a
+    type the catalog does not know."""
+    from sizing.catalog import find_instance
     from sizing.errors import SizingInputError
+    from sizing.fallback import relative_capacity
 
     try:
-        itype = find_instance(instance_type)
-        return itype.gpus * find_gpu(itype.gpu).bandwidth_gbps / 1000.0
+        return relative_capacity(find_instance(instance_type))
     except (SizingInputError, KeyError, ValueError):
         return 1.0
 

@@ -411,3 +411,15 @@ def test_a_malformed_trace_row_names_the_row_and_exits_2(tmp_path, capsys, name,
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
                                 "--trace", str(trace)])
     assert code == 2 and f"{trace}: {named}" in err and "Traceback" not in err
+
+
+def test_size_json_has_spot_cost_and_the_fallback_ladder(capsys):
+    import json
+
+    assert main(["size", "--model", "Qwen2.5-7B", "--qps", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["candidates"][0]
+    assert out["spot_cost_cny_per_million_tokens"] < best["cost_cny_per_million_tokens"]
+    ladder = out["fallback_ladder"]
+    assert ladder and best["instance_type"] not in {r["instance_type"] for r in ladder}
+    assert all(r["instances"] >= 1 for r in ladder)
