@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleet.sim import cloudview
+from fleet.sim.capacity import Billing
 from fleet.sim.types import Hardware, MinutePoint, SimOptions, SimResult
 from fleet.sim.workload import Request
 from fleet.sim.world import Fault, World, WorldParams, percentile
@@ -108,6 +109,7 @@ def run(
             gpus_per_instance=hardware.gpus_per_instance,
             publish_period_s=options.publish_s,
             step_s=options.step_s,
+            restart_s=options.restart_s,
         )
         world = World(
             cloud,
@@ -127,7 +129,7 @@ def run(
         tick_s = float(getattr(controller, "period_s", options.tick_s))
 
         series: list[MinutePoint] = []
-        instance_seconds = 0.0
+        billing = Billing(hardware.price_cny_per_hour, hardware.gpus_per_instance)
         max_instances = len(world.instances)
         t = 0.0
         next_tick = 0.0
@@ -143,7 +145,7 @@ def run(
             end = min(duration_s, next_tick, next_minute, t + options.sync_s)
             world.run_until(end)
             cloud.advance(end - t)
-            instance_seconds += (len(world.instances) + len(world.draining)) * (end - t)
+            billing.add(world, cloud, end - t)  # stopped instances bill disks only, spot its price
             t = end
             world.sync()
             max_instances = max(max_instances, len(world.instances))
@@ -163,14 +165,13 @@ def run(
             if stats:
                 p.ttft_p99_ms = minute_p99(stats.ttfts_ms)
                 p.arrivals, p.completed, p.rejected = stats.arrivals, stats.completed, stats.rejected
-        hours_billed = instance_seconds / 3600.0
         incidents = cloudview.incidents(controller, world, options, spec)
         summary = summarize(
             world,
             series,
             slo_ttft_ms=options.slo_ttft_ms,
-            gpu_hours=hours_billed * hardware.gpus_per_instance,
-            cost_cny=hours_billed * hardware.price_cny_per_hour,
+            gpu_hours=billing.gpu_hours,
+            cost_cny=billing.cost_cny,
             scale_actions=cloudview.scale_actions(cloud, group_id, t0_s),
             max_instances=max_instances,
             incidents=incidents,

@@ -47,6 +47,8 @@ class SimOptions:
     # first minutes' load so that no policy starts from a cold, undersized fleet.
     initial_size: int | None = None
     queue_target: float = 2.0  # the target-tracking baseline's target (the config's queue rule)
+    # Economical mode: ordering a stopped instance's start to serving (None: the cold start).
+    restart_s: float | None = None
 
 
 @dataclass
