@@ -26,6 +26,7 @@ locals {
     "ess:DescribeScheduledTasks",
     "ess:EnterStandby",
     "ess:ExitStandby",
+    "ess:ModifyScalingConfiguration",
     "ess:ModifyScalingGroup",
     "ess:ModifyScheduledTask",
     "ess:RemoveInstances",

@@ -38,6 +38,7 @@ ACTIONS: tuple[str, ...] = (
     "ExitStandby",
     "RemoveInstances",
     "SetInstancesProtection",
+    "ModifyScalingConfiguration",  # the capacity ladder (issue 17)
 )
 
 PAGE_SIZE = 50  # ESS's maximum PageSize
