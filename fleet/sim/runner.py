@@ -101,6 +101,8 @@ def run(
         group_id = cloudview.create_group(
             cloud, spec, hardware, initial, region=config.region, max_size=max(spec.max_size, initial)
         )
+        if options.group_setup is not None:
+            options.group_setup(cloud, group_id)
         config = cloudview.bind_group(config, group_index, group_id)
         spec = config.groups[group_index]
         params = WorldParams(

@@ -5,6 +5,7 @@ report all import them from here, so none of them imports another to get a type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,6 +50,8 @@ class SimOptions:
     queue_target: float = 2.0  # the target-tracking baseline's target (the config's queue rule)
     # Economical mode: ordering a stopped instance's start to serving (None: the cold start).
     restart_s: float | None = None
+    # Settings the group's Terraform would give the fake group (capacity bench): called once it exists.
+    group_setup: Callable[[Any, str], None] | None = None
 
 
 @dataclass
