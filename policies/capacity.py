@@ -167,7 +167,8 @@ def _fall_back(
         to_rung=current,
         reason=f"{why}: every rung of the ladder is sold out; staying on {current.label()}",
     )
-    return remembered, move
+    # moved_at: instances stuck Pending are judged again only after they had time to start
+    return remembered.model_copy(update={"moved_at": now}), move
 
 
 def _retry(

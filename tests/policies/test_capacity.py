@@ -96,3 +96,9 @@ def test_memory_round_trips_through_json() -> None:
 def test_group_spec_refuses_bad_capacity_keys(fields: dict[str, object], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         GroupSpec.model_validate({"name": "g", "min_size": 0, "max_size": 4, **fields})
+
+
+def test_exhausted_ladder_restarts_the_settling_time_of_stuck_instances() -> None:
+    ladder = build_ladder([A10], (), None, {})
+    memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    assert memory.moved_at == NOW
