@@ -368,7 +368,10 @@ def test_export_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys
 
 CAPACITY = {
     "instance_types": ["ecs.gn8is.2xlarge", "ecs.gn7i-c8g1.2xlarge"],
-    "zones": [{"zone": "cn-chengdu-a", "vswitch_id": "vsw-a"}, {"zone": "cn-chengdu-b", "vswitch_id": "vsw-b"}],
+    "zones": [
+        {"zone": "cn-chengdu-a", "vswitch_id": "vsw-a"},
+        {"zone": "cn-chengdu-b", "vswitch_id": "vsw-b"},
+    ],
     "capacity_mix": {"on_demand_base": 2, "spot_percentage_above_base": 70, "spot_price_limit": 6.5},
     "economical_mode": True,
 }
