@@ -124,6 +124,7 @@ def size(
         _check_writable(plot, "--plot")
 
     try:
+        # ignored: exactly one of MODEL and --config is set, checked above
         shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
         book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:

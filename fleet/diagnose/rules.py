@@ -434,7 +434,8 @@ def _cold_start(st: _State) -> list[Finding]:
     for inst in new:
         # Ready when vLLM answers the agent; CloudMonitor's own GPU metrics flow from boot, before the load.
         served = [s[0][0] for m in AGENT_METRICS if (s := inst.metrics.get(m))]
-        loads.append((inst.instance_id, inst.created_at, min(served, default=None)))  # type: ignore[arg-type]
+        assert inst.created_at is not None  # `new` holds only instances with a creation time
+        loads.append((inst.instance_id, inst.created_at, min(served) if served else None))
     if not loads:
         return []
     first_created = min(c for _, c, _ in loads)
@@ -698,7 +699,7 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         rec = fixes.search_recommendation(g, demand or 0.0)
         measured_need, at_limit = _measured_need(st, demand, saturated)
         same = rec.get("same_type") if rec else None
-        if isinstance(same, dict) and int(same["instances"]) <= now_n:  # type: ignore[call-overload]
+        if isinstance(same, dict) and int(same["instances"]) <= now_n:
             # The model says today's count would do with its settings (a larger max_num_seqs, say): the
             # settings differ from the ones measured, so size by the measured throughput and name the option.
             evidence["sizing_search_note"] = (
@@ -707,7 +708,7 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
             same = None
         need = same["instances"] if isinstance(same, dict) else measured_need
         if need is not None and at_limit:
-            need = max(int(need), now_n + 1)  # type: ignore[call-overload]
+            need = max(int(need), now_n + 1)
         prompt, output = fixes.request_sizes(g)
         if isinstance(same, dict):
             count_txt = (
@@ -756,9 +757,10 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
     for inst in backlog:
         rates_i = _after(inst.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)
         qs = _after(inst.metrics.get(pm.QUEUE_WAITING, ()), st.steady_from)
-        if len(rates_i) >= 4 and _mean(rates_i) and _mean(qs):
-            r_cv.append(statistics.pstdev(rates_i) / _mean(rates_i))  # type: ignore[operator]
-            q_cv.append(statistics.pstdev(qs) / _mean(qs))  # type: ignore[operator]
+        rate_mean, queue_mean = _mean(rates_i), _mean(qs)
+        if len(rates_i) >= 4 and rate_mean and queue_mean:
+            r_cv.append(statistics.pstdev(rates_i) / rate_mean)
+            q_cv.append(statistics.pstdev(qs) / queue_mean)
     if r_cv:
         evidence["completed_rps_cv"] = round(statistics.median(r_cv), 2)
         evidence["queue_waiting_cv"] = round(statistics.median(q_cv), 2)
@@ -825,7 +827,7 @@ def _bandwidth(st: _State) -> list[Finding]:
         corr = _corr([run[t] for t in common], [tpot[t] for t in common])
         tpots = list(tpot.values())
         if g.slo_tpot_p99_ms is not None:
-            violated = _frac(tpots, lambda v: v > g.slo_tpot_p99_ms) >= 0.3  # type: ignore[operator]
+            violated = _frac(tpots, lambda v: v > g.slo_tpot_p99_ms) >= 0.3
         else:
             violated = corr >= 0.5
         if not violated:
