@@ -96,30 +96,19 @@ def size(
     from sizing.latency import Workload
     from sizing.search import SLO, Settings, search
 
-    if (model is None) == (config is None):
-        fail("give exactly one of --model NAME or --config FILE")
-    if gpu is not None and instance_type is not None:
-        fail("give at most one of --gpu and --instance-type")
-    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
-        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
-    if top is not None and top < 1:
-        fail(f"--top must be at least 1, got {top}")
-    for name, value in (
-        ("--max-model-len", max_model_len),
-        ("--max-num-seqs", max_num_seqs),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-        ("--prompt-tokens", prompt_tokens),
-        ("--output-tokens", output_tokens),
-    ):
-        if value is not None and value < 1:
-            fail(f"{name} must be at least 1, got {value}")
-    for name, number in (
-        ("--qps", qps), ("--slo-ttft-p99-ms", slo_ttft_p99_ms), ("--slo-tpot-p99-ms", slo_tpot_p99_ms)
-    ):
-        if number is not None and not (number > 0 and math.isfinite(number)):
-            fail(f"{name} must be a positive number, got {number:g}")
-    if not (length_cv >= 0 and math.isfinite(length_cv)):
-        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+    _check_exclusive(model, config, gpu, instance_type, trace, prompt_tokens, output_tokens)
+    _check_ranges(
+        top,
+        counts={
+            "--max-model-len": max_model_len,
+            "--max-num-seqs": max_num_seqs,
+            "--max-num-batched-tokens": max_num_batched_tokens,
+            "--prompt-tokens": prompt_tokens,
+            "--output-tokens": output_tokens,
+        },
+        positives={"--qps": qps, "--slo-ttft-p99-ms": slo_ttft_p99_ms, "--slo-tpot-p99-ms": slo_tpot_p99_ms},
+        length_cv=length_cv,
+    )
     if plot is not None:
         _check_writable(plot, "--plot")
 
@@ -184,6 +173,40 @@ def size(
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+def _check_exclusive(
+    model: str | None,
+    config: Path | None,
+    gpu: str | None,
+    instance_type: str | None,
+    trace: Path | None,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+) -> None:
+    """Flags that exclude or require each other."""
+    if (model is None) == (config is None):
+        fail("give exactly one of --model NAME or --config FILE")
+    if gpu is not None and instance_type is not None:
+        fail("give at most one of --gpu and --instance-type")
+    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
+        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
+
+
+def _check_ranges(
+    top: int | None, *, counts: dict[str, int | None], positives: dict[str, float | None], length_cv: float
+) -> None:
+    """Counts at least 1, positive finite numbers, a finite spread >= 0."""
+    if top is not None and top < 1:
+        fail(f"--top must be at least 1, got {top}")
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            fail(f"{name} must be at least 1, got {value}")
+    for name, number in positives.items():
+        if number is not None and not (number > 0 and math.isfinite(number)):
+            fail(f"{name} must be a positive number, got {number:g}")
+    if not (length_cv >= 0 and math.isfinite(length_cv)):
+        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+
+
 def _read_model_config(path: Path) -> Any:
     import sizing
 

@@ -39,6 +39,7 @@ from fleet.diagnose.model import (
     REQUEST_RATE_RPS,
     SERVING_STATES,
     Finding,
+    GroupContext,
     InstanceWindow,
     Window,
     isoformat,
@@ -634,6 +635,44 @@ def _tokens_per_seq(st: _State, insts: Sequence[InstanceWindow]) -> float:
     return prompt + output / 2
 
 
+@dataclass
+class _QueueScan:
+    """The pool's instances sorted by what their steady-state queue and GPUs showed."""
+
+    saturated: list[InstanceWindow] = field(default_factory=list)
+    backlog: list[InstanceWindow] = field(default_factory=list)
+    growing: list[str] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)
+    ttft_over: list[float] = field(default_factory=list)
+    ttft_all: list[float] = field(default_factory=list)
+
+
+def _scan_queues(st: _State, pool: Sequence[InstanceWindow], queue_limit: float) -> _QueueScan:
+    scan = _QueueScan()
+    for inst in pool:
+        util = _after(inst.metrics.get(pm.GPU_UTIL_PCT, ()), st.steady_from)
+        q = _after(inst.metrics.get(pm.QUEUE_WAITING, ()), st.steady_from)
+        ttft = _after(inst.metrics.get(pm.TTFT_P99_MS, ()), st.steady_from)
+        if len(q) < 4:
+            continue
+        scan.ttft_all.extend(ttft)
+        scan.ttft_over.extend(v for v in ttft if v > st.slo_ttft_ms)
+        busy = _frac(util, lambda v: v >= SATURATED_UTIL_PCT) >= SUSTAINED if util else False
+        if busy:
+            scan.saturated.append(inst)
+        if _frac(q, lambda v: v >= QUEUE_PER_INSTANCE) >= 0.3:
+            scan.backlog.append(inst)
+            first, last = _thirds(q)
+            if last >= 0.8 * queue_limit:
+                scan.pinned.append(inst.instance_id)
+            elif (
+                last >= max(2 * QUEUE_PER_INSTANCE, 1.5 * first)
+                and _frac(q, lambda v: v >= QUEUE_PER_INSTANCE) >= 0.7
+            ):
+                scan.growing.append(inst.instance_id)
+    return scan
+
+
 def _queue_and_capacity(st: _State) -> list[Finding]:
     w = st.window
     g = w.group
@@ -641,118 +680,117 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
     if not pool or st.kv_bound and len(st.kv_bound) * 2 >= len(st.measured):
         return []
     queue_limit = g.queue_limit or DEFAULT_QUEUE_LIMIT
-    saturated: list[InstanceWindow] = []
-    backlog: list[InstanceWindow] = []
-    growing: list[str] = []
-    pinned: list[str] = []
-    ttft_over: list[float] = []
-    ttft_all: list[float] = []
-    for inst in pool:
-        util = _after(inst.metrics.get(pm.GPU_UTIL_PCT, ()), st.steady_from)
-        q = _after(inst.metrics.get(pm.QUEUE_WAITING, ()), st.steady_from)
-        ttft = _after(inst.metrics.get(pm.TTFT_P99_MS, ()), st.steady_from)
-        if len(q) < 4:
-            continue
-        ttft_all.extend(ttft)
-        ttft_over.extend(v for v in ttft if v > st.slo_ttft_ms)
-        busy = _frac(util, lambda v: v >= SATURATED_UTIL_PCT) >= SUSTAINED if util else False
-        if busy:
-            saturated.append(inst)
-        if _frac(q, lambda v: v >= QUEUE_PER_INSTANCE) >= 0.3:
-            backlog.append(inst)
-            first, last = _thirds(q)
-            if last >= 0.8 * queue_limit:
-                pinned.append(inst.instance_id)
-            elif (
-                last >= max(2 * QUEUE_PER_INSTANCE, 1.5 * first)
-                and _frac(q, lambda v: v >= QUEUE_PER_INSTANCE) >= 0.7
-            ):
-                growing.append(inst.instance_id)
-    if not pool or not backlog:
+    scan = _scan_queues(st, pool, queue_limit)
+    if not pool or not scan.backlog:
         return []
-    over_share = len(ttft_over) / len(ttft_all) if ttft_all else 0.0
+    over_share = len(scan.ttft_over) / len(scan.ttft_all) if scan.ttft_all else 0.0
     if over_share < 0.2:
         return []  # the queue exists but latency is within the SLO: not a latency problem
-    sat_share = len(saturated) / len(pool)
+    sat_share = len(scan.saturated) / len(pool)
     demand = _demand_rps(st, pool)
     rates = [_mean(_after(i.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)) for i in pool]
     completed = sum(r for r in rates if r) if any(rates) else None
-    q_means = {i.instance_id: _r(_mean(i.values(pm.QUEUE_WAITING))) for i in backlog}
+    q_means = {i.instance_id: _r(_mean(i.values(pm.QUEUE_WAITING))) for i in scan.backlog}
     evidence: dict[str, Any] = {
         "window": {"start": isoformat(st.steady_from or w.start), "end": isoformat(w.end)},
-        "instances_saturated": len(saturated),
+        "instances_saturated": len(scan.saturated),
         "instances_measured": len(pool),
         "gpu_util_threshold_pct": SATURATED_UTIL_PCT,
         "queue_waiting_mean": q_means,
-        "queue_growing": growing,
-        "queue_at_limit": pinned,
+        "queue_growing": scan.growing,
+        "queue_at_limit": scan.pinned,
         "queue_limit": queue_limit,
-        "ttft_p99_ms_median": _r(_median(ttft_all)),
+        "ttft_p99_ms_median": _r(_median(scan.ttft_all)),
         "ttft_samples_over_slo": round(over_share, 2),
         "slo_ttft_p99_ms": st.slo_ttft_ms,
         "completed_rps": _r(completed, 2),
         "offered_rps_estimate": _r(demand, 2),
     }
-    overloaded = (len(growing) + len(pinned)) / len(pool)
+    overloaded = (len(scan.growing) + len(scan.pinned)) / len(pool)
     if sat_share >= 0.75 and overloaded >= 0.5:
-        now_n = len(st.serving)
-        rec = fixes.search_recommendation(g, demand or 0.0)
-        measured_need, at_limit = _measured_need(st, demand, saturated)
-        same = rec.get("same_type") if rec else None
-        if isinstance(same, dict) and int(same["instances"]) <= now_n:
-            # The model says today's count would do with its settings (a larger max_num_seqs, say): the
-            # settings differ from the ones measured, so size by the measured throughput and name the option.
-            evidence["sizing_search_note"] = (
-                f"{same['instances']} x {same['instance_type']} with max_num_seqs {same['max_num_seqs']}"
-            )
-            same = None
-        need = same["instances"] if isinstance(same, dict) else measured_need
-        if need is not None and at_limit:
-            need = max(int(need), now_n + 1)
-        prompt, output = fixes.request_sizes(g)
-        if isinstance(same, dict):
-            count_txt = (
-                f"Run {'at least ' if at_limit else ''}{need} instance(s) of {same['instance_type']} "
-                f"instead of {now_n} (the sizing search for {demand:.1f} requests/s of {prompt:.0f} in / "
-                f"{output:.0f} out tokens at the SLOs, with max_num_seqs {same['max_num_seqs']})"
-            )
-            best = rec.get("best") if rec else None
-            if isinstance(best, dict) and best["instance_type"] != same["instance_type"]:
-                count_txt += (
-                    f"; across the catalog the cheapest is {best['instances']} x {best['instance_type']} at "
-                    f"{best['cost_cny_per_hour']} CNY/h against {same['cost_cny_per_hour']} CNY/h"
-                )
-        elif need is not None:
-            count_txt = (
-                f"Run {'at least ' if at_limit else ''}{need} instance(s) instead of {now_n} (measured "
-                "throughput per instance, kept at 80% load)"
-            )
-        else:
-            count_txt = "Add instances until the queue stops growing"
-        if need is not None and g.max_size is not None and need > g.max_size:
-            count_txt += f"; raise max_size from {g.max_size} to at least {need}"
-        if at_limit:
-            count_txt += "; a lower bound: the requests turned away at the gateway are not counted"
-        evidence["instances_recommended"] = need
-        if rec:
-            evidence["sizing_search"] = rec
-        return [
-            Finding(
-                "undersized_fleet",
-                "critical",
-                [g.name],
-                evidence,
-                f"All the way through the window the load was more than the {now_n} instance(s) serve: GPUs "
-                "stayed saturated and the queues kept growing"
-                + (" up to the gateway's limit, so requests were turned away" if at_limit else "")
-                + ". Bigger batches or another card will not fix a fleet that is too small.",
-                count_txt + ".",
-            )
-        ]
+        return _undersized_fleet(st, scan, demand, evidence)
     if sat_share < 0.5:
         return []
-    # "Flat": completions per second barely move while the queue swings (they are at the GPUs' limit).
-    flat = False
+    return _queue_backlog(st, pool, scan, demand, completed, over_share, evidence)
+
+
+def _undersized_fleet(
+    st: _State, scan: _QueueScan, demand: float | None, evidence: dict[str, Any]
+) -> list[Finding]:
+    """Saturated GPUs and growing queues nearly everywhere: too few instances, and how many would do."""
+    g = st.window.group
+    now_n = len(st.serving)
+    rec = fixes.search_recommendation(g, demand or 0.0)
+    measured_need, at_limit = _measured_need(st, demand, scan.saturated)
+    same = rec.get("same_type") if rec else None
+    if isinstance(same, dict) and int(same["instances"]) <= now_n:
+        # The model says today's count would do with its settings (a larger max_num_seqs, say): the
+        # settings differ from the ones measured, so size by the measured throughput and name the option.
+        evidence["sizing_search_note"] = (
+            f"{same['instances']} x {same['instance_type']} with max_num_seqs {same['max_num_seqs']}"
+        )
+        same = None
+    need = same["instances"] if isinstance(same, dict) else measured_need
+    if need is not None and at_limit:
+        need = max(int(need), now_n + 1)
+    count_txt = _count_text(g, rec, same, need, now_n, demand, at_limit)
+    evidence["instances_recommended"] = need
+    if rec:
+        evidence["sizing_search"] = rec
+    return [
+        Finding(
+            "undersized_fleet",
+            "critical",
+            [g.name],
+            evidence,
+            f"All the way through the window the load was more than the {now_n} instance(s) serve: GPUs "
+            "stayed saturated and the queues kept growing"
+            + (" up to the gateway's limit, so requests were turned away" if at_limit else "")
+            + ". Bigger batches or another card will not fix a fleet that is too small.",
+            count_txt + ".",
+        )
+    ]
+
+
+def _count_text(
+    g: GroupContext,
+    rec: dict[str, object] | None,
+    same: object,
+    need: Any,  # Any: an instance count from the sizing search's JSON or from the measured throughput
+    now_n: int,
+    demand: float | None,
+    at_limit: bool,
+) -> str:
+    """The undersized fleet's fix: how many instances of which type, and what else must change."""
+    prompt, output = fixes.request_sizes(g)
+    if isinstance(same, dict):
+        count_txt = (
+            f"Run {'at least ' if at_limit else ''}{need} instance(s) of {same['instance_type']} "
+            f"instead of {now_n} (the sizing search for {demand:.1f} requests/s of {prompt:.0f} in / "
+            f"{output:.0f} out tokens at the SLOs, with max_num_seqs {same['max_num_seqs']})"
+        )
+        best = rec.get("best") if rec else None
+        if isinstance(best, dict) and best["instance_type"] != same["instance_type"]:
+            count_txt += (
+                f"; across the catalog the cheapest is {best['instances']} x {best['instance_type']} at "
+                f"{best['cost_cny_per_hour']} CNY/h against {same['cost_cny_per_hour']} CNY/h"
+            )
+    elif need is not None:
+        count_txt = (
+            f"Run {'at least ' if at_limit else ''}{need} instance(s) instead of {now_n} (measured "
+            "throughput per instance, kept at 80% load)"
+        )
+    else:
+        count_txt = "Add instances until the queue stops growing"
+    if need is not None and g.max_size is not None and need > g.max_size:
+        count_txt += f"; raise max_size from {g.max_size} to at least {need}"
+    if at_limit:
+        count_txt += "; a lower bound: the requests turned away at the gateway are not counted"
+    return count_txt
+
+
+def _flat_completions(st: _State, backlog: Sequence[InstanceWindow], evidence: dict[str, Any]) -> bool:
+    """"Flat": completions per second barely move while the queue swings (they are at the GPUs' limit)."""
     q_cv, r_cv = [], []
     for inst in backlog:
         rates_i = _after(inst.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)
@@ -761,11 +799,27 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         if len(rates_i) >= 4 and rate_mean and queue_mean:
             r_cv.append(statistics.pstdev(rates_i) / rate_mean)
             q_cv.append(statistics.pstdev(qs) / queue_mean)
-    if r_cv:
-        evidence["completed_rps_cv"] = round(statistics.median(r_cv), 2)
-        evidence["queue_waiting_cv"] = round(statistics.median(q_cv), 2)
-        flat = statistics.median(r_cv) < 0.5 * statistics.median(q_cv)
-    knee = fixes.knee_batch(g, _tokens_per_seq(st, saturated))
+    if not r_cv:
+        return False
+    evidence["completed_rps_cv"] = round(statistics.median(r_cv), 2)
+    evidence["queue_waiting_cv"] = round(statistics.median(q_cv), 2)
+    return statistics.median(r_cv) < 0.5 * statistics.median(q_cv)
+
+
+def _queue_backlog(
+    st: _State,
+    pool: Sequence[InstanceWindow],
+    scan: _QueueScan,
+    demand: float | None,
+    completed: float | None,
+    over_share: float,
+    evidence: dict[str, Any],
+) -> list[Finding]:
+    """Busy GPUs with a queue but not an undersized fleet: cap the queue, mind the batch size."""
+    g = st.window.group
+    backlog = scan.backlog
+    flat = _flat_completions(st, backlog, evidence)
+    knee = fixes.knee_batch(g, _tokens_per_seq(st, scan.saturated))
     seqs = _max_num_seqs(st)
     per = (completed / len(pool)) if completed else None
     cap_q = None

@@ -40,6 +40,19 @@ DONE_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.FAILED, Outcome.NOTIFIED, Ou
 # Transient: nothing changed for sure; the next tick tries again with the same token.
 RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Outcome.BLOCKED})
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+# Steps that only tell people: no cloud call.
+_NOTICES = {StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE}
+# A write that has already landed (seen in the observed lifecycle state) before a restart, and what to say.
+_LANDED: dict[tuple[StepAction, str | None], str] = {
+    (StepAction.ENTER_STANDBY, "Standby"): " (already Standby)",
+    (StepAction.EXIT_STANDBY, "InService"): " (already InService)",
+    (StepAction.REMOVE, None): " (already gone)",
+}
+
+
+def _already_landed(action: StepAction, state: str | None) -> str | None:
+    """The note for a step whose effect the observation already shows, or None."""
+    return _LANDED.get((action, state))
 
 
 def client_token(*parts: object) -> str:
@@ -229,11 +242,10 @@ class Actuator:
         fence: Callable[[], bool],
         has_human_channel: bool,
     ) -> ActionResult | None:
-        action = step.action.value
         base = ActionResult(
             group=gp.group,
             kind="isolation",
-            action=action,
+            action=step.action.value,
             decision_id=step.step_id,
             outcome="",
             reason=f"{step.reason.value}: {step.detail}".strip(": "),
@@ -243,14 +255,8 @@ class Actuator:
         )
         if step.action in _INFORMATIONAL:
             return None  # the target already carries the surge; waiting and draining need no call
-        if step.action in (StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE):
-            if self.dry_run:
-                return self._record(replace(base, outcome="dry_run"), now, epoch)
-            self._notify_step(step, gp, incident)
-            outcome = (
-                "notified" if has_human_channel and step.action == StepAction.ACKNOWLEDGE else "recorded"
-            )
-            return self._record(replace(base, outcome=outcome), now, epoch)
+        if step.action in _NOTICES:
+            return self._notice(step, gp, incident, base, now, epoch, has_human_channel)
 
         group = observed.group
         if group is None:
@@ -261,18 +267,9 @@ class Actuator:
         base = replace(base, client_token=token)
 
         # Compare with what is observed before writing: the step may have landed before a restart.
-        if step.action == StepAction.ENTER_STANDBY and state == "Standby":
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already Standby)"), now, epoch
-            )
-        if step.action == StepAction.EXIT_STANDBY and state == "InService":
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already InService)"), now, epoch
-            )
-        if step.action == StepAction.REMOVE and state is None:
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already gone)"), now, epoch
-            )
+        landed = _already_landed(step.action, state)
+        if landed is not None:
+            return self._record(replace(base, outcome="applied", reason=base.reason + landed), now, epoch)
 
         if step.action == StepAction.ENTER_STANDBY:
             blocked = self._guardrail(spec, gp, observed, incident, breaker_open, standby_now)
@@ -286,26 +283,8 @@ class Actuator:
             return self._record(
                 replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
             )
-        ess, ecs = self.clients.ess, self.clients.ecs
         try:
-            if step.action == StepAction.ENTER_STANDBY:
-                rid: str | None = ess.enter_standby(group.group_id, [step.instance_id], token)
-            elif step.action == StepAction.EXIT_STANDBY:
-                rid = ess.exit_standby(group.group_id, [step.instance_id], token)
-            elif step.action == StepAction.REMOVE:
-                # The policy counts the Standby node inside the desired capacity and has surged its
-                # replacement already, so removing it lowers desired by one (its step says so); keeping
-                # desired would make ESS launch a second replacement that the next plan scales in at random.
-                decrease = bool(step.inputs.get("decrease_desired_capacity", True))
-                rid = ess.remove_instances(
-                    group.group_id, [step.instance_id], decrease_desired_capacity=decrease, client_token=token
-                )
-            elif step.action == StepAction.REBOOT:
-                ecs.reboot_instance(step.instance_id)
-                rid = None
-            else:
-                log.warning("unknown isolation step %s for %s ignored", action, step.instance_id)
-                return None
+            written, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
             self._cloud_error(exc)
             return self._record(
@@ -313,7 +292,47 @@ class Actuator:
                 now,
                 epoch,
             )
+        if not written:
+            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
+            return None
         return self._record(replace(base, outcome="applied", request_id=rid), now, epoch)
+
+    def _notice(
+        self,
+        step: IsolationStep,
+        gp: GroupPlan,
+        incident: Incident | None,
+        base: ActionResult,
+        now: datetime,
+        epoch: int | None,
+        has_human_channel: bool,
+    ) -> ActionResult:
+        """An acknowledge, hold or close step: no cloud call, a notification and a record."""
+        if self.dry_run:
+            return self._record(replace(base, outcome="dry_run"), now, epoch)
+        self._notify_step(step, gp, incident)
+        outcome = "notified" if has_human_channel and step.action == StepAction.ACKNOWLEDGE else "recorded"
+        return self._record(replace(base, outcome=outcome), now, epoch)
+
+    def _write_step(self, step: IsolationStep, group_id: str, token: str) -> tuple[bool, str | None]:
+        """The one cloud write of an isolation step: (whether the action has a write, its request id)."""
+        ess, ecs = self.clients.ess, self.clients.ecs
+        if step.action == StepAction.ENTER_STANDBY:
+            return True, ess.enter_standby(group_id, [step.instance_id], token)
+        if step.action == StepAction.EXIT_STANDBY:
+            return True, ess.exit_standby(group_id, [step.instance_id], token)
+        if step.action == StepAction.REMOVE:
+            # The policy counts the Standby node inside the desired capacity and has surged its
+            # replacement already, so removing it lowers desired by one (its step says so); keeping
+            # desired would make ESS launch a second replacement that the next plan scales in at random.
+            decrease = bool(step.inputs.get("decrease_desired_capacity", True))
+            return True, ess.remove_instances(
+                group_id, [step.instance_id], decrease_desired_capacity=decrease, client_token=token
+            )
+        if step.action == StepAction.REBOOT:
+            ecs.reboot_instance(step.instance_id)
+            return True, None
+        return False, None
 
     def _guardrail(
         self,
