@@ -131,7 +131,7 @@ class Tick:
     ) -> Incident:
         now, iso = self.now, self.iso
         inc = Incident(
-            incident_id=f"{self.group.name}:{instance_id}:{_iso(now)}",
+            incident_id=f"{self.group.name}:{instance_id}:{_id_stamp(now)}",
             group=self.group.name,
             instance_id=instance_id,
             rule=rule,
@@ -164,7 +164,8 @@ class Tick:
         self.steps.add(inc, StepAction.WAIT, reason, detail, **inputs)
 
 
-def _iso(t: datetime) -> str:
+def _id_stamp(t: datetime) -> str:
+    """The compact UTC stamp (``20260302T100000Z``) in incident ids; policies import no shell formatter."""
     return t.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
