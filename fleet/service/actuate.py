@@ -30,7 +30,7 @@ from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
-from policies.model import GroupPlan, Incident, IsolationStep, StepAction
+from policies.model import GroupPlan, Incident, IsolationStep, LifecycleState, StepAction
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,15 @@ log = logging.getLogger(__name__)
 DONE_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.FAILED, Outcome.NOTIFIED, Outcome.RECORDED})
 # Transient: nothing changed for sure; the next tick tries again with the same token.
 RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Outcome.BLOCKED})
+_SERVING = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
+_PENDING = (LifecycleState.PENDING, LifecycleState.PENDING_WAIT)
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
 # Steps that only tell people: no cloud call.
 _NOTICES = {StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE}
 # A write that has already landed (seen in the observed lifecycle state) before a restart, and what to say.
 _LANDED: dict[tuple[StepAction, str | None], str] = {
-    (StepAction.ENTER_STANDBY, "Standby"): " (already Standby)",
-    (StepAction.EXIT_STANDBY, "InService"): " (already InService)",
+    (StepAction.ENTER_STANDBY, LifecycleState.STANDBY): " (already Standby)",
+    (StepAction.EXIT_STANDBY, LifecycleState.IN_SERVICE): " (already InService)",
     (StepAction.REMOVE, None): " (already gone)",
 }
 
@@ -150,15 +152,15 @@ class Actuator:
             if key in self._dry_run_seen:
                 return None
             self._dry_run_seen = {k for k in self._dry_run_seen if k[0] != gp.group} | {key}
-            return self._record(replace(base, outcome="dry_run"), now, epoch)
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
         if observed.activities_in_progress and group.desired_capacity is None:
             # Without desired capacity ESS runs one activity at a time: ask again next tick.
             return self._record(
-                replace(base, outcome="conflict", error="scaling activity in progress"), now, epoch
+                replace(base, outcome=Outcome.CONFLICT, error="scaling activity in progress"), now, epoch
             )
         if not fence():
             return self._record(
-                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+                replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
         try:
             activity_id = self.clients.ess.scale_to(group.group_id, target, token)
@@ -169,7 +171,7 @@ class Actuator:
                 now,
                 epoch,
             )
-        result = self._record(replace(base, outcome="applied", request_id=activity_id), now, epoch)
+        result = self._record(replace(base, outcome=Outcome.APPLIED, request_id=activity_id), now, epoch)
         change = abs(target - current)
         if self.notify is not None and change >= self.notify_scale_min_change:
             direction = "out" if target > current else "in"
@@ -202,9 +204,9 @@ class Actuator:
             d.decision_id: d.outcome
             for d in self.store.decisions(group=gp.group, kind="isolation", limit=500)
         }
-        standby_now = observed.count("Standby")
+        standby_now = observed.count(LifecycleState.STANDBY)
         for step in gp.steps:
-            if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == "dry_run":
+            if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == Outcome.DRY_RUN:
                 continue
             res = self._step(
                 step,
@@ -221,10 +223,10 @@ class Actuator:
             )
             if res is None:
                 continue
-            if res.action == "enter_standby" and res.outcome in ("applied", "dry_run"):
+            if res.action == "enter_standby" and res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 standby_now += 1
             results.append(res)
-            if res.outcome == "fenced":
+            if res.outcome == Outcome.FENCED:
                 break
         return results
 
@@ -269,19 +271,20 @@ class Actuator:
         # Compare with what is observed before writing: the step may have landed before a restart.
         landed = _already_landed(step.action, state)
         if landed is not None:
-            return self._record(replace(base, outcome="applied", reason=base.reason + landed), now, epoch)
+            done_before = replace(base, outcome=Outcome.APPLIED, reason=base.reason + landed)
+            return self._record(done_before, now, epoch)
 
         if step.action == StepAction.ENTER_STANDBY:
             blocked = self._guardrail(spec, gp, observed, incident, breaker_open, standby_now)
             if blocked:
                 log.warning("isolation of %s blocked at actuation: %s", step.instance_id, blocked)
-                return self._record(replace(base, outcome="blocked", error=blocked), now, epoch)
+                return self._record(replace(base, outcome=Outcome.BLOCKED, error=blocked), now, epoch)
 
         if self.dry_run:
-            return self._record(replace(base, outcome="dry_run"), now, epoch)
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
         if not fence():
             return self._record(
-                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+                replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
         try:
             written, rid = self._write_step(step, group.group_id, token)
@@ -295,7 +298,7 @@ class Actuator:
         if not written:
             log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
             return None
-        return self._record(replace(base, outcome="applied", request_id=rid), now, epoch)
+        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch)
 
     def _notice(
         self,
@@ -309,9 +312,10 @@ class Actuator:
     ) -> ActionResult:
         """An acknowledge, hold or close step: no cloud call, a notification and a record."""
         if self.dry_run:
-            return self._record(replace(base, outcome="dry_run"), now, epoch)
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
         self._notify_step(step, gp, incident)
-        outcome = "notified" if has_human_channel and step.action == StepAction.ACKNOWLEDGE else "recorded"
+        notified = has_human_channel and step.action == StepAction.ACKNOWLEDGE
+        outcome = Outcome.NOTIFIED if notified else Outcome.RECORDED
         return self._record(replace(base, outcome=outcome), now, epoch)
 
     def _write_step(self, step: IsolationStep, group_id: str, token: str) -> tuple[bool, str | None]:
@@ -347,11 +351,11 @@ class Actuator:
         manual = bool(incident and incident.manual)
         if breaker_open and not manual:
             return "circuit breaker open: automatic isolation paused until a human resets it"
-        size = observed.count("InService", "Pending", "Pending:Wait", "Standby", "Protected")
+        size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
         if standby_now + 1 > limit:
             return f"max_isolated reached ({standby_now} of {limit} already out of service)"
-        serving_after = observed.count("InService", "Pending", "Pending:Wait", "Protected") - 1
+        serving_after = observed.count(*_SERVING, *_PENDING) - 1
         if serving_after < gp.floor:
             return f"would leave {serving_after} serving, below the floor of {gp.floor}: surge a replacement"
         return None
@@ -430,12 +434,12 @@ class Actuator:
         return res
 
 
-def _failure_outcome(exc: CloudError) -> str:
+def _failure_outcome(exc: CloudError) -> Outcome:
     if isinstance(exc, Conflict):
-        return "conflict"
+        return Outcome.CONFLICT
     if isinstance(exc, Throttled | ServerError | NetworkError):
-        return "error"  # transient: the same token is used again next tick
-    return "failed"
+        return Outcome.ERROR  # transient: the same token is used again next tick
+    return Outcome.FAILED
 
 
 def _reason_text(gp: GroupPlan) -> str:

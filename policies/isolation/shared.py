@@ -17,6 +17,7 @@ from policies.model import (
     IncidentState,
     InstanceSnapshot,
     IsolationStep,
+    LifecycleState,
     PlanWarning,
     ReasonCode,
     Scalar,
@@ -32,8 +33,8 @@ MAX_STEP_FAILURES = 3  # then escalate: a reboot that keeps failing becomes a re
 # Samples of the same "last XID" closer than this are one occurrence: two missed 60 s CMS periods fit inside.
 XID_SAME_EVENT_GAP_S = 120.0
 # Lifecycle states (ESS) in which an instance takes traffic, and in which it is on its way out of the group.
-SERVING_STATES = ("InService", "Protected")
-REMOVING_STATES = ("Removing", "Removing:Wait")
+SERVING_STATES = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
+REMOVING_STATES = (LifecycleState.REMOVING, LifecycleState.REMOVING_WAIT)
 # How many applied operator actions and seen step outcomes the history remembers (to apply each once).
 REMEMBERED_IDS = 500
 
