@@ -126,7 +126,8 @@ def build_ladder(
 
 
 def backoff_s(attempts: int) -> float:
-    return min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, attempts - 1))
+    doublings: int = max(0, attempts - 1)
+    return min(RETRY_MAX_S, RETRY_BASE_S * float(2**doublings))
 
 
 def adjusted_count(target: int, from_rung: Rung, to_rung: Rung) -> int:

@@ -551,10 +551,20 @@ def parse_fault_spec(text: str) -> Fault:
     fault = Fault(kind=kind, at_s=at_s, target=params.get("instance", "0"))
     if not (fault.target.startswith("i-") or fault.target.isdigit()):
         raise FaultSpecError(f"fault {text!r}: instance must be an index (0, 1, ...) or an instance id i-...")
-    if kind in CLOUD_FAULT_KINDS:
+    _kind_argument(text, fault, bool(sep), arg, params)
+    if "extra_c" in params:
+        try:
+            fault.extra_c = float(params["extra_c"])
+        except ValueError:
+            raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
+    return fault
+
+
+def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[str, str]) -> None:
+    """What follows ``KIND:`` (and the kind's own keys)."""
+    kind = fault.kind
+    if kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
         _capacity_fault(text, fault, arg, params)
-    elif {"zone", "for", "share"} & set(params):
-        raise FaultSpecError(f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults")
     elif kind == "xid":
         try:
             fault.xid = int(arg)
@@ -568,16 +578,12 @@ def parse_fault_spec(text: str) -> Fault:
         fault.event_code = arg
     elif sep and arg:
         raise FaultSpecError(f"fault {text!r}: overheat takes no :argument")
-    if "extra_c" in params:
-        try:
-            fault.extra_c = float(params["extra_c"])
-        except ValueError:
-            raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
-    return fault
 
 
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
     """``stockout:TYPE[,zone=Z],at=T,for=D`` and ``spot-reclaim,at=T[,share=S]`` (issue 17)."""
+    if fault.kind not in CLOUD_FAULT_KINDS:
+        raise FaultSpecError(f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults")
     if fault.kind == "stockout":
         if not arg.startswith("ecs."):
             raise FaultSpecError(
