@@ -50,6 +50,7 @@ class ReasonCode(StrEnum):
     SURGE_FOR_ISOLATION = "surge_for_isolation"
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
+    DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
     # isolation
     RULE_BREACHED = "rule_breached"
     MANUAL_ISOLATION = "manual_isolation"

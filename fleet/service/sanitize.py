@@ -24,10 +24,10 @@ log = logging.getLogger("fleet.service.observe")
 # Far above any real gauge (queue lengths, milliseconds, watts, percents), far below where a sum of a few
 # thousand instances could overflow a float or the audit's integer columns.
 MAX_GAUGE_VALUE = 1e12
-# Bit masks and codes are integers: NVML's clock-event reasons fit in 64 bits, but anything above 2**53 is
-# no longer an exact integer in the float a metric carries; XIDs are small numbers (the NVIDIA catalogue
-# stops well below 1000), 2**31 leaves room without reaching sizes an ``int()`` of a float would overflow.
-MAX_VALUE: dict[str, float] = {pm.GPU_THROTTLE_REASONS: float(2**53), pm.GPU_XID: float(2**31)}
+# Bit masks and codes are integers. NVML's clock-event reason bits all lie below 2**9 (policies.metrics
+# ThrottleReason), so a mask of 2**32 or more is no GPU's; XIDs are small numbers (the NVIDIA catalogue stops
+# well below 1000), 2**31 leaves room for new codes.
+MAX_VALUE: dict[str, float] = {pm.GPU_THROTTLE_REASONS: float(2**32 - 1), pm.GPU_XID: float(2**31)}
 INTEGRAL_METRICS = frozenset({pm.GPU_THROTTLE_REASONS, pm.GPU_XID})
 # Replica and source clocks are kept by NTP within well under a second; CloudMonitor stamps a point with the
 # start of its period, never later. More than this ahead of ``now`` is a wrong clock, not a fresh sample.
