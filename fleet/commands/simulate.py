@@ -118,6 +118,8 @@ def simulate(
         result = run_sim(cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts)
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    except WorkloadError as exc:  # a trace file unreadable or malformed, found only when the run loads it
+        fail(f"--workload: {exc}")
     _warn_unfired(result, len(faults))
     if report is not None:
         _write_report(report, result)

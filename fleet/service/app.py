@@ -107,6 +107,9 @@ def run_forever(
             result.duration_s,
             extra={"leader": result.leader, "epoch": result.lease_epoch},
         )
+        for error in result.errors:
+            # the count alone says something failed; the reason is what an operator needs to act on
+            log.warning("tick error: %s", error, extra={"epoch": result.lease_epoch})
 
     scheduler = BackgroundScheduler(timezone=UTC)
     scheduler.add_job(
