@@ -90,6 +90,7 @@ class Actuator:
         # The last transient outcome per decision: a step blocked or in conflict for many ticks is audited
         # once per change, not once per tick.
         self._last_transient: dict[str, tuple[str, str | None]] = {}
+        self._bounds_warned: set[tuple[str, int, int]] = set()  # (group, ESS MinSize, MaxSize) warned of
 
     # -- scaling --------------------------------------------------------------------------------------
     def scale(
@@ -116,6 +117,15 @@ class Actuator:
             "reasons": [r.model_dump(mode="json") for r in gp.reasons],
         }
         reason = _reason_text(gp)
+        limited = max(group.min_size, min(group.max_size, target))
+        if limited != target:
+            # fleet.yaml's bounds are wider than the ESS group's: ESS would clamp (or refuse) the write, so
+            # ask for what it can do, and say so once instead of a failed write every tick
+            self._warn_bounds(gp.group, target, group.min_size, group.max_size)
+            side = "MaxSize" if target > group.max_size else "MinSize"
+            reason += f"; clipped to the ESS group's {side} {limited} (the plan asks {target})"
+            inputs["planned_target"] = target
+            target = limited
         if current == target:
             return None  # already there (a write that landed before a restart, or ESS reconciled)
         seq = self.store.applied_count(gp.group, "scale", "scale_to")
@@ -170,6 +180,20 @@ class Actuator:
                 )
             )
         return result
+
+    def _warn_bounds(self, group: str, target: int, ess_min: int, ess_max: int) -> None:
+        key = (group, ess_min, ess_max)
+        if key in self._bounds_warned:
+            return
+        self._bounds_warned.add(key)
+        log.warning(
+            "group %s: the plan asks %d but the ESS group allows %d..%d (MinSize..MaxSize); fleet.yaml's "
+            "min_size/max_size should fit the ESS group: the service writes within the ESS bounds",
+            group,
+            target,
+            ess_min,
+            ess_max,
+        )
 
     # -- isolation ------------------------------------------------------------------------------------
     def steps(

@@ -246,3 +246,41 @@ def test_an_exception_actuating_one_group_does_not_stop_the_others(world: World,
     assert [a.group for a in result.actions if a.action == "scale_to"] == ["other"]
     failed = world.svc.store.decisions(group="chat", kind="actuate")
     assert len(failed) == 1 and failed[0].outcome == Outcome.FAILED
+
+
+BOUNDS_YAML = """\
+min_size: 1
+max_size: 8
+warm_floor: 1
+scale_out:
+  - {metric: queue_waiting_per_instance, above: 2, for: 0s}
+"""
+
+
+def test_a_max_size_above_the_ess_groups_is_written_within_it_once(fake_world) -> None:
+    """Issue 14 item 4: max_size 8 on an ESS group of MaxSize 5 wrote 'applied 8', then failed every tick."""
+    cloud, svc, gid = fake_world(BOUNDS_YAML, in_service=2, max_size=5)
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+    first = svc.tick(cloud.now())
+    assert first.ok, first.errors
+    (scale,) = [a for a in first.actions if a.action == "scale_to"]
+    assert (scale.outcome, scale.target) == (Outcome.APPLIED, 5)
+    assert "MaxSize 5" in scale.reason
+    for _ in range(3):
+        cloud.advance(15)
+        for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+        result = svc.tick(cloud.now())
+        assert result.ok, result.errors
+    rows = svc.store.decisions(group="chat", kind="scale")
+    assert [(d.outcome, d.target) for d in rows] == [(Outcome.APPLIED, 5)]
+
+
+def test_a_max_size_beyond_what_ess_allows_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from policies import GroupSpec
+
+    with pytest.raises(ValidationError, match="max_size"):
+        GroupSpec.model_validate({"name": "g", "min_size": 1, "max_size": 10**32})
