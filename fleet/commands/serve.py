@@ -27,10 +27,18 @@ def _service_name(value: str | None) -> str:
     return value or os.environ.get("FLEET_SERVICE_NAME") or "fleet"
 
 
-def _open(database: str | None, service: str | None):
-    from fleet.service.store import default_database_url, open_store
+def _open(database: str | None, service: str | None, *, existing: bool = False):
+    """The store; ``existing``: an operator request must reach the store a service reads, so a SQLite
+    file that does not exist is refused rather than created (nobody would ever read the request)."""
+    from fleet.service.store import default_database_url, open_store, sqlite_file
 
     url = database or default_database_url()
+    path = sqlite_file(url)
+    if existing and path is not None and not path.exists():
+        fail(
+            f"database {path} does not exist: no service has run against it; give the service's store "
+            "with --database (or FLEET_DATABASE_URL)"
+        )
     try:
         return open_store(url, service=_service_name(service))
     except Exception as exc:  # bad URL, unreachable server, unwritable file: one line, exit 2
@@ -126,8 +134,10 @@ def serve(
     )
     if once:
         result = service.tick(service.clock())
-        service.close(release_lease=True)
+        service.close(release_lease=not result.fatal)
         _print_tick(result)
+        if result.fatal:
+            fail(result.fatal)
         raise typer.Exit(0 if result.ok else 1)
     server = None
     if api and settings.api_enabled:
@@ -153,10 +163,12 @@ def serve(
                 "no API token configured (api.token or FLEET_API_TOKEN): mutating endpoints refuse all"
             )
     try:
-        run_forever(service, settings.tick_interval_s)
+        fatal = run_forever(service, settings.tick_interval_s)
     finally:
         if server is not None:
             server.stop()
+    if fatal:
+        fail(fatal)
     log.info("fleet serve stopped")
 
 
@@ -461,7 +473,7 @@ def incidents_ack(
     """Acknowledge an incident as a human (stops the respond-by clock)."""
     from fleet.service.store import human_actor
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     now = _now()
     if not store.acknowledge_incident(incident_id, by, now):
         fail(f"unknown incident {incident_id!r}")
@@ -480,7 +492,7 @@ def isolate(
     if not instance_id.strip() or not reason.strip():
         fail("isolate needs an instance id and a non-empty --reason")
     _check_request_text(instance_id, reason, by)
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
     console.print(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick")
 
@@ -495,7 +507,7 @@ def release(
     if not instance_id.strip():
         fail("release needs an instance id, e.g. fleet release i-...")
     _check_request_text(instance_id, "", by)
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
     console.print(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick")
 

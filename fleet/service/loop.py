@@ -34,7 +34,7 @@ from fleet.service.observe import GroupObservation, Observation, Observer
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
 from policies.model import GroupPlan, History, Incident, Plan, Reason, ReasonCode, Snapshot, WarningCode
@@ -57,6 +57,7 @@ class TickResult:
     actions: list[ActionResult] = field(default_factory=list)
     schedule_changes: list[TaskChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fatal: str | None = None  # the service cannot go on (its database file is gone): run_forever stops
     observed_groups: list[str] = field(default_factory=list)
     api_calls: int = 0
     duration_s: float = 0.0
@@ -132,6 +133,13 @@ class Service:
             return result
 
     def _tick(self, now: datetime, result: TickResult) -> None:
+        try:
+            self.store.check_file()
+        except StoreFileGone as exc:
+            log.critical("%s: stopping", exc)
+            result.fatal = str(exc)
+            result.errors.append(str(exc))
+            return
         lease = self.lease.acquire(now)
         if lease is None:
             return

@@ -324,12 +324,52 @@ def migrate(engine: Engine) -> None:
                 time.sleep(0.2 * (attempt + 1))
 
 
+class StoreFileGone(RuntimeError):
+    """The SQLite file was deleted or replaced under a running store: its writes would reach no one."""
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for in-memory databases and other backends)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or ":memory:" in parsed.database:
+        return None
+    if parsed.database.startswith("file:"):
+        return None  # a URI filename: leave it to SQLite
+    return Path(parsed.database).resolve()
+
+
 class Store:
     """Typed reads and writes over the service tables; every method is one short transaction."""
 
     def __init__(self, engine: Engine, service: str = "fleet") -> None:
         self.engine = engine
         self.service = service
+        # SQLite: which file (device, inode) this store opened, so that a deleted or replaced file is noticed
+        # (SQLite itself goes on writing into the unlinked inode, which no other process can ever read).
+        self.sqlite_path = sqlite_file(engine.url.render_as_string(hide_password=False))
+        self._file_id: tuple[int, int] | None = None
+        if self.sqlite_path is not None and self.sqlite_path.exists():
+            st = self.sqlite_path.stat()
+            self._file_id = (st.st_dev, st.st_ino)
+
+    def check_file(self) -> None:
+        """Raise StoreFileGone when the SQLite file this store opened is no longer at its path."""
+        if self.sqlite_path is None or self._file_id is None:
+            return
+        try:
+            st = self.sqlite_path.stat()
+        except FileNotFoundError:
+            raise StoreFileGone(
+                f"database file {self.sqlite_path} was deleted while the service ran; its writes would be "
+                "lost"
+            ) from None
+        if (st.st_dev, st.st_ino) != self._file_id:
+            raise StoreFileGone(
+                f"database file {self.sqlite_path} was replaced by another file while the service ran"
+            )
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:

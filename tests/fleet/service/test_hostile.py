@@ -284,3 +284,53 @@ def test_a_max_size_beyond_what_ess_allows_is_refused() -> None:
 
     with pytest.raises(ValidationError, match="max_size"):
         GroupSpec.model_validate({"name": "g", "min_size": 1, "max_size": 10**32})
+
+
+QUIET_YAML = "min_size: 1\nmax_size: 4\nwarm_floor: 1\n"
+
+
+def test_a_deleted_sqlite_file_stops_the_service_loudly(fake_world, tmp_path) -> None:
+    """Issue 14 item 11: the service went on writing into the unlinked file."""
+    cloud, svc, _ = fake_world(QUIET_YAML)
+    assert svc.tick(cloud.now()).ok
+    (tmp_path / "fleet.db").unlink()
+    result = svc.tick(cloud.now())
+    assert result.fatal and "was deleted" in result.fatal and not result.ok
+    assert not result.leader and result.plan is None  # nothing decided, nothing written
+
+
+def test_a_replaced_sqlite_file_stops_the_service_loudly(fake_world, tmp_path) -> None:
+    from fleet.service.store import open_store
+
+    cloud, svc, _ = fake_world(QUIET_YAML)
+    assert svc.tick(cloud.now()).ok
+    db = tmp_path / "fleet.db"
+    db.rename(tmp_path / "old.db")
+    open_store(f"sqlite:///{db}").close()  # e.g. `fleet isolate` created a fresh one
+    result = svc.tick(cloud.now())
+    assert result.fatal and "replaced" in result.fatal
+
+
+def test_run_forever_stops_on_a_fatal_tick_and_returns_why(fake_world, tmp_path) -> None:
+    import threading
+
+    from fleet.service.app import run_forever
+
+    cloud, svc, _ = fake_world(QUIET_YAML)
+    svc.clock = cloud.now
+    (tmp_path / "fleet.db").unlink()
+    done: dict[str, str | None] = {}
+    thread = threading.Thread(
+        target=lambda: done.setdefault("why", run_forever(svc, 0.2, install_signals=False)), daemon=True
+    )
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and "was deleted" in (done["why"] or "")
+
+
+def test_an_operator_request_to_a_missing_sqlite_file_is_refused(tmp_path, capsys) -> None:
+    from fleet.cli import main
+
+    db = tmp_path / "gone.db"
+    assert main(["isolate", "i-abc", "--reason", "fan", "--database", f"sqlite:///{db}"]) == 2
+    assert "does not exist" in capsys.readouterr().err and not db.exists()
