@@ -109,6 +109,7 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
+        self._reconciled_epoch: int | None = None  # the lease epoch whose interrupted writes were settled
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     # -- the tick -------------------------------------------------------------------------------------
@@ -178,6 +179,7 @@ class Service:
             return
         if self._schedule_sync_due(now):
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
+        self._reconcile(observation, lease, result)
         self._actuate(plan, observation, now, lease, fence, paused, result)
         self._after(plan, observation, now)
 
@@ -185,6 +187,25 @@ class Service:
     def _load_history(self) -> History | None:
         raw = self.store.load_history()
         return None if raw is None else History.model_validate(raw)
+
+    # -- reconciling ----------------------------------------------------------------------------------
+    def _reconcile(self, observation: Observation, lease: Lease, result: TickResult) -> None:
+        """Once per leadership (a restart or a takeover): settle writes a crash left ``intended``.
+
+        Before this tick's writes, so that a write which landed is counted (its ClientToken sequence moves
+        on) and one which did not is retried with the same token.
+        """
+        if self.dry_run or self._reconciled_epoch == lease.epoch:
+            return
+        ids = {n: g.group.group_id for n, g in observation.groups.items() if g.ok and g.group is not None}
+        try:
+            result.actions.extend(self.actuator.reconcile(ids))
+        except CloudError as exc:
+            self._count_error(exc)
+            log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
+            return
+        if len(ids) == len(self.specs):
+            self._reconciled_epoch = lease.epoch
 
     # -- deciding -------------------------------------------------------------------------------------
     def _decide(

@@ -178,6 +178,9 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # nothing to do (a scheduled task already as wanted)
     NOTIFIED = "notified"  # an incident step announced on a human channel
     RECORDED = "recorded"  # an incident step with no write, only recorded
+    # written before a cloud write is sent (with its ClientToken) and settled after it; one still intended
+    # after a restart was interrupted mid-write and is reconciled from the ESS scaling activities
+    INTENDED = "intended"
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,37 @@ class Store:
             return _new_id(conn.execute(sa.insert(decisions).values(**values)))
         with self.begin() as c:
             return _new_id(c.execute(sa.insert(decisions).values(**values)))
+
+    def settle_decision(
+        self,
+        decision_id: int,
+        outcome: str,
+        *,
+        request_id: str | None,
+        error: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """Settle an ``intended`` record with what became of its write."""
+        values: dict[str, Any] = {"outcome": outcome, "request_id": request_id, "error": error}
+        if reason is not None:
+            values["reason"] = reason
+        with self.begin() as c:
+            c.execute(sa.update(decisions).where(decisions.c.id == decision_id).values(**values))
+
+    def delete_decision(self, decision_id: int) -> None:
+        """Drop an ``intended`` record whose write ended as the previous attempt did (audited once)."""
+        with self.begin() as c:
+            c.execute(sa.delete(decisions).where(decisions.c.id == decision_id))
+
+    def intended_decisions(self) -> list[DecisionRecord]:
+        """This service's writes recorded as intended and never settled (a crash between write and audit)."""
+        q = (
+            sa.select(decisions)
+            .where(decisions.c.service == self.service, decisions.c.outcome == Outcome.INTENDED)
+            .order_by(decisions.c.id)
+        )
+        with self.engine.connect() as c:
+            return [DecisionRecord(**dict(r._mapping)) for r in c.execute(q)]
 
     def decisions(
         self,

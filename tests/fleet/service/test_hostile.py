@@ -334,3 +334,72 @@ def test_an_operator_request_to_a_missing_sqlite_file_is_refused(tmp_path, capsy
     db = tmp_path / "gone.db"
     assert main(["isolate", "i-abc", "--reason", "fan", "--database", f"sqlite:///{db}"]) == 2
     assert "does not exist" in capsys.readouterr().err and not db.exists()
+
+
+class _Killed(BaseException):
+    """A kill -9 stand-in: no ``except Exception`` of the service catches it, nothing after it runs."""
+
+
+SCALE_YAML = BOUNDS_YAML  # max_size 8, a queue rule that fires at once
+
+
+def _busy(cloud, svc, value: float = 9.0) -> None:
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, value)
+
+
+def _kill_around_scale_to(monkeypatch, svc, *, after_write: bool) -> None:
+    ess = svc.clients.ess
+    real = ess.scale_to
+
+    def dying(group_id, total, token):
+        if after_write:
+            real(group_id, total, token)
+        raise _Killed()
+
+    monkeypatch.setattr(ess, "scale_to", dying)
+
+
+def test_a_kill_between_the_write_and_its_audit_is_reconciled_on_restart(fake_world, monkeypatch) -> None:
+    """Issue 14 item 9: the applied scale was missing from `fleet decisions` after a kill -9."""
+    cloud, svc, gid = fake_world(SCALE_YAML, in_service=2, max_size=10, holder_id="replica-1")
+    _busy(cloud, svc)
+    _kill_around_scale_to(monkeypatch, svc, after_write=True)
+    with pytest.raises(_Killed):
+        svc.tick(cloud.now())
+    (intent,) = svc.store.decisions(kind="scale")
+    assert intent.outcome == Outcome.INTENDED and intent.client_token and intent.target == 8
+
+    cloud.advance(5)
+    _, again, _ = fake_world(SCALE_YAML, holder_id="replica-1")  # the restarted replica, same store
+    _busy(cloud, again)
+    result = again.tick(cloud.now())
+    assert result.ok, result.errors
+    rows = again.store.decisions(kind="scale")
+    assert [(d.outcome, d.target, d.client_token) for d in rows] == [
+        (Outcome.APPLIED, 8, intent.client_token)
+    ]
+    assert rows[0].request_id and rows[0].request_id.startswith("asa-")
+    scale_ups = [a for a in again.clients.ess.describe_scaling_activities(gid) if 'to "8"' in (a.cause or "")]
+    assert [a.activity_id for a in scale_ups] == [rows[0].request_id]  # written once, found, not repeated
+
+
+def test_a_kill_before_the_write_reached_ess_is_retried_with_the_same_token(fake_world, monkeypatch) -> None:
+    cloud, svc, gid = fake_world(SCALE_YAML, in_service=2, max_size=10, holder_id="replica-1")
+    _busy(cloud, svc)
+    _kill_around_scale_to(monkeypatch, svc, after_write=False)
+    with pytest.raises(_Killed):
+        svc.tick(cloud.now())
+    (intent,) = svc.store.decisions(kind="scale")
+
+    cloud.advance(5)
+    _, again, _ = fake_world(SCALE_YAML, holder_id="replica-1")
+    _busy(cloud, again)
+    result = again.tick(cloud.now())
+    assert result.ok, result.errors
+    rows = sorted(again.store.decisions(kind="scale"), key=lambda d: d.id)
+    assert [(d.outcome, d.client_token) for d in rows] == [
+        (Outcome.ERROR, intent.client_token),  # the interrupted attempt: never reached ESS
+        (Outcome.APPLIED, intent.client_token),  # this tick's write, the same decision and token
+    ]
+    assert "interrupted" in (rows[0].error or "")
