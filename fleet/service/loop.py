@@ -226,14 +226,15 @@ class Service:
             if spec.name in old.groups:
                 mine.groups[spec.name] = old.groups[spec.name]
             seen = [g for g in snapshot.groups if g.name == spec.name]
+            part: Plan | None
             try:
                 part = decide(Snapshot(taken_at=snapshot.taken_at, groups=seen), one, mine, now)
             except Exception as exc:
                 part = self._decision_failed(spec.name, one, mine, now, exc, lease, result)
-                if part is None:
-                    continue
             else:
                 merged.groups[spec.name] = part.history.groups[spec.name]
+            if part is None:
+                continue
             plan.groups.extend(part.groups)
             plan.warnings.extend(part.warnings)
         return plan
