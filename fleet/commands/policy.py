@@ -105,7 +105,9 @@ def register(app: typer.Typer) -> None:
         if config is None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)
-        for warning in cfg.warnings():
+        from fleet.config import unknown_env_vars
+
+        for warning in [*cfg.warnings(), *unknown_env_vars()]:
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",
                 highlight=False,

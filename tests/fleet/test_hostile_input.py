@@ -262,3 +262,9 @@ def test_duplicate_instances_in_an_observation_are_counted_once():
     )
     g = GroupObservation(name="chat", ok=True, group=None, instances=[inst, inst])
     assert [i.instance_id for i in _instances(g, None)] == ["i-1"]
+
+
+def test_validate_names_unknown_fleet_variables(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEET_DATABSE_URL", "sqlite:///x.db")
+    assert main(["validate", "--config", _write(tmp_path, GROUP)]) == 0
+    assert "did you mean FLEET_DATABASE_URL?" in capsys.readouterr().err
