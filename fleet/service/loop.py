@@ -218,13 +218,13 @@ class Service:
         and actuated as usual.
         """
         old = history or History()
-        merged = History(version=old.version, updated_at=now, groups=dict(old.groups))
+        # model_copy keeps any history field beyond ``groups`` as it was
+        merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
         plan = Plan(at=now, history=merged)
         for spec in self.specs:
             one = PolicySpec(groups=(spec,))
-            mine = History(version=old.version, updated_at=old.updated_at)
-            if spec.name in old.groups:
-                mine.groups[spec.name] = old.groups[spec.name]
+            own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
+            mine = old.model_copy(update={"groups": own})
             seen = [g for g in snapshot.groups if g.name == spec.name]
             part: Plan | None
             try:
