@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
                 f"{MIN_PLAN_TIME.year}..{MAX_PLAN_TIME.year - 1}; the policy's windows and timers "
                 "could not be computed"
             )
-        result = decide(snap, cfg, hist, now)
+        result = decide(snap, cfg.policy(), hist, now)
         if save_history is not None:
             try:
                 save_history.write_text(result.history.model_dump_json(indent=2) + "\n", encoding="utf-8")

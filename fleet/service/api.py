@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import Store
+from fleet.service.store import Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class _StatusApi:
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
         await run_in_threadpool(
-            partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=f"human:{actor}")
+            partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(actor))
         )
         return _json({"incident": incident_id, "acknowledged_by": actor})
 

@@ -37,7 +37,17 @@ from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import GroupPlan, History, Incident, Plan, Reason, ReasonCode, Snapshot, WarningCode
+from policies.model import (
+    GroupPlan,
+    History,
+    Incident,
+    LifecycleState,
+    Plan,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    WarningCode,
+)
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -488,7 +498,7 @@ class Service:
                 self.metrics.desired.labels(group=name).set(
                     g.group.desired_capacity or g.group.total_capacity
                 )
-                self.metrics.in_service.labels(group=name).set(g.count("InService"))
+                self.metrics.in_service.labels(group=name).set(g.count(LifecycleState.IN_SERVICE))
 
     def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:
