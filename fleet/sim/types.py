@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-POLICIES = ("ours", "static-peak", "ess-alarm", "target-tracking")
+POLICIES = ("ours", "static-peak", "ess-alarm", "target-tracking", "kpa", "oracle")
+
+# The longest run `fleet simulate` accepts: the ServeGen traces hold 14 days, and a simulated day costs about
+# a minute of CPU, so anything longer is a typo (``--hours 1e9``), not a plan.
+MAX_HOURS = 14 * 24.0
 
 # A Monday 00:00 in Asia/Shanghai: ServeGen's window 0 starts at local midnight, and weekday schedules apply.
 DEFAULT_START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC) - timedelta(hours=8)
@@ -47,6 +51,18 @@ class SimOptions:
     # first minutes' load so that no policy starts from a cold, undersized fleet.
     initial_size: int | None = None
     queue_target: float = 2.0  # the target-tracking baseline's target (the config's queue rule)
+    # Requests one instance serves within the SLO, from the capacity test (``scenario.capacity_test``): the
+    # start fleet, static-peak, kpa and oracle are sized with it.
+    capacity_rps: float | None = None
+    # The KPA baseline's target concurrency per instance (running + waiting) at that capacity.
+    kpa_target: float | None = None
+    # Instances each minute's arrivals need at ``capacity_rps`` (hindsight: what the oracle plans from).
+    oracle_need: tuple[int, ...] = ()
+    # The world's engines are this much (in %, at most) slower or faster than the sizing engine predicts:
+    # drawn per run and per instance from ``seed`` (``fleet.sim.modelerror``). 0: the world is the model.
+    model_error_pct: float = 0.0
+    # Instances the workload's 1-minute peak needs at the calibrated capacity (before clamping to max_size).
+    peak_need: int | None = None
 
 
 @dataclass
