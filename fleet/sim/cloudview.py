@@ -245,6 +245,7 @@ def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, sta
         standby=counts.get("Standby", 0),
         temperature_max_c=round(max(temps), 1) if temps else 0.0,
         gpu_util_avg_pct=round(100.0 * sum(utils) / len(utils), 1) if utils else 0.0,
+        billed=len(world.instances) + len(world.draining),
     )
 
 
@@ -341,7 +342,24 @@ def _fault_cause(f: dict[str, Any]) -> str:
 
 
 def decisions(controller: Any) -> list[dict[str, Any]]:
+    """The run's decisions, oldest first: a baseline's own log, or our service's audited decisions (scale,
+    isolation, schedule) with their reasons and inputs from its store."""
     stats = getattr(controller, "stats", None)
     if stats is not None:
         return list(stats.decisions)
-    return []
+    store = getattr(controller, "store", None)
+    if store is None:
+        return []
+    return [
+        {
+            "at": _iso(rec.at),
+            "desired": rec.target,
+            "kind": rec.kind,
+            "action": rec.action,
+            "outcome": rec.outcome,
+            "instance_id": rec.instance_id,
+            "reason": rec.reason,
+            "inputs": rec.inputs or {},
+        }
+        for rec in sorted(store.decisions(), key=lambda r: r.at)
+    ]

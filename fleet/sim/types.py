@@ -80,6 +80,7 @@ class MinutePoint:
     standby: int
     temperature_max_c: float
     gpu_util_avg_pct: float
+    billed: int = 0  # instances billed at the minute's end: in the group (any state) or draining out of it
 
 
 @dataclass

@@ -145,10 +145,12 @@ def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_r
 
     page = render_html(overheat_run)
     svgs = re.findall(r"<svg.*?</svg>", page, re.S)
-    assert len(svgs) == 6  # load, capacity, P99 TTFT, temperature + the two close-up plots
+    # load, capacity, P99 TTFT, temperature, demand vs forecast, capacity vs oracle, cost + the two close-ups
+    assert len(svgs) == 9
     for svg in svgs:
         xml.dom.minidom.parseString(svg)  # well-formed
     assert "Incident close-up" in page
+    assert "Ordered capacity vs the oracle" in page and "Cost curve" in page and "Decision timeline" in page
     assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
 
 
