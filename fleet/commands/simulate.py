@@ -396,3 +396,10 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 str(s["max_instances"]),
             )
         con.print(table)
+        capped = next((s for s in per.values() if s.get("exceeds_max_size")), None)
+        if capped is not None:
+            con.print(
+                f"  {name}: the 1-minute peak needs {capped['peak_instances_needed']} instances, more than "
+                f"max_size {capped['max_size']}: every policy is capped there",
+                highlight=False,
+            )

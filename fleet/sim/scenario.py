@@ -328,6 +328,25 @@ def bench_autoscale(
     return out
 
 
+# Issue 16's targets on the ServeGen days: no SLO-violation minute, at most 1.2x the oracle's GPU-hours and at
+# most 0.8x static provisioning's.
+SERVEGEN_MAX_VS_ORACLE = 1.2
+SERVEGEN_MAX_VS_STATIC = 0.8
+
+
+def _servegen_misses(ours: dict[str, Any], static: dict[str, Any] | None) -> list[str]:
+    misses = []
+    if ours["slo_violation_minutes"]:
+        misses.append(f"{ours['slo_violation_minutes']} SLO-violation minutes on a ServeGen day (target 0)")
+    ratio = ours.get("gpu_hours_vs_oracle")
+    if ratio is not None and ratio > SERVEGEN_MAX_VS_ORACLE:
+        misses.append(f"GPU-hours {ratio:.2f}x the oracle's (target <= {SERVEGEN_MAX_VS_ORACLE})")
+    if static is not None and ours["gpu_hours"] > SERVEGEN_MAX_VS_STATIC * static["gpu_hours"]:
+        share = ours["gpu_hours"] / max(1e-9, static["gpu_hours"])
+        misses.append(f"GPU-hours {share:.2f}x static-peak's (target <= {SERVEGEN_MAX_VS_STATIC})")
+    return misses
+
+
 def add_oracle_ratios(per_policy: dict[str, dict[str, Any]]) -> None:
     """``gpu_hours_vs_oracle`` on every summary of one workload (the oracle's GPU-hours are the floor)."""
     oracle = per_policy.get("oracle")
@@ -358,6 +377,8 @@ def verdicts(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[st
         static = per.get("static-peak")
         if static is not None and ours["gpu_hours"] > static["gpu_hours"]:
             misses.append(f"GPU-hours {ours['gpu_hours']} above static-peak's {static['gpu_hours']}")
+        if name.startswith("servegen"):
+            misses.extend(_servegen_misses(ours, static))
         out[name] = misses
     return out
 
