@@ -7,9 +7,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-POLICIES = ("ours", "static-peak", "ess-alarm", "target-tracking", "kpa", "oracle")
+
+class Policy(StrEnum):
+    """Who controls the group in a run: our service, a baseline, or the hindsight oracle."""
+
+    OURS = "ours"
+    STATIC_PEAK = "static-peak"
+    ESS_ALARM = "ess-alarm"
+    TARGET_TRACKING = "target-tracking"
+    KPA = "kpa"
+    ORACLE = "oracle"
+
+
+POLICIES = tuple(p.value for p in Policy)
 
 # The longest run `fleet simulate` accepts: the ServeGen traces hold 14 days, and a simulated day costs about
 # a minute of CPU, so anything longer is a typo (``--hours 1e9``), not a plan.
