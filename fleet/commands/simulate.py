@@ -265,11 +265,16 @@ def bench_autoscale(
         "--sweep",
         help="servegen: ours, static-peak and oracle over every day of the three ServeGen language traces.",
     ),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Simulations to run at once, one process each (up to the machine's cores)."
+    ),
 ) -> None:
     """The autoscaling benchmark: each workload under ours, the four baselines and the oracle."""
     from fleet.sim.scenario import BENCH_WORKLOADS
     from fleet.sim.sweep import Sweep
 
+    if not 1 <= jobs <= (os.cpu_count() or 1):
+        fail(f"--jobs: must be between 1 and this machine's {os.cpu_count() or 1} cores, got {jobs}")
     cfg = _load(config)
     if len(cfg.groups) > 1:
         fail(f"{config}: the benchmark runs one group; this config has {len(cfg.groups)}")
@@ -278,7 +283,7 @@ def bench_autoscale(
             fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
         if only:
             fail("--workload: not with --sweep (the sweep runs every day of the traces)")
-        _run_sweep(cfg, quick, json_out)
+        _run_sweep(cfg, quick, json_out, jobs)
         return
     names = [n for n, _, _ in BENCH_WORKLOADS]
     unknown = [w for w in only if w not in names]
@@ -290,7 +295,7 @@ def bench_autoscale(
 
     runs = len(workloads) * (len(BENCH_POLICIES) + (1 if BENCH_MODEL_ERROR_PCT else 0))
     with _progress_bar(runs) as progress:
-        results = run_bench(cfg, workloads=workloads, progress=progress)
+        results = run_bench(cfg, workloads=workloads, progress=progress, jobs=jobs)
     if json_out:
         print_json(results)
     else:
@@ -299,13 +304,13 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, quick: bool, json_out: bool) -> None:
+def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int) -> None:
     from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
 
     days = 2 if quick else None
     runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
     with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress)
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
     if json_out:
         print_json(out)
     else:

@@ -295,6 +295,55 @@ def oracle_plan(opts: SimOptions, group: Any) -> list[int]:
     return plan_per_minute(opts.oracle_need, lead, group.min_size, group.max_size)
 
 
+@dataclass(frozen=True)
+class BenchRun:
+    """One run of the benchmark: a workload under a policy, with the world's model error."""
+
+    workload: str
+    spec: str
+    hours: float
+    policy: str
+    model_error_pct: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.policy if not self.model_error_pct else f"ours@model-error-{self.model_error_pct:g}%"
+
+
+def bench_runs(
+    workloads: Sequence[tuple[str, str, float]],
+    policies: Sequence[str],
+    model_error_pct: float | None,
+) -> list[BenchRun]:
+    """Every run of the benchmark, workload by workload."""
+    extra = [("ours", model_error_pct)] if model_error_pct and "ours" in policies else []
+    return [
+        BenchRun(name, spec, hours, pol, err or 0.0)
+        for name, spec, hours in workloads
+        for pol, err in [*((p, 0.0) for p in policies), *extra]
+    ]
+
+
+# Each worker process keeps its own capacity tests: a test runs once per process and size mix.
+_WORKER_CACHE: dict[tuple[str, str, str], CapacityTest] = {}
+
+
+def _bench_one(
+    config: Any, run_: BenchRun, hardware: Hardware | None, options: SimOptions | None
+) -> dict[str, Any]:
+    opts = replace(options or SimOptions(), model_error_pct=run_.model_error_pct)
+    result = simulate(
+        config,
+        run_.spec,
+        run_.hours,
+        policy=run_.policy,
+        hardware=hardware,
+        options=opts,
+        capacity_cache=_WORKER_CACHE,
+    )
+    return dict(result.summary, wall_s=round(result.wall_s, 1))
+
+
 def bench_autoscale(
     config: Any,
     *,
@@ -304,27 +353,34 @@ def bench_autoscale(
     options: SimOptions | None = None,
     progress: Callable[[str], None] | None = None,
     model_error_pct: float | None = BENCH_MODEL_ERROR_PCT,
+    jobs: int = 1,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Every workload under every policy: ``{workload: {policy: summary}}``; with ``model_error_pct`` ours
     runs once more with the world's engines that far off the model (key ``ours@model-error-20%``). Each
-    summary gains ``gpu_hours_vs_oracle`` when the oracle ran."""
-    cache: dict[tuple[str, str, str], CapacityTest] = {}
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    runs: list[tuple[str, float]] = [(p, 0.0) for p in policies]
-    if model_error_pct and "ours" in policies:
-        runs.append(("ours", model_error_pct))
-    for name, spec, hours in workloads:
-        out[name] = {}
-        for pol, err_pct in runs:
-            key = pol if not err_pct else f"ours@model-error-{err_pct:g}%"
+    summary gains ``gpu_hours_vs_oracle`` when the oracle ran. ``jobs`` > 1 runs that many simulations at
+    once in worker processes (each run is single-threaded and independent; the results are the same)."""
+    runs = bench_runs(workloads, policies, model_error_pct)
+    summaries: dict[BenchRun, dict[str, Any]] = {}
+    if jobs <= 1:
+        for r in runs:
             if progress is not None:
-                progress(f"{name} / {key}")
-            opts = replace(options or SimOptions(), model_error_pct=err_pct)
-            result = simulate(
-                config, spec, hours, policy=pol, hardware=hardware, options=opts, capacity_cache=cache
-            )
-            out[name][key] = dict(result.summary, wall_s=round(result.wall_s, 1))
-        add_oracle_ratios(out[name])
+                progress(f"{r.workload} / {r.key}")
+            summaries[r] = _bench_one(config, r, hardware, options)
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_bench_one, config, r, hardware, options): r for r in runs}
+            for fut in as_completed(futures):
+                r = futures[fut]
+                summaries[r] = fut.result()
+                if progress is not None:
+                    progress(f"{r.workload} / {r.key}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        out.setdefault(r.workload, {})[r.key] = summaries[r]
+    for per in out.values():
+        add_oracle_ratios(per)
     return out
 
 

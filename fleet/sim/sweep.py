@@ -89,6 +89,7 @@ def run_sweep(
     hours: float = 24.0,
     policies: Sequence[str] = SWEEP_POLICIES,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
     from fleet.sim.scenario import bench_autoscale
@@ -99,5 +100,6 @@ def run_sweep(
         policies=policies,
         progress=progress,
         model_error_pct=None,
+        jobs=jobs,
     )
     return {"sweep": Sweep.SERVEGEN.value, "workloads": results, "distribution": distribution(results)}

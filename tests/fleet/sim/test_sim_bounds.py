@@ -187,3 +187,18 @@ def test_bench_and_sweep_refuse_bad_names(capsys):
     assert "--sweep: unknown sweep 'nope'; one of servegen" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--workload", "nope"]) == 2
     assert "--workload: unknown benchmark workload 'nope'" in capsys.readouterr().err
+
+
+@needs_traces
+def test_bench_in_worker_processes_gives_the_same_summaries_as_in_one(config):
+    args = dict(workloads=[("w", "azure:conv,rate=0.2", 3 / 60)], policies=("static-peak", "oracle"))
+    serial = bench_autoscale(config, model_error_pct=None, **args)
+    parallel = bench_autoscale(config, model_error_pct=None, jobs=2, **args)
+    strip = lambda out: {p: {k: v for k, v in s.items() if k != "wall_s"} for p, s in out["w"].items()}  # noqa: E731
+    assert strip(serial) == strip(parallel)
+    assert list(parallel["w"]) == ["static-peak", "oracle"]
+
+
+def test_bench_jobs_are_bounded(capsys):
+    assert main(["bench", "autoscale", "--jobs", "0"]) == 2
+    assert "--jobs: must be between 1 and" in capsys.readouterr().err
