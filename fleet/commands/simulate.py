@@ -77,6 +77,20 @@ def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
         fail(f"--model-error: must be between 0 and {MAX_MODEL_ERROR_PCT:g} (%), got {model_error:g}")
 
 
+def _check_size(spec: Any, hours: float) -> None:
+    from fleet.sim.scenario import MAX_REQUESTS, requests_upper_bound
+
+    try:
+        bound = requests_upper_bound(spec, hours)
+    except FileNotFoundError as exc:
+        fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    if bound > MAX_REQUESTS:
+        fail(
+            f"--workload/--hours: up to {bound:,.0f} requests, more than one run simulates "
+            f"({MAX_REQUESTS:,}): lower the peak, rate or speed, or the hours"
+        )
+
+
 def _hardware(model: str, instance_type: str, region: str) -> Any:
     from fleet.sim.engine import HardwareError, resolve_hardware
 
@@ -142,6 +156,7 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
+    _check_size(spec, hours)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
@@ -159,6 +174,8 @@ def simulate(
         )
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    except WorkloadError as exc:  # what only the trace can tell: a day past its end
+        fail(f"--workload: {exc}")
     _warn_unfired(result, len(faults))
     _warn_capped(result.summary)
     if report is not None:

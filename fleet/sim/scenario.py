@@ -255,6 +255,29 @@ def simulate(
     return result
 
 
+# The most requests one run may generate (a Request is ~100 bytes in memory, and a simulated day of the demo
+# is ~830,000 requests and a minute of CPU): ten million is about twelve such days.
+MAX_REQUESTS = 10_000_000
+
+
+def requests_upper_bound(spec: WorkloadSpec, hours: float) -> float:
+    """At most how many requests ``spec`` makes in ``hours``: ServeGen never exceeds its peak rate on average
+    over a window; a replay keeps the trace's mean rate times ``rate`` and ``speed``."""
+    duration_s = hours * 3600.0
+    p = spec.params
+    if spec.kind == "servegen":
+        return float(p.get("peak", "20")) * duration_s
+    trace = load_trace(spec.kind, spec.name)
+    if len(trace) < 2:
+        return float(len(trace))
+    span_s = max(1e-9, trace[-1].arrival_s - trace[0].arrival_s)
+    copies = float(p.get("rate", "1")) + 1.0  # floor(rate) copies and one more at most
+    total = len(trace) / span_s * float(p.get("speed", "1")) * copies * duration_s
+    if p.get("loop", "true").lower() != "true":
+        total = min(total, len(trace) * copies)
+    return total
+
+
 def run_start(spec: WorkloadSpec, start: Any) -> Any:
     """When the run starts on the clock: replays at 10:00 local, ServeGen curves at local midnight plus their
     ``start_h`` (the clock moves with the curve, so schedules and time-of-day read the hour the curve plays).

@@ -43,6 +43,13 @@ def _config_file(tmp_path, mutate) -> str:
         (["--tick-s", "1e12"], "--tick-s"),
         (["--model-error", "200"], "--model-error"),
         (["--model-error", "-5"], "--model-error"),
+        (["--workload", "servegen:m-small,peak=1e9"], "peak must be between 0 and 1000"),
+        (["--workload", "azure:conv,rate=1e7"], "rate must be between 0 and 100"),
+        (["--workload", "azure:conv,speed=1e-12"], "speed must be between 0.001 and 1000"),
+        (["--workload", "servegen:m-small,start_h=1e9"], "start_h must be between 0 and 336"),
+        (["--workload", "servegen:m-small,day=-1"], "day must be between 0 and 13"),
+        (["--workload", "servegen:m-small,day=1.5"], "day must be a whole number"),
+        (["--workload", "servegen:m-small,peak=1000", "--hours", "300"], "more than one run simulates"),
     ],
 )
 def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment):
@@ -55,6 +62,13 @@ def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment
 def _max_3(doc):
     doc["groups"][0].update(max_size=3)
     doc["groups"][0]["schedules"][0]["min"] = 3
+
+
+@needs_traces
+def test_a_day_past_the_end_of_its_trace_is_one_line_and_exit_2(capsys):
+    assert main(["simulate", "--workload", "servegen:deepseek-r1,day=3", "--hours", "0.05"]) == 2
+    err = capsys.readouterr().err
+    assert "day 3 is past the trace's 1 day(s)" in err and "Traceback" not in err
 
 
 def _two_groups(doc):
