@@ -161,14 +161,27 @@ def test_a_simulated_service_never_gets_a_real_notification_channel(tmp_path):
 
 
 @needs_traces
-def test_oracle_spends_no_more_than_static_peak_and_kpa_runs_clean(config):
+def test_oracle_plan_spends_no_more_than_static_peak_and_its_corrections_cut_late_minutes(
+    config, monkeypatch
+):
+    import fleet.sim.oracle as oracle_mod
+
     opts = SimOptions()
-    oracle = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
     static = simulate(config, "azure:code", 20 / 60, policy="static-peak", options=opts)
-    kpa = simulate(config, "azure:code", 20 / 60, policy="kpa", options=opts)
-    assert oracle.summary["gpu_hours"] <= static.summary["gpu_hours"]
+    oracle = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+    monkeypatch.setattr(oracle_mod, "REFINEMENTS", 0)
+    plain = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+    assert plain.summary["gpu_hours"] <= static.summary["gpu_hours"]  # minute needs never exceed the peak's
+    assert plain.summary["oracle_passes"] == 1 and plain.summary["slo_violation_minutes"] > 0
+    assert 1 < oracle.summary["oracle_passes"] <= 1 + 3
+    assert oracle.summary["slo_violation_minutes"] < plain.summary["slo_violation_minutes"]
     assert len(oracle.extra["oracle_desired"]) == 20
     assert all(d["reason"].startswith("hindsight_") for d in oracle.decisions)
+
+
+@needs_traces
+def test_kpa_runs_clean_with_its_target_from_the_capacity_test(config):
+    kpa = simulate(config, "azure:code", 20 / 60, policy="kpa", options=SimOptions())
     assert kpa.summary["invariant_violations"] == [] and kpa.options.kpa_target > 0
     assert all(d["reason"].split("_")[0] in ("stable", "panic") for d in kpa.decisions)
 
