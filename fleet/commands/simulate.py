@@ -122,8 +122,8 @@ def simulate(
     model_error: float = typer.Option(
         0.0,
         "--model-error",
-        help="PCT: the world's engines run up to PCT %% slower or faster than the sizing engine predicts "
-        "(drawn per run and per instance from --seed).",
+        help="PCT: the world's engines run up to PCT percent slower or faster than the sizing engine "
+        "predicts (drawn per run and per instance from --seed).",
     ),
     report: Path | None = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
