@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from sizing.calibration import Calibration
 from sizing.catalog import GIB, GPU, ModelShape
 from sizing.errors import SizingInputError
 
@@ -37,10 +38,19 @@ SAMPLER_FP32_COPIES = 5.71  # fp32 copies of the (seqs x vocab) logits the dummy
 NON_TORCH_TP1_GIB = 0.2  # vllm-sizing.md 1.4: 0.03-0.35 GiB at TP1
 NON_TORCH_PER_EXTRA_RANK_GIB = 0.9  # vllm#10702: 5.2-7.7 GiB at TP8
 
-# CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom. Estimate: 0.5 GiB
-# plus 0.03 GiB per layer, matched to vllm#7553 (2464 MiB per RTX 4090 for the 60-layer Yi-34B at TP4).
+# CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
+# V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
+# (2464 MiB per RTX 4090 for the 60-layer Yi-34B at TP4, v0.5.4).
 CUDA_GRAPH_BASE_GIB = 0.5
 CUDA_GRAPH_PER_LAYER_GIB = 0.03
+# V1 (piecewise graphs through torch.compile share one memory pool): a base plus a share per captured batch
+# size. Fitted on vllm PR#39559 (51 sizes up to 512: 0.73 GiB) and gpustack/runner#251 (16 sizes: 0.36 GiB);
+# checked on generative-computing/granite-switch#128 (0.64 GiB, sizes not printed; 51 assumed: +11%).
+CUDA_GRAPH_V1_BASE_GIB = 0.19
+CUDA_GRAPH_V1_PER_SIZE_GIB = 0.0106
+# vLLM V1's default capture sizes (1, 2, 4, then steps of 8 to 256, then 16 to 512), capped at
+# min(2 x max_num_seqs, 512) (vllm/config/compilation.py).
+V1_CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
 
 # Bytes per weight by --dtype. awq/gptq store 4-bit weights with one fp16 scale and a 4-bit zero point per
 # group of 128 weights (+2.5/128 bytes per weight, about 4%; vllm-sizing.md 1.4 says 3-6%).
@@ -78,6 +88,7 @@ class Deployment:
     engine: str = "v1"  # "v1" (default since vLLM 0.8) or "v0" (0.6-0.10), which profiles differently
     enable_chunked_prefill: bool | None = None
     block_size: int = BLOCK_SIZE
+    calibration: Calibration | None = None  # from ``fleet size calibrate``; see sizing.calibration
 
     def with_(self, **changes: object) -> Deployment:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -108,6 +119,17 @@ class MemoryPlan:
     reason: str
     max_model_len_that_fits: int
     warnings: tuple[str, ...] = field(default=())
+    terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of the memory breakdown (per GPU), and where its figure comes from."""
+
+    name: str
+    gib: float
+    source: str
+    calibrated: bool = False
 
 
 def resolve_dtype(model: ModelShape, gpu: GPU, dtype: str = "auto") -> str:
@@ -171,13 +193,20 @@ def default_batch_limits(gpu: GPU, visible_gib: float) -> tuple[int, int]:
     return 2048, 256
 
 
+def activation_body_gib(model: ModelShape, tp: int, profile_tokens: int) -> float:
+    """The model's part of the profiling run's torch peak: live activations of one ``profile_tokens`` batch."""
+    width = model.hidden + 2 * model.activation_intermediate / tp
+    return ACT_BUFFERS * profile_tokens * width * 2.0 / GIB
+
+
+def sampler_gib(model: ModelShape, profile_seqs: int) -> float:
+    """The dummy sampler run's fp32 logits; gathered to the full vocabulary, so it does not shrink with TP."""
+    return SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0 / GIB
+
+
 def activation_gib(model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int) -> float:
     """Torch activation peak of vLLM's profiling run (see the module docstring for the calibration)."""
-    width = model.hidden + 2 * model.activation_intermediate / tp
-    body = ACT_BUFFERS * profile_tokens * width * 2.0
-    # logits are gathered to the full vocabulary on the sampling rank, so this term does not shrink with TP
-    sampler = SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0
-    return (body + sampler) / GIB
+    return activation_body_gib(model, tp, profile_tokens) + sampler_gib(model, profile_seqs)
 
 
 def non_torch_gib(tp: int) -> float:
@@ -185,7 +214,12 @@ def non_torch_gib(tp: int) -> float:
     return NON_TORCH_TP1_GIB + NON_TORCH_PER_EXTRA_RANK_GIB * (tp - 1)
 
 
-def cuda_graph_gib(model: ModelShape) -> float:
+def cuda_graph_gib(model: ModelShape, engine: str = "v0", max_num_seqs: int = 256) -> float:
+    """Memory CUDA graphs take outside ``gpu_memory_utilization`` (see the constants for the fits)."""
+    if engine == "v1":
+        cap = min(2 * max_num_seqs, 512)
+        sizes = sum(1 for s in V1_CAPTURE_SIZES if s <= cap)
+        return CUDA_GRAPH_V1_BASE_GIB + CUDA_GRAPH_V1_PER_SIZE_GIB * sizes
     return CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_LAYER_GIB * model.layers
 
 
@@ -208,10 +242,8 @@ def _budgets(dep: Deployment, max_model_len: int) -> tuple[int, int, bool]:
     return tokens, seqs, chunked
 
 
-def plan_memory(dep: Deployment) -> MemoryPlan:
-    """vLLM's startup memory arithmetic for ``dep``; raises :class:`SizingInputError` for impossible input."""
-    model, gpu, tp = dep.model, dep.gpu, dep.tp
-    check_tp(model, tp)
+def _validate(dep: Deployment) -> None:
+    check_tp(dep.model, dep.tp)
     if dep.engine not in ("v0", "v1"):
         raise SizingInputError(f"engine must be v0 or v1, got {dep.engine!r}")
     if dep.block_size < 1:
@@ -220,11 +252,14 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         raise SizingInputError(f"gpu_memory_utilization must be in (0, 1], got {dep.gpu_memory_utilization}")
     if dep.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise SizingInputError(f"unknown kv-cache-dtype {dep.kv_cache_dtype!r}; choose auto or fp8")
-    if dep.kv_cache_dtype == "fp8" and gpu.compute_capability < 8.0:
+    if dep.kv_cache_dtype == "fp8" and dep.gpu.compute_capability < 8.0:
         raise SizingInputError(
-            f"an fp8 KV cache needs compute capability 8.0, {gpu.name} has {gpu.compute_capability}"
+            f"an fp8 KV cache needs compute capability 8.0, {dep.gpu.name} has {dep.gpu.compute_capability}"
         )
-    dtype = resolve_dtype(model, gpu, dep.dtype)
+
+
+def _max_model_len(dep: Deployment) -> int:
+    model = dep.model
     max_model_len = dep.max_model_len or model.max_position
     if max_model_len < 1:
         raise SizingInputError(f"max_model_len must be positive, got {max_model_len}")
@@ -233,7 +268,10 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"max_model_len {max_model_len} is above {model.name}'s limit of {model.max_position} "
             f"(max_position_embeddings); use at most {model.max_position}"
         )
-    tokens, seqs, chunked = _budgets(dep, max_model_len)
+    return max_model_len
+
+
+def _check_budgets(tokens: int, seqs: int, chunked: bool, max_model_len: int) -> None:
     if tokens < 1 or seqs < 1:
         raise SizingInputError("max_num_batched_tokens and max_num_seqs must be positive")
     if tokens < seqs:  # vLLM's SchedulerConfig refuses this at start-up
@@ -243,16 +281,81 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"max_num_batched_tokens {tokens} is below max_model_len {max_model_len} without chunked prefill"
         )
 
-    usable = gpu.visible_gib * dep.gpu_memory_utilization
+
+_SRC_WEIGHTS = "parameters from config.json x bytes of the dtype; AWQ/GPTQ group scales; embeddings 16-bit"
+_SRC_ACT = "c x T x (hidden + 2 x intermediate / TP) x 2 B; c fitted on PR#10511 + vllm#10517, checked vllm#15360"
+_SRC_SAMPLER = "fp32 logits max_num_seqs x vocab x 5.71 copies; fitted on PR#10511 + vllm#10517, checked vllm#16141"
+_SRC_NON_TORCH = "0.2 GiB at TP1 (ref 1.4: 0.03-0.35) + 0.9 GiB NCCL/custom all-reduce per extra rank (vllm#10702)"
+_SRC_GRAPHS_V0 = "outside util: 0.5 + 0.03 GiB/layer, fitted on vllm#7553"
+_SRC_GRAPHS_V1 = "outside util: 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + gpustack/runner#251"
+
+
+def _calibrated(dep: Deployment, dtype: str) -> tuple[Calibration | None, Calibration | None]:
+    """(calibration whose GPU terms apply, calibration whose deployment terms apply)."""
+    cal = dep.calibration
+    if cal is None or not cal.applies_to_gpu(dep.gpu):
+        return None, None
+    return cal, (cal if cal.applies_to(dep.model, dep.gpu, dep.tp, dtype) else None)
+
+
+def _memory_terms(
+    dep: Deployment, dtype: str, tokens: int, seqs: int
+) -> tuple[list[MemoryTerm], int]:
+    """weights, activation body, sampler, non-torch and residual terms per GPU; and KV bytes per token."""
+    model, tp = dep.model, dep.tp
+    gpu_cal, dep_cal = _calibrated(dep, dtype)
     weights = weight_bytes_per_rank(model, dtype, tp) / GIB
-    act = activation_gib(model, tp, tokens, min(tokens, seqs))
+    body = activation_body_gib(model, tp, tokens)
+    sampler = sampler_gib(model, min(tokens, seqs))
     non_torch = non_torch_gib(tp)
-    kv_avail = usable - weights - act - non_torch
+    terms = [
+        MemoryTerm("weights", weights, _SRC_WEIGHTS),
+        MemoryTerm("activation peak (profiling run)", body, _SRC_ACT),
+        MemoryTerm("sampler logits buffers", sampler, _SRC_SAMPLER),
+        MemoryTerm("non-torch (CUDA context, NCCL buffers)", non_torch, _SRC_NON_TORCH),
+    ]
     per_token = kv_bytes_per_token(model, tp, dep.kv_cache_dtype, dtype)
+    if gpu_cal is not None and gpu_cal.non_torch_gib is not None and gpu_cal.tp == tp:
+        terms[3] = MemoryTerm(terms[3].name, gpu_cal.non_torch_gib, f"calibrated: {gpu_cal.source}", True)
+    if dep_cal is None:
+        return terms, per_token
+    src = f"calibrated: {dep_cal.source}"
+    if dep_cal.weights_gib is not None:
+        terms[0] = MemoryTerm(terms[0].name, dep_cal.weights_gib, src, True)
+    if dep_cal.activation_scale is not None:
+        k = dep_cal.activation_scale
+        terms[1] = MemoryTerm(terms[1].name, body * k, f"{_SRC_ACT}; x {k:.3f} {src}", True)
+        terms[2] = MemoryTerm(terms[2].name, sampler * k, f"{_SRC_SAMPLER}; x {k:.3f} {src}", True)
+    if dep_cal.overhead_residual_gib is not None:
+        terms.append(MemoryTerm("residual (logged, unexplained)", dep_cal.overhead_residual_gib, src, True))
+    if dep_cal.kv_bytes_per_token is not None and dep.kv_cache_dtype == "auto":
+        per_token = dep_cal.kv_bytes_per_token
+    return terms, per_token
+
+
+def plan_memory(dep: Deployment) -> MemoryPlan:
+    """vLLM's startup memory arithmetic for ``dep``; raises :class:`SizingInputError` for impossible input."""
+    model, gpu = dep.model, dep.gpu
+    _validate(dep)
+    dtype = resolve_dtype(model, gpu, dep.dtype)
+    max_model_len = _max_model_len(dep)
+    tokens, seqs, chunked = _budgets(dep, max_model_len)
+    _check_budgets(tokens, seqs, chunked, max_model_len)
+
+    usable = gpu.visible_gib * dep.gpu_memory_utilization
+    terms, per_token = _memory_terms(dep, dtype, tokens, seqs)
+    weights = terms[0].gib
+    act = terms[1].gib + terms[2].gib
+    non_torch = sum(t.gib for t in terms[3:])
+    kv_avail = usable - weights - act - non_torch
     block_bytes = dep.block_size * per_token
     blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
     kv_tokens = blocks * dep.block_size
-    graphs = cuda_graph_gib(model)
+    graphs = cuda_graph_gib(model, dep.engine, seqs)
+    terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
+    terms.append(
+        MemoryTerm("CUDA graphs", graphs, _SRC_GRAPHS_V1 if dep.engine == "v1" else _SRC_GRAPHS_V0)
+    )
     warnings: list[str] = []
     headroom = gpu.visible_gib * (1 - dep.gpu_memory_utilization)
     if headroom < graphs:
@@ -300,4 +403,5 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         reason=reason,
         max_model_len_that_fits=fit_len,
         warnings=tuple(warnings),
+        terms=tuple(terms),
     )

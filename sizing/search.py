@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sizing.calibration import Calibration
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
 from sizing.latency import LatencyReport, Workload, capacity_estimate, simulate
 from sizing.memory import Deployment, MemoryPlan, check_tp, plan_memory
-from sizing.perf import PerfModel, perf_model
+from sizing.perf import PerfModel, perf_for
 
 TP_CHOICES = (1, 2, 4, 8)
 SEQ_CHOICES = (16, 32, 64, 128, 256, 512)  # smaller batches than vLLM's default trade throughput for TPOT
@@ -57,12 +58,15 @@ class Settings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_gib: float | None = None
+    calibration: Calibration | None = None
 
     def deployment(self, model: ModelShape, gpu: GPU, tp: int) -> Deployment:
         if self.gpu_memory_gib is not None:
             if not self.gpu_memory_gib > 0:
                 raise SizingInputError(f"--gpu-memory-gib must be positive, got {self.gpu_memory_gib}")
             gpu = gpu.with_visible_gib(self.gpu_memory_gib)
+        elif self.calibration is not None and self.calibration.applies_to_gpu(gpu):
+            gpu = gpu.with_visible_gib(self.calibration.visible_gib or gpu.visible_gib)
         return Deployment(
             model=model,
             gpu=gpu,
@@ -73,6 +77,7 @@ class Settings:
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
+            calibration=self.calibration,
         )
 
 
@@ -229,7 +234,7 @@ def _option(
             check_tp(model, tp)
             dep = settings.deployment(model, gpu, tp)
             plan = plan_memory(dep)
-            plans[key] = (dep, plan, perf_model(model, dep.gpu, tp, plan.dtype, plan.kv_cache_dtype))
+            plans[key] = (dep, plan, perf_for(dep, plan))
         except SizingInputError as exc:
             plans[key] = f"impossible: {exc}"
     got = plans[key]
