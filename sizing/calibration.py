@@ -1,5 +1,5 @@
-"""Calibration from the user's own vLLM run: what one startup log (and optionally one ``vllm bench serve`` result)
-says, turned into corrections of the sizing model's terms for that (model, GPU, TP, vLLM version).
+"""Calibration from the user's own vLLM run: what one startup log (and optionally one ``vllm bench serve``
+result) says, turned into corrections of the sizing model's terms for that (model, GPU, TP, vLLM version).
 
 Pure: the shell reads the files and passes the text and the parsed JSON in; this module never touches a file.
 
@@ -12,9 +12,9 @@ Two scopes, because a log of *another* model on the same card still tells us abo
   (as a ratio to the model's, so it still scales with the profiling batch), the rest of what vLLM kept
   outside the KV cache (V1 logs print no split), and the KV bytes per token vLLM allocated.
 
-With a calibration of the same deployment the prediction at other ``max_model_len``, ``gpu_memory_utilization``
-and ``max_num_seqs`` moves only by the model's *differences* between the settings, so the calibrated terms are
-exact at the logged settings and the physics carries the rest.
+With a calibration of the same deployment the prediction at other ``max_model_len``,
+``gpu_memory_utilization`` and ``max_num_seqs`` moves only by the model's *differences* between the
+settings, so the calibrated terms are exact at the logged settings and the physics carries the rest.
 
 Loader API (for ``fleet size``, ``fleet forecast`` and the service's capacity model)::
 
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 SCHEMA = "fleet-sizing-calibration/1"
 KV_BYTES_TOLERANCE = 0.02  # a logged KV bytes/token further than this from the model's replaces it
+# Achievable share of datasheet bandwidth a benchmark may set for a GPU kind: STREAM-like copies reach about
+# 0.8-0.93 on HBM and 0.75-0.9 on GDDR cards; outside this range the run measured something else.
+BW_EFF_RANGE = (0.5, 0.95)
 
 
 class Scope(StrEnum):
@@ -80,7 +83,8 @@ class Calibration:
     bw_eff: float | None = None
     # deployment scope
     weights_gib: float | None = None
-    activation_scale: float | None = None
+    activation_scale: float | None = None  # on the profiling-run body
+    sampler_scale: float | None = None  # on the sampler's logits buffers (0 for 0.6.4, which counts none)
     overhead_residual_gib: float | None = None
     kv_bytes_per_token: int | None = None
     decode_time_scale: float | None = None
@@ -98,13 +102,14 @@ class Calibration:
 
 # ------------------------------------------------------------------------------------------ application
 def apply_calibration(dep: Deployment, cal: Calibration | None) -> Deployment:
-    """``dep`` with the calibration attached (and the card's logged total, unless the GPU was overridden)."""
+    """``dep`` with the calibration attached: the card's logged total, and the engine of the vLLM that was
+    logged (V0 and V1 profile memory differently)."""
     if cal is None:
         return dep
     gpu = dep.gpu
     if cal.applies_to_gpu(gpu) and cal.visible_gib is not None:
         gpu = gpu.with_visible_gib(cal.visible_gib)
-    return replace(dep, gpu=gpu, calibration=cal)
+    return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal)
 
 
 # ------------------------------------------------------------------------------------------ derivation
@@ -129,7 +134,12 @@ def bench_from_json(data: object) -> BenchResult:
         value = data.get(key)
         if value is None and not required:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
             raise SizingInputError(f"not a vllm bench serve result: {key!r} missing or not a number")
         return float(value)
 
@@ -187,7 +197,8 @@ def _visible(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration
 
 
 def _weights(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
-    assert facts.weights_gib is not None  # parse_startup_log requires it
+    if facts.weights_gib is None:
+        return cal  # the residual then carries the model's weights error too
     term = Term("weights_gib", Scope.DEPLOYMENT, facts.weights_gib, plan.weights_gib, "GiB")
     return _add(cal, term, weights_gib=facts.weights_gib)
 
@@ -200,10 +211,21 @@ def _non_torch(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibrati
 
 
 def _activation(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
+    """One logged peak cannot split body from sampler: the model's sampler is kept (none for 0.6.4, whose
+    profile counts no sampler: vllm#10517) and the body takes the rest, so it still scales with the batch."""
     if facts.activation_gib is None or plan.activation_gib <= 0:
         return cal
     term = Term("activation_gib", Scope.DEPLOYMENT, facts.activation_gib, plan.activation_gib, "GiB")
-    return _add(cal, term, activation_scale=facts.activation_gib / plan.activation_gib)
+    sampler = next(t.gib for t in plan.terms if t.name.startswith("sampler"))
+    body = plan.activation_gib - sampler
+    sampler_scale: float | None = None
+    if "v0-0.6.4" in facts.formats:
+        sampler, sampler_scale = 0.0, 0.0
+    rest = facts.activation_gib - sampler
+    if body <= 0 or rest < 0.25 * body:  # the split is implausible: scale both alike
+        k = facts.activation_gib / plan.activation_gib
+        return _add(cal, term, activation_scale=k, sampler_scale=k)
+    return _add(cal, term, activation_scale=rest / body, sampler_scale=sampler_scale)
 
 
 def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
@@ -263,8 +285,13 @@ def _speed(cal: Calibration, bench: BenchResult, dep: Deployment) -> Calibration
     fixed_s = predicted_s - read_s
     cal = _add(cal, Term("decode_tpot_ms", Scope.GPU, bench.mean_tpot_ms, predicted_s * 1000.0, "ms"))
     if read_s > 0 and tpot_s > fixed_s:
-        bw_eff = perf.bw_eff * read_s / (tpot_s - fixed_s)
-        cal = replace(cal, bw_eff=min(1.0, bw_eff))
+        # the card's share is kept physical (a run under --enforce-eager, or a slow host, would otherwise
+        # charge its launch costs to the bandwidth of every model on this GPU): the rest is this deployment's
+        bw_eff = min(BW_EFF_RANGE[1], max(BW_EFF_RANGE[0], perf.bw_eff * read_s / (tpot_s - fixed_s)))
+        cal = replace(cal, bw_eff=bw_eff)
+        solved = perf_for(apply_calibration(dep, cal), plan).decode_step_s(n, context * n)
+        if abs(solved / tpot_s - 1.0) > 0.005:
+            cal = replace(cal, decode_time_scale=tpot_s / solved)
     else:
         cal = replace(cal, decode_time_scale=tpot_s / predicted_s)
     if bench.mean_ttft_ms and n == 1:
@@ -281,6 +308,7 @@ _FLOATS = (
     "bw_eff",
     "weights_gib",
     "activation_scale",
+    "sampler_scale",
     "overhead_residual_gib",
     "decode_time_scale",
     "prefill_time_scale",
@@ -305,6 +333,7 @@ def calibration_to_dict(cal: Calibration) -> dict[str, object]:
         for k in (
             "weights_gib",
             "activation_scale",
+            "sampler_scale",
             "overhead_residual_gib",
             "kv_bytes_per_token",
             "decode_time_scale",
@@ -369,8 +398,10 @@ def _term_value(group: str, key: str, value: object) -> float | int:
         raise SizingInputError(f"calibration file: unknown term {group}.{key}")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise SizingInputError(f"calibration file: {group}.{key} must be a finite number")
-    if key != "overhead_residual_gib" and value <= 0:
+    if key not in ("overhead_residual_gib", "sampler_scale") and value <= 0:
         raise SizingInputError(f"calibration file: {group}.{key} must be positive")
+    if key == "sampler_scale" and value < 0:
+        raise SizingInputError(f"calibration file: {group}.sampler_scale must be at least 0")
     if key == "bw_eff" and value > 1:
         raise SizingInputError(f"calibration file: {group}.bw_eff must be at most 1")
     return int(value) if key == "kv_bytes_per_token" else float(value)

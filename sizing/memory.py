@@ -13,8 +13,9 @@ What is calibrated, and on which calibration row of vllm-sizing.md section 2 (th
 
 * activation peak = sampler + ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2 bytes, with T the
   profiling batch (max_num_batched_tokens) and the sampler SAMPLER_FP32_COPIES x seqs x vocab x 4 bytes.
-  The two constants are solved from the two Llama-3-8B-shaped rows, which differ only in T: PR#10511 (T 8192,
-  1.26 GiB) and vllm#10517 (T 20000, ~2.07 GiB). Rows vllm#15360 and vllm#16141 are out of sample.
+  ACT_BUFFERS is fitted on vllm#10517's two rows of one deployment at T 20000 and 29000 (0.6.4, which counts
+  no sampler); SAMPLER_FP32_COPIES on what PR#10511 and vllm#15360 hold beyond that body. Row vllm#16141
+  (one sequence) is out of sample.
 * non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 0.9 GiB per extra rank
   (vllm#10702: 5.2-7.7 GiB at TP8; midpoint 6.45 = 0.2 + 7 x 0.89). It is not fitted on the section-2 rows.
 * weights need no constant: parameter count x bytes, plus AWQ/GPTQ group scales, embeddings unquantised.
@@ -31,9 +32,13 @@ from sizing.errors import SizingInputError
 
 BLOCK_SIZE = 16  # vLLM's default KV block, tokens (vllm-sizing.md 1.1 step 4)
 
-# Solved from PR#10511 and vllm#10517 (module docstring): 1.26 = s + c x 0.5 GiB, 2.07 = s + c x 1.22 GiB.
-ACT_BUFFERS = 1.124  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
-SAMPLER_FP32_COPIES = 5.71  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
+# ACT_BUFFERS from vllm#10517's RTX 3090 series (Llama-3.1-8B, vLLM 0.6.4, no chunked prefill): the peak grew
+# 2.07 -> 2.99 GiB from T = 20000 to 29000 tokens, 0.102 GiB per 1000 tokens of a 65,536-wide buffer; 0.6.4
+# counts no sampler (its 35K row, chunked at 512 tokens, peaks at 0.06 GiB: 0.053 predicted).
+ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
+# SAMPLER_FP32_COPIES from what 0.6.5+ logs hold beyond that body: PR#10511 (Llama-3-8B, T 8192, 256 seqs:
+# 1.26 - 0.85 = 0.41 GiB, 3.35 copies) and vllm#15360 (Qwen2.5-7B, T 6600: 1.43 - 0.87 = 0.56 GiB, 3.86).
+SAMPLER_FP32_COPIES = 3.6  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
 
 NON_TORCH_TP1_GIB = 0.2  # vllm-sizing.md 1.4: 0.03-0.35 GiB at TP1
 NON_TORCH_PER_EXTRA_RANK_GIB = 0.9  # vllm#10702: 5.2-7.7 GiB at TP8
@@ -194,7 +199,7 @@ def default_batch_limits(gpu: GPU, visible_gib: float) -> tuple[int, int]:
 
 
 def activation_body_gib(model: ModelShape, tp: int, profile_tokens: int) -> float:
-    """The model's part of the profiling run's torch peak: live activations of one ``profile_tokens`` batch."""
+    """The model's part of the profiling run's torch peak: live activations of a ``profile_tokens`` batch."""
     width = model.hidden + 2 * model.activation_intermediate / tp
     return ACT_BUFFERS * profile_tokens * width * 2.0 / GIB
 
@@ -283,9 +288,15 @@ def _check_budgets(tokens: int, seqs: int, chunked: bool, max_model_len: int) ->
 
 
 _SRC_WEIGHTS = "parameters from config.json x bytes of the dtype; AWQ/GPTQ group scales; embeddings 16-bit"
-_SRC_ACT = "c x T x (hidden + 2 x intermediate / TP) x 2 B; c fitted on PR#10511 + vllm#10517, checked vllm#15360"
-_SRC_SAMPLER = "fp32 logits max_num_seqs x vocab x 5.71 copies; fitted on PR#10511 + vllm#10517, checked vllm#16141"
-_SRC_NON_TORCH = "0.2 GiB at TP1 (ref 1.4: 0.03-0.35) + 0.9 GiB NCCL/custom all-reduce per extra rank (vllm#10702)"
+_SRC_ACT = (
+    "1.70 x T x (hidden + 2 x intermediate / TP) x 2 B; fitted on vllm#10517 (20K/29K), checked on its 35K"
+)
+_SRC_SAMPLER = (
+    "fp32 logits max_num_seqs x vocab x 3.6 copies; fitted on PR#10511 + vllm#15360, checked vllm#16141"
+)
+_SRC_NON_TORCH = (
+    "0.2 GiB at TP1 (ref 1.4: 0.03-0.35) + 0.9 GiB NCCL/custom all-reduce per extra rank (vllm#10702)"
+)
 _SRC_GRAPHS_V0 = "outside util: 0.5 + 0.03 GiB/layer, fitted on vllm#7553"
 _SRC_GRAPHS_V1 = "outside util: 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + gpustack/runner#251"
 
@@ -325,6 +336,8 @@ def _memory_terms(
     if dep_cal.activation_scale is not None:
         k = dep_cal.activation_scale
         terms[1] = MemoryTerm(terms[1].name, body * k, f"{_SRC_ACT}; x {k:.3f} {src}", True)
+    if dep_cal.sampler_scale is not None:
+        k = dep_cal.sampler_scale
         terms[2] = MemoryTerm(terms[2].name, sampler * k, f"{_SRC_SAMPLER}; x {k:.3f} {src}", True)
     if dep_cal.overhead_residual_gib is not None:
         terms.append(MemoryTerm("residual (logged, unexplained)", dep_cal.overhead_residual_gib, src, True))

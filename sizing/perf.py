@@ -4,7 +4,7 @@ One iteration runs a batch of ``num_tokens`` new tokens (one per decoding sequen
 through the model on every rank:
 
     t = max((weights/rank + KV bytes read) / (BW x bw_eff), (linear + attention FLOPs/rank) / (peak x MFU))
-        + STEP_OVERHEAD_S + LAYER_OVERHEAD_S x layers                       (fixed per-step and per-layer cost)
+        + STEP_OVERHEAD_S + LAYER_OVERHEAD_S x layers                   (fixed per-step and per-layer cost)
         + 2 x layers x (latency + 2 (TP-1)/TP x num_tokens x hidden x 2 bytes / bus)   (TP all-reduces)
 
 Decode is the bandwidth term (all weights are read for a handful of tokens); prefill is the compute term.

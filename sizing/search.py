@@ -77,6 +77,8 @@ class Settings:
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
+            # a calibration describes the vLLM the user runs: its engine profiles memory its own way
+            engine=self.calibration.engine if self.calibration is not None else "v1",
             calibration=self.calibration,
         )
 

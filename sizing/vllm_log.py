@@ -7,15 +7,17 @@ versions of the last two years; each wording is one small pattern below, named f
 * V0 0.6.4-0.6.5, one line (vllm#10517): ``Memory profiling results: total_gpu_memory=23.58GiB
   initial_memory_usage=... peak_torch_memory=17.06GiB ... non_torch_memory=0.35GiB kv_cache_size=3.81GiB
   gpu_memory_utilization=0.90``
-* V0 0.6.6-0.10, four lines (vllm PR#14447, vllm#11550): ``the current vLLM instance can use total_gpu_memory
-  (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB`` / ``model weights take 21.21GiB; non_torch_memory takes
-  0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory reserved for KV Cache is 1.57GiB.``
+* V0 0.6.6-0.10, four lines (vllm PR#14447, vllm#11550): ``the current vLLM instance can use
+  total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB`` / ``model weights take 21.21GiB;
+  non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory
+  reserved for KV Cache is 1.57GiB.``
 * V0 weights: ``Loading model weights took 14.9888 GB`` (GiB in fact, vllm#14979); blocks ``# GPU blocks: N``
   (``# cuda blocks`` in 0.7-0.8).
 * V1 (0.8 and later): ``Model loading took 7.6785 GiB and 2.19 seconds`` (``GiB memory and`` from about 0.10),
-  ``Available KV cache memory: 18.38 GiB``, ``GPU KV cache size: 42,656 tokens`` (early V1: ``# GPU blocks: N``,
-  vllm PR#13596), ``Maximum concurrency for 32,768 tokens per request: 1.30x``, ``Graph capturing finished in 5
-  secs, took 0.53 GiB``, and from 0.21 ``Estimated CUDA graph memory: 0.36 GiB total`` (gpustack/runner#251).
+  ``Available KV cache memory: 18.38 GiB``, ``GPU KV cache size: 42,656 tokens`` (early V1:
+  ``# GPU blocks: N``, vllm PR#13596), ``Maximum concurrency for 32,768 tokens per request: 1.30x``,
+  ``Graph capturing finished in 5 secs, took 0.53 GiB``, and from 0.21 ``Estimated CUDA graph memory: 0.36
+  GiB total`` (gpustack/runner#251).
 * Settings: ``Initializing a V0|V1 LLM engine (v0.8.1) with config: model='...', ... max_seq_len=6600, ...,
   tensor_parallel_size=1``, ``non-default args: {...}``, ``--gpu-memory-utilization=0.8200``.
 
@@ -61,7 +63,9 @@ class LogFacts:
     formats: tuple[str, ...] = ()  # the wordings recognised, for the report
 
     def found(self) -> list[str]:
-        return [f.name for f in fields(self) if f.name != "formats" and getattr(self, f.name) not in (None, False)]
+        return [
+            f.name for f in fields(self) if f.name != "formats" and getattr(self, f.name) not in (None, False)
+        ]
 
 
 def _f(text: str) -> float:
@@ -106,8 +110,18 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("kv_cache_tokens", "v1-kv", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "imin"),
     ("gpu_blocks", "blocks", re.compile(r"# (?:GPU|cuda|gpu) blocks: " + _NUM), "imin"),
     ("gpu_blocks", "blocks", re.compile(r"(?<!# )GPU blocks: " + _NUM), "imin"),
-    ("cuda_graph_gib", "v1-graphs", re.compile(r"Graph capturing finished in [0-9.]+ secs?, took " + _NUM + r"\s*GiB"), "f"),
-    ("cuda_graph_gib", "v1-graph-estimate", re.compile(r"Estimated CUDA graph memory: " + _NUM + r"\s*GiB"), "f"),
+    (
+        "cuda_graph_gib",
+        "v1-graphs",
+        re.compile(r"Graph capturing finished in [0-9.]+ secs?, took " + _NUM + r"\s*GiB"),
+        "f",
+    ),
+    (
+        "cuda_graph_gib",
+        "v1-graph-estimate",
+        re.compile(r"Estimated CUDA graph memory: " + _NUM + r"\s*GiB"),
+        "f",
+    ),
     ("total_gib", "v1-free", re.compile(r"Free memory on device \([0-9.]+/" + _NUM + r"\s*GiB\)"), "f"),
     (
         "gpu_memory_utilization",
@@ -132,8 +146,10 @@ _VERSION = re.compile(r"vLLM API server version ([0-9][0-9A-Za-z.+_-]*)")
 _MODEL = re.compile(r"with config: model='([^']+)'")
 _MODEL_ARG = re.compile(r"'model': '([^']+)'")
 _DTYPE = re.compile(r"dtype=torch\.(bfloat16|float16|float32)")
-_REFUSED = re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache|"
-                      r"KV cache is needed, which is larger than the available KV cache memory")
+_REFUSED = re.compile(
+    r"is larger than the maximum number of tokens that can be stored in KV cache|"
+    r"KV cache is needed, which is larger than the available KV cache memory"
+)
 _GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -141,15 +157,23 @@ _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def parse_startup_log(text: str) -> LogFacts:
     """The facts a vLLM startup log states. Raises :class:`SizingInputError` naming what is missing when the
-    text holds none of the memory lines (weights and a KV cache figure) that a calibration needs."""
+    text holds no KV cache figure (the one line a calibration cannot do without)."""
+    facts = read_startup_log(text)
+    _require(facts)
+    return facts
+
+
+def read_startup_log(text: str) -> LogFacts:
+    """The facts a vLLM startup log (or any excerpt of one) states, ``None`` where it is silent."""
     values: dict[str, object] = {}
     formats: list[str] = []
     for name, fmt, pattern, kind in _PATTERNS:
         for match in pattern.finditer(text):
             raw = match.group(1)
-            value: object = _i(raw) if kind in ("i", "imin") else _f(raw)
-            if kind in ("min", "imin") and name in values:
-                values[name] = min(values[name], value)  # type: ignore[type-var]  # both float or both int
+            value: float | int = _i(raw) if kind in ("i", "imin") else _f(raw)
+            prev = values.get(name)
+            if kind in ("min", "imin") and isinstance(prev, int | float):
+                values[name] = min(prev, value)
             else:
                 values.setdefault(name, value)
             if fmt not in formats:
@@ -174,7 +198,6 @@ def parse_startup_log(text: str) -> LogFacts:
         refused=bool(_REFUSED.search(text)),
         formats=tuple(formats),
     )
-    _require(facts)
     return facts
 
 
@@ -205,13 +228,9 @@ def _v064_activation(values: dict[str, object]) -> None:
 
 
 def _require(facts: LogFacts) -> None:
-    missing = []
-    if facts.weights_gib is None:
-        missing.append("the model weights line ('Model loading took X GiB' or 'model weights take X GiB')")
     if facts.kv_cache_gib is None and facts.gpu_blocks is None and facts.kv_cache_tokens is None:
-        missing.append(
-            "a KV cache line ('Available KV cache memory', 'GPU KV cache size', '# GPU blocks' or "
-            "'the rest of the memory reserved for KV Cache')"
+        weights = "" if facts.weights_gib is not None else " (nor a 'Model loading took X GiB' weights line)"
+        raise SizingInputError(
+            "not a vLLM startup log I can read: found no KV cache line ('Available KV cache memory', "
+            "'GPU KV cache size', '# GPU blocks' or 'the rest of the memory reserved for KV Cache')" + weights
         )
-    if missing:
-        raise SizingInputError("not a vLLM startup log I can read: found no " + " and no ".join(missing))

@@ -27,10 +27,21 @@ EXIT_NO_FIT = 1
 
 
 def register(app: typer.Typer) -> None:
-    app.command("size")(size)
+    from fleet.commands import size_calibrate
+
+    size_app = typer.Typer(
+        invoke_without_command=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        help=size.__doc__,
+    )
+    size_app.callback()(size)
+    size_calibrate.register(size_app)
+    app.add_typer(size_app, name="size")
 
 
 def size(
+    ctx: typer.Context,
     model: str | None = typer.Option(
         None, "--model", help="A catalog model (e.g. Qwen2.5-7B, Llama-3.1-8B)."
     ),
@@ -86,12 +97,21 @@ def size(
         0.0, "--length-cv", help="Token-length spread (lognormal CV; 0 = fixed)."
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed of the simulated arrivals."),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="A calibration file from `fleet size calibrate` (your own vLLM log)."
+    ),
+    explain: bool = typer.Option(
+        False, "--explain", help="Print the memory and speed breakdown of the best option, term by term."
+    ),
 ) -> None:
     """Size a vLLM deployment: memory, speed, latency under load, cost, and the vLLM command line.
 
     With --gpu or --instance-type it evaluates that deployment; without, it searches every instance type x TP
     x max_num_seqs and ranks them, cheapest meeting the SLOs first, each other option with the reason it lost.
+    `fleet size calibrate LOG` turns your own vLLM startup log into a --calibration file.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     import sizing
     from sizing.latency import Workload
     from sizing.search import SLO, Settings, search
@@ -125,6 +145,7 @@ def size(
 
     try:
         shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
+        cal = read_calibration(calibration) if calibration is not None else None
         book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
             book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
@@ -147,6 +168,7 @@ def size(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_gib=gpu_memory_gib,
+            calibration=cal,
         )
         the_gpu = sizing.find_gpu(gpu) if gpu is not None else None
         pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
@@ -174,15 +196,42 @@ def size(
         if best is None or best.deployment is None:
             fail("--plot: no option fits, so there is nothing to plot")
         _write_plot(plot, best, workload, slo, seed)
+    explained = _explanation(best, workload) if explain and best is not None else None
     if as_json:
-        print_json(result.to_json(top))
+        doc = result.to_json(top)
+        if explain:
+            doc["explain"] = explained.to_json() if explained is not None else None
+        print_json(doc)
     else:
         _render(result, shape, top, has_load, requests, plot)
+        if cal is not None:
+            console.print(f"  calibration: {calibration} ({_calibration_note(cal, best)})", highlight=False)
+        if explained is not None:
+            render_explanation(explained)
     if best is None:
         raise typer.Exit(EXIT_NO_FIT)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+def read_calibration(path: Path) -> Any:
+    """A calibration file (YAML or JSON) as the sizing core's Calibration, or one line and exit 2."""
+    import sizing
+    from sizing.calibration import calibration_from_dict
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {exc.start})")
+    except yaml.YAMLError as exc:
+        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
+    try:
+        return calibration_from_dict(data)
+    except sizing.SizingInputError as exc:
+        fail(f"{path}: {exc}")
+
+
 def _read_model_config(path: Path) -> Any:
     import sizing
 
@@ -374,6 +423,47 @@ def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> No
         write_atomically(path, svg)
     except OSError as exc:
         fail(f"--plot: {path}: {exc.strerror or exc}")
+
+
+def _explanation(best: Any, workload: Any) -> Any:
+    from sizing.explain import explain
+
+    dep = best.deployment
+    if best.max_num_seqs:
+        from dataclasses import replace
+
+        dep = replace(dep, max_num_seqs=best.max_num_seqs)
+    return explain(dep, best.plan, best.perf, int(workload.mean_prompt_tokens))
+
+
+def _calibration_note(cal: Any, best: Any) -> str:
+    if best is None or best.deployment is None:
+        return "no option to apply it to"
+    dep = best.deployment
+    if cal.applies_to(dep.model, dep.gpu, dep.tp, best.plan.dtype):
+        return f"all terms applied: {cal.model} on {cal.tp} x {cal.gpu}"
+    if cal.applies_to_gpu(dep.gpu):
+        return f"{cal.gpu} terms applied (logged on {cal.model}, TP {cal.tp})"
+    return f"not applied: it is for {cal.gpu}, the best option runs on {dep.gpu.name}"
+
+
+def render_explanation(ex: Any) -> None:
+    """The --explain breakdown: memory per GPU, then the batch-1 decode step."""
+    table = Table(title="memory per GPU", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("term", "GiB", "source"):
+        table.add_column(col, justify="right" if col == "GiB" else "left", overflow="fold")
+    for t in ex.memory:
+        table.add_row(t.name + (" *" if t.calibrated else ""), f"{t.gib:.3f}", t.source)
+    console.print(table)
+    speed = Table(title=f"batch-1 decode step ({ex.bound}-bound)", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("term", "ms", "source"):
+        speed.add_column(col, justify="right" if col == "ms" else "left", overflow="fold")
+    for s in ex.speed:
+        speed.add_row(s.name + (" *" if s.calibrated else ""), f"{s.ms:.3f}", s.source)
+    speed.add_row("step", f"{ex.decode_step_ms:.3f}", "max(reads, compute) + fixed, per-layer, TP terms")
+    console.print(speed)
+    if any(t.calibrated for t in ex.memory) or any(s.calibrated for s in ex.speed):
+        console.print("* : from the calibration file", highlight=False)
 
 
 def _fmt(x: Any, spec: str = ".2f") -> str:
