@@ -138,6 +138,8 @@ def size(
     ):
         if number is not None and not (number > 0 and math.isfinite(number)):
             fail(f"{name} must be a positive number, got {number:g}")
+    if qps is not None and qps > MAX_QPS:
+        fail(f"--qps must be at most {MAX_QPS:g} requests per second, got {qps:g}")
     if not (length_cv >= 0 and math.isfinite(length_cv)):
         fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
     if plot is not None:
@@ -159,6 +161,12 @@ def size(
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
         evaluating = gpu is not None or instance_type is not None
+        _check_lengths(shape, workload, max_model_len, requests)
+        sized_len = None
+        if max_model_len is None and (prompt_tokens or output_tokens or requests):
+            from sizing.latency import workload_max_model_len
+
+            sized_len = max_model_len = workload_max_model_len(workload, shape.max_position)
         settings = Settings(
             dtype=dtype,
             kv_cache_dtype=kv_cache_dtype,
@@ -169,6 +177,7 @@ def size(
             max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_gib=gpu_memory_gib,
             calibration=cal,
+            search_quantized=dtype == "auto" and gpu is None,
         )
         the_gpu = sizing.find_gpu(gpu) if gpu is not None else None
         pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
@@ -206,6 +215,13 @@ def size(
         _render(result, shape, top, has_load, requests, plot)
         if cal is not None:
             console.print(f"  calibration: {calibration} ({_calibration_note(cal, best)})", highlight=False)
+        if sized_len is not None:
+            console.print(
+                f"  max_model_len {sized_len:,} sized from the workload's token lengths "
+                "(--max-model-len sets it)",
+                highlight=False,
+                soft_wrap=True,
+            )
         if explained is not None:
             render_explanation(explained)
     if best is None:
@@ -369,6 +385,25 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
         resolve_dtype(shape, g, settings.dtype)
 
 
+MAX_QPS = 1e6  # far beyond any fleet: larger values are typos or overflow probes (issue 14)
+
+
+def _check_lengths(shape: Any, workload: Any, max_model_len: int | None, requests: Any) -> None:
+    """A request longer than the context is refused by vLLM: size nothing for it (it reported TTFT 0 ms)."""
+    import sizing
+
+    if requests:
+        return  # a trace's over-long requests are counted and warned about after the search
+    limit = max_model_len or shape.max_position
+    total = workload.prompt_tokens + workload.output_tokens
+    if total > limit:
+        what = f"--max-model-len {max_model_len}" if max_model_len else f"{shape.name}'s context of {limit}"
+        raise sizing.SizingInputError(
+            f"--prompt-tokens {workload.prompt_tokens} + --output-tokens {workload.output_tokens} = {total} "
+            f"tokens exceed {what} tokens: vLLM would refuse every request"
+        )
+
+
 def _check_writable(path: Path, flag: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
@@ -487,6 +522,8 @@ def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
         return "weights do not fit"
     if reason.startswith("impossible"):
         return "impossible TP"
+    if reason.startswith("SLO at the no-load floor"):
+        return "SLO at the idle-engine floor: more instances cannot meet it"
     if reason.startswith("SLO missed"):
         return "misses SLO: " + reason.split(":", 1)[1].strip()
     return reason
@@ -500,7 +537,7 @@ def _render(
     best = result.best
     best_j = best.to_json(wl) if best is not None else None
     table = Table(title=f"{shape.name}: options, best first", header_style="bold", box=box.SIMPLE_HEAD)
-    for col in ("#", "instance type", "GPUs", "TP", "KV tokens"):
+    for col in ("#", "instance type", "GPUs", "TP", "weights", "KV tokens"):
         table.add_column(col, justify="left" if col == "instance type" else "right", no_wrap=True)
     if has_load:
         for col in ("seqs", "count", "P99 TTFT ms", "P99 TPOT ms", "CNY/h", "CNY/Mtok"):
@@ -515,6 +552,7 @@ def _render(
             (j["instance_type"] or "-").removeprefix("ecs."),
             f"{j['gpus']}x {j['gpu']}",
             str(j["tp"]),
+            j["dtype"] or "-",
             _fmt(j["kv_cache_tokens"], ",") if j["fits"] else "-",
         ]
         if has_load:
@@ -578,7 +616,7 @@ def _render(
                 else ""
             )
             console.print(
-                f"  CNY {j['cost_cny_per_hour']:.2f}/h, "
+                f"  CNY {j['cost_cny_per_hour']:.2f}/h (CNY {j['cost_cny_per_month']:,.0f} a month), "
                 f"CNY {j['cost_cny_per_million_tokens']:.3f} per million tokens{note}",
                 highlight=False,
                 soft_wrap=True,

@@ -504,3 +504,40 @@ def test_explain_prints_every_term_with_its_source(capsys):
     assert speed["fixed per-step cost"] == 1.0 and speed["weights read"] > 10
     kv = next(t["gib"] for t in doc["explain"]["memory"] if t["term"] == "KV cache")
     assert kv == pytest.approx(doc["candidates"][0]["kv_cache_gib"], abs=0.01)
+
+
+# ------------------------------------------------------------------ issue 14 item 12, issue 21 item 2
+def test_an_absurd_qps_is_refused_with_one_line(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--qps", "1e308"])
+    assert code == 2 and "--qps must be at most" in err and "inf" not in err
+
+
+def test_a_prompt_beyond_the_models_context_is_refused(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--qps", "1", "--prompt-tokens", "40000"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "exceed Qwen2.5-7B's context of 32768 tokens" in err
+
+
+def test_a_prompt_beyond_the_given_max_model_len_is_refused(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "4096"]
+    argv += ["--prompt-tokens", "5000"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "exceed --max-model-len 4096" in err
+
+
+def test_max_model_len_is_sized_from_the_workloads_token_lengths(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10"]
+    argv += ["--prompt-tokens", "500", "--output-tokens", "3000"]
+    code, doc = _json(capsys, argv)
+    assert code == 0 and doc["candidates"][0]["max_model_len"] == 4096  # 3500 rounded up to 1024s
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10"])
+    assert doc["candidates"][0]["max_model_len"] == 32768  # no lengths given: the model's own limit
+
+
+def test_the_monthly_cost_is_printed_and_in_json(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn7i-c8g1.2xlarge", "--qps", "1"]
+    code, doc = _json(capsys, argv)
+    best = doc["candidates"][0]
+    assert code == 0 and best["cost_cny_per_month"] == pytest.approx(best["cost_cny_per_hour"] * 730, abs=1)
+    main(argv)
+    assert "a month)" in capsys.readouterr().out
