@@ -31,6 +31,9 @@ from sizing.catalog import GIB, GPU, ModelShape
 from sizing.errors import SizingInputError
 
 BLOCK_SIZE = 16  # vLLM's default KV block, tokens (vllm-sizing.md 1.1 step 4)
+# A start that fits with less KV to spare than this is flagged: the KV prediction's 80th-percentile error out
+# of sample (docs/sizing-accuracy.md); allenai/wildguard#2 was refused at 30,448 tokens, predicted 32,944.
+REFUSAL_MARGIN = 0.10
 
 # ACT_BUFFERS from vllm#10517's RTX 3090 series (Llama-3.1-8B, vLLM 0.6.4, no chunked prefill): the peak grew
 # 2.07 -> 2.99 GiB from T = 20000 to 29000 tokens, 0.102 GiB per 1000 tokens of a 65,536-wide buffer; 0.6.4
@@ -125,6 +128,7 @@ class MemoryPlan:
     max_model_len_that_fits: int
     warnings: tuple[str, ...] = field(default=())
     terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
+    cuda_graphs_fit: bool = True  # False: no room outside util for CUDA graphs (run with --enforce-eager)
 
 
 @dataclass(frozen=True)
@@ -376,8 +380,15 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"CUDA graphs need about {graphs:.1f} GiB outside gpu_memory_utilization but only "
             f"{headroom:.1f} GiB is left: lower --gpu-memory-utilization or add --enforce-eager"
         )
+    graphs_fit = not warnings
     need_blocks = math.ceil(max_model_len / dep.block_size)
     fits = blocks >= need_blocks and blocks > 0
+    if fits and kv_tokens < max_model_len * (1 + REFUSAL_MARGIN):
+        warnings.append(
+            f"one {max_model_len}-token request fits with under {REFUSAL_MARGIN:.0%} to spare "
+            f"({kv_tokens:,} tokens of KV cache): within this model's error, vLLM may refuse to start; "
+            "lower --max-model-len or raise --gpu-memory-utilization"
+        )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:
         reason = (
@@ -417,4 +428,5 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         max_model_len_that_fits=fit_len,
         warnings=tuple(warnings),
         terms=tuple(terms),
+        cuda_graphs_fit=graphs_fit,
     )

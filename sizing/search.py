@@ -252,7 +252,7 @@ def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None
     args["max_num_batched_tokens"] = plan.max_num_batched_tokens
     if plan.kv_cache_dtype == "fp8":
         args["kv_cache_dtype"] = "fp8"
-    if plan.warnings:
+    if not plan.cuda_graphs_fit:
         args["enforce_eager"] = True  # no room for CUDA graphs outside gpu_memory_utilization
     return args
 
