@@ -53,7 +53,7 @@ CUDA_GRAPH_BASE_GIB = 0.5
 CUDA_GRAPH_PER_LAYER_GIB = 0.03
 # V1 (piecewise graphs through torch.compile share one memory pool): a base plus a share per captured batch
 # size. Fitted on vllm PR#39559 (51 sizes up to 512: 0.73 GiB) and gpustack/runner#251 (16 sizes: 0.36 GiB);
-# checked on generative-computing/granite-switch#128 (0.64 GiB, sizes not printed; 51 assumed: +11%).
+# checked on generative-computing/granite-switch#128 (0.64 GiB, sizes not printed; 51 assumed: +14%).
 CUDA_GRAPH_V1_BASE_GIB = 0.19
 CUDA_GRAPH_V1_PER_SIZE_GIB = 0.0106
 # vLLM V1's default capture sizes (1, 2, 4, then steps of 8 to 256, then 16 to 512), capped at
