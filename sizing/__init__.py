@@ -4,6 +4,7 @@ Pure: no I/O beyond the package's own data files, no clock. The shell (``fleet s
 their contents in.
 """
 
+from sizing.calibration import Calibration, apply_calibration, calibration_from_dict
 from sizing.catalog import (
     GPU,
     InstanceType,
@@ -27,6 +28,9 @@ from sizing.search import SLO, Candidate, SearchResult, Settings, search
 
 __all__ = [
     "GPU",
+    "Calibration",
+    "apply_calibration",
+    "calibration_from_dict",
     "SLO",
     "Candidate",
     "CompletedRequest",

@@ -205,7 +205,9 @@ def size(
         if best is None or best.deployment is None:
             fail("--plot: no option fits, so there is nothing to plot")
         _write_plot(plot, best, workload, slo, seed)
-    explained = _explanation(best, workload) if explain and best is not None else None
+    # the best option; when none fits, the first one that has a memory plan (so the breakdown shows why)
+    target = best or next((c for c in result.candidates if c.plan is not None and c.perf is not None), None)
+    explained = _explanation(target, workload) if explain and target is not None else None
     if as_json:
         doc = result.to_json(top)
         if explain:

@@ -541,3 +541,10 @@ def test_the_monthly_cost_is_printed_and_in_json(capsys):
     assert code == 0 and best["cost_cny_per_month"] == pytest.approx(best["cost_cny_per_hour"] * 730, abs=1)
     main(argv)
     assert "a month)" in capsys.readouterr().out
+
+
+def test_explain_shows_why_an_option_that_does_not_fit_fails(capsys):
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-72B", "--gpu", "A10", "--explain"])
+    assert code == 1
+    weights = next(t["gib"] for t in doc["explain"]["memory"] if t["term"] == "weights")
+    assert weights > 22.07  # more than the A10 holds: the breakdown says why it does not fit
