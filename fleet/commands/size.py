@@ -216,7 +216,9 @@ def size(
     else:
         _render(result, shape, top, has_load, requests, plot)
         if cal is not None:
-            console.print(f"  calibration: {calibration} ({_calibration_note(cal, best)})", highlight=False)
+            console.print(
+                f"  calibration: {calibration} ({_calibration_note(cal, best)})", highlight=False, soft_wrap=True
+            )
         if sized_len is not None:
             console.print(
                 f"  max_model_len {sized_len:,} sized from the workload's token lengths "
@@ -476,12 +478,20 @@ def _explanation(best: Any, workload: Any) -> Any:
 def _calibration_note(cal: Any, best: Any) -> str:
     if best is None or best.deployment is None:
         return "no option to apply it to"
+    from dataclasses import replace
+
+    import sizing
+
     dep = best.deployment
-    if cal.applies_to(dep.model, dep.gpu, dep.tp, best.plan.dtype):
-        return f"all terms applied: {cal.model} on {cal.tp} x {cal.gpu}"
-    if cal.applies_to_gpu(dep.gpu):
-        return f"{cal.gpu} terms applied (logged on {cal.model}, TP {cal.tp})"
-    return f"not applied: it is for {cal.gpu}, the best option runs on {dep.gpu.name}"
+    if not cal.applies_to_gpu(dep.gpu):
+        return f"not applied: it is for {cal.gpu}, the best option runs on {dep.gpu.name}"
+    scope = (
+        f"all terms applied: {cal.model} on {cal.tp} x {cal.gpu}"
+        if cal.applies_to(dep.model, dep.gpu, dep.tp, best.plan.dtype)
+        else f"{cal.gpu} terms applied (logged on {cal.model}, TP {cal.tp})"
+    )
+    plain = sizing.plan_memory(replace(dep, calibration=None, gpu=sizing.find_gpu(dep.gpu.name)))
+    return f"{scope}; KV cache {best.plan.kv_cache_tokens:,} tokens, {plain.kv_cache_tokens:,} uncalibrated"
 
 
 def render_explanation(ex: Any) -> None:
