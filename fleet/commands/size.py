@@ -216,9 +216,8 @@ def size(
     else:
         _render(result, shape, top, has_load, requests, plot)
         if cal is not None:
-            console.print(
-                f"  calibration: {calibration} ({_calibration_note(cal, best)})", highlight=False, soft_wrap=True
-            )
+            note = _calibration_note(cal, best)
+            console.print(f"  calibration: {calibration} ({note})", highlight=False, soft_wrap=True)
         if sized_len is not None:
             console.print(
                 f"  max_model_len {sized_len:,} sized from the workload's token lengths "
