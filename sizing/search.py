@@ -439,6 +439,16 @@ def _verify_count(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_
     while not ok(report) and steps < max_steps and good < MAX_INSTANCES:
         bad, good = good, min(MAX_INSTANCES, good * 2)
         report, steps = run(good), steps + 1
+    if ok(report) and bad == 0 and good > 1:
+        # bracket from above: one fewer first (the estimate is usually right), then halving
+        probe = good - 1
+        while probe > bad and steps < max_steps:
+            rep, steps = run(probe), steps + 1
+            if not ok(rep):
+                bad = probe
+                break
+            good, report = probe, rep
+            probe = good // 2
     if ok(report):
         while good - bad > 1 and steps < max_steps:
             mid = (good + bad) // 2
