@@ -331,13 +331,12 @@ class _Sim:
     cache: dict[tuple[str, int, str, int, float], LatencyReport] = field(default_factory=dict)
 
     def run(self, cand: Candidate, per_engine_rps: float) -> LatencyReport:
-        assert cand.deployment is not None and cand.max_num_seqs is not None
-        dtype = cand.plan.dtype if cand.plan else ""
-        key = (cand.gpu, cand.tp, dtype, cand.max_num_seqs, round(per_engine_rps, 9))
+        assert cand.deployment is not None and cand.plan is not None and cand.max_num_seqs is not None
+        key = (cand.gpu, cand.tp, cand.plan.dtype, cand.max_num_seqs, round(per_engine_rps, 9))
         if key not in self.cache:
             self.count += 1
             dep = replace(cand.deployment, max_num_seqs=cand.max_num_seqs)
-            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)  # type: ignore[arg-type]
+            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)
             # a trace is split round-robin over engines; Poisson arrivals split into Poisson arrivals
             replicas = max(1, round(self.workload.rate / per_engine_rps)) if self.workload.trace else 1
             wl = self.workload.with_qps(per_engine_rps * replicas)
