@@ -199,3 +199,20 @@ def test_a_bad_calibration_file_is_refused_naming_the_field(change, message):
 def test_a_bad_benchmark_json_is_refused(doc, message):
     with pytest.raises(SizingInputError, match=message):
         bench_from_json(doc)
+
+
+def test_a_benchmark_of_one_model_sets_the_gpus_bandwidth_share_for_another():
+    dep = Deployment(
+        find_model("Qwen3-14B-AWQ"), find_gpu("A100-80G"), 1, max_model_len=16384, max_num_seqs=30
+    )
+    cal = calibrate(parse_startup_log(logs.V1_MODEL_LOADING), dep, bench_from_json(BENCH_20469))
+    other = apply_calibration(
+        Deployment(find_model("Llama-3.1-8B"), find_gpu("A100-80G"), 1, max_model_len=8192), cal
+    )
+    perf = perf_for(other, plan_memory(other))
+    assert perf.bw_eff == pytest.approx(cal.bw_eff)
+    assert perf.decode_time_scale == 1.0  # the eager run's own launch costs stay with its deployment
+    elsewhere = apply_calibration(
+        Deployment(find_model("Llama-3.1-8B"), find_gpu("L20"), 1, max_model_len=8192), cal
+    )
+    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(0.80)
