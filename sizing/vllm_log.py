@@ -11,6 +11,9 @@ versions of the last two years; each wording is one small pattern below, named f
   total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB`` / ``model weights take 21.21GiB;
   non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory
   reserved for KV Cache is 1.57GiB.``
+* V0 0.6.5, a table (vllm PR#10511): ``total_gpu_memory     79.22GiB`` ... ``model weights take   14.96GiB``,
+  ``non_torch_memory     1.79GiB``, ``PyTorch activation peak memory       1.26GiB``,
+  ``available_kv_cache_memory    53.29GiB``.
 * V0 weights: ``Loading model weights took 14.9888 GB`` (GiB in fact, vllm#14979); blocks ``# GPU blocks: N``
   (``# cuda blocks`` in 0.7-0.8).
 * V1 (0.8 and later): ``Model loading took 7.6785 GiB and 2.19 seconds`` (``GiB memory and`` from about 0.10),
@@ -90,14 +93,19 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         re.compile(r"x gpu_memory_utilization \(" + _NUM + r"\)"),
         "f",
     ),
-    ("weights_gib", "v0-profile", re.compile(r"model weights take " + _NUM + r"\s*GiB"), "f"),
+    ("weights_gib", "v0-profile", re.compile(r"model weights take\s+" + _NUM + r"\s*GiB"), "f"),
     ("non_torch_gib", "v0-profile", re.compile(r"non_torch_memory takes " + _NUM + r"\s*GiB"), "f"),
     (
         "activation_gib",
         "v0-profile",
-        re.compile(r"PyTorch activation peak memory takes " + _NUM + r"\s*GiB"),
+        re.compile(r"PyTorch activation peak memory(?: takes)?\s+" + _NUM + r"\s*GiB"),
         "f",
     ),
+    # 0.6.5's table (vllm PR#10511): "total_gpu_memory     79.22GiB", "non_torch_memory     1.79GiB", ...
+    ("total_gib", "v0-0.6.5", re.compile(r"total_gpu_memory\s+" + _NUM + r"\s*GiB"), "f"),
+    ("gpu_memory_utilization", "v0-0.6.5", re.compile(r"gpu_memory_utilization\s+" + _NUM), "f"),
+    ("non_torch_gib", "v0-0.6.5", re.compile(r"non_torch_memory\s+" + _NUM + r"\s*GiB"), "f"),
+    ("kv_cache_gib", "v0-0.6.5", re.compile(r"available_kv_cache_memory\s+" + _NUM + r"\s*GiB"), "min"),
     (
         "kv_cache_gib",
         "v0-profile",

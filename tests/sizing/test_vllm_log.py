@@ -54,6 +54,23 @@ def test_v0_four_line_summary_printed_by_every_rank():
     assert "v0-profile" in facts.formats
 
 
+def test_v0_065_table():
+    facts = parse_startup_log(logs.V0_065_TABLE)
+    assert (facts.total_gib, facts.gpu_memory_utilization) == (79.22, 0.90)
+    assert (facts.weights_gib, facts.non_torch_gib, facts.activation_gib, facts.kv_cache_gib) == (
+        14.96,
+        1.79,
+        1.26,
+        53.29,
+    )
+    assert facts.engine == "v0"
+    # the -tp 2 excerpt stops before its KV line: read as far as it goes, refused for calibration
+    tp2 = read_startup_log(logs.V0_065_TABLE_TP2)
+    assert (tp2.weights_gib, tp2.non_torch_gib) == (7.48, 3.58)
+    with pytest.raises(SizingInputError, match="found no KV cache line"):
+        parse_startup_log(logs.V0_065_TABLE_TP2)
+
+
 @pytest.mark.parametrize(
     ("text", "blocks", "tokens"),
     [(logs.V1_EARLY_BLOCKS, 127626, None), (logs.V1_EARLY_TOKENS, None, 2_042_016)],

@@ -94,3 +94,27 @@ V1_GRAPH_ESTIMATE = """\
 since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 \
 without CUDA graph memory profiling.
 """
+
+# vllm-project/vllm PR#10511 (comment by youkaichao, 2024-12-14): the 0.6.5 table, `vllm serve
+# meta-llama/Meta-Llama-3-8B` on an 80 GB H100, then the same at -tp 2 (non-torch memory doubles with TP).
+V0_065_TABLE = """\
+INFO 12-13 19:54:18 worker.py:243] Memory profiling results:
+INFO 12-13 19:54:18 worker.py:243] duration     0.75 seconds
+INFO 12-13 19:54:18 worker.py:243] total_gpu_memory     79.22GiB
+INFO 12-13 19:54:18 worker.py:243] gpu_memory_utilization       0.90
+INFO 12-13 19:54:18 worker.py:243] the current vLLM instance can use    71.29GiB
+INFO 12-13 19:54:18 worker.py:243] model weights take   14.96GiB
+INFO 12-13 19:54:18 worker.py:243] non_torch_memory     1.79GiB
+INFO 12-13 19:54:18 worker.py:243] PyTorch activation peak memory       1.26GiB
+INFO 12-13 19:54:18 worker.py:243] available_kv_cache_memory    53.29GiB
+"""
+V0_065_TABLE_TP2 = """\
+INFO 12-13 19:55:25 worker.py:243] Memory profiling results:
+INFO 12-13 19:55:25 worker.py:243] duration     3.49 seconds
+INFO 12-13 19:55:25 worker.py:243] total_gpu_memory     79.22GiB
+INFO 12-13 19:55:25 worker.py:243] gpu_memory_utilization       0.90
+INFO 12-13 19:55:25 worker.py:243] the current vLLM instance can use    71.29GiB
+INFO 12-13 19:55:25 worker.py:243] model weights take   7.48GiB
+INFO 12-13 19:55:25 worker.py:243] non_torch_memory     3.58GiB
+INFO 12-13 19:55:25 worker.py:243] PyTorch activation peak memory       1.26GiB
+"""
