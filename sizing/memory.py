@@ -16,8 +16,9 @@ What is calibrated, and on which calibration row of vllm-sizing.md section 2 (th
   ACT_BUFFERS is fitted on vllm#10517's two rows of one deployment at T 20000 and 29000 (0.6.4, which counts
   no sampler); SAMPLER_FP32_COPIES on what PR#10511 and vllm#15360 hold beyond that body. Row vllm#16141
   (one sequence) is out of sample.
-* non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 0.9 GiB per extra rank
-  (vllm#10702: 5.2-7.7 GiB at TP8; midpoint 6.45 = 0.2 + 7 x 0.89). It is not fitted on the section-2 rows.
+* non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 1.75 GiB per doubling
+  of TP, fitted on the TP growth of vllm PR#10511 (TP1 -> TP2) and Open-Reasoner-Zero#23 (TP4), checked on
+  vllm#10702 (5.2-7.7 GiB at TP8).
 * weights need no constant: parameter count x bytes, plus AWQ/GPTQ group scales, embeddings unquantised.
 """
 
@@ -44,7 +45,10 @@ ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per tok
 SAMPLER_FP32_COPIES = 3.6  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
 
 NON_TORCH_TP1_GIB = 0.2  # vllm-sizing.md 1.4: 0.03-0.35 GiB at TP1
-NON_TORCH_PER_EXTRA_RANK_GIB = 0.9  # vllm#10702: 5.2-7.7 GiB at TP8
+# NCCL and custom all-reduce buffers grow with each doubling of TP, not with each rank: vllm PR#10511 logs
+# 1.79 -> 3.58 GiB from TP1 to TP2 (+1.79), Open-Reasoner-Zero#23 5.24 GiB at TP4 (+3.45 over that TP1 base):
+# 1.75 GiB per doubling. Checked on vllm#10702 (5.2-7.7 GiB at TP8): 0.2 + 3 x 1.75 = 5.45.
+NON_TORCH_PER_TP_DOUBLING_GIB = 1.75
 
 # CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
 # V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
@@ -219,8 +223,9 @@ def activation_gib(model: ModelShape, tp: int, profile_tokens: int, profile_seqs
 
 
 def non_torch_gib(tp: int) -> float:
-    """CUDA/NCCL/cuBLAS memory outside torch's allocator; grows with TP (all-reduce buffers)."""
-    return NON_TORCH_TP1_GIB + NON_TORCH_PER_EXTRA_RANK_GIB * (tp - 1)
+    """CUDA/NCCL/cuBLAS memory outside torch's allocator; grows with each doubling of TP (all-reduce
+    buffers)."""
+    return NON_TORCH_TP1_GIB + NON_TORCH_PER_TP_DOUBLING_GIB * math.log2(tp)
 
 
 def cuda_graph_gib(model: ModelShape, engine: str = "v0", max_num_seqs: int = 256) -> float:
@@ -299,7 +304,7 @@ _SRC_SAMPLER = (
     "fp32 logits max_num_seqs x vocab x 3.6 copies; fitted on PR#10511 + vllm#15360, checked vllm#16141"
 )
 _SRC_NON_TORCH = (
-    "0.2 GiB at TP1 (ref 1.4: 0.03-0.35) + 0.9 GiB NCCL/custom all-reduce per extra rank (vllm#10702)"
+    "0.2 GiB at TP1 (ref 1.4) + 1.75 GiB of NCCL/all-reduce buffers per TP doubling (PR#10511, ORZ#23)"
 )
 _SRC_GRAPHS_V0 = "outside util: 0.5 + 0.03 GiB/layer, fitted on vllm#7553"
 _SRC_GRAPHS_V1 = "outside util: 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + gpustack/runner#251"
