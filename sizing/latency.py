@@ -18,13 +18,8 @@ from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
 from sizing.memory import Deployment, MemoryPlan
 from sizing.perf import PerfModel
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
+from sizing.stats import percentile
+from sizing.traces import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -142,17 +137,6 @@ def _quantile(mean: int, cv: float) -> float:
         return float(mean)
     sigma2 = math.log(1 + cv**2)
     return mean * math.exp(LENGTH_QUANTILE_Z * math.sqrt(sigma2) - sigma2 / 2)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) with linear interpolation; 0 for no values."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -273,6 +257,7 @@ def simulate(
     backlog = engine.num_waiting
     done += engine.advance(end + 1e7)  # drain
     skip = int(len(reqs) * warmup_fraction)
+    # ignored: the engine's ids are Hashable; this simulator submits ints (the requests' indices)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
     return summarize(kept, workload.rate / replicas, busy, backlog)
 

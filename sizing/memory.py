@@ -103,6 +103,7 @@ class Deployment:
     calibration: Calibration | None = None  # from ``fleet size calibrate``; see sizing.calibration
 
     def with_(self, **changes: object) -> Deployment:
+        # ignored: replace() cannot check **changes against the fields; it raises TypeError on a wrong name
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
