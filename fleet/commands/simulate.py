@@ -156,7 +156,10 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
-    _check_size(spec, hours)
+    try:
+        _check_size(spec, hours)  # reads the trace to bound the run: a missing file surfaces here
+    except WorkloadError as exc:
+        fail(f"--workload: {exc}")
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
