@@ -28,6 +28,8 @@ from pydantic import (
 )
 
 from policies import metrics as m
+from policies.capacity import CapacityMix, ZoneSpec
+from policies.capacity import duplicates as capacity_duplicates
 
 # ---- value types -------------------------------------------------------------------------------------------
 
@@ -629,6 +631,28 @@ class GroupSpec(_Model):
     stabilization: Stabilization = Field(default_factory=Stabilization)
     isolation: IsolationSpec = Field(default_factory=IsolationSpec)
     guardrails: Guardrails = Field(default_factory=Guardrails)
+    # GPU capacity (issue 17, policies/capacity.py): the fallback ladder and how capacity is bought.
+    model: str | None = Field(
+        default=None,
+        description="the model served (sizing catalog name): instance_types are checked to hold it",
+    )
+    instance_types: tuple[str, ...] = Field(
+        default=(), description="instance types in priority order: the fallback ladder"
+    )
+    zones: tuple[ZoneSpec, ...] = Field(
+        default=(), description="zones (with their vSwitches) in priority order"
+    )
+    capacity_mix: CapacityMix | None = None
+    economical_mode: bool = Field(
+        default=False, description="scale in by stopping (ESS ScalingPolicy recycle): restarts are faster"
+    )
+
+    @model_validator(mode="after")
+    def _capacity_keys(self) -> GroupSpec:
+        problems = capacity_duplicates(self.instance_types, self.zones)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="before")
     @classmethod

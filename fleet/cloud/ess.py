@@ -38,6 +38,7 @@ ACTIONS: tuple[str, ...] = (
     "ExitStandby",
     "RemoveInstances",
     "SetInstancesProtection",
+    "ModifyScalingConfiguration",  # the capacity ladder (issue 17)
 )
 
 PAGE_SIZE = 50  # ESS's maximum PageSize
@@ -63,6 +64,7 @@ class EssSdkClient(Protocol):
     def exit_standby(self, request: m.ExitStandbyRequest) -> Any: ...
     def remove_instances(self, request: m.RemoveInstancesRequest) -> Any: ...
     def set_instances_protection(self, request: m.SetInstancesProtectionRequest) -> Any: ...
+    def modify_scaling_configuration(self, request: m.ModifyScalingConfigurationRequest) -> Any: ...
 
 
 class EssApi(Protocol):
@@ -260,6 +262,25 @@ class EssAdapter:
             default_cooldown=default_cooldown_s,
         )
         # Absolute values: repeating the call is harmless, so it is retried like a read.
+        self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
+
+    def modify_scaling_configuration(
+        self, config_id: str, *, instance_types: Sequence[str], spot_strategy: str | None = None
+    ) -> None:
+        """The configuration's instance types in priority order (and its SpotStrategy): how the service moves
+        a group along its capacity ladder. Absolute values, so retried like a read."""
+        req = m.ModifyScalingConfigurationRequest(
+            scaling_configuration_id=config_id,
+            instance_types=list(instance_types),
+            spot_strategy=spot_strategy,
+        )
+        self._call(
+            "ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req)
+        )
+
+    def set_vswitch_order(self, group_id: str, vswitch_ids: Sequence[str]) -> None:
+        """The group's vSwitches in priority order (MultiAZPolicy PRIORITY tries them in this order)."""
+        req = m.ModifyScalingGroupRequest(scaling_group_id=group_id, v_switch_ids=list(vswitch_ids))
         self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
 
     def create_scheduled_task(
@@ -499,6 +520,8 @@ def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
         stopped_capacity=_int(g.stopped_capacity),
         scaling_policy=g.scaling_policy,
         default_cooldown_s=_int(g.default_cooldown),
+        active_configuration_id=g.active_scaling_configuration_id,
+        vswitch_ids=tuple(g.v_switch_ids or ()),
     )
 
 
@@ -523,6 +546,8 @@ def _activity(a: m.DescribeScalingActivitiesResponseBodyScalingActivities, group
         start_time=parse_time(a.start_time),
         end_time=parse_time(a.end_time),
         total_capacity=_opt_int(a.total_capacity),
+        status_message=a.status_message,
+        error_code=(a.error_messages[0].code if a.error_messages else None) or a.error_code or None,
     )
 
 

@@ -394,6 +394,40 @@ def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
     con.print(table)
 
 
+@bench_app.command("capacity")
+def bench_capacity(
+    json_out: bool = typer.Option(False, "--json", help="Print {scenario: {variant: summary}} as JSON."),
+    config: Path | None = typer.Option(
+        None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
+    ),
+    hours: float = typer.Option(12.0, "--hours", help="Simulated hours per run (from local midnight)."),
+    scenario: list[str] = typer.Option([], "--scenario", help="stockout, spot or economical (repeatable)."),
+) -> None:
+    """Stock-outs, spot reclaims, economical mode: ours, ours without the feature, ESS-native (issue 17)."""
+    from fleet.sim.capacity_bench import bench_capacity as run_bench
+    from fleet.sim.capacity_bench import scenarios, verdicts
+
+    known = set(scenarios(hours))
+    bad = [s for s in scenario if s not in known]
+    if bad:
+        fail(f"--scenario: {', '.join(bad)} unknown; one of {', '.join(sorted(known))}")
+    if not 6.0 < hours <= 48.0:
+        fail(f"--hours: {hours} must be above 6 (the stock-out starts at 06:00) and at most 48")
+    cfg = _load(config)
+
+    def progress(label: str) -> None:
+        if not json_out:
+            err_console.print(f"running {label}")
+
+    results = run_bench(cfg, hours=hours, only=scenario, progress=progress)
+    if json_out:
+        print_json({"results": results, "verdicts": verdicts(results)})
+        return
+    print_bench_tables(results)
+    for line in verdicts(results):
+        console.print(line, highlight=False)
+
+
 def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table

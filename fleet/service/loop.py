@@ -27,6 +27,8 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
+from fleet.service.capacity import CapacityManager
+from fleet.service.capacity_store import view as capacity_view
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
@@ -114,6 +116,14 @@ class Service:
             notify=self._notify,
             notify_scale_min_change=settings.notify_scale_min_change,
         )
+        self.capacity = CapacityManager(
+            clients.ess,
+            store,
+            specs,
+            service=settings.service_name,
+            dry_run=dry_run,
+            notify=self._notify,
+        )
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
@@ -191,6 +201,9 @@ class Service:
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
         self._reconcile(observation, lease, result)
         self._actuate(plan, observation, now, lease, fence, paused, result)
+        # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
+        targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        result.errors.extend(self.capacity.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
@@ -521,7 +534,9 @@ class Service:
         """The view behind GET /status and `fleet status`."""
         plan = self.last_tick.plan if self.last_tick else None
         names = [s.name for s in self.specs]
-        return service_status(self.store, self.clock(), names, self.health(), self.last_observation, plan)
+        view = service_status(self.store, self.clock(), names, self.health(), self.last_observation, plan)
+        view["capacity"] = capacity_view(self.store)
+        return view
 
     def close(self, release_lease: bool = True) -> None:
         if release_lease:

@@ -185,7 +185,8 @@ class Observer:
             return g
         measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
         all_ids = [i.instance_id for i in g.instances]
-        if self.read_ecs and all_ids and spec.isolation.enabled:
+        spot = spec.capacity_mix is not None and spec.capacity_mix.buys_spot  # reclaim notices are ECS events
+        if self.read_ecs and all_ids and (spec.isolation.enabled or spot):
             self._read_ecs(g, all_ids, obs)
         for canonical in sorted(needed_metrics(spec)):
             self._read_metric(g, canonical, measured, now, obs)

@@ -5,6 +5,7 @@ report all import them from here, so none of them imports another to get a type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -76,6 +77,10 @@ class SimOptions:
     model_error_pct: float = 0.0
     # Instances the workload's 1-minute peak needs at the calibrated capacity (before clamping to max_size).
     peak_need: int | None = None
+    # Economical mode: ordering a stopped instance's start to serving (None: the cold start).
+    restart_s: float | None = None
+    # Settings the group's Terraform would give the fake group (capacity bench): called once it exists.
+    group_setup: Callable[[Any, str], None] | None = None
 
 
 @dataclass
