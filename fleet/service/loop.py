@@ -27,6 +27,9 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
+from fleet.service.capacity import CapacityTable
+from fleet.service.demand import DemandLog
+from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
@@ -37,7 +40,7 @@ from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import History, Incident, Plan, WarningCode
+from policies.model import DemandInputs, History, Incident, Plan, Snapshot, WarningCode
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -108,6 +111,9 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
+        # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
+        self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
+        self.capacity = CapacityTable()
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     # -- the tick -------------------------------------------------------------------------------------
@@ -152,6 +158,7 @@ class Service:
         snapshot, unmatched = build_snapshot(
             self.store, self.specs, now, observation, paused, requests, history
         )
+        self._add_demand(snapshot, observation, now)
         plan = decide(snapshot, self.policy, history, now)
         result.plan = plan
 
@@ -174,6 +181,29 @@ class Service:
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
+    def _add_demand(self, snapshot: Snapshot, observation: Observation, now: datetime) -> None:
+        """Record each predictive group's demand and give the policy its history and capacity table value."""
+        for spec in self.specs:
+            if spec.predictive.mode == "off":
+                continue
+            g = observation.groups.get(spec.name)
+            gs = snapshot.group(spec.name)
+            if g is None or gs is None:
+                continue
+            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == "InService"]
+            reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
+            if reading is not None:
+                self.demand.record(spec.name, reading)
+            prompt, output = self.demand.mix(spec.name, now)
+            cap = self.capacity.lookup(spec, prompt, output)
+            gs.demand = DemandInputs(
+                history=self.demand.series(spec.name, now),
+                capacity_rps=cap.rps,
+                capacity_source=cap.source,
+                prompt_tokens=cap.prompt_tokens,
+                output_tokens=cap.output_tokens,
+            )
+
     def _load_history(self) -> History | None:
         raw = self.store.load_history()
         return None if raw is None else History.model_validate(raw)
@@ -356,6 +386,7 @@ class Service:
         for state, n in by_state.items():
             self.metrics.incidents.labels(state=state).set(n)
         paused = self.store.paused_groups()
+        self._predictive_gauges(plan)
         for name, g in observation.groups.items():
             self.metrics.paused.labels(group=name).set(1 if name in paused else 0)
             for metric, age in g.staleness_s.items():
@@ -366,6 +397,30 @@ class Service:
                     g.group.desired_capacity or g.group.total_capacity
                 )
                 self.metrics.in_service.labels(group=name).set(g.count("InService"))
+
+    def _predictive_gauges(self, plan: Plan) -> None:
+        for gp in plan.groups:
+            inputs = gp.predictive
+            if not inputs:
+                continue
+            for key in (
+                "demand_rps",
+                "forecast_rps",
+                "forecast_upper_rps",
+                "forecast_lower_rps",
+                "capacity_per_instance_rps",
+                "capacity_correction",
+                "predictive_target",
+                "burstiness",
+            ):
+                value = inputs.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self.metrics.predictive.labels(group=gp.group, field=key).set(value)
+            mape, cover = inputs.get("forecast_mape_pct"), inputs.get("forecast_coverage")
+            if isinstance(mape, int | float):
+                self.metrics.forecast_mape.labels(group=gp.group).set(mape)
+            if isinstance(cover, int | float):
+                self.metrics.forecast_coverage.labels(group=gp.group).set(cover)
 
     def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:

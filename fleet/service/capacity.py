@@ -1,0 +1,101 @@
+"""The capacity table: requests/s one instance of a group serves within its SLOs, per token mix.
+
+The sizing engine (``sizing.capacity``, the same model ``fleet size`` uses: model, instance type, TP, vLLM
+settings) is run once per mix and cached; mixes are bucketed geometrically (``MIX_STEP``) so that the table
+is tabulated once per mix, not once per tick. A group with ``predictive.capacity_rps`` uses that measured
+value instead. The policy gets the value for the observed mix in ``GroupSnapshot.demand``; the online
+correction of it lives in the policy (``policies.scaling.demand``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from policies.spec import GroupSpec
+
+log = logging.getLogger(__name__)
+
+MIX_STEP = 1.15  # token-mix buckets: 15 % apart
+DEFAULT_PROMPT_TOKENS = 1000.0  # before any request has been seen
+DEFAULT_OUTPUT_TOKENS = 200.0
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def bucket(tokens: float) -> float:
+    """The bucket centre for a mean token count."""
+    k = round(math.log(max(tokens, 1.0)) / math.log(MIX_STEP))
+    return float(MIX_STEP**k)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    rps: float | None
+    source: str  # "measured", "sizing <model> on <type> ...", or why it is unknown
+    prompt_tokens: float
+    output_tokens: float
+
+
+class CapacityTable:
+    """Cached per-instance capacity by (group hardware, SLOs, mix bucket)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[object, ...], float] = {}
+
+    def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
+        pred = spec.predictive
+        p = bucket(prompt_tokens or DEFAULT_PROMPT_TOKENS)
+        o = bucket(output_tokens or DEFAULT_OUTPUT_TOKENS)
+        if pred.capacity_rps is not None:
+            return Capacity(pred.capacity_rps, "measured (predictive.capacity_rps)", p, o)
+        if not (pred.model and pred.instance_type):
+            return Capacity(None, "no model and instance_type", p, o)
+        slo = spec.slo_ttft_p99_ms
+        key = (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
+        if key not in self._cache:
+            self._cache[key] = self._tabulate(spec, p, o)
+        rps = self._cache[key]
+        source = f"sizing {pred.model} on {pred.instance_type} at {p:.0f}/{o:.0f} tokens"
+        return Capacity(rps if rps > 0 else None, source if rps > 0 else source + ": misses the SLO", p, o)
+
+    def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
+        from sizing import Deployment, SizingInputError, find_gpu, find_instance, find_model
+        from sizing.capacity import capacity_rps
+
+        pred = spec.predictive
+        assert pred.model and pred.instance_type
+        try:
+            inst = find_instance(pred.instance_type)
+            model = find_model(pred.model)
+            dep = Deployment(
+                model,
+                find_gpu(inst.gpu),
+                tp=pred.tp or inst.gpus,
+                max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
+            )
+            per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms)
+        except SizingInputError as exc:
+            log.warning("capacity of %s: %s", spec.name, exc)
+            return 0.0
+        engines = max(1, inst.gpus // (pred.tp or inst.gpus))
+        return per_engine * engines
+
+
+def validate_hardware(spec: GroupSpec) -> str | None:
+    """A problem with the group's predictive model / instance type, in one line; None when it is usable."""
+    pred = spec.predictive
+    if pred.capacity_rps is not None or not (pred.model or pred.instance_type):
+        return None
+    from sizing import SizingInputError, find_instance, find_model
+
+    try:
+        if pred.model:
+            find_model(pred.model)
+        if pred.instance_type:
+            inst = find_instance(pred.instance_type)
+            if pred.tp is not None and inst.gpus % pred.tp:
+                return f"predictive.tp {pred.tp} does not divide the {inst.gpus} GPUs of {inst.name}"
+    except SizingInputError as exc:
+        return str(exc)
+    return None

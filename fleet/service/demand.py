@@ -1,0 +1,221 @@
+"""The demand history of each group: recorded every tick, kept per minute in the store, read as a series.
+
+The service records what its InService instances report (the sum of ``request_rate``, the rate-weighted
+token mix) when every one of them reported a fresh value: a partial or stale reading is not demand, and a
+minute without one stays a hole (unknown, not zero). Each minute's mean becomes one row of
+``demand_samples``; the series the policy reads is held in memory, loaded from the store on the first tick
+(so a restart or a takeover resumes from what the last leader wrote) and appended to thereafter, so a tick
+costs one small write a minute rather than a read of days of rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from fleet.service.store import Store, demand_samples
+from policies import metrics as pm
+from policies.model import DemandSeries, MetricSample
+
+STEP_S = 60.0
+
+
+@dataclass(frozen=True)
+class DemandReading:
+    """One group's demand at one time."""
+
+    at: datetime
+    rps: float
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+
+
+def _fresh(s: MetricSample | None, now: datetime, stale_s: float) -> bool:
+    return s is not None and math.isfinite(s.value) and (now - s.at).total_seconds() <= stale_s
+
+
+def read_demand(
+    instances_in_service: Iterable[str],
+    metrics: Mapping[str, Mapping[str, MetricSample]],
+    now: datetime,
+    stale_after_s: float,
+) -> DemandReading | None:
+    """The group's demand from its InService instances' samples; None unless every one reported freshly."""
+    ids = list(instances_in_service)
+    if not ids:
+        return None
+    total = 0.0
+    mix: dict[str, list[tuple[float, float]]] = {pm.PROMPT_TOKENS_PER_REQUEST: [], pm.OUTPUT_TOKENS_PER_REQUEST: []}
+    for iid in ids:
+        m = metrics.get(iid, {})
+        rate = m.get(pm.REQUEST_RATE)
+        if rate is None or not _fresh(rate, now, stale_after_s):
+            return None
+        total += rate.value
+        for name, pairs in mix.items():
+            tok = m.get(name)
+            if tok is not None and _fresh(tok, now, stale_after_s):
+                pairs.append((tok.value, max(rate.value, 1e-6)))
+
+    def weighted(pairs: list[tuple[float, float]]) -> float | None:
+        w = sum(x for _, x in pairs)
+        return sum(v * x for v, x in pairs) / w if pairs and w > 0 else None
+
+    return DemandReading(
+        now,
+        total,
+        weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
+        weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
+    )
+
+
+def minute_of(at: datetime) -> datetime:
+    at = at.astimezone(UTC)
+    return at.replace(second=0, microsecond=0)
+
+
+@dataclass
+class _Minute:
+    at: datetime
+    rps: list[float] = field(default_factory=list)
+    prompt: list[float] = field(default_factory=list)
+    output: list[float] = field(default_factory=list)
+
+    def mean(self, values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+
+@dataclass
+class _GroupLog:
+    rps: dict[datetime, float] = field(default_factory=dict)  # minute -> mean rps
+    prompt: float | None = None  # the newest mix
+    output: float | None = None
+    open: _Minute | None = None
+
+
+class DemandLog:
+    """Per-group minute series of demand, persisted in ``demand_samples``."""
+
+    def __init__(self, store: Store, history_s: Mapping[str, float]) -> None:
+        self.store = store
+        self.history_s = dict(history_s)
+        self._groups: dict[str, _GroupLog] = {}
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def record(self, group: str, reading: DemandReading) -> None:
+        """Add one tick's reading; a finished minute is written to the store."""
+        log = self._log(group, reading.at)
+        minute = minute_of(reading.at)
+        if log.open is not None and log.open.at != minute:
+            self._close(group, log)
+        if log.open is None:
+            log.open = _Minute(minute)
+        log.open.rps.append(reading.rps)
+        if reading.prompt_tokens is not None:
+            log.open.prompt.append(reading.prompt_tokens)
+            log.prompt = reading.prompt_tokens
+        if reading.output_tokens is not None:
+            log.open.output.append(reading.output_tokens)
+            log.output = reading.output_tokens
+
+    def _close(self, group: str, log: _GroupLog) -> None:
+        m = log.open
+        assert m is not None
+        log.open = None
+        rps = m.mean(m.rps)
+        if rps is None:
+            return
+        log.rps[m.at] = rps
+        self.write(group, [DemandReading(m.at, rps, m.mean(m.prompt), m.mean(m.output))])
+
+    def write(self, group: str, rows: Iterable[DemandReading]) -> int:
+        """Insert minute rows (a minute already stored is left as it is); the number written."""
+        values = [
+            {
+                "service": self.store.service,
+                "group_name": group,
+                "at": minute_of(r.at),
+                "request_rate_rps": float(r.rps),
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.output_tokens,
+            }
+            for r in rows
+        ]
+        if not values:
+            return 0
+        with self.store.begin() as conn:
+            existing = {
+                row.at
+                for row in conn.execute(
+                    sa.select(demand_samples.c.at).where(
+                        demand_samples.c.service == self.store.service,
+                        demand_samples.c.group_name == group,
+                        demand_samples.c.at >= min(v["at"] for v in values),
+                        demand_samples.c.at <= max(v["at"] for v in values),
+                    )
+                )
+            }
+            fresh = [v for v in values if v["at"] not in existing]
+            if fresh:
+                conn.execute(sa.insert(demand_samples), fresh)
+        log = self._groups.get(group)
+        if log is not None:
+            for v in fresh:
+                log.rps[v["at"]] = v["request_rate_rps"]
+        return len(fresh)
+
+    # -- reads -----------------------------------------------------------------------------------------
+    def rows(self, group: str, since: datetime, until: datetime | None = None) -> list[DemandReading]:
+        q = sa.select(demand_samples).where(
+            demand_samples.c.service == self.store.service,
+            demand_samples.c.group_name == group,
+            demand_samples.c.at >= since,
+        )
+        if until is not None:
+            q = q.where(demand_samples.c.at <= until)
+        with self.store.begin() as conn:
+            result = conn.execute(q.order_by(demand_samples.c.at))
+            return [
+                DemandReading(r.at, r.request_rate_rps, r.prompt_tokens, r.output_tokens) for r in result
+            ]
+
+    def _log(self, group: str, now: datetime) -> _GroupLog:
+        log = self._groups.get(group)
+        if log is None:
+            log = _GroupLog()
+            span = self.history_s.get(group, 7 * 86400.0)
+            for r in self.rows(group, now - timedelta(seconds=span)):
+                log.rps[minute_of(r.at)] = r.rps
+                log.prompt = r.prompt_tokens if r.prompt_tokens is not None else log.prompt
+                log.output = r.output_tokens if r.output_tokens is not None else log.output
+            self._groups[group] = log
+        return log
+
+    def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:
+        log = self._log(group, now)
+        return log.prompt, log.output
+
+    def series(self, group: str, now: datetime) -> DemandSeries | None:
+        """The minutes of the last ``history`` up to ``now`` (the open minute included), oldest first."""
+        log = self._log(group, now)
+        span = self.history_s.get(group, 7 * 86400.0)
+        start = minute_of(now - timedelta(seconds=span))
+        for old in [k for k in log.rps if k < start]:
+            del log.rps[old]
+        values = dict(log.rps)
+        if log.open is not None and log.open.rps:
+            values[log.open.at] = sum(log.open.rps) / len(log.open.rps)
+        if not values:
+            return None
+        first = min(values)
+        n = int((minute_of(now) - first).total_seconds() // STEP_S) + 1
+        rps: list[float | None] = [None] * n
+        for at, v in values.items():
+            i = int((at - first).total_seconds() // STEP_S)
+            if 0 <= i < n:
+                rps[i] = v
+        return DemandSeries(start=first, step_s=STEP_S, rps=rps)
