@@ -37,7 +37,8 @@ MIN_UPPER = 1.08  # even a perfect record keeps 8 % above the mean (the record i
 DEFAULT_UPPER = 1.2  # no record yet
 DEFAULT_LOWER = 0.7
 MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
-MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
+MIN_RECORD = 20
+MAX_BURSTINESS = 3.0  # beyond this the minute-to-minute swings are demand changes the forecast follows  # judged forecasts before the record sets the quantiles
 
 
 class Method(StrEnum):
@@ -71,6 +72,8 @@ class _Index:
         """The mean of the known buckets whose start lies in [t0, t1)."""
         i0 = max(0, math.ceil((t0_s - self.start_s) / self.step_s - 1e-9))
         i1 = min(len(self.rps), math.ceil((t1_s - self.start_s) / self.step_s - 1e-9))
+        if i1 <= i0:
+            return None  # (a negative end would slice from the other end)
         known = [v for v in self.rps[i0:i1] if v is not None]
         return sum(known) / len(known) if known else None
 
@@ -82,11 +85,24 @@ class _Index:
         return 0.0
 
 
+MIN_LEVEL_BUCKETS = 5  # known buckets in the level window before there is a level at all
+
+
+def _known(idx: _Index, t0_s: float, t1_s: float) -> int:
+    i0 = max(0, math.ceil((t0_s - idx.start_s) / idx.step_s - 1e-9))
+    i1 = min(len(idx.rps), math.ceil((t1_s - idx.start_s) / idx.step_s - 1e-9))
+    return sum(1 for v in idx.rps[i0:i1] if v is not None) if i1 > i0 else 0
+
+
 def _level_trend(idx: _Index, now_s: float) -> tuple[float | None, float]:
-    level = idx.mean(now_s - LEVEL_WINDOW_S, now_s)
-    before = idx.mean(now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S)
+    if _known(idx, now_s - LEVEL_WINDOW_S, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
+        return None, 0.0  # a fresh start or an outage: no level yet
+    level = idx.mean(now_s - LEVEL_WINDOW_S, now_s + idx.step_s)
     if level is None:
         return None, 0.0
+    if _known(idx, now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S) < MIN_LEVEL_BUCKETS:
+        return level, 0.0  # no slope from a window that hardly saw anything
+    before = idx.mean(now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S)
     slope = 0.0 if before is None else (level - before) / LEVEL_WINDOW_S
     return level, slope
 
@@ -107,7 +123,8 @@ def _seasonal(idx: _Index, now_s: float, ahead_s: float, level: float, lag_s: fl
 
 def _blend(idx: _Index, now_s: float, ahead_s: float, level: float, slope: float) -> tuple[float, bool]:
     damped = TREND_DAMPING_S * (1 - math.exp(-ahead_s / TREND_DAMPING_S))
-    trend = max(0.0, level + slope * damped)
+    # a slope never more than halves or adds half of the level within the horizon: noise is not a trend
+    trend = level + max(-0.5 * level, min(0.5 * level, slope * damped))
     day = _seasonal(idx, now_s, ahead_s, level, DAY_S)
     week = _seasonal(idx, now_s, ahead_s, level, WEEK_S)
     if day is None and week is None:
@@ -225,4 +242,4 @@ def burstiness(series: DemandSeries | None, now: datetime, window_s: float = 180
         return 1.0
     diffs = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
     var = sum(diffs) / len(diffs) / 2
-    return min(10.0, max(1.0, var / mean))
+    return min(MAX_BURSTINESS, max(1.0, var / mean))

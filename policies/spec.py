@@ -433,7 +433,7 @@ class Predictive(_Model):
         description="how far ahead capacity is planned; default cold_start + 2 min, never below cold_start",
     )
     headroom: float = Field(
-        default=1.0,
+        default=0.5,
         ge=0,
         le=5,
         description="square-root staffing beta: c = R + headroom x sqrt(R) x burstiness (0.5-2 usual)",
@@ -462,6 +462,16 @@ class Predictive(_Model):
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on / off as a boolean: `mode: on` must still mean "on"
+        if value is True:
+            return PredictiveMode.ON
+        if value is False:
+            return PredictiveMode.OFF
+        return value
 
     @model_validator(mode="after")
     def _capacity_source(self) -> Predictive:

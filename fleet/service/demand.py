@@ -22,6 +22,7 @@ from policies import metrics as pm
 from policies.model import DemandSeries, MetricSample
 
 STEP_S = 60.0
+MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,21 @@ def read_demand(
     now: datetime,
     stale_after_s: float,
 ) -> DemandReading | None:
-    """The group's demand from its InService instances' samples; None unless every one reported freshly."""
+    """The group's demand: the sum of its InService instances' fresh arrival rates; None unless at least half
+    of them reported. The sum is not scaled up for the silent ones: they are fresh instances that the load
+    balancer has only begun to send to, and the arrivals are counted where they landed."""
     ids = list(instances_in_service)
     if not ids:
         return None
     total = 0.0
+    known = 0
     mix: dict[str, list[tuple[float, float]]] = {pm.PROMPT_TOKENS_PER_REQUEST: [], pm.OUTPUT_TOKENS_PER_REQUEST: []}
     for iid in ids:
         m = metrics.get(iid, {})
         rate = m.get(pm.REQUEST_RATE)
         if rate is None or not _fresh(rate, now, stale_after_s):
-            return None
+            continue
+        known += 1
         total += rate.value
         for name, pairs in mix.items():
             tok = m.get(name)
@@ -65,6 +70,8 @@ def read_demand(
         w = sum(x for _, x in pairs)
         return sum(v * x for v, x in pairs) / w if pairs and w > 0 else None
 
+    if known * 2 < len(ids):
+        return None
     return DemandReading(
         now,
         total,
@@ -95,6 +102,7 @@ class _GroupLog:
     prompt: float | None = None  # the newest mix
     output: float | None = None
     open: _Minute | None = None
+    mix: dict[datetime, tuple[float | None, float | None, float]] = field(default_factory=dict)
 
 
 class DemandLog:
@@ -130,6 +138,7 @@ class DemandLog:
         if rps is None:
             return
         log.rps[m.at] = rps
+        log.mix[m.at] = (m.mean(m.prompt), m.mean(m.output), max(rps, 1e-6))
         self.write(group, [DemandReading(m.at, rps, m.mean(m.prompt), m.mean(m.output))])
 
     def write(self, group: str, rows: Iterable[DemandReading]) -> int:
@@ -190,14 +199,27 @@ class DemandLog:
             span = self.history_s.get(group, 7 * 86400.0)
             for r in self.rows(group, now - timedelta(seconds=span)):
                 log.rps[minute_of(r.at)] = r.rps
+                log.mix[minute_of(r.at)] = (r.prompt_tokens, r.output_tokens, max(r.rps, 1e-6))
                 log.prompt = r.prompt_tokens if r.prompt_tokens is not None else log.prompt
                 log.output = r.output_tokens if r.output_tokens is not None else log.output
             self._groups[group] = log
         return log
 
     def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:
+        """The token mix of the last ``MIX_WINDOW_S`` (rate-weighted), so the capacity does not flicker."""
         log = self._log(group, now)
-        return log.prompt, log.output
+        start = minute_of(now - timedelta(seconds=MIX_WINDOW_S))
+        recent = [(at, m) for at, m in log.mix.items() if at >= start]
+        for old in [at for at in log.mix if at < start]:
+            del log.mix[old]
+        out: list[float | None] = []
+        for k in (0, 1):
+            pairs = [(m[k], m[2]) for _, m in recent if m[k] is not None]
+            w = sum(x for _, x in pairs)
+            out.append(sum(v * x for v, x in pairs) / w if pairs and w > 0 else None)  # type: ignore[operator]
+        prompt = out[0] if out[0] is not None else log.prompt
+        output = out[1] if out[1] is not None else log.output
+        return prompt, output
 
     def series(self, group: str, now: datetime) -> DemandSeries | None:
         """The minutes of the last ``history`` up to ``now`` (the open minute included), oldest first."""

@@ -5,8 +5,8 @@ after the online correction, and the instances the forecast needs.
 The only writes to the history are here: the forecast's record (``forecast.judge`` / ``remember``) and the
 correction. The correction moves the sizing engine's capacity towards what the fleet really does, a little per
 tick and within ``1 +/- correction_bound``: down when P99 TTFT breaks the SLO while the instances run at least
-half loaded (the model promised more than they deliver), up when they run at or above the modelled capacity
-with P99 TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
+half loaded (the model promised more than they deliver), up when they run near the modelled capacity
+(at least ``UP_LOADED``) with P99 TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ CORRECTION_DOWN = 0.98  # per tick with the SLO broken under load
 CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
 LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken SLO blames the model
 KV_SLACK_PCT = 50.0
+UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
 
 
 @dataclass
@@ -61,7 +62,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def observed_demand(inp: ScalingInputs) -> Demand:
-    """Sum of the InService instances' fresh arrival rates (scaled up for partial coverage), their mix."""
+    """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix."""
     stale_s = inp.spec.stabilization.stale_after_s
     rates: list[float] = []
     prompts: list[tuple[float, float]] = []
@@ -90,7 +91,7 @@ def observed_demand(inp: ScalingInputs) -> Demand:
         return sum(v * w for v, w in pairs) / total if pairs and total > 0 else None
 
     return Demand(
-        rps=sum(rates) * n / len(rates),
+        rps=sum(rates),  # a fresh instance not reporting yet has had little traffic: not scaled up
         complete=len(rates) >= n,
         prompt_tokens=weighted(prompts),
         output_tokens=weighted(outputs),
@@ -116,7 +117,7 @@ def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) 
     util = d.rps / n / (model_rps * k)
     if d.ttft_p99_ms > slo and util >= LOADED:
         k *= CORRECTION_DOWN
-    elif util >= 1.0 and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT):
+    elif util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT):
         k *= CORRECTION_UP
     return min(1.0 + bound, max(1.0 - bound, k))
 
@@ -140,12 +141,12 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     burst = fc.burstiness(series, inp.now)
     cap = model_rps * correction if model_rps else None
     sig = DemandSignals(pred.mode, d, f, model_rps, cap, correction, burst)
-    if cap is not None and d.rps is not None:
+    if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
     else:
-        what = "capacity per instance" if cap is None else "request rate"
+        what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(
             PlanWarning(
                 code=WarningCode.DEMAND_UNKNOWN,
@@ -174,6 +175,7 @@ def _inputs(sig: DemandSignals, gh: GroupHistory) -> dict[str, Scalar]:
         "predictive_mode": sig.mode.value,
         "forecast_method": f.method.value,
         "forecast_peak_rps": _r(f.peak_rps),
+        "forecast_level_rps": _r(f.level_rps),
         "forecast_lower_rps": _r(f.lower_rps),
         "capacity_model_rps": _r(sig.capacity_model_rps),
         "capacity_correction": _r(sig.correction, 4),

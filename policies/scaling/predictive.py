@@ -76,7 +76,9 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
     """A rule scaled out: keep it, unless it is a burst the serving fleet covers (then the target holds)."""
     inp = ctx.inp
     serving = len(inp.view.serving)
-    covered = sig.need_now is not None and sig.demand.complete and sig.need_now <= serving
+    cap, rps = sig.capacity_rps, sig.demand.rps
+    # the mean load fits the serving instances: the queue drains without new ones
+    covered = cap is not None and rps is not None and sig.demand.complete and rps / cap <= serving
     longest = max(
         ((inp.now - t.since).total_seconds() for k, t in inp.gh.tracks.items() if k.startswith("out:")),
         default=0.0,
