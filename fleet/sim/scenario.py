@@ -226,6 +226,7 @@ def simulate(
 
     hardware = hardware or Hardware()
     spec_w = parse_workload_spec(workload)
+    config = with_predictive_hardware(config, group_index, hardware)
     group = config.groups[group_index]
     requests = build_workload(spec_w, hours * 3600.0, max_prompt_tokens=hardware.max_model_len - 512)
     factory = engine_factory or make_engine_factory(hardware)
@@ -240,6 +241,9 @@ def simulate(
         if capacity_cache is not None:
             capacity_cache[key] = test
     opts = sized_options(opts, requests, test, group.max_size)
+    from fleet.sim.history import history_rows
+
+    history, history_note = history_rows(spec_w, opts.history_days, opts.start, hours * 3600.0, seed=opts.seed)
     result = run(
         config,
         requests,
@@ -250,9 +254,26 @@ def simulate(
         workload_name=workload,
         group_index=group_index,
         progress=progress,
+        history=history,
     )
     result.extra["oracle_desired"] = oracle_plan(opts, group)
+    if history_note:
+        result.extra["history"] = history_note
     return result
+
+
+def with_predictive_hardware(config: Any, group_index: int, hardware: Hardware) -> Any:
+    """The config with the group's predictive capacity model on the simulated hardware (``--model`` and
+    ``--instance-type`` say what the instances are; the capacity model must size what really runs)."""
+    groups = list(config.groups)
+    spec = groups[group_index]
+    pred = spec.predictive
+    if pred.mode == "off" or pred.capacity_rps is not None:
+        return config
+    update = {"model": hardware.model, "instance_type": hardware.instance_type, "tp": hardware.tp}
+    update["max_model_len"] = hardware.max_model_len
+    groups[group_index] = spec.model_copy(update={"predictive": pred.model_copy(update=update)})
+    return config.model_copy(update={"groups": tuple(groups)})
 
 
 def run_start(spec: WorkloadSpec, start: Any) -> Any:
