@@ -243,3 +243,60 @@ def burstiness(series: DemandSeries | None, now: datetime, window_s: float = 180
     diffs = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
     var = sum(diffs) / len(diffs) / 2
     return min(MAX_BURSTINESS, max(1.0, var / mean))
+
+
+@dataclass(frozen=True)
+class HourForecast:
+    """The demand expected in one coming hour: its start, the mean, and the conservative lower quantile."""
+
+    start: datetime
+    mean_rps: float
+    upper_rps: float
+    lower_rps: float
+
+
+def hourly(
+    series: DemandSeries | None, now: datetime, hours: int, state: ForecastState
+) -> list[HourForecast]:
+    """The next ``hours`` whole hours from the seasonal predictor (empty with under a day of history).
+
+    Each hour's lower value is the lowest 5-minute mean of the same hour yesterday (and a week ago), times
+    today's level against then when that is below 1, times the measured lower band: a floor a morning ramp
+    can rely on, never one that a quiet day would find too high.
+    """
+    if series is None or not series.rps:
+        return []
+    idx = _Index(series)
+    now_s = now.timestamp()
+    level, _ = _level_trend(idx, now_s)
+    upper_k, lower_k = error_bands(state)
+    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    out: list[HourForecast] = []
+    for h in range(hours):
+        start = first + timedelta(hours=h)
+        weighted: list[tuple[float, float]] = []
+        lows: list[float] = []
+        for lag, share in ((DAY_S, 1 - WEEK_SHARE), (WEEK_S, WEEK_SHARE)):
+            got = _hour_then(idx, start.timestamp() - lag, now_s - lag, level)
+            if got is not None:
+                weighted.append((got[0], share))
+                lows.append(got[1])
+        if not weighted:
+            continue
+        mean = sum(v * w for v, w in weighted) / sum(w for _, w in weighted)
+        out.append(HourForecast(start, mean, mean * upper_k, min(lows) * lower_k))
+    return out
+
+
+def _hour_then(idx: _Index, t0_s: float, then_now_s: float, level: float | None) -> tuple[float, float] | None:
+    """(mean, lowest 5-minute mean) of the hour starting at ``t0_s``, rescaled to today's level."""
+    parts = [idx.mean(t0_s + k * 300.0, t0_s + (k + 1) * 300.0) for k in range(12)]
+    known = [p for p in parts if p is not None]
+    if len(known) < 6:
+        return None
+    ratio = 1.0
+    then_level = idx.mean(then_now_s - LEVEL_WINDOW_S, then_now_s)
+    if level is not None and then_level is not None and then_level > 1e-6:
+        ratio = min(RATIO_CLIP[1], max(RATIO_CLIP[0], level / then_level))
+    mean = sum(known) / len(known) * ratio
+    return mean, min(known) * min(1.0, ratio)

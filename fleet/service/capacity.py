@@ -13,7 +13,17 @@ import logging
 import math
 from dataclasses import dataclass
 
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from policies import forecast as fc
+from policies.model import ForecastState
+from policies.schedule import bounds
 from policies.spec import GroupSpec
+
+if TYPE_CHECKING:
+    from fleet.service.demand import DemandLog
+    from fleet.service.schedules import LearnedFloor
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +109,29 @@ def validate_hardware(spec: GroupSpec) -> str | None:
     except SizingInputError as exc:
         return str(exc)
     return None
+
+
+LEARNED_HOURS = 24  # learned floors cover the coming day
+
+
+def learned_floors(
+    spec: GroupSpec, demand: DemandLog, table: CapacityTable, state: ForecastState, now: datetime
+) -> list[LearnedFloor] | None:
+    """Per coming hour: the instances the forecast's lower quantile needs (no headroom: a floor, not a
+    target), never below the schedule floor of that hour. None with under a day of history (no seasonal
+    forecast: the learned tasks are left as they are)."""
+    from fleet.service.schedules import LearnedFloor
+
+    hours = fc.hourly(demand.series(spec.name, now), now, LEARNED_HOURS, state)
+    if not hours:
+        return None
+    prompt, output = demand.mix(spec.name, now)
+    cap = table.lookup(spec, prompt, output).rps
+    if cap is None:
+        return None
+    k = state.correction
+    out = []
+    for h in hours:
+        need = math.ceil(h.lower_rps / (cap * k) - 1e-9)
+        out.append(LearnedFloor(h.start, max(need, bounds(spec, h.start).floor)))
+    return out

@@ -27,20 +27,20 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
-from fleet.service.capacity import CapacityTable
+from fleet.service.capacity import CapacityTable, learned_floors
 from fleet.service.demand import DemandLog
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import Observation, Observer
-from fleet.service.schedules import TaskChange, sync_group
+from fleet.service.schedules import LearnedFloor, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import DemandInputs, History, Incident, Plan, Snapshot, WarningCode
+from policies.model import DemandInputs, ForecastState, History, Incident, Plan, Snapshot, WarningCode
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -258,14 +258,15 @@ class Service:
         complete = True
         for spec in self.specs:
             g = observation.groups.get(spec.name)
-            if g is None or not g.ok or g.group is None or not spec.schedules:
+            learned = self._learned_floors(spec, now)
+            if g is None or not g.ok or g.group is None or not (spec.schedules or learned is not None):
                 complete = complete and (g is not None and g.ok)
                 continue
             if not self.dry_run and not fence():
                 return changes
             try:
                 group_changes = sync_group(
-                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run
+                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run, learned=learned
                 )
             except CloudError as exc:
                 self._count_error(exc)
@@ -301,6 +302,19 @@ class Service:
         if complete:
             self._last_schedule_sync = now
         return changes
+
+    def _learned_floors(self, spec: GroupSpec, now: datetime) -> list[LearnedFloor] | None:
+        """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""
+        if spec.predictive.mode != "on" or not spec.predictive.learned_floors:
+            return None
+        return learned_floors(spec, self.demand, self.capacity, self._forecast_state(spec.name), now)
+
+    def _forecast_state(self, group: str) -> ForecastState:
+        raw = self.store.load_history()
+        if raw is None:
+            return ForecastState()
+        gh = History.model_validate(raw).groups.get(group)
+        return gh.forecast if gh is not None else ForecastState()
 
     # -- recording ------------------------------------------------------------------------------------
     def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> bool:
