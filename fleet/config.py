@@ -108,6 +108,17 @@ class GroupConfig(GroupSpec):
 
     metrics_source: MetricsSource = Field(default_factory=MetricsSource)
 
+    @model_validator(mode="after")
+    def _predictive_hardware(self) -> GroupConfig:
+        # the capacity model sizes what the sizing catalog knows: an unknown model or type is an error now,
+        # not a capacity that stays unknown at every tick
+        from fleet.service.capacity import validate_hardware
+
+        problem = validate_hardware(self)
+        if problem:
+            raise ValueError(f"predictive: {problem}")
+        return self
+
 
 _ENV: ContextVar[Mapping[str, str] | None] = ContextVar("fleet_config_env", default=None)
 
