@@ -37,8 +37,8 @@ MIN_UPPER = 1.08  # even a perfect record keeps 8 % above the mean (the record i
 DEFAULT_UPPER = 1.2  # no record yet
 DEFAULT_LOWER = 0.7
 MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
-MIN_RECORD = 20
-MAX_BURSTINESS = 3.0  # beyond this the minute-to-minute swings are demand changes the forecast follows  # judged forecasts before the record sets the quantiles
+MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
+MAX_BURSTINESS = 3.0  # beyond this the minute-to-minute swings are demand changes the forecast follows
 
 
 class Method(StrEnum):
@@ -207,7 +207,9 @@ def remember(state: ForecastState, now: datetime, fc: Forecast, horizon_s: float
         return state
     _, at_horizon = fc.points[-1]
     upper_k, _ = error_bands(state)
-    entry = PendingForecast(due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * upper_k)
+    entry = PendingForecast(
+        due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * upper_k
+    )
     pending = [*state.pending, entry][-MAX_RECORD:]
     return state.model_copy(update={"pending": pending, "last_at": now})
 
@@ -288,7 +290,9 @@ def hourly(
     return out
 
 
-def _hour_then(idx: _Index, t0_s: float, then_now_s: float, level: float | None) -> tuple[float, float] | None:
+def _hour_then(
+    idx: _Index, t0_s: float, then_now_s: float, level: float | None
+) -> tuple[float, float] | None:
     """(mean, lowest 5-minute mean) of the hour starting at ``t0_s``, rescaled to today's level."""
     parts = [idx.mean(t0_s + k * 300.0, t0_s + (k + 1) * 300.0) for k in range(12)]
     known = [p for p in parts if p is not None]

@@ -412,7 +412,7 @@ class Stabilization(_Model):
 
 
 class PredictiveMode(StrEnum):
-    """What the capacity-model forecast does: nothing, record what it would do (AWS's ForecastOnly), or act."""
+    """What the predictive scaler does: nothing, record what it would do (AWS's ForecastOnly), or act."""
 
     OFF = "off"
     FORECAST_ONLY = "forecast-only"
@@ -475,11 +475,9 @@ class Predictive(_Model):
 
     @model_validator(mode="after")
     def _capacity_source(self) -> Predictive:
-        if self.mode != PredictiveMode.OFF and self.capacity_rps is None:
-            if not (self.model and self.instance_type):
-                raise ValueError(
-                    "predictive needs model and instance_type (for the sizing engine) or capacity_rps"
-                )
+        sized = self.capacity_rps is not None or bool(self.model and self.instance_type)
+        if self.mode != PredictiveMode.OFF and not sized:
+            raise ValueError("predictive needs model and instance_type (sizing engine) or capacity_rps")
         return self
 
 
@@ -739,7 +737,7 @@ class GroupSpec(_Model):
 
     @property
     def horizon_s(self) -> float:
-        """The forecast horizon: configured, else the cold start plus two minutes (a tick and an ESS activity)."""
+        """The forecast horizon: configured, else the cold start plus two minutes (a tick, an activity)."""
         h = self.predictive.horizon_s
         return float(h) if h is not None else float(self.cold_start_s) + 120.0
 

@@ -19,12 +19,16 @@ def register(app: typer.Typer) -> None:
     def forecast(
         config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
         group: str = typer.Option(..., "--group", help="the group to forecast"),
-        at: str | None = typer.Option(None, "--at", help="forecast as of this ISO 8601 instant (default: now)"),
+        at: str | None = typer.Option(
+            None, "--at", help="forecast as of this ISO 8601 instant (default: now)"
+        ),
         hours: int = typer.Option(24, "--hours", help="coming hours to plan (1-48)"),
         json_out: bool = typer.Option(False, "--json", help="print the forecast as JSON"),
         plot: Path | None = typer.Option(None, "--plot", help="write an SVG plot of history and forecast"),
         history: Path | None = typer.Option(
-            None, "--history", help="demand rows (CSV or JSON: at, request_rate_rps, ...) instead of the store"
+            None,
+            "--history",
+            help="demand rows (CSV or JSON: at, request_rate_rps, ...) instead of the store",
         ),
         database: str | None = typer.Option(None, "--database", help=DB_HELP),
         service: str | None = typer.Option(None, "--service", help="service name in the store"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-
 from datetime import datetime
 from typing import TYPE_CHECKING
 

@@ -53,7 +53,10 @@ def read_demand(
         return None
     total = 0.0
     known = 0
-    mix: dict[str, list[tuple[float, float]]] = {pm.PROMPT_TOKENS_PER_REQUEST: [], pm.OUTPUT_TOKENS_PER_REQUEST: []}
+    mix: dict[str, list[tuple[float, float]]] = {
+        pm.PROMPT_TOKENS_PER_REQUEST: [],
+        pm.OUTPUT_TOKENS_PER_REQUEST: [],
+    }
     for iid in ids:
         m = metrics.get(iid, {})
         rate = m.get(pm.REQUEST_RATE)
@@ -188,9 +191,7 @@ class DemandLog:
             q = q.where(demand_samples.c.at <= until)
         with self.store.begin() as conn:
             result = conn.execute(q.order_by(demand_samples.c.at))
-            return [
-                DemandReading(r.at, r.request_rate_rps, r.prompt_tokens, r.output_tokens) for r in result
-            ]
+            return [DemandReading(r.at, r.request_rate_rps, r.prompt_tokens, r.output_tokens) for r in result]
 
     def _log(self, group: str, now: datetime) -> _GroupLog:
         log = self._groups.get(group)

@@ -180,15 +180,27 @@ def plan_forecast(
     planned: list[PlannedHour] = []
     for h in fc.hourly(series, at, hours, state):
         floor = bounds(spec, h.start).floor
-        want = floor if rps is None else max(floor, staffing(h.upper_rps / rps, spec.predictive.headroom, burst))
+        want = (
+            floor if rps is None else max(floor, staffing(h.upper_rps / rps, spec.predictive.headroom, burst))
+        )
         learned = floor if rps is None else max(floor, math.ceil(h.lower_rps / rps - 1e-9))
         planned.append(
             PlannedHour(h.start, h.mean_rps, h.upper_rps, h.lower_rps, min(want, spec.max_size), learned)
         )
     method = fc.Method.SEASONAL.value if planned else near.method.value
     return ForecastView(
-        spec.name, at, method, rps, cap.source, cap.prompt_tokens, cap.output_tokens, burst,
-        spec.horizon_s, near, planned, series,
+        spec.name,
+        at,
+        method,
+        rps,
+        cap.source,
+        cap.prompt_tokens,
+        cap.output_tokens,
+        burst,
+        spec.horizon_s,
+        near,
+        planned,
+        series,
     )
 
 
@@ -215,7 +227,9 @@ def svg_plot(view: ForecastView, width: int = 900, height: int = 320) -> str:
 
     def line(points: list[str], color: str, dash: str = "") -> str:
         extra = f' stroke-dasharray="{dash}"' if dash else ""
-        return f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{extra} points="{" ".join(points)}"/>'
+        return (
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{extra} points="{" ".join(points)}"/>'
+        )
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '

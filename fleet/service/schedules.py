@@ -7,8 +7,8 @@ uses) setting MinValue to the window's floor (and MaxValue to its ceiling, if an
 MaxValue back to ``max_size`` when the window had a ceiling). Lowering MinValue never removes instances, so an
 overlapping window's floor still holds until the service (or the other window) scales.
 
-Learned floors (predictive scaling, issue 16): for each coming hour the forecast's conservative floor becomes a
-daily task ``fleet-<group>-learned-HHMM-start`` at the hour less the cold start, setting MinValue.
+Learned floors (predictive scaling, issue 16): for each coming hour the forecast's conservative floor becomes
+a daily task ``fleet-<group>-learned-HHMM-start`` at the hour less the cold start, setting MinValue.
 
 Only tasks whose names carry the ``fleet-<group>-`` prefix and a ``-start``/``-end`` suffix are the service's:
 they are created, updated and deleted to match the config; every other task is left alone. Cron windows are
@@ -124,7 +124,7 @@ def learned_tasks(spec: GroupSpec, learned: list[LearnedFloor]) -> list[DesiredT
 def desired_tasks(
     spec: GroupSpec, now: datetime, learned: list[LearnedFloor] | None = None
 ) -> tuple[list[DesiredTask], list[str]]:
-    """The tasks a group's schedules (and learned floors) call for, and the schedules that cannot be mirrored."""
+    """The tasks a group's schedules and learned floors call for, and the schedules not mirrored."""
     tasks: list[DesiredTask] = learned_tasks(spec, learned or [])
     skipped: list[str] = []
     for sched in spec.schedules:

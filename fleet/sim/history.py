@@ -2,10 +2,10 @@
 quickly.
 
 For a ServeGen workload of day ``d``, the history is the demand of days ``d-N .. d-1`` of the same trace (and
-the hours of day ``d`` before the run's ``start_h``), scaled exactly as the run's day is, one row a minute with
-the Poisson noise a minute's count has. No engine runs: these are the demand-level metrics the service records
-(``demand_samples``), not requests. A trace without preceding days (a per-request replay) has no history to
-give: the run says so and the forecast starts from level and trend.
+the hours of day ``d`` before the run's ``start_h``), scaled exactly as the run's day is, one row a minute
+with the Poisson noise a minute's count has. No engine runs: these are the demand-level metrics the service
+records (``demand_samples``), not requests. A trace without preceding days (a per-request replay) has no
+history to give: the run says so and the forecast starts from level and trend.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ MAX_HISTORY_DAYS = 14
 
 
 def _scale(curve: RateCurve, duration_s: float, peak_rps: float, offset_s: float) -> float:
-    """The factor ``from_rate_curve`` applies to the run's day (its highest covered window becomes the peak)."""
+    """The factor ``from_rate_curve`` applies to the run's day (its highest covered window is the peak)."""
     span_s = len(curve.windows) * curve.window_s
     n = int(math.ceil(duration_s / curve.window_s)) + 1
-    covered = [curve.windows[int(((i * curve.window_s + offset_s) % span_s) // curve.window_s)] for i in range(n)]
+    covered = [
+        curve.windows[int(((i * curve.window_s + offset_s) % span_s) // curve.window_s)] for i in range(n)
+    ]
     top = max(w.rate_rps for w in covered)
     if top <= 0:
         raise WorkloadError(f"{curve.name}: the selected windows have no traffic")

@@ -243,7 +243,9 @@ def simulate(
     opts = sized_options(opts, requests, test, group.max_size)
     from fleet.sim.history import history_rows
 
-    history, history_note = history_rows(spec_w, opts.history_days, opts.start, hours * 3600.0, seed=opts.seed)
+    history, history_note = history_rows(
+        spec_w, opts.history_days, opts.start, hours * 3600.0, seed=opts.seed
+    )
     result = run(
         config,
         requests,

@@ -5,8 +5,8 @@ after the online correction, and the instances the forecast needs.
 The only writes to the history are here: the forecast's record (``forecast.judge`` / ``remember``) and the
 correction. The correction moves the sizing engine's capacity towards what the fleet really does, a little per
 tick and within ``1 +/- correction_bound``: down when P99 TTFT breaks the SLO while the instances run at least
-half loaded (the model promised more than they deliver), up when they run near the modelled capacity
-(at least ``UP_LOADED``) with P99 TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
+half loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
+TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
 """
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
         reason = Reason(
             code=ReasonCode.BURST_ABSORBED,
             detail=(
-                f"demand {sig.demand.rps or 0:.2f} req/s fits the {serving} serving: a burst shorter than the "
+                f"demand {sig.demand.rps or 0:.2f} req/s fits the {serving} serving: a burst shorter than "
+                "the "
                 "cold start is met by warm headroom and the queue"
             ),
             inputs={**_inputs(ctx, sig), "rules_wanted": ctx.target, "breach_s": round(longest, 1)},

@@ -31,8 +31,20 @@ def test_json_forecast_from_a_history_file(tmp_path, capsys):
     hist = _history(tmp_path / "d.csv")
     svg = tmp_path / "f.svg"
     rc = main(
-        ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(hist), "--hours", "6",
-         "--json", "--plot", str(svg)]
+        [
+            "forecast",
+            "--config",
+            SIM_CONFIG,
+            "--group",
+            "chat-14b",
+            "--history",
+            str(hist),
+            "--hours",
+            "6",
+            "--json",
+            "--plot",
+            str(svg),
+        ]
     )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)

@@ -18,7 +18,9 @@ def daily_ramp(minute_of_day: float) -> float:
     return 2.0 + 8.0 * min(1.0, max(0.0, h - 6.0))
 
 
-def series(days: float, now: datetime = NOW, fn=daily_ramp, noise: float = 0.0, seed: int = 0) -> DemandSeries:
+def series(
+    days: float, now: datetime = NOW, fn=daily_ramp, noise: float = 0.0, seed: int = 0
+) -> DemandSeries:
     rng = random.Random(seed)
     n = int(days * 1440)
     start = now - timedelta(minutes=n - 1)

@@ -1,5 +1,6 @@
-"""The capacity-model step: ahead of a ramp, scale-in on the forecast, bursts absorbed, never on unknown demand;
-and the properties: never below the floors, no scale-in on missing or stale demand, forecast-only never acts.
+"""The capacity-model step: ahead of a ramp, scale-in on the forecast, bursts absorbed, never on unknown
+demand; and the properties: never below the floors, no scale-in on missing or stale demand, forecast-only
+never acts.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def spec(mode: str = "on", **extra: Any) -> PolicySpec:
 def fleet(n: int, total_rps: float | None, age_s: float = 0.0, ttft: float = 500.0) -> list:
     metrics = {"ttft_p99_ms": ttft, "kv_cache_usage_pct": 20.0, "queue_waiting": 0.0}
     if total_rps is not None:
-        metrics.update(request_rate=total_rps / n, prompt_tokens_per_request=900, output_tokens_per_request=200)
+        metrics.update(
+            request_rate=total_rps / n, prompt_tokens_per_request=900, output_tokens_per_request=200
+        )
     return [instance(i, NOW, metrics=metrics, age_s=age_s) for i in range(n)]
 
 
@@ -90,8 +93,12 @@ def test_a_burst_the_serving_fleet_covers_is_absorbed_not_ordered():
     gp = decide(s, p, history(10), NOW).groups[0]
     assert gp.reason == ReasonCode.BURST_ABSORBED
     assert gp.serving_target == 10
-    off = decide(s, spec("off", scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "0s"}]),
-                 history(10), NOW).groups[0]
+    off = decide(
+        s,
+        spec("off", scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "0s"}]),
+        history(10),
+        NOW,
+    ).groups[0]
     assert off.serving_target > 10  # without the capacity model the rule buys instances
 
 

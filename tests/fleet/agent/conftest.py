@@ -62,7 +62,13 @@ class FakeVllmState:
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS_S))
 
     def finish_requests(
-        self, n: int, ttft_s: float, tpot_s: float, e2e_s: float, tokens_each: int = 100, prompt_each: int = 500
+        self,
+        n: int,
+        ttft_s: float,
+        tpot_s: float,
+        e2e_s: float,
+        tokens_each: int = 100,
+        prompt_each: int = 500,
     ) -> None:
         """n requests complete with these latencies (and ``prompt_each`` prompt tokens each)."""
         self.ttft.observe(ttft_s, n)

@@ -161,7 +161,9 @@ def test_demand_is_arrivals_and_tokens_per_request_over_the_window(vllm_server):
     vllm_server.state.running, vllm_server.state.waiting = 4, 0
     collector.read(0.0)
     # in 15 s: 30 finished (600 prompt and 120 output tokens each) and in flight grew from 4 to 10
-    vllm_server.state.finish_requests(30, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0, tokens_each=120, prompt_each=600)
+    vllm_server.state.finish_requests(
+        30, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0, tokens_each=120, prompt_each=600
+    )
     vllm_server.state.running, vllm_server.state.waiting = 7, 3
     r = collector.read(15.0)
     assert r.arrival_rate_per_s == pytest.approx((30 + 6) / 15)

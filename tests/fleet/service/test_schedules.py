@@ -147,7 +147,7 @@ def test_ownership_needs_prefix_and_suffix():
     assert not owned("team-chat-biz-start", "chat")
 
 
-# ---- learned floors (predictive scaling) --------------------------------------------------------------------
+# ---- learned floors (predictive scaling) ----------------------------------------------------------------
 
 
 def test_learned_floors_become_daily_tasks_at_the_hour_less_the_cold_start():
