@@ -77,6 +77,20 @@ def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
         fail(f"--model-error: must be between 0 and {MAX_MODEL_ERROR_PCT:g} (%), got {model_error:g}")
 
 
+def _check_size(spec: Any, hours: float) -> None:
+    from fleet.sim.scenario import MAX_REQUESTS, requests_upper_bound
+
+    try:
+        bound = requests_upper_bound(spec, hours)
+    except FileNotFoundError as exc:
+        fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    if bound > MAX_REQUESTS:
+        fail(
+            f"--workload/--hours: up to {bound:,.0f} requests, more than one run simulates "
+            f"({MAX_REQUESTS:,}): lower the peak, rate or speed, or the hours"
+        )
+
+
 def _hardware(model: str, instance_type: str, region: str) -> Any:
     from fleet.sim.engine import HardwareError, resolve_hardware
 
@@ -151,6 +165,7 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
+    _check_size(spec, hours)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
@@ -170,6 +185,8 @@ def simulate(
         )
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    except WorkloadError as exc:  # what only the trace can tell: a day past its end
+        fail(f"--workload: {exc}")
     if result.extra.get("history") and not json_out:
         err_console.print(str(result.extra["history"]))
     _warn_unfired(result, len(faults))
@@ -278,11 +295,16 @@ def bench_autoscale(
         "--sweep",
         help="servegen: ours, static-peak and oracle over every day of the three ServeGen language traces.",
     ),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Simulations to run at once, one process each (up to the machine's cores)."
+    ),
 ) -> None:
     """The autoscaling benchmark: each workload under ours, the four baselines and the oracle."""
     from fleet.sim.scenario import BENCH_WORKLOADS
     from fleet.sim.sweep import Sweep
 
+    if not 1 <= jobs <= (os.cpu_count() or 1):
+        fail(f"--jobs: must be between 1 and this machine's {os.cpu_count() or 1} cores, got {jobs}")
     cfg = _load(config)
     if len(cfg.groups) > 1:
         fail(f"{config}: the benchmark runs one group; this config has {len(cfg.groups)}")
@@ -291,7 +313,7 @@ def bench_autoscale(
             fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
         if only:
             fail("--workload: not with --sweep (the sweep runs every day of the traces)")
-        _run_sweep(cfg, quick, json_out)
+        _run_sweep(cfg, quick, json_out, jobs)
         return
     names = [n for n, _, _ in BENCH_WORKLOADS]
     unknown = [w for w in only if w not in names]
@@ -303,7 +325,7 @@ def bench_autoscale(
 
     runs = len(workloads) * (len(BENCH_POLICIES) + (1 if BENCH_MODEL_ERROR_PCT else 0))
     with _progress_bar(runs) as progress:
-        results = run_bench(cfg, workloads=workloads, progress=progress)
+        results = run_bench(cfg, workloads=workloads, progress=progress, jobs=jobs)
     if json_out:
         print_json(results)
     else:
@@ -312,13 +334,13 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, quick: bool, json_out: bool) -> None:
+def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int) -> None:
     from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
 
     days = 2 if quick else None
     runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
     with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress)
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
     if json_out:
         print_json(out)
     else:

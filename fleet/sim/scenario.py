@@ -246,18 +246,24 @@ def simulate(
     history, history_note = history_rows(
         spec_w, opts.history_days, opts.start, hours * 3600.0, seed=opts.seed
     )
-    result = run(
-        config,
-        requests,
-        options=opts,
-        hardware=hardware,
-        engine_factory=factory,
-        faults=[replace(f) for f in faults],
-        workload_name=workload,
-        group_index=group_index,
-        progress=progress,
-        history=history,
-    )
+
+    def run_once(o: SimOptions) -> SimResult:
+        return run(
+            config,
+            requests,
+            options=o,
+            hardware=hardware,
+            engine_factory=factory,
+            faults=[replace(f) for f in faults],
+            workload_name=workload,
+            group_index=group_index,
+            progress=progress,
+            history=history,
+        )
+
+    result = run_once(opts)
+    if policy == "oracle":
+        result, opts = _refine_oracle(run_once, result, opts)
     result.extra["oracle_desired"] = oracle_plan(opts, group)
     if history_note:
         result.extra["history"] = history_note
@@ -276,6 +282,53 @@ def with_predictive_hardware(config: Any, group_index: int, hardware: Hardware) 
     update["max_model_len"] = hardware.max_model_len
     groups[group_index] = spec.model_copy(update={"predictive": pred.model_copy(update=update)})
     return config.model_copy(update={"groups": tuple(groups)})
+
+
+def _refine_oracle(
+    run_once: Callable[[SimOptions], SimResult], result: SimResult, opts: SimOptions
+) -> tuple[SimResult, SimOptions]:
+    """Hindsight corrections of the oracle's plan (``fleet.sim.oracle.REFINEMENTS``): while minutes break the
+    SLO, add instances to them and run again. The summary says how many passes it took."""
+    from fleet.sim.oracle import REFINEMENTS, bump_need
+
+    passes = 1
+    wall_s = result.wall_s
+    for _ in range(REFINEMENTS):
+        over = [
+            p.minute for p in result.series if p.ttft_p99_ms is not None and p.ttft_p99_ms > opts.slo_ttft_ms
+        ]
+        if not over:
+            break
+        opts = replace(opts, oracle_need=bump_need(opts.oracle_need, over))
+        result = run_once(opts)
+        passes += 1
+        wall_s += result.wall_s
+    result.summary["oracle_passes"] = passes
+    result.wall_s = wall_s
+    return result, opts
+
+
+# The most requests one run may generate (a Request is ~100 bytes in memory, and a simulated day of the demo
+# is ~830,000 requests and a minute of CPU): ten million is about twelve such days.
+MAX_REQUESTS = 10_000_000
+
+
+def requests_upper_bound(spec: WorkloadSpec, hours: float) -> float:
+    """At most how many requests ``spec`` makes in ``hours``: ServeGen never exceeds its peak rate on average
+    over a window; a replay keeps the trace's mean rate times ``rate`` and ``speed``."""
+    duration_s = hours * 3600.0
+    p = spec.params
+    if spec.kind == "servegen":
+        return float(p.get("peak", "20")) * duration_s
+    trace = load_trace(spec.kind, spec.name)
+    if len(trace) < 2:
+        return float(len(trace))
+    span_s = max(1e-9, trace[-1].arrival_s - trace[0].arrival_s)
+    copies = float(p.get("rate", "1")) + 1.0  # floor(rate) copies and one more at most
+    total = len(trace) / span_s * float(p.get("speed", "1")) * copies * duration_s
+    if p.get("loop", "true").lower() != "true":
+        total = min(total, len(trace) * copies)
+    return total
 
 
 def run_start(spec: WorkloadSpec, start: Any) -> Any:
@@ -318,6 +371,55 @@ def oracle_plan(opts: SimOptions, group: Any) -> list[int]:
     return plan_per_minute(opts.oracle_need, lead, group.min_size, group.max_size)
 
 
+@dataclass(frozen=True)
+class BenchRun:
+    """One run of the benchmark: a workload under a policy, with the world's model error."""
+
+    workload: str
+    spec: str
+    hours: float
+    policy: str
+    model_error_pct: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.policy if not self.model_error_pct else f"ours@model-error-{self.model_error_pct:g}%"
+
+
+def bench_runs(
+    workloads: Sequence[tuple[str, str, float]],
+    policies: Sequence[str],
+    model_error_pct: float | None,
+) -> list[BenchRun]:
+    """Every run of the benchmark, workload by workload."""
+    extra = [("ours", model_error_pct)] if model_error_pct and "ours" in policies else []
+    return [
+        BenchRun(name, spec, hours, pol, err or 0.0)
+        for name, spec, hours in workloads
+        for pol, err in [*((p, 0.0) for p in policies), *extra]
+    ]
+
+
+# Each worker process keeps its own capacity tests: a test runs once per process and size mix.
+_WORKER_CACHE: dict[tuple[str, str, str], CapacityTest] = {}
+
+
+def _bench_one(
+    config: Any, run_: BenchRun, hardware: Hardware | None, options: SimOptions | None
+) -> dict[str, Any]:
+    opts = replace(options or SimOptions(), model_error_pct=run_.model_error_pct)
+    result = simulate(
+        config,
+        run_.spec,
+        run_.hours,
+        policy=run_.policy,
+        hardware=hardware,
+        options=opts,
+        capacity_cache=_WORKER_CACHE,
+    )
+    return dict(result.summary, wall_s=round(result.wall_s, 1))
+
+
 def bench_autoscale(
     config: Any,
     *,
@@ -327,27 +429,34 @@ def bench_autoscale(
     options: SimOptions | None = None,
     progress: Callable[[str], None] | None = None,
     model_error_pct: float | None = BENCH_MODEL_ERROR_PCT,
+    jobs: int = 1,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Every workload under every policy: ``{workload: {policy: summary}}``; with ``model_error_pct`` ours
     runs once more with the world's engines that far off the model (key ``ours@model-error-20%``). Each
-    summary gains ``gpu_hours_vs_oracle`` when the oracle ran."""
-    cache: dict[tuple[str, str, str], CapacityTest] = {}
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    runs: list[tuple[str, float]] = [(p, 0.0) for p in policies]
-    if model_error_pct and "ours" in policies:
-        runs.append(("ours", model_error_pct))
-    for name, spec, hours in workloads:
-        out[name] = {}
-        for pol, err_pct in runs:
-            key = pol if not err_pct else f"ours@model-error-{err_pct:g}%"
+    summary gains ``gpu_hours_vs_oracle`` when the oracle ran. ``jobs`` > 1 runs that many simulations at
+    once in worker processes (each run is single-threaded and independent; the results are the same)."""
+    runs = bench_runs(workloads, policies, model_error_pct)
+    summaries: dict[BenchRun, dict[str, Any]] = {}
+    if jobs <= 1:
+        for r in runs:
             if progress is not None:
-                progress(f"{name} / {key}")
-            opts = replace(options or SimOptions(), model_error_pct=err_pct)
-            result = simulate(
-                config, spec, hours, policy=pol, hardware=hardware, options=opts, capacity_cache=cache
-            )
-            out[name][key] = dict(result.summary, wall_s=round(result.wall_s, 1))
-        add_oracle_ratios(out[name])
+                progress(f"{r.workload} / {r.key}")
+            summaries[r] = _bench_one(config, r, hardware, options)
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_bench_one, config, r, hardware, options): r for r in runs}
+            for fut in as_completed(futures):
+                r = futures[fut]
+                summaries[r] = fut.result()
+                if progress is not None:
+                    progress(f"{r.workload} / {r.key}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        out.setdefault(r.workload, {})[r.key] = summaries[r]
+    for per in out.values():
+        add_oracle_ratios(per)
     return out
 
 

@@ -66,7 +66,7 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 def distribution(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Per policy, over the days: GPU-hours against the oracle's and SLO-violation minutes."""
     out: dict[str, dict[str, Any]] = {}
-    policies = sorted({p for per in results.values() for p in per})
+    policies = list(dict.fromkeys(p for per in results.values() for p in per))  # in the order they ran
     for pol in policies:
         rows = [per[pol] for per in results.values() if pol in per]
         ratios = [r["gpu_hours_vs_oracle"] for r in rows if "gpu_hours_vs_oracle" in r]
@@ -89,6 +89,7 @@ def run_sweep(
     hours: float = 24.0,
     policies: Sequence[str] = SWEEP_POLICIES,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
     from fleet.sim.scenario import bench_autoscale
@@ -99,5 +100,6 @@ def run_sweep(
         policies=policies,
         progress=progress,
         model_error_pct=None,
+        jobs=jobs,
     )
     return {"sweep": Sweep.SERVEGEN.value, "workloads": results, "distribution": distribution(results)}

@@ -112,3 +112,10 @@ def test_sweep_distribution_summarises_ratios_and_violation_minutes_per_policy()
     assert dist["ours"]["gpu_hours_vs_oracle"]["max"] == 1.4
     assert dist["ours"]["days_with_violations"] == 2
     assert dist["oracle"]["slo_violation_minutes"]["max"] == 0
+
+
+def test_hindsight_correction_adds_a_fifth_to_each_late_minute_and_the_one_before():
+    from fleet.sim.oracle import bump_need
+
+    assert bump_need((10, 10, 3, 3, 3), [1, 2]) == (12, 12, 4, 3, 3)
+    assert bump_need((0, 2), [0]) == (1, 2)

@@ -43,6 +43,13 @@ def _config_file(tmp_path, mutate) -> str:
         (["--tick-s", "1e12"], "--tick-s"),
         (["--model-error", "200"], "--model-error"),
         (["--model-error", "-5"], "--model-error"),
+        (["--workload", "servegen:m-small,peak=1e9"], "peak must be between 0 and 1000"),
+        (["--workload", "azure:conv,rate=1e7"], "rate must be between 0 and 100"),
+        (["--workload", "azure:conv,speed=1e-12"], "speed must be between 0.001 and 1000"),
+        (["--workload", "servegen:m-small,start_h=1e9"], "start_h must be between 0 and 336"),
+        (["--workload", "servegen:m-small,day=-1"], "day must be between 0 and 13"),
+        (["--workload", "servegen:m-small,day=1.5"], "day must be a whole number"),
+        (["--workload", "servegen:m-small,peak=1000", "--hours", "300"], "more than one run simulates"),
     ],
 )
 def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment):
@@ -55,6 +62,13 @@ def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment
 def _max_3(doc):
     doc["groups"][0].update(max_size=3)
     doc["groups"][0]["schedules"][0]["min"] = 3
+
+
+@needs_traces
+def test_a_day_past_the_end_of_its_trace_is_one_line_and_exit_2(capsys):
+    assert main(["simulate", "--workload", "servegen:deepseek-r1,day=3", "--hours", "0.05"]) == 2
+    err = capsys.readouterr().err
+    assert "day 3 is past the trace's 1 day(s)" in err and "Traceback" not in err
 
 
 def _two_groups(doc):
@@ -147,14 +161,27 @@ def test_a_simulated_service_never_gets_a_real_notification_channel(tmp_path):
 
 
 @needs_traces
-def test_oracle_spends_no_more_than_static_peak_and_kpa_runs_clean(config):
+def test_oracle_plan_spends_no_more_than_static_peak_and_its_corrections_cut_late_minutes(
+    config, monkeypatch
+):
+    import fleet.sim.oracle as oracle_mod
+
     opts = SimOptions()
-    oracle = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
     static = simulate(config, "azure:code", 20 / 60, policy="static-peak", options=opts)
-    kpa = simulate(config, "azure:code", 20 / 60, policy="kpa", options=opts)
-    assert oracle.summary["gpu_hours"] <= static.summary["gpu_hours"]
+    oracle = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+    monkeypatch.setattr(oracle_mod, "REFINEMENTS", 0)
+    plain = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+    assert plain.summary["gpu_hours"] <= static.summary["gpu_hours"]  # minute needs never exceed the peak's
+    assert plain.summary["oracle_passes"] == 1 and plain.summary["slo_violation_minutes"] > 0
+    assert 1 < oracle.summary["oracle_passes"] <= 1 + 3
+    assert oracle.summary["slo_violation_minutes"] < plain.summary["slo_violation_minutes"]
     assert len(oracle.extra["oracle_desired"]) == 20
     assert all(d["reason"].startswith("hindsight_") for d in oracle.decisions)
+
+
+@needs_traces
+def test_kpa_runs_clean_with_its_target_from_the_capacity_test(config):
+    kpa = simulate(config, "azure:code", 20 / 60, policy="kpa", options=SimOptions())
     assert kpa.summary["invariant_violations"] == [] and kpa.options.kpa_target > 0
     assert all(d["reason"].split("_")[0] in ("stable", "panic") for d in kpa.decisions)
 
@@ -187,3 +214,18 @@ def test_bench_and_sweep_refuse_bad_names(capsys):
     assert "--sweep: unknown sweep 'nope'; one of servegen" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--workload", "nope"]) == 2
     assert "--workload: unknown benchmark workload 'nope'" in capsys.readouterr().err
+
+
+@needs_traces
+def test_bench_in_worker_processes_gives_the_same_summaries_as_in_one(config):
+    args = dict(workloads=[("w", "azure:conv,rate=0.2", 3 / 60)], policies=("static-peak", "oracle"))
+    serial = bench_autoscale(config, model_error_pct=None, **args)
+    parallel = bench_autoscale(config, model_error_pct=None, jobs=2, **args)
+    strip = lambda out: {p: {k: v for k, v in s.items() if k != "wall_s"} for p, s in out["w"].items()}  # noqa: E731
+    assert strip(serial) == strip(parallel)
+    assert list(parallel["w"]) == ["static-peak", "oracle"]
+
+
+def test_bench_jobs_are_bounded(capsys):
+    assert main(["bench", "autoscale", "--jobs", "0"]) == 2
+    assert "--jobs: must be between 1 and" in capsys.readouterr().err
