@@ -54,19 +54,32 @@ class CapacityTable:
 
     def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
         pred = spec.predictive
-        p = bucket(prompt_tokens or DEFAULT_PROMPT_TOKENS)
-        o = bucket(output_tokens or DEFAULT_OUTPUT_TOKENS)
+        p_mean = max(1.0, prompt_tokens or DEFAULT_PROMPT_TOKENS)
+        p, o = bucket(p_mean), bucket(output_tokens or DEFAULT_OUTPUT_TOKENS)
         if pred.capacity_rps is not None:
             return Capacity(pred.capacity_rps, "measured (predictive.capacity_rps)", p, o)
         if not (pred.model and pred.instance_type):
             return Capacity(None, "no model and instance_type", p, o)
+        # capacity falls steeply with the prompt length near the TTFT SLO: interpolate (log-linear) between
+        # the two prompt buckets around the mean instead of jumping from one bucket to the next
+        k = math.log(p_mean) / math.log(MIX_STEP)
+        lo_p, hi_p = float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k))
+        lo, hi = self._rps(spec, lo_p, o), self._rps(spec, hi_p, o)
+        frac = k - math.floor(k)
+        if lo > 0 and hi > 0:
+            rps = math.exp((1 - frac) * math.log(lo) + frac * math.log(hi))
+        else:
+            rps = min(lo, hi)
+        source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o:.0f} tokens"
+        return Capacity(rps if rps > 0 else None, source if rps > 0 else source + ": misses the SLO", p_mean, o)
+
+    def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
+        pred = spec.predictive
         slo = spec.slo_ttft_p99_ms
         key = (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
         if key not in self._cache:
             self._cache[key] = self._tabulate(spec, p, o)
-        rps = self._cache[key]
-        source = f"sizing {pred.model} on {pred.instance_type} at {p:.0f}/{o:.0f} tokens"
-        return Capacity(rps if rps > 0 else None, source if rps > 0 else source + ": misses the SLO", p, o)
+        return self._cache[key]
 
     def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
         from sizing import Deployment, SizingInputError, find_gpu, find_instance, find_model
