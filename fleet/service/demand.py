@@ -106,6 +106,7 @@ class _GroupLog:
     output: float | None = None
     open: _Minute | None = None
     mix: dict[datetime, tuple[float | None, float | None, float]] = field(default_factory=dict)
+    cached: tuple[tuple[int, datetime, datetime], tuple[datetime | None, list[float | None]]] | None = None
 
 
 class DemandLog:
@@ -223,22 +224,70 @@ class DemandLog:
         return prompt, output
 
     def series(self, group: str, now: datetime) -> DemandSeries | None:
-        """The minutes of the last ``history`` up to ``now`` (the open minute included), oldest first."""
+        """The minutes of the last ``history`` up to ``now`` (the open minute included), oldest first.
+
+        The list of closed minutes is rebuilt only when a minute closes (a week is 10,080 buckets: rebuilding
+        and validating it every tick would cost more than the decision); ticks within a minute copy it and set
+        the open minute.
+        """
         log = self._log(group, now)
         span = self.history_s.get(group, 7 * 86400.0)
         start = minute_of(now - timedelta(seconds=span))
-        for old in [k for k in log.rps if k < start]:
-            del log.rps[old]
-        values = dict(log.rps)
+        end = minute_of(now)
+        key = (len(log.rps), start, end)
+        if log.cached is None or log.cached[0] != key:
+            log.cached = (key, self._refresh(log, start, end))
+        first, closed = log.cached[1]
+        if first is None:
+            first = log.open.at if log.open is not None and log.open.rps else None
+            if first is None:
+                return None
+        rps = list(closed)
         if log.open is not None and log.open.rps:
-            values[log.open.at] = sum(log.open.rps) / len(log.open.rps)
+            i = int((log.open.at - first).total_seconds() // STEP_S)
+            while len(rps) <= i:
+                rps.append(None)
+            if i >= 0:
+                rps[i] = sum(log.open.rps) / len(log.open.rps)
+        # built here from floats and None only: no validation needed (model_construct skips it)
+        return DemandSeries.model_construct(start=first, step_s=STEP_S, rps=rps)
+
+    def _refresh(
+        self, log: _GroupLog, start: datetime, end: datetime
+    ) -> tuple[datetime | None, list[float | None]]:
+        """The closed minutes as a list: extended when minutes were only added at the end; the front is trimmed
+        a day at a time (the forecast reads no further back than ``history``, a few extra hours cost nothing)."""
+        if log.rps and min(log.rps) < start - timedelta(days=1):
+            for old in [k for k in log.rps if k < start]:
+                del log.rps[old]
+        if log.cached is not None:
+            first, rps = log.cached[1]
+            if (
+                first is not None
+                and first == (min(log.rps) if log.rps else None)
+                and len(log.rps) >= sum(1 for v in rps if v is not None)
+            ):
+                newest = first + timedelta(seconds=STEP_S * (len(rps) - 1))
+                # the last slot was the open minute then (None): it may have closed since
+                since = newest if rps[-1] is None else newest + timedelta(seconds=STEP_S)
+                added = {at: v for at, v in log.rps.items() if at >= since}
+                if len(rps) - sum(1 for v in rps if v is None) + len(added) == len(log.rps):
+                    n = int((end - first).total_seconds() // STEP_S) + 1
+                    rps = rps + [None] * max(0, n - len(rps))
+                    for at, v in added.items():
+                        rps[int((at - first).total_seconds() // STEP_S)] = v
+                    return first, rps
+        return self._build(log.rps, end)
+
+    @staticmethod
+    def _build(values: Mapping[datetime, float], end: datetime) -> tuple[datetime | None, list[float | None]]:
         if not values:
-            return None
+            return None, []
         first = min(values)
-        n = int((minute_of(now) - first).total_seconds() // STEP_S) + 1
-        rps: list[float | None] = [None] * n
+        n = int((end - first).total_seconds() // STEP_S) + 1
+        rps: list[float | None] = [None] * max(n, 0)
         for at, v in values.items():
             i = int((at - first).total_seconds() // STEP_S)
             if 0 <= i < n:
                 rps[i] = v
-        return DemandSeries(start=first, step_s=STEP_S, rps=rps)
+        return first, rps

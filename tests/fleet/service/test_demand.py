@@ -49,3 +49,21 @@ def test_minutes_are_stored_and_a_new_log_resumes_from_the_store(tmp_path):
         assert log.write("chat", [DemandReading(NOW, 99.0)]) == 0  # a stored minute is kept
     finally:
         store.close()
+
+
+def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        log = DemandLog(store, {"chat": 86400})
+        log.write("chat", [DemandReading(NOW - timedelta(minutes=k), 3.0) for k in range(1, 600)])
+        at = NOW
+        for i in range(20):
+            at = NOW + timedelta(seconds=15 * i)
+            log.record("chat", DemandReading(at, 3.0 + i))
+            kept = log.series("chat", at)
+        fresh = DemandLog(store, {"chat": 86400}).series("chat", at)
+        assert kept is not None and fresh is not None
+        assert kept.start == fresh.start
+        assert kept.rps[:-1] == fresh.rps[:-1]  # all but the open minute, which only the live log has
+    finally:
+        store.close()
