@@ -66,12 +66,12 @@ class CapacityTable:
         lo_p, hi_p = float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k))
         lo, hi = self._rps(spec, lo_p, o), self._rps(spec, hi_p, o)
         frac = k - math.floor(k)
-        if lo > 0 and hi > 0:
-            rps = math.exp((1 - frac) * math.log(lo) + frac * math.log(hi))
-        else:
-            rps = min(lo, hi)
+        both = lo > 0 and hi > 0
+        rps = math.exp((1 - frac) * math.log(lo) + frac * math.log(hi)) if both else min(lo, hi)
         source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o:.0f} tokens"
-        return Capacity(rps if rps > 0 else None, source if rps > 0 else source + ": misses the SLO", p_mean, o)
+        if rps <= 0:
+            return Capacity(None, source + ": misses the SLO", p_mean, o)
+        return Capacity(rps, source, p_mean, o)
 
     def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
         pred = spec.predictive
