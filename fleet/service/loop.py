@@ -40,7 +40,16 @@ from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import DemandInputs, ForecastState, History, Incident, Plan, Snapshot, WarningCode
+from policies.model import (
+    DemandInputs,
+    ForecastState,
+    History,
+    Incident,
+    LifecycleState,
+    Plan,
+    Snapshot,
+    WarningCode,
+)
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -190,7 +199,7 @@ class Service:
             gs = snapshot.group(spec.name)
             if g is None or gs is None:
                 continue
-            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == "InService"]
+            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == LifecycleState.IN_SERVICE]
             reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
             if reading is not None:
                 self.demand.record(spec.name, reading)
@@ -410,7 +419,7 @@ class Service:
                 self.metrics.desired.labels(group=name).set(
                     g.group.desired_capacity or g.group.total_capacity
                 )
-                self.metrics.in_service.labels(group=name).set(g.count("InService"))
+                self.metrics.in_service.labels(group=name).set(g.count(LifecycleState.IN_SERVICE))
 
     def _predictive_gauges(self, plan: Plan) -> None:
         for gp in plan.groups:
