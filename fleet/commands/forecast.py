@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from fleet.commands._common import console, fail, load_config_or_exit, parse_at, print_json, write_atomically
+from fleet.service.planning import ForecastView
 
 DB_HELP = "database URL (default: $FLEET_DATABASE_URL, else sqlite:///fleet.db in the working directory)"
 
@@ -34,7 +35,7 @@ def register(app: typer.Typer) -> None:
         service: str | None = typer.Option(None, "--service", help="service name in the store"),
     ) -> None:
         """Demand forecast, capacity per instance and planned capacity for the coming hours."""
-        from fleet.service.capacity import validate_hardware
+        from fleet.config import validate_hardware
         from fleet.service.planning import HistoryFileError, plan_forecast, read_history_file, svg_plot
 
         if not 1 <= hours <= 48:
@@ -90,7 +91,7 @@ def _store_rows(database: str | None, service: str | None, group: str, history_s
         store.close()
 
 
-def _print(view) -> None:  # type: ignore[no-untyped-def]
+def _print(view: ForecastView) -> None:
     h = view.horizon
     cap = view.capacity_per_instance_rps
     console.print(

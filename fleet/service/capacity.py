@@ -104,24 +104,6 @@ class CapacityTable:
         return per_engine * engines
 
 
-def validate_hardware(spec: GroupSpec) -> str | None:
-    """A problem with the group's predictive model / instance type, in one line; None when it is usable."""
-    pred = spec.predictive
-    if pred.capacity_rps is not None or not (pred.model or pred.instance_type):
-        return None
-    from sizing import SizingInputError, find_instance, find_model
-
-    try:
-        if pred.model:
-            find_model(pred.model)
-        if pred.instance_type:
-            inst = find_instance(pred.instance_type)
-            if pred.tp is not None and inst.gpus % pred.tp:
-                return f"predictive.tp {pred.tp} does not divide the {inst.gpus} GPUs of {inst.name}"
-    except SizingInputError as exc:
-        return str(exc)
-    return None
-
 
 LEARNED_HOURS = 24  # learned floors cover the coming day
 

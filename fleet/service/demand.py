@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -147,7 +148,7 @@ class DemandLog:
 
     def write(self, group: str, rows: Iterable[DemandReading]) -> int:
         """Insert minute rows (a minute already stored is left as it is); the number written."""
-        values = [
+        values: list[dict[str, Any]] = [
             {
                 "service": self.store.service,
                 "group_name": group,
@@ -216,9 +217,13 @@ class DemandLog:
             del log.mix[old]
         out: list[float | None] = []
         for k in (0, 1):
-            pairs = [(m[k], m[2]) for _, m in recent if m[k] is not None]
+            pairs: list[tuple[float, float]] = []
+            for _, m in recent:
+                value = m[k]
+                if value is not None:
+                    pairs.append((value, m[2]))
             w = sum(x for _, x in pairs)
-            out.append(sum(v * x for v, x in pairs) / w if pairs and w > 0 else None)  # type: ignore[operator]
+            out.append(sum(v * x for v, x in pairs) / w if pairs and w > 0 else None)
         prompt = out[0] if out[0] is not None else log.prompt
         output = out[1] if out[1] is not None else log.output
         return prompt, output

@@ -199,7 +199,8 @@ class Service:
             gs = snapshot.group(spec.name)
             if g is None or gs is None:
                 continue
-            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == LifecycleState.IN_SERVICE]
+            serving = LifecycleState.IN_SERVICE
+            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
             reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
             if reading is not None:
                 self.demand.record(spec.name, reading)
