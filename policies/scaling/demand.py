@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
-from policies.model import GroupHistory, PlanWarning, Scalar, WarningCode
+from policies.model import GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
 from policies.observe import fresh
 from policies.scaling.context import ScalingInputs
 from policies.spec import PredictiveMode
@@ -53,6 +54,7 @@ class DemandSignals:
     burstiness: float
     target: int | None = None
     need_now: int | None = None  # instances the observed demand needs (headroom included)
+    window_target: int | None = None  # the highest target of the scale-in window: scale-in goes no lower
     inputs: dict[str, Scalar] = field(default_factory=dict)
     warnings: list[PlanWarning] = field(default_factory=list)
 
@@ -145,6 +147,7 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
+        sig.window_target = _window(inp, gh, sig.target)
     else:
         what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(
@@ -157,6 +160,15 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
         )
     sig.inputs = _inputs(sig, gh)
     return sig
+
+
+def _window(inp: ScalingInputs, gh: GroupHistory, target: int) -> int:
+    """Record this tick's target; the highest of the scale-in window (warm headroom outlives a burst)."""
+    start = inp.now - timedelta(seconds=inp.spec.stabilization.scale_in_window_s)
+    kept = [r for r in gh.forecast.targets if r.at > start]
+    kept.append(Recommendation(at=inp.now, serving=target))
+    gh.forecast = gh.forecast.model_copy(update={"targets": kept})
+    return max(r.serving for r in kept)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
