@@ -172,3 +172,25 @@ def test_next_tick_judges_the_remembered_forecast():
             inst.metrics[k] = v.model_copy(update={"at": later})
     again = decide(s, spec("forecast-only"), plan.history, later)
     assert len(again.history.groups[GROUP].forecast.ratios) == 1
+
+
+def test_scale_in_goes_no_lower_than_the_windows_highest_target():
+    def at(t, rps):
+        flat = series(2, now=t, fn=lambda m: 2.0)
+        insts = [
+            i.model_copy(
+                update={"metrics": {k: v.model_copy(update={"at": t}) for k, v in i.metrics.items()}}
+            )
+            for i in fleet(20, rps)
+        ]
+        g = GroupSnapshot(name=GROUP, desired_capacity=20, instances=insts, demand=DemandInputs(history=flat))
+        return Snapshot(taken_at=t, groups=[g])
+
+    busy = decide(at(NOW, 16.0), spec(), history(20), NOW)  # a burst: the target is ~20
+    assert busy.groups[0].predictive["predictive_target"] >= 18
+    later = NOW + timedelta(minutes=2)
+    quiet = decide(at(later, 2.0), spec(), busy.history, later).groups[0]
+    assert quiet.serving_target == 20  # the window remembers the burst's target
+    much_later = NOW + timedelta(minutes=11)  # past the 10-minute scale-in window
+    calm = decide(at(much_later, 2.0), spec(), busy.history, much_later).groups[0]
+    assert calm.reason == ReasonCode.PREDICTIVE_SCALE_IN
