@@ -122,8 +122,8 @@ def simulate(
     model_error: float = typer.Option(
         0.0,
         "--model-error",
-        help="PCT: the world's engines run up to PCT %% slower or faster than the sizing engine predicts "
-        "(drawn per run and per instance from --seed).",
+        help="PCT: the world's engines run up to PCT percent slower or faster than the sizing engine "
+        "predicts (drawn per run and per instance from --seed).",
     ),
     history_days: int = typer.Option(
         0,
