@@ -361,7 +361,7 @@ class ForecastState(_Model):
     covered: list[bool] = Field(default_factory=list, description="actual <= upper, same forecasts")
     correction: float = Field(default=1.0, description="capacity per instance x this (bounded by the spec)")
     targets: list[Recommendation] = Field(
-        default_factory=list, description="the last cold start's predictive targets (scale-in: to their max)"
+        default_factory=list, description="the scale-in window's predictive targets (scale-in: to their max)"
     )
     last_at: AwareDatetime | None = None
 

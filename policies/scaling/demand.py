@@ -163,9 +163,8 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
 
 
 def _window(inp: ScalingInputs, gh: GroupHistory, target: int) -> int:
-    """Record this tick's target; the highest of the last ``cold_start_s``: headroom released now would take a
-    cold start to come back, so what a burst needed stays warm that long."""
-    start = inp.now - timedelta(seconds=inp.spec.cold_start_s)
+    """Record this tick's target; the highest of the scale-in window (warm headroom outlives a burst)."""
+    start = inp.now - timedelta(seconds=inp.spec.stabilization.scale_in_window_s)
     kept = [r for r in gh.forecast.targets if r.at > start]
     kept.append(Recommendation(at=inp.now, serving=target))
     gh.forecast = gh.forecast.model_copy(update={"targets": kept})

@@ -109,12 +109,10 @@ def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | 
         if ctx.target < target:
             return Contribution(target=target, reason=_hold_reason(ctx, sig, "the forecast needs more"))
         return None
-    # no lower than the highest target of the last cold start: the headroom a burst needed stays warm a while
+    # no lower than the highest target of the scale-in window: the headroom a burst needed stays warm a while
     target = max(target, sig.window_target or 0)
     if target >= hold:
-        return Contribution(
-            notes=(_hold_reason(ctx, sig, "the highest target of the last cold start holds"),)
-        )
+        return Contribution(notes=(_hold_reason(ctx, sig, "the scale-in window's highest target holds"),))
     fits = math.ceil(target * (1.0 + pred.scale_in_margin) - 1e-9) < hold
     blocker = _blocker(ctx, sig) if fits else "within the scale-in margin"
     if blocker is not None:

@@ -174,7 +174,7 @@ def test_next_tick_judges_the_remembered_forecast():
     assert len(again.history.groups[GROUP].forecast.ratios) == 1
 
 
-def test_scale_in_goes_no_lower_than_the_last_cold_starts_highest_target():
+def test_scale_in_goes_no_lower_than_the_windows_highest_target():
     def at(t, rps):
         flat = series(2, now=t, fn=lambda m: 2.0)
         insts = [
@@ -191,6 +191,6 @@ def test_scale_in_goes_no_lower_than_the_last_cold_starts_highest_target():
     later = NOW + timedelta(minutes=2)
     quiet = decide(at(later, 2.0), spec(), busy.history, later).groups[0]
     assert quiet.serving_target == 20  # the window remembers the burst's target
-    much_later = NOW + timedelta(minutes=4)  # past the 180 s cold start
+    much_later = NOW + timedelta(minutes=11)  # past the 10-minute scale-in window
     calm = decide(at(much_later, 2.0), spec(), busy.history, much_later).groups[0]
     assert calm.reason == ReasonCode.PREDICTIVE_SCALE_IN
