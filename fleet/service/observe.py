@@ -50,6 +50,10 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
     needed: set[str] = set()
     for rule in (*spec.scale_out, *spec.scale_in):
         needed.add(pm.GROUP_METRICS[rule.metric][0])
+    if spec.predictive.mode != "off":
+        # the demand, and what the online correction of the capacity model compares it with
+        needed.update(pm.DEMAND_METRICS)
+        needed.update({pm.TTFT_P99_MS, pm.KV_CACHE_USAGE_PCT})
     if spec.isolation.enabled:
         # Draining watches the isolated instance's queue and running requests.
         needed.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})

@@ -111,8 +111,12 @@ def run(
     workload_name: str = "",
     group_index: int = 0,
     progress: Callable[[float], None] | None = None,
+    history: Sequence[Any] = (),
 ) -> SimResult:
-    """Simulate ``options.hours`` of ``requests`` against the group ``config.groups[group_index]``."""
+    """Simulate ``options.hours`` of ``requests`` against the group ``config.groups[group_index]``.
+
+    ``history``: demand rows (``fleet.service.demand.DemandReading``) the service's store starts with.
+    """
     from fleet.testing import ManualClock, mock_aliyun
 
     wall0 = time.perf_counter()
@@ -161,6 +165,9 @@ def run(
         world.next_publish_s = options.publish_s
         t0_s = cloud.now_s()
         controller, checker = cloudview.make_controller(options, config, spec, cloud, clock, group_id)
+        demand_log = getattr(controller, "demand", None)
+        if history and demand_log is not None:
+            demand_log.write(spec.name, history)  # days of production, as the store would hold them
         # Baselines tick at their own documented period; ours at the service's tick.
         tick_s = float(getattr(controller, "period_s", options.tick_s))
 

@@ -75,6 +75,8 @@ class SimOptions:
     # The world's engines are this much (in %, at most) slower or faster than the sizing engine predicts:
     # drawn per run and per instance from ``seed`` (``fleet.sim.modelerror``). 0: the world is the model.
     model_error_pct: float = 0.0
+    # Days of demand history the service starts with (``fleet.sim.history``; ``--history-days``).
+    history_days: int = 0
     # Instances the workload's 1-minute peak needs at the calibrated capacity (before clamping to max_size).
     peak_need: int | None = None
     # Economical mode: ordering a stopped instance's start to serving (None: the cold start).
