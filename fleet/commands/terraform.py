@@ -17,6 +17,11 @@ terraform_app = typer.Typer(
 )
 
 
+# `fleet terraform check` parses HCL with python-hcl2, an extra of its own (the export needs nothing extra).
+HCL_MODULE = "hcl2"
+HCL_INSTALL_HINT = "pip install 'gpu-fleet[terraform]'"
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(terraform_app, name="terraform")
 
@@ -76,8 +81,13 @@ def check(
     ),
 ) -> None:
     """Check modules against the provider schema offline: arguments, required ones, enumerated values."""
-    from fleet.terraform.check import check_module, default_schema_path, load_schema
-    from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    try:
+        from fleet.terraform.check import check_module, default_schema_path, load_schema
+        from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    except ModuleNotFoundError as exc:
+        if exc.name != HCL_MODULE:
+            raise
+        fail(f"fleet terraform check needs python-hcl2, which is not installed: {HCL_INSTALL_HINT}")
 
     schema_path = schema or default_schema_path()
     try:
