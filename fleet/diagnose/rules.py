@@ -34,6 +34,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.diagnose import fixes
+from fleet.diagnose.advice import (
+    BUSY_CAVEAT,
+    SIGNAL_TEXT,
+    BandwidthSignal,
+    bandwidth_signal,
+    batch_advice,
+    thermal_fix,
+)
 from fleet.diagnose.model import (
     PREEMPTIONS,
     REQUEST_RATE_RPS,
@@ -276,6 +284,8 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
                 "Retry later or with a shorter --since; raise the CloudMonitor API quota if it recurs.",
             )
         )
+    if not blind and not out:
+        out.extend(_nothing_published(w, serving))
     if no_dashboard and len(no_dashboard) == len([i for i in serving if i.instance_id not in blind]):
         out.append(
             Finding(
@@ -291,6 +301,42 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
             )
         )
     return out, measured
+
+
+def _nothing_published(w: Window, serving: list[InstanceWindow]) -> list[Finding]:
+    """Serving instances none of which published any metric in the window, even those still within their
+    cold start: CloudMonitor's own GPU metrics flow from boot, so silence everywhere means no agent and no
+    GPU monitoring, not "all is well"."""
+    if not serving or any(any(i.metrics.values()) for i in serving):
+        return []
+    g = w.group
+    ids = sorted(i.instance_id for i in serving)
+    young = sorted(
+        i.instance_id
+        for i in serving
+        if i.created_at is not None and (w.end - i.created_at).total_seconds() < g.cold_start_s
+    )
+    expected = (*AGENT_METRICS, *DASHBOARD_METRICS)
+    return [
+        Finding(
+            "metrics_missing",
+            "critical",
+            ids,
+            {
+                "window": _span(w),
+                "missing": {m: ids for m in expected},
+                "within_cold_start": young,
+                "serving_instances": len(serving),
+                "errors": w.errors[:5],
+            },
+            f"None of the {len(serving)} serving instance(s) published any vLLM or GPU metric in the window"
+            + (f" ({len(young)} still within the {g.cold_start_s:.0f} s cold start)" if young else "")
+            + ": no node agent and no GPU monitoring report, so nothing about latency can be diagnosed.",
+            "Install and start the node agent (deploy/fleet-agent.service; `fleet agent --once --json` shows "
+            "one sample) with the instance RAM role's cms:PutCustomMetric, and the CloudMonitor agent's GPU "
+            "plugin (or a Prometheus metrics source with DCGM exporter); then diagnose again.",
+        )
+    ]
 
 
 # ---- XID errors -------------------------------------------------------------------------------------------
@@ -378,10 +424,7 @@ def _throttling(st: _State) -> list[Finding]:
                     + (" and the driver cut its SM clock" if throttling else "")
                     + ", so every request on it runs slower; the card or its cooling is at fault, not the "
                     "load.",
-                    f"Isolate {inst.instance_id} per the isolation policy (gpu_overheat: reboot, replace if "
-                    "it recurs) and have its cooling checked; until then lower the density on that host "
-                    "(fewer instances per rack, or a smaller max_num_seqs) so it stays below the slowdown "
-                    "temperature.",
+                    thermal_fix(inst.instance_id),
                 )
             )
         elif len(power_t) >= 2:
@@ -777,13 +820,13 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         if cap_q
         else "cap the queue (max waiting) at about throughput x the TTFT SLO per instance"
     ]
-    if seqs and knee and knee < seqs:
-        parts.append(
-            f"lower max_num_seqs from {seqs} to {knee} (the latency knee: TPOT at "
-            f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model)"
-        )
-    elif seqs and knee:
-        parts.append(f"keep max_num_seqs at {seqs} (already below the latency knee of about {knee})")
+    batch_part = (
+        batch_advice(g, backlog, st.steady_from, seqs, knee, _tokens_per_seq(st, backlog), evidence)
+        if seqs and knee
+        else None
+    )
+    if batch_part:
+        parts.insert(0, batch_part)
     extra = None
     if demand and per:
         extra = max(1, math.ceil(demand / (per * fixes.TARGET_LOAD_FRACTION)) - len(pool))
@@ -831,7 +874,7 @@ def _bandwidth(st: _State) -> list[Finding]:
         if not violated:
             continue
         hit[inst.instance_id] = {
-            "mem_bw_util_pct_mean": _r(_mean(bw.values())),
+            "mem_bw_util_pct_mean": _r(_mean(bw.values())),  # the signal named by _bandwidth_signal
             "samples_over": round(high, 2),
             "tpot_p99_ms_median": _r(_median(tpots)),
             "requests_running_mean": _r(_mean(run.values())),
@@ -840,6 +883,7 @@ def _bandwidth(st: _State) -> list[Finding]:
     if not hit:
         return []
     seqs = _max_num_seqs(st)
+    signal = bandwidth_signal(w)
     hit_insts = [i for i in st.measured if i.instance_id in hit]
     limit_ms = g.slo_tpot_p99_ms
     knee = fixes.batch_for_tpot(g, limit_ms, _tokens_per_seq(st, hit_insts)) if limit_ms else None
@@ -876,13 +920,16 @@ def _bandwidth(st: _State) -> list[Finding]:
             [g.name] if share >= 0.5 else sorted(hit),
             {
                 "window": _span(w),
+                "signal": signal.value,
                 "threshold_pct": BW_BOUND_PCT,
                 "slo_tpot_p99_ms": g.slo_tpot_p99_ms,
                 "max_num_seqs": seqs,
                 "instances": hit,
             },
-            f"Memory bandwidth was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding is "
-            "limited by reading weights and KV cache, so more compute would not speed it up.",
+            f"{SIGNAL_TEXT[signal]} was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding "
+            "looks limited by reading weights and KV cache, so more compute would not speed it up"
+            + ("" if signal == BandwidthSignal.DCGM_DRAM_ACTIVE else BUSY_CAVEAT)
+            + ".",
             "; ".join(parts) + ".",
         )
     ]
