@@ -275,6 +275,29 @@ variable "group_deletion_protection" {
   default     = false
 }
 
+variable "loadbalancer_ids" {
+  type        = list(string)
+  description = "Classic Load Balancer (CLB) instances the group's instances join as backends; ESS sets a Standby instance's weight to 0."
+  nullable    = false
+  default     = []
+}
+
+variable "alb_server_groups" {
+  type = list(object({
+    id     = string
+    port   = number
+    weight = optional(number, 100)
+  }))
+  description = "ALB server groups the group's instances join (the vLLM port, the weight of a serving instance)."
+  nullable    = false
+  default     = []
+
+  validation {
+    condition     = alltrue([for g in var.alb_server_groups : g.port >= 1 && g.port <= 65535 && g.weight >= 0 && g.weight <= 100])
+    error_message = "alb_server_groups[*].port must be within 1..65535 and weight within 0..100."
+  }
+}
+
 variable "instance_types" {
   type        = list(string)
   description = "GPU instance types in order of preference (ESS falls back to the next one when a zone is out of stock)."

@@ -27,6 +27,7 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
+from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
@@ -102,6 +103,14 @@ class Service:
             dry_run=dry_run,
             notify=self._notify,
             notify_scale_min_change=settings.notify_scale_min_change,
+        )
+        # scale-in: completes the lifecycle action of instances that have drained (fleet/service/drain.py)
+        self.drainer = Drainer(
+            clients,
+            self.observer.sources,
+            service=settings.service_name,
+            record=self.actuator.record,
+            dry_run=dry_run,
         )
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
@@ -212,6 +221,11 @@ class Service:
                 if res.outcome == Outcome.FENCED:
                     result.errors.append("lease lost before a write")
                     return
+            drains = self.drainer.complete(spec, observed, now, lease.epoch, fence)
+            result.actions.extend(drains)
+            if any(d.outcome == Outcome.FENCED for d in drains):
+                result.errors.append("lease lost before a write")
+                return
             for a in result.actions:
                 if a.outcome in (Outcome.ERROR, Outcome.FAILED) and a.error:
                     result.errors.append(a.error)

@@ -32,7 +32,8 @@ def problems(tmp_path: Path, groups: str) -> list[str]:
 def test_two_groups_on_one_scaling_group_are_refused(tmp_path, key):
     found = problems(
         tmp_path,
-        f"  - {{name: a, {key}, min_size: 1, max_size: 4}}\n  - {{name: b, {key}, min_size: 1, max_size: 4}}\n",
+        f"  - {{name: a, {key}, min_size: 1, max_size: 4}}\n"
+        f"  - {{name: b, {key}, min_size: 1, max_size: 4}}\n",
     )
     assert len(found) == 1 and "two groups drive one scaling group" in found[0] and "a, b" in found[0]
 

@@ -41,7 +41,8 @@ def module_default_alarms(module_dir) -> dict:
 
 def test_module_default_alarms_use_names_the_service_reads(module_dir):
     alarms = module_default_alarms(module_dir)
-    assert {"gpu_temperature", "gpu_memory", "ttft_p99", "tpot_p99", "queue_depth", "instance_down"} <= set(alarms)
+    expected = {"gpu_temperature", "gpu_memory", "ttft_p99", "tpot_p99", "queue_depth", "instance_down"}
+    assert expected <= set(alarms)
     assert not any(a["metric"] == "vllm_e2e_p99_ms" for a in alarms.values())  # pages on long answers
     assert metric_problems(alarms) == []
 

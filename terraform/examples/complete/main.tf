@@ -29,6 +29,8 @@ module "fleet" {
   multi_az_policy           = var.multi_az_policy
   scaling_policy            = var.scaling_policy
   group_deletion_protection = var.group_deletion_protection
+  loadbalancer_ids          = var.loadbalancer_ids
+  alb_server_groups         = var.alb_server_groups
 
   instance_types         = var.instance_types
   image_id               = var.image_id

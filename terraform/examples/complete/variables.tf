@@ -134,6 +134,22 @@ variable "group_deletion_protection" {
   default     = null
 }
 
+variable "loadbalancer_ids" {
+  type        = list(string)
+  description = "Classic Load Balancer (CLB) instances the group's instances join as backends; ESS sets a Standby instance's weight to 0."
+  default     = null
+}
+
+variable "alb_server_groups" {
+  type = list(object({
+    id     = string
+    port   = number
+    weight = optional(number, 100)
+  }))
+  description = "ALB server groups the group's instances join (the vLLM port, the weight of a serving instance)."
+  default     = null
+}
+
 variable "instance_types" {
   type        = list(string)
   description = "GPU instance types in order of preference (ESS falls back to the next one when a zone is out of stock)."

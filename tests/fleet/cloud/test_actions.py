@@ -44,6 +44,10 @@ def calls_for(c: CloudClients) -> dict[str, Callable[[], object]]:
         "ess.exit_standby": lambda: c.ess.exit_standby("asg-1", ["i-1"], client_token="t3"),
         "ess.remove_instances": lambda: c.ess.remove_instances("asg-1", ["i-1"], client_token="t4"),
         "ess.set_instances_protection": lambda: c.ess.set_instances_protection("asg-1", ["i-1"], True),
+        "ess.describe_lifecycle_actions": lambda: c.ess.describe_lifecycle_actions("asa-1"),
+        "ess.complete_lifecycle_action": lambda: c.ess.complete_lifecycle_action(
+            "ash-1", "token-1", client_token="t5"
+        ),
         "cms.metric_last": lambda: c.cms.metric_last("acs_ecs_dashboard", "m", ["i-1"]),
         "cms.metric_list": lambda: c.cms.metric_list(
             "acs_ecs_dashboard", "m", ["i-1"], T0, T0 + timedelta(minutes=1)
