@@ -131,6 +131,13 @@ def test_unknown_in_flight_requests_leave_the_instance_to_the_hook_timeout(world
         svc.tick(cloud.now())
     assert _states(clients, gid)[victim] == "Removing:Wait"
     assert not svc.store.decisions(kind="drain")
+    activity = next(
+        i.activity_id for i in clients.ess.describe_scaling_instances(gid) if i.instance_id == victim
+    )
+    cloud.advance(HOOK_TIMEOUT_S)  # the hook's timeout ends the wait (CONTINUE), reported as Timeout
+    assert victim not in _states(clients, gid)
+    [timed_out] = clients.ess.describe_lifecycle_actions(activity, status="Timeout")
+    assert victim in timed_out.instance_ids
 
 
 def test_a_sample_from_before_the_scale_in_does_not_count(world):
