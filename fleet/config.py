@@ -184,7 +184,7 @@ class FleetConfig(BaseSettings):
         return self
 
     def policy(self) -> PolicySpec:
-        """The policy part alone (``decide`` also accepts the FleetConfig itself)."""
+        """The policy part alone: what ``policies.decide`` takes."""
         return PolicySpec(groups=self.groups)
 
     def group(self, name: str) -> GroupConfig | None:

@@ -20,10 +20,11 @@ from sizing.catalog import (
 )
 from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
-from sizing.latency import KneeSweep, LatencyReport, TraceRequest, Workload, knee_sweep, simulate
+from sizing.latency import KneeSweep, LatencyReport, Workload, knee_sweep, simulate
 from sizing.memory import Deployment, MemoryPlan, plan_memory
 from sizing.perf import PerfModel, perf_model
 from sizing.search import SLO, Candidate, SearchResult, Settings, search
+from sizing.traces import TraceError, TraceRequest, parse_columns
 
 __all__ = [
     "GPU",
@@ -34,6 +35,7 @@ __all__ = [
     "LatencyReport",
     "SearchResult",
     "Settings",
+    "TraceError",
     "TraceRequest",
     "Workload",
     "knee_sweep",
@@ -55,6 +57,7 @@ __all__ = [
     "load_models",
     "model_from_hf_config",
     "perf_model",
+    "parse_columns",
     "plan_memory",
     "price_book",
 ]

@@ -21,7 +21,7 @@ from sizing.errors import SizingInputError, unknown
 GIB = 1024**3
 
 
-def _load_yaml(name: str) -> Any:
+def _load_yaml(name: str) -> Any:  # Any: parsed YAML; the readers below check each row
     text = resources.files("sizing").joinpath("data", name).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
@@ -292,6 +292,7 @@ def find_model(name: str) -> ModelShape:
     raise unknown("model", name, models)
 
 
+# Any: parsed JSON from the user's file, checked below
 def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     """A model shape from a parsed Hugging Face ``config.json`` (the dict); bad or missing fields raise."""
     if not isinstance(config, dict):
@@ -302,7 +303,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     if cfg.get("kv_lora_rank"):
         raise SizingInputError(f"{name}: MLA attention (kv_lora_rank) is not supported by this calculator")
 
-    def pick(*keys: str, required: bool = True, default: Any = None) -> Any:
+    def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
             if cfg.get(k) is not None:
                 value = cfg[k]
@@ -422,6 +423,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Any: parsed YAML from the user's prices file, checked before use
 def price_book(override: Any = None, source_name: str = "prices file") -> PriceBook:
     """The shipped price list, with ``override`` (a parsed prices.yaml of the same shape) laid over it."""
     data = _load_yaml("prices.yaml")

@@ -18,13 +18,8 @@ from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
 from sizing.memory import Deployment, MemoryPlan
 from sizing.perf import PerfModel
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
+from sizing.stats import percentile
+from sizing.traces import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -115,17 +110,6 @@ class Workload:
             return mean
         sigma2 = math.log(1 + self.length_cv**2)
         return max(1, round(rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))))
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) with linear interpolation; 0 for no values."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -246,6 +230,7 @@ def simulate(
     backlog = engine.num_waiting
     done += engine.advance(end + 1e7)  # drain
     skip = int(len(reqs) * warmup_fraction)
+    # ignored: the engine's ids are Hashable; this simulator submits ints (the requests' indices)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
     return summarize(kept, workload.rate / replicas, busy, backlog)
 

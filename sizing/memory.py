@@ -80,6 +80,7 @@ class Deployment:
     block_size: int = BLOCK_SIZE
 
     def with_(self, **changes: object) -> Deployment:
+        # ignored: replace() cannot check **changes against the fields; it raises TypeError on a wrong name
         return replace(self, **changes)  # type: ignore[arg-type]
 
 

@@ -261,12 +261,12 @@ class _Sim:
     cache: dict[tuple[str, int, int, float], LatencyReport] = field(default_factory=dict)
 
     def run(self, cand: Candidate, per_engine_rps: float) -> LatencyReport:
-        assert cand.deployment is not None and cand.max_num_seqs is not None
+        assert cand.deployment is not None and cand.plan is not None and cand.max_num_seqs is not None
         key = (cand.gpu, cand.tp, cand.max_num_seqs, round(per_engine_rps, 9))
         if key not in self.cache:
             self.count += 1
             dep = replace(cand.deployment, max_num_seqs=cand.max_num_seqs)
-            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)  # type: ignore[arg-type]
+            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)
             # a trace is split round-robin over engines; Poisson arrivals split into Poisson arrivals
             replicas = max(1, round(self.workload.rate / per_engine_rps)) if self.workload.trace else 1
             wl = self.workload.with_qps(per_engine_rps * replicas)
@@ -447,84 +447,139 @@ def search(
     options are ``instances`` (default: the whole catalog) x TP (``settings.tp`` or every TP that fits an
     instance) x max_num_seqs (``settings.max_num_seqs`` or vLLM's default and smaller batches).
     """
-    plans: dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str] = {}
-    cands: list[Candidate] = []
+    plans: _Plans = {}
     if gpu is not None:
-        tp = settings.tp or 1
-        check_tp(model, tp)
-        c = _option(model, gpu, tp, settings, None, plans)
-        if isinstance(plans.get((gpu.name, tp)), str):
-            raise SizingInputError(str(plans[(gpu.name, tp)]))
-        cands.append(c)
+        cands = [_bare_gpu_candidate(model, gpu, settings, plans)]
     else:
-        if settings.tp is not None:
-            check_tp(model, settings.tp)
-        pool = list(instances) if instances is not None else list(load_instances().values())
-        for inst in pool:
-            g = find_gpu(inst.gpu)
-            tps = [settings.tp] if settings.tp else [t for t in TP_CHOICES if t <= inst.gpus]
-            for tp in tps:
-                c = _option(model, g, tp, settings, inst, plans)
-                if prices is not None:
-                    price = prices.price(inst, region)
-                    if price is not None:
-                        c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
-                    elif c.fits:
-                        c.reason = f"no price for {inst.name} in the price list"
-                        c.fits = False
-                cands.append(c)
+        cands = _instance_candidates(model, settings, prices, region, instances, plans)
     single = settings.tp is not None and gpu is None and instances is not None and len(cands) == 1
     if single and not cands[0].plan and cands[0].reason.startswith("impossible"):
         raise SizingInputError(cands[0].reason)  # the one deployment asked for cannot exist
-    has_load = workload_has_load(workload)
-    sim_count = 0
     fitting = [c for c in cands if c.fits and not c.reason]
-    if has_load and workload is not None:
-        for c in fitting:
-            _estimate(c, workload, slo, settings)
-        viable = [c for c in fitting if not c.reason]
-        viable.sort(key=_cost_key)
-        sim = _Sim(workload, slo, seed)
-        verified: list[Candidate] = []
-        total = len(viable)
-        for i, c in enumerate(viable):
-            if progress:
-                progress(i, total)
-            passed = [v for v in verified if v.meets_slo]
-            if len(passed) >= top:
-                kth = sorted(_cost_key(v) for v in passed)[top - 1]
-                if _cost_key(c)[0] > kth[0] * ESTIMATE_MARGIN or sim.count >= MAX_SIMULATIONS:
-                    break
-            elif sim.count >= MAX_SIMULATIONS:
-                break
-            _verify(c, sim, workload, slo, settings)
-            verified.append(c)
-        if progress:
-            progress(total, total)
-        winners = sorted((v for v in verified if v.meets_slo), key=_cost_key)
-        for c in winners[:top]:
-            _headroom(c, sim, workload, slo)
-        best = winners[0] if winners else None
-        for c in viable:
-            if c is best or c.meets_slo is False:
-                continue
-            if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
-                c.reason = "not verified: the search's simulation budget ran out before this option"
-            else:
-                c.reason = _dearer(c, best)
-        sim_count = sim.count
+    if workload_has_load(workload) and workload is not None:
+        best, sim_count = _rank_under_load(fitting, workload, slo, settings, top, seed, progress)
         cands.sort(key=lambda c: _rank_key(c, best))
     else:
-        cheapest = min(
-            (c for c in fitting),
-            key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
-            default=None,
-        )
-        for c in fitting:
-            if c is not cheapest:
-                c.reason = _dearer(c, cheapest)
+        cheapest = _rank_by_price(fitting)
         cands.sort(key=lambda c: _rank_key(c, cheapest))
+        sim_count = 0
     return SearchResult(cands, workload, slo, sim_count, region)
+
+
+_Plans = dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str]
+
+
+def _bare_gpu_candidate(model: ModelShape, gpu: GPU, settings: Settings, plans: _Plans) -> Candidate:
+    """The one option on a bare GPU (no instance type, no price) at ``settings.tp`` (default 1)."""
+    tp = settings.tp or 1
+    check_tp(model, tp)
+    c = _option(model, gpu, tp, settings, None, plans)
+    if isinstance(plans.get((gpu.name, tp)), str):
+        raise SizingInputError(str(plans[(gpu.name, tp)]))
+    return c
+
+
+def _instance_candidates(
+    model: ModelShape,
+    settings: Settings,
+    prices: PriceBook | None,
+    region: str | None,
+    instances: Sequence[InstanceType] | None,
+    plans: _Plans,
+) -> list[Candidate]:
+    """Every instance type x TP option, priced from ``prices`` (an option without a price does not fit)."""
+    if settings.tp is not None:
+        check_tp(model, settings.tp)
+    cands: list[Candidate] = []
+    pool = list(instances) if instances is not None else list(load_instances().values())
+    for inst in pool:
+        g = find_gpu(inst.gpu)
+        tps = [settings.tp] if settings.tp else [t for t in TP_CHOICES if t <= inst.gpus]
+        for tp in tps:
+            c = _option(model, g, tp, settings, inst, plans)
+            if prices is not None:
+                price = prices.price(inst, region)
+                if price is not None:
+                    c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
+                elif c.fits:
+                    c.reason = f"no price for {inst.name} in the price list"
+                    c.fits = False
+            cands.append(c)
+    return cands
+
+
+def _rank_under_load(
+    fitting: list[Candidate],
+    workload: Workload,
+    slo: SLO,
+    settings: Settings,
+    top: int,
+    seed: int,
+    progress: ProgressFn | None,
+) -> tuple[Candidate | None, int]:
+    """Estimate every fitting option, simulate the cheapest until ``top`` pass the SLO (or the budget runs
+    out), and say why each other option lost: (the best, simulations run)."""
+    for c in fitting:
+        _estimate(c, workload, slo, settings)
+    viable = [c for c in fitting if not c.reason]
+    viable.sort(key=_cost_key)
+    sim = _Sim(workload, slo, seed)
+    verified = _verify_cheapest(viable, sim, workload, slo, settings, top, progress)
+    winners = sorted((v for v in verified if v.meets_slo), key=_cost_key)
+    for c in winners[:top]:
+        _headroom(c, sim, workload, slo)
+    best = winners[0] if winners else None
+    for c in viable:
+        if c is best or c.meets_slo is False:
+            continue
+        if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
+            c.reason = "not verified: the search's simulation budget ran out before this option"
+        else:
+            c.reason = _dearer(c, best)
+    return best, sim.count
+
+
+def _verify_cheapest(
+    viable: list[Candidate],
+    sim: _Sim,
+    workload: Workload,
+    slo: SLO,
+    settings: Settings,
+    top: int,
+    progress: ProgressFn | None,
+) -> list[Candidate]:
+    """Simulate ``viable`` (cheapest first) until ``top`` pass and the rest cost clearly more, or the
+    simulation budget is spent; the options simulated."""
+    verified: list[Candidate] = []
+    total = len(viable)
+    for i, c in enumerate(viable):
+        if progress:
+            progress(i, total)
+        passed = [v for v in verified if v.meets_slo]
+        if len(passed) >= top:
+            kth = sorted(_cost_key(v) for v in passed)[top - 1]
+            if _cost_key(c)[0] > kth[0] * ESTIMATE_MARGIN or sim.count >= MAX_SIMULATIONS:
+                break
+        elif sim.count >= MAX_SIMULATIONS:
+            break
+        _verify(c, sim, workload, slo, settings)
+        verified.append(c)
+    if progress:
+        progress(total, total)
+    return verified
+
+
+def _rank_by_price(fitting: list[Candidate]) -> Candidate | None:
+    """No load to simulate: the cheapest fitting option wins (then the fewest GPUs); the rest are dearer."""
+    cheapest = min(
+        (c for c in fitting),
+        key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
+        default=None,
+    )
+    for c in fitting:
+        if c is not cheapest:
+            c.reason = _dearer(c, cheapest)
+    return cheapest
 
 
 def _cost_key(c: Candidate) -> tuple[float, int, str]:

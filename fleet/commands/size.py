@@ -7,12 +7,10 @@ The shell part only: it reads the files (config.json, prices.yaml, traces), pass
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -22,6 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from fleet.commands._common import console, err_console, fail, print_json, write_atomically
+
+if TYPE_CHECKING:  # sizing loads on first use of the command
+    from sizing.traces import TraceRequest
 
 EXIT_NO_FIT = 1
 
@@ -96,34 +97,24 @@ def size(
     from sizing.latency import Workload
     from sizing.search import SLO, Settings, search
 
-    if (model is None) == (config is None):
-        fail("give exactly one of --model NAME or --config FILE")
-    if gpu is not None and instance_type is not None:
-        fail("give at most one of --gpu and --instance-type")
-    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
-        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
-    if top is not None and top < 1:
-        fail(f"--top must be at least 1, got {top}")
-    for name, value in (
-        ("--max-model-len", max_model_len),
-        ("--max-num-seqs", max_num_seqs),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-        ("--prompt-tokens", prompt_tokens),
-        ("--output-tokens", output_tokens),
-    ):
-        if value is not None and value < 1:
-            fail(f"{name} must be at least 1, got {value}")
-    for name, number in (
-        ("--qps", qps), ("--slo-ttft-p99-ms", slo_ttft_p99_ms), ("--slo-tpot-p99-ms", slo_tpot_p99_ms)
-    ):
-        if number is not None and not (number > 0 and math.isfinite(number)):
-            fail(f"{name} must be a positive number, got {number:g}")
-    if not (length_cv >= 0 and math.isfinite(length_cv)):
-        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+    _check_exclusive(model, config, gpu, instance_type, trace, prompt_tokens, output_tokens)
+    _check_ranges(
+        top,
+        counts={
+            "--max-model-len": max_model_len,
+            "--max-num-seqs": max_num_seqs,
+            "--max-num-batched-tokens": max_num_batched_tokens,
+            "--prompt-tokens": prompt_tokens,
+            "--output-tokens": output_tokens,
+        },
+        positives={"--qps": qps, "--slo-ttft-p99-ms": slo_ttft_p99_ms, "--slo-tpot-p99-ms": slo_tpot_p99_ms},
+        length_cv=length_cv,
+    )
     if plot is not None:
         _check_writable(plot, "--plot")
 
     try:
+        # ignored: exactly one of MODEL and --config is set, checked above
         shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
         book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
@@ -183,6 +174,40 @@ def size(
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+def _check_exclusive(
+    model: str | None,
+    config: Path | None,
+    gpu: str | None,
+    instance_type: str | None,
+    trace: Path | None,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+) -> None:
+    """Flags that exclude or require each other."""
+    if (model is None) == (config is None):
+        fail("give exactly one of --model NAME or --config FILE")
+    if gpu is not None and instance_type is not None:
+        fail("give at most one of --gpu and --instance-type")
+    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
+        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
+
+
+def _check_ranges(
+    top: int | None, *, counts: dict[str, int | None], positives: dict[str, float | None], length_cv: float
+) -> None:
+    """Counts at least 1, positive finite numbers, a finite spread >= 0."""
+    if top is not None and top < 1:
+        fail(f"--top must be at least 1, got {top}")
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            fail(f"{name} must be at least 1, got {value}")
+    for name, number in positives.items():
+        if number is not None and not (number > 0 and math.isfinite(number)):
+            fail(f"{name} must be a positive number, got {number:g}")
+    if not (length_cv >= 0 and math.isfinite(length_cv)):
+        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+
+
 def _read_model_config(path: Path) -> Any:
     import sizing
 
@@ -216,76 +241,21 @@ def _read_prices(path: Path) -> Any:
         fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
 
 
-_TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
-_PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
-
-
-def _json_line(path: Path, number: int, line: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        fail(f"{path}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})")
-
-
-def _read_trace(path: Path) -> tuple[Any, ...]:
-    """Requests of a trace file: Azure LLM (CSV, datetimes), BurstGPT (CSV, seconds), Mooncake (JSONL, ms).
-
-    Rows with zero tokens (failed requests in BurstGPT) are skipped."""
-    from sizing.latency import TraceRequest
+def _read_trace(path: Path) -> tuple[TraceRequest, ...]:
+    """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake."""
+    from sizing.traces import TraceError, parse_columns
 
     try:
         with path.open(encoding="utf-8", newline="") as handle:
-            if path.suffix in {".jsonl", ".json"}:
-                rows = [_json_line(path, n, line) for n, line in enumerate(handle, start=1) if line.strip()]
-                millis = True  # Mooncake's timestamp is milliseconds from the start
-            else:
-                rows = list(csv.DictReader(handle))
-                millis = False
+            text = handle.read()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
-    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         fail(f"{path}: cannot parse the trace ({exc})")
-    if not rows or not isinstance(rows[0], dict):
-        fail(f"{path}: the trace has no request rows")
-    keys = {k.strip().lower(): k for k in rows[0]}
-    tkey = next((keys[k] for k in _TIME_KEYS if k in keys), None)
-    pkey = next((keys[k] for k in _PROMPT_KEYS if k in keys), None)
-    okey = next((keys[k] for k in _OUTPUT_KEYS if k in keys), None)
-    if tkey is None or pkey is None or okey is None:
-        fail(
-            f"{path}: needs a time column ({'/'.join(_TIME_KEYS)}), prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
-            f"and output tokens ({'/'.join(_OUTPUT_KEYS)}); found {', '.join(keys) or 'none'}"
-        )
-    out: list[TraceRequest] = []
-    t0: datetime | None = None
-    for n, row in enumerate(rows, start=2):
-        try:
-            prompt, output = int(float(row[pkey])), int(float(row[okey]))
-            raw = row[tkey]
-            if isinstance(raw, int | float) or _is_number(str(raw)):
-                t = float(raw) / (1000.0 if millis else 1.0)
-            else:
-                stamp = datetime.fromisoformat(str(raw).strip())
-                t0 = t0 or stamp
-                t = (stamp - t0).total_seconds()
-        except (TypeError, ValueError, KeyError, OverflowError) as exc:
-            fail(f"{path}: row {n}: {exc}")
-        if prompt <= 0 or output <= 0 or not math.isfinite(t):
-            continue
-        out.append(TraceRequest(t, prompt, output))
-    if len(out) < 2:
-        fail(f"{path}: fewer than two usable requests")
-    out.sort(key=lambda r: r.arrival_s)
-    return tuple(out)
-
-
-def _is_number(text: str) -> bool:
     try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        return parse_columns(text, str(path), jsonl=path.suffix in {".jsonl", ".json"})
+    except TraceError as exc:
+        fail(str(exc))
 
 
 def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:

@@ -97,8 +97,10 @@ def make_clients(config: FleetConfig) -> CloudClients:
     from fleet.cloud.clients import make_clients as _make
     from fleet.cloud.retry import RetryPolicy
 
+    # str(): CmsAdapter's own conversion, so an unset account id reads as it always has
+    account_id = str(config.account_id)
     return _make(
-        config.region, config.account_id, credential=_sim_credential(), retry=_sim_retry(RetryPolicy), env={}
+        config.region, account_id, credential=_sim_credential(), retry=_sim_retry(RetryPolicy), env={}
     )
 
 
@@ -130,8 +132,8 @@ def make_controller(
             max_size=spec.max_size,
             warm_floor=spec.warm_floor,
             floor_at=_schedule_floor(spec, options.tick_s),
+            max_isolated_for=spec.guardrails.max_isolated_for,
         )
-        checker.max_isolated_for = spec.guardrails.max_isolated_for  # type: ignore[attr-defined]
         return service, checker
     if policy == "static-peak":
         size = options.static_size or spec.max_size
@@ -178,9 +180,8 @@ def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: dateti
         and a.trigger_source_type == "APIs"
         and a.total_capacity is not None
     ]
-    max_iso = getattr(checker, "max_isolated_for", None)
-    if max_iso is not None:
-        checker.max_isolated = max_iso(max(1, desired))
+    if checker.max_isolated_for is not None:
+        checker.max_isolated = checker.max_isolated_for(max(1, desired))
     checker.check(at, desired, states, fresh)
 
 

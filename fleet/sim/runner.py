@@ -20,7 +20,8 @@ from typing import Any
 from fleet.sim import cloudview
 from fleet.sim.types import Hardware, MinutePoint, SimOptions, SimResult
 from fleet.sim.workload import Request
-from fleet.sim.world import Fault, World, WorldParams, percentile
+from fleet.sim.world import Fault, World, WorldParams
+from sizing.stats import nearest_rank
 
 
 def summarize(
@@ -46,8 +47,8 @@ def summarize(
         "rejected": world.total_rejected,
         "dropped": world.total_dropped,
         "slo_violation_minutes": slo_minutes,
-        "ttft_p99_ms": round(percentile(ttfts, 99), 1),
-        "tpot_p99_ms": round(percentile(tpots, 99), 2),
+        "ttft_p99_ms": round(nearest_rank(ttfts, 99), 1),
+        "tpot_p99_ms": round(nearest_rank(tpots, 99), 2),
         "gpu_hours": round(gpu_hours, 2),
         "cost_cny": round(cost_cny, 2),
         "scale_actions": scale_actions,
@@ -61,7 +62,7 @@ def summarize(
 def minute_p99(ttfts: list[float]) -> float | None:
     if not ttfts:
         return None
-    return percentile(sorted(ttfts), 99)
+    return nearest_rank(sorted(ttfts), 99)
 
 
 def run(

@@ -27,7 +27,8 @@ from fleet.sim.workload import (
     parse_workload_spec,
     peak_rate_rps,
 )
-from fleet.sim.world import Fault, World, WorldParams, percentile
+from fleet.sim.world import Fault, World, WorldParams
+from sizing.stats import nearest_rank
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
 # ServeGen's m-small language model, day 2: a night trough at ~45 % of the peak, a ramp from 06:00 and the
@@ -123,7 +124,7 @@ def _p99_ttft_at(
         if len(arrivals) > 4 * rate * 60 + 500:  # hopelessly behind: no need to finish the run
             return math.inf
     ttfts.extend(math.inf for _ in arrivals)
-    return percentile(sorted(ttfts), 99)
+    return nearest_rank(sorted(ttfts), 99)
 
 
 def static_peak_size(requests: Sequence[Request], capacity_rps: float, max_size: int | None = None) -> int:

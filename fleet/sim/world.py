@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
+from sizing.stats import nearest_rank
 
 # XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
 # reset-class
@@ -346,10 +347,10 @@ class World:
             ttfts = sorted(w[1] for w in inst.win)
             tpots = sorted(w[2] for w in inst.win)
             e2es = sorted(w[3] for w in inst.win)
-            custom["vllm_ttft_p99_ms"] = percentile(ttfts, 99)
-            custom["vllm_tpot_p99_ms"] = percentile(tpots, 99)
-            custom["vllm_e2e_p99_ms"] = percentile(e2es, 99)
-            custom["vllm_e2e_p95_ms"] = percentile(e2es, 95)
+            custom["vllm_ttft_p99_ms"] = nearest_rank(ttfts, 99)
+            custom["vllm_tpot_p99_ms"] = nearest_rank(tpots, 99)
+            custom["vllm_e2e_p99_ms"] = nearest_rank(e2es, 99)
+            custom["vllm_e2e_p95_ms"] = nearest_rank(e2es, 95)
         dash = {
             "instance_gpu_gpu_usedutilization": 100.0 * inst.util,
             "instance_gpu_memory_usedutilization": self.p.gpu_mem_reserved_pct,
@@ -445,14 +446,6 @@ class World:
 
 
 _OUTSTANDING = operator.attrgetter("outstanding")
-
-
-def percentile(sorted_values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile of already sorted values (0 for none)."""
-    if not sorted_values:
-        return 0.0
-    k = max(0, min(len(sorted_values) - 1, math.ceil(pct / 100.0 * len(sorted_values)) - 1))
-    return sorted_values[k]
 
 
 def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
