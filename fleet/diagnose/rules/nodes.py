@@ -293,8 +293,9 @@ def _throttling(st: _State) -> list[Finding]:
                     f"{inst.instance_id}'s GPU hit its power limit and the driver lowered its SM clock "
                     "while it was cool enough, so it serves slower than its peers.",
                     f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and restore "
-                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (a rack power cap), "
-                    "isolate it per the isolation policy and lower the density on that power domain.",
+                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (the host's power is "
+                    "Alibaba Cloud's), isolate it per the isolation policy and replace or redeploy it to "
+                    "another host, reporting the host with ECS ReportInstancesStatus.",
                 )
             )
     return out

@@ -93,6 +93,14 @@ def test_thermal_fix_is_an_action_possible_on_ecs():
     assert "RedeployInstance" in fix and "RemoveInstances" in fix and "ReportInstancesStatus" in fix
 
 
+def test_power_fix_names_no_rack_or_power_domain_change():
+    window = make_window(
+        {"i-c": {"gpu_throttle_reasons": 0x4, "gpu_sm_clock_ratio": 0.7, "gpu_temperature_c": 60.0}}
+    )
+    fix = _only(window, "power_throttling").fix
+    assert "density" not in fix and "rack" not in fix and "ReportInstancesStatus" in fix
+
+
 def _bandwidth_window(source: str):
     window = make_window(
         {"*": {"gpu_mem_bw_util_pct": 94.0, "tpot_p99_ms": 60.0}}, group={"slo_tpot_p99_ms": 50.0}
