@@ -4,6 +4,7 @@ Pure: no I/O beyond the package's own data files, no clock. The shell (``fleet s
 their contents in.
 """
 
+from sizing.calibration import Calibration, apply_calibration, calibration_from_dict
 from sizing.catalog import (
     GPU,
     InstanceType,
@@ -28,6 +29,9 @@ from sizing.traces import TraceError, TraceRequest, parse_columns
 
 __all__ = [
     "GPU",
+    "Calibration",
+    "apply_calibration",
+    "calibration_from_dict",
     "SLO",
     "Candidate",
     "CompletedRequest",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from sizing.errors import SizingInputError
 from sizing.memory import Deployment, MemoryPlan, plan_memory
-from sizing.perf import PerfModel, perf_model
+from sizing.perf import PerfModel, perf_for
 
 _INF = float("inf")
 
@@ -117,9 +117,7 @@ class InstanceEngine:
             raise SizingInputError(
                 f"{deployment.model.name} on {deployment.tp} x {deployment.gpu.name}: {self.plan.reason}"
             )
-        self.perf = perf or perf_model(
-            deployment.model, deployment.gpu, deployment.tp, self.plan.dtype, self.plan.kv_cache_dtype
-        )
+        self.perf = perf or perf_for(deployment, self.plan)
         self.max_waiting = max_waiting
         self.speed_factor = speed_factor
         self._max_seqs = self.plan.max_num_seqs

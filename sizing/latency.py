@@ -112,6 +112,33 @@ class Workload:
         return max(1, round(rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))))
 
 
+LENGTH_QUANTILE_Z = 3.09  # max_model_len covers the 99.9th percentile of lognormal token lengths
+MAX_MODEL_LEN_STEP = 1024  # rounded up to a multiple of this
+
+
+def workload_max_model_len(workload: Workload, limit: int) -> int:
+    """The ``max_model_len`` a workload needs: its longest request (a trace) or the 99.9th percentile of
+    prompt plus output (lognormal lengths), rounded up to 1024 tokens and capped at the model's limit.
+
+    A smaller max_model_len leaves more KV cache per request slot and passes vLLM's start-up check on cards
+    where the model's full context would not fit (issue 21)."""
+    need: float
+    if workload.trace:
+        need = max(r.prompt_tokens + r.output_tokens for r in workload.trace)
+    else:
+        need = _quantile(workload.prompt_tokens, workload.length_cv) + _quantile(
+            workload.output_tokens, workload.length_cv
+        )
+    return min(limit, math.ceil(need / MAX_MODEL_LEN_STEP) * MAX_MODEL_LEN_STEP)
+
+
+def _quantile(mean: int, cv: float) -> float:
+    if cv <= 0:
+        return float(mean)
+    sigma2 = math.log(1 + cv**2)
+    return mean * math.exp(LENGTH_QUANTILE_Z * math.sqrt(sigma2) - sigma2 / 2)
+
+
 @dataclass(frozen=True)
 class LatencyReport:
     """Latency percentiles (ms) and throughput of one instance at one offered load."""

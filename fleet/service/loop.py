@@ -31,14 +31,24 @@ from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
-from fleet.service.observe import Observation, Observer
+from fleet.service.observe import GroupObservation, Observation, Observer
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import History, Incident, LifecycleState, Plan, WarningCode
+from policies.model import (
+    GroupPlan,
+    History,
+    Incident,
+    LifecycleState,
+    Plan,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    WarningCode,
+)
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -58,6 +68,7 @@ class TickResult:
     actions: list[ActionResult] = field(default_factory=list)
     schedule_changes: list[TaskChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fatal: str | None = None  # the service cannot go on (its database file is gone): run_forever stops
     observed_groups: list[str] = field(default_factory=list)
     api_calls: int = 0
     duration_s: float = 0.0
@@ -117,6 +128,7 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
+        self._reconciled_epoch: int | None = None  # the lease epoch whose interrupted writes were settled
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     # -- the tick -------------------------------------------------------------------------------------
@@ -141,6 +153,13 @@ class Service:
             return result
 
     def _tick(self, now: datetime, result: TickResult) -> None:
+        try:
+            self.store.check_file()
+        except StoreFileGone as exc:
+            log.critical("%s: stopping", exc)
+            result.fatal = str(exc)
+            result.errors.append(str(exc))
+            return
         lease = self.lease.acquire(now)
         if lease is None:
             return
@@ -161,7 +180,7 @@ class Service:
         snapshot, unmatched = build_snapshot(
             self.store, self.specs, now, observation, paused, requests, history
         )
-        plan = decide(snapshot, self.policy, history, now)
+        plan = self._decide(snapshot, history, now, lease, result)
         result.plan = plan
 
         tick_started = time.monotonic()
@@ -179,6 +198,7 @@ class Service:
             return
         if self._schedule_sync_due(now):
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
+        self._reconcile(observation, lease, result)
         self._actuate(plan, observation, now, lease, fence, paused, result)
         self._after(plan, observation, now)
 
@@ -186,6 +206,106 @@ class Service:
     def _load_history(self) -> History | None:
         raw = self.store.load_history()
         return None if raw is None else History.model_validate(raw)
+
+    # -- reconciling ----------------------------------------------------------------------------------
+    def _reconcile(self, observation: Observation, lease: Lease, result: TickResult) -> None:
+        """Once per leadership (a restart or a takeover): settle writes a crash left ``intended``.
+
+        Before this tick's writes, so that a write which landed is counted (its ClientToken sequence moves
+        on) and one which did not is retried with the same token.
+        """
+        if self.dry_run or self._reconciled_epoch == lease.epoch:
+            return
+        ids = {n: g.group.group_id for n, g in observation.groups.items() if g.ok and g.group is not None}
+        try:
+            result.actions.extend(self.actuator.reconcile(ids))
+        except CloudError as exc:
+            self._count_error(exc)
+            log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
+            return
+        if len(ids) == len(self.specs):
+            self._reconciled_epoch = lease.epoch
+
+    # -- deciding -------------------------------------------------------------------------------------
+    def _decide(
+        self, snapshot: Snapshot, history: History | None, now: datetime, lease: Lease, result: TickResult
+    ) -> Plan:
+        """``policies.decide`` group by group: the blast radius of a failure is one group.
+
+        An exception while deciding a group is logged and recorded as that group's failed decision; the group
+        holds (its history is kept as it was, nothing is written for it) and every other group is decided
+        and actuated as usual.
+        """
+        old = history or History()
+        # model_copy keeps any history field beyond ``groups`` as it was
+        merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
+        plan = Plan(at=now, history=merged)
+        for spec in self.specs:
+            one = PolicySpec(groups=(spec,))
+            own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
+            mine = old.model_copy(update={"groups": own})
+            seen = [g for g in snapshot.groups if g.name == spec.name]
+            part: Plan | None
+            try:
+                part = decide(Snapshot(taken_at=snapshot.taken_at, groups=seen), one, mine, now)
+            except Exception as exc:
+                part = self._decision_failed(spec.name, one, mine, now, exc, lease, result)
+            else:
+                merged.groups[spec.name] = part.history.groups[spec.name]
+            if part is None:
+                continue
+            plan.groups.extend(part.groups)
+            plan.warnings.extend(part.warnings)
+        return plan
+
+    def _decision_failed(
+        self,
+        group: str,
+        one: PolicySpec,
+        mine: History,
+        now: datetime,
+        exc: Exception,
+        lease: Lease,
+        result: TickResult,
+    ) -> Plan | None:
+        """Log and record a group's failed decision; the hold plan of an unobserved group stands in."""
+        log.exception("deciding group %s failed: the group holds this tick", group)
+        self._record_failure(group, "decide", now, exc, lease, result)
+        try:
+            held = decide(Snapshot(taken_at=now, groups=[]), one, mine, now)
+        except Exception:  # even its bounds cannot be computed: nothing is planned for it
+            log.exception("group %s: no hold plan either", group)
+            return None
+        detail = f"the decision failed ({type(exc).__name__}: {exc}): nothing changes"
+        reasons = [Reason(code=ReasonCode.DECISION_FAILED, detail=detail)]
+        update = {"reason": ReasonCode.DECISION_FAILED, "reasons": reasons}
+        held.groups = [gp.model_copy(update=update) for gp in held.groups]
+        return held
+
+    def _record_failure(
+        self, group: str, stage: str, now: datetime, exc: Exception, lease: Lease, result: TickResult
+    ) -> None:
+        """A failed decision or actuation of one group, in the tick's errors and the audit."""
+        error = f"{type(exc).__name__}: {exc}"
+        result.errors.append(f"group {group}: {stage} failed: {error}")
+        try:
+            self.store.record_decision(
+                DecisionRecord(
+                    service=self.settings.service_name,
+                    at=now,
+                    group_name=group,
+                    kind=stage,
+                    action=stage,
+                    decision_id=f"{group}:{stage}:{now.isoformat()}",
+                    outcome=Outcome.FAILED,
+                    reason=f"{stage} of the group failed; the other groups went on",
+                    error=error[:2000],
+                    dry_run=self.dry_run,
+                    lease_epoch=lease.epoch,
+                )
+            )
+        except Exception:  # the store failing too must not stop the other groups either
+            log.exception("could not record the failed %s of group %s", stage, group)
 
     # -- actuation ------------------------------------------------------------------------------------
     def _actuate(
@@ -199,36 +319,49 @@ class Service:
         result: TickResult,
     ) -> None:
         for gp in plan.groups:
-            spec = self.policy.group(gp.group)
             observed = observation.groups.get(gp.group)
-            if spec is None or observed is None or not observed.ok:
+            if observed is None or not observed.ok or gp.group in paused:
+                continue  # unread, or paused by operators: decisions are still made and shown, not written
+            try:
+                actions = self._actuate_group(gp, plan, observed, now, lease, fence)
+            except Exception as exc:  # one group's failure must not keep the others from their writes
+                log.exception("actuating group %s failed: the other groups go on", gp.group)
+                self._record_failure(gp.group, "actuate", now, exc, lease, result)
                 continue
-            if gp.group in paused:
-                continue  # operators paused it: decisions are still made and shown, nothing is written
-            gh = plan.history.groups.get(gp.group)
-            breaker_open = bool(gh and gh.breaker.open)
-            has_channel = self.notifier is not None and self.notifier.has_channels
-            steps = self.actuator.steps(
-                gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel
-            )
-            result.actions.extend(steps)
-            if any(s.outcome == Outcome.FENCED for s in steps):
+            result.actions.extend(actions)
+            if any(a.outcome == Outcome.FENCED for a in actions):
                 result.errors.append("lease lost before a write")
                 return
-            res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
-            if res is not None:
-                result.actions.append(res)
-                if res.outcome == Outcome.FENCED:
-                    result.errors.append("lease lost before a write")
-                    return
-            drains = self.drainer.complete(spec, observed, now, lease.epoch, fence)
-            result.actions.extend(drains)
-            if any(d.outcome == Outcome.FENCED for d in drains):
-                result.errors.append("lease lost before a write")
-                return
-            for a in result.actions:
+            for a in actions:
                 if a.outcome in (Outcome.ERROR, Outcome.FAILED) and a.error:
                     result.errors.append(a.error)
+
+    def _actuate_group(
+        self,
+        gp: GroupPlan,
+        plan: Plan,
+        observed: GroupObservation,
+        now: datetime,
+        lease: Lease,
+        fence: Callable[[], bool],
+    ) -> list[ActionResult]:
+        """One group's isolation steps, then its scale write, then its drains (none after a fenced write)."""
+        spec = self.policy.group(gp.group)
+        if spec is None:
+            return []
+        gh = plan.history.groups.get(gp.group)
+        breaker_open = bool(gh and gh.breaker.open)
+        has_channel = self.notifier is not None and self.notifier.has_channels
+        actions = self.actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
+        if any(a.outcome == Outcome.FENCED for a in actions):
+            return actions
+        res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
+        if res is not None:
+            actions = [*actions, res]
+            if res.outcome == Outcome.FENCED:
+                return actions
+        # scale-in: complete the lifecycle action of instances that have drained (fleet/service/drain.py)
+        return [*actions, *self.drainer.complete(spec, observed, now, lease.epoch, fence)]
 
     def _schedule_sync_due(self, now: datetime) -> bool:
         if self._last_schedule_sync is None:

@@ -29,6 +29,7 @@ from fleet.cloud.types import (
     ScalingInstance,
 )
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
+from fleet.service.sanitize import SampleGuard
 from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
 from policies.model import LifecycleState, MetricSample, SystemEvent, XidEvent
@@ -112,6 +113,8 @@ class Observer:
         }
         # where each group's metrics come from (its metrics_source; CloudMonitor by default)
         self.sources: dict[str, MetricSource] = {s.name: source_for(s, clients) for s in self.specs}
+        # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
+        self.guard = SampleGuard()
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
@@ -218,6 +221,7 @@ class Observer:
             g.errors.append(str(exc))
             g.staleness_s[canonical] = None
             return
+        points = self.guard.filter(g.name, canonical, name, points, now)
         wanted = set(ids)
         by_instance: dict[str, list[MetricPoint]] = {}
         for p in points:

@@ -357,8 +357,31 @@ def _check_values(params: dict[str, str], text: str) -> None:
             raise WorkloadError(f"workload {text!r}: {key}={params[key]!r} is not a number") from None
         if key in ("peak", "speed", "rate") and value <= 0:
             raise WorkloadError(f"workload {text!r}: {key} must be positive")
+        _check_bounds(key, value, text)
     if params.get("loop", "true").lower() not in ("true", "false"):
         raise WorkloadError(f"workload {text!r}: loop must be true or false")
+
+
+# What a workload may ask, so that an absurd size is one line and not a run that never ends or a crash: a
+# peak of 1,000 req/s is ~50 times what the default fleet's 40 instances serve, a rate of 100 copies each
+# request 100 times, and the ServeGen traces hold 14 days.
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "peak": (0.0, 1000.0),
+    "rate": (0.0, 100.0),
+    "speed": (0.001, 1000.0),
+    "day": (0.0, 13.0),
+    "start_h": (0.0, 14 * 24.0),
+    "cv_cap": (0.01, 1000.0),
+    "seed": (0.0, 2.0**63),
+}
+
+
+def _check_bounds(key: str, value: float, text: str) -> None:
+    lo, hi = _BOUNDS.get(key, (-math.inf, math.inf))
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise WorkloadError(f"workload {text!r}: {key} must be between {lo:g} and {hi:g}, got {value:g}")
+    if key in ("day", "seed") and value != int(value):
+        raise WorkloadError(f"workload {text!r}: {key} must be a whole number, got {value:g}")
 
 
 _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
