@@ -117,10 +117,38 @@ class MetricsSource(_Section):
         return self
 
 
+def validate_hardware(spec: GroupSpec) -> str | None:
+    """A problem with the group's predictive model / instance type, in one line; None when it is usable."""
+    pred = spec.predictive
+    if pred.capacity_rps is not None or not (pred.model or pred.instance_type):
+        return None
+    from sizing import SizingInputError, find_instance, find_model
+
+    try:
+        if pred.model:
+            find_model(pred.model)
+        if pred.instance_type:
+            inst = find_instance(pred.instance_type)
+            if pred.tp is not None and inst.gpus % pred.tp:
+                return f"predictive.tp {pred.tp} does not divide the {inst.gpus} GPUs of {inst.name}"
+    except SizingInputError as exc:
+        return str(exc)
+    return None
+
+
 class GroupConfig(GroupSpec):
     """A group's policy plus where its metrics come from."""
 
     metrics_source: MetricsSource = Field(default_factory=MetricsSource)
+
+    @model_validator(mode="after")
+    def _predictive_hardware(self) -> GroupConfig:
+        # the capacity model sizes what the sizing catalog knows: an unknown model or type is an error now,
+        # not a capacity that stays unknown at every tick
+        problem = validate_hardware(self)
+        if problem:
+            raise ValueError(f"predictive: {problem}")
+        return self
 
 
 # Below this a tick (at least three cloud reads and a store transaction) could not finish before the next.

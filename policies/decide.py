@@ -175,4 +175,5 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
         steps=steps,
         incidents=[i.model_copy(deep=True) for i in gh.incidents if i.state in OPEN_STATES],
         warnings=warnings,
+        predictive=sc.predictive,
     )

@@ -25,6 +25,11 @@ GPU_UTIL_PCT = "gpu_util_pct"
 GPU_MEM_USED_PCT = "gpu_mem_used_pct"
 GPU_TEMPERATURE_C = "gpu_temperature_c"
 GPU_POWER_W = "gpu_power_w"
+# demand (issue 16): arrivals per second and the mean token mix of the requests, per instance
+REQUEST_RATE = "request_rate"
+PROMPT_TOKENS_PER_REQUEST = "prompt_tokens_per_request"
+OUTPUT_TOKENS_PER_REQUEST = "output_tokens_per_request"
+DEMAND_METRICS: tuple[str, ...] = (REQUEST_RATE, PROMPT_TOKENS_PER_REQUEST, OUTPUT_TOKENS_PER_REQUEST)
 
 # Custom metrics published by the node agent (PutCustomMetric, GroupId 0, dimension instanceId).
 CUSTOM_METRIC_NAMES: dict[str, str] = {
@@ -39,6 +44,9 @@ CUSTOM_METRIC_NAMES: dict[str, str] = {
     GPU_XID: "gpu_xid",
     GPU_MEM_BW_UTIL_PCT: "gpu_mem_bw_util",
     GPU_SM_CLOCK_RATIO: "gpu_sm_clock_ratio",
+    REQUEST_RATE: "vllm_request_rate",
+    PROMPT_TOKENS_PER_REQUEST: "vllm_prompt_tokens_per_request",
+    OUTPUT_TOKENS_PER_REQUEST: "vllm_output_tokens_per_request",
 }
 
 # CloudMonitor namespace acs_ecs_dashboard, per instance; the statistic the service should read.

@@ -49,6 +49,11 @@ class ReasonCode(StrEnum):
     SCALE_IN_BLOCKED_PANIC = "scale_in_blocked_panic"
     SCALE_IN_BLOCKED_BREAKER = "scale_in_blocked_breaker_open"
     SURGE_FOR_ISOLATION = "surge_for_isolation"
+    PREDICTIVE_SCALE_OUT = "predictive_scale_out"
+    PREDICTIVE_SCALE_IN = "predictive_scale_in"
+    PREDICTIVE_HOLD = "predictive_hold"
+    PREDICTIVE_FORECAST_ONLY = "predictive_forecast_only"
+    BURST_ABSORBED = "burst_absorbed"
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
     DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
@@ -98,6 +103,7 @@ class WarningCode(StrEnum):
     GROUP_NOT_OBSERVED = "group_not_observed"
     UNKNOWN_LIFECYCLE_STATE = "unknown_lifecycle_state"
     UNKNOWN_INSTANCE = "unknown_instance"
+    DEMAND_UNKNOWN = "demand_unknown"
 
 
 class StepAction(StrEnum):
@@ -219,6 +225,27 @@ class StepOutcome(_Model):
     detail: str = ""
 
 
+class DemandSeries(_Model):
+    """A group's demand history from the store: mean arrivals per second in consecutive ``step_s`` buckets
+    starting at ``start`` (None: nothing was observed in that bucket; unknown, not zero)."""
+
+    start: AwareDatetime
+    step_s: float = Field(default=60.0, gt=0)
+    rps: list[float | None] = Field(default_factory=list)
+
+
+class DemandInputs(_Model):
+    """What the predictive scaler needs beyond the instances' own samples, worked out by the shell."""
+
+    history: DemandSeries | None = None
+    capacity_rps: float | None = Field(
+        default=None, description="requests/s one instance serves within the SLOs at the observed token mix"
+    )
+    capacity_source: str = ""
+    prompt_tokens: float | None = None  # the token mix the capacity is for
+    output_tokens: float | None = None
+
+
 class GroupSnapshot(_Model):
     name: str
     scaling_group_id: str | None = None
@@ -232,6 +259,7 @@ class GroupSnapshot(_Model):
     notifications: list[Notification] = Field(default_factory=list)
     operator_actions: list[OperatorAction] = Field(default_factory=list)
     outcomes: list[StepOutcome] = Field(default_factory=list)
+    demand: DemandInputs | None = None
 
     @model_validator(mode="after")
     def _instances_once(self) -> GroupSnapshot:
@@ -326,6 +354,29 @@ class BreakerState(_Model):
     reason: str = ""
 
 
+class PendingForecast(_Model):
+    """A forecast made earlier for ``due``: judged against the demand observed then."""
+
+    due: AwareDatetime
+    mean_rps: float
+    upper_rps: float
+
+
+class ForecastState(_Model):
+    """The forecast's own record: what it predicted, how wrong it was, and the online capacity correction."""
+
+    pending: list[PendingForecast] = Field(default_factory=list)
+    ratios: list[float] = Field(
+        default_factory=list, description="actual / predicted mean of recent judged forecasts (newest last)"
+    )
+    covered: list[bool] = Field(default_factory=list, description="actual <= upper, same forecasts")
+    correction: float = Field(default=1.0, description="capacity per instance x this (bounded by the spec)")
+    targets: list[Recommendation] = Field(
+        default_factory=list, description="the scale-in window's predictive targets (scale-in: to their max)"
+    )
+    last_at: AwareDatetime | None = None
+
+
 class GroupHistory(_Model):
     last_target: int | None = Field(
         default=None, description="the healthy serving target last decided (without isolation surges)"
@@ -348,6 +399,7 @@ class GroupHistory(_Model):
     breaker: BreakerState = Field(default_factory=BreakerState)
     applied_operator_actions: list[str] = Field(default_factory=list)
     seen_outcomes: list[str] = Field(default_factory=list)
+    forecast: ForecastState = Field(default_factory=ForecastState)
 
 
 class History(_Model):
@@ -408,6 +460,11 @@ class GroupPlan(_Model):
     steps: list[IsolationStep] = Field(default_factory=list)
     incidents: list[Incident] = Field(default_factory=list, description="open incidents with their timers")
     warnings: list[PlanWarning] = Field(default_factory=list)
+    predictive: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="the predictive scaler's inputs (demand_rps, forecast_rps, forecast_upper_rps, "
+        "capacity_per_instance_rps, predictive_target, ...); empty when predictive is off",
+    )
 
 
 class Plan(_Model):

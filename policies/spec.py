@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from datetime import time
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -28,6 +29,8 @@ from pydantic import (
 )
 
 from policies import metrics as m
+from policies.capacity import CapacityMix, ZoneSpec
+from policies.capacity import duplicates as capacity_duplicates
 
 # ---- value types -------------------------------------------------------------------------------------------
 
@@ -415,6 +418,76 @@ class Stabilization(_Model):
     )
 
 
+class PredictiveMode(StrEnum):
+    """What the predictive scaler does: nothing, record what it would do (AWS's ForecastOnly), or act."""
+
+    OFF = "off"
+    FORECAST_ONLY = "forecast-only"
+    ON = "on"
+
+
+class Predictive(_Model):
+    """Capacity-model, predictive scaling of one group (docs/policies.md, "Predictive scaling").
+
+    Capacity per instance comes from the sizing engine for ``model`` on ``instance_type`` (the same model as
+    ``fleet size``) at the observed token mix, or from ``capacity_rps`` when a team measured it.
+    """
+
+    mode: PredictiveMode = PredictiveMode.OFF
+    horizon_s: Duration | None = Field(
+        default=None,
+        alias="horizon",
+        description="how far ahead capacity is planned; default cold_start + 2 min, never below cold_start",
+    )
+    headroom: float = Field(
+        default=0.5,
+        ge=0,
+        le=5,
+        description="square-root staffing beta: c = R + headroom x sqrt(R) x burstiness (0.5-2 usual)",
+    )
+    history_s: Duration = Field(
+        default=7 * 86400.0, alias="history", ge=3600, description="demand history the forecast reads"
+    )
+    model: str | None = Field(default=None, description="the served model, as `fleet size --model` names it")
+    instance_type: str | None = Field(default=None, description="ECS instance type of the group")
+    tp: int | None = Field(default=None, ge=1, description="tensor parallel size; default all GPUs")
+    max_model_len: int | None = Field(default=None, ge=256)
+    capacity_rps: float | None = Field(
+        default=None, gt=0, description="measured requests/s one instance serves within the SLOs"
+    )
+    ttft_p99_ms: float | None = Field(
+        default=None, gt=0, description="P99 TTFT SLO; default the ttft_p99_ms scale-out threshold"
+    )
+    tpot_p99_ms: float | None = Field(default=None, gt=0, description="P99 TPOT SLO (optional)")
+    scale_in_margin: float = Field(
+        default=0.1, ge=0, lt=1, description="scale in only when the forecast fits in fewer with this margin"
+    )
+    max_step_down: CountOrPercent = Field(default="10%", description="per decision, at least one instance")
+    correction_bound: float = Field(
+        default=0.25, ge=0, lt=1, description="the online correction of capacity stays within 1 +/- this"
+    )
+    learned_floors: bool = Field(
+        default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on / off as a boolean: `mode: on` must still mean "on"
+        if value is True:
+            return PredictiveMode.ON
+        if value is False:
+            return PredictiveMode.OFF
+        return value
+
+    @model_validator(mode="after")
+    def _capacity_source(self) -> Predictive:
+        sized = self.capacity_rps is not None or bool(self.model and self.instance_type)
+        if self.mode != PredictiveMode.OFF and not sized:
+            raise ValueError("predictive needs model and instance_type (sizing engine) or capacity_rps")
+        return self
+
+
 IsolationAction = Literal["reboot", "replace", "hold"]
 ACTION_SEVERITY: dict[str, int] = {"reboot": 0, "hold": 1, "replace": 2}
 
@@ -629,6 +702,29 @@ class GroupSpec(_Model):
     stabilization: Stabilization = Field(default_factory=Stabilization)
     isolation: IsolationSpec = Field(default_factory=IsolationSpec)
     guardrails: Guardrails = Field(default_factory=Guardrails)
+    predictive: Predictive = Field(default_factory=Predictive)
+    # GPU capacity (issue 17, policies/capacity.py): the fallback ladder and how capacity is bought.
+    model: str | None = Field(
+        default=None,
+        description="the model served (sizing catalog name): instance_types are checked to hold it",
+    )
+    instance_types: tuple[str, ...] = Field(
+        default=(), description="instance types in priority order: the fallback ladder"
+    )
+    zones: tuple[ZoneSpec, ...] = Field(
+        default=(), description="zones (with their vSwitches) in priority order"
+    )
+    capacity_mix: CapacityMix | None = None
+    economical_mode: bool = Field(
+        default=False, description="scale in by stopping (ESS ScalingPolicy recycle): restarts are faster"
+    )
+
+    @model_validator(mode="after")
+    def _capacity_keys(self) -> GroupSpec:
+        problems = capacity_duplicates(self.instance_types, self.zones)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -655,6 +751,12 @@ class GroupSpec(_Model):
                 problems.append(
                     f"schedule {sched.name!r}: max ({sched.ceiling}) is below the group's floor ({base})"
                 )
+        horizon = self.predictive.horizon_s
+        if horizon is not None and horizon < self.cold_start_s:
+            problems.append(
+                f"predictive horizon ({horizon:g}s) is below cold_start_s ({self.cold_start_s:g}s): capacity "
+                "ordered now arrives after it"
+            )
         names = [s.name for s in self.schedules]
         for name in sorted({n for n in names if names.count(n) > 1}):
             problems.append(f"two schedules are named {name!r}")
@@ -680,6 +782,21 @@ class GroupSpec(_Model):
     @property
     def base_floor(self) -> int:
         return max(self.min_size, self.warm_floor)
+
+    @property
+    def horizon_s(self) -> float:
+        """The forecast horizon: configured, else the cold start plus two minutes (a tick, an activity)."""
+        h = self.predictive.horizon_s
+        return float(h) if h is not None else float(self.cold_start_s) + 120.0
+
+    @property
+    def slo_ttft_p99_ms(self) -> float | None:
+        if self.predictive.ttft_p99_ms is not None:
+            return self.predictive.ttft_p99_ms
+        for rule in self.scale_out:
+            if rule.metric == m.TTFT_P99_MS and rule.above is not None:
+                return float(rule.above)
+        return None
 
 
 def threshold_pairs(spec: GroupSpec) -> list[tuple[ScaleInRule, ScaleOutRule]]:

@@ -28,6 +28,7 @@ locals {
     "ess:DescribeScheduledTasks",
     "ess:EnterStandby",
     "ess:ExitStandby",
+    "ess:ModifyScalingConfiguration",
     "ess:ModifyScalingGroup",
     "ess:ModifyScheduledTask",
     "ess:RemoveInstances",
@@ -140,6 +141,14 @@ resource "alicloud_ess_scaling_group" "this" {
   group_deletion_protection = var.group_deletion_protection
   tags                      = var.tags
 
+  # Spot above an on-demand base (MultiAZPolicy COST_OPTIMIZED), replaced before reclaim, on-demand when
+  # spot cannot be had (fleet.yaml capacity_mix).
+  on_demand_base_capacity                  = var.on_demand_base_capacity
+  on_demand_percentage_above_base_capacity = var.on_demand_percentage_above_base_capacity
+  spot_instance_pools                      = var.spot_instance_pools
+  spot_instance_remedy                     = var.spot_instance_remedy
+  compensate_with_on_demand                = var.compensate_with_on_demand
+
   # The load balancers in front of vLLM. ESS adds each new instance as a backend and, while an instance is in
   # Standby (isolation), holds its weight at 0, so the balancer stops sending it requests; ExitStandby
   # restores the weight.
@@ -165,6 +174,7 @@ resource "alicloud_ess_scaling_configuration" "this" {
   scaling_group_id           = alicloud_ess_scaling_group.this.id
   scaling_configuration_name = "${var.name}-gpu"
   instance_types             = var.instance_types
+  spot_strategy              = var.spot_strategy
   image_id                   = var.image_id
   security_group_ids         = var.security_group_ids
   system_disk_category       = var.system_disk_category
@@ -177,6 +187,14 @@ resource "alicloud_ess_scaling_configuration" "this" {
   enable                     = true
   force_delete               = true
   tags                       = var.tags
+
+  dynamic "spot_price_limit" {
+    for_each = var.spot_price_limit == null ? [] : var.instance_types
+    content {
+      instance_type = spot_price_limit.value
+      price_limit   = var.spot_price_limit
+    }
+  }
 }
 
 # ---------------------------------------------------------------------------------------------------------

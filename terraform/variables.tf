@@ -518,3 +518,60 @@ variable "service_role_max_session_duration_s" {
     error_message = "service_role_max_session_duration_s must be within 3600..43200."
   }
 }
+
+# ---------------------------------------------------------------------------------------------------------
+# Spot capacity (fleet.yaml capacity_mix; ESS CreateScalingGroup / CreateScalingConfiguration)
+# ---------------------------------------------------------------------------------------------------------
+
+variable "on_demand_base_capacity" {
+  type        = number
+  description = "Instances that are always on-demand (COST_OPTIMIZED groups); null: ESS's default."
+  default     = null
+}
+
+variable "on_demand_percentage_above_base_capacity" {
+  type        = number
+  description = "Share (0-100) of the instances above the base that is on-demand; the rest is spot."
+  default     = null
+
+  validation {
+    condition     = var.on_demand_percentage_above_base_capacity == null ? true : (var.on_demand_percentage_above_base_capacity >= 0 && var.on_demand_percentage_above_base_capacity <= 100)
+    error_message = "on_demand_percentage_above_base_capacity must be within 0-100."
+  }
+}
+
+variable "spot_instance_pools" {
+  type        = number
+  description = "How many of the cheapest instance types spot instances are spread over."
+  default     = null
+}
+
+variable "spot_instance_remedy" {
+  type        = bool
+  description = "Replace a spot instance as soon as its reclaim is announced."
+  default     = null
+}
+
+variable "compensate_with_on_demand" {
+  type        = bool
+  description = "Create on-demand instances when spot ones cannot be had."
+  default     = null
+}
+
+variable "spot_strategy" {
+  type        = string
+  description = "NoSpot, SpotWithPriceLimit (with spot_price_limit) or SpotAsPriceGo."
+  nullable    = false
+  default     = "NoSpot"
+
+  validation {
+    condition     = contains(["NoSpot", "SpotWithPriceLimit", "SpotAsPriceGo"], var.spot_strategy)
+    error_message = "spot_strategy must be NoSpot, SpotWithPriceLimit or SpotAsPriceGo."
+  }
+}
+
+variable "spot_price_limit" {
+  type        = number
+  description = "The highest CNY per hour paid for one spot instance, applied to every instance type."
+  default     = null
+}

@@ -32,6 +32,9 @@ INSTANCE_METRICS_READ_BY_SERVICE = (
     "gpu_xid",
     "gpu_mem_bw_util",
     "gpu_sm_clock_ratio",
+    "vllm_request_rate",
+    "vllm_prompt_tokens_per_request",
+    "vllm_output_tokens_per_request",
 )
 
 # Per-GPU metric name -> GpuReading field.
@@ -115,6 +118,10 @@ def instance_values(sample: Sample) -> dict[str, float]:
         "vllm_e2e_p95_ms": v.e2e.p95_ms,
         "vllm_e2e_p99_ms": v.e2e.p99_ms,
         "vllm_request_rate_per_s": v.request_rate_per_s,
+        # demand signals (issue 16): arrivals per second and the token mix of the window's requests
+        "vllm_request_rate": v.arrival_rate_per_s,
+        "vllm_prompt_tokens_per_request": v.prompt_tokens_per_request,
+        "vllm_output_tokens_per_request": v.output_tokens_per_request,
         "vllm_generation_tokens_per_s": v.generation_tokens_per_s,
         "vllm_preemptions": v.preemptions,
     }

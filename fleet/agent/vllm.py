@@ -32,6 +32,9 @@ E2E = ("vllm:e2e_request_latency_seconds",)
 REQUEST_SUCCESS = "vllm:request_success_total"
 PREEMPTIONS = ("vllm:num_preemptions_total",)
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+# Per-request token histograms (observed when a request finishes): their _sum/_count give tokens per request.
+PROMPT_TOKENS_HIST = ("vllm:request_prompt_tokens",)
+OUTPUT_TOKENS_HIST = ("vllm:request_generation_tokens",)
 
 QUANTILES = (0.50, 0.95, 0.99)
 SCRAPE_TIMEOUT_S = 2.0
@@ -180,6 +183,10 @@ class VllmReading:
     tpot: LatencyQuantiles = field(default_factory=LatencyQuantiles)
     e2e: LatencyQuantiles = field(default_factory=LatencyQuantiles)
     request_rate_per_s: float | None = None
+    # demand (issue 16): arrivals = completions + the growth of what is in flight (waiting + running)
+    arrival_rate_per_s: float | None = None
+    prompt_tokens_per_request: float | None = None
+    output_tokens_per_request: float | None = None
     generation_tokens_per_s: float | None = None
     preemptions: float | None = None  # in the window
     window_s: float | None = None  # None on the first scrape: there is nothing to difference yet
@@ -230,7 +237,12 @@ class VllmCollector:
             "success": parsed.total(REQUEST_SUCCESS),
             "generation": parsed.total(GENERATION_TOKENS),
             "preemptions": parsed.total(preempt_name) if preempt_name else None,
+            "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
         }
+        for key, names in (("prompt", PROMPT_TOKENS_HIST), ("output", OUTPUT_TOKENS_HIST)):
+            name = parsed.first_present(names, "_sum")
+            counters[f"{key}_sum"] = parsed.total(name + "_sum") if name else None
+            counters[f"{key}_count"] = parsed.total(name + "_count") if name else None
 
         previous = self._previous
         self._previous = _Previous(monotonic_s, histograms, counters)
@@ -250,4 +262,36 @@ class VllmCollector:
         generation = counter_delta(counters["generation"], previous.counters.get("generation"))
         reading.generation_tokens_per_s = None if generation is None else generation / window_s
         reading.preemptions = counter_delta(counters["preemptions"], previous.counters.get("preemptions"))
+        _demand(reading, counters, previous.counters, success, window_s)
         return reading
+
+
+def _sum_known(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _demand(
+    reading: VllmReading,
+    now: dict[str, float | None],
+    before: dict[str, float | None],
+    success: float | None,
+    window_s: float,
+) -> None:
+    """Arrival rate and tokens per request over the window (vLLM counts requests when they finish).
+
+    Arrivals are the completions plus the growth of the requests in flight; a restart (a counter reset) loses
+    what was in flight, so the growth is counted from zero then.
+    """
+    if success is not None:
+        in_now, in_before = now.get("in_flight"), before.get("in_flight")
+        growth = 0.0
+        if in_now is not None and in_before is not None:
+            restarted = (now.get("success") or 0.0) < (before.get("success") or 0.0)
+            growth = in_now if restarted else in_now - in_before
+        reading.arrival_rate_per_s = max(0.0, success + growth) / window_s
+    for key, attr in (("prompt", "prompt_tokens_per_request"), ("output", "output_tokens_per_request")):
+        total = counter_delta(now.get(f"{key}_sum"), before.get(f"{key}_sum"))
+        count = counter_delta(now.get(f"{key}_count"), before.get(f"{key}_count"))
+        if total is not None and count:
+            setattr(reading, attr, total / count)

@@ -42,6 +42,7 @@ ACTIONS: tuple[str, ...] = (
     # drain on scale-in: find the lifecycle action an instance waits in, complete it once it has drained
     "DescribeLifecycleActions",
     "CompleteLifecycleAction",
+    "ModifyScalingConfiguration",  # the capacity ladder (issue 17)
 )
 
 PAGE_SIZE = 50  # ESS's maximum PageSize
@@ -69,6 +70,7 @@ class EssSdkClient(Protocol):
     def set_instances_protection(self, request: m.SetInstancesProtectionRequest) -> Any: ...
     def describe_lifecycle_actions(self, request: m.DescribeLifecycleActionsRequest) -> Any: ...
     def complete_lifecycle_action(self, request: m.CompleteLifecycleActionRequest) -> Any: ...
+    def modify_scaling_configuration(self, request: m.ModifyScalingConfigurationRequest) -> Any: ...
 
 
 class EssApi(Protocol):
@@ -272,6 +274,25 @@ class EssAdapter:
             default_cooldown=default_cooldown_s,
         )
         # Absolute values: repeating the call is harmless, so it is retried like a read.
+        self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
+
+    def modify_scaling_configuration(
+        self, config_id: str, *, instance_types: Sequence[str], spot_strategy: str | None = None
+    ) -> None:
+        """The configuration's instance types in priority order (and its SpotStrategy): how the service moves
+        a group along its capacity ladder. Absolute values, so retried like a read."""
+        req = m.ModifyScalingConfigurationRequest(
+            scaling_configuration_id=config_id,
+            instance_types=list(instance_types),
+            spot_strategy=spot_strategy,
+        )
+        self._call(
+            "ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req)
+        )
+
+    def set_vswitch_order(self, group_id: str, vswitch_ids: Sequence[str]) -> None:
+        """The group's vSwitches in priority order (MultiAZPolicy PRIORITY tries them in this order)."""
+        req = m.ModifyScalingGroupRequest(scaling_group_id=group_id, v_switch_ids=list(vswitch_ids))
         self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
 
     def create_scheduled_task(
@@ -547,6 +568,8 @@ def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
         stopped_capacity=_int(g.stopped_capacity),
         scaling_policy=g.scaling_policy,
         default_cooldown_s=_int(g.default_cooldown),
+        active_configuration_id=g.active_scaling_configuration_id,
+        vswitch_ids=tuple(g.v_switch_ids or ()),
     )
 
 
@@ -573,6 +596,8 @@ def _activity(a: m.DescribeScalingActivitiesResponseBodyScalingActivities, group
         start_time=parse_time(a.start_time),
         end_time=parse_time(a.end_time),
         total_capacity=_opt_int(a.total_capacity),
+        status_message=a.status_message,
+        error_code=(a.error_messages[0].code if a.error_messages else None) or a.error_code or None,
     )
 
 

@@ -28,6 +28,8 @@ class ScalingGroup:
     stopped_capacity: int
     scaling_policy: str | None  # recycle / release / forcerelease / forcerecycle
     default_cooldown_s: int
+    active_configuration_id: str | None = None
+    vswitch_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class ScalingActivity:
     start_time: datetime | None
     end_time: datetime | None
     total_capacity: int | None
+    status_message: str | None = None  # e.g. "... error code: OperationDenied.NoStock, msg: ..."
+    error_code: str | None = None  # the code of the first of the activity's ErrorMessages
 
 
 @dataclass(frozen=True)

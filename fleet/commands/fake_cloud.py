@@ -24,6 +24,11 @@ def register(app: typer.Typer) -> None:
 def fake_cloud(
     port: int = typer.Option(..., "--port", help="TCP port on 127.0.0.1 (0 picks a free one and prints it)."),
     boot_seconds: float = typer.Option(30.0, "--boot-seconds", help="Fake seconds to InService."),
+    restart_seconds: float | None = typer.Option(
+        None,
+        "--restart-seconds",
+        help="Fake seconds for a stopped instance (economical mode) to run again; default: --boot-seconds.",
+    ),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Fake seconds per real second."),
     seed: int = typer.Option(0, "--seed", help="Seed for ids and random faults (reproducible runs)."),
     account_id: str = typer.Option("1234567890", "--account-id", help="Account id (custom namespace)."),
@@ -38,6 +43,8 @@ def fake_cloud(
         fail(f"--port: {port} is not a TCP port (0-65535)")
     if boot_seconds < 0:
         fail(f"--boot-seconds: must not be negative, got {boot_seconds}")
+    if restart_seconds is not None and restart_seconds < 0:
+        fail(f"--restart-seconds: must not be negative, got {restart_seconds}")
     if time_scale <= 0:
         fail(f"--time-scale: must be positive, got {time_scale}")
     if not account_id.isdigit():
@@ -51,6 +58,7 @@ def fake_cloud(
         seed=seed,
         account_id=account_id,
         region_id=region,
+        restart_seconds=restart_seconds,
     )
     try:
         server.bind()

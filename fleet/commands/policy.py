@@ -105,6 +105,7 @@ def register(app: typer.Typer) -> None:
         if config is None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)
+        _check_capacity(config, cfg)
         from fleet.config import unknown_env_vars
 
         for warning in [*cfg.warnings(), *unknown_env_vars()]:
@@ -115,6 +116,19 @@ def register(app: typer.Typer) -> None:
             )
         names = ", ".join(g.name for g in cfg.groups)
         console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
+
+
+def _check_capacity(path: Path, cfg: Any) -> None:
+    """Each group's instance_types against the sizing catalog and its model (issue 17); exit 2 if wrong."""
+    from sizing.fallback import instance_type_problems
+
+    problems = [
+        f"groups.{g.name}.{p}" for g in cfg.groups for p in instance_type_problems(g.model, g.instance_types)
+    ]
+    if problems:
+        for p in problems:
+            err_console.print(f"error: {escape(str(path))}: {escape(p)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _render(plan: Any) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
 
@@ -263,10 +264,12 @@ def status(
     """What the store says: the leader, groups, recent decisions, open incidents with their SLA timers."""
     from rich.table import Table
 
+    from fleet.service.capacity_store import view as capacity_view
     from fleet.service.views import status_from_store
 
     store = _open(database, service)
     view = status_from_store(store, _now(), [])
+    view["capacity"] = capacity_view(store)
     if as_json:
         print_json(view)
         return
@@ -293,6 +296,19 @@ def status(
         )
     console.print(table)
     _print_incidents(view["incidents"])
+    _print_capacity(view["capacity"])
+
+
+def _print_capacity(records: list[dict[str, Any]]) -> None:
+    """Stock-outs and spot reclaims with their timelines (issue 17)."""
+    for rec in records[:10]:
+        what = rec["instance_id"] or rec["instance_type"] or ""
+        console.print(
+            escape(f"capacity {rec['kind']} {rec['state']}: {rec['group']} {what} - {rec['detail']}"),
+            highlight=False,
+        )
+        for ev in rec["timeline"]:
+            console.print(escape(f"  {ev['at'][:19]} {ev['event']}: {ev['detail']}"), highlight=False)
 
 
 def decisions(

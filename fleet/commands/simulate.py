@@ -125,6 +125,11 @@ def simulate(
         help="PCT: the world's engines run up to PCT percent slower or faster than the sizing engine "
         "predicts (drawn per run and per instance from --seed).",
     ),
+    history_days: int = typer.Option(
+        0,
+        "--history-days",
+        help="N: our service starts with N days of demand history (the trace's preceding days; ServeGen).",
+    ),
     report: Path | None = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     model: str = typer.Option("Qwen2.5-14B", "--model", help="Model every instance serves (sizing catalog)."),
@@ -148,6 +153,10 @@ def simulate(
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
     _check_numbers(hours, tick_s, model_error)
+    from fleet.sim.history import MAX_HISTORY_DAYS
+
+    if not 0 <= history_days <= MAX_HISTORY_DAYS:
+        fail(f"--history-days: must be between 0 and {MAX_HISTORY_DAYS}, got {history_days}")
     embedded = config is None and workload is None
     workload = workload or DEFAULT_WORKLOAD
     try:
@@ -166,7 +175,9 @@ def simulate(
     hw = _hardware(model, instance_type, cfg.region)
     if report is not None:
         _check_report_path(report)
-    opts = replace(SimOptions(), seed=seed, tick_s=tick_s, model_error_pct=model_error)
+    opts = replace(
+        SimOptions(), seed=seed, tick_s=tick_s, model_error_pct=model_error, history_days=history_days
+    )
     if not json_out:
         err_console.print(
             f"simulating {hours:g} h of {workload} under {policy} ({hw.model} on {hw.instance_type})"
@@ -179,6 +190,8 @@ def simulate(
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
     except WorkloadError as exc:  # what only the trace can tell: unreadable, malformed, a day past its end
         fail(f"--workload: {exc}")
+    if result.extra.get("history") and not json_out:
+        err_console.print(str(result.extra["history"]))
     _warn_unfired(result, len(faults))
     _warn_capped(result.summary)
     if report is not None:
@@ -392,6 +405,40 @@ def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
             str(d["days_with_violations"]),
         )
     con.print(table)
+
+
+@bench_app.command("capacity")
+def bench_capacity(
+    json_out: bool = typer.Option(False, "--json", help="Print {scenario: {variant: summary}} as JSON."),
+    config: Path | None = typer.Option(
+        None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
+    ),
+    hours: float = typer.Option(12.0, "--hours", help="Simulated hours per run (from local midnight)."),
+    scenario: list[str] = typer.Option([], "--scenario", help="stockout, spot or economical (repeatable)."),
+) -> None:
+    """Stock-outs, spot reclaims, economical mode: ours, ours without the feature, ESS-native (issue 17)."""
+    from fleet.sim.capacity_bench import bench_capacity as run_bench
+    from fleet.sim.capacity_bench import scenarios, verdicts
+
+    known = set(scenarios(hours))
+    bad = [s for s in scenario if s not in known]
+    if bad:
+        fail(f"--scenario: {', '.join(bad)} unknown; one of {', '.join(sorted(known))}")
+    if not 6.0 < hours <= 48.0:
+        fail(f"--hours: {hours} must be above 6 (the stock-out starts at 06:00) and at most 48")
+    cfg = _load(config)
+
+    def progress(label: str) -> None:
+        if not json_out:
+            err_console.print(f"running {label}")
+
+    results = run_bench(cfg, hours=hours, only=scenario, progress=progress)
+    if json_out:
+        print_json({"results": results, "verdicts": verdicts(results)})
+        return
+    print_bench_tables(results)
+    for line in verdicts(results):
+        console.print(line, highlight=False)
 
 
 def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any = None) -> None:

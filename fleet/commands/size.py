@@ -197,13 +197,16 @@ def size(
     # the best option; when none fits, the first one that has a memory plan (so the breakdown shows why)
     target = best or next((c for c in result.candidates if c.plan is not None and c.perf is not None), None)
     explained = _explanation(target, workload) if explain and target is not None else None
+    from fleet.commands.size_fallback import fallback_json, render_fallback  # issue 17: spot and the ladder
+
     if as_json:
-        doc = result.to_json(top)
+        doc = {**result.to_json(top), **fallback_json(result)}
         if explain:
             doc["explain"] = explained.to_json() if explained is not None else None
         print_json(doc)
     else:
         _render(result, shape, top, has_load, requests, plot)
+        render_fallback(result)
         if cal is not None:
             note = _calibration_note(cal, best)
             console.print(f"  calibration: {calibration} ({note})", highlight=False, soft_wrap=True)

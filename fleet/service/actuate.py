@@ -137,6 +137,7 @@ class Actuator:
             "floor": gp.floor,
             "ceiling": gp.ceiling,
             "reasons": [r.model_dump(mode="json") for r in gp.reasons],
+            **gp.predictive,  # demand_rps, forecast_rps, forecast_upper_rps, capacity_per_instance_rps, ...
         }
         reason = _reason_text(gp)
         limited = max(group.min_size, min(group.max_size, target))

@@ -27,18 +27,25 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.service.actuate import ActionResult, Actuator
+from fleet.service.capacity import CapacityManager
+from fleet.service.capacity_store import view as capacity_view
+from fleet.service.capacity_table import CapacityTable, learned_floors
+from fleet.service.demand import DemandLog
+from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import GroupObservation, Observation, Observer
-from fleet.service.schedules import TaskChange, sync_group
+from fleet.service.schedules import LearnedFloor, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
 from policies.model import (
+    DemandInputs,
+    ForecastState,
     GroupPlan,
     History,
     Incident,
@@ -115,6 +122,14 @@ class Service:
             notify=self._notify,
             notify_scale_min_change=settings.notify_scale_min_change,
         )
+        self.capacity = CapacityManager(
+            clients.ess,
+            store,
+            specs,
+            service=settings.service_name,
+            dry_run=dry_run,
+            notify=self._notify,
+        )
         # scale-in: completes the lifecycle action of instances that have drained (fleet/service/drain.py)
         self.drainer = Drainer(
             clients,
@@ -129,6 +144,9 @@ class Service:
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
         self._reconciled_epoch: int | None = None  # the lease epoch whose interrupted writes were settled
+        # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
+        self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
+        self.capacity = CapacityTable()
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     # -- the tick -------------------------------------------------------------------------------------
@@ -180,6 +198,7 @@ class Service:
         snapshot, unmatched = build_snapshot(
             self.store, self.specs, now, observation, paused, requests, history
         )
+        self._add_demand(snapshot, observation, now)
         plan = self._decide(snapshot, history, now, lease, result)
         result.plan = plan
 
@@ -200,9 +219,36 @@ class Service:
             result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
         self._reconcile(observation, lease, result)
         self._actuate(plan, observation, now, lease, fence, paused, result)
+        # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
+        targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        result.errors.extend(self.capacity.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
+    def _add_demand(self, snapshot: Snapshot, observation: Observation, now: datetime) -> None:
+        """Record each predictive group's demand and give the policy its history and capacity table value."""
+        for spec in self.specs:
+            if spec.predictive.mode == "off":
+                continue
+            g = observation.groups.get(spec.name)
+            gs = snapshot.group(spec.name)
+            if g is None or gs is None:
+                continue
+            serving = LifecycleState.IN_SERVICE
+            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
+            reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
+            if reading is not None:
+                self.demand.record(spec.name, reading)
+            prompt, output = self.demand.mix(spec.name, now)
+            cap = self.capacity.lookup(spec, prompt, output)
+            gs.demand = DemandInputs(
+                history=self.demand.series(spec.name, now),
+                capacity_rps=cap.rps,
+                capacity_source=cap.source,
+                prompt_tokens=cap.prompt_tokens,
+                output_tokens=cap.output_tokens,
+            )
+
     def _load_history(self) -> History | None:
         raw = self.store.load_history()
         return None if raw is None else History.model_validate(raw)
@@ -375,14 +421,15 @@ class Service:
         complete = True
         for spec in self.specs:
             g = observation.groups.get(spec.name)
-            if g is None or not g.ok or g.group is None or not spec.schedules:
+            learned = self._learned_floors(spec, now)
+            if g is None or not g.ok or g.group is None or not (spec.schedules or learned is not None):
                 complete = complete and (g is not None and g.ok)
                 continue
             if not self.dry_run and not fence():
                 return changes
             try:
                 group_changes = sync_group(
-                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run
+                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run, learned=learned
                 )
             except CloudError as exc:
                 self._count_error(exc)
@@ -418,6 +465,19 @@ class Service:
         if complete:
             self._last_schedule_sync = now
         return changes
+
+    def _learned_floors(self, spec: GroupSpec, now: datetime) -> list[LearnedFloor] | None:
+        """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""
+        if spec.predictive.mode != "on" or not spec.predictive.learned_floors:
+            return None
+        return learned_floors(spec, self.demand, self.capacity, self._forecast_state(spec.name), now)
+
+    def _forecast_state(self, group: str) -> ForecastState:
+        raw = self.store.load_history()
+        if raw is None:
+            return ForecastState()
+        gh = History.model_validate(raw).groups.get(group)
+        return gh.forecast if gh is not None else ForecastState()
 
     # -- recording ------------------------------------------------------------------------------------
     def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> bool:
@@ -503,6 +563,7 @@ class Service:
         for state, n in by_state.items():
             self.metrics.incidents.labels(state=state).set(n)
         paused = self.store.paused_groups()
+        self._predictive_gauges(plan)
         for name, g in observation.groups.items():
             self.metrics.paused.labels(group=name).set(1 if name in paused else 0)
             for metric, age in g.staleness_s.items():
@@ -513,6 +574,30 @@ class Service:
                     g.group.desired_capacity or g.group.total_capacity
                 )
                 self.metrics.in_service.labels(group=name).set(g.count(LifecycleState.IN_SERVICE))
+
+    def _predictive_gauges(self, plan: Plan) -> None:
+        for gp in plan.groups:
+            inputs = gp.predictive
+            if not inputs:
+                continue
+            for key in (
+                "demand_rps",
+                "forecast_rps",
+                "forecast_upper_rps",
+                "forecast_lower_rps",
+                "capacity_per_instance_rps",
+                "capacity_correction",
+                "predictive_target",
+                "burstiness",
+            ):
+                value = inputs.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self.metrics.predictive.labels(group=gp.group, field=key).set(value)
+            mape, cover = inputs.get("forecast_mape_pct"), inputs.get("forecast_coverage")
+            if isinstance(mape, int | float):
+                self.metrics.forecast_mape.labels(group=gp.group).set(mape)
+            if isinstance(cover, int | float):
+                self.metrics.forecast_coverage.labels(group=gp.group).set(cover)
 
     def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:
@@ -535,7 +620,9 @@ class Service:
         """The view behind GET /status and `fleet status`."""
         plan = self.last_tick.plan if self.last_tick else None
         names = [s.name for s in self.specs]
-        return service_status(self.store, self.clock(), names, self.health(), self.last_observation, plan)
+        view = service_status(self.store, self.clock(), names, self.health(), self.last_observation, plan)
+        view["capacity"] = capacity_view(self.store)
+        return view
 
     def close(self, release_lease: bool = True) -> None:
         if release_lease:

@@ -67,6 +67,26 @@ class ServiceMetrics:
         self.paused = Gauge(
             "fleet_group_paused", "1 while a group is paused by an operator.", ["group"], registry=r
         )
+        # predictive scaling (issue 16): the demand, the forecast, its measured error, the capacity model
+        self.predictive = Gauge(
+            "fleet_predictive",
+            "Predictive scaling inputs by group and field: demand_rps, forecast_rps, forecast_upper_rps, "
+            "capacity_per_instance_rps, capacity_correction, predictive_target, burstiness.",
+            ["group", "field"],
+            registry=r,
+        )
+        self.forecast_mape = Gauge(
+            "fleet_forecast_mape_pct",
+            "Mean absolute percentage error of the judged demand forecasts (last ~5 h).",
+            ["group"],
+            registry=r,
+        )
+        self.forecast_coverage = Gauge(
+            "fleet_forecast_upper_coverage",
+            "Fraction of judged forecasts whose demand stayed at or under the upper quantile.",
+            ["group"],
+            registry=r,
+        )
 
 
 class RetriedErrorCounter(logging.Handler):

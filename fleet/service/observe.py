@@ -50,6 +50,10 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
     needed: set[str] = set()
     for rule in (*spec.scale_out, *spec.scale_in):
         needed.add(pm.GROUP_METRICS[rule.metric][0])
+    if spec.predictive.mode != "off":
+        # the demand, and what the online correction of the capacity model compares it with
+        needed.update(pm.DEMAND_METRICS)
+        needed.update({pm.TTFT_P99_MS, pm.KV_CACHE_USAGE_PCT})
     if spec.isolation.enabled:
         # Draining watches the isolated instance's queue and running requests.
         needed.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})
@@ -185,7 +189,8 @@ class Observer:
             return g
         measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
         all_ids = [i.instance_id for i in g.instances]
-        if self.read_ecs and all_ids and spec.isolation.enabled:
+        spot = spec.capacity_mix is not None and spec.capacity_mix.buys_spot  # reclaim notices are ECS events
+        if self.read_ecs and all_ids and (spec.isolation.enabled or spot):
             self._read_ecs(g, all_ids, obs)
         for canonical in sorted(needed_metrics(spec)):
             self._read_metric(g, canonical, measured, now, obs)

@@ -7,6 +7,9 @@ uses) setting MinValue to the window's floor (and MaxValue to its ceiling, if an
 MaxValue back to ``max_size`` when the window had a ceiling). Lowering MinValue never removes instances, so an
 overlapping window's floor still holds until the service (or the other window) scales.
 
+Learned floors (predictive scaling, issue 16): for each coming hour the forecast's conservative floor becomes
+a daily task ``fleet-<group>-learned-HHMM-start`` at the hour less the cold start, setting MinValue.
+
 Only tasks whose names carry the ``fleet-<group>-`` prefix and a ``-start``/``-end`` suffix are the service's:
 they are created, updated and deleted to match the config; every other task is left alone. Cron windows are
 not mirrored (ESS cron runs in UTC and a local cron plus a lead does not translate in general): they are
@@ -91,9 +94,38 @@ def _weekly(
     return nxt, ",".join(str(d) for d in days)
 
 
-def desired_tasks(spec: GroupSpec, now: datetime) -> tuple[list[DesiredTask], list[str]]:
-    """The tasks a group's schedules call for, and the schedule names that cannot be mirrored."""
-    tasks: list[DesiredTask] = []
+@dataclass(frozen=True)
+class LearnedFloor:
+    """The predictive scaler's conservative floor for one coming hour (``policies.forecast.hourly``)."""
+
+    start: datetime  # the hour, UTC
+    floor: int
+
+
+def learned_tasks(spec: GroupSpec, learned: list[LearnedFloor]) -> list[DesiredTask]:
+    """One task per learned hour, ``fleet-<group>-learned-HHMM-start`` (UTC), every day at the hour less the
+    cold start: MinValue to the learned floor, so that a predicted ramp still happens while the service is
+    down. An hour whose floor is no higher than min_size still gets its task: it lowers the previous one."""
+    out = []
+    for lf in learned:
+        at = (lf.start - timedelta(seconds=spec.cold_start_s)).replace(second=0, microsecond=0)
+        out.append(
+            DesiredTask(
+                name=f"{task_prefix(spec.name)}learned-{lf.start:%H%M}-start",
+                launch_time=at,
+                recurrence_value="0,1,2,3,4,5,6",
+                min_value=max(spec.min_size, min(lf.floor, spec.max_size)),
+                max_value=None,
+            )
+        )
+    return out
+
+
+def desired_tasks(
+    spec: GroupSpec, now: datetime, learned: list[LearnedFloor] | None = None
+) -> tuple[list[DesiredTask], list[str]]:
+    """The tasks a group's schedules and learned floors call for, and the schedules not mirrored."""
+    tasks: list[DesiredTask] = learned_tasks(spec, learned or [])
     skipped: list[str] = []
     for sched in spec.schedules:
         if sched.cron is not None or sched.start is None or sched.end is None:
@@ -140,11 +172,19 @@ def _differs(have: ScheduledTask, want: DesiredTask, now: datetime) -> list[str]
 
 
 def plan_sync(
-    spec: GroupSpec, existing: list[ScheduledTask], now: datetime
+    spec: GroupSpec,
+    existing: list[ScheduledTask],
+    now: datetime,
+    learned: list[LearnedFloor] | None = None,
 ) -> tuple[list[TaskChange], list[DesiredTask]]:
-    """What to change so that the owned tasks match the config (pure: tested without a cloud)."""
-    want, skipped = desired_tasks(spec, now)
+    """What to change so that the owned tasks match the config (pure: tested without a cloud).
+
+    ``learned`` None leaves the learned-floor tasks as they are (no forecast this time: keep the last ones).
+    """
+    want, skipped = desired_tasks(spec, now, learned)
     mine = {t.name: t for t in existing if owned(t.name, spec.name)}
+    if learned is None:
+        mine = {k: v for k, v in mine.items() if not k.startswith(f"{task_prefix(spec.name)}learned-")}
     changes: list[TaskChange] = [
         TaskChange(spec.name, "skip", name, "cron windows are not mirrored as ESS tasks") for name in skipped
     ]
@@ -164,11 +204,16 @@ def plan_sync(
 
 
 def sync_group(
-    ess: EssApi, spec: GroupSpec, group_id: str, now: datetime, dry_run: bool = False
+    ess: EssApi,
+    spec: GroupSpec,
+    group_id: str,
+    now: datetime,
+    dry_run: bool = False,
+    learned: list[LearnedFloor] | None = None,
 ) -> list[TaskChange]:
     """Read the group's tasks and apply ``plan_sync``; returns the changes (made, or that would be made)."""
     existing = ess.describe_scheduled_tasks(group_id)
-    changes, want = plan_sync(spec, existing, now)
+    changes, want = plan_sync(spec, existing, now, learned)
     by_name = {t.name: t for t in want}
     end = now + RECURRENCE_SPAN
     applied: list[TaskChange] = []

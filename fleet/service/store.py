@@ -163,6 +163,18 @@ operator_requests = sa.Table(
     sa.Column("outcome", sa.Text, nullable=True),
 )
 
+# Demand history (issue 16): one row per group and minute, the mean arrival rate and token mix of that minute.
+demand_samples = sa.Table(
+    "demand_samples",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("group_name", sa.String(200), primary_key=True),
+    sa.Column("at", UtcDateTime, primary_key=True),
+    sa.Column("request_rate_rps", sa.Float, nullable=False),
+    sa.Column("prompt_tokens", sa.Float, nullable=True),
+    sa.Column("output_tokens", sa.Float, nullable=True),
+)
+
 
 class Outcome(StrEnum):
     """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleet.sim import cloudview
+from fleet.sim.capacity import Billing
 from fleet.sim.modelerror import ModelError
 from fleet.sim.types import Hardware, MinutePoint, SimOptions, SimResult
 from fleet.sim.workload import Request
@@ -110,8 +111,12 @@ def run(
     workload_name: str = "",
     group_index: int = 0,
     progress: Callable[[float], None] | None = None,
+    history: Sequence[Any] = (),
 ) -> SimResult:
-    """Simulate ``options.hours`` of ``requests`` against the group ``config.groups[group_index]``."""
+    """Simulate ``options.hours`` of ``requests`` against the group ``config.groups[group_index]``.
+
+    ``history``: demand rows (``fleet.service.demand.DemandReading``) the service's store starts with.
+    """
     from fleet.testing import ManualClock, mock_aliyun
 
     wall0 = time.perf_counter()
@@ -132,6 +137,8 @@ def run(
         group_id = cloudview.create_group(
             cloud, spec, hardware, initial, region=config.region, max_size=spec.max_size
         )
+        if options.group_setup is not None:
+            options.group_setup(cloud, group_id)
         config = cloudview.bind_group(config, group_index, group_id)
         spec = config.groups[group_index]
         params = WorldParams(
@@ -140,6 +147,7 @@ def run(
             gpus_per_instance=hardware.gpus_per_instance,
             publish_period_s=options.publish_s,
             step_s=options.step_s,
+            restart_s=options.restart_s,
         )
         model_error = ModelError.draw(options.model_error_pct, options.seed)
         world = World(
@@ -157,11 +165,14 @@ def run(
         world.next_publish_s = options.publish_s
         t0_s = cloud.now_s()
         controller, checker = cloudview.make_controller(options, config, spec, cloud, clock, group_id)
+        demand_log = getattr(controller, "demand", None)
+        if history and demand_log is not None:
+            demand_log.write(spec.name, history)  # days of production, as the store would hold them
         # Baselines tick at their own documented period; ours at the service's tick.
         tick_s = float(getattr(controller, "period_s", options.tick_s))
 
         series: list[MinutePoint] = []
-        instance_seconds = 0.0
+        billing = Billing(hardware.price_cny_per_hour, hardware.gpus_per_instance)
         max_instances = len(world.instances)
         t = 0.0
         next_tick = 0.0
@@ -177,7 +188,7 @@ def run(
             end = min(duration_s, next_tick, next_minute, t + options.sync_s)
             world.run_until(end)
             cloud.advance(end - t)
-            instance_seconds += (len(world.instances) + len(world.draining)) * (end - t)
+            billing.add(world, cloud, end - t)  # stopped instances bill disks only, spot its price
             t = end
             world.sync()
             max_instances = max(max_instances, len(world.instances))
@@ -197,14 +208,13 @@ def run(
             if stats:
                 p.ttft_p99_ms = minute_p99(stats.ttfts_ms)
                 p.arrivals, p.completed, p.rejected = stats.arrivals, stats.completed, stats.rejected
-        hours_billed = instance_seconds / 3600.0
         incidents = cloudview.incidents(controller, world, options, spec)
         summary = summarize(
             world,
             series,
             slo_ttft_ms=options.slo_ttft_ms,
-            gpu_hours=hours_billed * hardware.gpus_per_instance,
-            cost_cny=hours_billed * hardware.price_cny_per_hour,
+            gpu_hours=billing.gpu_hours,
+            cost_cny=billing.cost_cny,
             scale_actions=cloudview.scale_actions(cloud, group_id, t0_s),
             max_instances=max_instances,
             incidents=incidents,

@@ -5,6 +5,7 @@ report all import them from here, so none of them imports another to get a type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -74,8 +75,14 @@ class SimOptions:
     # The world's engines are this much (in %, at most) slower or faster than the sizing engine predicts:
     # drawn per run and per instance from ``seed`` (``fleet.sim.modelerror``). 0: the world is the model.
     model_error_pct: float = 0.0
+    # Days of demand history the service starts with (``fleet.sim.history``; ``--history-days``).
+    history_days: int = 0
     # Instances the workload's 1-minute peak needs at the calibrated capacity (before clamping to max_size).
     peak_need: int | None = None
+    # Economical mode: ordering a stopped instance's start to serving (None: the cold start).
+    restart_s: float | None = None
+    # Settings the group's Terraform would give the fake group (capacity bench): called once it exists.
+    group_setup: Callable[[Any, str], None] | None = None
 
 
 @dataclass

@@ -75,6 +75,9 @@ class WorldParams:
     drain_timeout_s: float = 300.0  # the drain lifecycle hook's heartbeat timeout (terraform drain_timeout_s)
     thermal: ThermalParams = field(default_factory=ThermalParams)
     step_s: float = 1.0  # engines advance in steps of this size; the balancer sees load at this resolution
+    # Economical mode: ordering the start of a stopped instance to serving (disks kept, weights load from the
+    # local disk); None: as long as a fresh instance's cold start.
+    restart_s: float | None = None
 
 
 class SimInstance:
@@ -138,6 +141,15 @@ class Fault:
     extra_c: float = 35.0
     fired: bool = False
     instance_id: str | None = None
+    # Capacity faults (issue 17), fired on the cloud rather than on an instance:
+    instance_type: str = ""  # stockout: the type sold out
+    zone: str | None = None  # stockout: one zone, or every zone
+    for_s: float = 0.0  # stockout: how long
+    share: float = 0.25  # spot-reclaim: the share of the group's spot instances reclaimed
+
+    @property
+    def cloud_wide(self) -> bool:
+        return self.kind in CLOUD_FAULT_KINDS
 
 
 @dataclass
@@ -210,6 +222,11 @@ class World:
                 self.instances[iid] = inst
             if state == "Rebooting" and inst.lifecycle != "Rebooting":
                 self._reboot(inst)
+            elif state in ("Pending", "Pending:Wait") and inst.lifecycle in ("Rebooting", "Stopped"):
+                # Economical mode: a stopped instance is started again; it serves after the restart time.
+                restart_s = self.p.cold_start_s if self.p.restart_s is None else self.p.restart_s
+                inst.ready_s = now + restart_s
+                self.fault_log.append({"at_s": now, "instance_id": iid, "event": "restarted"})
             inst.lifecycle = state
         for iid in [i for i in self.instances if i not in states]:
             inst = self.instances.pop(iid)
@@ -429,12 +446,40 @@ class World:
         for f in self.faults:
             if f.fired or f.at_s >= until_s:
                 continue
+            if f.cloud_wide:
+                f.fired = True
+                self._cloud_fault(f)
+                continue
             inst = self._fault_target(f)
             if inst is None:
                 continue  # no instance to hit yet: try again next step
             f.fired = True
             f.instance_id = inst.instance_id
             self.inject(f, inst)
+
+    def _cloud_fault(self, f: Fault) -> None:
+        """A stock-out of a type (for a while) or a spot reclaim of a share of the group's spot instances."""
+        from datetime import UTC, datetime
+
+        entry: dict[str, Any] = {"at_s": self.now_s, "instance_id": None, "event": f.kind}
+        now = datetime.fromtimestamp(self.cloud.now_s(), UTC)
+        if f.kind == "stockout":
+            end = datetime.fromtimestamp(self.cloud.now_s() + f.for_s, UTC)
+            self.cloud.schedule_sold_out(f.instance_type, now, end, zone_id=f.zone)
+            entry.update(instance_type=f.instance_type, zone=f.zone, for_s=f.for_s)
+        else:
+            spot = sorted(
+                iid
+                for iid in self.instances
+                if (e := self.cloud.ecs.instances.get(iid)) is not None
+                and e.spot_strategy != "NoSpot"
+                and not e.lock_reasons
+            )
+            victims = spot[: math.ceil(len(spot) * f.share)] if spot else []
+            for iid in victims:
+                self.cloud.reclaim_spot(iid)
+            entry.update(share=f.share, reclaimed=victims)
+        self.fault_log.append(entry)
 
     def _fault_target(self, f: Fault) -> SimInstance | None:
         if f.target.startswith("i-"):
@@ -495,8 +540,9 @@ def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ fault SPEC
 
-FAULT_KINDS = ("overheat", "xid", "event")
-_FAULT_KEYS = {"at", "instance", "extra_c"}
+FAULT_KINDS = ("overheat", "xid", "event", "stockout", "spot-reclaim")
+CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim")
+_FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share"}
 
 
 class FaultSpecError(ValueError):
@@ -544,7 +590,21 @@ def parse_fault_spec(text: str) -> Fault:
     fault = Fault(kind=kind, at_s=at_s, target=params.get("instance", "0"))
     if not (fault.target.startswith("i-") or fault.target.isdigit()):
         raise FaultSpecError(f"fault {text!r}: instance must be an index (0, 1, ...) or an instance id i-...")
-    if kind == "xid":
+    _kind_argument(text, fault, bool(sep), arg, params)
+    if "extra_c" in params:
+        try:
+            fault.extra_c = float(params["extra_c"])
+        except ValueError:
+            raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
+    return fault
+
+
+def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[str, str]) -> None:
+    """What follows ``KIND:`` (and the kind's own keys)."""
+    kind = fault.kind
+    if kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
+        _capacity_fault(text, fault, arg, params)
+    elif kind == "xid":
         try:
             fault.xid = int(arg)
         except ValueError:
@@ -557,9 +617,38 @@ def parse_fault_spec(text: str) -> Fault:
         fault.event_code = arg
     elif sep and arg:
         raise FaultSpecError(f"fault {text!r}: overheat takes no :argument")
-    if "extra_c" in params:
+
+
+def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``stockout:TYPE[,zone=Z],at=T,for=D`` and ``spot-reclaim,at=T[,share=S]`` (issue 17)."""
+    if fault.kind not in CLOUD_FAULT_KINDS:
+        raise FaultSpecError(f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults")
+    if fault.kind == "stockout":
+        if not arg.startswith("ecs."):
+            raise FaultSpecError(
+                f"fault {text!r}: stockout needs an instance type, e.g. stockout:ecs.gn7i-c8g1.2xlarge"
+            )
+        if "for" not in params:
+            raise FaultSpecError(f"fault {text!r}: stockout needs for=DURATION, e.g. for=2h")
         try:
-            fault.extra_c = float(params["extra_c"])
+            fault.for_s = parse_duration_s(params["for"])
         except ValueError:
-            raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
-    return fault
+            raise FaultSpecError(
+                f"fault {text!r}: for={params['for']!r} is not a duration like 30m, 2h"
+            ) from None
+        if fault.for_s <= 0:
+            raise FaultSpecError(f"fault {text!r}: for must be positive")
+        fault.instance_type = arg
+        fault.zone = params.get("zone") or None
+    else:
+        if arg:
+            raise FaultSpecError(f"fault {text!r}: spot-reclaim takes no :argument")
+        try:
+            fault.share = float(params.get("share", "0.25"))
+        except ValueError:
+            raise FaultSpecError(f"fault {text!r}: share must be a number in (0, 1]") from None
+        if not 0 < fault.share <= 1:
+            raise FaultSpecError(f"fault {text!r}: share must be in (0, 1], got {fault.share}")
+    misplaced = ({"share"} if fault.kind == "stockout" else {"for", "zone"}) & set(params)
+    if misplaced:
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to {fault.kind}")

@@ -151,6 +151,7 @@ def build_tfvars(
         "alarms": alarms_for(spec),
         "scheduled_tasks": scheduled_tasks_for(spec, now) if scheduled_tasks else {},
     }
+    tfvars.update(capacity_tfvars(spec))
     backstop = backstop_threshold_pct(spec)
     if backstop is not None:
         tfvars["backstop_alarm"] = {"threshold": backstop}
@@ -169,6 +170,30 @@ def build_all_tfvars(
         spec.name: build_tfvars(config, spec.name, now=now, scheduled_tasks=scheduled_tasks)
         for spec in config.groups
     }
+
+
+def capacity_tfvars(spec: GroupSpec) -> dict[str, Any]:
+    """instance_types, zones (vSwitches), capacity_mix and economical_mode to the module's variables
+    (issue 17); keys the group does not set are left to the module's defaults and terraform.tfvars."""
+    out: dict[str, Any] = {}
+    if spec.instance_types:
+        out["instance_types"] = list(spec.instance_types)
+    if spec.zones:
+        out["vswitch_ids"] = [z.vswitch_id for z in spec.zones]
+        out["multi_az_policy"] = "PRIORITY"
+    if spec.economical_mode:
+        out["scaling_policy"] = "recycle"
+    mix = spec.capacity_mix
+    if mix is not None and mix.buys_spot:
+        out["multi_az_policy"] = "COST_OPTIMIZED"
+        out["on_demand_base_capacity"] = mix.on_demand_base
+        out["on_demand_percentage_above_base_capacity"] = 100 - mix.spot_percentage_above_base
+        out["spot_instance_remedy"] = True
+        out["compensate_with_on_demand"] = True
+        out["spot_strategy"] = "SpotWithPriceLimit" if mix.spot_price_limit else "SpotAsPriceGo"
+        if mix.spot_price_limit:
+            out["spot_price_limit"] = mix.spot_price_limit
+    return out
 
 
 def backstop_threshold_pct(spec: GroupSpec) -> float | int | None:

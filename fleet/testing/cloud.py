@@ -34,6 +34,7 @@ from fleet.testing.core.timers import TimerQueue
 from fleet.testing.core.timeutil import iso_s, to_dt
 from fleet.testing.ecs.models import EcsBackend
 from fleet.testing.ecs.responses import EcsResponse
+from fleet.testing.ecs.stock import PriceBook, SoldOutWindow, StockBook
 from fleet.testing.ess.models import EssBackend
 from fleet.testing.ess.responses import EssResponse
 
@@ -72,6 +73,7 @@ class FakeCloud:
         metric_retention_s: float = 7 * 86400.0,
         sleep_latency: bool = True,
         region_id: str = "cn-hangzhou",
+        restart_seconds: float | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.account_id = account_id
@@ -80,6 +82,8 @@ class FakeCloud:
         self.seed = seed
         self.boot_seconds = float(boot_seconds)
         self.stop_seconds = float(stop_seconds)
+        # Starting a stopped instance (economical mode) keeps its disks and image: its own, shorter figure.
+        self.restart_seconds = self.boot_seconds if restart_seconds is None else float(restart_seconds)
         self.removal_seconds = float(removal_seconds)
         # CMS keeps points of <60 s periods for 7 days (aliyun-api.md section 2, "Retention").
         self.metric_retention_s = float(metric_retention_s)
@@ -97,6 +101,9 @@ class FakeCloud:
         self._id_rng = random.Random(f"ids-{self.seed}")
         self._request_counter = itertools.count(1)
         self.timers = TimerQueue()
+        self.stock = StockBook()
+        self.prices = PriceBook()
+        self.vswitch_zones: dict[str, str] = {}
         self.faults = FaultInjector(random.Random(f"faults-{self.seed}"))
         self.calls.clear()
         self.call_counts.clear()
@@ -320,6 +327,65 @@ class FakeCloud:
             )
             return event.event_id
 
+    def set_stock(
+        self,
+        instance_type: str,
+        available: int | None,
+        *,
+        zone_id: str | None = None,
+        spot: bool = False,
+    ) -> None:
+        """How many more instances of ``instance_type`` ``zone_id`` (None: every zone) can create; None is
+        unlimited, 0 sold out (``OperationDenied.NoStock``)."""
+        with self.lock:
+            self._run_timers()
+            self.stock.set_count(zone_id, instance_type, available, spot)
+
+    def schedule_sold_out(
+        self,
+        instance_type: str,
+        start: datetime,
+        end: datetime | None,
+        *,
+        zone_id: str | None = None,
+        spot_only: bool = False,
+    ) -> None:
+        """Sell ``instance_type`` out (in ``zone_id``, or everywhere) from ``start`` until ``end``."""
+        if end is not None and end <= start:
+            raise ValueError("the sold-out window must end after it starts")
+        with self.lock:
+            self.stock.windows.append(
+                SoldOutWindow(
+                    instance_type,
+                    zone_id,
+                    start.timestamp(),
+                    None if end is None else end.timestamp(),
+                    spot_only,
+                )
+            )
+
+    def set_price(
+        self, instance_type: str, *, on_demand_cny_per_hour: float | None, spot_cny_per_hour: float | None
+    ) -> None:
+        with self.lock:
+            if on_demand_cny_per_hour is not None:
+                self.prices.on_demand[instance_type] = float(on_demand_cny_per_hour)
+            if spot_cny_per_hour is not None:
+                self.prices.spot[instance_type] = float(spot_cny_per_hour)
+
+    def reclaim_spot(self, instance_id: str, notice_s: float = 300.0) -> str:
+        """Interrupt a spot instance with ``notice_s`` of notice (the system event and the metadata
+        termination time now, the release then). Returns the event id."""
+        with self.lock:
+            self._run_timers()
+            return self.ecs.reclaim_spot(instance_id, notice_s).event_id
+
+    def spot_termination_time(self, instance_id: str) -> str | None:
+        """What ``100.100.100.200/latest/meta-data/instance/spot/termination-time`` answers on the instance
+        (None: 404)."""
+        with self.lock:
+            return self.ecs.termination_time(instance_id)
+
     def create_group_for_tests(
         self,
         *,
@@ -360,6 +426,7 @@ class FakeCloud:
                 "ess": self.ess.state(),
                 "cms": self.cms.state(),
                 "faults": [r.as_dict() for r in self.faults.rules],
+                "stock": self.stock.state(),
                 "timers": [
                     {"due": to_dt(due).isoformat(), "what": label}
                     for due, label in self.timers.pending()[:200]

@@ -63,7 +63,13 @@ class FakeControl:
             ("POST", "events"): self.events,
             ("GET", "state"): self.state,
             ("POST", "groups"): self.groups,
+            ("POST", "stock"): self.stock,
+            ("GET", "stock"): self.get_stock,
+            ("POST", "prices"): self.prices,
+            ("POST", "spot-reclaim"): self.spot_reclaim,
         }.get((method, name))
+        if route is None and method == "GET" and name.startswith("metadata/"):
+            return self.metadata(name)
         if route is None:
             return 404, {"error": f"no control endpoint {method} {path}; see docs/fake-cloud.md"}
         try:
@@ -190,6 +196,70 @@ class FakeControl:
         if unknown:
             raise ControlError(f"unknown group field(s) {sorted(unknown)}; expected {sorted(allowed)}")
         return {"group_id": self.cloud.create_group_for_tests(**body)}
+
+
+    def stock(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Set a (zone, type) stock count, or schedule a sold-out window with ``start``/``end``."""
+        allowed = {"instance_type", "zone_id", "available", "spot", "start", "end"}
+        unknown = set(body) - allowed
+        if unknown:
+            raise ControlError(f"unknown stock field(s) {sorted(unknown)}; expected {sorted(allowed)}")
+        instance_type = body.get("instance_type")
+        if not isinstance(instance_type, str) or not instance_type:
+            raise ControlError("instance_type is required (a non-empty string)")
+        zone_id = body.get("zone_id")
+        if zone_id is not None and not isinstance(zone_id, str):
+            raise ControlError("zone_id must be a string or null (every zone)")
+        spot = bool(body.get("spot", False))
+        if "start" in body:
+            start = datetime.fromtimestamp(parse_time_s(str(body["start"]), "start"), UTC)
+            end_raw = body.get("end")
+            end = None if end_raw is None else datetime.fromtimestamp(parse_time_s(str(end_raw), "end"), UTC)
+            if end is not None and end <= start:
+                raise ControlError("end must be after start")
+            self.cloud.schedule_sold_out(instance_type, start, end, zone_id=zone_id, spot_only=spot)
+            return {"ok": True}
+        available = body.get("available")
+        if available is not None and (isinstance(available, bool) or not isinstance(available, int)):
+            raise ControlError(f"available must be a whole number or null (unlimited), got {available!r}")
+        if available is not None and available < 0:
+            raise ControlError("available must not be negative")
+        self.cloud.set_stock(instance_type, available, zone_id=zone_id, spot=spot)
+        return {"ok": True}
+
+    def get_stock(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.cloud.state()["stock"]
+
+    def prices(self, body: dict[str, Any]) -> dict[str, Any]:
+        instance_type = body.get("instance_type")
+        if not isinstance(instance_type, str) or not instance_type:
+            raise ControlError("instance_type is required (a non-empty string)")
+        self.cloud.set_price(
+            instance_type,
+            on_demand_cny_per_hour=_number(body, "on_demand_cny_per_hour"),
+            spot_cny_per_hour=_number(body, "spot_cny_per_hour"),
+        )
+        return {"ok": True}
+
+    def spot_reclaim(self, body: dict[str, Any]) -> dict[str, Any]:
+        instance_id = body.get("instance_id")
+        if not isinstance(instance_id, str) or instance_id not in self.cloud.ecs.instances:
+            raise ControlError(f"no instance {instance_id!r}")
+        notice_s = _number(body, "notice_s", 300.0) or 0.0
+        if notice_s < 0:
+            raise ControlError("notice_s must not be negative")
+        return {"event_id": self.cloud.reclaim_spot(instance_id, notice_s)}
+
+    def metadata(self, name: str) -> tuple[int, dict[str, Any]]:
+        """``GET /_fake/metadata/<instance id>/instance/spot/termination-time``: what the instance's
+        metadata service answers (404 when it is not being reclaimed)."""
+        parts = name.split("/", 2)
+        if len(parts) != 3 or parts[2] != "instance/spot/termination-time":
+            return 404, {"error": f"no metadata item {name!r}"}
+        when = self.cloud.spot_termination_time(parts[1])
+        if when is None:
+            return 404, {"error": "404 - Not Found"}
+        return 200, {"termination_time": when}
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from policies.model import GroupHistory, GroupSnapshot, PlanWarning, Reason, ReasonCode
+from policies.model import GroupHistory, GroupSnapshot, PlanWarning, Reason, ReasonCode, Scalar
 from policies.observe import Aggregate, GroupView
 from policies.schedule import Bounds
 from policies.spec import GroupSpec, MetricRule
+
+if TYPE_CHECKING:
+    from policies.scaling.demand import DemandSignals
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class ScalingContext:
     reason: ReasonCode = ReasonCode.HOLD
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
+    demand: DemandSignals | None = None  # demand.py: None when predictive scaling is off
 
     def apply(self, c: Contribution | None) -> None:
         if c is None:
@@ -105,3 +110,4 @@ class ScalingResult:
     reason: ReasonCode
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
+    predictive: dict[str, Scalar] = field(default_factory=dict)

@@ -14,7 +14,9 @@ from policies.model import GroupHistory, GroupSnapshot
 from policies.observe import GroupView
 from policies.scaling.bounds import ceiling, floor
 from policies.scaling.context import ScalingContext, ScalingInputs, ScalingResult, Step
+from policies.scaling.demand import read_demand
 from policies.scaling.hold import hold, starting_point
+from policies.scaling.predictive import predictive
 from policies.scaling.scale_in import scale_in, within_tolerance
 from policies.scaling.scale_out import scale_out
 from policies.scaling.signals import read_rules
@@ -27,6 +29,7 @@ STEPS: tuple[Step, ...] = (
     scale_out,  # scale_out.py: the fired rules' highest recommendation, step-limited
     scale_in,  # scale_in.py: the window's highest recommendation when nothing fired and nothing blocks
     within_tolerance,  # scale_in.py: the reason when the metrics' change is within the tolerance band
+    predictive,  # predictive.py: the capacity-model target for the forecast (off: nothing)
     floor,  # bounds.py: up to the floor
     ceiling,  # bounds.py: down to the ceiling (never below the floor: the floor step ran first)
 )
@@ -47,7 +50,14 @@ def plan_scaling(
     inp = ScalingInputs(spec, gh, group, view, bnd, now, leaving_serving, unreplaced, breaker_open, returned)
     start, _ = starting_point(inp)
     signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
+    demand = read_demand(inp)  # the forecast's record and the capacity correction (None: predictive off)
     ctx = ScalingContext(inp=inp, hold=start, signals=signals, target=start, warnings=list(signals.warnings))
+    ctx.demand = demand
+    if demand is not None:
+        ctx.warnings.extend(demand.warnings)
     for step in STEPS:
         ctx.apply(step(ctx))
-    return with_surge(ctx)
+    result = with_surge(ctx)
+    if demand is not None:
+        result.predictive = dict(demand.inputs)
+    return result

@@ -153,3 +153,27 @@ def test_a_config_or_snapshot_that_is_not_utf8_exits_2_naming_it(tmp_path, capsy
         assert main(argv) == 2
         _, err = capsys.readouterr()
         assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err
+
+
+def test_validate_refuses_an_instance_type_that_cannot_hold_the_model(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: r\ngroups:\n  - {name: a, min_size: 1, max_size: 3, model: Llama-3.1-70B,\n"
+        "     instance_types: [ecs.gn7i-c8g1.2xlarge]}\n"
+    )
+    assert main(["validate", "--config", str(cfg)]) == 2
+    _, err = capsys.readouterr()
+    assert "groups.a.instance_types: ecs.gn7i-c8g1.2xlarge cannot hold Llama-3.1-70B" in err
+    assert "Traceback" not in err
+
+
+def test_validate_accepts_capacity_keys_that_hold_the_model(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: r\ngroups:\n  - name: a\n    min_size: 1\n    max_size: 3\n    model: Qwen2.5-7B\n"
+        "    instance_types: [ecs.gn7i-c8g1.2xlarge, ecs.gn8is.2xlarge]\n"
+        "    zones: [{zone: cn-hangzhou-h, vswitch_id: vsw-h}, {zone: cn-hangzhou-i, vswitch_id: vsw-i}]\n"
+        "    capacity_mix: {on_demand_base: 2, spot_percentage_above_base: 70, spot_price_limit: 6.5}\n"
+        "    economical_mode: true\n"
+    )
+    assert main(["validate", "--config", str(cfg)]) == 0

@@ -548,3 +548,15 @@ def test_explain_shows_why_an_option_that_does_not_fit_fails(capsys):
     assert code == 1
     weights = next(t["gib"] for t in doc["explain"]["memory"] if t["term"] == "weights")
     assert weights > 22.07  # more than the A10 holds: the breakdown says why it does not fit
+
+
+def test_size_json_has_spot_cost_and_the_fallback_ladder(capsys):
+    import json
+
+    assert main(["size", "--model", "Qwen2.5-7B", "--qps", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["candidates"][0]
+    assert out["spot_cost_cny_per_million_tokens"] < best["cost_cny_per_million_tokens"]
+    ladder = out["fallback_ladder"]
+    assert ladder and best["instance_type"] not in {r["instance_type"] for r in ladder}
+    assert all(r["instances"] >= 1 for r in ladder)

@@ -419,3 +419,41 @@ def test_cli_group_still_exports_one(tmp_path):
     out = tmp_path / "one.json"
     assert main(["terraform", "export", "-c", str(cfg), "-o", str(out), "--group", "code-14b"]) == 0
     assert json.loads(out.read_text())["name"] == "code-14b"
+
+
+# --- capacity (issue 17) ----------------------------------------------------------------------------------
+
+CAPACITY = {
+    "instance_types": ["ecs.gn8is.2xlarge", "ecs.gn7i-c8g1.2xlarge"],
+    "zones": [
+        {"zone": "cn-chengdu-a", "vswitch_id": "vsw-a"},
+        {"zone": "cn-chengdu-b", "vswitch_id": "vsw-b"},
+    ],
+    "capacity_mix": {"on_demand_base": 2, "spot_percentage_above_base": 70, "spot_price_limit": 6.5},
+    "economical_mode": True,
+}
+
+
+def test_capacity_keys_reach_the_scaling_group_and_configuration_variables():
+    tfvars = build_tfvars(config(group(**CAPACITY)), now=NOW)
+    assert tfvars["instance_types"] == CAPACITY["instance_types"]
+    assert (tfvars["vswitch_ids"], tfvars["multi_az_policy"]) == (["vsw-a", "vsw-b"], "COST_OPTIMIZED")
+    assert (tfvars["on_demand_base_capacity"], tfvars["on_demand_percentage_above_base_capacity"]) == (2, 30)
+    assert (tfvars["spot_strategy"], tfvars["spot_price_limit"]) == ("SpotWithPriceLimit", 6.5)
+    assert tfvars["scaling_policy"] == "recycle"
+
+
+def test_capacity_values_pass_the_schema_check_and_the_example_types(schema, module_dir, example_dir):
+    tfvars = build_tfvars(config(group(**CAPACITY)), now=NOW)
+    example = _declared_types(example_dir)
+    problems = [e for key, value in tfvars.items() for e in type_errors(example[key], value, key)]
+    assert not problems, problems
+    infra = load_hcl_tfvars(example_dir / "terraform.tfvars")
+    inputs = {k: [v] for k, v in {**infra, **tfvars}.items()}
+    problems = check_module(module_dir, schema, inputs=inputs)
+    assert not problems, "\n".join(map(str, problems))
+
+
+def test_a_group_without_capacity_keys_exports_none_of_them():
+    tfvars = build_tfvars(config(group()), now=NOW)
+    assert not {"instance_types", "vswitch_ids", "spot_strategy", "scaling_policy"} & set(tfvars)

@@ -121,6 +121,36 @@ _ROWS: tuple[PromMapping, ...] = (
         source="vllm",
         note="P95 end-to-end request latency over the rate window, ms",
     ),
+    # ---- demand (issue 16): the same three signals the node agent derives from vLLM's counters ----------
+    PromMapping(
+        pm.REQUEST_RATE,
+        # vLLM counts a request when it finishes; arrivals = completions + the growth of what is in flight
+        "sum by ({by}) (rate(vllm:request_success_total{sel}[{window}]))"
+        " + sum by ({by}) (deriv(vllm:num_requests_running{sel}[{window}]))"
+        " + sum by ({by}) (deriv(vllm:num_requests_waiting{sel}[{window}]))",
+        ("vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting"),
+        per_gpu=False,
+        source="vllm",
+        note="request arrivals per second over the rate window (completions + growth of waiting and running)",
+    ),
+    PromMapping(
+        pm.PROMPT_TOKENS_PER_REQUEST,
+        "sum by ({by}) (rate(vllm:request_prompt_tokens_sum{sel}[{window}]))"
+        " / sum by ({by}) (rate(vllm:request_prompt_tokens_count{sel}[{window}]))",
+        ("vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count"),
+        per_gpu=False,
+        source="vllm",
+        note="mean prompt tokens per request finished in the rate window",
+    ),
+    PromMapping(
+        pm.OUTPUT_TOKENS_PER_REQUEST,
+        "sum by ({by}) (rate(vllm:request_generation_tokens_sum{sel}[{window}]))"
+        " / sum by ({by}) (rate(vllm:request_generation_tokens_count{sel}[{window}]))",
+        ("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count"),
+        per_gpu=False,
+        source="vllm",
+        note="mean output tokens per request finished in the rate window",
+    ),
     # ---- DCGM exporter (one series per GPU) -------------------------------------------------------------
     PromMapping(
         pm.GPU_TEMPERATURE_C,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fleet.testing.core.errors import AliyunError, not_found
 from fleet.testing.core.timeutil import iso_s
 from fleet.testing.ecs.instance_types import lookup
+from fleet.testing.ecs.stock import NO_STOCK_CODE, NO_STOCK_MESSAGE
 
 if TYPE_CHECKING:
     from fleet.testing.cloud import FakeCloud
@@ -27,7 +28,13 @@ EVENT_CODES = (
     "InstanceExpiration.Delete",
     "AccountUnbalanced.Stop",
     "AccountUnbalanced.Delete",
+    # A spot (preemptible) instance to be reclaimed: CloudMonitor's event
+    # "Instance:PreemptibleInstanceInterruption", announced about 5 minutes ahead; the instance is locked
+    # with LockReason "Recycling" meanwhile.
+    "PreemptibleInstanceInterruption",
 )
+SPOT_INTERRUPTION_CODE = EVENT_CODES[-1]
+SPOT_NOTICE_S = 300.0  # Alibaba's documented advance notice of a preemptible instance's release
 CYCLE_STATUSES = ("Scheduled", "Avoided", "Executing", "Executed", "Canceled", "Failed", "Inquiring")
 ACTIVE_CYCLE_STATUSES = ("Scheduled", "Executing", "Inquiring")
 
@@ -48,6 +55,13 @@ class Instance:
     health_override: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     started_s: float | None = None
+    vswitch_id: str = "vsw-fake"
+    # Preemptible (spot) instances: NoSpot, SpotWithPriceLimit or SpotAsPriceGo, and the bid.
+    spot_strategy: str = "NoSpot"
+    spot_price_limit: float | None = None
+    # An interrupted spot instance is locked for "Recycling" until it is released at termination_s.
+    lock_reasons: list[str] = field(default_factory=list)
+    termination_s: float | None = None
     generation: int = (
         0  # bumped on every transition: a stale timer sees a different generation and does nothing
     )
@@ -75,10 +89,13 @@ class Instance:
             "StoppedMode": self.stopped_mode,
             "VpcAttributes": {
                 "VpcId": "vpc-fake",
-                "VSwitchId": "vsw-fake",
+                "VSwitchId": self.vswitch_id,
                 "PrivateIpAddress": {"IpAddress": [self.private_ip]},
             },
-            "OperationLocks": {"LockReason": []},
+            "OperationLocks": {"LockReason": [{"LockReason": r} for r in self.lock_reasons]},
+            "SpotStrategy": self.spot_strategy,
+            "SpotPriceLimit": self.spot_price_limit or 0.0,
+            "SpotInterruptionBehavior": "Terminate",
             "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in self.tags.items()]},
         }
 
@@ -130,11 +147,15 @@ class EcsBackend:
         self.events: dict[str, SystemEvent] = {}
         self.deleted: dict[str, Instance] = {}
         self._listeners: list[StatusListener] = []
+        self._reclaim_listeners: list[Callable[[Instance, float], None]] = []
         self._ip_counter = 0
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def add_listener(self, listener: StatusListener) -> None:
         self._listeners.append(listener)
+
+    def add_reclaim_listener(self, listener: Callable[[Instance, float], None]) -> None:
+        self._reclaim_listeners.append(listener)
 
     def reset(self) -> None:
         self.instances.clear()
@@ -187,8 +208,12 @@ class EcsBackend:
         instance_name: str = "",
         image_id: str | None = None,
         tags: dict[str, str] | None = None,
+        spot_strategy: str = "NoSpot",
+        spot_price_limit: float | None = None,
+        vswitch_id: str = "vsw-fake",
     ) -> Instance:
-        """A new instance; ``status="Pending"`` boots to Running after ``boot_s`` (default: the cloud's)."""
+        """A new instance; ``status="Pending"`` boots to Running after ``boot_s`` (default: the cloud's).
+        It takes one from the stock of its (zone, type); callers check ``stock.available`` first."""
         now = self.cloud.now_s()
         region_id = region_id or self.cloud.region_id
         self._ip_counter += 1
@@ -206,6 +231,10 @@ class EcsBackend:
         )
         if image_id:
             inst.image_id = image_id
+        inst.spot_strategy = spot_strategy
+        inst.spot_price_limit = spot_price_limit
+        inst.vswitch_id = vswitch_id
+        self.cloud.stock.take(inst.zone_id, instance_type, self.is_spot(inst))
         if status == "Running":
             inst.started_s = now
         self.instances[inst.instance_id] = inst
@@ -213,7 +242,13 @@ class EcsBackend:
             self._after(inst, self.cloud.boot_seconds if boot_s is None else boot_s, "Running")
         return inst
 
+    @staticmethod
+    def is_spot(inst: Instance) -> bool:
+        return inst.spot_strategy in ("SpotWithPriceLimit", "SpotAsPriceGo")
+
     def start_instance(self, instance_id: str, boot_s: float | None = None) -> Instance:
+        """Start a stopped instance: Running after ``restart_seconds`` (disks kept, no image to pull). One
+        stopped in StopCharging mode gave its GPU back and needs stock again: without, ``NoStock``."""
         inst = self.get(instance_id)
         if inst.status != "Stopped":
             raise AliyunError(
@@ -222,9 +257,14 @@ class EcsBackend:
                 f"this operation (instance {instance_id} is {inst.status}).",
                 403,
             )
+        if inst.stopped_mode == "StopCharging":
+            spot = self.is_spot(inst)
+            if not self.cloud.stock.available(inst.zone_id, inst.instance_type, self.cloud.now_s(), spot):
+                raise AliyunError(NO_STOCK_CODE, NO_STOCK_MESSAGE, 403)
+            self.cloud.stock.take(inst.zone_id, inst.instance_type, spot)
         inst.stopped_mode = "Not-applicable"
         self._set_status(inst, "Starting", self.cloud.now_s())
-        self._after(inst, self.cloud.boot_seconds if boot_s is None else boot_s, "Running")
+        self._after(inst, self.cloud.restart_seconds if boot_s is None else boot_s, "Running")
         return inst
 
     def stop_instance(
@@ -242,6 +282,8 @@ class EcsBackend:
 
         def stopped(at: float) -> None:
             inst.stopped_mode = stopped_mode
+            if stopped_mode == "StopCharging":  # the GPU goes back to the pool until the next start
+                self.cloud.stock.give_back(inst.zone_id, inst.instance_type, self.is_spot(inst))
 
         self._after(inst, 0.0 if force else self.cloud.stop_seconds, "Stopped", stopped)
         return inst
@@ -290,6 +332,8 @@ class EcsBackend:
         if inst is None:
             return
         self.deleted[instance_id] = inst
+        if inst.stopped_mode != "StopCharging":
+            self.cloud.stock.give_back(inst.zone_id, inst.instance_type, self.is_spot(inst))
         previous = inst.status
         inst.status = "Deleted"
         inst.generation += 1
@@ -343,6 +387,41 @@ class EcsBackend:
             if event.instance_id == inst.instance_id and event.cycle_status == "Executing":
                 return "Impaired" if "Failure" in event.code else "Maintaining"
         return "Ok"
+
+    def reclaim_spot(self, instance_id: str, notice_s: float = SPOT_NOTICE_S) -> SystemEvent:
+        """Interrupt a spot instance: lock it (``Recycling``), set the metadata termination time, announce the
+        system event now and release the instance ``notice_s`` later."""
+        inst = self.get(instance_id)
+        if not self.is_spot(inst):
+            raise ValueError(f"instance {instance_id} is not a spot instance ({inst.spot_strategy})")
+        now = self.cloud.now_s()
+        inst.lock_reasons = ["Recycling"]
+        inst.termination_s = now + notice_s
+        event = self.add_system_event(
+            instance_id,
+            SPOT_INTERRUPTION_CODE,
+            "Scheduled",
+            inst.termination_s,
+            "The preemptible instance is to be released: the market price or the stock changed.",
+        )
+
+        def release(at: float) -> None:
+            if self.instances.get(instance_id) is inst:
+                self.set_event_status(event.event_id, "Executed")
+                self.release(instance_id)
+
+        self.cloud.timers.schedule(inst.termination_s, release, f"ecs reclaim {instance_id}")
+        for listener in self._reclaim_listeners:
+            listener(inst, now)
+        return event
+
+    def termination_time(self, instance_id: str) -> str | None:
+        """The metadata item ``instance/spot/termination-time`` (UTC, ``2015-01-05T18:02:00Z``), or None where
+        the metadata service answers 404 (not interrupted)."""
+        inst = self.instances.get(instance_id) or self.deleted.get(instance_id)
+        if inst is None or inst.termination_s is None:
+            return None
+        return iso_s(inst.termination_s)
 
     def events_for(self, instance_id: str) -> list[SystemEvent]:
         return [e for e in self.events.values() if e.instance_id == instance_id]

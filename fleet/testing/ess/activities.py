@@ -6,20 +6,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fleet.testing.core.errors import AliyunError
 from fleet.testing.ess.base import (
     MAX_ACTIVITIES_PER_GROUP,
     MAX_CONVERGE_ROUNDS,
-    EssBase,
     ScalingActivity,
+    ScalingConfiguration,
     ScalingGroup,
     ScalingInstance,
 )
+from fleet.testing.ess.placement import PlacementMixin
 
 if TYPE_CHECKING:
     from fleet.testing.ecs.models import Instance
 
 
-class ActivitiesMixin(EssBase):
+class ActivitiesMixin(PlacementMixin):
     # ==== activities ========================================================================================
     def _new_activity(
         self, group: ScalingGroup, cause: str, description: str = "", trigger: str = "APIs"
@@ -56,7 +58,7 @@ class ActivitiesMixin(EssBase):
         changed = bool(
             launched - set(activity.failed) or activity.destroyed or activity.stopped or activity.attached
         )
-        if activity.failed:
+        if activity.failed or activity.shortfall:
             activity.status_code = "Warning" if changed else "Failed"
             activity.status_message = activity.status_message or f"{len(activity.failed)} instance(s) failed."
         else:
@@ -112,6 +114,8 @@ class ActivitiesMixin(EssBase):
             return False
         if counted == target:
             return False
+        if counted < target and self.cloud.now_s() < group.retry_not_before_s:
+            return False  # stock refused the last try: the retry timer re-checks
         if counted > target and not self._scale_in_candidates(group, counted - target):
             return False  # only Standby/Protected (or removing) instances are left: nothing to scale in
         activity = self._new_activity(
@@ -149,21 +153,9 @@ class ActivitiesMixin(EssBase):
         hooks = [
             h for h in self.hooks.values() if h.group_id == group.group_id and h.transition == "SCALE_OUT"
         ]
-        stopped = [i for i in self.group_instances(group) if i.lifecycle_state == "Stopped"]
-        new_ids: list[str] = []
-        # Economical mode: start Stopped instances first (section 1.3).
-        for inst in stopped[:count]:
-            ecs_inst = self.cloud.ecs.instances.get(inst.instance_id)
-            if ecs_inst is None or ecs_inst.status not in ("Stopped", "Stopping"):
-                continue
-            if ecs_inst.status == "Stopping":
-                continue
-            self._reassign(inst, activity)
-            inst.lifecycle_state = "Pending"
-            inst.booted = False
-            activity.started.append(inst.instance_id)
-            new_ids.append(inst.instance_id)
-            self.cloud.ecs.start_instance(inst.instance_id)
+        # Economical mode: start Stopped instances first (section 1.3), then those still stopping.
+        new_ids = self._restart_stopped(group, activity, count)
+        new_ids += self._claim_stopping(group, activity, count - len(new_ids))
         # New instances; keep TotalCapacity (with Stopped) within MaxSize by releasing Stopped ones first.
         to_create = count - len(new_ids)
         room = group.max_size - self._toward_max(group)
@@ -171,37 +163,99 @@ class ActivitiesMixin(EssBase):
             leftover = [i for i in self.group_instances(group) if i.lifecycle_state == "Stopped"]
             for inst in leftover[: to_create - room]:
                 self._drop_instance(group, inst, release=True)
-        for _ in range(to_create):
-            ecs_inst = self.cloud.ecs.create_instance(
-                config.instance_types[0],
-                region_id=group.region_id,
-                zone_id=group.zone_for_next(),
-                status="Pending",
-                image_id=config.image_id,
-                instance_name=config.extra.get("InstanceName", ""),
-            )
-            ecs_inst.scaling_group_id = group.group_id
-            inst = ScalingInstance(
-                ecs_inst.instance_id,
-                group.group_id,
-                "Pending",
-                "AutoCreated",
-                ecs_inst.created_s,
-                ecs_inst.zone_id,
-                ecs_inst.private_ip,
-                config.config_id,
-                activity_id=activity.activity_id,
-            )
-            self.instances[inst.instance_id] = inst
-            group.instance_ids[inst.instance_id] = None
-            activity.created.append(inst.instance_id)
-            activity.pending.add(inst.instance_id)
-            new_ids.append(inst.instance_id)
+        for made in range(to_create):
+            created = self._create_member(group, config, activity)
+            if created is None:
+                self._record_no_stock(group, activity, to_create - made)
+                break
+            new_ids.append(created)
         if hooks and new_ids:
             for inst_id in new_ids:
                 self.instances[inst_id].lifecycle_state = "Pending:Wait"
             for hook in hooks:
                 self._open_lifecycle_action(hook, activity, new_ids)
+
+    def _restart_stopped(self, group: ScalingGroup, activity: ScalingActivity, count: int) -> list[str]:
+        """Start up to ``count`` Stopped members; one whose start fails for stock is released
+        (section 1.3)."""
+        started: list[str] = []
+        for inst in [i for i in self.group_instances(group) if i.lifecycle_state == "Stopped"]:
+            if len(started) >= count:
+                break
+            ecs_inst = self.cloud.ecs.instances.get(inst.instance_id)
+            if ecs_inst is None or ecs_inst.status != "Stopped":
+                continue
+            try:
+                self.cloud.ecs.start_instance(inst.instance_id)
+            except AliyunError as err:
+                activity.error_messages.append(
+                    {"Code": err.code, "Message": err.message, "FailedInstanceIds": [inst.instance_id]}
+                )
+                self._drop_instance(group, inst, release=True, activity=activity)
+                continue
+            self._reassign(inst, activity)
+            inst.lifecycle_state = "Pending"
+            inst.booted = False
+            activity.started.append(inst.instance_id)
+            started.append(inst.instance_id)
+        return started
+
+    def _claim_stopping(self, group: ScalingGroup, activity: ScalingActivity, count: int) -> list[str]:
+        """Recycled members whose ECS instance is still stopping: start each as soon as it has stopped rather
+        than create a new instance beside it."""
+        claimed: list[str] = []
+        for inst in self.group_instances(group):
+            if len(claimed) >= count:
+                break
+            if not inst.awaiting_stop or inst.restart_when_stopped:
+                continue
+            self._reassign(inst, activity)
+            inst.awaiting_stop = False
+            inst.restart_when_stopped = True
+            inst.lifecycle_state = "Pending"
+            inst.booted = False
+            activity.started.append(inst.instance_id)
+            claimed.append(inst.instance_id)
+        return claimed
+
+    def _create_member(
+        self, group: ScalingGroup, config: ScalingConfiguration, activity: ScalingActivity
+    ) -> str | None:
+        placement = self._place(group, config)
+        if placement is None:
+            return None
+        spot_strategy = config.spot_strategy if placement.spot else "NoSpot"
+        ecs_inst = self.cloud.ecs.create_instance(
+            placement.instance_type,
+            region_id=group.region_id,
+            zone_id=placement.zone_id,
+            status="Pending",
+            image_id=config.image_id,
+            instance_name=config.extra.get("InstanceName", ""),
+            spot_strategy=spot_strategy,
+            spot_price_limit=(
+                config.spot_price_limits.get(placement.instance_type) if placement.spot else None
+            ),
+            vswitch_id=placement.vswitch_id,
+        )
+        ecs_inst.scaling_group_id = group.group_id
+        inst = ScalingInstance(
+            ecs_inst.instance_id,
+            group.group_id,
+            "Pending",
+            "AutoCreated",
+            ecs_inst.created_s,
+            ecs_inst.zone_id,
+            ecs_inst.private_ip,
+            config.config_id,
+            activity_id=activity.activity_id,
+            spot_strategy=spot_strategy,
+        )
+        self.instances[inst.instance_id] = inst
+        group.instance_ids[inst.instance_id] = None
+        activity.created.append(inst.instance_id)
+        activity.pending.add(inst.instance_id)
+        return inst.instance_id
 
     def _scale_in_candidates(self, group: ScalingGroup, count: int) -> list[ScalingInstance]:
         """Never Protected or Standby. InService by removal policy first, then instances still booting."""
@@ -278,18 +332,54 @@ class ActivitiesMixin(EssBase):
         activity = self.activities.get(inst.activity_id or "")
         owned = inst.creation_type == "AutoCreated" or inst.entrusted
         if group is not None and inst.recycle_on_removal and owned:
-            inst.lifecycle_state = "Stopped"
             inst.booted = False
             ecs_inst = self.cloud.ecs.instances.get(inst.instance_id)
             if ecs_inst is not None and ecs_inst.status in ("Running", "Starting", "Pending"):
+                # ESS reports the instance Stopped (and the activity done) only once ECS has stopped it.
                 self.cloud.ecs.stop_instance(inst.instance_id, stopped_mode="StopCharging")
-            if activity is not None:
-                activity.stopped.append(inst.instance_id)
+                inst.awaiting_stop = True
+                return
+            self._recycled(inst, at)
+            return
         elif group is not None:
             self._drop_instance(group, inst, release=owned, activity=activity)
         if activity is not None:
             activity.pending.discard(inst.instance_id)
             self._finish_if_done(activity, at)
+
+    def _recycled(self, inst: ScalingInstance, at: float) -> None:
+        """ECS has stopped a recycled member: it stays in the group as Stopped (economical mode)."""
+        inst.awaiting_stop = False
+        inst.lifecycle_state = "Stopped"
+        activity = self.activities.get(inst.activity_id or "")
+        if activity is not None:
+            activity.stopped.append(inst.instance_id)
+            activity.pending.discard(inst.instance_id)
+            self._finish_if_done(activity, at)
+
+    def _stopped_member(self, inst: ScalingInstance, at: float) -> bool:
+        """ECS reports a member Stopped; True when economical mode accounts for it."""
+        if inst.awaiting_stop:
+            self._recycled(inst, at)
+            return True
+        if inst.restart_when_stopped:
+            inst.restart_when_stopped = False
+            group = self.groups[inst.group_id]
+            activity = self.activities.get(inst.activity_id or "")
+            try:
+                self.cloud.ecs.start_instance(inst.instance_id)
+            except AliyunError as err:
+                if activity is not None:
+                    activity.error_messages.append(
+                        {"Code": err.code, "Message": err.message, "FailedInstanceIds": [inst.instance_id]}
+                    )
+                    activity.pending.discard(inst.instance_id)
+                    activity.failed.append(inst.instance_id)
+                self._drop_instance(group, inst, release=True, activity=activity)
+                if activity is not None:
+                    self._finish_if_done(activity, at)
+            return True
+        return False
 
     def _drop_instance(
         self,
@@ -333,6 +423,14 @@ class ActivitiesMixin(EssBase):
         if ecs_inst.status == "Running":
             inst.booted = True
             self._maybe_in_service(inst, at)
+        elif ecs_inst.status == "Stopped" and self._stopped_member(inst, at):
+            return
+        elif ecs_inst.status == "Deleted" and inst.reclaimed:
+            activity = self.activities.get(inst.activity_id or "")
+            self._drop_instance(group, inst, release=False, activity=activity)
+            if activity is not None:
+                activity.pending.discard(inst.instance_id)
+                self._finish_if_done(activity, at)
         elif ecs_inst.status == "Deleted":
             self._health_removal(group, inst, "was released outside Auto Scaling", at)
         elif (
@@ -365,3 +463,25 @@ class ActivitiesMixin(EssBase):
             old_activity.failed.append(inst.instance_id)
             self._finish_if_done(old_activity, at)
         self._finish_if_done(activity, at)  # desired unchanged: the converge creates a replacement
+
+    def _on_spot_reclaim(self, ecs_inst: Instance, at: float) -> None:
+        """A member's spot instance is to be reclaimed. With SpotInstanceRemedy, ESS replaces it now: the
+        replacement is created in one activity and the old one leaves the group when ECS releases it; without,
+        the release fails the health check and the group replaces it afterwards."""
+        inst = self.instances.get(ecs_inst.instance_id)
+        group = self.groups.get(inst.group_id) if inst is not None else None
+        if inst is None or group is None or not group.spot_instance_remedy:
+            return
+        if inst.lifecycle_state not in ("InService", "Pending", "Pending:Wait"):
+            return
+        activity = self._new_activity(
+            group,
+            f'The preemptible instance "{inst.instance_id}" is about to be reclaimed; ESS replaces it.',
+            'Add "1" ECS instance(s), remove "1" ECS instance(s)',
+            trigger="Ess",
+        )
+        inst.reclaimed = True
+        self._reassign(inst, activity)
+        inst.lifecycle_state = "Removing"
+        self._scale_out(group, activity, 1)
+        self._finish_if_done(activity, at)

@@ -85,9 +85,15 @@ class ScalingConfiguration:
     created_s: float
     lifecycle_state: str = "Inactive"
     extra: dict[str, str] = field(default_factory=dict)
+    spot_strategy: str = "NoSpot"
+    spot_price_limits: dict[str, float] = field(default_factory=dict)  # instance type -> CNY/h bid
 
     def as_api(self) -> dict[str, Any]:
         return {
+            "SpotStrategy": self.spot_strategy,
+            "SpotPriceLimits": [
+                {"InstanceType": t, "PriceLimit": limit} for t, limit in self.spot_price_limits.items()
+            ],
             "ScalingConfigurationId": self.config_id,
             "ScalingConfigurationName": self.name,
             "ScalingGroupId": self.group_id,
@@ -131,6 +137,15 @@ class ScalingGroup:
     cooldown_until_s: float = 0.0
     modified_s: float = 0.0
     next_zone: int = 0
+    # Spot mix (COST_OPTIMIZED groups, aliyun ESS CreateScalingGroup): on-demand base, the on-demand share
+    # above it, how many of the cheapest types to spread spot over, replace-before-reclaim, and on-demand
+    # when spot cannot be had.
+    on_demand_base_capacity: int = 0
+    on_demand_percentage_above_base: int = 100
+    spot_instance_pools: int = 2
+    spot_instance_remedy: bool = False
+    compensate_with_on_demand: bool = False
+    retry_not_before_s: float = 0.0  # after a stock failure, the reconcile waits until then
 
     @property
     def desired_enabled(self) -> bool:
@@ -161,6 +176,10 @@ class ScalingInstance:
     waiting_tokens: set[str] = field(default_factory=set)
     recycle_on_removal: bool = False
     weight: int = 50
+    spot_strategy: str = "NoSpot"
+    awaiting_stop: bool = False  # recycled: Removing until ECS reports Stopped (StopCharging)
+    restart_when_stopped: bool = False  # a scale-out claimed it while it was still stopping
+    reclaimed: bool = False  # spot instance replaced ahead of its release (SpotInstanceRemedy)
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -179,6 +198,7 @@ class ScalingInstance:
             "LoadBalancerWeight": 0 if self.lifecycle_state == "Standby" else self.weight,
             "WarmupState": "NoNeedWarmup",
             "WeightedCapacity": 1,
+            "SpotStrategy": self.spot_strategy,
         }
 
 
@@ -206,6 +226,8 @@ class ScalingActivity:
     error_message: str = ""
     activity_type: str = "CapacityChange"
     cooldown_s: int | None = None  # a simple rule's own Cooldown overrides the group's (section 1.1)
+    shortfall: int = 0  # instances asked for that could not be created (no stock)
+    error_messages: list[dict[str, Any]] = field(default_factory=list)
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -236,6 +258,7 @@ class ScalingActivity:
             + len(self.attached),
             "ErrorCode": self.error_code,
             "ErrorMessage": self.error_message,
+            "ErrorMessages": [dict(e) for e in self.error_messages],
             "TriggerSourceType": self.trigger_source_type,
         }
 
@@ -434,11 +457,14 @@ class EssBase:
         self.lifecycle_actions: dict[str, LifecycleAction] = {}
         self.client_tokens: dict[str, tuple[Any, dict[str, Any]]] = {}
         cloud.ecs.add_listener(self._on_ecs_status)
+        cloud.ecs.add_reclaim_listener(self._on_spot_reclaim)
 
     if TYPE_CHECKING:
         # Steps one mixin takes through another; EssBackend composes them all. Declared here for the type
         # checker only (at run time the composed class has the real ones).
         def _on_ecs_status(self, ecs_inst: Instance, previous: str, at: float) -> None: ...
+
+        def _on_spot_reclaim(self, ecs_inst: Instance, at: float) -> None: ...
 
         def _new_activity(
             self, group: ScalingGroup, cause: str, description: str = "", trigger: str = "APIs"

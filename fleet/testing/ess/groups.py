@@ -130,6 +130,11 @@ class GroupsMixin(EssBase):
             "GroupDeletionProtection": group.deletion_protection,
             "SuspendedProcesses": list(group.suspended_processes),
             "MultiAZPolicy": group.multi_az_policy,
+            "OnDemandBaseCapacity": group.on_demand_base_capacity,
+            "OnDemandPercentageAboveBaseCapacity": group.on_demand_percentage_above_base,
+            "SpotInstancePools": group.spot_instance_pools,
+            "SpotInstanceRemedy": group.spot_instance_remedy,
+            "CompensateWithOnDemand": group.compensate_with_on_demand,
             "GroupType": "ECS",
             "CreationTime": iso_min(group.created_s),
             "ModificationTime": iso_min(group.modified_s),
@@ -190,6 +195,7 @@ class GroupsMixin(EssBase):
         if max_instance_lifetime_s is not None:
             group.max_instance_lifetime_s = max_instance_lifetime_s
         group.modified_s = self.cloud.now_s()
+        group.retry_not_before_s = 0.0  # an explicit change is tried at once, stock permitting
         self._converge(group, cause or "A user modifies the scaling group.")
 
     def _check_modify(

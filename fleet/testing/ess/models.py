@@ -55,6 +55,7 @@ from fleet.testing.ess.base import (
 from fleet.testing.ess.groups import GroupsMixin
 from fleet.testing.ess.instances import InstancesMixin
 from fleet.testing.ess.lifecycle import LifecycleHooksMixin
+from fleet.testing.ess.placement import MULTI_AZ_POLICIES, SPOT_STRATEGIES
 from fleet.testing.ess.rules import RulesMixin
 from fleet.testing.ess.scaling import ScalingMixin
 from fleet.testing.ess.scheduled import ScheduledTasksMixin
@@ -68,6 +69,8 @@ __all__ = [
     "MAX_CLIENT_TOKENS",
     "MAX_CONVERGE_ROUNDS",
     "MAX_LIFECYCLE_HOOKS",
+    "MULTI_AZ_POLICIES",
+    "SPOT_STRATEGIES",
     "REMOVING_STATES",
     "RULE_TYPES",
     "SCALING_POLICIES",

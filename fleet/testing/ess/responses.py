@@ -9,7 +9,7 @@ from typing import Any
 from fleet.testing.core.errors import AliyunError, invalid
 from fleet.testing.core.params import Params, parse_time_s
 from fleet.testing.core.responses import BaseResponse, page
-from fleet.testing.ess.models import EssBackend
+from fleet.testing.ess.models import EssBackend, ScalingConfiguration, ScalingGroup
 
 
 class EssResponse(BaseResponse):
@@ -22,6 +22,7 @@ class EssResponse(BaseResponse):
             "ModifyScalingGroup",
             "DeleteScalingGroup",
             "CreateScalingConfiguration",
+            "ModifyScalingConfiguration",
             "DescribeScalingConfigurations",
             "CreateScalingRule",
             "DescribeScalingRules",
@@ -91,9 +92,26 @@ class EssResponse(BaseResponse):
                 stop_instance_timeout_s=p.int("StopInstanceTimeout"),
                 max_instance_lifetime_s=p.int("MaxInstanceLifetime"),
             )
+            try:
+                self._capacity_mix(group)
+            except Exception:
+                self.ess.groups.pop(group.group_id, None)  # nothing half-applied
+                raise
             return {"ScalingGroupId": group.group_id}
 
         return self.ess.idempotent(p.str("ClientToken"), self._signature("CreateScalingGroup"), run)
+
+    def _capacity_mix(self, group: ScalingGroup) -> None:
+        p = self.params
+        self.ess.set_capacity_mix(
+            group,
+            multi_az_policy=p.str("MultiAZPolicy"),
+            on_demand_base_capacity=p.int("OnDemandBaseCapacity"),
+            on_demand_percentage_above_base=p.int("OnDemandPercentageAboveBaseCapacity"),
+            spot_instance_pools=p.int("SpotInstancePools"),
+            spot_instance_remedy=p.bool("SpotInstanceRemedy"),
+            compensate_with_on_demand=p.bool("CompensateWithOnDemand"),
+        )
 
     def describe_scaling_groups(self) -> dict[str, Any]:
         p = self.params
@@ -107,6 +125,7 @@ class EssResponse(BaseResponse):
 
     def modify_scaling_group(self) -> dict[str, Any]:
         p = self.params
+        self._capacity_mix(self.ess.group(p.req("ScalingGroupId")))
         self.ess.modify_scaling_group(
             p.req("ScalingGroupId"),
             min_size=p.int("MinSize"),
@@ -173,6 +192,11 @@ class EssResponse(BaseResponse):
             for k, v in p.raw.items()
             if k in ("SecurityGroupId", "InstanceName", "HostName", "UserData", "RamRoleName", "KeyPairName")
         }
+        limits = {
+            str(o.get("InstanceType")): float(o.get("PriceLimit") or 0) for o in p.objects("SpotPriceLimits")
+        }
+        probe = ScalingConfiguration("", "", "", [], "", 0.0)
+        self.ess.set_spot_strategy(probe, p.str("SpotStrategy"), limits)  # refuse before creating anything
         config = self.ess.create_scaling_configuration(
             p.req("ScalingGroupId"),
             name=p.str("ScalingConfigurationName"),
@@ -180,7 +204,36 @@ class EssResponse(BaseResponse):
             image_id=p.str("ImageId"),
             extra=extra,
         )
+        self.ess.set_spot_strategy(config, p.str("SpotStrategy"), limits)
         return {"ScalingConfigurationId": config.config_id}
+
+    def modify_scaling_configuration(self) -> dict[str, Any]:
+        """InstanceTypes (priority order), SpotStrategy and SpotPriceLimits of an existing configuration; the
+        group retries what stock refused with the new one at once."""
+        p = self.params
+        config_id = p.req("ScalingConfigurationId")
+        config = self.ess.configurations.get(config_id)
+        if config is None:
+            raise AliyunError(
+                "InvalidScalingConfigurationId.NotFound",
+                f"The specified scaling configuration ({config_id}) does not exist.",
+                404,
+            )
+        limits = {
+            str(o.get("InstanceType")): float(o.get("PriceLimit") or 0) for o in p.objects("SpotPriceLimits")
+        }
+        types = p.list("InstanceTypes") or ([p.req("InstanceType")] if p.str("InstanceType") else [])
+        probe = ScalingConfiguration("", "", "", [], "", 0.0, spot_strategy=config.spot_strategy)
+        probe.spot_price_limits = dict(config.spot_price_limits)
+        self.ess.set_spot_strategy(probe, p.str("SpotStrategy"), limits)
+        if types:
+            config.instance_types = types
+        self.ess.set_spot_strategy(config, p.str("SpotStrategy"), limits)
+        group = self.ess.groups.get(config.group_id)
+        if group is not None and group.active_config_id == config_id:
+            group.retry_not_before_s = 0.0
+            self.ess._converge(group, "The scaling configuration is modified.")
+        return {}
 
     def describe_scaling_configurations(self) -> dict[str, Any]:
         p = self.params
@@ -429,7 +482,8 @@ class EssResponse(BaseResponse):
             activity_id=p.str("ScalingActivityId"),
             config_id=p.str("ScalingConfigurationId"),
         )
-        return {**_paged_answer("ScalingInstances", found, p), "TotalSpotCount": 0}
+        spot = sum(1 for i in found if i.spot_strategy != "NoSpot")
+        return {**_paged_answer("ScalingInstances", found, p), "TotalSpotCount": spot}
 
     def enter_standby(self) -> dict[str, Any]:
         p = self.params

@@ -32,6 +32,14 @@ module "fleet" {
   loadbalancer_ids          = var.loadbalancer_ids
   alb_server_groups         = var.alb_server_groups
 
+  on_demand_base_capacity                  = var.on_demand_base_capacity
+  on_demand_percentage_above_base_capacity = var.on_demand_percentage_above_base_capacity
+  spot_instance_pools                      = var.spot_instance_pools
+  spot_instance_remedy                     = var.spot_instance_remedy
+  compensate_with_on_demand                = var.compensate_with_on_demand
+  spot_strategy                            = var.spot_strategy
+  spot_price_limit                         = var.spot_price_limit
+
   instance_types         = var.instance_types
   image_id               = var.image_id
   security_group_ids     = var.security_group_ids

@@ -266,3 +266,45 @@ variable "service_trusted_services" {
   description = "Cloud services allowed to assume the service role (ecs.aliyuncs.com when the service runs on ECS with an instance role)."
   default     = null
 }
+
+variable "on_demand_base_capacity" {
+  type        = number
+  description = "Instances that are always on-demand."
+  default     = null
+}
+
+variable "on_demand_percentage_above_base_capacity" {
+  type        = number
+  description = "Share (0-100) of the instances above the base that is on-demand."
+  default     = null
+}
+
+variable "spot_instance_pools" {
+  type        = number
+  description = "How many of the cheapest types spot is spread over."
+  default     = null
+}
+
+variable "spot_instance_remedy" {
+  type        = bool
+  description = "Replace a spot instance as soon as its reclaim is announced."
+  default     = null
+}
+
+variable "compensate_with_on_demand" {
+  type        = bool
+  description = "On-demand instances when spot cannot be had."
+  default     = null
+}
+
+variable "spot_strategy" {
+  type        = string
+  description = "NoSpot, SpotWithPriceLimit or SpotAsPriceGo."
+  default     = null
+}
+
+variable "spot_price_limit" {
+  type        = number
+  description = "The highest CNY per hour paid for one spot instance."
+  default     = null
+}

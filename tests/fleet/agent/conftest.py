@@ -53,6 +53,7 @@ class FakeVllmState:
     tpot_name: str = "vllm:time_per_output_token_seconds"  # or "vllm:inter_token_latency_seconds"
     success: float = 0.0
     generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
     preemptions: float = 0.0
     status: int = 200
     body_override: str | None = None
@@ -61,14 +62,21 @@ class FakeVllmState:
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS_S))
 
     def finish_requests(
-        self, n: int, ttft_s: float, tpot_s: float, e2e_s: float, tokens_each: int = 100
+        self,
+        n: int,
+        ttft_s: float,
+        tpot_s: float,
+        e2e_s: float,
+        tokens_each: int = 100,
+        prompt_each: int = 500,
     ) -> None:
-        """n requests complete with these latencies."""
+        """n requests complete with these latencies (and ``prompt_each`` prompt tokens each)."""
         self.ttft.observe(ttft_s, n)
         self.tpot.observe(tpot_s, n * tokens_each)
         self.e2e.observe(e2e_s, n)
         self.success += n
         self.generation_tokens += n * tokens_each
+        self.prompt_tokens += n * prompt_each
 
     def restart(self) -> None:
         """vLLM restarted: every counter and histogram starts from zero."""
@@ -77,7 +85,7 @@ class FakeVllmState:
             Histogram(TPOT_BUCKETS_S),
             Histogram(E2E_BUCKETS_S),
         )
-        self.success = self.generation_tokens = self.preemptions = 0.0
+        self.success = self.generation_tokens = self.prompt_tokens = self.preemptions = 0.0
 
     def render(self) -> str:
         if self.body_override is not None:
@@ -99,6 +107,16 @@ class FakeVllmState:
             "# TYPE vllm:num_preemptions_total counter",
             f"vllm:num_preemptions_total{{{labels}}} {self.preemptions}",
         ]
+        for name, total in (
+            ("vllm:request_prompt_tokens", self.prompt_tokens),
+            ("vllm:request_generation_tokens", self.generation_tokens),
+        ):  # per-request token histograms (observed when a request finishes): only their sum and count matter
+            lines += [
+                f"# TYPE {name} histogram",
+                f'{name}_bucket{{le="+Inf",{labels}}} {self.success}',
+                f"{name}_sum{{{labels}}} {total}",
+                f"{name}_count{{{labels}}} {self.success}",
+            ]
         lines += self.ttft.render("vllm:time_to_first_token_seconds", labels)
         lines += self.tpot.render(self.tpot_name, labels)
         lines += self.e2e.render("vllm:e2e_request_latency_seconds", labels)

@@ -152,3 +152,35 @@ def test_window_survives_vllm_being_down_for_a_period(vllm_server, closed_port_u
     state.finish_requests(60, ttft_s=0.03, tpot_s=0.02, e2e_s=0.9)
     reading = collector.read(30.0)
     assert reading.window_s == 30.0 and reading.request_rate_per_s == pytest.approx(2.0)
+
+
+def test_demand_is_arrivals_and_tokens_per_request_over_the_window(vllm_server):
+    from fleet.agent.vllm import VllmCollector
+
+    collector = VllmCollector(vllm_server.url)
+    vllm_server.state.running, vllm_server.state.waiting = 4, 0
+    collector.read(0.0)
+    # in 15 s: 30 finished (600 prompt and 120 output tokens each) and in flight grew from 4 to 10
+    vllm_server.state.finish_requests(
+        30, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0, tokens_each=120, prompt_each=600
+    )
+    vllm_server.state.running, vllm_server.state.waiting = 7, 3
+    r = collector.read(15.0)
+    assert r.arrival_rate_per_s == pytest.approx((30 + 6) / 15)
+    assert r.prompt_tokens_per_request == pytest.approx(600)
+    assert r.output_tokens_per_request == pytest.approx(120)
+
+
+def test_demand_after_a_restart_counts_from_zero(vllm_server):
+    from fleet.agent.vllm import VllmCollector
+
+    collector = VllmCollector(vllm_server.url)
+    vllm_server.state.finish_requests(100, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0)
+    vllm_server.state.running = 8
+    collector.read(0.0)
+    vllm_server.state.restart()
+    vllm_server.state.finish_requests(10, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0)
+    vllm_server.state.running = 2
+    r = collector.read(10.0)
+    # everything since the restart is the window's: 10 finished + 2 in flight (the 8 before were lost)
+    assert r.arrival_rate_per_s == pytest.approx(12 / 10)

@@ -48,6 +48,10 @@ def calls_for(c: CloudClients) -> dict[str, Callable[[], object]]:
         "ess.complete_lifecycle_action": lambda: c.ess.complete_lifecycle_action(
             "ash-1", "token-1", client_token="t5"
         ),
+        "ess.modify_scaling_configuration": lambda: c.ess.modify_scaling_configuration(
+            "asc-1", instance_types=["ecs.gn7i-c8g1.2xlarge"]
+        ),
+        "ess.set_vswitch_order": lambda: c.ess.set_vswitch_order("asg-1", ["vsw-a", "vsw-b"]),
         "cms.metric_last": lambda: c.cms.metric_last("acs_ecs_dashboard", "m", ["i-1"]),
         "cms.metric_list": lambda: c.cms.metric_list(
             "acs_ecs_dashboard", "m", ["i-1"], T0, T0 + timedelta(minutes=1)

@@ -155,6 +155,10 @@ def test_actions_sent_to_the_fake_equal_the_actions_tuples(cloud, clients):
         "ess.describe_scaling_instances": lambda: clients.ess.describe_scaling_instances(group_id),
         "ess.describe_scaling_activities": lambda: clients.ess.describe_scaling_activities(group_id),
         "ess.modify_scaling_group": lambda: clients.ess.modify_scaling_group(group_id, max_size=5),
+        "ess.modify_scaling_configuration": lambda: clients.ess.modify_scaling_configuration(
+            cloud.ess.groups[group_id].active_config_id, instance_types=["ecs.gn7i-c8g1.2xlarge"]
+        ),
+        "ess.set_vswitch_order": lambda: clients.ess.set_vswitch_order(group_id, ["vsw-fake-a"]),
         "ess.create_scheduled_task": lambda: task.setdefault(
             "id",
             clients.ess.create_scheduled_task(

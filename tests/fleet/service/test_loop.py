@@ -236,3 +236,35 @@ def test_a_dry_run_replica_never_takes_the_real_lease_or_history(fake_world):
     assert shadow.tick(cloud.now()).leader
     assert real.tick(cloud.now()).leader
     assert shadow.store.service == "fleet-dry-run" and real.store.service == "fleet"
+
+
+def test_predictive_group_records_its_demand_and_exports_the_forecast_on_metrics(tmp_path):
+    from prometheus_client import generate_latest
+
+    from fleet.service.demand import DemandLog
+
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        # (a column-0 comment keeps the group key's indentation through _config's dedent)
+        extra = "# predictive\n    predictive: {mode: forecast-only, capacity_rps: 1.0, horizon: 2m}\n"
+        cfg = _config(tmp_path, gid, extra=extra)
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            for _ in range(16):  # 16 ticks, 15 s apart: 4 minutes of a steady 3 req/s
+                obs = svc.observer.observe(cloud.now())
+                for inst in obs.groups["chat"].instances:
+                    cloud.put_custom_metric("vllm_request_rate", {"instanceId": inst.instance_id}, 1.5)
+                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 0)
+                assert svc.tick(cloud.now()).ok
+                cloud.advance(15)
+            rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
+            assert len(rows) >= 3 and all(r.rps == 3.0 for r in rows)
+            text = generate_latest(svc.metrics.registry).decode()
+            assert 'fleet_predictive{field="demand_rps",group="chat"} 3.0' in text
+            assert "fleet_forecast_mape_pct" in text and "fleet_forecast_upper_coverage" in text
+            assert _desired(svc) == 2  # forecast-only: nothing written
+        finally:
+            svc.close()

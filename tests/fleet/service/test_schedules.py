@@ -145,3 +145,34 @@ def test_ownership_needs_prefix_and_suffix():
     assert owned("fleet-chat-biz-start", "chat")
     assert not owned("fleet-chat-biz", "chat")
     assert not owned("team-chat-biz-start", "chat")
+
+
+# ---- learned floors (predictive scaling) ----------------------------------------------------------------
+
+
+def test_learned_floors_become_daily_tasks_at_the_hour_less_the_cold_start():
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor
+
+    learned = [LearnedFloor(NOW + timedelta(hours=1), 9), LearnedFloor(NOW + timedelta(hours=2), 99)]
+    want, _ = desired_tasks(_spec(), NOW, learned)
+    by_name = {t.name: t for t in want}
+    first = by_name["fleet-chat-learned-0100-start"]
+    assert first.hhmm == "00:57" and first.recurrence_value == "0,1,2,3,4,5,6"
+    assert first.min_value == 9
+    assert by_name["fleet-chat-learned-0200-start"].min_value == 20  # never above max_size
+    assert owned(first.name, "chat")
+
+
+def test_without_a_forecast_the_learned_tasks_are_kept_and_with_one_stale_ones_go():
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor
+
+    old = _task("fleet-chat-learned-0500-start", recurrence_value="0,1,2,3,4,5,6", min_value=3)
+    kept, _ = plan_sync(_spec(), [old], NOW, learned=None)
+    assert all(c.name != old.name for c in kept)
+    replaced, _ = plan_sync(_spec(), [old], NOW, learned=[LearnedFloor(NOW + timedelta(hours=1), 4)])
+    ops = {(c.op, c.name) for c in replaced}
+    assert ("delete", old.name) in ops and ("create", "fleet-chat-learned-0100-start") in ops

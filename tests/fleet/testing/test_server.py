@@ -171,6 +171,7 @@ def test_time_scale_speeds_up_the_clock() -> None:
         (["--port", "70000"], "--port"),
         (["--port", "0", "--time-scale", "0"], "--time-scale"),
         (["--port", "0", "--boot-seconds", "-1"], "--boot-seconds"),
+        (["--port", "0", "--restart-seconds", "-1"], "--restart-seconds"),
         (["--port", "0", "--account-id", "abc"], "--account-id"),
         (["--port", "0", "--region", "Chengdu"], "--region"),
     ],
@@ -199,3 +200,62 @@ def test_a_bug_in_the_fake_is_answered_as_a_500_over_http(
         "InternalError",
         500,
     ) and "boom" in info.value.message
+
+
+def test_stock_endpoint_sells_a_type_out_and_the_scale_out_fails(server: FakeAliyunServer) -> None:
+    ess = EssClient(sdk_config(server.endpoint))
+    group_id = server.cloud.create_group_for_tests(max_size=4)
+    status, _ = call(server, "POST", "stock", {"instance_type": "ecs.gn7i-c8g1.2xlarge", "available": 0})
+    activity_id = ess.scale_with_adjustment(
+        m.ScaleWithAdjustmentRequest(
+            scaling_group_id=group_id, adjustment_type="TotalCapacity", adjustment_value=2
+        )
+    ).body.scaling_activity_id
+    activity = ess.describe_scaling_activities(
+        m.DescribeScalingActivitiesRequest(scaling_activity_ids=[activity_id])
+    ).body.scaling_activities[0]
+    assert status == 200 and activity.status_code == "Failed"
+    assert call(server, "GET", "stock")[1]["counts"][0]["available"] == 0
+
+
+def test_stock_endpoint_schedules_a_sold_out_window(server: FakeAliyunServer) -> None:
+    status, _ = call(
+        server,
+        "POST",
+        "stock",
+        {
+            "instance_type": "ecs.gn7i-c8g1.2xlarge",
+            "start": "2026-03-02T08:00:00Z",
+            "end": "2026-03-02T10:00:00Z",
+        },
+    )
+    window = call(server, "GET", "stock")[1]["sold_out"][0]
+    assert status == 200 and (window["start"], window["end"]) == (
+        "2026-03-02T08:00:00Z",
+        "2026-03-02T10:00:00Z",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"available": 0}, "instance_type"),
+        ({"instance_type": "ecs.gn7i-c8g1.2xlarge", "available": -1}, "negative"),
+        ({"instance_type": "ecs.gn7i-c8g1.2xlarge", "available": "none"}, "whole number"),
+        ({"instance_type": "ecs.gn7i-c8g1.2xlarge", "colour": 1}, "unknown stock field"),
+    ],
+)
+def test_stock_endpoint_refuses_bad_input(
+    server: FakeAliyunServer, body: dict[str, Any], fragment: str
+) -> None:
+    status, answer = call(server, "POST", "stock", body)
+    assert status == 400 and fragment in answer["error"]
+
+
+def test_spot_reclaim_endpoint_and_the_metadata_termination_time(server: FakeAliyunServer) -> None:
+    inst = server.cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", spot_strategy="SpotAsPriceGo")
+    assert call(server, "GET", f"metadata/{inst.instance_id}/instance/spot/termination-time")[0] == 404
+    status, body = call(server, "POST", "spot-reclaim", {"instance_id": inst.instance_id, "notice_s": 120})
+    code, meta = call(server, "GET", f"metadata/{inst.instance_id}/instance/spot/termination-time")
+    assert status == 200 and body["event_id"].startswith("e-")
+    assert code == 200 and meta["termination_time"].endswith("Z")

@@ -1,0 +1,131 @@
+"""The capacity table: requests/s one instance of a group serves within its SLOs, per token mix.
+
+The sizing engine (``sizing.capacity``, the same model ``fleet size`` uses: model, instance type, TP, vLLM
+settings) is run once per mix and cached; mixes are bucketed geometrically (``MIX_STEP``) so that the table
+is tabulated once per mix, not once per tick. A group with ``predictive.capacity_rps`` uses that measured
+value instead. The policy gets the value for the observed mix in ``GroupSnapshot.demand``; the online
+correction of it lives in the policy (``policies.scaling.demand``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from policies import forecast as fc
+from policies.model import ForecastState
+from policies.schedule import bounds
+from policies.spec import GroupSpec
+
+if TYPE_CHECKING:
+    from fleet.service.demand import DemandLog
+    from fleet.service.schedules import LearnedFloor
+
+log = logging.getLogger(__name__)
+
+MIX_STEP = 1.15  # token-mix buckets: 15 % apart
+DEFAULT_PROMPT_TOKENS = 1000.0  # before any request has been seen
+DEFAULT_OUTPUT_TOKENS = 200.0
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def bucket(tokens: float) -> float:
+    """The bucket centre for a mean token count."""
+    k = round(math.log(max(tokens, 1.0)) / math.log(MIX_STEP))
+    return float(MIX_STEP**k)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    rps: float | None
+    source: str  # "measured", "sizing <model> on <type> ...", or why it is unknown
+    prompt_tokens: float
+    output_tokens: float
+
+
+class CapacityTable:
+    """Cached per-instance capacity by (group hardware, SLOs, mix bucket)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[object, ...], float] = {}
+
+    def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
+        pred = spec.predictive
+        p_mean = max(1.0, prompt_tokens or DEFAULT_PROMPT_TOKENS)
+        p, o = bucket(p_mean), bucket(output_tokens or DEFAULT_OUTPUT_TOKENS)
+        if pred.capacity_rps is not None:
+            return Capacity(pred.capacity_rps, "measured (predictive.capacity_rps)", p, o)
+        if not (pred.model and pred.instance_type):
+            return Capacity(None, "no model and instance_type", p, o)
+        # capacity falls steeply with the prompt length near the TTFT SLO: interpolate (log-linear) between
+        # the two prompt buckets around the mean instead of jumping from one bucket to the next
+        k = math.log(p_mean) / math.log(MIX_STEP)
+        lo_p, hi_p = float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k))
+        lo, hi = self._rps(spec, lo_p, o), self._rps(spec, hi_p, o)
+        frac = k - math.floor(k)
+        both = lo > 0 and hi > 0
+        rps = math.exp((1 - frac) * math.log(lo) + frac * math.log(hi)) if both else min(lo, hi)
+        source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o:.0f} tokens"
+        if rps <= 0:
+            return Capacity(None, source + ": misses the SLO", p_mean, o)
+        return Capacity(rps, source, p_mean, o)
+
+    def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
+        pred = spec.predictive
+        slo = spec.slo_ttft_p99_ms
+        key = (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
+        if key not in self._cache:
+            self._cache[key] = self._tabulate(spec, p, o)
+        return self._cache[key]
+
+    def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
+        from sizing import Deployment, SizingInputError, find_gpu, find_instance, find_model
+        from sizing.capacity import capacity_rps
+
+        pred = spec.predictive
+        assert pred.model and pred.instance_type
+        try:
+            inst = find_instance(pred.instance_type)
+            model = find_model(pred.model)
+            dep = Deployment(
+                model,
+                find_gpu(inst.gpu),
+                tp=pred.tp or inst.gpus,
+                max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
+            )
+            per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms)
+        except SizingInputError as exc:
+            log.warning("capacity of %s: %s", spec.name, exc)
+            return 0.0
+        engines = max(1, inst.gpus // (pred.tp or inst.gpus))
+        return per_engine * engines
+
+
+
+LEARNED_HOURS = 24  # learned floors cover the coming day
+
+
+def learned_floors(
+    spec: GroupSpec, demand: DemandLog, table: CapacityTable, state: ForecastState, now: datetime
+) -> list[LearnedFloor] | None:
+    """Per coming hour: the instances the forecast's lower quantile needs (no headroom: a floor, not a
+    target), never below the schedule floor of that hour. None with under a day of history (no seasonal
+    forecast: the learned tasks are left as they are)."""
+    from fleet.service.schedules import LearnedFloor
+
+    hours = fc.hourly(demand.series(spec.name, now), now, LEARNED_HOURS, state)
+    if not hours:
+        return None
+    prompt, output = demand.mix(spec.name, now)
+    cap = table.lookup(spec, prompt, output).rps
+    if cap is None:
+        return None
+    k = state.correction
+    out = []
+    for h in hours:
+        need = math.ceil(h.lower_rps / (cap * k) - 1e-9)
+        out.append(LearnedFloor(h.start, max(need, bounds(spec, h.start).floor)))
+    return out

@@ -1,0 +1,299 @@
+"""The demand history of each group: recorded every tick, kept per minute in the store, read as a series.
+
+The service records what its InService instances report (the sum of ``request_rate``, the rate-weighted
+token mix) when every one of them reported a fresh value: a partial or stale reading is not demand, and a
+minute without one stays a hole (unknown, not zero). Each minute's mean becomes one row of
+``demand_samples``; the series the policy reads is held in memory, loaded from the store on the first tick
+(so a restart or a takeover resumes from what the last leader wrote) and appended to thereafter, so a tick
+costs one small write a minute rather than a read of days of rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from fleet.service.store import Store, demand_samples
+from policies import metrics as pm
+from policies.model import DemandSeries, MetricSample
+
+STEP_S = 60.0
+MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
+
+
+@dataclass(frozen=True)
+class DemandReading:
+    """One group's demand at one time."""
+
+    at: datetime
+    rps: float
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+
+
+def _fresh(s: MetricSample | None, now: datetime, stale_s: float) -> bool:
+    return s is not None and math.isfinite(s.value) and (now - s.at).total_seconds() <= stale_s
+
+
+def read_demand(
+    instances_in_service: Iterable[str],
+    metrics: Mapping[str, Mapping[str, MetricSample]],
+    now: datetime,
+    stale_after_s: float,
+) -> DemandReading | None:
+    """The group's demand: the sum of its InService instances' fresh arrival rates; None unless at least half
+    of them reported. The sum is not scaled up for the silent ones: they are fresh instances that the load
+    balancer has only begun to send to, and the arrivals are counted where they landed."""
+    ids = list(instances_in_service)
+    if not ids:
+        return None
+    total = 0.0
+    known = 0
+    mix: dict[str, list[tuple[float, float]]] = {
+        pm.PROMPT_TOKENS_PER_REQUEST: [],
+        pm.OUTPUT_TOKENS_PER_REQUEST: [],
+    }
+    for iid in ids:
+        m = metrics.get(iid, {})
+        rate = m.get(pm.REQUEST_RATE)
+        if rate is None or not _fresh(rate, now, stale_after_s):
+            continue
+        known += 1
+        total += rate.value
+        for name, pairs in mix.items():
+            tok = m.get(name)
+            if tok is not None and _fresh(tok, now, stale_after_s):
+                pairs.append((tok.value, max(rate.value, 1e-6)))
+
+    def weighted(pairs: list[tuple[float, float]]) -> float | None:
+        w = sum(x for _, x in pairs)
+        return sum(v * x for v, x in pairs) / w if pairs and w > 0 else None
+
+    if known * 2 < len(ids):
+        return None
+    return DemandReading(
+        now,
+        total,
+        weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
+        weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
+    )
+
+
+def minute_of(at: datetime) -> datetime:
+    at = at.astimezone(UTC)
+    return at.replace(second=0, microsecond=0)
+
+
+@dataclass
+class _Minute:
+    at: datetime
+    rps: list[float] = field(default_factory=list)
+    prompt: list[float] = field(default_factory=list)
+    output: list[float] = field(default_factory=list)
+
+    def mean(self, values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+
+@dataclass
+class _GroupLog:
+    rps: dict[datetime, float] = field(default_factory=dict)  # minute -> mean rps
+    prompt: float | None = None  # the newest mix
+    output: float | None = None
+    open: _Minute | None = None
+    mix: dict[datetime, tuple[float | None, float | None, float]] = field(default_factory=dict)
+    cached: tuple[tuple[int, datetime, datetime], tuple[datetime | None, list[float | None]]] | None = None
+
+
+class DemandLog:
+    """Per-group minute series of demand, persisted in ``demand_samples``."""
+
+    def __init__(self, store: Store, history_s: Mapping[str, float]) -> None:
+        self.store = store
+        self.history_s = dict(history_s)
+        self._groups: dict[str, _GroupLog] = {}
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def record(self, group: str, reading: DemandReading) -> None:
+        """Add one tick's reading; a finished minute is written to the store."""
+        log = self._log(group, reading.at)
+        minute = minute_of(reading.at)
+        if log.open is not None and log.open.at != minute:
+            self._close(group, log)
+        if log.open is None:
+            log.open = _Minute(minute)
+        log.open.rps.append(reading.rps)
+        if reading.prompt_tokens is not None:
+            log.open.prompt.append(reading.prompt_tokens)
+            log.prompt = reading.prompt_tokens
+        if reading.output_tokens is not None:
+            log.open.output.append(reading.output_tokens)
+            log.output = reading.output_tokens
+
+    def _close(self, group: str, log: _GroupLog) -> None:
+        m = log.open
+        assert m is not None
+        log.open = None
+        rps = m.mean(m.rps)
+        if rps is None:
+            return
+        log.rps[m.at] = rps
+        log.mix[m.at] = (m.mean(m.prompt), m.mean(m.output), max(rps, 1e-6))
+        self.write(group, [DemandReading(m.at, rps, m.mean(m.prompt), m.mean(m.output))])
+
+    def write(self, group: str, rows: Iterable[DemandReading]) -> int:
+        """Insert minute rows (a minute already stored is left as it is); the number written."""
+        values: list[dict[str, Any]] = [
+            {
+                "service": self.store.service,
+                "group_name": group,
+                "at": minute_of(r.at),
+                "request_rate_rps": float(r.rps),
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.output_tokens,
+            }
+            for r in rows
+        ]
+        if not values:
+            return 0
+        with self.store.begin() as conn:
+            existing = {
+                row.at
+                for row in conn.execute(
+                    sa.select(demand_samples.c.at).where(
+                        demand_samples.c.service == self.store.service,
+                        demand_samples.c.group_name == group,
+                        demand_samples.c.at >= min(v["at"] for v in values),
+                        demand_samples.c.at <= max(v["at"] for v in values),
+                    )
+                )
+            }
+            fresh = [v for v in values if v["at"] not in existing]
+            if fresh:
+                conn.execute(sa.insert(demand_samples), fresh)
+        log = self._groups.get(group)
+        if log is not None:
+            for v in fresh:
+                log.rps[v["at"]] = v["request_rate_rps"]
+        return len(fresh)
+
+    # -- reads -----------------------------------------------------------------------------------------
+    def rows(self, group: str, since: datetime, until: datetime | None = None) -> list[DemandReading]:
+        q = sa.select(demand_samples).where(
+            demand_samples.c.service == self.store.service,
+            demand_samples.c.group_name == group,
+            demand_samples.c.at >= since,
+        )
+        if until is not None:
+            q = q.where(demand_samples.c.at <= until)
+        with self.store.begin() as conn:
+            result = conn.execute(q.order_by(demand_samples.c.at))
+            return [DemandReading(r.at, r.request_rate_rps, r.prompt_tokens, r.output_tokens) for r in result]
+
+    def _log(self, group: str, now: datetime) -> _GroupLog:
+        log = self._groups.get(group)
+        if log is None:
+            log = _GroupLog()
+            span = self.history_s.get(group, 7 * 86400.0)
+            for r in self.rows(group, now - timedelta(seconds=span)):
+                log.rps[minute_of(r.at)] = r.rps
+                log.mix[minute_of(r.at)] = (r.prompt_tokens, r.output_tokens, max(r.rps, 1e-6))
+                log.prompt = r.prompt_tokens if r.prompt_tokens is not None else log.prompt
+                log.output = r.output_tokens if r.output_tokens is not None else log.output
+            self._groups[group] = log
+        return log
+
+    def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:
+        """The token mix of the last ``MIX_WINDOW_S`` (rate-weighted), so the capacity does not flicker."""
+        log = self._log(group, now)
+        start = minute_of(now - timedelta(seconds=MIX_WINDOW_S))
+        recent = [(at, m) for at, m in log.mix.items() if at >= start]
+        for old in [at for at in log.mix if at < start]:
+            del log.mix[old]
+        out: list[float | None] = []
+        for k in (0, 1):
+            pairs: list[tuple[float, float]] = []
+            for _, m in recent:
+                value = m[k]
+                if value is not None:
+                    pairs.append((value, m[2]))
+            w = sum(x for _, x in pairs)
+            out.append(sum(v * x for v, x in pairs) / w if pairs and w > 0 else None)
+        prompt = out[0] if out[0] is not None else log.prompt
+        output = out[1] if out[1] is not None else log.output
+        return prompt, output
+
+    def series(self, group: str, now: datetime) -> DemandSeries | None:
+        """The minutes of the last ``history`` up to ``now`` (the open minute included), oldest first.
+
+        The list of closed minutes is rebuilt only when a minute closes (a week is 10,080 buckets: rebuilding
+        and validating it every tick would cost more than the decision); ticks within a minute copy it and set
+        the open minute.
+        """
+        log = self._log(group, now)
+        span = self.history_s.get(group, 7 * 86400.0)
+        start = minute_of(now - timedelta(seconds=span))
+        end = minute_of(now)
+        key = (len(log.rps), start, end)
+        if log.cached is None or log.cached[0] != key:
+            log.cached = (key, self._refresh(log, start, end))
+        first, closed = log.cached[1]
+        if first is None:
+            first = log.open.at if log.open is not None and log.open.rps else None
+            if first is None:
+                return None
+        rps = list(closed)
+        if log.open is not None and log.open.rps:
+            i = int((log.open.at - first).total_seconds() // STEP_S)
+            while len(rps) <= i:
+                rps.append(None)
+            if i >= 0:
+                rps[i] = sum(log.open.rps) / len(log.open.rps)
+        # built here from floats and None only: no validation needed (model_construct skips it)
+        return DemandSeries.model_construct(start=first, step_s=STEP_S, rps=rps)
+
+    def _refresh(
+        self, log: _GroupLog, start: datetime, end: datetime
+    ) -> tuple[datetime | None, list[float | None]]:
+        """The closed minutes as a list: extended when minutes were only added at the end; the front is
+        trimmed a day at a time (the forecast reads no further back than ``history``; extra hours cost
+        nothing)."""
+        if log.rps and min(log.rps) < start - timedelta(days=1):
+            for old in [k for k in log.rps if k < start]:
+                del log.rps[old]
+        if log.cached is not None:
+            first, rps = log.cached[1]
+            if (
+                first is not None
+                and first == (min(log.rps) if log.rps else None)
+                and len(log.rps) >= sum(1 for v in rps if v is not None)
+            ):
+                newest = first + timedelta(seconds=STEP_S * (len(rps) - 1))
+                # the last slot was the open minute then (None): it may have closed since
+                since = newest if rps[-1] is None else newest + timedelta(seconds=STEP_S)
+                added = {at: v for at, v in log.rps.items() if at >= since}
+                if len(rps) - sum(1 for v in rps if v is None) + len(added) == len(log.rps):
+                    n = int((end - first).total_seconds() // STEP_S) + 1
+                    rps = rps + [None] * max(0, n - len(rps))
+                    for at, v in added.items():
+                        rps[int((at - first).total_seconds() // STEP_S)] = v
+                    return first, rps
+        return self._build(log.rps, end)
+
+    @staticmethod
+    def _build(values: Mapping[datetime, float], end: datetime) -> tuple[datetime | None, list[float | None]]:
+        if not values:
+            return None, []
+        first = min(values)
+        n = int((end - first).total_seconds() // STEP_S) + 1
+        rps: list[float | None] = [None] * max(n, 0)
+        for at, v in values.items():
+            i = int((at - first).total_seconds() // STEP_S)
+            if 0 <= i < n:
+                rps[i] = v
+        return first, rps

@@ -1,0 +1,81 @@
+"""``--history-days N``: the demand history a service would have after N days in production, written
+quickly.
+
+For a ServeGen workload of day ``d``, the history is the demand of days ``d-N .. d-1`` of the same trace (and
+the hours of day ``d`` before the run's ``start_h``), scaled exactly as the run's day is, one row a minute
+with the Poisson noise a minute's count has. No engine runs: these are the demand-level metrics the service
+records (``demand_samples``), not requests. A trace without preceding days (a per-request replay) has no
+history to give: the run says so and the forecast starts from level and trend.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timedelta
+
+from fleet.service.demand import DemandReading
+from fleet.sim.workload import (
+    SIZE_SOURCES,
+    RateCurve,
+    WorkloadError,
+    WorkloadSpec,
+    load_servegen,
+    load_trace,
+    traces_dir,
+)
+
+MAX_HISTORY_DAYS = 14
+
+
+def _scale(curve: RateCurve, duration_s: float, peak_rps: float, offset_s: float) -> float:
+    """The factor ``from_rate_curve`` applies to the run's day (its highest covered window is the peak)."""
+    span_s = len(curve.windows) * curve.window_s
+    n = int(math.ceil(duration_s / curve.window_s)) + 1
+    covered = [
+        curve.windows[int(((i * curve.window_s + offset_s) % span_s) // curve.window_s)] for i in range(n)
+    ]
+    top = max(w.rate_rps for w in covered)
+    if top <= 0:
+        raise WorkloadError(f"{curve.name}: the selected windows have no traffic")
+    return peak_rps / top
+
+
+def history_rows(
+    spec: WorkloadSpec, days: int, run_start: datetime, duration_s: float, *, seed: int = 0
+) -> tuple[list[DemandReading], str]:
+    """Minute rows of demand before ``run_start``, and a line saying what they are."""
+    if days <= 0:
+        return [], ""
+    if spec.kind != "servegen":
+        return [], f"--history-days: {spec.kind} traces have no preceding days; the forecast starts without"
+    directory = traces_dir()
+    full = load_servegen(directory / "servegen" / f"servegen_{spec.name}_aggregate_600s.csv")
+    p = spec.params
+    day = int(float(p.get("day", "0")))
+    offset_s = float(p.get("start_h", "0")) * 3600.0
+    scale = _scale(full.day(day) if day else full, duration_s, float(p.get("peak", "20")), offset_s)
+    kind, name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
+    sizes = load_trace(kind, name, directory)
+    prompt = sum(r.prompt_tokens for r in sizes) / len(sizes)
+    output = sum(r.output_tokens for r in sizes) / len(sizes)
+    rng = random.Random(seed * 7919 + 16)
+    midnight = run_start - timedelta(seconds=offset_s)
+    first = max(0, day - days)
+    rows: list[DemandReading] = []
+    for d in range(first, day + 1):
+        curve = full.day(d)
+        base = midnight - timedelta(days=day - d)
+        for w in curve.windows:
+            for minute in range(int(curve.window_s // 60)):
+                at = base + timedelta(seconds=w.start_s + 60 * minute)
+                if at >= run_start:
+                    break
+                mean = w.rate_rps * scale * 60.0
+                count = max(0.0, rng.gauss(mean, math.sqrt(mean))) if mean > 0 else 0.0
+                rows.append(DemandReading(at, count / 60.0, prompt, output))
+    got = day - first
+    note = f"history: {got} day(s) of {spec.name} before day {day} ({len(rows)} minutes)"
+    if got < days:
+        note += f"; the trace has no day before day {first}"
+    return rows, note

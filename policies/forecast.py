@@ -1,0 +1,306 @@
+"""Demand forecast of one group, pure: the store's history in, the demand over the coming horizon out.
+
+The forecast blends two predictors (capacity-control.md, AWS and ESS predictive scaling need a day of history
+for the same reason):
+
+- **seasonal**: the same time yesterday and a week ago, rescaled to today's level (the ratio of the last
+  ``LEVEL_WINDOW_S`` to the same minutes then), so that a day busier than yesterday keeps yesterday's shape;
+- **level and trend**: the mean of the last minutes plus a damped slope.
+
+With under a day of history only the second one speaks. The upper quantile is the mean times the
+``UPPER_QUANTILE`` of the forecast's own measured ratios (actual / predicted), never below ``MIN_UPPER``; the
+lower quantile (the learned floor) likewise with the ``LOWER_QUANTILE`` ratio. ``judge`` keeps that record:
+each forecast is judged when its time comes, giving the MAPE and the upper quantile's coverage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from policies.model import DemandSeries, ForecastState, PendingForecast
+
+DAY_S = 86400.0
+WEEK_S = 7 * DAY_S
+LEVEL_WINDOW_S = 600.0  # the recent level: the last 10 minutes
+SEASON_WINDOW_S = 900.0  # yesterday's value at a time: the mean of the 15 minutes around it
+SEASONAL_WEIGHT = 0.75  # the seasonal predictor's share when it has data; the rest is level and trend
+WEEK_SHARE = 0.35  # of the seasonal part, when both yesterday and last week are known
+TREND_DAMPING_S = 1800.0  # a slope is trusted for about half an hour, then it flattens
+RATIO_CLIP = (0.33, 3.0)  # today's level against yesterday's, outside this the day is not like yesterday
+UPPER_QUANTILE = 0.9
+LOWER_QUANTILE = 0.1
+MIN_UPPER = 1.08  # even a perfect record keeps 8 % above the mean (the record is short and days differ)
+DEFAULT_UPPER = 1.2  # no record yet
+DEFAULT_LOWER = 0.7
+MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
+MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
+MAX_BURSTINESS = 3.0  # beyond this the minute-to-minute swings are demand changes the forecast follows
+
+
+class Method(StrEnum):
+    SEASONAL = "seasonal"  # seasonal blended with level and trend
+    LEVEL_TREND = "level_trend"  # under a day of history
+    NONE = "none"  # no recent demand at all
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Demand over ``(now, now + horizon]``: mean, peak of the mean path, quantiles, and how it was made."""
+
+    method: Method
+    level_rps: float | None
+    mean_rps: float
+    peak_rps: float
+    upper_rps: float
+    lower_rps: float
+    points: tuple[tuple[float, float], ...]  # (seconds ahead, mean rps)
+
+
+class _Index:
+    """Bucket lookups over a DemandSeries."""
+
+    def __init__(self, series: DemandSeries) -> None:
+        self.start_s = series.start.timestamp()
+        self.step_s = series.step_s
+        self.rps = series.rps
+
+    def mean(self, t0_s: float, t1_s: float) -> float | None:
+        """The mean of the known buckets whose start lies in [t0, t1)."""
+        i0 = max(0, math.ceil((t0_s - self.start_s) / self.step_s - 1e-9))
+        i1 = min(len(self.rps), math.ceil((t1_s - self.start_s) / self.step_s - 1e-9))
+        if i1 <= i0:
+            return None  # (a negative end would slice from the other end)
+        known = [v for v in self.rps[i0:i1] if v is not None]
+        return sum(known) / len(known) if known else None
+
+    def known_span_s(self, now_s: float) -> float:
+        """How far back the oldest known bucket lies."""
+        for i, v in enumerate(self.rps):
+            if v is not None:
+                return now_s - (self.start_s + i * self.step_s)
+        return 0.0
+
+
+MIN_LEVEL_BUCKETS = 5  # known buckets in the level window before there is a level at all
+
+
+def _known(idx: _Index, t0_s: float, t1_s: float) -> int:
+    i0 = max(0, math.ceil((t0_s - idx.start_s) / idx.step_s - 1e-9))
+    i1 = min(len(idx.rps), math.ceil((t1_s - idx.start_s) / idx.step_s - 1e-9))
+    return sum(1 for v in idx.rps[i0:i1] if v is not None) if i1 > i0 else 0
+
+
+def _level_trend(idx: _Index, now_s: float) -> tuple[float | None, float]:
+    if _known(idx, now_s - LEVEL_WINDOW_S, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
+        return None, 0.0  # a fresh start or an outage: no level yet
+    level = idx.mean(now_s - LEVEL_WINDOW_S, now_s + idx.step_s)
+    if level is None:
+        return None, 0.0
+    if _known(idx, now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S) < MIN_LEVEL_BUCKETS:
+        return level, 0.0  # no slope from a window that hardly saw anything
+    before = idx.mean(now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S)
+    slope = 0.0 if before is None else (level - before) / LEVEL_WINDOW_S
+    return level, slope
+
+
+def _seasonal(idx: _Index, now_s: float, ahead_s: float, level: float, lag_s: float) -> float | None:
+    """Today's level times the change the day ``lag_s`` ago saw from now to now + ahead."""
+    half = SEASON_WINDOW_S / 2
+    then_now = idx.mean(now_s - lag_s - LEVEL_WINDOW_S, now_s - lag_s)
+    then_ahead = idx.mean(now_s - lag_s + ahead_s - half, now_s - lag_s + ahead_s + half)
+    if then_now is None or then_ahead is None:
+        return None
+    floor = max(then_now, 1e-6)
+    ratio = min(RATIO_CLIP[1], max(RATIO_CLIP[0], level / floor)) if then_now > 1e-6 else 1.0
+    if then_now <= 1e-6:
+        return level + then_ahead
+    return then_ahead * ratio
+
+
+def _blend(idx: _Index, now_s: float, ahead_s: float, level: float, slope: float) -> tuple[float, bool]:
+    damped = TREND_DAMPING_S * (1 - math.exp(-ahead_s / TREND_DAMPING_S))
+    # a slope never more than halves or adds half of the level within the horizon: noise is not a trend
+    trend = level + max(-0.5 * level, min(0.5 * level, slope * damped))
+    day = _seasonal(idx, now_s, ahead_s, level, DAY_S)
+    week = _seasonal(idx, now_s, ahead_s, level, WEEK_S)
+    if day is None and week is None:
+        return trend, False
+    if day is not None and week is not None:
+        seasonal = (1 - WEEK_SHARE) * day + WEEK_SHARE * week
+    else:
+        seasonal = day if day is not None else week  # type: ignore[assignment]  # one of them is known
+    return SEASONAL_WEIGHT * seasonal + (1 - SEASONAL_WEIGHT) * trend, True
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[k]
+
+
+def error_bands(state: ForecastState) -> tuple[float, float]:
+    """(upper, lower) multipliers of the mean from the measured ratios actual / predicted."""
+    if len(state.ratios) < MIN_RECORD:
+        return DEFAULT_UPPER, DEFAULT_LOWER
+    upper = max(MIN_UPPER, quantile(state.ratios, UPPER_QUANTILE))
+    lower = min(1.0, max(0.2, quantile(state.ratios, LOWER_QUANTILE)))
+    return upper, lower
+
+
+def forecast(
+    series: DemandSeries | None,
+    now: datetime,
+    horizon_s: float,
+    state: ForecastState,
+    step_s: float = 60.0,
+) -> Forecast:
+    """Demand over the next ``horizon_s`` from ``series`` (history up to ``now``)."""
+    if series is None or not series.rps:
+        return Forecast(Method.NONE, None, 0.0, 0.0, 0.0, 0.0, ())
+    idx = _Index(series)
+    now_s = now.timestamp()
+    level, slope = _level_trend(idx, now_s)
+    if level is None:
+        return Forecast(Method.NONE, None, 0.0, 0.0, 0.0, 0.0, ())
+    points: list[tuple[float, float]] = []
+    seasonal_used = False
+    steps = max(1, math.ceil(horizon_s / step_s))
+    for k in range(1, steps + 1):
+        ahead = min(horizon_s, k * step_s)
+        value, used = _blend(idx, now_s, ahead, level, slope)
+        seasonal_used = seasonal_used or used
+        points.append((ahead, value))
+    values = [v for _, v in points]
+    mean = sum(values) / len(values)
+    peak = max(max(values), level)
+    upper_k, lower_k = error_bands(state)
+    lower = min(values) * lower_k
+    method = Method.SEASONAL if seasonal_used else Method.LEVEL_TREND
+    return Forecast(method, level, mean, peak, peak * upper_k, lower, tuple(points))
+
+
+def judge(state: ForecastState, now: datetime, actual_rps: float | None) -> ForecastState:
+    """Judge the forecasts due by ``now`` against ``actual_rps`` (the demand observed now); a new state."""
+    due = [p for p in state.pending if p.due <= now]
+    if not due or actual_rps is None:
+        return state
+    ratios, covered = list(state.ratios), list(state.covered)
+    for p in due:
+        if p.mean_rps > 1e-6 or actual_rps > 1e-6:
+            ratios.append(actual_rps / max(p.mean_rps, 1e-6))
+            covered.append(actual_rps <= p.upper_rps + 1e-9)
+    pending = [p for p in state.pending if p.due > now]
+    return state.model_copy(
+        update={"pending": pending, "ratios": ratios[-MAX_RECORD:], "covered": covered[-MAX_RECORD:]}
+    )
+
+
+def remember(state: ForecastState, now: datetime, fc: Forecast, horizon_s: float) -> ForecastState:
+    """Keep this forecast's value at the horizon to judge it then (at most one a minute)."""
+    if fc.method == Method.NONE or not fc.points:
+        return state
+    if state.last_at is not None and (now - state.last_at).total_seconds() < 60.0:
+        return state
+    _, at_horizon = fc.points[-1]
+    upper_k, _ = error_bands(state)
+    entry = PendingForecast(
+        due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * upper_k
+    )
+    pending = [*state.pending, entry][-MAX_RECORD:]
+    return state.model_copy(update={"pending": pending, "last_at": now})
+
+
+def mape_pct(state: ForecastState) -> float | None:
+    """Mean absolute percentage error of the judged forecasts (|actual - predicted| / actual)."""
+    errs = [abs(1.0 - 1.0 / r) for r in state.ratios if r > 1e-6]
+    return 100.0 * sum(errs) / len(errs) if errs else None
+
+
+def coverage(state: ForecastState) -> float | None:
+    """Fraction of judged forecasts whose actual demand stayed at or under the upper quantile."""
+    return sum(state.covered) / len(state.covered) if state.covered else None
+
+
+def burstiness(series: DemandSeries | None, now: datetime, window_s: float = 1800.0) -> float:
+    """Index of dispersion of per-bucket arrival counts over the last ``window_s`` (1 for Poisson arrivals).
+
+    First differences remove the trend of a ramp (which is demand, not burstiness): Var(x_i - x_{i-1}) / 2
+    estimates the variance of the counts around their local level.
+    """
+    if series is None:
+        return 1.0
+    idx = _Index(series)
+    now_s = now.timestamp()
+    i0 = max(0, math.ceil((now_s - window_s - idx.start_s) / idx.step_s))
+    counts = [v * idx.step_s for v in idx.rps[i0:] if v is not None]
+    if len(counts) < 6:
+        return 1.0
+    mean = sum(counts) / len(counts)
+    if mean <= 1e-9:
+        return 1.0
+    diffs = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
+    var = sum(diffs) / len(diffs) / 2
+    return min(MAX_BURSTINESS, max(1.0, var / mean))
+
+
+@dataclass(frozen=True)
+class HourForecast:
+    """The demand expected in one coming hour: its start, the mean, and the conservative lower quantile."""
+
+    start: datetime
+    mean_rps: float
+    upper_rps: float
+    lower_rps: float
+
+
+def hourly(
+    series: DemandSeries | None, now: datetime, hours: int, state: ForecastState
+) -> list[HourForecast]:
+    """The next ``hours`` whole hours from the seasonal predictor (empty with under a day of history).
+
+    Each hour's lower value is the lowest 5-minute mean of the same hour yesterday (and a week ago), times
+    today's level against then when that is below 1, times the measured lower band: a floor a morning ramp
+    can rely on, never one that a quiet day would find too high.
+    """
+    if series is None or not series.rps:
+        return []
+    idx = _Index(series)
+    now_s = now.timestamp()
+    level, _ = _level_trend(idx, now_s)
+    upper_k, lower_k = error_bands(state)
+    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    out: list[HourForecast] = []
+    for h in range(hours):
+        start = first + timedelta(hours=h)
+        weighted: list[tuple[float, float]] = []
+        lows: list[float] = []
+        for lag, share in ((DAY_S, 1 - WEEK_SHARE), (WEEK_S, WEEK_SHARE)):
+            got = _hour_then(idx, start.timestamp() - lag, now_s - lag, level)
+            if got is not None:
+                weighted.append((got[0], share))
+                lows.append(got[1])
+        if not weighted:
+            continue
+        mean = sum(v * w for v, w in weighted) / sum(w for _, w in weighted)
+        out.append(HourForecast(start, mean, mean * upper_k, min(lows) * lower_k))
+    return out
+
+
+def _hour_then(
+    idx: _Index, t0_s: float, then_now_s: float, level: float | None
+) -> tuple[float, float] | None:
+    """(mean, lowest 5-minute mean) of the hour starting at ``t0_s``, rescaled to today's level."""
+    parts = [idx.mean(t0_s + k * 300.0, t0_s + (k + 1) * 300.0) for k in range(12)]
+    known = [p for p in parts if p is not None]
+    if len(known) < 6:
+        return None
+    ratio = 1.0
+    then_level = idx.mean(then_now_s - LEVEL_WINDOW_S, then_now_s)
+    if level is not None and then_level is not None and then_level > 1e-6:
+        ratio = min(RATIO_CLIP[1], max(RATIO_CLIP[0], level / then_level))
+    mean = sum(known) / len(known) * ratio
+    return mean, min(known) * min(1.0, ratio)

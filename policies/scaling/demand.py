@@ -1,0 +1,200 @@
+"""The demand signals of one group, read once per tick before any step decides (like ``signals.py`` for the
+rules): the observed arrival rate and token mix, the forecast over the horizon, the capacity per instance
+after the online correction, and the instances the forecast needs.
+
+The only writes to the history are here: the forecast's record (``forecast.judge`` / ``remember``) and the
+correction. The correction moves the sizing engine's capacity towards what the fleet really does, a little per
+tick and within ``1 +/- correction_bound``: down when P99 TTFT breaks the SLO while the instances run at least
+half loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
+TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from policies import forecast as fc
+from policies import metrics as m
+from policies.model import GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
+from policies.observe import fresh
+from policies.scaling.context import ScalingInputs
+from policies.spec import PredictiveMode
+
+CORRECTION_DOWN = 0.98  # per tick with the SLO broken under load
+CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
+LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken SLO blames the model
+KV_SLACK_PCT = 50.0
+UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
+
+
+@dataclass
+class Demand:
+    """The group's demand now: the sum of the InService instances' arrival rates and the mean token mix."""
+
+    rps: float | None = None
+    complete: bool = False  # every InService instance reported a fresh rate
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    ttft_p99_ms: float | None = None
+    kv_pct: float | None = None
+
+
+@dataclass
+class DemandSignals:
+    """What the predictive step reads (``read_demand``); ``target`` None: the demand is unknown."""
+
+    mode: PredictiveMode
+    demand: Demand
+    forecast: fc.Forecast
+    capacity_model_rps: float | None
+    capacity_rps: float | None  # after the correction
+    correction: float
+    burstiness: float
+    target: int | None = None
+    need_now: int | None = None  # instances the observed demand needs (headroom included)
+    window_target: int | None = None  # the highest target of the scale-in window: scale-in goes no lower
+    inputs: dict[str, Scalar] = field(default_factory=dict)
+    warnings: list[PlanWarning] = field(default_factory=list)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def observed_demand(inp: ScalingInputs) -> Demand:
+    """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix."""
+    stale_s = inp.spec.stabilization.stale_after_s
+    rates: list[float] = []
+    prompts: list[tuple[float, float]] = []
+    outputs: list[tuple[float, float]] = []
+    ttfts: list[float] = []
+    kvs: list[float] = []
+    for inst in inp.view.serving:
+        sample = inst.metrics.get(m.REQUEST_RATE)
+        if sample is None or not fresh(sample, inp.now, stale_s):
+            continue
+        rates.append(sample.value)
+        for name, into in ((m.PROMPT_TOKENS_PER_REQUEST, prompts), (m.OUTPUT_TOKENS_PER_REQUEST, outputs)):
+            tok = inst.metrics.get(name)
+            if tok is not None and fresh(tok, inp.now, stale_s):
+                into.append((tok.value, max(sample.value, 1e-6)))
+        for name, vals in ((m.TTFT_P99_MS, ttfts), (m.KV_CACHE_USAGE_PCT, kvs)):
+            other = inst.metrics.get(name)
+            if other is not None and fresh(other, inp.now, stale_s):
+                vals.append(other.value)
+    n = len(inp.view.serving)
+    if not rates:
+        return Demand()
+
+    def weighted(pairs: list[tuple[float, float]]) -> float | None:
+        total = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / total if pairs and total > 0 else None
+
+    return Demand(
+        rps=sum(rates),  # a fresh instance not reporting yet has had little traffic: not scaled up
+        complete=len(rates) >= n,
+        prompt_tokens=weighted(prompts),
+        output_tokens=weighted(outputs),
+        ttft_p99_ms=_mean(ttfts),
+        kv_pct=_mean(kvs),
+    )
+
+
+def staffing(load: float, beta: float, burst: float) -> int:
+    """Square-root staffing: R + beta x sqrt(R) x sqrt((1 + IDC) / 2) servers for an offered load of R."""
+    if load <= 0:
+        return 0
+    return math.ceil(load + beta * math.sqrt(load) * math.sqrt((1.0 + burst) / 2.0) - 1e-9)
+
+
+def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) -> float:
+    bound = inp.spec.predictive.correction_bound
+    k = gh.forecast.correction
+    n = len(inp.view.serving)
+    slo = inp.spec.slo_ttft_p99_ms
+    if d.rps is None or not d.complete or n == 0 or slo is None or d.ttft_p99_ms is None:
+        return k
+    util = d.rps / n / (model_rps * k)
+    if d.ttft_p99_ms > slo and util >= LOADED:
+        k *= CORRECTION_DOWN
+    elif util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT):
+        k *= CORRECTION_UP
+    return min(1.0 + bound, max(1.0 - bound, k))
+
+
+def read_demand(inp: ScalingInputs) -> DemandSignals | None:
+    """The demand signals, advancing the forecast's record; None when predictive scaling is off."""
+    pred = inp.spec.predictive
+    if pred.mode == PredictiveMode.OFF:
+        return None
+    gh = inp.gh
+    d = observed_demand(inp)
+    dem = inp.group.demand
+    series = dem.history if dem else None
+    horizon = inp.spec.horizon_s
+    state = fc.judge(gh.forecast, inp.now, d.rps if d.complete else None)
+    f = fc.forecast(series, inp.now, horizon, state)
+    state = fc.remember(state, inp.now, f, horizon)
+    model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
+    correction = _correct(inp, gh, d, model_rps) if model_rps else state.correction
+    gh.forecast = state.model_copy(update={"correction": correction})
+    burst = fc.burstiness(series, inp.now)
+    cap = model_rps * correction if model_rps else None
+    sig = DemandSignals(pred.mode, d, f, model_rps, cap, correction, burst)
+    if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
+        need_rps = max(f.upper_rps, d.rps)
+        sig.target = staffing(need_rps / cap, pred.headroom, burst)
+        sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
+        sig.window_target = _window(inp, gh, sig.target)
+    else:
+        what = "capacity per instance" if cap is None else "request rate (or its recent level)"
+        sig.warnings.append(
+            PlanWarning(
+                code=WarningCode.DEMAND_UNKNOWN,
+                group=inp.group.name,
+                metric=None if cap is None else m.REQUEST_RATE,
+                detail=f"{what} unknown: the forecast neither scales in nor out",
+            )
+        )
+    sig.inputs = _inputs(sig, gh)
+    return sig
+
+
+def _window(inp: ScalingInputs, gh: GroupHistory, target: int) -> int:
+    """Record this tick's target; the highest of the scale-in window (warm headroom outlives a burst)."""
+    start = inp.now - timedelta(seconds=inp.spec.stabilization.scale_in_window_s)
+    kept = [r for r in gh.forecast.targets if r.at > start]
+    kept.append(Recommendation(at=inp.now, serving=target))
+    gh.forecast = gh.forecast.model_copy(update={"targets": kept})
+    return max(r.serving for r in kept)
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _inputs(sig: DemandSignals, gh: GroupHistory) -> dict[str, Scalar]:
+    """The decision's inputs (the keys the simulator's report reads are the first five)."""
+    f, d = sig.forecast, sig.demand
+    return {
+        "demand_rps": _r(d.rps),
+        "forecast_rps": _r(f.mean_rps) if f.method != fc.Method.NONE else None,
+        "forecast_upper_rps": _r(f.upper_rps) if f.method != fc.Method.NONE else None,
+        "capacity_per_instance_rps": _r(sig.capacity_rps),
+        "predictive_target": sig.target,
+        "predictive_mode": sig.mode.value,
+        "forecast_method": f.method.value,
+        "forecast_peak_rps": _r(f.peak_rps),
+        "forecast_level_rps": _r(f.level_rps),
+        "forecast_lower_rps": _r(f.lower_rps),
+        "capacity_model_rps": _r(sig.capacity_model_rps),
+        "capacity_correction": _r(sig.correction, 4),
+        "burstiness": _r(sig.burstiness),
+        "demand_complete": d.complete,
+        "prompt_tokens": _r(d.prompt_tokens, 1),
+        "output_tokens": _r(d.output_tokens, 1),
+        "forecast_mape_pct": _r(fc.mape_pct(gh.forecast), 2),
+        "forecast_coverage": _r(fc.coverage(gh.forecast)),
+    }

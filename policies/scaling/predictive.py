@@ -1,0 +1,148 @@
+"""The capacity-model target: instances for the forecast demand over the horizon, with square-root headroom.
+
+desired = max(floor, warm floor, this target, the rules): the floor steps come after this one, and the rules
+before it are kept when they ask for more, except for a burst the warm fleet already covers. A burst shorter
+than the cold start cannot be met by ordering instances (they would arrive after it): while the observed
+demand fits in the instances serving now and no rule has breached for longer than ``cold_start_s``, the rules'
+scale-out is held at this target and the queue absorbs the burst (reason ``burst_absorbed``).
+
+Scale-in as soon as the forecast over the horizon fits in fewer instances with ``scale_in_margin`` to spare,
+at most ``max_step_down`` per decision, never while the demand is missing, stale or partial (then nothing
+scales in at all, the rules' scale-in included), never while the isolation breaker is open or an isolated node
+waits for its replacement, and not within the scale-in cooldown of a scale-out.
+
+``forecast-only`` records all of this in the plan's inputs and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from policies.model import Reason, ReasonCode
+from policies.scaling.context import Contribution, ScalingContext
+from policies.scaling.demand import DemandSignals
+from policies.spec import PredictiveMode, resolve_count
+
+
+def predictive(ctx: ScalingContext) -> Contribution | None:
+    """Step: the forecast's target, combined with what the rules decided."""
+    sig = ctx.demand
+    if sig is None:
+        return None
+    if sig.mode == PredictiveMode.FORECAST_ONLY:
+        detail = f"forecast-only: would want {sig.target}" if sig.target is not None else "forecast-only"
+        return Contribution(notes=(Reason(code=ReasonCode.PREDICTIVE_FORECAST_ONLY, detail=detail),))
+    if sig.target is None:
+        return _unknown(ctx)
+    target = sig.target
+    if ctx.target > ctx.hold:
+        return _after_rules_out(ctx, sig, target)
+    if target > ctx.target:
+        return _out(ctx, sig, target)
+    return _in(ctx, sig, target)
+
+
+def _inputs(ctx: ScalingContext, sig: DemandSignals) -> dict[str, float | int | str | bool | None]:
+    return {
+        "hold": ctx.hold,
+        "predictive_target": sig.target,
+        "forecast_upper_rps": sig.inputs.get("forecast_upper_rps"),
+        "capacity_per_instance_rps": sig.inputs.get("capacity_per_instance_rps"),
+    }
+
+
+def _unknown(ctx: ScalingContext) -> Contribution | None:
+    """Unknown demand: the rules decide alone, and nothing scales in."""
+    if ctx.target >= ctx.hold:
+        return None
+    reason = Reason(
+        code=ReasonCode.SCALE_IN_BLOCKED_METRICS,
+        detail="demand unknown (request rate missing, stale or partial): no scale-in",
+        inputs={"hold": ctx.hold, "wanted": ctx.target},
+    )
+    return Contribution(target=ctx.hold, reason=reason)
+
+
+def _out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution:
+    reason = Reason(
+        code=ReasonCode.PREDICTIVE_SCALE_OUT,
+        detail=f"forecast {sig.forecast.upper_rps:.2f} req/s over the horizon needs {target}",
+        inputs=_inputs(ctx, sig),
+    )
+    return Contribution(target=target, reason=reason)
+
+
+def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
+    """A rule scaled out: keep it, unless it is a burst the serving fleet covers (then the target holds)."""
+    inp = ctx.inp
+    serving = len(inp.view.serving)
+    cap, rps = sig.capacity_rps, sig.demand.rps
+    # the mean load fits the serving instances: the queue drains without new ones
+    covered = cap is not None and rps is not None and sig.demand.complete and rps / cap <= serving
+    longest = max(
+        ((inp.now - t.since).total_seconds() for k, t in inp.gh.tracks.items() if k.startswith("out:")),
+        default=0.0,
+    )
+    if covered and longest < inp.spec.cold_start_s:
+        new = max(target, ctx.hold)
+        reason = Reason(
+            code=ReasonCode.BURST_ABSORBED,
+            detail=(
+                f"demand {sig.demand.rps or 0:.2f} req/s fits the {serving} serving: a burst shorter than "
+                "the "
+                "cold start is met by warm headroom and the queue"
+            ),
+            inputs={**_inputs(ctx, sig), "rules_wanted": ctx.target, "breach_s": round(longest, 1)},
+        )
+        return Contribution(target=new, reason=reason)
+    if target > ctx.target:
+        return _out(ctx, sig, target)
+    return None
+
+
+def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
+    inp = ctx.inp
+    pred = inp.spec.predictive
+    hold = ctx.hold
+    if target >= hold or ctx.target < target:
+        # the forecast holds what is there, or the rules' scale-in went below what the forecast needs
+        if ctx.target < target:
+            return Contribution(target=target, reason=_hold_reason(ctx, sig, "the forecast needs more"))
+        return None
+    # no lower than the highest target of the scale-in window: the headroom a burst needed stays warm a while
+    target = max(target, sig.window_target or 0)
+    if target >= hold:
+        return Contribution(notes=(_hold_reason(ctx, sig, "the scale-in window's highest target holds"),))
+    fits = math.ceil(target * (1.0 + pred.scale_in_margin) - 1e-9) < hold
+    blocker = _blocker(ctx, sig) if fits else "within the scale-in margin"
+    if blocker is not None:
+        return Contribution(notes=(_hold_reason(ctx, sig, blocker),))
+    step = resolve_count(pred.max_step_down, hold, minimum=1)
+    new = max(target, hold - step)
+    reason = Reason(
+        code=ReasonCode.PREDICTIVE_SCALE_IN,
+        detail=f"the forecast over the horizon fits in {target}; at most -{step} per decision",
+        inputs={**_inputs(ctx, sig), "step": step},
+    )
+    return Contribution(target=min(ctx.target, new) if ctx.target < hold else new, reason=reason)
+
+
+def _hold_reason(ctx: ScalingContext, sig: DemandSignals, why: str) -> Reason:
+    return Reason(code=ReasonCode.PREDICTIVE_HOLD, detail=why, inputs=_inputs(ctx, sig))
+
+
+def _blocker(ctx: ScalingContext, sig: DemandSignals) -> str | None:
+    inp, gh = ctx.inp, ctx.inp.gh
+    if not sig.demand.complete:
+        return "demand partial: an InService instance has no fresh request rate"
+    if ctx.signals.fired:
+        return "a scale-out rule fires"
+    if inp.breaker_open:
+        return "isolation breaker open"
+    if inp.unreplaced and inp.spec.guardrails.block_scale_in_while_isolating:
+        return f"{inp.unreplaced} isolated instance(s) without a replacement"
+    last_out = gh.last_scale_at if gh.last_scale_at != gh.last_scale_in_at else None
+    cooldown = inp.spec.stabilization.scale_in_cooldown_s
+    if last_out is not None and (inp.now - last_out).total_seconds() < cooldown:
+        return f"scale-in cooldown after a scale-out ({cooldown:g}s)"
+    return None

@@ -1,0 +1,58 @@
+"""The request rate one instance serves within its SLOs at a token mix: the capacity test of ``fleet size``.
+
+Poisson arrivals at a rate, prompt and output lengths lognormal around the mix's means (``length_cv``: real
+traces are heavy-tailed, and a fixed length would promise a P99 TTFT no real mix gets), simulated with the
+stepwise engine; the highest rate whose P99 TTFT (and TPOT) meet the SLOs, by bisection on a geometric grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sizing.latency import Workload, simulate
+from sizing.memory import Deployment, plan_memory
+from sizing.perf import perf_model
+
+DEFAULT_LENGTH_CV = 1.0
+CAPACITY_REQUESTS = 1500  # simulated requests per probe: enough for a P99, fast enough to tabulate online
+
+
+def capacity_rps(
+    deployment: Deployment,
+    prompt_tokens: float,
+    output_tokens: float,
+    ttft_p99_ms: float | None,
+    tpot_p99_ms: float | None = None,
+    *,
+    length_cv: float = DEFAULT_LENGTH_CV,
+    seed: int = 0,
+    iterations: int = 10,
+    num_requests: int = CAPACITY_REQUESTS,
+) -> float:
+    """Highest Poisson rate (req/s) one instance of ``deployment`` serves within the SLOs; 0 if none."""
+    plan = plan_memory(deployment)
+    if not plan.fits:
+        return 0.0
+    perf = perf_model(deployment.model, deployment.gpu, deployment.tp, plan.dtype, plan.kv_cache_dtype)
+    p = max(1, round(prompt_tokens))
+    o = max(1, round(output_tokens))
+    if deployment.max_model_len:
+        p = min(p, max(1, deployment.max_model_len - o - 1))
+
+    def meets(rate: float) -> bool:
+        wl = Workload(qps=rate, prompt_tokens=p, output_tokens=o, length_cv=length_cv)
+        report = simulate(deployment, wl, num_requests=num_requests, seed=seed, plan=plan, perf=perf)
+        return report.meets(ttft_p99_ms, tpot_p99_ms)
+
+    lo, hi = 0.01, 256.0
+    if not meets(lo):
+        return 0.0
+    for _ in range(iterations):
+        mid = math.sqrt(lo * hi)
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1.03:
+            break
+    return lo

@@ -1,0 +1,112 @@
+"""Capacity in the simulator (issue 17): the stock-out and spot-reclaim faults fired on the fake cloud, the
+restart time of economical mode, and billing of stopped and spot instances."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from fleet.sim.capacity import Billing
+from fleet.sim.cloudview import list_group_instances
+from fleet.sim.engine import make_engine_factory, resolve_hardware
+from fleet.sim.world import FaultSpecError, World, WorldParams, parse_fault_spec
+from fleet.testing import mock_aliyun
+
+START = datetime(2026, 3, 2, tzinfo=UTC)
+A10 = "ecs.gn7i-c8g1.2xlarge"
+
+
+@pytest.fixture(scope="module")
+def factory():
+    return make_engine_factory(resolve_hardware("Qwen2.5-7B", A10))
+
+
+def test_stockout_spec_parses_type_zone_and_duration() -> None:
+    f = parse_fault_spec(f"stockout:{A10},zone=cn-hangzhou-b,at=8h,for=2h")
+    assert (f.kind, f.instance_type, f.zone, f.at_s, f.for_s) == (
+        "stockout",
+        A10,
+        "cn-hangzhou-b",
+        28800.0,
+        7200.0,
+    )
+
+
+def test_spot_reclaim_spec_parses_the_share_with_a_quarter_by_default() -> None:
+    assert parse_fault_spec("spot-reclaim,at=12h").share == 0.25
+    assert parse_fault_spec("spot-reclaim,at=12h,share=0.5").share == 0.5
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        (f"stockout:{A10},at=1h", "for=DURATION"),
+        ("stockout:gn7i,at=1h,for=1h", "instance type"),
+        ("spot-reclaim,at=1h,share=2", "share must be in (0, 1]"),
+        (f"stockout:{A10},at=1h,for=1h,share=0.5", "does not apply"),
+        ("overheat,at=1h,for=1h", "stockout and spot-reclaim"),
+    ],
+)
+def test_bad_capacity_fault_specs_are_refused_in_one_line(spec: str, fragment: str) -> None:
+    with pytest.raises(FaultSpecError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        parse_fault_spec(spec)
+
+
+def _world(cloud, group_id, factory, faults=(), **params) -> World:
+    world = World(
+        cloud, group_id, factory, WorldParams(**params), [], faults, instance_lister=list_group_instances
+    )
+    world.sync(prewarmed=True)
+    return world
+
+
+def test_stockout_fault_sells_the_type_out_for_its_duration(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=1, desired_capacity=1)
+        world = _world(cloud, group_id, factory, [parse_fault_spec(f"stockout:{A10},at=10s,for=1h")])
+        world.run_until(20.0)
+        assert not cloud.stock.available("cn-hangzhou-a", A10, cloud.now_s() + 20.0)
+        assert cloud.stock.available("cn-hangzhou-a", A10, cloud.now_s() + 3700.0)
+        assert world.fault_log[-1]["event"] == "stockout"
+
+
+def test_spot_reclaim_fault_reclaims_the_share_of_spot_instances(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=0, desired_capacity=0)
+        config = cloud.ess.configurations[cloud.ess.groups[group_id].active_config_id]
+        config.spot_strategy = "SpotAsPriceGo"
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=4)
+        cloud.advance(30)
+        world = _world(cloud, group_id, factory, [parse_fault_spec("spot-reclaim,at=5s,share=0.5")])
+        world.run_until(10.0)
+        locked = [i for i in cloud.ecs.instances.values() if i.lock_reasons == ["Recycling"]]
+        assert len(locked) == 2 and len(world.fault_log[-1]["reclaimed"]) == 2
+
+
+def test_a_restarted_stopped_instance_serves_after_the_restart_time_not_the_cold_start(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30, restart_seconds=10) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=1, desired_capacity=1, scaling_policy="recycle")
+        world = _world(cloud, group_id, factory, cold_start_s=300.0, restart_s=60.0)
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=0)
+        cloud.advance(30)
+        world.sync()
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=1)
+        world.sync()
+        (inst,) = world.instances.values()
+        assert inst.ready_s == pytest.approx(world.now_s + 60.0)
+
+
+def test_billing_counts_stopped_instances_as_disk_only_and_spot_at_its_price(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=3, desired_capacity=3, scaling_policy="recycle")
+        world = _world(cloud, group_id, factory)
+        ids = sorted(world.instances)
+        cloud.ecs.instances[ids[1]].spot_strategy = "SpotAsPriceGo"
+        world.instances[ids[2]].lifecycle = "Stopped"
+        billing = Billing(
+            price_cny_per_hour=10.0, gpus_per_instance=1, spot_fraction=0.3, disk_cny_per_hour=0.2
+        )
+        billing.add(world, cloud, 3600.0)
+        assert billing.cost_cny == pytest.approx(10.0 + 3.0 + 0.2)
+        assert billing.gpu_hours == pytest.approx(2.0)

@@ -1,0 +1,103 @@
+"""`fleet forecast`, run in-process through fleet.cli.main, from a history file and from the store."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main
+
+SIM_CONFIG = str(Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml")
+END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+
+
+def _history(path: Path, days: float = 2) -> Path:
+    lines = ["at,request_rate_rps,prompt_tokens,output_tokens"]
+    n = int(days * 1440)
+    for m in range(n):
+        t = END - timedelta(minutes=n - m)
+        h = t.hour + t.minute / 60
+        rate = 4 + 8 * max(0.0, math.sin((h - 6) / 24 * 2 * math.pi))
+        lines.append(f"{t.isoformat()},{rate:.3f},900,220")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_json_forecast_from_a_history_file(tmp_path, capsys):
+    hist = _history(tmp_path / "d.csv")
+    svg = tmp_path / "f.svg"
+    rc = main(
+        [
+            "forecast",
+            "--config",
+            SIM_CONFIG,
+            "--group",
+            "chat-14b",
+            "--history",
+            str(hist),
+            "--hours",
+            "6",
+            "--json",
+            "--plot",
+            str(svg),
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "seasonal" and len(out["hours"]) == 6
+    assert out["capacity_per_instance_rps"] > 0
+    hour = out["hours"][0]
+    assert hour["forecast_lower_rps"] <= hour["forecast_rps"] <= hour["forecast_upper_rps"]
+    assert hour["planned_instances"] >= hour["learned_floor"] >= 2
+    assert svg.read_text().startswith("<svg")
+
+
+def test_hours_whose_yesterday_is_not_in_the_history_have_no_forecast(tmp_path, capsys):
+    hist = _history(tmp_path / "d.csv", days=0.3)  # 16:48 to 24:00: nothing about tomorrow's first 6 hours
+    args = ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(hist), "--hours", "6"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hours"] == [] and out["method"] == "level_trend"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--group", "nope"], "no group 'nope'"),
+        (["--group", "chat-14b", "--hours", "0"], "--hours"),
+        (["--group", "chat-14b", "--at", "yesterday"], "--at"),
+        (["--group", "chat-14b", "--plot", "x.png"], "--plot"),
+        (["--group", "chat-14b", "--history", "missing.csv"], "not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    rc = main(["forecast", "--config", SIM_CONFIG, *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bad_history_row_names_the_row(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("at,request_rate_rps\n2026-12-01T00:00:00Z,1\n2026-12-01T00:01:00Z,-3\n")
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
+    assert "row 2" in capsys.readouterr().err
+
+
+def test_from_the_store(tmp_path, capsys):
+    from fleet.service.demand import DemandLog, DemandReading
+    from fleet.service.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    DemandLog(store, {"chat-14b": 7 * 86400}).write(
+        "chat-14b", [DemandReading(now - timedelta(minutes=k), 3.0, 900, 200) for k in range(1, 1500)]
+    )
+    store.close()
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--database", url, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "seasonal" and out["level_rps"] == pytest.approx(3.0)

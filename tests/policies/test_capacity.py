@@ -1,0 +1,104 @@
+"""The capacity ladder, the sold-out memory and its backoff: pure values in, values out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from policies.capacity import (
+    CapacityMemory,
+    CapacityMix,
+    MoveKind,
+    ZoneSpec,
+    adjusted_count,
+    backoff_s,
+    build_ladder,
+    step,
+)
+from policies.spec import GroupSpec
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+A10, L20 = "ecs.gn7i-c8g1.2xlarge", "ecs.gn8is.2xlarge"
+ZONES = (ZoneSpec(zone="cn-a", vswitch_id="vsw-a"), ZoneSpec(zone="cn-b", vswitch_id="vsw-b"))
+
+
+def test_ladder_is_types_then_zones_spot_before_on_demand() -> None:
+    ladder = build_ladder([A10, L20], ZONES[:1], CapacityMix(spot_percentage_above_base=50), {})
+    assert [(r.instance_type, r.spot) for r in ladder] == [
+        (A10, True),
+        (L20, True),
+        (A10, False),
+        (L20, False),
+    ]
+
+
+def test_ladder_without_spot_has_only_on_demand_rungs() -> None:
+    ladder = build_ladder([A10], ZONES, None, {})
+    assert [(r.zone, r.spot) for r in ladder] == [("cn-a", False), ("cn-b", False)]
+
+
+def test_shortfall_remembers_the_rung_and_falls_back_to_the_next() -> None:
+    ladder = build_ladder([A10], ZONES, None, {})
+    memory, move = step(CapacityMemory(), ladder, "activity Failed: OperationDenied.NoStock", NOW, 4)
+    assert move is not None and move.kind == MoveKind.FALL_BACK and move.to_rung.zone == "cn-b"
+    assert memory.rung == 1 and memory.is_sold_out(ladder[0], NOW)
+
+
+def test_count_is_adjusted_for_capacity_per_instance() -> None:
+    ladder = build_ladder([A10, L20], (), None, {A10: 1.0, L20: 1.5})
+    _, move = step(CapacityMemory(), ladder, "stock", NOW, 4)
+    assert move is not None and move.target == 3
+    assert adjusted_count(3, ladder[1], ladder[0]) == 5
+
+
+def test_every_rung_sold_out_is_exhausted_and_stays() -> None:
+    ladder = build_ladder([A10], (), None, {})
+    memory, move = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    assert move is not None and move.kind == MoveKind.EXHAUSTED and memory.rung == 0
+
+
+def test_retry_goes_back_once_the_backoff_has_passed_and_not_before() -> None:
+    ladder = build_ladder([A10], ZONES, None, {})
+    memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    assert step(memory, ladder, None, NOW + timedelta(seconds=backoff_s(1) - 1), 2)[1] is None
+    memory, move = step(memory, ladder, None, NOW + timedelta(seconds=backoff_s(1)), 2)
+    assert move is not None and move.kind == MoveKind.RETRY and memory.rung == 0
+
+
+def test_backoff_doubles_per_attempt_up_to_an_hour() -> None:
+    assert [backoff_s(n) for n in (1, 2, 3, 5, 9)] == [300.0, 600.0, 1200.0, 3600.0, 3600.0]
+
+
+def test_a_second_failure_of_the_same_rung_doubles_its_backoff() -> None:
+    ladder = build_ladder([A10], ZONES, None, {})
+    memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    later = NOW + timedelta(seconds=300)
+    memory, _ = step(memory, ladder, None, later, 2)  # retry: back on rung 0
+    memory, _ = step(memory, ladder, "stock", later, 2)
+    assert memory.attempts(ladder[0]) == 2 and memory.is_sold_out(ladder[0], later + timedelta(seconds=599))
+
+
+def test_memory_round_trips_through_json() -> None:
+    ladder = build_ladder([A10], ZONES, None, {})
+    memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    assert CapacityMemory.model_validate_json(memory.model_dump_json()) == memory
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"instance_types": [A10, A10]}, "more than once"),
+        ({"capacity_mix": {"spot_percentage_above_base": 120}}, "less than or equal to 100"),
+        ({"zones": [{"zone": "cn-a"}]}, "vswitch_id"),
+    ],
+)
+def test_group_spec_refuses_bad_capacity_keys(fields: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        GroupSpec.model_validate({"name": "g", "min_size": 0, "max_size": 4, **fields})
+
+
+def test_exhausted_ladder_restarts_the_settling_time_of_stuck_instances() -> None:
+    ladder = build_ladder([A10], (), None, {})
+    memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
+    assert memory.moved_at == NOW

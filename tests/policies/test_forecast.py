@@ -1,0 +1,106 @@
+"""The demand forecast: seasonal with a day of history, level and trend without, its own error record."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+from policies import forecast as fc
+from policies.model import DemandSeries, ForecastState
+
+NOW = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
+
+
+def daily_ramp(minute_of_day: float) -> float:
+    """2 req/s at night, ramping from 06:00 to 10 req/s at 07:00 (UTC)."""
+    h = minute_of_day / 60.0
+    return 2.0 + 8.0 * min(1.0, max(0.0, h - 6.0))
+
+
+def series(
+    days: float, now: datetime = NOW, fn=daily_ramp, noise: float = 0.0, seed: int = 0
+) -> DemandSeries:
+    rng = random.Random(seed)
+    n = int(days * 1440)
+    start = now - timedelta(minutes=n - 1)
+    values: list[float | None] = []
+    for i in range(n):
+        t = start + timedelta(minutes=i)
+        v = fn(t.hour * 60 + t.minute)
+        values.append(max(0.0, v * (1 + rng.gauss(0, noise))))
+    return DemandSeries(start=start, step_s=60, rps=values)
+
+
+def test_seasonal_forecast_sees_the_ramp_that_level_and_trend_cannot():
+    f = fc.forecast(series(2), NOW, 1800, ForecastState())
+    assert f.method == fc.Method.SEASONAL
+    assert f.level_rps is not None and math.isclose(f.level_rps, 2.0, rel_tol=0.05)
+    # 30 minutes into yesterday's ramp the demand was 6 req/s: the forecast's path climbs towards it
+    assert f.peak_rps > 4.5
+    flat = fc.forecast(series(0.5), NOW, 1800, ForecastState())
+    assert flat.method == fc.Method.LEVEL_TREND
+    assert flat.peak_rps < 2.5
+
+
+def test_seasonal_forecast_is_rescaled_to_todays_level():
+    busier = series(2, fn=lambda m: daily_ramp(m) * (1.5 if m >= 5 * 60 else 1.0))
+    base = fc.forecast(series(2), NOW, 1800, ForecastState())
+    # the last hour ran 1.5x yesterday's: the forecast is about 1.5x too (blended with a flat trend)
+    f = fc.forecast(busier, NOW, 1800, ForecastState())
+    assert f.peak_rps > 1.3 * base.peak_rps
+
+
+def test_no_level_without_recent_minutes():
+    s = series(2)
+    holed = DemandSeries(start=s.start, step_s=60, rps=s.rps[:-20] + [None] * 20)
+    assert fc.forecast(holed, NOW, 600, ForecastState()).method == fc.Method.NONE
+    assert fc.forecast(None, NOW, 600, ForecastState()).method == fc.Method.NONE
+
+
+def test_upper_quantile_comes_from_the_measured_ratios():
+    wide = ForecastState(ratios=[0.8 + 0.02 * i for i in range(30)])  # up to 1.38
+    narrow = ForecastState(ratios=[1.0] * 30)
+    s = series(2)
+    f_wide = fc.forecast(s, NOW, 600, wide)
+    f_narrow = fc.forecast(s, NOW, 600, narrow)
+    assert math.isclose(f_narrow.upper_rps, f_narrow.peak_rps * fc.MIN_UPPER, rel_tol=1e-9)
+    assert f_wide.upper_rps / f_wide.peak_rps == fc.quantile(wide.ratios, fc.UPPER_QUANTILE)
+
+
+def test_judge_records_mape_and_coverage_when_forecasts_come_due():
+    state = ForecastState()
+    f = fc.forecast(series(2), NOW, 600, state)
+    state = fc.remember(state, NOW, f, 600)
+    assert len(state.pending) == 1
+    assert fc.judge(state, NOW + timedelta(seconds=300), 3.0) == state  # not due yet
+    due = state.pending[0]
+    judged = fc.judge(state, NOW + timedelta(seconds=600), due.mean_rps * 1.5)
+    assert judged.pending == []
+    assert judged.ratios == [1.5]
+    assert fc.mape_pct(judged) == 100.0 * (1 - 1 / 1.5)
+    assert judged.covered == [due.mean_rps * 1.5 <= due.upper_rps]
+
+
+def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
+    rng = random.Random(3)
+    start = NOW - timedelta(minutes=59)
+
+    def counts(fn):
+        return DemandSeries(start=start, step_s=60, rps=[fn() / 60 for _ in range(60)])
+
+    # Poisson counts of mean 600 per minute: index of dispersion about 1
+    poisson = counts(lambda: sum(1 for _ in range(6000) if rng.random() < 0.1))
+    clumped = counts(lambda: rng.choice([100, 1100]))
+    assert fc.burstiness(poisson, NOW) < 1.6
+    assert fc.burstiness(clumped, NOW) == fc.MAX_BURSTINESS
+
+
+def test_hourly_needs_a_day_and_its_lower_quantile_stays_under_the_mean():
+    assert fc.hourly(series(0.5), NOW, 6, ForecastState()) == []
+    hours = fc.hourly(series(2, noise=0.05), NOW, 6, ForecastState())
+    assert len(hours) == 6
+    assert hours[0].start == NOW + timedelta(hours=1)
+    for h in hours:
+        assert h.lower_rps <= h.mean_rps <= h.upper_rps
+    assert hours[0].mean_rps > 8.0  # 07:00-08:00 is at the top of yesterday's ramp

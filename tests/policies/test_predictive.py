@@ -1,0 +1,196 @@
+"""The capacity-model step: ahead of a ramp, scale-in on the forecast, bursts absorbed, never on unknown
+demand; and the properties: never below the floors, no scale-in on missing or stale demand, forecast-only
+never acts.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies import GroupSnapshot, History, PolicySpec, Snapshot, decide
+from policies.model import DemandInputs, GroupHistory, ReasonCode
+from policies.schedule import bounds
+from tests.policies.policy_builders import GROUP, group_spec, instance
+from tests.policies.test_forecast import NOW, daily_ramp, series
+
+PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def spec(mode: str = "on", **extra: Any) -> PolicySpec:
+    pred = {"mode": mode, "capacity_rps": 1.0, "horizon": "30m", **extra.pop("predictive", {})}
+    return PolicySpec(groups=(group_spec(predictive=pred, max_size=40, **extra),))
+
+
+def fleet(n: int, total_rps: float | None, age_s: float = 0.0, ttft: float = 500.0) -> list:
+    metrics = {"ttft_p99_ms": ttft, "kv_cache_usage_pct": 20.0, "queue_waiting": 0.0}
+    if total_rps is not None:
+        metrics.update(
+            request_rate=total_rps / n, prompt_tokens_per_request=900, output_tokens_per_request=200
+        )
+    return [instance(i, NOW, metrics=metrics, age_s=age_s) for i in range(n)]
+
+
+def snap(n: int, total_rps: float | None, days: float = 2, age_s: float = 0.0, fn=daily_ramp) -> Snapshot:
+    demand = DemandInputs(history=series(days, fn=fn), capacity_rps=None)
+    group = GroupSnapshot(name=GROUP, desired_capacity=n, instances=fleet(n, total_rps, age_s), demand=demand)
+    return Snapshot(taken_at=NOW, groups=[group])
+
+
+def history(last_target: int, **fields: Any) -> History:
+    return History(groups={GROUP: GroupHistory(last_target=last_target, **fields)})
+
+
+def test_capacity_rises_ahead_of_yesterdays_ramp_before_any_rule_fires():
+    plan = decide(snap(4, 2.0), spec(), history(4), NOW)
+    gp = plan.groups[0]
+    assert gp.reason == ReasonCode.PREDICTIVE_SCALE_OUT
+    assert gp.serving_target > 6  # 2 req/s now, ~6 in 30 minutes at 1 req/s per instance
+    for key in ("demand_rps", "forecast_rps", "forecast_upper_rps", "capacity_per_instance_rps"):
+        assert gp.predictive[key] is not None
+    assert gp.predictive["predictive_target"] == gp.serving_target
+
+
+def test_without_a_day_of_history_there_is_no_ramp_to_see():
+    plan = decide(snap(4, 2.0, days=0.5), spec(), history(4), NOW)
+    assert plan.groups[0].predictive["forecast_method"] == "level_trend"
+    assert plan.groups[0].serving_target == 4
+
+
+def test_scale_in_when_the_forecast_fits_in_fewer_one_bounded_step():
+    flat = series(2, fn=lambda m: 2.0)
+    group = GroupSnapshot(
+        name=GROUP, desired_capacity=20, instances=fleet(20, 2.0), demand=DemandInputs(history=flat)
+    )
+    plan = decide(Snapshot(taken_at=NOW, groups=[group]), spec(), history(20), NOW)
+    gp = plan.groups[0]
+    assert gp.reason == ReasonCode.PREDICTIVE_SCALE_IN
+    assert gp.serving_target == 18  # 10% of 20 per decision
+
+
+def test_stale_demand_never_scales_in():
+    flat = series(2, fn=lambda m: 2.0)
+    group = GroupSnapshot(
+        name=GROUP,
+        desired_capacity=20,
+        instances=fleet(20, 2.0, age_s=3600),
+        demand=DemandInputs(history=flat),
+    )
+    plan = decide(Snapshot(taken_at=NOW, groups=[group]), spec(), history(20), NOW)
+    assert plan.groups[0].serving_target == 20
+    assert any(w.code == "demand_unknown" for w in plan.groups[0].warnings)
+
+
+def test_a_burst_the_serving_fleet_covers_is_absorbed_not_ordered():
+    # the queue rule fires (5 waiting each) while the demand fits the 10 serving instances
+    s = snap(10, 6.0, days=0.5)
+    for inst in s.groups[0].instances:
+        inst.metrics["queue_waiting"] = inst.metrics["ttft_p99_ms"].model_copy(update={"value": 5.0})
+    p = spec(scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "0s"}])
+    gp = decide(s, p, history(10), NOW).groups[0]
+    assert gp.reason == ReasonCode.BURST_ABSORBED
+    assert gp.serving_target == 10
+    off = decide(
+        s,
+        spec("off", scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "0s"}]),
+        history(10),
+        NOW,
+    ).groups[0]
+    assert off.serving_target > 10  # without the capacity model the rule buys instances
+
+
+# ---- properties ------------------------------------------------------------------------------------------
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 30))
+    rps = draw(st.one_of(st.none(), st.floats(0, 40)))
+    age = draw(st.sampled_from([0.0, 0.0, 30.0, 600.0]))
+    days = draw(st.sampled_from([0.0, 0.5, 2.0]))
+    last = draw(st.integers(0, 40))
+    floor = draw(st.integers(0, 10))
+    scale = draw(st.floats(0.1, 5))
+    return n, rps, age, days, last, floor, scale
+
+
+def _decide(mode: str, case) -> tuple[Any, PolicySpec]:
+    n, rps, age, days, last, floor, scale = case
+    p = spec(mode, min_size=floor, warm_floor=min(2, floor))
+    demand = DemandInputs(history=series(days, fn=lambda m: daily_ramp(m) * scale) if days else None)
+    group = GroupSnapshot(name=GROUP, desired_capacity=n, instances=fleet(n, rps, age), demand=demand)
+    plan = decide(Snapshot(taken_at=NOW, groups=[group]), p, history(last), NOW)
+    return plan.groups[0], p
+
+
+@PROPS
+@given(cases())
+def test_the_forecast_never_lowers_capacity_below_the_floors(case):
+    gp, p = _decide("on", case)
+    assert gp.serving_target >= bounds(p.groups[0], NOW).floor
+
+
+@PROPS
+@given(cases())
+def test_missing_or_stale_demand_never_scales_in(case):
+    n, rps, age, days, last, floor, scale = case
+    gp, p = _decide("on", case)
+    stale = rps is None or age > p.groups[0].stabilization.stale_after_s
+    hold = min(last, p.groups[0].max_size)
+    if stale:
+        assert gp.serving_target >= min(hold, max(hold, bounds(p.groups[0], NOW).floor))
+
+
+@PROPS
+@given(cases())
+def test_forecast_only_never_acts(case):
+    shadow, _ = _decide("forecast-only", case)
+    off, _ = _decide("off", case)
+    assert shadow.serving_target == off.serving_target
+    assert shadow.desired_capacity == off.desired_capacity
+    assert shadow.predictive["predictive_mode"] == "forecast-only"
+
+
+def test_forecast_only_records_what_it_would_do():
+    gp = decide(snap(4, 2.0), spec("forecast-only"), history(4), NOW).groups[0]
+    assert gp.serving_target == 4
+    assert gp.predictive["predictive_target"] > 6
+
+
+def test_next_tick_judges_the_remembered_forecast():
+    plan = decide(snap(4, 2.0), spec("forecast-only"), history(4), NOW)
+    state = plan.history.groups[GROUP].forecast
+    assert len(state.pending) == 1
+    later = NOW + timedelta(minutes=31)
+    s = snap(4, 5.0)
+    s.taken_at = later
+    for inst in s.groups[0].instances:
+        for k, v in inst.metrics.items():
+            inst.metrics[k] = v.model_copy(update={"at": later})
+    again = decide(s, spec("forecast-only"), plan.history, later)
+    assert len(again.history.groups[GROUP].forecast.ratios) == 1
+
+
+def test_scale_in_goes_no_lower_than_the_windows_highest_target():
+    def at(t, rps):
+        flat = series(2, now=t, fn=lambda m: 2.0)
+        insts = [
+            i.model_copy(
+                update={"metrics": {k: v.model_copy(update={"at": t}) for k, v in i.metrics.items()}}
+            )
+            for i in fleet(20, rps)
+        ]
+        g = GroupSnapshot(name=GROUP, desired_capacity=20, instances=insts, demand=DemandInputs(history=flat))
+        return Snapshot(taken_at=t, groups=[g])
+
+    busy = decide(at(NOW, 16.0), spec(), history(20), NOW)  # a burst: the target is ~20
+    assert busy.groups[0].predictive["predictive_target"] >= 18
+    later = NOW + timedelta(minutes=2)
+    quiet = decide(at(later, 2.0), spec(), busy.history, later).groups[0]
+    assert quiet.serving_target == 20  # the window remembers the burst's target
+    much_later = NOW + timedelta(minutes=11)  # past the 10-minute scale-in window
+    calm = decide(at(much_later, 2.0), spec(), busy.history, much_later).groups[0]
+    assert calm.reason == ReasonCode.PREDICTIVE_SCALE_IN
