@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from policies.spec import Duration, GroupSpec, PolicySpec
+from policies.spec import Duration, GroupSpec, PolicySpec, default_isolation_rules, threshold_pairs
 
 ENV_PREFIX = "FLEET_"
 # short spellings people reach for, mapped to the nested form pydantic-settings reads
@@ -222,6 +222,12 @@ class FleetConfig(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError("group names must be unique: " + ", ".join(dupes))
+        shared = _shared_scaling_groups(self.groups)
+        if shared:
+            raise ValueError(
+                "two groups drive one scaling group (each would undo the other's desired capacity): "
+                + "; ".join(shared)
+            )
         return self
 
     def policy(self) -> PolicySpec:
@@ -256,6 +262,7 @@ class FleetConfig(BaseSettings):
                 and (g.scale_out or g.scale_in)
             ):
                 out.append(f"groups[{g.name}]: account_id is unset; custom vLLM metrics cannot be read")
+            out.extend(f"groups[{g.name}]: {w}" for w in _policy_warnings(g))
         out.extend(self.service_problems())
         if self.api.host in WILDCARD_HOSTS:
             out.append(
@@ -263,6 +270,53 @@ class FleetConfig(BaseSettings):
                 "/healthz need no token, so anyone who can reach the port reads the fleet's state"
             )
         return out
+
+
+def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:
+    """``scaling_group_id: ...: a, b`` for every scaling group (by id, or by name) that two groups name."""
+    by: dict[str, list[str]] = {}
+    for g in groups:
+        if g.scaling_group_id:
+            by.setdefault(f"scaling_group_id {g.scaling_group_id}", []).append(g.name)
+        elif g.scaling_group_name:
+            by.setdefault(f"scaling_group_name {g.scaling_group_name}", []).append(g.name)
+    return [f"{key}: groups {', '.join(names)}" for key, names in sorted(by.items()) if len(names) > 1]
+
+
+# The default isolation rules a custom list should keep: hardware XIDs and ECS system events are the failures
+# no metric rule sees (policies.spec.default_isolation_rules).
+_SAFETY_RULE_KINDS = {"xid_hardware": "xid", "ecs_system_failure": "event", "ecs_maintenance": "event"}
+
+
+def _policy_warnings(g: GroupSpec) -> list[str]:
+    """Valid but risky policy choices: no dead band between scale-in and scale-out thresholds, and a custom
+    isolation rule list without the default XID and system-event rules."""
+    out = [
+        f"scale_in rule {low.label!r} has the same threshold as scale_out rule {high.label!r}: no dead band "
+        "between them, so a value hovering there flaps; keep the scale-in threshold lower"
+        for low, high in threshold_pairs(g)
+        if low.threshold == high.threshold
+    ]
+    if "rules" in g.isolation.model_fields_set and g.isolation.enabled:
+        defaults = {r.name: r for r in default_isolation_rules()}
+        have_xids = {x for r in g.isolation.rules if r.kind == "xid" for x in r.xids or ()}
+        have_events = {e for r in g.isolation.rules if r.kind == "event" for e in r.events or ()}
+        dropped = []
+        for name, kind in _SAFETY_RULE_KINDS.items():
+            rule = defaults[name]
+            covered = (
+                set(rule.xids or ()) <= have_xids if kind == "xid" else set(rule.events or ()) <= have_events
+            )
+            if not covered:
+                dropped.append(name)
+        if dropped:
+            out.append(
+                "isolation.rules replaces the default rules and leaves out "
+                + ", ".join(dropped)
+                + " (hardware XIDs and ECS system events: failures no metric rule sees); add them back "
+                "unless that is intended"
+            )
+    return out
 
 
 def config_json_schema() -> dict[str, Any]:

@@ -764,6 +764,21 @@ class GroupSpec(_Model):
             raise ValueError("; ".join(problems))
         return self
 
+    @model_validator(mode="after")
+    def _no_flapping_thresholds(self) -> GroupSpec:
+        """A scale-in threshold above the scale-out threshold of the same metric: every value between them
+        asks for both, so the group scales out and in by turns (flapping). An equal one is only warned of."""
+        problems = [
+            f"scale_in rule {low.label!r} is above scale_out rule {high.label!r}: a value between "
+            f"{high.threshold:g} and {low.threshold:g} scales out and in by turns (flapping); keep the "
+            "scale-in threshold below the scale-out one"
+            for low, high in threshold_pairs(self)
+            if low.threshold > high.threshold
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @property
     def base_floor(self) -> int:
         return max(self.min_size, self.warm_floor)
@@ -782,6 +797,16 @@ class GroupSpec(_Model):
             if rule.metric == m.TTFT_P99_MS and rule.above is not None:
                 return float(rule.above)
         return None
+
+
+def threshold_pairs(spec: GroupSpec) -> list[tuple[ScaleInRule, ScaleOutRule]]:
+    """Each scale-in rule with each scale-out rule on the same metric and aggregation (comparable values)."""
+    return [
+        (low, high)
+        for low in spec.scale_in
+        for high in spec.scale_out
+        if low.metric == high.metric and low.aggregation == high.aggregation
+    ]
 
 
 class PolicySpec(_Model):

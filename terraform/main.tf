@@ -18,8 +18,10 @@ locals {
     "ecs:DescribeInstances",
     "ecs:DescribeInstancesFullStatus",
     "ecs:RebootInstance",
+    "ess:CompleteLifecycleAction",
     "ess:CreateScheduledTask",
     "ess:DeleteScheduledTask",
+    "ess:DescribeLifecycleActions",
     "ess:DescribeScalingActivities",
     "ess:DescribeScalingGroups",
     "ess:DescribeScalingInstances",
@@ -147,6 +149,20 @@ resource "alicloud_ess_scaling_group" "this" {
   spot_instance_remedy                     = var.spot_instance_remedy
   compensate_with_on_demand                = var.compensate_with_on_demand
 
+  # The load balancers in front of vLLM. ESS adds each new instance as a backend and, while an instance is in
+  # Standby (isolation), holds its weight at 0, so the balancer stops sending it requests; ExitStandby
+  # restores the weight.
+  loadbalancer_ids = var.loadbalancer_ids
+
+  dynamic "alb_server_group" {
+    for_each = var.alb_server_groups
+    content {
+      alb_server_group_id = alb_server_group.value.id
+      port                = alb_server_group.value.port
+      weight              = alb_server_group.value.weight
+    }
+  }
+
   lifecycle {
     # The service owns the running size: it moves desired capacity (and ESS scheduled tasks move min/max)
     # between applies, so Terraform sets the initial value only.
@@ -234,8 +250,9 @@ resource "alicloud_ess_alarm" "backstop" {
   enable              = true
 }
 
-# Every scale-in waits in Removing:Wait so the service can stop routing to the instance and let running
-# requests finish; CONTINUE after the timeout, so a dead service never blocks scale-in for good.
+# Every scale-in waits in Removing:Wait so running requests can finish: the service watches the instance's
+# running + waiting requests and completes the action (CompleteLifecycleAction, CONTINUE) once they reach 0;
+# CONTINUE after the timeout, so a dead service never blocks scale-in for good.
 resource "alicloud_ess_lifecycle_hook" "drain" {
   scaling_group_id      = alicloud_ess_scaling_group.this.id
   name                  = "${var.name}-drain"

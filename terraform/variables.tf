@@ -60,8 +60,10 @@ variable "alarms" {
   EOT
   nullable    = false
 
-  # Thresholds: 85 C and 90 % GPU memory from the isolation rules (issue 3); 2 s P99 end-to-end latency, the
-  # queue depth and instance down from issue 8. The durations mirror the isolation rules (2 min, 5 min).
+  # Thresholds: 85 C and 90 % GPU memory from the isolation rules (issue 3); the queue depth and instance down
+  # from issue 8. Latency pages on P99 TTFT (2 s) and TPOT (100 ms, 10 tokens/s), which do not grow with the
+  # answer's length; an end-to-end P99 would page on every long answer. The durations mirror the isolation
+  # rules (2 min, 5 min).
   default = {
     gpu_temperature = {
       metric     = "instance_gpu_gpu_temperature"
@@ -75,11 +77,18 @@ variable "alarms" {
       times     = 5
       level     = "warn"
     }
-    latency_p99 = {
-      metric        = "vllm_e2e_p99_ms"
+    ttft_p99 = {
+      metric        = "vllm_ttft_p99_ms"
       custom_metric = true
       statistics    = "Maximum"
       threshold     = 2000
+      times         = 3
+    }
+    tpot_p99 = {
+      metric        = "vllm_tpot_p99_ms"
+      custom_metric = true
+      statistics    = "Maximum"
+      threshold     = 100
       times         = 3
     }
     queue_depth = {
@@ -266,6 +275,29 @@ variable "group_deletion_protection" {
   default     = false
 }
 
+variable "loadbalancer_ids" {
+  type        = list(string)
+  description = "Classic Load Balancer (CLB) instances the group's instances join as backends; ESS sets a Standby instance's weight to 0."
+  nullable    = false
+  default     = []
+}
+
+variable "alb_server_groups" {
+  type = list(object({
+    id     = string
+    port   = number
+    weight = optional(number, 100)
+  }))
+  description = "ALB server groups the group's instances join (the vLLM port, the weight of a serving instance)."
+  nullable    = false
+  default     = []
+
+  validation {
+    condition     = alltrue([for g in var.alb_server_groups : g.port >= 1 && g.port <= 65535 && g.weight >= 0 && g.weight <= 100])
+    error_message = "alb_server_groups[*].port must be within 1..65535 and weight within 0..100."
+  }
+}
+
 variable "instance_types" {
   type        = list(string)
   description = "GPU instance types in order of preference (ESS falls back to the next one when a zone is out of stock)."
@@ -407,13 +439,14 @@ variable "backstop_alarm" {
     period_s            = optional(number, 300)
     evaluation_count    = optional(number, 3)
     scaling_rule        = optional(string, "scale_out")
-    enabled             = optional(bool, true)
+    enabled             = optional(bool, false)
   })
   description = <<-EOT
     ESS event-triggered task that scales out while the service is down: GPU utilization (an ESS system metric,
     the same CloudMonitor agent reading as instance_gpu_gpu_usedutilization) held above the threshold for
-    evaluation_count periods fires scaling_rule. Set it well above the service's own triggers so the service
-    acts first; enabled = false leaves it out.
+    evaluation_count periods fires scaling_rule. Off by default: vLLM keeps the GPU busy well below its
+    capacity (95 % utilization at ~40 % load), so the alarm fires on a healthy fleet and undoes the service's
+    scale-in. Enable it only as a last resort, with a threshold above the service's own triggers.
   EOT
   nullable    = false
   default     = {}

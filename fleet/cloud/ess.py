@@ -16,6 +16,7 @@ from alibabacloud_ess20220222 import models as m
 
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import (
+    LifecycleAction,
     ScalingActivity,
     ScalingGroup,
     ScalingInstance,
@@ -38,6 +39,9 @@ ACTIONS: tuple[str, ...] = (
     "ExitStandby",
     "RemoveInstances",
     "SetInstancesProtection",
+    # drain on scale-in: find the lifecycle action an instance waits in, complete it once it has drained
+    "DescribeLifecycleActions",
+    "CompleteLifecycleAction",
     "ModifyScalingConfiguration",  # the capacity ladder (issue 17)
 )
 
@@ -64,6 +68,8 @@ class EssSdkClient(Protocol):
     def exit_standby(self, request: m.ExitStandbyRequest) -> Any: ...
     def remove_instances(self, request: m.RemoveInstancesRequest) -> Any: ...
     def set_instances_protection(self, request: m.SetInstancesProtectionRequest) -> Any: ...
+    def describe_lifecycle_actions(self, request: m.DescribeLifecycleActionsRequest) -> Any: ...
+    def complete_lifecycle_action(self, request: m.CompleteLifecycleActionRequest) -> Any: ...
     def modify_scaling_configuration(self, request: m.ModifyScalingConfigurationRequest) -> Any: ...
 
 
@@ -131,6 +137,12 @@ class EssApi(Protocol):
     ) -> str: ...
     def set_instances_protection(
         self, group_id: str, instance_ids: Sequence[str], protected: bool
+    ) -> None: ...
+    def describe_lifecycle_actions(
+        self, activity_id: str, status: str | None = "Pending"
+    ) -> list[LifecycleAction]: ...
+    def complete_lifecycle_action(
+        self, hook_id: str, token: str, result: str = "CONTINUE", *, client_token: str | None = None
     ) -> None: ...
 
 
@@ -406,6 +418,42 @@ class EssAdapter:
             )
             self._call("SetInstancesProtection", partial(self._client.set_instances_protection, req))
 
+    # -- lifecycle actions (drain on scale-in) ------------------------------------------------------------
+
+    def describe_lifecycle_actions(
+        self, activity_id: str, status: str | None = "Pending"
+    ) -> list[LifecycleAction]:
+        """The lifecycle actions a scaling activity opened (its instances wait in them), ``status`` only."""
+        req = m.DescribeLifecycleActionsRequest(
+            region_id=self._region,
+            scaling_activity_id=activity_id,
+            lifecycle_action_status=status,
+            max_results=50,
+        )
+        resp = self._call("DescribeLifecycleActions", lambda: self._client.describe_lifecycle_actions(req))
+        return [
+            LifecycleAction(
+                token=a.lifecycle_action_token,
+                hook_id=a.lifecycle_hook_id,
+                instance_ids=tuple(a.instance_ids or ()),
+                status=a.lifecycle_action_status or "",
+            )
+            for a in resp.body.lifecycle_actions or ()
+        ]
+
+    def complete_lifecycle_action(
+        self, hook_id: str, token: str, result: str = "CONTINUE", *, client_token: str | None = None
+    ) -> None:
+        """End a lifecycle action before its timeout: CONTINUE lets a scale-in remove its instances now."""
+        req = m.CompleteLifecycleActionRequest(
+            region_id=self._region,
+            lifecycle_hook_id=hook_id,
+            lifecycle_action_token=token,
+            lifecycle_action_result=result,
+            client_token=client_token,
+        )
+        self._call("CompleteLifecycleAction", lambda: self._client.complete_lifecycle_action(req))
+
     # -- plumbing ------------------------------------------------------------------------------------------
 
     def _call(self, action: str, fn: Callable[[], T], *, idempotent: bool = True) -> T:
@@ -534,6 +582,8 @@ def _instance(i: m.DescribeScalingInstancesResponseBodyScalingInstances, group_i
         creation_type=i.creation_type,
         created_at=parse_time(i.created_time or i.creation_time),
         zone_id=i.zone_id,
+        activity_id=i.scaling_activity_id,
+        load_balancer_weight=_opt_int(i.load_balancer_weight),
     )
 
 

@@ -41,6 +41,20 @@ class ScalingInstance:
     creation_type: str | None  # AutoCreated / Attached / Managed
     created_at: datetime | None
     zone_id: str | None
+    # the activity that last moved it (the scale-in whose lifecycle action it waits in, when Removing:Wait)
+    activity_id: str | None = None
+    # its weight in the load balancers attached to the group (ESS sets 0 in Standby); None without one
+    load_balancer_weight: int | None = None
+
+
+@dataclass(frozen=True)
+class LifecycleAction:
+    """A pending lifecycle hook action (DescribeLifecycleActions): instances waiting until it is completed."""
+
+    token: str
+    hook_id: str
+    instance_ids: tuple[str, ...]
+    status: str  # Pending / Timeout / Completed
 
 
 @dataclass(frozen=True)

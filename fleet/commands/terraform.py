@@ -17,6 +17,11 @@ terraform_app = typer.Typer(
 )
 
 
+# `fleet terraform check` parses HCL with python-hcl2, an extra of its own (the export needs nothing extra).
+HCL_MODULE = "hcl2"
+HCL_INSTALL_HINT = "pip install 'gpu-fleet[terraform]'"
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(terraform_app, name="terraform")
 
@@ -24,10 +29,14 @@ def register(app: typer.Typer) -> None:
 @terraform_app.command("export")
 def export(
     config_path: Path = typer.Option(..., "--config", "-c", help="fleet.yaml, as the service runs it."),
-    output: Path = typer.Option(
-        Path("terraform.tfvars.json"), "--output", "-o", help="Where to write the variables ('-' for stdout)."
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Where to write ('-' for stdout). One group: a file (default terraform.tfvars.json). Several "
+        "groups: a directory (default .) that gets one <group>.tfvars.json per group.",
     ),
-    group: str | None = typer.Option(None, "--group", help="The group to export (when there are several)."),
+    group: str | None = typer.Option(None, "--group", help="Export only this group."),
     at: str | None = typer.Option(
         None, "--at", help="ISO 8601 instant the scheduled tasks' first launches follow (default: now)."
     ),
@@ -36,21 +45,53 @@ def export(
         help="Export the schedule floors as ESS scheduled tasks (off: the service's mirroring holds them).",
     ),
 ) -> None:
-    """Write terraform.tfvars.json (bounds, alarm thresholds and metric names, scheduled floors in UTC)."""
-    from fleet.terraform.export import ExportError, build_tfvars
+    """Write the module's variables (bounds, alarm thresholds and metric names, scheduled floors in UTC) for
+    every group of the config, or the one named by --group."""
+    from fleet.terraform.export import ExportError, build_all_tfvars, build_tfvars
 
     now = datetime.now(UTC) if at is None else parse_at(at)
     config = load_config_or_exit(config_path)
     try:
-        tfvars = build_tfvars(config, group, now=now, scheduled_tasks=scheduled_tasks)
+        if group is not None or len(config.groups) == 1:
+            one = build_tfvars(config, group, now=now, scheduled_tasks=scheduled_tasks)
+            by_group = {one["name"]: one}
+        else:
+            by_group = build_all_tfvars(config, now=now, scheduled_tasks=scheduled_tasks)
     except ExportError as exc:
         fail(f"{config_path}: {exc}")
+    if len(by_group) == 1:
+        (tfvars,) = by_group.values()
+        _write_one(output or Path("terraform.tfvars.json"), tfvars)
+    else:
+        _write_each(output or Path("."), by_group)
+
+
+def _write_one(output: Path, tfvars: dict[str, object]) -> None:
     text = json.dumps(tfvars, indent=2) + "\n"
     if str(output) == "-":
         typer.echo(text, nl=False)
         return
     _write_atomically(output, text)
     console.print(f"wrote {output} ({len(tfvars)} variables, group {tfvars['name']})", highlight=False)
+
+
+def _write_each(output: Path, by_group: dict[str, dict[str, object]]) -> None:
+    """Several groups: the module holds one group, so each gets its own variables file (applied in its own
+    workspace or root module); '-' prints them as one object by group name."""
+    if str(output) == "-":
+        typer.echo(json.dumps(by_group, indent=2))
+        return
+    if not output.is_dir():
+        fail(
+            f"--output: {output} is not a directory; the config has {len(by_group)} groups "
+            f"({', '.join(by_group)}): give a directory for one <group>.tfvars.json each, or --group NAME"
+        )
+    for name, tfvars in by_group.items():
+        _write_atomically(output / f"{name}.tfvars.json", json.dumps(tfvars, indent=2) + "\n")
+    console.print(
+        f"wrote {len(by_group)} files to {output}: " + ", ".join(f"{n}.tfvars.json" for n in by_group),
+        highlight=False,
+    )
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -76,8 +117,13 @@ def check(
     ),
 ) -> None:
     """Check modules against the provider schema offline: arguments, required ones, enumerated values."""
-    from fleet.terraform.check import check_module, default_schema_path, load_schema
-    from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    try:
+        from fleet.terraform.check import check_module, default_schema_path, load_schema
+        from fleet.terraform.hcl import HclError, load_hcl_tfvars, load_json_tfvars
+    except ModuleNotFoundError as exc:
+        if exc.name != HCL_MODULE:
+            raise
+        fail(f"fleet terraform check needs python-hcl2, which is not installed: {HCL_INSTALL_HINT}")
 
     schema_path = schema or default_schema_path()
     try:

@@ -189,6 +189,15 @@ def knee_batch(ctx: GroupContext, tokens_per_seq: float) -> int | None:
     )
 
 
+def kv_batch_limit(ctx: GroupContext, tokens_per_seq: float, full_share: float = 0.9) -> int | None:
+    """The most sequences of ``tokens_per_seq`` context the KV cache holds while staying ``full_share`` full
+    (the sizing model's KV tokens per instance); ``None`` when the deployment is unknown."""
+    d = deployment(ctx)
+    if d is None or tokens_per_seq <= 0:
+        return None
+    return max(1, math.floor(d.kv_cache_tokens * full_share / tokens_per_seq))
+
+
 def search_recommendation(ctx: GroupContext, demand_rps: float) -> dict[str, object] | None:
     """The sizing search for ``demand_rps`` at the group's SLOs: the cheapest option on the group's own
     instance type and across the catalog (each: type, count, max_num_seqs, cost)."""

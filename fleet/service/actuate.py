@@ -427,6 +427,10 @@ class Actuator:
         )
 
     # -- plumbing -------------------------------------------------------------------------------------
+    def record(self, res: ActionResult, now: datetime, epoch: int | None) -> ActionResult:
+        """Audit a result of another writer (the drainer) as this actuator audits its own."""
+        return self._record(res, now, epoch)
+
     def _cloud_error(self, exc: CloudError) -> None:
         self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
 

@@ -32,6 +32,7 @@ from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
 from fleet.service.demand import DemandLog
 from fleet.service.demand import read_demand as read_group_demand
+from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
@@ -128,6 +129,14 @@ class Service:
             service=settings.service_name,
             dry_run=dry_run,
             notify=self._notify,
+        )
+        # scale-in: completes the lifecycle action of instances that have drained (fleet/service/drain.py)
+        self.drainer = Drainer(
+            clients,
+            self.observer.sources,
+            service=settings.service_name,
+            record=self.actuator.record,
+            dry_run=dry_run,
         )
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
@@ -382,7 +391,7 @@ class Service:
         lease: Lease,
         fence: Callable[[], bool],
     ) -> list[ActionResult]:
-        """One group's isolation steps, then its scale write (none after a fenced step)."""
+        """One group's isolation steps, then its scale write, then its drains (none after a fenced write)."""
         spec = self.policy.group(gp.group)
         if spec is None:
             return []
@@ -393,7 +402,12 @@ class Service:
         if any(a.outcome == Outcome.FENCED for a in actions):
             return actions
         res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
-        return actions if res is None else [*actions, res]
+        if res is not None:
+            actions = [*actions, res]
+            if res.outcome == Outcome.FENCED:
+                return actions
+        # scale-in: complete the lifecycle action of instances that have drained (fleet/service/drain.py)
+        return [*actions, *self.drainer.complete(spec, observed, now, lease.epoch, fence)]
 
     def _schedule_sync_due(self, now: datetime) -> bool:
         if self._last_schedule_sync is None:

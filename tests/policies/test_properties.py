@@ -93,6 +93,11 @@ def specs(draw):
         }
         for metric in draw(st.lists(st.sampled_from(RULE_METRICS), max_size=2, unique=True))
     ]
+    # A scale-in threshold above the scale-out one on the same metric is refused (flapping): keep the drawn
+    # scale-in thresholds at or below it, as every valid config does.
+    above = {r["metric"]: r["above"] for r in out_rules}
+    for rule in in_rules:
+        rule["below"] = min(rule["below"], above.get(rule["metric"], rule["below"]))
     spec = {
         "name": GROUP,
         "min_size": min_size,

@@ -41,8 +41,26 @@ def module_default_alarms(module_dir) -> dict:
 
 def test_module_default_alarms_use_names_the_service_reads(module_dir):
     alarms = module_default_alarms(module_dir)
-    assert {"gpu_temperature", "gpu_memory", "latency_p99", "queue_depth", "instance_down"} <= set(alarms)
+    expected = {"gpu_temperature", "gpu_memory", "ttft_p99", "tpot_p99", "queue_depth", "instance_down"}
+    assert expected <= set(alarms)
+    assert not any(a["metric"] == "vllm_e2e_p99_ms" for a in alarms.values())  # pages on long answers
     assert metric_problems(alarms) == []
+
+
+def test_module_default_latency_alarms_match_the_export_defaults(module_dir):
+    from fleet.terraform.export import DEFAULT_LATENCY_ALARMS
+
+    alarms = module_default_alarms(module_dir)
+    for key, (metric, threshold, _) in DEFAULT_LATENCY_ALARMS.items():
+        assert alarms[key]["metric"] == m.CUSTOM_METRIC_NAMES[metric]
+        assert alarms[key]["threshold"] == threshold
+
+
+def test_backstop_alarm_is_off_by_default(module_dir, example_dir):
+    # GPU utilization >= 95 % holds at ~40 % load under vLLM: on by default it fought the service's scale-in
+    for directory in (module_dir, example_dir):
+        variable = load_dir(directory).variables["backstop_alarm"]
+        assert apply_defaults(parse_type(variable.body["type"]), {})["enabled"] is False, directory
 
 
 def test_exported_alarms_use_names_the_service_reads():

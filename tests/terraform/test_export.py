@@ -177,11 +177,21 @@ def test_the_lowest_threshold_of_several_rules_on_one_metric_wins():
     assert build_tfvars(config(spec), now=NOW)["alarms"]["gpu_temperature"]["threshold"] == 84
 
 
-def test_issue_8_latency_and_instance_down_alarms_are_always_present():
+def test_default_latency_alarms_are_ttft_and_tpot_and_instance_down_is_always_present():
+    # an end-to-end P99 grows with the answer's length and paged on every long answer (issue 21.4)
     alarms = build_tfvars(config(group()), now=NOW)["alarms"]
-    assert alarms["latency_p99"]["metric"] == "vllm_e2e_p99_ms"
-    assert alarms["latency_p99"]["threshold"] == 2000
+    assert (alarms["ttft_p99"]["metric"], alarms["ttft_p99"]["threshold"]) == ("vllm_ttft_p99_ms", 2000)
+    assert (alarms["tpot_p99"]["metric"], alarms["tpot_p99"]["threshold"]) == ("vllm_tpot_p99_ms", 100)
+    assert "latency_p99" not in alarms
+    assert not any(a["metric"] == "vllm_e2e_p99_ms" for a in alarms.values())
     assert alarms["instance_down"]["metric"] == "vllm_up"
+
+
+def test_an_e2e_rule_still_gets_its_own_alarm():
+    spec = group(scale_out=[{"metric": "e2e_p99_ms", "above": 30000, "for": "2m"}])
+    alarms = build_tfvars(config(spec), now=NOW)["alarms"]
+    assert alarms["latency_p99"]["metric"] == "vllm_e2e_p99_ms"
+    assert alarms["latency_p99"]["threshold"] == 30000
 
 
 # --- the whole export -------------------------------------------------------------------------------------
@@ -362,6 +372,53 @@ def test_export_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and all(line.startswith(f"error: {config}: groups[0].") for line in lines)
     assert not (tmp_path / "out.json").exists()
+
+
+# --- several groups (issue 21.7) --------------------------------------------------------------------------
+
+TWO_GROUPS = """region: cn-chengdu
+account_id: '1234567890'
+groups:
+  - {name: chat-7b, scaling_group_id: asg-1, min_size: 2, max_size: 8}
+  - {name: code-14b, scaling_group_id: asg-2, min_size: 1, max_size: 4}
+"""
+
+
+def test_cli_exports_every_group_one_file_each(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(TWO_GROUPS)
+    code = main(["terraform", "export", "-c", str(cfg), "-o", str(tmp_path), "--at", "2026-11-30T16:00:00Z"])
+    assert code == 0, capsys.readouterr().err
+    loaded = load_config(cfg, env={})
+    for name in ("chat-7b", "code-14b"):
+        written = json.loads((tmp_path / f"{name}.tfvars.json").read_text())
+        assert written == build_tfvars(loaded, name, now=NOW)
+    assert json.loads((tmp_path / "code-14b.tfvars.json").read_text())["max_size"] == 4
+
+
+def test_cli_prints_every_group_on_stdout_by_name(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(TWO_GROUPS)
+    assert main(["terraform", "export", "-c", str(cfg), "-o", "-", "--at", "2026-11-30T16:00:00Z"]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)) == ["chat-7b", "code-14b"]
+
+
+def test_cli_several_groups_into_one_file_is_one_line_naming_the_choices(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(TWO_GROUPS)
+    out = tmp_path / "t.json"
+    assert main(["terraform", "export", "-c", str(cfg), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a directory" in err and "--group" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_group_still_exports_one(tmp_path):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(TWO_GROUPS)
+    out = tmp_path / "one.json"
+    assert main(["terraform", "export", "-c", str(cfg), "-o", str(out), "--group", "code-14b"]) == 0
+    assert json.loads(out.read_text())["name"] == "code-14b"
 
 
 # --- capacity (issue 17) ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.diagnose import fixes
+from fleet.diagnose.advice import batch_advice
 from fleet.diagnose.model import (
     PREEMPTIONS,
     REQUEST_RATE_RPS,
@@ -429,13 +430,13 @@ def _queue_backlog(
         if cap_q
         else "cap the queue (max waiting) at about throughput x the TTFT SLO per instance"
     ]
-    if seqs and knee and knee < seqs:
-        parts.append(
-            f"lower max_num_seqs from {seqs} to {knee} (the latency knee: TPOT at "
-            f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model)"
-        )
-    elif seqs and knee:
-        parts.append(f"keep max_num_seqs at {seqs} (already below the latency knee of about {knee})")
+    batch_part = (
+        batch_advice(g, backlog, st.steady_from, seqs, knee, _tokens_per_seq(st, backlog), evidence)
+        if seqs and knee
+        else None
+    )
+    if batch_part:
+        parts.insert(0, batch_part)
     extra = None
     if demand and per:
         extra = max(1, math.ceil(demand / (per * fixes.TARGET_LOAD_FRACTION)) - len(pool))

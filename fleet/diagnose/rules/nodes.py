@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.diagnose import fixes
+from fleet.diagnose.advice import BUSY_CAVEAT, SIGNAL_TEXT, BandwidthSignal, bandwidth_signal, thermal_fix
 from fleet.diagnose.model import (
     Finding,
     InstanceWindow,
@@ -132,6 +133,8 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
                 "Retry later or with a shorter --since; raise the CloudMonitor API quota if it recurs.",
             )
         )
+    if not blind and not out:
+        out.extend(_nothing_published(w, serving))
     if no_dashboard and len(no_dashboard) == len([i for i in serving if i.instance_id not in blind]):
         out.append(
             Finding(
@@ -147,6 +150,42 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
             )
         )
     return out, measured
+
+
+def _nothing_published(w: Window, serving: list[InstanceWindow]) -> list[Finding]:
+    """Serving instances none of which published any metric in the window, even those still within their
+    cold start: CloudMonitor's own GPU metrics flow from boot, so silence everywhere means no agent and no
+    GPU monitoring, not "all is well"."""
+    if not serving or any(any(i.metrics.values()) for i in serving):
+        return []
+    g = w.group
+    ids = sorted(i.instance_id for i in serving)
+    young = sorted(
+        i.instance_id
+        for i in serving
+        if i.created_at is not None and (w.end - i.created_at).total_seconds() < g.cold_start_s
+    )
+    expected = (*AGENT_METRICS, *DASHBOARD_METRICS)
+    return [
+        Finding(
+            "metrics_missing",
+            "critical",
+            ids,
+            {
+                "window": _span(w),
+                "missing": {m: ids for m in expected},
+                "within_cold_start": young,
+                "serving_instances": len(serving),
+                "errors": w.errors[:5],
+            },
+            f"None of the {len(serving)} serving instance(s) published any vLLM or GPU metric in the window"
+            + (f" ({len(young)} still within the {g.cold_start_s:.0f} s cold start)" if young else "")
+            + ": no node agent and no GPU monitoring report, so nothing about latency can be diagnosed.",
+            "Install and start the node agent (deploy/fleet-agent.service; `fleet agent --once --json` shows "
+            "one sample) with the instance RAM role's cms:PutCustomMetric, and the CloudMonitor agent's GPU "
+            "plugin (or a Prometheus metrics source with DCGM exporter); then diagnose again.",
+        )
+    ]
 
 
 # ---- XID errors -------------------------------------------------------------------------------------------
@@ -230,10 +269,7 @@ def _throttling(st: _State) -> list[Finding]:
                     + (" and the driver cut its SM clock" if throttling else "")
                     + ", so every request on it runs slower; the card or its cooling is at fault, not the "
                     "load.",
-                    f"Isolate {inst.instance_id} per the isolation policy (gpu_overheat: reboot, replace if "
-                    "it recurs) and have its cooling checked; until then lower the density on that host "
-                    "(fewer instances per rack, or a smaller max_num_seqs) so it stays below the slowdown "
-                    "temperature.",
+                    thermal_fix(inst.instance_id),
                 )
             )
         elif len(power_t) >= 2:
@@ -257,8 +293,9 @@ def _throttling(st: _State) -> list[Finding]:
                     f"{inst.instance_id}'s GPU hit its power limit and the driver lowered its SM clock "
                     "while it was cool enough, so it serves slower than its peers.",
                     f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and restore "
-                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (a rack power cap), "
-                    "isolate it per the isolation policy and lower the density on that power domain.",
+                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (the host's power is "
+                    "Alibaba Cloud's), isolate it per the isolation policy and replace or redeploy it to "
+                    "another host, reporting the host with ECS ReportInstancesStatus.",
                 )
             )
     return out
@@ -298,7 +335,7 @@ def _bandwidth(st: _State) -> list[Finding]:
         if not violated:
             continue
         hit[inst.instance_id] = {
-            "mem_bw_util_pct_mean": _r(_mean(bw.values())),
+            "mem_bw_util_pct_mean": _r(_mean(bw.values())),  # the signal named by bandwidth_signal
             "samples_over": round(high, 2),
             "tpot_p99_ms_median": _r(_median(tpots)),
             "requests_running_mean": _r(_mean(run.values())),
@@ -307,6 +344,7 @@ def _bandwidth(st: _State) -> list[Finding]:
     if not hit:
         return []
     seqs = _max_num_seqs(st)
+    signal = bandwidth_signal(w)
     hit_insts = [i for i in st.measured if i.instance_id in hit]
     limit_ms = g.slo_tpot_p99_ms
     knee = fixes.batch_for_tpot(g, limit_ms, _tokens_per_seq(st, hit_insts)) if limit_ms else None
@@ -343,13 +381,16 @@ def _bandwidth(st: _State) -> list[Finding]:
             [g.name] if share >= 0.5 else sorted(hit),
             {
                 "window": _span(w),
+                "signal": signal.value,
                 "threshold_pct": BW_BOUND_PCT,
                 "slo_tpot_p99_ms": g.slo_tpot_p99_ms,
                 "max_num_seqs": seqs,
                 "instances": hit,
             },
-            f"Memory bandwidth was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding is "
-            "limited by reading weights and KV cache, so more compute would not speed it up.",
+            f"{SIGNAL_TEXT[signal]} was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding "
+            "looks limited by reading weights and KV cache, so more compute would not speed it up"
+            + ("" if signal == BandwidthSignal.DCGM_DRAM_ACTIVE else BUSY_CAVEAT)
+            + ".",
             "; ".join(parts) + ".",
         )
     ]

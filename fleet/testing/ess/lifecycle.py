@@ -75,7 +75,9 @@ class LifecycleHooksMixin(EssBase):
         def expire(at: float) -> None:
             if action.status == "Pending" and action.deadline_s == deadline:
                 hook = self.hooks.get(action.hook_id)
-                self._complete(action, hook.default_result if hook else "CONTINUE", at)
+                # DescribeLifecycleActions reports an action the timeout ended as Timeout, one ended by
+                # CompleteLifecycleAction as Completed
+                self._complete(action, hook.default_result if hook else "CONTINUE", at, status="Timeout")
 
         self.cloud.timers.schedule(deadline, expire, f"ess lifecycle timeout {action.token}")
 
@@ -110,8 +112,8 @@ class LifecycleHooksMixin(EssBase):
         action.deadline_s = self.cloud.now_s() + timeout_s
         self._schedule_timeout(action)
 
-    def _complete(self, action: LifecycleAction, result: str, at: float) -> None:
-        action.status = "Completed"
+    def _complete(self, action: LifecycleAction, result: str, at: float, status: str = "Completed") -> None:
+        action.status = status
         action.result = result
         group = self.groups.get(action.group_id)
         activity = self.activities.get(action.activity_id)

@@ -29,6 +29,8 @@ module "fleet" {
   multi_az_policy           = var.multi_az_policy
   scaling_policy            = var.scaling_policy
   group_deletion_protection = var.group_deletion_protection
+  loadbalancer_ids          = var.loadbalancer_ids
+  alb_server_groups         = var.alb_server_groups
 
   on_demand_base_capacity                  = var.on_demand_base_capacity
   on_demand_percentage_above_base_capacity = var.on_demand_percentage_above_base_capacity

@@ -26,3 +26,6 @@ tags = {
 # Used when no fleet.auto.tfvars.json has been exported yet.
 min_size = 2
 max_size = 20
+
+# The ALB server group in front of vLLM: ESS adds each instance on port 8000 and sets a Standby one's weight to 0.
+alb_server_groups = [{ id = "sgp-example-vllm", port = 8000 }]

@@ -134,6 +134,22 @@ variable "group_deletion_protection" {
   default     = null
 }
 
+variable "loadbalancer_ids" {
+  type        = list(string)
+  description = "Classic Load Balancer (CLB) instances the group's instances join as backends; ESS sets a Standby instance's weight to 0."
+  default     = null
+}
+
+variable "alb_server_groups" {
+  type = list(object({
+    id     = string
+    port   = number
+    weight = optional(number, 100)
+  }))
+  description = "ALB server groups the group's instances join (the vLLM port, the weight of a serving instance)."
+  default     = null
+}
+
 variable "instance_types" {
   type        = list(string)
   description = "GPU instance types in order of preference (ESS falls back to the next one when a zone is out of stock)."
@@ -227,13 +243,14 @@ variable "backstop_alarm" {
     period_s            = optional(number, 300)
     evaluation_count    = optional(number, 3)
     scaling_rule        = optional(string, "scale_out")
-    enabled             = optional(bool, true)
+    enabled             = optional(bool, false)
   })
   description = <<-EOT
     ESS event-triggered task that scales out while the service is down: GPU utilization (an ESS system metric,
     the same CloudMonitor agent reading as instance_gpu_gpu_usedutilization) held above the threshold for
-    evaluation_count periods fires scaling_rule. Set it well above the service's own triggers so the service
-    acts first; enabled = false leaves it out.
+    evaluation_count periods fires scaling_rule. Off by default: vLLM keeps the GPU busy well below its
+    capacity (95 % utilization at ~40 % load), so the alarm fires on a healthy fleet and undoes the service's
+    scale-in. Enable it only as a last resort, with a threshold above the service's own triggers.
   EOT
   default     = null
 }

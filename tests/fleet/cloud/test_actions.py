@@ -44,6 +44,10 @@ def calls_for(c: CloudClients) -> dict[str, Callable[[], object]]:
         "ess.exit_standby": lambda: c.ess.exit_standby("asg-1", ["i-1"], client_token="t3"),
         "ess.remove_instances": lambda: c.ess.remove_instances("asg-1", ["i-1"], client_token="t4"),
         "ess.set_instances_protection": lambda: c.ess.set_instances_protection("asg-1", ["i-1"], True),
+        "ess.describe_lifecycle_actions": lambda: c.ess.describe_lifecycle_actions("asa-1"),
+        "ess.complete_lifecycle_action": lambda: c.ess.complete_lifecycle_action(
+            "ash-1", "token-1", client_token="t5"
+        ),
         "ess.modify_scaling_configuration": lambda: c.ess.modify_scaling_configuration(
             "asc-1", instance_types=["ecs.gn7i-c8g1.2xlarge"]
         ),

@@ -20,6 +20,7 @@ from fleet.cloud import (
     ess,
     make_clients,
 )
+from fleet.cloud.types import LifecycleAction
 from fleet.testing import FakeAliyunServer, mock_aliyun
 
 from .conftest import Sleeps
@@ -140,6 +141,14 @@ def test_actions_sent_to_the_fake_equal_the_actions_tuples(cloud, clients):
     later = cloud.now() + timedelta(days=1)
     task: dict[str, str] = {}
     t0 = cloud.now()
+    # a drain hook, so that the removal below waits in a lifecycle action the drain calls complete
+    cloud.ess.create_lifecycle_hook(group_id, "drain", "SCALE_IN", "CONTINUE", 600, None, None)
+    waiting: dict[str, list[LifecycleAction]] = {}
+
+    def pending_actions() -> list[LifecycleAction]:
+        [removed] = [i for i in clients.ess.describe_scaling_instances(group_id) if i.instance_id == iid]
+        return waiting.setdefault("actions", clients.ess.describe_lifecycle_actions(removed.activity_id))
+
     # Every public adapter method once, in an order the fake's world accepts (reboot last).
     steps = {
         "ess.describe_scaling_groups": lambda: clients.ess.describe_scaling_groups(),
@@ -167,6 +176,11 @@ def test_actions_sent_to_the_fake_equal_the_actions_tuples(cloud, clients):
             cloud.advance(120),
             clients.ess.remove_instances(group_id, [iid], client_token="a4"),
         ),
+        "ess.describe_lifecycle_actions": pending_actions,
+        "ess.complete_lifecycle_action": lambda: [
+            clients.ess.complete_lifecycle_action(a.hook_id, a.token, client_token="a5")
+            for a in pending_actions()
+        ],
         "cms.metric_last": lambda: clients.cms.metric_last("acs_ecs_dashboard", "m", [iid]),
         "cms.metric_list": lambda: clients.cms.metric_list(
             "acs_ecs_dashboard", "m", [iid], t0 - timedelta(hours=1), t0
