@@ -137,7 +137,7 @@ class Service:
         self._reconciled_epoch: int | None = None  # the lease epoch whose interrupted writes were settled
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
-        self.capacity = CapacityTable()
+        self.capacity_table = CapacityTable()
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     # -- the tick -------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ class Service:
             if reading is not None:
                 self.demand.record(spec.name, reading)
             prompt, output = self.demand.mix(spec.name, now)
-            cap = self.capacity.lookup(spec, prompt, output)
+            cap = self.capacity_table.lookup(spec, prompt, output)
             gs.demand = DemandInputs(
                 history=self.demand.series(spec.name, now),
                 capacity_rps=cap.rps,
@@ -456,7 +456,7 @@ class Service:
         """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""
         if spec.predictive.mode != "on" or not spec.predictive.learned_floors:
             return None
-        return learned_floors(spec, self.demand, self.capacity, self._forecast_state(spec.name), now)
+        return learned_floors(spec, self.demand, self.capacity_table, self._forecast_state(spec.name), now)
 
     def _forecast_state(self, group: str) -> ForecastState:
         raw = self.store.load_history()
