@@ -17,10 +17,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
-from fleet.service.store import Store, demand_samples
+from fleet.service.store import Store, demand_samples, forecasts
 from policies import metrics as pm
-from policies.model import DemandSeries, MetricSample
+from policies.model import DemandSeries, GroupHistory, MetricSample
 
 STEP_S = 60.0
 MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
@@ -82,6 +83,17 @@ def read_demand(
         weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
         weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
     )
+
+
+@dataclass(frozen=True)
+class ForecastRow:
+    """What the forecast made at ``made_at`` predicted for ``at`` (req/s), and the demand observed then."""
+
+    at: datetime
+    made_at: datetime
+    forecast_rps: float
+    forecast_upper_rps: float | None
+    actual_rps: float | None
 
 
 def minute_of(at: datetime) -> datetime:
@@ -297,3 +309,69 @@ class DemandLog:
             if 0 <= i < n:
                 rps[i] = v
         return first, rps
+
+
+# -- forecasts: what was predicted, kept to be set against what came -------------------------------------
+def record_forecasts(
+    store: Store, groups: Mapping[str, GroupHistory], now: datetime, conn: Connection
+) -> int:
+    """Store the forecast each group remembered this tick (the policy keeps one a minute: its value at the
+    end of the horizon, which it judges when that time comes); the number of rows written."""
+    rows: list[dict[str, Any]] = []
+    for name, gh in groups.items():
+        state = gh.forecast
+        if state.last_at != now or not state.pending:
+            continue
+        p = state.pending[-1]
+        rows.append(
+            {
+                "service": store.service,
+                "group_name": name,
+                "made_at": now,
+                "at": p.due,
+                "forecast_rps": float(p.mean_rps),
+                "forecast_upper_rps": float(p.upper_rps),
+            }
+        )
+    if not rows:
+        return 0
+    seen = {
+        (r.group_name, r.made_at)
+        for r in conn.execute(
+            sa.select(forecasts.c.group_name, forecasts.c.made_at).where(
+                forecasts.c.service == store.service, forecasts.c.made_at == now
+            )
+        )
+    }
+    fresh = [r for r in rows if (r["group_name"], r["made_at"]) not in seen]
+    if fresh:
+        conn.execute(sa.insert(forecasts), fresh)
+    return len(fresh)
+
+
+def forecast_against_actual(store: Store, group: str, since: datetime, until: datetime) -> list[ForecastRow]:
+    """The forecasts for times in ``[since, until]``, oldest first, each with the demand observed in its
+    minute (None while that minute is still to come, or went unmeasured)."""
+    fq = (
+        sa.select(forecasts)
+        .where(
+            forecasts.c.service == store.service,
+            forecasts.c.group_name == group,
+            forecasts.c.at >= since,
+            forecasts.c.at <= until,
+        )
+        .order_by(forecasts.c.at)
+    )
+    dq = sa.select(demand_samples.c.at, demand_samples.c.request_rate_rps).where(
+        demand_samples.c.service == store.service,
+        demand_samples.c.group_name == group,
+        demand_samples.c.at >= minute_of(since),
+        demand_samples.c.at <= until,
+    )
+    with store.engine.connect() as c:
+        rows = list(c.execute(fq))
+        actual = {minute_of(r.at): r.request_rate_rps for r in c.execute(dq)} if rows else {}
+    return [
+        ForecastRow(r.at, r.made_at, r.forecast_rps, r.forecast_upper_rps, actual.get(minute_of(r.at)))
+        for r in rows
+    ]

@@ -30,7 +30,7 @@ from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import DemandLog
+from fleet.service.demand import DemandLog, record_forecasts
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseManager
@@ -497,6 +497,7 @@ class Service:
             if not self.lease.still_held(lease, now, conn):
                 return False
             self.store.save_history(history, now, lease.epoch, conn)
+            record_forecasts(self.store, plan.history.groups, now, conn)
             for gname, inc in incidents.values():
                 new = self.store.upsert_incident(
                     _incident_record(self.settings.service_name, gname, inc, now), conn

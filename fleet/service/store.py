@@ -175,6 +175,20 @@ demand_samples = sa.Table(
     sa.Column("output_tokens", sa.Float, nullable=True),
 )
 
+# What the predictive scaler's forecast predicted, once a minute per group: the demand at ``at`` (the end of
+# the horizon it looked over), forecast at ``made_at``; the console plots it against ``demand_samples``.
+forecasts = sa.Table(
+    "forecasts",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("group_name", sa.String(200), primary_key=True),
+    sa.Column("made_at", UtcDateTime, primary_key=True),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("forecast_rps", sa.Float, nullable=False),
+    sa.Column("forecast_upper_rps", sa.Float, nullable=True),
+    sa.Index("ix_forecasts_group_at", "service", "group_name", "at"),
+)
+
 
 class Outcome(StrEnum):
     """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""

@@ -1,5 +1,5 @@
 """What the console reads from the store, in few queries: the last decision per group, capacity and demand
-series, a filtered and paged decision log, and (once predictive scaling lands) forecasts.
+series, a filtered and paged decision log, and forecasts against actual demand.
 
 Pages answer within 200 ms with 50 groups and 10,000 decisions (benchmarks/console.py), so each page makes a
 fixed number of queries whatever the number of groups, and reads only the columns it draws.
@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from fleet.service.demand import forecast_against_actual
 from fleet.service.store import DecisionRecord, Store, decisions
 
 # Most rows one page of the decision log shows; older ones are a link away.
@@ -48,10 +49,11 @@ class DecisionFilter:
 
 @dataclass(frozen=True)
 class ForecastPoint:
-    """A forecast of a group's serving need at ``at``; ``actual`` when the time has come."""
+    """The demand (req/s) forecast for ``at``, its upper quantile, and the demand observed then."""
 
     at: datetime
     predicted: float
+    upper: float | None = None
     actual: float | None = None
 
 
@@ -217,17 +219,10 @@ def outcomes_seen(store: Store) -> list[str]:
         return sorted(r[0] for r in c.execute(q))
 
 
-def forecasts(store: Store, group: str, since: datetime, until: datetime) -> list[ForecastPoint] | None:
-    """Forecast against actual for the Group page: the hook predictive scaling fills.
-
-    Returns None while the store keeps no forecasts (the page then says so). Once it does, the store grows a
-    ``forecasts(group, since, until)`` method whose rows have ``at``, ``predicted`` and optionally ``actual``
-    (the serving count observed then), and this plots them with no change to the console.
-    """
-    reader = getattr(store, "forecasts", None)
-    if not callable(reader):
-        return None
+def forecasts(store: Store, group: str, since: datetime, until: datetime) -> list[ForecastPoint]:
+    """Forecast against actual for the Group page: what the forecast predicted for each time of the window
+    (req/s, with its upper quantile) and the demand observed then (``demand_samples``)."""
     return [
-        ForecastPoint(at=r.at, predicted=float(r.predicted), actual=getattr(r, "actual", None))
-        for r in reader(group, since, until)
+        ForecastPoint(at=r.at, predicted=r.forecast_rps, upper=r.forecast_upper_rps, actual=r.actual_rps)
+        for r in forecast_against_actual(store, group, since, until)
     ]

@@ -267,7 +267,7 @@ def group_page(
     name: str,
     g: dict[str, Any],
     points: Sequence[CapacityPoint],
-    forecast: list[ForecastPoint] | None,
+    forecast: list[ForecastPoint],
     window: str,
     viewer: Viewer,
     now: datetime,
@@ -352,17 +352,33 @@ def group_page(
     )
 
 
-def _forecast_section(forecast: list[ForecastPoint] | None, start: datetime, now: datetime) -> Safe:
-    """Forecast against actual: drawn when the store keeps forecasts, else "none"."""
-    head = Safe("<h2>Forecast against actual</h2>")
+def _forecast_section(forecast: list[ForecastPoint], start: datetime, now: datetime) -> Safe:
+    """Forecast against actual, in req/s: what the forecast predicted for each time against the demand
+    observed then; "none" for a group whose forecasts (predictive scaling) recorded nothing in the window."""
+    head = Safe("<h2>Forecast against actual (req/s)</h2>")
     if not forecast:
-        why = "the store keeps no forecasts" if forecast is None else "no forecast rows in this window"
-        return join([head, render('<p class="muted" id="forecast-none">none: {w}.</p>', w=why)])
+        return join(
+            [
+                head,
+                Safe(
+                    '<p class="muted" id="forecast-none">none: no forecasts in this window '
+                    "(predictive scaling off, or not enough demand history yet).</p>"
+                ),
+            ]
+        )
     chart = svg.chart(
         [
-            svg.Series("forecast", "#9467bd", [(f.at, f.predicted) for f in forecast], dash="4 2"),
+            svg.Series("forecast req/s", "#9467bd", [(f.at, f.predicted) for f in forecast], dash="4 2"),
             svg.Series(
-                "actual", "#2ca02c", [(f.at, float(f.actual)) for f in forecast if f.actual is not None]
+                "upper q. req/s",
+                "#c5b0d5",
+                [(f.at, f.upper) for f in forecast if f.upper is not None],
+                dash="1 3",
+            ),
+            svg.Series(
+                "actual req/s",
+                "#2ca02c",
+                [(f.at, f.actual) for f in forecast if f.actual is not None],
             ),
         ],
         start,
@@ -370,7 +386,7 @@ def _forecast_section(forecast: list[ForecastPoint] | None, start: datetime, now
         width=900,
         height=200,
         axis=True,
-        title="forecast against actual",
+        title="forecast against actual demand, req/s",
     )
     return join([head, chart])
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fleet.service.demand import DemandLog, DemandReading, read_demand
+from fleet.service.demand import (
+    DemandLog,
+    DemandReading,
+    forecast_against_actual,
+    read_demand,
+    record_forecasts,
+)
 from fleet.service.store import open_store
 from policies import metrics as pm
-from policies.model import MetricSample
+from policies.model import ForecastState, GroupHistory, MetricSample, PendingForecast
 
 NOW = datetime(2026, 12, 7, 2, 0, 30, tzinfo=UTC)
 
@@ -65,5 +71,48 @@ def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(
         assert kept is not None and fresh is not None
         assert kept.start == fresh.start
         assert kept.rps[:-1] == fresh.rps[:-1]  # all but the open minute, which only the live log has
+    finally:
+        store.close()
+
+
+def remembered(made_at: datetime, horizon_min: int, rps: float, upper: float) -> GroupHistory:
+    """A group history whose forecast remembered, at ``made_at``, ``rps`` for the end of its horizon."""
+    due = made_at + timedelta(minutes=horizon_min)
+    pending = [PendingForecast(due=due, mean_rps=rps, upper_rps=upper)]
+    return GroupHistory(forecast=ForecastState(pending=pending, last_at=made_at))
+
+
+def test_forecasts_are_stored_once_and_read_back_against_the_demand_observed_then(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        for k in range(3):  # forecasts made at NOW+k min for NOW+k+10 min (mid-minute: 20 s past)
+            made = NOW + timedelta(minutes=k, seconds=20)
+            groups = {"chat": remembered(made, 10, 3.0 + k, 4.5 + k), "idle": GroupHistory()}
+            with store.begin() as conn:
+                assert record_forecasts(store, groups, made, conn) == 1
+            with store.begin() as conn:  # the same tick again (a retry) writes nothing twice
+                assert record_forecasts(store, groups, made, conn) == 0
+        with store.begin() as conn:  # a tick that remembered nothing new (last_at is older) writes nothing
+            later = NOW + timedelta(minutes=3)
+            assert record_forecasts(store, {"chat": remembered(NOW, 10, 9.0, 9.0)}, later, conn) == 0
+        # demand observed for the first two of the forecast minutes only
+        DemandLog(store, {"chat": 86400}).write(
+            "chat",
+            [
+                DemandReading(NOW + timedelta(minutes=10), 2.5),
+                DemandReading(NOW + timedelta(minutes=11), 5.0),
+            ],
+        )
+        rows = forecast_against_actual(store, "chat", NOW, NOW + timedelta(hours=1))
+        assert [(r.forecast_rps, r.forecast_upper_rps, r.actual_rps) for r in rows] == [
+            (3.0, 4.5, 2.5),
+            (4.0, 5.5, 5.0),
+            (5.0, 6.5, None),
+        ]
+        assert rows[0].at == NOW + timedelta(minutes=10, seconds=20)
+        assert rows[0].made_at == NOW + timedelta(seconds=20)
+        # the window is on the time forecast for, and other groups are not mixed in
+        assert len(forecast_against_actual(store, "chat", NOW, NOW + timedelta(minutes=11))) == 1
+        assert forecast_against_actual(store, "idle", NOW, NOW + timedelta(hours=1)) == []
     finally:
         store.close()

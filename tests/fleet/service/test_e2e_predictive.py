@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleet.service.demand import DemandLog, DemandReading, minute_of
+from fleet.service.demand import DemandLog, DemandReading, forecast_against_actual, minute_of
 from fleet.service.store import open_store
 from tests.fleet.service.test_e2e import wait_for, world  # noqa: F401 - the fixture
 
@@ -58,6 +58,18 @@ def test_seasonal_history_raises_capacity_ahead_of_the_ramp_and_writes_the_learn
     for key in ("demand_rps", "forecast_rps", "forecast_upper_rps", "capacity_per_instance_rps"):
         assert first.inputs[key] is not None
     assert first.inputs["forecast_method"] == "seasonal"
+    # the service records what its forecast predicted for the end of the horizon (10m), for the console
+    now = datetime.now(UTC)
+    made = forecast_against_actual(
+        world.store(), "chat", now - timedelta(hours=1), now + timedelta(minutes=11)
+    )
+    assert made and all(
+        timedelta(minutes=10) - timedelta(seconds=1) <= r.at - r.made_at <= timedelta(minutes=10, seconds=1)
+        and r.forecast_rps > 0
+        and r.forecast_upper_rps is not None
+        and r.forecast_upper_rps >= r.forecast_rps
+        for r in made
+    ), made
     tasks = wait_for(
         lambda: {n: t for n, t in world.scheduled_tasks().items() if "-learned-" in n},
         what="learned-floor scheduled tasks",

@@ -4,7 +4,6 @@ every action. Fast; the browser-level checks live in test_browser.py."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,8 +11,10 @@ from starlette.testclient import TestClient
 
 from fleet.service.api import create_app
 from fleet.service.console.security import SESSION_COOKIE, issue_session
+from fleet.service.demand import DemandLog, DemandReading, record_forecasts
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.store import DecisionRecord, IncidentRecord, open_store
+from tests.fleet.service.test_demand import remembered
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 TOKEN = "console-token-1"
@@ -287,27 +288,35 @@ def test_decisions_page_answers_a_bad_since_with_a_message(client, store):
     assert "is not a duration" in text
 
 
-def test_group_page_says_there_is_no_forecast_when_the_store_keeps_none(client, store):
+def test_group_page_says_there_is_no_forecast_for_a_group_without_forecasts(client, store):
     _decision(store)
     text = client.get("/console/groups/chat?window=1h").text
     assert 'id="forecast-none"' in text and "<svg" in text
+    assert "forecast req/s" not in text
 
 
-@dataclass
-class _Row:
-    at: datetime
-    predicted: float
-    actual: float | None
-
-
-def test_group_page_plots_forecast_rows_when_the_store_has_them(store):
-    class WithForecasts(type(store)):
-        def forecasts(self, group, since, until):
-            return [_Row(T0 - timedelta(minutes=20), 5.0, 4.0), _Row(T0 - timedelta(minutes=10), 6.0, None)]
-
-    rich = WithForecasts(store.engine, store.service)
-    text = TestClient(_app(rich)).get("/console/groups/chat").text
-    assert 'id="forecast-none"' not in text and "forecast against actual" in text
+def test_group_page_plots_recorded_forecasts_against_the_observed_demand_in_req_per_s(store):
+    for made, rps, upper in [(40, 5.0, 6.5), (30, 6.0, 7.5), (20, 7.0, 9.0)]:
+        made_at = T0 - timedelta(minutes=made)
+        with store.begin() as conn:
+            record_forecasts(store, {"chat": remembered(made_at, 10, rps, upper)}, made_at, conn)
+    # demand observed for the first two forecast times (T0-30m, T0-20m); the third's minute went unmeasured
+    DemandLog(store, {"chat": 86400}).write(
+        "chat",
+        [DemandReading(T0 - timedelta(minutes=30), 4.0), DemandReading(T0 - timedelta(minutes=20), 6.2)],
+    )
+    text = TestClient(_app(store, groups=("chat", "batch"))).get("/console/groups/chat?window=1h").text
+    assert 'id="forecast-none"' not in text and "Forecast against actual (req/s)" in text
+    section = text[text.index("Forecast against actual") :]
+    lines = re.findall(r'<polyline[^>]*points="([^"]+)"><title>([^<]+)</title>', section.split("</svg>")[0])
+    by_label = {label: pts.split() for pts, label in lines}
+    assert set(by_label) == {"forecast req/s", "upper q. req/s", "actual req/s"}
+    # step lines: the forecast and its upper quantile take three values, the actual two (4.0 and 6.2 req/s)
+    assert len({p.split(",")[1] for p in by_label["forecast req/s"]}) == 3
+    assert len({p.split(",")[1] for p in by_label["upper q. req/s"]}) == 3
+    assert len({p.split(",")[1] for p in by_label["actual req/s"]}) == 2
+    other = TestClient(_app(store, groups=("chat", "batch"))).get("/console/groups/batch?window=1h").text
+    assert 'id="forecast-none"' in other
 
 
 def test_unknown_group_page_is_404(client):
