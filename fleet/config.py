@@ -75,6 +75,23 @@ class ApiConfig(_Section):
 
 class LeaseConfig(_Section):
     ttl_s: Duration = Field(default=30.0, gt=0, description="a replica that stops renewing loses the lease")
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="groups are split into this many shards, each with its own lease, spread over the "
+        "running replicas (1: one leader for all groups)",
+    )
+
+
+class ObserveConfig(_Section):
+    workers: int = Field(default=8, ge=1, le=64, description="concurrent cloud reads per product")
+    instances_refresh_s: Duration = Field(
+        default=0.0,
+        ge=0,
+        description="re-read a group's scaling instances at least this often while its capacity counts are "
+        "unchanged (0: every tick)",
+    )
 
 
 class MetricsSource(_Section):
@@ -147,6 +164,7 @@ class FleetConfig(BaseSettings):
     tick_interval_s: Duration = Field(default=15.0, gt=0)
     api: ApiConfig = Field(default_factory=ApiConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    observe: ObserveConfig = Field(default_factory=ObserveConfig)
     schedule_sync_interval_s: Duration = Field(
         default=300.0, gt=0, description="how often the service re-syncs its ESS scheduled tasks"
     )

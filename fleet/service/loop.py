@@ -31,6 +31,7 @@ from fleet.service.lease import Lease, LeaseManager
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import Observation, Observer
+from fleet.service.pool import CallPools
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.snapshot import build_snapshot
@@ -93,7 +94,14 @@ class Service:
         self.holder_id = holder_id
         self.metrics = metrics
         self.lease = LeaseManager(store.engine, settings.service_name, holder_id, settings.lease_ttl_s)
-        self.observer = Observer(clients, specs, on_error=self._count_error)
+        self.pools = CallPools(workers=settings.observe_workers)
+        self.observer = Observer(
+            clients,
+            specs,
+            on_error=self._count_error,
+            pools=self.pools,
+            instances_refresh_s=settings.instances_refresh_s,
+        )
         self.actuator = Actuator(
             clients,
             store,
@@ -207,6 +215,8 @@ class Service:
                 result.errors.append("lease lost before a write")
                 return
             res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
+            if any(s.outcome == Outcome.APPLIED for s in [*steps, *([res] if res else [])]):
+                self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
             if res is not None:
                 result.actions.append(res)
                 if res.outcome == Outcome.FENCED:
@@ -399,6 +409,7 @@ class Service:
         if self.notifier is not None:
             self.notifier.stop(timeout_s=5)
         logging.getLogger("fleet.cloud").removeHandler(self._retried)
+        self.pools.close()
         self.store.close()
 
 
