@@ -214,6 +214,7 @@ def status(
     else:
         state = "held until" if lease["valid"] else "expired at"  # a released lease expires at once
         console.print(f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} {lease['expires_at']})")
+    _print_shards(view.get("shards", []))
     table = Table()
     table.add_column("group", no_wrap=True)
     table.add_column("paused")
@@ -231,6 +232,27 @@ def status(
         )
     console.print(table)
     _print_incidents(view["incidents"])
+
+
+def _print_shards(shards: list[dict[str, Any]]) -> None:
+    """Which replica owns which shard, and each shard's last tick (only when the service is sharded)."""
+    if len(shards) <= 1:
+        return
+    from rich.table import Table
+
+    table = Table(title="shards")
+    for col in ("shard", "holder", "epoch", "lease", "last tick (UTC)", "groups"):
+        table.add_column(col, no_wrap=col != "groups")
+    for s in shards:
+        table.add_row(
+            str(s["shard"]),
+            s["holder"],
+            str(s["epoch"]),
+            "held" if s["valid"] else "expired",
+            (s["last_tick"] or "-")[:19],
+            str(len(s["groups"])),
+        )
+    console.print(table)
 
 
 def decisions(

@@ -19,21 +19,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
+from fleet.cloud.retry import count_calls
 from fleet.service.actuate import ActionResult, Actuator
-from fleet.service.lease import Lease, LeaseManager
+from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import Observation, Observer
 from fleet.service.pool import CallPools
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
+from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
@@ -60,6 +63,8 @@ class TickResult:
     errors: list[str] = field(default_factory=list)
     observed_groups: list[str] = field(default_factory=list)
     api_calls: int = 0
+    calls_by_action: dict[str, int] = field(default_factory=dict)
+    shard_epochs: dict[int, int] = field(default_factory=dict)  # shard -> epoch, for the shards it led
     duration_s: float = 0.0
 
     @property
@@ -93,7 +98,12 @@ class Service:
         self.notifier = notifier
         self.holder_id = holder_id
         self.metrics = metrics
-        self.lease = LeaseManager(store.engine, settings.service_name, holder_id, settings.lease_ttl_s)
+        self.shards = ShardCoordinator(
+            store.engine, settings.service_name, holder_id, settings.lease_ttl_s, settings.lease_shards
+        )
+        self.lease = self.shards.managers[0]  # with one shard: the service's single leader lease
+        self.owned: dict[int, int] = {}  # shard -> epoch held at the last tick
+        self.shard_ticks: dict[int, datetime] = {}  # shard -> when this replica last ticked it
         self.pools = CallPools(workers=settings.observe_workers)
         self.observer = Observer(
             clients,
@@ -127,7 +137,12 @@ class Service:
             started = time.perf_counter()
             result = TickResult(at=now, leader=False)
             try:
-                self._tick(now, result)
+                with count_calls() as counts:
+                    try:
+                        self._tick(now, result)
+                    finally:
+                        result.calls_by_action = dict(counts)
+                        result.api_calls = sum(counts.values())
             except Exception as exc:  # a tick must never kill the loop; the next one starts clean
                 log.exception("tick failed")
                 result.errors.append(f"{type(exc).__name__}: {exc}")
@@ -136,54 +151,89 @@ class Service:
             outcome = "error" if result.errors else ("acted" if result.leader else "standby")
             self.metrics.ticks.labels(outcome=outcome).inc()
             self.metrics.leader.set(1 if result.leader else 0)
+            self._export_tick(result)
             self.last_tick = result
             return result
 
     def _tick(self, now: datetime, result: TickResult) -> None:
-        lease = self.lease.acquire(now)
-        if lease is None:
-            return
-        result.leader = True
-        result.lease_epoch = lease.epoch
-        history = self._load_history()
-        paused = self.store.paused_groups()
-        requests = self.store.pending_requests()
-        observation = self.observer.observe(now)
-        self.last_observation = observation
-        result.api_calls = observation.api_calls
-        result.observed_groups = [n for n, g in observation.groups.items() if g.ok]
-        problems = [str(err) for err in observation.errors]
-        for name, g in observation.groups.items():
-            if not g.ok:
-                problems += [f"group {name}: {e}" for e in g.errors if e not in problems]
-        result.errors.extend(problems)
-        snapshot, unmatched = build_snapshot(
-            self.store, self.specs, now, observation, paused, requests, history
-        )
-        plan = decide(snapshot, self.policy, history, now)
-        result.plan = plan
-
         tick_started = time.monotonic()
 
-        def fence() -> bool:
-            # ``now`` may be virtual (simulation): advance it by the real time this tick has taken.
-            elapsed = timedelta(seconds=time.monotonic() - tick_started)
-            return self.lease.still_held(lease, now + elapsed)
+        def tick_now() -> datetime:
+            # ``now`` may be virtual (simulation): advance it by the real time this tick has taken since it
+            # started (not since the observation ended: a lease that ran out during a slow observe must fail).
+            return now + timedelta(seconds=time.monotonic() - tick_started)
 
+        held = self.shards.acquire(now)
+        self.owned = {k: lease.epoch for k, lease in held.items()}
+        if not held:
+            return
+        result.leader = True
+        result.lease_epoch = held[min(held)].epoch
+        result.shard_epochs = dict(self.owned)
+        with ExitStack() as stack:
+            # Renewed in the background while the tick runs, so a tick longer than the TTL keeps its leases.
+            renew_s = self.settings.lease_renew_interval_s
+            keepers = {
+                k: stack.enter_context(LeaseKeeper(self.shards.managers[k], lease, tick_now, renew_s))
+                for k, lease in held.items()
+            }
+            names = [s.name for s in self.specs if shard_of(s.name, self.shards.shards) in held]
+            paused = self.store.paused_groups()
+            requests = self.store.pending_requests()
+            observation = self.observer.observe(now, names)
+            self.last_observation = observation
+            result.observed_groups = [n for n, g in observation.groups.items() if g.ok]
+            problems = [str(err) for err in observation.errors]
+            for name, g in observation.groups.items():
+                if not g.ok:
+                    problems += [f"group {name}: {e}" for e in g.errors if e not in problems]
+            result.errors.extend(problems)
+            for k in sorted(held):
+                if not keepers[k].renew_now():  # the observation may have been slow: renew, or stop here
+                    result.errors.append(f"shard {k}: lease lost during the observation: nothing written")
+                    continue
+                specs = [s for s in self.specs if shard_of(s.name, self.shards.shards) == k]
+                part = _part(observation, [s.name for s in specs], first=k == min(held))
+                self._tick_shard(k, keepers[k], specs, part, now, paused, requests, result)
+                self.shard_ticks[k] = now
+
+    def _tick_shard(
+        self,
+        shard: int,
+        keeper: LeaseKeeper,
+        specs: list[GroupSpec],
+        observation: Observation,
+        now: datetime,
+        paused: set[str],
+        requests: list,
+        result: TickResult,
+    ) -> None:
+        """Decide, persist and actuate one shard's groups, every write fenced by that shard's lease."""
+        key = history_key(self.settings.service_name, shard, self.shards.shards)
+        history = self._load_history(key)
+        snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
+        if self.shards.shards > 1:
+            # A request naming another shard's instance is that shard's to apply: only the matched ones here.
+            taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
+            requests = [r for r in requests if f"req-{r.id}" in taken]
+            unmatched = []
+        plan = decide(snapshot, PolicySpec(groups=tuple(specs)), history, now)
+        result.plan = plan if result.plan is None else _merged(result.plan, plan)
+        fence = keeper.held  # re-checked against the store immediately before each cloud write
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
-        if not self._persist(plan, now, lease, requests, unmatched):
+        if not self._persist(plan, keeper, requests, unmatched, now, key):
             result.errors.append("lease lost before the history was saved: nothing written")
             return
         if self._schedule_sync_due(now):
-            result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
-        self._actuate(plan, observation, now, lease, fence, paused, result)
+            result.schedule_changes += self._sync_schedules(now, observation, keeper.lease, fence, specs)
+        self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
-    def _load_history(self) -> History | None:
-        raw = self.store.load_history()
+    def _load_history(self, key: str | None = None) -> History | None:
+        raw = self.store.load_history(key)
         return None if raw is None else History.model_validate(raw)
 
     # -- actuation ------------------------------------------------------------------------------------
@@ -226,17 +276,33 @@ class Service:
                 if a.outcome in (Outcome.ERROR, Outcome.FAILED) and a.error:
                     result.errors.append(a.error)
 
+    def _export_tick(self, result: TickResult) -> None:
+        """Calls per Action and shard ownership of the tick just run (``/metrics``)."""
+        self.metrics.calls_per_tick.clear()
+        for action, n in result.calls_by_action.items():
+            self.metrics.calls_per_tick.labels(action=action).set(n)
+        for k in range(self.shards.shards):
+            self.metrics.shard_owned.labels(shard=str(k)).set(1 if k in self.owned else 0)
+        self.metrics.shard_epoch.clear()
+        for k, epoch in self.owned.items():
+            self.metrics.shard_epoch.labels(shard=str(k)).set(epoch)
+
     def _schedule_sync_due(self, now: datetime) -> bool:
         if self._last_schedule_sync is None:
             return True
         return (now - self._last_schedule_sync).total_seconds() >= self.settings.schedule_sync_interval_s
 
     def _sync_schedules(
-        self, now: datetime, observation: Observation, lease: Lease, fence: Callable[[], bool]
+        self,
+        now: datetime,
+        observation: Observation,
+        lease: Lease,
+        fence: Callable[[], bool],
+        specs: list[GroupSpec] | None = None,
     ) -> list[TaskChange]:
         changes: list[TaskChange] = []
         complete = True
-        for spec in self.specs:
+        for spec in self.specs if specs is None else specs:
             g = observation.groups.get(spec.name)
             if g is None or not g.ok or g.group is None or not spec.schedules:
                 complete = complete and (g is not None and g.ok)
@@ -283,8 +349,11 @@ class Service:
         return changes
 
     # -- recording ------------------------------------------------------------------------------------
-    def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> bool:
+    def _persist(
+        self, plan: Plan, keeper: LeaseKeeper, requests: list, unmatched: list, now: datetime, key: str
+    ) -> bool:
         """Save the plan's history, incidents and handled requests in one transaction, fenced by the lease."""
+        lease = keeper.lease
         history = plan.history.model_dump(mode="json")
         applied_ops: set[str] = set()
         for gh in plan.history.groups.values():
@@ -297,9 +366,9 @@ class Service:
             for inc in gp.incidents:
                 incidents[inc.incident_id] = (gp.group, inc)
         with self.store.begin() as conn:
-            if not self.lease.still_held(lease, now, conn):
+            if keeper.lost or not keeper.manager.still_held(lease, keeper.now(), conn):
                 return False
-            self.store.save_history(history, now, lease.epoch, conn)
+            self.store.save_history(history, now, lease.epoch, conn, key=key)
             for gname, inc in incidents.values():
                 new = self.store.upsert_incident(
                     _incident_record(self.settings.service_name, gname, inc, now), conn
@@ -403,7 +472,7 @@ class Service:
     def close(self, release_lease: bool = True) -> None:
         if release_lease:
             try:
-                self.lease.release(wall_clock())
+                self.shards.release(wall_clock())
             except Exception:  # the database may be gone at shutdown; the lease then simply expires
                 log.warning("could not release the lease at shutdown")
         if self.notifier is not None:
@@ -435,4 +504,26 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         isolated_at=inc.isolated_at,
         closed_at=inc.closed_at,
         body=inc.model_dump(mode="json"),
+    )
+
+
+def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:
+    """The part of a tick's observation that concerns one shard's groups (its errors go with the first)."""
+    return Observation(
+        at=observation.at,
+        groups={n: observation.groups[n] for n in names if n in observation.groups},
+        errors=list(observation.errors) if first else [],
+        api_calls=observation.api_calls if first else 0,
+    )
+
+
+def _merged(a: Plan, b: Plan) -> Plan:
+    """Two shards' plans as one, for the tick's result and the status view (histories stay per shard)."""
+    groups = {**a.history.groups, **b.history.groups}
+    return a.model_copy(
+        update={
+            "groups": [*a.groups, *b.groups],
+            "warnings": [*a.warnings, *b.warnings],
+            "history": a.history.model_copy(update={"groups": groups}),
+        }
     )

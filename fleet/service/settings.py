@@ -25,6 +25,7 @@ class ServiceSettings:
     tick_interval_s: float = 15.0
     lease_ttl_s: float = 45.0
     lease_shards: int = 1
+    lease_renew_interval_s: float | None = None  # None: a third of the TTL (0: never renewed mid-tick)
     observe_workers: int = 8
     instances_refresh_s: float = 0.0
     schedule_sync_interval_s: float = 300.0
