@@ -22,6 +22,7 @@ can refuse to scale in on it. Staleness is tracked per group and metric as the a
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -276,18 +277,20 @@ class Observer:
         signature = _signature(group)
         with self._cache_lock:
             cached = self._instances.get(spec.name)
-        fresh = (
-            cached is not None
-            and cached.signature == signature
-            and (now - cached.read_at).total_seconds() < self.instances_refresh_s
-        )
+        changed = cached is None or cached.signature != signature
+        # Each group's refresh falls due between half and all of instances_refresh_s after its read (by a
+        # hash of its name), so the groups read together at start-up do not all fall due in the same tick.
+        due_s = self.instances_refresh_s * (0.5 + 0.5 * (_hash_fraction(spec.name)))
+        fresh = not changed and cached is not None and (now - cached.read_at).total_seconds() < due_s
         if fresh and cached is not None:
             g.instances = list(cached.instances)
         else:
             g.instances = clients.ess.describe_scaling_instances(group.group_id)
             with self._cache_lock:
                 self._instances[spec.name] = _Cached(signature, now, list(g.instances))
-        if not fresh or _in_flight(group):
+        # An activity shows in the counts (instances joining or leaving, or size short of desired); a refresh
+        # that is only due by time, with counts unchanged and nothing in flight, need not read them.
+        if changed or self.instances_refresh_s <= 0 or _in_flight(group):
             g.activities_in_progress = clients.ess.describe_scaling_activities(
                 group.group_id, status_code="InProgress", limit=10
             )
@@ -393,6 +396,11 @@ def _source_key(spec: GroupSpec) -> tuple[object, ...]:
         labels = tuple(sorted((getattr(config, "labels", None) or {}).items()))
         return (kind, str(config.url), labels, getattr(config, "instance_label", None))
     return (kind,)
+
+
+def _hash_fraction(name: str) -> float:
+    """A stable number in [0, 1) from a group's name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") / 2**32
 
 
 def _signature(group: ScalingGroup) -> tuple[object, ...]:

@@ -94,6 +94,8 @@ def test_unchanged_groups_reuse_their_instances_until_the_refresh(tmp_path):
         cloud.calls.clear()
         observer.observe(cloud.now())
         assert _calls(cloud, "DescribeScalingInstances") == 3  # the refresh is due for every group
+        # due by time only for the two untouched groups: no activity read; the scaled one changed counts
+        assert _calls(cloud, "DescribeScalingActivities") == 1
 
 
 def test_large_fleets_read_metrics_by_namespace_and_ecs_by_exception(tmp_path):
