@@ -29,6 +29,7 @@ COMMAND_MODULES: list[str] = [
     "simulate",
     "fake_cloud",
     "diagnose",
+    "bench",
 ]
 
 
