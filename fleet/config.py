@@ -121,9 +121,21 @@ class MetricsSource(_Section):
 
 
 class GroupConfig(GroupSpec):
-    """A group's policy plus where its metrics come from."""
+    """A group's policy plus where its metrics come from, and where it lives."""
 
     metrics_source: MetricsSource = Field(default_factory=MetricsSource)
+    region: str | None = Field(
+        default=None, min_length=1, description="its region (default: the top level's)"
+    )
+    account: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a credentials profile of the Alibaba Cloud credentials chain, listed under accounts",
+    )
+
+
+class AccountConfig(_Section):
+    account_id: str = Field(min_length=1, description="the account's id, for its custom metric namespace")
 
 
 _ENV: ContextVar[Mapping[str, str] | None] = ContextVar("fleet_config_env", default=None)
@@ -157,6 +169,10 @@ class FleetConfig(BaseSettings):
     region: str = Field(min_length=1, description="Alibaba Cloud region id, e.g. cn-chengdu")
     account_id: str | None = Field(default=None, description="for the custom metric namespace")
     groups: tuple[GroupConfig, ...] = Field(description="at least one scaling group")
+    accounts: dict[str, AccountConfig] = Field(
+        default_factory=dict,
+        description="credentials profile name -> its account (groups name one by account)",
+    )
     notifications: tuple[NotificationChannel, ...] = ()
     database_url: str | None = Field(
         default=None, repr=False, description="default: sqlite file fleet.db (may hold a password: no repr)"
@@ -193,7 +209,17 @@ class FleetConfig(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError("group names must be unique: " + ", ".join(dupes))
+        for g in self.groups:
+            if g.account is not None and g.account not in self.accounts:
+                known = ", ".join(sorted(self.accounts)) or "none"
+                raise ValueError(
+                    f"groups[{g.name}].account {g.account!r} is not under accounts: (listed: {known})"
+                )
         return self
+
+    def scopes(self) -> list[tuple[str | None, str | None]]:
+        """Every (account, region) the groups live in; None parts are the top level's."""
+        return sorted({(g.account, g.region) for g in self.groups}, key=lambda s: (s[0] or "", s[1] or ""))
 
     def policy(self) -> PolicySpec:
         """The policy part alone (``decide`` also accepts the FleetConfig itself)."""

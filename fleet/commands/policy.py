@@ -93,6 +93,7 @@ def register(app: typer.Typer) -> None:
         if config is None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)
+        _check_profiles(cfg, config)
         for warning in cfg.warnings():
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",
@@ -101,6 +102,25 @@ def register(app: typer.Typer) -> None:
             )
         names = ", ".join(g.name for g in cfg.groups)
         console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
+
+
+def _check_profiles(cfg: Any, config: Path) -> None:
+    """Every account a group names must be a profile the credentials chain can find: one line, exit 2."""
+    import os
+
+    from fleet.cloud.clients import known_profiles
+
+    wanted = sorted({g.account for g in cfg.groups if g.account})
+    if not wanted:
+        return
+    known = known_profiles(os.environ)
+    for g in cfg.groups:
+        if g.account and g.account not in known:
+            fail(
+                f"{config}: groups[{g.name}].account: profile {g.account!r} is not in the Alibaba Cloud "
+                "credentials (~/.alibabacloud/credentials.ini, $ALIBABA_CLOUD_CREDENTIALS_FILE, "
+                "~/.aliyun/config.json)"
+            )
 
 
 def _render(plan: Any) -> None:

@@ -108,7 +108,13 @@ def serve(
         fail(str(exc))
     try:
         service = build_service(
-            cfg, clients, database_url=url, dry_run=dry_run, holder_id=holder, settings=settings
+            cfg,
+            clients,
+            database_url=url,
+            dry_run=dry_run,
+            holder_id=holder,
+            settings=settings,
+            clients_for=scoped_clients(cfg, clients),
         )
     except Exception as exc:
         fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
@@ -232,6 +238,26 @@ def status(
         )
     console.print(table)
     _print_incidents(view["incidents"])
+
+
+def scoped_clients(cfg: Any, default: Any) -> Any:
+    """Clients per (account, region) a group names: the profile's keys (or the default chain) and the
+    account's id for its custom metric namespace; groups naming neither share ``default``."""
+    import os
+
+    from fleet.cloud.clients import make_clients, profile_credential
+
+    cache: dict[tuple[str | None, str | None], Any] = {(None, None): default}
+
+    def clients_for(scope: tuple[str | None, str | None]) -> Any:
+        if scope not in cache:
+            account, region = scope
+            account_id = cfg.accounts[account].account_id if account else (cfg.account_id or "unset")
+            credential = profile_credential(account, os.environ) if account else None
+            cache[scope] = make_clients(region or cfg.region, account_id, credential=credential)
+        return cache[scope]
+
+    return clients_for
 
 
 def _print_shards(shards: list[dict[str, Any]]) -> None:

@@ -32,7 +32,7 @@ from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
-from fleet.service.observe import Observation, Observer
+from fleet.service.observe import ClientsFor, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
@@ -87,8 +87,11 @@ class Service:
         notifier: Notifier | None,
         holder_id: str,
         metrics: ServiceMetrics,
+        clients_for: ClientsFor | None = None,
     ) -> None:
         self.specs = specs
+        # Clients per (account, region) of the groups (fleet.yaml's region/account); default: one set.
+        self.clients_for: ClientsFor = clients_for or (lambda _scope: clients)
         self.policy = PolicySpec(groups=tuple(specs))
         self.clients = clients
         self.store = store
@@ -111,22 +114,30 @@ class Service:
             on_error=self._count_error,
             pools=self.pools,
             instances_refresh_s=settings.instances_refresh_s,
+            clients_for=self.clients_for,
         )
-        self.actuator = Actuator(
-            clients,
-            store,
-            service=settings.service_name,
-            metrics=metrics,
-            dry_run=dry_run,
-            notify=self._notify,
-            notify_scale_min_change=settings.notify_scale_min_change,
-        )
+        self._actuators: dict[Scope, Actuator] = {}
+        self.actuator = self.actuator_for((None, None))
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
         self._lock = threading.Lock()  # one tick at a time, whoever calls
+
+    def actuator_for(self, scope: Scope) -> Actuator:
+        """The actuator writing through the clients of one (account, region)."""
+        if scope not in self._actuators:
+            self._actuators[scope] = Actuator(
+                self.clients_for(scope),
+                self.store,
+                service=self.settings.service_name,
+                metrics=self.metrics,
+                dry_run=self.dry_run,
+                notify=self._notify,
+                notify_scale_min_change=self.settings.notify_scale_min_change,
+            )
+        return self._actuators[scope]
 
     # -- the tick -------------------------------------------------------------------------------------
     def tick(self, now: datetime) -> TickResult:
@@ -257,14 +268,13 @@ class Service:
             gh = plan.history.groups.get(gp.group)
             breaker_open = bool(gh and gh.breaker.open)
             has_channel = self.notifier is not None and self.notifier.has_channels
-            steps = self.actuator.steps(
-                gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel
-            )
+            actuator = self.actuator_for(scope_of(spec))
+            steps = actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
             result.actions.extend(steps)
             if any(s.outcome == Outcome.FENCED for s in steps):
                 result.errors.append("lease lost before a write")
                 return
-            res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
+            res = actuator.scale(gp, observed, now, lease.epoch, fence)
             if any(s.outcome == Outcome.APPLIED for s in [*steps, *([res] if res else [])]):
                 self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
             if res is not None:
@@ -311,7 +321,7 @@ class Service:
                 return changes
             try:
                 group_changes = sync_group(
-                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run
+                    self.clients_for(scope_of(spec)).ess, spec, g.group.group_id, now, dry_run=self.dry_run
                 )
             except CloudError as exc:
                 self._count_error(exc)

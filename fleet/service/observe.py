@@ -218,7 +218,20 @@ class Observer:
                 obs.groups[spec.name] = g
                 continue
             resolved.append((spec, group))
-        read = self.pools.run("ess", lambda job: self._read_group(clients, job[0], job[1], now), resolved)
+        # Only groups with something to read go through the (rate-limited) pool; the others are cached.
+        needy = [job for job in resolved if any(self._reads_needed(job[0], job[1], now))]
+        got_by_name = {
+            spec.name: got
+            for (spec, _), got in zip(
+                needy,
+                self.pools.run("ess", lambda job: self._read_group(clients, job[0], job[1], now), needy),
+                strict=True,
+            )
+        }
+        read = [
+            got_by_name.get(spec.name) or self._read_group(clients, spec, group, now)
+            for spec, group in resolved
+        ]
         observed: list[tuple[GroupSpec, GroupObservation]] = []
         for (spec, _), got in zip(resolved, read, strict=True):
             if isinstance(got, CloudError):
@@ -274,27 +287,32 @@ class Observer:
     ) -> GroupObservation:
         """A group's instances (cached while its counts are unchanged) and its activities in progress."""
         g = GroupObservation(name=spec.name, ok=True, group=group)
-        signature = _signature(group)
-        with self._cache_lock:
-            cached = self._instances.get(spec.name)
-        changed = cached is None or cached.signature != signature
-        # Each group's refresh falls due between half and all of instances_refresh_s after its read (by a
-        # hash of its name), so the groups read together at start-up do not all fall due in the same tick.
-        due_s = self.instances_refresh_s * (0.5 + 0.5 * (_hash_fraction(spec.name)))
-        fresh = not changed and cached is not None and (now - cached.read_at).total_seconds() < due_s
-        if fresh and cached is not None:
-            g.instances = list(cached.instances)
-        else:
+        read_instances, read_activities = self._reads_needed(spec, group, now)
+        if read_instances:
             g.instances = clients.ess.describe_scaling_instances(group.group_id)
             with self._cache_lock:
-                self._instances[spec.name] = _Cached(signature, now, list(g.instances))
-        # An activity shows in the counts (instances joining or leaving, or size short of desired); a refresh
-        # that is only due by time, with counts unchanged and nothing in flight, need not read them.
-        if changed or self.instances_refresh_s <= 0 or _in_flight(group):
+                self._instances[spec.name] = _Cached(_signature(group), now, list(g.instances))
+        else:
+            g.instances = list(self._instances[spec.name].instances)
+        if read_activities:
             g.activities_in_progress = clients.ess.describe_scaling_activities(
                 group.group_id, status_code="InProgress", limit=10
             )
         return g
+
+    def _reads_needed(self, spec: GroupSpec, group: ScalingGroup, now: datetime) -> tuple[bool, bool]:
+        """(read the instances, read the activities) for a group this tick."""
+        with self._cache_lock:
+            cached = self._instances.get(spec.name)
+        changed = cached is None or cached.signature != _signature(group)
+        # Each group's refresh falls due between half and all of instances_refresh_s after its read (by a
+        # hash of its name), so the groups read together at start-up do not all fall due in the same tick.
+        due_s = self.instances_refresh_s * (0.5 + 0.5 * _hash_fraction(spec.name))
+        stale = cached is None or (now - cached.read_at).total_seconds() >= due_s
+        # An activity shows in the counts (instances joining or leaving, or size short of desired); a refresh
+        # that is only due by time, with counts unchanged and nothing in flight, need not read them.
+        activities = changed or self.instances_refresh_s <= 0 or _in_flight(group)
+        return changed or stale, activities
 
     def _read_ecs(self, clients: CloudClients, groups: list[GroupObservation], obs: Observation) -> None:
         # DescribeInstancesFullStatus takes up to 100 ids per call and carries each instance's active

@@ -4,8 +4,8 @@ A tick's reads that cannot be batched into one call (a group's scaling instances
 different metrics) run concurrently, so a tick's wall time is bounded by the slowest product's share rather
 than by the sum of every call's latency. Each product gets its own bounded thread pool and a token bucket
 that keeps the request rate within what the account may send: CloudMonitor documents at most 50 calls per
-second per API and account (aliyun-api.md section 2); ESS and ECS publish no figure, so their defaults are
-conservative. Throttling that still happens is retried by the adapters (``fleet.cloud.retry``) as before.
+second per API and account (aliyun-api.md section 2); ESS and ECS publish no figure, so they get the same.
+Throttling that still happens is retried by the adapters (``fleet.cloud.retry``) as before.
 
 Work runs in a copy of the caller's context (``contextvars``), so the per-tick call counter of
 ``fleet.cloud.retry.count_calls`` sees the calls made on worker threads.
@@ -26,7 +26,7 @@ R = TypeVar("R")
 
 # Requests per second and worker threads per product. CMS: 50/s per API per account [DOC], kept below it
 # because other tools of the account share the budget.
-DEFAULT_RATES_PER_S: dict[str, float] = {"cms": 40.0, "ess": 30.0, "ecs": 30.0}
+DEFAULT_RATES_PER_S: dict[str, float] = {"cms": 40.0, "ess": 40.0, "ecs": 40.0}
 DEFAULT_WORKERS = 8
 
 

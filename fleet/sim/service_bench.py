@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-_TICK = re.compile(r"tick leader=(True|False) actions=(\d+) errors=(\d+) ([0-9.]+)s")
+_TICK = re.compile(r"tick leader=(True|False) actions=(\d+) errors=(\d+) calls=(\d+) ([0-9.]+)s")
 ACTING_FRACTION = 0.02  # groups whose queue is above the rule
 
 
@@ -92,12 +92,13 @@ class _Replica:
             if line.startswith("VmHWM:"):
                 self.peak_rss_mb = int(line.split()[1]) / 1024
 
-    def ticks(self) -> list[tuple[bool, float]]:
+    def ticks(self) -> list[tuple[int, float]]:
+        """(API calls, seconds) of each tick this replica logged."""
         out = []
         for line in self.log_path.read_text(errors="replace").splitlines():
             m = _TICK.search(line)
             if m:
-                out.append((m.group(1) == "True", float(m.group(4))))
+                out.append((int(m.group(4)), float(m.group(5))))
         return out
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -269,19 +270,19 @@ def _report(
     opts: BenchOptions,
     shards: int,
     replicas: list[_Replica],
-    ticks: dict[str, list[tuple[bool, float]]],
+    ticks: dict[str, list[tuple[int, float]]],
     calls: int,
     handover: float | None,
     writes: list[tuple[float, str, str, str, str | None]],
 ) -> dict[str, Any]:
     per_replica = {}
     warm: list[float] = []
-    total_ticks = 0
+    warm_calls: list[int] = []
     for holder, rows in ticks.items():
         durations = [d for _, d in rows]
-        total_ticks += len(durations)
         steady = durations[1:]  # the first tick reads every group's instances: reported apart
         warm += steady
+        warm_calls += [c for c, _ in rows[1:]]
         per_replica[holder] = {
             "ticks": len(durations),
             "tick_cold_s": durations[0] if durations else None,
@@ -298,7 +299,10 @@ def _report(
         "tick_p99_s": _pct(warm, 0.99),
         "tick_mean_s": statistics.fmean(warm) if warm else None,
         "per_replica": per_replica,
-        "api_calls_per_tick": round(calls / total_ticks, 1) if total_ticks else None,
+        # per tick of one replica, after its first (cold) tick; all_calls counts the whole run, cold included
+        "api_calls_per_tick": round(statistics.fmean(warm_calls), 1) if warm_calls else None,
+        "api_calls_per_tick_max": max(warm_calls) if warm_calls else None,
+        "all_calls": calls,
         "writes": sum(1 for w in writes if w[2] == "ScaleWithAdjustment"),
         "peak_rss_mb": max((r.peak_rss_mb or 0.0) for r in replicas) if replicas else None,
         "peak_rss_mb_per_replica": {r.holder: r.peak_rss_mb for r in replicas},
