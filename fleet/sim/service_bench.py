@@ -253,7 +253,10 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda s: None) ->
             calls = sum(cloud.call_counts.values()) - calls_before
             ticks = {r.holder: r.ticks() for r in replicas}
             handover = None
+            owned: dict[str, int] = {}
             if opts.replicas > 1:
+                for holder, _expiry in _shard_state(url)[0].values():
+                    owned[holder] = owned.get(holder, 0) + 1
                 progress("SIGKILL of one replica; waiting for the handover")
                 handover = _handover(url, replicas[0], timeout_s=4 * opts.ttl_s)
                 time.sleep(opts.tick_interval_s)
@@ -263,7 +266,9 @@ def run(opts: BenchOptions, progress: Callable[[str], None] = lambda s: None) ->
             for r in replicas:
                 r.stop()
             drop()
-    return _report(opts, shards, replicas, ticks, calls, handover, writes)
+    report = _report(opts, shards, replicas, ticks, calls, handover, writes)
+    report["shards_per_replica"] = owned
+    return report
 
 
 def _report(
