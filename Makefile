@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# ruff (rules and complexity in pyproject's [tool.ruff]), mypy ([tool.mypy]: strict on policies/ and sizing/),
+# import-linter ([tool.importlinter]: the layers and the pure cores).
 lint: $(STAMP)
 	$(BIN)/ruff check fleet policies sizing tests
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 test: lint prometheus chromium

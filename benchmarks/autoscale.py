@@ -1,16 +1,15 @@
-"""The autoscaling benchmark: the simulator's workloads under ours and the three baselines.
+"""The autoscaling benchmark: the simulator's workloads under ours, the four baselines and the oracle.
 
-For each workload (a ServeGen language day, the Azure code bursts, the Azure conversation hour) and each
-policy
-(ours, static provisioning for the peak, an ESS alarm rule, HPA/KEDA-style target tracking) one simulated run
-through the same fake cloud and world; a table per workload, and the check the issue asks for: ours has fewer
-SLO-violation minutes than every baseline at no more GPU-hours than static provisioning. Where it does not,
-the
-benchmark says so (and docs/simulator.md discusses why); it fails only on invariant violations.
+For each workload (three ServeGen language days, a ServeGen reasoning day, the Azure code bursts, a Mooncake
+replay, the Azure conversation hour) and each policy (ours, static provisioning for the peak, an ESS alarm
+rule, HPA/KEDA-style target tracking, the Knative/AIBrix KPA, and the hindsight oracle; ours once more at 20 %
+model error) one simulated run through the same fake cloud and world; a table per workload, and the check the
+issue asks for: ours has fewer SLO-violation minutes than every live baseline at no more GPU-hours than static
+provisioning. Where it does not, the benchmark says so (and docs/simulator.md discusses why); it fails only on
+invariant violations.
 
 Environment: ``FLEET_BENCH_QUICK=1`` runs one simulated hour per workload (a smoke run);
-``FLEET_BENCH_JSON=FILE``
-also writes the per-workload, per-policy summaries there.
+``FLEET_BENCH_JSON=FILE`` also writes the per-workload, per-policy summaries there.
 """
 
 from __future__ import annotations

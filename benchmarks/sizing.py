@@ -1,14 +1,15 @@
-"""Speed targets of the sizing core (issue 4): a whole-catalog search for one model and load in under 2 s, a
-knee sweep in under 10 s, and the stepwise engine's simulated hour at 10 req/s (the fleet simulator's budget)
-in well under a second. Run by `make bench`, never by the
-tests. Times are CPU seconds of this process."""
+"""Speed targets of the sizing core (issues 4 and 19): a whole-catalog search for one model and load (FP8 and
+AWQ variants included, as `fleet size` searches) in under 1 s, a knee sweep in under 10 s, and the stepwise
+engine's simulated hour at 10 req/s (the fleet simulator's budget) in well under a second; then the accuracy
+report on public vLLM data (benchmarks/sizing_accuracy.py). Run by `make bench`, never by the tests. Times
+are CPU seconds of this process."""
 
 from __future__ import annotations
 
 import random
 import time
 
-SEARCH_TARGET_S = 2.0
+SEARCH_TARGET_S = 1.0
 KNEE_TARGET_S = 10.0
 ENGINE_HOUR_TARGET_S = 1.0
 
@@ -49,7 +50,7 @@ def main() -> int:
     result, search_s = _timed(
         lambda: search(
             model,
-            settings=Settings(max_model_len=8192),
+            settings=Settings(max_model_len=8192, search_quantized=True),
             workload=load,
             slo=SLO(2000, 100),
             prices=price_book(),
@@ -79,6 +80,10 @@ def main() -> int:
         f"engine hour     {hour_s:6.2f} s (target < {ENGINE_HOUR_TARGET_S:g} s) {verdict}: "
         f"{completed} requests at 10 req/s, one H100 instance"
     )
+    from benchmarks.sizing_accuracy import report
+
+    misses = report()
+    print(f"accuracy: {misses} target(s) missed (reported, not failed: see docs/sizing-accuracy.md)")
     return 1 if failures else 0
 
 

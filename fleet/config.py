@@ -222,7 +222,7 @@ class FleetConfig(BaseSettings):
         return sorted({(g.account, g.region) for g in self.groups}, key=lambda s: (s[0] or "", s[1] or ""))
 
     def policy(self) -> PolicySpec:
-        """The policy part alone (``decide`` also accepts the FleetConfig itself)."""
+        """The policy part alone: what ``policies.decide`` takes."""
         return PolicySpec(groups=self.groups)
 
     def group(self, name: str) -> GroupConfig | None:

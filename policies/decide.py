@@ -34,8 +34,7 @@ from policies.spec import GroupSpec, PolicySpec
 def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: datetime) -> Plan:
     """The plan for ``now`` (timezone-aware) from what was observed and what was remembered.
 
-    ``spec`` is a ``PolicySpec`` or anything with ``groups`` of ``GroupSpec`` (``fleet.config.FleetConfig``).
-    """
+    ``spec`` is a ``PolicySpec`` (``fleet.config.FleetConfig.policy()`` builds one from fleet.yaml)."""
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
     hist = history.model_copy(deep=True) if history is not None else History()
@@ -43,12 +42,12 @@ def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: d
     warnings: list[PlanWarning] = []
     specs: list[GroupSpec] = list(spec.groups)
     known = {g.name for g in specs}
-    for group in snapshot.groups:
-        if group.name not in known:
+    for observed in snapshot.groups:
+        if observed.name not in known:
             warnings.append(
                 PlanWarning(
                     code=WarningCode.GROUP_NOT_IN_SPEC,
-                    group=group.name,
+                    group=observed.name,
                     detail="observed but not configured: ignored",
                 )
             )

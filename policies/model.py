@@ -157,10 +157,25 @@ class SystemEvent(_Model):
         return self.cycle_status in ("Scheduled", "Executing", "Inquiring")
 
 
+class LifecycleState(StrEnum):
+    """The ESS lifecycle states we act on (their wire spelling). A snapshot keeps any other state as
+    observed, as a string: it counts as unknown (``policies.observe``)."""
+
+    IN_SERVICE = "InService"
+    PROTECTED = "Protected"
+    PENDING = "Pending"
+    PENDING_WAIT = "Pending:Wait"
+    STANDBY = "Standby"
+    REMOVING = "Removing"
+    REMOVING_WAIT = "Removing:Wait"
+    STOPPED = "Stopped"
+    STOPPING = "Stopping"
+
+
 class InstanceSnapshot(_Model):
     instance_id: str
     lifecycle_state: str = Field(
-        default="InService",
+        default=LifecycleState.IN_SERVICE.value,
         description="ESS: InService, Pending, Pending:Wait, Protected, Standby, Stopped, Removing, ...",
     )
     health_status: str = "Healthy"

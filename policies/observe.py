@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.model import GroupSnapshot, InstanceSnapshot, MetricSample
+from policies.model import GroupSnapshot, InstanceSnapshot, LifecycleState, MetricSample
 
-SERVING_STATES = frozenset({"InService", "Protected"})
-PENDING_STATES = frozenset({"Pending", "Pending:Wait"})
-STANDBY_STATES = frozenset({"Standby"})
-LEAVING_STATES = frozenset({"Removing", "Removing:Wait", "Stopped", "Stopping"})
+_L = LifecycleState
+SERVING_STATES = frozenset({_L.IN_SERVICE, _L.PROTECTED})
+PENDING_STATES = frozenset({_L.PENDING, _L.PENDING_WAIT})
+STANDBY_STATES = frozenset({_L.STANDBY})
+LEAVING_STATES = frozenset({_L.REMOVING, _L.REMOVING_WAIT, _L.STOPPED, _L.STOPPING})
 KNOWN_STATES = SERVING_STATES | PENDING_STATES | STANDBY_STATES | LEAVING_STATES
 
 

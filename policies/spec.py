@@ -37,6 +37,7 @@ _DURATION_RE = re.compile(
 )
 
 
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
 def parse_duration(value: Any) -> float:
     """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m``, ``7d`` or a plain number of seconds."""
     if isinstance(value, bool):
@@ -78,6 +79,7 @@ Duration = Annotated[
 _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
 def parse_weekdays(value: Any) -> tuple[int, ...]:
     """Weekday numbers (Monday = 0) from ``mon-fri``, ``sat,sun``, ``fri-mon``, ``daily`` or a list."""
     if value is None:
@@ -138,6 +140,7 @@ Weekdays = Annotated[
 ]
 
 
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
 def parse_clock(value: Any) -> time:
     """``HH:MM`` (24 h); ``24:00`` means the end of the day and is held as 00:00."""
     if isinstance(value, time):
@@ -163,6 +166,7 @@ ClockTime = Annotated[
 ]
 
 
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
 def parse_count_or_percent(value: Any) -> int | str:
     """An instance count (``2``) or a percentage of the group (``"20%"``)."""
     if isinstance(value, bool):
@@ -322,7 +326,7 @@ class MetricRule(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _ratio_threshold(cls, data: Any) -> Any:
+    def _ratio_threshold(cls, data: Any) -> Any:  # Any: a "before" validator sees and returns raw input
         if isinstance(data, dict):
             for key in ("above", "below"):
                 raw = data.get(key)
@@ -349,6 +353,7 @@ class MetricRule(_Model):
 
     @property
     def threshold(self) -> float:
+        # ignored: the validator requires exactly one of above and below, so this is never None
         return self.above if self.above is not None else self.below  # type: ignore[return-value]
 
     @property
@@ -623,7 +628,7 @@ class GroupSpec(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _cold_start_alias(cls, data: Any) -> Any:
+    def _cold_start_alias(cls, data: Any) -> Any:  # Any: a "before" validator sees and returns raw input
         if isinstance(data, dict) and "cold_start" in data and "cold_start_s" not in data:
             data = {**data, "cold_start_s": data["cold_start"]}
             data.pop("cold_start")

@@ -4,6 +4,7 @@ Pure: no I/O beyond the package's own data files, no clock. The shell (``fleet s
 their contents in.
 """
 
+from sizing.calibration import Calibration, apply_calibration, calibration_from_dict
 from sizing.catalog import (
     GPU,
     InstanceType,
@@ -20,13 +21,17 @@ from sizing.catalog import (
 )
 from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
-from sizing.latency import KneeSweep, LatencyReport, TraceRequest, Workload, knee_sweep, simulate
+from sizing.latency import KneeSweep, LatencyReport, Workload, knee_sweep, simulate
 from sizing.memory import Deployment, MemoryPlan, plan_memory
 from sizing.perf import PerfModel, perf_model
 from sizing.search import SLO, Candidate, SearchResult, Settings, search
+from sizing.traces import TraceError, TraceRequest, parse_columns
 
 __all__ = [
     "GPU",
+    "Calibration",
+    "apply_calibration",
+    "calibration_from_dict",
     "SLO",
     "Candidate",
     "CompletedRequest",
@@ -34,6 +39,7 @@ __all__ = [
     "LatencyReport",
     "SearchResult",
     "Settings",
+    "TraceError",
     "TraceRequest",
     "Workload",
     "knee_sweep",
@@ -55,6 +61,7 @@ __all__ = [
     "load_models",
     "model_from_hf_config",
     "perf_model",
+    "parse_columns",
     "plan_memory",
     "price_book",
 ]

@@ -21,7 +21,7 @@ from sizing.errors import SizingInputError, unknown
 GIB = 1024**3
 
 
-def _load_yaml(name: str) -> Any:
+def _load_yaml(name: str) -> Any:  # Any: parsed YAML; the readers below check each row
     text = resources.files("sizing").joinpath("data", name).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
@@ -164,6 +164,11 @@ class ModelShape:
     source: str = ""
     params_b_reference: float | None = None
     aliases: tuple[str, ...] = field(default=())
+    checkpoints: tuple[tuple[str, str], ...] = field(default=())  # (dtype, HF repo) published quantizations
+
+    def checkpoint(self, dtype: str) -> str | None:
+        """The published Hugging Face repo of this model quantized to ``dtype``, if one is known."""
+        return dict(self.checkpoints).get(dtype)
 
     # Parameter counts (GQA attention + SwiGLU MLP, the shape every catalog model has).
     @property
@@ -252,7 +257,15 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
 @functools.cache
 def load_models() -> dict[str, ModelShape]:
     """The model catalog (vllm-sizing.md section 4), keyed by canonical name."""
-    return {row["name"]: _model_from_row(row) for row in _load_yaml("models.yaml")["models"]}
+    data = _load_yaml("models.yaml")
+    published = data.get("checkpoints") or {}
+    out = {}
+    for row in data["models"]:
+        model = _model_from_row(row)
+        repos = published.get(model.name) or {}
+        pairs = tuple(sorted((str(k), str(v)) for k, v in repos.items()))
+        out[model.name] = replace(model, checkpoints=pairs)
+    return out
 
 
 # Suffixes that name a fine-tune or a packaging of the same shape; a trailing quantisation tag sets the dtype.
@@ -282,7 +295,11 @@ def find_model(name: str) -> ModelShape:
         key = _key("-".join(parts))
         if key in index:
             found = index[key]
-            return replace(found, quantization=quant) if quant else found
+            if not quant:
+                return found
+            # a packaging names its own repo: vLLM must load that one, not the 16-bit original
+            repo = name.strip() if "/" in name else (found.checkpoint(quant) or "")
+            return replace(found, quantization=quant, hf_id=repo)
         tail = _key(parts[-1])
         if tail in _QUANT_SUFFIXES and quant is None:
             quant = _QUANT_SUFFIXES[tail]
@@ -292,6 +309,7 @@ def find_model(name: str) -> ModelShape:
     raise unknown("model", name, models)
 
 
+# Any: parsed JSON from the user's file, checked below
 def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     """A model shape from a parsed Hugging Face ``config.json`` (the dict); bad or missing fields raise."""
     if not isinstance(config, dict):
@@ -302,7 +320,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     if cfg.get("kv_lora_rank"):
         raise SizingInputError(f"{name}: MLA attention (kv_lora_rank) is not supported by this calculator")
 
-    def pick(*keys: str, required: bool = True, default: Any = None) -> Any:
+    def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
             if cfg.get(k) is not None:
                 value = cfg[k]
@@ -422,6 +440,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Any: parsed YAML from the user's prices file, checked before use
 def price_book(override: Any = None, source_name: str = "prices file") -> PriceBook:
     """The shipped price list, with ``override`` (a parsed prices.yaml of the same shape) laid over it."""
     data = _load_yaml("prices.yaml")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from sizing.errors import SizingInputError
 from sizing.memory import Deployment, MemoryPlan, plan_memory
-from sizing.perf import PerfModel, perf_model
+from sizing.perf import PerfModel, perf_for
 
 _INF = float("inf")
 
@@ -117,9 +117,7 @@ class InstanceEngine:
             raise SizingInputError(
                 f"{deployment.model.name} on {deployment.tp} x {deployment.gpu.name}: {self.plan.reason}"
             )
-        self.perf = perf or perf_model(
-            deployment.model, deployment.gpu, deployment.tp, self.plan.dtype, self.plan.kv_cache_dtype
-        )
+        self.perf = perf or perf_for(deployment, self.plan)
         self.max_waiting = max_waiting
         self.speed_factor = speed_factor
         self._max_seqs = self.plan.max_num_seqs
@@ -360,32 +358,59 @@ class InstanceEngine:
 
     def _step(self, done: list[CompletedRequest]) -> None:
         """One scheduler iteration, scheduled the way vLLM's scheduler does."""
-        budget = self._budget
         cap = self._kv_capacity
-        # Decodes first: each running decoding sequence needs one more KV slot; preempt until they fit.
+        used = self._make_decode_room(cap)
+        chunks: list[tuple[_Seq, int]] = []
+        # V0 without chunked prefill runs prompts in their own iterations
+        prefill_only = not self._chunked and bool(self._waiting) and len(self._running) < self._max_seqs
+        n_dec = 0 if prefill_only else self._n_dec
+        budget = self._budget - n_dec
+        kv_free = cap - used - n_dec
+        if not prefill_only:
+            budget, kv_free = self._continue_prefills(chunks, budget, kv_free)
+        self._admit_waiting(chunks, budget, kv_free)
+        if prefill_only and not chunks:
+            n_dec = self._n_dec
+        if not chunks and n_dec == 0:
+            self._unblock(done)
+            return
+        dt = self._iteration_s(n_dec, chunks)
+        self._now += dt
+        self._busy_total += dt
+        if n_dec:
+            self._d += 1
+            self._complete_decodes(done)
+        self._advance_prefills(chunks, done)
+
+    def _make_decode_room(self, cap: float) -> float:
+        """Decodes first: each running decoding sequence needs one more KV slot; preempt until they fit. The
+        KV cache in use after."""
         used = self._base_sum + self._n_dec * self._d + self._prefill_kv + self._slack * len(self._running)
         if self._n_dec and used + self._n_dec > cap:
             while self._n_dec and self._kv_used() + self._n_dec > cap:
                 if not self._preempt_last():
                     break
             used = self._kv_used()
-        chunks: list[tuple[_Seq, int]] = []
-        prefill_only = False
-        if not self._chunked and self._waiting and len(self._running) < self._max_seqs:
-            prefill_only = True  # V0 without chunked prefill runs prompts in their own iterations
-        n_dec = 0 if prefill_only else self._n_dec
-        budget -= n_dec
-        kv_free = cap - used - n_dec
-        if not prefill_only:
-            for seq in self._prefilling:
-                if budget <= 0:
-                    break
-                c = min(seq.need - seq.computed, budget, int(kv_free))
-                if c <= 0:
-                    break
-                chunks.append((seq, c))
-                budget -= c
-                kv_free -= c
+        return used
+
+    def _continue_prefills(
+        self, chunks: list[tuple[_Seq, int]], budget: int, kv_free: float
+    ) -> tuple[int, float]:
+        """The next chunk of each partly prefilled prompt, in order, while the token budget and KV cache
+        last; the budget and free KV left."""
+        for seq in self._prefilling:
+            if budget <= 0:
+                break
+            c = min(seq.need - seq.computed, budget, int(kv_free))
+            if c <= 0:
+                break
+            chunks.append((seq, c))
+            budget -= c
+            kv_free -= c
+        return budget, kv_free
+
+    def _admit_waiting(self, chunks: list[tuple[_Seq, int]], budget: int, kv_free: float) -> None:
+        """New prompts from the head of the queue while the budget, the KV cache and max_num_seqs allow."""
         while self._waiting and budget > 0 and len(self._running) < self._max_seqs:
             seq = self._waiting[0]
             c = min(seq.need, budget)
@@ -403,31 +428,32 @@ class InstanceEngine:
             chunks.append((seq, c))
             budget -= c
             kv_free -= c + self._slack
-        if prefill_only and not chunks:
-            prefill_only = False
-            n_dec = self._n_dec
-        if not chunks and n_dec == 0:
-            # Nothing could be scheduled: partial prefills hold the KV cache. Free the newest, as vLLM does;
-            # with nothing running, the head of the queue can never fit and is refused.
-            if not self._preempt_last() and self._waiting:
-                seq = self._waiting.popleft()
-                done.append(
-                    CompletedRequest(
-                        seq.rid,
-                        seq.arrival,
-                        seq.prompt,
-                        0,
-                        self._now,
-                        self._now,
-                        self._now - seq.arrival,
-                        0.0,
-                        0.0,
-                        self._now - seq.arrival,
-                        seq.preemptions,
-                        True,
-                    )
-                )
+
+    def _unblock(self, done: list[CompletedRequest]) -> None:
+        """Nothing could be scheduled: partial prefills hold the KV cache. Free the newest, as vLLM does;
+        with nothing running, the head of the queue can never fit and is refused."""
+        if self._preempt_last() or not self._waiting:
             return
+        seq = self._waiting.popleft()
+        done.append(
+            CompletedRequest(
+                seq.rid,
+                seq.arrival,
+                seq.prompt,
+                0,
+                self._now,
+                self._now,
+                self._now - seq.arrival,
+                0.0,
+                0.0,
+                self._now - seq.arrival,
+                seq.preemptions,
+                True,
+            )
+        )
+
+    def _iteration_s(self, n_dec: int, chunks: list[tuple[_Seq, int]]) -> float:
+        """The iteration's time from the performance model: its tokens, context and attention pairs."""
         tokens = n_dec
         ctx = (self._base_sum + self._n_dec * self._d) if n_dec else 0
         pairs = float(ctx)
@@ -438,12 +464,10 @@ class InstanceEngine:
             pairs += c * (seq.computed + (c + 1) / 2.0)
             if seq.computed + c >= seq.need:
                 sampled += 1
-        dt = self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
-        self._now += dt
-        self._busy_total += dt
-        if n_dec:
-            self._d += 1
-            self._complete_decodes(done)
+        return self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
+
+    def _advance_prefills(self, chunks: list[tuple[_Seq, int]], done: list[CompletedRequest]) -> None:
+        """Apply the iteration's prefill chunks; a prompt done samples its first token and starts decoding."""
         for seq, c in chunks:
             seq.computed += c
             self._prefill_kv += c

@@ -18,13 +18,8 @@ from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
 from sizing.memory import Deployment, MemoryPlan
 from sizing.perf import PerfModel
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
+from sizing.stats import percentile
+from sizing.traces import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -117,15 +112,31 @@ class Workload:
         return max(1, round(rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))))
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) with linear interpolation; 0 for no values."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+LENGTH_QUANTILE_Z = 3.09  # max_model_len covers the 99.9th percentile of lognormal token lengths
+MAX_MODEL_LEN_STEP = 1024  # rounded up to a multiple of this
+
+
+def workload_max_model_len(workload: Workload, limit: int) -> int:
+    """The ``max_model_len`` a workload needs: its longest request (a trace) or the 99.9th percentile of
+    prompt plus output (lognormal lengths), rounded up to 1024 tokens and capped at the model's limit.
+
+    A smaller max_model_len leaves more KV cache per request slot and passes vLLM's start-up check on cards
+    where the model's full context would not fit (issue 21)."""
+    need: float
+    if workload.trace:
+        need = max(r.prompt_tokens + r.output_tokens for r in workload.trace)
+    else:
+        need = _quantile(workload.prompt_tokens, workload.length_cv) + _quantile(
+            workload.output_tokens, workload.length_cv
+        )
+    return min(limit, math.ceil(need / MAX_MODEL_LEN_STEP) * MAX_MODEL_LEN_STEP)
+
+
+def _quantile(mean: int, cv: float) -> float:
+    if cv <= 0:
+        return float(mean)
+    sigma2 = math.log(1 + cv**2)
+    return mean * math.exp(LENGTH_QUANTILE_Z * math.sqrt(sigma2) - sigma2 / 2)
 
 
 @dataclass(frozen=True)
@@ -246,6 +257,7 @@ def simulate(
     backlog = engine.num_waiting
     done += engine.advance(end + 1e7)  # drain
     skip = int(len(reqs) * warmup_fraction)
+    # ignored: the engine's ids are Hashable; this simulator submits ints (the requests' indices)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
     return summarize(kept, workload.rate / replicas, busy, backlog)
 

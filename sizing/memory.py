@@ -13,10 +13,12 @@ What is calibrated, and on which calibration row of vllm-sizing.md section 2 (th
 
 * activation peak = sampler + ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2 bytes, with T the
   profiling batch (max_num_batched_tokens) and the sampler SAMPLER_FP32_COPIES x seqs x vocab x 4 bytes.
-  The two constants are solved from the two Llama-3-8B-shaped rows, which differ only in T: PR#10511 (T 8192,
-  1.26 GiB) and vllm#10517 (T 20000, ~2.07 GiB). Rows vllm#15360 and vllm#16141 are out of sample.
-* non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 0.9 GiB per extra rank
-  (vllm#10702: 5.2-7.7 GiB at TP8; midpoint 6.45 = 0.2 + 7 x 0.89). It is not fitted on the section-2 rows.
+  ACT_BUFFERS is fitted on vllm#10517's two rows of one deployment at T 20000 and 29000 (0.6.4, which counts
+  no sampler); SAMPLER_FP32_COPIES on what PR#10511 and vllm#15360 hold beyond that body. Row vllm#16141
+  (one sequence) is out of sample.
+* non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 1.75 GiB per doubling
+  of TP, fitted on the TP growth of vllm PR#10511 (TP1 -> TP2) and Open-Reasoner-Zero#23 (TP4), checked on
+  vllm#10702 (5.2-7.7 GiB at TP8).
 * weights need no constant: parameter count x bytes, plus AWQ/GPTQ group scales, embeddings unquantised.
 """
 
@@ -25,22 +27,42 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from sizing.calibration import Calibration
 from sizing.catalog import GIB, GPU, ModelShape
 from sizing.errors import SizingInputError
 
 BLOCK_SIZE = 16  # vLLM's default KV block, tokens (vllm-sizing.md 1.1 step 4)
+# A start that fits with less KV to spare than this is flagged: the KV prediction's 80th-percentile error out
+# of sample (docs/sizing-accuracy.md); allenai/wildguard#2 was refused at 30,448 tokens, predicted 32,944.
+REFUSAL_MARGIN = 0.10
 
-# Solved from PR#10511 and vllm#10517 (module docstring): 1.26 = s + c x 0.5 GiB, 2.07 = s + c x 1.22 GiB.
-ACT_BUFFERS = 1.124  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
-SAMPLER_FP32_COPIES = 5.71  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
+# ACT_BUFFERS from vllm#10517's RTX 3090 series (Llama-3.1-8B, vLLM 0.6.4, no chunked prefill): the peak grew
+# 2.07 -> 2.99 GiB from T = 20000 to 29000 tokens, 0.102 GiB per 1000 tokens of a 65,536-wide buffer; 0.6.4
+# counts no sampler (its 35K row, chunked at 512 tokens, peaks at 0.06 GiB: 0.053 predicted).
+ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
+# SAMPLER_FP32_COPIES from what 0.6.5+ logs hold beyond that body: PR#10511 (Llama-3-8B, T 8192, 256 seqs:
+# 1.26 - 0.85 = 0.41 GiB, 3.35 copies) and vllm#15360 (Qwen2.5-7B, T 6600: 1.43 - 0.87 = 0.56 GiB, 3.86).
+SAMPLER_FP32_COPIES = 3.6  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
 
 NON_TORCH_TP1_GIB = 0.2  # vllm-sizing.md 1.4: 0.03-0.35 GiB at TP1
-NON_TORCH_PER_EXTRA_RANK_GIB = 0.9  # vllm#10702: 5.2-7.7 GiB at TP8
+# NCCL and custom all-reduce buffers grow with each doubling of TP, not with each rank: vllm PR#10511 logs
+# 1.79 -> 3.58 GiB from TP1 to TP2 (+1.79), Open-Reasoner-Zero#23 5.24 GiB at TP4 (+3.45 over that TP1 base):
+# 1.75 GiB per doubling. Checked on vllm#10702 (5.2-7.7 GiB at TP8): 0.2 + 3 x 1.75 = 5.45.
+NON_TORCH_PER_TP_DOUBLING_GIB = 1.75
 
-# CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom. Estimate: 0.5 GiB
-# plus 0.03 GiB per layer, matched to vllm#7553 (2464 MiB per RTX 4090 for the 60-layer Yi-34B at TP4).
+# CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
+# V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
+# (2464 MiB per RTX 4090 for the 60-layer Yi-34B at TP4, v0.5.4).
 CUDA_GRAPH_BASE_GIB = 0.5
 CUDA_GRAPH_PER_LAYER_GIB = 0.03
+# V1 (piecewise graphs through torch.compile share one memory pool): a base plus a share per captured batch
+# size. Fitted on vllm PR#39559 (51 sizes up to 512: 0.73 GiB) and gpustack/runner#251 (16 sizes: 0.36 GiB);
+# checked on generative-computing/granite-switch#128 (0.64 GiB, sizes not printed; 51 assumed: +14%).
+CUDA_GRAPH_V1_BASE_GIB = 0.19
+CUDA_GRAPH_V1_PER_SIZE_GIB = 0.0106
+# vLLM V1's default capture sizes (1, 2, 4, then steps of 8 to 256, then 16 to 512), capped at
+# min(2 x max_num_seqs, 512) (vllm/config/compilation.py).
+V1_CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
 
 # Bytes per weight by --dtype. awq/gptq store 4-bit weights with one fp16 scale and a 4-bit zero point per
 # group of 128 weights (+2.5/128 bytes per weight, about 4%; vllm-sizing.md 1.4 says 3-6%).
@@ -78,8 +100,10 @@ class Deployment:
     engine: str = "v1"  # "v1" (default since vLLM 0.8) or "v0" (0.6-0.10), which profiles differently
     enable_chunked_prefill: bool | None = None
     block_size: int = BLOCK_SIZE
+    calibration: Calibration | None = None  # from ``fleet size calibrate``; see sizing.calibration
 
     def with_(self, **changes: object) -> Deployment:
+        # ignored: replace() cannot check **changes against the fields; it raises TypeError on a wrong name
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
@@ -108,6 +132,18 @@ class MemoryPlan:
     reason: str
     max_model_len_that_fits: int
     warnings: tuple[str, ...] = field(default=())
+    terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
+    cuda_graphs_fit: bool = True  # False: no room outside util for CUDA graphs (run with --enforce-eager)
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of the memory breakdown (per GPU), and where its figure comes from."""
+
+    name: str
+    gib: float
+    source: str
+    calibrated: bool = False
 
 
 def resolve_dtype(model: ModelShape, gpu: GPU, dtype: str = "auto") -> str:
@@ -171,21 +207,34 @@ def default_batch_limits(gpu: GPU, visible_gib: float) -> tuple[int, int]:
     return 2048, 256
 
 
+def activation_body_gib(model: ModelShape, tp: int, profile_tokens: int) -> float:
+    """The model's part of the profiling run's torch peak: live activations of a ``profile_tokens`` batch."""
+    width = model.hidden + 2 * model.activation_intermediate / tp
+    return ACT_BUFFERS * profile_tokens * width * 2.0 / GIB
+
+
+def sampler_gib(model: ModelShape, profile_seqs: int) -> float:
+    """The dummy sampler run's fp32 logits; gathered to the full vocabulary, so it does not shrink with TP."""
+    return SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0 / GIB
+
+
 def activation_gib(model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int) -> float:
     """Torch activation peak of vLLM's profiling run (see the module docstring for the calibration)."""
-    width = model.hidden + 2 * model.activation_intermediate / tp
-    body = ACT_BUFFERS * profile_tokens * width * 2.0
-    # logits are gathered to the full vocabulary on the sampling rank, so this term does not shrink with TP
-    sampler = SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0
-    return (body + sampler) / GIB
+    return activation_body_gib(model, tp, profile_tokens) + sampler_gib(model, profile_seqs)
 
 
 def non_torch_gib(tp: int) -> float:
-    """CUDA/NCCL/cuBLAS memory outside torch's allocator; grows with TP (all-reduce buffers)."""
-    return NON_TORCH_TP1_GIB + NON_TORCH_PER_EXTRA_RANK_GIB * (tp - 1)
+    """CUDA/NCCL/cuBLAS memory outside torch's allocator; grows with each doubling of TP (all-reduce
+    buffers)."""
+    return NON_TORCH_TP1_GIB + NON_TORCH_PER_TP_DOUBLING_GIB * math.log2(tp)
 
 
-def cuda_graph_gib(model: ModelShape) -> float:
+def cuda_graph_gib(model: ModelShape, engine: str = "v0", max_num_seqs: int = 256) -> float:
+    """Memory CUDA graphs take outside ``gpu_memory_utilization`` (see the constants for the fits)."""
+    if engine == "v1":
+        cap = min(2 * max_num_seqs, 512)
+        sizes = sum(1 for s in V1_CAPTURE_SIZES if s <= cap)
+        return CUDA_GRAPH_V1_BASE_GIB + CUDA_GRAPH_V1_PER_SIZE_GIB * sizes
     return CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_LAYER_GIB * model.layers
 
 
@@ -208,10 +257,8 @@ def _budgets(dep: Deployment, max_model_len: int) -> tuple[int, int, bool]:
     return tokens, seqs, chunked
 
 
-def plan_memory(dep: Deployment) -> MemoryPlan:
-    """vLLM's startup memory arithmetic for ``dep``; raises :class:`SizingInputError` for impossible input."""
-    model, gpu, tp = dep.model, dep.gpu, dep.tp
-    check_tp(model, tp)
+def _validate(dep: Deployment) -> None:
+    check_tp(dep.model, dep.tp)
     if dep.engine not in ("v0", "v1"):
         raise SizingInputError(f"engine must be v0 or v1, got {dep.engine!r}")
     if dep.block_size < 1:
@@ -220,11 +267,14 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         raise SizingInputError(f"gpu_memory_utilization must be in (0, 1], got {dep.gpu_memory_utilization}")
     if dep.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise SizingInputError(f"unknown kv-cache-dtype {dep.kv_cache_dtype!r}; choose auto or fp8")
-    if dep.kv_cache_dtype == "fp8" and gpu.compute_capability < 8.0:
+    if dep.kv_cache_dtype == "fp8" and dep.gpu.compute_capability < 8.0:
         raise SizingInputError(
-            f"an fp8 KV cache needs compute capability 8.0, {gpu.name} has {gpu.compute_capability}"
+            f"an fp8 KV cache needs compute capability 8.0, {dep.gpu.name} has {dep.gpu.compute_capability}"
         )
-    dtype = resolve_dtype(model, gpu, dep.dtype)
+
+
+def _max_model_len(dep: Deployment) -> int:
+    model = dep.model
     max_model_len = dep.max_model_len or model.max_position
     if max_model_len < 1:
         raise SizingInputError(f"max_model_len must be positive, got {max_model_len}")
@@ -233,7 +283,10 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"max_model_len {max_model_len} is above {model.name}'s limit of {model.max_position} "
             f"(max_position_embeddings); use at most {model.max_position}"
         )
-    tokens, seqs, chunked = _budgets(dep, max_model_len)
+    return max_model_len
+
+
+def _check_budgets(tokens: int, seqs: int, chunked: bool, max_model_len: int) -> None:
     if tokens < 1 or seqs < 1:
         raise SizingInputError("max_num_batched_tokens and max_num_seqs must be positive")
     if tokens < seqs:  # vLLM's SchedulerConfig refuses this at start-up
@@ -243,16 +296,89 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"max_num_batched_tokens {tokens} is below max_model_len {max_model_len} without chunked prefill"
         )
 
-    usable = gpu.visible_gib * dep.gpu_memory_utilization
+
+_SRC_WEIGHTS = "parameters from config.json x bytes of the dtype; AWQ/GPTQ group scales; embeddings 16-bit"
+_SRC_ACT = (
+    "1.70 x T x (hidden + 2 x intermediate / TP) x 2 B; fitted on vllm#10517 (20K/29K), checked on its 35K"
+)
+_SRC_SAMPLER = (
+    "fp32 logits max_num_seqs x vocab x 3.6 copies; fitted on PR#10511 + vllm#15360, checked vllm#16141"
+)
+_SRC_NON_TORCH = (
+    "0.2 GiB at TP1 (ref 1.4) + 1.75 GiB of NCCL/all-reduce buffers per TP doubling (PR#10511, ORZ#23)"
+)
+_SRC_GRAPHS_V0 = "outside util: 0.5 + 0.03 GiB/layer, fitted on vllm#7553"
+_SRC_GRAPHS_V1 = "outside util: 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + gpustack/runner#251"
+
+
+def _calibrated(dep: Deployment, dtype: str) -> tuple[Calibration | None, Calibration | None]:
+    """(calibration whose GPU terms apply, calibration whose deployment terms apply)."""
+    cal = dep.calibration
+    if cal is None or not cal.applies_to_gpu(dep.gpu):
+        return None, None
+    return cal, (cal if cal.applies_to(dep.model, dep.gpu, dep.tp, dtype) else None)
+
+
+def _memory_terms(
+    dep: Deployment, dtype: str, tokens: int, seqs: int
+) -> tuple[list[MemoryTerm], int]:
+    """weights, activation body, sampler, non-torch and residual terms per GPU; and KV bytes per token."""
+    model, tp = dep.model, dep.tp
+    gpu_cal, dep_cal = _calibrated(dep, dtype)
     weights = weight_bytes_per_rank(model, dtype, tp) / GIB
-    act = activation_gib(model, tp, tokens, min(tokens, seqs))
+    body = activation_body_gib(model, tp, tokens)
+    sampler = sampler_gib(model, min(tokens, seqs))
     non_torch = non_torch_gib(tp)
-    kv_avail = usable - weights - act - non_torch
+    terms = [
+        MemoryTerm("weights", weights, _SRC_WEIGHTS),
+        MemoryTerm("activation peak (profiling run)", body, _SRC_ACT),
+        MemoryTerm("sampler logits buffers", sampler, _SRC_SAMPLER),
+        MemoryTerm("non-torch (CUDA context, NCCL buffers)", non_torch, _SRC_NON_TORCH),
+    ]
     per_token = kv_bytes_per_token(model, tp, dep.kv_cache_dtype, dtype)
+    if gpu_cal is not None and gpu_cal.non_torch_gib is not None and gpu_cal.tp == tp:
+        terms[3] = MemoryTerm(terms[3].name, gpu_cal.non_torch_gib, f"calibrated: {gpu_cal.source}", True)
+    if dep_cal is None:
+        return terms, per_token
+    src = f"calibrated: {dep_cal.source}"
+    if dep_cal.weights_gib is not None:
+        terms[0] = MemoryTerm(terms[0].name, dep_cal.weights_gib, src, True)
+    if dep_cal.activation_scale is not None:
+        k = dep_cal.activation_scale
+        terms[1] = MemoryTerm(terms[1].name, body * k, f"{_SRC_ACT}; x {k:.3f} {src}", True)
+    if dep_cal.sampler_scale is not None:
+        k = dep_cal.sampler_scale
+        terms[2] = MemoryTerm(terms[2].name, sampler * k, f"{_SRC_SAMPLER}; x {k:.3f} {src}", True)
+    if dep_cal.overhead_residual_gib is not None:
+        terms.append(MemoryTerm("residual (logged, unexplained)", dep_cal.overhead_residual_gib, src, True))
+    if dep_cal.kv_bytes_per_token is not None and dep.kv_cache_dtype == "auto":
+        per_token = dep_cal.kv_bytes_per_token
+    return terms, per_token
+
+
+def plan_memory(dep: Deployment) -> MemoryPlan:
+    """vLLM's startup memory arithmetic for ``dep``; raises :class:`SizingInputError` for impossible input."""
+    model, gpu = dep.model, dep.gpu
+    _validate(dep)
+    dtype = resolve_dtype(model, gpu, dep.dtype)
+    max_model_len = _max_model_len(dep)
+    tokens, seqs, chunked = _budgets(dep, max_model_len)
+    _check_budgets(tokens, seqs, chunked, max_model_len)
+
+    usable = gpu.visible_gib * dep.gpu_memory_utilization
+    terms, per_token = _memory_terms(dep, dtype, tokens, seqs)
+    weights = terms[0].gib
+    act = terms[1].gib + terms[2].gib
+    non_torch = sum(t.gib for t in terms[3:])
+    kv_avail = usable - weights - act - non_torch
     block_bytes = dep.block_size * per_token
     blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
     kv_tokens = blocks * dep.block_size
-    graphs = cuda_graph_gib(model)
+    graphs = cuda_graph_gib(model, dep.engine, seqs)
+    terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
+    terms.append(
+        MemoryTerm("CUDA graphs", graphs, _SRC_GRAPHS_V1 if dep.engine == "v1" else _SRC_GRAPHS_V0)
+    )
     warnings: list[str] = []
     headroom = gpu.visible_gib * (1 - dep.gpu_memory_utilization)
     if headroom < graphs:
@@ -260,8 +386,15 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"CUDA graphs need about {graphs:.1f} GiB outside gpu_memory_utilization but only "
             f"{headroom:.1f} GiB is left: lower --gpu-memory-utilization or add --enforce-eager"
         )
+    graphs_fit = not warnings
     need_blocks = math.ceil(max_model_len / dep.block_size)
     fits = blocks >= need_blocks and blocks > 0
+    if fits and kv_tokens < max_model_len * (1 + REFUSAL_MARGIN):
+        warnings.append(
+            f"one {max_model_len}-token request fits with under {REFUSAL_MARGIN:.0%} to spare "
+            f"({kv_tokens:,} tokens of KV cache): within this model's error, vLLM may refuse to start; "
+            "lower --max-model-len or raise --gpu-memory-utilization"
+        )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:
         reason = (
@@ -300,4 +433,6 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         reason=reason,
         max_model_len_that_fits=fit_len,
         warnings=tuple(warnings),
+        terms=tuple(terms),
+        cuda_graphs_fit=graphs_fit,
     )

@@ -3,18 +3,23 @@
 One iteration runs a batch of ``num_tokens`` new tokens (one per decoding sequence plus prefill chunks)
 through the model on every rank:
 
-    t = overhead + max(weights/rank / (BW x BW_EFF), linear FLOPs/rank / (peak x MFU))
-        + KV bytes read / (BW x BW_EFF) + attention FLOPs / (peak x MFU)
+    t = max((weights/rank + KV bytes read) / (BW x bw_eff), (linear + attention FLOPs/rank) / (peak x MFU))
+        + STEP_OVERHEAD_S + LAYER_OVERHEAD_S x layers                   (fixed per-step and per-layer cost)
         + 2 x layers x (latency + 2 (TP-1)/TP x num_tokens x hidden x 2 bytes / bus)   (TP all-reduces)
 
 Decode is the bandwidth term (all weights are read for a handful of tokens); prefill is the compute term.
+The all-reduce latency and bus bandwidth are the instance's (NVLink or PCIe, ``gpus.yaml`` interconnect).
 
 Calibration (tt-inference-server#143: vLLM serving Qwen2.5-72B-Instruct bf16 on 2 x H100 SXM, TP2, batch 1):
-* BW_EFF = 0.75 from its decode TPOT of 30.9 ms (72.7 GB per rank read per token, NVLink all-reduces and the
-  1 ms step overhead taken off first). aiconfigurator uses 0.8 (vllm-sizing.md section 6).
+* BW_EFF = 0.80 from its decode TPOT of 30.9 ms (72.7 GB per rank read per token; NVLink all-reduces, the
+  1 ms step cost and 80 layers x 15 us taken off first). aiconfigurator uses 0.8 (vllm-sizing.md section 6).
+  A GPU's own achievable share, where a calibration measured it, replaces it (``fleet size calibrate``).
 * MFU = 0.62 from its TTFT of 1063.8 ms for an 8192-token prompt (one step at the H100 8192-token budget).
   The reference gives 0.4-0.7 for prefill. Its 1024-token TTFT (129 ms) is then predicted at 126 ms.
-* STEP_OVERHEAD_S = 1 ms per iteration (scheduler, sampling and launch with CUDA graphs): an estimate.
+* STEP_OVERHEAD_S = 1 ms per iteration (scheduler, sampler, input preparation): an estimate.
+* LAYER_OVERHEAD_S = 15 us per layer (about ten kernels per layer at 1-2 us launch and tail each, even under
+  CUDA graphs): an estimate. It is what keeps 0.5B-3B models from being predicted far too fast: their weights
+  read in well under a millisecond.
 docs/sizing-accuracy.md compares the result with further public measurements.
 """
 
@@ -22,12 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sizing.calibration import Calibration
 from sizing.catalog import GPU, ModelShape
-from sizing.memory import WEIGHT_BYTES, kv_bytes_per_token, weight_bytes_per_rank
+from sizing.memory import WEIGHT_BYTES, Deployment, MemoryPlan, kv_bytes_per_token, weight_bytes_per_rank
 
-BW_EFF = 0.75
+BW_EFF = 0.80
 MFU = 0.62
 STEP_OVERHEAD_S = 0.001
+LAYER_OVERHEAD_S = 15e-6
 
 
 def compute_tflops(gpu: GPU, dtype: str) -> float:
@@ -55,7 +62,10 @@ class PerfModel:
     compute_flops: float  # effective FLOP/s
     comm_latency_s: float  # per iteration, all all-reduces' fixed cost
     comm_s_per_token: float  # per iteration, per batched token
-    overhead_s: float = STEP_OVERHEAD_S
+    overhead_s: float = STEP_OVERHEAD_S  # fixed per-step plus per-layer cost
+    bw_eff: float = BW_EFF  # the achievable bandwidth share behind ``bandwidth_bps`` (for calibration)
+    decode_time_scale: float = 1.0  # calibrated: measured / modelled decode step
+    prefill_time_scale: float = 1.0  # calibrated: measured / modelled prefill
 
     def weights_read_s(self, num_tokens: int) -> float:
         if not self.experts:
@@ -68,22 +78,44 @@ class PerfModel:
         """One iteration: ``num_tokens`` new tokens, ``context_tokens`` KV read, ``attn_pairs`` QK pairs."""
         if num_tokens <= 0:
             return 0.0
-        flops = self.linear_flops_per_token * num_tokens + self.lm_head_flops_per_token * sampled
-        body = max(self.weights_read_s(num_tokens), flops / self.compute_flops)
-        return (
+        flops = (
+            self.linear_flops_per_token * num_tokens
+            + self.lm_head_flops_per_token * sampled
+            + attn_pairs * self.attn_flops_per_pair
+        )
+        read = self.weights_read_s(num_tokens) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+        t = (
             self.overhead_s
-            + body
-            + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
-            + attn_pairs * self.attn_flops_per_pair / self.compute_flops
+            + max(read, flops / self.compute_flops)
             + self.comm_latency_s
             + self.comm_s_per_token * num_tokens
         )
+        return t * (self.prefill_time_scale if num_tokens > sampled else self.decode_time_scale)
+
+    def decode_step_s(self, n: int, context_tokens: float) -> float:
+        """A decode-only iteration of ``n`` sequences holding ``context_tokens`` in all."""
+        return self.step_s(n, context_tokens, context_tokens, n)
+
+    def decode_read_s(self, n: int, context_tokens: float) -> float:
+        """The memory-read part of that iteration (zero when compute bounds it)."""
+        read = self.weights_read_s(n) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+        flops = (
+            self.linear_flops_per_token * n
+            + self.lm_head_flops_per_token * n
+            + context_tokens * self.attn_flops_per_pair
+        )
+        return read * self.decode_time_scale if read >= flops / self.compute_flops else 0.0
 
     def decode_affine(self, n: int) -> tuple[float, float]:
-        """A decode-only iteration of ``n`` sequences costs ``a + b x total_context``: returns (a, b)."""
+        """A decode-only iteration of ``n`` sequences costs about ``a + b x total_context``: returns (a, b).
+
+        Exact while the step is bandwidth-bound (decode almost always is): the context adds KV reads."""
         a = self.step_s(n, 0.0, 0.0, n)
-        b = self.kv_bytes_per_token / self.bandwidth_bps + self.attn_flops_per_pair / self.compute_flops
-        return a, b
+        if self.decode_read_s(n, 0.0) > 0:
+            b = self.kv_bytes_per_token / self.bandwidth_bps
+        else:
+            b = self.attn_flops_per_pair / self.compute_flops
+        return a, b * self.decode_time_scale
 
     def decode_tpot_s(self, context_tokens: int = 0) -> float:
         """Batch-1 time per output token at a given context length."""
@@ -106,10 +138,19 @@ def perf_model(
     tp: int,
     dtype: str,
     kv_cache_dtype: str = "auto",
-    bw_eff: float = BW_EFF,
+    bw_eff: float | None = None,
     mfu: float = MFU,
+    *,
+    calibration: Calibration | None = None,
 ) -> PerfModel:
-    """The iteration-cost coefficients of ``model`` on ``tp`` x ``gpu`` with weights in ``dtype``."""
+    """The iteration-cost coefficients of ``model`` on ``tp`` x ``gpu`` with weights in ``dtype``.
+
+    ``bw_eff`` defaults to the calibration's achievable share for this GPU kind, else ``BW_EFF``; the
+    calibration's time scales apply only to its own deployment (same model, GPU, TP and dtype)."""
+    gpu_cal = calibration if calibration is not None and calibration.applies_to_gpu(gpu) else None
+    if bw_eff is None:
+        bw_eff = gpu_cal.bw_eff if gpu_cal is not None and gpu_cal.bw_eff else BW_EFF
+    dep_cal = gpu_cal if gpu_cal is not None and gpu_cal.applies_to(model, gpu, tp, dtype) else None
     total = weight_bytes_per_rank(model, dtype, tp)
     expert_bytes = model.layers * model.expert_params_per_layer * WEIGHT_BYTES[dtype] / tp
     heads_per_rank = model.heads / tp
@@ -134,4 +175,15 @@ def perf_model(
         compute_flops=compute_tflops(gpu, dtype) * 1e12 * mfu,
         comm_latency_s=comm_latency,
         comm_s_per_token=comm_per_token,
+        overhead_s=STEP_OVERHEAD_S + LAYER_OVERHEAD_S * model.layers,
+        bw_eff=bw_eff,
+        decode_time_scale=(dep_cal.decode_time_scale or 1.0) if dep_cal else 1.0,
+        prefill_time_scale=(dep_cal.prefill_time_scale or 1.0) if dep_cal else 1.0,
+    )
+
+
+def perf_for(dep: Deployment, plan: MemoryPlan) -> PerfModel:
+    """The perf model of a deployment as planned (its calibration included)."""
+    return perf_model(
+        dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype, calibration=dep.calibration
     )

@@ -21,16 +21,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sizing.calibration import Calibration
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
 from sizing.latency import LatencyReport, Workload, capacity_estimate, simulate
 from sizing.memory import Deployment, MemoryPlan, check_tp, plan_memory
-from sizing.perf import PerfModel, perf_model
+from sizing.perf import PerfModel, perf_for
 
 TP_CHOICES = (1, 2, 4, 8)
 SEQ_CHOICES = (16, 32, 64, 128, 256, 512)  # smaller batches than vLLM's default trade throughput for TPOT
 ESTIMATE_MARGIN = 1.25  # keep verifying while an estimate is within this factor of the k-th verified cost
-MAX_SIMULATIONS = 60  # bound on the search's simulations (the catalog search must stay under 2 s)
+MAX_SIMULATIONS = 60  # bound on the search's simulations (the catalog search must stay under 1 s)
+MAX_INSTANCES = 2000  # ESS caps a scaling group at 2000 instances; beyond it no count is offered
+FLOOR_LOAD_DIVISOR = 16.0  # "idle": a sixteenth of the per-engine load at the verified count
+FLOOR_MARGIN = 0.9  # an SLO within 10% of the idle latency is met only by idling engines
+HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month cloud price lists use
 DEFAULT_QUEUE_WINDOW_S = 10.0  # queue limit horizon when no TTFT SLO is given
 
 
@@ -57,22 +62,40 @@ class Settings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_gib: float | None = None
+    calibration: Calibration | None = None
+    search_quantized: bool = False  # with dtype "auto": also FP8 (native-FP8 GPUs) and AWQ (sm75+) weights
 
-    def deployment(self, model: ModelShape, gpu: GPU, tp: int) -> Deployment:
+    def dtypes(self, model: ModelShape, gpu: GPU) -> list[str]:
+        """The weight formats to try on ``gpu``: the checkpoint's own, and the quantized ones it supports."""
+        if self.dtype != "auto" or not self.search_quantized or model.quantization is not None:
+            return [self.dtype]
+        out = ["auto"]
+        if gpu.native_fp8:
+            out.append("fp8")  # vLLM quantizes a 16-bit checkpoint to FP8 online (--quantization fp8)
+        if gpu.compute_capability >= 7.5:
+            out.append("awq")  # needs a pre-quantized checkpoint: vllm_args names it or asks for one
+        return out
+
+    def deployment(self, model: ModelShape, gpu: GPU, tp: int, dtype: str | None = None) -> Deployment:
         if self.gpu_memory_gib is not None:
             if not self.gpu_memory_gib > 0:
                 raise SizingInputError(f"--gpu-memory-gib must be positive, got {self.gpu_memory_gib}")
             gpu = gpu.with_visible_gib(self.gpu_memory_gib)
+        elif self.calibration is not None and self.calibration.applies_to_gpu(gpu):
+            gpu = gpu.with_visible_gib(self.calibration.visible_gib or gpu.visible_gib)
         return Deployment(
             model=model,
             gpu=gpu,
             tp=tp,
-            dtype=self.dtype,
+            dtype=dtype or self.dtype,
             kv_cache_dtype=self.kv_cache_dtype,
             max_model_len=self.max_model_len,
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
+            # a calibration describes the vLLM the user runs: its engine profiles memory its own way
+            engine=self.calibration.engine if self.calibration is not None else "v1",
+            calibration=self.calibration,
         )
 
 
@@ -103,7 +126,12 @@ class Candidate:
     queue_limit: int | None = None
     cost_cny_per_hour: float | None = None
     cost_cny_per_million_tokens: float | None = None
+    floor_bound: bool = False  # the SLO sits at the latency of an idle engine
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cost_cny_per_month(self) -> float | None:
+        return None if self.cost_cny_per_hour is None else self.cost_cny_per_hour * HOURS_PER_MONTH
 
     @property
     def replicas_per_instance(self) -> int:
@@ -121,6 +149,7 @@ class Candidate:
             "gpu": self.gpu,
             "gpus": self.gpus,
             "tp": self.tp,
+            "dtype": p.dtype if p else None,
             "fits": self.fits,
             "weights_gib": _r(p.weights_gib if p else None),
             "kv_cache_gib": _r(p.kv_cache_gib if p else None),
@@ -147,6 +176,7 @@ class Candidate:
                     "p99_ttft_ms": _r(rep.ttft_p99_ms if rep else None),
                     "p99_tpot_ms": _r(rep.tpot_p99_ms if rep else None),
                     "cost_cny_per_hour": _r(self.cost_cny_per_hour),
+                    "cost_cny_per_month": _r(self.cost_cny_per_month, 0),
                     "cost_cny_per_million_tokens": _r(self.cost_cny_per_million_tokens),
                     "replicas": self.replicas,
                     "max_num_seqs": self.max_num_seqs,
@@ -180,13 +210,41 @@ _DTYPE_ARGS = {"bf16": ("dtype", "bfloat16"), "fp16": ("dtype", "float16")}
 _QUANT_ARGS = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "int8": "compressed-tensors"}
 
 
+_NEEDS_CHECKPOINT = ("awq", "gptq", "int8")  # vLLM cannot make these from a 16-bit checkpoint
+
+
+def serving_checkpoint(model: ModelShape, dtype: str) -> tuple[str, bool]:
+    """(the repo ``vllm serve`` must load for ``dtype``, whether it is the checkpoint's own format).
+
+    A 4-bit or int8 deployment of a 16-bit model needs a quantized checkpoint: the publisher's where one is
+    known, else a placeholder the user must fill in. FP8 is made online from the 16-bit repo."""
+    own = model.hf_id or model.name
+    if dtype not in _NEEDS_CHECKPOINT or model.quantization == dtype:
+        return own, model.quantization == dtype
+    repo = model.checkpoint(dtype)
+    if repo:
+        return repo, True
+    return f"<{dtype.upper()} checkpoint of {own}>", False
+
+
+def checkpoint_note(model: ModelShape, dtype: str) -> str:
+    """A warning when the user must supply the quantized checkpoint themselves ('' when none is needed)."""
+    if dtype not in _NEEDS_CHECKPOINT or model.quantization == dtype or model.checkpoint(dtype):
+        return ""
+    return (
+        f"{dtype.upper()} weights need a quantized checkpoint of {model.hf_id or model.name}: none is "
+        "published that we know of; supply one (e.g. quantize it with AutoAWQ or llm-compressor) as the model"
+    )
+
+
 def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None) -> dict[str, Any]:
     """The ``vllm serve`` arguments of a deployment (snake_case keys, as in vLLM's EngineArgs)."""
-    args: dict[str, Any] = {"model": dep.model.hf_id or dep.model.name}
+    repo, prequantized = serving_checkpoint(dep.model, plan.dtype)
+    args: dict[str, Any] = {"model": repo}
     if plan.dtype in _DTYPE_ARGS:
         args["dtype"] = _DTYPE_ARGS[plan.dtype][1]
-    else:
-        args["quantization"] = _QUANT_ARGS[plan.dtype]
+    elif not prequantized:
+        args["quantization"] = _QUANT_ARGS[plan.dtype]  # a quantized checkpoint says so in its config
     args["tensor_parallel_size"] = dep.tp
     args["max_model_len"] = plan.max_model_len
     args["gpu_memory_utilization"] = dep.gpu_memory_utilization
@@ -194,7 +252,7 @@ def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None
     args["max_num_batched_tokens"] = plan.max_num_batched_tokens
     if plan.kv_cache_dtype == "fp8":
         args["kv_cache_dtype"] = "fp8"
-    if plan.warnings:
+    if not plan.cuda_graphs_fit:
         args["enforce_eager"] = True  # no room for CUDA graphs outside gpu_memory_utilization
     return args
 
@@ -210,26 +268,30 @@ def vllm_command(args: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- options
+_Plans = dict[tuple[str, int, str], tuple[Deployment, MemoryPlan, PerfModel] | str]
+
+
 def _option(
     model: ModelShape,
     gpu: GPU,
     tp: int,
     settings: Settings,
     instance: InstanceType | None,
-    plans: dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str],
+    plans: _Plans,
+    dtype: str | None = None,
 ) -> Candidate:
     gpus = instance.gpus if instance else tp
     cand = Candidate(instance.name if instance else None, gpu.name, gpus, tp)
     if instance is not None and (tp > instance.gpus or instance.gpus % tp):
         cand.reason = f"impossible TP: {tp} does not divide the {instance.gpus} GPUs of {instance.name}"
         return cand
-    key = (gpu.name, tp)
+    key = (gpu.name, tp, dtype or settings.dtype)
     if key not in plans:
         try:
             check_tp(model, tp)
-            dep = settings.deployment(model, gpu, tp)
+            dep = settings.deployment(model, gpu, tp, dtype)
             plan = plan_memory(dep)
-            plans[key] = (dep, plan, perf_model(model, dep.gpu, tp, plan.dtype, plan.kv_cache_dtype))
+            plans[key] = (dep, plan, perf_for(dep, plan))
         except SizingInputError as exc:
             plans[key] = f"impossible: {exc}"
     got = plans[key]
@@ -241,6 +303,14 @@ def _option(
     cand.reason = cand.plan.reason
     cand.max_num_seqs = cand.plan.max_num_seqs
     cand.warnings = list(cand.plan.warnings)
+    note = checkpoint_note(model, cand.plan.dtype)
+    if note:
+        cand.warnings.append(note)
+    if dtype is not None and dtype != settings.dtype:
+        cand.warnings.append(
+            f"{cand.plan.dtype.upper()} weights, chosen by the search: check output quality on your own "
+            "evaluation, or pin --dtype"
+        )
     return cand
 
 
@@ -258,15 +328,15 @@ class _Sim:
     slo: SLO
     seed: int
     count: int = 0
-    cache: dict[tuple[str, int, int, float], LatencyReport] = field(default_factory=dict)
+    cache: dict[tuple[str, int, str, int, float], LatencyReport] = field(default_factory=dict)
 
     def run(self, cand: Candidate, per_engine_rps: float) -> LatencyReport:
-        assert cand.deployment is not None and cand.max_num_seqs is not None
-        key = (cand.gpu, cand.tp, cand.max_num_seqs, round(per_engine_rps, 9))
+        assert cand.deployment is not None and cand.plan is not None and cand.max_num_seqs is not None
+        key = (cand.gpu, cand.tp, cand.plan.dtype, cand.max_num_seqs, round(per_engine_rps, 9))
         if key not in self.cache:
             self.count += 1
             dep = replace(cand.deployment, max_num_seqs=cand.max_num_seqs)
-            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)  # type: ignore[arg-type]
+            plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)
             # a trace is split round-robin over engines; Poisson arrivals split into Poisson arrivals
             replicas = max(1, round(self.workload.rate / per_engine_rps)) if self.workload.trace else 1
             wl = self.workload.with_qps(per_engine_rps * replicas)
@@ -297,6 +367,13 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
         cand.meets_slo = False
         return
     _, neg_seqs, replicas, _rate = best
+    if replicas > MAX_INSTANCES * cand.replicas_per_instance:
+        cand.reason = (
+            f"needs more than {MAX_INSTANCES} instances (the most one ESS scaling group holds) for "
+            f"{workload.rate:.3g} req/s"
+        )
+        cand.meets_slo = False
+        return
     cand.max_num_seqs = -neg_seqs
     _set_count(cand, replicas, workload)
     cand.estimated = True
@@ -341,36 +418,97 @@ def _verify(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, settings: 
             setattr(cand, name, getattr(alt, name))
 
 
-def _verify_count(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_steps: int = 6) -> None:
-    """Simulate the estimated count; grow it until the SLOs hold, shrink it while they still do."""
+def _verify_count(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_steps: int = 14) -> None:
+    """The smallest count whose simulation meets the SLOs: bracket it around the estimate (doubling up when
+    the estimate misses), then bisect. Bisection, because the closed-form estimate can be several times too
+    high when a TPOT SLO sits near the decode floor (issue 21: x138 where x19 suffices)."""
     assert cand.replicas is not None and cand.instances is not None
     rpi = cand.replicas_per_instance
-    instances = cand.instances
-    report = sim.run(cand, workload.rate / (instances * rpi))
-    steps = 0
-    if report.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
-        while instances > 1 and steps < max_steps:
-            fewer = sim.run(cand, workload.rate / ((instances - 1) * rpi))
-            steps += 1
-            if not fewer.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+
+    def run(n: int) -> LatencyReport:
+        return sim.run(cand, workload.rate / (n * rpi))
+
+    def ok(rep: LatencyReport) -> bool:
+        return rep.meets(slo.ttft_p99_ms, slo.tpot_p99_ms)
+
+    good, report = cand.instances, run(cand.instances)
+    bad, steps = 0, 0  # zero instances never meet an SLO
+    if not ok(report) and _floor_check(cand, sim, workload, slo, good):
+        return  # more instances cannot help: do not grow the count to the ESS limit to find that out
+    while not ok(report) and steps < max_steps and good < MAX_INSTANCES:
+        bad, good = good, min(MAX_INSTANCES, good * 2)
+        report, steps = run(good), steps + 1
+    if ok(report) and bad == 0 and good > 1:
+        # bracket from above: one fewer first (the estimate is usually right), then halving
+        probe = good - 1
+        while probe > bad and steps < max_steps:
+            rep, steps = run(probe), steps + 1
+            if not ok(rep):
+                bad = probe
                 break
-            instances, report = instances - 1, fewer
-    else:
-        while steps < max_steps:
-            grown = max(instances + 1, math.ceil(instances * 1.3))
-            steps += 1
-            nxt = sim.run(cand, workload.rate / (grown * rpi))
-            instances, report = grown, nxt
-            if nxt.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
-                break
-    _set_count(cand, instances * rpi, workload)
+            good, report = probe, rep
+            probe = good // 2
+    if ok(report):
+        while good - bad > 1 and steps < max_steps:
+            mid = (good + bad) // 2
+            rep, steps = run(mid), steps + 1
+            if ok(rep):
+                good, report = mid, rep
+            else:
+                bad = mid
+    _set_count(cand, good * rpi, workload)
     cand.report = report
     cand.estimated = False
-    cand.meets_slo = report.meets(slo.ttft_p99_ms, slo.tpot_p99_ms)
+    cand.meets_slo = ok(report)
     if not cand.meets_slo:
-        cand.reason = (
-            f"SLO missed at {instances} instances: {report.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)}"
-        )
+        cand.reason = f"SLO missed at {good} instances: {report.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)}"
+    _floor_check(cand, sim, workload, slo, good)
+
+
+def _floor_check(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, instances: int) -> bool:
+    """An SLO at (or under) what one request sees on an idle engine cannot be bought with more instances:
+    the count that 'meets' it only idles engines until queueing vanishes. Say so instead of buying them.
+    Returns whether the candidate is floor-bound (then it has no count and no cost)."""
+    rpi = cand.replicas_per_instance
+    idle = sim.run(cand, workload.rate / (instances * rpi) / FLOOR_LOAD_DIVISOR)
+    worst: list[str] = []
+    for name, slo_ms, floor_ms in (
+        ("TTFT", slo.ttft_p99_ms, idle.ttft_p99_ms),
+        ("TPOT", slo.tpot_p99_ms, idle.tpot_p99_ms),
+    ):
+        if slo_ms is not None and floor_ms >= FLOOR_MARGIN * slo_ms:
+            worst.append(f"P99 {name} {floor_ms:.0f} ms on an idle engine vs the SLO {slo_ms:g} ms")
+    if not worst:
+        return False
+    cand.meets_slo = False
+    cand.floor_bound = True
+    cand.estimated = False
+    cand.report = idle
+    cand.instances = cand.replicas = None
+    cand.cost_cny_per_hour = cand.cost_cny_per_million_tokens = None
+    cand.reason = (
+        "SLO at the no-load floor: " + "; ".join(worst) + ": more instances cannot meet it; relax the SLO, "
+        "shorten prompts, or pick a faster GPU or higher TP"
+    )
+    return True
+
+
+def _n_plus_one(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO) -> None:
+    """Warn when losing one instance breaks the SLO, and what N+1 costs."""
+    if cand.instances is None or cand.report is None or not cand.meets_slo:
+        return
+    n, rpi = cand.instances, cand.replicas_per_instance
+    if n > 1:
+        fewer = sim.run(cand, workload.rate / ((n - 1) * rpi))
+        if fewer.meets(slo.ttft_p99_ms, slo.tpot_p99_ms):
+            return
+        miss = fewer.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)
+        lost = f"with one of the {n} instances lost the SLO is missed ({miss})"
+    else:
+        lost = "the single instance is a single point of failure"
+    hourly = cand.price_cny_per_hour
+    price = f" at CNY {(n + 1) * hourly:.2f}/h" if hourly is not None else ""
+    cand.warnings.append(f"N+1: {lost}; {n + 1} instances{price} keep it through a loss")
 
 
 def _headroom(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, iterations: int = 5) -> None:
@@ -447,84 +585,146 @@ def search(
     options are ``instances`` (default: the whole catalog) x TP (``settings.tp`` or every TP that fits an
     instance) x max_num_seqs (``settings.max_num_seqs`` or vLLM's default and smaller batches).
     """
-    plans: dict[tuple[str, int], tuple[Deployment, MemoryPlan, PerfModel] | str] = {}
-    cands: list[Candidate] = []
+    plans: _Plans = {}
     if gpu is not None:
-        tp = settings.tp or 1
-        check_tp(model, tp)
-        c = _option(model, gpu, tp, settings, None, plans)
-        if isinstance(plans.get((gpu.name, tp)), str):
-            raise SizingInputError(str(plans[(gpu.name, tp)]))
-        cands.append(c)
+        cands = [_bare_gpu_candidate(model, gpu, settings, plans)]
     else:
-        if settings.tp is not None:
-            check_tp(model, settings.tp)
-        pool = list(instances) if instances is not None else list(load_instances().values())
-        for inst in pool:
-            g = find_gpu(inst.gpu)
-            tps = [settings.tp] if settings.tp else [t for t in TP_CHOICES if t <= inst.gpus]
-            for tp in tps:
-                c = _option(model, g, tp, settings, inst, plans)
-                if prices is not None:
-                    price = prices.price(inst, region)
-                    if price is not None:
-                        c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
-                    elif c.fits:
-                        c.reason = f"no price for {inst.name} in the price list"
-                        c.fits = False
-                cands.append(c)
+        cands = _instance_candidates(model, settings, prices, region, instances, plans)
     single = settings.tp is not None and gpu is None and instances is not None and len(cands) == 1
     if single and not cands[0].plan and cands[0].reason.startswith("impossible"):
         raise SizingInputError(cands[0].reason)  # the one deployment asked for cannot exist
-    has_load = workload_has_load(workload)
-    sim_count = 0
     fitting = [c for c in cands if c.fits and not c.reason]
-    if has_load and workload is not None:
-        for c in fitting:
-            _estimate(c, workload, slo, settings)
-        viable = [c for c in fitting if not c.reason]
-        viable.sort(key=_cost_key)
-        sim = _Sim(workload, slo, seed)
-        verified: list[Candidate] = []
-        total = len(viable)
-        for i, c in enumerate(viable):
-            if progress:
-                progress(i, total)
-            passed = [v for v in verified if v.meets_slo]
-            if len(passed) >= top:
-                kth = sorted(_cost_key(v) for v in passed)[top - 1]
-                if _cost_key(c)[0] > kth[0] * ESTIMATE_MARGIN or sim.count >= MAX_SIMULATIONS:
-                    break
-            elif sim.count >= MAX_SIMULATIONS:
-                break
-            _verify(c, sim, workload, slo, settings)
-            verified.append(c)
-        if progress:
-            progress(total, total)
-        winners = sorted((v for v in verified if v.meets_slo), key=_cost_key)
-        for c in winners[:top]:
-            _headroom(c, sim, workload, slo)
-        best = winners[0] if winners else None
-        for c in viable:
-            if c is best or c.meets_slo is False:
-                continue
-            if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
-                c.reason = "not verified: the search's simulation budget ran out before this option"
-            else:
-                c.reason = _dearer(c, best)
-        sim_count = sim.count
+    if workload_has_load(workload) and workload is not None:
+        best, sim_count = _rank_under_load(fitting, workload, slo, settings, top, seed, progress)
         cands.sort(key=lambda c: _rank_key(c, best))
     else:
-        cheapest = min(
-            (c for c in fitting),
-            key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
-            default=None,
-        )
-        for c in fitting:
-            if c is not cheapest:
-                c.reason = _dearer(c, cheapest)
+        cheapest = _rank_by_price(fitting)
         cands.sort(key=lambda c: _rank_key(c, cheapest))
+        sim_count = 0
     return SearchResult(cands, workload, slo, sim_count, region)
+
+
+def _bare_gpu_candidate(model: ModelShape, gpu: GPU, settings: Settings, plans: _Plans) -> Candidate:
+    """The one option on a bare GPU (no instance type, no price) at ``settings.tp`` (default 1)."""
+    tp = settings.tp or 1
+    check_tp(model, tp)
+    c = _option(model, gpu, tp, settings, None, plans)
+    if isinstance(plans.get((gpu.name, tp, settings.dtype)), str):
+        raise SizingInputError(str(plans[(gpu.name, tp, settings.dtype)]))
+    return c
+
+
+def _instance_candidates(
+    model: ModelShape,
+    settings: Settings,
+    prices: PriceBook | None,
+    region: str | None,
+    instances: Sequence[InstanceType] | None,
+    plans: _Plans,
+) -> list[Candidate]:
+    """Every instance type x TP x weight format option, priced from ``prices`` (an option without a price
+    does not fit)."""
+    if settings.tp is not None:
+        check_tp(model, settings.tp)
+    cands: list[Candidate] = []
+    pool = list(instances) if instances is not None else list(load_instances().values())
+    for inst in pool:
+        g = find_gpu(inst.gpu)
+        tps = [settings.tp] if settings.tp else [t for t in TP_CHOICES if t <= inst.gpus]
+        for tp in tps:
+            for dtype in settings.dtypes(model, g):
+                c = _option(model, g, tp, settings, inst, plans, dtype)
+                if dtype != settings.dtype and c.plan is None:
+                    continue  # a quantized variant this GPU cannot run is no option, not a loss
+                _price(c, inst, prices, region)
+                cands.append(c)
+    return cands
+
+
+def _rank_under_load(
+    fitting: list[Candidate],
+    workload: Workload,
+    slo: SLO,
+    settings: Settings,
+    top: int,
+    seed: int,
+    progress: ProgressFn | None,
+) -> tuple[Candidate | None, int]:
+    """Estimate every fitting option, simulate the cheapest until ``top`` pass the SLO (or the budget runs
+    out), and say why each other option lost: (the best, simulations run)."""
+    for c in fitting:
+        _estimate(c, workload, slo, settings)
+    viable = [c for c in fitting if not c.reason]
+    viable.sort(key=_cost_key)
+    sim = _Sim(workload, slo, seed)
+    verified = _verify_cheapest(viable, sim, workload, slo, settings, top, progress)
+    winners = sorted((v for v in verified if v.meets_slo), key=_cost_key)
+    for c in winners[:top]:
+        _headroom(c, sim, workload, slo)
+        _n_plus_one(c, sim, workload, slo)
+    best = winners[0] if winners else None
+    for c in viable:
+        if c is best or c.meets_slo is False:
+            continue
+        if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
+            c.reason = "not verified: the search's simulation budget ran out before this option"
+        else:
+            c.reason = _dearer(c, best)
+    return best, sim.count
+
+
+def _verify_cheapest(
+    viable: list[Candidate],
+    sim: _Sim,
+    workload: Workload,
+    slo: SLO,
+    settings: Settings,
+    top: int,
+    progress: ProgressFn | None,
+) -> list[Candidate]:
+    """Simulate ``viable`` (cheapest first) until ``top`` pass and the rest cost clearly more, or the
+    simulation budget is spent; the options simulated."""
+    verified: list[Candidate] = []
+    total = len(viable)
+    for i, c in enumerate(viable):
+        if progress:
+            progress(i, total)
+        passed = [v for v in verified if v.meets_slo]
+        if len(passed) >= top:
+            kth = sorted(_cost_key(v) for v in passed)[top - 1]
+            if _cost_key(c)[0] > kth[0] * ESTIMATE_MARGIN or sim.count >= MAX_SIMULATIONS:
+                break
+        elif sim.count >= MAX_SIMULATIONS:
+            break
+        _verify(c, sim, workload, slo, settings)
+        verified.append(c)
+    if progress:
+        progress(total, total)
+    return verified
+
+
+def _rank_by_price(fitting: list[Candidate]) -> Candidate | None:
+    """No load to simulate: the cheapest fitting option wins (then the fewest GPUs); the rest are dearer."""
+    cheapest = min(
+        (c for c in fitting),
+        key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
+        default=None,
+    )
+    for c in fitting:
+        if c is not cheapest:
+            c.reason = _dearer(c, cheapest)
+    return cheapest
+
+
+def _price(c: Candidate, inst: InstanceType, prices: PriceBook | None, region: str | None) -> None:
+    if prices is None:
+        return
+    price = prices.price(inst, region)
+    if price is not None:
+        c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
+    elif c.fits:
+        c.reason = f"no price for {inst.name} in the price list"
+        c.fits = False
 
 
 def _cost_key(c: Candidate) -> tuple[float, int, str]:

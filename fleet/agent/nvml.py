@@ -82,7 +82,7 @@ class Nvml(Protocol):
 
 def load_nvml() -> Nvml:
     """The real NVML (nvidia-ml-py). Importing it needs no driver; ``nvmlInit`` fails cleanly without one."""
-    return pynvml  # type: ignore[return-value]
+    return pynvml  # untyped (no stubs): the Nvml Protocol above is its type
 
 
 @dataclass

@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         snap = _load_json_model(snapshot, Snapshot, "snapshot")
         hist = _load_json_model(history, History, "history") if history is not None else None
         now = parse_at(at) if at is not None else snap.taken_at
-        result = decide(snap, cfg, hist, now)
+        result = decide(snap, cfg.policy(), hist, now)
         if save_history is not None:
             try:
                 save_history.write_text(result.history.model_dump_json(indent=2) + "\n", encoding="utf-8")

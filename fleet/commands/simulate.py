@@ -47,6 +47,50 @@ def _load(config: Path | None) -> Any:
     return cfg
 
 
+def _group_index(cfg: Any, config: Path | None, group: str | None) -> int:
+    """The group to simulate: the only one, or the one ``--group`` names (one world holds one group)."""
+    names = [g.name for g in cfg.groups]
+    if group is not None:
+        if group not in names:
+            fail(f"--group: no group {group!r} in the config; its groups: {', '.join(names)}")
+        return names.index(group)
+    if len(names) > 1:
+        fail(
+            f"{config}: {len(names)} groups ({', '.join(names)}); the simulator runs one group at a time: "
+            "pick it with --group NAME"
+        )
+    return 0
+
+
+def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
+    """Bounded before anything is built, so an absurd size is one line, not an hour of work or a crash."""
+    import math
+
+    from fleet.sim.modelerror import MAX_MODEL_ERROR_PCT
+    from fleet.sim.types import MAX_HOURS
+
+    if not (math.isfinite(hours) and 0 < hours <= MAX_HOURS):
+        fail(f"--hours: must be above 0 and at most {MAX_HOURS:g} (14 days), got {hours:g}")
+    if not (math.isfinite(tick_s) and 1 <= tick_s <= 3600):
+        fail(f"--tick-s: must be between 1 and 3600 seconds, got {tick_s:g}")
+    if not (math.isfinite(model_error) and 0 <= model_error <= MAX_MODEL_ERROR_PCT):
+        fail(f"--model-error: must be between 0 and {MAX_MODEL_ERROR_PCT:g} (%), got {model_error:g}")
+
+
+def _check_size(spec: Any, hours: float) -> None:
+    from fleet.sim.scenario import MAX_REQUESTS, requests_upper_bound
+
+    try:
+        bound = requests_upper_bound(spec, hours)
+    except FileNotFoundError as exc:
+        fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    if bound > MAX_REQUESTS:
+        fail(
+            f"--workload/--hours: up to {bound:,.0f} requests, more than one run simulates "
+            f"({MAX_REQUESTS:,}): lower the peak, rate or speed, or the hours"
+        )
+
+
 def _hardware(model: str, instance_type: str, region: str) -> Any:
     from fleet.sim.engine import HardwareError, resolve_hardware
 
@@ -69,7 +113,18 @@ def simulate(
     fault: list[str] = typer.Option(
         [], "--fault", help="KIND[:ARG],at=TIME[,instance=N], e.g. overheat,at=10h (repeatable)."
     ),
-    policy: str = typer.Option("ours", "--policy", help="ours | static-peak | ess-alarm | target-tracking."),
+    policy: str = typer.Option(
+        "ours", "--policy", help="ours | static-peak | ess-alarm | target-tracking | kpa | oracle."
+    ),
+    group: str | None = typer.Option(
+        None, "--group", help="The group to simulate when the config has several."
+    ),
+    model_error: float = typer.Option(
+        0.0,
+        "--model-error",
+        help="PCT: the world's engines run up to PCT percent slower or faster than the sizing engine "
+        "predicts (drawn per run and per instance from --seed).",
+    ),
     report: Path | None = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     model: str = typer.Option("Qwen2.5-14B", "--model", help="Model every instance serves (sizing catalog)."),
@@ -92,10 +147,7 @@ def simulate(
 
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
-    if not hours > 0:
-        fail(f"--hours: must be positive, got {hours:g}")
-    if not tick_s > 0:
-        fail(f"--tick-s: must be positive, got {tick_s:g}")
+    _check_numbers(hours, tick_s, model_error)
     embedded = config is None and workload is None
     workload = workload or DEFAULT_WORKLOAD
     try:
@@ -104,21 +156,28 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
+    _check_size(spec, hours)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
+    index = _group_index(cfg, config, group)
     hw = _hardware(model, instance_type, cfg.region)
     if report is not None:
         _check_report_path(report)
-    opts = replace(SimOptions(), seed=seed, tick_s=tick_s)
+    opts = replace(SimOptions(), seed=seed, tick_s=tick_s, model_error_pct=model_error)
     if not json_out:
         err_console.print(
             f"simulating {hours:g} h of {workload} under {policy} ({hw.model} on {hw.instance_type})"
         )
     try:
-        result = run_sim(cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts)
+        result = run_sim(
+            cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts, group_index=index
+        )
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
+    except WorkloadError as exc:  # what only the trace can tell: a day past its end
+        fail(f"--workload: {exc}")
     _warn_unfired(result, len(faults))
+    _warn_capped(result.summary)
     if report is not None:
         _write_report(report, result)
     if json_out:
@@ -145,6 +204,16 @@ def _faults(texts: list[str], embedded: bool, hours: float) -> list[Any]:
         if parsed.at_s >= hours * 3600:
             fail(f"--fault: fault {text!r} is at {parsed.at_s / 3600:g} h, after the run's end ({hours:g} h)")
     return faults
+
+
+def _warn_capped(summary: dict[str, Any]) -> None:
+    if summary.get("exceeds_max_size"):
+        err_console.print(
+            f"[yellow]warning:[/] the workload's 1-minute peak needs {summary['peak_instances_needed']} "
+            f"instances, more than the group's max_size {summary['max_size']}: every policy is capped there",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _warn_unfired(result: Any, asked: int) -> None:
@@ -200,20 +269,50 @@ def bench_autoscale(
     config: Path | None = typer.Option(
         None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
     ),
-    quick: bool = typer.Option(False, "--quick", help="One simulated hour per workload (a smoke run)."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="A smoke run: one simulated hour per workload (with --sweep: the first two days of each trace).",
+    ),
+    only: list[str] = typer.Option(
+        [], "--workload", help="Run only the benchmark workload(s) of this name (repeatable)."
+    ),
+    sweep: str | None = typer.Option(
+        None,
+        "--sweep",
+        help="servegen: ours, static-peak and oracle over every day of the three ServeGen language traces.",
+    ),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Simulations to run at once, one process each (up to the machine's cores)."
+    ),
 ) -> None:
-    """The autoscaling benchmark: each workload under ours and the three baselines, one table per workload."""
+    """The autoscaling benchmark: each workload under ours, the four baselines and the oracle."""
     from fleet.sim.scenario import BENCH_WORKLOADS
+    from fleet.sim.sweep import Sweep
+
+    if not 1 <= jobs <= (os.cpu_count() or 1):
+        fail(f"--jobs: must be between 1 and this machine's {os.cpu_count() or 1} cores, got {jobs}")
+    cfg = _load(config)
+    if len(cfg.groups) > 1:
+        fail(f"{config}: the benchmark runs one group; this config has {len(cfg.groups)}")
+    if sweep is not None:
+        if sweep not in {s.value for s in Sweep}:
+            fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
+        if only:
+            fail("--workload: not with --sweep (the sweep runs every day of the traces)")
+        _run_sweep(cfg, quick, json_out, jobs)
+        return
+    names = [n for n, _, _ in BENCH_WORKLOADS]
+    unknown = [w for w in only if w not in names]
+    if unknown:
+        fail(f"--workload: unknown benchmark workload {unknown[0]!r}; one of {', '.join(names)}")
+    workloads = [(n, s, 1.0 if quick else h) for n, s, h in BENCH_WORKLOADS if not only or n in only]
+    from fleet.sim.scenario import BENCH_MODEL_ERROR_PCT, BENCH_POLICIES
     from fleet.sim.scenario import bench_autoscale as run_bench
 
-    cfg = _load(config)
-    workloads = [(n, s, 1.0 if quick else h) for n, s, h in BENCH_WORKLOADS]
-
-    def progress(label: str) -> None:
-        if not json_out:
-            err_console.print(f"running {label}")
-
-    results = run_bench(cfg, workloads=workloads, progress=progress)
+    runs = len(workloads) * (len(BENCH_POLICIES) + (1 if BENCH_MODEL_ERROR_PCT else 0))
+    with _progress_bar(runs) as progress:
+        results = run_bench(cfg, workloads=workloads, progress=progress, jobs=jobs)
     if json_out:
         print_json(results)
     else:
@@ -222,21 +321,96 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
+def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int) -> None:
+    from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
+
+    days = 2 if quick else None
+    runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
+    with _progress_bar(runs) as progress:
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
+    if json_out:
+        print_json(out)
+    else:
+        print_sweep_table(out["distribution"])
+    if any(r["invariant_violations"] for per in out["workloads"].values() for r in per.values()):
+        raise typer.Exit(1)
+
+
+class _progress_bar:  # noqa: N801 - used as a context manager, like rich's own
+    """A rich progress bar on stderr over ``total`` runs; calling it names the run that starts."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=False,
+        )
+        self.task = self.bar.add_task("starting", total=total)
+        self.started = 0
+
+    def __enter__(self) -> _progress_bar:
+        self.bar.start()
+        return self
+
+    def __call__(self, label: str) -> None:
+        if self.started:
+            self.bar.advance(self.task)
+        self.started += 1
+        self.bar.update(self.task, description=label)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started and exc[0] is None:
+            self.bar.advance(self.task)
+            self.bar.update(self.task, description="done")
+        self.bar.stop()
+
+
+def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = out or Console(width=max(console.width, 110))
+    table = Table(title="ServeGen sweep: per policy over the days")
+    for col in ("policy", "days", "GPU-h / oracle median", "p90", "max", "SLO min median", "max", "days > 0"):
+        table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
+    for pol, d in dist.items():
+        ratio = d.get("gpu_hours_vs_oracle", {})
+        slo = d.get("slo_violation_minutes", {})
+        table.add_row(
+            pol,
+            str(d["days"]),
+            *(f"{ratio[k]:.2f}" if k in ratio else "-" for k in ("median", "p90", "max")),
+            *(f"{slo[k]:g}" if k in slo else "-" for k in ("median", "max")),
+            str(d["days_with_violations"]),
+        )
+    con.print(table)
+
+
 def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    # Wide enough for the eight columns even when stdout is not a terminal (rich then assumes 80).
+    # Wide enough for the nine columns even when stdout is not a terminal (rich then assumes 80).
     con = out or Console(width=max(console.width, 110))
     for name, per in results.items():
         table = Table(title=name)
-        for col in ("policy", "SLO min", "GPU-h", "CNY", "actions", "P99 TTFT", "rejected", "max inst"):
+        cols = (
+            *("policy", "SLO min", "GPU-h", "vs oracle", "CNY"),
+            *("actions", "P99 TTFT", "rejected", "max inst"),
+        )
+        for col in cols:
             table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
         for pol, s in per.items():
             table.add_row(
                 pol,
                 str(s["slo_violation_minutes"]),
                 f"{s['gpu_hours']:.1f}",
+                f"{s['gpu_hours_vs_oracle']:.2f}" if "gpu_hours_vs_oracle" in s else "-",
                 f"{s['cost_cny']:.0f}",
                 str(s["scale_actions"]),
                 f"{s['ttft_p99_ms']:.0f}",
@@ -244,3 +418,10 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 str(s["max_instances"]),
             )
         con.print(table)
+        capped = next((s for s in per.values() if s.get("exceeds_max_size")), None)
+        if capped is not None:
+            con.print(
+                f"  {name}: the 1-minute peak needs {capped['peak_instances_needed']} instances, more than "
+                f"max_size {capped['max_size']}: every policy is capped there",
+                highlight=False,
+            )

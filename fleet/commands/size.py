@@ -7,12 +7,10 @@ The shell part only: it reads the files (config.json, prices.yaml, traces), pass
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -23,14 +21,28 @@ from rich.table import Table
 
 from fleet.commands._common import console, err_console, fail, print_json, write_atomically
 
+if TYPE_CHECKING:  # sizing loads on first use of the command
+    from sizing.traces import TraceRequest
+
 EXIT_NO_FIT = 1
 
 
 def register(app: typer.Typer) -> None:
-    app.command("size")(size)
+    from fleet.commands import size_calibrate
+
+    size_app = typer.Typer(
+        invoke_without_command=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        help=size.__doc__,
+    )
+    size_app.callback()(size)
+    size_calibrate.register(size_app)
+    app.add_typer(size_app, name="size")
 
 
 def size(
+    ctx: typer.Context,
     model: str | None = typer.Option(
         None, "--model", help="A catalog model (e.g. Qwen2.5-7B, Llama-3.1-8B)."
     ),
@@ -86,45 +98,45 @@ def size(
         0.0, "--length-cv", help="Token-length spread (lognormal CV; 0 = fixed)."
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed of the simulated arrivals."),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="A calibration file from `fleet size calibrate` (your own vLLM log)."
+    ),
+    explain: bool = typer.Option(
+        False, "--explain", help="Print the memory and speed breakdown of the best option, term by term."
+    ),
 ) -> None:
     """Size a vLLM deployment: memory, speed, latency under load, cost, and the vLLM command line.
 
     With --gpu or --instance-type it evaluates that deployment; without, it searches every instance type x TP
     x max_num_seqs and ranks them, cheapest meeting the SLOs first, each other option with the reason it lost.
+    `fleet size calibrate LOG` turns your own vLLM startup log into a --calibration file.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     import sizing
     from sizing.latency import Workload
     from sizing.search import SLO, Settings, search
 
-    if (model is None) == (config is None):
-        fail("give exactly one of --model NAME or --config FILE")
-    if gpu is not None and instance_type is not None:
-        fail("give at most one of --gpu and --instance-type")
-    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
-        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
-    if top is not None and top < 1:
-        fail(f"--top must be at least 1, got {top}")
-    for name, value in (
-        ("--max-model-len", max_model_len),
-        ("--max-num-seqs", max_num_seqs),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-        ("--prompt-tokens", prompt_tokens),
-        ("--output-tokens", output_tokens),
-    ):
-        if value is not None and value < 1:
-            fail(f"{name} must be at least 1, got {value}")
-    for name, number in (
-        ("--qps", qps), ("--slo-ttft-p99-ms", slo_ttft_p99_ms), ("--slo-tpot-p99-ms", slo_tpot_p99_ms)
-    ):
-        if number is not None and not (number > 0 and math.isfinite(number)):
-            fail(f"{name} must be a positive number, got {number:g}")
-    if not (length_cv >= 0 and math.isfinite(length_cv)):
-        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+    _check_exclusive(model, config, gpu, instance_type, trace, prompt_tokens, output_tokens)
+    _check_ranges(
+        top,
+        counts={
+            "--max-model-len": max_model_len,
+            "--max-num-seqs": max_num_seqs,
+            "--max-num-batched-tokens": max_num_batched_tokens,
+            "--prompt-tokens": prompt_tokens,
+            "--output-tokens": output_tokens,
+        },
+        positives={"--qps": qps, "--slo-ttft-p99-ms": slo_ttft_p99_ms, "--slo-tpot-p99-ms": slo_tpot_p99_ms},
+        length_cv=length_cv,
+    )
     if plot is not None:
         _check_writable(plot, "--plot")
 
     try:
+        # ignored: exactly one of MODEL and --config is set, checked above
         shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
+        cal = read_calibration(calibration) if calibration is not None else None
         book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
             book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
@@ -138,6 +150,12 @@ def size(
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
         evaluating = gpu is not None or instance_type is not None
+        _check_lengths(shape, workload, max_model_len, requests)
+        sized_len = None
+        if max_model_len is None and (prompt_tokens or output_tokens or requests):
+            from sizing.latency import workload_max_model_len
+
+            sized_len = max_model_len = workload_max_model_len(workload, shape.max_position)
         settings = Settings(
             dtype=dtype,
             kv_cache_dtype=kv_cache_dtype,
@@ -147,6 +165,8 @@ def size(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_gib=gpu_memory_gib,
+            calibration=cal,
+            search_quantized=dtype == "auto" and gpu is None,
         )
         the_gpu = sizing.find_gpu(gpu) if gpu is not None else None
         pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
@@ -174,15 +194,89 @@ def size(
         if best is None or best.deployment is None:
             fail("--plot: no option fits, so there is nothing to plot")
         _write_plot(plot, best, workload, slo, seed)
+    # the best option; when none fits, the first one that has a memory plan (so the breakdown shows why)
+    target = best or next((c for c in result.candidates if c.plan is not None and c.perf is not None), None)
+    explained = _explanation(target, workload) if explain and target is not None else None
     if as_json:
-        print_json(result.to_json(top))
+        doc = result.to_json(top)
+        if explain:
+            doc["explain"] = explained.to_json() if explained is not None else None
+        print_json(doc)
     else:
         _render(result, shape, top, has_load, requests, plot)
+        if cal is not None:
+            note = _calibration_note(cal, best)
+            console.print(f"  calibration: {calibration} ({note})", highlight=False, soft_wrap=True)
+        if sized_len is not None:
+            console.print(
+                f"  max_model_len {sized_len:,} sized from the workload's token lengths "
+                "(--max-model-len sets it)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if explained is not None:
+            render_explanation(explained)
     if best is None:
         raise typer.Exit(EXIT_NO_FIT)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
+def read_calibration(path: Path) -> Any:
+    """A calibration file (YAML or JSON) as the sizing core's Calibration, or one line and exit 2."""
+    import sizing
+    from sizing.calibration import calibration_from_dict
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {exc.start})")
+    except yaml.YAMLError as exc:
+        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
+    try:
+        return calibration_from_dict(data)
+    except sizing.SizingInputError as exc:
+        fail(f"{path}: {exc}")
+
+
+def _check_exclusive(
+    model: str | None,
+    config: Path | None,
+    gpu: str | None,
+    instance_type: str | None,
+    trace: Path | None,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+) -> None:
+    """Flags that exclude or require each other."""
+    if (model is None) == (config is None):
+        fail("give exactly one of --model NAME or --config FILE")
+    if gpu is not None and instance_type is not None:
+        fail("give at most one of --gpu and --instance-type")
+    if trace is not None and (prompt_tokens is not None or output_tokens is not None):
+        fail("--trace gives the token lengths; drop --prompt-tokens/--output-tokens")
+
+
+def _check_ranges(
+    top: int | None, *, counts: dict[str, int | None], positives: dict[str, float | None], length_cv: float
+) -> None:
+    """Counts at least 1, positive finite numbers, a finite spread >= 0."""
+    if top is not None and top < 1:
+        fail(f"--top must be at least 1, got {top}")
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            fail(f"{name} must be at least 1, got {value}")
+    for name, number in positives.items():
+        if number is not None and not (number > 0 and math.isfinite(number)):
+            fail(f"{name} must be a positive number, got {number:g}")
+    qps = positives.get("--qps")
+    if qps is not None and qps > MAX_QPS:
+        fail(f"--qps must be at most {MAX_QPS:g} requests per second, got {qps:g}")
+    if not (length_cv >= 0 and math.isfinite(length_cv)):
+        fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+
+
 def _read_model_config(path: Path) -> Any:
     import sizing
 
@@ -216,76 +310,21 @@ def _read_prices(path: Path) -> Any:
         fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
 
 
-_TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
-_PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
-
-
-def _json_line(path: Path, number: int, line: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        fail(f"{path}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})")
-
-
-def _read_trace(path: Path) -> tuple[Any, ...]:
-    """Requests of a trace file: Azure LLM (CSV, datetimes), BurstGPT (CSV, seconds), Mooncake (JSONL, ms).
-
-    Rows with zero tokens (failed requests in BurstGPT) are skipped."""
-    from sizing.latency import TraceRequest
+def _read_trace(path: Path) -> tuple[TraceRequest, ...]:
+    """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake."""
+    from sizing.traces import TraceError, parse_columns
 
     try:
         with path.open(encoding="utf-8", newline="") as handle:
-            if path.suffix in {".jsonl", ".json"}:
-                rows = [_json_line(path, n, line) for n, line in enumerate(handle, start=1) if line.strip()]
-                millis = True  # Mooncake's timestamp is milliseconds from the start
-            else:
-                rows = list(csv.DictReader(handle))
-                millis = False
+            text = handle.read()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
-    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         fail(f"{path}: cannot parse the trace ({exc})")
-    if not rows or not isinstance(rows[0], dict):
-        fail(f"{path}: the trace has no request rows")
-    keys = {k.strip().lower(): k for k in rows[0]}
-    tkey = next((keys[k] for k in _TIME_KEYS if k in keys), None)
-    pkey = next((keys[k] for k in _PROMPT_KEYS if k in keys), None)
-    okey = next((keys[k] for k in _OUTPUT_KEYS if k in keys), None)
-    if tkey is None or pkey is None or okey is None:
-        fail(
-            f"{path}: needs a time column ({'/'.join(_TIME_KEYS)}), prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
-            f"and output tokens ({'/'.join(_OUTPUT_KEYS)}); found {', '.join(keys) or 'none'}"
-        )
-    out: list[TraceRequest] = []
-    t0: datetime | None = None
-    for n, row in enumerate(rows, start=2):
-        try:
-            prompt, output = int(float(row[pkey])), int(float(row[okey]))
-            raw = row[tkey]
-            if isinstance(raw, int | float) or _is_number(str(raw)):
-                t = float(raw) / (1000.0 if millis else 1.0)
-            else:
-                stamp = datetime.fromisoformat(str(raw).strip())
-                t0 = t0 or stamp
-                t = (stamp - t0).total_seconds()
-        except (TypeError, ValueError, KeyError, OverflowError) as exc:
-            fail(f"{path}: row {n}: {exc}")
-        if prompt <= 0 or output <= 0 or not math.isfinite(t):
-            continue
-        out.append(TraceRequest(t, prompt, output))
-    if len(out) < 2:
-        fail(f"{path}: fewer than two usable requests")
-    out.sort(key=lambda r: r.arrival_s)
-    return tuple(out)
-
-
-def _is_number(text: str) -> bool:
     try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        return parse_columns(text, str(path), jsonl=path.suffix in {".jsonl", ".json"})
+    except TraceError as exc:
+        fail(str(exc))
 
 
 def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
@@ -318,6 +357,25 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
 
         g = the_gpu or sizing.find_gpu(pool[0].gpu)
         resolve_dtype(shape, g, settings.dtype)
+
+
+MAX_QPS = 1e6  # far beyond any fleet: larger values are typos or overflow probes (issue 14)
+
+
+def _check_lengths(shape: Any, workload: Any, max_model_len: int | None, requests: Any) -> None:
+    """A request longer than the context is refused by vLLM: size nothing for it (it reported TTFT 0 ms)."""
+    import sizing
+
+    if requests:
+        return  # a trace's over-long requests are counted and warned about after the search
+    limit = max_model_len or shape.max_position
+    total = workload.prompt_tokens + workload.output_tokens
+    if total > limit:
+        what = f"--max-model-len {max_model_len}" if max_model_len else f"{shape.name}'s context of {limit}"
+        raise sizing.SizingInputError(
+            f"--prompt-tokens {workload.prompt_tokens} + --output-tokens {workload.output_tokens} = {total} "
+            f"tokens exceed {what} tokens: vLLM would refuse every request"
+        )
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -376,6 +434,55 @@ def _write_plot(path: Path, best: Any, workload: Any, slo: Any, seed: int) -> No
         fail(f"--plot: {path}: {exc.strerror or exc}")
 
 
+def _explanation(best: Any, workload: Any) -> Any:
+    from sizing.explain import explain
+
+    dep = best.deployment
+    if best.max_num_seqs:
+        from dataclasses import replace
+
+        dep = replace(dep, max_num_seqs=best.max_num_seqs)
+    return explain(dep, best.plan, best.perf, int(workload.mean_prompt_tokens))
+
+
+def _calibration_note(cal: Any, best: Any) -> str:
+    if best is None or best.deployment is None:
+        return "no option to apply it to"
+    from dataclasses import replace
+
+    import sizing
+
+    dep = best.deployment
+    if not cal.applies_to_gpu(dep.gpu):
+        return f"not applied: it is for {cal.gpu}, the best option runs on {dep.gpu.name}"
+    scope = (
+        f"all terms applied: {cal.model} on {cal.tp} x {cal.gpu}"
+        if cal.applies_to(dep.model, dep.gpu, dep.tp, best.plan.dtype)
+        else f"{cal.gpu} terms applied (logged on {cal.model}, TP {cal.tp})"
+    )
+    plain = sizing.plan_memory(replace(dep, calibration=None, gpu=sizing.find_gpu(dep.gpu.name)))
+    return f"{scope}; KV cache {best.plan.kv_cache_tokens:,} tokens, {plain.kv_cache_tokens:,} uncalibrated"
+
+
+def render_explanation(ex: Any) -> None:
+    """The --explain breakdown: memory per GPU, then the batch-1 decode step."""
+    table = Table(title="memory per GPU", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("term", "GiB", "source"):
+        table.add_column(col, justify="right" if col == "GiB" else "left", overflow="fold")
+    for t in ex.memory:
+        table.add_row(t.name + (" *" if t.calibrated else ""), f"{t.gib:.3f}", t.source)
+    console.print(table)
+    speed = Table(title=f"batch-1 decode step ({ex.bound}-bound)", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("term", "ms", "source"):
+        speed.add_column(col, justify="right" if col == "ms" else "left", overflow="fold")
+    for s in ex.speed:
+        speed.add_row(s.name + (" *" if s.calibrated else ""), f"{s.ms:.3f}", s.source)
+    speed.add_row("step", f"{ex.decode_step_ms:.3f}", "max(reads, compute) + fixed, per-layer, TP terms")
+    console.print(speed)
+    if any(t.calibrated for t in ex.memory) or any(s.calibrated for s in ex.speed):
+        console.print("* : from the calibration file", highlight=False)
+
+
 def _fmt(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -397,6 +504,8 @@ def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
         return "weights do not fit"
     if reason.startswith("impossible"):
         return "impossible TP"
+    if reason.startswith("SLO at the no-load floor"):
+        return "SLO at the idle-engine floor: more instances cannot meet it"
     if reason.startswith("SLO missed"):
         return "misses SLO: " + reason.split(":", 1)[1].strip()
     return reason
@@ -410,7 +519,7 @@ def _render(
     best = result.best
     best_j = best.to_json(wl) if best is not None else None
     table = Table(title=f"{shape.name}: options, best first", header_style="bold", box=box.SIMPLE_HEAD)
-    for col in ("#", "instance type", "GPUs", "TP", "KV tokens"):
+    for col in ("#", "instance type", "GPUs", "TP", "weights", "KV tokens"):
         table.add_column(col, justify="left" if col == "instance type" else "right", no_wrap=True)
     if has_load:
         for col in ("seqs", "count", "P99 TTFT ms", "P99 TPOT ms", "CNY/h", "CNY/Mtok"):
@@ -425,6 +534,7 @@ def _render(
             (j["instance_type"] or "-").removeprefix("ecs."),
             f"{j['gpus']}x {j['gpu']}",
             str(j["tp"]),
+            j["dtype"] or "-",
             _fmt(j["kv_cache_tokens"], ",") if j["fits"] else "-",
         ]
         if has_load:
@@ -488,7 +598,7 @@ def _render(
                 else ""
             )
             console.print(
-                f"  CNY {j['cost_cny_per_hour']:.2f}/h, "
+                f"  CNY {j['cost_cny_per_hour']:.2f}/h (CNY {j['cost_cny_per_month']:,.0f} a month), "
                 f"CNY {j['cost_cny_per_million_tokens']:.3f} per million tokens{note}",
                 highlight=False,
                 soft_wrap=True,

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleet.diagnose.model import GroupContext
+
+if TYPE_CHECKING:  # sizing loads its catalog on first use: imported where it runs, named here for the types
+    from sizing import Candidate, Deployment, MemoryPlan, PerfModel
 
 # The sizing model's default request mix (sizing.latency.Workload): used when the group names none.
 DEFAULT_PROMPT_TOKENS = 1000
@@ -31,9 +35,9 @@ class Deploy:
     kv_cache_tokens: int
     max_num_seqs: int
     max_model_len: int
-    plan: object
-    perf: object
-    deployment: object
+    plan: MemoryPlan
+    perf: PerfModel
+    deployment: Deployment
 
 
 def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
@@ -139,8 +143,8 @@ def quantized_tpot_ratio(ctx: GroupContext, dtype: str = "int8") -> float | None
     quant = deployment(ctx, dtype=dtype)
     if base is None or quant is None:
         return None
-    a = base.perf.decode_tpot_s(1000)  # type: ignore[attr-defined]
-    b = quant.perf.decode_tpot_s(1000)  # type: ignore[attr-defined]
+    a = base.perf.decode_tpot_s(1000)
+    b = quant.perf.decode_tpot_s(1000)
     return b / a if a > 0 else None
 
 
@@ -152,7 +156,7 @@ TPOT_MEAN_SHARE = 0.9
 
 def _tpot_ms(d: Deploy, n: int, tokens_per_seq: float) -> float:
     """Mean time per output token with ``n`` sequences of ``tokens_per_seq`` context decoding together."""
-    a, b = d.perf.decode_affine(n)  # type: ignore[attr-defined]
+    a, b = d.perf.decode_affine(n)
     return 1000.0 * (a + b * n * tokens_per_seq)
 
 
@@ -219,10 +223,10 @@ def search_recommendation(ctx: GroupContext, demand_rps: float) -> dict[str, obj
     return out or None
 
 
-def _option(c: object) -> dict[str, object]:
+def _option(c: Candidate) -> dict[str, object]:
     return {
-        "instance_type": c.instance_type,  # type: ignore[attr-defined]
-        "instances": c.instances,  # type: ignore[attr-defined]
-        "max_num_seqs": c.max_num_seqs,  # type: ignore[attr-defined]
-        "cost_cny_per_hour": None if c.cost_cny_per_hour is None else round(c.cost_cny_per_hour, 1),  # type: ignore[attr-defined]
+        "instance_type": c.instance_type,
+        "instances": c.instances,
+        "max_num_seqs": c.max_num_seqs,
+        "cost_cny_per_hour": None if c.cost_cny_per_hour is None else round(c.cost_cny_per_hour, 1),
     }

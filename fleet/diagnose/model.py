@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleet.timefmt import isoformat, parse_iso_utc
+from policies.model import LifecycleState
 
 SNAPSHOT_VERSION = 1
 
@@ -39,7 +40,7 @@ EXTRA_METRICS: dict[str, str] = {
 SEVERITIES = ("critical", "warning", "info")
 
 # Instance lifecycle states that serve traffic (ESS names; Protected instances serve too).
-SERVING_STATES = frozenset({"InService", "Protected"})
+SERVING_STATES = frozenset({LifecycleState.IN_SERVICE, LifecycleState.PROTECTED})
 
 
 class SnapshotError(ValueError):

@@ -33,10 +33,13 @@ from fleet.diagnose.model import (
 )
 from fleet.diagnose.rules import parse_scale_out
 from policies import metrics as pm
+from policies.model import LifecycleState
 
 log = logging.getLogger(__name__)
 
-_UNMEASURED_STATES = frozenset({"Stopped", "Removing", "Removing:Wait"})
+_UNMEASURED_STATES = frozenset(
+    {LifecycleState.STOPPED, LifecycleState.REMOVING, LifecycleState.REMOVING_WAIT}
+)
 
 
 class ReadError(Exception):

@@ -30,7 +30,7 @@ from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
-from policies.model import GroupPlan, Incident, IsolationStep, StepAction
+from policies.model import GroupPlan, Incident, IsolationStep, LifecycleState, StepAction
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,22 @@ log = logging.getLogger(__name__)
 DONE_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.FAILED, Outcome.NOTIFIED, Outcome.RECORDED})
 # Transient: nothing changed for sure; the next tick tries again with the same token.
 RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Outcome.BLOCKED})
+_SERVING = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
+_PENDING = (LifecycleState.PENDING, LifecycleState.PENDING_WAIT)
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+# Steps that only tell people: no cloud call.
+_NOTICES = {StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE}
+# A write that has already landed (seen in the observed lifecycle state) before a restart, and what to say.
+_LANDED: dict[tuple[StepAction, str | None], str] = {
+    (StepAction.ENTER_STANDBY, LifecycleState.STANDBY): " (already Standby)",
+    (StepAction.EXIT_STANDBY, LifecycleState.IN_SERVICE): " (already InService)",
+    (StepAction.REMOVE, None): " (already gone)",
+}
+
+
+def _already_landed(action: StepAction, state: str | None) -> str | None:
+    """The note for a step whose effect the observation already shows, or None."""
+    return _LANDED.get((action, state))
 
 
 def client_token(*parts: object) -> str:
@@ -137,15 +152,15 @@ class Actuator:
             if key in self._dry_run_seen:
                 return None
             self._dry_run_seen = {k for k in self._dry_run_seen if k[0] != gp.group} | {key}
-            return self._record(replace(base, outcome="dry_run"), now, epoch)
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
         if observed.activities_in_progress and group.desired_capacity is None:
             # Without desired capacity ESS runs one activity at a time: ask again next tick.
             return self._record(
-                replace(base, outcome="conflict", error="scaling activity in progress"), now, epoch
+                replace(base, outcome=Outcome.CONFLICT, error="scaling activity in progress"), now, epoch
             )
         if not fence():
             return self._record(
-                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+                replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
         try:
             activity_id = self.clients.ess.scale_to(group.group_id, target, token)
@@ -156,7 +171,7 @@ class Actuator:
                 now,
                 epoch,
             )
-        result = self._record(replace(base, outcome="applied", request_id=activity_id), now, epoch)
+        result = self._record(replace(base, outcome=Outcome.APPLIED, request_id=activity_id), now, epoch)
         change = abs(target - current)
         if self.notify is not None and change >= self.notify_scale_min_change:
             direction = "out" if target > current else "in"
@@ -189,9 +204,9 @@ class Actuator:
             d.decision_id: d.outcome
             for d in self.store.decisions(group=gp.group, kind="isolation", limit=500)
         }
-        standby_now = observed.count("Standby")
+        standby_now = observed.count(LifecycleState.STANDBY)
         for step in gp.steps:
-            if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == "dry_run":
+            if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == Outcome.DRY_RUN:
                 continue
             res = self._step(
                 step,
@@ -208,10 +223,10 @@ class Actuator:
             )
             if res is None:
                 continue
-            if res.action == "enter_standby" and res.outcome in ("applied", "dry_run"):
+            if res.action == "enter_standby" and res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 standby_now += 1
             results.append(res)
-            if res.outcome == "fenced":
+            if res.outcome == Outcome.FENCED:
                 break
         return results
 
@@ -229,11 +244,10 @@ class Actuator:
         fence: Callable[[], bool],
         has_human_channel: bool,
     ) -> ActionResult | None:
-        action = step.action.value
         base = ActionResult(
             group=gp.group,
             kind="isolation",
-            action=action,
+            action=step.action.value,
             decision_id=step.step_id,
             outcome="",
             reason=f"{step.reason.value}: {step.detail}".strip(": "),
@@ -243,14 +257,8 @@ class Actuator:
         )
         if step.action in _INFORMATIONAL:
             return None  # the target already carries the surge; waiting and draining need no call
-        if step.action in (StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE):
-            if self.dry_run:
-                return self._record(replace(base, outcome="dry_run"), now, epoch)
-            self._notify_step(step, gp, incident)
-            outcome = (
-                "notified" if has_human_channel and step.action == StepAction.ACKNOWLEDGE else "recorded"
-            )
-            return self._record(replace(base, outcome=outcome), now, epoch)
+        if step.action in _NOTICES:
+            return self._notice(step, gp, incident, base, now, epoch, has_human_channel)
 
         group = observed.group
         if group is None:
@@ -261,51 +269,25 @@ class Actuator:
         base = replace(base, client_token=token)
 
         # Compare with what is observed before writing: the step may have landed before a restart.
-        if step.action == StepAction.ENTER_STANDBY and state == "Standby":
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already Standby)"), now, epoch
-            )
-        if step.action == StepAction.EXIT_STANDBY and state == "InService":
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already InService)"), now, epoch
-            )
-        if step.action == StepAction.REMOVE and state is None:
-            return self._record(
-                replace(base, outcome="applied", reason=base.reason + " (already gone)"), now, epoch
-            )
+        landed = _already_landed(step.action, state)
+        if landed is not None:
+            done_before = replace(base, outcome=Outcome.APPLIED, reason=base.reason + landed)
+            return self._record(done_before, now, epoch)
 
         if step.action == StepAction.ENTER_STANDBY:
             blocked = self._guardrail(spec, gp, observed, incident, breaker_open, standby_now)
             if blocked:
                 log.warning("isolation of %s blocked at actuation: %s", step.instance_id, blocked)
-                return self._record(replace(base, outcome="blocked", error=blocked), now, epoch)
+                return self._record(replace(base, outcome=Outcome.BLOCKED, error=blocked), now, epoch)
 
         if self.dry_run:
-            return self._record(replace(base, outcome="dry_run"), now, epoch)
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
         if not fence():
             return self._record(
-                replace(base, outcome="fenced", error="lease lost before the write"), now, epoch
+                replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
-        ess, ecs = self.clients.ess, self.clients.ecs
         try:
-            if step.action == StepAction.ENTER_STANDBY:
-                rid: str | None = ess.enter_standby(group.group_id, [step.instance_id], token)
-            elif step.action == StepAction.EXIT_STANDBY:
-                rid = ess.exit_standby(group.group_id, [step.instance_id], token)
-            elif step.action == StepAction.REMOVE:
-                # The policy counts the Standby node inside the desired capacity and has surged its
-                # replacement already, so removing it lowers desired by one (its step says so); keeping
-                # desired would make ESS launch a second replacement that the next plan scales in at random.
-                decrease = bool(step.inputs.get("decrease_desired_capacity", True))
-                rid = ess.remove_instances(
-                    group.group_id, [step.instance_id], decrease_desired_capacity=decrease, client_token=token
-                )
-            elif step.action == StepAction.REBOOT:
-                ecs.reboot_instance(step.instance_id)
-                rid = None
-            else:
-                log.warning("unknown isolation step %s for %s ignored", action, step.instance_id)
-                return None
+            written, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
             self._cloud_error(exc)
             return self._record(
@@ -313,7 +295,48 @@ class Actuator:
                 now,
                 epoch,
             )
-        return self._record(replace(base, outcome="applied", request_id=rid), now, epoch)
+        if not written:
+            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
+            return None
+        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch)
+
+    def _notice(
+        self,
+        step: IsolationStep,
+        gp: GroupPlan,
+        incident: Incident | None,
+        base: ActionResult,
+        now: datetime,
+        epoch: int | None,
+        has_human_channel: bool,
+    ) -> ActionResult:
+        """An acknowledge, hold or close step: no cloud call, a notification and a record."""
+        if self.dry_run:
+            return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
+        self._notify_step(step, gp, incident)
+        notified = has_human_channel and step.action == StepAction.ACKNOWLEDGE
+        outcome = Outcome.NOTIFIED if notified else Outcome.RECORDED
+        return self._record(replace(base, outcome=outcome), now, epoch)
+
+    def _write_step(self, step: IsolationStep, group_id: str, token: str) -> tuple[bool, str | None]:
+        """The one cloud write of an isolation step: (whether the action has a write, its request id)."""
+        ess, ecs = self.clients.ess, self.clients.ecs
+        if step.action == StepAction.ENTER_STANDBY:
+            return True, ess.enter_standby(group_id, [step.instance_id], token)
+        if step.action == StepAction.EXIT_STANDBY:
+            return True, ess.exit_standby(group_id, [step.instance_id], token)
+        if step.action == StepAction.REMOVE:
+            # The policy counts the Standby node inside the desired capacity and has surged its
+            # replacement already, so removing it lowers desired by one (its step says so); keeping
+            # desired would make ESS launch a second replacement that the next plan scales in at random.
+            decrease = bool(step.inputs.get("decrease_desired_capacity", True))
+            return True, ess.remove_instances(
+                group_id, [step.instance_id], decrease_desired_capacity=decrease, client_token=token
+            )
+        if step.action == StepAction.REBOOT:
+            ecs.reboot_instance(step.instance_id)
+            return True, None
+        return False, None
 
     def _guardrail(
         self,
@@ -328,11 +351,11 @@ class Actuator:
         manual = bool(incident and incident.manual)
         if breaker_open and not manual:
             return "circuit breaker open: automatic isolation paused until a human resets it"
-        size = observed.count("InService", "Pending", "Pending:Wait", "Standby", "Protected")
+        size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
         if standby_now + 1 > limit:
             return f"max_isolated reached ({standby_now} of {limit} already out of service)"
-        serving_after = observed.count("InService", "Pending", "Pending:Wait", "Protected") - 1
+        serving_after = observed.count(*_SERVING, *_PENDING) - 1
         if serving_after < gp.floor:
             return f"would leave {serving_after} serving, below the floor of {gp.floor}: surge a replacement"
         return None
@@ -411,12 +434,12 @@ class Actuator:
         return res
 
 
-def _failure_outcome(exc: CloudError) -> str:
+def _failure_outcome(exc: CloudError) -> Outcome:
     if isinstance(exc, Conflict):
-        return "conflict"
+        return Outcome.CONFLICT
     if isinstance(exc, Throttled | ServerError | NetworkError):
-        return "error"  # transient: the same token is used again next tick
-    return "failed"
+        return Outcome.ERROR  # transient: the same token is used again next tick
+    return Outcome.FAILED
 
 
 def _reason_text(gp: GroupPlan) -> str:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import Store
+from fleet.service.store import Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class _StatusApi:
         if not self.store.acknowledge_incident(incident_id, actor, now):
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
-        self.store.add_request("ack", now, incident_id=incident_id, actor=f"human:{actor}")
+        self.store.add_request("ack", now, incident_id=incident_id, actor=human_actor(actor))
         return _json({"incident": incident_id, "acknowledged_by": actor})
 
     def operator_request(self, kind: str) -> Callable[[Request], Any]:

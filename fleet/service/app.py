@@ -22,6 +22,7 @@ from fleet.service.notify import Channel, Notifier
 from fleet.service.observe import ClientsFor
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.store import open_store
+from policies.spec import GroupSpec
 
 log = logging.getLogger("fleet.service")
 
@@ -51,7 +52,7 @@ def build_service(
         # let it take the lease from the acting replica and overwrite the history the real one resumes from.
         settings = replace(settings, service_name=settings.service_name + DRY_RUN_SUFFIX)
     store = open_store(database_url, service=settings.service_name)
-    specs = list(config.groups)
+    specs: list[GroupSpec] = list(config.groups)
     holder = holder_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     service = Service(
         specs=specs,

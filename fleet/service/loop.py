@@ -41,7 +41,7 @@ from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import History, Incident, Plan, WarningCode
+from policies.model import History, Incident, LifecycleState, Plan, WarningCode
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -454,7 +454,7 @@ class Service:
                 self.metrics.desired.labels(group=name).set(
                     g.group.desired_capacity or g.group.total_capacity
                 )
-                self.metrics.in_service.labels(group=name).set(g.count("InService"))
+                self.metrics.in_service.labels(group=name).set(g.count(LifecycleState.IN_SERVICE))
 
     def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:

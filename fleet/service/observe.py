@@ -46,13 +46,15 @@ from fleet.cloud.types import SystemEvent as CloudSystemEvent
 from fleet.service.pool import CallPools
 from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
-from policies.model import MetricSample, SystemEvent, XidEvent
+from policies.model import LifecycleState, MetricSample, SystemEvent, XidEvent
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
 # Instances in these states have no workload to measure.
-_UNMEASURED_STATES = frozenset({"Stopped", "Removing", "Removing:Wait"})
+_UNMEASURED_STATES = frozenset(
+    {LifecycleState.STOPPED, LifecycleState.REMOVING, LifecycleState.REMOVING_WAIT}
+)
 # ECS health codes that mean the instance cannot be trusted to serve (DescribeInstancesFullStatus).
 _ECS_UNHEALTHY = frozenset({"Impaired"})
 # Above this many instances ECS is read region-wide for its exceptions (two filtered reads) rather than in

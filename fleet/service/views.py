@@ -14,7 +14,7 @@ from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
 from fleet.service.shards import SHARD_INFIX
 from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human, leases, policy_state
-from policies.model import Plan
+from policies.model import LifecycleState, Plan
 
 
 def replica_health(
@@ -47,9 +47,9 @@ def service_status(
                 group_id=o.group.group_id,
                 desired=o.group.desired_capacity,
                 total=o.group.total_capacity,
-                in_service=o.count("InService"),
-                pending=o.count("Pending", "Pending:Wait"),
-                standby=o.count("Standby"),
+                in_service=o.count(LifecycleState.IN_SERVICE),
+                pending=o.count(LifecycleState.PENDING, LifecycleState.PENDING_WAIT),
+                standby=o.count(LifecycleState.STANDBY),
                 staleness_s=o.staleness_s,
             )
         gp = plan.group(g["name"]) if plan else None

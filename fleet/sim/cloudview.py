@@ -97,8 +97,10 @@ def make_clients(config: FleetConfig) -> CloudClients:
     from fleet.cloud.clients import make_clients as _make
     from fleet.cloud.retry import RetryPolicy
 
+    # str(): CmsAdapter's own conversion, so an unset account id reads as it always has
+    account_id = str(config.account_id)
     return _make(
-        config.region, config.account_id, credential=_sim_credential(), retry=_sim_retry(RetryPolicy), env={}
+        config.region, account_id, credential=_sim_credential(), retry=_sim_retry(RetryPolicy), env={}
     )
 
 
@@ -123,15 +125,19 @@ def make_controller(
     policy = options.policy
     if policy == "ours":
         from fleet.service import build_service
+        from fleet.service.notify import Notifier
 
-        service = build_service(config, clients, database_url="sqlite://", clock=clock.now, dry_run=False)
+        # A simulation never notifies anyone: the config's DingTalk / webhook channels are real endpoints.
+        service = build_service(
+            config, clients, database_url="sqlite://", clock=clock.now, dry_run=False, notifier=Notifier([])
+        )
         checker = InvariantChecker(
             min_size=spec.min_size,
             max_size=spec.max_size,
             warm_floor=spec.warm_floor,
             floor_at=_schedule_floor(spec, options.tick_s),
+            max_isolated_for=spec.guardrails.max_isolated_for,
         )
-        checker.max_isolated_for = spec.guardrails.max_isolated_for  # type: ignore[attr-defined]
         return service, checker
     if policy == "static-peak":
         size = options.static_size or spec.max_size
@@ -144,7 +150,39 @@ def make_controller(
             clients.ess, clients.cms, group_id, spec.min_size, spec.max_size, target=options.queue_target
         )
         return tracking, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+    if policy in _BASELINE_MAKERS:
+        return _BASELINE_MAKERS[policy](options, spec, clients, group_id)
     raise ValueError(f"unknown policy {policy!r}")
+
+
+def _make_kpa(options: SimOptions, spec: GroupConfig, clients: CloudClients, group_id: str) -> Any:
+    from fleet.sim.kpa import Kpa
+
+    if options.kpa_target is None:
+        raise ValueError("the kpa policy needs its target concurrency (SimOptions.kpa_target)")
+    ctl = Kpa(clients.ess, clients.cms, group_id, spec.min_size, spec.max_size, target=options.kpa_target)
+    return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+
+
+def _make_oracle(options: SimOptions, spec: GroupConfig, clients: CloudClients, group_id: str) -> Any:
+    from fleet.sim.oracle import Oracle, lead_s
+
+    ctl = Oracle(
+        clients.ess,
+        group_id,
+        options.oracle_need,
+        start=options.start,
+        lead_s=lead_s(float(spec.cold_start_s), sync_s=options.sync_s),
+        min_size=spec.min_size,
+        max_size=spec.max_size,
+    )
+    return ctl, InvariantChecker(min_size=spec.min_size, max_size=spec.max_size)
+
+
+_BASELINE_MAKERS: dict[str, Callable[[SimOptions, GroupConfig, CloudClients, str], Any]] = {
+    "kpa": _make_kpa,
+    "oracle": _make_oracle,
+}
 
 
 def _schedule_floor(spec: GroupSpec, tick_s: float) -> Callable[[datetime], int]:
@@ -178,9 +216,8 @@ def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: dateti
         and a.trigger_source_type == "APIs"
         and a.total_capacity is not None
     ]
-    max_iso = getattr(checker, "max_isolated_for", None)
-    if max_iso is not None:
-        checker.max_isolated = max_iso(max(1, desired))
+    if checker.max_isolated_for is not None:
+        checker.max_isolated = checker.max_isolated_for(max(1, desired))
     checker.check(at, desired, states, fresh)
 
 
@@ -209,6 +246,7 @@ def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, sta
         standby=counts.get("Standby", 0),
         temperature_max_c=round(max(temps), 1) if temps else 0.0,
         gpu_util_avg_pct=round(100.0 * sum(utils) / len(utils), 1) if utils else 0.0,
+        billed=len(world.instances) + len(world.draining),
     )
 
 
@@ -305,7 +343,24 @@ def _fault_cause(f: dict[str, Any]) -> str:
 
 
 def decisions(controller: Any) -> list[dict[str, Any]]:
+    """The run's decisions, oldest first: a baseline's own log, or our service's audited decisions (scale,
+    isolation, schedule) with their reasons and inputs from its store."""
     stats = getattr(controller, "stats", None)
     if stats is not None:
         return list(stats.decisions)
-    return []
+    store = getattr(controller, "store", None)
+    if store is None:
+        return []
+    return [
+        {
+            "at": _iso(rec.at),
+            "desired": rec.target,
+            "kind": rec.kind,
+            "action": rec.action,
+            "outcome": rec.outcome,
+            "instance_id": rec.instance_id,
+            "reason": rec.reason,
+            "inputs": rec.inputs or {},
+        }
+        for rec in sorted(store.decisions(), key=lambda r: r.at)
+    ]

@@ -132,7 +132,7 @@ class DiagWorld(World):
                 PowerCappedGpu(g.params, g.temperature_c, g.extra_c, cap_clock_ratio=0.65) for g in inst.gpus
             ]
         elif f.kind == "slow_node":
-            inst.engine = SlowEngine(inst.engine, self.slowdown)  # type: ignore[assignment]
+            inst.engine = SlowEngine(inst.engine, self.slowdown)
         elif f.kind == "agent_down":
             if f.target == "*":
                 self.agent.all_down = True

@@ -22,6 +22,8 @@ class InvariantChecker:
     warm_floor: int = 0
     max_isolated: int | None = None
     floor_at: Callable[[datetime], int] | None = None  # the schedule floor in force (ours only)
+    # the guardrail's cap on isolated instances for a group size (ours only): sets max_isolated each check
+    max_isolated_for: Callable[[int], int] | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
     _seen_activities: set[str] = field(default_factory=set)
 

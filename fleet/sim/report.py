@@ -4,7 +4,9 @@ Three stacked time plots share the x axis (hours of the run, local time of the s
 per minute, rejected ones in red), the capacity (desired vs instances in the group vs instances serving,
 Standby shaded), and P99 TTFT per minute against the SLO (log scale; minutes over the SLO in red). Fault
 injections and incidents are drawn as vertical markers across all three, and listed in a table under the plots
-with their detection, response and isolation times.
+with their detection, response and isolation times. Then the planning plots of
+:mod:`fleet.sim.report_planning` (demand against its forecast, ordered capacity against the oracle's, the
+cost curve) and, at the end, the timeline of every decision with its reason.
 """
 
 from __future__ import annotations
@@ -241,6 +243,10 @@ def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
     plots = [load, cap, ttft, temp]
     _markers(result, plots)
     closeup = _closeup(result, start_local)
+    from fleet.sim.report_planning import planning_sections, timeline_section
+
+    planning = planning_sections(result, start_local)
+    timeline = timeline_section(result, start_local)
 
     summary = result.summary
     rows = "".join(
@@ -297,11 +303,13 @@ InService</span>
 {cap.render("Capacity: desired vs actual instances", start_local, "instances")}
 {ttft.render("P99 TTFT per minute vs SLO (log scale; red: minutes over the SLO)", start_local, "ms")}
 {temp.render("Hottest GPU temperature (red) and average GPU utilization % (blue)", start_local, "C / %")}
+{planning}
 {closeup}
 <h2>Summary</h2><table>{rows}</table>
 <h2>Incidents</h2><table><tr><th>instance</th><th>cause</th><th>detected</th><th>responded</th><th>isolated</th>
 <th>action</th></tr>{inc_rows}</table>
 <h2>Injected faults</h2><table><tr><th>time</th><th>instance</th><th>fault</th></tr>{fault_rows}</table>
 <h2>Invariants</h2>{inv}
+{timeline}
 </body></html>
 """

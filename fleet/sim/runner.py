@@ -18,9 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleet.sim import cloudview
+from fleet.sim.modelerror import ModelError
 from fleet.sim.types import Hardware, MinutePoint, SimOptions, SimResult
 from fleet.sim.workload import Request
-from fleet.sim.world import Fault, World, WorldParams, percentile
+from fleet.sim.world import Fault, World, WorldParams
+from sizing.stats import nearest_rank
 
 
 def summarize(
@@ -35,6 +37,7 @@ def summarize(
     incidents: list[dict[str, Any]],
     sla_breaches: int,
     invariant_violations: list[dict[str, Any]],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run's summary (names fixed by the issue)."""
     ttfts = sorted(world.all_ttfts_ms)
@@ -46,8 +49,8 @@ def summarize(
         "rejected": world.total_rejected,
         "dropped": world.total_dropped,
         "slo_violation_minutes": slo_minutes,
-        "ttft_p99_ms": round(percentile(ttfts, 99), 1),
-        "tpot_p99_ms": round(percentile(tpots, 99), 2),
+        "ttft_p99_ms": round(nearest_rank(ttfts, 99), 1),
+        "tpot_p99_ms": round(nearest_rank(tpots, 99), 2),
         "gpu_hours": round(gpu_hours, 2),
         "cost_cny": round(cost_cny, 2),
         "scale_actions": scale_actions,
@@ -55,13 +58,45 @@ def summarize(
         "incidents": incidents,
         "sla_breaches": sla_breaches,
         "invariant_violations": invariant_violations,
+        **(extra or {}),
     }
+
+
+def _start_fleet(spec: Any, options: SimOptions) -> int:
+    """The fleet serving when the run starts, inside the group's [min_size, max_size] like every count."""
+    floor = cloudview.initial_size(spec, options.start)
+    initial = floor if options.initial_size is None else max(floor, options.initial_size)
+    if options.policy == "static-peak" and options.static_size is not None:
+        initial = options.static_size
+    if options.policy == "oracle" and options.oracle_need:
+        from fleet.sim.oracle import desired_at, lead_s
+
+        lead = lead_s(float(spec.cold_start_s), sync_s=options.sync_s)
+        initial = desired_at(options.oracle_need, 0.0, lead, spec.min_size, spec.max_size)
+    return min(spec.max_size, max(spec.min_size, initial))
+
+
+def _capacity_fields(spec: Any, options: SimOptions, model_error: ModelError) -> dict[str, Any]:
+    """What the run was sized with: the group's max_size against the instances the 1-minute peak needs (the
+    run says when the workload needs more than the group may hold), and the world's model error."""
+    need = options.peak_need
+    out: dict[str, Any] = {
+        "max_size": spec.max_size,
+        "peak_instances_needed": need,
+        "exceeds_max_size": bool(need is not None and need > spec.max_size),
+    }
+    if options.capacity_rps is not None:
+        out["capacity_rps_per_instance"] = round(options.capacity_rps, 3)
+    if model_error.pct:
+        out["model_error_pct"] = model_error.pct
+        out["model_error_bias_pct"] = round(100.0 * model_error.bias, 1)
+    return out
 
 
 def minute_p99(ttfts: list[float]) -> float | None:
     if not ttfts:
         return None
-    return percentile(sorted(ttfts), 99)
+    return nearest_rank(sorted(ttfts), 99)
 
 
 def run(
@@ -93,12 +128,9 @@ def run(
         metric_retention_s=3600.0,
         sleep_latency=False,
     ) as cloud:
-        floor = cloudview.initial_size(spec, options.start)
-        initial = floor if options.initial_size is None else max(floor, options.initial_size)
-        if options.policy == "static-peak" and options.static_size is not None:
-            initial = options.static_size
+        initial = _start_fleet(spec, options)
         group_id = cloudview.create_group(
-            cloud, spec, hardware, initial, region=config.region, max_size=max(spec.max_size, initial)
+            cloud, spec, hardware, initial, region=config.region, max_size=spec.max_size
         )
         config = cloudview.bind_group(config, group_index, group_id)
         spec = config.groups[group_index]
@@ -109,6 +141,7 @@ def run(
             publish_period_s=options.publish_s,
             step_s=options.step_s,
         )
+        model_error = ModelError.draw(options.model_error_pct, options.seed)
         world = World(
             cloud,
             group_id,
@@ -117,6 +150,7 @@ def run(
             requests,
             faults,
             instance_lister=cloudview.list_group_instances,
+            model_speed=model_error.speed if model_error.pct else None,
         )
         world.sync(prewarmed=True)
         world.publish()  # the pre-warmed fleet has reported once before the first tick
@@ -176,6 +210,7 @@ def run(
             incidents=incidents,
             sla_breaches=sum(1 for i in incidents if i.get("sla_breached")),
             invariant_violations=checker.violations,
+            extra=_capacity_fields(spec, options, model_error),
         )
         decisions = cloudview.decisions(controller)
     return SimResult(

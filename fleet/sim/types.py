@@ -7,9 +7,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-POLICIES = ("ours", "static-peak", "ess-alarm", "target-tracking")
+
+class Policy(StrEnum):
+    """Who controls the group in a run: our service, a baseline, or the hindsight oracle."""
+
+    OURS = "ours"
+    STATIC_PEAK = "static-peak"
+    ESS_ALARM = "ess-alarm"
+    TARGET_TRACKING = "target-tracking"
+    KPA = "kpa"
+    ORACLE = "oracle"
+
+
+POLICIES = tuple(p.value for p in Policy)
+
+# The longest run `fleet simulate` accepts: the ServeGen traces hold 14 days, and a simulated day costs about
+# a minute of CPU, so anything longer is a typo (``--hours 1e9``), not a plan.
+MAX_HOURS = 14 * 24.0
 
 # A Monday 00:00 in Asia/Shanghai: ServeGen's window 0 starts at local midnight, and weekday schedules apply.
 DEFAULT_START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC) - timedelta(hours=8)
@@ -47,6 +64,18 @@ class SimOptions:
     # first minutes' load so that no policy starts from a cold, undersized fleet.
     initial_size: int | None = None
     queue_target: float = 2.0  # the target-tracking baseline's target (the config's queue rule)
+    # Requests one instance serves within the SLO, from the capacity test (``scenario.capacity_test``): the
+    # start fleet, static-peak, kpa and oracle are sized with it.
+    capacity_rps: float | None = None
+    # The KPA baseline's target concurrency per instance (running + waiting) at that capacity.
+    kpa_target: float | None = None
+    # Instances each minute's arrivals need at ``capacity_rps`` (hindsight: what the oracle plans from).
+    oracle_need: tuple[int, ...] = ()
+    # The world's engines are this much (in %, at most) slower or faster than the sizing engine predicts:
+    # drawn per run and per instance from ``seed`` (``fleet.sim.modelerror``). 0: the world is the model.
+    model_error_pct: float = 0.0
+    # Instances the workload's 1-minute peak needs at the calibrated capacity (before clamping to max_size).
+    peak_need: int | None = None
 
 
 @dataclass
@@ -64,6 +93,7 @@ class MinutePoint:
     standby: int
     temperature_max_c: float
     gpu_util_avg_pct: float
+    billed: int = 0  # instances billed at the minute's end: in the group (any state) or draining out of it
 
 
 @dataclass

@@ -16,14 +16,14 @@ trace.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
+
+from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_mooncake_jsonl
 
 # The shared traces sit next to the repository (../shared from the root) in development and in CI.
 TRACES_ENV = "FLEET_TRACES_DIR"
@@ -41,13 +41,9 @@ class WorkloadError(ValueError):
     """A workload spec or trace file that cannot be used; the message names the problem in one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One inference request: when it arrives (seconds from the start of the run) and its token counts."""
-
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
+# One inference request: when it arrives (seconds from the start of the run) and its token counts. The one
+# record type of traces, shared with the sizing model (sizing/traces.py reads the trace formats).
+Request = TraceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,81 +81,35 @@ class RateCurve:
 # --------------------------------------------------------------------------------------------------- loaders
 
 
-def _parse_azure_timestamp(text: str) -> datetime:
-    # Azure writes 7 fractional digits (100 ns ticks); datetime takes at most 6, so drop the last one.
-    text = text.strip()
-    if "." in text:
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]}"
-    return datetime.fromisoformat(text)
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def load_azure_csv(path: Path | str) -> list[Request]:
     """Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``); arrivals from the first."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
-    rows = list(csv.reader(text.splitlines()))  # no trailing newline in the published files: splitlines copes
-    if not rows or [c.strip() for c in rows[0]] != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-        raise WorkloadError(f"{path}: expected the header TIMESTAMP,ContextTokens,GeneratedTokens")
-    stamps: list[tuple[datetime, int, int]] = []
-    for line_no, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
-        try:
-            stamps.append((_parse_azure_timestamp(row[0]), int(row[1]), int(row[2])))
-        except (ValueError, IndexError):
-            raise WorkloadError(
-                f"{path}:{line_no}: not a TIMESTAMP,ContextTokens,GeneratedTokens row"
-            ) from None
-    if not stamps:
-        raise WorkloadError(f"{path}: no requests")
-    stamps.sort(key=lambda s: s[0])
-    t0 = stamps[0][0]
-    return [Request((ts - t0).total_seconds(), max(1, p), max(1, o)) for ts, p, o in stamps]
+        return parse_azure_csv(_read_text(path), str(path))
+    except TraceError as exc:
+        raise WorkloadError(str(exc)) from None
 
 
 def load_mooncake_jsonl(path: Path | str) -> list[Request]:
     """Mooncake FAST'25 trace (``timestamp`` in ms from the start, ``input_length``, ``output_length``)."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
-    out: list[Request] = []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            out.append(
-                Request(
-                    float(row["timestamp"]) / 1000.0,
-                    max(1, int(row["input_length"])),
-                    max(1, int(row["output_length"])),
-                )
-            )
-        except (ValueError, KeyError, TypeError):
-            raise WorkloadError(
-                f"{path}:{line_no}: not a Mooncake row (timestamp, input_length, output_length)"
-            ) from None
-    if not out:
-        raise WorkloadError(f"{path}: no requests")
-    out.sort(key=lambda r: r.arrival_s)
-    t0 = out[0].arrival_s
-    return [Request(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in out]
+        return parse_mooncake_jsonl(_read_text(path), str(path))
+    except TraceError as exc:
+        raise WorkloadError(str(exc)) from None
 
 
 def load_servegen(path: Path | str, window_s: float = 600.0) -> RateCurve:
     """ServeGen 600 s aggregate (``window_start_s,total_rate_rps,active_clients,rate_weighted_iat_cv``)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(_read_text(path).splitlines())
     windows: list[RateWindow] = []
     for line_no, row in enumerate(reader, start=2):
         try:
@@ -407,8 +357,31 @@ def _check_values(params: dict[str, str], text: str) -> None:
             raise WorkloadError(f"workload {text!r}: {key}={params[key]!r} is not a number") from None
         if key in ("peak", "speed", "rate") and value <= 0:
             raise WorkloadError(f"workload {text!r}: {key} must be positive")
+        _check_bounds(key, value, text)
     if params.get("loop", "true").lower() not in ("true", "false"):
         raise WorkloadError(f"workload {text!r}: loop must be true or false")
+
+
+# What a workload may ask, so that an absurd size is one line and not a run that never ends or a crash: a
+# peak of 1,000 req/s is ~50 times what the default fleet's 40 instances serve, a rate of 100 copies each
+# request 100 times, and the ServeGen traces hold 14 days.
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "peak": (0.0, 1000.0),
+    "rate": (0.0, 100.0),
+    "speed": (0.001, 1000.0),
+    "day": (0.0, 13.0),
+    "start_h": (0.0, 14 * 24.0),
+    "cv_cap": (0.01, 1000.0),
+    "seed": (0.0, 2.0**63),
+}
+
+
+def _check_bounds(key: str, value: float, text: str) -> None:
+    lo, hi = _BOUNDS.get(key, (-math.inf, math.inf))
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise WorkloadError(f"workload {text!r}: {key} must be between {lo:g} and {hi:g}, got {value:g}")
+    if key in ("day", "seed") and value != int(value):
+        raise WorkloadError(f"workload {text!r}: {key} must be a whole number, got {value:g}")
 
 
 _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 import operator
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
+from sizing.stats import nearest_rank
 
 # XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
 # reset-class
@@ -104,6 +106,12 @@ class SimInstance:
         self.last_advance_s = appeared_s
         self.util = 0.0  # GPU utilization over the last publish period, 0..1
         self.completed = 0
+        # How much faster (>1) or slower than the sizing engine this instance's engine runs (--model-error).
+        self.model_speed = 1.0
+        # Arrivals since the last publish (count, prompt tokens, output tokens), and the last periods' totals:
+        # the node agent's demand metrics are over the metric window, as rate() over vLLM's counters would be.
+        self.arrived = [0, 0, 0]
+        self.demand: deque[tuple[int, int, int]] = deque()
 
     def speed(self) -> float:
         """The engine's speed: the slowest GPU's clock ratio (tensor-parallel ranks run in lock step)."""
@@ -155,6 +163,7 @@ class World:
         faults: Iterable[Fault] = (),
         *,
         instance_lister: Callable[[Any, str], dict[str, str]] | None = None,
+        model_speed: Callable[[int], float] | None = None,
     ) -> None:
         self.cloud = cloud
         self.group_id = group_id
@@ -179,6 +188,8 @@ class World:
         self.fault_log: list[dict[str, Any]] = []
         self._req_seq = 0
         self._arrival: dict[int, float] = {}
+        self.model_speed = model_speed
+        self.instances_seen = 0
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -193,6 +204,9 @@ class World:
                 ready = now if prewarmed else now + self.p.cold_start_s
                 gpus = [GpuThermal.at_idle(self.p.thermal) for _ in range(self.p.gpus_per_instance)]
                 inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
+                if self.model_speed is not None:
+                    inst.model_speed = self.model_speed(self.instances_seen)
+                self.instances_seen += 1
                 self.instances[iid] = inst
             if state == "Rebooting" and inst.lifecycle != "Rebooting":
                 self._reboot(inst)
@@ -291,13 +305,17 @@ class World:
             best.engine.submit(rid, max(r.arrival_s, now), r.prompt_tokens, r.output_tokens)
             best.inflight[rid] = r.output_tokens
             best.outstanding += 1
+            arrived = best.arrived
+            arrived[0] += 1
+            arrived[1] += r.prompt_tokens
+            arrived[2] += r.output_tokens
         self.next_req = i
 
     def _advance_instance(self, inst: SimInstance, step_end: float) -> None:
         # An idle engine need not be advanced: it jumps to the next arrival by itself.
         if inst.outstanding and inst.hw_fault_xid is None and inst.removed_s is None:
             eng = inst.engine
-            speed = inst.speed()
+            speed = inst.speed() * inst.model_speed
             if eng.speed_factor != speed:
                 eng.speed_factor = speed
             for done in eng.advance(step_end):
@@ -341,15 +359,16 @@ class World:
             "gpu_sm_clock_ratio": inst.speed(),
             # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
             "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
+            **self.demand_metrics(inst),
         }
         if inst.win:
             ttfts = sorted(w[1] for w in inst.win)
             tpots = sorted(w[2] for w in inst.win)
             e2es = sorted(w[3] for w in inst.win)
-            custom["vllm_ttft_p99_ms"] = percentile(ttfts, 99)
-            custom["vllm_tpot_p99_ms"] = percentile(tpots, 99)
-            custom["vllm_e2e_p99_ms"] = percentile(e2es, 99)
-            custom["vllm_e2e_p95_ms"] = percentile(e2es, 95)
+            custom["vllm_ttft_p99_ms"] = nearest_rank(ttfts, 99)
+            custom["vllm_tpot_p99_ms"] = nearest_rank(tpots, 99)
+            custom["vllm_e2e_p99_ms"] = nearest_rank(e2es, 99)
+            custom["vllm_e2e_p95_ms"] = nearest_rank(e2es, 95)
         dash = {
             "instance_gpu_gpu_usedutilization": 100.0 * inst.util,
             "instance_gpu_memory_usedutilization": self.p.gpu_mem_reserved_pct,
@@ -358,6 +377,26 @@ class World:
             / len(inst.gpus),
         }
         return custom, dash
+
+    def demand_metrics(self, inst: SimInstance) -> dict[str, float]:
+        """The node agent's demand signals over the metric window: arrivals per second at this instance and,
+        when any arrived, the mean prompt and output tokens per request (a mean of nothing is not sent)."""
+        periods = len(inst.demand)
+        if not periods:
+            return {}
+        n = sum(d[0] for d in inst.demand)
+        out = {"vllm_request_rate": n / (periods * self.p.publish_period_s)}
+        if n:
+            out["vllm_prompt_tokens_per_request"] = sum(d[1] for d in inst.demand) / n
+            out["vllm_output_tokens_per_request"] = sum(d[2] for d in inst.demand) / n
+        return out
+
+    def _roll_demand(self, inst: SimInstance) -> None:
+        inst.demand.append((inst.arrived[0], inst.arrived[1], inst.arrived[2]))
+        inst.arrived = [0, 0, 0]
+        keep = max(1, round(self.p.metric_window_s / self.p.publish_period_s))
+        while len(inst.demand) > keep:
+            inst.demand.popleft()
 
     def publish(self) -> None:
         """Each instance's metrics for the last period, as the node agent and the ECS monitoring agent send
@@ -374,6 +413,7 @@ class World:
                 g.step(period, inst.util)
             if inst.lifecycle not in ("InService", "Standby") or now < inst.ready_s:
                 continue
+            self._roll_demand(inst)  # from the first period vLLM is up: its counters start then
             if inst.win and inst.win[0][0] < cutoff:
                 inst.win = [w for w in inst.win if w[0] >= cutoff]
             custom, dash = self.instance_metrics(inst)
@@ -445,14 +485,6 @@ class World:
 
 
 _OUTSTANDING = operator.attrgetter("outstanding")
-
-
-def percentile(sorted_values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile of already sorted values (0 for none)."""
-    if not sorted_values:
-        return 0.0
-    k = max(0, min(len(sorted_values) - 1, math.ceil(pct / 100.0 * len(sorted_values)) - 1))
-    return sorted_values[k]
 
 
 def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:

@@ -103,4 +103,4 @@ class mock_aliyun:  # noqa: N801 - named like moto's mock_* helpers, used as a c
             with mock_aliyun(**options):
                 return func(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # functools.wraps keeps func's signature; mypy sees (*args)

@@ -11,7 +11,7 @@ import json
 import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal, overload
 
 from fleet.testing.cloud import DEFAULT_ACCOUNT_ID, FakeCloud
 from fleet.testing.core.clock import Clock, ScaledClock
@@ -25,6 +25,12 @@ class ControlError(ValueError):
     """Bad input to the control API: answered 400 with ``{"error": message}``."""
 
 
+@overload
+def _number(body: dict[str, Any], key: str, *, required: Literal[True]) -> float: ...
+@overload
+def _number(
+    body: dict[str, Any], key: str, default: float | None = None, *, required: bool = False
+) -> float | None: ...
 def _number(
     body: dict[str, Any], key: str, default: float | None = None, *, required: bool = False
 ) -> float | None:

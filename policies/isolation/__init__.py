@@ -24,7 +24,7 @@ Where each decision is made:
 - ``shared.py``     what they share: constants, ``IsolationResult``, the ``Tick`` context, timeline helpers
 """
 
-from policies.isolation.detection import Finding, detect
+from policies.isolation.detection import Detection, detect
 from policies.isolation.shared import (
     DAY_S,
     MAX_STEP_FAILURES,
@@ -37,7 +37,7 @@ __all__ = [
     "DAY_S",
     "MAX_STEP_FAILURES",
     "XID_SAME_EVENT_GAP_S",
-    "Finding",
+    "Detection",
     "IsolationResult",
     "detect",
     "run",

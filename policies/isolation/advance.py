@@ -35,6 +35,7 @@ from policies.model import (
     Incident,
     IncidentState,
     InstanceSnapshot,
+    LifecycleState,
     ReasonCode,
     StepAction,
 )
@@ -81,7 +82,7 @@ def _advance(t: Tick, inc: Incident) -> None:
 
 
 def _released_now(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
-    if inst.lifecycle_state != "Standby":
+    if inst.lifecycle_state != LifecycleState.STANDBY:
         close(inc, t.now, ReasonCode.RELEASED, "released")
         return
     inc.exit_requested_at = inc.exit_requested_at or t.now
@@ -105,7 +106,7 @@ def _returning(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
 
 def _take_out_of_traffic(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
     state = inst.lifecycle_state
-    if state == "Standby":
+    if state == LifecycleState.STANDBY:
         inc.isolated_at = t.now
         enter(inc, IncidentState.ISOLATED, t.now, ReasonCode.ENTER_STANDBY, "observed in Standby")
         return

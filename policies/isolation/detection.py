@@ -1,6 +1,6 @@
 """Detection: per-instance fault findings, one detector per rule kind; new incidents open, open ones escalate.
 
-A detector sees one rule and one instance (a ``Probe``) and returns a ``Finding`` or None; condition tracks
+A detector sees one rule and one instance (a ``Probe``) and returns a ``Detection`` or None; condition tracks
 (how long a breach has held, unbroken) advance in the group history. Kinds: metric, throttle, xid, event and
 outlier (the instance's metric against its fresh InService peers' median).
 """
@@ -30,7 +30,9 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
 
 
 @dataclass
-class Finding:
+class Detection:
+    """One rule firing on one instance (the diagnoser's ``fleet.diagnose.model.Finding`` is another thing)."""
+
     rule: IsolationRule
     detail: str
     evidence: dict[str, Scalar]
@@ -97,10 +99,10 @@ def detect(
     view: GroupView,
     now: datetime,
     suspects: set[str],
-) -> dict[str, list[Finding]]:
+) -> dict[str, list[Detection]]:
     """Findings per instance for the serving and standby instances; tracks advance in ``gh``."""
     stale_after = spec.stabilization.stale_after_s
-    findings: dict[str, list[Finding]] = {}
+    findings: dict[str, list[Detection]] = {}
     candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
     last_detected: dict[str, datetime] = {}
     for inc in gh.incidents:
@@ -124,7 +126,7 @@ def _unknown(p: Probe) -> None:
     _track(p.gh, p.key, None, p.now)
 
 
-def _metric(rule: IsolationRule, p: Probe) -> Finding | None:
+def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
     assert rule.metric is not None
     sample = p.inst.metrics.get(rule.metric)
     if not fresh(sample, p.now, p.stale_after_s):
@@ -135,7 +137,7 @@ def _metric(rule: IsolationRule, p: Probe) -> Finding | None:
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
         op = ">" if rule.above is not None else "<"
-        return Finding(
+        return Detection(
             rule,
             f"{rule.metric}={sample.value:g} {op} {rule.above or rule.below:g} for "
             f"{(track.last_at - track.since).total_seconds():g}s",
@@ -150,7 +152,7 @@ def _metric(rule: IsolationRule, p: Probe) -> Finding | None:
     return None
 
 
-def _throttle(rule: IsolationRule, p: Probe) -> Finding | None:
+def _throttle(rule: IsolationRule, p: Probe) -> Detection | None:
     sample = p.inst.metrics.get(m.GPU_THROTTLE_REASONS)
     if not fresh(sample, p.now, p.stale_after_s):
         _unknown(p)
@@ -161,7 +163,7 @@ def _throttle(rule: IsolationRule, p: Probe) -> Finding | None:
     track = _track(p.gh, p.key, bits != 0, sample.at)
     if track and track.count >= rule.samples and (track.last_at - track.since).total_seconds() >= rule.for_s:
         names = [n for n, b in m.THROTTLE_REASON_NAMES.items() if int(b) & bits]
-        return Finding(
+        return Detection(
             rule,
             f"throttled ({', '.join(names)}) for {track.count} samples",
             {
@@ -175,7 +177,7 @@ def _throttle(rule: IsolationRule, p: Probe) -> Finding | None:
     return None
 
 
-def _xid(rule: IsolationRule, p: Probe) -> Finding | None:
+def _xid(rule: IsolationRule, p: Probe) -> Detection | None:
     window_start = p.now - timedelta(seconds=rule.window_s)
     if p.last_detected is not None and p.last_detected > window_start:
         window_start = p.last_detected  # XIDs already answered by an earlier incident do not count twice
@@ -189,7 +191,7 @@ def _xid(rule: IsolationRule, p: Probe) -> Finding | None:
     ]
     if len(hits) >= rule.repeat:
         codes = sorted({x.code for x in hits})
-        return Finding(
+        return Detection(
             rule,
             f"XID {', '.join(map(str, codes))} x{len(hits)} within {rule.window_s:g}s",
             {"xids": ",".join(map(str, codes)), "count": len(hits), "repeat": rule.repeat},
@@ -197,7 +199,7 @@ def _xid(rule: IsolationRule, p: Probe) -> Finding | None:
     return None
 
 
-def _event(rule: IsolationRule, p: Probe) -> Finding | None:
+def _event(rule: IsolationRule, p: Probe) -> Detection | None:
     active = [
         e
         for e in p.inst.events
@@ -205,11 +207,11 @@ def _event(rule: IsolationRule, p: Probe) -> Finding | None:
     ]
     if active:
         codes = sorted({e.code for e in active})
-        return Finding(rule, f"ECS system event {', '.join(codes)}", {"events": ",".join(codes)})
+        return Detection(rule, f"ECS system event {', '.join(codes)}", {"events": ",".join(codes)})
     return None
 
 
-def _outlier(rule: IsolationRule, p: Probe) -> Finding | None:
+def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
     """The instance's metric against the median of its fresh InService peers."""
     assert rule.metric is not None and rule.peer_factor is not None
     sample = p.inst.metrics.get(rule.metric)
@@ -229,7 +231,7 @@ def _outlier(rule: IsolationRule, p: Probe) -> Finding | None:
     breaching = sample.value >= rule.min_value and sample.value > rule.peer_factor * median
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
-        return Finding(
+        return Detection(
             rule,
             f"{rule.metric}={sample.value:g} > {rule.peer_factor:g}x peers' median {median:g}",
             {
@@ -244,7 +246,7 @@ def _outlier(rule: IsolationRule, p: Probe) -> Finding | None:
 
 
 # One detector per rule kind (IsolationRule.kind); "outlier" is the default, as the kind property reads.
-_DETECTORS: dict[str, Callable[[IsolationRule, Probe], Finding | None]] = {
+_DETECTORS: dict[str, Callable[[IsolationRule, Probe], Detection | None]] = {
     "metric": _metric,
     "throttle": _throttle,
     "xid": _xid,

@@ -17,6 +17,7 @@ from policies.model import (
     IncidentState,
     InstanceSnapshot,
     IsolationStep,
+    LifecycleState,
     PlanWarning,
     ReasonCode,
     Scalar,
@@ -32,8 +33,8 @@ MAX_STEP_FAILURES = 3  # then escalate: a reboot that keeps failing becomes a re
 # Samples of the same "last XID" closer than this are one occurrence: two missed 60 s CMS periods fit inside.
 XID_SAME_EVENT_GAP_S = 120.0
 # Lifecycle states (ESS) in which an instance takes traffic, and in which it is on its way out of the group.
-SERVING_STATES = ("InService", "Protected")
-REMOVING_STATES = ("Removing", "Removing:Wait")
+SERVING_STATES = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
+REMOVING_STATES = (LifecycleState.REMOVING, LifecycleState.REMOVING_WAIT)
 # How many applied operator actions and seen step outcomes the history remembers (to apply each once).
 REMEMBERED_IDS = 500
 
@@ -131,7 +132,7 @@ class Tick:
     ) -> Incident:
         now, iso = self.now, self.iso
         inc = Incident(
-            incident_id=f"{self.group.name}:{instance_id}:{_iso(now)}",
+            incident_id=f"{self.group.name}:{instance_id}:{_id_stamp(now)}",
             group=self.group.name,
             instance_id=instance_id,
             rule=rule,
@@ -164,7 +165,8 @@ class Tick:
         self.steps.add(inc, StepAction.WAIT, reason, detail, **inputs)
 
 
-def _iso(t: datetime) -> str:
+def _id_stamp(t: datetime) -> str:
+    """The compact UTC stamp (``20260302T100000Z``) in incident ids; policies import no shell formatter."""
     return t.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 

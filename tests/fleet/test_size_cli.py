@@ -411,3 +411,140 @@ def test_a_malformed_trace_row_names_the_row_and_exits_2(tmp_path, capsys, name,
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
                                 "--trace", str(trace)])
     assert code == 2 and f"{trace}: {named}" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------- fleet size calibrate
+# vllm-project/vllm#10517: Llama-3.1-8B-Instruct on an RTX 3090, vLLM 0.6.4, --max-model-len 20000.
+LOG_10517_20K = """\
+Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB \
+memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
+GPU blocks: 1952, # CPU blocks: 2048
+Maximum concurrency for 20000 tokens per request: 1.56x
+"""
+
+
+def _calibrate(tmp_path, capsys, *extra):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K)
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "-o", str(out)]
+    code = main([*argv, *extra])
+    return code, out, capsys.readouterr()
+
+
+def test_calibrate_writes_a_file_and_prints_what_it_corrected(tmp_path, capsys):
+    import yaml
+
+    code, out, printed = _calibrate(tmp_path, capsys)
+    assert code == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["gpu"] == "RTX3090" and doc["engine"] == "v0" and doc["gpu_terms"]["non_torch_gib"] == 0.35
+    text = " ".join(printed.out.split())
+    assert "non_torch_gib gpu 0.350 GiB 0.200 GiB -42.9%" in text
+    assert "(the log: 31,232)" in text
+
+
+def test_size_with_the_calibration_changes_the_answer_as_printed(tmp_path, capsys):
+    _, out, _ = _calibrate(tmp_path, capsys)
+    argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "--max-model-len", "29000"]
+    _, plain = _json(capsys, argv)
+    code, calibrated = _json(capsys, argv + ["--calibration", str(out)])
+    # vLLM refused this start: 2.89 GiB of KV cache, at most 23,648 tokens (vllm#10517)
+    assert plain["candidates"][0]["fits"] is True
+    assert code == 1 and calibrated["candidates"][0]["fits"] is False
+    assert calibrated["candidates"][0]["kv_cache_gib"] == pytest.approx(2.89, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("INFO api_server.py] vLLM API server version 0.8.1\n", "found no KV cache line"),
+        ("", "found no KV cache line"),
+    ],
+)
+def test_calibrate_refuses_a_log_it_cannot_read_with_one_line(tmp_path, capsys, text, message):
+    log = tmp_path / "bad.log"
+    log.write_text(text)
+    out = str(tmp_path / "c.yaml")
+    argv = ["size", "calibrate", str(log), "--gpu", "A10", "--model", "Qwen2.5-7B", "-o", out]
+    code, err = _error(capsys, argv)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert len(capsys.readouterr().err.strip().splitlines()) <= 1
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_calibrate_needs_the_gpu(tmp_path, capsys):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K)
+    argv = ["size", "calibrate", str(log), "--model", "Llama-3.1-8B", "-o", str(tmp_path / "c")]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "--gpu" in err
+
+
+def test_a_bad_calibration_file_exits_2_with_one_line(tmp_path, capsys):
+    bad = tmp_path / "cal.yaml"
+    bad.write_text(
+        "schema: fleet-sizing-calibration/1\nmodel: x\ngpu: A10\ndtype: bf16\ntp: 1\ngpu_terms: {bw_eff: 7}\n"
+    )
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--calibration", str(bad)])
+    assert code == 2 and "bw_eff must be at most 1" in err
+
+
+def test_explain_prints_every_term_with_its_source(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--explain"]
+    code, doc = _json(capsys, argv)
+    assert code == 0
+    names = [t["term"] for t in doc["explain"]["memory"]]
+    assert names[:4] == ["weights", "activation peak (profiling run)", "sampler logits buffers",
+                         "non-torch (CUDA context, NCCL buffers)"]
+    assert "KV cache" in names and "CUDA graphs" in names
+    assert all(t["source"] for t in doc["explain"]["memory"] + doc["explain"]["speed"])
+    speed = {t["term"].split(" (")[0]: t["ms"] for t in doc["explain"]["speed"]}
+    assert speed["fixed per-step cost"] == 1.0 and speed["weights read"] > 10
+    kv = next(t["gib"] for t in doc["explain"]["memory"] if t["term"] == "KV cache")
+    assert kv == pytest.approx(doc["candidates"][0]["kv_cache_gib"], abs=0.01)
+
+
+# ------------------------------------------------------------------ issue 14 item 12, issue 21 item 2
+def test_an_absurd_qps_is_refused_with_one_line(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--qps", "1e308"])
+    assert code == 2 and "--qps must be at most" in err and "inf" not in err
+
+
+def test_a_prompt_beyond_the_models_context_is_refused(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--qps", "1", "--prompt-tokens", "40000"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "exceed Qwen2.5-7B's context of 32768 tokens" in err
+
+
+def test_a_prompt_beyond_the_given_max_model_len_is_refused(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "4096"]
+    argv += ["--prompt-tokens", "5000"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "exceed --max-model-len 4096" in err
+
+
+def test_max_model_len_is_sized_from_the_workloads_token_lengths(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10"]
+    argv += ["--prompt-tokens", "500", "--output-tokens", "3000"]
+    code, doc = _json(capsys, argv)
+    assert code == 0 and doc["candidates"][0]["max_model_len"] == 4096  # 3500 rounded up to 1024s
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10"])
+    assert doc["candidates"][0]["max_model_len"] == 32768  # no lengths given: the model's own limit
+
+
+def test_the_monthly_cost_is_printed_and_in_json(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn7i-c8g1.2xlarge", "--qps", "1"]
+    code, doc = _json(capsys, argv)
+    best = doc["candidates"][0]
+    assert code == 0 and best["cost_cny_per_month"] == pytest.approx(best["cost_cny_per_hour"] * 730, abs=1)
+    main(argv)
+    assert "a month)" in capsys.readouterr().out
+
+
+def test_explain_shows_why_an_option_that_does_not_fit_fails(capsys):
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-72B", "--gpu", "A10", "--explain"])
+    assert code == 1
+    weights = next(t["gib"] for t in doc["explain"]["memory"] if t["term"] == "weights")
+    assert weights > 22.07  # more than the A10 holds: the breakdown says why it does not fit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sizing import SizingInputError, find_gpu, find_instance, find_model, price_book
+from sizing import ModelShape, SizingInputError, find_gpu, find_instance, find_model, price_book
 from sizing.latency import Workload
 from sizing.search import SLO, Settings, search, vllm_command
 
@@ -132,9 +132,45 @@ def test_the_vllm_command_line_carries_the_chosen_settings(result):
     assert f"--max-num-seqs {result.best.max_num_seqs}" in cmd and "--max-model-len 8192" in cmd
 
 
-def test_a_quantised_checkpoint_is_served_with_its_quantization_flag():
+def test_a_quantised_checkpoint_is_served_from_its_own_repo():
+    # vLLM reads the format from the checkpoint's config; an explicit --quantization awq would force the slow
+    # AWQ kernel instead of awq_marlin on Ampere and later
     res = search(find_model("Qwen2.5-7B-Instruct-AWQ"), settings=SETTINGS, gpu=find_gpu("A10"))
-    assert res.candidates[0].vllm_args()["quantization"] == "awq"
+    args = res.candidates[0].vllm_args()
+    assert args["model"] == "Qwen/Qwen2.5-7B-Instruct-AWQ" and "quantization" not in args
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "repo"),
+    [
+        ("Qwen2.5-32B", "L20", "Qwen/Qwen2.5-32B-Instruct-AWQ"),
+        ("Qwen2.5-7B", "T4", "Qwen/Qwen2.5-7B-Instruct-AWQ"),
+    ],
+)
+def test_awq_of_a_16_bit_model_names_the_published_awq_checkpoint(model, gpu, repo):
+    # issue 21 item 1: `vllm serve Qwen/Qwen2.5-32B-Instruct --quantization awq` does not load
+    res = search(find_model(model), settings=Settings(dtype="awq", max_model_len=4096), gpu=find_gpu(gpu))
+    cand = res.candidates[0]
+    assert cand.vllm_args()["model"] == repo
+    assert not any("supply one" in w for w in cand.warnings)
+
+
+def test_awq_without_a_published_checkpoint_says_the_user_must_supply_one():
+    res = search(
+        find_model("Llama-3.1-8B"), settings=Settings(dtype="awq", max_model_len=4096), gpu=find_gpu("A10")
+    )
+    cand = res.candidates[0]
+    assert cand.vllm_args()["model"] == "<AWQ checkpoint of meta-llama/Llama-3.1-8B-Instruct>"
+    assert cand.vllm_args()["quantization"] == "awq"
+    assert any("supply one" in w for w in cand.warnings)
+
+
+def test_fp8_is_made_online_from_the_16_bit_repo():
+    res = search(
+        find_model("Qwen2.5-7B"), settings=Settings(dtype="fp8", max_model_len=4096), gpu=find_gpu("L20")
+    )
+    args = res.candidates[0].vllm_args()
+    assert args["model"] == "Qwen/Qwen2.5-7B-Instruct" and args["quantization"] == "fp8"
 
 
 def test_the_json_of_a_candidate_has_every_documented_field(result):
@@ -170,3 +206,93 @@ def test_without_slos_the_count_still_carries_the_load():
     res = search(MODEL, settings=SETTINGS, workload=LOAD.with_qps(8.0), prices=price_book(), instances=pool)
     best = res.best
     assert best is not None and best.report.stable and best.instances >= 2
+
+
+# ------------------------------------------------------------------ issue 21: counts an SRE can act on
+R1_14B = ModelShape(  # DeepSeek-R1-Distill-Qwen-14B: the Qwen2.5-14B shape with a 128K context
+    name="r1-14b",
+    layers=48,
+    hidden=5120,
+    heads=40,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=13824,
+    vocab=152064,
+    max_position=131072,
+    qkv_bias=True,
+)
+
+
+def _l20_tpot_case(slo):
+    return search(
+        R1_14B,
+        settings=Settings(dtype="bf16", max_model_len=4096),
+        workload=Workload(qps=2.0, prompt_tokens=500, output_tokens=3000),
+        slo=slo,
+        prices=price_book(),
+        instances=[find_instance("ecs.gn8is.2xlarge")],
+    )
+
+
+def test_a_tpot_slo_near_the_decode_floor_does_not_multiply_the_count():
+    # issue 21: x138 at 97% headroom with the TPOT SLO where x19 sufficed without it. The count is now the
+    # smallest that meets the SLO: one instance fewer misses it.
+    with_slo = _l20_tpot_case(SLO(tpot_p99_ms=60)).best
+    without = _l20_tpot_case(SLO()).best
+    assert with_slo is not None and without is not None
+    assert with_slo.instances <= 2 * without.instances
+    assert with_slo.headroom_pct is not None and with_slo.headroom_pct < 50
+    assert any(w.startswith("N+1:") for w in with_slo.warnings)  # so N-1 was simulated and missed
+
+
+def test_an_slo_at_the_idle_engine_floor_is_refused_not_bought():
+    # issue 21: 8 x L20 at TP8, a TTFT SLO the prompt alone nearly takes: say more instances cannot meet it
+    res = search(
+        find_model("Qwen2.5-72B"),
+        settings=Settings(dtype="bf16", tp=8, max_model_len=4096),
+        workload=Workload(qps=0.2, prompt_tokens=3000, output_tokens=300),
+        slo=SLO(ttft_p99_ms=2000),
+        prices=price_book(),
+        instances=[find_instance("ecs.gn8is-8x.32xlarge")],
+    )
+    [cand] = res.candidates
+    assert res.best is None
+    assert (
+        cand.reason.startswith("SLO at the no-load floor") and "more instances cannot meet it" in cand.reason
+    )
+    assert cand.instances is None and cand.cost_cny_per_hour is None
+
+
+def test_the_quantized_formats_the_gpu_supports_are_searched():
+    s = Settings(search_quantized=True)
+    assert s.dtypes(find_model("Qwen2.5-7B"), find_gpu("L20")) == ["auto", "fp8", "awq"]
+    assert s.dtypes(find_model("Qwen2.5-7B"), find_gpu("A10")) == ["auto", "awq"]  # no native FP8 on Ampere
+    assert s.dtypes(find_model("Qwen2.5-7B"), find_gpu("V100-32G")) == ["auto"]  # AWQ needs sm75
+    assert Settings(dtype="bf16", search_quantized=True).dtypes(
+        find_model("Qwen2.5-7B"), find_gpu("L20")
+    ) == ["bf16"]
+    res = search(
+        find_model("Qwen2.5-7B"),
+        settings=Settings(max_model_len=4096, search_quantized=True),
+        instances=[find_instance("ecs.gn8is.2xlarge")],
+        prices=price_book(),
+    )
+    assert {c.plan.dtype for c in res.candidates if c.plan} == {"bf16", "fp8", "awq"}
+
+
+def test_monthly_cost_is_the_hourly_cost_over_730_hours():
+    best = _l20_tpot_case(SLO()).best
+    doc = best.to_json(Workload(qps=2.0, prompt_tokens=500, output_tokens=3000))
+    assert doc["cost_cny_per_month"] == pytest.approx(doc["cost_cny_per_hour"] * 730, abs=1)
+
+
+def test_a_load_beyond_the_ess_group_limit_gets_no_count():
+    res = search(
+        find_model("Qwen2.5-7B"),
+        settings=Settings(max_model_len=4096),
+        workload=Workload(qps=1e6),
+        prices=price_book(),
+        instances=[find_instance("ecs.gn7i-c8g1.2xlarge")],
+    )
+    [cand] = res.candidates
+    assert "needs more than 2000 instances" in cand.reason and cand.instances is None

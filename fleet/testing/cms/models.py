@@ -403,7 +403,7 @@ class CmsBackend:
                     continue
                 compare = COMPARISONS.get(spec.get("ComparisonOperator", ""))
                 value = stats.get(spec.get("Statistics", "Average"))
-                if compare is not None and value is not None and compare(value, float(spec.get("Threshold"))):
+                if compare is not None and value is not None and compare(value, float(spec["Threshold"])):
                     breached = (level, level_name, int(spec.get("Times", 1)), value)
                     break
             previous_state = rule.resource_states.get(key, "OK")

@@ -100,7 +100,8 @@ class CmsResponse(BaseResponse):
                 raise AliyunError("MissingParameter", f"MetricList.{i}.Name and .Value are required.", 400)
             labels = item.get("Labels") or {}
             dims = {
-                lab.get("Key"): lab.get("Value")
+                # put_point stringifies dimension names, so str() here changes nothing but the type
+                str(lab.get("Key")): lab.get("Value")
                 for _, lab in sorted(labels.items(), key=lambda kv: int(kv[0]))
                 if isinstance(lab, dict)
             }

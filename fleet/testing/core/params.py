@@ -5,10 +5,11 @@ The SDKs flatten lists as ``Name.1``, ``Name.2`` (1-based), nested models as ``N
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import parse_qsl
 
 from fleet.testing.core.errors import AliyunError, invalid, missing
@@ -26,15 +27,31 @@ def parse_query(query: str, body: bytes | str | None = None) -> dict[str, str]:
 
 class Params:
     """Typed access to one request's parameters; errors use the real
-    ``InvalidParameter``/``MissingParameter``."""
+    ``InvalidParameter``/``MissingParameter``.
 
-    def __init__(self, raw: Mapping[str, str]) -> None:
+    The readers are named after the types they return (``str``, ``int``, ``list``), which shadows the
+    builtins in the class body: annotations there spell them ``builtins.str``. A reader given a default or
+    ``required=True`` never answers None, and its overloads say so."""
+
+    def __init__(self, raw: Mapping[builtins.str, builtins.str]) -> None:
         self.raw = dict(raw)
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: builtins.str) -> builtins.bool:
         return name in self.raw
 
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    @overload
+    def str(
+        self, name: builtins.str, default: builtins.str, *, required: builtins.bool = ...
+    ) -> builtins.str: ...
+    @overload
+    def str(self, name: builtins.str, *, required: Literal[True]) -> builtins.str: ...
+    @overload
+    def str(
+        self, name: builtins.str, default: None = None, *, required: builtins.bool = False
+    ) -> builtins.str | None: ...
+    def str(
+        self, name: builtins.str, default: builtins.str | None = None, *, required: builtins.bool = False
+    ) -> builtins.str | None:
         value = self.raw.get(name)
         if value is None or value == "":
             if required:
@@ -42,12 +59,22 @@ class Params:
             return default
         return value
 
-    def req(self, name: str) -> str:
-        value = self.str(name, required=True)
-        assert value is not None
-        return value
+    def req(self, name: builtins.str) -> builtins.str:
+        return self.str(name, required=True)
 
-    def int(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
+    @overload
+    def int(
+        self, name: builtins.str, default: builtins.int, *, required: builtins.bool = ...
+    ) -> builtins.int: ...
+    @overload
+    def int(self, name: builtins.str, *, required: Literal[True]) -> builtins.int: ...
+    @overload
+    def int(
+        self, name: builtins.str, default: None = None, *, required: builtins.bool = False
+    ) -> builtins.int | None: ...
+    def int(
+        self, name: builtins.str, default: builtins.int | None = None, *, required: builtins.bool = False
+    ) -> builtins.int | None:
         value = self.str(name, required=required)
         if value is None:
             return default
@@ -56,7 +83,19 @@ class Params:
         except ValueError:
             raise invalid(f'The specified parameter "{name}" is not valid: {value!r}.') from None
 
-    def float(self, name: str, default: float | None = None, *, required: bool = False) -> float | None:
+    @overload
+    def float(
+        self, name: builtins.str, default: builtins.float, *, required: builtins.bool = ...
+    ) -> builtins.float: ...
+    @overload
+    def float(self, name: builtins.str, *, required: Literal[True]) -> builtins.float: ...
+    @overload
+    def float(
+        self, name: builtins.str, default: None = None, *, required: builtins.bool = False
+    ) -> builtins.float | None: ...
+    def float(
+        self, name: builtins.str, default: builtins.float | None = None, *, required: builtins.bool = False
+    ) -> builtins.float | None:
         value = self.str(name, required=required)
         if value is None:
             return default
@@ -65,7 +104,7 @@ class Params:
         except ValueError:
             raise invalid(f'The specified parameter "{name}" is not valid: {value!r}.') from None
 
-    def bool(self, name: str, default: bool | None = None) -> bool | None:
+    def bool(self, name: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
         value = self.str(name)
         if value is None:
             return default
@@ -76,10 +115,10 @@ class Params:
             return False
         raise invalid(f'The specified parameter "{name}" is not a boolean: {value!r}.')
 
-    def list(self, name: str) -> list[str]:
+    def list(self, name: builtins.str) -> builtins.list[builtins.str]:
         """``Name.1``, ``Name.2``, ... in index order (gaps tolerated)."""
         prefix = name + "."
-        items: list[tuple[int, str]] = []
+        items: builtins.list[builtins.tuple[builtins.int, builtins.str]] = []
         for key, value in self.raw.items():
             if key.startswith(prefix):
                 rest = key[len(prefix) :]
@@ -87,10 +126,10 @@ class Params:
                     items.append((int(rest), value))
         return [value for _, value in sorted(items)]
 
-    def objects(self, name: str) -> list[dict[str, Any]]:
+    def objects(self, name: builtins.str) -> builtins.list[builtins.dict[builtins.str, Any]]:
         """``Name.N.Field[.Sub...]`` as a list of nested dicts in index order."""
         prefix = name + "."
-        grouped: dict[int, dict[str, Any]] = {}
+        grouped: builtins.dict[builtins.int, builtins.dict[builtins.str, Any]] = {}
         for key, value in self.raw.items():
             if not key.startswith(prefix):
                 continue
@@ -100,16 +139,16 @@ class Params:
             _set_path(grouped.setdefault(int(index), {}), field.split("."), value)
         return [grouped[i] for i in sorted(grouped)]
 
-    def nested(self, name: str) -> dict[str, Any]:
+    def nested(self, name: builtins.str) -> builtins.dict[builtins.str, Any]:
         """``Name.Field.Sub`` (a flattened model, e.g. ``Escalations.Critical.Threshold``) as a dict."""
         prefix = name + "."
-        result: dict[str, Any] = {}
+        result: builtins.dict[builtins.str, Any] = {}
         for key, value in self.raw.items():
             if key.startswith(prefix):
                 _set_path(result, key[len(prefix) :].split("."), value)
         return result
 
-    def json(self, name: str, default: Any = None) -> Any:
+    def json(self, name: builtins.str, default: Any = None) -> Any:
         value = self.str(name)
         if value is None:
             return default
@@ -118,20 +157,26 @@ class Params:
         except ValueError:
             raise invalid(f'The specified parameter "{name}" is not valid JSON.') from None
 
-    def json_list(self, name: str) -> list[Any]:
+    def one(self, name: builtins.str) -> builtins.list[builtins.str]:
+        """A single-valued parameter as a list of it, or empty when absent (``VSwitchId`` beside
+        ``VSwitchIds``)."""
+        value = self.str(name)
+        return [value] if value else []
+
+    def json_list(self, name: builtins.str) -> builtins.list[Any]:
         value = self.json(name, [])
         if not isinstance(value, list):
             raise invalid(f'The specified parameter "{name}" must be a JSON array.')
         return value
 
-    def time_ms(self, name: str) -> int | None:
+    def time_ms(self, name: builtins.str) -> builtins.int | None:
         """A time given as epoch milliseconds or ``YYYY-MM-DD hh:mm:ss`` (UTC) or ISO 8601."""
         value = self.str(name)
         if value is None:
             return None
         return parse_time_ms(value, name)
 
-    def time_s(self, name: str) -> float | None:
+    def time_s(self, name: builtins.str) -> builtins.float | None:
         value = self.str(name)
         if value is None:
             return None

@@ -98,8 +98,10 @@ class EcsResponse(BaseResponse):
             family = p.str("InstanceTypeFamily")
             items = [i for i in items if i.as_api()["InstanceTypeFamily"] == family]
         for tag in p.objects("Tag"):
-            key, value = tag.get("Key"), tag.get("Value")
-            items = [i for i in items if key in i.tags and (value is None or i.tags[key] == value)]
+            tag_key, tag_value = tag.get("Key"), tag.get("Value")
+            items = [
+                i for i in items if tag_key in i.tags and (tag_value is None or i.tags[tag_key] == tag_value)
+            ]
         chunk, paging = self._paginate(items)
         return {"Instances": {"Instance": [i.as_api() for i in chunk]}, **paging}
 

@@ -153,7 +153,7 @@ class EssBackend(
         return group.group_id
 
     def reset(self) -> None:
-        self.__init__(self.cloud)  # type: ignore[misc]
+        self.__init__(self.cloud)  # type: ignore[misc]  # a fresh state in place: references to the backend stay
 
     def state(self) -> dict[str, Any]:
         return {

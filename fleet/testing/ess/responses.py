@@ -71,7 +71,7 @@ class EssResponse(BaseResponse):
         p = self.params
 
         def run() -> dict[str, Any]:
-            vswitches = p.list("VSwitchIds") or ([p.str("VSwitchId")] if p.str("VSwitchId") else [])
+            vswitches = p.list("VSwitchIds") or p.one("VSwitchId")
             group = self.ess.create_scaling_group(
                 region_id=self._region(),
                 name=p.str("ScalingGroupName"),
@@ -83,7 +83,7 @@ class EssResponse(BaseResponse):
                 removal_policies=p.list("RemovalPolicies"),
                 vswitch_ids=vswitches,
                 health_check_types=p.list("HealthCheckTypes")
-                or ([p.str("HealthCheckType")] if p.str("HealthCheckType") else []),
+                or p.one("HealthCheckType"),
                 deletion_protection=bool(p.bool("GroupDeletionProtection", False)),
                 multi_az_policy=p.str("MultiAZPolicy"),
                 lifecycle_hooks=p.objects("LifecycleHooks"),
@@ -120,7 +120,7 @@ class EssResponse(BaseResponse):
             active_config_id=p.str("ActiveScalingConfigurationId"),
             deletion_protection=p.bool("GroupDeletionProtection"),
             health_check_types=p.list("HealthCheckTypes")
-            or ([p.str("HealthCheckType")] if p.str("HealthCheckType") else None),
+            or (p.one("HealthCheckType") or None),
             vswitch_ids=p.list("VSwitchIds"),
             stop_instance_timeout_s=p.int("StopInstanceTimeout"),
             max_instance_lifetime_s=p.int("MaxInstanceLifetime"),
@@ -165,7 +165,7 @@ class EssResponse(BaseResponse):
     # ---- configurations ------------------------------------------------------------------------------------
     def create_scaling_configuration(self) -> dict[str, Any]:
         p = self.params
-        types = p.list("InstanceTypes") or ([p.str("InstanceType")] if p.str("InstanceType") else [])
+        types = p.list("InstanceTypes") or p.one("InstanceType")
         if p.str("InstanceType") and p.str("InstanceType") not in types:
             types.insert(0, p.req("InstanceType"))
         extra = {
@@ -284,7 +284,7 @@ class EssResponse(BaseResponse):
     def _task_fields(self) -> dict[str, Any]:
         p = self.params
         fields: dict[str, Any] = {}
-        mapping = {
+        mapping: dict[str, tuple[str, Callable[[str], object]]] = {
             "ScheduledTaskName": ("name", p.str),
             "Description": ("description", p.str),
             "ScalingGroupId": ("group_id", p.str),

@@ -31,8 +31,11 @@ class ScalingMixin(EssBase):
         low, high = ADJUSTMENT_TYPES[adjustment_type]
         if not low <= value <= high:
             raise invalid(f"AdjustmentValue {value} is out of range [{low}, {high}] for {adjustment_type}.")
-        current = group.desired_capacity if group.desired_enabled else len(self._counted(group))
-        base = self._stable_count(group) if group.desired_enabled else current
+        current: int | None
+        if group.desired_enabled:
+            current, base = group.desired_capacity, self._stable_count(group)
+        else:
+            current = base = len(self._counted(group))
         if adjustment_type == "TotalCapacity":
             target = value
         elif adjustment_type == "QuantityChangeInCapacity":

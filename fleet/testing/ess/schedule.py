@@ -57,6 +57,7 @@ def first_at_or_after(
     launch = datetime.fromtimestamp(launch_s, UTC)
     if recurrence_type is None:
         return launch_s if launch_s >= not_before_s else None
+    assert value is not None, "validate() requires a RecurrenceValue with a RecurrenceType"
     if recurrence_type == "Cron":
         start = datetime.fromtimestamp(max(launch_s, not_before_s) - 1, UTC)
         return float(croniter(value, start).get_next(float))

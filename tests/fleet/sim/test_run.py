@@ -145,10 +145,12 @@ def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_r
 
     page = render_html(overheat_run)
     svgs = re.findall(r"<svg.*?</svg>", page, re.S)
-    assert len(svgs) == 6  # load, capacity, P99 TTFT, temperature + the two close-up plots
+    # load, capacity, P99 TTFT, temperature, demand vs forecast, capacity vs oracle, cost + the two close-ups
+    assert len(svgs) == 9
     for svg in svgs:
         xml.dom.minidom.parseString(svg)  # well-formed
     assert "Incident close-up" in page
+    assert "Ordered capacity vs the oracle" in page and "Cost curve" in page and "Decision timeline" in page
     assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
 
 
@@ -177,3 +179,19 @@ def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned)
             "--fault", f"overheat,at=1m,instance={instance}"]
     assert main(argv) == 0
     assert ("1 of 1 fault(s) never fired" in capsys.readouterr().err) is warned
+
+
+def test_bench_verdicts_hold_servegen_days_to_the_oracle_and_static_targets():
+    from fleet.sim.scenario import verdicts
+
+    def s(minutes: int, hours: float, ratio: float) -> dict:
+        return {"slo_violation_minutes": minutes, "gpu_hours": hours, "gpu_hours_vs_oracle": ratio}
+
+    results = {
+        "servegen-a": {"ours": s(0, 110, 1.1), "static-peak": s(1, 200, 1.8), "oracle": s(0, 100, 1.0)},
+        "servegen-b": {"ours": s(0, 130, 1.3), "static-peak": s(1, 150, 1.5), "oracle": s(0, 100, 1.0)},
+    }
+    out = verdicts(results)
+    assert out["servegen-a"] == []
+    assert any("1.30x the oracle's" in m for m in out["servegen-b"])
+    assert any("0.87x static-peak's" in m for m in out["servegen-b"])

@@ -221,3 +221,52 @@ def test_durations_parse(text: str, seconds: float):
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
     with pytest.raises(FaultSpecError, match=fragment):
         parse_fault_spec(text)
+
+
+def test_instances_publish_the_demand_arriving_at_them_over_the_metric_window(factory):
+    states = {"i-a": "InService", "i-b": "InService"}
+    # 4 req/s with prompts of 300 and outputs of 50 for the first 60 s: each instance gets about 2 req/s.
+    world, cloud = make_world(factory, states, steady(4.0, 60.0, prompt=300, output=50))
+    world.run_until(60.0)
+    rates = [cloud.last("vllm_request_rate", i) for i in states]
+    assert sum(rates) == pytest.approx(4.0, rel=0.05)
+    assert cloud.last("vllm_prompt_tokens_per_request", "i-a") == pytest.approx(300.0)
+    assert cloud.last("vllm_output_tokens_per_request", "i-b") == pytest.approx(50.0)
+
+
+def test_demand_rate_falls_to_zero_once_arrivals_stop_and_token_means_are_not_sent(factory):
+    world, cloud = make_world(factory, {"i-a": "InService"}, steady(2.0, 30.0))
+    world.run_until(30.0)
+    assert cloud.last("vllm_request_rate", "i-a") > 1.0
+    cloud.custom.clear()
+    world.run_until(120.0)  # a whole metric window without arrivals
+    assert cloud.last("vllm_request_rate", "i-a") == 0.0
+    sent = {n for n, _, _ in cloud.custom[-4:]}
+    assert "vllm_prompt_tokens_per_request" not in sent
+
+
+def test_model_error_makes_each_instance_slower_or_faster_than_the_sizing_engine(factory):
+    from fleet.sim.modelerror import ModelError
+
+    # Light load, so each TTFT is one prefill: at half the predicted speed it takes twice as long.
+    reqs = steady(0.5, 60.0, prompt=2000, output=50)
+    exact, _ = make_world(factory, {"i-a": "InService"}, reqs)
+    exact.run_until(120.0)
+    cloud = StubCloud()
+    world = World(
+        cloud,
+        "asg-1",
+        factory,
+        WorldParams(),
+        reqs,
+        instance_lister=lambda _c, _g: {"i-a": "InService"},
+        model_speed=lambda _ordinal: 0.5,
+    )
+    cloud.world = world
+    world.sync(prewarmed=True)
+    world.run_until(120.0)
+    assert world.instances["i-a"].model_speed == 0.5
+    ratio = sum(world.all_ttfts_ms) / sum(exact.all_ttfts_ms)
+    assert len(world.all_ttfts_ms) == len(exact.all_ttfts_ms) == 30
+    assert ratio == pytest.approx(2.0, rel=0.1)
+    assert ModelError.draw(0.0, 1).speed(3) == 1.0

@@ -1,0 +1,428 @@
+"""Rules about nodes: agents that stopped publishing, XID errors, thermal and power throttling, memory
+bandwidth, and an instance slower than its peers."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from fleet.diagnose import fixes
+from fleet.diagnose.model import (
+    Finding,
+    InstanceWindow,
+    Window,
+    isoformat,
+)
+from fleet.diagnose.rules.shared import (
+    AGENT_METRICS,
+    BW_BOUND_PCT,
+    DASHBOARD_METRICS,
+    HOT_C,
+    HW_SLOWDOWN_BIT,
+    OUTLIER_FACTOR,
+    OUTLIER_MIN_PEERS,
+    POWER_BITS,
+    STALE_PERIODS,
+    SUSTAINED,
+    THERMAL_BITS,
+    THROTTLED_CLOCK_RATIO,
+    _after,
+    _by_time,
+    _corr,
+    _frac,
+    _max_num_seqs,
+    _mean,
+    _median,
+    _r,
+    _span,
+    _State,
+    _tokens_per_seq,
+)
+from policies import metrics as pm
+
+
+# ---- metrics_missing ---------------------------------------------------------------------------------------
+def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Finding], list[InstanceWindow]]:
+    """Instances that should be publishing and are not (or stopped); the rest are measured."""
+    g = w.group
+    period = max(1.0, g.publish_period_s)
+    settle = timedelta(seconds=g.cold_start_s + 4 * period)  # still loading: not publishing yet is normal
+    stale_after = timedelta(seconds=STALE_PERIODS * period)
+    no_agent: list[str] = []
+    stale: dict[str, str] = {}
+    no_dashboard: list[str] = []
+    measured: list[InstanceWindow] = []
+    for inst in serving:
+        agent_series = [inst.metrics.get(m) or [] for m in AGENT_METRICS]
+        last = max((s[-1][0] for s in agent_series if s), default=None)
+        settled = inst.created_at is None or w.end - inst.created_at >= settle
+        if last is None:
+            if settled:
+                no_agent.append(inst.instance_id)
+            continue
+        if w.end - last > stale_after and settled:
+            stale[inst.instance_id] = isoformat(last)
+        else:
+            measured.append(inst)
+        if settled and not any(inst.metrics.get(m) for m in DASHBOARD_METRICS):
+            no_dashboard.append(inst.instance_id)
+    throttled = [e for e in w.errors if "throttl" in e.lower()]
+    out: list[Finding] = []
+    if not serving and not [i for i in w.instances if i.state.startswith("Pending")]:
+        out.append(
+            Finding(
+                "metrics_missing",
+                "warning",
+                [g.name],
+                {"window": _span(w), "instances": len(w.instances), "errors": w.errors[:5]},
+                "The group has no InService instances in the window, so there is nothing to measure.",
+                "Check that the scaling group is enabled and has capacity (fleet status); there is "
+                "nothing to diagnose until instances serve.",
+            )
+        )
+        return out, measured
+    blind = no_agent + list(stale)
+    if blind:
+        share = len(blind) / max(1, len(serving))
+        reason = "CloudMonitor reads were throttled" if throttled and not stale else "the node agent is not"
+        explanation = (
+            f"{len(blind)} of {len(serving)} serving instance(s) published none of the node agent's metrics"
+            + (f" ({len(stale)} stopped during the window)" if stale else "")
+            + f"; {reason}{' reporting' if reason.endswith('not') else ''}, so queue, KV-cache and latency "
+            "causes cannot be seen there."
+        )
+        fix = (
+            "Install and start the node agent on those instances (deploy/fleet-agent.service: "
+            "`systemctl enable --now fleet-agent`; `fleet agent --once --json` shows one sample), give the "
+            "instance RAM role cms:PutCustomMetric, and check that vLLM serves /metrics on the port "
+            "the agent scrapes."
+        )
+        if throttled:
+            fix += (
+                " CloudMonitor throttled our reads: lower the read rate (fewer groups per tick, --since "
+                "shorter)."
+            )
+        out.append(
+            Finding(
+                "metrics_missing",
+                "critical" if share >= 0.5 else "warning",
+                sorted(blind),
+                {
+                    "window": _span(w),
+                    "missing": {m: sorted(no_agent) for m in AGENT_METRICS} if no_agent else {},
+                    "stopped_at": stale,
+                    "serving_instances": len(serving),
+                    "errors": (throttled or w.errors)[:5],
+                },
+                explanation,
+                fix,
+            )
+        )
+    elif throttled and not measured:
+        out.append(
+            Finding(
+                "metrics_missing",
+                "critical",
+                [g.name],
+                {"window": _span(w), "errors": throttled[:5]},
+                "CloudMonitor throttled the metric reads, so the window is empty.",
+                "Retry later or with a shorter --since; raise the CloudMonitor API quota if it recurs.",
+            )
+        )
+    if no_dashboard and len(no_dashboard) == len([i for i in serving if i.instance_id not in blind]):
+        out.append(
+            Finding(
+                "metrics_missing",
+                "warning",
+                sorted(no_dashboard),
+                {"window": _span(w), "missing": {m: sorted(no_dashboard) for m in DASHBOARD_METRICS}},
+                "CloudMonitor's own GPU metrics (utilization, temperature) are absent, so saturation and "
+                "overheating cannot be judged.",
+                "Install the CloudMonitor agent with GPU monitoring on the image (acs_ecs_dashboard "
+                "instance_gpu_* metrics), or point the group's metrics_source at Prometheus with DCGM "
+                "exporter.",
+            )
+        )
+    return out, measured
+
+
+# ---- XID errors -------------------------------------------------------------------------------------------
+def _xid_errors(st: _State) -> list[Finding]:
+    """A hardware or reset-class XID (policies.metrics.HARDWARE_XIDS): the GPU is unusable until reset."""
+    out: list[Finding] = []
+    for inst in st.measured:
+        seen = [(t, int(v)) for t, v in inst.metrics.get(pm.GPU_XID, ()) if int(v) in pm.HARDWARE_XIDS]
+        if not seen:
+            continue
+        st.explained.add(inst.instance_id)
+        codes = sorted({c for _, c in seen})
+        out.append(
+            Finding(
+                "gpu_xid_error",
+                "critical",
+                [inst.instance_id],
+                {
+                    "window": {"start": isoformat(seen[0][0]), "end": isoformat(seen[-1][0])},
+                    "xids": codes,
+                    "samples": len(seen),
+                    "gpu_util_pct_mean": _r(_mean(_after(inst.metrics.get(pm.GPU_UTIL_PCT, ()), seen[0][0]))),
+                },
+                f"{inst.instance_id} reported hardware XID {', '.join(map(str, codes))} (NVIDIA's catalogue: "
+                "the GPU needs a reset or replacement); it serves nothing or fails the requests it gets.",
+                f"Replace {inst.instance_id} (the isolation policy's xid_hardware rule: replace), or take it "
+                "out of service now with fleet isolate; check the host's GPU before it returns.",
+            )
+        )
+    return out
+
+
+# ---- thermal and power throttling --------------------------------------------------------------------------
+def _throttling(st: _State) -> list[Finding]:
+    out: list[Finding] = []
+    tpot_peers = {i.instance_id: _median(i.values(pm.TPOT_P99_MS)) for i in st.measured}
+    for inst in st.measured:
+        temps = _by_time(inst, pm.GPU_TEMPERATURE_C)
+        masks = _by_time(inst, pm.GPU_THROTTLE_REASONS)
+        clocks = _by_time(inst, pm.GPU_SM_CLOCK_RATIO)
+        times = sorted(set(temps) | set(masks) | set(clocks))
+        if not times:
+            continue
+        thermal_t: list[datetime] = []
+        power_t: list[datetime] = []
+        for t in times:
+            temp = temps.get(t)
+            mask = int(masks.get(t, 0))
+            clock = clocks.get(t)
+            hot = temp is not None and temp >= HOT_C
+            slowed = clock is not None and clock < THROTTLED_CLOCK_RATIO
+            if hot or (mask & THERMAL_BITS) or (mask & HW_SLOWDOWN_BIT and hot):
+                thermal_t.append(t)
+            elif (mask & POWER_BITS or mask & HW_SLOWDOWN_BIT) and (slowed or clock is None):
+                power_t.append(t)
+        peers = [v for k, v in tpot_peers.items() if k != inst.instance_id and v is not None]
+        mine = tpot_peers.get(inst.instance_id)
+        tpot = {"tpot_p99_ms": _r(mine), "peers_tpot_p99_ms": _r(_median(peers))}
+        min_clock = min(clocks.values()) if clocks else None
+        if len(thermal_t) >= 2:
+            throttling = (min_clock is not None and min_clock < THROTTLED_CLOCK_RATIO) or any(
+                int(masks.get(t, 0)) & THERMAL_BITS for t in thermal_t
+            )
+            st.explained.add(inst.instance_id)
+            out.append(
+                Finding(
+                    "thermal_throttling",
+                    "critical" if throttling else "warning",
+                    [inst.instance_id],
+                    {
+                        "window": {"start": isoformat(thermal_t[0]), "end": isoformat(thermal_t[-1])},
+                        "samples_hot": len(thermal_t),
+                        "samples": len(times),
+                        "temperature_max_c": _r(max(temps.values()) if temps else None),
+                        "threshold_c": HOT_C,
+                        "throttle_reasons": _names(masks.values()),
+                        "sm_clock_ratio_min": _r(min_clock, 2),
+                        **tpot,
+                    },
+                    f"{inst.instance_id}'s GPU ran at or above {HOT_C:.0f} C"
+                    + (" and the driver cut its SM clock" if throttling else "")
+                    + ", so every request on it runs slower; the card or its cooling is at fault, not the "
+                    "load.",
+                    f"Isolate {inst.instance_id} per the isolation policy (gpu_overheat: reboot, replace if "
+                    "it recurs) and have its cooling checked; until then lower the density on that host "
+                    "(fewer instances per rack, or a smaller max_num_seqs) so it stays below the slowdown "
+                    "temperature.",
+                )
+            )
+        elif len(power_t) >= 2:
+            powers = _by_time(inst, pm.GPU_POWER_W)
+            st.explained.add(inst.instance_id)
+            out.append(
+                Finding(
+                    "power_throttling",
+                    "critical" if min_clock is not None and min_clock < THROTTLED_CLOCK_RATIO else "warning",
+                    [inst.instance_id],
+                    {
+                        "window": {"start": isoformat(power_t[0]), "end": isoformat(power_t[-1])},
+                        "samples_throttled": len(power_t),
+                        "samples": len(times),
+                        "throttle_reasons": _names(masks.values()),
+                        "sm_clock_ratio_min": _r(min_clock, 2),
+                        "power_w_max": _r(max(powers.values()) if powers else None),
+                        "temperature_max_c": _r(max(temps.values()) if temps else None),
+                        **tpot,
+                    },
+                    f"{inst.instance_id}'s GPU hit its power limit and the driver lowered its SM clock "
+                    "while it was cool enough, so it serves slower than its peers.",
+                    f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and restore "
+                    "the default (`nvidia-smi -pl <default>`); if it cannot be raised (a rack power cap), "
+                    "isolate it per the isolation policy and lower the density on that power domain.",
+                )
+            )
+    return out
+
+
+def _names(masks: Iterable[float]) -> list[str]:
+    combined = 0
+    for m in masks:
+        combined |= int(m)
+    combined &= ~int(pm.ThrottleReason.GPU_IDLE)
+    return sorted(name for name, bit in pm.THROTTLE_REASON_NAMES.items() if combined & int(bit))
+
+
+# ---- memory bandwidth --------------------------------------------------------------------------------------
+def _bandwidth(st: _State) -> list[Finding]:
+    w = st.window
+    g = w.group
+    hit: dict[str, dict[str, Any]] = {}
+    for inst in st.measured:
+        if inst.instance_id in st.explained or inst.instance_id in st.kv_bound:
+            continue
+        bw = _by_time(inst, pm.GPU_MEM_BW_UTIL_PCT)
+        tpot = _by_time(inst, pm.TPOT_P99_MS)
+        run = _by_time(inst, pm.REQUESTS_RUNNING)
+        if len(bw) < 3 or len(tpot) < 3:
+            continue
+        high = _frac(list(bw.values()), lambda v: v >= BW_BOUND_PCT)
+        if high < SUSTAINED:
+            continue
+        common = sorted(set(tpot) & set(run))
+        corr = _corr([run[t] for t in common], [tpot[t] for t in common])
+        tpots = list(tpot.values())
+        if g.slo_tpot_p99_ms is not None:
+            violated = _frac(tpots, lambda v: v > g.slo_tpot_p99_ms) >= 0.3
+        else:
+            violated = corr >= 0.5
+        if not violated:
+            continue
+        hit[inst.instance_id] = {
+            "mem_bw_util_pct_mean": _r(_mean(bw.values())),
+            "samples_over": round(high, 2),
+            "tpot_p99_ms_median": _r(_median(tpots)),
+            "requests_running_mean": _r(_mean(run.values())),
+            "tpot_vs_batch_correlation": round(corr, 2),
+        }
+    if not hit:
+        return []
+    seqs = _max_num_seqs(st)
+    hit_insts = [i for i in st.measured if i.instance_id in hit]
+    limit_ms = g.slo_tpot_p99_ms
+    knee = fixes.batch_for_tpot(g, limit_ms, _tokens_per_seq(st, hit_insts)) if limit_ms else None
+    batch_now = _mean(_mean(i.values(pm.REQUESTS_RUNNING)) or 0.0 for i in hit_insts) or 0.0
+    parts = []
+    if knee and (seqs is None or knee < seqs) and knee < batch_now:
+        parts.append(
+            f"lower max_num_seqs{f' from {seqs}' if seqs else ''} to {knee} to keep P99 TPOT within "
+            f"{limit_ms:g} ms (the sizing model's decode time at the measured context per sequence; the "
+            f"batch averaged {batch_now:.0f})"
+        )
+    else:
+        parts.append(
+            "lower max_num_seqs until P99 TPOT meets its SLO (each sequence streams the weights and its KV)"
+        )
+    q = fixes.quantized_tpot_ratio(g)
+    if q is not None and q < 0.95:
+        parts.append(
+            f"serve int8 weights (about {100 * (1 - q):.0f}% less time per token, per the sizing model)"
+        )
+    else:
+        parts.append("serve quantized weights (fewer bytes per token)")
+    cards = fixes.more_bandwidth_cards(g)
+    if cards:
+        opts = ", ".join(f"{c['instance_type']} ({c['gpu']}, {c['bandwidth_gbps']:.0f} GB/s)" for c in cards)
+        parts.append(f"or move to a card with more bandwidth: {opts}")
+    else:
+        parts.append("or move to a card with more memory bandwidth")
+    share = len(hit) / max(1, len(st.measured))
+    return [
+        Finding(
+            "memory_bandwidth_bound",
+            "warning",
+            [g.name] if share >= 0.5 else sorted(hit),
+            {
+                "window": _span(w),
+                "threshold_pct": BW_BOUND_PCT,
+                "slo_tpot_p99_ms": g.slo_tpot_p99_ms,
+                "max_num_seqs": seqs,
+                "instances": hit,
+            },
+            f"Memory bandwidth was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding is "
+            "limited by reading weights and KV cache, so more compute would not speed it up.",
+            "; ".join(parts) + ".",
+        )
+    ]
+
+
+# ---- node outlier ------------------------------------------------------------------------------------------
+_OUTLIER_METRICS = ((pm.TPOT_P99_MS, 10.0), (pm.E2E_P99_MS, 500.0), (pm.TTFT_P99_MS, 500.0))
+
+
+def _outliers(st: _State) -> list[Finding]:
+    out: list[Finding] = []
+    pool = st.measured
+    if len(pool) < OUTLIER_MIN_PEERS + 1:
+        return out
+    flagged: set[str] = set()
+    for metric, floor in _OUTLIER_METRICS:
+        # after cold starts, so that instances are compared over the same stretch of time
+        med = {i.instance_id: _median(_after(i.metrics.get(metric, ()), st.steady_from)) for i in pool}
+        for inst in pool:
+            iid = inst.instance_id
+            mine = med.get(iid)
+            peers = [v for k, v in med.items() if k != iid and v is not None]
+            if iid in flagged or iid in st.explained or mine is None or len(peers) < OUTLIER_MIN_PEERS:
+                continue
+            base = statistics.median(peers)
+            if mine <= OUTLIER_FACTOR * base or mine - base < floor:
+                continue
+            vals = _after(inst.metrics.get(metric, ()), st.steady_from)
+            sustained = _frac(vals, lambda v, b=base: v > OUTLIER_FACTOR * b)
+            if sustained < SUSTAINED:
+                continue
+            flagged.add(iid)
+            load = _mean(inst.values(pm.REQUESTS_RUNNING)) or 0.0
+            load += _mean(inst.values(pm.QUEUE_WAITING)) or 0.0
+            peer_loads = [
+                (_mean(p.values(pm.REQUESTS_RUNNING)) or 0.0) + (_mean(p.values(pm.QUEUE_WAITING)) or 0.0)
+                for p in pool
+                if p.instance_id != iid
+            ]
+            peer_load = statistics.median(peer_loads) if peer_loads else 0.0
+            imbalance = peer_load > 0 and load > 1.5 * peer_load and metric != pm.TPOT_P99_MS
+            if imbalance:
+                fix = (
+                    f"Check the load balancer: {iid} holds {load:.1f} requests against its peers' "
+                    f"{peer_load:.1f}; "
+                    "use least-outstanding-requests balancing and check session affinity."
+                )
+                why = "it was sent more work than its peers (load balancing)"
+            else:
+                fix = (
+                    f"Isolate {iid} (fleet isolate {iid}, or add an isolation rule {{metric: {metric}, "
+                    f"peer_factor: {OUTLIER_FACTOR:g}}}) and have the host checked (GPU, PCIe/NVLink link "
+                    "width, noisy neighbour); the balancer already sends it no more than its peers."
+                )
+                why = "it is slow on the same load as its peers (hardware or host)"
+            out.append(
+                Finding(
+                    "node_outlier",
+                    "warning",
+                    [iid],
+                    {
+                        "window": _span(st.window),
+                        "metric": metric,
+                        "value_median": _r(mine),
+                        "peers_median": _r(base),
+                        "factor": round(mine / base, 2) if base > 0 else None,
+                        "samples_over": round(sustained, 2),
+                        "load": _r(load),
+                        "peers_load": _r(peer_load),
+                    },
+                    f"{iid}'s {metric} was {mine / base if base > 0 else math.inf:.1f}x its peers' median "
+                    f"through the window: {why}.",
+                    fix,
+                )
+            )
+    return out

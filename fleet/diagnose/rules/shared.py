@@ -1,0 +1,159 @@
+"""What the rules share: thresholds (each names its source), the state earlier rules leave for later
+ones, small statistics over samples, and the ESS activity-cause parser the reader uses."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fleet.diagnose import fixes
+from fleet.diagnose.model import (
+    InstanceWindow,
+    Window,
+    isoformat,
+)
+from policies import metrics as pm
+
+# ---- thresholds --------------------------------------------------------------------------------------------
+HOT_C = 85.0  # issue 10 and the isolation rules' gpu_overheat; NVIDIA data-centre slowdown starts ~87-90 C
+THROTTLED_CLOCK_RATIO = 0.9  # SM clock below 90% of its maximum is a real slowdown, not boost jitter
+KV_FULL_PCT = 90.0  # "near full" (issue 10); vLLM preempts at 100%
+BW_BOUND_PCT = 90.0  # memory-bandwidth utilization above ~90% (issue 10)
+SATURATED_UTIL_PCT = 90.0  # "GPU utilization ~100%": nvidia-smi's busy share of time
+QUEUE_PER_INSTANCE = 2.0  # waiting requests per instance that count as a queue (the example config's rule)
+OUTLIER_FACTOR = 2.0  # an instance's P99 over twice its peers' median (the isolation rules' peer_factor)
+OUTLIER_MIN_PEERS = 2
+SUSTAINED = 0.5  # share of an instance's samples a condition must hold in
+STALE_PERIODS = 4  # an agent silent for this many periods at the window's end has stopped
+DEFAULT_QUEUE_LIMIT = 64  # the simulator's and a typical gateway's max waiting per instance
+DEFAULT_SLO_TTFT_MS = 2000.0  # when the config names no TTFT SLO (the example fleet's SLO)
+LATENCY_WINDOW_S = 60.0  # the node agent's percentile window (its last minute of finished requests)
+
+# Signals the node agent always publishes while it and vLLM run (fleet/agent/sample.py).
+AGENT_METRICS = (pm.QUEUE_WAITING, pm.REQUESTS_RUNNING, pm.KV_CACHE_USAGE_PCT)
+# Signals of CloudMonitor's own GPU monitoring (acs_ecs_dashboard, the CloudMonitor agent's GPU plugin).
+DASHBOARD_METRICS = (pm.GPU_UTIL_PCT, pm.GPU_TEMPERATURE_C)
+
+THERMAL_BITS = int(pm.ThrottleReason.SW_THERMAL | pm.ThrottleReason.HW_THERMAL)
+POWER_BITS = int(pm.ThrottleReason.SW_POWER_CAP | pm.ThrottleReason.HW_POWER_BRAKE)
+HW_SLOWDOWN_BIT = int(pm.ThrottleReason.HW_SLOWDOWN)
+
+# Most important first: severity, then how much of the picture the kind explains.
+KIND_ORDER = (
+    "metrics_missing",
+    "undersized_fleet",
+    "cold_start",
+    "kv_cache_pressure",
+    "queue_backlog",
+    "thermal_throttling",
+    "power_throttling",
+    "node_outlier",
+    "memory_bandwidth_bound",
+    "gpu_xid_error",
+)
+KINDS = KIND_ORDER
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class _State:
+    """What earlier rules established for later ones."""
+
+    window: Window
+    serving: list[InstanceWindow]
+    measured: list[InstanceWindow]  # serving and publishing the agent's metrics
+    explained: set[str] = field(default_factory=set)  # instances whose slowness a node finding explains
+    steady_from: datetime | None = None  # queue rules look from here (after cold starts)
+    kv_bound: set[str] = field(default_factory=set)
+    slo_ttft_ms: float = DEFAULT_SLO_TTFT_MS
+
+
+# ---- small statistics --------------------------------------------------------------------------------------
+def _frac(values: Sequence[float], pred: Any) -> float:
+    return sum(1 for v in values if pred(v)) / len(values) if values else 0.0
+
+
+def _median(values: Iterable[float]) -> float | None:
+    vs = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(vs) if vs else None
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    vs = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vs) / len(vs) if vs else None
+
+
+def _thirds(values: Sequence[float]) -> tuple[float, float]:
+    """Mean of the first and of the last third of a series."""
+    n = max(1, len(values) // 3)
+    return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
+def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
+    if len(xs) < 4:
+        return 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx <= 0 or syy <= 0:
+        return 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / math.sqrt(sxx * syy)
+
+
+def _after(series: Sequence[tuple[datetime, float]], since: datetime | None) -> list[float]:
+    return [v for t, v in series if since is None or t >= since]
+
+
+def _span(w: Window) -> dict[str, str]:
+    return {"start": isoformat(w.start), "end": isoformat(w.end)}
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _by_time(inst: InstanceWindow, metric: str) -> dict[datetime, float]:
+    return dict(inst.metrics.get(metric, ()))
+
+
+def _max_num_seqs(st: _State) -> int | None:
+    g = st.window.group
+    if g.max_num_seqs:
+        return g.max_num_seqs
+    d = fixes.deployment(g)
+    return d.max_num_seqs if d else None
+
+
+def _tokens_per_seq(st: _State, insts: Sequence[InstanceWindow]) -> float:
+    """Context tokens per running sequence: KV cache in use over the batch, else the request mix."""
+    d = fixes.deployment(st.window.group)
+    ratios: list[float] = []
+    if d is not None:
+        for inst in insts:
+            kv = _by_time(inst, pm.KV_CACHE_USAGE_PCT)
+            for t, n in inst.metrics.get(pm.REQUESTS_RUNNING, ()):
+                if n >= 1 and t in kv:
+                    ratios.append(kv[t] / 100.0 * d.kv_cache_tokens / n)
+    if ratios:
+        return statistics.median(ratios)
+    prompt, output = fixes.request_sizes(st.window.group)
+    return prompt + output / 2
+
+
+_ACTIVITY_RE = re.compile(r'from "?(\d+)"? to "?(\d+)"?', re.IGNORECASE)
+
+
+def parse_scale_out(cause: str | None) -> tuple[int, int] | None:
+    """(from, to) of an ESS activity's cause when it raised the capacity (``... from "2" to "4"``)."""
+    if not cause:
+        return None
+    m = _ACTIVITY_RE.search(cause)
+    if not m:
+        return None
+    a, b = int(m.group(1)), int(m.group(2))
+    return (a, b) if b > a else None

@@ -1,0 +1,105 @@
+"""`fleet bench autoscale --sweep servegen`: ours, static provisioning and the oracle over every day of the
+three ServeGen language traces, and the distribution of the results.
+
+A controller that wins on the benchmark's named days and loses on the next has not won
+(``../shared/reference/capacity-control.md``): the sweep is how a change is checked to generalize. Each day
+runs 24 h from local midnight at the benchmark's peak; the distribution gives, per policy, the ratio of its
+GPU-hours to the oracle's and its SLO-violation minutes as median, 90th percentile and worst day.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+SWEEP_TRACES = ("m-large", "m-mid", "m-small")
+SWEEP_POLICIES = ("ours", "static-peak", "oracle")
+SWEEP_PEAK_RPS = 15.0
+
+
+class Sweep(StrEnum):
+    """What ``--sweep`` can run over."""
+
+    SERVEGEN = "servegen"
+
+
+def trace_days(name: str) -> int:
+    """How many whole days the ServeGen trace ``name`` holds."""
+    from fleet.sim.workload import SERVEGEN_NAMES, load_servegen, traces_dir
+
+    full = next(n for n in SERVEGEN_NAMES if n.endswith("_" + name))
+    return load_servegen(traces_dir() / "servegen" / f"servegen_{full}_aggregate_600s.csv").days()
+
+
+def sweep_workloads(
+    days: int | None = None, hours: float = 24.0, traces: Sequence[str] = SWEEP_TRACES
+) -> list[tuple[str, str, float]]:
+    """(name, SPEC, hours) for every day of every trace, or the first ``days`` of each."""
+    out: list[tuple[str, str, float]] = []
+    for trace in traces:
+        n = trace_days(trace)
+        for day in range(n if days is None else min(n, days)):
+            out.append(
+                (f"servegen-{trace}-day{day}", f"servegen:{trace},day={day},peak={SWEEP_PEAK_RPS:g}", hours)
+            )
+    return out
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile (q in 0..1) of ``values``."""
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[k]
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "min": round(min(values), 3),
+        "median": round(_quantile(values, 0.5), 3),
+        "p90": round(_quantile(values, 0.9), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def distribution(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per policy, over the days: GPU-hours against the oracle's and SLO-violation minutes."""
+    out: dict[str, dict[str, Any]] = {}
+    policies = list(dict.fromkeys(p for per in results.values() for p in per))  # in the order they ran
+    for pol in policies:
+        rows = [per[pol] for per in results.values() if pol in per]
+        ratios = [r["gpu_hours_vs_oracle"] for r in rows if "gpu_hours_vs_oracle" in r]
+        minutes = [float(r["slo_violation_minutes"]) for r in rows]
+        entry: dict[str, Any] = {
+            "days": len(rows),
+            "slo_violation_minutes": _stats(minutes) if minutes else {},
+            "days_with_violations": sum(1 for m in minutes if m > 0),
+        }
+        if ratios:
+            entry["gpu_hours_vs_oracle"] = _stats(ratios)
+        out[pol] = entry
+    return out
+
+
+def run_sweep(
+    config: Any,
+    *,
+    days: int | None = None,
+    hours: float = 24.0,
+    policies: Sequence[str] = SWEEP_POLICIES,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> dict[str, Any]:
+    """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
+    from fleet.sim.scenario import bench_autoscale
+
+    results = bench_autoscale(
+        config,
+        workloads=sweep_workloads(days, hours),
+        policies=policies,
+        progress=progress,
+        model_error_pct=None,
+        jobs=jobs,
+    )
+    return {"sweep": Sweep.SERVEGEN.value, "workloads": results, "distribution": distribution(results)}

@@ -1,0 +1,176 @@
+"""Request traces: one record type and the readers of the trace formats, text in, requests out.
+
+Pure like the rest of ``sizing``: the shell reads the file and hands over its text and a name for messages.
+Two readers, for two jobs:
+
+* :func:`parse_columns` finds the time and token columns by name in any of the published per-request traces
+  (Azure LLM CSV with datetimes, BurstGPT CSV with seconds, Mooncake JSONL with milliseconds) and skips rows
+  with zero tokens (BurstGPT's failed requests): what ``fleet size --trace`` sizes for;
+* :func:`parse_azure_csv` and :func:`parse_mooncake_jsonl` read the two formats the simulator replays,
+  strictly (the exact header or keys), sorted and restarted at 0 s, every request at least one token each way.
+
+Bad text raises :class:`TraceError` with one line that names the source and the row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sizing.errors import SizingInputError
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace: when it arrives (seconds from the trace's start) and its token counts."""
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+class TraceError(SizingInputError):
+    """A trace that cannot be read; the message names the source (and the row) in one line."""
+
+
+# Column names as the published traces spell them, lower-cased.
+_TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
+_PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
+_OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
+AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+
+
+# ------------------------------------------------------------------------------------ any trace, by columns
+def _json_line(source: str, number: int, line: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{source}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+
+
+# Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read
+def _rows(text: str, source: str, *, jsonl: bool) -> tuple[list[Any], bool]:
+    """The rows, and whether times are milliseconds (Mooncake's timestamp is milliseconds from the start)."""
+    lines = io.StringIO(text, newline="")  # lines as a file opened with newline="" gives them
+    if jsonl:
+        return [_json_line(source, n, line) for n, line in enumerate(lines, start=1) if line.strip()], True
+    try:
+        return list(csv.DictReader(lines)), False
+    except csv.Error as exc:
+        raise TraceError(f"{source}: cannot parse the trace ({exc})") from None
+
+
+def _columns(source: str, first: dict[str, object]) -> tuple[str, str, str]:
+    keys = {k.strip().lower(): k for k in first}
+    tkey = next((keys[k] for k in _TIME_KEYS if k in keys), None)
+    pkey = next((keys[k] for k in _PROMPT_KEYS if k in keys), None)
+    okey = next((keys[k] for k in _OUTPUT_KEYS if k in keys), None)
+    if tkey is None or pkey is None or okey is None:
+        raise TraceError(
+            f"{source}: needs a time column ({'/'.join(_TIME_KEYS)}), "
+            f"prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
+            f"and output tokens ({'/'.join(_OUTPUT_KEYS)}); found {', '.join(keys) or 'none'}"
+        )
+    return tkey, pkey, okey
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest, ...]:
+    """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
+
+    Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail."""
+    rows, millis = _rows(text, source, jsonl=jsonl)
+    if not rows or not isinstance(rows[0], dict):
+        raise TraceError(f"{source}: the trace has no request rows")
+    tkey, pkey, okey = _columns(source, rows[0])
+    out: list[TraceRequest] = []
+    t0: datetime | None = None
+    for n, row in enumerate(rows, start=2):
+        try:
+            prompt, output = int(float(row[pkey])), int(float(row[okey]))
+            raw = row[tkey]
+            if isinstance(raw, int | float) or _is_number(str(raw)):
+                t = float(raw) / (1000.0 if millis else 1.0)
+            else:
+                stamp = datetime.fromisoformat(str(raw).strip())
+                t0 = t0 or stamp
+                t = (stamp - t0).total_seconds()
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
+            raise TraceError(f"{source}: row {n}: {exc}") from None
+        if prompt <= 0 or output <= 0 or not math.isfinite(t):
+            continue
+        out.append(TraceRequest(t, prompt, output))
+    if len(out) < 2:
+        raise TraceError(f"{source}: fewer than two usable requests")
+    out.sort(key=lambda r: r.arrival_s)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the simulator's two formats
+def _parse_azure_timestamp(text: str) -> datetime:
+    # Azure writes 7 fractional digits (100 ns ticks); datetime takes at most 6, so drop the last one.
+    text = text.strip()
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    return datetime.fromisoformat(text)
+
+
+def parse_azure_csv(text: str, source: str) -> list[TraceRequest]:
+    """Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``); arrivals from the first."""
+    rows = list(csv.reader(text.splitlines()))  # no trailing newline in the published files: splitlines copes
+    if not rows or [c.strip() for c in rows[0]] != AZURE_HEADER:
+        raise TraceError(f"{source}: expected the header TIMESTAMP,ContextTokens,GeneratedTokens")
+    stamps: list[tuple[datetime, int, int]] = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            stamps.append((_parse_azure_timestamp(row[0]), int(row[1]), int(row[2])))
+        except (ValueError, IndexError):
+            raise TraceError(
+                f"{source}:{line_no}: not a TIMESTAMP,ContextTokens,GeneratedTokens row"
+            ) from None
+    if not stamps:
+        raise TraceError(f"{source}: no requests")
+    stamps.sort(key=lambda s: s[0])
+    t0 = stamps[0][0]
+    return [TraceRequest((ts - t0).total_seconds(), max(1, p), max(1, o)) for ts, p, o in stamps]
+
+
+def parse_mooncake_jsonl(text: str, source: str) -> list[TraceRequest]:
+    """Mooncake FAST'25 trace (``timestamp`` in ms from the start, ``input_length``, ``output_length``)."""
+    out: list[TraceRequest] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(
+                TraceRequest(
+                    float(row["timestamp"]) / 1000.0,
+                    max(1, int(row["input_length"])),
+                    max(1, int(row["output_length"])),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            raise TraceError(
+                f"{source}:{line_no}: not a Mooncake row (timestamp, input_length, output_length)"
+            ) from None
+    if not out:
+        raise TraceError(f"{source}: no requests")
+    out.sort(key=lambda r: r.arrival_s)
+    t0 = out[0].arrival_s
+    return [TraceRequest(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in out]

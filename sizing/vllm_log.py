@@ -1,0 +1,244 @@
+"""Read what a vLLM startup log says about memory: weights, non-torch memory, activation peak, KV cache.
+
+Pure: the shell reads the file and passes its text in. vLLM has worded these lines differently over the
+versions of the last two years; each wording is one small pattern below, named for the versions that print it
+(and the public log the tests quote it from):
+
+* V0 0.6.4-0.6.5, one line (vllm#10517): ``Memory profiling results: total_gpu_memory=23.58GiB
+  initial_memory_usage=... peak_torch_memory=17.06GiB ... non_torch_memory=0.35GiB kv_cache_size=3.81GiB
+  gpu_memory_utilization=0.90``
+* V0 0.6.6-0.10, four lines (vllm PR#14447, vllm#11550): ``the current vLLM instance can use
+  total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB`` / ``model weights take 21.21GiB;
+  non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory
+  reserved for KV Cache is 1.57GiB.``
+* V0 0.6.5, a table (vllm PR#10511): ``total_gpu_memory     79.22GiB`` ... ``model weights take   14.96GiB``,
+  ``non_torch_memory     1.79GiB``, ``PyTorch activation peak memory       1.26GiB``,
+  ``available_kv_cache_memory    53.29GiB``.
+* V0 weights: ``Loading model weights took 14.9888 GB`` (GiB in fact, vllm#14979); blocks ``# GPU blocks: N``
+  (``# cuda blocks`` in 0.7-0.8).
+* V1 (0.8 and later): ``Model loading took 7.6785 GiB and 2.19 seconds`` (``GiB memory and`` from about 0.10),
+  ``Available KV cache memory: 18.38 GiB``, ``GPU KV cache size: 42,656 tokens`` (early V1:
+  ``# GPU blocks: N``, vllm PR#13596), ``Maximum concurrency for 32,768 tokens per request: 1.30x``,
+  ``Graph capturing finished in 5 secs, took 0.53 GiB``, and from 0.21 ``Estimated CUDA graph memory: 0.36
+  GiB total`` (gpustack/runner#251).
+* Settings: ``Initializing a V0|V1 LLM engine (v0.8.1) with config: model='...', ... max_seq_len=6600, ...,
+  tensor_parallel_size=1``, ``non-default args: {...}``, ``--gpu-memory-utilization=0.8200``.
+
+Every rank of a TP engine prints its own lines; the first value of each kind is kept (vLLM uses the minimum
+over ranks for the KV cache, so the smallest KV figure is kept).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from sizing.errors import SizingInputError
+
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What one startup log states; ``None`` where it does not say. Memory in GiB per GPU."""
+
+    vllm_version: str | None = None
+    engine: str | None = None  # "v0" or "v1"
+    model: str | None = None
+    tp: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    dtype: str | None = None
+    total_gib: float | None = None
+    weights_gib: float | None = None
+    non_torch_gib: float | None = None
+    activation_gib: float | None = None
+    kv_cache_gib: float | None = None
+    gpu_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_len: int | None = None  # the "for N tokens per request" of the concurrency line
+    cuda_graph_gib: float | None = None
+    cuda_graph_estimated: bool = False  # graphs subtracted before the KV cache (vLLM 0.21+ default)
+    refused: bool = False  # vLLM said the model's max seq len does not fit the KV cache
+    formats: tuple[str, ...] = ()  # the wordings recognised, for the report
+
+    def found(self) -> list[str]:
+        return [
+            f.name for f in fields(self) if f.name != "formats" and getattr(self, f.name) not in (None, False)
+        ]
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _i(text: str) -> int:
+    return int(float(text.replace(",", "")))
+
+
+# (field, format name, pattern, converter). The first match of a field wins unless the field is "min".
+_PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
+    ("total_gib", "v0-0.6.4", re.compile(r"total_gpu_memory=" + _NUM + r"\s*GiB"), "f"),
+    ("non_torch_gib", "v0-0.6.4", re.compile(r"non_torch_memory=" + _NUM + r"\s*GiB"), "f"),
+    ("kv_cache_gib", "v0-0.6.4", re.compile(r"kv_cache_size=" + _NUM + r"\s*GiB"), "min"),
+    ("peak_torch", "v0-0.6.4", re.compile(r"peak_torch_memory=" + _NUM + r"\s*GiB"), "f"),
+    ("gpu_memory_utilization", "v0-0.6.4", re.compile(r"gpu_memory_utilization=" + _NUM), "f"),
+    ("total_gib", "v0-profile", re.compile(r"total_gpu_memory \(" + _NUM + r"\s*GiB\)"), "f"),
+    (
+        "gpu_memory_utilization",
+        "v0-profile",
+        re.compile(r"x gpu_memory_utilization \(" + _NUM + r"\)"),
+        "f",
+    ),
+    ("weights_gib", "v0-profile", re.compile(r"model weights take\s+" + _NUM + r"\s*GiB"), "f"),
+    ("non_torch_gib", "v0-profile", re.compile(r"non_torch_memory takes " + _NUM + r"\s*GiB"), "f"),
+    (
+        "activation_gib",
+        "v0-profile",
+        re.compile(r"PyTorch activation peak memory(?: takes)?\s+" + _NUM + r"\s*GiB"),
+        "f",
+    ),
+    # 0.6.5's table (vllm PR#10511): "total_gpu_memory     79.22GiB", "non_torch_memory     1.79GiB", ...
+    ("total_gib", "v0-0.6.5", re.compile(r"total_gpu_memory\s+" + _NUM + r"\s*GiB"), "f"),
+    ("gpu_memory_utilization", "v0-0.6.5", re.compile(r"gpu_memory_utilization\s+" + _NUM), "f"),
+    ("non_torch_gib", "v0-0.6.5", re.compile(r"non_torch_memory\s+" + _NUM + r"\s*GiB"), "f"),
+    ("kv_cache_gib", "v0-0.6.5", re.compile(r"available_kv_cache_memory\s+" + _NUM + r"\s*GiB"), "min"),
+    (
+        "kv_cache_gib",
+        "v0-profile",
+        re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r"\s*GiB"),
+        "min",
+    ),
+    ("weights_gib", "v0-weights", re.compile(r"Loading model weights took " + _NUM + r"\s*GB"), "f"),
+    ("weights_gib", "v1-weights", re.compile(r"Model loading took " + _NUM + r"\s*GiB"), "f"),
+    ("kv_cache_gib", "v1-kv", re.compile(r"Available KV cache memory: " + _NUM + r"\s*GiB"), "min"),
+    ("kv_cache_tokens", "v1-kv", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "imin"),
+    ("gpu_blocks", "blocks", re.compile(r"# (?:GPU|cuda|gpu) blocks: " + _NUM), "imin"),
+    ("gpu_blocks", "blocks", re.compile(r"(?<!# )GPU blocks: " + _NUM), "imin"),
+    (
+        "cuda_graph_gib",
+        "v1-graphs",
+        re.compile(r"Graph capturing finished in [0-9.]+ secs?, took " + _NUM + r"\s*GiB"),
+        "f",
+    ),
+    (
+        "cuda_graph_gib",
+        "v1-graph-estimate",
+        re.compile(r"Estimated CUDA graph memory: " + _NUM + r"\s*GiB"),
+        "f",
+    ),
+    ("total_gib", "v1-free", re.compile(r"Free memory on device \([0-9.]+/" + _NUM + r"\s*GiB\)"), "f"),
+    (
+        "gpu_memory_utilization",
+        "v1-free",
+        re.compile(r"Desired GPU memory utilization is \(" + _NUM),
+        "f",
+    ),
+    ("gpu_memory_utilization", "args", re.compile(r"--gpu-memory-utilization=" + _NUM), "f"),
+    ("gpu_memory_utilization", "args", re.compile(r"'gpu_memory_utilization': " + _NUM), "f"),
+    ("max_num_seqs", "args", re.compile(r"'max_num_seqs': " + _NUM), "i"),
+    ("max_num_batched_tokens", "args", re.compile(r"'max_num_batched_tokens': " + _NUM), "i"),
+    ("max_num_batched_tokens", "args", re.compile(r"max_num_batched_tokens=" + _NUM), "i"),
+    ("max_model_len", "args", re.compile(r"'max_model_len': " + _NUM), "i"),
+    ("max_model_len", "config", re.compile(r"max_seq_len=" + _NUM), "i"),
+    ("tp", "config", re.compile(r"tensor_parallel_size=" + _NUM), "i"),
+    ("tp", "args", re.compile(r"'tensor_parallel_size': " + _NUM), "i"),
+)
+
+_CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"\s*x")
+_ENGINE = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([0-9][0-9A-Za-z.+_-]*)\)")
+_VERSION = re.compile(r"vLLM API server version ([0-9][0-9A-Za-z.+_-]*)")
+_MODEL = re.compile(r"with config: model='([^']+)'")
+_MODEL_ARG = re.compile(r"'model': '([^']+)'")
+_DTYPE = re.compile(r"dtype=torch\.(bfloat16|float16|float32)")
+_REFUSED = re.compile(
+    r"is larger than the maximum number of tokens that can be stored in KV cache|"
+    r"KV cache is needed, which is larger than the available KV cache memory"
+)
+_GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def parse_startup_log(text: str) -> LogFacts:
+    """The facts a vLLM startup log states. Raises :class:`SizingInputError` naming what is missing when the
+    text holds no KV cache figure (the one line a calibration cannot do without)."""
+    facts = read_startup_log(text)
+    _require(facts)
+    return facts
+
+
+def read_startup_log(text: str) -> LogFacts:
+    """The facts a vLLM startup log (or any excerpt of one) states, ``None`` where it is silent."""
+    values: dict[str, object] = {}
+    formats: list[str] = []
+    for name, fmt, pattern, kind in _PATTERNS:
+        for match in pattern.finditer(text):
+            raw = match.group(1)
+            value: float | int = _i(raw) if kind in ("i", "imin") else _f(raw)
+            prev = values.get(name)
+            if kind in ("min", "imin") and isinstance(prev, int | float):
+                values[name] = min(prev, value)
+            else:
+                values.setdefault(name, value)
+            if fmt not in formats:
+                formats.append(fmt)
+    conc = _CONCURRENCY.search(text)
+    if conc:
+        values["concurrency_len"] = _i(conc.group(1))
+        values["max_concurrency"] = _f(conc.group(2))
+        formats.append("concurrency")
+    _version_and_engine(text, values)
+    _v064_activation(values)
+    model = _MODEL.search(text) or _MODEL_ARG.search(text)
+    if model:
+        values["model"] = model.group(1)
+    dtype = _DTYPE.search(text)
+    if dtype:
+        values["dtype"] = _DTYPES[dtype.group(1)]
+    values.pop("peak_torch", None)
+    facts = LogFacts(
+        **values,  # type: ignore[arg-type]  # keys are LogFacts fields by construction of _PATTERNS
+        cuda_graph_estimated=bool(_GRAPH_PROFILE.search(text)),
+        refused=bool(_REFUSED.search(text)),
+        formats=tuple(formats),
+    )
+    return facts
+
+
+def _version_and_engine(text: str, values: dict[str, object]) -> None:
+    engine = _ENGINE.search(text)
+    if engine:
+        values["vllm_version"] = engine.group(2)
+        if engine.group(1):
+            values["engine"] = engine.group(1).lower()
+    else:
+        version = _VERSION.search(text)
+        if version:
+            values["vllm_version"] = version.group(1)
+    if "engine" not in values:
+        # wording decides it: the profiling summary lines are V0's worker; "Available KV cache memory" is V1's
+        if "Available KV cache memory" in text or "EngineCore" in text:
+            values["engine"] = "v1"
+        elif "Memory profiling" in text or "CPU blocks" in text or "Loading model weights took" in text:
+            values["engine"] = "v0"
+
+
+def _v064_activation(values: dict[str, object]) -> None:
+    """0.6.4's one-line summary has no weights or activation term: peak_torch = weights + activation."""
+    peak = values.get("peak_torch")
+    weights = values.get("weights_gib")
+    if isinstance(peak, float) and isinstance(weights, float) and "activation_gib" not in values:
+        values["activation_gib"] = max(0.0, peak - weights)
+
+
+def _require(facts: LogFacts) -> None:
+    if facts.kv_cache_gib is None and facts.gpu_blocks is None and facts.kv_cache_tokens is None:
+        weights = "" if facts.weights_gib is not None else " (nor a 'Model loading took X GiB' weights line)"
+        raise SizingInputError(
+            "not a vLLM startup log I can read: found no KV cache line ('Available KV cache memory', "
+            "'GPU KV cache size', '# GPU blocks' or 'the rest of the memory reserved for KV Cache')" + weights
+        )

@@ -1,0 +1,218 @@
+"""Calibration from a user's own vLLM log: exact at the logged settings, carried by the physics to others.
+
+The expected values are vLLM's own numbers from the public logs in tests/sizing/vllm_logs.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sizing import Deployment, SizingInputError, find_gpu, find_model, plan_memory
+from sizing.calibration import (
+    Scope,
+    apply_calibration,
+    bench_from_json,
+    calibrate,
+    calibration_from_dict,
+    calibration_to_dict,
+)
+from sizing.perf import perf_for
+from sizing.vllm_log import parse_startup_log
+
+
+def _load_logs():
+    spec = importlib.util.spec_from_file_location("vllm_logs", Path(__file__).with_name("vllm_logs.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+logs = _load_logs()
+
+
+def _rtx3090(max_model_len: int) -> Deployment:
+    # vllm#10517: Llama-3.1-8B-Instruct on an RTX 3090, vLLM 0.6.4 (V0, no chunked prefill below 32K)
+    return Deployment(
+        find_model("Llama-3.1-8B"), find_gpu("RTX3090"), 1, max_model_len=max_model_len, engine="v0"
+    )
+
+
+def _cal_20k():
+    return calibrate(parse_startup_log(logs.V0_064_20K), _rtx3090(20000), source="vllm#10517")
+
+
+def test_calibrated_prediction_reproduces_the_logged_kv_cache():
+    plan = plan_memory(apply_calibration(_rtx3090(20000), _cal_20k()))
+    assert plan.kv_cache_tokens == pytest.approx(1952 * 16, rel=0.005)  # "GPU blocks: 1952"
+    assert plan.kv_cache_gib == pytest.approx(3.81, abs=0.01)
+
+
+def test_calibrated_on_20k_predicts_the_29k_start_within_3_percent_and_its_refusal():
+    # the same deployment at --max-model-len 29000: vLLM logged 2.89 GiB (1478 blocks) and refused to start,
+    # the largest length that fit being 23,648 tokens. Without calibration the model is 9.5% low.
+    plan = plan_memory(apply_calibration(_rtx3090(29000), _cal_20k()))
+    assert plan.kv_cache_gib == pytest.approx(2.89, rel=0.03)
+    assert plan.kv_cache_tokens == pytest.approx(23_648, rel=0.03)
+    assert not plan.fits and "does not fit" in plan.reason
+
+
+def test_calibration_the_other_way_round_29k_to_20k():
+    cal = calibrate(parse_startup_log(logs.V0_064_29K), _rtx3090(29000), source="vllm#10517")
+    plan = plan_memory(apply_calibration(_rtx3090(20000), cal))
+    assert plan.kv_cache_gib == pytest.approx(3.81, rel=0.03)
+    assert plan.fits
+
+
+def test_every_corrected_term_is_reported_with_the_uncalibrated_prediction():
+    cal = _cal_20k()
+    names = {t.name: t for t in cal.terms}
+    assert {"visible_gib", "weights_gib", "non_torch_gib", "activation_gib"} <= set(names)
+    assert names["non_torch_gib"].logged == 0.35 and names["non_torch_gib"].scope is Scope.GPU
+    assert names["non_torch_gib"].predicted == pytest.approx(0.2)
+    assert names["weights_gib"].scope is Scope.DEPLOYMENT
+
+
+def test_a_log_of_another_model_on_the_same_gpu_still_sets_the_gpu_terms():
+    cal = _cal_20k()
+    other = Deployment(find_model("Qwen2.5-7B"), find_gpu("RTX3090"), 1, max_model_len=8192, engine="v0")
+    plain, calibrated = plan_memory(other), plan_memory(apply_calibration(other, cal))
+    assert calibrated.non_torch_gib == pytest.approx(0.35)  # the card's, from the log
+    assert calibrated.weights_gib == plain.weights_gib  # the model's own: the log was of Llama
+    assert not any(t.calibrated for t in calibrated.terms if t.name == "weights")
+
+
+def test_a_calibration_for_another_gpu_changes_nothing():
+    other = Deployment(find_model("Llama-3.1-8B"), find_gpu("A10"), 1, max_model_len=8192, engine="v0")
+    assert (
+        plan_memory(apply_calibration(other, _cal_20k())).kv_cache_tokens
+        == plan_memory(other).kv_cache_tokens
+    )
+
+
+def test_v1_log_kv_bytes_agree_with_the_model_so_no_kv_correction_is_made():
+    # LMCache#1739: Qwen3-14B, 6.51 GiB holds 42,656 tokens: 163,870 B/token; the model says 160 KiB
+    dep = Deployment(find_model("Qwen3-14B"), find_gpu("A100-40G"), 1, max_model_len=32768)
+    cal = calibrate(parse_startup_log(logs.V1_QWEN3_14B), dep)
+    assert cal.kv_bytes_per_token is None
+    plan = plan_memory(apply_calibration(dep, cal))
+    assert plan.kv_cache_tokens == pytest.approx(42_656, rel=0.002)
+
+
+@settings(max_examples=25, deadline=None)
+@given(util=st.floats(0.80, 0.97), seqs=st.sampled_from([32, 64, 128, 256]))
+def test_v1_calibration_moves_only_by_the_models_differences(util, seqs):
+    # At other gpu_memory_utilization and max_num_seqs the calibrated KV pool changes by exactly what vLLM's
+    # own arithmetic changes: util x total, and the sampler's seqs x vocab buffers.
+    dep = Deployment(find_model("Qwen3-14B"), find_gpu("A100-40G"), 1, max_model_len=32768)
+    cal = calibrate(parse_startup_log(logs.V1_QWEN3_14B), dep)
+    at_log = plan_memory(apply_calibration(dep, cal))
+    moved = plan_memory(apply_calibration(replace(dep, gpu_memory_utilization=util, max_num_seqs=seqs), cal))
+    plain_log, plain_moved = (
+        plan_memory(dep),
+        plan_memory(replace(dep, gpu_memory_utilization=util, max_num_seqs=seqs)),
+    )
+    delta_model = plain_moved.kv_cache_gib - plain_log.kv_cache_gib
+    assert moved.kv_cache_gib - at_log.kv_cache_gib == pytest.approx(delta_model, abs=1e-6)
+
+
+# vllm-project/vllm#20469: Qwen3-14B-AWQ on one A100 80GB, --enforce-eager, benchmark_serving.py at
+# --max-concurrency 1, 16000 in / 200 out: the printed result, as its --save-result JSON names the fields.
+BENCH_20469 = {
+    "completed": 30,
+    "total_input_tokens": 480000,
+    "total_output_tokens": 6000,
+    "mean_ttft_ms": 3345.37,
+    "mean_tpot_ms": 20.63,
+    "output_throughput": 26.84,
+    "max_concurrency": 1,
+}
+
+
+def test_a_benchmark_calibrates_decode_and_prefill_of_its_deployment():
+    dep = Deployment(
+        find_model("Qwen3-14B-AWQ"),
+        find_gpu("A100-80G"),
+        1,
+        max_model_len=16384,
+        gpu_memory_utilization=0.95,
+        max_num_seqs=30,
+    )
+    facts = parse_startup_log(logs.V1_MODEL_LOADING)  # any readable log: the memory terms are not tested here
+    cal = calibrate(facts, dep, bench_from_json(BENCH_20469))
+    calibrated = apply_calibration(dep, cal)
+    perf = perf_for(calibrated, plan_memory(calibrated))
+    assert perf.decode_tpot_s(16100) * 1000 == pytest.approx(20.63, rel=0.01)
+    assert perf.prefill_s(16000, plan_memory(calibrated).max_num_batched_tokens) * 1000 == pytest.approx(
+        3345.37, rel=0.01
+    )
+    # an eager run's launch costs stay with this deployment; the card's bandwidth share stays physical
+    assert cal.bw_eff is not None and 0.5 <= cal.bw_eff <= 0.95
+    assert cal.decode_time_scale is not None and cal.decode_time_scale > 1
+
+
+def test_the_file_format_round_trips():
+    cal = _cal_20k()
+    back = calibration_from_dict(calibration_to_dict(cal))
+    for name in ("model", "gpu", "tp", "dtype", "engine", "visible_gib", "non_torch_gib", "weights_gib"):
+        assert (
+            getattr(back, name) == pytest.approx(getattr(cal, name))
+            if isinstance(getattr(cal, name), float)
+            else getattr(back, name) == getattr(cal, name)
+        )
+    assert back.activation_scale == pytest.approx(cal.activation_scale, rel=1e-5)
+    assert back.sampler_scale == 0.0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schema": "other"}, "not a calibration file"),
+        ({"tp": 0}, "'tp' must be a positive integer"),
+        ({"gpu_terms": {"bogus": 1.0}}, "unknown term gpu_terms.bogus"),
+        ({"gpu_terms": {"bw_eff": 1.5}}, "bw_eff must be at most 1"),
+        ({"deployment_terms": {"weights_gib": -1}}, "must be positive"),
+        ({"deployment_terms": {"weights_gib": float("nan")}}, "finite number"),
+        ({"engine": "v2"}, "'engine' must be v0 or v1"),
+    ],
+)
+def test_a_bad_calibration_file_is_refused_naming_the_field(change, message):
+    doc = calibration_to_dict(_cal_20k()) | change
+    with pytest.raises(SizingInputError, match=message):
+        calibration_from_dict(doc)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ([], "expected a JSON object"),
+        ({"completed": 0, "mean_tpot_ms": 5}, "no completed requests"),
+        ({"completed": 3}, "'mean_tpot_ms' missing"),
+    ],
+)
+def test_a_bad_benchmark_json_is_refused(doc, message):
+    with pytest.raises(SizingInputError, match=message):
+        bench_from_json(doc)
+
+
+def test_a_benchmark_of_one_model_sets_the_gpus_bandwidth_share_for_another():
+    dep = Deployment(
+        find_model("Qwen3-14B-AWQ"), find_gpu("A100-80G"), 1, max_model_len=16384, max_num_seqs=30
+    )
+    cal = calibrate(parse_startup_log(logs.V1_MODEL_LOADING), dep, bench_from_json(BENCH_20469))
+    other = apply_calibration(
+        Deployment(find_model("Llama-3.1-8B"), find_gpu("A100-80G"), 1, max_model_len=8192), cal
+    )
+    perf = perf_for(other, plan_memory(other))
+    assert perf.bw_eff == pytest.approx(cal.bw_eff)
+    assert perf.decode_time_scale == 1.0  # the eager run's own launch costs stay with its deployment
+    elsewhere = apply_calibration(
+        Deployment(find_model("Llama-3.1-8B"), find_gpu("L20"), 1, max_model_len=8192), cal
+    )
+    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(0.80)

@@ -1,0 +1,74 @@
+"""The trace readers: text in, requests out; bad text raises TraceError naming the source and the row."""
+
+from __future__ import annotations
+
+import pytest
+
+from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_columns, parse_mooncake_jsonl
+
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,0"
+)
+BURSTGPT = (
+    "Timestamp,Model,Request tokens,Response tokens\n5,ChatGPT,472,18\n9,ChatGPT,1000,0\n12,GPT-4,20,7\n"
+)
+MOONCAKE = (
+    '{"timestamp": 500, "input_length": 10, "output_length": 3}\n'
+    "\n"
+    '{"timestamp": 0, "input_length": 7, "output_length": 2}\n'
+)
+
+
+def test_columns_of_azure_csv_give_seconds_from_the_first_stamp_and_skip_zero_tokens() -> None:
+    assert parse_columns(AZURE + "\n2023-11-16 18:15:47.6805900,10,5", "t.csv", jsonl=False) == (
+        TraceRequest(0.0, 374, 44),
+        TraceRequest(1.0, 10, 5),
+    )
+
+
+def test_columns_of_burstgpt_read_seconds_and_skip_failed_requests() -> None:
+    assert parse_columns(BURSTGPT, "b.csv", jsonl=False) == (
+        TraceRequest(5.0, 472, 18),
+        TraceRequest(12.0, 20, 7),
+    )
+
+
+def test_columns_of_mooncake_read_milliseconds_sorted() -> None:
+    assert parse_columns(MOONCAKE, "m.jsonl", jsonl=True) == (
+        TraceRequest(0.0, 7, 2),
+        TraceRequest(0.5, 10, 3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "jsonl", "message"),
+    [
+        ("a,b,c\n1,2,3\n", False, "m.csv: needs a time column"),
+        ("", False, "m.csv: the trace has no request rows"),
+        ('{"timestamp": 1}\nnot json\n', True, "m.csv: line 2: not valid JSON"),
+        ("time,prompt_tokens,output_tokens\n1,x,3\n2,4,5\n", False, "m.csv: row 2:"),
+        ("time,prompt_tokens,output_tokens\n1,2,3\n", False, "m.csv: fewer than two usable requests"),
+    ],
+)
+def test_columns_refuse_bad_text_in_one_line(text: str, jsonl: bool, message: str) -> None:
+    with pytest.raises(TraceError, match="^" + message):
+        parse_columns(text, "m.csv", jsonl=jsonl)
+
+
+def test_azure_format_keeps_zero_token_rows_at_one_token_and_drops_the_seventh_digit() -> None:
+    assert parse_azure_csv(AZURE, "a.csv") == [TraceRequest(0.0, 374, 44), TraceRequest(4.314579, 396, 1)]
+
+
+def test_azure_format_wants_its_header() -> None:
+    with pytest.raises(TraceError, match="^a.csv: expected the header"):
+        parse_azure_csv(BURSTGPT, "a.csv")
+
+
+def test_mooncake_format_restarts_at_zero_and_names_a_bad_line() -> None:
+    assert parse_mooncake_jsonl(MOONCAKE, "m.jsonl") == [TraceRequest(0.0, 7, 2), TraceRequest(0.5, 10, 3)]
+    with pytest.raises(TraceError, match="^m.jsonl:2: not a Mooncake row"):
+        parse_mooncake_jsonl(
+            '{"timestamp": 1, "input_length": 1, "output_length": 1}\n{"timestamp": 2}', "m.jsonl"
+        )
