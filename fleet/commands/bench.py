@@ -7,12 +7,11 @@ import math
 import typer
 
 from fleet.commands._common import fail, print_json
-
-bench_app = typer.Typer(help="Benchmarks of the fleet service against the fake cloud.", no_args_is_help=True)
+from fleet.commands.simulate import bench_app  # `fleet bench` is shared with the simulator's benchmarks
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
+    """Nothing to add: ``service`` joins the existing ``fleet bench`` group (fleet.commands.simulate)."""
 
 
 @bench_app.command("service")
