@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from policies.spec import Duration, GroupSpec, PolicySpec
 
@@ -67,10 +68,23 @@ class NotificationChannel(_Section):
         return value
 
 
+# A bearer token shorter than this is guessable, and too short for the log redactor to tell from other text.
+MIN_API_TOKEN_LENGTH = 8
+# Listening on these exposes the unauthenticated /status, /metrics and /healthz beyond this host.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
 class ApiConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8780, ge=0, le=65535)
     token: SecretStr | None = Field(default=None, description="bearer token for mutating endpoints")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_API_TOKEN_LENGTH:
+            raise ValueError(f"must be at least {MIN_API_TOKEN_LENGTH} characters (a random string)")
+        return value
 
 
 class LeaseConfig(_Section):
@@ -138,6 +152,9 @@ class AccountConfig(_Section):
     account_id: str = Field(min_length=1, description="the account's id, for its custom metric namespace")
 
 
+# Below this a tick (at least three cloud reads and a store transaction) could not finish before the next.
+MIN_TICK_INTERVAL_S = 0.1
+
 _ENV: ContextVar[Mapping[str, str] | None] = ContextVar("fleet_config_env", default=None)
 
 
@@ -177,7 +194,9 @@ class FleetConfig(BaseSettings):
     database_url: str | None = Field(
         default=None, repr=False, description="default: sqlite file fleet.db (may hold a password: no repr)"
     )
-    tick_interval_s: Duration = Field(default=15.0, gt=0)
+    tick_interval_s: Duration = Field(
+        default=15.0, ge=MIN_TICK_INTERVAL_S, description=f"at least {MIN_TICK_INTERVAL_S} s"
+    )
     api: ApiConfig = Field(default_factory=ApiConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
@@ -228,6 +247,16 @@ class FleetConfig(BaseSettings):
     def group(self, name: str) -> GroupConfig | None:
         return next((g for g in self.groups if g.name == name), None)
 
+    def service_problems(self) -> list[str]:
+        """What keeps ``fleet serve`` from running this config (``fleet terraform`` creates the groups and
+        needs no ids, so these are not errors of the file itself)."""
+        return [
+            f"groups[{g.name}]: give scaling_group_id or scaling_group_name: fleet serve cannot find the "
+            "ESS scaling group otherwise"
+            for g in self.groups
+            if not g.scaling_group_id and not g.scaling_group_name
+        ]
+
     def warnings(self) -> list[str]:
         """Valid but worth a look (``fleet validate`` prints these)."""
         out = []
@@ -243,6 +272,12 @@ class FleetConfig(BaseSettings):
                 and (g.scale_out or g.scale_in)
             ):
                 out.append(f"groups[{g.name}]: account_id is unset; custom vLLM metrics cannot be read")
+        out.extend(self.service_problems())
+        if self.api.host in WILDCARD_HOSTS:
+            out.append(
+                f"api.host: {self.api.host or '(empty)'} listens on every interface; /status, /metrics and "
+                "/healthz need no token, so anyone who can reach the port reads the fleet's state"
+            )
         return out
 
 
@@ -264,7 +299,9 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{file}: not UTF-8 text (byte {exc.start})"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ConfigError([f"{file}: nested too deeply to be a fleet.yaml"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -278,16 +315,116 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     try:
         return FleetConfig(**data)
     except ValidationError as exc:
-        raise ConfigError(format_errors(file, exc)) from None
+        raise ConfigError(format_errors(file, exc, env_sources(env))) from None
+    except SettingsError as exc:
+        raise ConfigError([_settings_error(exc, env)]) from None
+    except RecursionError:
+        raise ConfigError([f"{file}: nested too deeply to be a fleet.yaml"]) from None
     finally:
         _ENV.reset(token)
 
 
-def format_errors(file: str, exc: ValidationError) -> list[str]:
-    """One ``file: field.path: reason`` line per error, with the nearest valid key for unknown keys."""
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.setdefault(key, key_node.start_mark.line)
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            continue
+        if first != key_node.start_mark.line:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"duplicate key {key!r} (first given on line {first + 1})",
+                key_node.start_mark,
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+# FLEET_* variables read by other parts of fleet (the adapters, the agent, the CLI), not by FleetConfig.
+OTHER_ENV_VARS = frozenset(
+    {
+        "FLEET_ALIYUN_ENDPOINT",
+        "FLEET_ECS_METADATA_URL",
+        "FLEET_TRACES_DIR",
+        "FLEET_INSTANCE_ID",
+        "FLEET_SERVICE_NAME",
+        "FLEET_LOG_JSON",
+        "FLEET_LOG_LEVEL",
+        "FLEET_AGENT_ARGS",
+        "FLEET_TERRAFORM_SCHEMA",
+        "FLEET_TEST_PROMETHEUS",
+        "FLEET_API_TOKEN",
+        "FLEET_LEASE_TTL_S",
+    }
+)
+
+
+def env_sources(env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """The config path each ``FLEET_*`` variable sets (``FLEET_API__PORT`` -> ("api", "port"))."""
+    out: dict[tuple[str, ...], str] = {}
+    for name in env:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        nested = _ENV_SHORTHANDS.get(upper, upper)
+        out[tuple(p.lower() for p in nested[len(ENV_PREFIX) :].split("__"))] = name
+    return out
+
+
+def unknown_env_vars(env: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``FLEET_*`` variable nothing reads, with the nearest known name."""
+    env = os.environ if env is None else env
+    fields = {f"{ENV_PREFIX}{name.upper()}" for name in FleetConfig.model_fields}
+    known = sorted(fields | OTHER_ENV_VARS | set(_ENV_SHORTHANDS.values()))
+    out = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        head = upper.split("__")[0]
+        if head in fields and "__" in upper:
+            continue  # a nested key of a known section: the model checks the rest
+        near = difflib.get_close_matches(upper, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        out.append(f"environment: {name} is not a setting fleet reads{hint}; it is ignored")
+    return out
+
+
+def _settings_error(exc: SettingsError, env: Mapping[str, str]) -> str:
+    """pydantic-settings could not parse a variable (e.g. FLEET_GROUPS=notjson): name it."""
+    text = str(exc)
+    match = re.search(r'field "(\w+)"', text)
+    field = match.group(1) if match else None
+    names = [n for n in env if field and n.upper() == f"{ENV_PREFIX}{field.upper()}"]
+    if names:
+        return f"environment: {names[0]}: not valid JSON (a list or mapping value is given as JSON)"
+    return f"environment: {text.splitlines()[0]}"
+
+
+def format_errors(
+    file: str, exc: ValidationError, from_env: Mapping[tuple[str, ...], str] | None = None
+) -> list[str]:
+    """One ``file: field.path: reason`` line per error, with the nearest valid key for unknown keys.
+
+    A value that came from a ``FLEET_*`` variable is reported under the variable's name, not the file's.
+    """
     lines = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
+        where = file
+        for path, var in (from_env or {}).items():
+            if tuple(str(p).lower() for p in loc[: len(path)]) == path:
+                where = f"environment {var}"
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
@@ -302,7 +439,7 @@ def format_errors(file: str, exc: ValidationError) -> list[str]:
         elif err["type"] in ("tuple_type", "list_type"):
             # pydantic says "tuple" for the immutable sequences the models hold; in YAML it is a list
             msg = f"must be a list (- item lines or [a, b]), got {type(err['input']).__name__}"
-        lines.append(f"{file}: {_path(loc) or '(top level)'}: {msg}")
+        lines.append(f"{where}: {_path(loc) or '(top level)'}: {msg}")
     return lines
 
 

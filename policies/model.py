@@ -9,10 +9,11 @@ next tick; the outcome of the steps it actuated comes back through the next Snap
 
 from __future__ import annotations
 
+from collections import Counter
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 Scalar = float | int | str | bool | None
 
@@ -50,6 +51,7 @@ class ReasonCode(StrEnum):
     SURGE_FOR_ISOLATION = "surge_for_isolation"
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
+    DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
     # isolation
     RULE_BREACHED = "rule_breached"
     MANUAL_ISOLATION = "manual_isolation"
@@ -230,6 +232,15 @@ class GroupSnapshot(_Model):
     notifications: list[Notification] = Field(default_factory=list)
     operator_actions: list[OperatorAction] = Field(default_factory=list)
     outcomes: list[StepOutcome] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _instances_once(self) -> GroupSnapshot:
+        # an instance listed twice would be counted twice: capacity, aggregates and incidents all go wrong
+        counts = Counter(i.instance_id for i in self.instances)
+        twice = sorted(i for i, n in counts.items() if n > 1)
+        if twice:
+            raise ValueError(f"instances listed more than once: {', '.join(twice)}")
+        return self
 
 
 class Snapshot(_Model):

@@ -62,10 +62,16 @@ def classify(group: GroupSnapshot) -> GroupView:
     return GroupView(serving, pending, standby, leaving, unknown, in_flight)
 
 
+# How far ahead of ``now`` a sample may be dated and still count: replica and source clocks agree (NTP) within
+# well under a second, and CloudMonitor dates a point at the start of its period. A sample from further ahead
+# has an unknowable age, so ``stale_after`` could not refuse it: it is unknown, like a stale one.
+FUTURE_TOLERANCE_S = 30.0
+
+
 def fresh(sample: MetricSample | None, now: datetime, stale_after_s: float) -> bool:
     return (
         sample is not None
-        and sample.at >= now - timedelta(seconds=stale_after_s)
+        and now - timedelta(seconds=stale_after_s) <= sample.at <= now + timedelta(seconds=FUTURE_TOLERANCE_S)
         and math.isfinite(sample.value)
     )
 

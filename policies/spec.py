@@ -607,14 +607,18 @@ class IsolationSpec(_Model):
         return self
 
 
+# ESS accepts MinSize and MaxSize from 0 to 2000 instances (CreateScalingGroup / ModifyScalingGroup).
+ESS_MAX_GROUP_SIZE = 2000
+
+
 class GroupSpec(_Model):
     """The policy of one ESS scaling group."""
 
     name: str = Field(min_length=1)
     scaling_group_id: str | None = None
     scaling_group_name: str | None = None
-    min_size: int = Field(ge=0)
-    max_size: int = Field(ge=1)
+    min_size: int = Field(ge=0, le=ESS_MAX_GROUP_SIZE)
+    max_size: int = Field(ge=1, le=ESS_MAX_GROUP_SIZE)
     warm_floor: int = Field(default=2, ge=0, description="never fewer InService + Pending instances")
     cold_start_s: Duration = Field(
         default=180.0, description="order-to-serving time; floors start this early"

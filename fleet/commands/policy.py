@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,11 @@ from fleet.commands._common import (
     print_json,
 )
 from fleet.config import config_json_schema
+
+# The instants `fleet plan` decides at: timers and schedule windows reach days around ``now``, and Python's
+# datetimes end at year 9999, so a snapshot dated 9999-12-31 overflowed inside the policy.
+MIN_PLAN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_PLAN_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
@@ -68,6 +74,12 @@ def register(app: typer.Typer) -> None:
         snap = _load_json_model(snapshot, Snapshot, "snapshot")
         hist = _load_json_model(history, History, "history") if history is not None else None
         now = parse_at(at) if at is not None else snap.taken_at
+        if not MIN_PLAN_TIME <= now <= MAX_PLAN_TIME:
+            fail(
+                f"{'--at' if at is not None else f'{snapshot}: taken_at'}: {now.isoformat()} is outside "
+                f"{MIN_PLAN_TIME.year}..{MAX_PLAN_TIME.year - 1}; the policy's windows and timers "
+                "could not be computed"
+            )
         result = decide(snap, cfg.policy(), hist, now)
         if save_history is not None:
             try:
@@ -94,7 +106,9 @@ def register(app: typer.Typer) -> None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)
         _check_profiles(cfg, config)
-        for warning in cfg.warnings():
+        from fleet.config import unknown_env_vars
+
+        for warning in [*cfg.warnings(), *unknown_env_vars()]:
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",
                 highlight=False,

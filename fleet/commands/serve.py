@@ -27,10 +27,18 @@ def _service_name(value: str | None) -> str:
     return value or os.environ.get("FLEET_SERVICE_NAME") or "fleet"
 
 
-def _open(database: str | None, service: str | None):
-    from fleet.service.store import default_database_url, open_store
+def _open(database: str | None, service: str | None, *, existing: bool = False):
+    """The store; ``existing``: an operator request must reach the store a service reads, so a SQLite
+    file that does not exist is refused rather than created (nobody would ever read the request)."""
+    from fleet.service.store import default_database_url, open_store, sqlite_file
 
     url = database or default_database_url()
+    path = sqlite_file(url)
+    if existing and path is not None and not path.exists():
+        fail(
+            f"database {path} does not exist: no service has run against it; give the service's store "
+            "with --database (or FLEET_DATABASE_URL)"
+        )
     try:
         return open_store(url, service=_service_name(service))
     except Exception as exc:  # bad URL, unreachable server, unwritable file: one line, exit 2
@@ -87,12 +95,11 @@ def serve(
     from fleet.service.store import default_database_url
 
     cfg = load_config_or_exit(config)
+    _check_serve_options(cfg, port, interval, log_level, holder)
     settings = ServiceSettings.from_config(cfg)
     if port is not None:
         settings = replace(settings, api_port=port)
     if interval is not None:
-        if interval <= 0:
-            fail("--interval must be positive")
         settings = replace(
             settings, tick_interval_s=interval, lease_ttl_s=max(settings.lease_ttl_s, 3 * interval)
         )
@@ -100,6 +107,10 @@ def serve(
         fail("--open needs the status API running (no --once, no --no-api, api enabled)")
     setup_logging(log_json, log_level, config_secrets(cfg, settings.api_token))
     log = logging.getLogger("fleet.service")
+    from fleet.config import unknown_env_vars
+
+    for warning in [*unknown_env_vars(), *(w for w in cfg.warnings() if w.startswith("api.host"))]:
+        log.warning("%s", warning)
     url = database or getattr(cfg, "database_url", None) or default_database_url()
     try:
         # Without account_id the custom metric namespace is unknown (fleet validate warns); CMS reads fail.
@@ -129,8 +140,10 @@ def serve(
     )
     if once:
         result = service.tick(service.clock())
-        service.close(release_lease=True)
+        service.close(release_lease=not result.fatal)
         _print_tick(result)
+        if result.fatal:
+            fail(result.fatal)
         raise typer.Exit(0 if result.ok else 1)
     server = None
     if api and settings.api_enabled:
@@ -156,11 +169,60 @@ def serve(
                 "no API token configured (api.token or FLEET_API_TOKEN): mutating endpoints refuse all"
             )
     try:
-        run_forever(service, settings.tick_interval_s)
+        fatal = run_forever(service, settings.tick_interval_s)
     finally:
         if server is not None:
             server.stop()
+    if fatal:
+        fail(fatal)
     log.info("fleet serve stopped")
+
+
+# The longest tick interval accepted on the command line: a day (a longer one is a typo, and inf would
+# overflow APScheduler's interval trigger).
+MAX_INTERVAL_S = 86400.0
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# Column widths of the store (fleet/service/store.py): longer values would fail the insert on PostgreSQL.
+MAX_HOLDER_CHARS = 200
+MAX_INSTANCE_ID_CHARS = 64
+
+
+def _check_serve_options(
+    cfg: Any, port: int | None, interval: float | None, log_level: str, holder: str | None
+) -> None:
+    """Every bad `fleet serve` flag as one line and exit 2, before anything starts."""
+    import math
+
+    from fleet.config import MIN_TICK_INTERVAL_S
+
+    if interval is not None and not (
+        math.isfinite(interval) and MIN_TICK_INTERVAL_S <= interval <= MAX_INTERVAL_S
+    ):
+        fail(f"--interval must be between {MIN_TICK_INTERVAL_S} and {MAX_INTERVAL_S:.0f} s, got {interval}")
+    if port is not None and not 0 <= port <= 65535:
+        fail(f"--port must be between 0 and 65535, got {port}")
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level: {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    if holder is not None:
+        problem = text_problem(holder, MAX_HOLDER_CHARS)
+        if problem:
+            fail(f"--holder: {problem}")
+    problems = cfg.service_problems()
+    if problems:
+        from fleet.commands._common import fail_lines
+
+        fail_lines(problems)
+
+
+def text_problem(value: str, max_chars: int) -> str | None:
+    """Why ``value`` cannot be stored as an identifier (too long, control characters), or None."""
+    if not value.strip():
+        return "must not be empty"
+    if len(value) > max_chars:
+        return f"at most {max_chars} characters, got {len(value)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return "must not contain control characters (NUL, newlines, ...)"
+    return None
 
 
 def _console_url(host: str, port: int) -> str:
@@ -293,9 +355,9 @@ def decisions(
 
     from fleet.service.views import decision_view
 
-    window = _since_days(since)
+    start = _since_time(since)
     store = _open(database, service)
-    rows = [decision_view(d) for d in store.decisions(since=_now() - window, group=group)]
+    rows = [decision_view(d) for d in store.decisions(since=start, group=group)]
     if as_json:
         print_json(rows)
         return
@@ -327,6 +389,14 @@ def _since_days(text: str) -> timedelta:
         return timedelta(seconds=parse_duration(text))
     except ValueError:
         fail(f"--since: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
+
+
+def _since_time(text: str, option: str = "--since") -> datetime:
+    """Now less a duration given on the command line; one that reaches before year 1 is refused."""
+    try:
+        return _now() - _since_days(text)
+    except OverflowError:
+        fail(f"{option}: {text!r} reaches back before the calendar starts; give a shorter window")
 
 
 def _print_incidents(rows: list[dict[str, Any]]) -> None:
@@ -451,7 +521,7 @@ def incidents_ack(
     """Acknowledge an incident as a human (stops the respond-by clock)."""
     from fleet.service.store import human_actor
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     now = _now()
     if not store.acknowledge_incident(incident_id, by, now):
         fail(f"unknown incident {incident_id!r}")
@@ -469,7 +539,8 @@ def isolate(
     """Isolate an instance by hand, through the same workflow (surge first, guardrails, SLA timers)."""
     if not instance_id.strip() or not reason.strip():
         fail("isolate needs an instance id and a non-empty --reason")
-    store = _open(database, service)
+    _check_request_text(instance_id, reason, by)
+    store = _open(database, service, existing=True)
     rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
     console.print(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick")
 
@@ -483,9 +554,22 @@ def release(
     """Return an isolated instance to service (ExitStandby) and close its incident."""
     if not instance_id.strip():
         fail("release needs an instance id, e.g. fleet release i-...")
-    store = _open(database, service)
+    _check_request_text(instance_id, "", by)
+    store = _open(database, service, existing=True)
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
     console.print(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick")
+
+
+def _check_request_text(instance_id: str, reason: str, by: str) -> None:
+    """An operator request's text as the store can hold it (PostgreSQL refuses NUL and long ids)."""
+    problem = text_problem(instance_id, MAX_INSTANCE_ID_CHARS)
+    if problem:
+        fail(f"instance id: {problem}")
+    if "\x00" in reason:
+        fail("--reason must not contain NUL characters")
+    problem = text_problem(by, MAX_HOLDER_CHARS)
+    if problem:
+        fail(f"--by: {problem}")
 
 
 def sla_report(
@@ -501,7 +585,7 @@ def sla_report(
 
     store = _open(database, service)
     now = _now()
-    report = build_sla_report(store, now - _since_days(since), now)
+    report = build_sla_report(store, _since_time(since), now)
     summary, rows = report["summary"], report["incidents"]
     if as_json:
         print_json(report)

@@ -156,7 +156,10 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
-    _check_size(spec, hours)
+    try:
+        _check_size(spec, hours)  # reads the trace to bound the run: a missing file surfaces here
+    except WorkloadError as exc:
+        fail(f"--workload: {exc}")
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
@@ -174,7 +177,7 @@ def simulate(
         )
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
-    except WorkloadError as exc:  # what only the trace can tell: a day past its end
+    except WorkloadError as exc:  # what only the trace can tell: unreadable, malformed, a day past its end
         fail(f"--workload: {exc}")
     _warn_unfired(result, len(faults))
     _warn_capped(result.summary)

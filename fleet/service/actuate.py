@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, Throttled
+from fleet.cloud.types import ScalingActivity
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
@@ -42,6 +44,11 @@ RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Out
 _SERVING = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
 _PENDING = (LifecycleState.PENDING, LifecycleState.PENDING_WAIT)
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+# Reconciling an interrupted write: how many recent activities of its group to read, and how far before the
+# intent's time an activity may start (replica and ESS clocks differ by NTP's error, far below this).
+RECONCILE_ACTIVITIES = 20
+RECONCILE_SKEW = timedelta(minutes=2)
+_CAUSE_TARGET = re.compile(r'to "(\d+)"')
 # Steps that only tell people: no cloud call.
 _NOTICES = {StepAction.ACKNOWLEDGE, StepAction.HOLD, StepAction.CLOSE}
 # A write that has already landed (seen in the observed lifecycle state) before a restart, and what to say.
@@ -105,6 +112,7 @@ class Actuator:
         # The last transient outcome per decision: a step blocked or in conflict for many ticks is audited
         # once per change, not once per tick.
         self._last_transient: dict[str, tuple[str, str | None]] = {}
+        self._bounds_warned: set[tuple[str, int, int]] = set()  # (group, ESS MinSize, MaxSize) warned of
 
     # -- scaling --------------------------------------------------------------------------------------
     def scale(
@@ -131,6 +139,15 @@ class Actuator:
             "reasons": [r.model_dump(mode="json") for r in gp.reasons],
         }
         reason = _reason_text(gp)
+        limited = max(group.min_size, min(group.max_size, target))
+        if limited != target:
+            # fleet.yaml's bounds are wider than the ESS group's: ESS would clamp (or refuse) the write, so
+            # ask for what it can do, and say so once instead of a failed write every tick
+            self._warn_bounds(gp.group, target, group.min_size, group.max_size)
+            side = "MaxSize" if target > group.max_size else "MinSize"
+            reason += f"; clipped to the ESS group's {side} {limited} (the plan asks {target})"
+            inputs["planned_target"] = target
+            target = limited
         if current == target:
             return None  # already there (a write that landed before a restart, or ESS reconciled)
         seq = self.store.applied_count(gp.group, "scale", "scale_to")
@@ -162,6 +179,9 @@ class Actuator:
             return self._record(
                 replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
+        # The intent (with its ClientToken) is on record before the write is sent: a crash between the write
+        # and its audit leaves an ``intended`` row that the next leader reconciles from the ESS activities.
+        intent = self._intend(base, now, epoch)
         try:
             activity_id = self.clients.ess.scale_to(group.group_id, target, token)
         except CloudError as exc:
@@ -170,8 +190,11 @@ class Actuator:
                 replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
                 now,
                 epoch,
+                intent=intent,
             )
-        result = self._record(replace(base, outcome=Outcome.APPLIED, request_id=activity_id), now, epoch)
+        result = self._record(
+            replace(base, outcome=Outcome.APPLIED, request_id=activity_id), now, epoch, intent=intent
+        )
         change = abs(target - current)
         if self.notify is not None and change >= self.notify_scale_min_change:
             direction = "out" if target > current else "in"
@@ -185,6 +208,20 @@ class Actuator:
                 )
             )
         return result
+
+    def _warn_bounds(self, group: str, target: int, ess_min: int, ess_max: int) -> None:
+        key = (group, ess_min, ess_max)
+        if key in self._bounds_warned:
+            return
+        self._bounds_warned.add(key)
+        log.warning(
+            "group %s: the plan asks %d but the ESS group allows %d..%d (MinSize..MaxSize); fleet.yaml's "
+            "min_size/max_size should fit the ESS group: the service writes within the ESS bounds",
+            group,
+            target,
+            ess_min,
+            ess_max,
+        )
 
     # -- isolation ------------------------------------------------------------------------------------
     def steps(
@@ -392,35 +429,97 @@ class Actuator:
     def _cloud_error(self, exc: CloudError) -> None:
         self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
 
-    def _record(self, res: ActionResult, now: datetime, epoch: int | None) -> ActionResult:
+    def _intend(self, res: ActionResult, now: datetime, epoch: int | None) -> int:
+        """Record a write about to be sent (outcome ``intended``); returns the row to settle after it."""
+        intended = replace(res, outcome=Outcome.INTENDED)
+        return self.store.record_decision(self._decision_record(intended, now, epoch))
+
+    def _decision_record(self, res: ActionResult, now: datetime, epoch: int | None) -> DecisionRecord:
+        return DecisionRecord(
+            service=self.service,
+            at=now,
+            group_name=res.group,
+            kind=res.kind,
+            action=res.action,
+            decision_id=res.decision_id,
+            outcome=res.outcome,
+            reason=res.reason,
+            target=res.target,
+            instance_id=res.instance_id,
+            incident_id=res.incident_id,
+            inputs=res.inputs,
+            client_token=res.client_token,
+            request_id=res.request_id,
+            error=res.error,
+            dry_run=self.dry_run,
+            lease_epoch=epoch,
+        )
+
+    def reconcile(self, group_ids: dict[str, str]) -> list[ActionResult]:
+        """Settle the writes left ``intended`` by a crash, from the groups' recent ESS scaling activities.
+
+        An activity that started after the intent (less a clock-skew allowance) and sets the intended
+        capacity is the write having landed: the record becomes ``applied`` with its activity id. Without one
+        the write never reached ESS: ``error``, and the next tick derives the same ClientToken and tries
+        again. ``group_ids`` maps configured group names to the ESS ids observed this tick.
+        """
+        settled: list[ActionResult] = []
+        for rec in self.store.intended_decisions():
+            gid = group_ids.get(rec.group_name)
+            if gid is None or rec.id is None:
+                continue  # not observed this tick: left for a later one
+            activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
+            match = next((a for a in activities if _activity_sets(a, rec)), None)
+            if match is not None:
+                outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
+                reason = f"{rec.reason} (reconciled after an interruption: ESS activity {match.activity_id})"
+            else:
+                outcome, request_id = Outcome.ERROR, None
+                error = "interrupted before ESS confirmed the write, and no ESS activity shows it: retried"
+                reason = rec.reason
+            self.store.settle_decision(rec.id, outcome, request_id=request_id, error=error, reason=reason)
+            log.warning(
+                "%s %s %s left intended by an interruption: %s%s",
+                rec.group_name,
+                rec.action,
+                rec.target,
+                outcome.value,
+                f" ({request_id})" if request_id else "",
+                extra={"decision_id": rec.decision_id, "request_id": request_id, "outcome": outcome.value},
+            )
+            settled.append(
+                ActionResult(
+                    group=rec.group_name,
+                    kind=rec.kind,
+                    action=rec.action,
+                    decision_id=rec.decision_id,
+                    outcome=outcome,
+                    reason=reason,
+                    target=rec.target,
+                    client_token=rec.client_token,
+                    request_id=request_id,
+                    error=error,
+                )
+            )
+        return settled
+
+    def _record(
+        self, res: ActionResult, now: datetime, epoch: int | None, *, intent: int | None = None
+    ) -> ActionResult:
+        """Audit ``res``: a new row, or the ``intent`` row recorded before its write, settled."""
         self.metrics.actions.labels(group=res.group, action=res.action, outcome=res.outcome).inc()
         if res.outcome in RETRY_OUTCOMES:
             if self._last_transient.get(res.decision_id) == (res.outcome, res.error):
+                if intent is not None:
+                    self.store.delete_decision(intent)  # as the previous attempt ended: audited once
                 return res
             self._last_transient[res.decision_id] = (res.outcome, res.error)
         else:
             self._last_transient.pop(res.decision_id, None)
-        self.store.record_decision(
-            DecisionRecord(
-                service=self.service,
-                at=now,
-                group_name=res.group,
-                kind=res.kind,
-                action=res.action,
-                decision_id=res.decision_id,
-                outcome=res.outcome,
-                reason=res.reason,
-                target=res.target,
-                instance_id=res.instance_id,
-                incident_id=res.incident_id,
-                inputs=res.inputs,
-                client_token=res.client_token,
-                request_id=res.request_id,
-                error=res.error,
-                dry_run=self.dry_run,
-                lease_epoch=epoch,
-            )
-        )
+        if intent is not None:
+            self.store.settle_decision(intent, res.outcome, request_id=res.request_id, error=res.error)
+        else:
+            self.store.record_decision(self._decision_record(res, now, epoch))
         self.metrics.decisions.labels(group=res.group, kind=res.kind).inc()
         log.info(
             "%s %s %s -> %s%s",
@@ -432,6 +531,15 @@ class Actuator:
             extra={"decision_id": res.decision_id, "request_id": res.request_id, "outcome": res.outcome},
         )
         return res
+
+
+def _activity_sets(activity: ScalingActivity, rec: DecisionRecord) -> bool:
+    """Whether an ESS activity is the intended write of ``rec``: started after it, to its capacity."""
+    if activity.start_time is None or activity.start_time < rec.at - RECONCILE_SKEW:
+        return False
+    # ESS describes a capacity change as '... changing the Total Capacity from "2" to "5".'
+    said = _CAUSE_TARGET.findall(activity.cause or "")
+    return (bool(said) and int(said[-1]) == rec.target) or activity.total_capacity == rec.target
 
 
 def _failure_outcome(exc: CloudError) -> Outcome:

@@ -17,10 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -30,6 +33,12 @@ from fleet.service.metrics import ServiceMetrics
 from fleet.service.store import Store, human_actor
 
 log = logging.getLogger(__name__)
+
+# Every body this API takes is a small JSON object; a larger one is refused before it is held in memory.
+MAX_BODY_BYTES = 64 * 1024
+# Column widths of the store (fleet/service/store.py): longer values would fail the insert on PostgreSQL.
+MAX_INSTANCE_ID_CHARS = 64
+MAX_ACTOR_CHARS = 200
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -103,7 +112,18 @@ class _StatusApi:
         return None
 
     async def body_of(self, request: Request) -> dict[str, Any]:
-        raw = await request.body()
+        """The JSON object of the body; 413 beyond MAX_BODY_BYTES, read in chunks so none is held whole."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise HTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise HTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         if not raw:
             return {}
         try:
@@ -112,13 +132,15 @@ class _StatusApi:
             return {"__invalid__": True}
         return data if isinstance(data, dict) else {"__invalid__": True}
 
+    # Handlers that read the store are plain functions: Starlette runs them in worker threads, so a slow or
+    # locked database never blocks the event loop, and /healthz (memory only) answers whatever the store does.
     async def healthz(self, request: Request) -> Response:
         return _json({"ok": True, **self.health()})
 
-    async def status_view(self, request: Request) -> Response:
+    def status_view(self, request: Request) -> Response:
         return _json(self.status())
 
-    async def metrics_view(self, request: Request) -> Response:
+    def metrics_view(self, request: Request) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     def pause_or_resume(self, paused: bool) -> Callable[[Request], Any]:
@@ -130,7 +152,9 @@ class _StatusApi:
             if name not in known:
                 return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
             body = await self.body_of(request)
-            self.store.set_paused(name, paused, "api", self.clock(), reason=str(body.get("reason", "")))
+            reason = str(body.get("reason", ""))
+            pause = partial(self.store.set_paused, name, paused, "api", self.clock(), reason=reason)
+            await run_in_threadpool(pause)
             log.info("group %s %s through the API", name, "paused" if paused else "resumed")
             return _json({"group": name, "paused": paused})
 
@@ -142,11 +166,15 @@ class _StatusApi:
         incident_id = request.path_params["incident_id"]
         body = await self.body_of(request)
         actor = str(body.get("actor") or "api")
+        if (bad := _text_problem("actor", actor, MAX_ACTOR_CHARS)) is not None:
+            return _json({"error": bad}, 400)
         now = self.clock()
-        if not self.store.acknowledge_incident(incident_id, actor, now):
+        if not await run_in_threadpool(self.store.acknowledge_incident, incident_id, actor, now):
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
-        self.store.add_request("ack", now, incident_id=incident_id, actor=human_actor(actor))
+        await run_in_threadpool(
+            partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(actor))
+        )
         return _json({"incident": incident_id, "acknowledged_by": actor})
 
     def operator_request(self, kind: str) -> Callable[[Request], Any]:
@@ -161,12 +189,28 @@ class _StatusApi:
             if kind == "isolate" and not reason:
                 return _json({"error": "isolate needs a reason"}, 400)
             actor = str(body.get("actor") or "api")
-            rid = self.store.add_request(
-                kind, self.clock(), instance_id=instance_id, reason=reason, actor=actor
+            bad = (
+                _text_problem("instance_id", instance_id, MAX_INSTANCE_ID_CHARS)
+                or _text_problem("actor", actor, MAX_ACTOR_CHARS)
+                or ("reason must not contain NUL characters" if "\x00" in reason else None)
             )
+            if bad is not None:
+                return _json({"error": bad}, 400)
+            now = self.clock()
+            fields = {"instance_id": instance_id, "reason": reason, "actor": actor}
+            rid = await run_in_threadpool(partial(self.store.add_request, kind, now, **fields))
             return _json({"request": rid, "kind": kind, "instance_id": instance_id, "queued": True}, 202)
 
         return handler
+
+
+def _text_problem(field: str, value: str, max_chars: int) -> str | None:
+    """Why ``value`` cannot be stored in ``field`` (PostgreSQL refuses NUL and over-long ids), or None."""
+    if len(value) > max_chars:
+        return f"{field} must be at most {max_chars} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"{field} must not contain control characters"
+    return None
 
 
 class ApiServer:

@@ -81,12 +81,14 @@ def run_forever(
     *,
     stop: threading.Event | None = None,
     install_signals: bool = True,
-) -> None:
+) -> str | None:
     """Tick every ``interval_s`` with an APScheduler interval job until SIGTERM/SIGINT (or ``stop``).
 
     A signal lets the running tick finish (the job is never interrupted), then the scheduler shuts down and
-    the lease is released so another replica can take over at once.
+    the lease is released so another replica can take over at once. A fatal tick (the database file gone)
+    stops the loop too; its reason is returned (None after a normal stop).
     """
+    fatal: list[str] = []
     from apscheduler.schedulers.background import BackgroundScheduler
 
     stop = stop or threading.Event()
@@ -112,6 +114,12 @@ def run_forever(
             result.duration_s,
             extra={"leader": result.leader, "epoch": result.lease_epoch},
         )
+        for error in result.errors:
+            # the count alone says something failed; the reason is what an operator needs to act on
+            log.warning("tick error: %s", error, extra={"epoch": result.lease_epoch})
+        if result.fatal:
+            fatal.append(result.fatal)
+            stop.set()
 
     scheduler = BackgroundScheduler(timezone=UTC)
     scheduler.add_job(
@@ -130,4 +138,5 @@ def run_forever(
             pass
     finally:
         scheduler.shutdown(wait=True)  # waits for a running tick to finish
-        service.close(release_lease=True)
+        service.close(release_lease=not fatal)
+    return fatal[0] if fatal else None

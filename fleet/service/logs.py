@@ -37,7 +37,9 @@ class Redact(logging.Filter):
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 4]
+        # Every secret, however short: a short one mangles a few log lines, a leaked one is leaked. Longest
+        # first, so a secret that contains another is masked whole.
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.secrets:

@@ -32,16 +32,26 @@ from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
-from fleet.service.observe import ClientsFor, Observation, Observer, Scope, scope_of
+from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
 from fleet.service.schedules import TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
-from policies.model import History, Incident, LifecycleState, Plan, WarningCode
+from policies.model import (
+    GroupPlan,
+    History,
+    Incident,
+    LifecycleState,
+    Plan,
+    Reason,
+    ReasonCode,
+    Snapshot,
+    WarningCode,
+)
 from policies.spec import GroupSpec, PolicySpec
 
 log = logging.getLogger("fleet.service")
@@ -61,6 +71,7 @@ class TickResult:
     actions: list[ActionResult] = field(default_factory=list)
     schedule_changes: list[TaskChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fatal: str | None = None  # the service cannot go on (its database file is gone): run_forever stops
     observed_groups: list[str] = field(default_factory=list)
     api_calls: int = 0
     calls_by_action: dict[str, int] = field(default_factory=dict)
@@ -123,6 +134,8 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
+        # the (shard lease, epoch) pairs whose interrupted writes were settled
+        self._reconciled: set[tuple[str, int]] = set()
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     def actuator_for(self, scope: Scope) -> Actuator:
@@ -167,6 +180,13 @@ class Service:
             return result
 
     def _tick(self, now: datetime, result: TickResult) -> None:
+        try:
+            self.store.check_file()
+        except StoreFileGone as exc:
+            log.critical("%s: stopping", exc)
+            result.fatal = str(exc)
+            result.errors.append(str(exc))
+            return
         tick_started = time.monotonic()
 
         def tick_now() -> datetime:
@@ -228,7 +248,7 @@ class Service:
             taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
             requests = [r for r in requests if f"req-{r.id}" in taken]
             unmatched = []
-        plan = decide(snapshot, PolicySpec(groups=tuple(specs)), history, now)
+        plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
         result.plan = plan if result.plan is None else _merged(result.plan, plan)
         fence = keeper.held  # re-checked against the store immediately before each cloud write
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
@@ -239,6 +259,7 @@ class Service:
             return
         if self._schedule_sync_due(now):
             result.schedule_changes += self._sync_schedules(now, observation, keeper.lease, fence, specs)
+        self._reconcile(observation, keeper.lease, result)
         self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         self._after(plan, observation, now)
 
@@ -246,6 +267,112 @@ class Service:
     def _load_history(self, key: str | None = None) -> History | None:
         raw = self.store.load_history(key)
         return None if raw is None else History.model_validate(raw)
+
+    # -- reconciling ----------------------------------------------------------------------------------
+    def _reconcile(self, observation: Observation, lease: Lease, result: TickResult) -> None:
+        """Once per leadership (a restart or a takeover): settle writes a crash left ``intended``.
+
+        Before this tick's writes, so that a write which landed is counted (its ClientToken sequence moves
+        on) and one which did not is retried with the same token.
+        """
+        if self.dry_run or (lease.name, lease.epoch) in self._reconciled:
+            return
+        ids = {n: g.group.group_id for n, g in observation.groups.items() if g.ok and g.group is not None}
+        try:
+            result.actions.extend(self.actuator.reconcile(ids))
+        except CloudError as exc:
+            self._count_error(exc)
+            log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
+            return
+        if len(ids) == len(self.specs):
+            self._reconciled.add((lease.name, lease.epoch))
+
+    # -- deciding -------------------------------------------------------------------------------------
+    def _decide(
+        self,
+        snapshot: Snapshot,
+        history: History | None,
+        now: datetime,
+        lease: Lease,
+        result: TickResult,
+        specs: Sequence[GroupSpec] | None = None,
+    ) -> Plan:
+        """``policies.decide`` group by group: the blast radius of a failure is one group.
+
+        An exception while deciding a group is logged and recorded as that group's failed decision; the group
+        holds (its history is kept as it was, nothing is written for it) and every other group is decided
+        and actuated as usual.
+        """
+        old = history or History()
+        # model_copy keeps any history field beyond ``groups`` as it was
+        merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
+        plan = Plan(at=now, history=merged)
+        for spec in self.specs if specs is None else specs:  # a shard's groups, or all
+            one = PolicySpec(groups=(spec,))
+            own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
+            mine = old.model_copy(update={"groups": own})
+            seen = [g for g in snapshot.groups if g.name == spec.name]
+            part: Plan | None
+            try:
+                part = decide(Snapshot(taken_at=snapshot.taken_at, groups=seen), one, mine, now)
+            except Exception as exc:
+                part = self._decision_failed(spec.name, one, mine, now, exc, lease, result)
+            else:
+                merged.groups[spec.name] = part.history.groups[spec.name]
+            if part is None:
+                continue
+            plan.groups.extend(part.groups)
+            plan.warnings.extend(part.warnings)
+        return plan
+
+    def _decision_failed(
+        self,
+        group: str,
+        one: PolicySpec,
+        mine: History,
+        now: datetime,
+        exc: Exception,
+        lease: Lease,
+        result: TickResult,
+    ) -> Plan | None:
+        """Log and record a group's failed decision; the hold plan of an unobserved group stands in."""
+        log.exception("deciding group %s failed: the group holds this tick", group)
+        self._record_failure(group, "decide", now, exc, lease, result)
+        try:
+            held = decide(Snapshot(taken_at=now, groups=[]), one, mine, now)
+        except Exception:  # even its bounds cannot be computed: nothing is planned for it
+            log.exception("group %s: no hold plan either", group)
+            return None
+        detail = f"the decision failed ({type(exc).__name__}: {exc}): nothing changes"
+        reasons = [Reason(code=ReasonCode.DECISION_FAILED, detail=detail)]
+        update = {"reason": ReasonCode.DECISION_FAILED, "reasons": reasons}
+        held.groups = [gp.model_copy(update=update) for gp in held.groups]
+        return held
+
+    def _record_failure(
+        self, group: str, stage: str, now: datetime, exc: Exception, lease: Lease, result: TickResult
+    ) -> None:
+        """A failed decision or actuation of one group, in the tick's errors and the audit."""
+        error = f"{type(exc).__name__}: {exc}"
+        result.errors.append(f"group {group}: {stage} failed: {error}")
+        try:
+            self.store.record_decision(
+                DecisionRecord(
+                    service=self.settings.service_name,
+                    at=now,
+                    group_name=group,
+                    kind=stage,
+                    action=stage,
+                    decision_id=f"{group}:{stage}:{now.isoformat()}",
+                    outcome=Outcome.FAILED,
+                    reason=f"{stage} of the group failed; the other groups went on",
+                    error=error[:2000],
+                    dry_run=self.dry_run,
+                    lease_epoch=lease.epoch,
+                )
+            )
+        except Exception:  # the store failing too must not stop the other groups either
+            log.exception("could not record the failed %s of group %s", stage, group)
 
     # -- actuation ------------------------------------------------------------------------------------
     def _actuate(
@@ -259,32 +386,48 @@ class Service:
         result: TickResult,
     ) -> None:
         for gp in plan.groups:
-            spec = self.policy.group(gp.group)
             observed = observation.groups.get(gp.group)
-            if spec is None or observed is None or not observed.ok:
+            if observed is None or not observed.ok or gp.group in paused:
+                continue  # unread, or paused by operators: decisions are still made and shown, not written
+            try:
+                actions = self._actuate_group(gp, plan, observed, now, lease, fence)
+            except Exception as exc:  # one group's failure must not keep the others from their writes
+                log.exception("actuating group %s failed: the other groups go on", gp.group)
+                self._record_failure(gp.group, "actuate", now, exc, lease, result)
                 continue
-            if gp.group in paused:
-                continue  # operators paused it: decisions are still made and shown, nothing is written
-            gh = plan.history.groups.get(gp.group)
-            breaker_open = bool(gh and gh.breaker.open)
-            has_channel = self.notifier is not None and self.notifier.has_channels
-            actuator = self.actuator_for(scope_of(spec))
-            steps = actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
-            result.actions.extend(steps)
-            if any(s.outcome == Outcome.FENCED for s in steps):
+            result.actions.extend(actions)
+            if any(a.outcome == Outcome.FENCED for a in actions):
                 result.errors.append("lease lost before a write")
                 return
-            res = actuator.scale(gp, observed, now, lease.epoch, fence)
-            if any(s.outcome == Outcome.APPLIED for s in [*steps, *([res] if res else [])]):
-                self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
-            if res is not None:
-                result.actions.append(res)
-                if res.outcome == Outcome.FENCED:
-                    result.errors.append("lease lost before a write")
-                    return
-            for a in result.actions:
+            for a in actions:
                 if a.outcome in (Outcome.ERROR, Outcome.FAILED) and a.error:
                     result.errors.append(a.error)
+
+    def _actuate_group(
+        self,
+        gp: GroupPlan,
+        plan: Plan,
+        observed: GroupObservation,
+        now: datetime,
+        lease: Lease,
+        fence: Callable[[], bool],
+    ) -> list[ActionResult]:
+        """One group's isolation steps, then its scale write (none after a fenced step)."""
+        spec = self.policy.group(gp.group)
+        if spec is None:
+            return []
+        gh = plan.history.groups.get(gp.group)
+        breaker_open = bool(gh and gh.breaker.open)
+        has_channel = self.notifier is not None and self.notifier.has_channels
+        actuator = self.actuator_for(scope_of(spec))  # the clients of the group's (account, region)
+        actions = actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
+        if any(a.outcome == Outcome.FENCED for a in actions):
+            return actions
+        res = actuator.scale(gp, observed, now, lease.epoch, fence)
+        actions = actions if res is None else [*actions, res]
+        if any(a.outcome == Outcome.APPLIED for a in actions):
+            self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
+        return actions
 
     def _export_tick(self, result: TickResult) -> None:
         """Calls per Action and shard ownership of the tick just run (``/metrics``)."""

@@ -44,6 +44,7 @@ from fleet.cloud.types import (
 )
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
 from fleet.service.pool import CallPools
+from fleet.service.sanitize import SampleGuard
 from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
 from policies.model import LifecycleState, MetricSample, SystemEvent, XidEvent
@@ -178,6 +179,8 @@ class Observer:
             self.sources[s.name] = shared[key]
         self._instances: dict[str, _Cached] = {}
         self._cache_lock = threading.Lock()
+        # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
+        self.guard = SampleGuard()
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
@@ -377,8 +380,17 @@ class Observer:
                 continue
             if isinstance(got, Exception):
                 raise got
+            owner = {iid: g for g, measured in read.groups for iid in measured}
+            by_group: dict[str, list[MetricPoint]] = {}
+            for p in got:
+                holder = owner.get(p.instance_id or "")
+                if holder is not None:
+                    by_group.setdefault(holder.name, []).append(p)
+            name = read.source.describe(read.canonical)
             for g, measured in read.groups:
-                apply_metric(g, read.canonical, measured, got, now)
+                # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
+                points = self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now)
+                apply_metric(g, read.canonical, measured, points, now)
 
 
 def apply_metric(

@@ -65,7 +65,11 @@ def _instances(g: GroupObservation, gh: GroupHistory | None) -> list[InstanceSna
     """The group's instances, each with the XIDs the policy has not seen yet."""
     seen_xids = {(x.instance_id, x.code, x.at) for x in gh.xids} if gh else set()
     instances = []
+    listed: set[str] = set()
     for inst in g.instances:
+        if inst.instance_id in listed:
+            continue  # ESS pages shifting under a listing can repeat an instance: count it once
+        listed.add(inst.instance_id)
         xids = [
             x for x in g.xids.get(inst.instance_id, []) if (inst.instance_id, x.code, x.at) not in seen_xids
         ]

@@ -178,6 +178,9 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # nothing to do (a scheduled task already as wanted)
     NOTIFIED = "notified"  # an incident step announced on a human channel
     RECORDED = "recorded"  # an incident step with no write, only recorded
+    # written before a cloud write is sent (with its ClientToken) and settled after it; one still intended
+    # after a restart was interrupted mid-write and is reconciled from the ESS scaling activities
+    INTENDED = "intended"
 
 
 @dataclass(frozen=True)
@@ -324,12 +327,52 @@ def migrate(engine: Engine) -> None:
                 time.sleep(0.2 * (attempt + 1))
 
 
+class StoreFileGone(RuntimeError):
+    """The SQLite file was deleted or replaced under a running store: its writes would reach no one."""
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for in-memory databases and other backends)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or ":memory:" in parsed.database:
+        return None
+    if parsed.database.startswith("file:"):
+        return None  # a URI filename: leave it to SQLite
+    return Path(parsed.database).resolve()
+
+
 class Store:
     """Typed reads and writes over the service tables; every method is one short transaction."""
 
     def __init__(self, engine: Engine, service: str = "fleet") -> None:
         self.engine = engine
         self.service = service
+        # SQLite: which file (device, inode) this store opened, so that a deleted or replaced file is noticed
+        # (SQLite itself goes on writing into the unlinked inode, which no other process can ever read).
+        self.sqlite_path = sqlite_file(engine.url.render_as_string(hide_password=False))
+        self._file_id: tuple[int, int] | None = None
+        if self.sqlite_path is not None and self.sqlite_path.exists():
+            st = self.sqlite_path.stat()
+            self._file_id = (st.st_dev, st.st_ino)
+
+    def check_file(self) -> None:
+        """Raise StoreFileGone when the SQLite file this store opened is no longer at its path."""
+        if self.sqlite_path is None or self._file_id is None:
+            return
+        try:
+            st = self.sqlite_path.stat()
+        except FileNotFoundError:
+            raise StoreFileGone(
+                f"database file {self.sqlite_path} was deleted while the service ran; its writes would be "
+                "lost"
+            ) from None
+        if (st.st_dev, st.st_ino) != self._file_id:
+            raise StoreFileGone(
+                f"database file {self.sqlite_path} was replaced by another file while the service ran"
+            )
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
@@ -346,6 +389,37 @@ class Store:
             return _new_id(conn.execute(sa.insert(decisions).values(**values)))
         with self.begin() as c:
             return _new_id(c.execute(sa.insert(decisions).values(**values)))
+
+    def settle_decision(
+        self,
+        decision_id: int,
+        outcome: str,
+        *,
+        request_id: str | None,
+        error: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """Settle an ``intended`` record with what became of its write."""
+        values: dict[str, Any] = {"outcome": outcome, "request_id": request_id, "error": error}
+        if reason is not None:
+            values["reason"] = reason
+        with self.begin() as c:
+            c.execute(sa.update(decisions).where(decisions.c.id == decision_id).values(**values))
+
+    def delete_decision(self, decision_id: int) -> None:
+        """Drop an ``intended`` record whose write ended as the previous attempt did (audited once)."""
+        with self.begin() as c:
+            c.execute(sa.delete(decisions).where(decisions.c.id == decision_id))
+
+    def intended_decisions(self) -> list[DecisionRecord]:
+        """This service's writes recorded as intended and never settled (a crash between write and audit)."""
+        q = (
+            sa.select(decisions)
+            .where(decisions.c.service == self.service, decisions.c.outcome == Outcome.INTENDED)
+            .order_by(decisions.c.id)
+        )
+        with self.engine.connect() as c:
+            return [DecisionRecord(**dict(r._mapping)) for r in c.execute(q)]
 
     def decisions(
         self,

@@ -19,11 +19,21 @@ from policies.observe import Aggregate, aggregate
 from policies.scaling.context import Fired, RuleSignals, ScalingInputs
 from policies.spec import MetricRule
 
+# ESS caps a group at 2000 instances (MaxSize); a desire beyond this is clipped by the ceiling anyway. Capping
+# here keeps math.ceil away from the infinity that a sum of huge (finite) samples overflows to.
+MAX_DESIRE = 1_000_000
+
 
 def desire(rule: MetricRule, value: float, n: int, divisor: float) -> int:
     """Instances wanted for ``value``: ceil(N * value / target) (= ceil(total / target) per instance)."""
     raw = max(n, 1) * value / divisor
-    return max(0, math.ceil(raw - 1e-9))
+    if math.isnan(raw):
+        return max(n, 0)  # no meaningful reading: want what there is, never a scale-in
+    if raw <= 0:
+        return 0
+    if raw >= MAX_DESIRE:
+        return MAX_DESIRE
+    return math.ceil(raw - 1e-9)
 
 
 def _track(gh: GroupHistory, key: str, holds: bool, now: datetime) -> Track | None:

@@ -67,8 +67,8 @@ def test_environment_overrides_the_file(tmp_path):
 
 def test_api_token_from_the_environment_short_or_nested(tmp_path):
     path = write(tmp_path, MINIMAL)
-    assert load_config(path, env={"FLEET_API_TOKEN": "t1"}).api.token.get_secret_value() == "t1"
-    assert load_config(path, env={"FLEET_API__TOKEN": "t2"}).api.token.get_secret_value() == "t2"
+    assert load_config(path, env={"FLEET_API_TOKEN": "token-1a"}).api.token.get_secret_value() == "token-1a"
+    assert load_config(path, env={"FLEET_API__TOKEN": "token-2b"}).api.token.get_secret_value() == "token-2b"
 
 
 def test_process_environment_is_the_default(tmp_path, monkeypatch):
@@ -126,7 +126,7 @@ def test_every_problem_is_listed_with_file_field_and_reason(tmp_path):
 def test_secrets_never_show(tmp_path):
     path = write(tmp_path, BAD)
     with pytest.raises(ConfigError) as err:
-        load_config(path, env={"FLEET_API__TOKEN": "tok-123"})
+        load_config(path, env={"FLEET_API__TOKEN": "tok-12345"})
     assert "hunter2" not in str(err.value)
     cfg = load_config(
         write(
@@ -134,10 +134,10 @@ def test_secrets_never_show(tmp_path):
             MINIMAL + "notifications:\n  - {type: feishu, url: 'https://x.invalid', secret: s3}\n",
             "ok.yaml",
         ),
-        env={"FLEET_API_TOKEN": "tok-123"},
+        env={"FLEET_API_TOKEN": "tok-12345"},
     )
     shown = repr(cfg) + str(cfg) + cfg.model_dump_json()
-    assert "tok-123" not in shown and "s3" not in shown.replace("https", "")
+    assert "tok-12345" not in shown and "s3" not in shown.replace("https", "")
 
 
 def test_cross_field_problems_are_reported(tmp_path):

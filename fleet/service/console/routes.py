@@ -14,9 +14,11 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -143,7 +145,7 @@ class Console:
         return Response(found[0], media_type=found[1], headers=headers)
 
     # -- pages ------------------------------------------------------------------------------------------
-    async def fleet(self, request: Request) -> Response:
+    def fleet(self, request: Request) -> Response:  # sync: run in a worker thread (store reads)
         now = self.clock()
         status = self.status()
         last = data.latest_decisions(self.store)
@@ -153,7 +155,7 @@ class Console:
         body = pages.fleet_page(status, last, series, floors, viewer, now)
         return self.page(request, "Fleet", "fleet", body)
 
-    async def group(self, request: Request) -> Response:
+    def group(self, request: Request) -> Response:  # sync: run in a worker thread (store reads)
         name = request.path_params["name"]
         g = next((x for x in self.status().get("groups", []) if x["name"] == name), None)
         if g is None:
@@ -170,7 +172,7 @@ class Console:
         body = pages.group_page(name, g, points, forecast, window, viewer, now)
         return self.page(request, f"Group {name}", "fleet", body)
 
-    async def incidents(self, request: Request) -> Response:
+    def incidents(self, request: Request) -> Response:  # sync: run in a worker thread (store reads)
         window = request.query_params.get("window", "7d")
         window = window if window in pages.WINDOWS else "7d"
         now = self.clock()
@@ -184,7 +186,7 @@ class Console:
         body = pages.incidents_page(list(rows.values()), events, report, window, viewer, now)
         return self.page(request, "Incidents", "incidents", body)
 
-    async def decisions(self, request: Request) -> Response:
+    def decisions(self, request: Request) -> Response:  # sync: run in a worker thread (store reads)
         q = request.query_params
         now = self.clock()
         since_text = q.get("since", "24h").strip()
@@ -290,10 +292,12 @@ class Console:
     async def _ack(self, request: Request, act: Action) -> str:
         incident_id = request.path_params["incident_id"]
         name, now = act.session.name, self.clock()
-        if not self.store.acknowledge_incident(incident_id, name, now):
+        if not await run_in_threadpool(self.store.acknowledge_incident, incident_id, name, now):
             raise Refused(404, f"unknown incident {incident_id!r}")
         # As the API does: the policy learns of it on the leader's next tick (respond-by stops there).
-        self.store.add_request("ack", now, incident_id=incident_id, actor=human_actor(name))
+        await run_in_threadpool(
+            partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(name))
+        )
         log.info("console: %s acknowledged %s", name, incident_id)
         return f"{incident_id} acknowledged by {name}"
 
@@ -303,8 +307,15 @@ class Console:
             raise Refused(400, "isolate needs an instance id")
         if not reason:
             raise Refused(400, "isolate needs a reason")
-        rid = self.store.add_request(
-            "isolate", self.clock(), instance_id=instance_id, reason=reason[:500], actor=act.session.name
+        rid = await run_in_threadpool(
+            partial(
+                self.store.add_request,
+                "isolate",
+                self.clock(),
+                instance_id=instance_id,
+                reason=reason[:500],
+                actor=act.session.name,
+            )
         )
         log.info("console: %s asked to isolate %s (request %s)", act.session.name, instance_id, rid)
         return f"isolation of {instance_id} queued (request {rid}) by {act.session.name}"
@@ -313,12 +324,15 @@ class Console:
         instance_id = act.field("instance_id")
         if not _INSTANCE.match(instance_id):
             raise Refused(400, "release needs an instance id")
-        rid = self.store.add_request(
-            "release",
-            self.clock(),
-            instance_id=instance_id,
-            reason=act.field("reason"),
-            actor=act.session.name,
+        rid = await run_in_threadpool(
+            partial(
+                self.store.add_request,
+                "release",
+                self.clock(),
+                instance_id=instance_id,
+                reason=act.field("reason"),
+                actor=act.session.name,
+            )
         )
         log.info("console: %s asked to release %s (request %s)", act.session.name, instance_id, rid)
         return f"release of {instance_id} queued (request {rid}) by {act.session.name}"
@@ -328,7 +342,9 @@ class Console:
             name = request.path_params["name"]
             if name not in self.groups():
                 raise Refused(404, f"unknown group {name!r}")
-            self.store.set_paused(name, paused, act.session.name, self.clock(), reason="console")
+            await run_in_threadpool(
+                partial(self.store.set_paused, name, paused, act.session.name, self.clock(), reason="console")
+            )
             verb = "paused" if paused else "resumed"
             log.info("console: %s %s group %s", act.session.name, verb, name)
             return f"{name} {verb} by {act.session.name}"

@@ -254,7 +254,12 @@ def test_queue_above_the_rule_scales_out_once_its_duration_passes(world):
     world.publish_queue(6.0)  # 3 per instance, 1.5x the threshold: below panic, the 2 s must pass
     world.serve(world.config(SCALE_RULES))
     wait_for(lambda: world.desired() > 2, what="a scale-out")
-    [d] = [d for d in world.store().decisions(kind="scale") if d.outcome == "applied"][-1:]
+    # ESS shows the new capacity a moment before the service settles the write's audit row
+    applied = wait_for(
+        lambda: [d for d in world.store().decisions(kind="scale") if d.outcome == "applied"][-1:],
+        what="the applied scale decision",
+    )
+    [d] = applied
     assert d.target > 2 and "rule_scale_out" in d.reason
     assert d.client_token.startswith("fleet-") and d.request_id
 

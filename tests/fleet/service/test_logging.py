@@ -30,7 +30,20 @@ def test_redact_replaces_configured_secrets_in_the_message():
     assert "tok-SECRET-1" not in rec.getMessage() and "***" in rec.getMessage()
 
 
-def test_redact_ignores_empty_and_tiny_values():
+def test_redact_ignores_empty_values():
     rec = _record("a b c")
-    Redact(["", "a"]).filter(rec)
+    Redact([""]).filter(rec)
     assert rec.getMessage() == "a b c"
+
+
+def test_redact_masks_short_secrets_too():
+    """Issue 14: a 3-character secret was skipped; a mangled log line is better than a leaked secret."""
+    rec = _record("robot secret is %s", "s3x")
+    Redact(["s3x"]).filter(rec)
+    assert "s3x" not in rec.getMessage()
+
+
+def test_redact_masks_a_secret_containing_another_whole():
+    rec = _record("token abcdef-long")
+    Redact(["abc", "abcdef-long"]).filter(rec)
+    assert rec.getMessage() == "token ***"

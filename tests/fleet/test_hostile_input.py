@@ -1,0 +1,270 @@
+"""Issue 14, items 7, 8 and 13: hostile flags, files and environment give one clear line and exit 2 (or the
+right behaviour), never a traceback or a misleading message."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from fleet.cli import main
+from fleet.config import ConfigError, load_config, unknown_env_vars
+from fleet.service.store import open_store
+
+GROUP = (
+    "region: cn-chengdu\ngroups:\n  - name: chat\n    scaling_group_id: asg-1\n    min_size: 1\n"
+    "    max_size: 4\n"
+)
+
+
+def _write(tmp_path, text: str, name: str = "fleet.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert lines, err
+    return lines[-1]
+
+
+# -- item 7: tracebacks ---------------------------------------------------------------------------------
+
+
+def test_deeply_nested_yaml_is_one_line(tmp_path, capsys):
+    path = _write(tmp_path, "region: " + "[" * 3000 + "]" * 3000 + "\n")
+    for argv in (["validate", "--config", path], ["serve", "--config", path, "--once"]):
+        assert main(argv) == 2
+        assert "nested too deeply" in _one_error(capsys)
+
+
+def test_deeply_nested_yaml_in_simulate_is_one_line(tmp_path, capsys):
+    path = _write(tmp_path, "groups: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n")
+    assert main(["simulate", "--config", path, "--hours", "1"]) == 2
+    assert "nested too deeply" in _one_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--interval", "nan"], "--interval must be between"),
+        (["--interval", "inf"], "--interval must be between"),
+        (["--interval", "1e-9"], "--interval must be between"),
+        (["--log-level", "bogus"], "--log-level: 'bogus' is not one of"),
+        (["--port", "99999"], "--port must be between 0 and 65535"),
+        (["--holder", "h" * 300], "--holder: at most 200 characters"),
+        (["--holder", "a\x00b"], "--holder: must not contain control characters"),
+    ],
+)
+def test_bad_serve_flags_are_one_line_before_anything_starts(tmp_path, capsys, flags, expected):
+    db = tmp_path / "never.db"
+    path = _write(tmp_path, GROUP)
+    assert main(["serve", "--config", path, "--once", "--database", f"sqlite:///{db}", *flags]) == 2
+    line = _one_error(capsys)
+    assert expected in line and "database" not in line  # item 8: inf was blamed on the database
+    assert not db.exists()
+
+
+def test_decisions_since_beyond_the_calendar_is_one_line(tmp_path, capsys):
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["decisions", "--since", "99999999999d", "--database", db]) == 2
+    assert "--since" in _one_error(capsys)
+
+
+def test_sla_report_since_beyond_the_calendar_is_one_line(tmp_path, capsys):
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["sla-report", "--since", "99999999999d", "--database", db]) == 2
+    assert "--since" in _one_error(capsys)
+
+
+def test_fleet_groups_not_json_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEET_GROUPS", "notjson")
+    assert main(["validate", "--config", _write(tmp_path, GROUP)]) == 2
+    assert "FLEET_GROUPS: not valid JSON" in _one_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["isolate", "i-" + "x" * 80, "--reason", "r"], "instance id: at most 64 characters"),
+        (["isolate", "i-abc\x00", "--reason", "r"], "instance id: must not contain control characters"),
+        (["isolate", "i-abc", "--reason", "bad\x00reason"], "--reason must not contain NUL"),
+        (["release", "i-" + "x" * 80], "instance id: at most 64 characters"),
+    ],
+)
+def test_operator_requests_the_store_cannot_hold_are_refused(tmp_path, capsys, argv, expected):
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main([*argv, "--database", db]) == 2
+    assert expected in _one_error(capsys)
+    assert open_store(db).requests() == []
+
+
+def _snapshot(tmp_path, taken_at: str, queue: float) -> str:
+    snap = {
+        "taken_at": taken_at,
+        "groups": [
+            {
+                "name": "chat",
+                "desired_capacity": 2,
+                "instances": [
+                    {
+                        "instance_id": f"i-{k}",
+                        "lifecycle_state": "InService",
+                        "metrics": {"queue_waiting": {"value": queue, "at": taken_at}},
+                    }
+                    for k in range(2)
+                ],
+            }
+        ],
+    }
+    return _write(tmp_path, json.dumps(snap), "snap.json")
+
+
+PLAN_CFG = GROUP + "    scale_out:\n      - {metric: queue_waiting_per_instance, above: 2, for: 0s}\n"
+
+
+def test_plan_at_the_end_of_the_calendar_is_one_line(tmp_path, capsys):
+    cfg = _write(tmp_path, PLAN_CFG)
+    snap = _snapshot(tmp_path, "9999-12-31T23:59:59Z", 1.0)
+    assert main(["plan", "--config", cfg, "--snapshot", snap]) == 2
+    assert "taken_at" in _one_error(capsys)
+
+
+def test_plan_with_a_queue_of_minus_1e308_decides(tmp_path, capsys):
+    cfg = _write(tmp_path, PLAN_CFG)
+    snap = _snapshot(tmp_path, "2026-12-01T08:00:00Z", -1e308)
+    assert main(["plan", "--config", cfg, "--snapshot", snap, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["groups"][0]["serving_target"] >= 1
+
+
+def test_plan_with_a_queue_of_1e308_is_capped_at_the_ceiling(tmp_path, capsys):
+    cfg = _write(tmp_path, PLAN_CFG)
+    snap = _snapshot(tmp_path, "2026-12-01T08:00:00Z", 1e308)
+    assert main(["plan", "--config", cfg, "--snapshot", snap, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"][0]["serving_target"] == 4
+
+
+def test_plan_refuses_a_snapshot_with_an_instance_listed_twice(tmp_path, capsys):
+    cfg = _write(tmp_path, PLAN_CFG)
+    path = _snapshot(tmp_path, "2026-12-01T08:00:00Z", 1.0)
+    snap = json.loads((tmp_path / "snap.json").read_text())
+    snap["groups"][0]["instances"][1]["instance_id"] = "i-0"
+    _write(tmp_path, json.dumps(snap), "snap.json")
+    assert main(["plan", "--config", cfg, "--snapshot", path]) == 2
+    assert "i-0" in _one_error(capsys)
+
+
+def test_simulate_with_a_missing_trace_file_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FLEET_TRACES_DIR", str(tmp_path / "no-traces"))
+    code = main(["simulate", "--hours", "1", "--workload", "azure:code"])
+    assert code == 2
+    assert "azure2023_code.csv: cannot read" in _one_error(capsys)
+
+
+# -- item 8: misleading errors --------------------------------------------------------------------------
+
+
+def test_an_environment_value_is_blamed_on_its_variable_not_the_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, GROUP), env={"FLEET_API__PORT": "abc"})
+    (line,) = err.value.problems
+    assert line.startswith("environment FLEET_API__PORT: api.port:") and "fleet.yaml" not in line
+
+
+def test_unknown_fleet_variables_are_named_with_a_suggestion():
+    warnings = unknown_env_vars({"FLEET_DATABSE_URL": "x", "FLEET_ALIYUN_ENDPOINT": "y", "HOME": "/"})
+    assert warnings == [
+        "environment: FLEET_DATABSE_URL is not a setting fleet reads (did you mean FLEET_DATABASE_URL?); "
+        "it is ignored"
+    ]
+
+
+def test_known_fleet_variables_raise_no_warning():
+    env = {
+        "FLEET_API__TOKEN": "x" * 10,
+        "FLEET_API_TOKEN": "x",
+        "FLEET_TICK_INTERVAL_S": "5",
+        "FLEET_REGION": "r",
+    }
+    assert unknown_env_vars(env) == []
+
+
+def test_serve_logs_unknown_fleet_variables(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEET_TICK_INTERVL_S", "5")
+    path = _write(tmp_path, GROUP)
+    # a database that cannot open stops it right after logging is set up and the warnings are logged
+    code = main(["serve", "--config", path, "--once", "--database", "nosuchdialect://x"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "FLEET_TICK_INTERVL_S" in err and "did you mean FLEET_TICK_INTERVAL_S" in err
+
+
+# -- item 13: validation gaps ---------------------------------------------------------------------------
+
+
+def test_a_duplicate_yaml_key_is_refused_with_both_lines(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 7.*duplicate key 'max_size' \(first given on line 6\)"):
+        load_config(_write(tmp_path, GROUP + "    max_size: 40\n"), env={})
+
+
+def test_serve_refuses_a_group_naming_no_scaling_group(tmp_path, capsys):
+    path = _write(tmp_path, "region: r\ngroups:\n  - {name: chat, min_size: 1, max_size: 3}\n")
+    assert main(["serve", "--config", path, "--once", "--database", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    assert "groups[chat]: give scaling_group_id or scaling_group_name" in _one_error(capsys)
+
+
+def test_validate_warns_about_a_group_naming_no_scaling_group(tmp_path, capsys):
+    path = _write(tmp_path, "region: r\ngroups:\n  - {name: chat, min_size: 1, max_size: 3}\n")
+    assert main(["validate", "--config", path]) == 0
+    assert "scaling_group_id or scaling_group_name" in capsys.readouterr().err
+
+
+def test_a_tick_interval_of_a_nanosecond_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="tick_interval_s"):
+        load_config(_write(tmp_path, GROUP + "tick_interval_s: 1e-9\n"), env={})
+
+
+def test_a_three_character_api_token_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"api.token: must be at least 8 characters"):
+        load_config(_write(tmp_path, GROUP + "api: {token: abc}\n"), env={})
+
+
+def test_a_short_token_from_the_environment_is_refused_under_its_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"environment FLEET_API_TOKEN: api.token"):
+        load_config(_write(tmp_path, GROUP), env={"FLEET_API_TOKEN": "abc"})
+
+
+def test_listening_on_every_interface_warns_that_status_is_open(tmp_path, capsys):
+    path = _write(tmp_path, GROUP + "api: {host: 0.0.0.0}\n")
+    assert main(["validate", "--config", path]) == 0
+    assert "unauthenticated" in capsys.readouterr().err.replace("need no token", "unauthenticated")
+
+
+def test_duplicate_instances_in_an_observation_are_counted_once():
+    from fleet.cloud.types import ScalingInstance
+    from fleet.service.observe import GroupObservation
+    from fleet.service.snapshot import _instances
+
+    now = datetime.now(UTC)
+    inst = ScalingInstance(
+        instance_id="i-1",
+        group_id="asg-1",
+        lifecycle_state="InService",
+        health_status="Healthy",
+        creation_type="AutoCreated",
+        created_at=now - timedelta(hours=1),
+        zone_id="z",
+    )
+    g = GroupObservation(name="chat", ok=True, group=None, instances=[inst, inst])
+    assert [i.instance_id for i in _instances(g, None)] == ["i-1"]
+
+
+def test_validate_names_unknown_fleet_variables(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEET_DATABSE_URL", "sqlite:///x.db")
+    assert main(["validate", "--config", _write(tmp_path, GROUP)]) == 0
+    assert "did you mean FLEET_DATABASE_URL?" in capsys.readouterr().err
