@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "fake_cloud",
     "diagnose",
     "forecast",
+    "bench",
 ]
 
 

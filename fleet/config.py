@@ -89,6 +89,23 @@ class ApiConfig(_Section):
 
 class LeaseConfig(_Section):
     ttl_s: Duration = Field(default=30.0, gt=0, description="a replica that stops renewing loses the lease")
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="groups are split into this many shards, each with its own lease, spread over the "
+        "running replicas (1: one leader for all groups)",
+    )
+
+
+class ObserveConfig(_Section):
+    workers: int = Field(default=8, ge=1, le=64, description="concurrent cloud reads per product")
+    instances_refresh_s: Duration = Field(
+        default=0.0,
+        ge=0,
+        description="re-read a group's scaling instances at least this often while its capacity counts are "
+        "unchanged (0: every tick)",
+    )
 
 
 class MetricsSource(_Section):
@@ -137,9 +154,17 @@ def validate_hardware(spec: GroupSpec) -> str | None:
 
 
 class GroupConfig(GroupSpec):
-    """A group's policy plus where its metrics come from."""
+    """A group's policy plus where its metrics come from, and where it lives."""
 
     metrics_source: MetricsSource = Field(default_factory=MetricsSource)
+    region: str | None = Field(
+        default=None, min_length=1, description="its region (default: the top level's)"
+    )
+    account: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a credentials profile of the Alibaba Cloud credentials chain, listed under accounts",
+    )
 
     @model_validator(mode="after")
     def _predictive_hardware(self) -> GroupConfig:
@@ -149,6 +174,10 @@ class GroupConfig(GroupSpec):
         if problem:
             raise ValueError(f"predictive: {problem}")
         return self
+
+
+class AccountConfig(_Section):
+    account_id: str = Field(min_length=1, description="the account's id, for its custom metric namespace")
 
 
 # Below this a tick (at least three cloud reads and a store transaction) could not finish before the next.
@@ -185,6 +214,10 @@ class FleetConfig(BaseSettings):
     region: str = Field(min_length=1, description="Alibaba Cloud region id, e.g. cn-chengdu")
     account_id: str | None = Field(default=None, description="for the custom metric namespace")
     groups: tuple[GroupConfig, ...] = Field(description="at least one scaling group")
+    accounts: dict[str, AccountConfig] = Field(
+        default_factory=dict,
+        description="credentials profile name -> its account (groups name one by account)",
+    )
     notifications: tuple[NotificationChannel, ...] = ()
     database_url: str | None = Field(
         default=None, repr=False, description="default: sqlite file fleet.db (may hold a password: no repr)"
@@ -194,6 +227,7 @@ class FleetConfig(BaseSettings):
     )
     api: ApiConfig = Field(default_factory=ApiConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    observe: ObserveConfig = Field(default_factory=ObserveConfig)
     schedule_sync_interval_s: Duration = Field(
         default=300.0, gt=0, description="how often the service re-syncs its ESS scheduled tasks"
     )
@@ -228,7 +262,17 @@ class FleetConfig(BaseSettings):
                 "two groups drive one scaling group (each would undo the other's desired capacity): "
                 + "; ".join(shared)
             )
+        for g in self.groups:
+            if g.account is not None and g.account not in self.accounts:
+                known = ", ".join(sorted(self.accounts)) or "none"
+                raise ValueError(
+                    f"groups[{g.name}].account {g.account!r} is not under accounts: (listed: {known})"
+                )
         return self
+
+    def scopes(self) -> list[tuple[str | None, str | None]]:
+        """Every (account, region) the groups live in; None parts are the top level's."""
+        return sorted({(g.account, g.region) for g in self.groups}, key=lambda s: (s[0] or "", s[1] or ""))
 
     def policy(self) -> PolicySpec:
         """The policy part alone: what ``policies.decide`` takes."""

@@ -163,3 +163,54 @@ def _profile_file_exists(env: Mapping[str, str]) -> bool:
         home / ".aliyun" / "config.json",
     ]
     return any(path and Path(path).is_file() for path in candidates)
+
+
+def known_profiles(env: Mapping[str, str]) -> set[str]:
+    """Profile names of the credentials files the Alibaba credentials chain reads: the sections of
+    ``credentials.ini`` (``ALIBABA_CLOUD_CREDENTIALS_FILE`` or ``~/.alibabacloud/credentials.ini``) and the
+    ``profiles[].name`` of the aliyun CLI's ``~/.aliyun/config.json``."""
+    import configparser
+    import json
+
+    home = Path(env.get("HOME") or Path.home())
+    names: set[str] = set()
+    for ini in (env.get("ALIBABA_CLOUD_CREDENTIALS_FILE"), home / ".alibabacloud" / "credentials.ini"):
+        if ini and Path(ini).is_file():
+            parser = configparser.ConfigParser()
+            try:
+                parser.read(str(ini), encoding="utf-8")
+            except configparser.Error:
+                continue
+            names.update(parser.sections())
+    cli = home / ".aliyun" / "config.json"
+    if cli.is_file():
+        try:
+            data = json.loads(cli.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        for profile in data.get("profiles", []) if isinstance(data, dict) else []:
+            if isinstance(profile, dict) and profile.get("name"):
+                names.add(str(profile["name"]))
+    return names
+
+
+def profile_credential(profile: str, env: Mapping[str, str]) -> CredentialClient | None:
+    """Access keys of an INI credentials profile (``access_key`` type), or None to use the default chain."""
+    import configparser
+
+    home = Path(env.get("HOME") or Path.home())
+    for ini in (env.get("ALIBABA_CLOUD_CREDENTIALS_FILE"), home / ".alibabacloud" / "credentials.ini"):
+        if not ini or not Path(ini).is_file():
+            continue
+        parser = configparser.ConfigParser()
+        parser.read(str(ini), encoding="utf-8")
+        if parser.has_section(profile):
+            section = parser[profile]
+            key_id, secret = section.get("access_key_id"), section.get("access_key_secret")
+            if key_id and secret:
+                return CredentialClient(
+                    credential_models.Config(
+                        type="access_key", access_key_id=key_id, access_key_secret=secret
+                    )
+                )
+    return None

@@ -29,7 +29,12 @@ ACTIONS: tuple[str, ...] = ("DescribeMetricLast", "DescribeMetricList", "PutCust
 
 MAX_DIMENSIONS_PER_CALL = 50  # DescribeMetricList/Last accept at most 50 dimension objects [DOC]
 MAX_CUSTOM_METRICS_PER_CALL = 21  # PutCustomMetric MetricList.N, N <= 21 [DOC]
-MAX_LENGTH = 1440  # DescribeMetricList Length upper bound [DOC]
+MAX_LENGTH = 1440  # DescribeMetricList/Last Length upper bound [DOC]
+# Above this many instances, DescribeMetricLast reads the metric's whole namespace (no Dimensions, pages of
+# MAX_LENGTH rows) and keeps the instances asked for: 10,000 instances cost 7 pages instead of 200 calls of
+# 50 dimensions. Below it, the dimension batches are cheaper (the namespace may hold instances of other
+# fleets: acs_ecs_dashboard holds every ECS instance of the region).
+NAMESPACE_SCAN_MIN_IDS = 4 * MAX_DIMENSIONS_PER_CALL
 CUSTOM_NAMESPACE_PREFIX = "acs_customMetric_"
 CUSTOM_GROUP_ID = "0"  # GroupId 0: the metric belongs to no application group
 
@@ -96,6 +101,17 @@ class CmsAdapter:
     ) -> list[MetricPoint]:
         """The latest point of `metric` for each instance (one per GPU for per-GPU metrics)."""
         points: list[MetricPoint] = []
+        wanted = set(instance_ids)
+        if len(wanted) > NAMESPACE_SCAN_MIN_IDS:
+            for row in self._rows(
+                "DescribeMetricLast",
+                partial(self._last_request, namespace, metric, None, length=MAX_LENGTH),
+                self._client.describe_metric_last,
+            ):
+                point = _point(namespace, metric, row, statistic)
+                if point.instance_id in wanted:
+                    points.append(point)
+            return points
         for dims in _dimension_batches(namespace, instance_ids):
             for row in self._rows(
                 "DescribeMetricLast",
@@ -149,10 +165,15 @@ class CmsAdapter:
     # -- plumbing ------------------------------------------------------------------------------------------
 
     def _last_request(
-        self, namespace: str, metric: str, dims: str, token: str | None
+        self, namespace: str, metric: str, dims: str | None, token: str | None, length: int | None = None
     ) -> m.DescribeMetricLastRequest:
         return m.DescribeMetricLastRequest(
-            region_id=self._region, namespace=namespace, metric_name=metric, dimensions=dims, next_token=token
+            region_id=self._region,
+            namespace=namespace,
+            metric_name=metric,
+            dimensions=dims,
+            next_token=token,
+            length=None if length is None else str(length),
         )
 
     def _list_request(

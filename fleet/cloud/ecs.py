@@ -29,6 +29,22 @@ ACTIONS: tuple[str, ...] = (
 
 MAX_IDS_PER_CALL = 100  # DescribeInstances InstanceIds and DescribeInstancesFullStatus InstanceId.N [DOC]
 PAGE_SIZE = 100
+# The system event codes of DescribeInstancesFullStatus (aliyun-api.md section 3), used as its
+# InstanceEventType.N filter by the region-wide scan.
+SYSTEM_EVENT_TYPES = (
+    "SystemMaintenance.Reboot",
+    "SystemMaintenance.Redeploy",
+    "SystemMaintenance.Stop",
+    "SystemFailure.Reboot",
+    "SystemFailure.Redeploy",
+    "SystemFailure.Delete",
+    "InstanceFailure.Reboot",
+    "InstanceExpiration.Stop",
+    "InstanceExpiration.Delete",
+    "AccountUnbalanced.Stop",
+    "AccountUnbalanced.Delete",
+)
+IMPAIRED = "Impaired"
 # Event cycle states that still matter to a running node: not yet done, or being done now.
 ACTIVE_CYCLE_STATES = ("Scheduled", "Executing", "Inquiring")
 
@@ -91,29 +107,36 @@ class EcsAdapter:
     def describe_full_status(self, instance_ids: Sequence[str]) -> list[InstanceHealth]:
         out: list[InstanceHealth] = []
         for chunk in _chunks(instance_ids, MAX_IDS_PER_CALL):
-            page = 1
-            seen = 0
-            while True:
-                req = m.DescribeInstancesFullStatusRequest(
-                    region_id=self._region, instance_id=chunk, page_number=page, page_size=PAGE_SIZE
-                )
-                resp = self._call(
-                    "DescribeInstancesFullStatus",
-                    partial(self._client.describe_instances_full_status, req),
-                )
-                body = resp.body
-                sets = body.instance_full_status_set
-                rows = (sets.instance_full_status_type if sets else None) or []
-                out.extend(_health(row) for row in rows)
-                seen += len(rows)
-                if (
-                    not rows
-                    or len(rows) < PAGE_SIZE
-                    or (body.total_count is not None and seen >= body.total_count)
-                ):
-                    break
-                page += 1
+            out.extend(self._full_status_pages({"instance_id": chunk}))
         return out
+
+    def describe_full_status_exceptions(self) -> list[InstanceHealth]:
+        """The region's instances that are Impaired or carry an active system event: two filtered, paged
+        reads whatever the fleet's size (instances in neither answer are healthy and have no event)."""
+        seen: dict[str, InstanceHealth] = {}
+        for flt in ({"health_status": IMPAIRED}, {"instance_event_type": list(SYSTEM_EVENT_TYPES)}):
+            for health in self._full_status_pages(flt):
+                seen.setdefault(health.instance_id, health)
+        return list(seen.values())
+
+    def _full_status_pages(self, flt: dict[str, Any]) -> list[InstanceHealth]:
+        out: list[InstanceHealth] = []
+        page = 1
+        while True:
+            req = m.DescribeInstancesFullStatusRequest(
+                region_id=self._region, page_number=page, page_size=PAGE_SIZE, **flt
+            )
+            resp = self._call(
+                "DescribeInstancesFullStatus", partial(self._client.describe_instances_full_status, req)
+            )
+            body = resp.body
+            sets = body.instance_full_status_set
+            rows = (sets.instance_full_status_type if sets else None) or []
+            out.extend(_health(row) for row in rows)
+            done = body.total_count is not None and len(out) >= body.total_count
+            if not rows or len(rows) < PAGE_SIZE or done:
+                return out
+            page += 1
 
     def describe_history_events(
         self, instance_ids: Sequence[str], active_only: bool = True

@@ -9,6 +9,11 @@ Waits grow exponentially from `initial_s` up to `max_s`, with "equal jitter" (ha
 many callers throttled together do not come back together. The sleep function is injectable so tests take
 milliseconds and the simulator can run on a virtual clock.
 
+Counting: inside ``with count_calls() as counts:`` every wire request (each attempt, retries included) adds
+one to ``counts[action]``; the service counts its calls per tick by Action this way. The counters live in a
+context variable, so concurrent ticks (several replicas in one process) never count each other's calls, and
+worker threads count into their caller's counters when they run in a copy of its context.
+
 Logging (logger `fleet.cloud`): each call's Action and RequestId at DEBUG, each retry at WARNING. Only the
 Action, the error code, message and request id are ever logged: never a request, a header or a credential.
 """
@@ -17,8 +22,12 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -29,6 +38,30 @@ from fleet.cloud.errors import CloudError, Conflict, ServerError, Throttled, fro
 log = logging.getLogger("fleet.cloud")
 
 T = TypeVar("T")
+
+_CALL_COUNTS: ContextVar[tuple[tuple[Counter[str], threading.Lock], ...]] = ContextVar(
+    "fleet_cloud_call_counts", default=()
+)
+
+
+@contextmanager
+def count_calls() -> Iterator[Counter[str]]:
+    """Count the wire requests made inside the block (and in threads run in a copy of its context).
+
+    Blocks nest: a call counts in every enclosing block (a tick's total and its observation's share).
+    """
+    counts: Counter[str] = Counter()
+    token = _CALL_COUNTS.set((*_CALL_COUNTS.get(), (counts, threading.Lock())))
+    try:
+        yield counts
+    finally:
+        _CALL_COUNTS.reset(token)
+
+
+def _count(action: str) -> None:
+    for counts, lock in _CALL_COUNTS.get():
+        with lock:
+            counts[action] += 1
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,7 @@ def call(
     """
 
     def attempt() -> T:
+        _count(action)
         try:
             result = fn()
         except CloudError as exc:  # raised by an adapter check on a 200 answer (CMS Success:false)

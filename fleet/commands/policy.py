@@ -106,6 +106,7 @@ def register(app: typer.Typer) -> None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)
         _check_capacity(config, cfg)
+        _check_profiles(cfg, config)
         from fleet.config import unknown_env_vars
 
         for warning in [*cfg.warnings(), *unknown_env_vars()]:
@@ -129,6 +130,25 @@ def _check_capacity(path: Path, cfg: Any) -> None:
         for p in problems:
             err_console.print(f"error: {escape(str(path))}: {escape(p)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+
+
+def _check_profiles(cfg: Any, config: Path) -> None:
+    """Every account a group names must be a profile the credentials chain can find: one line, exit 2."""
+    import os
+
+    from fleet.cloud.clients import known_profiles
+
+    wanted = sorted({g.account for g in cfg.groups if g.account})
+    if not wanted:
+        return
+    known = known_profiles(os.environ)
+    for g in cfg.groups:
+        if g.account and g.account not in known:
+            fail(
+                f"{config}: groups[{g.name}].account: profile {g.account!r} is not in the Alibaba Cloud "
+                "credentials (~/.alibabacloud/credentials.ini, $ALIBABA_CLOUD_CREDENTIALS_FILE, "
+                "~/.aliyun/config.json)"
+            )
 
 
 def _render(plan: Any) -> None:

@@ -120,7 +120,13 @@ def serve(
         fail(str(exc))
     try:
         service = build_service(
-            cfg, clients, database_url=url, dry_run=dry_run, holder_id=holder, settings=settings
+            cfg,
+            clients,
+            database_url=url,
+            dry_run=dry_run,
+            holder_id=holder,
+            settings=settings,
+            clients_for=scoped_clients(cfg, clients),
         )
     except Exception as exc:
         fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
@@ -279,6 +285,7 @@ def status(
     else:
         state = "held until" if lease["valid"] else "expired at"  # a released lease expires at once
         console.print(f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} {lease['expires_at']})")
+    _print_shards(view.get("shards", []))
     table = Table()
     table.add_column("group", no_wrap=True)
     table.add_column("paused")
@@ -309,6 +316,47 @@ def _print_capacity(records: list[dict[str, Any]]) -> None:
         )
         for ev in rec["timeline"]:
             console.print(escape(f"  {ev['at'][:19]} {ev['event']}: {ev['detail']}"), highlight=False)
+
+
+def scoped_clients(cfg: Any, default: Any) -> Any:
+    """Clients per (account, region) a group names: the profile's keys (or the default chain) and the
+    account's id for its custom metric namespace; groups naming neither share ``default``."""
+    import os
+
+    from fleet.cloud.clients import make_clients, profile_credential
+
+    cache: dict[tuple[str | None, str | None], Any] = {(None, None): default}
+
+    def clients_for(scope: tuple[str | None, str | None]) -> Any:
+        if scope not in cache:
+            account, region = scope
+            account_id = cfg.accounts[account].account_id if account else (cfg.account_id or "unset")
+            credential = profile_credential(account, os.environ) if account else None
+            cache[scope] = make_clients(region or cfg.region, account_id, credential=credential)
+        return cache[scope]
+
+    return clients_for
+
+
+def _print_shards(shards: list[dict[str, Any]]) -> None:
+    """Which replica owns which shard, and each shard's last tick (only when the service is sharded)."""
+    if len(shards) <= 1:
+        return
+    from rich.table import Table
+
+    table = Table(title="shards")
+    for col in ("shard", "holder", "epoch", "lease", "last tick (UTC)", "groups"):
+        table.add_column(col, no_wrap=col != "groups")
+    for s in shards:
+        table.add_row(
+            str(s["shard"]),
+            s["holder"],
+            str(s["epoch"]),
+            "held" if s["valid"] else "expired",
+            (s["last_tick"] or "-")[:19],
+            str(len(s["groups"])),
+        )
+    console.print(table)
 
 
 def decisions(

@@ -19,6 +19,7 @@ from fleet.config import FleetConfig
 from fleet.service.loop import Service
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Channel, Notifier
+from fleet.service.observe import ClientsFor
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.store import open_store
 from policies.spec import GroupSpec
@@ -39,6 +40,7 @@ def build_service(
     holder_id: str | None = None,
     settings: ServiceSettings | None = None,
     metrics: ServiceMetrics | None = None,
+    clients_for: ClientsFor | None = None,
 ) -> Service:
     """A ready Service: store migrated, lease manager, observer, actuator, notifier started.
 
@@ -62,6 +64,7 @@ def build_service(
         notifier=None,
         holder_id=holder,
         metrics=metrics or ServiceMetrics(),
+        clients_for=clients_for,
     )
     if notifier is None:
         channels = [Channel.from_config(c) for c in config.notifications]
@@ -103,10 +106,11 @@ def run_forever(
             return
         result = service.tick(service.clock())
         log.info(
-            "tick leader=%s actions=%d errors=%d %.3fs",
+            "tick leader=%s actions=%d errors=%d calls=%d %.3fs",
             result.leader,
             len(result.actions),
             len(result.errors),
+            result.api_calls,
             result.duration_s,
             extra={"leader": result.leader, "epoch": result.lease_epoch},
         )

@@ -6,11 +6,19 @@ lease is still valid; anyone else takes over only after it expired, and a takeov
 epoch is recorded with every action (fencing): a replica that stalled past its expiry finds the epoch moved
 on and stops.
 
+A tick may outlast the TTL (a slow cloud): :class:`LeaseKeeper` renews the held lease from a background
+thread every third of the TTL while the tick runs, each renewal again a compare-and-set on holder *and*
+epoch, so a replica that lost the lease can never extend someone else's. Once a renewal fails the keeper
+says so for the rest of the tick and every fence refuses.
+
 Replicas compare expiry against their own clock; keep their clocks within a small fraction of the TTL (NTP).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,6 +26,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from fleet.service.store import leases
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,21 @@ class LeaseManager:
         except sa.exc.IntegrityError:  # the row exists and is someone else's, valid lease
             return None
 
+    def renew(self, lease: Lease, now: datetime) -> Lease | None:
+        """Extend our still-valid lease of this epoch to ``now + ttl``; None when it is no longer ours."""
+        with self.engine.begin() as c:
+            renewed = c.execute(
+                sa.update(leases)
+                .where(
+                    leases.c.name == self.name,
+                    leases.c.holder == self.holder,
+                    leases.c.epoch == lease.epoch,
+                    leases.c.expires_at > now,
+                )
+                .values(expires_at=now + self.ttl)
+            )
+            return self._read(c) if renewed.rowcount == 1 else None
+
     def still_held(self, lease: Lease, now: datetime, conn: Connection | None = None) -> bool:
         """Fencing check before a write: same holder, same epoch, not expired."""
         if conn is None:
@@ -107,3 +132,67 @@ class LeaseManager:
         if row is None:
             return None
         return Lease(name=self.name, holder=row[0], epoch=int(row[1]), expires_at=row[2])
+
+
+class LeaseKeeper:
+    """Keeps one held lease alive while a long tick runs: ``with LeaseKeeper(manager, lease, now) as k``.
+
+    ``now()`` is the tick's clock (for a virtual clock: its start plus the real time elapsed). ``held()`` is
+    the fence: the lease is ours by the latest renewal and the store agrees, checked at the moment of asking.
+    """
+
+    def __init__(
+        self,
+        manager: LeaseManager,
+        lease: Lease,
+        now: Callable[[], datetime],
+        interval_s: float | None = None,
+    ) -> None:
+        self.manager = manager
+        self.lease = lease
+        self.now = now
+        self.interval_s = interval_s if interval_s is not None else manager.ttl.total_seconds() / 3
+        self.lost = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LeaseKeeper:
+        if self.interval_s > 0:
+            self._thread = threading.Thread(target=self._run, name="fleet-lease-keeper", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def renew_now(self) -> bool:
+        """Renew at once (also called between a tick's phases); False once the lease is lost."""
+        with self._lock:
+            if self.lost:
+                return False
+            try:
+                renewed = self.manager.renew(self.lease, self.now())
+            except Exception:  # the store is unreachable: the lease runs out on its own; do not act on it
+                log.warning("lease %s: renewal failed", self.manager.name, exc_info=True)
+                renewed = None
+            if renewed is None:
+                self.lost = True
+                log.warning("lease %s (epoch %d) lost during the tick", self.manager.name, self.lease.epoch)
+                return False
+            self.lease = renewed
+            return True
+
+    def held(self) -> bool:
+        """The fence before a write: not lost, and the store shows our holder, epoch and a future expiry."""
+        with self._lock:
+            if self.lost:
+                return False
+            return self.manager.still_held(self.lease, self.now())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if not self.renew_now():
+                return

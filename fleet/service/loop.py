@@ -19,13 +19,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
+from fleet.cloud.retry import count_calls
 from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
@@ -33,12 +35,14 @@ from fleet.service.capacity_table import CapacityTable, learned_floors
 from fleet.service.demand import DemandLog, record_forecasts
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
-from fleet.service.lease import Lease, LeaseManager
+from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
-from fleet.service.observe import GroupObservation, Observation, Observer
+from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
+from fleet.service.pool import CallPools
 from fleet.service.schedules import LearnedFloor, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
+from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
@@ -78,6 +82,8 @@ class TickResult:
     fatal: str | None = None  # the service cannot go on (its database file is gone): run_forever stops
     observed_groups: list[str] = field(default_factory=list)
     api_calls: int = 0
+    calls_by_action: dict[str, int] = field(default_factory=dict)
+    shard_epochs: dict[int, int] = field(default_factory=dict)  # shard -> epoch, for the shards it led
     duration_s: float = 0.0
 
     @property
@@ -100,8 +106,11 @@ class Service:
         notifier: Notifier | None,
         holder_id: str,
         metrics: ServiceMetrics,
+        clients_for: ClientsFor | None = None,
     ) -> None:
         self.specs = specs
+        # Clients per (account, region) of the groups (fleet.yaml's region/account); default: one set.
+        self.clients_for: ClientsFor = clients_for or (lambda _scope: clients)
         self.policy = PolicySpec(groups=tuple(specs))
         self.clients = clients
         self.store = store
@@ -111,17 +120,23 @@ class Service:
         self.notifier = notifier
         self.holder_id = holder_id
         self.metrics = metrics
-        self.lease = LeaseManager(store.engine, settings.service_name, holder_id, settings.lease_ttl_s)
-        self.observer = Observer(clients, specs, on_error=self._count_error)
-        self.actuator = Actuator(
-            clients,
-            store,
-            service=settings.service_name,
-            metrics=metrics,
-            dry_run=dry_run,
-            notify=self._notify,
-            notify_scale_min_change=settings.notify_scale_min_change,
+        self.shards = ShardCoordinator(
+            store.engine, settings.service_name, holder_id, settings.lease_ttl_s, settings.lease_shards
         )
+        self.lease = self.shards.managers[0]  # with one shard: the service's single leader lease
+        self.owned: dict[int, int] = {}  # shard -> epoch held at the last tick
+        self.shard_ticks: dict[int, datetime] = {}  # shard -> when this replica last ticked it
+        self.pools = CallPools(workers=settings.observe_workers)
+        self.observer = Observer(
+            clients,
+            specs,
+            on_error=self._count_error,
+            pools=self.pools,
+            instances_refresh_s=settings.instances_refresh_s,
+            clients_for=self.clients_for,
+        )
+        self._actuators: dict[Scope, Actuator] = {}
+        self.actuator = self.actuator_for((None, None))
         self.capacity = CapacityManager(
             clients.ess,
             store,
@@ -143,11 +158,26 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
-        self._reconciled_epoch: int | None = None  # the lease epoch whose interrupted writes were settled
+        # the (shard lease, epoch) pairs whose interrupted writes were settled
+        self._reconciled: set[tuple[str, int]] = set()
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
         self.capacity_table = CapacityTable()
         self._lock = threading.Lock()  # one tick at a time, whoever calls
+
+    def actuator_for(self, scope: Scope) -> Actuator:
+        """The actuator writing through the clients of one (account, region)."""
+        if scope not in self._actuators:
+            self._actuators[scope] = Actuator(
+                self.clients_for(scope),
+                self.store,
+                service=self.settings.service_name,
+                metrics=self.metrics,
+                dry_run=self.dry_run,
+                notify=self._notify,
+                notify_scale_min_change=self.settings.notify_scale_min_change,
+            )
+        return self._actuators[scope]
 
     # -- the tick -------------------------------------------------------------------------------------
     def tick(self, now: datetime) -> TickResult:
@@ -158,7 +188,12 @@ class Service:
             started = time.perf_counter()
             result = TickResult(at=now, leader=False)
             try:
-                self._tick(now, result)
+                with count_calls() as counts:
+                    try:
+                        self._tick(now, result)
+                    finally:
+                        result.calls_by_action = dict(counts)
+                        result.api_calls = sum(counts.values())
             except Exception as exc:  # a tick must never kill the loop; the next one starts clean
                 log.exception("tick failed")
                 result.errors.append(f"{type(exc).__name__}: {exc}")
@@ -167,6 +202,7 @@ class Service:
             outcome = "error" if result.errors else ("acted" if result.leader else "standby")
             self.metrics.ticks.labels(outcome=outcome).inc()
             self.metrics.leader.set(1 if result.leader else 0)
+            self._export_tick(result)
             self.last_tick = result
             return result
 
@@ -178,56 +214,92 @@ class Service:
             result.fatal = str(exc)
             result.errors.append(str(exc))
             return
-        lease = self.lease.acquire(now)
-        if lease is None:
-            return
-        result.leader = True
-        result.lease_epoch = lease.epoch
-        history = self._load_history()
-        paused = self.store.paused_groups()
-        requests = self.store.pending_requests()
-        observation = self.observer.observe(now)
-        self.last_observation = observation
-        result.api_calls = observation.api_calls
-        result.observed_groups = [n for n, g in observation.groups.items() if g.ok]
-        problems = [str(err) for err in observation.errors]
-        for name, g in observation.groups.items():
-            if not g.ok:
-                problems += [f"group {name}: {e}" for e in g.errors if e not in problems]
-        result.errors.extend(problems)
-        snapshot, unmatched = build_snapshot(
-            self.store, self.specs, now, observation, paused, requests, history
-        )
-        self._add_demand(snapshot, observation, now)
-        plan = self._decide(snapshot, history, now, lease, result)
-        result.plan = plan
-
         tick_started = time.monotonic()
 
-        def fence() -> bool:
-            # ``now`` may be virtual (simulation): advance it by the real time this tick has taken.
-            elapsed = timedelta(seconds=time.monotonic() - tick_started)
-            return self.lease.still_held(lease, now + elapsed)
+        def tick_now() -> datetime:
+            # ``now`` may be virtual (simulation): advance it by the real time this tick has taken since it
+            # started (not since the observation ended: a lease that ran out during a slow observe must fail).
+            return now + timedelta(seconds=time.monotonic() - tick_started)
 
+        held = self.shards.acquire(now)
+        self.owned = {k: lease.epoch for k, lease in held.items()}
+        if not held:
+            return
+        result.leader = True
+        result.lease_epoch = held[min(held)].epoch
+        result.shard_epochs = dict(self.owned)
+        with ExitStack() as stack:
+            # Renewed in the background while the tick runs, so a tick longer than the TTL keeps its leases.
+            renew_s = self.settings.lease_renew_interval_s
+            keepers = {
+                k: stack.enter_context(LeaseKeeper(self.shards.managers[k], lease, tick_now, renew_s))
+                for k, lease in held.items()
+            }
+            names = [s.name for s in self.specs if shard_of(s.name, self.shards.shards) in held]
+            paused = self.store.paused_groups()
+            requests = self.store.pending_requests()
+            observation = self.observer.observe(now, names)
+            self.last_observation = observation
+            result.observed_groups = [n for n, g in observation.groups.items() if g.ok]
+            problems = [str(err) for err in observation.errors]
+            for name, g in observation.groups.items():
+                if not g.ok:
+                    problems += [f"group {name}: {e}" for e in g.errors if e not in problems]
+            result.errors.extend(problems)
+            for k in sorted(held):
+                if not keepers[k].renew_now():  # the observation may have been slow: renew, or stop here
+                    result.errors.append(f"shard {k}: lease lost during the observation: nothing written")
+                    continue
+                specs = [s for s in self.specs if shard_of(s.name, self.shards.shards) == k]
+                part = _part(observation, [s.name for s in specs], first=k == min(held))
+                self._tick_shard(k, keepers[k], specs, part, now, paused, requests, result)
+                self.shard_ticks[k] = now
+
+    def _tick_shard(
+        self,
+        shard: int,
+        keeper: LeaseKeeper,
+        specs: list[GroupSpec],
+        observation: Observation,
+        now: datetime,
+        paused: set[str],
+        requests: list,
+        result: TickResult,
+    ) -> None:
+        """Decide, persist and actuate one shard's groups, every write fenced by that shard's lease."""
+        key = history_key(self.settings.service_name, shard, self.shards.shards)
+        history = self._load_history(key)
+        snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
+        self._add_demand(snapshot, observation, now, specs)
+        if self.shards.shards > 1:
+            # A request naming another shard's instance is that shard's to apply: only the matched ones here.
+            taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
+            requests = [r for r in requests if f"req-{r.id}" in taken]
+            unmatched = []
+        plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
+        result.plan = plan if result.plan is None else _merged(result.plan, plan)
+        fence = keeper.held  # re-checked against the store immediately before each cloud write
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
-        if not self._persist(plan, now, lease, requests, unmatched):
+        if not self._persist(plan, keeper, requests, unmatched, now, key):
             result.errors.append("lease lost before the history was saved: nothing written")
             return
         if self._schedule_sync_due(now):
-            result.schedule_changes = self._sync_schedules(now, observation, lease, fence)
-        self._reconcile(observation, lease, result)
-        self._actuate(plan, observation, now, lease, fence, paused, result)
+            result.schedule_changes += self._sync_schedules(now, observation, keeper.lease, fence, specs)
+        self._reconcile(observation, keeper.lease, result)
+        self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
         result.errors.extend(self.capacity.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
-    def _add_demand(self, snapshot: Snapshot, observation: Observation, now: datetime) -> None:
+    def _add_demand(
+        self, snapshot: Snapshot, observation: Observation, now: datetime, specs: list[GroupSpec]
+    ) -> None:
         """Record each predictive group's demand and give the policy its history and capacity table value."""
-        for spec in self.specs:
+        for spec in specs:
             if spec.predictive.mode == "off":
                 continue
             g = observation.groups.get(spec.name)
@@ -249,8 +321,8 @@ class Service:
                 output_tokens=cap.output_tokens,
             )
 
-    def _load_history(self) -> History | None:
-        raw = self.store.load_history()
+    def _load_history(self, key: str | None = None) -> History | None:
+        raw = self.store.load_history(key)
         return None if raw is None else History.model_validate(raw)
 
     # -- reconciling ----------------------------------------------------------------------------------
@@ -260,7 +332,7 @@ class Service:
         Before this tick's writes, so that a write which landed is counted (its ClientToken sequence moves
         on) and one which did not is retried with the same token.
         """
-        if self.dry_run or self._reconciled_epoch == lease.epoch:
+        if self.dry_run or (lease.name, lease.epoch) in self._reconciled:
             return
         ids = {n: g.group.group_id for n, g in observation.groups.items() if g.ok and g.group is not None}
         try:
@@ -270,11 +342,17 @@ class Service:
             log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
             return
         if len(ids) == len(self.specs):
-            self._reconciled_epoch = lease.epoch
+            self._reconciled.add((lease.name, lease.epoch))
 
     # -- deciding -------------------------------------------------------------------------------------
     def _decide(
-        self, snapshot: Snapshot, history: History | None, now: datetime, lease: Lease, result: TickResult
+        self,
+        snapshot: Snapshot,
+        history: History | None,
+        now: datetime,
+        lease: Lease,
+        result: TickResult,
+        specs: Sequence[GroupSpec] | None = None,
     ) -> Plan:
         """``policies.decide`` group by group: the blast radius of a failure is one group.
 
@@ -286,7 +364,7 @@ class Service:
         # model_copy keeps any history field beyond ``groups`` as it was
         merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
         plan = Plan(at=now, history=merged)
-        for spec in self.specs:
+        for spec in self.specs if specs is None else specs:  # a shard's groups, or all
             one = PolicySpec(groups=(spec,))
             own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
             mine = old.model_copy(update={"groups": own})
@@ -398,16 +476,31 @@ class Service:
         gh = plan.history.groups.get(gp.group)
         breaker_open = bool(gh and gh.breaker.open)
         has_channel = self.notifier is not None and self.notifier.has_channels
-        actions = self.actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
+        actuator = self.actuator_for(scope_of(spec))  # the clients of the group's (account, region)
+        actions = actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
         if any(a.outcome == Outcome.FENCED for a in actions):
             return actions
-        res = self.actuator.scale(gp, observed, now, lease.epoch, fence)
+        res = actuator.scale(gp, observed, now, lease.epoch, fence)
         if res is not None:
             actions = [*actions, res]
             if res.outcome == Outcome.FENCED:
                 return actions
         # scale-in: complete the lifecycle action of instances that have drained (fleet/service/drain.py)
-        return [*actions, *self.drainer.complete(spec, observed, now, lease.epoch, fence)]
+        actions = [*actions, *self.drainer.complete(spec, observed, now, lease.epoch, fence)]
+        if any(a.outcome == Outcome.APPLIED for a in actions):
+            self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
+        return actions
+
+    def _export_tick(self, result: TickResult) -> None:
+        """Calls per Action and shard ownership of the tick just run (``/metrics``)."""
+        self.metrics.calls_per_tick.clear()
+        for action, n in result.calls_by_action.items():
+            self.metrics.calls_per_tick.labels(action=action).set(n)
+        for k in range(self.shards.shards):
+            self.metrics.shard_owned.labels(shard=str(k)).set(1 if k in self.owned else 0)
+        self.metrics.shard_epoch.clear()
+        for k, epoch in self.owned.items():
+            self.metrics.shard_epoch.labels(shard=str(k)).set(epoch)
 
     def _schedule_sync_due(self, now: datetime) -> bool:
         if self._last_schedule_sync is None:
@@ -415,11 +508,16 @@ class Service:
         return (now - self._last_schedule_sync).total_seconds() >= self.settings.schedule_sync_interval_s
 
     def _sync_schedules(
-        self, now: datetime, observation: Observation, lease: Lease, fence: Callable[[], bool]
+        self,
+        now: datetime,
+        observation: Observation,
+        lease: Lease,
+        fence: Callable[[], bool],
+        specs: list[GroupSpec] | None = None,
     ) -> list[TaskChange]:
         changes: list[TaskChange] = []
         complete = True
-        for spec in self.specs:
+        for spec in self.specs if specs is None else specs:
             g = observation.groups.get(spec.name)
             learned = self._learned_floors(spec, now)
             if g is None or not g.ok or g.group is None or not (spec.schedules or learned is not None):
@@ -429,7 +527,12 @@ class Service:
                 return changes
             try:
                 group_changes = sync_group(
-                    self.clients.ess, spec, g.group.group_id, now, dry_run=self.dry_run, learned=learned
+                    self.clients_for(scope_of(spec)).ess,
+                    spec,
+                    g.group.group_id,
+                    now,
+                    dry_run=self.dry_run,
+                    learned=learned,
                 )
             except CloudError as exc:
                 self._count_error(exc)
@@ -480,8 +583,11 @@ class Service:
         return gh.forecast if gh is not None else ForecastState()
 
     # -- recording ------------------------------------------------------------------------------------
-    def _persist(self, plan: Plan, now: datetime, lease: Lease, requests: list, unmatched: list) -> bool:
+    def _persist(
+        self, plan: Plan, keeper: LeaseKeeper, requests: list, unmatched: list, now: datetime, key: str
+    ) -> bool:
         """Save the plan's history, incidents and handled requests in one transaction, fenced by the lease."""
+        lease = keeper.lease
         history = plan.history.model_dump(mode="json")
         applied_ops: set[str] = set()
         for gh in plan.history.groups.values():
@@ -494,9 +600,9 @@ class Service:
             for inc in gp.incidents:
                 incidents[inc.incident_id] = (gp.group, inc)
         with self.store.begin() as conn:
-            if not self.lease.still_held(lease, now, conn):
+            if keeper.lost or not keeper.manager.still_held(lease, keeper.now(), conn):
                 return False
-            self.store.save_history(history, now, lease.epoch, conn)
+            self.store.save_history(history, now, lease.epoch, conn, key=key)
             record_forecasts(self.store, plan.history.groups, now, conn)
             for gname, inc in incidents.values():
                 new = self.store.upsert_incident(
@@ -628,12 +734,13 @@ class Service:
     def close(self, release_lease: bool = True) -> None:
         if release_lease:
             try:
-                self.lease.release(wall_clock())
+                self.shards.release(wall_clock())
             except Exception:  # the database may be gone at shutdown; the lease then simply expires
                 log.warning("could not release the lease at shutdown")
         if self.notifier is not None:
             self.notifier.stop(timeout_s=5)
         logging.getLogger("fleet.cloud").removeHandler(self._retried)
+        self.pools.close()
         self.store.close()
 
 
@@ -659,4 +766,26 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         isolated_at=inc.isolated_at,
         closed_at=inc.closed_at,
         body=inc.model_dump(mode="json"),
+    )
+
+
+def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:
+    """The part of a tick's observation that concerns one shard's groups (its errors go with the first)."""
+    return Observation(
+        at=observation.at,
+        groups={n: observation.groups[n] for n in names if n in observation.groups},
+        errors=list(observation.errors) if first else [],
+        api_calls=observation.api_calls if first else 0,
+    )
+
+
+def _merged(a: Plan, b: Plan) -> Plan:
+    """Two shards' plans as one, for the tick's result and the status view (histories stay per shard)."""
+    groups = {**a.history.groups, **b.history.groups}
+    return a.model_copy(
+        update={
+            "groups": [*a.groups, *b.groups],
+            "warnings": [*a.warnings, *b.warnings],
+            "history": a.history.model_copy(update={"groups": groups}),
+        }
     )

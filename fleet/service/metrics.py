@@ -62,6 +62,21 @@ class ServiceMetrics:
             registry=r,
         )
         self.leader = Gauge("fleet_leader", "1 while this replica holds the lease.", registry=r)
+        self.calls_per_tick = Gauge(
+            "fleet_tick_api_calls",
+            "Cloud API requests made by the last tick, by Action (pages and retries included).",
+            ["action"],
+            registry=r,
+        )
+        self.shard_owned = Gauge(
+            "fleet_shard_owned",
+            "1 for each shard whose lease this replica held at its last tick.",
+            ["shard"],
+            registry=r,
+        )
+        self.shard_epoch = Gauge(
+            "fleet_shard_epoch", "The fencing epoch of each shard this replica holds.", ["shard"], registry=r
+        )
         self.desired = Gauge("fleet_group_desired_capacity", "ESS desired capacity.", ["group"], registry=r)
         self.in_service = Gauge("fleet_group_in_service", "InService instances.", ["group"], registry=r)
         self.paused = Gauge(

@@ -1,11 +1,19 @@
-"""Observe: read what the cloud says about each group and turn it into the policy engine's vocabulary.
+"""Observe: read what the cloud says about the groups and turn it into the policy engine's vocabulary.
 
-Per tick and group: one DescribeScalingInstances, one DescribeScalingActivities, and per needed metric one
-batched CloudMonitor read covering every instance of the group (the adapter packs up to 50 instances into the
-``Dimensions`` list of one call); ECS full status with the active system events, 100 instances per call.
-Groups are resolved in one DescribeScalingGroups for all of them. API calls per tick therefore grow with
-groups and metrics, not with instances (beyond pagination).
+API calls per tick grow with metrics and regions, not with groups or instances:
 
+- groups: one DescribeScalingGroups per 20 configured ids (or, for more than 20, the region's whole list in
+  pages of 50, filtered here);
+- instances: one DescribeScalingInstances per group, skipped while the group's capacity counts (from
+  DescribeScalingGroups) are unchanged and its copy is younger than ``instances_refresh_s`` (0: every tick);
+  activities in progress only for groups whose counts say something is in flight (or that have no desired
+  capacity, which hides it);
+- metrics: per metric and (account, region) one DescribeMetricLast over the instances of *all* groups that
+  need it (the adapter packs 50 instances per call, or scans the namespace for large fleets), split by group;
+- ECS health and active system events: 100 instances per DescribeInstancesFullStatus, or for large fleets
+  the region's Impaired instances and those with an event (two filtered reads).
+
+Calls that remain run concurrently through a bounded, rate-limited pool per product (``fleet.service.pool``).
 Each group reads its metrics from its ``metrics_source`` (``fleet.service.sources``: CloudMonitor by
 default, or Prometheus), always under the canonical names of ``policies.metrics``; the service never reads a
 metric no rule needs. A failed read leaves that metric (or group) out: unknown, never zero, so the policies
@@ -14,13 +22,19 @@ can refuse to scale in on it. Staleness is tracked per group and metric as the a
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from fleet.cloud.clients import CloudClients
+from fleet.cloud.ecs import MAX_IDS_PER_CALL
 from fleet.cloud.errors import CloudError
+from fleet.cloud.ess import MAX_GROUP_FILTER
+from fleet.cloud.retry import count_calls
 from fleet.cloud.types import (
     InstanceHealth,
     MetricPoint,
@@ -29,6 +43,7 @@ from fleet.cloud.types import (
     ScalingInstance,
 )
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
+from fleet.service.pool import CallPools
 from fleet.service.sanitize import SampleGuard
 from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
@@ -43,6 +58,9 @@ _UNMEASURED_STATES = frozenset(
 )
 # ECS health codes that mean the instance cannot be trusted to serve (DescribeInstancesFullStatus).
 _ECS_UNHEALTHY = frozenset({"Impaired"})
+# Above this many instances ECS is read region-wide for its exceptions (two filtered reads) rather than in
+# calls of 100 ids.
+ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 
 
 def needed_metrics(spec: GroupSpec) -> set[str]:
@@ -94,11 +112,44 @@ class Observation:
     at: datetime
     groups: dict[str, GroupObservation]
     errors: list[CloudError] = field(default_factory=list)
-    api_calls: int = 0
+    api_calls: int = 0  # wire requests, retries and pages included
+    calls_by_action: dict[str, int] = field(default_factory=dict)
+
+
+# Scope of an observation: (account profile or None for the default, region or None for the fleet's).
+Scope = tuple[str | None, str | None]
+ClientsFor = Callable[[Scope], CloudClients]
+
+
+def scope_of(spec: GroupSpec) -> Scope:
+    """The (account, region) a group lives in; None parts mean the fleet's defaults."""
+    return (getattr(spec, "account", None), getattr(spec, "region", None))
+
+
+@dataclass(frozen=True)
+class _Cached:
+    """A group's scaling instances as last read, with the capacity counts they were read at."""
+
+    signature: tuple[object, ...]
+    read_at: datetime
+    instances: list[ScalingInstance]
+
+
+@dataclass
+class _Metric:
+    """One batched metric read: a source's canonical metric over every group of a scope that needs it."""
+
+    source: MetricSource
+    canonical: str
+    groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
 
 
 class Observer:
-    """Reads the cloud for a set of group specs. Holds only the name -> group id resolution cache."""
+    """Reads the cloud for a set of group specs. Holds the name -> group id resolution and instance caches.
+
+    ``clients_for`` gives the clients of an (account, region) scope (default: ``clients`` for every scope);
+    ``pools`` runs the per-group and per-metric reads concurrently (default: inline, one after another).
+    """
 
     def __init__(
         self,
@@ -107,26 +158,64 @@ class Observer:
         *,
         on_error: Callable[[CloudError], None] | None = None,
         read_ecs: bool = True,
+        pools: CallPools | None = None,
+        instances_refresh_s: float = 0.0,
+        clients_for: ClientsFor | None = None,
     ) -> None:
         self.clients = clients
         self.specs = list(specs)
         self.on_error = on_error
         self.read_ecs = read_ecs
+        self.pools = pools or CallPools(workers=1)
+        self.instances_refresh_s = float(instances_refresh_s)
+        self.clients_for: ClientsFor = clients_for or (lambda _scope: clients)
         self._group_ids: dict[str, str] = {
             s.name: s.scaling_group_id for s in self.specs if s.scaling_group_id
         }
-        # where each group's metrics come from (its metrics_source; CloudMonitor by default)
-        self.sources: dict[str, MetricSource] = {s.name: source_for(s, clients) for s in self.specs}
+        # where each group's metrics come from (its metrics_source; CloudMonitor by default); groups of one
+        # scope with the same source share one object, so their reads are batched together
+        self.sources: dict[str, MetricSource] = {}
+        shared: dict[tuple[object, ...], MetricSource] = {}
+        for s in self.specs:
+            key = (scope_of(s), *_source_key(s))
+            if key not in shared:
+                shared[key] = source_for(s, self.clients_for(scope_of(s)))
+            self.sources[s.name] = shared[key]
+        self._instances: dict[str, _Cached] = {}
+        self._cache_lock = threading.Lock()
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
         self.guard = SampleGuard()
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
 
-    def observe(self, now: datetime) -> Observation:
+    def invalidate(self, name: str) -> None:
+        """Forget a group's cached instances (after a write to it): the next tick reads them again."""
+        with self._cache_lock:
+            self._instances.pop(name, None)
+
+    def observe(self, now: datetime, names: Iterable[str] | None = None) -> Observation:
+        """Observe every configured group, or only those named (a replica's shards)."""
+        wanted = None if names is None else set(names)
+        specs = [s for s in self.specs if wanted is None or s.name in wanted]
         obs = Observation(at=now, groups={})
-        groups = self._describe_groups(obs)
-        for spec in self.specs:
+        with count_calls() as counts:
+            by_scope: dict[Scope, list[GroupSpec]] = {}
+            for spec in specs:
+                by_scope.setdefault(scope_of(spec), []).append(spec)
+            for scope, scoped in by_scope.items():
+                self._observe_scope(scope, scoped, now, obs)
+        obs.calls_by_action = dict(counts)
+        obs.api_calls = sum(counts.values())
+        obs.groups = {s.name: obs.groups[s.name] for s in specs}  # configuration order
+        return obs
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _observe_scope(self, scope: Scope, specs: list[GroupSpec], now: datetime, obs: Observation) -> None:
+        clients = self.clients_for(scope)
+        groups = self._describe_groups(clients, specs, obs)
+        resolved: list[tuple[GroupSpec, ScalingGroup]] = []
+        for spec in specs:
             gid = self._group_ids.get(spec.name)
             group = groups.get(gid) if gid and groups else None
             if group is None:
@@ -137,117 +226,249 @@ class Observer:
                 )
                 obs.groups[spec.name] = g
                 continue
-            obs.groups[spec.name] = self._observe_group(spec, group, now, obs)
-        return obs
+            resolved.append((spec, group))
+        # Only groups with something to read go through the (rate-limited) pool; the others are cached.
+        needy = [job for job in resolved if any(self._reads_needed(job[0], job[1], now))]
+        got_by_name = {
+            spec.name: got
+            for (spec, _), got in zip(
+                needy,
+                self.pools.run("ess", lambda job: self._read_group(clients, job[0], job[1], now), needy),
+                strict=True,
+            )
+        }
+        read = [
+            got_by_name.get(spec.name) or self._read_group(clients, spec, group, now)
+            for spec, group in resolved
+        ]
+        observed: list[tuple[GroupSpec, GroupObservation]] = []
+        for (spec, _), got in zip(resolved, read, strict=True):
+            if isinstance(got, CloudError):
+                self._fail(obs, got, f"{spec.name} instances")
+                got = GroupObservation(name=spec.name, ok=False, errors=[str(got)])
+            elif isinstance(got, Exception):
+                raise got
+            obs.groups[spec.name] = got
+            if got.ok:
+                observed.append((spec, got))
+        if self.read_ecs:
+            # isolation reads health and system events; a group buying spot reads its reclaim notices there
+            ecs_groups = [g for spec, g in observed if spec.isolation.enabled or _buys_spot(spec)]
+            self._read_ecs(clients, ecs_groups, obs)
+        self._read_metrics(observed, now, obs)
 
-    # -- internals ------------------------------------------------------------------------------------
     def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
         obs.errors.append(exc)
         log.warning("observe %s failed: %s", where, exc)
         if self.on_error is not None:
             self.on_error(exc)
 
-    def _describe_groups(self, obs: Observation) -> dict[str, ScalingGroup] | None:
+    def _describe_groups(
+        self, clients: CloudClients, specs: list[GroupSpec], obs: Observation
+    ) -> dict[str, ScalingGroup] | None:
         """The configured groups by id; None when ESS could not be read (as opposed to found nothing)."""
-        ids = sorted({s.scaling_group_id for s in self.specs if s.scaling_group_id})
+        ids = sorted({s.scaling_group_id for s in specs if s.scaling_group_id})
         names = sorted(
-            {s.scaling_group_name for s in self.specs if s.scaling_group_name and not s.scaling_group_id}
+            {s.scaling_group_name for s in specs if s.scaling_group_name and not s.scaling_group_id}
         )
         found: dict[str, ScalingGroup] = {}
         try:
-            if ids:
-                obs.api_calls += 1
-                for g in self.clients.ess.describe_scaling_groups(group_ids=ids):
-                    found[g.group_id] = g
-            if names:
-                obs.api_calls += 1
-                for g in self.clients.ess.describe_scaling_groups(names=names):
-                    found[g.group_id] = g
-                    for spec in self.specs:
-                        if spec.scaling_group_name == g.name and not spec.scaling_group_id:
-                            self._group_ids[spec.name] = g.group_id
+            if len(ids) + len(names) > MAX_GROUP_FILTER:
+                # More than one filtered call: the region's list in pages of 50 costs fewer calls.
+                listing = clients.ess.describe_scaling_groups()
+                wanted_ids, wanted_names = set(ids), set(names)
+                listed = [g for g in listing if g.group_id in wanted_ids or g.name in wanted_names]
+            else:
+                listed = clients.ess.describe_scaling_groups(group_ids=ids) if ids else []
+                if names:
+                    listed += clients.ess.describe_scaling_groups(names=names)
         except CloudError as exc:
             self._fail(obs, exc, "DescribeScalingGroups")
             return None
+        by_name = {g.name: g for g in listed}
+        for g in listed:
+            found[g.group_id] = g
+        for spec in specs:
+            if spec.scaling_group_name and not spec.scaling_group_id and spec.scaling_group_name in by_name:
+                self._group_ids[spec.name] = by_name[spec.scaling_group_name].group_id
         return found
 
-    def _observe_group(
-        self, spec: GroupSpec, group: ScalingGroup, now: datetime, obs: Observation
+    def _read_group(
+        self, clients: CloudClients, spec: GroupSpec, group: ScalingGroup, now: datetime
     ) -> GroupObservation:
+        """A group's instances (cached while its counts are unchanged) and its activities in progress."""
         g = GroupObservation(name=spec.name, ok=True, group=group)
-        ess = self.clients.ess
-        try:
-            obs.api_calls += 2
-            g.instances = ess.describe_scaling_instances(group.group_id)
-            g.activities_in_progress = ess.describe_scaling_activities(
+        read_instances, read_activities = self._reads_needed(spec, group, now)
+        if read_instances:
+            g.instances = clients.ess.describe_scaling_instances(group.group_id)
+            with self._cache_lock:
+                self._instances[spec.name] = _Cached(_signature(group), now, list(g.instances))
+        else:
+            g.instances = list(self._instances[spec.name].instances)
+        if read_activities:
+            g.activities_in_progress = clients.ess.describe_scaling_activities(
                 group.group_id, status_code="InProgress", limit=10
             )
-        except CloudError as exc:
-            self._fail(obs, exc, f"{spec.name} instances")
-            g.ok = False
-            g.errors.append(str(exc))
-            return g
-        measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
-        all_ids = [i.instance_id for i in g.instances]
-        spot = spec.capacity_mix is not None and spec.capacity_mix.buys_spot  # reclaim notices are ECS events
-        if self.read_ecs and all_ids and (spec.isolation.enabled or spot):
-            self._read_ecs(g, all_ids, obs)
-        for canonical in sorted(needed_metrics(spec)):
-            self._read_metric(g, canonical, measured, now, obs)
         return g
 
-    def _read_ecs(self, g: GroupObservation, ids: list[str], obs: Observation) -> None:
+    def _reads_needed(self, spec: GroupSpec, group: ScalingGroup, now: datetime) -> tuple[bool, bool]:
+        """(read the instances, read the activities) for a group this tick."""
+        with self._cache_lock:
+            cached = self._instances.get(spec.name)
+        changed = cached is None or cached.signature != _signature(group)
+        # Each group's refresh falls due between half and all of instances_refresh_s after its read (by a
+        # hash of its name), so the groups read together at start-up do not all fall due in the same tick.
+        due_s = self.instances_refresh_s * (0.5 + 0.5 * _hash_fraction(spec.name))
+        stale = cached is None or (now - cached.read_at).total_seconds() >= due_s
+        # An activity shows in the counts (instances joining or leaving, or size short of desired); a refresh
+        # that is only due by time, with counts unchanged and nothing in flight, need not read them.
+        activities = changed or self.instances_refresh_s <= 0 or _in_flight(group)
+        return changed or stale, activities
+
+    def _read_ecs(self, clients: CloudClients, groups: list[GroupObservation], obs: Observation) -> None:
         # DescribeInstancesFullStatus takes up to 100 ids per call and carries each instance's active
         # (scheduled, executing, inquiring) system events; DescribeInstanceHistoryEvents takes one instance
         # per call, so it is left to diagnosis and never read per tick.
+        owner = {i.instance_id: g for g in groups for i in g.instances}
+        if not owner:
+            return
+        ids = list(owner)
+        scan = getattr(clients.ecs, "describe_full_status_exceptions", None)
         try:
-            obs.api_calls += 1
-            for h in self.clients.ecs.describe_full_status(ids):
-                g.health[h.instance_id] = h
-                if h.events:
-                    g.events.setdefault(h.instance_id, []).extend(h.events)
+            if len(ids) > ECS_SCAN_MIN_IDS and scan is not None:
+                healths = scan()
+            else:
+                chunks = [ids[i : i + MAX_IDS_PER_CALL] for i in range(0, len(ids), MAX_IDS_PER_CALL)]
+                healths = []
+                for got in self.pools.run("ecs", clients.ecs.describe_full_status, chunks):
+                    if isinstance(got, Exception):
+                        raise got
+                    healths.extend(got)
         except CloudError as exc:
-            self._fail(obs, exc, f"{g.name} DescribeInstancesFullStatus")
-            g.errors.append(str(exc))
+            self._fail(obs, exc, "DescribeInstancesFullStatus")
+            for g in groups:
+                g.errors.append(str(exc))
+            return
+        for h in healths:
+            holder = owner.get(h.instance_id)
+            if holder is None:
+                continue  # another fleet's instance in a region-wide answer
+            holder.health[h.instance_id] = h
+            if h.events:
+                holder.events.setdefault(h.instance_id, []).extend(h.events)
 
-    def _read_metric(
-        self, g: GroupObservation, canonical: str, ids: list[str], now: datetime, obs: Observation
+    def _read_metrics(
+        self, observed: list[tuple[GroupSpec, GroupObservation]], now: datetime, obs: Observation
     ) -> None:
-        if not ids:
-            g.staleness_s[canonical] = None
-            return
-        source = self.sources[g.name]
-        name = source.describe(canonical)
-        try:
-            obs.api_calls += 1
-            points = source.read_last(canonical, ids)
-        except CloudError as exc:
-            self._fail(obs, exc, f"{g.name} {name}")
-            g.errors.append(str(exc))
-            g.staleness_s[canonical] = None
-            return
-        points = self.guard.filter(g.name, canonical, name, points, now)
-        wanted = set(ids)
-        by_instance: dict[str, list[MetricPoint]] = {}
-        for p in points:
-            if p.instance_id in wanted and p.value is not None:
-                by_instance.setdefault(p.instance_id, []).append(p)
-        newest: datetime | None = None
-        for iid, pts in by_instance.items():
-            if canonical == pm.GPU_XID:
-                g.xids[iid] = [
-                    XidEvent(
-                        code=int(p.value),
-                        at=p.timestamp,
-                        gpu=p.dimensions.get("gpu") or p.dimensions.get("gpuId"),
-                    )
-                    for p in pts
-                    if p.value
-                ]
-            sample = combine(canonical, pts)
-            g.metrics.setdefault(iid, {})[canonical] = sample
-            newest = sample.at if newest is None or sample.at > newest else newest
-        g.staleness_s[canonical] = None if newest is None else max(0.0, (now - newest).total_seconds())
+        """One read per (source, metric) over every group that needs it, then split by group."""
+        reads: dict[tuple[int, str], _Metric] = {}
+        for spec, g in observed:
+            measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
+            source = self.sources[spec.name]
+            for canonical in sorted(needed_metrics(spec)):
+                if not measured:
+                    g.staleness_s[canonical] = None
+                    continue
+                read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
+                read.groups.append((g, measured))
+        batches = list(reads.values())
+
+        def fetch(read: _Metric) -> list[MetricPoint]:
+            ids = [iid for _, measured in read.groups for iid in measured]
+            return read.source.read_last(read.canonical, ids)
+
+        for read, got in zip(batches, self.pools.run("cms", fetch, batches), strict=True):
+            if isinstance(got, CloudError):
+                self._fail(obs, got, f"{read.source.describe(read.canonical)}")
+                for g, _ in read.groups:
+                    g.errors.append(str(got))
+                    g.staleness_s[read.canonical] = None
+                continue
+            if isinstance(got, Exception):
+                raise got
+            owner = {iid: g for g, measured in read.groups for iid in measured}
+            by_group: dict[str, list[MetricPoint]] = {}
+            for p in got:
+                holder = owner.get(p.instance_id or "")
+                if holder is not None:
+                    by_group.setdefault(holder.name, []).append(p)
+            name = read.source.describe(read.canonical)
+            for g, measured in read.groups:
+                # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
+                points = self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now)
+                apply_metric(g, read.canonical, measured, points, now)
+
+
+def _buys_spot(spec: GroupSpec) -> bool:
+    return spec.capacity_mix is not None and spec.capacity_mix.buys_spot
+
+
+def apply_metric(
+    g: GroupObservation, canonical: str, ids: Sequence[str], points: Iterable[MetricPoint], now: datetime
+) -> None:
+    """Keep the points of this group's instances, one sample per instance, and the metric's staleness."""
+    wanted = set(ids)
+    by_instance: dict[str, list[MetricPoint]] = {}
+    for p in points:
+        if p.instance_id in wanted and p.value is not None:
+            by_instance.setdefault(p.instance_id, []).append(p)
+    newest: datetime | None = None
+    for iid, pts in by_instance.items():
+        if canonical == pm.GPU_XID:
+            g.xids[iid] = [
+                XidEvent(
+                    code=int(p.value),
+                    at=p.timestamp,
+                    gpu=p.dimensions.get("gpu") or p.dimensions.get("gpuId"),
+                )
+                for p in pts
+                if p.value
+            ]
+        sample = combine(canonical, pts)
+        g.metrics.setdefault(iid, {})[canonical] = sample
+        newest = sample.at if newest is None or sample.at > newest else newest
+    g.staleness_s[canonical] = None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def _source_key(spec: GroupSpec) -> tuple[object, ...]:
+    """Groups whose metrics_source is configured alike read through one source."""
+    config: Any = getattr(spec, "metrics_source", None)
+    kind = getattr(config, "type", None) or "cloudmonitor"
+    if kind == "prometheus":
+        labels = tuple(sorted((getattr(config, "labels", None) or {}).items()))
+        return (kind, str(config.url), labels, getattr(config, "instance_label", None))
+    return (kind,)
+
+
+def _hash_fraction(name: str) -> float:
+    """A stable number in [0, 1) from a group's name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") / 2**32
+
+
+def _signature(group: ScalingGroup) -> tuple[object, ...]:
+    """What DescribeScalingGroups says about a group's instances: unchanged counts, unchanged instances."""
+    return (
+        group.lifecycle_state,
+        group.desired_capacity,
+        group.total_capacity,
+        group.active_capacity,
+        group.pending_capacity,
+        group.removing_capacity,
+        group.standby_capacity,
+        group.protected_capacity,
+        group.stopped_capacity,
+    )
+
+
+def _in_flight(group: ScalingGroup) -> bool:
+    """Whether an activity may be running: instances joining or leaving, or the size not yet at desired.
+
+    A group without desired capacity shows no target to compare with, so it is always read."""
+    if group.desired_capacity is None:
+        return True
+    return bool(
+        group.pending_capacity or group.removing_capacity or group.desired_capacity != group.total_capacity
+    )
 
 
 def combine(canonical: str, points: Iterable[MetricPoint]) -> MetricSample:

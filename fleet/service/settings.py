@@ -24,6 +24,10 @@ class ServiceSettings:
     service_name: str = "fleet"
     tick_interval_s: float = 15.0
     lease_ttl_s: float = 45.0
+    lease_shards: int = 1
+    lease_renew_interval_s: float | None = None  # None: a third of the TTL (0: never renewed mid-tick)
+    observe_workers: int = 8
+    instances_refresh_s: float = 0.0
     schedule_sync_interval_s: float = 300.0
     notify_scale_min_change: int = 1
     api_host: str = "127.0.0.1"
@@ -40,6 +44,9 @@ class ServiceSettings:
             tick_interval_s=tick,
             # A lease shorter than two ticks would lapse between renewals: every tick would be a takeover.
             lease_ttl_s=max(float(config.lease.ttl_s), 2 * tick + 1.0),
+            lease_shards=config.lease.shards,
+            observe_workers=config.observe.workers,
+            instances_refresh_s=float(config.observe.instances_refresh_s),
             schedule_sync_interval_s=float(config.schedule_sync_interval_s),
             notify_scale_min_change=config.notify_scale_min_change,
             api_host=config.api.host or "127.0.0.1",

@@ -485,26 +485,34 @@ class Store:
             return int(c.execute(q).scalar_one())
 
     # -- policy history -------------------------------------------------------------------------------
-    def load_history(self) -> dict[str, Any] | None:
+    def load_history(self, key: str | None = None) -> dict[str, Any] | None:
+        """The persisted policy history of this service (or of one of its shards: ``key``)."""
         with self.engine.connect() as c:
             row = c.execute(
-                sa.select(policy_state.c.history).where(policy_state.c.service == self.service)
+                sa.select(policy_state.c.history).where(policy_state.c.service == (key or self.service))
             ).first()
         return None if row is None else row[0]
 
     def save_history(
-        self, history: dict[str, Any], now: datetime, epoch: int | None, conn: Connection | None = None
+        self,
+        history: dict[str, Any],
+        now: datetime,
+        epoch: int | None,
+        conn: Connection | None = None,
+        key: str | None = None,
     ) -> None:
+        service = key or self.service
+
         def _write(c: Connection) -> None:
             updated = c.execute(
                 sa.update(policy_state)
-                .where(policy_state.c.service == self.service)
+                .where(policy_state.c.service == service)
                 .values(history=history, updated_at=now, lease_epoch=epoch)
             )
             if updated.rowcount == 0:
                 c.execute(
                     sa.insert(policy_state).values(
-                        service=self.service, history=history, updated_at=now, lease_epoch=epoch
+                        service=service, history=history, updated_at=now, lease_epoch=epoch
                     )
                 )
 

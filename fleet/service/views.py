@@ -8,9 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
+
 from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
-from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human
+from fleet.service.shards import SHARD_INFIX
+from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human, leases, policy_state
 from policies.model import LifecycleState, Plan
 
 
@@ -97,10 +100,56 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
             "expires_at": lease.expires_at.isoformat(),
             "valid": lease.valid_at(now),
         },
+        "shards": shard_views(store, now),
         "groups": groups,
         "decisions": [decision_view(d) for d in decisions[:20]],
         "incidents": incidents,
     }
+
+
+def shard_views(store: Store, now: datetime) -> list[dict[str, Any]]:
+    """Each shard's lease (holder, epoch, expiry) and last tick (its history's save), with its groups.
+
+    One shard (the default) is the service's own lease and history; sharded services keep
+    ``<service>/shard-<k>`` for both (``fleet.service.shards``)."""
+    prefix = f"{store.service}{SHARD_INFIX}"
+
+    def shard_no(name: str) -> int | None:
+        if name == store.service:
+            return 0
+        tail = name[len(prefix) :] if name.startswith(prefix) else ""
+        return int(tail) if tail.isdigit() else None
+
+    with store.engine.connect() as c:
+        lease_rows = c.execute(
+            sa.select(leases.c.name, leases.c.holder, leases.c.epoch, leases.c.expires_at).where(
+                sa.or_(leases.c.name == store.service, leases.c.name.like(prefix + "%"))
+            )
+        ).all()
+        state_rows = c.execute(
+            sa.select(policy_state.c.service, policy_state.c.updated_at, policy_state.c.history).where(
+                sa.or_(policy_state.c.service == store.service, policy_state.c.service.like(prefix + "%"))
+            )
+        ).all()
+    out: dict[int, dict[str, Any]] = {}
+    for name, holder, epoch, expires_at in lease_rows:
+        k = shard_no(name)
+        if k is not None:
+            out[k] = {
+                "shard": k,
+                "holder": holder,
+                "epoch": int(epoch),
+                "expires_at": expires_at.isoformat(),
+                "valid": now < expires_at,
+                "last_tick": None,
+                "groups": [],
+            }
+    for name, updated_at, history in state_rows:
+        k = shard_no(name)
+        if k is not None and k in out:
+            out[k]["last_tick"] = updated_at.isoformat() if updated_at else None
+            out[k]["groups"] = sorted((history or {}).get("groups", {}))
+    return [out[k] for k in sorted(out)]
 
 
 def decision_view(d: DecisionRecord) -> dict[str, Any]:

@@ -94,6 +94,9 @@ class FakeCloud:
         # (product, action) of recent requests and a count per Action, for tests; bounded for long runs.
         self.calls: deque[tuple[str, str]] = deque(maxlen=10_000)
         self.call_counts: Counter[str] = Counter()
+        # Writes with who sent them (the request's AccessKeyId) and the scaling group they name: lets a test
+        # or benchmark check that no group ever had two writers at once. Bounded like ``calls``.
+        self.writes: deque[tuple[float, str, str, str, str | None]] = deque(maxlen=100_000)
         self._init_state()
 
     def _init_state(self) -> None:
@@ -106,6 +109,7 @@ class FakeCloud:
         self.vswitch_zones: dict[str, str] = {}
         self.faults = FaultInjector(random.Random(f"faults-{self.seed}"))
         self.calls.clear()
+        self.writes.clear()
         self.call_counts.clear()
         self.ecs = EcsBackend(self)
         self.cms = CmsBackend(self)
@@ -180,6 +184,16 @@ class FakeCloud:
                     raise not_implemented(f"{product.upper()} action {action!r}")
                 self.calls.append((product, action))
                 self.call_counts[action] += 1
+                if not action.startswith(("Describe", "List", "Get")):
+                    self.writes.append(
+                        (
+                            self.clock.now().timestamp(),
+                            product,
+                            action,
+                            _caller(params, lowered),
+                            params.get("ScalingGroupId"),
+                        )
+                    )
                 self._run_timers()
                 latency_s, fault = self.faults.check(product, action)
                 if fault is not None:
@@ -437,3 +451,15 @@ class FakeCloud:
         """Forget every resource, metric, fault and timer (the clock keeps its time)."""
         with self.lock:
             self._init_state()
+
+
+def _caller(params: dict[str, str], headers: dict[str, str]) -> str:
+    """The AccessKeyId a request was signed with: a query parameter (RPC signature v1) or the
+    ``Credential=`` of an ACS3 Authorization header."""
+    if params.get("AccessKeyId"):
+        return params["AccessKeyId"]
+    auth = headers.get("authorization") or ""
+    for part in auth.replace(",", " ").split():
+        if part.startswith("Credential="):
+            return part.removeprefix("Credential=")
+    return ""

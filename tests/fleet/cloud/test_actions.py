@@ -61,6 +61,7 @@ def calls_for(c: CloudClients) -> dict[str, Callable[[], object]]:
         ),
         "ecs.describe_instances": lambda: c.ecs.describe_instances(["i-1"]),
         "ecs.describe_full_status": lambda: c.ecs.describe_full_status(["i-1"]),
+        "ecs.describe_full_status_exceptions": lambda: c.ecs.describe_full_status_exceptions(),
         "ecs.describe_history_events": lambda: c.ecs.describe_history_events(["i-1"]),
         "ecs.reboot_instance": lambda: c.ecs.reboot_instance("i-1"),
     }

@@ -190,6 +190,7 @@ def test_actions_sent_to_the_fake_equal_the_actions_tuples(cloud, clients):
         ),
         "ecs.describe_instances": lambda: clients.ecs.describe_instances([iid]),
         "ecs.describe_full_status": lambda: clients.ecs.describe_full_status([iid]),
+        "ecs.describe_full_status_exceptions": lambda: clients.ecs.describe_full_status_exceptions(),
         "ecs.describe_history_events": lambda: clients.ecs.describe_history_events([iid]),
         "ecs.reboot_instance": lambda: clients.ecs.reboot_instance(
             clients.ess.describe_scaling_instances(group_id, lifecycle_states=["InService"])[0].instance_id

@@ -88,7 +88,7 @@ class World:
             **os.environ,
             "FLEET_ALIYUN_ENDPOINT": self.server.endpoint,
             "FLEET_API_TOKEN": TOKEN,
-            "ALIBABA_CLOUD_ACCESS_KEY_ID": "e2e-ak",
+            "ALIBABA_CLOUD_ACCESS_KEY_ID": f"e2e-ak-{holder}",  # the fake logs each write's sender
             "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "e2e-secret-never-logged",
             "PYTHONPATH": str(REPO),
         }
@@ -598,3 +598,76 @@ def test_against_the_fake_cloud_command_over_http_only(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(10)
+
+
+# -- several replicas on PostgreSQL (issue 18): sharded leadership, SIGKILL and SIGSTOP ----------------------
+SHARDED = "lease: {ttl_s: 3, shards: 12}\n"
+
+
+def _writers(world, since_s: float = 0.0) -> dict[str, set[str]]:
+    """Scaling group -> AccessKeyIds that wrote to it (the fake's write log) since ``since_s``."""
+    out: dict[str, set[str]] = {}
+    for at, _product, _action, caller, group in list(world.cloud.writes):
+        if group and at >= since_s:
+            out.setdefault(group, set()).add(caller)
+    return out
+
+
+def _sharded_config(world, port: int | None = None) -> Path:
+    path = world.config(SCALE_RULES, port=port)
+    path.write_text(path.read_text().replace("lease: {ttl_s: 3}\n", SHARDED))
+    return path
+
+
+def _shard_holders(world) -> dict[str, str]:
+    engine = world.store().engine
+    import sqlalchemy as sa
+
+    from fleet.service.store import leases
+
+    with engine.connect() as c:
+        now = time_now()
+        rows = c.execute(sa.select(leases.c.name, leases.c.holder, leases.c.expires_at)).all()
+    return {name: holder for name, holder, exp in rows if "/shard-" in name and exp > now}
+
+
+def test_three_replicas_on_postgresql_kill_one_hand_over_no_double_write(postgres_url, world):
+    world.db_url = postgres_url
+    world.publish_queue(6.0)
+    procs = {h: world.serve(_sharded_config(world), "--port", str(free_port()), holder=h) for h in "abc"}
+    wait_for(lambda: set(_shard_holders(world).values()) == set("abc"), what="all three leading some shards")
+    wait_for(lambda: len(_shard_holders(world)) == 12, what="every shard held")
+    held_by_c = [n for n, h in _shard_holders(world).items() if h == "c"]
+    procs["c"].send_signal(signal.SIGKILL)
+    procs["c"].wait(10)
+    killed = time.monotonic()
+    wait_for(
+        lambda: all(_shard_holders(world).get(n) in ("a", "b") for n in held_by_c),
+        timeout_s=2 * 3 + 3,
+        what="c's shards held by a or b",
+    )
+    assert time.monotonic() - killed <= 2 * 3 + 1.0  # within two TTLs (plus a tick of polling)
+    # the one group has one writer at a time: never two senders within one TTL of each other
+    rows = sorted((at, caller) for at, _p, _a, caller, g in world.cloud.writes if g == world.group_id)
+    assert not any(b[1] != a[1] and b[0] - a[0] < 3 for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_a_replica_paused_past_its_ttl_writes_nothing_when_resumed(postgres_url, world):
+    world.db_url = postgres_url
+    world.publish_queue(6.0)
+    cfg = world.config(SCALE_RULES)
+    a = world.serve(cfg, holder="replica-a")
+    wait_for(lambda: _holder(world) == "replica-a", what="replica-a to lead")
+    b = world.serve(cfg, "--port", str(free_port()), holder="replica-b")
+    a.send_signal(signal.SIGSTOP)  # frozen mid-whatever, its lease keeper thread too
+    try:
+        wait_for(lambda: _holder(world) == "replica-b", timeout_s=3 + 6, what="replica-b to take over")
+        time.sleep(1.0)
+        resumed_at = world.cloud.clock.now().timestamp()
+    finally:
+        a.send_signal(signal.SIGCONT)
+    wait_for(_ticked(world, 3), what="ticks after the resume")
+    time.sleep(2.0)
+    late = {g: c for g, c in _writers(world, since_s=resumed_at).items() if "e2e-ak-replica-a" in c}
+    assert not late, f"replica-a wrote after it resumed: {late}\n{world.logs('replica-a')[-2000:]}"
+    assert _holder(world) == "replica-b" and b.poll() is None and a.poll() is None

@@ -1,0 +1,168 @@
+"""Observation that grows with metrics, not groups: one metric read across groups, cached instances,
+region-wide reads for large fleets, and the bounded pools that run what remains."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fleet.cloud.clients import make_clients
+from fleet.cloud.retry import RetryPolicy, count_calls
+from fleet.config import load_config
+from fleet.service.observe import Observer, needed_metrics
+from fleet.service.pool import CallPools, TokenBucket
+from fleet.testing import mock_aliyun
+
+REGION = "cn-chengdu"
+ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
+FAST = RetryPolicy(attempts=2, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+
+
+def _world(tmp_path, cloud, groups: int, instances: int, isolation: bool = False):
+    lines = [f"region: {REGION}", f'account_id: "{cloud.account_id}"', "groups:"]
+    for n in range(groups):
+        gid = cloud.create_group_for_tests(
+            name=f"g{n}",
+            min_size=1,
+            max_size=instances + 5,
+            desired_capacity=instances,
+            in_service=instances,
+            region_id=REGION,
+        )
+        lines += [
+            f"  - name: g{n}",
+            f"    scaling_group_id: {gid}",
+            "    min_size: 1",
+            f"    max_size: {instances + 5}",
+            "    scale_out:",
+            "      - {metric: queue_waiting_per_instance, above: 2, for: 30s}",
+        ]
+        if isolation:
+            rule = "        - {metric: gpu_temperature_c, above: 85, for: 2m}"
+            lines += ["    isolation:", "      rules:", rule]
+    path = tmp_path / "fleet.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_config(path, env={})
+
+
+def _calls(cloud, action: str) -> int:
+    return sum(1 for _, a in cloud.calls if a == action)
+
+
+def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=4, instances=3)
+        for group in cloud.ess.groups.values():
+            for iid in group.instance_ids:
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 7.0)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        cloud.calls.clear()
+        obs = observer.observe(cloud.now())
+        # one call per metric the rules need, whatever the number of groups (per group: four times as many)
+        assert _calls(cloud, "DescribeMetricLast") == len(needed_metrics(cfg.groups[0]))
+        assert _calls(cloud, "DescribeScalingGroups") == 1
+        for name, g in obs.groups.items():
+            own = {i.instance_id for i in g.instances}
+            assert len(own) == 3
+            assert set(g.metrics) == own, name  # each group holds its own instances' samples only
+            assert all(m["queue_waiting"].value == 7.0 for m in g.metrics.values())
+        assert obs.api_calls == len(cloud.calls)
+        assert obs.calls_by_action["DescribeMetricLast"] == len(needed_metrics(cfg.groups[0]))
+
+
+def test_unchanged_groups_reuse_their_instances_until_the_refresh(tmp_path):
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=3, instances=2)
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        observer = Observer(clients, cfg.groups, instances_refresh_s=300)
+        observer.observe(cloud.now())
+        cloud.calls.clear()
+        cloud.advance(15)
+        again = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeScalingInstances") == 0
+        assert _calls(cloud, "DescribeScalingActivities") == 0  # nothing in flight: counts at desired
+        assert all(len(g.instances) == 2 for g in again.groups.values())
+        # a group whose counts change is read again, with its activities
+        first = next(iter(cloud.ess.groups))
+        clients.ess.scale_to(first, 3, client_token="t-batched-1")
+        cloud.calls.clear()
+        observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeScalingInstances") == 1
+        assert _calls(cloud, "DescribeScalingActivities") == 1
+        cloud.advance(301)
+        cloud.calls.clear()
+        observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeScalingInstances") == 3  # the refresh is due for every group
+        # due by time only for the two untouched groups: no activity read; the scaled one changed counts
+        assert _calls(cloud, "DescribeScalingActivities") == 1
+
+
+def test_large_fleets_read_metrics_by_namespace_and_ecs_by_exception(tmp_path):
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=3, instances=90, isolation=True)  # 270 instances
+        hot = next(iter(next(iter(cloud.ess.groups.values())).instance_ids))
+        cloud.publish_metric("acs_ecs_dashboard", "instance_gpu_gpu_temperature", {"instanceId": hot}, 91)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        cloud.calls.clear()
+        obs = observer.observe(cloud.now())
+        # 270 instances in dimension batches of 50 would be 6 calls per metric; the namespace scan is 1 page
+        assert _calls(cloud, "DescribeMetricLast") == len(needed_metrics(cfg.groups[0]))
+        assert _calls(cloud, "DescribeInstancesFullStatus") == 2  # Impaired, and with an active event
+        owner = next(g for g in obs.groups.values() if hot in {i.instance_id for i in g.instances})
+        assert owner.metrics[hot]["gpu_temperature_c"].value == 91
+        others = [g for g in obs.groups.values() if g is not owner]
+        assert all("gpu_temperature_c" not in m for g in others for m in g.metrics.values())
+
+
+def test_pools_run_a_products_reads_on_several_threads_and_count_them():
+    pools = CallPools(workers=4)
+    seen: set[str] = set()
+    barrier = threading.Barrier(4, timeout=5)
+
+    def work(n: int) -> int:
+        barrier.wait()  # only passes when four run at once
+        seen.add(threading.current_thread().name)
+        return n * 2
+
+    try:
+        assert pools.run("ess", work, [1, 2, 3, 4]) == [2, 4, 6, 8]
+    finally:
+        pools.close()
+    assert len(seen) == 4
+
+
+def test_pool_errors_come_back_in_place():
+    pools = CallPools(workers=1)
+
+    def work(n: int) -> int:
+        if n == 2:
+            raise ValueError("two")
+        return n
+
+    out = pools.run("cms", work, [1, 2, 3])
+    assert out[0] == 1 and out[2] == 3 and isinstance(out[1], ValueError)
+
+
+def test_token_bucket_holds_the_rate():
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    bucket = TokenBucket(10.0, burst=1.0, clock=lambda: now[0], sleep=sleep)
+    for _ in range(11):
+        bucket.acquire()
+    assert now[0] == pytest.approx(1.0)  # the first is free, ten more at 10/s take a second
+
+
+def test_count_calls_nests():
+    from fleet.cloud.retry import call
+
+    with count_calls() as outer:
+        call(FAST, "ess", "A", lambda: None)
+        with count_calls() as inner:
+            call(FAST, "ess", "B", lambda: None)
+    assert outer == {"A": 1, "B": 1} and inner == {"B": 1}
