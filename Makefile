@@ -14,10 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# ruff (rules and complexity in pyproject's [tool.ruff]), mypy ([tool.mypy]: strict on policies/ and sizing/),
+# ruff (rules, complexity and formatting in pyproject's [tool.ruff]), mypy ([tool.mypy]: strict on policies/ and sizing/),
 # import-linter ([tool.importlinter]: the layers and the pure cores).
 lint: $(STAMP)
-	$(BIN)/ruff check fleet policies sizing tests
+	$(BIN)/ruff check fleet policies sizing tests benchmarks
+	$(BIN)/ruff format --check fleet policies sizing tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -56,9 +56,7 @@ class NotificationChannel(_Section):
 
     type: Literal["webhook", "dingtalk", "wecom", "feishu"]
     url: str = Field(repr=False, description="robot webhook URLs carry an access token: kept out of reprs")
-    secret: SecretStr | None = Field(
-        default=None, description="robot signing secret (DingTalk, Feishu)"
-    )
+    secret: SecretStr | None = Field(default=None, description="robot signing secret (DingTalk, Feishu)")
 
     @field_validator("url")
     @classmethod
@@ -121,7 +119,9 @@ class MetricsSource(_Section):
         if self.url is not None and not (
             self.url.startswith(("http://", "https://")) and urlsplit(self.url).hostname
         ):
-            raise ValueError("url must be an http:// or https:// URL with a host, e.g. http://prometheus:9090")
+            raise ValueError(
+                "url must be an http:// or https:// URL with a host, e.g. http://prometheus:9090"
+            )
         if self.type == "cloudmonitor" and (self.url is not None or self.labels):
             # these only mean something to a prometheus source: set here, they would be silently ignored
             raise ValueError("url and labels apply to type: prometheus only; add it or drop them")

@@ -319,9 +319,7 @@ def _calibrated(dep: Deployment, dtype: str) -> tuple[Calibration | None, Calibr
     return cal, (cal if cal.applies_to(dep.model, dep.gpu, dep.tp, dtype) else None)
 
 
-def _memory_terms(
-    dep: Deployment, dtype: str, tokens: int, seqs: int
-) -> tuple[list[MemoryTerm], int]:
+def _memory_terms(dep: Deployment, dtype: str, tokens: int, seqs: int) -> tuple[list[MemoryTerm], int]:
     """weights, activation body, sampler, non-torch and residual terms per GPU; and KV bytes per token."""
     model, tp = dep.model, dep.tp
     gpu_cal, dep_cal = _calibrated(dep, dtype)
@@ -376,9 +374,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     kv_tokens = blocks * dep.block_size
     graphs = cuda_graph_gib(model, dep.engine, seqs)
     terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
-    terms.append(
-        MemoryTerm("CUDA graphs", graphs, _SRC_GRAPHS_V1 if dep.engine == "v1" else _SRC_GRAPHS_V0)
-    )
+    terms.append(MemoryTerm("CUDA graphs", graphs, _SRC_GRAPHS_V1 if dep.engine == "v1" else _SRC_GRAPHS_V0))
     warnings: list[str] = []
     headroom = gpu.visible_gib * (1 - dep.gpu_memory_utilization)
     if headroom < graphs:

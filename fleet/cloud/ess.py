@@ -286,9 +286,7 @@ class EssAdapter:
             instance_types=list(instance_types),
             spot_strategy=spot_strategy,
         )
-        self._call(
-            "ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req)
-        )
+        self._call("ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req))
 
     def set_vswitch_order(self, group_id: str, vswitch_ids: Sequence[str]) -> None:
         """The group's vSwitches in priority order (MultiAZPolicy PRIORITY tries them in this order)."""

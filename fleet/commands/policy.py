@@ -55,13 +55,9 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
         config: Path = typer.Option(..., "--config", "-c", help="fleet.yaml"),
-        snapshot: Path = typer.Option(
-            ..., "--snapshot", "-s", help="observation as JSON (docs/policies.md)"
-        ),
+        snapshot: Path = typer.Option(..., "--snapshot", "-s", help="observation as JSON (docs/policies.md)"),
         history: Path | None = typer.Option(None, "--history", help="the remembered state as JSON"),
-        at: str | None = typer.Option(
-            None, "--at", help="as of this ISO 8601 time (default taken_at)"
-        ),
+        at: str | None = typer.Option(None, "--at", help="as of this ISO 8601 time (default taken_at)"),
         as_json: bool = typer.Option(False, "--json", help="print the whole plan as JSON"),
         save_history: Path | None = typer.Option(
             None, "--save-history", help="write the new history here (to feed the next --history)"

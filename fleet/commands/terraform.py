@@ -41,7 +41,8 @@ def export(
         None, "--at", help="ISO 8601 instant the scheduled tasks' first launches follow (default: now)."
     ),
     scheduled_tasks: bool = typer.Option(
-        True, "--scheduled-tasks/--no-scheduled-tasks",
+        True,
+        "--scheduled-tasks/--no-scheduled-tasks",
         help="Export the schedule floors as ESS scheduled tasks (off: the service's mirroring holds them).",
     ),
 ) -> None:
@@ -109,7 +110,9 @@ def _write_atomically(path: Path, text: str) -> None:
 def check(
     directories: list[Path] = typer.Argument(..., help="Module directories (each checked on its own)."),
     schema: Path | None = typer.Option(
-        None, "--schema", envvar="FLEET_TERRAFORM_SCHEMA",
+        None,
+        "--schema",
+        envvar="FLEET_TERRAFORM_SCHEMA",
         help="alicloud-schema.json (default: ../shared/terraform/alicloud-schema.json next to the repo).",
     ),
     tfvars: list[Path] = typer.Option(

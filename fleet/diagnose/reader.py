@@ -241,6 +241,6 @@ def load_snapshot(path: Path) -> list[Window]:
         message = str(exc)
         for prefix in (f"{path.name}.", f"{path.name}: "):
             if message.startswith(prefix):
-                message = message[len(prefix):]
+                message = message[len(prefix) :]
                 break
         raise SnapshotError(f"{path}: {message}") from None

@@ -104,7 +104,6 @@ class CapacityTable:
         return per_engine * engines
 
 
-
 LEARNED_HOURS = 24  # learned floors cover the coming day
 
 

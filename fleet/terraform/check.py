@@ -49,8 +49,9 @@ from fleet.terraform.hcl import (
 )
 
 # Arguments every resource accepts that the provider schema does not list.
-RESOURCE_META_ARGS = frozenset({"count", "for_each", "depends_on", "provider", "lifecycle", "provisioner",
-                                "connection"})
+RESOURCE_META_ARGS = frozenset(
+    {"count", "for_each", "depends_on", "provider", "lifecycle", "provisioner", "connection"}
+)
 MODULE_META_ARGS = frozenset({"source", "version", "count", "for_each", "depends_on", "providers"})
 
 
@@ -278,8 +279,10 @@ def _limit_problems(spec: Mapping[str, Any], value: Any, allowed: Any) -> list[s
     if "range" in spec and isinstance(value, int | float) and not isinstance(value, bool):
         lo, hi = spec["range"]
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            out.append(f"{value!r} is outside the range {lo if lo is not None else '-inf'}.."
-                       f"{hi if hi is not None else 'inf'}")
+            out.append(
+                f"{value!r} is outside the range {lo if lo is not None else '-inf'}.."
+                f"{hi if hi is not None else 'inf'}"
+            )
     if "length" in spec and isinstance(value, str):
         lo, hi = spec["length"]
         if not lo <= len(value) <= hi:
@@ -325,8 +328,15 @@ class _Checker:
             extra["each"] = _each_resolver(self.scope.value_of(block.body["for_each"], self.scope.scope()))
         self.check_body(block, where, spec, block.body, self.scope.scope(**extra), RESOURCE_META_ARGS)
 
-    def check_body(self, block: Block, where: str, spec: Mapping[str, Any], body: Mapping[str, Any],
-                   scope: dict[str, Resolver], meta: frozenset[str] = frozenset()) -> None:
+    def check_body(
+        self,
+        block: Block,
+        where: str,
+        spec: Mapping[str, Any],
+        body: Mapping[str, Any],
+        scope: dict[str, Resolver],
+        meta: frozenset[str] = frozenset(),
+    ) -> None:
         args = {k: v for k, v in body.items() if k not in META_KEYS and k not in meta and k != "dynamic"}
         dynamic: dict[str, list[Mapping[str, Any]]] = {}
         for entry in body.get("dynamic", []) or []:
@@ -341,8 +351,16 @@ class _Checker:
             self.check_dynamic(block, f"{where}.{name}", name, spec, names, entries, scope)
         self.check_presence(block, where, spec, names, present, args)
 
-    def check_argument(self, block: Block, arg_where: str, name: str, spec: Mapping[str, Any],
-                       names: list[str], raw: Any, scope: dict[str, Resolver]) -> None:
+    def check_argument(
+        self,
+        block: Block,
+        arg_where: str,
+        name: str,
+        spec: Mapping[str, Any],
+        names: list[str],
+        raw: Any,
+        scope: dict[str, Resolver],
+    ) -> None:
         """One argument or nested block written in the body."""
         line = block.line_of(name)
         arg = spec.get(name)
@@ -354,13 +372,13 @@ class _Checker:
         is_block = _is_block_value(raw)
         if arg.get("type") == "block":
             if not is_block:
-                self.report(block, arg_where, f"is a block: write `{name} {{ ... }}`, not an attribute",
-                            line)
+                self.report(block, arg_where, f"is a block: write `{name} {{ ... }}`, not an attribute", line)
                 return
             bodies = raw if isinstance(raw, list) else [raw]
             if "max_items" in arg and len(bodies) > arg["max_items"]:
-                self.report(block, arg_where,
-                            f"at most {arg['max_items']} block(s) allowed, got {len(bodies)}", line)
+                self.report(
+                    block, arg_where, f"at most {arg['max_items']} block(s) allowed, got {len(bodies)}", line
+                )
             for nested in bodies:
                 self.check_body(block, arg_where, arg.get("block", {}), nested, scope)
             return
@@ -369,8 +387,16 @@ class _Checker:
             return
         self.check_value(block, arg_where, arg, raw, scope, line)
 
-    def check_dynamic(self, block: Block, arg_where: str, name: str, spec: Mapping[str, Any],
-                      names: list[str], entries: list[Mapping[str, Any]], scope: dict[str, Resolver]) -> None:
+    def check_dynamic(
+        self,
+        block: Block,
+        arg_where: str,
+        name: str,
+        spec: Mapping[str, Any],
+        names: list[str],
+        entries: list[Mapping[str, Any]],
+        scope: dict[str, Resolver],
+    ) -> None:
         """A ``dynamic "name"`` block: its content checked with the iterator bound to the for_each values."""
         arg = spec.get(name)
         if arg is None:
@@ -389,8 +415,15 @@ class _Checker:
             for content in dyn.get("content", []) or []:
                 self.check_body(block, arg_where, arg.get("block", {}), content, inner_scope)
 
-    def check_presence(self, block: Block, where: str, spec: Mapping[str, Any], names: list[str],
-                       present: set[str], args: Mapping[str, Any]) -> None:
+    def check_presence(
+        self,
+        block: Block,
+        where: str,
+        spec: Mapping[str, Any],
+        names: list[str],
+        present: set[str],
+        args: Mapping[str, Any],
+    ) -> None:
         """Required arguments missing, and pairs the schema says conflict (each pair once)."""
         for name in names:
             if spec[name].get("required") and name not in present:
@@ -399,8 +432,12 @@ class _Checker:
         for name in sorted(present):
             for other in spec.get(name, {}).get("conflicts_with", ()):
                 pair = frozenset((name, other))
-                if other in present and pair not in reported and not _is_null(args.get(name)) \
-                        and not _is_null(args.get(other)):
+                if (
+                    other in present
+                    and pair not in reported
+                    and not _is_null(args.get(name))
+                    and not _is_null(args.get(other))
+                ):
                     reported.add(pair)
                     self.report(block, f"{where}.{name}", f"conflicts with {other}", block.line_of(name))
 
@@ -415,13 +452,25 @@ class _Checker:
             self.report(block, where, f"deprecated: {arg['deprecated']}", line)
         return True
 
-    def check_value(self, block: Block, where: str, arg: Mapping[str, Any], raw: Any,
-                    scope: Mapping[str, Resolver], line: int | None) -> None:
+    def check_value(
+        self,
+        block: Block,
+        where: str,
+        arg: Mapping[str, Any],
+        raw: Any,
+        scope: Mapping[str, Resolver],
+        line: int | None,
+    ) -> None:
         candidates = self.scope.value_of(raw, scope)
         if candidates is UNKNOWN:
             if self.strict and _has_value_constraint(arg) and not _is_reference_to_resource(raw):
-                self.report(block, where, "has enumerated values or limits but its value cannot be worked "
-                            "out offline (use a literal, a variable, a local or an each.value field)", line)
+                self.report(
+                    block,
+                    where,
+                    "has enumerated values or limits but its value cannot be worked "
+                    "out offline (use a literal, a variable, a local or an each.value field)",
+                    line,
+                )
             return
         for message in _value_problems(arg, candidates):
             self.report(block, where, message, line)
@@ -465,8 +514,14 @@ def _variable_problems(config: TfConfig) -> list[Problem]:
             out.append(Problem(block.file, block.line, f"output.{block.labels[0]}", "has no description"))
     for block in config.of("provider"):
         if not _is_root(config):
-            out.append(Problem(block.file, block.line, f"provider.{block.labels[0]}",
-                               "a reusable module must not configure providers (the caller does)"))
+            out.append(
+                Problem(
+                    block.file,
+                    block.line,
+                    f"provider.{block.labels[0]}",
+                    "a reusable module must not configure providers (the caller does)",
+                )
+            )
     return out
 
 
@@ -494,12 +549,19 @@ def _module_call_problems(config: TfConfig) -> list[Problem]:
             continue
         given = {k for k in block.body if k not in META_KEYS and k not in MODULE_META_ARGS}
         for name in sorted(given - set(declared)):
-            out.append(Problem(block.file, block.line, f"{where}.{name}",
-                               f"the module declares no such variable{_nearest(name, list(declared))}"))
+            out.append(
+                Problem(
+                    block.file,
+                    block.line,
+                    f"{where}.{name}",
+                    f"the module declares no such variable{_nearest(name, list(declared))}",
+                )
+            )
         for name, var in declared.items():
             if "default" not in var.body and name not in given:
-                out.append(Problem(block.file, block.line, f"{where}.{name}",
-                                   "missing required module input"))
+                out.append(
+                    Problem(block.file, block.line, f"{where}.{name}", "missing required module input")
+                )
     return out
 
 
@@ -539,12 +601,24 @@ def _reference_problems(config: TfConfig, schema: Mapping[str, Any]) -> list[Pro
                     continue
                 seen.add(key)
                 if (rtype, name) not in declared:
-                    out.append(Problem(block.file, block.line, where, f"references {rtype}.{name}, which the "
-                                       "module does not declare"))
+                    out.append(
+                        Problem(
+                            block.file,
+                            block.line,
+                            where,
+                            f"references {rtype}.{name}, which the module does not declare",
+                        )
+                    )
                 elif attr != "id" and attr not in schema.get(rtype, {}):
                     known = [k for k in schema.get(rtype, {}) if not k.startswith("__")] + ["id"]
-                    out.append(Problem(block.file, block.line, where,
-                                       f"references {key}: no attribute {attr!r}{_nearest(attr, known)}"))
+                    out.append(
+                        Problem(
+                            block.file,
+                            block.line,
+                            where,
+                            f"references {key}: no attribute {attr!r}{_nearest(attr, known)}",
+                        )
+                    )
             for m in _LOCAL_OR_VAR.finditer(text):
                 kind, name = m.group("kind"), m.group("name")
                 key = f"{kind}.{name}"
@@ -553,8 +627,11 @@ def _reference_problems(config: TfConfig, schema: Mapping[str, Any]) -> list[Pro
                 seen.add(key)
                 if (kind == "var" and name not in variables) or (kind == "local" and name not in local_names):
                     hint = _nearest(name, sorted(variables if kind == "var" else local_names))
-                    out.append(Problem(block.file, block.line, where,
-                                       f"references {key}, which is not declared{hint}"))
+                    out.append(
+                        Problem(
+                            block.file, block.line, where, f"references {key}, which is not declared{hint}"
+                        )
+                    )
     return out
 
 
@@ -563,8 +640,13 @@ def _reference_problems(config: TfConfig, schema: Mapping[str, Any]) -> list[Pro
 # ---------------------------------------------------------------------------------------------------------
 
 
-def check_config(config: TfConfig, schema: Mapping[str, Any], *,
-                 inputs: Mapping[str, Sequence[Any]] | None = None, strict: bool = True) -> list[Problem]:
+def check_config(
+    config: TfConfig,
+    schema: Mapping[str, Any],
+    *,
+    inputs: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> list[Problem]:
     """Check one parsed module; ``inputs`` adds candidate values for its variables (tfvars, a caller)."""
     scope = ModuleScope(config, inputs)
     checker = _Checker(schema, scope, strict)
@@ -572,19 +654,35 @@ def check_config(config: TfConfig, schema: Mapping[str, Any], *,
         checker.report(block, f"data.{'.'.join(block.labels)}", "data sources are not covered by the schema")
     for block in config.resources():
         checker.check_resource(block)
-    return [*_variable_problems(config), *_module_call_problems(config), *checker.problems,
-            *_reference_problems(config, schema)]
+    return [
+        *_variable_problems(config),
+        *_module_call_problems(config),
+        *checker.problems,
+        *_reference_problems(config, schema),
+    ]
 
 
-def check_module(path: str | Path, schema: Mapping[str, Any] | None = None, *,
-                 inputs: Mapping[str, Sequence[Any]] | None = None, strict: bool = True) -> list[Problem]:
+def check_module(
+    path: str | Path,
+    schema: Mapping[str, Any] | None = None,
+    *,
+    inputs: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> list[Problem]:
     """Check every ``*.tf`` file of one directory against the schema (the default schema file if None)."""
-    return check_config(load_dir(path), schema if schema is not None else load_schema(), inputs=inputs,
-                        strict=strict)
+    return check_config(
+        load_dir(path), schema if schema is not None else load_schema(), inputs=inputs, strict=strict
+    )
 
 
-def check_text(text: str, schema: Mapping[str, Any], *, filename: str = "snippet.tf",
-               inputs: Mapping[str, Sequence[Any]] | None = None, strict: bool = True) -> list[Problem]:
+def check_text(
+    text: str,
+    schema: Mapping[str, Any],
+    *,
+    filename: str = "snippet.tf",
+    inputs: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> list[Problem]:
     """Check a snippet of HCL (tests feed deliberately broken ones)."""
     config = TfConfig(Path("."), parse_text(text, filename))
     return check_config(config, schema, inputs=inputs, strict=strict)

@@ -198,7 +198,7 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise HclError(f"cannot read expression at {text[pos:pos + 20]!r}")
+            raise HclError(f"cannot read expression at {text[pos : pos + 20]!r}")
         kind = m.lastgroup or ""
         tokens.append((kind, m.group(kind)))
         pos = m.end()
@@ -274,7 +274,7 @@ def parse_template(body: str) -> Any:
             i += 1
         if depth:
             raise HclError("unclosed interpolation")
-        parts.append(parse_expression(body[start + 2:i - 1]))
+        parts.append(parse_expression(body[start + 2 : i - 1]))
         pos = i
     return Template(tuple(p for p in parts if not (isinstance(p, Const) and p.value == "")))
 
@@ -324,7 +324,19 @@ class _Parser:
     def binary(self) -> Any:
         left = self.unary()
         while self.peek() and self.tokens[self.pos][1] in {
-            "==", "!=", ">=", "<=", ">", "<", "&&", "||", "+", "-", "*", "/", "%",
+            "==",
+            "!=",
+            ">=",
+            "<=",
+            ">",
+            "<",
+            "&&",
+            "||",
+            "+",
+            "-",
+            "*",
+            "/",
+            "%",
         }:
             self.take()
             self.unary()
@@ -676,8 +688,11 @@ def _collection_type_errors(tf_type: TfType, value: Any, where: str) -> list[str
         if kind == "tuple":
             if len(value) != len(tf_type.items):
                 return [f"{where}: expected {len(tf_type.items)} items, got {len(value)}"]
-            return [e for i, (t, v) in enumerate(zip(tf_type.items, value, strict=True))
-                    for e in type_errors(t, v, f"{where}[{i}]")]
+            return [
+                e
+                for i, (t, v) in enumerate(zip(tf_type.items, value, strict=True))
+                for e in type_errors(t, v, f"{where}[{i}]")
+            ]
         assert tf_type.elem is not None
         return [e for i, v in enumerate(value) for e in type_errors(tf_type.elem, v, f"{where}[{i}]")]
     # a map
@@ -691,8 +706,11 @@ def _object_type_errors(tf_type: TfType, value: Any, where: str) -> list[str]:
     if not isinstance(value, Mapping):
         return [f"{where}: expected an object, got {type(value).__name__}"]
     attrs = tf_type.attr_map()
-    errors = [f"{where}: unknown attribute {k!r} (expected one of {', '.join(sorted(attrs))})"
-              for k in value if k not in attrs]
+    errors = [
+        f"{where}: unknown attribute {k!r} (expected one of {', '.join(sorted(attrs))})"
+        for k in value
+        if k not in attrs
+    ]
     for name, (attr_type, optional, _default) in attrs.items():
         if name not in value:
             if not optional:

@@ -197,7 +197,6 @@ class FakeControl:
             raise ControlError(f"unknown group field(s) {sorted(unknown)}; expected {sorted(allowed)}")
         return {"group_id": self.cloud.create_group_for_tests(**body)}
 
-
     def stock(self, body: dict[str, Any]) -> dict[str, Any]:
         """Set a (zone, type) stock count, or schedule a sold-out window with ``start``/``end``."""
         allowed = {"instance_type", "zone_id", "available", "spot", "start", "end"}

@@ -201,7 +201,10 @@ def test_the_config_is_a_policy_spec_for_decide():
 
 
 def test_urls_that_may_hold_credentials_stay_out_of_reprs(tmp_path):
-    text = MINIMAL + "notifications:\n  - {type: dingtalk, url: 'https://oapi.invalid/send?access_token=abc123'}\n"
+    text = (
+        MINIMAL
+        + "notifications:\n  - {type: dingtalk, url: 'https://oapi.invalid/send?access_token=abc123'}\n"
+    )
     cfg = load_config(write(tmp_path, text), env={"FLEET_DATABASE_URL": "postgresql://u:pw123@db/fleet"})
     assert cfg.database_url == "postgresql://u:pw123@db/fleet"
     assert "pw123" not in repr(cfg) and "abc123" not in repr(cfg)

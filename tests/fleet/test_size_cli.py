@@ -339,8 +339,11 @@ def test_an_fp8_kv_cache_on_a_t4_exits_2(capsys):
 def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys, flag):
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    args = ["size", "--config", str(binary)] if flag == "--config" else [
-        "size", "--model", "Qwen2.5-7B", "--prices", str(binary)]
+    args = (
+        ["size", "--config", str(binary)]
+        if flag == "--config"
+        else ["size", "--model", "Qwen2.5-7B", "--prices", str(binary)]
+    )
     code, err = _error(capsys, args)
     assert code == 2 and str(binary) in err and "not UTF-8" in err
 
@@ -353,8 +356,22 @@ def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     plot = tmp_path / "knee.svg"
-    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
-                                "--qps", "1", "--plot", str(plot)])
+    code, err = _error(
+        capsys,
+        [
+            "size",
+            "--model",
+            "Qwen2.5-7B",
+            "--gpu",
+            "A10",
+            "--max-model-len",
+            "8192",
+            "--qps",
+            "1",
+            "--plot",
+            str(plot),
+        ],
+    )
     assert code == 2 and f"--plot: {plot}: Permission denied" in err and not plot.exists()
 
 
@@ -378,8 +395,17 @@ def test_a_config_json_with_a_bad_field_names_the_file_passed(tmp_path, capsys):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
     config = model_dir / "config.json"
-    config.write_text(json.dumps({"hidden_size": "wide", "num_hidden_layers": 2, "num_attention_heads": 8,
-                                  "intermediate_size": 64, "vocab_size": 100}))
+    config.write_text(
+        json.dumps(
+            {
+                "hidden_size": "wide",
+                "num_hidden_layers": 2,
+                "num_attention_heads": 8,
+                "intermediate_size": 64,
+                "vocab_size": 100,
+            }
+        )
+    )
     code, err = _error(capsys, ["size", "--config", str(config)])
     assert code == 2 and f"error: {config}: " in err and "'hidden_size'" in err
 
@@ -390,8 +416,21 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
     plot = tmp_path / "knee.svg"
     old = os.umask(0o022)
     try:
-        code = main(["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--qps", "1",
-                     "--plot", str(plot)])
+        code = main(
+            [
+                "size",
+                "--model",
+                "Qwen2.5-7B",
+                "--gpu",
+                "A10",
+                "--max-model-len",
+                "8192",
+                "--qps",
+                "1",
+                "--plot",
+                str(plot),
+            ]
+        )
     finally:
         os.umask(old)
     assert code == 0 and plot.stat().st_mode & 0o777 == 0o644
@@ -401,15 +440,20 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
     "name, content, named",
     [
         ("huge.csv", "timestamp,prompt_tokens,output_tokens\n1,1e400,5\n2,100,5\n", "row 2: cannot convert"),
-        ("broken.jsonl", '{"timestamp": 1, "input_length": 5, "output_length": 5}\nnot json\n',
-         "line 2: not valid JSON"),
+        (
+            "broken.jsonl",
+            '{"timestamp": 1, "input_length": 5, "output_length": 5}\nnot json\n',
+            "line 2: not valid JSON",
+        ),
     ],
 )
 def test_a_malformed_trace_row_names_the_row_and_exits_2(tmp_path, capsys, name, content, named):
     trace = tmp_path / name
     trace.write_text(content)
-    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192",
-                                "--trace", str(trace)])
+    code, err = _error(
+        capsys,
+        ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--trace", str(trace)],
+    )
     assert code == 2 and f"{trace}: {named}" in err and "Traceback" not in err
 
 
@@ -496,8 +540,12 @@ def test_explain_prints_every_term_with_its_source(capsys):
     code, doc = _json(capsys, argv)
     assert code == 0
     names = [t["term"] for t in doc["explain"]["memory"]]
-    assert names[:4] == ["weights", "activation peak (profiling run)", "sampler logits buffers",
-                         "non-torch (CUDA context, NCCL buffers)"]
+    assert names[:4] == [
+        "weights",
+        "activation peak (profiling run)",
+        "sampler logits buffers",
+        "non-torch (CUDA context, NCCL buffers)",
+    ]
     assert "KV cache" in names and "CUDA graphs" in names
     assert all(t["source"] for t in doc["explain"]["memory"] + doc["explain"]["speed"])
     speed = {t["term"].split(" (")[0]: t["ms"] for t in doc["explain"]["speed"]}

@@ -26,8 +26,11 @@ SERVICE_CUSTOM_METRICS = set(m.CUSTOM_METRIC_NAMES.values())
 def metric_problems(alarms: dict) -> list[str]:
     problems = []
     for key, alarm in alarms.items():
-        allowed = (SERVICE_CUSTOM_METRICS | set(AGENT_HEALTH_METRICS)) if alarm.get("custom_metric") \
+        allowed = (
+            (SERVICE_CUSTOM_METRICS | set(AGENT_HEALTH_METRICS))
+            if alarm.get("custom_metric")
             else SERVICE_CMS_METRICS
+        )
         if alarm["metric"] not in allowed:
             where = "acs_customMetric_<account>" if alarm.get("custom_metric") else m.CMS_NAMESPACE
             problems.append(f"{key}: {alarm['metric']!r} is not read by the service from {where}")

@@ -40,13 +40,22 @@ def group(**overrides) -> GroupSpec:
 
 def config(*groups: GroupSpec, account_id: str | None = "1234567890") -> FleetConfig:
     return FleetConfig.model_validate(
-        {"region": "cn-chengdu", "account_id": account_id,
-         "groups": [g.model_dump(by_alias=True) for g in groups]}
+        {
+            "region": "cn-chengdu",
+            "account_id": account_id,
+            "groups": [g.model_dump(by_alias=True) for g in groups],
+        }
     )
 
 
-BUSINESS_HOURS = {"name": "business-hours", "timezone": "Asia/Shanghai", "days": "mon-fri", "start": "09:00",
-                  "end": "18:00", "min": 6}
+BUSINESS_HOURS = {
+    "name": "business-hours",
+    "timezone": "Asia/Shanghai",
+    "days": "mon-fri",
+    "start": "09:00",
+    "end": "18:00",
+    "min": 6,
+}
 
 
 # --- scheduled tasks ---------------------------------------------------------------------------------------
@@ -89,8 +98,15 @@ def test_every_day_window_is_one_daily_task():
 
 
 def test_overlapping_windows_take_the_highest_floor_and_the_schedule_ceiling():
-    peak = {"name": "peak", "timezone": "Asia/Shanghai", "days": "mon-fri", "start": "12:00", "end": "14:00",
-            "min": 10, "max": 12}
+    peak = {
+        "name": "peak",
+        "timezone": "Asia/Shanghai",
+        "days": "mon-fri",
+        "start": "12:00",
+        "end": "14:00",
+        "min": 10,
+        "max": 12,
+    }
     tasks = scheduled_tasks_for(group(schedules=[BUSINESS_HOURS, peak], cold_start_s=0), NOW)
     by_time = {t["launch_time"][11:16]: (t["min_value"], t["max_value"]) for t in tasks.values()}
     # 12:00-14:00 local is 04:00-06:00 UTC: floor 10 and ceiling 12 inside business hours' floor 6.
@@ -127,10 +143,23 @@ def _ess_state(tasks: dict, at: datetime, base: tuple[int, int]) -> tuple[int, i
 
 @pytest.mark.parametrize("cold_start_s", [0, 180, 1800])
 def test_tasks_hold_the_same_bounds_the_service_computes(cold_start_s):
-    nights = {"name": "nights", "timezone": "Asia/Shanghai", "days": "daily", "start": "22:00",
-              "end": "06:00", "min": 3}
-    weekend = {"name": "weekend", "timezone": "Asia/Shanghai", "days": "sat,sun", "start": "10:00",
-               "end": "20:00", "min": 4, "max": 8}
+    nights = {
+        "name": "nights",
+        "timezone": "Asia/Shanghai",
+        "days": "daily",
+        "start": "22:00",
+        "end": "06:00",
+        "min": 3,
+    }
+    weekend = {
+        "name": "weekend",
+        "timezone": "Asia/Shanghai",
+        "days": "sat,sun",
+        "start": "10:00",
+        "end": "20:00",
+        "min": 4,
+        "max": 8,
+    }
     spec = group(schedules=[BUSINESS_HOURS, nights, weekend], cold_start_s=cold_start_s)
     tasks = scheduled_tasks_for(spec, NOW)
     t = NOW + timedelta(days=7)  # a week later: every task has fired at least once
@@ -145,10 +174,16 @@ def test_tasks_hold_the_same_bounds_the_service_computes(cold_start_s):
 
 def test_alarm_thresholds_and_durations_come_from_the_rules_the_service_acts_on():
     spec = group(
-        scale_out=[{"metric": "queue_waiting_per_instance", "above": 3, "for": "30s"},
-                   {"metric": "ttft_p99_ms", "above": 900, "for": "2m"}],
-        isolation={"rules": [{"name": "hot", "metric": "gpu_temperature_c", "above": 83, "for": "3m"},
-                             {"name": "mem", "metric": "gpu_mem_used_pct", "above": 97, "for": "5m"}]},
+        scale_out=[
+            {"metric": "queue_waiting_per_instance", "above": 3, "for": "30s"},
+            {"metric": "ttft_p99_ms", "above": 900, "for": "2m"},
+        ],
+        isolation={
+            "rules": [
+                {"name": "hot", "metric": "gpu_temperature_c", "above": 83, "for": "3m"},
+                {"name": "mem", "metric": "gpu_mem_used_pct", "above": 97, "for": "5m"},
+            ]
+        },
     )
     alarms = build_tfvars(config(spec), now=NOW)["alarms"]
     assert alarms["gpu_temperature"]["threshold"] == 83
@@ -160,10 +195,13 @@ def test_alarm_thresholds_and_durations_come_from_the_rules_the_service_acts_on(
 
 
 def test_alarm_metric_names_and_statistics_are_the_ones_the_service_reads():
-    alarms = build_tfvars(config(group(scale_out=[{"metric": "ttft_p99_ms", "above": 800, "for": "60s"}])),
-                          now=NOW)["alarms"]
-    assert (alarms["gpu_temperature"]["metric"], alarms["gpu_temperature"]["statistics"]) == \
-        m.CMS_METRIC_NAMES[m.GPU_TEMPERATURE_C]
+    alarms = build_tfvars(
+        config(group(scale_out=[{"metric": "ttft_p99_ms", "above": 800, "for": "60s"}])), now=NOW
+    )["alarms"]
+    assert (
+        alarms["gpu_temperature"]["metric"],
+        alarms["gpu_temperature"]["statistics"],
+    ) == m.CMS_METRIC_NAMES[m.GPU_TEMPERATURE_C]
     assert alarms["gpu_temperature"]["custom_metric"] is False
     assert alarms["ttft_p99"]["metric"] == m.CUSTOM_METRIC_NAMES[m.TTFT_P99_MS]
     assert alarms["queue_depth"]["metric"] == m.CUSTOM_METRIC_NAMES[m.QUEUE_WAITING]
@@ -171,8 +209,10 @@ def test_alarm_metric_names_and_statistics_are_the_ones_the_service_reads():
 
 
 def test_the_lowest_threshold_of_several_rules_on_one_metric_wins():
-    rules = [{"name": "a", "metric": "gpu_temperature_c", "above": 90, "for": "1m"},
-             {"name": "b", "metric": "gpu_temperature_c", "above": 84, "for": "5m"}]
+    rules = [
+        {"name": "a", "metric": "gpu_temperature_c", "above": 90, "for": "1m"},
+        {"name": "b", "metric": "gpu_temperature_c", "above": 84, "for": "5m"},
+    ]
     spec = group(isolation={"rules": rules})
     assert build_tfvars(config(spec), now=NOW)["alarms"]["gpu_temperature"]["threshold"] == 84
 
@@ -199,8 +239,12 @@ def test_an_e2e_rule_still_gets_its_own_alarm():
 
 def test_bounds_and_names_come_from_the_group():
     tfvars = build_tfvars(config(group(min_size=1, max_size=9, warm_floor=3)), now=NOW)
-    assert (tfvars["name"], tfvars["min_size"], tfvars["max_size"], tfvars["desired_capacity"]) == \
-        ("chat-7b", 1, 9, 3)
+    assert (tfvars["name"], tfvars["min_size"], tfvars["max_size"], tfvars["desired_capacity"]) == (
+        "chat-7b",
+        1,
+        9,
+        3,
+    )
     assert (tfvars["region"], tfvars["account_id"]) == ("cn-chengdu", "1234567890")
 
 
@@ -216,14 +260,19 @@ def test_several_groups_need_a_choice():
 def test_the_chat_robot_is_the_configs_dingtalk_notification():
     cfg = config(group()).model_copy(update={"notifications": ()})
     assert "chat_robot_webhook_url" not in build_tfvars(cfg, now=NOW)
-    with_robot = FleetConfig.model_validate({
-        **cfg.model_dump(), "notifications": [
-            {"type": "webhook", "url": "https://hooks.example/fleet"},
-            {"type": "dingtalk", "url": "https://oapi.dingtalk.com/robot/send?access_token=t"},
-        ],
-    })
-    assert build_tfvars(with_robot, now=NOW)["chat_robot_webhook_url"] == \
-        "https://oapi.dingtalk.com/robot/send?access_token=t"
+    with_robot = FleetConfig.model_validate(
+        {
+            **cfg.model_dump(),
+            "notifications": [
+                {"type": "webhook", "url": "https://hooks.example/fleet"},
+                {"type": "dingtalk", "url": "https://oapi.dingtalk.com/robot/send?access_token=t"},
+            ],
+        }
+    )
+    assert (
+        build_tfvars(with_robot, now=NOW)["chat_robot_webhook_url"]
+        == "https://oapi.dingtalk.com/robot/send?access_token=t"
+    )
 
 
 def test_backstop_stays_above_the_services_gpu_utilization_trigger():
@@ -278,8 +327,18 @@ def test_type_check_rejects_a_value_the_example_would_refuse(example_dir):
 
 def test_cli_writes_the_tfvars_json(tmp_path):
     out = tmp_path / "terraform.tfvars.json"
-    code = main(["terraform", "export", "--config", str(EXAMPLE_CONFIG), "-o", str(out),
-                 "--at", "2026-11-30T16:00:00Z"])
+    code = main(
+        [
+            "terraform",
+            "export",
+            "--config",
+            str(EXAMPLE_CONFIG),
+            "-o",
+            str(out),
+            "--at",
+            "2026-11-30T16:00:00Z",
+        ]
+    )
     assert code == 0
     assert json.loads(out.read_text()) == build_tfvars(load_config(EXAMPLE_CONFIG), now=NOW)
 

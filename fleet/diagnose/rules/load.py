@@ -387,7 +387,7 @@ def _count_text(
 
 
 def _flat_completions(st: _State, backlog: Sequence[InstanceWindow], evidence: dict[str, Any]) -> bool:
-    """"Flat": completions per second barely move while the queue swings (they are at the GPUs' limit)."""
+    """ "Flat": completions per second barely move while the queue swings (they are at the GPUs' limit)."""
     q_cv, r_cv = [], []
     for inst in backlog:
         rates_i = _after(inst.metrics.get(REQUEST_RATE_RPS, ()), st.steady_from)

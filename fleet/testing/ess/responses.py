@@ -83,8 +83,7 @@ class EssResponse(BaseResponse):
                 scaling_policy=p.str("ScalingPolicy", "release"),
                 removal_policies=p.list("RemovalPolicies"),
                 vswitch_ids=vswitches,
-                health_check_types=p.list("HealthCheckTypes")
-                or p.one("HealthCheckType"),
+                health_check_types=p.list("HealthCheckTypes") or p.one("HealthCheckType"),
                 deletion_protection=bool(p.bool("GroupDeletionProtection", False)),
                 multi_az_policy=p.str("MultiAZPolicy"),
                 lifecycle_hooks=p.objects("LifecycleHooks"),
@@ -138,8 +137,7 @@ class EssResponse(BaseResponse):
             name=p.str("ScalingGroupName"),
             active_config_id=p.str("ActiveScalingConfigurationId"),
             deletion_protection=p.bool("GroupDeletionProtection"),
-            health_check_types=p.list("HealthCheckTypes")
-            or (p.one("HealthCheckType") or None),
+            health_check_types=p.list("HealthCheckTypes") or (p.one("HealthCheckType") or None),
             vswitch_ids=p.list("VSwitchIds"),
             stop_instance_timeout_s=p.int("StopInstanceTimeout"),
             max_instance_lifetime_s=p.int("MaxInstanceLifetime"),

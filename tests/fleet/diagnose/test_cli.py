@@ -183,8 +183,9 @@ def test_a_snapshot_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys):
     assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err
 
 
-def test_a_credentials_refresh_traceback_logged_by_the_sdk_stays_off_stderr(fake_cloud, tmp_path, capsys,
-                                                                           monkeypatch):
+def test_a_credentials_refresh_traceback_logged_by_the_sdk_stays_off_stderr(
+    fake_cloud, tmp_path, capsys, monkeypatch
+):
     import logging
 
     import fleet.diagnose.reader as reader

@@ -175,8 +175,16 @@ def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, caps
 
 @pytest.mark.parametrize("instance, warned", [("i-never-existed", True), ("0", False)])
 def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned):
-    argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.08", "--json",
-            "--fault", f"overheat,at=1m,instance={instance}"]
+    argv = [
+        "simulate",
+        "--workload",
+        "azure:conv,rate=0.3",
+        "--hours",
+        "0.08",
+        "--json",
+        "--fault",
+        f"overheat,at=1m,instance={instance}",
+    ]
     assert main(argv) == 0
     assert ("1 of 1 fault(s) never fired" in capsys.readouterr().err) is warned
 
