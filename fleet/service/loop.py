@@ -137,22 +137,23 @@ class Service:
         )
         self._actuators: dict[Scope, Actuator] = {}
         self.actuator = self.actuator_for((None, None))
-        self.capacity = CapacityManager(
-            clients.ess,
-            store,
-            specs,
-            service=settings.service_name,
-            dry_run=dry_run,
-            notify=self._notify,
-        )
-        # scale-in: completes the lifecycle action of instances that have drained (fleet/service/drain.py)
-        self.drainer = Drainer(
-            clients,
-            self.observer.sources,
-            service=settings.service_name,
-            record=self.actuator.record,
-            dry_run=dry_run,
-        )
+        # Capacity fallbacks and reclaims (issue 17), one manager per (account, region) writing through its
+        # clients; drains (issue 21) likewise, built on first use like the actuators.
+        scopes: dict[Scope, list[GroupSpec]] = {}
+        for spec in specs:
+            scopes.setdefault(scope_of(spec), []).append(spec)
+        self.capacity_managers = {
+            scope: CapacityManager(
+                self.clients_for(scope).ess,
+                store,
+                scoped,
+                service=settings.service_name,
+                dry_run=dry_run,
+                notify=self._notify,
+            )
+            for scope, scoped in scopes.items()
+        }
+        self._drainers: dict[Scope, Drainer] = {}
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
@@ -178,6 +179,18 @@ class Service:
                 notify_scale_min_change=self.settings.notify_scale_min_change,
             )
         return self._actuators[scope]
+
+    def drainer_for(self, scope: Scope) -> Drainer:
+        """Completes drained instances' lifecycle actions through the clients of one (account, region)."""
+        if scope not in self._drainers:
+            self._drainers[scope] = Drainer(
+                self.clients_for(scope),
+                self.observer.sources,
+                service=self.settings.service_name,
+                record=self.actuator_for(scope).record,
+                dry_run=self.dry_run,
+            )
+        return self._drainers[scope]
 
     # -- the tick -------------------------------------------------------------------------------------
     def tick(self, now: datetime) -> TickResult:
@@ -287,11 +300,12 @@ class Service:
             return
         if self._schedule_sync_due(now):
             result.schedule_changes += self._sync_schedules(now, observation, keeper.lease, fence, specs)
-        self._reconcile(observation, keeper.lease, result)
+        self._reconcile(observation, keeper.lease, result, specs)
         self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
-        result.errors.extend(self.capacity.tick(observation, targets, now, fence).errors)
+        for manager in self.capacity_managers.values():
+            result.errors.extend(manager.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
 
     # -- snapshot -------------------------------------------------------------------------------------
@@ -326,22 +340,30 @@ class Service:
         return None if raw is None else History.model_validate(raw)
 
     # -- reconciling ----------------------------------------------------------------------------------
-    def _reconcile(self, observation: Observation, lease: Lease, result: TickResult) -> None:
-        """Once per leadership (a restart or a takeover): settle writes a crash left ``intended``.
+    def _reconcile(
+        self, observation: Observation, lease: Lease, result: TickResult, specs: list[GroupSpec]
+    ) -> None:
+        """Once per leadership of a shard (a restart or a takeover): settle writes a crash left ``intended``.
 
         Before this tick's writes, so that a write which landed is counted (its ClientToken sequence moves
-        on) and one which did not is retried with the same token.
+        on) and one which did not is retried with the same token. Each group's activities are read through
+        the clients of its own (account, region).
         """
         if self.dry_run or (lease.name, lease.epoch) in self._reconciled:
             return
-        ids = {n: g.group.group_id for n, g in observation.groups.items() if g.ok and g.group is not None}
+        by_scope: dict[Scope, dict[str, str]] = {}
+        for spec in specs:
+            g = observation.groups.get(spec.name)
+            if g is not None and g.ok and g.group is not None:
+                by_scope.setdefault(scope_of(spec), {})[spec.name] = g.group.group_id
         try:
-            result.actions.extend(self.actuator.reconcile(ids))
+            for scope, ids in by_scope.items():
+                result.actions.extend(self.actuator_for(scope).reconcile(ids))
         except CloudError as exc:
             self._count_error(exc)
             log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
             return
-        if len(ids) == len(self.specs):
+        if sum(len(ids) for ids in by_scope.values()) == len(specs):
             self._reconciled.add((lease.name, lease.epoch))
 
     # -- deciding -------------------------------------------------------------------------------------
@@ -486,7 +508,8 @@ class Service:
             if res.outcome == Outcome.FENCED:
                 return actions
         # scale-in: complete the lifecycle action of instances that have drained (fleet/service/drain.py)
-        actions = [*actions, *self.drainer.complete(spec, observed, now, lease.epoch, fence)]
+        drainer = self.drainer_for(scope_of(spec))
+        actions = [*actions, *drainer.complete(spec, observed, now, lease.epoch, fence)]
         if any(a.outcome == Outcome.APPLIED for a in actions):
             self.observer.invalidate(gp.group)  # written to: read its instances afresh next tick
         return actions

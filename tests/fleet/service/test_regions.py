@@ -110,3 +110,37 @@ def test_two_regions_are_observed_and_scaled_through_their_own_clients(tmp_path,
             assert scoped.cms.custom_namespace == f"acs_customMetric_{cloud.account_id}"
         finally:
             svc.close(release_lease=False)
+
+
+def test_capacity_fallbacks_drains_and_reconciles_write_through_the_groups_own_region(tmp_path, monkeypatch):
+    _credentials(tmp_path, monkeypatch, "team-b")
+    with mock_aliyun() as cloud:
+        chengdu = cloud.create_group_for_tests(
+            name="chengdu", min_size=1, max_size=5, desired_capacity=1, in_service=1, region_id="cn-chengdu"
+        )
+        beijing = cloud.create_group_for_tests(
+            name="beijing", min_size=1, max_size=5, desired_capacity=1, in_service=1, region_id="cn-beijing"
+        )
+        cfg = load_config(_yaml(tmp_path, chengdu, beijing, cloud.account_id), env={})
+        default = make_clients("cn-chengdu", cloud.account_id, env=ENV)
+        clients_for = scoped_clients(cfg, default)
+        svc = build_service(
+            cfg,
+            default,
+            database_url=f"sqlite:///{tmp_path / 'f.db'}",
+            clock=cloud.now,
+            clients_for=clients_for,
+        )
+        try:
+            beijing_scope = ("team-b", "cn-beijing")
+            scoped = clients_for(beijing_scope)
+            managers = svc.capacity_managers
+            assert set(managers) == {beijing_scope, (None, None)}
+            assert managers[beijing_scope].ess is scoped.ess
+            assert managers[(None, None)].ess is default.ess
+            assert svc.drainer_for(beijing_scope).clients is scoped
+            assert svc.drainer_for((None, None)).clients is default
+            result = svc.tick(cloud.now())
+            assert result.ok, result.errors
+        finally:
+            svc.close(release_lease=False)
