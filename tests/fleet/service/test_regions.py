@@ -3,7 +3,10 @@ account's own custom-metric namespace, and `fleet validate` refusing a profile t
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
+from collections.abc import Iterator
+from typing import Any
 
 from fleet.cli import main
 from fleet.cloud.clients import make_clients
@@ -80,7 +83,10 @@ def test_an_account_not_under_accounts_is_a_config_error(tmp_path, capsys):
     assert "not under accounts" in capsys.readouterr().err
 
 
-def test_two_regions_are_observed_and_scaled_through_their_own_clients(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def _two_regions(tmp_path, monkeypatch) -> Iterator[tuple[Any, Any, Any, Any, str]]:
+    """A Chengdu group and a Beijing one (profile team-b) in the fake, and one service over both:
+    yields (cloud, service, default clients, clients_for, the Beijing group's id)."""
     _credentials(tmp_path, monkeypatch, "team-b")
     with mock_aliyun() as cloud:
         chengdu = cloud.create_group_for_tests(
@@ -100,47 +106,32 @@ def test_two_regions_are_observed_and_scaled_through_their_own_clients(tmp_path,
             clients_for=clients_for,
         )
         try:
-            obs = svc.observer.observe(cloud.now())
-            assert obs.groups["chengdu"].ok and obs.groups["beijing"].ok
-            assert obs.groups["beijing"].group.group_id == beijing
-            # the Beijing group is read with its own region and the team-b profile's keys
-            scoped = clients_for(("team-b", "cn-beijing"))
-            assert scoped is not default and "cn-beijing" in repr(scoped.ess)
-            assert svc.actuator_for(("team-b", "cn-beijing")).clients is scoped
-            assert scoped.cms.custom_namespace == f"acs_customMetric_{cloud.account_id}"
+            yield cloud, svc, default, clients_for, beijing
         finally:
             svc.close(release_lease=False)
+
+
+def test_two_regions_are_observed_and_scaled_through_their_own_clients(tmp_path, monkeypatch):
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, default, clients_for, beijing):
+        obs = svc.observer.observe(cloud.now())
+        assert obs.groups["chengdu"].ok and obs.groups["beijing"].ok
+        assert obs.groups["beijing"].group.group_id == beijing
+        # the Beijing group is read with its own region and the team-b profile's keys
+        scoped = clients_for(("team-b", "cn-beijing"))
+        assert scoped is not default and "cn-beijing" in repr(scoped.ess)
+        assert svc.actuator_for(("team-b", "cn-beijing")).clients is scoped
+        assert scoped.cms.custom_namespace == f"acs_customMetric_{cloud.account_id}"
 
 
 def test_capacity_fallbacks_drains_and_reconciles_write_through_the_groups_own_region(tmp_path, monkeypatch):
-    _credentials(tmp_path, monkeypatch, "team-b")
-    with mock_aliyun() as cloud:
-        chengdu = cloud.create_group_for_tests(
-            name="chengdu", min_size=1, max_size=5, desired_capacity=1, in_service=1, region_id="cn-chengdu"
-        )
-        beijing = cloud.create_group_for_tests(
-            name="beijing", min_size=1, max_size=5, desired_capacity=1, in_service=1, region_id="cn-beijing"
-        )
-        cfg = load_config(_yaml(tmp_path, chengdu, beijing, cloud.account_id), env={})
-        default = make_clients("cn-chengdu", cloud.account_id, env=ENV)
-        clients_for = scoped_clients(cfg, default)
-        svc = build_service(
-            cfg,
-            default,
-            database_url=f"sqlite:///{tmp_path / 'f.db'}",
-            clock=cloud.now,
-            clients_for=clients_for,
-        )
-        try:
-            beijing_scope = ("team-b", "cn-beijing")
-            scoped = clients_for(beijing_scope)
-            managers = svc.capacity_managers
-            assert set(managers) == {beijing_scope, (None, None)}
-            assert managers[beijing_scope].ess is scoped.ess
-            assert managers[(None, None)].ess is default.ess
-            assert svc.drainer_for(beijing_scope).clients is scoped
-            assert svc.drainer_for((None, None)).clients is default
-            result = svc.tick(cloud.now())
-            assert result.ok, result.errors
-        finally:
-            svc.close(release_lease=False)
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, default, clients_for, _beijing):
+        beijing_scope = ("team-b", "cn-beijing")
+        scoped = clients_for(beijing_scope)
+        managers = svc.capacity_managers
+        assert set(managers) == {beijing_scope, (None, None)}
+        assert managers[beijing_scope].ess is scoped.ess
+        assert managers[(None, None)].ess is default.ess
+        assert svc.drainer_for(beijing_scope).clients is scoped
+        assert svc.drainer_for((None, None)).clients is default
+        result = svc.tick(cloud.now())
+        assert result.ok, result.errors
