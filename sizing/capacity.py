@@ -8,6 +8,7 @@ stepwise engine; the highest rate whose P99 TTFT (and TPOT) meet the SLOs, by bi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sizing.latency import Workload, simulate
 from sizing.memory import Deployment, plan_memory
@@ -15,6 +16,23 @@ from sizing.perf import perf_model
 
 DEFAULT_LENGTH_CV = 1.0
 CAPACITY_REQUESTS = 1500  # simulated requests per probe: enough for a P99, fast enough to tabulate online
+
+
+def largest_passing(
+    passes: Callable[[float], bool], lo: float, hi: float, *, iterations: int, within: float = 1.03
+) -> float:
+    """Bisection on a geometric grid: the largest value in [lo, hi] found to pass (``lo`` is assumed to),
+    to within a factor ``within``, in at most ``iterations`` probes. The capacity tests' search: a rate
+    either meets the SLOs or does not, and the answer matters to a few percent, not to a request."""
+    for _ in range(iterations):
+        mid = math.sqrt(lo * hi)
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < within:
+            break
+    return lo
 
 
 def capacity_rps(
@@ -47,12 +65,4 @@ def capacity_rps(
     lo, hi = 0.01, 256.0
     if not meets(lo):
         return 0.0
-    for _ in range(iterations):
-        mid = math.sqrt(lo * hi)
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1.03:
-            break
-    return lo
+    return largest_passing(meets, lo, hi, iterations=iterations)

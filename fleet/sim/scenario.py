@@ -29,6 +29,7 @@ from fleet.sim.workload import (
     peak_rate_rps,
 )
 from fleet.sim.world import Fault, World, WorldParams
+from sizing.capacity import largest_passing
 from sizing.stats import nearest_rank
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
@@ -118,16 +119,12 @@ def calibrate_capacity_rps(
     duration_s: float = 600.0,
 ) -> float:
     """The highest Poisson arrival rate one engine serves with P99 TTFT within ``slo_ms`` (bisection)."""
-    lo, hi = 0.05, 64.0
-    for _ in range(12):
-        mid = math.sqrt(lo * hi)
-        if _p99_ttft_at(engine_factory, sizes, mid, duration_s, seed) <= slo_ms:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1.03:
-            break
-    return lo
+    return largest_passing(
+        lambda rate: _p99_ttft_at(engine_factory, sizes, rate, duration_s, seed) <= slo_ms,
+        0.05,
+        64.0,
+        iterations=12,
+    )
 
 
 def _p99_ttft_at(
