@@ -137,7 +137,7 @@ def size(
         # ignored: exactly one of MODEL and --config is set, checked above
         shape = sizing.find_model(model) if model is not None else _read_model_config(config)  # type: ignore[arg-type]
         cal = read_calibration(calibration) if calibration is not None else None
-        book = sizing.price_book(_read_prices(prices), str(prices)) if prices else sizing.price_book()
+        book = sizing.price_book(_read_yaml(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
             book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
         requests = _read_trace(trace) if trace is not None else ()
@@ -229,14 +229,7 @@ def read_calibration(path: Path) -> Any:
     import sizing
     from sizing.calibration import calibration_from_dict
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        fail(f"{path}: {exc.strerror or exc}")
-    except UnicodeDecodeError as exc:
-        fail(f"{path}: not UTF-8 text (byte {exc.start})")
-    except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
+    data = _read_yaml(path)
     try:
         return calibration_from_dict(data)
     except sizing.SizingInputError as exc:
@@ -302,7 +295,8 @@ def _read_model_config(path: Path) -> Any:
         fail(f"{path}: {message}")
 
 
-def _read_prices(path: Path) -> Any:
+def _read_yaml(path: Path) -> Any:
+    """A YAML (or JSON) file's data, or one line naming the file and the problem, exit 2."""
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
