@@ -3,9 +3,11 @@
 - A group's shard is a stable hash of its name (``shard_of``), so every replica computes the same split.
 - Replicas announce themselves with a membership row (a lease named ``<service>/member/<holder>`` that each
   renews every tick and that expires a TTL after the replica stops).
-- Each shard is assigned by rendezvous hashing over the live members (``owner_of``): the member with the
-  highest hash of (member, shard) owns it. A replica joining or leaving moves only the shards it wins or
-  held, about 1/R of them.
+- Each shard is assigned by rendezvous hashing with bounded loads over the live members (``assignment``):
+  shard by shard, the member with the highest hash of (member, shard) among those still under an even
+  share (floor(shards / members), or one more) owns it. Plain rendezvous moves the fewest shards on a
+  join or a leave but splits unevenly (24 shards over 3 replicas came out 7/6/11); the bound keeps every
+  replica within one shard of an even share, at the price of a few more shards moving on a change.
 - A replica takes the lease of each shard it is assigned (``LeaseManager``: compare-and-set, epoch per shard)
   and releases at once those it is no longer assigned, so a join rebalances within one TTL (the old owner
   releases on its next tick, the new one takes on its next). A dead replica's shard leases and membership
@@ -43,11 +45,26 @@ def shard_of(group: str, shards: int) -> int:
     return 0 if shards <= 1 else _hash(f"group:{group}") % shards
 
 
-def owner_of(shard: int, members: Sequence[str]) -> str | None:
-    """Rendezvous hashing: the live member with the highest weight for this shard (None: no member)."""
-    if not members:
-        return None
-    return max(sorted(members), key=lambda m: _hash(f"{m}#{shard}"))
+def assignment(shards: int, members: Sequence[str]) -> dict[int, str]:
+    """Bounded-load rendezvous hashing: each shard's owner among the live members (empty: no member).
+
+    The same members give the same answer in any order on every replica. Every member owns
+    floor(shards / members) or one more: shard by shard, the member with the highest hash of (member,
+    shard) that still has room takes it."""
+    live = sorted(set(members))
+    if not live:
+        return {}
+    base, extra = divmod(shards, len(live))
+    load = dict.fromkeys(live, 0)
+    owners: dict[int, str] = {}
+    for shard in range(shards):
+        full = sum(1 for n in load.values() if n > base)  # members already at base + 1
+        room = [m for m in live if load[m] < base or (load[m] == base and full < extra)]
+        weights = {m: _hash(f"{m}#{shard}") for m in room}
+        owner = max(room, key=lambda m: (weights[m], m))
+        owners[shard] = owner
+        load[owner] += 1
+    return owners
 
 
 def shard_lease_name(service: str, shard: int, shards: int) -> str:
@@ -106,7 +123,7 @@ class ShardCoordinator:
         live = self.members(now)
         if self.holder not in live:
             live.append(self.holder)
-        return {k for k in range(self.shards) if owner_of(k, live) == self.holder}
+        return {k for k, owner in assignment(self.shards, live).items() if owner == self.holder}
 
     def acquire(self, now: datetime) -> dict[int, Lease]:
         """Take or renew our assigned shards' leases, release the others we hold; the held ones by shard."""
