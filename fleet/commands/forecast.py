@@ -83,7 +83,7 @@ def _store_rows(database: str | None, service: str | None, group: str, history_s
     from fleet.commands.serve import _open
     from fleet.service.demand import DemandLog
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)  # a read: never create an empty store
     try:
         log = DemandLog(store, {group: history_s})
         return log.rows(group, datetime.now(UTC) - timedelta(seconds=history_s + 86400))

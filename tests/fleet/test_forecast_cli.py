@@ -101,3 +101,12 @@ def test_from_the_store(tmp_path, capsys):
     assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--database", url, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "seasonal" and out["level_rps"] == pytest.approx(3.0)
+
+
+def test_a_missing_sqlite_store_is_refused_not_created(tmp_path, capsys):
+    db = tmp_path / "nothing-here.db"
+    args = ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--database", f"sqlite:///{db}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
