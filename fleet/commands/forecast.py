@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
             fail(f"--hours: must be between 1 and 48, got {hours}")
         if plot is not None and plot.suffix.lower() != ".svg":
             fail(f"--plot: {plot} must end in .svg")
+        at_given = parse_at(at) if at is not None else None  # flags first, before any file or store is read
         cfg = load_config_or_exit(config)
         spec = next((g for g in cfg.groups if g.name == group), None)
         if spec is None:
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
                 fail(str(exc))
         else:
             rows = _store_rows(database, service, group, float(pred.history_s))
-        when = parse_at(at) if at is not None else _default_at(rows, history is not None)
+        when = at_given if at_given is not None else _default_at(rows, history is not None)
         rows = [r for r in rows if r.at <= when]
         view = plan_forecast(spec, rows, when, hours)
         if plot is not None:
