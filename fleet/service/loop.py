@@ -386,11 +386,12 @@ class Service:
         # model_copy keeps any history field beyond ``groups`` as it was
         merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
         plan = Plan(at=now, history=merged)
+        observed = {g.name: g for g in snapshot.groups}  # one lookup per group, not a scan
         for spec in self.specs if specs is None else specs:  # a shard's groups, or all
             one = PolicySpec(groups=(spec,))
             own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
             mine = old.model_copy(update={"groups": own})
-            seen = [g for g in snapshot.groups if g.name == spec.name]
+            seen = [observed[spec.name]] if spec.name in observed else []
             part: Plan | None
             try:
                 part = decide(Snapshot(taken_at=snapshot.taken_at, groups=seen), one, mine, now)

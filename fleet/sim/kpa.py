@@ -92,10 +92,8 @@ def recommend(
     want_stable = min(up, max(down, math.ceil(stable / target)))
     want_panic = min(up, max(down, math.ceil(panic / target)))
     over = want_panic / ready >= p.panic_threshold
-    if state.panic_since is None and over:
-        state.panic_since = now
-    elif state.panic_since is not None and over:
-        state.panic_since = now  # Knative restarts the panic clock while the threshold still holds
+    if over:
+        state.panic_since = now  # panic starts, or (as Knative does) its clock restarts while it holds
     elif state.panic_since is not None and (now - state.panic_since).total_seconds() >= p.stable_window_s:
         state.panic_since, state.max_panic = None, 0
     if state.panic_since is not None:
