@@ -126,7 +126,7 @@ class Service:
         self.lease = self.shards.managers[0]  # with one shard: the service's single leader lease
         self.owned: dict[int, int] = {}  # shard -> epoch held at the last tick
         self.shard_ticks: dict[int, datetime] = {}  # shard -> when this replica last ticked it
-        self.pools = CallPools(workers=settings.observe_workers)
+        self.pools = CallPools(workers=settings.observe_workers, rate_limited=settings.call_rate_limit)
         self.observer = Observer(
             clients,
             specs,

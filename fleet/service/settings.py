@@ -27,6 +27,8 @@ class ServiceSettings:
     lease_shards: int = 1
     lease_renew_interval_s: float | None = None  # None: a third of the TTL (0: never renewed mid-tick)
     observe_workers: int = 8
+    # The per-product request budget of fleet.service.pool; off only against an in-process fake (simulator).
+    call_rate_limit: bool = True
     instances_refresh_s: float = 0.0
     schedule_sync_interval_s: float = 300.0
     notify_scale_min_change: int = 1

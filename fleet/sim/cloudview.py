@@ -112,6 +112,19 @@ def _sim_retry(policy_cls: Any) -> Any:
         return policy_cls()
 
 
+def service_settings(config: FleetConfig) -> Any:
+    """Our service's settings in a simulation: the config's, observing inline (no threads) and unthrottled.
+
+    The in-process fake has no request budget and no wall time passes inside a tick: the pools' wall-clock
+    token bucket would only sleep, and did, for more than half of a simulated day's wall time.
+    """
+    from dataclasses import replace
+
+    from fleet.service.settings import ServiceSettings
+
+    return replace(ServiceSettings.from_config(config), observe_workers=1, call_rate_limit=False)
+
+
 def make_controller(
     options: SimOptions,
     config: FleetConfig,
@@ -129,7 +142,13 @@ def make_controller(
 
         # A simulation never notifies anyone: the config's DingTalk / webhook channels are real endpoints.
         service = build_service(
-            config, clients, database_url="sqlite://", clock=clock.now, dry_run=False, notifier=Notifier([])
+            config,
+            clients,
+            database_url="sqlite://",
+            clock=clock.now,
+            dry_run=False,
+            notifier=Notifier([]),
+            settings=service_settings(config),
         )
         checker = InvariantChecker(
             min_size=spec.min_size,

@@ -12,6 +12,7 @@ from fleet.cloud.retry import RetryPolicy, count_calls
 from fleet.config import load_config
 from fleet.service.observe import Observer, needed_metrics
 from fleet.service.pool import CallPools, TokenBucket
+from fleet.service.settings import ServiceSettings
 from fleet.testing import mock_aliyun
 
 REGION = "cn-chengdu"
@@ -156,6 +157,34 @@ def test_token_bucket_holds_the_rate():
     for _ in range(11):
         bucket.acquire()
     assert now[0] == pytest.approx(1.0)  # the first is free, ten more at 10/s take a second
+
+
+def test_pools_throttle_unless_told_the_cloud_has_no_budget():
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    items = list(range(100))
+    limited = CallPools({"cms": 10.0}, workers=1, clock=lambda: now[0], sleep=sleep)
+    assert limited.run("cms", lambda n: n, items) == items
+    assert sum(slept) > 5  # 100 reads at 10/s past a small burst
+    slept.clear()
+    free = CallPools({"cms": 10.0}, workers=1, clock=lambda: now[0], sleep=sleep, rate_limited=False)
+    assert free.run("cms", lambda n: n, items) == items
+    assert slept == []
+
+
+def test_simulated_service_observes_inline_and_unthrottled(tmp_path):
+    from fleet.sim import cloudview
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=1)
+    assert ServiceSettings.from_config(cfg).call_rate_limit is True  # production keeps the budget
+    settings = cloudview.service_settings(cfg)
+    assert settings.call_rate_limit is False and settings.observe_workers == 1
 
 
 def test_count_calls_nests():
