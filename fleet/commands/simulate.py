@@ -414,7 +414,9 @@ def bench_capacity(
         None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
     ),
     hours: float = typer.Option(12.0, "--hours", help="Simulated hours per run (from local midnight)."),
-    scenario: list[str] = typer.Option([], "--scenario", help="stockout, spot or economical (repeatable)."),
+    scenario: list[str] = typer.Option(
+        [], "--scenario", help="stockout, stockout-surge, spot or economical (repeatable)."
+    ),
 ) -> None:
     """Stock-outs, spot reclaims, economical mode: ours, ours without the feature, ESS-native (issue 17)."""
     from fleet.sim.capacity_bench import bench_capacity as run_bench

@@ -220,7 +220,7 @@ def run(
             incidents=incidents,
             sla_breaches=sum(1 for i in incidents if i.get("sla_breached")),
             invariant_violations=checker.violations,
-            extra=_capacity_fields(spec, options, model_error),
+            extra={**_capacity_fields(spec, options, model_error), **billing.summary()},
         )
         decisions = cloudview.decisions(controller)
     return SimResult(

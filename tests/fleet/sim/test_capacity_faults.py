@@ -110,3 +110,43 @@ def test_billing_counts_stopped_instances_as_disk_only_and_spot_at_its_price(fac
         billing.add(world, cloud, 3600.0)
         assert billing.cost_cny == pytest.approx(10.0 + 3.0 + 0.2)
         assert billing.gpu_hours == pytest.approx(2.0)
+
+
+def _step(world, cloud, billing, seconds: float, sync_s: float = 5.0) -> None:
+    """The runner's loop: the world, the cloud's clock, the billing, then a sync."""
+    end = world.now_s + seconds
+    while world.now_s < end - 1e-9:
+        t = min(end, world.now_s + sync_s)
+        dt = t - world.now_s
+        world.run_until(t)
+        cloud.advance(dt)
+        billing.add(world, cloud, dt)
+        world.sync()
+
+
+def test_startups_measure_order_to_serving_of_fresh_and_restarted_instances(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30, restart_seconds=10) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=1, desired_capacity=1, scaling_policy="recycle")
+        world = _world(cloud, group_id, factory, cold_start_s=300.0, restart_s=60.0)
+        billing = Billing(price_cny_per_hour=10.0, gpus_per_instance=1, disk_cny_per_hour=36.0)
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=0)  # the pre-warmed one is stopped
+        _step(world, cloud, billing, 120.0)
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=2)  # it restarts, and one is created
+        _step(world, cloud, billing, 600.0)
+        times = billing.startups.summary()
+        assert times["restarted"]["count"] == 1 and times["fresh"]["count"] == 1
+        # Each within one 5 s sync of its own figure: the restart time, and the cold start.
+        assert 60.0 <= times["restarted"]["p50"] <= 65.0
+        assert 300.0 <= times["fresh"]["p50"] <= 305.0
+        fields = billing.summary()
+        assert fields["scale_out_to_serving_s"] == times
+        assert fields["stopped_instance_hours"] > 0 and fields["stopped_disk_cost_cny"] > 0
+
+
+def test_the_prewarmed_start_fleet_is_not_a_startup(factory) -> None:
+    with mock_aliyun(start=START, boot_seconds=30) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=2, desired_capacity=2)
+        world = _world(cloud, group_id, factory, cold_start_s=300.0)
+        billing = Billing(price_cny_per_hour=10.0, gpus_per_instance=1)
+        _step(world, cloud, billing, 60.0)
+        assert billing.startups.summary() == {} and "scale_out_to_serving_s" not in billing.summary()
