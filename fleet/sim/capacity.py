@@ -40,7 +40,8 @@ class Billing:
         hours = dt_s / 3600.0
         for iid, inst in [*world.instances.items(), *((i.instance_id, i) for i in world.draining)]:
             ecs = cloud.ecs.instances.get(iid)
-            if inst.lifecycle == "Stopped" or (ecs is not None and ecs.status == "Stopped"):
+            stopped = inst.lifecycle == "Stopped" or (ecs is not None and ecs.status == "Stopped")
+            if stopped and not inst.outstanding:  # one still draining is held running by the drain hook
                 self.cost_cny += hours * self.disk_cny_per_hour
                 self.disk_cost_cny += hours * self.disk_cny_per_hour
                 self.stopped_seconds += dt_s

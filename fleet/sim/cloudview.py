@@ -61,7 +61,8 @@ def bind_group(config: FleetConfig, index: int, group_id: str) -> FleetConfig:
 
 
 def list_group_instances(cloud: FakeCloud, group_id: str) -> dict[str, str]:
-    """Instance id -> ESS lifecycle state, ``Rebooting`` while ECS restarts the instance."""
+    """Instance id -> ESS lifecycle state, ``Rebooting`` while ECS restarts the instance, ``Stopped`` from
+    the moment economical mode's scale-in stops it."""
     group = cloud.ess.groups.get(group_id)
     if group is None:
         return {}
@@ -78,7 +79,8 @@ def list_group_instances(cloud: FakeCloud, group_id: str) -> dict[str, str]:
             and ecs_inst.status in _RESTARTING
             and state not in ("Pending", "Pending:Wait")
         ):
-            state = "Rebooting"
+            # Economical mode's scale-in stops the member (it stays in the group); anything else restarts it.
+            state = "Stopped" if state == "Stopped" or inst.awaiting_stop else "Rebooting"
         out[iid] = state
     return out
 

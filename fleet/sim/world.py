@@ -222,8 +222,14 @@ class World:
                 self.instances[iid] = inst
             if state == "Rebooting" and inst.lifecycle != "Rebooting":
                 self._reboot(inst)
+            elif state == "Stopped" and inst.lifecycle != "Stopped":
+                # Economical mode's scale-in: the drain hook lets its requests finish, as on a release.
+                inst.ready_s = math.inf
+                inst.drain_until_s = now + self.p.drain_timeout_s
             elif state in ("Pending", "Pending:Wait") and inst.lifecycle in ("Rebooting", "Stopped"):
                 # Economical mode: a stopped instance is started again; it serves after the restart time.
+                if inst.lifecycle == "Stopped":
+                    self._fresh_engine(inst)
                 restart_s = self.p.cold_start_s if self.p.restart_s is None else self.p.restart_s
                 inst.ready_s = now + restart_s
                 self.fault_log.append({"at_s": now, "instance_id": iid, "event": "restarted"})
@@ -248,16 +254,21 @@ class World:
     def _reboot(self, inst: SimInstance) -> None:
         """An ECS reboot: in-flight work is lost; the GPU resets, which clears a hardware XID and the injected
         cooling fault (a stuck fan controller); the weights load again once the instance is back."""
+        self._fresh_engine(inst)
+        # Back after the reboot plus the weights load (the cold start less the instance's first boot).
+        inst.ready_s = self.now_s + self.p.reboot_s + max(0.0, self.p.cold_start_s - self.p.reboot_s)
+        self.fault_log.append({"at_s": self.now_s, "instance_id": inst.instance_id, "event": "rebooted"})
+
+    def _fresh_engine(self, inst: SimInstance) -> None:
+        """The instance's vLLM starts over (a reboot, or a stopped instance started again): what was still in
+        flight is lost and the GPUs reset (clearing a hardware XID and the injected cooling fault)."""
         self._drop_inflight(inst)
         inst.engine = self.engine_factory(self.now_s, self.p.queue_limit)
         inst.engine_start_s = inst.last_advance_s = self.now_s
-        # Back after the reboot plus the weights load (the cold start less the instance's first boot).
-        inst.ready_s = self.now_s + self.p.reboot_s + max(0.0, self.p.cold_start_s - self.p.reboot_s)
         inst.hw_fault_xid = None
         inst.last_xid = 0
         for g in inst.gpus:
             g.extra_c = 0.0
-        self.fault_log.append({"at_s": self.now_s, "instance_id": inst.instance_id, "event": "rebooted"})
 
     def _drop_inflight(self, inst: SimInstance) -> None:
         for rid in inst.inflight:
@@ -284,6 +295,8 @@ class World:
             self._dispatch(step_end)
             for inst in self.instances.values():
                 self._advance_instance(inst, step_end)
+                if inst.outstanding and inst.lifecycle == "Stopped" and step_end >= inst.drain_until_s:
+                    self._drop_inflight(inst)  # the drain hook's timeout
             if self.draining:
                 for inst in self.draining:
                     self._advance_instance(inst, step_end)

@@ -150,3 +150,32 @@ def test_the_prewarmed_start_fleet_is_not_a_startup(factory) -> None:
         billing = Billing(price_cny_per_hour=10.0, gpus_per_instance=1)
         _step(world, cloud, billing, 60.0)
         assert billing.startups.summary() == {} and "scale_out_to_serving_s" not in billing.summary()
+
+
+def test_economical_scale_in_drains_its_requests_as_a_release_does(factory) -> None:
+    """A recycled scale-in goes through the same drain hook as a release: its in-flight requests finish
+    (they used to be lost as in a reboot), and it then bills only its disk."""
+    from fleet.sim.workload import Request
+
+    with mock_aliyun(start=START, boot_seconds=30, restart_seconds=10) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=1, desired_capacity=1, scaling_policy="recycle")
+        requests = [Request(0.5 + 0.1 * i, 512, 200) for i in range(8)]
+        world = World(
+            cloud,
+            group_id,
+            factory,
+            WorldParams(cold_start_s=300.0, restart_s=60.0),
+            requests,
+            instance_lister=list_group_instances,
+        )
+        world.sync(prewarmed=True)
+        billing = Billing(price_cny_per_hour=10.0, gpus_per_instance=1)
+        _step(world, cloud, billing, 2.0)
+        (inst,) = world.instances.values()
+        assert inst.outstanding == 8
+        cloud.ess.modify_scaling_group(group_id, desired_capacity=0)
+        _step(world, cloud, billing, 10.0)
+        assert inst.lifecycle == "Stopped" and not inst.serving(world.now_s)
+        _step(world, cloud, billing, 120.0)
+        assert world.total_dropped == 0 and world.total_completed == 8
+        assert billing.summary()["stopped_instance_hours"] > 0
