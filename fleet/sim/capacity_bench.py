@@ -11,7 +11,8 @@ Scenarios (the default day: ServeGen m-small day 2, ramp from 06:00, peak at 09:
 - ``stockout-surge``: a harder day (m-large day 9, 14:00-21:00) whose evening surge the 2 h stock-out covers;
 - ``spot``: a spot tier above an on-demand base of 2 (70 % of the rest spot), with a quarter of the spot
   instances reclaimed at 09:00, against the same day all on demand;
-- ``economical``: economical mode (recycle) against release on the same day.
+- ``economical``: economical mode (recycle) against release on the same day, both with the startup modelled
+  from the weights (``fleet.sim.capacity_startup``); the runs measure each instance's order to serving.
 """
 
 from __future__ import annotations
