@@ -216,6 +216,9 @@ def _activation(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibrat
     if facts.activation_gib is None or plan.activation_gib <= 0:
         return cal
     term = Term("activation_gib", Scope.DEPLOYMENT, facts.activation_gib, plan.activation_gib, "GiB")
+    if cal.engine == "v1":  # V1's peak is the larger of forward pass and sampler run: scale both alike
+        k = facts.activation_gib / plan.activation_gib
+        return _add(cal, term, activation_scale=k, sampler_scale=k)
     sampler = next(t.gib for t in plan.terms if t.name.startswith("sampler"))
     body = plan.activation_gib - sampler
     sampler_scale: float | None = None
@@ -258,6 +261,8 @@ def _overhead(cal: Calibration, facts: LogFacts, base: Deployment) -> Calibratio
     util = facts.gpu_memory_utilization or base.gpu_memory_utilization
     overhead_logged = plan.visible_gib * util - plan.weights_gib - kv_logged
     overhead_model = plan.activation_gib + plan.non_torch_gib
+    if plan.cuda_graphs_in_util:
+        overhead_model += plan.cuda_graph_gib
     residual = overhead_logged - overhead_model
     if abs(residual) < 0.005:  # the split terms already explain it to the log's printed precision
         return cal

@@ -485,7 +485,7 @@ def test_calibrate_writes_a_file_and_prints_what_it_corrected(tmp_path, capsys):
     doc = yaml.safe_load(out.read_text())
     assert doc["gpu"] == "RTX3090" and doc["engine"] == "v0" and doc["gpu_terms"]["non_torch_gib"] == 0.35
     text = " ".join(printed.out.split())
-    assert "non_torch_gib gpu 0.350 GiB 0.200 GiB -42.9%" in text
+    assert "non_torch_gib gpu 0.350 GiB 0.250 GiB -28.6%" in text
     assert "(the log: 31,232)" in text
 
 

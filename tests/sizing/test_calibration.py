@@ -22,6 +22,7 @@ from sizing.calibration import (
     calibration_from_dict,
     calibration_to_dict,
 )
+from sizing.memory import NON_TORCH_TP1_GIB
 from sizing.perf import perf_for
 from sizing.vllm_log import parse_startup_log
 
@@ -75,7 +76,7 @@ def test_every_corrected_term_is_reported_with_the_uncalibrated_prediction():
     names = {t.name: t for t in cal.terms}
     assert {"visible_gib", "weights_gib", "non_torch_gib", "activation_gib"} <= set(names)
     assert names["non_torch_gib"].logged == 0.35 and names["non_torch_gib"].scope is Scope.GPU
-    assert names["non_torch_gib"].predicted == pytest.approx(0.2)
+    assert names["non_torch_gib"].predicted == pytest.approx(NON_TORCH_TP1_GIB)
     assert names["weights_gib"].scope is Scope.DEPLOYMENT
 
 
