@@ -415,6 +415,31 @@ def transfer_errors() -> list[tuple[str, float]]:
         predicted = plan_memory(apply_calibration(dep(dst), cal)).kv_cache_gib
         logged = logs[dst].kv_cache_gib or 0.0
         out.append((f"vllm#10517 {src // 1000}K -> {dst // 1000}K", _pct(predicted, logged)))
+    # V1 (vLLM 0.19.0, H100, util 0.95): llm-d-planner's sweep logs the same 58.11 GiB pool for Llama-3.1-8B
+    # at max_model_len 2048-32768, 58.53 GiB for Qwen2.5-7B (accuracy/accuracy_report.md); calibrate on 8192
+    for name, weights, act, non_torch, kv, tokens in (
+        ("Llama-3.1-8B", 14.99, 1.89, 0.25, 58.11, 476_000),
+        ("Qwen2.5-7B", 14.25, 2.21, 0.24, 58.53, 1_096_000),
+    ):
+        facts = LogFacts(
+            vllm_version="0.19.0",
+            engine="v1",
+            total_gib=79.19,
+            gpu_memory_utilization=0.95,
+            weights_gib=weights,
+            non_torch_gib=non_torch,
+            activation_gib=act,
+            kv_cache_gib=kv,
+            kv_cache_tokens=tokens,
+            formats=("v1-kv",),
+        )
+        h100 = Deployment(
+            find_model(name), find_gpu("H100"), 1, max_model_len=8192, gpu_memory_utilization=0.95
+        )
+        cal = calibrate(facts, h100)
+        for length in (2048, 32768):
+            predicted = plan_memory(apply_calibration(h100.with_(max_model_len=length), cal)).kv_cache_gib
+            out.append((f"llm-d-planner {name} 8K -> {length // 1024}K", _pct(predicted, kv)))
     return out
 
 

@@ -102,14 +102,29 @@ class Calibration:
 
 # ------------------------------------------------------------------------------------------ application
 def apply_calibration(dep: Deployment, cal: Calibration | None) -> Deployment:
-    """``dep`` with the calibration attached: the card's logged total, and the engine of the vLLM that was
-    logged (V0 and V1 profile memory differently)."""
+    """``dep`` with the calibration attached: the card's logged total, and the engine and release of the vLLM
+    that was logged (V0 and V1 profile memory differently; V1 0.21+ counts CUDA graphs inside util)."""
     if cal is None:
         return dep
     gpu = dep.gpu
     if cal.applies_to_gpu(gpu) and cal.visible_gib is not None:
         gpu = gpu.with_visible_gib(cal.visible_gib)
-    return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal)
+    version = dep.vllm_version or _readable_version(cal.vllm_version)
+    return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal, vllm_version=version)
+
+
+def _readable_version(version: str | None) -> str | None:
+    """A logged release the memory rules can read ("0.19.0"); a main-branch build ("0.1.dev20073+g...")
+    is the current release (None)."""
+    from sizing.memory import version_tuple
+
+    if version is None:
+        return None
+    try:
+        parsed = version_tuple(version)
+        return version if parsed is not None and parsed[:2] != (0, 1) else None
+    except SizingInputError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------ derivation
@@ -165,7 +180,8 @@ def calibrate(
     """Corrections that make the model reproduce ``facts`` for ``dep`` (the deployment the log ran)."""
     from sizing.memory import plan_memory
 
-    base = replace(dep, calibration=None)
+    version = dep.vllm_version or _readable_version(facts.vllm_version)
+    base = replace(dep, calibration=None, vllm_version=version)
     plan = plan_memory(base)
     cal = Calibration(
         model=dep.model.name,
