@@ -58,7 +58,7 @@ KV_ROWS = (
         "0.8.1",
         _GH + "vllm-project/vllm/issues/15360",
         note="sampler copies (V0)",
-        documented_pct=-2.1,
+        documented_pct=-3.5,
     ),
     KvRow(
         "vllm PR#10511",
@@ -75,7 +75,7 @@ KV_ROWS = (
         _GH + "vllm-project/vllm/pull/10511",
         max_num_batched_tokens=8192,
         note="sampler copies (V0)",
-        documented_pct=2.8,
+        documented_pct=2.9,
     ),
     KvRow(
         "vllm#10517 20K",
@@ -205,7 +205,7 @@ KV_ROWS = (
         _GH + "vllm-project/vllm/issues/13061",
         tp=2,
         note="rank 0 logs 8.69 GiB of KV; the engine's 81,536 tokens are a tighter rank's",
-        documented_pct=11.7,
+        documented_pct=1.3,
     ),
     KvRow(
         "llm-d-planner Q3-14B",
@@ -259,20 +259,60 @@ KV_ROWS = (
 )
 
 # Single terms vLLM logs directly, GiB per GPU:
-# (source, role, model, gpu, tp, engine, vllm, term, logged, note).
+# (source, role, model, gpu, tp, engine, vllm, max_model_len, term, logged, note).
 # "activation" is the profiled torch peak; "non_torch" the memory outside torch's allocator.
 TERM_ROWS = (
-    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 1, "v1", "0.19.0", "activation", 1.89, ""),
-    ("llm-d-planner", "fit", "Qwen2.5-7B", "H100", 1, "v1", "0.19.0", "activation", 2.21, ""),
-    ("llm-d-planner", "check", "Qwen3-8B", "H100", 1, "v1", "0.19.0", "activation", 2.21, ""),
-    ("llm-d-planner", "check", "Qwen3-14B", "H100", 1, "v1", "0.18.0", "activation", 2.23, "also 0.17"),
-    ("llm-d-planner", "check", "Qwen3-14B", "H100", 1, "v1", "0.16.0", "activation", 5.64, "also 0.15"),
-    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 1, "v1", "0.19.0", "non_torch", 0.25, ""),
-    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 2, "v1", "0.19.0", "non_torch", 2.07, "NVLS"),
-    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 4, "v1", "0.19.0", "non_torch", 2.13, "NVLS"),
-    ("llm-d-planner", "check", "Qwen2.5-7B", "H100", 2, "v1", "0.19.0", "non_torch", 2.06, "NVLS"),
-    ("llm-d-planner", "check", "Qwen2.5-7B", "H100", 4, "v1", "0.19.0", "non_torch", 2.13, "NVLS"),
-    ("vllm#16570", "fit", "Qwen2.5-72B", "A100-40G", 4, "v0", "0.8.3", "non_torch", 0.43, "largest rank"),
+    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 1, "v1", "0.19.0", 8192, "activation", 1.89, ""),
+    ("llm-d-planner", "fit", "Qwen2.5-7B", "H100", 1, "v1", "0.19.0", 8192, "activation", 2.21, ""),
+    ("llm-d-planner", "check", "Qwen3-8B", "H100", 1, "v1", "0.19.0", 8192, "activation", 2.21, ""),
+    ("llm-d-planner", "check", "Qwen3-14B", "H100", 1, "v1", "0.18.0", 8192, "activation", 2.23, "also 0.17"),
+    ("llm-d-planner", "check", "Qwen3-14B", "H100", 1, "v1", "0.16.0", 8192, "activation", 5.64, "also 0.15"),
+    ("vllm PR#10511", "fit", "Llama-3-8B", "H100", 1, "v0", "0.6.5", 8192, "activation", 1.26, "T 8192"),
+    ("vllm#15360", "fit", "Qwen2.5-7B", "A10G", 1, "v0", "0.8.1", 6600, "activation", 1.43, "T 6600"),
+    (
+        "vllm PR#10511",
+        "check",
+        "Llama-3-8B",
+        "H100",
+        2,
+        "v0",
+        "0.6.5",
+        8192,
+        "activation",
+        1.26,
+        "TP2: sampler",
+    ),
+    (
+        "vllm#13882",
+        "check",
+        "Qwen2.5-7B",
+        "RTX3090",
+        1,
+        "v0",
+        "0.7",
+        4096,
+        "activation",
+        1.42,
+        "4-bit; RTX 4060",
+    ),
+    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 1, "v1", "0.19.0", 8192, "non_torch", 0.25, ""),
+    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 2, "v1", "0.19.0", 8192, "non_torch", 2.07, "NVLS"),
+    ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 4, "v1", "0.19.0", 8192, "non_torch", 2.13, "NVLS"),
+    ("llm-d-planner", "check", "Qwen2.5-7B", "H100", 2, "v1", "0.19.0", 8192, "non_torch", 2.06, "NVLS"),
+    ("llm-d-planner", "check", "Qwen2.5-7B", "H100", 4, "v1", "0.19.0", 8192, "non_torch", 2.13, "NVLS"),
+    (
+        "vllm#16570",
+        "fit",
+        "Qwen2.5-72B",
+        "A100-40G",
+        4,
+        "v0",
+        "0.8.3",
+        4096,
+        "non_torch",
+        0.43,
+        "largest rank",
+    ),
     (
         "vllm#13061",
         "fit",
@@ -281,11 +321,24 @@ TERM_ROWS = (
         2,
         "v0",
         "0.7",
+        8192,
         "non_torch",
         0.25,
-        "PCIe",
+        "",
     ),
-    ("vllm PR#10511", "check", "Llama-3-8B", "H100", 2, "v0", "0.6.5", "non_torch", 3.58, "0.6.5 profiler"),
+    (
+        "vllm PR#10511",
+        "check",
+        "Llama-3-8B",
+        "H100",
+        2,
+        "v0",
+        "0.6.5",
+        8192,
+        "non_torch",
+        3.58,
+        "0.6.5 profiler",
+    ),
 )
 
 # (source, role, model, gpu, tp, dtype, context tokens, logged ms per token, note, documented error %)
@@ -344,12 +397,12 @@ def term_rows() -> list[tuple[tuple[object, ...], float, float]]:
 
     out = []
     for row in TERM_ROWS:
-        _, _, model, gpu, tp, engine, version, term, logged, _ = row
+        _, _, model, gpu, tp, engine, version, length, term, logged, _ = row
         dep = Deployment(
             find_model(str(model)),
             find_gpu(str(gpu)),
             int(tp),  # type: ignore[call-overload]
-            max_model_len=8192 if engine == "v1" else 4096,
+            max_model_len=int(length),  # type: ignore[call-overload]
             engine=str(engine),
             vllm_version=str(version),
         )
@@ -475,8 +528,8 @@ def report() -> int:
     print("single terms vLLM logs (GiB per GPU), logged vs predicted:")
     for row, predicted, err in term_rows():
         print(
-            f"  {row[1]:5} {row[0]:14} {row[7]:10} {row[2]} {row[4]}x{row[3]} vLLM {row[6]}: {row[8]} vs "
-            f"{predicted:.2f} ({err:+.0f}%)" + (f"  [{row[9]}]" if row[9] else "")
+            f"  {row[1]:5} {row[0]:14} {row[8]:10} {row[2]} {row[4]}x{row[3]} vLLM {row[6]}: {row[9]} vs "
+            f"{predicted:.2f} ({err:+.0f}%)" + (f"  [{row[10]}]" if row[10] else "")
         )
     print("batch-1 decode, ms per token:")
     dec: list[float] = []

@@ -227,24 +227,19 @@ def _non_torch(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibrati
 
 
 def _activation(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
-    """One logged peak cannot split body from sampler: the model's sampler is kept (none for 0.6.4, whose
-    profile counts no sampler: vllm#10517) and the body takes the rest, so it still scales with the batch."""
+    """The logged peak is the larger of forward pass and sampler run: the side the model has on top takes the
+    correction, the other keeps the model's figure (so a change of max_num_seqs or of the batch still moves
+    the right one). 0.6.4's profile counts no sampler (vllm#10517): the forward pass takes it all."""
     if facts.activation_gib is None or plan.activation_gib <= 0:
         return cal
     term = Term("activation_gib", Scope.DEPLOYMENT, facts.activation_gib, plan.activation_gib, "GiB")
-    if cal.engine == "v1":  # V1's peak is the larger of forward pass and sampler run: scale both alike
-        k = facts.activation_gib / plan.activation_gib
-        return _add(cal, term, activation_scale=k, sampler_scale=k)
+    body = next(t.gib for t in plan.terms if t.name.startswith("activation"))
     sampler = next(t.gib for t in plan.terms if t.name.startswith("sampler"))
-    body = plan.activation_gib - sampler
-    sampler_scale: float | None = None
-    if "v0-0.6.4" in facts.formats:
-        sampler, sampler_scale = 0.0, 0.0
-    rest = facts.activation_gib - sampler
-    if body <= 0 or rest < 0.25 * body:  # the split is implausible: scale both alike
-        k = facts.activation_gib / plan.activation_gib
-        return _add(cal, term, activation_scale=k, sampler_scale=k)
-    return _add(cal, term, activation_scale=rest / body, sampler_scale=sampler_scale)
+    if "v0-0.6.4" in facts.formats or sampler <= 0:
+        return _add(cal, term, activation_scale=facts.activation_gib / body, sampler_scale=0.0)
+    if body >= sampler:
+        return _add(cal, term, activation_scale=facts.activation_gib / body)
+    return _add(cal, term, sampler_scale=facts.activation_gib / sampler)
 
 
 def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:

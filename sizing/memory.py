@@ -11,12 +11,11 @@ and the startup check that one request of ``max_model_len`` tokens fits, with th
 
 What is calibrated, and on which public log (docs/sizing-accuracy.md has every row; the tests re-check them):
 
-* activation peak. V0: ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2 bytes (the forward pass, T the
-  profiling batch) plus SAMPLER_FP32_COPIES x seqs x vocab x 4 bytes (the sampler, held at the same time);
-  ACT_BUFFERS fitted on vllm#10517 (0.6.4, T 20000/29000), the copies on PR#10511 and vllm#15360. Before 0.6.5
-  the profile left the sampler out (vllm#10517). V1: the larger of the forward pass and the dummy sampler run
-  (hidden states + SAMPLER_V1_FP32_COPIES copies), fitted on llm-d-planner's v0.19 H100 sweep, checked on its
-  Qwen3 rows.
+* activation peak: the larger of the forward pass, ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2
+  bytes (T the profiling batch; fitted on vllm#10517, 0.6.4, T 20000/29000), and the sampler run, the hidden
+  states plus fp32 copies of seqs x vocab logits (V0: SAMPLER_V0_FP32_COPIES, fitted on PR#10511 and
+  vllm#15360; V1: SAMPLER_V1_FP32_COPIES, fitted on llm-d-planner's v0.19 H100 sweep). Before 0.6.5 the
+  profile left the sampler out (vllm#10517).
 * non-torch memory: NON_TORCH_TP1_GIB at TP1, plus at TP >= 2 NCCL's NVLS buffers on Hopper NVLink parts or
   small all-reduce buffers elsewhere (llm-d-planner TP1-4 on H100, vllm#16570, vllm#13061).
 * CUDA graphs: outside gpu_memory_utilization until vLLM 0.21, inside it (taken before the KV cache) since
@@ -42,18 +41,19 @@ REFUSAL_MARGIN = 0.10
 # 2.07 -> 2.99 GiB from T = 20000 to 29000 tokens, 0.102 GiB per 1000 tokens of a 65,536-wide buffer; 0.6.4
 # counts no sampler (its 35K row, chunked at 512 tokens, peaks at 0.06 GiB: 0.053 predicted).
 ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
-# SAMPLER_FP32_COPIES from what 0.6.5+ logs hold beyond that body: PR#10511 (Llama-3-8B, T 8192, 256 seqs:
-# 1.26 - 0.85 = 0.41 GiB, 3.35 copies) and vllm#15360 (Qwen2.5-7B, T 6600: 1.43 - 0.87 = 0.56 GiB, 3.86).
-SAMPLER_FP32_COPIES = 3.6  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
 
-# V1 (vLLM 0.17 and later) holds the model's forward pass and the dummy sampler run apart: the sampler
-# warm-up (max_num_seqs dummy requests over the full vocabulary) runs after the forward pass has freed its
-# activations, so the profiled peak is the larger of the two, not their sum. The sampler side is the last
-# hidden states (T x hidden, 16-bit) plus SAMPLER_V1_FP32_COPIES fp32 copies of (seqs x vocab).
-# Fitted on llm-d-planner's v0.19.0 H100 sweep (accuracy/accuracy_report.md: Llama-3.1-8B 1.89 GiB -> 3.735
-# copies, Qwen2.5-7B 2.21 GiB -> 3.716; T 8192, 1024 seqs); checked on the same report's Qwen3-8B (2.21 GiB
-# logged, 2.22 predicted) and Qwen3-14B at v0.17/v0.18 (2.23 logged, 2.23 predicted). The V0 sum would give
-# 2.6-3.2 GiB. Not modelled: v0.15-v0.16, whose Qwen3-14B peak is 5.64 GiB (same report), 3.4 GiB more.
+# The profiling run's forward pass and its sampler do not peak together: the forward pass frees its
+# activations before the sampler runs on the last hidden states, so the profiled peak is the larger of the
+# two, not their sum. The sampler side is the hidden states (T x hidden, 16-bit) plus fp32 copies of
+# (seqs x vocab) logits: logits, probabilities, log-probabilities, sorted values and indices, noise.
+# V0 (0.6.5-0.10, 256 dummy sequences): 9.68 copies, fitted on PR#10511 (Llama-3-8B, 1.26 GiB: 9.79) and
+# vllm#15360 (Qwen2.5-7B, 1.43 GiB: 9.56); checked on PR#10511 at TP2 (1.26 GiB again: the forward pass
+# halves, the sampler does not, 1.25 predicted), vllm#13882 (Qwen2.5-7B 4-bit, 1.42 logged, 1.43 predicted)
+# and vllm#13061 at TP2, whose driver rank alone samples (its worker logs 0.19 GiB; the engine's KV pool is
+# the driver's, smaller by the sampler's 1.2 GiB: 81,536 tokens logged, 82,560 predicted). The sum rule
+# (3.6 copies held with the forward pass) fits the two fit rows too but gives 0.94 GiB at TP2 and 1.06 on
+# vllm#13882, 25% low.
+SAMPLER_V0_FP32_COPIES = 9.68
 SAMPLER_V1_FP32_COPIES = 3.72
 
 # Non-torch memory (CUDA context, cuBLAS workspaces, NCCL and custom all-reduce buffers), per GPU.
@@ -251,27 +251,21 @@ def activation_body_gib(model: ModelShape, tp: int, profile_tokens: int) -> floa
     return ACT_BUFFERS * profile_tokens * width * 2.0 / GIB
 
 
-def sampler_gib(model: ModelShape, profile_seqs: int) -> float:
-    """The dummy sampler run's fp32 logits; gathered to the full vocabulary, so it does not shrink with TP."""
-    return SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0 / GIB
-
-
-def sampler_v1_gib(model: ModelShape, profile_tokens: int, profile_seqs: int) -> float:
-    """V1's dummy sampler run: the last hidden states plus the fp32 logits copies of ``profile_seqs`` dummy
-    requests (see SAMPLER_V1_FP32_COPIES)."""
+def sampler_gib(model: ModelShape, profile_tokens: int, profile_seqs: int, engine: str = "v1") -> float:
+    """The dummy sampler run: the last hidden states plus the fp32 logits copies of ``profile_seqs`` dummy
+    requests, gathered to the full vocabulary (so not shrinking with TP). See SAMPLER_*_FP32_COPIES."""
+    copies = SAMPLER_V1_FP32_COPIES if engine == "v1" else SAMPLER_V0_FP32_COPIES
     hidden = profile_tokens * model.hidden * 2.0
-    return (hidden + SAMPLER_V1_FP32_COPIES * profile_seqs * model.vocab * 4.0) / GIB
+    return (hidden + copies * profile_seqs * model.vocab * 4.0) / GIB
 
 
 def activation_gib(
-    model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int, engine: str = "v0"
+    model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int, engine: str = "v1"
 ) -> float:
-    """Torch activation peak of vLLM's profiling run: V0 holds the forward pass and the sampler at once,
-    V1 runs them one after the other (see the constants for the fits)."""
+    """Torch activation peak of vLLM's profiling run: the larger of the forward pass and the sampler run
+    (see the constants for the fits)."""
     body = activation_body_gib(model, tp, profile_tokens)
-    if engine == "v1":
-        return max(body, sampler_v1_gib(model, profile_tokens, profile_seqs))
-    return body + sampler_gib(model, profile_seqs)
+    return max(body, sampler_gib(model, profile_tokens, profile_seqs, engine))
 
 
 def has_nvls(gpu: GPU) -> bool:
@@ -388,7 +382,8 @@ _SRC_ACT = (
     "1.70 x T x (hidden + 2 x intermediate / TP) x 2 B; fitted on vllm#10517 (20K/29K), checked on its 35K"
 )
 _SRC_SAMPLER = (
-    "fp32 logits max_num_seqs x vocab x 3.6 copies; fitted on PR#10511 + vllm#15360, checked vllm#16141"
+    "V0: hidden states + 9.68 fp32 copies of max_num_seqs x vocab, held after the forward pass (the peak is "
+    "the larger of the two); fitted on PR#10511 + vllm#15360, checked on PR#10511 TP2, vllm#13882, #13061"
 )
 _SRC_SAMPLER_V1 = (
     "V1: hidden states + 3.72 fp32 copies of max_num_seqs x vocab, held after the forward pass (the peak is "
@@ -420,10 +415,7 @@ def _memory_terms(dep: Deployment, dtype: str, tokens: int, seqs: int) -> tuple[
     gpu_cal, dep_cal = _calibrated(dep, dtype)
     weights = weight_bytes_per_rank(model, dtype, tp) / GIB
     body = activation_body_gib(model, tp, tokens)
-    if dep.engine == "v1":
-        sampler = sampler_v1_gib(model, tokens, min(tokens, seqs))
-    else:
-        sampler = sampler_gib(model, min(tokens, seqs)) if sampler_counted(dep) else 0.0
+    sampler = sampler_gib(model, tokens, min(tokens, seqs), dep.engine) if sampler_counted(dep) else 0.0
     non_torch = non_torch_gib(tp, dep.gpu)
     terms = [
         MemoryTerm("weights", weights, _SRC_WEIGHTS),
@@ -466,7 +458,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     usable = gpu.visible_gib * dep.gpu_memory_utilization
     terms, per_token = _memory_terms(dep, dtype, tokens, seqs)
     weights = terms[0].gib
-    act = max(terms[1].gib, terms[2].gib) if dep.engine == "v1" else terms[1].gib + terms[2].gib
+    act = max(terms[1].gib, terms[2].gib)  # forward pass and sampler run peak one after the other
     non_torch = sum(t.gib for t in terms[3:])
     graphs = cuda_graph_gib(model, dep.engine, seqs)
     inside = graphs_inside_util(dep)
