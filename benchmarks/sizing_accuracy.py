@@ -295,6 +295,7 @@ TERM_ROWS = (
         1.42,
         "4-bit; RTX 4060",
     ),
+    ("kvcache-lab", "check", "Qwen2.5-7B", "RTX4080", 1, "v1", "0.26.0", 32768, "activation", 1.04, "T 2048"),
     ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 1, "v1", "0.19.0", 8192, "non_torch", 0.25, ""),
     ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 2, "v1", "0.19.0", 8192, "non_torch", 2.07, "NVLS"),
     ("llm-d-planner", "fit", "Llama-3.1-8B", "H100", 4, "v1", "0.19.0", 8192, "non_torch", 2.13, "NVLS"),
@@ -339,14 +340,39 @@ TERM_ROWS = (
         3.58,
         "0.6.5 profiler",
     ),
+    ("kvcache-lab", "check", "Qwen2.5-7B", "RTX4080", 1, "v1", "0.26.0", 32768, "non_torch", 0.06, "WSL2"),
 )
 
 # (source, role, model, gpu, tp, dtype, context tokens, logged ms per token, note, documented error %)
 DECODE_ROWS = (
-    ("tt-inference-server#143", "fit", "Qwen2.5-72B", "H100", 2, "bf16", 192, 30.9, "BW_EFF", -1.9),
-    ("InternLM/lmdeploy#210", "check", "Llama-2-7B", "A10", 1, "fp16", 100, 27.0, "lmdeploy, not vLLM", 9.9),
-    ("InternLM/lmdeploy#210", "check", "Llama-2-7B", "A10", 1, "fp16", 100, 34.0, "HF transformers", -12.7),
-    ("vllm#20469", "check", "Qwen3-14B-AWQ", "A100-80G", 1, "auto", 16100, 20.63, "--enforce-eager", -54.8),
+    ("tt-inference-server#143", "fit", "Qwen2.5-72B", "H100", 2, "bf16", 192, 30.9, "BW_EFF, TP2", -2.9),
+    (
+        "yobitelcomm InferenceBench",
+        "fit",
+        "Llama-3.1-8B",
+        "H100",
+        1,
+        "fp16",
+        256,
+        6.48,
+        "vLLM 0.21 TPOT p50",
+        2.5,
+    ),
+    (
+        "johnmusgrave.com",
+        "check",
+        "Llama-3.1-8B",
+        "A100-40G",
+        1,
+        "bf16",
+        1088,
+        13.3,
+        "vLLM 0.23, ~75 tok/s",
+        4.1,
+    ),
+    ("InternLM/lmdeploy#210", "check", "Llama-2-7B", "A10", 1, "fp16", 100, 27.0, "lmdeploy, not vLLM", 8.8),
+    ("InternLM/lmdeploy#210", "check", "Llama-2-7B", "A10", 1, "fp16", 100, 34.0, "HF transformers", -13.6),
+    ("vllm#20469", "check", "Qwen3-14B-AWQ", "A100-80G", 1, "auto", 16100, 20.63, "--enforce-eager", -58.6),
     (
         "akiyax/kvcache-lab",
         "check",
@@ -357,7 +383,7 @@ DECODE_ROWS = (
         3186,
         9.40,
         "vLLM 0.26 ITL p50, 1 stream",
-        21.8,
+        13.9,
     ),
 )
 

@@ -23,7 +23,7 @@ from sizing.calibration import (
     calibration_to_dict,
 )
 from sizing.memory import NON_TORCH_TP1_GIB
-from sizing.perf import perf_for
+from sizing.perf import BW_EFF, perf_for
 from sizing.vllm_log import LogFacts, parse_startup_log
 
 
@@ -216,7 +216,7 @@ def test_a_benchmark_of_one_model_sets_the_gpus_bandwidth_share_for_another():
     elsewhere = apply_calibration(
         Deployment(find_model("Llama-3.1-8B"), find_gpu("L20"), 1, max_model_len=8192), cal
     )
-    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(0.80)
+    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(BW_EFF)
 
 
 def _h100_l8b() -> Deployment:
