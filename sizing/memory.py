@@ -51,7 +51,7 @@ ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per tok
 # halves, the sampler does not, 1.25 predicted), vllm#13882 (Qwen2.5-7B 4-bit, 1.42 logged, 1.43 predicted)
 # and vllm#13061 at TP2, whose driver rank alone samples (its worker logs 0.19 GiB; the engine's KV pool is
 # the driver's, smaller by the sampler's 1.2 GiB: 81,536 tokens logged, 82,560 predicted). The sum rule
-# (3.6 copies held with the forward pass) fits the two fit rows too but gives 0.94 GiB at TP2 and 1.06 on
+# (3.6 copies held with the forward pass) fits the two fit rows too but gives 0.92 GiB at TP2 and 1.06 on
 # vllm#13882, 25% low.
 SAMPLER_V0_FP32_COPIES = 9.68
 SAMPLER_V1_FP32_COPIES = 3.72
