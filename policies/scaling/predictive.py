@@ -97,7 +97,29 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
         return Contribution(target=new, reason=reason)
     if target > ctx.target:
         return _out(ctx, sig, target)
-    return None
+    return _capped(ctx, sig, target)
+
+
+def _capped(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
+    """A ratio rule reading a backlog (P99 TTFT of a queue, KV use) can ask for many times what the demand
+    needs; the instances arrive a cold start later, when the backlog is gone, and are then scaled in slowly.
+    While the demand is fully observed, the rules' target is held to ``rules_ceiling`` times the instances
+    the observed demand (or the forecast, whichever is more) needs."""
+    ceiling = ctx.inp.spec.predictive.rules_ceiling
+    if ceiling is None or not sig.demand.complete or sig.need_now is None:
+        return None
+    cap = max(ctx.hold, math.ceil(ceiling * max(target, sig.need_now) - 1e-9))
+    if ctx.target <= cap:
+        return None
+    reason = Reason(
+        code=ReasonCode.RULES_CAPPED,
+        detail=(
+            f"the rules wanted {ctx.target}; the observed demand {sig.demand.rps or 0:.2f} req/s needs "
+            f"{max(target, sig.need_now)}: held to {ceiling:g}x that"
+        ),
+        inputs={**_inputs(ctx, sig), "rules_wanted": ctx.target, "rules_ceiling": ceiling},
+    )
+    return Contribution(target=cap, reason=reason)
 
 
 def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
