@@ -470,12 +470,12 @@ class Predictive(_Model):
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
     rules_ceiling: float | None = Field(
-        default=2.0,
+        default=1.5,
         ge=1,
         le=10,
         description=(
-            "while the demand is known, the rules' scale-out goes no higher than this times what the observed "
-            "demand needs (null: uncapped)"
+            "while the demand is known, the rules' scale-out goes no higher than this times the observed "
+            "load in instances, or the forecast's target if more (null: uncapped)"
         ),
     )
 

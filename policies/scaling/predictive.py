@@ -103,19 +103,21 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
 def _capped(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
     """A ratio rule reading a backlog (P99 TTFT of a queue, KV use) can ask for many times what the demand
     needs; the instances arrive a cold start later, when the backlog is gone, and are then scaled in slowly.
-    While the demand is fully observed, the rules' target is held to ``rules_ceiling`` times the instances
-    the observed demand (or the forecast, whichever is more) needs."""
+    While the demand is fully observed, the rules' target is held to ``rules_ceiling`` times the offered load
+    (observed demand over the corrected capacity per instance), or the forecast's target if that is more."""
     ceiling = ctx.inp.spec.predictive.rules_ceiling
-    if ceiling is None or not sig.demand.complete or sig.need_now is None:
+    cap_rps, rps = sig.capacity_rps, sig.demand.rps
+    if ceiling is None or not sig.demand.complete or not cap_rps or rps is None:
         return None
-    cap = max(ctx.hold, math.ceil(ceiling * max(target, sig.need_now) - 1e-9))
+    load = rps / cap_rps
+    cap = max(ctx.hold, target, math.ceil(ceiling * load - 1e-9))
     if ctx.target <= cap:
         return None
     reason = Reason(
         code=ReasonCode.RULES_CAPPED,
         detail=(
-            f"the rules wanted {ctx.target}; the observed demand {sig.demand.rps or 0:.2f} req/s needs "
-            f"{max(target, sig.need_now)}: held to {ceiling:g}x that"
+            f"the rules wanted {ctx.target}; the observed demand {rps:.2f} req/s is a load of {load:.1f} "
+            f"instances: held to {cap} ({ceiling:g}x the load, or the forecast's target)"
         ),
         inputs={**_inputs(ctx, sig), "rules_wanted": ctx.target, "rules_ceiling": ceiling},
     )
