@@ -32,7 +32,7 @@ from fleet.service.actuate import ActionResult, Actuator
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import DemandLog, record_forecasts
+from fleet.service.demand import DemandLog, prune, record_forecasts, retention_s
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -164,6 +164,7 @@ class Service:
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
         self.capacity_table = CapacityTable()
+        self._last_prune: dict[int, datetime] = {}  # shard -> when this replica last pruned its groups
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     def actuator_for(self, scope: Scope) -> Actuator:
@@ -307,6 +308,7 @@ class Service:
         for manager in self.capacity_managers.values():
             result.errors.extend(manager.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
+        self._prune(shard, specs, now, fence)
 
     # -- snapshot -------------------------------------------------------------------------------------
     def _add_demand(
@@ -334,6 +336,31 @@ class Service:
                 prompt_tokens=cap.prompt_tokens,
                 output_tokens=cap.output_tokens,
             )
+
+    def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
+        """At most once per ``prune_interval_s`` per shard, after the tick's writes: delete the shard's
+        groups' demand minutes and forecasts older than their retention (``predictive.history`` plus a
+        day), in bounded batches. Groups no longer configured are left as they are. A failure is logged and
+        tried again at the next interval; it never fails the tick."""
+        last = self._last_prune.get(shard)
+        if last is not None and (now - last).total_seconds() < self.settings.prune_interval_s:
+            return
+        self._last_prune[shard] = now
+        for spec in specs:
+            before = now - timedelta(seconds=retention_s(float(spec.predictive.history_s)))
+            try:
+                done = prune(self.store, spec.name, before, fence)
+            except Exception:
+                log.warning("pruning the demand history of group %s failed", spec.name, exc_info=True)
+                continue
+            if any(done.values()):
+                log.info(
+                    "group %s: pruned %d demand minutes and %d forecasts before %s",
+                    spec.name,
+                    done["demand_samples"],
+                    done["forecasts"],
+                    before.isoformat(),
+                )
 
     def _load_history(self, key: str | None = None) -> History | None:
         raw = self.store.load_history(key)
