@@ -89,6 +89,7 @@ class ReasonCode(StrEnum):
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
     DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
+    CLIPPED_TO_ESS_BOUNDS = "clipped_to_ess_bounds"  # the ESS group's MinSize/MaxSize are narrower (shell)
     # isolation
     RULE_BREACHED = "rule_breached"
     MANUAL_ISOLATION = "manual_isolation"

@@ -27,12 +27,20 @@ from typing import Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, Throttled
-from fleet.cloud.types import ScalingActivity
+from fleet.cloud.types import ScalingActivity, ScalingGroup
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
-from policies.model import GroupPlan, Incident, IsolationStep, LifecycleState, StepAction
+from policies.model import (
+    GroupPlan,
+    Incident,
+    IsolationStep,
+    LifecycleState,
+    Reason,
+    ReasonCode,
+    StepAction,
+)
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -123,11 +131,15 @@ class Actuator:
         epoch: int | None,
         fence: Callable[[], bool],
     ) -> ActionResult | None:
-        """Write the plan's desired capacity when it differs from what ESS has."""
-        target = gp.desired_capacity
-        if target is None or observed.group is None:
+        """Write the plan's desired capacity when it differs from what ESS has (within the ESS group's
+        MinSize..MaxSize: ``clip_to_ess``, which the loop has already applied to the plan it records)."""
+        if gp.desired_capacity is None or observed.group is None:
             return None
         group = observed.group
+        gp = clip_to_ess(gp, group)  # a plan already clipped is returned as it is
+        target = gp.desired_capacity
+        if target is None:
+            return None  # ESS already has the clipped target
         current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
         inputs = {
             "observed_desired": current,
@@ -140,15 +152,13 @@ class Actuator:
             **gp.predictive,  # demand_rps, forecast_rps, forecast_upper_rps, capacity_per_instance_rps, ...
         }
         reason = _reason_text(gp)
-        limited = max(group.min_size, min(group.max_size, target))
-        if limited != target:
+        clip = next((r for r in gp.reasons if r.code == ReasonCode.CLIPPED_TO_ESS_BOUNDS), None)
+        if clip is not None:
             # fleet.yaml's bounds are wider than the ESS group's: ESS would clamp (or refuse) the write, so
             # ask for what it can do, and say so once instead of a failed write every tick
-            self._warn_bounds(gp.group, target, group.min_size, group.max_size)
-            side = "MaxSize" if target > group.max_size else "MinSize"
-            reason += f"; clipped to the ESS group's {side} {limited} (the plan asks {target})"
-            inputs["planned_target"] = target
-            target = limited
+            planned = int(clip.inputs.get("planned_target") or target)
+            self._warn_bounds(gp.group, planned, group.min_size, group.max_size)
+            inputs["planned_target"] = planned
         if current == target:
             return None  # already there (a write that landed before a restart, or ESS reconciled)
         seq = self.store.applied_count(gp.group, "scale", "scale_to")
@@ -553,6 +563,40 @@ def _failure_outcome(exc: CloudError) -> Outcome:
     if isinstance(exc, Throttled | ServerError | NetworkError):
         return Outcome.ERROR  # transient: the same token is used again next tick
     return Outcome.FAILED
+
+
+def clip_to_ess(gp: GroupPlan, group: ScalingGroup | None) -> GroupPlan:
+    """The plan with its target inside the ESS group's own MinSize..MaxSize (what ESS can be asked for).
+
+    fleet.yaml's bounds wider than the ESS group's would have ESS clamp (or refuse) the write; the plan that
+    is recorded, shown and written then says what is really asked: the clipped target, the write it needs
+    (none when ESS already has it), and a ``clipped_to_ess_bounds`` reason naming the bound and what the
+    policy wanted. The policy's own history keeps what it decided."""
+    if group is None:
+        return gp
+    target = gp.target_capacity
+    limited = max(group.min_size, min(group.max_size, target))
+    if limited == target:
+        return gp
+    side = "MaxSize" if target > group.max_size else "MinSize"
+    reason = Reason(
+        code=ReasonCode.CLIPPED_TO_ESS_BOUNDS,
+        detail=f"clipped to the ESS group's {side} {limited} (the plan asks {target})",
+        inputs={"planned_target": target, "ess_min_size": group.min_size, "ess_max_size": group.max_size},
+    )
+    current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+    # as decide: no write while paused, nor when ESS already has the target
+    paused = gp.reason == ReasonCode.PAUSED
+    desired = None if paused or group.desired_capacity == limited else limited
+    direction = "none" if desired is None or desired == current else ("up" if desired > current else "down")
+    update = {
+        "target_capacity": limited,
+        "serving_target": max(0, gp.serving_target - (target - limited)),
+        "desired_capacity": desired,
+        "direction": direction,
+        "reasons": [*gp.reasons, reason],
+    }
+    return gp.model_copy(update=update)
 
 
 def _reason_text(gp: GroupPlan) -> str:

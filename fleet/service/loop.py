@@ -28,7 +28,8 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import count_calls
-from fleet.service.actuate import ActionResult, Actuator
+from fleet.cloud.types import ScalingGroup
+from fleet.service.actuate import ActionResult, Actuator, clip_to_ess
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
@@ -291,6 +292,7 @@ class Service:
             requests = [r for r in requests if f"req-{r.id}" in taken]
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
+        plan.groups = [clip_to_ess(gp, _ess_group(observation, gp.group)) for gp in plan.groups]
         result.plan = plan if result.plan is None else _merged(result.plan, plan)
         fence = keeper.held  # re-checked against the store immediately before each cloud write
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
@@ -818,6 +820,12 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         closed_at=inc.closed_at,
         body=inc.model_dump(mode="json"),
     )
+
+
+def _ess_group(observation: Observation, name: str) -> ScalingGroup | None:
+    """The ESS group as observed this tick (None when it was not read)."""
+    g = observation.groups.get(name)
+    return g.group if g is not None and g.ok else None
 
 
 def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:

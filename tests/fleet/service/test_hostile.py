@@ -277,6 +277,75 @@ def test_a_max_size_above_the_ess_groups_is_written_within_it_once(fake_world) -
     assert [(d.outcome, d.target) for d in rows] == [(Outcome.APPLIED, 5)]
 
 
+def _clip_reason(gp):
+    return [r for r in gp.reasons if r.code == "clipped_to_ess_bounds"]
+
+
+def test_the_plan_recorded_and_shown_carries_the_target_clipped_to_ess_max_size(fake_world) -> None:
+    """The plan itself (status, capacity, audit) says 5, not fleet.yaml's 8, and names the clip."""
+    from fleet.service.views import service_status
+
+    cloud, svc, gid = fake_world(BOUNDS_YAML, in_service=2, max_size=5)
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+    first = svc.tick(cloud.now())
+    assert first.ok, first.errors
+    assert first.plan is not None
+    gp = first.plan.group("chat")
+    assert gp is not None
+    (clip,) = _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (5, 5, "up")
+    assert gp.serving_target == 5 and clip.inputs["planned_target"] > 5 and clip.inputs["ess_max_size"] == 5
+    assert "MaxSize 5" in clip.detail
+    (row,) = svc.store.decisions(group="chat", kind="scale")
+    assert row.target == 5 and "MaxSize 5" in row.reason
+    assert row.inputs["planned_target"] == clip.inputs["planned_target"]
+    assert any(r["code"] == "clipped_to_ess_bounds" for r in row.inputs["reasons"])
+    view = service_status(svc.store, cloud.now(), ["chat"], {}, svc.last_observation, first.plan)
+    assert view["groups"][0]["target"] == 5
+    # once ESS has 5, the plan still shows 5 and asks for no write
+    cloud.advance(15)
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+    again = svc.tick(cloud.now())
+    assert again.plan is not None
+    gp = again.plan.group("chat")
+    assert gp is not None and _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (5, None, "none")
+
+
+def test_a_target_under_the_ess_min_size_is_raised_to_it_in_the_plan(fake_world) -> None:
+    cloud, svc, gid = fake_world(QUIET_YAML, in_service=2)
+    cloud.ess.groups[gid].min_size = 3  # the ESS group allows 3..20, fleet.yaml 1..4
+    result = svc.tick(cloud.now())
+    assert result.ok, result.errors
+    assert result.plan is not None
+    gp = result.plan.group("chat")
+    assert gp is not None
+    (clip,) = _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (3, 3, "up")
+    assert "MinSize 3" in clip.detail and clip.inputs["planned_target"] == 2  # it holds the 2 it has
+    (row,) = svc.store.decisions(group="chat", kind="scale")
+    assert (row.target, row.outcome) == (3, Outcome.APPLIED) and "MinSize 3" in row.reason
+
+
+def test_a_plan_within_the_ess_bounds_is_left_as_it_is() -> None:
+    from fleet.cloud.types import ScalingGroup
+    from fleet.service.actuate import clip_to_ess
+    from policies.model import GroupPlan
+
+    group = ScalingGroup("asg-1", "chat", "Active", 1, 5, 3, 3, 3, 0, 0, 0, 0, 0, None, 300)
+    gp = GroupPlan(group="chat", serving_target=4, target_capacity=4, desired_capacity=4, direction="up")
+    assert clip_to_ess(gp, group) is gp
+    assert clip_to_ess(gp, None) is gp
+    over = gp.model_copy(update={"serving_target": 7, "target_capacity": 7, "desired_capacity": 7})
+    clipped = clip_to_ess(over, group)
+    assert (clipped.target_capacity, clipped.serving_target, clipped.desired_capacity) == (5, 5, 5)
+    assert clip_to_ess(clipped, group) is clipped  # clipping twice changes nothing more
+    paused = over.model_copy(update={"reason": "paused", "desired_capacity": None})
+    assert clip_to_ess(paused, group).desired_capacity is None  # paused: shown clipped, never written
+
+
 def test_a_max_size_beyond_what_ess_allows_is_refused() -> None:
     from pydantic import ValidationError
 
