@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,6 +52,8 @@ RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Out
 _SERVING = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
 _PENDING = (LifecycleState.PENDING, LifecycleState.PENDING_WAIT)
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+# the steps with a cloud write (``Actuator._write_step``)
+_WRITES = {StepAction.ENTER_STANDBY, StepAction.EXIT_STANDBY, StepAction.REMOVE, StepAction.REBOOT}
 # Reconciling an interrupted write: how many recent activities of its group to read, and how far before the
 # intent's time an activity may start (replica and ESS clocks differ by NTP's error, far below this).
 RECONCILE_ACTIVITIES = 20
@@ -330,23 +332,27 @@ class Actuator:
 
         if self.dry_run:
             return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
+        if step.action not in _WRITES:
+            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
+            return None
         if not fence():
             return self._record(
                 replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
+        # As for scale writes: the intent is on record before the call; a crash between the call and its
+        # audit leaves an ``intended`` row that the next leader settles from the instance's observed state.
+        intent = self._intend(base, now, epoch)
         try:
-            written, rid = self._write_step(step, group.group_id, token)
+            _, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
             self._cloud_error(exc)
             return self._record(
                 replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
                 now,
                 epoch,
+                intent=intent,
             )
-        if not written:
-            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
-            return None
-        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch)
+        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch, intent=intent)
 
     def _notice(
         self,
@@ -470,34 +476,50 @@ class Actuator:
             lease_epoch=epoch,
         )
 
-    def reconcile(self, group_ids: dict[str, str]) -> list[ActionResult]:
-        """Settle the writes left ``intended`` by a crash, from the groups' recent ESS scaling activities.
+    def reconcile(
+        self, group_ids: dict[str, str], states: Mapping[str, str] | None = None
+    ) -> list[ActionResult]:
+        """Settle the writes left ``intended`` by a crash: scale writes from the groups' recent ESS scaling
+        activities, isolation steps from the instances' lifecycle states observed this tick (``states``:
+        instance id -> state, every instance of the observed groups; without it isolation rows wait).
 
-        An activity that started after the intent (less a clock-skew allowance) and sets the intended
-        capacity is the write having landed: the record becomes ``applied`` with its activity id. Without one
-        the write never reached ESS: ``error``, and the next tick derives the same ClientToken and tries
-        again. ``group_ids`` maps configured group names to the ESS ids observed this tick.
+        A scale write: an activity that started after the intent (less a clock-skew allowance) and sets the
+        intended capacity is the write having landed: the record becomes ``applied`` with its activity id.
+        Without one the write never reached ESS: ``error``, and the next tick derives the same ClientToken and
+        tries again. An isolation step whose effect the instance shows (Standby after EnterStandby, InService
+        after ExitStandby, gone after RemoveInstances) is ``applied``; otherwise ``error``, and the step is
+        tried again with its ClientToken (a reboot leaves nothing to compare with: it may run twice).
+        ``group_ids`` maps configured group names to the ESS ids observed this tick.
         """
         settled: list[ActionResult] = []
         for rec in self.store.intended_decisions():
             gid = group_ids.get(rec.group_name)
             if gid is None or rec.id is None:
                 continue  # not observed this tick: left for a later one
-            activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
-            match = next((a for a in activities if _activity_sets(a, rec)), None)
-            if match is not None:
-                outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
-                reason = f"{rec.reason} (reconciled after an interruption: ESS activity {match.activity_id})"
+            if rec.kind == "isolation":
+                if states is None:
+                    continue
+                outcome, request_id, error, reason = _settle_step(rec, states)
             else:
-                outcome, request_id = Outcome.ERROR, None
-                error = "interrupted before ESS confirmed the write, and no ESS activity shows it: retried"
-                reason = rec.reason
+                activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
+                match = next((a for a in activities if _activity_sets(a, rec)), None)
+                if match is not None:
+                    outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
+                    reason = (
+                        f"{rec.reason} (reconciled after an interruption: ESS activity {match.activity_id})"
+                    )
+                else:
+                    outcome, request_id = Outcome.ERROR, None
+                    error = (
+                        "interrupted before ESS confirmed the write, and no ESS activity shows it: retried"
+                    )
+                    reason = rec.reason
             self.store.settle_decision(rec.id, outcome, request_id=request_id, error=error, reason=reason)
             log.warning(
                 "%s %s %s left intended by an interruption: %s%s",
                 rec.group_name,
                 rec.action,
-                rec.target,
+                rec.target if rec.target is not None else rec.instance_id,
                 outcome.value,
                 f" ({request_id})" if request_id else "",
                 extra={"decision_id": rec.decision_id, "request_id": request_id, "outcome": outcome.value},
@@ -511,6 +533,8 @@ class Actuator:
                     outcome=outcome,
                     reason=reason,
                     target=rec.target,
+                    instance_id=rec.instance_id,
+                    incident_id=rec.incident_id,
                     client_token=rec.client_token,
                     request_id=request_id,
                     error=error,
@@ -546,6 +570,22 @@ class Actuator:
             extra={"decision_id": res.decision_id, "request_id": res.request_id, "outcome": res.outcome},
         )
         return res
+
+
+def _settle_step(rec: DecisionRecord, states: Mapping[str, str]) -> tuple[Outcome, None, str | None, str]:
+    """(outcome, request id, error, reason) of an isolation step left intended, from the observed state."""
+    try:
+        action: StepAction | None = StepAction(rec.action)
+    except ValueError:
+        action = None
+    landed = None if action is None else _already_landed(action, states.get(rec.instance_id or ""))
+    if landed is not None:
+        return Outcome.APPLIED, None, None, f"{rec.reason}{landed} (reconciled after an interruption)"
+    if action == StepAction.REBOOT:
+        error = "interrupted before ECS confirmed the reboot, which leaves nothing to compare: retried"
+    else:
+        error = "interrupted before ESS confirmed the step, and the instance does not show it: retried"
+    return Outcome.ERROR, None, error, rec.reason
 
 
 def _activity_sets(activity: ScalingActivity, rec: DecisionRecord) -> bool:

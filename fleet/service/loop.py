@@ -381,13 +381,15 @@ class Service:
         if self.dry_run or (lease.name, lease.epoch) in self._reconciled:
             return
         by_scope: dict[Scope, dict[str, str]] = {}
+        states: dict[str, str] = {}  # every instance of the observed groups: isolation steps settle on it
         for spec in specs:
             g = observation.groups.get(spec.name)
             if g is not None and g.ok and g.group is not None:
                 by_scope.setdefault(scope_of(spec), {})[spec.name] = g.group.group_id
+                states.update({i.instance_id: i.lifecycle_state for i in g.instances})
         try:
             for scope, ids in by_scope.items():
-                result.actions.extend(self.actuator_for(scope).reconcile(ids))
+                result.actions.extend(self.actuator_for(scope).reconcile(ids, states))
         except CloudError as exc:
             self._count_error(exc)
             log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)

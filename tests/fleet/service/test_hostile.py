@@ -472,3 +472,80 @@ def test_a_kill_before_the_write_reached_ess_is_retried_with_the_same_token(fake
         (Outcome.APPLIED, intent.client_token),  # this tick's write, the same decision and token
     ]
     assert "interrupted" in (rows[0].error or "")
+
+
+def _kill_around_enter_standby(monkeypatch, svc, *, after_write: bool) -> None:
+    ess = svc.clients.ess
+    real = ess.enter_standby
+
+    def dying(group_id, instance_ids, token):
+        if after_write:
+            real(group_id, instance_ids, token)
+        raise _Killed()
+
+    monkeypatch.setattr(ess, "enter_standby", dying)
+
+
+def _tick_hot_until_killed(cloud, svc, hot: str) -> None:
+    """Tick with ``hot`` overheating until the service dies in its EnterStandby."""
+    from tests.fleet.service.test_isolation import _ids, _publish
+
+    for _ in range(40):
+        _publish(cloud, _ids(svc, cloud), {hot})
+        try:
+            svc.tick(cloud.now())
+        except _Killed:
+            return
+        cloud.advance(15)
+    raise AssertionError("the isolation never reached EnterStandby")
+
+
+def _enter_standby_rows(svc):
+    return sorted(
+        (d for d in svc.store.decisions(kind="isolation") if d.action == "enter_standby"), key=lambda d: d.id
+    )
+
+
+def test_a_kill_between_enter_standby_and_its_audit_is_reconciled_on_restart(fake_world, monkeypatch) -> None:
+    """Isolation steps are recorded intent first like scale writes; the next leader settles them."""
+    from tests.fleet.service.test_isolation import HOT_RULE, _ids, _run
+
+    cloud, svc, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    hot = _ids(svc, cloud)[0]
+    _kill_around_enter_standby(monkeypatch, svc, after_write=True)
+    _tick_hot_until_killed(cloud, svc, hot)
+    (intent,) = _enter_standby_rows(svc)
+    assert (intent.outcome, intent.instance_id) == (Outcome.INTENDED, hot) and intent.client_token
+
+    cloud.advance(5)
+    _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")  # the restarted replica, same store
+    _run(cloud, again, {hot}, ticks=1)
+    rows = _enter_standby_rows(again)
+    assert rows[0].id == intent.id and rows[0].outcome == Outcome.APPLIED
+    assert "already Standby" in rows[0].reason and "reconciled after an interruption" in rows[0].reason
+    assert not [d for d in again.store.decisions() if d.outcome == Outcome.INTENDED]
+    assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1  # never sent again
+
+
+def test_a_kill_before_enter_standby_reached_ess_is_retried_with_the_same_token(
+    fake_world, monkeypatch
+) -> None:
+    from tests.fleet.service.test_isolation import HOT_RULE, _ids, _run
+
+    cloud, svc, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    hot = _ids(svc, cloud)[0]
+    _kill_around_enter_standby(monkeypatch, svc, after_write=False)
+    _tick_hot_until_killed(cloud, svc, hot)
+    (intent,) = _enter_standby_rows(svc)
+    assert intent.outcome == Outcome.INTENDED
+
+    cloud.advance(5)
+    _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    _run(cloud, again, {hot}, ticks=1)
+    rows = _enter_standby_rows(again)
+    assert [(d.outcome, d.client_token) for d in rows] == [
+        (Outcome.ERROR, intent.client_token),  # the interrupted attempt: the instance was not in Standby
+        (Outcome.APPLIED, intent.client_token),  # this tick's step, the same step and token
+    ]
+    assert "interrupted" in (rows[0].error or "")
+    assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1
