@@ -185,6 +185,7 @@ def measure(
     modes = ("off", "on")
     cpu: dict[str, dict[str, list[float]]] = {m: {"tick": [], "observe": [], "decide": []} for m in modes}
     errors: dict[str, list[str]] = {m: [] for m in modes}
+    calls: dict[str, list[int]] = {m: [] for m in modes}
     methods: set[str] = set()
     with (
         mock_aliyun(boot_seconds=60, metric_retention_s=3600.0) as cloud,
@@ -210,6 +211,7 @@ def measure(
                 if k >= WARMUP:
                     cpu[m]["tick"].append(spent)
                     cpu[m]["observe"].append(observing[m].cpu_s - observed)
+                    calls[m].append(result.api_calls)
                 if m == "on" and result.plan is not None:
                     methods.update(str(gp.predictive.get("forecast_method")) for gp in result.plan.groups)
             cloud.advance(TICK_S)
@@ -230,6 +232,7 @@ def measure(
             "observe": _ms(cpu[m]["observe"]),
             "tick_without_observe": _ms(rest),
             "decide": _ms(cpu[m]["decide"]),
+            "api_calls_per_tick": statistics.median(calls[m]),
             "errors": errors[m][:5],
         }
     parts = ("tick", "observe", "tick_without_observe", "decide")
@@ -286,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  {label:<38} {off[part]['median_ms']:7.2f} -> {on[part]['median_ms']:7.2f} "
             f"(x{res['ratio'][part]:.2f}, +{res['forecast_extra_ms'][part]:.2f} ms)"
         )
+    print(
+        f"  cloud API calls per tick: {off['api_calls_per_tick']:g} -> {on['api_calls_per_tick']:g} "
+        "(the demand signals' CloudMonitor reads)"
+    )
     for mode in ("off", "on"):
         for err in res[mode]["errors"]:
             print(f"  {mode}: tick error: {err}")

@@ -29,9 +29,10 @@ _IMMUTABLE = (str, int, float, bool, type(None), datetime, date, time, timedelta
 
 
 def deep_copy(model: _M) -> _M:
-    """``model.model_copy(deep=True)``, about three times faster: immutable leaves (strings, numbers,
+    """``model.model_copy(deep=True)``, about four times faster: immutable leaves (strings, numbers,
     datetimes, enums) are shared instead of copied one by one; every model, list, dict and set is new, so
-    nothing the copy holds can change the original. (The history's deep copy was half of ``decide``.)"""
+    nothing the copy holds can change the original. (Pydantic's deep copy of a predictive group's history was
+    about 15 % of ``decide``.)"""
     return _copy(model)  # type: ignore[no-any-return]
 
 
