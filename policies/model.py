@@ -87,6 +87,7 @@ class ReasonCode(StrEnum):
     PREDICTIVE_HOLD = "predictive_hold"
     PREDICTIVE_FORECAST_ONLY = "predictive_forecast_only"
     BURST_ABSORBED = "burst_absorbed"
+    RULES_CAPPED = "rules_capped"
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
     DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
