@@ -7,11 +7,12 @@
 2. load the policy history and the operator's controls and requests from the store (so a takeover or a
    restart resumes from exactly what the last leader persisted);
 3. observe the cloud and build the ``policies.Snapshot``;
-4. ``policies.decide`` -> Plan;
+4. ``policies.decide`` -> Plan, its targets clipped to the ESS group's own MinSize..MaxSize;
 5. persist the new history (write-ahead), the incidents and their timeline, and mark handled requests;
 6. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
 7. actuate (each write fenced by the lease and carrying a derived ClientToken), auditing each write;
-8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics.
+8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics;
+9. prune demand minutes and forecasts past their retention (at most once per ``prune_interval_s``).
 """
 
 from __future__ import annotations
