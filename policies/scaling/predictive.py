@@ -75,7 +75,7 @@ def _out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution:
 def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
     """A rule scaled out: keep it, unless it is a burst the serving fleet covers (then the target holds)."""
     inp = ctx.inp
-    serving = len(inp.view.serving)
+    serving = sig.demand.reporting  # those still loading serve nothing yet
     cap, rps = sig.capacity_rps, sig.demand.rps
     # the mean load fits the serving instances: the queue drains without new ones
     covered = cap is not None and rps is not None and sig.demand.complete and rps / cap <= serving

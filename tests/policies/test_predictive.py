@@ -126,6 +126,29 @@ def test_a_backlog_rule_is_held_to_the_ceiling_of_what_the_demand_needs():
     assert silent.serving_target == 40
 
 
+def test_instances_still_loading_leave_the_demand_complete_and_serve_nothing_yet():
+    # 6 serving at 8 req/s plus 6 InService ones created a minute ago, loading weights, no metrics yet
+    s = snap(6, 8.0, days=0.5)
+    young = [
+        instance(
+            100 + i, NOW, metrics={"queue_waiting": None, "requests_running": None, "gpu_temperature_c": None}
+        )
+        for i in range(6)
+    ]
+    for inst in young:
+        inst.created_at = NOW - timedelta(seconds=60)
+    s.groups[0].instances.extend(young)
+    s.groups[0].desired_capacity = 12
+    gp = decide(s, spec(), history(12), NOW).groups[0]
+    assert gp.predictive["demand_complete"] is True
+    # the same silent instances a day old are missing data: the demand is partial, nothing scales in
+    for inst in young:
+        inst.created_at = NOW - timedelta(days=1)
+    old = decide(s, spec(), history(12), NOW).groups[0]
+    assert old.predictive["demand_complete"] is False
+    assert old.serving_target >= 12
+
+
 # ---- properties ------------------------------------------------------------------------------------------
 
 
