@@ -72,6 +72,36 @@ def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
         assert obs.calls_by_action["DescribeMetricLast"] == len(needed_metrics(cfg.groups[0]))
 
 
+def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path):
+    from fleet.service.observe import SLOW_METRICS, SLOW_REFRESH_S
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=2)
+        text = (tmp_path / "fleet.yaml").read_text()
+        (tmp_path / "fleet.yaml").write_text(text + "    predictive: {mode: on, capacity_rps: 1.0}\n")
+        cfg = load_config(tmp_path / "fleet.yaml", env={})
+        ids = next(iter(cloud.ess.groups.values())).instance_ids
+        for iid in ids:
+            cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": iid}, 900.0)
+            cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 2.0)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        every = len(needed_metrics(cfg.groups[0]))
+        cloud.calls.clear()
+        first = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every
+        cloud.advance(15)
+        cloud.calls.clear()
+        second = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every - len(SLOW_METRICS)  # the mix is reused
+        for obs in (first, second):
+            (g,) = obs.groups.values()
+            assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
+        cloud.advance(SLOW_REFRESH_S)
+        cloud.calls.clear()
+        observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every  # a minute on: read again
+
+
 def test_unchanged_groups_reuse_their_instances_until_the_refresh(tmp_path):
     with mock_aliyun() as cloud:
         cfg = _world(tmp_path, cloud, groups=3, instances=2)
