@@ -64,9 +64,19 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 
 
 # Read at most once a minute: the mean prompt and output tokens per request are themselves minute means (the
-# node agent's), and the capacity table buckets them 15 % apart; every other metric is read every tick.
+# node agent's), and the capacity table buckets them 15 % apart; so is the KV-cache use where only the online
+# correction reads it (its slack check), not a rule. Every other metric is read every tick.
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 SLOW_REFRESH_S = 60.0
+
+
+def slow_metrics(spec: GroupSpec) -> frozenset[str]:
+    """The metrics of ``needed_metrics(spec)`` that are read once a minute for this group."""
+    if spec.predictive.mode == "off":
+        return frozenset()
+    ruled = {pm.GROUP_METRICS[rule.metric][0] for rule in (*spec.scale_out, *spec.scale_in)}
+    ruled.update(iso.metric for iso in spec.isolation.rules if iso.metric is not None)
+    return SLOW_METRICS | ({pm.KV_CACHE_USAGE_PCT} - ruled)
 
 
 def needed_metrics(spec: GroupSpec) -> set[str]:
@@ -148,6 +158,7 @@ class _Metric:
     source: MetricSource
     canonical: str
     groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
+    slow: bool = True  # every group of the read reads it once a minute (slow_metrics)
 
 
 class Observer:
@@ -379,7 +390,10 @@ class Observer:
                     continue
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
-        reused = {key: self._slow[key][1] for key in reads if self._slow_fresh(key, now)}
+                read.slow = read.slow and canonical in slow_metrics(spec)
+        reused = {
+            key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
+        }
         batches = [read for key, read in reads.items() if key not in reused]
 
         def fetch(read: _Metric) -> list[MetricPoint]:
@@ -411,12 +425,12 @@ class Observer:
                 points = self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now)
                 apply_metric(g, read.canonical, measured, points, now)
                 kept.extend(points)
-            if read.canonical in SLOW_METRICS:
+            if read.slow:
                 self._slow[(id(read.source), read.canonical)] = (now, kept)
 
     def _slow_fresh(self, key: tuple[int, str], now: datetime) -> bool:
         """A slow metric read less than SLOW_REFRESH_S ago (its points are reused, never past staleness)."""
-        if key[1] not in SLOW_METRICS or key not in self._slow:
+        if key not in self._slow:
             return False
         age_s = (now - self._slow[key][0]).total_seconds()
         return 0 <= age_s < SLOW_REFRESH_S

@@ -73,7 +73,7 @@ def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
 
 
 def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path):
-    from fleet.service.observe import SLOW_METRICS, SLOW_REFRESH_S
+    from fleet.service.observe import SLOW_REFRESH_S, slow_metrics
 
     with mock_aliyun() as cloud:
         cfg = _world(tmp_path, cloud, groups=1, instances=2)
@@ -92,7 +92,13 @@ def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path)
         cloud.advance(15)
         cloud.calls.clear()
         second = observer.observe(cloud.now())
-        assert _calls(cloud, "DescribeMetricLast") == every - len(SLOW_METRICS)  # the mix is reused
+        # the mix, and the KV-cache use that no rule of this group reads, are reused
+        assert slow_metrics(cfg.groups[0]) == {
+            "prompt_tokens_per_request",
+            "output_tokens_per_request",
+            "kv_cache_usage_pct",
+        }
+        assert _calls(cloud, "DescribeMetricLast") == every - 3
         for obs in (first, second):
             (g,) = obs.groups.values()
             assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
@@ -100,6 +106,23 @@ def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path)
         cloud.calls.clear()
         observer.observe(cloud.now())
         assert _calls(cloud, "DescribeMetricLast") == every  # a minute on: read again
+
+
+def test_a_metric_a_rule_reads_is_read_every_tick(tmp_path):
+    from fleet.service.observe import slow_metrics
+
+    with mock_aliyun() as cloud:
+        _world(tmp_path, cloud, groups=1, instances=1)
+        text = (tmp_path / "fleet.yaml").read_text()
+        text = text.replace(
+            "      - {metric: queue_waiting_per_instance, above: 2, for: 30s}",
+            "      - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
+            "      - {metric: kv_cache_usage_pct, above: 30, for: 30s}",
+        )
+        (tmp_path / "fleet.yaml").write_text(text + "    predictive: {mode: on, capacity_rps: 1.0}\n")
+        cfg = load_config(tmp_path / "fleet.yaml", env={})
+    assert "kv_cache_usage_pct" not in slow_metrics(cfg.groups[0])
+    assert "prompt_tokens_per_request" in slow_metrics(cfg.groups[0])
 
 
 def test_unchanged_groups_reuse_their_instances_until_the_refresh(tmp_path):
