@@ -5,7 +5,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["sizing", "autoscale", "diagnose", "fake_cloud", "service", "service_scale", "console"]
+BENCHMARKS = [
+    "sizing",
+    "autoscale",
+    "diagnose",
+    "fake_cloud",
+    "service",
+    "tick_forecast",
+    "service_scale",
+    "console",
+]
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ from policies.model import (
     Snapshot,
     StepAction,
     WarningCode,
+    deep_copy,
 )
 from policies.observe import classify
 from policies.scaling import plan_scaling
@@ -37,7 +38,7 @@ def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: d
     ``spec`` is a ``PolicySpec`` (``fleet.config.FleetConfig.policy()`` builds one from fleet.yaml)."""
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
-    hist = history.model_copy(deep=True) if history is not None else History()
+    hist = deep_copy(history) if history is not None else History()
     plans: list[GroupPlan] = []
     warnings: list[PlanWarning] = []
     specs: list[GroupSpec] = list(spec.groups)
@@ -173,7 +174,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
         active_schedules=list(bnd.active),
         scale_in_order=order,
         steps=steps,
-        incidents=[i.model_copy(deep=True) for i in gh.incidents if i.state in OPEN_STATES],
+        incidents=[deep_copy(i) for i in gh.incidents if i.state in OPEN_STATES],
         warnings=warnings,
         predictive=sc.predictive,
     )

@@ -469,6 +469,15 @@ class Predictive(_Model):
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
+    rules_ceiling: float | None = Field(
+        default=1.5,
+        ge=1,
+        le=10,
+        description=(
+            "while the demand is known, the rules' scale-out goes no higher than this times the observed "
+            "load in instances, or the forecast's target if more (null: uncapped)"
+        ),
+    )
 
     @field_validator("mode", mode="before")
     @classmethod

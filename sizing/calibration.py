@@ -102,14 +102,29 @@ class Calibration:
 
 # ------------------------------------------------------------------------------------------ application
 def apply_calibration(dep: Deployment, cal: Calibration | None) -> Deployment:
-    """``dep`` with the calibration attached: the card's logged total, and the engine of the vLLM that was
-    logged (V0 and V1 profile memory differently)."""
+    """``dep`` with the calibration attached: the card's logged total, and the engine and release of the vLLM
+    that was logged (V0 and V1 profile memory differently; V1 0.21+ counts CUDA graphs inside util)."""
     if cal is None:
         return dep
     gpu = dep.gpu
     if cal.applies_to_gpu(gpu) and cal.visible_gib is not None:
         gpu = gpu.with_visible_gib(cal.visible_gib)
-    return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal)
+    version = dep.vllm_version or _readable_version(cal.vllm_version)
+    return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal, vllm_version=version)
+
+
+def _readable_version(version: str | None) -> str | None:
+    """A logged release the memory rules can read ("0.19.0"); a main-branch build ("0.1.dev20073+g...")
+    is the current release (None)."""
+    from sizing.memory import version_tuple
+
+    if version is None:
+        return None
+    try:
+        parsed = version_tuple(version)
+        return version if parsed is not None and parsed[:2] != (0, 1) else None
+    except SizingInputError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------ derivation
@@ -165,7 +180,8 @@ def calibrate(
     """Corrections that make the model reproduce ``facts`` for ``dep`` (the deployment the log ran)."""
     from sizing.memory import plan_memory
 
-    base = replace(dep, calibration=None)
+    version = dep.vllm_version or _readable_version(facts.vllm_version)
+    base = replace(dep, calibration=None, vllm_version=version)
     plan = plan_memory(base)
     cal = Calibration(
         model=dep.model.name,
@@ -211,21 +227,19 @@ def _non_torch(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibrati
 
 
 def _activation(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
-    """One logged peak cannot split body from sampler: the model's sampler is kept (none for 0.6.4, whose
-    profile counts no sampler: vllm#10517) and the body takes the rest, so it still scales with the batch."""
+    """The logged peak is the larger of forward pass and sampler run: the side the model has on top takes the
+    correction, the other keeps the model's figure (so a change of max_num_seqs or of the batch still moves
+    the right one). 0.6.4's profile counts no sampler (vllm#10517): the forward pass takes it all."""
     if facts.activation_gib is None or plan.activation_gib <= 0:
         return cal
     term = Term("activation_gib", Scope.DEPLOYMENT, facts.activation_gib, plan.activation_gib, "GiB")
+    body = next(t.gib for t in plan.terms if t.name.startswith("activation"))
     sampler = next(t.gib for t in plan.terms if t.name.startswith("sampler"))
-    body = plan.activation_gib - sampler
-    sampler_scale: float | None = None
-    if "v0-0.6.4" in facts.formats:
-        sampler, sampler_scale = 0.0, 0.0
-    rest = facts.activation_gib - sampler
-    if body <= 0 or rest < 0.25 * body:  # the split is implausible: scale both alike
-        k = facts.activation_gib / plan.activation_gib
-        return _add(cal, term, activation_scale=k, sampler_scale=k)
-    return _add(cal, term, activation_scale=rest / body, sampler_scale=sampler_scale)
+    if "v0-0.6.4" in facts.formats or sampler <= 0:
+        return _add(cal, term, activation_scale=facts.activation_gib / body, sampler_scale=0.0)
+    if body >= sampler:
+        return _add(cal, term, activation_scale=facts.activation_gib / body)
+    return _add(cal, term, sampler_scale=facts.activation_gib / sampler)
 
 
 def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
@@ -258,6 +272,8 @@ def _overhead(cal: Calibration, facts: LogFacts, base: Deployment) -> Calibratio
     util = facts.gpu_memory_utilization or base.gpu_memory_utilization
     overhead_logged = plan.visible_gib * util - plan.weights_gib - kv_logged
     overhead_model = plan.activation_gib + plan.non_torch_gib
+    if plan.cuda_graphs_in_util:
+        overhead_model += plan.cuda_graph_gib
     residual = overhead_logged - overhead_model
     if abs(residual) < 0.005:  # the split terms already explain it to the log's printed precision
         return cal

@@ -56,7 +56,7 @@ def explain(dep: Deployment, plan: MemoryPlan, perf: PerfModel, context_tokens: 
     bw_src = f"achievable bandwidth {dep.gpu.bandwidth_gbps:g} GB/s x {perf.bw_eff:.2f}" + (
         " (calibrated)"
         if gpu_cal and perf.bw_eff != BW_EFF
-        else " (BW_EFF fitted on tt-inference-server#143)"
+        else " (BW_EFF fitted on tt-inference-server#143 + InferenceBench H100)"
     )
     weights_ms = perf.weights_read_s(1) * 1000
     kv_ms = context_tokens * perf.kv_bytes_per_token / perf.bandwidth_bps * 1000
@@ -75,7 +75,11 @@ def explain(dep: Deployment, plan: MemoryPlan, perf: PerfModel, context_tokens: 
             compute_ms,
             f"{perf.compute_flops / MFU / 1e12:g} TFLOPS x MFU {MFU} (fitted on tt-inference-server#143)",
         ),
-        SpeedTerm("fixed per-step cost", STEP_OVERHEAD_S * 1000, "estimate: scheduler, sampler, input prep"),
+        SpeedTerm(
+            "fixed per-step cost (a floor: the step takes at least this)",
+            STEP_OVERHEAD_S * 1000,
+            "estimate: scheduler, sampler, input prep; overlapped by the GPU work above it",
+        ),
         SpeedTerm(
             f"per-layer cost ({layers} layers)",
             LAYER_OVERHEAD_S * layers * 1000,

@@ -9,16 +9,17 @@ Follows vllm-sizing.md section 1 (vLLM's ``determine_available_memory`` and ``ge
 
 and the startup check that one request of ``max_model_len`` tokens fits, with the largest length that would.
 
-What is calibrated, and on which calibration row of vllm-sizing.md section 2 (the tests check all four rows):
+What is calibrated, and on which public log (docs/sizing-accuracy.md has every row; the tests re-check them):
 
-* activation peak = sampler + ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2 bytes, with T the
-  profiling batch (max_num_batched_tokens) and the sampler SAMPLER_FP32_COPIES x seqs x vocab x 4 bytes.
-  ACT_BUFFERS is fitted on vllm#10517's two rows of one deployment at T 20000 and 29000 (0.6.4, which counts
-  no sampler); SAMPLER_FP32_COPIES on what PR#10511 and vllm#15360 hold beyond that body. Row vllm#16141
-  (one sequence) is out of sample.
-* non-torch memory = 0.2 GiB at TP1 (the reference's range 0.03-0.35 GiB at TP1) plus 1.75 GiB per doubling
-  of TP, fitted on the TP growth of vllm PR#10511 (TP1 -> TP2) and Open-Reasoner-Zero#23 (TP4), checked on
-  vllm#10702 (5.2-7.7 GiB at TP8).
+* activation peak: the larger of the forward pass, ACT_BUFFERS x T x (hidden + 2 x intermediate / TP) x 2
+  bytes (T the profiling batch; fitted on vllm#10517, 0.6.4, T 20000/29000), and the sampler run, the hidden
+  states plus fp32 copies of seqs x vocab logits (V0: SAMPLER_V0_FP32_COPIES, fitted on PR#10511 and
+  vllm#15360; V1: SAMPLER_V1_FP32_COPIES, fitted on llm-d-planner's v0.19 H100 sweep). Before 0.6.5 the
+  profile left the sampler out (vllm#10517).
+* non-torch memory: NON_TORCH_TP1_GIB at TP1, plus at TP >= 2 NCCL's NVLS buffers on Hopper NVLink parts or
+  small all-reduce buffers elsewhere (llm-d-planner TP1-4 on H100, vllm#16570, vllm#13061).
+* CUDA graphs: outside gpu_memory_utilization until vLLM 0.21, inside it (taken before the KV cache) since
+  (gpustack/runner#251); Deployment.vllm_version picks the rule, None being the current release.
 * weights need no constant: parameter count x bytes, plus AWQ/GPTQ group scales, embeddings unquantised.
 """
 
@@ -40,15 +41,48 @@ REFUSAL_MARGIN = 0.10
 # 2.07 -> 2.99 GiB from T = 20000 to 29000 tokens, 0.102 GiB per 1000 tokens of a 65,536-wide buffer; 0.6.4
 # counts no sampler (its 35K row, chunked at 512 tokens, peaks at 0.06 GiB: 0.053 predicted).
 ACT_BUFFERS = 1.70  # live (hidden + 2 x intermediate)-wide bf16 buffers per token at the peak
-# SAMPLER_FP32_COPIES from what 0.6.5+ logs hold beyond that body: PR#10511 (Llama-3-8B, T 8192, 256 seqs:
-# 1.26 - 0.85 = 0.41 GiB, 3.35 copies) and vllm#15360 (Qwen2.5-7B, T 6600: 1.43 - 0.87 = 0.56 GiB, 3.86).
-SAMPLER_FP32_COPIES = 3.6  # fp32 copies of the (seqs x vocab) logits the dummy sampler run holds
 
-NON_TORCH_TP1_GIB = 0.2  # vllm-sizing.md 1.4: 0.03-0.35 GiB at TP1
-# NCCL and custom all-reduce buffers grow with each doubling of TP, not with each rank: vllm PR#10511 logs
-# 1.79 -> 3.58 GiB from TP1 to TP2 (+1.79), Open-Reasoner-Zero#23 5.24 GiB at TP4 (+3.45 over that TP1 base):
-# 1.75 GiB per doubling. Checked on vllm#10702 (5.2-7.7 GiB at TP8): 0.2 + 3 x 1.75 = 5.45.
-NON_TORCH_PER_TP_DOUBLING_GIB = 1.75
+# The profiling run's forward pass and its sampler do not peak together: the forward pass frees its
+# activations before the sampler runs on the last hidden states, so the profiled peak is the larger of the
+# two, not their sum. The sampler side is the hidden states (T x hidden, 16-bit) plus fp32 copies of
+# (seqs x vocab) logits: logits, probabilities, log-probabilities, sorted values and indices, noise.
+# V0 (0.6.5-0.10, 256 dummy sequences): 9.68 copies, fitted on PR#10511 (Llama-3-8B, 1.26 GiB: 9.79) and
+# vllm#15360 (Qwen2.5-7B, 1.43 GiB: 9.56); checked on PR#10511 at TP2 (1.26 GiB again: the forward pass
+# halves, the sampler does not, 1.25 predicted), vllm#13882 (Qwen2.5-7B 4-bit, 1.42 logged, 1.43 predicted)
+# and vllm#13061 at TP2, whose driver rank alone samples (its worker logs 0.19 GiB; the engine's KV pool is
+# the driver's, smaller by the sampler's 1.2 GiB: 81,536 tokens logged, 82,560 predicted). The sum rule
+# (3.6 copies held with the forward pass) fits the two fit rows too but gives 0.92 GiB at TP2 and 1.06 on
+# vllm#13882, 25% low.
+SAMPLER_V0_FP32_COPIES = 9.68
+SAMPLER_V1_FP32_COPIES = 3.72
+
+# Non-torch memory (CUDA context, cuBLAS workspaces, NCCL and custom all-reduce buffers), per GPU.
+# TP1: 0.25 GiB, llm-d-planner v0.19.0 on H100 (Llama-3.1-8B 0.25, Qwen2.5-7B 0.24); other TP1 logs range
+# 0.03-0.35 (vllm#13882 0.03, vllm#15360 0.06, PR#14447 0.20, vllm#10517 0.35).
+NON_TORCH_TP1_GIB = 0.25
+# TP >= 2 on Hopper NVLink/NVSwitch parts (H100, H800, H200, H20): NCCL's NVLink-SHARP (NVLS) buffers add a
+# near-constant ~1.85 GiB, not a growth per rank: llm-d-planner v0.19.0 H100 logs 2.06-2.07 GiB at TP2 and
+# 2.13 at TP4 (Llama-3.1-8B, Qwen2.5-7B); vllm PR#10511 (0.6.5, H100) grew 1.79 -> 3.58 GiB from TP1 to TP2.
+NON_TORCH_NVLS_GIB = 1.85
+# TP >= 2 on PCIe cards and pre-Hopper NVLink (no NVLS): only small NCCL/custom all-reduce buffers. Fitted as
+# the mean increment of vllm#16570 (A100-40GB TP4, V0 0.8.3: 0.34-0.43 GiB on its ranks, +0.18 over 0.25 for
+# the largest) and vllm#13061 (2x RTX 4090 TP2, V0 0.7: 0.25 GiB, +0.0).
+NON_TORCH_NO_NVLS_GIB = 0.09
+# Older logs (vLLM 0.6.x, late 2024) show far more at high TP: Open-Reasoner-Zero#23 5.24 GiB at TP4 and
+# vllm#10702 5.2-7.7 GiB at TP8. The model follows 2025-2026 vLLM; a calibration from the user's own log
+# replaces this term (gpu_terms.non_torch_gib).
+
+# vLLM 0.21 made CUDA-graph memory profiling the default: the graph pool estimate is taken out of
+# gpu_memory_utilization before the KV cache (gpustack/runner#251, vLLM 0.27: "The current
+# --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory
+# profiling"; akiyax/kvcache-lab docs/phase1-baseline.md, vLLM 0.26: 0.48 GiB of CUDA graphs inside 0.90).
+# Before 0.21 the graphs were captured afterwards, outside util (llm-d-planner v0.19.0: KV = util x total -
+# weights - activation - non-torch to 0.01 GiB).
+GRAPHS_INSIDE_UTIL_SINCE = (0, 21, 0)
+# Before vLLM 0.6.5 (PR#10511 rewrote the profiler) the profiled peak left the sampler out: vllm#10517's
+# 0.6.4 logs peak at 0.06 GiB over the weights with 512-token chunks, where 256 sequences' logits alone are
+# 0.44 GiB; its 20K/29K rows fit the forward pass alone (ACT_BUFFERS).
+SAMPLER_COUNTED_SINCE = (0, 6, 5)
 
 # CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
 # V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
@@ -101,6 +135,9 @@ class Deployment:
     enable_chunked_prefill: bool | None = None
     block_size: int = BLOCK_SIZE
     calibration: Calibration | None = None  # from ``fleet size calibrate``; see sizing.calibration
+    # The vLLM release being sized, "0.19.0"; None is the current release. Only V1's CUDA-graph accounting
+    # depends on it (inside gpu_memory_utilization from 0.21); everything else follows the engine.
+    vllm_version: str | None = None
 
     def with_(self, **changes: object) -> Deployment:
         # ignored: replace() cannot check **changes against the fields; it raises TypeError on a wrong name
@@ -134,6 +171,7 @@ class MemoryPlan:
     warnings: tuple[str, ...] = field(default=())
     terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
     cuda_graphs_fit: bool = True  # False: no room outside util for CUDA graphs (run with --enforce-eager)
+    cuda_graphs_in_util: bool = False  # V1 0.21+: the graph estimate is taken out of util before the KV cache
 
 
 @dataclass(frozen=True)
@@ -213,20 +251,62 @@ def activation_body_gib(model: ModelShape, tp: int, profile_tokens: int) -> floa
     return ACT_BUFFERS * profile_tokens * width * 2.0 / GIB
 
 
-def sampler_gib(model: ModelShape, profile_seqs: int) -> float:
-    """The dummy sampler run's fp32 logits; gathered to the full vocabulary, so it does not shrink with TP."""
-    return SAMPLER_FP32_COPIES * profile_seqs * model.vocab * 4.0 / GIB
+def sampler_gib(model: ModelShape, profile_tokens: int, profile_seqs: int, engine: str = "v1") -> float:
+    """The dummy sampler run: the last hidden states plus the fp32 logits copies of ``profile_seqs`` dummy
+    requests, gathered to the full vocabulary (so not shrinking with TP). See SAMPLER_*_FP32_COPIES."""
+    copies = SAMPLER_V1_FP32_COPIES if engine == "v1" else SAMPLER_V0_FP32_COPIES
+    hidden = profile_tokens * model.hidden * 2.0
+    return (hidden + copies * profile_seqs * model.vocab * 4.0) / GIB
 
 
-def activation_gib(model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int) -> float:
-    """Torch activation peak of vLLM's profiling run (see the module docstring for the calibration)."""
-    return activation_body_gib(model, tp, profile_tokens) + sampler_gib(model, profile_seqs)
+def activation_gib(
+    model: ModelShape, tp: int, profile_tokens: int, profile_seqs: int, engine: str = "v1"
+) -> float:
+    """Torch activation peak of vLLM's profiling run: the larger of the forward pass and the sampler run
+    (see the constants for the fits)."""
+    body = activation_body_gib(model, tp, profile_tokens)
+    return max(body, sampler_gib(model, profile_tokens, profile_seqs, engine))
 
 
-def non_torch_gib(tp: int) -> float:
-    """CUDA/NCCL/cuBLAS memory outside torch's allocator; grows with each doubling of TP (all-reduce
-    buffers)."""
-    return NON_TORCH_TP1_GIB + NON_TORCH_PER_TP_DOUBLING_GIB * math.log2(tp)
+def has_nvls(gpu: GPU) -> bool:
+    """NCCL's NVLink SHARP buffers: Hopper (compute capability 9.x) parts on NVLink/NVSwitch."""
+    return gpu.interconnect.kind == "nvlink" and gpu.compute_capability >= 9.0
+
+
+def non_torch_gib(tp: int, gpu: GPU | None = None) -> float:
+    """CUDA/NCCL/cuBLAS memory outside torch's allocator, per GPU; at TP >= 2 the all-reduce buffers, large
+    only where NCCL uses NVLink SHARP (see the constants for the fits)."""
+    if tp <= 1:
+        return NON_TORCH_TP1_GIB
+    extra = NON_TORCH_NVLS_GIB if gpu is not None and has_nvls(gpu) else NON_TORCH_NO_NVLS_GIB
+    return NON_TORCH_TP1_GIB + extra
+
+
+def version_tuple(version: str | None) -> tuple[int, int, int] | None:
+    """``"0.19.0"`` -> (0, 19, 0) (``"0.8.5.dev169+g..."`` -> (0, 8, 5)); None (the current release) stays
+    None. An unreadable version is refused."""
+    if version is None:
+        return None
+    parts = version.lstrip("v").split(".")
+    try:
+        patch = int("".join(c for c in parts[2].split("+")[0] if c.isdigit()) or 0) if len(parts) > 2 else 0
+        return int(parts[0]), int(parts[1]), patch
+    except (IndexError, ValueError):
+        raise SizingInputError(f"vLLM version {version!r} is not of the form 0.19.0") from None
+
+
+def sampler_counted(dep: Deployment) -> bool:
+    """Whether the profile counts the sampler's buffers: not before vLLM 0.6.5 (see SAMPLER_COUNTED_SINCE)."""
+    version = version_tuple(dep.vllm_version)
+    return version is None or version >= SAMPLER_COUNTED_SINCE
+
+
+def graphs_inside_util(dep: Deployment) -> bool:
+    """Whether vLLM takes its CUDA-graph estimate out of gpu_memory_utilization (V1 from 0.21)."""
+    if dep.engine != "v1":
+        return False
+    version = version_tuple(dep.vllm_version)
+    return version is None or version >= GRAPHS_INSIDE_UTIL_SINCE
 
 
 def cuda_graph_gib(model: ModelShape, engine: str = "v0", max_num_seqs: int = 256) -> float:
@@ -302,10 +382,20 @@ _SRC_ACT = (
     "1.70 x T x (hidden + 2 x intermediate / TP) x 2 B; fitted on vllm#10517 (20K/29K), checked on its 35K"
 )
 _SRC_SAMPLER = (
-    "fp32 logits max_num_seqs x vocab x 3.6 copies; fitted on PR#10511 + vllm#15360, checked vllm#16141"
+    "V0: hidden states + 9.68 fp32 copies of max_num_seqs x vocab, held after the forward pass (the peak is "
+    "the larger of the two); fitted on PR#10511 + vllm#15360, checked on PR#10511 TP2, vllm#13882, #13061"
+)
+_SRC_SAMPLER_V1 = (
+    "V1: hidden states + 3.72 fp32 copies of max_num_seqs x vocab, held after the forward pass (the peak is "
+    "the larger of the two); fitted on llm-d-planner v0.19 Llama-3.1-8B + Qwen2.5-7B, checked on its Qwen3"
 )
 _SRC_NON_TORCH = (
-    "0.2 GiB at TP1 (ref 1.4) + 1.75 GiB of NCCL/all-reduce buffers per TP doubling (PR#10511, ORZ#23)"
+    "0.25 GiB at TP1 + at TP>=2 1.85 GiB of NCCL NVLS buffers on Hopper NVLink, else 0.09; fitted on "
+    "llm-d-planner v0.19 H100 TP1-4, vllm#16570, vllm#13061"
+)
+_SRC_GRAPHS_V1_IN = (
+    "inside util (vLLM 0.21+ default): 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + "
+    "gpustack/runner#251"
 )
 _SRC_GRAPHS_V0 = "outside util: 0.5 + 0.03 GiB/layer, fitted on vllm#7553"
 _SRC_GRAPHS_V1 = "outside util: 0.19 + 0.0106 GiB per captured size, fitted on PR#39559 + gpustack/runner#251"
@@ -325,12 +415,14 @@ def _memory_terms(dep: Deployment, dtype: str, tokens: int, seqs: int) -> tuple[
     gpu_cal, dep_cal = _calibrated(dep, dtype)
     weights = weight_bytes_per_rank(model, dtype, tp) / GIB
     body = activation_body_gib(model, tp, tokens)
-    sampler = sampler_gib(model, min(tokens, seqs))
-    non_torch = non_torch_gib(tp)
+    sampler = sampler_gib(model, tokens, min(tokens, seqs), dep.engine) if sampler_counted(dep) else 0.0
+    non_torch = non_torch_gib(tp, dep.gpu)
     terms = [
         MemoryTerm("weights", weights, _SRC_WEIGHTS),
         MemoryTerm("activation peak (profiling run)", body, _SRC_ACT),
-        MemoryTerm("sampler logits buffers", sampler, _SRC_SAMPLER),
+        MemoryTerm(
+            "sampler logits buffers", sampler, _SRC_SAMPLER_V1 if dep.engine == "v1" else _SRC_SAMPLER
+        ),
         MemoryTerm("non-torch (CUDA context, NCCL buffers)", non_torch, _SRC_NON_TORCH),
     ]
     per_token = kv_bytes_per_token(model, tp, dep.kv_cache_dtype, dtype)
@@ -366,18 +458,20 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     usable = gpu.visible_gib * dep.gpu_memory_utilization
     terms, per_token = _memory_terms(dep, dtype, tokens, seqs)
     weights = terms[0].gib
-    act = terms[1].gib + terms[2].gib
+    act = max(terms[1].gib, terms[2].gib)  # forward pass and sampler run peak one after the other
     non_torch = sum(t.gib for t in terms[3:])
-    kv_avail = usable - weights - act - non_torch
+    graphs = cuda_graph_gib(model, dep.engine, seqs)
+    inside = graphs_inside_util(dep)
+    kv_avail = usable - weights - act - non_torch - (graphs if inside else 0.0)
     block_bytes = dep.block_size * per_token
     blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
     kv_tokens = blocks * dep.block_size
-    graphs = cuda_graph_gib(model, dep.engine, seqs)
     terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
-    terms.append(MemoryTerm("CUDA graphs", graphs, _SRC_GRAPHS_V1 if dep.engine == "v1" else _SRC_GRAPHS_V0))
+    graph_src = _SRC_GRAPHS_V0 if dep.engine != "v1" else (_SRC_GRAPHS_V1_IN if inside else _SRC_GRAPHS_V1)
+    terms.append(MemoryTerm("CUDA graphs", graphs, graph_src))
     warnings: list[str] = []
     headroom = gpu.visible_gib * (1 - dep.gpu_memory_utilization)
-    if headroom < graphs:
+    if not inside and headroom < graphs:
         warnings.append(
             f"CUDA graphs need about {graphs:.1f} GiB outside gpu_memory_utilization but only "
             f"{headroom:.1f} GiB is left: lower --gpu-memory-utilization or add --enforce-eager"
@@ -393,9 +487,10 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:
+        graph_part = f" + CUDA graphs {graphs:.2f}" if inside else ""
         reason = (
-            f"does not fit: weights {weights:.2f} GiB + activations {act:.2f} + non-torch {non_torch:.2f} "
-            f"exceed the usable {usable:.2f} GiB per GPU "
+            f"does not fit: weights {weights:.2f} GiB + activations {act:.2f} + non-torch {non_torch:.2f}"
+            f"{graph_part} exceed the usable {usable:.2f} GiB per GPU "
             f"({gpu.visible_gib:.2f} x {dep.gpu_memory_utilization:g})"
         )
         fit_len = 0
@@ -431,4 +526,5 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         warnings=tuple(warnings),
         terms=tuple(terms),
         cuda_graphs_fit=graphs_fit,
+        cuda_graphs_in_util=inside,
     )

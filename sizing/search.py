@@ -64,6 +64,7 @@ class Settings:
     gpu_memory_gib: float | None = None
     calibration: Calibration | None = None
     search_quantized: bool = False  # with dtype "auto": also FP8 (native-FP8 GPUs) and AWQ (sm75+) weights
+    vllm_version: str | None = None  # the release being sized ("0.19.0"); None: the current one
 
     def dtypes(self, model: ModelShape, gpu: GPU) -> list[str]:
         """The weight formats to try on ``gpu``: the checkpoint's own, and the quantized ones it supports."""
@@ -96,6 +97,7 @@ class Settings:
             # a calibration describes the vLLM the user runs: its engine profiles memory its own way
             engine=self.calibration.engine if self.calibration is not None else "v1",
             calibration=self.calibration,
+            vllm_version=self.vllm_version,
         )
 
 

@@ -24,8 +24,9 @@ versions of the last two years; each wording is one small pattern below, named f
 * Settings: ``Initializing a V0|V1 LLM engine (v0.8.1) with config: model='...', ... max_seq_len=6600, ...,
   tensor_parallel_size=1``, ``non-default args: {...}``, ``--gpu-memory-utilization=0.8200``.
 
-Every rank of a TP engine prints its own lines; the first value of each kind is kept (vLLM uses the minimum
-over ranks for the KV cache, so the smallest KV figure is kept).
+Every rank of a TP engine prints its own lines; the first value of each kind is kept, except that the
+smallest KV figure and the largest non-torch figure are kept (vLLM sizes the KV cache by the tightest rank).
+A start with no KV block at all (``# cuda blocks: 0``, a negative remainder, vllm#13882) is a refusal.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from dataclasses import dataclass, fields
 from sizing.errors import SizingInputError
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+# V0 prints a negative KV remainder when nothing is left (vllm#13882)
+_SIGNED = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ def _i(text: str) -> int:
     return int(float(text.replace(",", "")))
 
 
-# (field, format name, pattern, converter). The first match of a field wins unless the field is "min".
+# (field, format name, pattern, converter). The first match of a field wins unless the kind is "min"/"imin"
+# (the smallest over ranks: vLLM sizes the KV cache by the tightest rank) or "max" (the largest over ranks:
+# the tightest rank is the one with the most non-torch memory; vllm#16570 prints 0.34, 0.43 and 0.38 GiB).
 _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("total_gib", "v0-0.6.4", re.compile(r"total_gpu_memory=" + _NUM + r"\s*GiB"), "f"),
     ("non_torch_gib", "v0-0.6.4", re.compile(r"non_torch_memory=" + _NUM + r"\s*GiB"), "f"),
@@ -94,7 +99,7 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         "f",
     ),
     ("weights_gib", "v0-profile", re.compile(r"model weights take\s+" + _NUM + r"\s*GiB"), "f"),
-    ("non_torch_gib", "v0-profile", re.compile(r"non_torch_memory takes " + _NUM + r"\s*GiB"), "f"),
+    ("non_torch_gib", "v0-profile", re.compile(r"non_torch_memory takes " + _NUM + r"\s*GiB"), "max"),
     (
         "activation_gib",
         "v0-profile",
@@ -109,13 +114,15 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     (
         "kv_cache_gib",
         "v0-profile",
-        re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r"\s*GiB"),
+        re.compile(r"the rest of the memory reserved for KV Cache is " + _SIGNED + r"\s*GiB"),
         "min",
     ),
     ("weights_gib", "v0-weights", re.compile(r"Loading model weights took " + _NUM + r"\s*GB"), "f"),
     ("weights_gib", "v1-weights", re.compile(r"Model loading took " + _NUM + r"\s*GiB"), "f"),
     ("kv_cache_gib", "v1-kv", re.compile(r"Available KV cache memory: " + _NUM + r"\s*GiB"), "min"),
     ("kv_cache_tokens", "v1-kv", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "imin"),
+    # V0's refusal names the engine-wide KV tokens (vllm#10517, vllm#13061): "... stored in KV cache (81536)"
+    ("kv_cache_tokens", "v0-refusal", re.compile(r"can be stored in KV cache \(" + _NUM + r"\)"), "imin"),
     ("gpu_blocks", "blocks", re.compile(r"# (?:GPU|cuda|gpu) blocks: " + _NUM), "imin"),
     ("gpu_blocks", "blocks", re.compile(r"(?<!# )GPU blocks: " + _NUM), "imin"),
     (
@@ -156,7 +163,9 @@ _MODEL_ARG = re.compile(r"'model': '([^']+)'")
 _DTYPE = re.compile(r"dtype=torch\.(bfloat16|float16|float32)")
 _REFUSED = re.compile(
     r"is larger than the maximum number of tokens that can be stored in KV cache|"
-    r"KV cache is needed, which is larger than the available KV cache memory"
+    r"KV cache is needed, which is larger than the available KV cache memory|"
+    r"No available memory for the cache blocks|"
+    r"# (?:GPU|cuda|gpu) blocks: 0\b"
 )
 _GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
 
@@ -182,6 +191,8 @@ def read_startup_log(text: str) -> LogFacts:
             prev = values.get(name)
             if kind in ("min", "imin") and isinstance(prev, int | float):
                 values[name] = min(prev, value)
+            elif kind == "max" and isinstance(prev, int | float):
+                values[name] = max(prev, value)
             else:
                 values.setdefault(name, value)
             if fmt not in formats:

@@ -293,6 +293,11 @@ def bench_autoscale(
     only: list[str] = typer.Option(
         [], "--workload", help="Run only the benchmark workload(s) of this name (repeatable)."
     ),
+    only_policies: list[str] = typer.Option(
+        [],
+        "--policy",
+        help="Run only this policy (repeatable; ours also runs at 20 % model error). Default: all six.",
+    ),
     sweep: str | None = typer.Option(
         None,
         "--sweep",
@@ -314,8 +319,9 @@ def bench_autoscale(
     if sweep is not None:
         if sweep not in {s.value for s in Sweep}:
             fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
-        if only:
-            fail("--workload: not with --sweep (the sweep runs every day of the traces)")
+        if only or only_policies:
+            flag = "--workload" if only else "--policy"
+            fail(f"{flag}: not with --sweep (the sweep runs ours, static-peak and the oracle on every day)")
         _run_sweep(cfg, quick, json_out, jobs)
         return
     names = [n for n, _, _ in BENCH_WORKLOADS]
@@ -323,12 +329,16 @@ def bench_autoscale(
     if unknown:
         fail(f"--workload: unknown benchmark workload {unknown[0]!r}; one of {', '.join(names)}")
     workloads = [(n, s, 1.0 if quick else h) for n, s, h in BENCH_WORKLOADS if not only or n in only]
-    from fleet.sim.scenario import BENCH_MODEL_ERROR_PCT, BENCH_POLICIES
+    from fleet.sim.scenario import BENCH_MODEL_ERROR_PCT, BENCH_POLICIES, bench_runs
     from fleet.sim.scenario import bench_autoscale as run_bench
 
-    runs = len(workloads) * (len(BENCH_POLICIES) + (1 if BENCH_MODEL_ERROR_PCT else 0))
+    bad = [p for p in only_policies if p not in BENCH_POLICIES]
+    if bad:
+        fail(f"--policy: unknown policy {bad[0]!r}; one of {', '.join(BENCH_POLICIES)}")
+    policies = tuple(p for p in BENCH_POLICIES if not only_policies or p in only_policies)
+    runs = len(bench_runs(workloads, policies, BENCH_MODEL_ERROR_PCT))
     with _progress_bar(runs) as progress:
-        results = run_bench(cfg, workloads=workloads, progress=progress, jobs=jobs)
+        results = run_bench(cfg, workloads=workloads, policies=policies, progress=progress, jobs=jobs)
     if json_out:
         print_json(results)
     else:

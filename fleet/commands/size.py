@@ -61,6 +61,12 @@ def size(
         0.90, "--gpu-memory-utilization", help="Share of the device."
     ),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Fix vLLM's max_num_seqs."),
+    vllm_version: str | None = typer.Option(
+        None,
+        "--vllm-version",
+        help="The vLLM release to size for, e.g. 0.19.0 (CUDA graphs count inside util from 0.21); "
+        "default: the current release.",
+    ),
     max_num_batched_tokens: int | None = typer.Option(
         None, "--max-num-batched-tokens", help="Fix the budget."
     ),
@@ -167,6 +173,7 @@ def size(
             gpu_memory_gib=gpu_memory_gib,
             calibration=cal,
             search_quantized=dtype == "auto" and gpu is None,
+            vllm_version=vllm_version,
         )
         the_gpu = sizing.find_gpu(gpu) if gpu is not None else None
         pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
@@ -337,6 +344,15 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
         raise sizing.SizingInputError(
             f"--gpu-memory-utilization must be in (0, 1], got {settings.gpu_memory_utilization}"
         )
+    if settings.vllm_version is not None:
+        from sizing.memory import version_tuple
+
+        try:
+            version_tuple(settings.vllm_version)
+        except sizing.SizingInputError:
+            raise sizing.SizingInputError(
+                f"--vllm-version {settings.vllm_version!r} is not a release like 0.19.0"
+            ) from None
     if settings.max_model_len is not None and settings.max_model_len > shape.max_position:
         raise sizing.SizingInputError(
             f"--max-model-len {settings.max_model_len} is above {shape.name}'s limit of {shape.max_position}"

@@ -20,19 +20,27 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError, Conflict, NetworkError, ServerError, Throttled
-from fleet.cloud.types import ScalingActivity
+from fleet.cloud.types import ScalingActivity, ScalingGroup
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
-from policies.model import GroupPlan, Incident, IsolationStep, LifecycleState, StepAction
+from policies.model import (
+    GroupPlan,
+    Incident,
+    IsolationStep,
+    LifecycleState,
+    Reason,
+    ReasonCode,
+    StepAction,
+)
 from policies.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,8 @@ RETRY_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.ERROR, Outcome.FENCED, Out
 _SERVING = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
 _PENDING = (LifecycleState.PENDING, LifecycleState.PENDING_WAIT)
 _INFORMATIONAL = {StepAction.SURGE, StepAction.WAIT, StepAction.DRAIN}
+# the steps with a cloud write (``Actuator._write_step``)
+_WRITES = {StepAction.ENTER_STANDBY, StepAction.EXIT_STANDBY, StepAction.REMOVE, StepAction.REBOOT}
 # Reconciling an interrupted write: how many recent activities of its group to read, and how far before the
 # intent's time an activity may start (replica and ESS clocks differ by NTP's error, far below this).
 RECONCILE_ACTIVITIES = 20
@@ -123,11 +133,15 @@ class Actuator:
         epoch: int | None,
         fence: Callable[[], bool],
     ) -> ActionResult | None:
-        """Write the plan's desired capacity when it differs from what ESS has."""
-        target = gp.desired_capacity
-        if target is None or observed.group is None:
+        """Write the plan's desired capacity when it differs from what ESS has (within the ESS group's
+        MinSize..MaxSize: ``clip_to_ess``, which the loop has already applied to the plan it records)."""
+        if gp.desired_capacity is None or observed.group is None:
             return None
         group = observed.group
+        gp = clip_to_ess(gp, group)  # a plan already clipped is returned as it is
+        target = gp.desired_capacity
+        if target is None:
+            return None  # ESS already has the clipped target
         current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
         inputs = {
             "observed_desired": current,
@@ -140,15 +154,13 @@ class Actuator:
             **gp.predictive,  # demand_rps, forecast_rps, forecast_upper_rps, capacity_per_instance_rps, ...
         }
         reason = _reason_text(gp)
-        limited = max(group.min_size, min(group.max_size, target))
-        if limited != target:
+        clip = next((r for r in gp.reasons if r.code == ReasonCode.CLIPPED_TO_ESS_BOUNDS), None)
+        if clip is not None:
             # fleet.yaml's bounds are wider than the ESS group's: ESS would clamp (or refuse) the write, so
             # ask for what it can do, and say so once instead of a failed write every tick
-            self._warn_bounds(gp.group, target, group.min_size, group.max_size)
-            side = "MaxSize" if target > group.max_size else "MinSize"
-            reason += f"; clipped to the ESS group's {side} {limited} (the plan asks {target})"
-            inputs["planned_target"] = target
-            target = limited
+            planned = int(clip.inputs.get("planned_target") or target)
+            self._warn_bounds(gp.group, planned, group.min_size, group.max_size)
+            inputs["planned_target"] = planned
         if current == target:
             return None  # already there (a write that landed before a restart, or ESS reconciled)
         seq = self.store.applied_count(gp.group, "scale", "scale_to")
@@ -320,23 +332,27 @@ class Actuator:
 
         if self.dry_run:
             return self._record(replace(base, outcome=Outcome.DRY_RUN), now, epoch)
+        if step.action not in _WRITES:
+            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
+            return None
         if not fence():
             return self._record(
                 replace(base, outcome=Outcome.FENCED, error="lease lost before the write"), now, epoch
             )
+        # As for scale writes: the intent is on record before the call; a crash between the call and its
+        # audit leaves an ``intended`` row that the next leader settles from the instance's observed state.
+        intent = self._intend(base, now, epoch)
         try:
-            written, rid = self._write_step(step, group.group_id, token)
+            _, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
             self._cloud_error(exc)
             return self._record(
                 replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
                 now,
                 epoch,
+                intent=intent,
             )
-        if not written:
-            log.warning("unknown isolation step %s for %s ignored", step.action.value, step.instance_id)
-            return None
-        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch)
+        return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch, intent=intent)
 
     def _notice(
         self,
@@ -460,34 +476,50 @@ class Actuator:
             lease_epoch=epoch,
         )
 
-    def reconcile(self, group_ids: dict[str, str]) -> list[ActionResult]:
-        """Settle the writes left ``intended`` by a crash, from the groups' recent ESS scaling activities.
+    def reconcile(
+        self, group_ids: dict[str, str], states: Mapping[str, str] | None = None
+    ) -> list[ActionResult]:
+        """Settle the writes left ``intended`` by a crash: scale writes from the groups' recent ESS scaling
+        activities, isolation steps from the instances' lifecycle states observed this tick (``states``:
+        instance id -> state, every instance of the observed groups; without it isolation rows wait).
 
-        An activity that started after the intent (less a clock-skew allowance) and sets the intended
-        capacity is the write having landed: the record becomes ``applied`` with its activity id. Without one
-        the write never reached ESS: ``error``, and the next tick derives the same ClientToken and tries
-        again. ``group_ids`` maps configured group names to the ESS ids observed this tick.
+        A scale write: an activity that started after the intent (less a clock-skew allowance) and sets the
+        intended capacity is the write having landed: the record becomes ``applied`` with its activity id.
+        Without one the write never reached ESS: ``error``, and the next tick derives the same ClientToken and
+        tries again. An isolation step whose effect the instance shows (Standby after EnterStandby, InService
+        after ExitStandby, gone after RemoveInstances) is ``applied``; otherwise ``error``, and the step is
+        tried again with its ClientToken (a reboot leaves nothing to compare with: it may run twice).
+        ``group_ids`` maps configured group names to the ESS ids observed this tick.
         """
         settled: list[ActionResult] = []
         for rec in self.store.intended_decisions():
             gid = group_ids.get(rec.group_name)
             if gid is None or rec.id is None:
                 continue  # not observed this tick: left for a later one
-            activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
-            match = next((a for a in activities if _activity_sets(a, rec)), None)
-            if match is not None:
-                outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
-                reason = f"{rec.reason} (reconciled after an interruption: ESS activity {match.activity_id})"
+            if rec.kind == "isolation":
+                if states is None:
+                    continue
+                outcome, request_id, error, reason = _settle_step(rec, states)
             else:
-                outcome, request_id = Outcome.ERROR, None
-                error = "interrupted before ESS confirmed the write, and no ESS activity shows it: retried"
-                reason = rec.reason
+                activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
+                match = next((a for a in activities if _activity_sets(a, rec)), None)
+                if match is not None:
+                    outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
+                    reason = (
+                        f"{rec.reason} (reconciled after an interruption: ESS activity {match.activity_id})"
+                    )
+                else:
+                    outcome, request_id = Outcome.ERROR, None
+                    error = (
+                        "interrupted before ESS confirmed the write, and no ESS activity shows it: retried"
+                    )
+                    reason = rec.reason
             self.store.settle_decision(rec.id, outcome, request_id=request_id, error=error, reason=reason)
             log.warning(
                 "%s %s %s left intended by an interruption: %s%s",
                 rec.group_name,
                 rec.action,
-                rec.target,
+                rec.target if rec.target is not None else rec.instance_id,
                 outcome.value,
                 f" ({request_id})" if request_id else "",
                 extra={"decision_id": rec.decision_id, "request_id": request_id, "outcome": outcome.value},
@@ -501,6 +533,8 @@ class Actuator:
                     outcome=outcome,
                     reason=reason,
                     target=rec.target,
+                    instance_id=rec.instance_id,
+                    incident_id=rec.incident_id,
                     client_token=rec.client_token,
                     request_id=request_id,
                     error=error,
@@ -538,6 +572,22 @@ class Actuator:
         return res
 
 
+def _settle_step(rec: DecisionRecord, states: Mapping[str, str]) -> tuple[Outcome, None, str | None, str]:
+    """(outcome, request id, error, reason) of an isolation step left intended, from the observed state."""
+    try:
+        action: StepAction | None = StepAction(rec.action)
+    except ValueError:
+        action = None
+    landed = None if action is None else _already_landed(action, states.get(rec.instance_id or ""))
+    if landed is not None:
+        return Outcome.APPLIED, None, None, f"{rec.reason}{landed} (reconciled after an interruption)"
+    if action == StepAction.REBOOT:
+        error = "interrupted before ECS confirmed the reboot, which leaves nothing to compare: retried"
+    else:
+        error = "interrupted before ESS confirmed the step, and the instance does not show it: retried"
+    return Outcome.ERROR, None, error, rec.reason
+
+
 def _activity_sets(activity: ScalingActivity, rec: DecisionRecord) -> bool:
     """Whether an ESS activity is the intended write of ``rec``: started after it, to its capacity."""
     if activity.start_time is None or activity.start_time < rec.at - RECONCILE_SKEW:
@@ -553,6 +603,40 @@ def _failure_outcome(exc: CloudError) -> Outcome:
     if isinstance(exc, Throttled | ServerError | NetworkError):
         return Outcome.ERROR  # transient: the same token is used again next tick
     return Outcome.FAILED
+
+
+def clip_to_ess(gp: GroupPlan, group: ScalingGroup | None) -> GroupPlan:
+    """The plan with its target inside the ESS group's own MinSize..MaxSize (what ESS can be asked for).
+
+    fleet.yaml's bounds wider than the ESS group's would have ESS clamp (or refuse) the write; the plan that
+    is recorded, shown and written then says what is really asked: the clipped target, the write it needs
+    (none when ESS already has it), and a ``clipped_to_ess_bounds`` reason naming the bound and what the
+    policy wanted. The policy's own history keeps what it decided."""
+    if group is None:
+        return gp
+    target = gp.target_capacity
+    limited = max(group.min_size, min(group.max_size, target))
+    if limited == target:
+        return gp
+    side = "MaxSize" if target > group.max_size else "MinSize"
+    reason = Reason(
+        code=ReasonCode.CLIPPED_TO_ESS_BOUNDS,
+        detail=f"clipped to the ESS group's {side} {limited} (the plan asks {target})",
+        inputs={"planned_target": target, "ess_min_size": group.min_size, "ess_max_size": group.max_size},
+    )
+    current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+    # as decide: no write while paused, nor when ESS already has the target
+    paused = gp.reason == ReasonCode.PAUSED
+    desired = None if paused or group.desired_capacity == limited else limited
+    direction = "none" if desired is None or desired == current else ("up" if desired > current else "down")
+    update = {
+        "target_capacity": limited,
+        "serving_target": max(0, gp.serving_target - (target - limited)),
+        "desired_capacity": desired,
+        "direction": direction,
+        "reasons": [*gp.reasons, reason],
+    }
+    return gp.model_copy(update=update)
 
 
 def _reason_text(gp: GroupPlan) -> str:

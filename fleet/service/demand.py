@@ -11,7 +11,7 @@ costs one small write a minute rather than a read of days of rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +25,11 @@ from policies.model import DemandSeries, GroupHistory, MetricSample
 
 STEP_S = 60.0
 MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
+# Retention of ``demand_samples`` and ``forecasts``: the group's ``predictive.history`` (what the forecast
+# reads) plus a day (a restart, `fleet forecast` and the console's week view never miss a minute).
+RETENTION_MARGIN_S = 86400.0
+PRUNE_BATCH_ROWS = 2000  # rows deleted per transaction
+PRUNE_MAX_BATCHES = 5  # transactions per table and group each time the leader prunes
 
 
 @dataclass(frozen=True)
@@ -309,6 +314,45 @@ class DemandLog:
             if 0 <= i < n:
                 rps[i] = v
         return first, rps
+
+
+# -- retention ------------------------------------------------------------------------------------------
+def retention_s(history_s: float) -> float:
+    """How long a group's demand minutes and forecasts are kept: its ``predictive.history`` and a margin."""
+    return float(history_s) + RETENTION_MARGIN_S
+
+
+def prune(
+    store: Store,
+    group: str,
+    before: datetime,
+    fence: Callable[[], bool] | None = None,
+    batch_rows: int = PRUNE_BATCH_ROWS,
+    max_batches: int = PRUNE_MAX_BATCHES,
+) -> dict[str, int]:
+    """Delete one group's ``demand_samples`` minutes before ``before`` and its ``forecasts`` made before it,
+    oldest first, in transactions of at most ``batch_rows`` rows and at most ``max_batches`` of them per
+    table (a backlog of months goes over several calls, never in one long lock). ``fence`` is asked before
+    each delete: False stops (the lease is lost). A group with nothing to prune costs one read per table.
+    The rows deleted per table."""
+    done = {"demand_samples": 0, "forecasts": 0}
+    for table, col in ((demand_samples, demand_samples.c.at), (forecasts, forecasts.c.made_at)):
+        mine = (table.c.service == store.service, table.c.group_name == group, col < before)
+        for _ in range(max_batches):
+            oldest = sa.select(col).where(*mine).order_by(col).limit(batch_rows).subquery()
+            with store.engine.connect() as conn:
+                last = conn.execute(sa.select(sa.func.max(oldest.c[col.name]))).scalar()
+            if last is None:
+                break  # nothing (more) to prune: one read, no fence, no write
+            if fence is not None and not fence():
+                return done
+            with store.begin() as conn:
+                # the batch is every row up to its newest (the key is unique per group): no long IN list
+                n = int(conn.execute(sa.delete(table).where(*mine, col <= last)).rowcount or 0)
+            done[table.name] += n
+            if n < batch_rows:
+                break
+    return done
 
 
 # -- forecasts: what was predicted, kept to be set against what came -------------------------------------

@@ -7,11 +7,12 @@
 2. load the policy history and the operator's controls and requests from the store (so a takeover or a
    restart resumes from exactly what the last leader persisted);
 3. observe the cloud and build the ``policies.Snapshot``;
-4. ``policies.decide`` -> Plan;
+4. ``policies.decide`` -> Plan, its targets clipped to the ESS group's own MinSize..MaxSize;
 5. persist the new history (write-ahead), the incidents and their timeline, and mark handled requests;
 6. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
 7. actuate (each write fenced by the lease and carrying a derived ClientToken), auditing each write;
-8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics.
+8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics;
+9. prune demand minutes and forecasts past their retention (at most once per ``prune_interval_s``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from typing import Any
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import count_calls
-from fleet.service.actuate import ActionResult, Actuator
+from fleet.cloud.types import ScalingGroup
+from fleet.service.actuate import ActionResult, Actuator, clip_to_ess
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import DemandLog, record_forecasts
+from fleet.service.demand import DemandLog, prune, record_forecasts, retention_s
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -164,6 +166,7 @@ class Service:
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
         self.capacity_table = CapacityTable()
+        self._last_prune: dict[int, datetime] = {}  # shard -> when this replica last pruned its groups
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     def actuator_for(self, scope: Scope) -> Actuator:
@@ -290,6 +293,7 @@ class Service:
             requests = [r for r in requests if f"req-{r.id}" in taken]
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
+        plan.groups = [clip_to_ess(gp, _ess_group(observation, gp.group)) for gp in plan.groups]
         result.plan = plan if result.plan is None else _merged(result.plan, plan)
         fence = keeper.held  # re-checked against the store immediately before each cloud write
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
@@ -307,6 +311,7 @@ class Service:
         for manager in self.capacity_managers.values():
             result.errors.extend(manager.tick(observation, targets, now, fence).errors)
         self._after(plan, observation, now)
+        self._prune(shard, specs, now, fence)
 
     # -- snapshot -------------------------------------------------------------------------------------
     def _add_demand(
@@ -335,6 +340,31 @@ class Service:
                 output_tokens=cap.output_tokens,
             )
 
+    def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
+        """At most once per ``prune_interval_s`` per shard, after the tick's writes: delete the shard's
+        groups' demand minutes and forecasts older than their retention (``predictive.history`` plus a
+        day), in bounded batches. Groups no longer configured are left as they are. A failure is logged and
+        tried again at the next interval; it never fails the tick."""
+        last = self._last_prune.get(shard)
+        if last is not None and (now - last).total_seconds() < self.settings.prune_interval_s:
+            return
+        self._last_prune[shard] = now
+        for spec in specs:
+            before = now - timedelta(seconds=retention_s(float(spec.predictive.history_s)))
+            try:
+                done = prune(self.store, spec.name, before, fence)
+            except Exception:
+                log.warning("pruning the demand history of group %s failed", spec.name, exc_info=True)
+                continue
+            if any(done.values()):
+                log.info(
+                    "group %s: pruned %d demand minutes and %d forecasts before %s",
+                    spec.name,
+                    done["demand_samples"],
+                    done["forecasts"],
+                    before.isoformat(),
+                )
+
     def _load_history(self, key: str | None = None) -> History | None:
         raw = self.store.load_history(key)
         return None if raw is None else History.model_validate(raw)
@@ -352,13 +382,15 @@ class Service:
         if self.dry_run or (lease.name, lease.epoch) in self._reconciled:
             return
         by_scope: dict[Scope, dict[str, str]] = {}
+        states: dict[str, str] = {}  # every instance of the observed groups: isolation steps settle on it
         for spec in specs:
             g = observation.groups.get(spec.name)
             if g is not None and g.ok and g.group is not None:
                 by_scope.setdefault(scope_of(spec), {})[spec.name] = g.group.group_id
+                states.update({i.instance_id: i.lifecycle_state for i in g.instances})
         try:
             for scope, ids in by_scope.items():
-                result.actions.extend(self.actuator_for(scope).reconcile(ids))
+                result.actions.extend(self.actuator_for(scope).reconcile(ids, states))
         except CloudError as exc:
             self._count_error(exc)
             log.warning("reconciling interrupted writes failed: %s; tried again next tick", exc)
@@ -791,6 +823,12 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         closed_at=inc.closed_at,
         body=inc.model_dump(mode="json"),
     )
+
+
+def _ess_group(observation: Observation, name: str) -> ScalingGroup | None:
+    """The ESS group as observed this tick (None when it was not read)."""
+    g = observation.groups.get(name)
+    return g.group if g is not None and g.ok else None
 
 
 def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:

@@ -63,6 +63,22 @@ _ECS_UNHEALTHY = frozenset({"Impaired"})
 ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 
 
+# Read at most once a minute: the mean prompt and output tokens per request are themselves minute means (the
+# node agent's), and the capacity table buckets them 15 % apart; so is the KV-cache use where only the online
+# correction reads it (its slack check), not a rule. Every other metric is read every tick.
+SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
+SLOW_REFRESH_S = 60.0
+
+
+def slow_metrics(spec: GroupSpec) -> frozenset[str]:
+    """The metrics of ``needed_metrics(spec)`` that are read once a minute for this group."""
+    if spec.predictive.mode == "off":
+        return frozenset()
+    ruled = {pm.GROUP_METRICS[rule.metric][0] for rule in (*spec.scale_out, *spec.scale_in)}
+    ruled.update(iso.metric for iso in spec.isolation.rules if iso.metric is not None)
+    return SLOW_METRICS | ({pm.KV_CACHE_USAGE_PCT} - ruled)
+
+
 def needed_metrics(spec: GroupSpec) -> set[str]:
     """Canonical per-instance metrics a group's rules read (scale rules via their group aggregate)."""
     needed: set[str] = set()
@@ -142,6 +158,7 @@ class _Metric:
     source: MetricSource
     canonical: str
     groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
+    slow: bool = True  # every group of the read reads it once a minute (slow_metrics)
 
 
 class Observer:
@@ -183,6 +200,8 @@ class Observer:
             self.sources[s.name] = shared[key]
         self._instances: dict[str, _Cached] = {}
         self._cache_lock = threading.Lock()
+        # the token mix moves slowly: read once a minute per source, its points reused between the reads
+        self._slow: dict[tuple[int, str], tuple[datetime, list[MetricPoint]]] = {}
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
         self.guard = SampleGuard()
 
@@ -371,12 +390,19 @@ class Observer:
                     continue
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
-        batches = list(reads.values())
+                read.slow = read.slow and canonical in slow_metrics(spec)
+        reused = {
+            key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
+        }
+        batches = [read for key, read in reads.items() if key not in reused]
 
         def fetch(read: _Metric) -> list[MetricPoint]:
             ids = [iid for _, measured in read.groups for iid in measured]
             return read.source.read_last(read.canonical, ids)
 
+        for key, points in reused.items():
+            for g, measured in reads[key].groups:
+                apply_metric(g, key[1], measured, points, now)
         for read, got in zip(batches, self.pools.run("cms", fetch, batches), strict=True):
             if isinstance(got, CloudError):
                 self._fail(obs, got, f"{read.source.describe(read.canonical)}")
@@ -386,6 +412,7 @@ class Observer:
                 continue
             if isinstance(got, Exception):
                 raise got
+            kept: list[MetricPoint] = []
             owner = {iid: g for g, measured in read.groups for iid in measured}
             by_group: dict[str, list[MetricPoint]] = {}
             for p in got:
@@ -397,6 +424,16 @@ class Observer:
                 # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
                 points = self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now)
                 apply_metric(g, read.canonical, measured, points, now)
+                kept.extend(points)
+            if read.slow:
+                self._slow[(id(read.source), read.canonical)] = (now, kept)
+
+    def _slow_fresh(self, key: tuple[int, str], now: datetime) -> bool:
+        """A slow metric read less than SLOW_REFRESH_S ago (its points are reused, never past staleness)."""
+        if key not in self._slow:
+            return False
+        age_s = (now - self._slow[key][0]).total_seconds()
+        return 0 <= age_s < SLOW_REFRESH_S
 
 
 def _buys_spot(spec: GroupSpec) -> bool:

@@ -31,6 +31,8 @@ class ServiceSettings:
     call_rate_limit: bool = True
     instances_refresh_s: float = 0.0
     schedule_sync_interval_s: float = 300.0
+    # How often the leader prunes demand minutes and forecasts past their retention (service/demand.py)
+    prune_interval_s: float = 3600.0
     notify_scale_min_change: int = 1
     api_host: str = "127.0.0.1"
     api_port: int = 8780

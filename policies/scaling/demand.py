@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
@@ -34,7 +34,8 @@ class Demand:
     """The group's demand now: the sum of the InService instances' arrival rates and the mean token mix."""
 
     rps: float | None = None
-    complete: bool = False  # every InService instance reported a fresh rate
+    complete: bool = False  # every InService instance reported a fresh rate (those still loading aside)
+    reporting: int = 0  # instances whose rate is in rps
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     ttft_p99_ms: float | None = None
@@ -64,15 +65,23 @@ def _mean(values: list[float]) -> float | None:
 
 
 def observed_demand(inp: ScalingInputs) -> Demand:
-    """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix."""
+    """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix.
+
+    An instance younger than the cold start (plus the staleness allowance) that has never reported a rate is
+    still loading its weights: the balancer sends it nothing yet, so its silence leaves the demand complete.
+    """
     stale_s = inp.spec.stabilization.stale_after_s
     rates: list[float] = []
     prompts: list[tuple[float, float]] = []
     outputs: list[tuple[float, float]] = []
     ttfts: list[float] = []
     kvs: list[float] = []
+    loading = 0
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
+        if sample is None and _loading(inst.created_at, inp):
+            loading += 1
+            continue
         if sample is None or not fresh(sample, inp.now, stale_s):
             continue
         rates.append(sample.value)
@@ -84,7 +93,7 @@ def observed_demand(inp: ScalingInputs) -> Demand:
             other = inst.metrics.get(name)
             if other is not None and fresh(other, inp.now, stale_s):
                 vals.append(other.value)
-    n = len(inp.view.serving)
+    n = len(inp.view.serving) - loading
     if not rates:
         return Demand()
 
@@ -95,11 +104,19 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     return Demand(
         rps=sum(rates),  # a fresh instance not reporting yet has had little traffic: not scaled up
         complete=len(rates) >= n,
+        reporting=len(rates),
         prompt_tokens=weighted(prompts),
         output_tokens=weighted(outputs),
         ttft_p99_ms=_mean(ttfts),
         kv_pct=_mean(kvs),
     )
+
+
+def _loading(created_at: datetime | None, inp: ScalingInputs) -> bool:
+    if created_at is None:
+        return False  # no age known: its silence is missing data
+    age_s = (inp.now - created_at).total_seconds()
+    return 0 <= age_s < inp.spec.cold_start_s + inp.spec.stabilization.stale_after_s
 
 
 def staffing(load: float, beta: float, burst: float) -> int:

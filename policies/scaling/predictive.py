@@ -75,7 +75,7 @@ def _out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution:
 def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
     """A rule scaled out: keep it, unless it is a burst the serving fleet covers (then the target holds)."""
     inp = ctx.inp
-    serving = len(inp.view.serving)
+    serving = sig.demand.reporting  # those still loading serve nothing yet
     cap, rps = sig.capacity_rps, sig.demand.rps
     # the mean load fits the serving instances: the queue drains without new ones
     covered = cap is not None and rps is not None and sig.demand.complete and rps / cap <= serving
@@ -97,7 +97,31 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
         return Contribution(target=new, reason=reason)
     if target > ctx.target:
         return _out(ctx, sig, target)
-    return None
+    return _capped(ctx, sig, target)
+
+
+def _capped(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
+    """A ratio rule reading a backlog (P99 TTFT of a queue, KV use) can ask for many times what the demand
+    needs; the instances arrive a cold start later, when the backlog is gone, and are then scaled in slowly.
+    While the demand is fully observed, the rules' target is held to ``rules_ceiling`` times the offered load
+    (observed demand over the corrected capacity per instance), or the forecast's target if that is more."""
+    ceiling = ctx.inp.spec.predictive.rules_ceiling
+    cap_rps, rps = sig.capacity_rps, sig.demand.rps
+    if ceiling is None or not sig.demand.complete or not cap_rps or rps is None:
+        return None
+    load = rps / cap_rps
+    cap = max(ctx.hold, target, math.ceil(ceiling * load - 1e-9))
+    if ctx.target <= cap:
+        return None
+    reason = Reason(
+        code=ReasonCode.RULES_CAPPED,
+        detail=(
+            f"the rules wanted {ctx.target}; the observed demand {rps:.2f} req/s is a load of {load:.1f} "
+            f"instances: held to {cap} ({ceiling:g}x the load, or the forecast's target)"
+        ),
+        inputs={**_inputs(ctx, sig), "rules_wanted": ctx.target, "rules_ceiling": ceiling},
+    )
+    return Contribution(target=cap, reason=reason)
 
 
 def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:

@@ -485,7 +485,7 @@ def test_calibrate_writes_a_file_and_prints_what_it_corrected(tmp_path, capsys):
     doc = yaml.safe_load(out.read_text())
     assert doc["gpu"] == "RTX3090" and doc["engine"] == "v0" and doc["gpu_terms"]["non_torch_gib"] == 0.35
     text = " ".join(printed.out.split())
-    assert "non_torch_gib gpu 0.350 GiB 0.200 GiB -42.9%" in text
+    assert "non_torch_gib gpu 0.350 GiB 0.250 GiB -28.6%" in text
     assert "(the log: 31,232)" in text
 
 
@@ -608,3 +608,18 @@ def test_size_json_has_spot_cost_and_the_fallback_ladder(capsys):
     ladder = out["fallback_ladder"]
     assert ladder and best["instance_type"] not in {r["instance_type"] for r in ladder}
     assert all(r["instances"] >= 1 for r in ladder)
+
+
+def test_vllm_version_picks_the_release_rules_for_cuda_graphs(capsys):
+    # vLLM 0.21 took the CUDA-graph estimate into gpu_memory_utilization (gpustack/runner#251); 0.19 did not
+    argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "H100", "--max-model-len", "8192"]
+    _, current = _json(capsys, argv)
+    _, old = _json(capsys, argv + ["--vllm-version", "0.19.0"])
+    now, then = current["candidates"][0], old["candidates"][0]
+    assert then["kv_cache_gib"] > now["kv_cache_gib"]
+
+
+def test_an_unreadable_vllm_version_exits_2_in_one_line(capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--vllm-version", "latest"])
+    assert code == 2 and "--vllm-version 'latest' is not a release like 0.19.0" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -5,6 +5,7 @@ never acts.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -100,6 +101,52 @@ def test_a_burst_the_serving_fleet_covers_is_absorbed_not_ordered():
         NOW,
     ).groups[0]
     assert off.serving_target > 10  # without the capacity model the rule buys instances
+
+
+def test_a_backlog_rule_is_held_to_the_ceiling_of_what_the_demand_needs():
+    # P99 TTFT of a queue is 20x the SLO: the ratio rule wants 20x the fleet, a cold start late
+    s = snap(10, 12.0, days=0.5)  # more than the 10 serving can carry: not a burst they absorb
+    for inst in s.groups[0].instances:
+        inst.metrics["ttft_p99_ms"] = inst.metrics["ttft_p99_ms"].model_copy(update={"value": 20.0 * 3000})
+    rules = [{"metric": "ttft_p99_ms", "above": 3000, "for": "0s"}]
+    gp = decide(s, spec(scale_out=rules, predictive={"headroom": 0}), history(10), NOW).groups[0]
+    assert gp.reason == ReasonCode.RULES_CAPPED
+    # 12 req/s at ~1 req/s per instance (the broken SLO corrects it a little down) is a load of ~12: held to
+    # 1.5x that (the forecast's target is below it)
+    load = 12.0 / gp.predictive["capacity_per_instance_rps"]
+    assert 12 <= load < 12.5 and gp.predictive["predictive_target"] < 1.5 * load
+    assert gp.serving_target == math.ceil(1.5 * load)
+    capped = next(r for r in gp.reasons if r.code == ReasonCode.RULES_CAPPED)
+    assert capped.inputs["rules_wanted"] == 200  # 20x the 10 serving, before max_size clips it
+    loose = spec(scale_out=rules, predictive={"headroom": 0, "rules_ceiling": None})
+    assert decide(s, loose, history(10), NOW).groups[0].serving_target == 40
+    # with part of the fleet silent the demand is not known: the rules are not capped
+    s.groups[0].instances[0].metrics.pop("request_rate")
+    silent = decide(s, spec(scale_out=rules, predictive={"headroom": 0}), history(10), NOW).groups[0]
+    assert silent.serving_target == 40
+
+
+def test_instances_still_loading_leave_the_demand_complete_and_serve_nothing_yet():
+    # 6 serving at 8 req/s plus 6 InService ones created a minute ago, loading weights, no metrics yet
+    s = snap(6, 8.0, days=0.5)
+    young = [
+        instance(
+            100 + i, NOW, metrics={"queue_waiting": None, "requests_running": None, "gpu_temperature_c": None}
+        )
+        for i in range(6)
+    ]
+    for inst in young:
+        inst.created_at = NOW - timedelta(seconds=60)
+    s.groups[0].instances.extend(young)
+    s.groups[0].desired_capacity = 12
+    gp = decide(s, spec(), history(12), NOW).groups[0]
+    assert gp.predictive["demand_complete"] is True
+    # the same silent instances a day old are missing data: the demand is partial, nothing scales in
+    for inst in young:
+        inst.created_at = NOW - timedelta(days=1)
+    old = decide(s, spec(), history(12), NOW).groups[0]
+    assert old.predictive["demand_complete"] is False
+    assert old.serving_target >= 12
 
 
 # ---- properties ------------------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from sizing.calibration import (
     calibration_from_dict,
     calibration_to_dict,
 )
-from sizing.perf import perf_for
-from sizing.vllm_log import parse_startup_log
+from sizing.memory import NON_TORCH_TP1_GIB
+from sizing.perf import BW_EFF, perf_for
+from sizing.vllm_log import LogFacts, parse_startup_log
 
 
 def _load_logs():
@@ -75,7 +76,7 @@ def test_every_corrected_term_is_reported_with_the_uncalibrated_prediction():
     names = {t.name: t for t in cal.terms}
     assert {"visible_gib", "weights_gib", "non_torch_gib", "activation_gib"} <= set(names)
     assert names["non_torch_gib"].logged == 0.35 and names["non_torch_gib"].scope is Scope.GPU
-    assert names["non_torch_gib"].predicted == pytest.approx(0.2)
+    assert names["non_torch_gib"].predicted == pytest.approx(NON_TORCH_TP1_GIB)
     assert names["weights_gib"].scope is Scope.DEPLOYMENT
 
 
@@ -215,4 +216,44 @@ def test_a_benchmark_of_one_model_sets_the_gpus_bandwidth_share_for_another():
     elsewhere = apply_calibration(
         Deployment(find_model("Llama-3.1-8B"), find_gpu("L20"), 1, max_model_len=8192), cal
     )
-    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(0.80)
+    assert perf_for(elsewhere, plan_memory(elsewhere)).bw_eff == pytest.approx(BW_EFF)
+
+
+def _h100_l8b() -> Deployment:
+    return Deployment(
+        find_model("Llama-3.1-8B"), find_gpu("H100"), max_model_len=8192, gpu_memory_utilization=0.95
+    )
+
+
+def _v019_facts() -> LogFacts:
+    # llm-d-planner accuracy/accuracy_report.md (vLLM 0.19.0, H100, util 0.95): Llama-3.1-8B's logged terms
+    return LogFacts(
+        vllm_version="0.19.0",
+        engine="v1",
+        total_gib=79.19,
+        gpu_memory_utilization=0.95,
+        weights_gib=14.99,
+        non_torch_gib=0.25,
+        activation_gib=1.89,
+        kv_cache_gib=58.11,
+        kv_cache_tokens=476_016,
+    )
+
+
+def test_a_calibration_carries_the_logged_release_and_its_cuda_graph_rule():
+    dep = _h100_l8b()
+    cal = calibrate(_v019_facts(), dep)
+    plan = plan_memory(apply_calibration(dep, cal))
+    assert not plan.cuda_graphs_in_util  # 0.19 captured its graphs outside util
+    assert plan.kv_cache_gib == pytest.approx(58.11, abs=0.01)
+    # a deployment that names its own release keeps it: the same terms on 0.27 lose the graph pool to util
+    newer = plan_memory(apply_calibration(dep.with_(vllm_version="0.27.1"), cal))
+    assert newer.cuda_graphs_in_util
+    assert newer.kv_cache_gib == pytest.approx(58.11 - newer.cuda_graph_gib, abs=0.01)
+
+
+def test_a_main_branch_build_counts_as_the_current_release():
+    facts = replace(_v019_facts(), vllm_version="0.1.dev20073+g8e685d198")
+    dep = _h100_l8b()
+    plan = plan_memory(apply_calibration(dep, calibrate(facts, dep)))
+    assert plan.cuda_graphs_in_util and plan.kv_cache_gib == pytest.approx(58.11, abs=0.01)

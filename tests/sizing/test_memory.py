@@ -16,7 +16,16 @@ from hypothesis import strategies as st
 
 from sizing import Deployment, SizingInputError, find_gpu, find_model, plan_memory
 from sizing.catalog import GIB
-from sizing.memory import default_batch_limits, kv_bytes_per_token
+from sizing.memory import (
+    NON_TORCH_NO_NVLS_GIB,
+    NON_TORCH_NVLS_GIB,
+    NON_TORCH_TP1_GIB,
+    activation_body_gib,
+    default_batch_limits,
+    kv_bytes_per_token,
+    non_torch_gib,
+    sampler_gib,
+)
 
 # (source, model, gpu, visible GiB, tp, max_model_len, util, max_num_batched_tokens, max_num_seqs, engine,
 #  logged weights GiB, logged KV GiB, logged KV tokens or None (then derived from the KV GiB by
@@ -129,9 +138,58 @@ def test_gpu_memory_utilization_is_a_share_of_the_whole_device():
         Deployment(find_model("Qwen2.5-7B"), find_gpu("A10"), gpu_memory_utilization=0.8, max_model_len=4096)
     )
     assert plan.usable_gib == pytest.approx(22.07 * 0.8)
+    graphs = plan.cuda_graph_gib if plan.cuda_graphs_in_util else 0.0
     assert plan.kv_cache_gib == pytest.approx(
-        plan.usable_gib - plan.weights_gib - plan.activation_gib - plan.non_torch_gib
+        plan.usable_gib - plan.weights_gib - plan.activation_gib - plan.non_torch_gib - graphs
     )
+
+
+def _l8b(gpu: str = "H100", **kw: object) -> Deployment:
+    return Deployment(find_model("Llama-3.1-8B"), find_gpu(gpu), max_model_len=8192, **kw)  # type: ignore[arg-type]
+
+
+def test_v1_takes_cuda_graphs_out_of_util_from_vllm_0_21_and_not_before():
+    current, v027, v019 = (plan_memory(_l8b(vllm_version=v)) for v in (None, "0.27.1", "0.19.0"))
+    assert current.cuda_graphs_in_util and v027.cuda_graphs_in_util and not v019.cuda_graphs_in_util
+    assert v019.kv_cache_gib - current.kv_cache_gib == pytest.approx(current.cuda_graph_gib)
+    v0 = plan_memory(_l8b(engine="v0", vllm_version=None))
+    assert not v0.cuda_graphs_in_util  # V0 captured its graphs after the KV cache, outside util
+
+
+def test_the_peak_is_the_larger_of_forward_pass_and_sampler_run_in_both_engines():
+    model = find_model("Llama-3.1-8B")
+    body = activation_body_gib(model, 1, 8192)
+    one = plan_memory(_l8b(max_num_seqs=1))
+    many = plan_memory(_l8b(max_num_seqs=1024))
+    assert one.activation_gib == pytest.approx(body)  # one sequence: the forward pass is the peak
+    assert many.activation_gib == pytest.approx(sampler_gib(model, 8192, 1024, "v1"))  # 1024: the sampler
+    # V0 keeps ~2.6x more fp32 copies per sequence (PR#10511, vllm#15360), but 256 sequences by default
+    v0 = plan_memory(_l8b(engine="v0", max_num_batched_tokens=8192, max_num_seqs=256))
+    assert v0.activation_gib == pytest.approx(max(body, sampler_gib(model, 8192, 256, "v0")))
+    assert sampler_gib(model, 8192, 256, "v0") > sampler_gib(model, 8192, 256, "v1")
+
+
+def test_before_vllm_0_6_5_the_profile_counts_no_sampler():
+    old = plan_memory(_l8b("RTX3090", engine="v0", vllm_version="0.6.4"))
+    new = plan_memory(_l8b("RTX3090", engine="v0", vllm_version="0.6.5"))
+    assert {t.name: t.gib for t in old.terms}["sampler logits buffers"] == 0.0
+    assert new.activation_gib > old.activation_gib
+
+
+def test_non_torch_memory_at_tp_is_nvls_buffers_on_hopper_nvlink_and_small_elsewhere():
+    assert non_torch_gib(1, find_gpu("H100")) == NON_TORCH_TP1_GIB
+    for tp in (2, 4, 8):  # NVLS buffers do not grow with the rank count
+        assert non_torch_gib(tp, find_gpu("H100")) == pytest.approx(NON_TORCH_TP1_GIB + NON_TORCH_NVLS_GIB)
+        assert non_torch_gib(tp, find_gpu("H20")) == pytest.approx(NON_TORCH_TP1_GIB + NON_TORCH_NVLS_GIB)
+        assert non_torch_gib(tp, find_gpu("A100-80G")) == pytest.approx(
+            NON_TORCH_TP1_GIB + NON_TORCH_NO_NVLS_GIB
+        )
+        assert non_torch_gib(tp, find_gpu("L20")) == pytest.approx(NON_TORCH_TP1_GIB + NON_TORCH_NO_NVLS_GIB)
+
+
+def test_an_unreadable_vllm_version_is_refused_in_one_line():
+    with pytest.raises(SizingInputError, match="not of the form"):
+        plan_memory(_l8b(vllm_version="latest"))
 
 
 def test_a_bf16_checkpoint_runs_as_fp16_on_a_t4():

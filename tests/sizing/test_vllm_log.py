@@ -138,3 +138,27 @@ def test_version_engine_and_settings_from_the_config_line():
     facts = parse_startup_log(text)
     assert (facts.vllm_version, facts.engine, facts.model) == ("0.8.1", "v0", "Qwen/Qwen2.5-7B-Instruct")
     assert (facts.max_model_len, facts.tp, facts.dtype) == (6600, 1, "bf16")
+
+
+def test_v0_07_cuda_blocks_wording_and_a_negative_remainder_are_a_refusal():
+    facts = parse_startup_log(logs.V0_07_NO_BLOCKS)
+    assert facts.engine == "v0" and facts.gpu_blocks == 0
+    assert facts.kv_cache_gib == -1.05  # vLLM's own remainder, sign kept
+    assert (facts.weights_gib, facts.non_torch_gib, facts.activation_gib) == (5.20, 0.03, 1.42)
+    assert (facts.total_gib, facts.gpu_memory_utilization) == (8.00, 0.70)
+    assert facts.refused
+
+
+def test_ranks_that_differ_keep_the_tightest_rank_figures():
+    facts = parse_startup_log(logs.V0_083_RANKS_DIFFER)
+    assert facts.kv_cache_gib == 0.04  # the smallest remainder over ranks
+    assert facts.non_torch_gib == 0.43  # and the largest non-torch figure, the same rank's
+    assert (facts.weights_gib, facts.activation_gib) == (34.43, 2.51)
+    assert not facts.refused
+
+
+def test_v0_refusal_message_carries_the_kv_tokens():
+    facts = parse_startup_log(logs.V0_07_TP2_REFUSED)
+    assert facts.refused and facts.kv_cache_tokens == 81_536
+    assert facts.weights_gib == 13.9476
+    assert "v0-refusal" in facts.formats

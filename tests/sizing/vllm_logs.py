@@ -118,3 +118,47 @@ INFO 12-13 19:55:25 worker.py:243] model weights take   7.48GiB
 INFO 12-13 19:55:25 worker.py:243] non_torch_memory     3.58GiB
 INFO 12-13 19:55:25 worker.py:243] PyTorch activation peak memory       1.26GiB
 """
+
+# vllm-project/vllm#13882 (description by sancelot, 2025-02-26): V0 0.7.x on an 8 GiB RTX 4060, Qwen2.5-7B
+# 4-bit, --gpu-memory-utilization 0.70, --max-model-len 4096: nothing is left for the KV cache, so the
+# remainder is negative and the 0.7-0.8 wording "# cuda blocks" reports 0.
+V0_07_NO_BLOCKS = """\
+INFO 02-26 09:54:02 model_runner.py:1115] Loading model weights took 5.2032 GB
+INFO 02-26 09:54:05 worker.py:267] Memory profiling takes 3.25 seconds
+INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x \
+gpu_memory_utilization (0.70) = 5.60GiB
+INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch \
+activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.
+INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681
+INFO 02-26 09:54:05 executor_base.py:116] Maximum concurrency for 4096 tokens per request: 0.00x
+"""
+
+# vllm-project/vllm#16570 (comment by hanggun, 2025-04-15): V0 0.8.3, Qwen2.5-VL-72B at TP4 on A100-40GB; each
+# rank prints its own summary and they differ (non-torch 0.34-0.43 GiB, KV 0.04-0.13 GiB).
+V0_083_RANKS_DIFFER = """\
+(VllmWorkerProcess pid=126555) INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can use \
+total_gpu_memory (39.38GiB) x gpu_memory_utilization (0.95) = 37.41GiB
+(VllmWorkerProcess pid=126555) INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; \
+non_torch_memory takes 0.34GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved \
+for KV Cache is 0.13GiB.
+INFO 04-15 00:05:58 [worker.py:267] Memory profiling takes 20.84 seconds
+INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.38GiB) x \
+gpu_memory_utilization (0.95) = 37.41GiB
+INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; non_torch_memory takes 0.43GiB; PyTorch \
+activation peak memory takes 2.51GiB; the rest of the memory reserved for KV Cache is 0.04GiB.
+(VllmWorkerProcess pid=126553) INFO 04-15 00:05:58 [worker.py:267] Memory profiling takes 20.88 seconds
+(VllmWorkerProcess pid=126553) INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can use \
+total_gpu_memory (39.38GiB) x gpu_memory_utilization (0.95) = 37.41GiB
+(VllmWorkerProcess pid=126553) INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; \
+non_torch_memory takes 0.38GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved \
+for KV Cache is 0.09GiB.
+"""
+
+# vllm-project/vllm#13061 (description by stg609, 2025-02-11): V0 0.7.x, DeepSeek-R1-Distill-Qwen-14B at TP2 on
+# two RTX 4090s, --gpu_memory_utilization=0.98, default max_model_len 131072: refused at 81,536 tokens.
+V0_07_TP2_REFUSED = """\
+(VllmWorkerProcess pid=1786) INFO 02-11 07:40:45 model_runner.py:1115] Loading model weights took 13.9476 GB
+ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored \
+in KV cache (81536). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing \
+the engine.
+"""

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
+
 from fleet.service.demand import (
     DemandLog,
     DemandReading,
     forecast_against_actual,
+    prune,
     read_demand,
     record_forecasts,
+    retention_s,
 )
-from fleet.service.store import open_store
+from fleet.service.store import demand_samples, forecasts, open_store
 from policies import metrics as pm
 from policies.model import ForecastState, GroupHistory, MetricSample, PendingForecast
 
@@ -116,3 +120,91 @@ def test_forecasts_are_stored_once_and_read_back_against_the_demand_observed_the
         assert forecast_against_actual(store, "idle", NOW, NOW + timedelta(hours=1)) == []
     finally:
         store.close()
+
+
+# -- retention --------------------------------------------------------------------------------------------
+T0 = NOW.replace(second=0)  # on a minute: demand minutes are stored at the minute's start
+
+
+def _fill(store, group: str, start: datetime, minutes: int) -> None:
+    """``minutes`` demand minutes from ``start``, and one forecast made in each of them."""
+    DemandLog(store, {group: 86400}).write(
+        group, [DemandReading(start + timedelta(minutes=k), 1.0 + k) for k in range(minutes)]
+    )
+    rows = [
+        {
+            "service": store.service,
+            "group_name": group,
+            "made_at": start + timedelta(minutes=k, seconds=20),
+            "at": start + timedelta(minutes=k + 10, seconds=20),
+            "forecast_rps": 1.0,
+            "forecast_upper_rps": 1.5,
+        }
+        for k in range(minutes)
+    ]
+    with store.begin() as conn:
+        conn.execute(sa.insert(forecasts), rows)
+
+
+def _counts(store, group: str) -> tuple[list[datetime], list[datetime]]:
+    with store.begin() as conn:
+        demand = conn.execute(
+            sa.select(demand_samples.c.at).where(demand_samples.c.group_name == group).order_by("at")
+        )
+        made = conn.execute(
+            sa.select(forecasts.c.made_at).where(forecasts.c.group_name == group).order_by("made_at")
+        )
+        return [r[0] for r in demand], [r[0] for r in made]
+
+
+def test_pruning_deletes_the_groups_rows_older_than_the_cutoff_and_nothing_else(database_url):
+    store = open_store(database_url)
+    try:
+        _fill(store, "chat", T0, 10)
+        _fill(store, "other", T0, 10)
+        cutoff = T0 + timedelta(minutes=4)
+        done = prune(store, "chat", cutoff)
+        assert done == {"demand_samples": 4, "forecasts": 4}  # minutes 0-3, and the forecasts made in them
+        demand, made = _counts(store, "chat")
+        assert demand == [T0 + timedelta(minutes=k) for k in range(4, 10)]
+        assert made == [T0 + timedelta(minutes=k, seconds=20) for k in range(4, 10)]
+        assert [len(x) for x in _counts(store, "other")] == [10, 10]  # another group is left alone
+        assert prune(store, "chat", cutoff) == {"demand_samples": 0, "forecasts": 0}
+        # another service's rows in the same tables are not this one's to delete
+        assert prune(open_store(database_url, service="elsewhere"), "other", T0 + timedelta(days=1)) == {
+            "demand_samples": 0,
+            "forecasts": 0,
+        }
+        assert [len(x) for x in _counts(store, "other")] == [10, 10]
+    finally:
+        store.close()
+
+
+def test_pruning_goes_in_bounded_batches_oldest_first_and_stops_when_the_lease_is_lost(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        _fill(store, "chat", T0, 20)
+        cutoff = T0 + timedelta(minutes=15)
+        # 2 transactions of 3 rows per table: 6 of the 15 old rows go, the oldest ones
+        assert prune(store, "chat", cutoff, batch_rows=3, max_batches=2) == {
+            "demand_samples": 6,
+            "forecasts": 6,
+        }
+        demand, made = _counts(store, "chat")
+        assert demand[0] == T0 + timedelta(minutes=6) and len(demand) == 14
+        assert made[0] == T0 + timedelta(minutes=6, seconds=20) and len(made) == 14
+        # the lease lost: nothing more is deleted
+        assert prune(store, "chat", cutoff, fence=lambda: False) == {"demand_samples": 0, "forecasts": 0}
+        assert [len(x) for x in _counts(store, "chat")] == [14, 14]
+        # the next calls carry on until only the recent minutes are left
+        prune(store, "chat", cutoff, batch_rows=3, max_batches=2)
+        prune(store, "chat", cutoff, batch_rows=3, max_batches=2)
+        demand, made = _counts(store, "chat")
+        assert demand == [T0 + timedelta(minutes=k) for k in range(15, 20)]
+        assert len(made) == 5
+    finally:
+        store.close()
+
+
+def test_the_retention_is_the_forecasts_history_and_a_day():
+    assert retention_s(7 * 86400) == 8 * 86400

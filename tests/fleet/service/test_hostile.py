@@ -277,6 +277,75 @@ def test_a_max_size_above_the_ess_groups_is_written_within_it_once(fake_world) -
     assert [(d.outcome, d.target) for d in rows] == [(Outcome.APPLIED, 5)]
 
 
+def _clip_reason(gp):
+    return [r for r in gp.reasons if r.code == "clipped_to_ess_bounds"]
+
+
+def test_the_plan_recorded_and_shown_carries_the_target_clipped_to_ess_max_size(fake_world) -> None:
+    """The plan itself (status, capacity, audit) says 5, not fleet.yaml's 8, and names the clip."""
+    from fleet.service.views import service_status
+
+    cloud, svc, gid = fake_world(BOUNDS_YAML, in_service=2, max_size=5)
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+    first = svc.tick(cloud.now())
+    assert first.ok, first.errors
+    assert first.plan is not None
+    gp = first.plan.group("chat")
+    assert gp is not None
+    (clip,) = _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (5, 5, "up")
+    assert gp.serving_target == 5 and clip.inputs["planned_target"] > 5 and clip.inputs["ess_max_size"] == 5
+    assert "MaxSize 5" in clip.detail
+    (row,) = svc.store.decisions(group="chat", kind="scale")
+    assert row.target == 5 and "MaxSize 5" in row.reason
+    assert row.inputs["planned_target"] == clip.inputs["planned_target"]
+    assert any(r["code"] == "clipped_to_ess_bounds" for r in row.inputs["reasons"])
+    view = service_status(svc.store, cloud.now(), ["chat"], {}, svc.last_observation, first.plan)
+    assert view["groups"][0]["target"] == 5
+    # once ESS has 5, the plan still shows 5 and asks for no write
+    cloud.advance(15)
+    for inst in svc.observer.observe(cloud.now()).groups["chat"].instances:
+        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9.0)
+    again = svc.tick(cloud.now())
+    assert again.plan is not None
+    gp = again.plan.group("chat")
+    assert gp is not None and _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (5, None, "none")
+
+
+def test_a_target_under_the_ess_min_size_is_raised_to_it_in_the_plan(fake_world) -> None:
+    cloud, svc, gid = fake_world(QUIET_YAML, in_service=2)
+    cloud.ess.groups[gid].min_size = 3  # the ESS group allows 3..20, fleet.yaml 1..4
+    result = svc.tick(cloud.now())
+    assert result.ok, result.errors
+    assert result.plan is not None
+    gp = result.plan.group("chat")
+    assert gp is not None
+    (clip,) = _clip_reason(gp)
+    assert (gp.target_capacity, gp.desired_capacity, gp.direction) == (3, 3, "up")
+    assert "MinSize 3" in clip.detail and clip.inputs["planned_target"] == 2  # it holds the 2 it has
+    (row,) = svc.store.decisions(group="chat", kind="scale")
+    assert (row.target, row.outcome) == (3, Outcome.APPLIED) and "MinSize 3" in row.reason
+
+
+def test_a_plan_within_the_ess_bounds_is_left_as_it_is() -> None:
+    from fleet.cloud.types import ScalingGroup
+    from fleet.service.actuate import clip_to_ess
+    from policies.model import GroupPlan
+
+    group = ScalingGroup("asg-1", "chat", "Active", 1, 5, 3, 3, 3, 0, 0, 0, 0, 0, None, 300)
+    gp = GroupPlan(group="chat", serving_target=4, target_capacity=4, desired_capacity=4, direction="up")
+    assert clip_to_ess(gp, group) is gp
+    assert clip_to_ess(gp, None) is gp
+    over = gp.model_copy(update={"serving_target": 7, "target_capacity": 7, "desired_capacity": 7})
+    clipped = clip_to_ess(over, group)
+    assert (clipped.target_capacity, clipped.serving_target, clipped.desired_capacity) == (5, 5, 5)
+    assert clip_to_ess(clipped, group) is clipped  # clipping twice changes nothing more
+    paused = over.model_copy(update={"reason": "paused", "desired_capacity": None})
+    assert clip_to_ess(paused, group).desired_capacity is None  # paused: shown clipped, never written
+
+
 def test_a_max_size_beyond_what_ess_allows_is_refused() -> None:
     from pydantic import ValidationError
 
@@ -403,3 +472,80 @@ def test_a_kill_before_the_write_reached_ess_is_retried_with_the_same_token(fake
         (Outcome.APPLIED, intent.client_token),  # this tick's write, the same decision and token
     ]
     assert "interrupted" in (rows[0].error or "")
+
+
+def _kill_around_enter_standby(monkeypatch, svc, *, after_write: bool) -> None:
+    ess = svc.clients.ess
+    real = ess.enter_standby
+
+    def dying(group_id, instance_ids, token):
+        if after_write:
+            real(group_id, instance_ids, token)
+        raise _Killed()
+
+    monkeypatch.setattr(ess, "enter_standby", dying)
+
+
+def _tick_hot_until_killed(cloud, svc, hot: str) -> None:
+    """Tick with ``hot`` overheating until the service dies in its EnterStandby."""
+    from tests.fleet.service.test_isolation import _ids, _publish
+
+    for _ in range(40):
+        _publish(cloud, _ids(svc, cloud), {hot})
+        try:
+            svc.tick(cloud.now())
+        except _Killed:
+            return
+        cloud.advance(15)
+    raise AssertionError("the isolation never reached EnterStandby")
+
+
+def _enter_standby_rows(svc):
+    return sorted(
+        (d for d in svc.store.decisions(kind="isolation") if d.action == "enter_standby"), key=lambda d: d.id
+    )
+
+
+def test_a_kill_between_enter_standby_and_its_audit_is_reconciled_on_restart(fake_world, monkeypatch) -> None:
+    """Isolation steps are recorded intent first like scale writes; the next leader settles them."""
+    from tests.fleet.service.test_isolation import HOT_RULE, _ids, _run
+
+    cloud, svc, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    hot = _ids(svc, cloud)[0]
+    _kill_around_enter_standby(monkeypatch, svc, after_write=True)
+    _tick_hot_until_killed(cloud, svc, hot)
+    (intent,) = _enter_standby_rows(svc)
+    assert (intent.outcome, intent.instance_id) == (Outcome.INTENDED, hot) and intent.client_token
+
+    cloud.advance(5)
+    _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")  # the restarted replica, same store
+    _run(cloud, again, {hot}, ticks=1)
+    rows = _enter_standby_rows(again)
+    assert rows[0].id == intent.id and rows[0].outcome == Outcome.APPLIED
+    assert "already Standby" in rows[0].reason and "reconciled after an interruption" in rows[0].reason
+    assert not [d for d in again.store.decisions() if d.outcome == Outcome.INTENDED]
+    assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1  # never sent again
+
+
+def test_a_kill_before_enter_standby_reached_ess_is_retried_with_the_same_token(
+    fake_world, monkeypatch
+) -> None:
+    from tests.fleet.service.test_isolation import HOT_RULE, _ids, _run
+
+    cloud, svc, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    hot = _ids(svc, cloud)[0]
+    _kill_around_enter_standby(monkeypatch, svc, after_write=False)
+    _tick_hot_until_killed(cloud, svc, hot)
+    (intent,) = _enter_standby_rows(svc)
+    assert intent.outcome == Outcome.INTENDED
+
+    cloud.advance(5)
+    _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")
+    _run(cloud, again, {hot}, ticks=1)
+    rows = _enter_standby_rows(again)
+    assert [(d.outcome, d.client_token) for d in rows] == [
+        (Outcome.ERROR, intent.client_token),  # the interrupted attempt: the instance was not in Standby
+        (Outcome.APPLIED, intent.client_token),  # this tick's step, the same step and token
+    ]
+    assert "interrupted" in (rows[0].error or "")
+    assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1

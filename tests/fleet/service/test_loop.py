@@ -268,3 +268,41 @@ def test_predictive_group_records_its_demand_and_exports_the_forecast_on_metrics
             assert _desired(svc) == 2  # forecast-only: nothing written
         finally:
             svc.close()
+
+
+def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_interval(tmp_path):
+    from fleet.service.demand import DemandLog, DemandReading, minute_of
+
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        extra = "# predictive\n    predictive: {mode: forecast-only, capacity_rps: 1.0, history: 1d}\n"
+        cfg = _config(tmp_path, gid, extra=extra)
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            now = minute_of(cloud.now())
+            log = DemandLog(svc.store, {})
+            ages = [timedelta(days=3), timedelta(days=2, minutes=1), timedelta(days=2) - timedelta(minutes=1)]
+            ages.append(timedelta(hours=1))
+            for group in ("chat", "gone"):  # "gone" is no longer configured: its rows are left alone
+                log.write(group, [DemandReading(now - age, 1.0) for age in ages])
+
+            def minutes(group):
+                return sorted(now - r.at for r in log.rows(group, now - timedelta(days=30)))
+
+            assert svc.tick(cloud.now()).ok
+            # retention: the group's history (1 day) and a day; the rows within it stay
+            assert minutes("chat") == sorted(ages[2:])
+            assert minutes("gone") == sorted(ages)
+            log.write("chat", [DemandReading(now - timedelta(days=5), 1.0)])
+            cloud.advance(15)
+            assert svc.tick(cloud.now()).ok  # within the prune interval: nothing pruned
+            assert timedelta(days=5) in minutes("chat")
+            cloud.advance(svc.settings.prune_interval_s)
+            assert svc.tick(cloud.now()).ok
+            # an hour on, the minute that was just inside the retention is past it too
+            assert minutes("chat") == [timedelta(hours=1)]
+        finally:
+            svc.close()

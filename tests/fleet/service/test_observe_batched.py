@@ -72,6 +72,59 @@ def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
         assert obs.calls_by_action["DescribeMetricLast"] == len(needed_metrics(cfg.groups[0]))
 
 
+def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path):
+    from fleet.service.observe import SLOW_REFRESH_S, slow_metrics
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=2)
+        text = (tmp_path / "fleet.yaml").read_text()
+        (tmp_path / "fleet.yaml").write_text(text + "    predictive: {mode: on, capacity_rps: 1.0}\n")
+        cfg = load_config(tmp_path / "fleet.yaml", env={})
+        ids = next(iter(cloud.ess.groups.values())).instance_ids
+        for iid in ids:
+            cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": iid}, 900.0)
+            cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 2.0)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        every = len(needed_metrics(cfg.groups[0]))
+        cloud.calls.clear()
+        first = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every
+        cloud.advance(15)
+        cloud.calls.clear()
+        second = observer.observe(cloud.now())
+        # the mix, and the KV-cache use that no rule of this group reads, are reused
+        assert slow_metrics(cfg.groups[0]) == {
+            "prompt_tokens_per_request",
+            "output_tokens_per_request",
+            "kv_cache_usage_pct",
+        }
+        assert _calls(cloud, "DescribeMetricLast") == every - 3
+        for obs in (first, second):
+            (g,) = obs.groups.values()
+            assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
+        cloud.advance(SLOW_REFRESH_S)
+        cloud.calls.clear()
+        observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every  # a minute on: read again
+
+
+def test_a_metric_a_rule_reads_is_read_every_tick(tmp_path):
+    from fleet.service.observe import slow_metrics
+
+    with mock_aliyun() as cloud:
+        _world(tmp_path, cloud, groups=1, instances=1)
+        text = (tmp_path / "fleet.yaml").read_text()
+        text = text.replace(
+            "      - {metric: queue_waiting_per_instance, above: 2, for: 30s}",
+            "      - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
+            "      - {metric: kv_cache_usage_pct, above: 30, for: 30s}",
+        )
+        (tmp_path / "fleet.yaml").write_text(text + "    predictive: {mode: on, capacity_rps: 1.0}\n")
+        cfg = load_config(tmp_path / "fleet.yaml", env={})
+    assert "kv_cache_usage_pct" not in slow_metrics(cfg.groups[0])
+    assert "prompt_tokens_per_request" in slow_metrics(cfg.groups[0])
+
+
 def test_unchanged_groups_reuse_their_instances_until_the_refresh(tmp_path):
     with mock_aliyun() as cloud:
         cfg = _world(tmp_path, cloud, groups=3, instances=2)

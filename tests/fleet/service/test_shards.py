@@ -65,7 +65,10 @@ def test_a_joining_replica_gets_its_share_and_most_shards_stay(members, newcomer
     mine = [k for k in range(32) if after[k] == newcomer]
     assert len(mine) >= 32 // (len(members) + 1)
     moved_between_old = [k for k in range(32) if after[k] != newcomer and after[k] != before[k]]
-    assert len(moved_between_old) <= len(mine)  # the bound shifts at most as many as the newcomer takes
+    # the load bound shifts as many as the newcomer takes, plus at most one per old member (the members at
+    # floor + 1 change when the floor does; a first version claimed the first term alone, and hypothesis
+    # found six old members over 32 shards where one more moved)
+    assert len(moved_between_old) <= len(mine) + len(members)
 
 
 # -- a world of several groups and replicas --------------------------------------------------------------

@@ -214,6 +214,10 @@ def test_bench_and_sweep_refuse_bad_names(capsys):
     assert "--sweep: unknown sweep 'nope'; one of servegen" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--workload", "nope"]) == 2
     assert "--workload: unknown benchmark workload 'nope'" in capsys.readouterr().err
+    assert main(["bench", "autoscale", "--policy", "nope"]) == 2
+    assert "--policy: unknown policy 'nope'; one of ours, static-peak" in capsys.readouterr().err
+    assert main(["bench", "autoscale", "--sweep", "servegen", "--policy", "ours"]) == 2
+    assert "--policy: not with --sweep" in capsys.readouterr().err
 
 
 @needs_traces
