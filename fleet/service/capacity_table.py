@@ -96,12 +96,38 @@ class CapacityTable:
                 tp=pred.tp or inst.gpus,
                 max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
             )
-            per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms)
+            max_len = pred.max_model_len or DEFAULT_MAX_MODEL_LEN
+            cv = fitting_length_cv(p, o, max_len)
+            per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms, length_cv=cv)
         except SizingInputError as exc:
             log.warning("capacity of %s: %s", spec.name, exc)
             return 0.0
         engines = max(1, inst.gpus // (pred.tp or inst.gpus))
         return per_engine * engines
+
+
+FIT_Z = 2.326  # the 99th percentile of a normal: the share of prompts the spread may push past max_model_len
+
+
+def fitting_length_cv(prompt_tokens: float, output_tokens: float, max_model_len: int) -> float:
+    """The spread of prompt lengths the capacity test draws around the observed mean: the sizing default
+    (``DEFAULT_LENGTH_CV``), narrowed so that the lognormal's 99th percentile still fits in ``max_model_len``.
+
+    The observed mean is of prompts that did fit (vLLM rejects longer ones, a gateway cuts them). Drawn at the
+    default spread around a mean near the limit, a third of the test's prompts would be refused and the rest
+    would look like a light load: on the Mooncake mix (6,900 tokens against 8,192) the test then promised 0.25
+    req/s per instance where the fleet breaks its SLO at 0.1. Solves ``z s - s^2 / 2 = ln((L - o) / p)`` for
+    the lognormal's sigma ``s`` (the smaller root) and returns ``sqrt(exp(s^2) - 1)``."""
+    from sizing.capacity import DEFAULT_LENGTH_CV
+
+    room = (max_model_len - output_tokens) / max(prompt_tokens, 1.0)
+    if room <= 1.0:
+        return 0.0
+    disc = FIT_Z * FIT_Z - 2.0 * math.log(room)
+    if disc <= 0:
+        return DEFAULT_LENGTH_CV  # room for any spread up to the default
+    sigma = FIT_Z - math.sqrt(disc)
+    return min(DEFAULT_LENGTH_CV, math.sqrt(math.expm1(sigma * sigma)))
 
 
 LEARNED_HOURS = 24  # learned floors cover the coming day

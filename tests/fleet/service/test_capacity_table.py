@@ -1,0 +1,54 @@
+"""The capacity table's prompt spread: the sizing default where the mix has room, narrowed near max_model_len
+so that the capacity test does not refuse a share of its own prompts and call the rest a light load."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fleet.service.capacity_table import FIT_Z, fitting_length_cv
+from sizing.capacity import DEFAULT_LENGTH_CV
+
+
+def _p99(mean: float, cv: float) -> float:
+    sigma2 = math.log1p(cv * cv)
+    return mean * math.exp(FIT_Z * math.sqrt(sigma2) - sigma2 / 2)
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(1150, 200), (100, 50)])
+def test_a_mix_far_from_the_limit_keeps_the_sizing_default(prompt, output):
+    assert fitting_length_cv(prompt, output, 8192) == DEFAULT_LENGTH_CV
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(2048, 30), (6900, 350), (7600, 300)])
+def test_near_the_limit_the_99th_percentile_prompt_just_fits(prompt, output):
+    cv = fitting_length_cv(prompt, output, 8192)
+    assert 0 < cv < DEFAULT_LENGTH_CV
+    assert _p99(prompt, cv) + output == pytest.approx(8192, rel=1e-6)
+
+
+def test_the_spread_narrows_as_the_mean_nears_the_limit_and_is_none_past_it():
+    cvs = [fitting_length_cv(p, 200, 8192) for p in (2000, 4000, 6000, 7500)]
+    assert cvs == sorted(cvs, reverse=True)
+    assert fitting_length_cv(8100, 200, 8192) == 0.0
+
+
+def test_the_narrowed_spread_gives_a_long_prompt_mix_less_capacity():
+    from sizing import Deployment, find_gpu, find_instance, find_model
+    from sizing.capacity import capacity_rps
+
+    inst = find_instance("ecs.gn7i-2x.8xlarge")
+    dep = Deployment(find_model("Qwen2.5-14B"), find_gpu(inst.gpu), tp=2, max_model_len=8192)
+    default = capacity_rps(dep, 6900, 350, 3000, None, iterations=6, num_requests=300)
+    fitted = capacity_rps(
+        dep,
+        6900,
+        350,
+        3000,
+        None,
+        length_cv=fitting_length_cv(6900, 350, 8192),
+        iterations=6,
+        num_requests=300,
+    )
+    assert fitted < 0.6 * default  # at the default spread a third of the prompts are refused, not served
