@@ -384,13 +384,14 @@ class Observer:
         for spec, g in observed:
             measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
             source = self.sources[spec.name]
+            slow = slow_metrics(spec)
             for canonical in sorted(needed_metrics(spec)):
                 if not measured:
                     g.staleness_s[canonical] = None
                     continue
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
-                read.slow = read.slow and canonical in slow_metrics(spec)
+                read.slow = read.slow and canonical in slow
         reused = {
             key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
         }
