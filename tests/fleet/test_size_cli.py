@@ -348,6 +348,22 @@ def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys, flag):
     assert code == 2 and str(binary) in err and "not UTF-8" in err
 
 
+def _knee_plot_args(plot) -> list[str]:
+    return [
+        "size",
+        "--model",
+        "Qwen2.5-7B",
+        "--gpu",
+        "A10",
+        "--max-model-len",
+        "8192",
+        "--qps",
+        "1",
+        "--plot",
+        str(plot),
+    ]
+
+
 def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeypatch):
     import tempfile
 
@@ -356,22 +372,7 @@ def test_a_plot_in_a_directory_it_cannot_write_exits_2(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     plot = tmp_path / "knee.svg"
-    code, err = _error(
-        capsys,
-        [
-            "size",
-            "--model",
-            "Qwen2.5-7B",
-            "--gpu",
-            "A10",
-            "--max-model-len",
-            "8192",
-            "--qps",
-            "1",
-            "--plot",
-            str(plot),
-        ],
-    )
+    code, err = _error(capsys, _knee_plot_args(plot))
     assert code == 2 and f"--plot: {plot}: Permission denied" in err and not plot.exists()
 
 
@@ -416,21 +417,7 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
     plot = tmp_path / "knee.svg"
     old = os.umask(0o022)
     try:
-        code = main(
-            [
-                "size",
-                "--model",
-                "Qwen2.5-7B",
-                "--gpu",
-                "A10",
-                "--max-model-len",
-                "8192",
-                "--qps",
-                "1",
-                "--plot",
-                str(plot),
-            ]
-        )
+        code = main(_knee_plot_args(plot))
     finally:
         os.umask(old)
     assert code == 0 and plot.stat().st_mode & 0o777 == 0o644
