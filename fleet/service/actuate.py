@@ -492,6 +492,7 @@ class Actuator:
         ``group_ids`` maps configured group names to the ESS ids observed this tick.
         """
         settled: list[ActionResult] = []
+        activities_of: dict[str, list[ScalingActivity]] = {}  # read once per group, however many rows
         for rec in self.store.intended_decisions():
             gid = group_ids.get(rec.group_name)
             if gid is None or rec.id is None:
@@ -501,8 +502,11 @@ class Actuator:
                     continue
                 outcome, request_id, error, reason = _settle_step(rec, states)
             else:
-                activities = self.clients.ess.describe_scaling_activities(gid, limit=RECONCILE_ACTIVITIES)
-                match = next((a for a in activities if _activity_sets(a, rec)), None)
+                if gid not in activities_of:
+                    activities_of[gid] = self.clients.ess.describe_scaling_activities(
+                        gid, limit=RECONCILE_ACTIVITIES
+                    )
+                match = next((a for a in activities_of[gid] if _activity_sets(a, rec)), None)
                 if match is not None:
                     outcome, request_id, error = Outcome.APPLIED, match.activity_id, None
                     reason = (
