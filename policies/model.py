@@ -279,6 +279,13 @@ class DemandInputs(_Model):
     capacity_source: str = ""
     prompt_tokens: float | None = None  # the token mix the capacity is for
     output_tokens: float | None = None
+    in_service: list[tuple[float, float]] = Field(
+        default_factory=list,
+        description=(
+            "(requests/s per instance, mean seconds a request is in service) from the sizing engine at the"
+            " mix, rising load: by Little's law what an instance's running requests should be at its rate"
+        ),
+    )
 
 
 class GroupSnapshot(_Model):
@@ -406,6 +413,21 @@ class ForecastState(_Model):
     )
     covered: list[bool] = Field(default_factory=list, description="actual <= upper, same forecasts")
     correction: float = Field(default=1.0, description="capacity per instance x this (bounded by the spec)")
+    speed: float = Field(
+        default=1.0,
+        gt=0,
+        description=(
+            "the engines' speed against the model's, from running requests against Little's law (a factor of"
+            " the correction)"
+        ),
+    )
+    running_expected: float = Field(
+        default=0.0, ge=0, description="moving mean of the running requests the model expects at the rates"
+    )
+    running_observed: float = Field(
+        default=0.0, ge=0, description="moving mean of those observed, same ticks"
+    )
+    speed_at: AwareDatetime | None = None
     targets: list[Recommendation] = Field(
         default_factory=list, description="the scale-in window's predictive targets (scale-in: to their max)"
     )

@@ -8,9 +8,9 @@ stepwise engine; the highest rate whose P99 TTFT (and TPOT) meet the SLOs, by bi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from sizing.latency import Workload, simulate
+from sizing.latency import LatencyReport, Workload, simulate
 from sizing.memory import Deployment, plan_memory
 from sizing.perf import perf_model
 
@@ -35,6 +35,31 @@ def largest_passing(
     return lo
 
 
+def _probe(
+    deployment: Deployment,
+    prompt_tokens: float,
+    output_tokens: float,
+    length_cv: float,
+    seed: int,
+    num_requests: int,
+) -> Callable[[float], LatencyReport] | None:
+    """The instance's latency report at a Poisson rate for this mix; None when the model does not fit."""
+    plan = plan_memory(deployment)
+    if not plan.fits:
+        return None
+    perf = perf_model(deployment.model, deployment.gpu, deployment.tp, plan.dtype, plan.kv_cache_dtype)
+    p = max(1, round(prompt_tokens))
+    o = max(1, round(output_tokens))
+    if deployment.max_model_len:
+        p = min(p, max(1, deployment.max_model_len - o - 1))
+
+    def report(rate: float) -> LatencyReport:
+        wl = Workload(qps=rate, prompt_tokens=p, output_tokens=o, length_cv=length_cv)
+        return simulate(deployment, wl, num_requests=num_requests, seed=seed, plan=plan, perf=perf)
+
+    return report
+
+
 def capacity_rps(
     deployment: Deployment,
     prompt_tokens: float,
@@ -48,21 +73,33 @@ def capacity_rps(
     num_requests: int = CAPACITY_REQUESTS,
 ) -> float:
     """Highest Poisson rate (req/s) one instance of ``deployment`` serves within the SLOs; 0 if none."""
-    plan = plan_memory(deployment)
-    if not plan.fits:
+    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests)
+    if report is None:
         return 0.0
-    perf = perf_model(deployment.model, deployment.gpu, deployment.tp, plan.dtype, plan.kv_cache_dtype)
-    p = max(1, round(prompt_tokens))
-    o = max(1, round(output_tokens))
-    if deployment.max_model_len:
-        p = min(p, max(1, deployment.max_model_len - o - 1))
 
     def meets(rate: float) -> bool:
-        wl = Workload(qps=rate, prompt_tokens=p, output_tokens=o, length_cv=length_cv)
-        report = simulate(deployment, wl, num_requests=num_requests, seed=seed, plan=plan, perf=perf)
-        return report.meets(ttft_p99_ms, tpot_p99_ms)
+        return report(rate).meets(ttft_p99_ms, tpot_p99_ms)
 
     lo, hi = 0.01, 256.0
     if not meets(lo):
         return 0.0
     return largest_passing(meets, lo, hi, iterations=iterations)
+
+
+def in_service_curve(
+    deployment: Deployment,
+    prompt_tokens: float,
+    output_tokens: float,
+    rates: Sequence[float],
+    *,
+    length_cv: float = DEFAULT_LENGTH_CV,
+    seed: int = 0,
+    num_requests: int = CAPACITY_REQUESTS,
+) -> tuple[tuple[float, float], ...]:
+    """(rate, mean seconds a request spends admitted) at each Poisson rate: by Little's law an instance
+    serving ``rate`` holds ``rate x seconds`` requests running. What the online correction compares the
+    fleet's running requests with (an engine slower than the model holds more at the same rate)."""
+    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests)
+    if report is None:
+        return ()
+    return tuple((r, report(r).in_service_mean_s) for r in rates if r > 0)

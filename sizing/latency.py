@@ -163,6 +163,9 @@ class LatencyReport:
     output_tokens_per_s: float
     busy_fraction: float
     backlog_at_end: int = 0  # requests still waiting when the arrivals stopped
+    in_service_mean_s: float = (
+        0.0  # mean time a served request spends admitted (first scheduled to last token)
+    )
 
     @property
     def stable(self) -> bool:
@@ -224,6 +227,7 @@ def summarize(
         output_tokens_per_s=sum(r.output_tokens for r in served) / span,
         busy_fraction=busy_fraction,
         backlog_at_end=backlog_at_end,
+        in_service_mean_s=sum(r.e2e_s - r.queue_s for r in served) / len(served) if served else 0.0,
     )
 
 

@@ -5,6 +5,10 @@ settings) is run once per mix and cached; mixes are bucketed geometrically (``MI
 is tabulated once per mix, not once per tick. A group with ``predictive.capacity_rps`` uses that measured
 value instead. The policy gets the value for the observed mix in ``GroupSnapshot.demand``; the online
 correction of it lives in the policy (``policies.scaling.demand``).
+
+Beside the capacity, the table keeps per mix the engine's mean time in service (admitted to last token) at a
+few loads up to that capacity (``in_service``): by Little's law an instance serving ``r`` requests/s holds
+``r x`` that many running, which is what the correction compares the fleet's running requests with.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from policies.spec import GroupSpec
 if TYPE_CHECKING:
     from fleet.service.demand import DemandLog
     from fleet.service.schedules import LearnedFloor
+    from sizing import Deployment
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,8 @@ MIX_STEP = 1.15  # token-mix buckets: 15 % apart
 DEFAULT_PROMPT_TOKENS = 1000.0  # before any request has been seen
 DEFAULT_OUTPUT_TOKENS = 200.0
 DEFAULT_MAX_MODEL_LEN = 8192
+# the loads, as shares of the mix's capacity, at which the time in service is tabulated
+IN_SERVICE_LOADS = (0.1, 0.25, 0.5, 0.75, 1.0)
 
 
 def bucket(tokens: float) -> float:
@@ -51,6 +58,7 @@ class CapacityTable:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[object, ...], float] = {}
+        self._curves: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = {}
 
     def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
         pred = spec.predictive
@@ -62,48 +70,103 @@ class CapacityTable:
             return Capacity(None, "no model and instance_type", p, o)
         # capacity falls steeply with the prompt length near the TTFT SLO: interpolate (log-linear) between
         # the two prompt buckets around the mean instead of jumping from one bucket to the next
-        k = math.log(p_mean) / math.log(MIX_STEP)
-        lo_p, hi_p = float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k))
-        lo, hi = self._rps(spec, lo_p, o), self._rps(spec, hi_p, o)
-        frac = k - math.floor(k)
-        both = lo > 0 and hi > 0
-        rps = math.exp((1 - frac) * math.log(lo) + frac * math.log(hi)) if both else min(lo, hi)
+        lo_p, hi_p, frac = _around(p_mean)
+        rps = _between(self._rps(spec, lo_p, o), self._rps(spec, hi_p, o), frac)
         source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o:.0f} tokens"
         if rps <= 0:
             return Capacity(None, source + ": misses the SLO", p_mean, o)
         return Capacity(rps, source, p_mean, o)
 
-    def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
+    def in_service(self, spec: GroupSpec, cap: Capacity) -> tuple[tuple[float, float], ...]:
+        """(requests/s per instance, mean seconds a request is in service) at ``IN_SERVICE_LOADS`` of the
+        capacity ``cap`` that ``lookup`` gave; empty for a measured capacity (no engine model to compare)."""
+        pred = spec.predictive
+        if cap.rps is None or pred.capacity_rps is not None or not (pred.model and pred.instance_type):
+            return ()
+        lo_p, hi_p, frac = _around(cap.prompt_tokens)
+        lo, hi = self._curve(spec, lo_p, cap.output_tokens), self._curve(spec, hi_p, cap.output_tokens)
+        if len(lo) != len(hi):
+            return lo or hi
+        return tuple(
+            (_between(r0, r1, frac), _between(w0, w1, frac))
+            for (r0, w0), (r1, w1) in zip(lo, hi, strict=True)
+        )
+
+    def _key(self, spec: GroupSpec, p: float, o: float) -> tuple[object, ...]:
         pred = spec.predictive
         slo = spec.slo_ttft_p99_ms
-        key = (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
+        return (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
+
+    def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
+        key = self._key(spec, p, o)
         if key not in self._cache:
             self._cache[key] = self._tabulate(spec, p, o)
         return self._cache[key]
 
-    def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
-        from sizing import Deployment, SizingInputError, find_gpu, find_instance, find_model
-        from sizing.capacity import capacity_rps
+    def _curve(self, spec: GroupSpec, p: float, o: float) -> tuple[tuple[float, float], ...]:
+        key = self._key(spec, p, o)
+        if key not in self._curves:
+            rps = self._rps(spec, p, o)
+            self._curves[key] = self._tabulate_curve(spec, p, o, rps) if rps > 0 else ()
+        return self._curves[key]
+
+    def _deployment(self, spec: GroupSpec) -> tuple[Deployment, int]:
+        """The group's engine and how many of them one instance runs (raises ``SizingInputError``)."""
+        from sizing import Deployment, find_gpu, find_instance, find_model
 
         pred = spec.predictive
         assert pred.model and pred.instance_type
+        inst = find_instance(pred.instance_type)
+        dep = Deployment(
+            find_model(pred.model),
+            find_gpu(inst.gpu),
+            tp=pred.tp or inst.gpus,
+            max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
+        )
+        return dep, max(1, inst.gpus // (pred.tp or inst.gpus))
+
+    def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
+        from sizing import SizingInputError
+        from sizing.capacity import capacity_rps
+
+        pred = spec.predictive
         try:
-            inst = find_instance(pred.instance_type)
-            model = find_model(pred.model)
-            dep = Deployment(
-                model,
-                find_gpu(inst.gpu),
-                tp=pred.tp or inst.gpus,
-                max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
-            )
-            max_len = pred.max_model_len or DEFAULT_MAX_MODEL_LEN
-            cv = fitting_length_cv(p, o, max_len)
+            dep, engines = self._deployment(spec)
+            cv = fitting_length_cv(p, o, dep.max_model_len or DEFAULT_MAX_MODEL_LEN)
             per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms, length_cv=cv)
         except SizingInputError as exc:
             log.warning("capacity of %s: %s", spec.name, exc)
             return 0.0
-        engines = max(1, inst.gpus // (pred.tp or inst.gpus))
         return per_engine * engines
+
+    def _tabulate_curve(
+        self, spec: GroupSpec, p: float, o: float, rps: float
+    ) -> tuple[tuple[float, float], ...]:
+        from sizing import SizingInputError
+        from sizing.capacity import in_service_curve
+
+        try:
+            dep, engines = self._deployment(spec)
+            cv = fitting_length_cv(p, o, dep.max_model_len or DEFAULT_MAX_MODEL_LEN)
+            rates = [share * rps / engines for share in IN_SERVICE_LOADS]
+            curve = in_service_curve(dep, p, o, rates, length_cv=cv)
+        except SizingInputError as exc:
+            log.warning("time in service of %s: %s", spec.name, exc)
+            return ()
+        return tuple((rate * engines, seconds) for rate, seconds in curve)
+
+
+def _around(prompt_tokens: float) -> tuple[float, float, float]:
+    """The prompt buckets either side of a mean and the mean's place between them (0 at the lower)."""
+    k = math.log(max(prompt_tokens, 1.0)) / math.log(MIX_STEP)
+    return float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k)), k - math.floor(k)
+
+
+def _between(lo: float, hi: float, frac: float) -> float:
+    """Log-linear interpolation of two positive values (the smaller when either is not positive)."""
+    if lo > 0 and hi > 0:
+        return math.exp((1 - frac) * math.log(lo) + frac * math.log(hi))
+    return min(lo, hi)
 
 
 FIT_Z = 2.326  # the 99th percentile of a normal: the share of prompts the spread may push past max_model_len

@@ -338,6 +338,7 @@ class Service:
                 capacity_source=cap.source,
                 prompt_tokens=cap.prompt_tokens,
                 output_tokens=cap.output_tokens,
+                in_service=list(self.capacity_table.in_service(spec, cap)),
             )
 
     def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
@@ -750,6 +751,7 @@ class Service:
                 "forecast_lower_rps",
                 "capacity_per_instance_rps",
                 "capacity_correction",
+                "capacity_speed",
                 "predictive_target",
                 "burstiness",
             ):

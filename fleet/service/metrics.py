@@ -86,7 +86,7 @@ class ServiceMetrics:
         self.predictive = Gauge(
             "fleet_predictive",
             "Predictive scaling inputs by group and field: demand_rps, forecast_rps, forecast_upper_rps, "
-            "capacity_per_instance_rps, capacity_correction, predictive_target, burstiness.",
+            "capacity_per_instance_rps, capacity_correction, capacity_speed, predictive_target, burstiness.",
             ["group", "field"],
             registry=r,
         )

@@ -64,9 +64,11 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 
 
 # Read at most once a minute: the mean prompt and output tokens per request are themselves minute means (the
-# node agent's), and the capacity table buckets them 15 % apart; so is the KV-cache use where only the online
-# correction reads it (its slack check), not a rule. Every other metric is read every tick.
+# node agent's), and the capacity table buckets them 15 % apart; so are the KV-cache use and the running and
+# waiting requests where only the online correction reads them (its slack check and Little's law, both
+# smoothed over minutes), not a rule or a drain. Every other metric is read every tick.
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
+CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
 
 
@@ -76,7 +78,9 @@ def slow_metrics(spec: GroupSpec) -> frozenset[str]:
         return frozenset()
     ruled = {pm.GROUP_METRICS[rule.metric][0] for rule in (*spec.scale_out, *spec.scale_in)}
     ruled.update(iso.metric for iso in spec.isolation.rules if iso.metric is not None)
-    return SLOW_METRICS | ({pm.KV_CACHE_USAGE_PCT} - ruled)
+    if spec.isolation.enabled:
+        ruled.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})  # a drain watches them
+    return SLOW_METRICS | (CORRECTION_METRICS - ruled)
 
 
 def needed_metrics(spec: GroupSpec) -> set[str]:
@@ -87,7 +91,7 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
     if spec.predictive.mode != "off":
         # the demand, and what the online correction of the capacity model compares it with
         needed.update(pm.DEMAND_METRICS)
-        needed.update({pm.TTFT_P99_MS, pm.KV_CACHE_USAGE_PCT})
+        needed.update({pm.TTFT_P99_MS, *CORRECTION_METRICS})
     if spec.isolation.enabled:
         # Draining watches the isolated instance's queue and running requests.
         needed.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})

@@ -4,9 +4,19 @@ after the online correction, and the instances the forecast needs.
 
 The only writes to the history are here: the forecast's record (``forecast.judge`` / ``remember``) and the
 correction. The correction moves the sizing engine's capacity towards what the fleet really does, a little per
-tick and within ``1 +/- correction_bound``: down when P99 TTFT breaks the SLO while the instances run at least
-half loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
-TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
+tick and within ``1 +/- correction_bound``. It is the product of two factors:
+
+* the engines' **speed** against the model's, from Little's law: at its arrival rate ``r`` an instance should
+  hold ``r x`` the model's mean time in service (``DemandInputs.in_service``) requests running; one slower
+  than the model holds more, at any load. The speed is the ratio of two moving means (``SPEED_TAU_S``) of
+  the running requests, modelled over observed, summed over the instances; a tick adds to them only while
+  the queues are short (a full engine caps its running requests) and with enough requests running to mean
+  something. It only ever lowers the capacity: fewer running requests than modelled also come from a mix
+  whose requests are shorter than its means say (measured: 4-15 % on the Azure conversation sizes), and a
+  capacity promised too high costs the SLO where one too low costs GPU-hours, which the feedback wins back;
+* the **feedback** from the SLO: down when P99 TTFT breaks the SLO while the instances run at least half
+  loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
+  TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
 LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken SLO blames the model
 KV_SLACK_PCT = 50.0
 UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
+SPEED_TAU_S = 900.0  # the moving means' time constant: running requests swing by a third minute to minute
+SPEED_MAX_STEP_S = 300.0  # a longer gap between ticks weighs as this much
+SPEED_MIN_RUNNING = 4.0  # requests the model expects running over the instances: below it, noise
+QUEUED_SHARE = 0.25  # waiting over running above which the engines are full and the estimate is not read
 
 
 @dataclass
@@ -40,6 +54,8 @@ class Demand:
     output_tokens: float | None = None
     ttft_p99_ms: float | None = None
     kv_pct: float | None = None
+    running: list[tuple[float, float]] = field(default_factory=list)  # (rate, running requests) per instance
+    waiting: float | None = None  # requests waiting, summed over the instances in ``running``
 
 
 @dataclass
@@ -52,6 +68,7 @@ class DemandSignals:
     capacity_model_rps: float | None
     capacity_rps: float | None  # after the correction
     correction: float
+    speed: float
     burstiness: float
     target: int | None = None
     need_now: int | None = None  # instances the observed demand needs (headroom included)
@@ -76,6 +93,8 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     outputs: list[tuple[float, float]] = []
     ttfts: list[float] = []
     kvs: list[float] = []
+    running: list[tuple[float, float]] = []
+    waiting: list[float] = []
     loading = 0
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
@@ -93,6 +112,12 @@ def observed_demand(inp: ScalingInputs) -> Demand:
             other = inst.metrics.get(name)
             if other is not None and fresh(other, inp.now, stale_s):
                 vals.append(other.value)
+        run = inst.metrics.get(m.REQUESTS_RUNNING)
+        if run is not None and fresh(run, inp.now, stale_s):
+            running.append((sample.value, run.value))
+            queued = inst.metrics.get(m.QUEUE_WAITING)
+            if queued is not None and fresh(queued, inp.now, stale_s):
+                waiting.append(queued.value)
     n = len(inp.view.serving) - loading
     if not rates:
         return Demand()
@@ -109,6 +134,8 @@ def observed_demand(inp: ScalingInputs) -> Demand:
         output_tokens=weighted(outputs),
         ttft_p99_ms=_mean(ttfts),
         kv_pct=_mean(kvs),
+        running=running,
+        waiting=sum(waiting) if len(waiting) == len(running) else None,
     )
 
 
@@ -126,19 +153,70 @@ def staffing(load: float, beta: float, burst: float) -> int:
     return math.ceil(load + beta * math.sqrt(load) * math.sqrt((1.0 + burst) / 2.0) - 1e-9)
 
 
-def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) -> float:
+def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) -> tuple[float, float]:
+    """(correction, speed) after this tick: the correction is the speed times the SLO's feedback. Advances
+    the speed's moving means in ``gh.forecast``."""
     bound = inp.spec.predictive.correction_bound
-    k = gh.forecast.correction
+    k, speed = gh.forecast.correction, gh.forecast.speed
+    feedback = k / speed
+    new_speed = _speed(inp, gh, d)
     n = len(inp.view.serving)
     slo = inp.spec.slo_ttft_p99_ms
-    if d.rps is None or not d.complete or n == 0 or slo is None or d.ttft_p99_ms is None:
-        return k
-    util = d.rps / n / (model_rps * k)
-    if d.ttft_p99_ms > slo and util >= LOADED:
-        k *= CORRECTION_DOWN
-    elif util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT):
-        k *= CORRECTION_UP
-    return min(1.0 + bound, max(1.0 - bound, k))
+    if d.rps is not None and d.complete and n and slo is not None and d.ttft_p99_ms is not None:
+        util = d.rps / n / (model_rps * k)
+        if d.ttft_p99_ms > slo and util >= LOADED:
+            feedback *= CORRECTION_DOWN
+        elif (
+            util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)
+        ):
+            feedback *= CORRECTION_UP
+    return _clip(new_speed * feedback, bound), new_speed
+
+
+def _clip(x: float, bound: float) -> float:
+    return min(1.0 + bound, max(1.0 - bound, x))
+
+
+def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
+    """The engines' speed after this tick's running requests (unchanged when the tick gives none)."""
+    state = gh.forecast
+    curve = inp.group.demand.in_service if inp.group.demand else []
+    if not curve or not d.complete or not d.running:
+        return state.speed
+    expected = sum(rate * in_service_s(curve, rate) for rate, _ in d.running)
+    observed = sum(run for _, run in d.running)
+    if expected < SPEED_MIN_RUNNING or observed <= 0:
+        return state.speed
+    if d.waiting is not None and d.waiting > QUEUED_SHARE * observed:
+        return state.speed
+    if state.speed_at is None or state.running_observed <= 0:
+        exp_mean = obs_mean = expected  # the prior: the model is right, until the moving means say otherwise
+    else:
+        dt = min(SPEED_MAX_STEP_S, max(0.0, (inp.now - state.speed_at).total_seconds()))
+        a = 1.0 - math.exp(-dt / SPEED_TAU_S)
+        exp_mean = state.running_expected + a * (expected - state.running_expected)
+        obs_mean = state.running_observed + a * (observed - state.running_observed)
+    speed = min(1.0, _clip(exp_mean / obs_mean, inp.spec.predictive.correction_bound))
+    gh.forecast = state.model_copy(
+        update={
+            "running_expected": exp_mean,
+            "running_observed": obs_mean,
+            "speed_at": inp.now,
+            "speed": speed,
+        }
+    )
+    return speed
+
+
+def in_service_s(curve: list[tuple[float, float]], rate: float) -> float:
+    """The model's mean time in service at ``rate`` (linear between the tabulated loads, the nearest end's
+    value outside them)."""
+    if rate <= curve[0][0]:
+        return curve[0][1]
+    for (r0, w0), (r1, w1) in zip(curve, curve[1:], strict=False):
+        if rate <= r1:
+            return w0 + (w1 - w0) * (rate - r0) / (r1 - r0) if r1 > r0 else w1
+    return curve[-1][1]
 
 
 def read_demand(inp: ScalingInputs) -> DemandSignals | None:
@@ -155,11 +233,12 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     f = fc.forecast(series, inp.now, horizon, state)
     state = fc.remember(state, inp.now, f, horizon)
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
-    correction = _correct(inp, gh, d, model_rps) if model_rps else state.correction
-    gh.forecast = state.model_copy(update={"correction": correction})
+    gh.forecast = state
+    correction, speed = _correct(inp, gh, d, model_rps) if model_rps else (state.correction, state.speed)
+    gh.forecast = gh.forecast.model_copy(update={"correction": correction, "speed": speed})
     burst = fc.burstiness(series, inp.now)
     cap = model_rps * correction if model_rps else None
-    sig = DemandSignals(pred.mode, d, f, model_rps, cap, correction, burst)
+    sig = DemandSignals(pred.mode, d, f, model_rps, cap, correction, speed, burst)
     if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
@@ -208,6 +287,7 @@ def _inputs(sig: DemandSignals, gh: GroupHistory) -> dict[str, Scalar]:
         "forecast_lower_rps": _r(f.lower_rps),
         "capacity_model_rps": _r(sig.capacity_model_rps),
         "capacity_correction": _r(sig.correction, 4),
+        "capacity_speed": _r(sig.speed, 4),
         "burstiness": _r(sig.burstiness),
         "demand_complete": d.complete,
         "prompt_tokens": _r(d.prompt_tokens, 1),

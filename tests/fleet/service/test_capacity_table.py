@@ -52,3 +52,35 @@ def test_the_narrowed_spread_gives_a_long_prompt_mix_less_capacity():
         num_requests=300,
     )
     assert fitted < 0.6 * default  # at the default spread a third of the prompts are refused, not served
+
+
+def _spec(**predictive):
+    from policies.spec import GroupSpec
+
+    pred = {"mode": "on", "model": "Qwen2.5-14B", "instance_type": "ecs.gn7i-2x.8xlarge", **predictive}
+    return GroupSpec.model_validate(
+        {"name": "g", "min_size": 1, "max_size": 10, "predictive": {"ttft_p99_ms": 2000, **pred}}
+    )
+
+
+def test_time_in_service_is_tabulated_up_to_the_capacity_and_grows_with_load():
+    from fleet.service.capacity_table import IN_SERVICE_LOADS, CapacityTable
+
+    table, spec = CapacityTable(), _spec()
+    cap = table.lookup(spec, 1150, 250)
+    assert cap.rps is not None
+    curve = table.in_service(spec, cap)
+    rates = [r for r, _ in curve]
+    assert rates == pytest.approx([share * cap.rps for share in IN_SERVICE_LOADS], rel=0.1)
+    seconds = [w for _, w in curve]
+    assert seconds == sorted(seconds)  # more load, bigger batches, slower steps
+    # 250 output tokens at tens of ms each: seconds, not milliseconds or minutes
+    assert 2.0 < seconds[0] < 60.0
+    assert table.in_service(spec, cap) is not curve and table.in_service(spec, cap) == curve  # cached rows
+
+
+def test_a_measured_capacity_has_no_engine_to_compare_with():
+    from fleet.service.capacity_table import CapacityTable
+
+    table, spec = CapacityTable(), _spec(capacity_rps=2.0)
+    assert table.in_service(spec, table.lookup(spec, 1150, 250)) == ()

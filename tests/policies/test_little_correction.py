@@ -1,0 +1,107 @@
+"""The online correction's speed factor from Little's law: engines slower than the model hold more requests
+running at the same rate, and the capacity per instance falls with them; never raised, never read from full
+engines or from too few requests, bounded, and shown in the decision's inputs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from policies import GroupSnapshot, History, PolicySpec, Snapshot, decide
+from policies.model import DemandInputs, GroupHistory
+from policies.scaling.demand import SPEED_TAU_S, in_service_s
+from tests.policies.policy_builders import GROUP, group_spec, instance
+from tests.policies.test_forecast import NOW, series
+
+N = 10
+CURVE = [(0.1, 10.0), (1.0, 12.0)]  # the model: 10 s in service at 0.1 req/s per instance, 12 s at 1.0
+
+
+def spec(bound: float = 0.25) -> PolicySpec:
+    pred = {"mode": "on", "capacity_rps": 1.0, "horizon": "30m", "correction_bound": bound}
+    return PolicySpec(groups=(group_spec(predictive=pred, max_size=40),))
+
+
+def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE) -> Snapshot:
+    metrics = {
+        "request_rate": rate,
+        "prompt_tokens_per_request": 900,
+        "output_tokens_per_request": 200,
+        "requests_running": running,
+        "queue_waiting": waiting,
+        "kv_cache_usage_pct": 20.0,
+        "ttft_p99_ms": 500.0,
+    }
+    insts = [instance(i, at, metrics=metrics) for i in range(N)]
+    demand = DemandInputs(history=series(2, now=at, fn=lambda m: rate * N), in_service=curve)
+    return Snapshot(
+        taken_at=at, groups=[GroupSnapshot(name=GROUP, desired_capacity=N, instances=insts, demand=demand)]
+    )
+
+
+def run(minutes: int, rate: float, running: float, waiting: float = 0.0, bound: float = 0.25, curve=CURVE):
+    """The plans of ``minutes`` ticks a minute apart, the history carried from each to the next."""
+    hist = History(groups={GROUP: GroupHistory(last_target=N)})
+    plans = []
+    for k in range(minutes):
+        at = NOW + timedelta(minutes=k)
+        plan = decide(tick(at, rate, running, waiting, curve), spec(bound), hist, at)
+        hist = plan.history
+        plans.append(plan.groups[0])
+    return plans
+
+
+def test_the_model_s_time_in_service_is_interpolated_and_held_at_the_ends():
+    assert in_service_s(CURVE, 0.05) == 10.0
+    assert in_service_s(CURVE, 0.55) == pytest.approx(11.0)
+    assert in_service_s(CURVE, 3.0) == 12.0
+
+
+def test_engines_slower_than_the_model_lower_the_capacity_within_the_hour():
+    # at 0.4 req/s the model expects 0.4 x 10.67 s = 4.27 running per instance; they hold 25 % more
+    expected = 0.4 * in_service_s(CURVE, 0.4)
+    plans = run(60, 0.4, 1.25 * expected)
+    first, last = plans[0].predictive, plans[-1].predictive
+    assert first["capacity_speed"] == 1.0  # the prior: one reading moves nothing
+    assert 0.8 <= last["capacity_speed"] < 0.82  # 1 / 1.25, after four time constants
+    assert last["capacity_correction"] == pytest.approx(last["capacity_speed"], abs=1e-3)
+    assert last["capacity_per_instance_rps"] == pytest.approx(last["capacity_speed"], abs=2e-3)
+    assert plans[-1].predictive["predictive_target"] > plans[0].predictive["predictive_target"]
+
+
+def test_half_way_after_one_time_constant():
+    expected = 0.4 * in_service_s(CURVE, 0.4)
+    minutes = round(SPEED_TAU_S / 60) + 1
+    speed = run(minutes, 0.4, 1.25 * expected)[-1].predictive["capacity_speed"]
+    assert 0.84 < speed < 0.88  # 1 / (1 + 0.25 x (1 - 1/e)) = 0.863
+
+
+def test_fewer_running_than_modelled_never_raises_the_capacity():
+    expected = 0.4 * in_service_s(CURVE, 0.4)
+    last = run(30, 0.4, 0.7 * expected)[-1].predictive
+    assert last["capacity_speed"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("rate", "waiting", "why"),
+    [
+        (0.4, 3.0, "queues longer than a quarter of the running requests: the engines are full"),
+        (0.03, 0.0, "too few requests running to mean anything"),
+    ],
+)
+def test_no_reading_when_it_would_mislead(rate, waiting, why):
+    expected = rate * in_service_s(CURVE, rate)
+    last = run(30, rate, 2.0 * expected, waiting=waiting)[-1].predictive
+    assert last["capacity_speed"] == 1.0, why
+
+
+def test_no_curve_no_speed():
+    last = run(20, 0.4, 20.0, curve=[])[-1].predictive
+    assert last["capacity_speed"] == 1.0
+
+
+def test_the_speed_stays_within_the_bound():
+    last = run(120, 0.4, 50.0, bound=0.2)[-1].predictive
+    assert last["capacity_speed"] == pytest.approx(0.8)
+    assert last["capacity_correction"] >= 0.8 - 1e-9
