@@ -248,3 +248,22 @@ def test_count_calls_nests():
         with count_calls() as inner:
             call(FAST, "ess", "B", lambda: None)
     assert outer == {"A": 1, "B": 1} and inner == {"B": 1}
+
+
+def test_running_and_waiting_are_read_once_a_minute_unless_a_drain_watches_them(tmp_path):
+    from fleet.service.observe import slow_metrics
+
+    with mock_aliyun() as cloud:
+        _world(tmp_path, cloud, groups=1, instances=1)
+        base = (tmp_path / "fleet.yaml").read_text() + "    predictive: {mode: on, capacity_rps: 1.0}\n"
+        (tmp_path / "fleet.yaml").write_text(base)
+        watched = load_config(tmp_path / "fleet.yaml", env={}).groups[0]
+        (tmp_path / "fleet.yaml").write_text(base + "    isolation: {enabled: false}\n")
+        unwatched = load_config(tmp_path / "fleet.yaml", env={}).groups[0]
+    counts = {"requests_running", "queue_waiting"}
+    assert counts <= needed_metrics(watched) and counts <= needed_metrics(unwatched)
+    assert not counts & slow_metrics(watched)  # isolation drains watch them every tick
+    # without a drain only Little's law reads the running requests (smoothed over minutes); the waiting ones
+    # stay every tick, the group's queue rule reading them
+    assert "requests_running" in slow_metrics(unwatched)
+    assert "queue_waiting" not in slow_metrics(unwatched)
