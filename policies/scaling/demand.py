@@ -9,11 +9,13 @@ tick and within ``1 +/- correction_bound``. It is the product of two factors:
 * the engines' **speed** against the model's, from Little's law: at its arrival rate ``r`` an instance should
   hold ``r x`` the model's mean time in service (``DemandInputs.in_service``) requests running; one slower
   than the model holds more, at any load. The speed is the ratio of two moving means (``SPEED_TAU_S``) of
-  the running requests, modelled over observed, summed over the instances; a tick adds to them only while
-  the queues are short (a full engine caps its running requests) and with enough requests running to mean
-  something. It only ever lowers the capacity: fewer running requests than modelled also come from a mix
-  whose requests are shorter than its means say (measured: 4-15 % on the Azure conversation sizes), and a
-  capacity promised too high costs the SLO where one too low costs GPU-hours, which the feedback wins back;
+  the running requests, modelled over observed, summed over the instances; a tick adds to them only in a
+  steady state (every instance within the modelled capacity, P99 TTFT within the SLO, the queues short: a
+  burst piles requests up in the batch, which reads as a slow engine on any engine) and with enough requests
+  running to mean something. It only ever lowers the capacity: fewer running requests than modelled also
+  come from a mix whose requests are shorter than its means say (measured: 4-15 % on the Azure conversation
+  sizes), and a capacity promised too high costs the SLO where one too low costs GPU-hours, which the
+  feedback wins back;
 * the **feedback** from the SLO: down when P99 TTFT breaks the SLO while the instances run at least half
   loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
   TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
@@ -38,8 +40,8 @@ LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken
 KV_SLACK_PCT = 50.0
 UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
 SPEED_TAU_S = 900.0  # the moving means' time constant: running requests swing by a third minute to minute
-SPEED_MAX_STEP_S = 300.0  # a longer gap between ticks weighs as this much
-SPEED_MIN_RUNNING = 4.0  # requests the model expects running over the instances: below it, noise
+SPEED_SAMPLE_S = 60.0  # the most one reading weighs (a tick after a gap is one reading, not the gap's worth)
+SPEED_MIN_RUNNING = 20.0  # requests the model expects running over the instances: below it, noise
 QUEUED_SHARE = 0.25  # waiting over running above which the engines are full and the estimate is not read
 
 
@@ -187,12 +189,12 @@ def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
     observed = sum(run for _, run in d.running)
     if expected < SPEED_MIN_RUNNING or observed <= 0:
         return state.speed
-    if d.waiting is not None and d.waiting > QUEUED_SHARE * observed:
+    if not _steady(inp, d, curve[-1][0], observed):
         return state.speed
     if state.speed_at is None or state.running_observed <= 0:
         exp_mean = obs_mean = expected  # the prior: the model is right, until the moving means say otherwise
     else:
-        dt = min(SPEED_MAX_STEP_S, max(0.0, (inp.now - state.speed_at).total_seconds()))
+        dt = min(SPEED_SAMPLE_S, max(0.0, (inp.now - state.speed_at).total_seconds()))
         a = 1.0 - math.exp(-dt / SPEED_TAU_S)
         exp_mean = state.running_expected + a * (expected - state.running_expected)
         obs_mean = state.running_observed + a * (observed - state.running_observed)
@@ -206,6 +208,18 @@ def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
         }
     )
     return speed
+
+
+def _steady(inp: ScalingInputs, d: Demand, capacity_rps: float, running: float) -> bool:
+    """Whether Little's law reads the engines' speed this tick: within the modelled capacity, the SLO held
+    and the queues short. A burst breaks all three: its requests pile up in the batch and stay there after
+    the minute's rate has fallen, which reads as a slow engine on any engine."""
+    if max(rate for rate, _ in d.running) > capacity_rps:
+        return False
+    slo = inp.spec.slo_ttft_p99_ms
+    if slo is not None and (d.ttft_p99_ms is None or d.ttft_p99_ms > slo):
+        return False
+    return d.waiting is None or d.waiting <= QUEUED_SHARE * running
 
 
 def in_service_s(curve: list[tuple[float, float]], rate: float) -> float:

@@ -18,12 +18,18 @@ N = 10
 CURVE = [(0.1, 10.0), (1.0, 12.0)]  # the model: 10 s in service at 0.1 req/s per instance, 12 s at 1.0
 
 
-def spec(bound: float = 0.25) -> PolicySpec:
-    pred = {"mode": "on", "capacity_rps": 1.0, "horizon": "30m", "correction_bound": bound}
+def spec(bound: float = 0.25, slo_ms: float | None = None) -> PolicySpec:
+    pred = {
+        "mode": "on",
+        "capacity_rps": 1.0,
+        "horizon": "30m",
+        "correction_bound": bound,
+        "ttft_p99_ms": slo_ms,
+    }
     return PolicySpec(groups=(group_spec(predictive=pred, max_size=40),))
 
 
-def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE) -> Snapshot:
+def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE, ttft: float = 500.0) -> Snapshot:
     metrics = {
         "request_rate": rate,
         "prompt_tokens_per_request": 900,
@@ -31,7 +37,7 @@ def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE) -> 
         "requests_running": running,
         "queue_waiting": waiting,
         "kv_cache_usage_pct": 20.0,
-        "ttft_p99_ms": 500.0,
+        "ttft_p99_ms": ttft,
     }
     insts = [instance(i, at, metrics=metrics) for i in range(N)]
     demand = DemandInputs(history=series(2, now=at, fn=lambda m: rate * N), in_service=curve)
@@ -40,13 +46,23 @@ def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE) -> 
     )
 
 
-def run(minutes: int, rate: float, running: float, waiting: float = 0.0, bound: float = 0.25, curve=CURVE):
-    """The plans of ``minutes`` ticks a minute apart, the history carried from each to the next."""
+def run(
+    minutes: int,
+    rate: float,
+    running: float,
+    waiting: float = 0.0,
+    bound: float = 0.25,
+    curve=CURVE,
+    ttft: float = 500.0,
+    slo_ms: float | None = None,
+    every_s: float = 60.0,
+):
+    """The plans of ``minutes`` ticks ``every_s`` apart, the history carried from each to the next."""
     hist = History(groups={GROUP: GroupHistory(last_target=N)})
     plans = []
     for k in range(minutes):
-        at = NOW + timedelta(minutes=k)
-        plan = decide(tick(at, rate, running, waiting, curve), spec(bound), hist, at)
+        at = NOW + timedelta(seconds=k * every_s)
+        plan = decide(tick(at, rate, running, waiting, curve, ttft), spec(bound, slo_ms), hist, at)
         hist = plan.history
         plans.append(plan.groups[0])
     return plans
@@ -84,16 +100,35 @@ def test_fewer_running_than_modelled_never_raises_the_capacity():
 
 
 @pytest.mark.parametrize(
-    ("rate", "waiting", "why"),
+    ("rate", "extra", "why"),
     [
-        (0.4, 3.0, "queues longer than a quarter of the running requests: the engines are full"),
-        (0.03, 0.0, "too few requests running to mean anything"),
+        (0.4, {"waiting": 3.0}, "queues longer than a quarter of the running requests: the engines are full"),
+        (0.1, {}, "too few requests running to mean anything"),
+        (1.3, {}, "instances beyond the modelled capacity: a backlog, not a slow engine"),
+        (
+            0.4,
+            {"ttft": 2500.0, "slo_ms": 2000.0},
+            "the SLO broken: a burst piling up, which the feedback answers",
+        ),
     ],
 )
-def test_no_reading_when_it_would_mislead(rate, waiting, why):
+def test_no_reading_when_it_would_mislead(rate, extra, why):
     expected = rate * in_service_s(CURVE, rate)
-    last = run(30, rate, 2.0 * expected, waiting=waiting)[-1].predictive
+    last = run(30, rate, 2.0 * expected, **extra)[-1].predictive
     assert last["capacity_speed"] == 1.0, why
+
+
+def test_the_same_reading_within_the_slo_does_move_it():
+    expected = 0.4 * in_service_s(CURVE, 0.4)
+    last = run(30, 0.4, 2.0 * expected, ttft=1500.0, slo_ms=2000.0)[-1].predictive
+    assert last["capacity_speed"] < 0.9
+
+
+def test_one_reading_after_a_long_gap_weighs_as_one_reading():
+    expected = 0.4 * in_service_s(CURVE, 0.4)
+    # two readings an hour apart: the second is one clump, not an hour of evidence
+    plans = run(2, 0.4, 3.0 * expected, every_s=3600.0)
+    assert plans[-1].predictive["capacity_speed"] > 0.85
 
 
 def test_no_curve_no_speed():
