@@ -464,7 +464,13 @@ class Predictive(_Model):
     )
     max_step_down: CountOrPercent = Field(default="10%", description="per decision, at least one instance")
     correction_bound: float = Field(
-        default=0.25, ge=0, lt=1, description="the online correction of capacity stays within 1 +/- this"
+        default=0.25,
+        ge=0,
+        lt=1,
+        description=(
+            "each factor of the online correction of capacity (the engines' speed, the SLO's feedback) stays"
+            " within 1 +/- this"
+        ),
     )
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"

@@ -4,7 +4,9 @@ after the online correction, and the instances the forecast needs.
 
 The only writes to the history are here: the forecast's record (``forecast.judge`` / ``remember``) and the
 correction. The correction moves the sizing engine's capacity towards what the fleet really does, a little per
-tick and within ``1 +/- correction_bound``. It is the product of two factors:
+tick. It is the product of two factors, each within ``1 +/- correction_bound`` (they measure different
+things: one bound over both let the feedback, which clumps pull down on any engine, use up the room a slow
+engine needs):
 
 * the engines' **speed** against the model's, from Little's law: at its arrival rate ``r`` an instance should
   hold ``r x`` the model's mean time in service (``DemandInputs.in_service``) requests running; one slower
@@ -172,7 +174,7 @@ def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) 
             util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)
         ):
             feedback *= CORRECTION_UP
-    return _clip(new_speed * feedback, bound), new_speed
+    return new_speed * _clip(feedback, bound), new_speed
 
 
 def _clip(x: float, bound: float) -> float:

@@ -56,16 +56,18 @@ def run(
     ttft: float = 500.0,
     slo_ms: float | None = None,
     every_s: float = 60.0,
+    after: tuple[History, int] | None = None,
 ):
-    """The plans of ``minutes`` ticks ``every_s`` apart, the history carried from each to the next."""
-    hist = History(groups={GROUP: GroupHistory(last_target=N)})
+    """The plans of ``minutes`` ticks ``every_s`` apart, the history carried from each to the next, and where
+    to go on from (``after`` of a later run: that history and tick number)."""
+    hist, start = after or (History(groups={GROUP: GroupHistory(last_target=N)}), 0)
     plans = []
-    for k in range(minutes):
+    for k in range(start, start + minutes):
         at = NOW + timedelta(seconds=k * every_s)
         plan = decide(tick(at, rate, running, waiting, curve, ttft), spec(bound, slo_ms), hist, at)
         hist = plan.history
         plans.append(plan.groups[0])
-    return plans
+    return plans, (hist, start + minutes)
 
 
 def test_the_model_s_time_in_service_is_interpolated_and_held_at_the_ends():
@@ -77,7 +79,7 @@ def test_the_model_s_time_in_service_is_interpolated_and_held_at_the_ends():
 def test_engines_slower_than_the_model_lower_the_capacity_within_the_hour():
     # at 0.4 req/s the model expects 0.4 x 10.67 s = 4.27 running per instance; they hold 25 % more
     expected = 0.4 * in_service_s(CURVE, 0.4)
-    plans = run(60, 0.4, 1.25 * expected)
+    plans, _ = run(60, 0.4, 1.25 * expected)
     first, last = plans[0].predictive, plans[-1].predictive
     assert first["capacity_speed"] == 1.0  # the prior: one reading moves nothing
     assert 0.8 <= last["capacity_speed"] < 0.82  # 1 / 1.25, after four time constants
@@ -89,13 +91,13 @@ def test_engines_slower_than_the_model_lower_the_capacity_within_the_hour():
 def test_half_way_after_one_time_constant():
     expected = 0.4 * in_service_s(CURVE, 0.4)
     minutes = round(SPEED_TAU_S / 60) + 1
-    speed = run(minutes, 0.4, 1.25 * expected)[-1].predictive["capacity_speed"]
+    speed = run(minutes, 0.4, 1.25 * expected)[0][-1].predictive["capacity_speed"]
     assert 0.84 < speed < 0.88  # 1 / (1 + 0.25 x (1 - 1/e)) = 0.863
 
 
 def test_fewer_running_than_modelled_never_raises_the_capacity():
     expected = 0.4 * in_service_s(CURVE, 0.4)
-    last = run(30, 0.4, 0.7 * expected)[-1].predictive
+    last = run(30, 0.4, 0.7 * expected)[0][-1].predictive
     assert last["capacity_speed"] == 1.0
 
 
@@ -114,29 +116,39 @@ def test_fewer_running_than_modelled_never_raises_the_capacity():
 )
 def test_no_reading_when_it_would_mislead(rate, extra, why):
     expected = rate * in_service_s(CURVE, rate)
-    last = run(30, rate, 2.0 * expected, **extra)[-1].predictive
+    last = run(30, rate, 2.0 * expected, **extra)[0][-1].predictive
     assert last["capacity_speed"] == 1.0, why
 
 
 def test_the_same_reading_within_the_slo_does_move_it():
     expected = 0.4 * in_service_s(CURVE, 0.4)
-    last = run(30, 0.4, 2.0 * expected, ttft=1500.0, slo_ms=2000.0)[-1].predictive
+    last = run(30, 0.4, 2.0 * expected, ttft=1500.0, slo_ms=2000.0)[0][-1].predictive
     assert last["capacity_speed"] < 0.9
 
 
 def test_one_reading_after_a_long_gap_weighs_as_one_reading():
     expected = 0.4 * in_service_s(CURVE, 0.4)
     # two readings an hour apart: the second is one clump, not an hour of evidence
-    plans = run(2, 0.4, 3.0 * expected, every_s=3600.0)
+    plans, _ = run(2, 0.4, 3.0 * expected, every_s=3600.0)
     assert plans[-1].predictive["capacity_speed"] > 0.85
 
 
 def test_no_curve_no_speed():
-    last = run(20, 0.4, 20.0, curve=[])[-1].predictive
+    last = run(20, 0.4, 20.0, curve=[])[0][-1].predictive
     assert last["capacity_speed"] == 1.0
 
 
 def test_the_speed_stays_within_the_bound():
-    last = run(120, 0.4, 50.0, bound=0.2)[-1].predictive
+    last = run(120, 0.4, 50.0, bound=0.2)[0][-1].predictive
     assert last["capacity_speed"] == pytest.approx(0.8)
     assert last["capacity_correction"] >= 0.8 - 1e-9
+
+
+def test_the_speed_and_the_slo_feedback_are_each_bounded_and_multiply():
+    # two hours of steady ticks with twice the running requests: the speed at its bound
+    _, then = run(120, 0.6, 2.0 * 0.6 * in_service_s(CURVE, 0.6), bound=0.2, ttft=1500.0, slo_ms=2000.0)
+    # then the SLO breaks under load for an hour: Little's law is not read, the feedback falls to its bound
+    plans, _ = run(60, 0.6, 10.0, bound=0.2, ttft=2600.0, slo_ms=2000.0, after=then)
+    inputs = plans[-1].predictive
+    assert inputs["capacity_speed"] == pytest.approx(0.8)
+    assert inputs["capacity_correction"] == pytest.approx(0.8 * 0.8, abs=1e-3)
