@@ -20,8 +20,7 @@ engine needs):
   feedback wins back;
 * the **feedback** from the SLO: down when P99 TTFT breaks the SLO while the instances run at least half
   loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
-  TTFT under half the SLO and the KV cache under half full (they deliver more than promised), above 1 only
-  while Little's law does not read the engines as slower than modelled.
+  TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
 """
 
 from __future__ import annotations
@@ -172,25 +171,10 @@ def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) 
         if d.ttft_p99_ms > slo and util >= LOADED:
             feedback *= CORRECTION_DOWN
         elif (
-            util >= UP_LOADED
-            and d.ttft_p99_ms < 0.5 * slo
-            and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)
-            and (feedback < 1.0 or _not_slower(inp, gh))
+            util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)
         ):
             feedback *= CORRECTION_UP
     return new_speed * _clip(feedback, bound), new_speed
-
-
-def _not_slower(inp: ScalingInputs, gh: GroupHistory) -> bool:
-    """Whether the feedback may promise more than the model: not while Little's law reads the engines as
-    slower than it. Slack in P99 TTFT alone is what clumpy arrivals show between their clumps (on the
-    reasoning day it took the capacity to 1.2x the model's, and each scale-in that followed broke the SLO).
-    A group without the engine's curve (a measured capacity) keeps the slack rule as it is."""
-    curve = inp.group.demand.in_service if inp.group.demand else []
-    state = gh.forecast
-    if not curve or state.running_observed <= 0:
-        return True
-    return state.running_expected >= state.running_observed
 
 
 def _clip(x: float, bound: float) -> float:
