@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from policies import forecast as fc
 from policies.model import ForecastState
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from sizing import Deployment
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIX_STEP = 1.15  # token-mix buckets: 15 % apart
 DEFAULT_PROMPT_TOKENS = 1000.0  # before any request has been seen
@@ -126,34 +128,45 @@ class CapacityTable:
         return dep, max(1, inst.gpus // (pred.tp or inst.gpus))
 
     def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
-        from sizing import SizingInputError
         from sizing.capacity import capacity_rps
 
-        pred = spec.predictive
-        try:
-            dep, engines = self._deployment(spec)
-            cv = fitting_length_cv(p, o, dep.max_model_len or DEFAULT_MAX_MODEL_LEN)
-            per_engine = capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms, length_cv=cv)
-        except SizingInputError as exc:
-            log.warning("capacity of %s: %s", spec.name, exc)
-            return 0.0
-        return per_engine * engines
+        def per_instance(dep: Deployment, engines: int, cv: float) -> float:
+            pred = spec.predictive
+            return engines * capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms, length_cv=cv)
+
+        return self._sized(spec, p, o, "capacity", per_instance, 0.0)
 
     def _tabulate_curve(
         self, spec: GroupSpec, p: float, o: float, rps: float
     ) -> tuple[tuple[float, float], ...]:
-        from sizing import SizingInputError
         from sizing.capacity import in_service_curve
+
+        def per_instance(dep: Deployment, engines: int, cv: float) -> tuple[tuple[float, float], ...]:
+            rates = [share * rps / engines for share in IN_SERVICE_LOADS]
+            curve = in_service_curve(dep, p, o, rates, length_cv=cv)
+            return tuple((rate * engines, seconds) for rate, seconds in curve)
+
+        return self._sized(spec, p, o, "time in service", per_instance, ())
+
+    def _sized(
+        self,
+        spec: GroupSpec,
+        p: float,
+        o: float,
+        what: str,
+        run: Callable[[Deployment, int, float], T],
+        fallback: T,
+    ) -> T:
+        """``run`` on the group's engine, its engines per instance and the mix's fitting prompt spread; the
+        ``fallback`` (with a warning) when the sizing catalog refuses the group."""
+        from sizing import SizingInputError
 
         try:
             dep, engines = self._deployment(spec)
-            cv = fitting_length_cv(p, o, dep.max_model_len or DEFAULT_MAX_MODEL_LEN)
-            rates = [share * rps / engines for share in IN_SERVICE_LOADS]
-            curve = in_service_curve(dep, p, o, rates, length_cv=cv)
+            return run(dep, engines, fitting_length_cv(p, o, dep.max_model_len or DEFAULT_MAX_MODEL_LEN))
         except SizingInputError as exc:
-            log.warning("time in service of %s: %s", spec.name, exc)
-            return ()
-        return tuple((rate * engines, seconds) for rate, seconds in curve)
+            log.warning("%s of %s: %s", what, spec.name, exc)
+            return fallback
 
 
 def _around(prompt_tokens: float) -> tuple[float, float, float]:

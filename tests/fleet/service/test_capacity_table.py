@@ -63,8 +63,13 @@ def _spec(**predictive):
     )
 
 
-def test_time_in_service_is_tabulated_up_to_the_capacity_and_grows_with_load():
+def test_time_in_service_is_tabulated_up_to_the_capacity_and_grows_with_load(monkeypatch):
+    import sizing.capacity
     from fleet.service.capacity_table import IN_SERVICE_LOADS, CapacityTable
+
+    calls = []
+    real = sizing.capacity.in_service_curve
+    monkeypatch.setattr(sizing.capacity, "in_service_curve", lambda *a, **k: calls.append(1) or real(*a, **k))
 
     table, spec = CapacityTable(), _spec()
     cap = table.lookup(spec, 1150, 250)
@@ -76,7 +81,9 @@ def test_time_in_service_is_tabulated_up_to_the_capacity_and_grows_with_load():
     assert seconds == sorted(seconds)  # more load, bigger batches, slower steps
     # 250 output tokens at tens of ms each: seconds, not milliseconds or minutes
     assert 2.0 < seconds[0] < 60.0
-    assert table.in_service(spec, cap) is not curve and table.in_service(spec, cap) == curve  # cached rows
+    tabulated = len(calls)
+    assert table.in_service(spec, cap) == curve
+    assert len(calls) == tabulated  # the rows are cached, not simulated again
 
 
 def test_a_measured_capacity_has_no_engine_to_compare_with():
