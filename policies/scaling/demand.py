@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
-from policies.model import GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
+from policies.model import ForecastState, GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
 from policies.observe import fresh
 from policies.scaling.context import ScalingInputs
 from policies.spec import PredictiveMode
@@ -157,13 +157,13 @@ def staffing(load: float, beta: float, burst: float) -> int:
     return math.ceil(load + beta * math.sqrt(load) * math.sqrt((1.0 + burst) / 2.0) - 1e-9)
 
 
-def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) -> tuple[float, float]:
-    """(correction, speed) after this tick: the correction is the speed times the SLO's feedback. Advances
-    the speed's moving means in ``gh.forecast``."""
+def _correct(inp: ScalingInputs, state: ForecastState, d: Demand, model_rps: float) -> ForecastState:
+    """The forecast state after this tick's correction: the speed (its moving means advanced) times the SLO's
+    feedback."""
     bound = inp.spec.predictive.correction_bound
-    k, speed = gh.forecast.correction, gh.forecast.speed
-    feedback = k / speed
-    new_speed = _speed(inp, gh, d)
+    k = state.correction
+    feedback = k / state.speed
+    state = _speed(inp, state, d)
     n = len(inp.view.serving)
     slo = inp.spec.slo_ttft_p99_ms
     if d.rps is not None and d.complete and n and slo is not None and d.ttft_p99_ms is not None:
@@ -174,25 +174,25 @@ def _correct(inp: ScalingInputs, gh: GroupHistory, d: Demand, model_rps: float) 
             util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)
         ):
             feedback *= CORRECTION_UP
-    return new_speed * _clip(feedback, bound), new_speed
+    return state.model_copy(update={"correction": state.speed * _clip(feedback, bound)})
 
 
 def _clip(x: float, bound: float) -> float:
     return min(1.0 + bound, max(1.0 - bound, x))
 
 
-def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
-    """The engines' speed after this tick's running requests (unchanged when the tick gives none)."""
-    state = gh.forecast
+def _speed(inp: ScalingInputs, state: ForecastState, d: Demand) -> ForecastState:
+    """The forecast state with the engines' speed advanced by this tick's running requests (unchanged when
+    the tick gives none)."""
     curve = inp.group.demand.in_service if inp.group.demand else []
     if not curve or not d.complete or not d.running:
-        return state.speed
+        return state
     expected = sum(rate * in_service_s(curve, rate) for rate, _ in d.running)
     observed = sum(run for _, run in d.running)
     if expected < SPEED_MIN_RUNNING or observed <= 0:
-        return state.speed
+        return state
     if not _steady(inp, d, curve[-1][0], observed):
-        return state.speed
+        return state
     if state.speed_at is None or state.running_observed <= 0:
         exp_mean = obs_mean = expected  # the prior: the model is right, until the moving means say otherwise
     else:
@@ -201,7 +201,7 @@ def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
         exp_mean = state.running_expected + a * (expected - state.running_expected)
         obs_mean = state.running_observed + a * (observed - state.running_observed)
     speed = min(1.0, _clip(exp_mean / obs_mean, inp.spec.predictive.correction_bound))
-    gh.forecast = state.model_copy(
+    return state.model_copy(
         update={
             "running_expected": exp_mean,
             "running_observed": obs_mean,
@@ -209,7 +209,6 @@ def _speed(inp: ScalingInputs, gh: GroupHistory, d: Demand) -> float:
             "speed": speed,
         }
     )
-    return speed
 
 
 def _steady(inp: ScalingInputs, d: Demand, capacity_rps: float, running: float) -> bool:
@@ -249,12 +248,12 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     f = fc.forecast(series, inp.now, horizon, state)
     state = fc.remember(state, inp.now, f, horizon)
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
+    if model_rps:
+        state = _correct(inp, state, d, model_rps)
     gh.forecast = state
-    correction, speed = _correct(inp, gh, d, model_rps) if model_rps else (state.correction, state.speed)
-    gh.forecast = gh.forecast.model_copy(update={"correction": correction, "speed": speed})
     burst = fc.burstiness(series, inp.now)
-    cap = model_rps * correction if model_rps else None
-    sig = DemandSignals(pred.mode, d, f, model_rps, cap, correction, speed, burst)
+    cap = model_rps * state.correction if model_rps else None
+    sig = DemandSignals(pred.mode, d, f, model_rps, cap, state.correction, state.speed, burst)
     if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
