@@ -128,24 +128,24 @@ def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | 
     inp = ctx.inp
     pred = inp.spec.predictive
     hold = ctx.hold
-    if target >= hold or ctx.target < target:
-        # the forecast holds what is there, or the rules' scale-in went below what the forecast needs
-        if ctx.target < target:
-            return Contribution(target=target, reason=_hold_reason(ctx, sig, "the forecast needs more"))
-        return None
     # no lower than the highest target of the scale-in window: the headroom a burst needed stays warm a while
-    target = max(target, sig.window_target or 0)
-    if target >= hold:
-        return Contribution(notes=(_hold_reason(ctx, sig, "the scale-in window's highest target holds"),))
-    fits = math.ceil(target * (1.0 + pred.scale_in_margin) - 1e-9) < hold
+    floor = min(hold, max(target, sig.window_target or 0))
+    window = "the scale-in window's highest target holds"
+    if ctx.target < floor:
+        # the rules' scale-in went below what the forecast, or its scale-in window, needs
+        why = "the forecast needs more" if target >= floor else window
+        return Contribution(target=floor, reason=_hold_reason(ctx, sig, why))
+    if floor >= hold:
+        return None if target >= hold else Contribution(notes=(_hold_reason(ctx, sig, window),))
+    fits = math.ceil(floor * (1.0 + pred.scale_in_margin) - 1e-9) < hold
     blocker = _blocker(ctx, sig) if fits else "within the scale-in margin"
     if blocker is not None:
         return Contribution(notes=(_hold_reason(ctx, sig, blocker),))
     step = resolve_count(pred.max_step_down, hold, minimum=1)
-    new = max(target, hold - step)
+    new = max(floor, hold - step)
     reason = Reason(
         code=ReasonCode.PREDICTIVE_SCALE_IN,
-        detail=f"the forecast over the horizon fits in {target}; at most -{step} per decision",
+        detail=f"the forecast over the horizon fits in {floor}; at most -{step} per decision",
         inputs={**_inputs(ctx, sig), "step": step},
     )
     return Contribution(target=min(ctx.target, new) if ctx.target < hold else new, reason=reason)

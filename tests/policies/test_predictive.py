@@ -221,17 +221,19 @@ def test_next_tick_judges_the_remembered_forecast():
     assert len(again.history.groups[GROUP].forecast.ratios) == 1
 
 
+def _at(t, rps, fn=lambda m: 2.0):
+    """20 instances serving ``rps`` at ``t``, with two days of history following ``fn``."""
+    insts = [
+        i.model_copy(update={"metrics": {k: v.model_copy(update={"at": t}) for k, v in i.metrics.items()}})
+        for i in fleet(20, rps)
+    ]
+    demand = DemandInputs(history=series(2, now=t, fn=fn))
+    g = GroupSnapshot(name=GROUP, desired_capacity=20, instances=insts, demand=demand)
+    return Snapshot(taken_at=t, groups=[g])
+
+
 def test_scale_in_goes_no_lower_than_the_windows_highest_target():
-    def at(t, rps):
-        flat = series(2, now=t, fn=lambda m: 2.0)
-        insts = [
-            i.model_copy(
-                update={"metrics": {k: v.model_copy(update={"at": t}) for k, v in i.metrics.items()}}
-            )
-            for i in fleet(20, rps)
-        ]
-        g = GroupSnapshot(name=GROUP, desired_capacity=20, instances=insts, demand=DemandInputs(history=flat))
-        return Snapshot(taken_at=t, groups=[g])
+    at = _at
 
     busy = decide(at(NOW, 16.0), spec(), history(20), NOW)  # a burst: the target is ~20
     assert busy.groups[0].predictive["predictive_target"] >= 18
@@ -241,3 +243,62 @@ def test_scale_in_goes_no_lower_than_the_windows_highest_target():
     much_later = NOW + timedelta(minutes=11)  # past the 10-minute scale-in window
     calm = decide(at(much_later, 2.0), spec(), busy.history, much_later).groups[0]
     assert calm.reason == ReasonCode.PREDICTIVE_SCALE_IN
+
+
+def test_clumpy_arrivals_widen_the_scale_in_window():
+    def clumps(m: float) -> float:
+        return 1.0 if int(m) % 2 else 3.0  # minute counts swinging 3x: burstiness at its cap
+
+    busy = decide(_at(NOW, 16.0, clumps), spec(), history(20), NOW)
+    assert busy.groups[0].predictive["burstiness"] == 3.0
+    peak = busy.groups[0].predictive["predictive_target"]
+    assert 12 <= peak < 20
+
+    def target_at(minutes: int, fn) -> int:
+        t = NOW + timedelta(minutes=minutes)
+        return decide(_at(t, 2.0, fn), spec(), busy.history, t).groups[0].serving_target
+
+    # the quiet demand alone would scale in by two (10 % of 20) to 18
+    assert target_at(25, clumps) == peak  # past the 10-minute window, inside 3x it: the burst's target holds
+    assert target_at(31, clumps) < peak  # past 3x the window
+    # at calm arrivals the same burst is forgotten after the configured 10 minutes
+    calm = decide(_at(NOW, 16.0), spec(), history(20), NOW)
+    t = NOW + timedelta(minutes=11)
+    gp = decide(_at(t, 2.0), spec(), calm.history, t).groups[0]
+    assert gp.predictive["burstiness"] == 1.0
+    assert gp.reason == ReasonCode.PREDICTIVE_SCALE_IN and gp.serving_target < peak
+
+
+def test_the_window_record_keeps_only_targets_no_later_one_reaches():
+    h = history(20)
+    for minute, rps in enumerate((16.0, 12.0, 14.0, 6.0)):
+        t = NOW + timedelta(minutes=minute)
+        h = decide(_at(t, rps), spec(), h, t).history
+    kept = [r.serving for r in h.groups[GROUP].forecast.targets]
+    assert kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)
+    assert len(kept) == 3  # the 12 req/s target is below the later 14 req/s one
+
+
+def test_the_scale_in_window_holds_the_rules_scale_in_too():
+    # nothing waits at all: the rules, their own window long covered, recommend scaling in throughout
+    p = spec(scale_in=[{"metric": "queue_waiting_per_instance", "below": 0.5, "for": "0s"}])
+    known = NOW - timedelta(minutes=30)
+
+    def idle(t, rps):
+        s = _at(t, rps)
+        for inst in s.groups[0].instances:
+            inst.metrics["queue_waiting"] = inst.metrics["queue_waiting"].model_copy(update={"value": 0.0})
+        return s
+
+    later = NOW + timedelta(minutes=2)
+    alone = decide(idle(later, 2.0), p, history(20, known_since=known), later).groups[0]
+    assert alone.serving_target < 20  # no burst in the window: the scale-in goes ahead
+    busy = decide(idle(NOW, 20.0), p, history(20, known_since=known), NOW)
+    peak = busy.groups[0].serving_target
+    assert peak > 20  # the demand needs more than the 20 serving
+    h = busy.history
+    h.groups[GROUP].last_target = 20  # the order is not served yet: the rules start from 20 again
+    gp = decide(idle(later, 2.0), p, h, later).groups[0]
+    assert gp.serving_target == 20
+    assert gp.reason == ReasonCode.PREDICTIVE_HOLD
+    assert "scale-in window" in gp.reasons[0].detail
