@@ -279,6 +279,14 @@ class DemandInputs(_Model):
     capacity_source: str = ""
     prompt_tokens: float | None = None  # the token mix the capacity is for
     output_tokens: float | None = None
+    recent_rps: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "the group's arrival rate over the last minute of readings (the agents' rates are over one scrape"
+            " period): what the demand now is sized on; None: this tick's sum of the instances' rates"
+        ),
+    )
     in_service: list[tuple[float, float]] = Field(
         default_factory=list,
         description=(

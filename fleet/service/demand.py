@@ -11,6 +11,7 @@ costs one small write a minute rather than a read of days of rows.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,9 @@ from policies.model import DemandSeries, GroupHistory, MetricSample
 
 STEP_S = 60.0
 MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
+# The demand the policy sizes for now: the mean of the readings of the last minute. The agents' rates are over
+# one scrape period (15 s), so one clump reads as four times its minute's rate in the period it lands in.
+RECENT_WINDOW_S = 60.0
 # Retention of ``demand_samples`` and ``forecasts``: the group's ``predictive.history`` (what the forecast
 # reads) plus a day (a restart, `fleet forecast` and the console's week view never miss a minute).
 RETENTION_MARGIN_S = 86400.0
@@ -125,6 +129,7 @@ class _GroupLog:
     open: _Minute | None = None
     mix: dict[datetime, tuple[float | None, float | None, float]] = field(default_factory=dict)
     cached: tuple[tuple[int, datetime, datetime], tuple[datetime | None, list[float | None]]] | None = None
+    readings: deque[tuple[datetime, float]] = field(default_factory=deque)  # the last RECENT_WINDOW_S
 
 
 class DemandLog:
@@ -145,6 +150,7 @@ class DemandLog:
         if log.open is None:
             log.open = _Minute(minute)
         log.open.rps.append(reading.rps)
+        log.readings.append((reading.at, reading.rps))
         if reading.prompt_tokens is not None:
             log.open.prompt.append(reading.prompt_tokens)
             log.prompt = reading.prompt_tokens
@@ -224,6 +230,15 @@ class DemandLog:
                 log.output = r.output_tokens if r.output_tokens is not None else log.output
             self._groups[group] = log
         return log
+
+    def recent(self, group: str, now: datetime) -> float | None:
+        """The mean of the readings of the last ``RECENT_WINDOW_S`` (None: no reading in it)."""
+        log = self._log(group, now)
+        start = now - timedelta(seconds=RECENT_WINDOW_S)
+        while log.readings and log.readings[0][0] <= start:
+            log.readings.popleft()
+        values = [rps for at, rps in log.readings if at <= now]
+        return sum(values) / len(values) if values else None
 
     def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:
         """The token mix of the last ``MIX_WINDOW_S`` (rate-weighted), so the capacity does not flicker."""

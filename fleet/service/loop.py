@@ -338,6 +338,7 @@ class Service:
                 capacity_source=cap.source,
                 prompt_tokens=cap.prompt_tokens,
                 output_tokens=cap.output_tokens,
+                recent_rps=self.demand.recent(spec.name, now),
                 in_service=list(self.capacity_table.in_service(spec, cap)),
             )
 

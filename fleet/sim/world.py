@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import operator
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -111,10 +110,11 @@ class SimInstance:
         self.completed = 0
         # How much faster (>1) or slower than the sizing engine this instance's engine runs (--model-error).
         self.model_speed = 1.0
-        # Arrivals since the last publish (count, prompt tokens, output tokens), and the last periods' totals:
-        # the node agent's demand metrics are over the metric window, as rate() over vLLM's counters would be.
+        # Arrivals since the last publish (count, prompt tokens, output tokens), and the last period's totals:
+        # the node agent's demand metrics are over one period, the difference of vLLM's counters between two
+        # scrapes (fleet.agent.vllm).
         self.arrived = [0, 0, 0]
-        self.demand: deque[tuple[int, int, int]] = deque()
+        self.demand: tuple[int, int, int] | None = None
 
     def speed(self) -> float:
         """The engine's speed: the slowest GPU's clock ratio (tensor-parallel ranks run in lock step)."""
@@ -409,24 +409,21 @@ class World:
         return custom, dash
 
     def demand_metrics(self, inst: SimInstance) -> dict[str, float]:
-        """The node agent's demand signals over the metric window: arrivals per second at this instance and,
+        """The node agent's demand signals over the last period, as it derives them from the difference of
+        vLLM's counters between two scrapes (``fleet.agent.vllm``): arrivals per second at this instance and,
         when any arrived, the mean prompt and output tokens per request (a mean of nothing is not sent)."""
-        periods = len(inst.demand)
-        if not periods:
+        if inst.demand is None:
             return {}
-        n = sum(d[0] for d in inst.demand)
-        out = {"vllm_request_rate": n / (periods * self.p.publish_period_s)}
+        n, prompt, output = inst.demand
+        out = {"vllm_request_rate": n / self.p.publish_period_s}
         if n:
-            out["vllm_prompt_tokens_per_request"] = sum(d[1] for d in inst.demand) / n
-            out["vllm_output_tokens_per_request"] = sum(d[2] for d in inst.demand) / n
+            out["vllm_prompt_tokens_per_request"] = prompt / n
+            out["vllm_output_tokens_per_request"] = output / n
         return out
 
     def _roll_demand(self, inst: SimInstance) -> None:
-        inst.demand.append((inst.arrived[0], inst.arrived[1], inst.arrived[2]))
+        inst.demand = (inst.arrived[0], inst.arrived[1], inst.arrived[2])
         inst.arrived = [0, 0, 0]
-        keep = max(1, round(self.p.metric_window_s / self.p.publish_period_s))
-        while len(inst.demand) > keep:
-            inst.demand.popleft()
 
     def publish(self) -> None:
         """Each instance's metrics for the last period, as the node agent and the ECS monitoring agent send

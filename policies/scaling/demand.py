@@ -242,6 +242,8 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     gh = inp.gh
     d = observed_demand(inp)
     dem = inp.group.demand
+    if d.complete and dem is not None and dem.recent_rps is not None:
+        d.rps = dem.recent_rps  # the last minute's mean: one scrape period's rate swings with every clump
     series = dem.history if dem else None
     horizon = inp.spec.horizon_s
     state = fc.judge(gh.forecast, inp.now, d.rps if d.complete else None)

@@ -9,6 +9,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +303,18 @@ def test_the_scale_in_window_holds_the_rules_scale_in_too():
     assert gp.serving_target == 20
     assert gp.reason == ReasonCode.PREDICTIVE_HOLD
     assert "scale-in window" in gp.reasons[0].detail
+
+
+def test_the_demand_now_is_the_last_minute_of_readings_when_every_instance_reports():
+    # a clump lands in this 15 s scrape period: the instances read 12 req/s, the last minute's mean is 4
+    s = snap(10, 12.0, days=0.5)
+    clump = decide(s, spec(), history(10), NOW).groups[0]
+    s.groups[0].demand = s.groups[0].demand.model_copy(update={"recent_rps": 4.0})
+    gp = decide(s, spec(), history(10), NOW).groups[0]
+    assert gp.predictive["demand_rps"] == 4.0
+    assert gp.predictive["predictive_target"] < clump.predictive["predictive_target"]
+    # with an instance silent the demand is partial: this tick's own sum stands, and nothing scales in
+    s.groups[0].instances[0].metrics.pop("request_rate")
+    partial = decide(s, spec(), history(10), NOW).groups[0]
+    assert partial.predictive["demand_complete"] is False
+    assert partial.predictive["demand_rps"] == pytest.approx(12.0 * 9 / 10)

@@ -61,6 +61,23 @@ def test_minutes_are_stored_and_a_new_log_resumes_from_the_store(tmp_path):
         store.close()
 
 
+def test_the_recent_demand_is_the_mean_of_the_last_minute_of_readings(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        log = DemandLog(store, {"chat": 86400})
+        assert log.recent("chat", NOW) is None  # no reading yet
+        # one clump of arrivals lands in one 15 s scrape period: 12 req/s there, 2 in the three around it
+        for k, rps in enumerate((2.0, 12.0, 2.0, 2.0, 2.0)):
+            log.record("chat", DemandReading(NOW + timedelta(seconds=15 * k), rps))
+        at = NOW + timedelta(seconds=45)
+        assert log.recent("chat", at) == (2.0 + 12.0 + 2.0 + 2.0) / 4  # readings at 0, 15, 30 and 45 s
+        at = NOW + timedelta(seconds=60)
+        assert log.recent("chat", at) == (12.0 + 2.0 + 2.0 + 2.0) / 4  # the reading at 0 s is a minute old
+        assert log.recent("chat", NOW + timedelta(minutes=5)) is None  # nothing within the last minute
+    finally:
+        store.close()
+
+
 def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
     try:

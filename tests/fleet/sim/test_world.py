@@ -223,13 +223,16 @@ def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
         parse_fault_spec(text)
 
 
-def test_instances_publish_the_demand_arriving_at_them_over_the_metric_window(factory):
+def test_instances_publish_the_demand_arriving_at_them_over_the_last_period(factory):
     states = {"i-a": "InService", "i-b": "InService"}
     # 4 req/s with prompts of 300 and outputs of 50 for the first 60 s: each instance gets about 2 req/s.
     world, cloud = make_world(factory, states, steady(4.0, 60.0, prompt=300, output=50))
     world.run_until(60.0)
     rates = [cloud.last("vllm_request_rate", i) for i in states]
     assert sum(rates) == pytest.approx(4.0, rel=0.05)
+    # the arrivals stop at 60 s: the next period's rate is 0 (a minute's window would still read 3 req/s)
+    world.run_until(75.0)
+    assert sum(cloud.last("vllm_request_rate", i) for i in states) == 0.0
     assert cloud.last("vllm_prompt_tokens_per_request", "i-a") == pytest.approx(300.0)
     assert cloud.last("vllm_output_tokens_per_request", "i-b") == pytest.approx(50.0)
 
@@ -239,7 +242,7 @@ def test_demand_rate_falls_to_zero_once_arrivals_stop_and_token_means_are_not_se
     world.run_until(30.0)
     assert cloud.last("vllm_request_rate", "i-a") > 1.0
     cloud.custom.clear()
-    world.run_until(120.0)  # a whole metric window without arrivals
+    world.run_until(120.0)  # whole periods without arrivals
     assert cloud.last("vllm_request_rate", "i-a") == 0.0
     sent = {n for n, _, _ in cloud.custom[-4:]}
     assert "vllm_prompt_tokens_per_request" not in sent
