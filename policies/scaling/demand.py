@@ -252,7 +252,6 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
     if model_rps:
         state = _correct(inp, state, d, model_rps)
-    gh.forecast = state
     burst = fc.burstiness(series, inp.now)
     cap = model_rps * state.correction if model_rps else None
     sig = DemandSignals(pred.mode, d, f, model_rps, cap, state.correction, state.speed, burst)
@@ -260,7 +259,7 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
-        sig.window_target = _window(inp, gh, sig.target, burst)
+        state, sig.window_target = _window(inp, state, sig.target, burst)
     else:
         what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(
@@ -271,24 +270,25 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
                 detail=f"{what} unknown: the forecast neither scales in nor out",
             )
         )
+    gh.forecast = state
     sig.inputs = _inputs(sig, gh)
     return sig
 
 
-def _window(inp: ScalingInputs, gh: GroupHistory, target: int, burst: float) -> int:
-    """Record this tick's target; the highest of the scale-in window (warm headroom outlives a burst). The
-    window is ``burst`` times the configured one: clumpy arrivals come back after longer lulls.
+def _window(inp: ScalingInputs, state: ForecastState, target: int, burst: float) -> tuple[ForecastState, int]:
+    """The state with this tick's target recorded, and the highest target of the scale-in window (warm
+    headroom outlives a burst). The window is ``burst`` times the configured one: clumpy arrivals come back
+    after longer lulls.
 
     The record keeps only targets that no later one equals or exceeds (a later target at least as high is
     in every window the earlier one is in), so it stays short however long the window.
     """
     window_s = inp.spec.stabilization.scale_in_window_s
     keep_from = inp.now - timedelta(seconds=window_s * fc.MAX_BURSTINESS)
-    kept = [r for r in gh.forecast.targets if r.at > keep_from and r.serving > target]
+    kept = [r for r in state.targets if r.at > keep_from and r.serving > target]
     kept.append(Recommendation(at=inp.now, serving=target))
-    gh.forecast = gh.forecast.model_copy(update={"targets": kept})
     start = inp.now - timedelta(seconds=window_s * burst)
-    return max(r.serving for r in kept if r.at > start)
+    return state.model_copy(update={"targets": kept}), max(r.serving for r in kept if r.at > start)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:

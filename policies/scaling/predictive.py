@@ -148,7 +148,7 @@ def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | 
         detail=f"the forecast over the horizon fits in {floor}; at most -{step} per decision",
         inputs={**_inputs(ctx, sig), "step": step},
     )
-    return Contribution(target=min(ctx.target, new) if ctx.target < hold else new, reason=reason)
+    return Contribution(target=min(ctx.target, new), reason=reason)  # the rules may go lower
 
 
 def _hold_reason(ctx: ScalingContext, sig: DemandSignals, why: str) -> Reason:
