@@ -142,6 +142,9 @@ class InstanceEngine:
         self._base_sum = 0  # sum of base over decoding seqs: their context is _base_sum + _n_dec * _d
         self._prefill_kv = 0  # KV tokens held by prefilling seqs
         self._affine: dict[int, tuple[float, float]] = {}
+        # When a list: each request's TTFT (s) is appended the moment its first token is sampled, as vLLM
+        # observes its time_to_first_token histogram then (not at the request's end); the owner drains it.
+        self.first_tokens: list[float] | None = None
 
     # ----------------------------------------------------------------------------------------- public API
     @property
@@ -479,6 +482,8 @@ class InstanceEngine:
             seq.generated += 1
             if seq.first_token < 0:
                 seq.first_token = self._now
+                if self.first_tokens is not None:
+                    self.first_tokens.append(self._now - seq.arrival)
             if seq.generated >= seq.output:
                 del self._running[seq.order]
                 self._finish(seq, done)

@@ -17,13 +17,36 @@ from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fleet.agent.vllm import histogram_quantile
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
-from sizing.stats import nearest_rank
+
+# vLLM's histogram bucket bounds (s) for the latencies the node agent turns into percentiles (vLLM V1,
+# ``vllm/v1/metrics/loggers.py``): the agent interpolates inside a bucket, so a P99 between 2.5 s and 5 s
+# reads wherever the bucket's counts put it, not the exact value.
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+    80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TPOT_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)  # fmt: skip
+# published name -> (the period's observations, buckets, quantile), as the node agent sends them
+_LATENCY_METRICS = (
+    ("vllm_ttft_p99_ms", "ttft", TTFT_BUCKETS_S, 0.99),
+    ("vllm_tpot_p99_ms", "tpot", TPOT_BUCKETS_S, 0.99),
+    ("vllm_e2e_p99_ms", "e2e", E2E_BUCKETS_S, 0.99),
+    ("vllm_e2e_p95_ms", "e2e", E2E_BUCKETS_S, 0.95),
+)
 
 # XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
 # reset-class
@@ -67,8 +90,7 @@ class WorldParams:
     cold_start_s: float = 180.0  # ordering to serving, from the group's spec
     queue_limit: int = 64  # waiting requests per instance beyond which the engine rejects (vLLM max waiting)
     gpus_per_instance: int = 1
-    publish_period_s: float = 15.0
-    metric_window_s: float = 60.0  # latency percentiles are over the last minute of finished requests
+    publish_period_s: float = 15.0  # the node agent's scrape period: its rates and percentiles are over one
     gpu_mem_reserved_pct: float = 88.0  # vLLM takes gpu_memory_utilization (0.90) of the card at start-up
     reboot_s: float = 60.0  # an ECS reboot, before the weights load again
     drain_timeout_s: float = 300.0  # the drain lifecycle hook's heartbeat timeout (terraform drain_timeout_s)
@@ -80,7 +102,7 @@ class WorldParams:
 
 
 class SimInstance:
-    """One GPU instance as the world sees it: lifecycle, engine, GPUs and the metric window."""
+    """One GPU instance as the world sees it: lifecycle, engine, GPUs and the period's latencies."""
 
     def __init__(
         self,
@@ -94,14 +116,18 @@ class SimInstance:
         self.appeared_s = appeared_s
         self.ready_s = ready_s
         self.removed_s: float | None = None
+        # Latencies observed this publish period (s), as vLLM's histograms count them: a TTFT when the first
+        # token is sampled (from the engine, where it reports them), TPOT and E2E when the request ends.
+        self.latency: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
         self.engine = engine
+        self.streams_ttft = False
+        self.attach(engine)
         self.gpus = gpus
         self.lifecycle = "Pending"  # the ESS lifecycle state last seen ("Rebooting" while ECS restarts it)
         self.hw_fault_xid: int | None = None  # a hardware XID: the GPU is unusable until reset
         self.last_xid = 0
         self.outstanding = 0
         self.inflight: dict[int, int] = {}  # request id -> output tokens
-        self.win: list[tuple[float, float, float, float]] = []  # (finish_s, ttft_ms, tpot_ms, e2e_ms)
         self.busy_s = 0.0  # engine busy time since the last publish
         self.engine_start_s = appeared_s
         self.drain_until_s = 0.0
@@ -115,6 +141,15 @@ class SimInstance:
         # scrapes (fleet.agent.vllm).
         self.arrived = [0, 0, 0]
         self.demand: tuple[int, int, int] | None = None
+
+    def attach(self, engine: ServingEngine) -> None:
+        """Serve with ``engine`` from now on, its first tokens reported as they come where it can."""
+        self.engine = engine
+        self.streams_ttft = hasattr(engine, "first_tokens")
+        if self.streams_ttft:
+            engine.first_tokens = []  # type: ignore[attr-defined]  # the sizing engine's optional report
+        for values in self.latency.values():
+            values.clear()
 
     def speed(self) -> float:
         """The engine's speed: the slowest GPU's clock ratio (tensor-parallel ranks run in lock step)."""
@@ -263,7 +298,7 @@ class World:
         """The instance's vLLM starts over (a reboot, or a stopped instance started again): what was still in
         flight is lost and the GPUs reset (clearing a hardware XID and the injected cooling fault)."""
         self._drop_inflight(inst)
-        inst.engine = self.engine_factory(self.now_s, self.p.queue_limit)
+        inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
         inst.engine_start_s = inst.last_advance_s = self.now_s
         inst.hw_fault_xid = None
         inst.last_xid = 0
@@ -350,6 +385,10 @@ class World:
                 eng.speed_factor = speed
             for done in eng.advance(step_end):
                 self._finished(inst, done)
+            if inst.streams_ttft:
+                firsts = eng.first_tokens  # type: ignore[attr-defined]
+                inst.latency["ttft"].extend(firsts)
+                firsts.clear()
             inst.busy_s += eng.busy_fraction * (step_end - max(inst.last_advance_s, inst.engine_start_s))
             inst.last_advance_s = step_end
 
@@ -368,7 +407,10 @@ class World:
         ttft_ms = done.ttft_s * 1000.0
         tpot_ms = done.tpot_s * 1000.0
         inst.completed += 1
-        inst.win.append((done.finish_s, ttft_ms, tpot_ms, done.e2e_s * 1000.0))
+        if not inst.streams_ttft:
+            inst.latency["ttft"].append(done.ttft_s)
+        inst.latency["tpot"].append(done.tpot_s)
+        inst.latency["e2e"].append(done.e2e_s)
         stats.ttfts_ms.append(ttft_ms)
         stats.completed += 1
         self.total_completed += 1
@@ -391,14 +433,7 @@ class World:
             "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
             **self.demand_metrics(inst),
         }
-        if inst.win:
-            ttfts = sorted(w[1] for w in inst.win)
-            tpots = sorted(w[2] for w in inst.win)
-            e2es = sorted(w[3] for w in inst.win)
-            custom["vllm_ttft_p99_ms"] = nearest_rank(ttfts, 99)
-            custom["vllm_tpot_p99_ms"] = nearest_rank(tpots, 99)
-            custom["vllm_e2e_p99_ms"] = nearest_rank(e2es, 99)
-            custom["vllm_e2e_p95_ms"] = nearest_rank(e2es, 95)
+        custom.update(self.latency_metrics(inst))
         dash = {
             "instance_gpu_gpu_usedutilization": 100.0 * inst.util,
             "instance_gpu_memory_usedutilization": self.p.gpu_mem_reserved_pct,
@@ -407,6 +442,22 @@ class World:
             / len(inst.gpus),
         }
         return custom, dash
+
+    def latency_metrics(self, inst: SimInstance) -> dict[str, float]:
+        """The node agent's percentiles over the last period: from vLLM's histogram buckets of the period's
+        observations, interpolated as the agent does (``fleet.agent.vllm.histogram_quantile``); a period
+        in which nothing was observed sends none."""
+        out: dict[str, float] = {}
+        for name, key, bounds, q in _LATENCY_METRICS:
+            values = sorted(inst.latency[key])
+            if not values:
+                continue
+            cumulative = {le: float(bisect_right(values, le)) for le in bounds}
+            cumulative[math.inf] = float(len(values))
+            value = histogram_quantile(q, cumulative)
+            if value is not None:
+                out[name] = value * 1000.0
+        return out
 
     def demand_metrics(self, inst: SimInstance) -> dict[str, float]:
         """The node agent's demand signals over the last period, as it derives them from the difference of
@@ -431,7 +482,6 @@ class World:
         now = self.now_s
         ts_ms = int(self.cloud.now().timestamp() * 1000)
         period = self.p.publish_period_s
-        cutoff = now - self.p.metric_window_s
         for inst in self.instances.values():
             inst.util = min(1.0, inst.busy_s / period) if inst.hw_fault_xid is None else 0.0
             inst.busy_s = 0.0
@@ -441,9 +491,9 @@ class World:
             if inst.lifecycle not in ("InService", "Standby") or now < inst.ready_s:
                 continue
             self._roll_demand(inst)  # from the first period vLLM is up: its counters start then
-            if inst.win and inst.win[0][0] < cutoff:
-                inst.win = [w for w in inst.win if w[0] >= cutoff]
             custom, dash = self.instance_metrics(inst)
+            for values in inst.latency.values():
+                values.clear()  # the next period's histograms start empty
             dims = {"instanceId": inst.instance_id}
             for name, value in custom.items():
                 self.cloud.put_custom_metric(name, dims, value, ts_ms)

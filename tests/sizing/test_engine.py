@@ -65,6 +65,21 @@ def test_closed_form_jumps_give_the_same_latencies_as_stepping_every_iteration(m
         assert x.ttft_s == pytest.approx(y.ttft_s, rel=1e-6, abs=1e-6)
 
 
+def test_first_tokens_are_reported_when_sampled_not_when_the_request_ends():
+    engine = InstanceEngine(_deployment())
+    engine.first_tokens = []
+    engine.submit("a", 0.0, 1000, 400)  # a long answer: it ends well after its first token
+    assert engine.advance(1.0) == []  # still decoding at 1 s
+    [ttft] = engine.first_tokens
+    [done] = engine.advance(1000.0)
+    assert ttft == pytest.approx(done.ttft_s) and done.finish_s > 1.0
+    assert engine.first_tokens == [ttft]  # one report per request, drained by the owner
+    quiet = InstanceEngine(_deployment())  # without a list nothing is kept
+    quiet.submit("b", 0.0, 1000, 10)
+    quiet.advance(100.0)
+    assert quiet.first_tokens is None
+
+
 def test_every_submitted_request_completes_exactly_once():
     engine = InstanceEngine(_deployment())
     n = _poisson_load(engine, 3.0, 300.0, seed=3)

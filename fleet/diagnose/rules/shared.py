@@ -32,7 +32,7 @@ SUSTAINED = 0.5  # share of an instance's samples a condition must hold in
 STALE_PERIODS = 4  # an agent silent for this many periods at the window's end has stopped
 DEFAULT_QUEUE_LIMIT = 64  # the simulator's and a typical gateway's max waiting per instance
 DEFAULT_SLO_TTFT_MS = 2000.0  # when the config names no TTFT SLO (the example fleet's SLO)
-LATENCY_WINDOW_S = 60.0  # the node agent's percentile window (its last minute of finished requests)
+LATENCY_WINDOW_S = 60.0  # the longest percentile window of a source: Prometheus' rate()[1m]
 
 # Signals the node agent always publishes while it and vLLM run (fleet/agent/sample.py).
 AGENT_METRICS = (pm.QUEUE_WAITING, pm.REQUESTS_RUNNING, pm.KV_CACHE_USAGE_PCT)

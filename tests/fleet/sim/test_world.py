@@ -248,6 +248,27 @@ def test_demand_rate_falls_to_zero_once_arrivals_stop_and_token_means_are_not_se
     assert "vllm_prompt_tokens_per_request" not in sent
 
 
+def test_latency_percentiles_are_the_agents_over_one_period_from_vllms_buckets(factory):
+    from fleet.agent.vllm import histogram_quantile
+    from fleet.sim.world import TTFT_BUCKETS_S
+
+    world, cloud = make_world(factory, {"i-a": "InService"}, [Request(1.0, 2000, 1500)])
+    world.run_until(15.0)
+    inst = world.instances["i-a"]
+    # the first token came within the period, the answer is still being written: vLLM counts the TTFT now
+    assert inst.completed == 0
+    [ttft_ms] = [v for n, _, v in cloud.custom if n == "vllm_ttft_p99_ms"]
+    assert "vllm_e2e_p99_ms" not in {n for n, _, _ in cloud.custom}
+    # one observation in its bucket: the agent interpolates to 99 % of the way through it, not the exact value
+    upper = next(b for b in TTFT_BUCKETS_S if b * 1000 >= ttft_ms)
+    lower = max((b for b in TTFT_BUCKETS_S if b < upper), default=0.0)
+    expected = histogram_quantile(0.99, {lower: 0.0, upper: 1.0, float("inf"): 1.0})
+    assert ttft_ms == pytest.approx(expected * 1000)
+    cloud.custom.clear()
+    world.run_until(30.0)  # nothing new got a first token: the next period sends no TTFT
+    assert "vllm_ttft_p99_ms" not in {n for n, _, _ in cloud.custom}
+
+
 def test_model_error_makes_each_instance_slower_or_faster_than_the_sizing_engine(factory):
     from fleet.sim.modelerror import ModelError
 
