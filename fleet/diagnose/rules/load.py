@@ -64,7 +64,7 @@ def _cold_start(st: _State) -> list[Finding]:
     ready_times = [r for _, _, r in loads if r is not None]
     still_loading = [i for i, _, r in loads if r is None]
     ready_by = w.end if still_loading else max(ready_times)
-    # Latency percentiles cover the agent's last minute of finished requests: wait for that to pass too.
+    # Latency percentiles cover up to a minute of requests (a source's window): wait for that to pass too.
     st.steady_from = ready_by + timedelta(seconds=2 * period + LATENCY_WINDOW_S)
     measured_cold = [(r - c).total_seconds() for _, c, r in loads if r is not None]
     measured_cold_s = _median(measured_cold)
