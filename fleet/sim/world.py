@@ -40,13 +40,12 @@ E2E_BUCKETS_S = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
     960.0, 1920.0, 7680.0,
 )  # fmt: skip
-# published name -> (the period's observations, buckets, quantile), as the node agent sends them
-_LATENCY_METRICS = (
-    ("vllm_ttft_p99_ms", "ttft", TTFT_BUCKETS_S, 0.99),
-    ("vllm_tpot_p99_ms", "tpot", TPOT_BUCKETS_S, 0.99),
-    ("vllm_e2e_p99_ms", "e2e", E2E_BUCKETS_S, 0.99),
-    ("vllm_e2e_p95_ms", "e2e", E2E_BUCKETS_S, 0.95),
-)
+# the period's observations -> (their buckets, the (published name, quantile) the node agent sends of them)
+_LATENCY_METRICS = {
+    "ttft": (TTFT_BUCKETS_S, (("vllm_ttft_p99_ms", 0.99),)),
+    "tpot": (TPOT_BUCKETS_S, (("vllm_tpot_p99_ms", 0.99),)),
+    "e2e": (E2E_BUCKETS_S, (("vllm_e2e_p99_ms", 0.99), ("vllm_e2e_p95_ms", 0.95))),
+}
 
 # XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
 # reset-class
@@ -119,8 +118,8 @@ class SimInstance:
         # Latencies observed this publish period (s), as vLLM's histograms count them: a TTFT when the first
         # token is sampled (from the engine, where it reports them), TPOT and E2E when the request ends.
         self.latency: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
-        self.engine = engine
-        self.streams_ttft = False
+        self.engine: ServingEngine
+        self.streams_ttft: bool  # the engine reports each TTFT as it is sampled (``attach``)
         self.attach(engine)
         self.gpus = gpus
         self.lifecycle = "Pending"  # the ESS lifecycle state last seen ("Rebooting" while ECS restarts it)
@@ -448,15 +447,16 @@ class World:
         observations, interpolated as the agent does (``fleet.agent.vllm.histogram_quantile``); a period
         in which nothing was observed sends none."""
         out: dict[str, float] = {}
-        for name, key, bounds, q in _LATENCY_METRICS:
+        for key, (bounds, sent) in _LATENCY_METRICS.items():
             values = sorted(inst.latency[key])
             if not values:
                 continue
             cumulative = {le: float(bisect_right(values, le)) for le in bounds}
             cumulative[math.inf] = float(len(values))
-            value = histogram_quantile(q, cumulative)
-            if value is not None:
-                out[name] = value * 1000.0
+            for name, q in sent:
+                value = histogram_quantile(q, cumulative)
+                if value is not None:
+                    out[name] = value * 1000.0
         return out
 
     def demand_metrics(self, inst: SimInstance) -> dict[str, float]:
