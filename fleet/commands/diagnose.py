@@ -84,8 +84,7 @@ def diagnose(
     period_s: int = typer.Option(15, "--period", help="Metric resolution in seconds (CloudMonitor period)."),
     json_out: bool = typer.Option(False, "--json", help="Print {findings: [...], groups: [...]} as JSON."),
 ) -> None:
-    """Diagnose high latency: queueing, KV cache, bandwidth, throttling, a bad node, cold start, fleet "
-    "size."""
+    """Diagnose high latency: queueing, KV cache, bandwidth, throttling, bad node, cold start, fleet size."""
     from fleet.diagnose.rules import diagnose as run_rules
 
     try:
