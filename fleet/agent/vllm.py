@@ -36,6 +36,20 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS_HIST = ("vllm:request_prompt_tokens",)
 OUTPUT_TOKENS_HIST = ("vllm:request_generation_tokens",)
 
+# vLLM's histogram bucket bounds (s) of the three latencies (vLLM V1, ``vllm/v1/metrics/loggers.py``): the
+# agent interpolates inside a bucket, so a P99 between 2.5 s and 5 s reads wherever the bucket's counts put
+# it, not the exact value. The simulator's agent and the tests' fake vLLM servers count in them.
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+    80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TPOT_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)  # fmt: skip
 QUANTILES = (0.50, 0.95, 0.99)
 SCRAPE_TIMEOUT_S = 2.0
 # vLLM's page is tens of KiB; anything far larger is not it, and must not eat the agent's memory.

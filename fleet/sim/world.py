@@ -22,24 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fleet.agent.vllm import histogram_quantile
+from fleet.agent.vllm import E2E_BUCKETS_S, TPOT_BUCKETS_S, TTFT_BUCKETS_S, histogram_quantile
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
 
-# vLLM's histogram bucket bounds (s) for the latencies the node agent turns into percentiles (vLLM V1,
-# ``vllm/v1/metrics/loggers.py``): the agent interpolates inside a bucket, so a P99 between 2.5 s and 5 s
-# reads wherever the bucket's counts put it, not the exact value.
-TTFT_BUCKETS_S = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-    80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BUCKETS_S = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-E2E_BUCKETS_S = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-    960.0, 1920.0, 7680.0,
-)  # fmt: skip
 # the period's observations -> (their buckets, the (published name, quantile) the node agent sends of them)
 _LATENCY_METRICS = {
     "ttft": (TTFT_BUCKETS_S, (("vllm_ttft_p99_ms", 0.99),)),

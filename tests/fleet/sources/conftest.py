@@ -28,16 +28,12 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
+from fleet.agent.vllm import E2E_BUCKETS_S, TPOT_BUCKETS_S, TTFT_BUCKETS_S
 from fleet.testing import FakeAliyunServer
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test-ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret-value"}
 PROMETHEUS_BIN = os.environ.get("FLEET_TEST_PROMETHEUS", "/usr/bin/prometheus")
-
-# vLLM's bucket bounds for its latency histograms (vllm/engine/metrics.py).
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 
 
 def free_port() -> int:
