@@ -306,6 +306,11 @@ def bench_autoscale(
     jobs: int = typer.Option(
         1, "--jobs", help="Simulations to run at once, one process each (up to the machine's cores)."
     ),
+    days: str | None = typer.Option(
+        None,
+        "--days",
+        help="With --sweep: only these days of each trace, e.g. 2-5,9 (0 is a trace's first day).",
+    ),
 ) -> None:
     """The autoscaling benchmark: each workload under ours, the four baselines and the oracle."""
     from fleet.sim.scenario import BENCH_WORKLOADS
@@ -322,8 +327,20 @@ def bench_autoscale(
         if only or only_policies:
             flag = "--workload" if only else "--policy"
             fail(f"{flag}: not with --sweep (the sweep runs ours, static-peak and the oracle on every day)")
-        _run_sweep(cfg, quick, json_out, jobs)
+        if days is not None and quick:
+            fail("--days: not with --quick (which runs days 0-1 of each trace)")
+        only_days = None
+        if days is not None:
+            from fleet.sim.sweep import parse_days
+
+            try:
+                only_days = parse_days(days)
+            except ValueError as exc:
+                fail(f"--days: {exc}")
+        _run_sweep(cfg, quick, json_out, jobs, only_days)
         return
+    if days is not None:
+        fail("--days: only with --sweep (the benchmark's workloads are named days)")
     names = [n for n, _, _ in BENCH_WORKLOADS]
     unknown = [w for w in only if w not in names]
     if unknown:
@@ -347,13 +364,13 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int) -> None:
+def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int, only_days: list[int] | None) -> None:
     from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
 
     days = 2 if quick else None
-    runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
+    runs = len(sweep_workloads(days, only_days=only_days)) * len(SWEEP_POLICIES)
     with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs, only_days=only_days)
     if json_out:
         print_json(out)
     else:

@@ -34,17 +34,39 @@ def trace_days(name: str) -> int:
 
 
 def sweep_workloads(
-    days: int | None = None, hours: float = 24.0, traces: Sequence[str] = SWEEP_TRACES
+    days: int | None = None,
+    hours: float = 24.0,
+    traces: Sequence[str] = SWEEP_TRACES,
+    only_days: Sequence[int] | None = None,
 ) -> list[tuple[str, str, float]]:
-    """(name, SPEC, hours) for every day of every trace, or the first ``days`` of each."""
+    """(name, SPEC, hours) for every day of every trace, the first ``days`` of each, or the days
+    ``only_days`` of each (those a trace does not hold are left out)."""
     out: list[tuple[str, str, float]] = []
     for trace in traces:
         n = trace_days(trace)
-        for day in range(n if days is None else min(n, days)):
+        chosen = range(n if days is None else min(n, days)) if only_days is None else sorted(set(only_days))
+        for day in (d for d in chosen if 0 <= d < n):
             out.append(
                 (f"servegen-{trace}-day{day}", f"servegen:{trace},day={day},peak={SWEEP_PEAK_RPS:g}", hours)
             )
     return out
+
+
+def parse_days(text: str, traces: Sequence[str] = SWEEP_TRACES) -> list[int]:
+    """``--days``: ``2-5,9`` -> [2, 3, 4, 5, 9], the days of each trace a sweep runs (0 is a trace's first
+    day); every day must be in all of ``traces``. A ValueError names what is wrong."""
+    last = min(trace_days(t) for t in traces) - 1
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        try:
+            first, end = int(lo), int(hi if sep else lo)
+        except ValueError:
+            raise ValueError(f"{part!r} is not a day or a range of days such as 2-5") from None
+        if not 0 <= first <= end <= last:
+            raise ValueError(f"{part!r}: days run from 0 to {last}, a range from low to high")
+        out.update(range(first, end + 1))
+    return sorted(out)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -90,13 +112,14 @@ def run_sweep(
     policies: Sequence[str] = SWEEP_POLICIES,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    only_days: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
     from fleet.sim.scenario import bench_autoscale
 
     results = bench_autoscale(
         config,
-        workloads=sweep_workloads(days, hours),
+        workloads=sweep_workloads(days, hours, only_days=only_days),
         policies=policies,
         progress=progress,
         model_error_pct=None,

@@ -221,6 +221,39 @@ def test_bench_and_sweep_refuse_bad_names(capsys):
 
 
 @needs_traces
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sweep", "servegen", "--days", "3-x"], "--days: '3-x' is not a day or a range of days"),
+        (["--sweep", "servegen", "--days", "2,14"], "--days: '14': days run from 0 to 13"),
+        (["--sweep", "servegen", "--days", "5-2"], "--days: '5-2': days run from 0 to 13, a range from low"),
+        (["--sweep", "servegen", "--days", "-1"], "--days: '-1' is not a day"),
+        (["--sweep", "servegen", "--quick", "--days", "2"], "--days: not with --quick"),
+        (["--days", "2"], "--days: only with --sweep"),
+    ],
+)
+def test_sweep_days_refuse_bad_input_in_one_line(capsys, args, message):
+    assert main(["bench", "autoscale", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@needs_traces
+def test_sweep_days_choose_the_same_days_of_every_trace():
+    from fleet.sim.sweep import SWEEP_TRACES, parse_days, sweep_workloads
+
+    assert parse_days("2-4, 9,3") == [2, 3, 4, 9]
+    names = [name for name, _, _ in sweep_workloads(only_days=parse_days("9,2"))]
+    assert names == [f"servegen-{t}-day{d}" for t in SWEEP_TRACES for d in (2, 9)]
+    specs = [spec for _, spec, _ in sweep_workloads(only_days=[13])]
+    assert specs == [f"servegen:{t},day=13,peak=15" for t in SWEEP_TRACES]
+    # the first N days, as --quick runs them, are unchanged
+    first_two = [f"servegen-{t}-day{d}" for t in SWEEP_TRACES for d in (0, 1)]
+    assert [n for n, _, _ in sweep_workloads(2)] == first_two
+
+
+@needs_traces
 def test_bench_in_worker_processes_gives_the_same_summaries_as_in_one(config):
     args = dict(workloads=[("w", "azure:conv,rate=0.2", 3 / 60)], policies=("static-peak", "oracle"))
     serial = bench_autoscale(config, model_error_pct=None, **args)
@@ -233,3 +266,19 @@ def test_bench_in_worker_processes_gives_the_same_summaries_as_in_one(config):
 def test_bench_jobs_are_bounded(capsys):
     assert main(["bench", "autoscale", "--jobs", "0"]) == 2
     assert "--jobs: must be between 1 and" in capsys.readouterr().err
+
+
+@needs_traces
+def test_sweep_days_reach_the_sweep_and_its_progress_count(monkeypatch, capsys):
+    import fleet.sim.sweep as sweep
+
+    seen = {}
+
+    def fake_run_sweep(cfg, *, days, progress, jobs, only_days):
+        seen.update(days=days, jobs=jobs, only_days=only_days)
+        return {"sweep": "servegen", "workloads": {}, "distribution": {}}
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    assert main(["bench", "autoscale", "--sweep", "servegen", "--days", "4,2-3", "--json"]) == 0
+    assert seen == {"days": None, "jobs": 1, "only_days": [2, 3, 4]}
+    assert json.loads(capsys.readouterr().out)["sweep"] == "servegen"
