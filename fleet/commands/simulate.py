@@ -329,15 +329,15 @@ def bench_autoscale(
             fail(f"{flag}: not with --sweep (the sweep runs ours, static-peak and the oracle on every day)")
         if days is not None and quick:
             fail("--days: not with --quick (which runs days 0-1 of each trace)")
-        only_days = None
+        chosen = [0, 1] if quick else None
         if days is not None:
             from fleet.sim.sweep import parse_days
 
             try:
-                only_days = parse_days(days)
+                chosen = parse_days(days)
             except ValueError as exc:
                 fail(f"--days: {exc}")
-        _run_sweep(cfg, quick, json_out, jobs, only_days)
+        _run_sweep(cfg, chosen, json_out, jobs)
         return
     if days is not None:
         fail("--days: only with --sweep (the benchmark's workloads are named days)")
@@ -364,13 +364,13 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, quick: bool, json_out: bool, jobs: int, only_days: list[int] | None) -> None:
+def _run_sweep(cfg: Any, days: list[int] | None, json_out: bool, jobs: int) -> None:
+    """The sweep over ``days`` of each trace (None: every day)."""
     from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
 
-    days = 2 if quick else None
-    runs = len(sweep_workloads(days, only_days=only_days)) * len(SWEEP_POLICIES)
+    runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
     with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs, only_days=only_days)
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
     if json_out:
         print_json(out)
     else:

@@ -9,6 +9,7 @@ GPU-hours to the oracle's and its SLO-violation minutes as median, 90th percenti
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -25,6 +26,7 @@ class Sweep(StrEnum):
     SERVEGEN = "servegen"
 
 
+@functools.cache
 def trace_days(name: str) -> int:
     """How many whole days the ServeGen trace ``name`` holds."""
     from fleet.sim.workload import SERVEGEN_NAMES, load_servegen, traces_dir
@@ -34,18 +36,14 @@ def trace_days(name: str) -> int:
 
 
 def sweep_workloads(
-    days: int | None = None,
-    hours: float = 24.0,
-    traces: Sequence[str] = SWEEP_TRACES,
-    only_days: Sequence[int] | None = None,
+    days: Sequence[int] | None = None, hours: float = 24.0, traces: Sequence[str] = SWEEP_TRACES
 ) -> list[tuple[str, str, float]]:
-    """(name, SPEC, hours) for every day of every trace, the first ``days`` of each, or the days
-    ``only_days`` of each (those a trace does not hold are left out)."""
+    """(name, SPEC, hours) for every day of every trace, or the days ``days`` of each (those a trace does not
+    hold are left out)."""
     out: list[tuple[str, str, float]] = []
     for trace in traces:
         n = trace_days(trace)
-        chosen = range(n if days is None else min(n, days)) if only_days is None else sorted(set(only_days))
-        for day in (d for d in chosen if 0 <= d < n):
+        for day in (d for d in (range(n) if days is None else sorted(set(days))) if 0 <= d < n):
             out.append(
                 (f"servegen-{trace}-day{day}", f"servegen:{trace},day={day},peak={SWEEP_PEAK_RPS:g}", hours)
             )
@@ -107,19 +105,18 @@ def distribution(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
 def run_sweep(
     config: Any,
     *,
-    days: int | None = None,
+    days: Sequence[int] | None = None,
     hours: float = 24.0,
     policies: Sequence[str] = SWEEP_POLICIES,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
-    only_days: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
     from fleet.sim.scenario import bench_autoscale
 
     results = bench_autoscale(
         config,
-        workloads=sweep_workloads(days, hours, only_days=only_days),
+        workloads=sweep_workloads(days, hours),
         policies=policies,
         progress=progress,
         model_error_pct=None,

@@ -244,13 +244,13 @@ def test_sweep_days_choose_the_same_days_of_every_trace():
     from fleet.sim.sweep import SWEEP_TRACES, parse_days, sweep_workloads
 
     assert parse_days("2-4, 9,3") == [2, 3, 4, 9]
-    names = [name for name, _, _ in sweep_workloads(only_days=parse_days("9,2"))]
+    names = [name for name, _, _ in sweep_workloads(parse_days("9,2"))]
     assert names == [f"servegen-{t}-day{d}" for t in SWEEP_TRACES for d in (2, 9)]
-    specs = [spec for _, spec, _ in sweep_workloads(only_days=[13])]
+    specs = [spec for _, spec, _ in sweep_workloads([13])]
     assert specs == [f"servegen:{t},day=13,peak=15" for t in SWEEP_TRACES]
     # the first N days, as --quick runs them, are unchanged
     first_two = [f"servegen-{t}-day{d}" for t in SWEEP_TRACES for d in (0, 1)]
-    assert [n for n, _, _ in sweep_workloads(2)] == first_two
+    assert [n for n, _, _ in sweep_workloads([0, 1])] == first_two
 
 
 @needs_traces
@@ -274,11 +274,11 @@ def test_sweep_days_reach_the_sweep_and_its_progress_count(monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run_sweep(cfg, *, days, progress, jobs, only_days):
-        seen.update(days=days, jobs=jobs, only_days=only_days)
+    def fake_run_sweep(cfg, *, days, progress, jobs):
+        seen.update(days=days, jobs=jobs)
         return {"sweep": "servegen", "workloads": {}, "distribution": {}}
 
     monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
     assert main(["bench", "autoscale", "--sweep", "servegen", "--days", "4,2-3", "--json"]) == 0
-    assert seen == {"days": None, "jobs": 1, "only_days": [2, 3, 4]}
+    assert seen == {"days": [2, 3, 4], "jobs": 1}
     assert json.loads(capsys.readouterr().out)["sweep"] == "servegen"
