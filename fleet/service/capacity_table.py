@@ -65,19 +65,23 @@ class CapacityTable:
     def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
         pred = spec.predictive
         p_mean = max(1.0, prompt_tokens or DEFAULT_PROMPT_TOKENS)
-        p, o = bucket(p_mean), bucket(output_tokens or DEFAULT_OUTPUT_TOKENS)
+        o_mean = max(1.0, output_tokens or DEFAULT_OUTPUT_TOKENS)
         if pred.capacity_rps is not None:
-            return Capacity(pred.capacity_rps, "measured (predictive.capacity_rps)", p, o)
+            return Capacity(
+                pred.capacity_rps, "measured (predictive.capacity_rps)", bucket(p_mean), bucket(o_mean)
+            )
         if not (pred.model and pred.instance_type):
-            return Capacity(None, "no model and instance_type", p, o)
-        # capacity falls steeply with the prompt length near the TTFT SLO: interpolate (log-linear) between
-        # the two prompt buckets around the mean instead of jumping from one bucket to the next
-        lo_p, hi_p, frac = _around(p_mean)
-        rps = _between(self._rps(spec, lo_p, o), self._rps(spec, hi_p, o), frac)
-        source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o:.0f} tokens"
+            return Capacity(None, "no model and instance_type", bucket(p_mean), bucket(o_mean))
+        # capacity falls steeply with the prompt length near the TTFT SLO, and by a tenth from one output
+        # bucket to the next: interpolate (log-linear in both) between the buckets around the mean instead of
+        # jumping from one bucket to the next. A mean that sits on a bucket's edge (ServeGen's outputs hover
+        # around 218 tokens, the edge of 203 and 234) otherwise flips the capacity by 10 % from one minute to
+        # the next, and the scale-in window holds the highest target that flicker gives.
+        rps = _interpolated(lambda p, o: self._rps(spec, p, o), p_mean, o_mean)
+        source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o_mean:.0f} tokens"
         if rps <= 0:
-            return Capacity(None, source + ": misses the SLO", p_mean, o)
-        return Capacity(rps, source, p_mean, o)
+            return Capacity(None, source + ": misses the SLO", p_mean, o_mean)
+        return Capacity(rps, source, p_mean, o_mean)
 
     def in_service(self, spec: GroupSpec, cap: Capacity) -> tuple[tuple[float, float], ...]:
         """(requests/s per instance, mean seconds a request is in service) at ``IN_SERVICE_LOADS`` of the
@@ -85,14 +89,19 @@ class CapacityTable:
         pred = spec.predictive
         if cap.rps is None or pred.capacity_rps is not None or not (pred.model and pred.instance_type):
             return ()
-        lo_p, hi_p, frac = _around(cap.prompt_tokens)
-        lo, hi = self._curve(spec, lo_p, cap.output_tokens), self._curve(spec, hi_p, cap.output_tokens)
-        if len(lo) != len(hi):
-            return lo or hi
-        return tuple(
-            (_between(r0, r1, frac), _between(w0, w1, frac))
-            for (r0, w0), (r1, w1) in zip(lo, hi, strict=True)
-        )
+        curves = {
+            (p, o): self._curve(spec, p, o)
+            for p in _around(cap.prompt_tokens)[:2]
+            for o in _around(cap.output_tokens)[:2]
+        }
+        if len({len(c) for c in curves.values()}) != 1:
+            return next((c for c in curves.values() if c), ())  # a corner misses the SLO: no blend
+        rows = len(next(iter(curves.values())))
+
+        def blended(row: int, col: int) -> float:
+            return _interpolated(lambda p, o: curves[(p, o)][row][col], cap.prompt_tokens, cap.output_tokens)
+
+        return tuple((blended(row, 0), blended(row, 1)) for row in range(rows))
 
     def _key(self, spec: GroupSpec, p: float, o: float) -> tuple[object, ...]:
         pred = spec.predictive
@@ -173,6 +182,17 @@ def _around(prompt_tokens: float) -> tuple[float, float, float]:
     """The prompt buckets either side of a mean and the mean's place between them (0 at the lower)."""
     k = math.log(max(prompt_tokens, 1.0)) / math.log(MIX_STEP)
     return float(MIX_STEP ** math.floor(k)), float(MIX_STEP ** math.ceil(k)), k - math.floor(k)
+
+
+def _interpolated(
+    value: Callable[[float, float], float], prompt_tokens: float, output_tokens: float
+) -> float:
+    """``value`` at a (prompt, output) mean, log-linear between the four bucket corners around it."""
+    lo_p, hi_p, fp = _around(prompt_tokens)
+    lo_o, hi_o, fo = _around(output_tokens)
+    at_lo_o = _between(value(lo_p, lo_o), value(hi_p, lo_o), fp)
+    at_hi_o = _between(value(lo_p, hi_o), value(hi_p, hi_o), fp)
+    return _between(at_lo_o, at_hi_o, fo)
 
 
 def _between(lo: float, hi: float, frac: float) -> float:

@@ -91,3 +91,21 @@ def test_a_measured_capacity_has_no_engine_to_compare_with():
 
     table, spec = CapacityTable(), _spec(capacity_rps=2.0)
     assert table.in_service(spec, table.lookup(spec, 1150, 250)) == ()
+
+
+def test_the_capacity_is_continuous_across_a_buckets_edge_in_both_token_counts(monkeypatch):
+    from fleet.service.capacity_table import MIX_STEP, CapacityTable, bucket
+
+    def smooth(p: float, o: float) -> float:  # falls with both token counts, like the engine's
+        return 1000.0 / (p + 5.0 * o)
+
+    monkeypatch.setattr(CapacityTable, "_tabulate", lambda self, spec, p, o: smooth(p, o))
+    table, spec = CapacityTable(), _spec()
+    for p, o in ((1150.0, MIX_STEP**38.5), (MIX_STEP**50.5, 215.0)):  # on the edge between two buckets
+        below = table.lookup(spec, p * 0.997 if o == 215.0 else p, o if o == 215.0 else o * 0.997).rps
+        above = table.lookup(spec, p * 1.003 if o == 215.0 else p, o if o == 215.0 else o * 1.003).rps
+        assert below is not None and above is not None
+        assert above == pytest.approx(below, rel=0.01)  # the bucket's step would be 3-7 %
+        assert above == pytest.approx(smooth(p, o), rel=0.02)
+    centre = bucket(200.0)
+    assert table.lookup(spec, bucket(1150.0), centre).rps == pytest.approx(smooth(bucket(1150.0), centre))
