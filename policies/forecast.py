@@ -26,6 +26,7 @@ from policies.model import DemandSeries, ForecastState, PendingForecast
 DAY_S = 86400.0
 WEEK_S = 7 * DAY_S
 LEVEL_WINDOW_S = 600.0  # the recent level: the last 10 minutes
+HOURLY_LEVEL_WINDOW_S = 3600.0  # today's level against then, for whole coming hours: the last hour
 SEASON_WINDOW_S = 900.0  # yesterday's value at a time: the mean of the 15 minutes around it
 SEASONAL_WEIGHT = 0.75  # the seasonal predictor's share when it has data; the rest is level and trend
 WEEK_SHARE = 0.35  # of the seasonal part, when both yesterday and last week are known
@@ -270,7 +271,7 @@ def hourly(
         return []
     idx = _Index(series)
     now_s = now.timestamp()
-    level, _ = _level_trend(idx, now_s)
+    level = _hour_level(idx, now_s)
     upper_k, lower_k = error_bands(state)
     first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     out: list[HourForecast] = []
@@ -290,6 +291,16 @@ def hourly(
     return out
 
 
+def _hour_level(idx: _Index, now_s: float) -> float | None:
+    """Today's level for the hourly forecast: the mean of the last hour (None with under ``MIN_LEVEL_BUCKETS``
+    known minutes in it). An hour, not the 10 minutes the horizon's forecast uses: the ratio scales every
+    coming hour, and a 10-minute mean swings with each clump, which moved every learned floor (and rewrote
+    its ESS task) several times an hour."""
+    if _known(idx, now_s - HOURLY_LEVEL_WINDOW_S, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
+        return None
+    return idx.mean(now_s - HOURLY_LEVEL_WINDOW_S, now_s + idx.step_s)
+
+
 def _hour_then(
     idx: _Index, t0_s: float, then_now_s: float, level: float | None
 ) -> tuple[float, float] | None:
@@ -299,7 +310,7 @@ def _hour_then(
     if len(known) < 6:
         return None
     ratio = 1.0
-    then_level = idx.mean(then_now_s - LEVEL_WINDOW_S, then_now_s)
+    then_level = idx.mean(then_now_s - HOURLY_LEVEL_WINDOW_S, then_now_s)
     if level is not None and then_level is not None and then_level > 1e-6:
         ratio = min(RATIO_CLIP[1], max(RATIO_CLIP[0], level / then_level))
     mean = sum(known) / len(known) * ratio

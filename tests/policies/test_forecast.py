@@ -6,6 +6,8 @@ import math
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from policies import forecast as fc
 from policies.model import DemandSeries, ForecastState
 
@@ -104,3 +106,23 @@ def test_hourly_needs_a_day_and_its_lower_quantile_stays_under_the_mean():
     for h in hours:
         assert h.lower_rps <= h.mean_rps <= h.upper_rps
     assert hours[0].mean_rps > 8.0  # 07:00-08:00 is at the top of yesterday's ramp
+
+
+def _today_times(s: DemandSeries, minutes: int, factor: float) -> DemandSeries:
+    """``s`` with its last ``minutes`` (today's, not yesterday's) at ``factor`` times their rate."""
+    rps = [v for v in s.rps]
+    rps[-minutes:] = [None if v is None else v * factor for v in rps[-minutes:]]
+    return DemandSeries(start=s.start, step_s=s.step_s, rps=rps)
+
+
+def test_the_hourly_forecast_scales_by_the_last_hour_not_a_ten_minute_clump():
+    base = fc.hourly(series(2), NOW, 6, ForecastState())
+    # the last 10 minutes ran at twice yesterday's rate: a clump, not a busier day
+    hours = fc.hourly(_today_times(series(2), 10, 2.0), NOW, 6, ForecastState())
+    ratio = hours[0].mean_rps / base[0].mean_rps
+    assert 1.1 < ratio < 1.25  # the last hour's mean is a sixth higher, not twice
+    # a whole hour at 1.5x is a busier day, and every coming hour follows it
+    busier = fc.hourly(_today_times(series(2), 60, 1.5), NOW, 6, ForecastState())
+    assert all(
+        b.mean_rps == pytest.approx(1.5 * a.mean_rps, rel=0.02) for a, b in zip(base, busier, strict=True)
+    )
