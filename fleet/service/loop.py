@@ -42,7 +42,7 @@ from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
-from fleet.service.schedules import LearnedFloor, TaskChange, sync_group
+from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, learned_enabled, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
@@ -161,6 +161,7 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: datetime | None = None
+        self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
         # the (shard lease, epoch) pairs whose interrupted writes were settled
         self._reconciled: set[tuple[str, int]] = set()
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
@@ -578,11 +579,15 @@ class Service:
         for spec in self.specs if specs is None else specs:
             g = observation.groups.get(spec.name)
             learned = self._learned_floors(spec, now)
-            if g is None or not g.ok or g.group is None or not (spec.schedules or learned is not None):
+            # a group with nothing to mirror is still synced once per process: an older config's tasks go
+            mirrors = spec.schedules or learned_enabled(spec) or self._last_schedule_sync is None
+            if g is None or not g.ok or g.group is None or not mirrors:
                 complete = complete and (g is not None and g.ok)
                 continue
             if not self.dry_run and not fence():
                 return changes
+            last = self._learned_refreshed.get(spec.name)
+            refresh_far = last is None or (now - last).total_seconds() >= LEARNED_REFRESH_S
             try:
                 group_changes = sync_group(
                     self.clients_for(scope_of(spec)).ess,
@@ -591,6 +596,7 @@ class Service:
                     now,
                     dry_run=self.dry_run,
                     learned=learned,
+                    refresh_far=refresh_far,
                 )
             except CloudError as exc:
                 self._count_error(exc)
@@ -623,6 +629,8 @@ class Service:
                     )
                 )
             changes.extend(group_changes)
+            if refresh_far and learned is not None:
+                self._learned_refreshed[spec.name] = now
         if complete:
             self._last_schedule_sync = now
         return changes

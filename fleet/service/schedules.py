@@ -36,6 +36,11 @@ TASK_PREFIX = "fleet-"
 # ESS allows a LaunchTime at most 90 days ahead; a recurrence end is refreshed well before it is reached.
 RECURRENCE_SPAN = timedelta(days=300)
 RECURRENCE_REFRESH = timedelta(days=30)
+# A learned floor's task is kept exact only while it is the next to fire (within the hour); the later ones
+# are rewritten once an hour, and then only when their floor moved by more than LEARNED_DEADBAND.
+LEARNED_EXACT_WITHIN_S = 3600.0
+LEARNED_REFRESH_S = 3600.0
+LEARNED_DEADBAND = 1
 
 
 def task_prefix(group: str) -> str:
@@ -154,6 +159,31 @@ def desired_tasks(
     return tasks, skipped
 
 
+def learned_enabled(spec: GroupSpec) -> bool:
+    """Whether the group's learned floors are mirrored as ESS tasks (predictive ``on``, learned floors)."""
+    return spec.predictive.mode == "on" and spec.predictive.learned_floors
+
+
+def _learned(name: str, group: str) -> bool:
+    return name.startswith(f"{task_prefix(group)}learned-")
+
+
+def _left_as_is(have: ScheduledTask, want: DesiredTask, now: datetime, refresh_far: bool) -> bool:
+    """Whether a learned task whose floor alone changed is left as it is: one that fires later than
+    ``LEARNED_EXACT_WITHIN_S`` is rewritten only when ``refresh_far`` (once per ``LEARNED_REFRESH_S``), and
+    then only when its floor moved by more than ``LEARNED_DEADBAND``. The floor is the ceiling of continuous
+    quantities (the forecast's lower quantile, today's level against then, the capacity at the token mix),
+    so it flips at every boundary: rewriting each flip cost an ESS write and an audit record, about 120 an
+    hour on a simulated day, for tasks that fire up to a day later and are recomputed before they do."""
+    if (want.launch_time - now).total_seconds() <= LEARNED_EXACT_WITHIN_S:
+        return False
+    if not refresh_far:
+        return True
+    if have.min_value is None or want.min_value is None:
+        return False
+    return abs(have.min_value - want.min_value) <= LEARNED_DEADBAND
+
+
 def _differs(have: ScheduledTask, want: DesiredTask, now: datetime) -> list[str]:
     diffs = []
     if have.recurrence_type != "Weekly" or (have.recurrence_value or "") != want.recurrence_value:
@@ -176,15 +206,21 @@ def plan_sync(
     existing: list[ScheduledTask],
     now: datetime,
     learned: list[LearnedFloor] | None = None,
+    refresh_far: bool = True,
 ) -> tuple[list[TaskChange], list[DesiredTask]]:
     """What to change so that the owned tasks match the config (pure: tested without a cloud).
 
-    ``learned`` None leaves the learned-floor tasks as they are (no forecast this time: keep the last ones).
+    Learned-floor tasks, while the group's learned floors are on: ``learned`` None (no forecast this time)
+    leaves them all as they are, and an hour missing from ``learned`` (its day-ago hour not yet seen) keeps
+    its task; a changed floor is rewritten at once only on the next task to fire, the others when
+    ``refresh_far`` and by more than ``LEARNED_DEADBAND`` (``_left_as_is``). With learned floors off they are
+    deleted like any task the config dropped.
     """
     want, skipped = desired_tasks(spec, now, learned)
     mine = {t.name: t for t in existing if owned(t.name, spec.name)}
-    if learned is None:
-        mine = {k: v for k, v in mine.items() if not k.startswith(f"{task_prefix(spec.name)}learned-")}
+    if learned_enabled(spec):
+        wanted = {t.name for t in want}
+        mine = {k: v for k, v in mine.items() if not _learned(k, spec.name) or k in wanted}
     changes: list[TaskChange] = [
         TaskChange(spec.name, "skip", name, "cron windows are not mirrored as ESS tasks") for name in skipped
     ]
@@ -194,10 +230,12 @@ def plan_sync(
             changes.append(
                 TaskChange(spec.name, "create", task.name, f"weekly {task.recurrence_value} {task.hhmm}Z")
             )
-        else:
-            diffs = _differs(have, task, now)
-            if diffs:
-                changes.append(TaskChange(spec.name, "modify", task.name, ",".join(diffs), have.task_id))
+            continue
+        diffs = _differs(have, task, now)
+        if diffs == ["min"] and _learned(task.name, spec.name) and _left_as_is(have, task, now, refresh_far):
+            continue
+        if diffs:
+            changes.append(TaskChange(spec.name, "modify", task.name, ",".join(diffs), have.task_id))
     for name, have in sorted(mine.items()):
         changes.append(TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id))
     return changes, want
@@ -210,10 +248,11 @@ def sync_group(
     now: datetime,
     dry_run: bool = False,
     learned: list[LearnedFloor] | None = None,
+    refresh_far: bool = True,
 ) -> list[TaskChange]:
     """Read the group's tasks and apply ``plan_sync``; returns the changes (made, or that would be made)."""
     existing = ess.describe_scheduled_tasks(group_id)
-    changes, want = plan_sync(spec, existing, now, learned)
+    changes, want = plan_sync(spec, existing, now, learned, refresh_far)
     by_name = {t.name: t for t in want}
     end = now + RECURRENCE_SPAN
     applied: list[TaskChange] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from fleet.cloud.types import ScheduledTask
 from fleet.service.schedules import desired_tasks, owned, plan_sync
 from policies.spec import GroupSpec
@@ -165,14 +167,98 @@ def test_learned_floors_become_daily_tasks_at_the_hour_less_the_cold_start():
     assert owned(first.name, "chat")
 
 
-def test_without_a_forecast_the_learned_tasks_are_kept_and_with_one_stale_ones_go():
+def _learning(**kw):
+    return _spec(predictive={"mode": "on", "capacity_rps": 1.0}, **kw)
+
+
+def _learned_task(hour: int, floor: int, **kw):
+    return _task(
+        f"fleet-chat-learned-{hour:02d}00-start", recurrence_value="0,1,2,3,4,5,6", min_value=floor, **kw
+    )
+
+
+def test_without_a_forecast_or_for_an_hour_it_lacks_the_learned_tasks_are_kept():
     from datetime import timedelta
 
     from fleet.service.schedules import LearnedFloor
 
-    old = _task("fleet-chat-learned-0500-start", recurrence_value="0,1,2,3,4,5,6", min_value=3)
-    kept, _ = plan_sync(_spec(), [old], NOW, learned=None)
+    old = _learned_task(5, 3)
+    kept, _ = plan_sync(_learning(), [old], NOW, learned=None)
     assert all(c.name != old.name for c in kept)
-    replaced, _ = plan_sync(_spec(), [old], NOW, learned=[LearnedFloor(NOW + timedelta(hours=1), 4)])
-    ops = {(c.op, c.name) for c in replaced}
-    assert ("delete", old.name) in ops and ("create", "fleet-chat-learned-0100-start") in ops
+    # the forecast has the coming hour but not 05:00 (its day-ago hour not seen yet): 05:00 keeps its floor
+    partial, _ = plan_sync(_learning(), [old], NOW, learned=[LearnedFloor(NOW + timedelta(hours=1), 4)])
+    ops = {(c.op, c.name) for c in partial if "learned" in c.name}
+    assert ops == {("create", "fleet-chat-learned-0100-start")}
+
+
+@pytest.mark.parametrize(
+    "predictive", [{"mode": "off"}, {"mode": "on", "capacity_rps": 1.0, "learned_floors": False}]
+)
+def test_with_learned_floors_off_their_tasks_are_deleted(predictive):
+    old = _learned_task(5, 3)
+    changes, want = plan_sync(_spec(predictive=predictive), [old], NOW, learned=None)
+    assert ("delete", old.name) in {(c.op, c.name) for c in changes}
+    assert not any("learned" in t.name for t in want)
+
+
+def _floor_change(hour: int, have: int, want: int, refresh_far: bool = True):
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor
+
+    launch = (NOW + timedelta(hours=hour) - timedelta(seconds=180)).replace(second=0)
+    old = _learned_task(hour, have, launch_time=launch)
+    changes, _ = plan_sync(
+        _learning(),
+        [old],
+        NOW,
+        learned=[LearnedFloor(NOW + timedelta(hours=hour), want)],
+        refresh_far=refresh_far,
+    )
+    return [(c.op, c.detail) for c in changes if c.name == old.name]
+
+
+def test_the_next_learned_task_to_fire_follows_its_floor_exactly():
+    assert _floor_change(1, 6, 7) == [("modify", "min")]
+    assert _floor_change(1, 6, 5, refresh_far=False) == [("modify", "min")]
+
+
+def test_a_later_learned_task_moves_only_at_the_hourly_refresh_and_by_more_than_the_deadband():
+    from fleet.service.schedules import LEARNED_DEADBAND
+
+    assert _floor_change(5, 6, 6 + LEARNED_DEADBAND) == []  # a flip at a ceiling's boundary
+    assert _floor_change(5, 6, 6 - LEARNED_DEADBAND) == []
+    assert _floor_change(5, 6, 7 + LEARNED_DEADBAND) == [("modify", "min")]
+    assert _floor_change(5, 6, 2, refresh_far=False) == []  # between refreshes: left for the next one
+
+
+def test_a_group_with_nothing_to_mirror_loses_an_older_configs_tasks_at_the_first_sync(fake_world):
+    cloud, svc, gid = fake_world(
+        """\
+        min_size: 1
+        max_size: 20
+        scale_out:
+          - {metric: queue_waiting_per_instance, above: 2, for: 30s}
+        """
+    )
+    launch_s = cloud.now().timestamp() + 3600
+    for name in ("fleet-chat-learned-0500-start", "fleet-chat-biz-start", "team-nightly"):
+        cloud.ess.create_scheduled_task(
+            region_id="cn-chengdu",
+            name=name,
+            launch_s=launch_s,
+            group_id=gid,
+            scheduled_action=None,
+            min_value=3,
+            max_value=None,
+            desired_capacity=None,
+            recurrence_type="Weekly",
+            recurrence_value="0,1,2,3,4,5,6",
+            recurrence_end_s=None,
+            launch_expiration_s=None,
+            enabled=True,
+            description="",
+        )
+    svc.tick(cloud.now())
+    # neither schedules nor learned floors here now: the service's own tasks go, a team's own task stays
+    assert {t.name for t in cloud.ess.scheduled_tasks.values()} == {"team-nightly"}
