@@ -1,8 +1,9 @@
 """The capacity table: requests/s one instance of a group serves within its SLOs, per token mix.
 
 The sizing engine (``sizing.capacity``, the same model ``fleet size`` uses: model, instance type, TP, vLLM
-settings) is run once per mix and cached; mixes are bucketed geometrically (``MIX_STEP``) so that the table
-is tabulated once per mix, not once per tick. A group with ``predictive.capacity_rps`` uses that measured
+settings) is run once per mix bucket and cached; mixes are bucketed geometrically (``MIX_STEP``) in prompt
+and output tokens, so the table is tabulated once per bucket, not once per tick, and a mean is interpolated
+between the four buckets around it. A group with ``predictive.capacity_rps`` uses that measured
 value instead. The policy gets the value for the observed mix in ``GroupSnapshot.demand``; the online
 correction of it lives in the policy (``policies.scaling.demand``).
 
