@@ -579,8 +579,7 @@ class Service:
         for spec in self.specs if specs is None else specs:
             g = observation.groups.get(spec.name)
             learned = self._learned_floors(spec, now)
-            # a group with nothing to mirror is still synced once per process: an older config's tasks go
-            mirrors = spec.schedules or learned_enabled(spec) or self._last_schedule_sync is None
+            mirrors = spec.schedules or learned_enabled(spec) or self._mirrored_before(spec.name)
             if g is None or not g.ok or g.group is None or not mirrors:
                 complete = complete and (g is not None and g.ok)
                 continue
@@ -634,6 +633,14 @@ class Service:
         if complete:
             self._last_schedule_sync = now
         return changes
+
+    def _mirrored_before(self, group: str) -> bool:
+        """At the first sync only: whether this service ever wrote the group's scheduled tasks (its store
+        says so), so that a group whose config no longer mirrors anything is synced once and an older
+        config's ``fleet-<group>-`` tasks are deleted. Groups that never had any cost no cloud read."""
+        if self._last_schedule_sync is not None:
+            return False
+        return bool(self.store.decisions(group=group, kind="schedule", limit=1))
 
     def _learned_floors(self, spec: GroupSpec, now: datetime) -> list[LearnedFloor] | None:
         """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""

@@ -232,15 +232,16 @@ def test_a_later_learned_task_moves_only_at_the_hourly_refresh_and_by_more_than_
     assert _floor_change(5, 6, 2, refresh_far=False) == []  # between refreshes: left for the next one
 
 
-def test_a_group_with_nothing_to_mirror_loses_an_older_configs_tasks_at_the_first_sync(fake_world):
-    cloud, svc, gid = fake_world(
-        """\
-        min_size: 1
-        max_size: 20
-        scale_out:
-          - {metric: queue_waiting_per_instance, above: 2, for: 30s}
-        """
-    )
+SCALE_ONLY = """\
+min_size: 1
+max_size: 20
+scale_out:
+  - {metric: queue_waiting_per_instance, above: 2, for: 30s}
+"""
+
+
+def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_at_the_first_sync(fake_world):
+    cloud, svc, gid = fake_world(SCALE_ONLY)
     launch_s = cloud.now().timestamp() + 3600
     for name in ("fleet-chat-learned-0500-start", "fleet-chat-biz-start", "team-nightly"):
         cloud.ess.create_scheduled_task(
@@ -259,6 +260,28 @@ def test_a_group_with_nothing_to_mirror_loses_an_older_configs_tasks_at_the_firs
             enabled=True,
             description="",
         )
+    names = {"fleet-chat-learned-0500-start", "fleet-chat-biz-start", "team-nightly"}
     svc.tick(cloud.now())
+    # no record that this service ever mirrored the group's tasks: they are not read, let alone deleted
+    assert {t.name for t in cloud.ess.scheduled_tasks.values()} == names
+
+    from fleet.service.store import DecisionRecord, Outcome
+
+    svc.close()
+    _, again, _ = fake_world(SCALE_ONLY)  # restarted on the same store, which has the older config's records
+    again.store.record_decision(
+        DecisionRecord(
+            service=again.settings.service_name,
+            at=cloud.now(),
+            group_name="chat",
+            kind="schedule",
+            action="task_create",
+            decision_id="chat:task:fleet-chat-biz-start",
+            outcome=Outcome.APPLIED,
+            reason="weekly 1,2,3,4,5 00:57Z",
+        )
+    )
+    cloud.advance(300)  # past the first one's lease
+    assert again.tick(cloud.now()).leader
     # neither schedules nor learned floors here now: the service's own tasks go, a team's own task stays
     assert {t.name for t in cloud.ess.scheduled_tasks.values()} == {"team-nightly"}
