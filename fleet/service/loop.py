@@ -42,7 +42,7 @@ from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
-from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, learned_enabled, sync_group
+from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
@@ -579,7 +579,9 @@ class Service:
         for spec in self.specs if specs is None else specs:
             g = observation.groups.get(spec.name)
             learned = self._learned_floors(spec, now)
-            mirrors = spec.schedules or learned_enabled(spec) or self._mirrored_before(spec.name)
+            # with no schedule, no learned floor this time (or none at all) there is nothing to write, unless
+            # an older config's tasks are left from before the start
+            mirrors = spec.schedules or learned is not None or self._mirrored_before(spec.name)
             if g is None or not g.ok or g.group is None or not mirrors:
                 complete = complete and (g is not None and g.ok)
                 continue
