@@ -95,10 +95,16 @@ def _known(idx: _Index, t0_s: float, t1_s: float) -> int:
     return sum(1 for v in idx.rps[i0:i1] if v is not None) if i1 > i0 else 0
 
 
+def _level(idx: _Index, now_s: float, window_s: float) -> float | None:
+    """The mean of the last ``window_s`` up to now (None with under ``MIN_LEVEL_BUCKETS`` known minutes in it:
+    a fresh start or an outage)."""
+    if _known(idx, now_s - window_s, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
+        return None
+    return idx.mean(now_s - window_s, now_s + idx.step_s)
+
+
 def _level_trend(idx: _Index, now_s: float) -> tuple[float | None, float]:
-    if _known(idx, now_s - LEVEL_WINDOW_S, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
-        return None, 0.0  # a fresh start or an outage: no level yet
-    level = idx.mean(now_s - LEVEL_WINDOW_S, now_s + idx.step_s)
+    level = _level(idx, now_s, LEVEL_WINDOW_S)
     if level is None:
         return None, 0.0
     if _known(idx, now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S) < MIN_LEVEL_BUCKETS:
@@ -271,7 +277,9 @@ def hourly(
         return []
     idx = _Index(series)
     now_s = now.timestamp()
-    level = _hour_level(idx, now_s)
+    # today's level over the last hour, not the horizon's 10 minutes: the ratio scales every coming hour, and
+    # a 10-minute mean swings with each clump, which moved every learned floor (and rewrote its ESS task)
+    level = _level(idx, now_s, HOURLY_LEVEL_WINDOW_S)
     upper_k, lower_k = error_bands(state)
     first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     out: list[HourForecast] = []
@@ -289,16 +297,6 @@ def hourly(
         mean = sum(v * w for v, w in weighted) / sum(w for _, w in weighted)
         out.append(HourForecast(start, mean, mean * upper_k, min(lows) * lower_k))
     return out
-
-
-def _hour_level(idx: _Index, now_s: float) -> float | None:
-    """Today's level for the hourly forecast: the mean of the last hour (None with under ``MIN_LEVEL_BUCKETS``
-    known minutes in it). An hour, not the 10 minutes the horizon's forecast uses: the ratio scales every
-    coming hour, and a 10-minute mean swings with each clump, which moved every learned floor (and rewrote
-    its ESS task) several times an hour."""
-    if _known(idx, now_s - HOURLY_LEVEL_WINDOW_S, now_s + idx.step_s) < MIN_LEVEL_BUCKETS:
-        return None
-    return idx.mean(now_s - HOURLY_LEVEL_WINDOW_S, now_s + idx.step_s)
 
 
 def _hour_then(

@@ -42,7 +42,7 @@ from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
-from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, sync_group
+from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, learned_enabled, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
@@ -646,7 +646,7 @@ class Service:
 
     def _learned_floors(self, spec: GroupSpec, now: datetime) -> list[LearnedFloor] | None:
         """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""
-        if spec.predictive.mode != "on" or not spec.predictive.learned_floors:
+        if not learned_enabled(spec):
             return None
         return learned_floors(spec, self.demand, self.capacity_table, self._forecast_state(spec.name), now)
 

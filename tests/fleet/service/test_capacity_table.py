@@ -101,9 +101,11 @@ def test_the_capacity_is_continuous_across_a_buckets_edge_in_both_token_counts(m
 
     monkeypatch.setattr(CapacityTable, "_tabulate", lambda self, spec, p, o: smooth(p, o))
     table, spec = CapacityTable(), _spec()
-    for p, o in ((1150.0, MIX_STEP**38.5), (MIX_STEP**50.5, 215.0)):  # on the edge between two buckets
-        below = table.lookup(spec, p * 0.997 if o == 215.0 else p, o if o == 215.0 else o * 0.997).rps
-        above = table.lookup(spec, p * 1.003 if o == 215.0 else p, o if o == 215.0 else o * 1.003).rps
+    # each on the edge between two buckets of one token count: (prompt, output) just below and just above it
+    edges = (((1150.0, MIX_STEP**38.5), (0.0, 1.0)), ((MIX_STEP**50.5, 215.0), (1.0, 0.0)))
+    for (p, o), (dp, do) in edges:
+        below = table.lookup(spec, p * (1 - 0.003 * dp), o * (1 - 0.003 * do)).rps
+        above = table.lookup(spec, p * (1 + 0.003 * dp), o * (1 + 0.003 * do)).rps
         assert below is not None and above is not None
         assert above == pytest.approx(below, rel=0.01)  # the bucket's step would be 3-7 %
         assert above == pytest.approx(smooth(p, o), rel=0.02)

@@ -242,23 +242,16 @@ scale_out:
 
 def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_at_the_first_sync(fake_world):
     cloud, svc, gid = fake_world(SCALE_ONLY)
-    launch_s = cloud.now().timestamp() + 3600
+    from datetime import timedelta
+
+    from fleet.service.observe import scope_of
+
+    ess = svc.clients_for(
+        scope_of(svc.specs[0])
+    ).ess  # the real client, as an older config's service wrote them
     for name in ("fleet-chat-learned-0500-start", "fleet-chat-biz-start", "team-nightly"):
-        cloud.ess.create_scheduled_task(
-            region_id="cn-chengdu",
-            name=name,
-            launch_s=launch_s,
-            group_id=gid,
-            scheduled_action=None,
-            min_value=3,
-            max_value=None,
-            desired_capacity=None,
-            recurrence_type="Weekly",
-            recurrence_value="0,1,2,3,4,5,6",
-            recurrence_end_s=None,
-            launch_expiration_s=None,
-            enabled=True,
-            description="",
+        ess.create_scheduled_task(
+            gid, name, cloud.now() + timedelta(hours=1), "Weekly", "0,1,2,3,4,5,6", min_value=3
         )
     names = {"fleet-chat-learned-0500-start", "fleet-chat-biz-start", "team-nightly"}
     svc.tick(cloud.now())
