@@ -42,7 +42,7 @@ from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
 from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
 from fleet.service.pool import CallPools
-from fleet.service.schedules import LEARNED_REFRESH_S, LearnedFloor, TaskChange, learned_enabled, sync_group
+from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, learned_enabled, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
@@ -160,7 +160,7 @@ class Service:
         logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
-        self._last_schedule_sync: datetime | None = None
+        self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
         # the (shard lease, epoch) pairs whose interrupted writes were settled
         self._reconciled: set[tuple[str, int]] = set()
@@ -303,8 +303,10 @@ class Service:
         if not self._persist(plan, keeper, requests, unmatched, now, key):
             result.errors.append("lease lost before the history was saved: nothing written")
             return
-        if self._schedule_sync_due(now):
-            result.schedule_changes += self._sync_schedules(now, observation, keeper.lease, fence, specs)
+        if self._schedule_sync_due(shard, now):
+            result.schedule_changes += self._sync_schedules(
+                shard, now, observation, keeper.lease, fence, plan.history, specs
+            )
         self._reconcile(observation, keeper.lease, result, specs)
         self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
@@ -561,27 +563,34 @@ class Service:
         for k, epoch in self.owned.items():
             self.metrics.shard_epoch.labels(shard=str(k)).set(epoch)
 
-    def _schedule_sync_due(self, now: datetime) -> bool:
-        if self._last_schedule_sync is None:
-            return True
-        return (now - self._last_schedule_sync).total_seconds() >= self.settings.schedule_sync_interval_s
+    def _schedule_sync_due(self, shard: int, now: datetime) -> bool:
+        last = self._last_schedule_sync.get(shard)
+        return last is None or (now - last).total_seconds() >= self.settings.schedule_sync_interval_s
 
     def _sync_schedules(
         self,
+        shard: int,
         now: datetime,
         observation: Observation,
         lease: Lease,
         fence: Callable[[], bool],
-        specs: list[GroupSpec] | None = None,
+        history: History,
+        specs: list[GroupSpec],
     ) -> list[TaskChange]:
+        """Mirror the shard's groups' schedules and learned floors to their ESS scheduled tasks. ``history``
+        is the shard's, as this tick's plan left it: its forecast record sets the learned floors' band."""
         changes: list[TaskChange] = []
         complete = True
-        for spec in self.specs if specs is None else specs:
+        for spec in specs:
             g = observation.groups.get(spec.name)
-            learned = self._learned_floors(spec, now)
+            learned = None
+            if learned_enabled(spec):
+                gh = history.groups.get(spec.name)
+                state = gh.forecast if gh is not None else ForecastState()
+                learned = learned_floors(spec, self.demand, self.capacity_table, state, now)
             # with no schedule, no learned floor this time (or none at all) there is nothing to write, unless
             # an older config's tasks are left from before the start
-            mirrors = spec.schedules or learned is not None or self._mirrored_before(spec.name)
+            mirrors = spec.schedules or learned is not None or self._mirrored_before(shard, spec.name)
             if g is None or not g.ok or g.group is None or not mirrors:
                 complete = complete and (g is not None and g.ok)
                 continue
@@ -633,29 +642,16 @@ class Service:
             if refresh_far and learned is not None:
                 self._learned_refreshed[spec.name] = now
         if complete:
-            self._last_schedule_sync = now
+            self._last_schedule_sync[shard] = now
         return changes
 
-    def _mirrored_before(self, group: str) -> bool:
-        """At the first sync only: whether this service ever wrote the group's scheduled tasks (its store
-        says so), so that a group whose config no longer mirrors anything is synced once and an older
+    def _mirrored_before(self, shard: int, group: str) -> bool:
+        """At the shard's first sync only: whether this service ever wrote the group's scheduled tasks (its
+        store says so), so that a group whose config no longer mirrors anything is synced once and an older
         config's ``fleet-<group>-`` tasks are deleted. Groups that never had any cost no cloud read."""
-        if self._last_schedule_sync is not None:
+        if shard in self._last_schedule_sync:
             return False
         return bool(self.store.decisions(group=group, kind="schedule", limit=1))
-
-    def _learned_floors(self, spec: GroupSpec, now: datetime) -> list[LearnedFloor] | None:
-        """The forecast's lower-quantile floors for the coming day (None: no learned tasks to manage)."""
-        if not learned_enabled(spec):
-            return None
-        return learned_floors(spec, self.demand, self.capacity_table, self._forecast_state(spec.name), now)
-
-    def _forecast_state(self, group: str) -> ForecastState:
-        raw = self.store.load_history()
-        if raw is None:
-            return ForecastState()
-        gh = History.model_validate(raw).groups.get(group)
-        return gh.forecast if gh is not None else ForecastState()
 
     # -- recording ------------------------------------------------------------------------------------
     def _persist(

@@ -197,3 +197,20 @@ def test_status_names_each_shards_holder(tmp_path, shards):
             assert exported.count("fleet_shard_owned{") == shards
         finally:
             svc.close(release_lease=False)
+
+
+def test_a_replica_holding_several_shards_mirrors_every_shards_schedules(tmp_path):
+    """Each shard keeps its own schedule-sync clock: the first shard's sync does not make the others wait."""
+    schedule = 'schedules: [{name: biz, timezone: UTC, days: daily, start: "09:00", end: "18:00", min: 3}]'
+    with mock_aliyun() as cloud:
+        cfg = _config(tmp_path, cloud, groups=6, group_yaml=f"isolation: {{enabled: false}}\n{schedule}")
+        settings = replace(ServiceSettings.from_config(cfg), lease_shards=4)
+        assert len({shard_of(g.name, 4) for g in cfg.groups}) > 1  # the groups span several shards
+        [svc] = _replicas(cfg, cloud, f"sqlite:///{tmp_path / 'fleet.db'}", ["only"], settings)
+        try:
+            svc.tick(cloud.now())
+            names = {t.name for t in cloud.ess.scheduled_tasks.values()}
+            for g in cfg.groups:
+                assert {f"fleet-{g.name}-biz-start", f"fleet-{g.name}-biz-end"} <= names, g.name
+        finally:
+            svc.close(release_lease=False)
