@@ -240,6 +240,8 @@ class Service:
 
         held = self.shards.acquire(now)
         self.owned = {k: lease.epoch for k, lease in held.items()}
+        # a shard taken (again) is synced at once: another replica may have changed its tasks meanwhile
+        self._last_schedule_sync = {k: t for k, t in self._last_schedule_sync.items() if k in held}
         if not held:
             return
         result.leader = True
