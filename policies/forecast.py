@@ -39,7 +39,10 @@ DEFAULT_UPPER = 1.2  # no record yet
 DEFAULT_LOWER = 0.7
 MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
 MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
-MAX_BURSTINESS = 3.0  # beyond this the minute-to-minute swings are demand changes the forecast follows
+MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
+# The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); past 12 the square
+# root of staffing buys more than the queue needs (docs/simulator.md)
+STAFFING_MAX_BURSTINESS = 12.0
 
 
 class Method(StrEnum):
@@ -232,8 +235,11 @@ def coverage(state: ForecastState) -> float | None:
     return sum(state.covered) / len(state.covered) if state.covered else None
 
 
-def burstiness(series: DemandSeries | None, now: datetime, window_s: float = 1800.0) -> float:
-    """Index of dispersion of per-bucket arrival counts over the last ``window_s`` (1 for Poisson arrivals).
+def burstiness(
+    series: DemandSeries | None, now: datetime, window_s: float = 1800.0, cap: float = MAX_BURSTINESS
+) -> float:
+    """Index of dispersion of per-bucket arrival counts over the last ``window_s`` (1 for Poisson arrivals),
+    clipped to ``cap``.
 
     First differences remove the trend of a ramp (which is demand, not burstiness): Var(x_i - x_{i-1}) / 2
     estimates the variance of the counts around their local level.
@@ -251,7 +257,7 @@ def burstiness(series: DemandSeries | None, now: datetime, window_s: float = 180
         return 1.0
     diffs = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
     var = sum(diffs) / len(diffs) / 2
-    return min(MAX_BURSTINESS, max(1.0, var / mean))
+    return min(cap, max(1.0, var / mean))
 
 
 @dataclass(frozen=True)

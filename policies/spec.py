@@ -440,10 +440,10 @@ class Predictive(_Model):
         description="how far ahead capacity is planned; default cold_start + 2 min, never below cold_start",
     )
     headroom: float = Field(
-        default=0.5,
+        default=0.7,
         ge=0,
         le=5,
-        description="square-root staffing beta: c = R + headroom x sqrt(R) x burstiness (0.5-2 usual)",
+        description="square-root staffing beta: R + headroom x sqrt(R) x sqrt((1 + dispersion) / 2)",
     )
     history_s: Duration = Field(
         default=7 * 86400.0, alias="history", ge=3600, description="demand history the forecast reads"

@@ -176,7 +176,7 @@ def plan_forecast(
     cap = table.lookup(spec, prompt, output)
     rps = None if cap.rps is None else cap.rps * state.correction
     near = fc.forecast(series, at, spec.horizon_s, state)
-    burst = fc.burstiness(series, at)
+    burst = fc.burstiness(series, at, cap=fc.STAFFING_MAX_BURSTINESS)
     planned: list[PlannedHour] = []
     for h in fc.hourly(series, at, hours, state):
         floor = bounds(spec, h.start).floor

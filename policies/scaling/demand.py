@@ -252,14 +252,14 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
     if model_rps:
         state = _correct(inp, state, d, model_rps)
-    burst = fc.burstiness(series, inp.now)
+    burst = fc.burstiness(series, inp.now, cap=fc.STAFFING_MAX_BURSTINESS)
     cap = model_rps * state.correction if model_rps else None
     sig = DemandSignals(pred.mode, d, f, model_rps, cap, state.correction, state.speed, burst)
     if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
-        state, sig.window_target = _window(inp, state, sig.target, burst)
+        state, sig.window_target = _window(inp, state, sig.target, min(burst, fc.MAX_BURSTINESS))
     else:
         what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(

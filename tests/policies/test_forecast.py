@@ -96,6 +96,8 @@ def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
     clumped = counts(lambda: rng.choice([100, 1100]))
     assert fc.burstiness(poisson, NOW) < 1.6
     assert fc.burstiness(clumped, NOW) == fc.MAX_BURSTINESS
+    assert fc.burstiness(clumped, NOW, cap=fc.STAFFING_MAX_BURSTINESS) == fc.STAFFING_MAX_BURSTINESS
+    assert fc.burstiness(poisson, NOW, cap=fc.STAFFING_MAX_BURSTINESS) < 1.6  # the cap raises no calm index
 
 
 def test_hourly_needs_a_day_and_its_lower_quantile_stays_under_the_mean():

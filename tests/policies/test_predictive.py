@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import GroupSnapshot, History, PolicySpec, Snapshot, decide
+from policies import forecast as fc
 from policies.model import DemandInputs, GroupHistory, ReasonCode
 from policies.schedule import bounds
 from tests.policies.policy_builders import GROUP, group_spec, instance
@@ -248,24 +249,26 @@ def test_scale_in_goes_no_lower_than_the_windows_highest_target():
 
 def test_clumpy_arrivals_widen_the_scale_in_window():
     def clumps(m: float) -> float:
-        return 1.0 if int(m) % 2 else 3.0  # minute counts swinging 3x: burstiness at its cap
+        return 1.0 if int(m) % 2 else 3.0  # minute counts swinging 3x: burstiness at the headroom's cap
 
-    busy = decide(_at(NOW, 16.0, clumps), spec(), history(20), NOW)
-    assert busy.groups[0].predictive["burstiness"] == 3.0
+    thin = spec(predictive={"headroom": 0.25})  # a dispersion of 12 widens the headroom: the peak stays < 20
+    busy = decide(_at(NOW, 16.0, clumps), thin, history(20), NOW)
+    assert busy.groups[0].predictive["burstiness"] == fc.STAFFING_MAX_BURSTINESS
     peak = busy.groups[0].predictive["predictive_target"]
     assert 12 <= peak < 20
 
     def target_at(minutes: int, fn) -> int:
         t = NOW + timedelta(minutes=minutes)
-        return decide(_at(t, 2.0, fn), spec(), busy.history, t).groups[0].serving_target
+        return decide(_at(t, 2.0, fn), thin, busy.history, t).groups[0].serving_target
 
     # the quiet demand alone would scale in by two (10 % of 20) to 18
+    # the window stretches by the dispersion clipped at MAX_BURSTINESS (3), not the headroom's 12
     assert target_at(25, clumps) == peak  # past the 10-minute window, inside 3x it: the burst's target holds
     assert target_at(31, clumps) < peak  # past 3x the window
     # at calm arrivals the same burst is forgotten after the configured 10 minutes
-    calm = decide(_at(NOW, 16.0), spec(), history(20), NOW)
+    calm = decide(_at(NOW, 16.0), thin, history(20), NOW)
     t = NOW + timedelta(minutes=11)
-    gp = decide(_at(t, 2.0), spec(), calm.history, t).groups[0]
+    gp = decide(_at(t, 2.0), thin, calm.history, t).groups[0]
     assert gp.predictive["burstiness"] == 1.0
     assert gp.reason == ReasonCode.PREDICTIVE_SCALE_IN and gp.serving_target < peak
 
