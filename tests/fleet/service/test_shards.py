@@ -214,3 +214,28 @@ def test_a_replica_holding_several_shards_mirrors_every_shards_schedules(tmp_pat
                 assert {f"fleet-{g.name}-biz-start", f"fleet-{g.name}-biz-end"} <= names, g.name
         finally:
             svc.close(release_lease=False)
+
+
+def test_a_shard_lost_and_taken_again_is_synced_at_once(tmp_path):
+    """Its tasks may have changed while another replica held it: the sync does not wait out the interval."""
+    schedule = 'schedules: [{name: biz, timezone: UTC, days: daily, start: "09:00", end: "18:00", min: 3}]'
+    with mock_aliyun() as cloud:
+        cfg = _config(tmp_path, cloud, groups=1, group_yaml=f"isolation: {{enabled: false}}\n{schedule}")
+        [svc] = _replicas(
+            cfg, cloud, f"sqlite:///{tmp_path / 'fleet.db'}", ["only"], ServiceSettings.from_config(cfg)
+        )
+        try:
+            svc.tick(cloud.now())
+            assert cloud.ess.scheduled_tasks
+            cloud.ess.scheduled_tasks.clear()  # meanwhile, as another holder's older config would leave them
+            acquire = svc.shards.acquire
+            svc.shards.acquire = lambda now: {}  # one tick without the shard
+            svc.tick(cloud.advance(15))
+            svc.shards.acquire = acquire
+            svc.tick(cloud.advance(15))  # well inside the 300 s sync interval
+            assert {t.name for t in cloud.ess.scheduled_tasks.values()} == {
+                "fleet-g0-biz-start",
+                "fleet-g0-biz-end",
+            }
+        finally:
+            svc.close(release_lease=False)
