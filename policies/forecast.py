@@ -40,8 +40,8 @@ DEFAULT_LOWER = 0.7
 MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
 MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
 MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
-# The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); past 12 the square
-# root of staffing buys more than the queue needs (docs/simulator.md)
+# The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); clipped at 64, a
+# wild day's headroom cost more GPU-hours per violation minute saved than 12 did (docs/simulator.md)
 STAFFING_MAX_BURSTINESS = 12.0
 
 
