@@ -199,15 +199,23 @@ def test_status_names_each_shards_holder(tmp_path, shards):
             svc.close(release_lease=False)
 
 
+BIZ = 'schedules: [{name: biz, timezone: UTC, days: daily, start: "09:00", end: "18:00", min: 3}]'
+
+
+def _scheduled(tmp_path, cloud, groups: int, shards: int):
+    """``groups`` groups with a daily schedule, and one replica holding all ``shards`` shards."""
+    cfg = _config(tmp_path, cloud, groups=groups, group_yaml=f"isolation: {{enabled: false}}\n{BIZ}")
+    settings = replace(ServiceSettings.from_config(cfg), lease_shards=shards)
+    [svc] = _replicas(cfg, cloud, f"sqlite:///{tmp_path / 'fleet.db'}", ["only"], settings)
+    return cfg, svc
+
+
 def test_a_replica_holding_several_shards_mirrors_every_shards_schedules(tmp_path):
     """Each shard keeps its own schedule-sync clock: the first shard's sync does not make the others wait."""
-    schedule = 'schedules: [{name: biz, timezone: UTC, days: daily, start: "09:00", end: "18:00", min: 3}]'
     with mock_aliyun() as cloud:
-        cfg = _config(tmp_path, cloud, groups=6, group_yaml=f"isolation: {{enabled: false}}\n{schedule}")
-        settings = replace(ServiceSettings.from_config(cfg), lease_shards=4)
-        assert len({shard_of(g.name, 4) for g in cfg.groups}) > 1  # the groups span several shards
-        [svc] = _replicas(cfg, cloud, f"sqlite:///{tmp_path / 'fleet.db'}", ["only"], settings)
+        cfg, svc = _scheduled(tmp_path, cloud, groups=6, shards=4)
         try:
+            assert len({shard_of(g.name, 4) for g in cfg.groups}) > 1  # the groups span several shards
             svc.tick(cloud.now())
             names = {t.name for t in cloud.ess.scheduled_tasks.values()}
             for g in cfg.groups:
@@ -218,12 +226,8 @@ def test_a_replica_holding_several_shards_mirrors_every_shards_schedules(tmp_pat
 
 def test_a_shard_lost_and_taken_again_is_synced_at_once(tmp_path):
     """Its tasks may have changed while another replica held it: the sync does not wait out the interval."""
-    schedule = 'schedules: [{name: biz, timezone: UTC, days: daily, start: "09:00", end: "18:00", min: 3}]'
     with mock_aliyun() as cloud:
-        cfg = _config(tmp_path, cloud, groups=1, group_yaml=f"isolation: {{enabled: false}}\n{schedule}")
-        [svc] = _replicas(
-            cfg, cloud, f"sqlite:///{tmp_path / 'fleet.db'}", ["only"], ServiceSettings.from_config(cfg)
-        )
+        _, svc = _scheduled(tmp_path, cloud, groups=1, shards=1)
         try:
             svc.tick(cloud.now())
             assert cloud.ess.scheduled_tasks
@@ -233,9 +237,7 @@ def test_a_shard_lost_and_taken_again_is_synced_at_once(tmp_path):
             svc.tick(cloud.advance(15))
             svc.shards.acquire = acquire
             svc.tick(cloud.advance(15))  # well inside the 300 s sync interval
-            assert {t.name for t in cloud.ess.scheduled_tasks.values()} == {
-                "fleet-g0-biz-start",
-                "fleet-g0-biz-end",
-            }
+            names = {t.name for t in cloud.ess.scheduled_tasks.values()}
+            assert names == {"fleet-g0-biz-start", "fleet-g0-biz-end"}
         finally:
             svc.close(release_lease=False)
