@@ -259,7 +259,7 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
-        state, sig.window_target = _window(inp, state, sig.target, min(burst, fc.MAX_BURSTINESS))
+        state, sig.window_target = _window(inp, state, sig.target, burst)
     else:
         what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(
@@ -277,8 +277,8 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
 
 def _window(inp: ScalingInputs, state: ForecastState, target: int, burst: float) -> tuple[ForecastState, int]:
     """The state with this tick's target recorded, and the highest target of the scale-in window (warm
-    headroom outlives a burst). The window is ``burst`` times the configured one: clumpy arrivals come back
-    after longer lulls.
+    headroom outlives a burst). The window is ``burst`` (at most ``MAX_BURSTINESS``) times the configured one:
+    clumpy arrivals come back after longer lulls.
 
     The record keeps only targets that no later one equals or exceeds (a later target at least as high is
     in every window the earlier one is in), so it stays short however long the window.
@@ -287,7 +287,7 @@ def _window(inp: ScalingInputs, state: ForecastState, target: int, burst: float)
     keep_from = inp.now - timedelta(seconds=window_s * fc.MAX_BURSTINESS)
     kept = [r for r in state.targets if r.at > keep_from and r.serving > target]
     kept.append(Recommendation(at=inp.now, serving=target))
-    start = inp.now - timedelta(seconds=window_s * burst)
+    start = inp.now - timedelta(seconds=window_s * min(burst, fc.MAX_BURSTINESS))
     return state.model_copy(update={"targets": kept}), max(r.serving for r in kept if r.at > start)
 
 
