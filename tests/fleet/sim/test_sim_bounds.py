@@ -161,7 +161,7 @@ def test_a_simulated_service_never_gets_a_real_notification_channel(tmp_path):
 
 
 @needs_traces
-def test_oracle_plan_spends_no_more_than_static_peak_and_its_corrections_cut_late_minutes(
+def test_oracle_plan_spends_no_more_than_static_peak_and_is_refined_until_it_meets_the_slo(
     config, monkeypatch
 ):
     import fleet.sim.oracle as oracle_mod
@@ -169,12 +169,15 @@ def test_oracle_plan_spends_no_more_than_static_peak_and_its_corrections_cut_lat
     opts = SimOptions()
     static = simulate(config, "azure:code", 20 / 60, policy="static-peak", options=opts)
     oracle = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+    cap = 1 + oracle_mod.REFINEMENTS
     monkeypatch.setattr(oracle_mod, "REFINEMENTS", 0)
     plain = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
     assert plain.summary["gpu_hours"] <= static.summary["gpu_hours"]  # minute needs never exceed the peak's
     assert plain.summary["oracle_passes"] == 1 and plain.summary["slo_violation_minutes"] > 0
-    assert 1 < oracle.summary["oracle_passes"] <= 1 + 3
-    assert oracle.summary["slo_violation_minutes"] < plain.summary["slo_violation_minutes"]
+    passes = oracle.summary["oracle_passes"]
+    assert 1 < passes <= cap
+    # it refines until no minute breaks the SLO, or stops at the cap
+    assert oracle.summary["slo_violation_minutes"] == 0 or passes == cap
     assert len(oracle.extra["oracle_desired"]) == 20
     assert all(d["reason"].startswith("hindsight_") for d in oracle.decisions)
 
