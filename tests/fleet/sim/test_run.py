@@ -203,3 +203,41 @@ def test_bench_verdicts_hold_servegen_days_to_the_oracle_and_static_targets():
     assert out["servegen-a"] == []
     assert any("1.30x the oracle's" in m for m in out["servegen-b"])
     assert any("0.87x static-peak's" in m for m in out["servegen-b"])
+
+
+def test_minutes_before_a_first_order_can_serve_are_counted_apart():
+    from types import SimpleNamespace
+
+    from fleet.sim.runner import summarize, warmup_minutes
+    from fleet.sim.types import MinutePoint
+
+    def point(minute: int, p99: float | None) -> MinutePoint:
+        return MinutePoint(minute, "", 10, 10, 0, p99, 2, 2, 2, 0, 0, 40.0, 50.0)
+
+    late = {1, 4, 5, 8}
+    series = [point(m, 5000.0 if m in late else (None if m == 6 else 900.0)) for m in range(10)]
+    world = SimpleNamespace(
+        all_ttfts_ms=[900.0],
+        all_tpots_ms=[30.0],
+        total_requests=100,
+        total_completed=100,
+        total_rejected=0,
+        total_dropped=0,
+    )
+    warmup = warmup_minutes(240.0)
+    assert warmup == 5  # minutes 0-4 start before an instance ordered at 0 s serves (240 s + up to a minute)
+    s = summarize(
+        world,
+        series,
+        slo_ttft_ms=3000.0,
+        gpu_hours=1.0,
+        cost_cny=1.0,
+        scale_actions=0,
+        max_instances=2,
+        incidents=[],
+        sla_breaches=0,
+        invariant_violations=[],
+        warmup=warmup,
+    )
+    assert (s["slo_violation_minutes"], s["warmup_violation_minutes"], s["warmup_minutes"]) == (2, 2, 5)
+    assert warmup_minutes(30.0) == 2 and warmup_minutes(0.0) == 1
