@@ -235,9 +235,7 @@ def coverage(state: ForecastState) -> float | None:
     return sum(state.covered) / len(state.covered) if state.covered else None
 
 
-def burstiness(
-    series: DemandSeries | None, now: datetime, window_s: float = 1800.0, cap: float = MAX_BURSTINESS
-) -> float:
+def burstiness(series: DemandSeries | None, now: datetime, *, cap: float, window_s: float = 1800.0) -> float:
     """Index of dispersion of per-bucket arrival counts over the last ``window_s`` (1 for Poisson arrivals),
     clipped to ``cap``.
 
