@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = [
     "sizing",
     "autoscale",
+    "level_oracle",
     "diagnose",
     "fake_cloud",
     "service",

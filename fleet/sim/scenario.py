@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fleet.sim.oracle import minute_need
+from fleet.sim.oracle import level_need, minute_need
 from fleet.sim.runner import run
 from fleet.sim.types import DEFAULT_START, Hardware, SimOptions, SimResult
 from fleet.sim.workload import (
@@ -262,7 +262,7 @@ def simulate(
         )
 
     result = run_once(opts)
-    if policy == "oracle":
+    if policy == "oracle" and opts.oracle_level_headroom is None:
         result, opts = _refine_oracle(run_once, result, opts)
     result.extra["oracle_desired"] = oracle_plan(opts, group)
     if history_note:
@@ -352,12 +352,17 @@ def sized_options(
     ``max_size``), the KPA's target, the oracle's per-minute need and the instances the peak needs."""
     cap = test.capacity_rps
     need = static_peak_size(requests, cap)
+    arrivals, minutes = [r.arrival_s for r in requests], math.ceil(opts.hours * 60 - 1e-9)
+    if opts.oracle_level_headroom is None:
+        oracle_need = minute_need(arrivals, cap, minutes)
+    else:
+        oracle_need = level_need(arrivals, cap, minutes, opts.oracle_level_headroom)
     opts = replace(
         opts,
         capacity_rps=cap,
         peak_need=need,
         kpa_target=max(0.1, test.concurrency * KPA_TARGET_UTILIZATION),
-        oracle_need=minute_need([r.arrival_s for r in requests], cap, math.ceil(opts.hours * 60 - 1e-9)),
+        oracle_need=oracle_need,
     )
     if opts.initial_size is None:
         opts = replace(opts, initial_size=min(max_size, initial_fleet_size(requests, cap)))

@@ -72,6 +72,9 @@ class SimOptions:
     kpa_target: float | None = None
     # Instances each minute's arrivals need at ``capacity_rps`` (hindsight: what the oracle plans from).
     oracle_need: tuple[int, ...] = ()
+    # The oracle as the *level oracle* (``fleet.sim.oracle.level_need``): this margin over each 10-minute
+    # window's known mean rate, blind to the clumps inside it, and no hindsight corrections.
+    oracle_level_headroom: float | None = None
     # The world's engines are this much (in %, at most) slower or faster than the sizing engine predicts:
     # drawn per run and per instance from ``seed`` (``fleet.sim.modelerror``). 0: the world is the model.
     model_error_pct: float = 0.0

@@ -119,3 +119,15 @@ def test_hindsight_correction_adds_a_fifth_to_each_late_minute_and_the_one_befor
 
     assert bump_need((10, 10, 3, 3, 3), [1, 2]) == (12, 12, 4, 3, 3)
     assert bump_need((0, 2), [0]) == (1, 2)
+
+
+def test_level_oracle_holds_its_margin_over_each_windows_mean_and_ignores_where_the_clumps_fall():
+    from fleet.sim.oracle import level_need
+
+    # window 0 (minutes 0-9): 600 arrivals all in its first second, a clump; window 1: 1,200 spread out
+    arrivals = [0.001 * i for i in range(600)] + [600.0 + 0.5 * i for i in range(1200)]
+    need = level_need(arrivals, 0.5, 20, headroom=1.5)
+    assert need[:10] == (3,) * 10  # 1 req/s over the window: 2 instances at 0.5 req/s, x1.5
+    assert need[10:] == (6,) * 10  # 2 req/s: 4 instances, x1.5
+    assert level_need(arrivals, 0.5, 20, headroom=1.0)[0] == 2
+    assert level_need([], 0.5, 3, headroom=2.0) == (0, 0, 0)

@@ -183,6 +183,21 @@ def test_oracle_plan_spends_no_more_than_static_peak_and_is_refined_until_it_mee
 
 
 @needs_traces
+def test_level_oracle_plans_from_the_known_level_without_corrections(config):
+    def run(headroom: float):
+        opts = SimOptions(oracle_level_headroom=headroom)
+        return simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
+
+    low, high = run(1.5), run(3.0)
+    assert "oracle_passes" not in low.summary  # no hindsight corrections of its own run
+    need = low.options.oracle_need
+    assert len(set(need[:10])) == 1 and len(set(need[10:])) == 1  # one count per 10-minute window
+    assert all(2 * a - 1 <= b <= 2 * a for a, b in zip(need, high.options.oracle_need, strict=True))
+    assert high.summary["gpu_hours"] > low.summary["gpu_hours"]
+    assert low.summary["invariant_violations"] == [] and high.summary["invariant_violations"] == []
+
+
+@needs_traces
 def test_kpa_runs_clean_with_its_target_from_the_capacity_test(config):
     kpa = simulate(config, "azure:code", 20 / 60, policy="kpa", options=SimOptions())
     assert kpa.summary["invariant_violations"] == [] and kpa.options.kpa_target > 0
