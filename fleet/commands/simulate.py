@@ -485,9 +485,10 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
         for col in cols:
             table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
         for pol, s in per.items():
+            warm = s.get("warmup_violation_minutes")
             table.add_row(
                 pol,
-                str(s["slo_violation_minutes"]),
+                f"{s['slo_violation_minutes']}" + (f" (+{warm})" if warm else ""),
                 f"{s['gpu_hours']:.1f}",
                 f"{s['gpu_hours_vs_oracle']:.2f}" if "gpu_hours_vs_oracle" in s else "-",
                 f"{s['cost_cny']:.0f}",
@@ -497,6 +498,13 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 str(s["max_instances"]),
             )
         con.print(table)
+        if any(s.get("warmup_violation_minutes") for s in per.values()):
+            warmup = next(s["warmup_minutes"] for s in per.values() if "warmup_minutes" in s)
+            con.print(
+                f"  {name}: (+N) are minutes over the SLO in the first {warmup}, before any policy's first "
+                "order serves: not judged",
+                highlight=False,
+            )
         capped = next((s for s in per.values() if s.get("exceeds_max_size")), None)
         if capped is not None:
             con.print(

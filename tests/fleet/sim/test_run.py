@@ -241,3 +241,27 @@ def test_minutes_before_a_first_order_can_serve_are_counted_apart():
     )
     assert (s["slo_violation_minutes"], s["warmup_violation_minutes"], s["warmup_minutes"]) == (2, 2, 5)
     assert warmup_minutes(30.0) == 2 and warmup_minutes(0.0) == 1
+
+
+def test_bench_tables_show_the_start_fleets_minutes_apart_and_say_why():
+    import io
+
+    from rich.console import Console
+
+    from fleet.commands.simulate import print_bench_tables
+
+    def s(minutes: int, warm: int) -> dict:
+        return {
+            "slo_violation_minutes": minutes, "warmup_minutes": 5, "warmup_violation_minutes": warm,
+            "gpu_hours": 10.0, "cost_cny": 146.0, "scale_actions": 3, "ttft_p99_ms": 900.0, "rejected": 0,
+            "max_instances": 4,
+        }  # fmt: skip
+
+    buf = io.StringIO()
+    print_bench_tables({"w": {"ours": s(3, 2), "static-peak": s(4, 0)}}, out=Console(file=buf, width=140))
+    text = buf.getvalue()
+    assert "3 (+2)" in text and "4 (+" not in text
+    assert "first 5, before any policy's first order serves: not judged" in text
+    buf = io.StringIO()
+    print_bench_tables({"w": {"ours": s(3, 0)}}, out=Console(file=buf, width=140))
+    assert "not judged" not in buf.getvalue()
