@@ -287,14 +287,16 @@ def with_predictive_hardware(config: Any, group_index: int, hardware: Hardware) 
 def _refine_oracle(
     run_once: Callable[[SimOptions], SimResult], result: SimResult, opts: SimOptions
 ) -> tuple[SimResult, SimOptions]:
-    """Hindsight corrections of the oracle's plan (``fleet.sim.oracle.REFINEMENTS``): while minutes break the
-    SLO, add instances to them and run again. The summary says how many passes it took."""
+    """Hindsight corrections of the oracle's plan (``fleet.sim.oracle.REFINEMENTS``): while judged minutes
+    break the SLO, add instances to them and run again. The summary says how many passes it took."""
     from fleet.sim.oracle import REFINEMENTS, bump_need
 
     passes = 1
     wall_s = result.wall_s
+    # the first minutes are not judged: the oracle adds nothing for them, its floor stays as low as the
+    # judged minutes allow
+    warmup = result.summary["warmup_minutes"]
     for _ in range(REFINEMENTS):
-        warmup = result.summary["warmup_minutes"]  # not judged, so not paid for: the floor stays strict
         over = [
             p.minute
             for p in result.series
