@@ -42,10 +42,11 @@ def _workloads(names: list[str]) -> list[tuple[str, str, float]] | str:
 def run(
     workloads: list[tuple[str, str, float]], headrooms: tuple[float, ...], *, oracle: bool, jobs: int
 ) -> dict[str, dict[str, dict[str, Any]]]:
+    from rich.console import Console
     from rich.progress import Progress
 
     from fleet.config import load_config
-    from fleet.sim.scenario import DEFAULT_CONFIG, bench_autoscale
+    from fleet.sim.scenario import DEFAULT_CONFIG, add_oracle_ratios, bench_autoscale
     from fleet.sim.types import SimOptions
 
     cfg = load_config(DEFAULT_CONFIG, env={})
@@ -55,7 +56,7 @@ def run(
     if oracle:
         passes.insert(0, ("oracle", SimOptions()))
     out: dict[str, dict[str, dict[str, Any]]] = {name: {} for name, _, _ in workloads}
-    with Progress(transient=True, console=_stderr()) as bar:
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("level oracle", total=len(passes) * len(workloads))
         for key, opts in passes:
 
@@ -69,18 +70,10 @@ def run(
             for name, per in got.items():
                 out[name][key] = per["oracle"]
     for per in out.values():
-        floor = per.get("oracle", {}).get("gpu_hours")
         for summary in per.values():
-            summary.pop("gpu_hours_vs_oracle", None)
-            if floor:
-                summary["gpu_hours_vs_oracle"] = round(summary["gpu_hours"] / floor, 3)
+            summary.pop("gpu_hours_vs_oracle", None)  # each run was its own call's "oracle" (1.0)
+        add_oracle_ratios(per)
     return out
-
-
-def _stderr() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 def _print(results: dict[str, dict[str, dict[str, Any]]]) -> None:

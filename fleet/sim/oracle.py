@@ -28,14 +28,21 @@ from fleet.sim.baselines import ControllerStats, _current_size, _scale
 MINUTE_S = 60.0
 
 
+def _counts(arrival_s: Sequence[float], bucket_s: float, buckets: int) -> list[int]:
+    """Arrivals per bucket of ``bucket_s`` seconds, the first ``buckets`` of them."""
+    counts = [0] * max(0, buckets)
+    for t in arrival_s:
+        b = int(t // bucket_s)
+        if 0 <= b < len(counts):
+            counts[b] += 1
+    return counts
+
+
 def minute_need(arrival_s: Sequence[float], capacity_rps: float, minutes: int) -> tuple[int, ...]:
     """Instances each minute's arrivals need at ``capacity_rps`` per instance (0 for a minute without any)."""
-    counts = [0] * max(0, minutes)
-    for t in arrival_s:
-        m = int(t // MINUTE_S)
-        if 0 <= m < len(counts):
-            counts[m] += 1
-    return tuple(math.ceil(c / MINUTE_S / max(1e-9, capacity_rps)) for c in counts)
+    return tuple(
+        math.ceil(c / MINUTE_S / max(1e-9, capacity_rps)) for c in _counts(arrival_s, MINUTE_S, minutes)
+    )
 
 
 # ServeGen's windows: the rate curve moves every 10 minutes, the clumps come inside a window.
@@ -56,12 +63,10 @@ def level_need(
     few margins (``benchmarks/level_oracle.py``) it draws the frontier of SLO minutes against GPU-hours that
     separates what a better forecast can win from what only foresight of the clumps can.
     """
-    windows: dict[int, int] = {}
-    for t in arrival_s:
-        windows[int(t // window_s)] = windows.get(int(t // window_s), 0) + 1
+    windows = _counts(arrival_s, window_s, math.ceil(minutes * MINUTE_S / window_s - 1e-9))
     cap = max(1e-9, capacity_rps)
     return tuple(
-        math.ceil(headroom * windows.get(int(m * MINUTE_S // window_s), 0) / window_s / cap - 1e-9)
+        math.ceil(headroom * windows[int(m * MINUTE_S // window_s)] / window_s / cap - 1e-9)
         for m in range(max(0, minutes))
     )
 

@@ -46,7 +46,7 @@ def summarize(
     ``warmup`` on; those before it are counted apart (``warmup_violation_minutes``)."""
     ttfts = sorted(world.all_ttfts_ms)
     tpots = sorted(world.all_tpots_ms)
-    late = [p.minute for p in series if p.ttft_p99_ms is not None and p.ttft_p99_ms > slo_ttft_ms]
+    late = late_minutes(series, slo_ttft_ms)
     return {
         "requests": world.total_requests,
         "completed": world.total_completed,
@@ -66,6 +66,15 @@ def summarize(
         "invariant_violations": invariant_violations,
         **(extra or {}),
     }
+
+
+def late_minutes(series: Sequence[MinutePoint], slo_ttft_ms: float, since: int = 0) -> list[int]:
+    """The minutes from ``since`` on whose P99 TTFT broke the SLO."""
+    return [
+        p.minute
+        for p in series
+        if p.minute >= since and p.ttft_p99_ms is not None and p.ttft_p99_ms > slo_ttft_ms
+    ]
 
 
 def warmup_minutes(cold_start_s: float) -> int:

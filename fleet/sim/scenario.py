@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.sim.oracle import level_need, minute_need
-from fleet.sim.runner import run
+from fleet.sim.runner import late_minutes, run
 from fleet.sim.types import DEFAULT_START, Hardware, SimOptions, SimResult
 from fleet.sim.workload import (
     Request,
@@ -297,11 +297,7 @@ def _refine_oracle(
     # judged minutes allow
     warmup = result.summary["warmup_minutes"]
     for _ in range(REFINEMENTS):
-        over = [
-            p.minute
-            for p in result.series
-            if p.minute >= warmup and p.ttft_p99_ms is not None and p.ttft_p99_ms > opts.slo_ttft_ms
-        ]
+        over = late_minutes(result.series, opts.slo_ttft_ms, since=warmup)
         if not over:
             break
         opts = replace(opts, oracle_need=bump_need(opts.oracle_need, over))
