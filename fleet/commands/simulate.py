@@ -194,6 +194,7 @@ def simulate(
         err_console.print(str(result.extra["history"]))
     _warn_unfired(result, len(faults))
     _warn_capped(result.summary)
+    _warn_oracle(result.summary)
     if report is not None:
         _write_report(report, result)
     if json_out:
@@ -229,6 +230,20 @@ def _warn_capped(summary: dict[str, Any]) -> None:
             f"instances, more than the group's max_size {summary['max_size']}: every policy is capped there",
             highlight=False,
             soft_wrap=True,
+        )
+
+
+def _oracle_unconverged(summary: dict[str, Any]) -> str:
+    return (
+        f"the oracle still breaks the SLO for {summary['slo_violation_minutes']} judged minutes after "
+        f"{summary['oracle_passes']} passes (the cap): its GPU-hours are a floor that does not meet the SLO"
+    )
+
+
+def _warn_oracle(summary: dict[str, Any]) -> None:
+    if summary.get("oracle_converged") is False:
+        err_console.print(
+            f"[yellow]warning:[/] {_oracle_unconverged(summary)}", highlight=False, soft_wrap=True
         )
 
 
@@ -432,6 +447,13 @@ def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
             str(d["days_with_violations"]),
         )
     con.print(table)
+    for pol, d in dist.items():
+        if d.get("unconverged_days"):
+            con.print(
+                f"  {pol} still breaks the SLO after the cap of passes on "
+                f"{', '.join(d['unconverged_days'])}: the ratios to it are too low there",
+                highlight=False,
+            )
 
 
 @bench_app.command("capacity")
@@ -505,6 +527,9 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 "order serves: not judged",
                 highlight=False,
             )
+        oracle = per.get("oracle")
+        if oracle is not None and oracle.get("oracle_converged") is False:
+            con.print(f"  {name}: {_oracle_unconverged(oracle)}", highlight=False)
         capped = next((s for s in per.values() if s.get("exceeds_max_size")), None)
         if capped is not None:
             con.print(

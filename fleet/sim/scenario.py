@@ -288,7 +288,8 @@ def _refine_oracle(
     run_once: Callable[[SimOptions], SimResult], result: SimResult, opts: SimOptions
 ) -> tuple[SimResult, SimOptions]:
     """Hindsight corrections of the oracle's plan (``fleet.sim.oracle.REFINEMENTS``): while judged minutes
-    break the SLO, add instances to them and run again. The summary says how many passes it took."""
+    break the SLO, add instances to them and run again. The summary says how many passes it took and whether
+    the last one met the SLO (``oracle_converged``: False when the cap stopped it over the SLO)."""
     from fleet.sim.oracle import REFINEMENTS, bump_need
 
     passes = 1
@@ -296,15 +297,17 @@ def _refine_oracle(
     # the first minutes are not judged: the oracle adds nothing for them, its floor stays as low as the
     # judged minutes allow
     warmup = result.summary["warmup_minutes"]
+    over = late_minutes(result.series, opts.slo_ttft_ms, since=warmup)
     for _ in range(REFINEMENTS):
-        over = late_minutes(result.series, opts.slo_ttft_ms, since=warmup)
         if not over:
             break
         opts = replace(opts, oracle_need=bump_need(opts.oracle_need, over))
         result = run_once(opts)
         passes += 1
         wall_s += result.wall_s
+        over = late_minutes(result.series, opts.slo_ttft_ms, since=warmup)
     result.summary["oracle_passes"] = passes
+    result.summary["oracle_converged"] = not over
     result.wall_s = wall_s
     return result, opts
 

@@ -98,6 +98,11 @@ def distribution(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
         }
         if ratios:
             entry["gpu_hours_vs_oracle"] = _stats(ratios)
+        if any("oracle_converged" in r for r in rows):
+            # days where the refinement's cap stopped the oracle over the SLO: its ratios there are too low
+            entry["unconverged_days"] = [
+                d for d, per in results.items() if per.get(pol, {}).get("oracle_converged") is False
+            ]
         out[pol] = entry
     return out
 

@@ -112,6 +112,25 @@ def test_sweep_distribution_summarises_ratios_and_violation_minutes_per_policy()
     assert dist["ours"]["gpu_hours_vs_oracle"]["max"] == 1.4
     assert dist["ours"]["days_with_violations"] == 2
     assert dist["oracle"]["slo_violation_minutes"]["max"] == 0
+    assert "unconverged_days" not in dist["ours"]  # only a policy whose runs say whether they converged
+
+
+def test_sweep_names_the_days_where_the_oracle_stopped_at_its_cap_and_the_table_says_so():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fleet.commands.simulate import print_sweep_table
+
+    def oracle(converged: bool) -> dict:
+        return {"slo_violation_minutes": 0 if converged else 3, "oracle_converged": converged}
+
+    results = {f"d{i}": {"oracle": oracle(i != 1)} for i in range(3)}
+    dist = distribution(results)
+    assert dist["oracle"]["unconverged_days"] == ["d1"]
+    buf = StringIO()
+    print_sweep_table(dist, out=Console(file=buf, width=140))
+    assert "oracle still breaks the SLO after the cap of passes on d1" in buf.getvalue()
 
 
 def test_hindsight_correction_adds_a_fifth_to_each_late_minute_and_the_one_before():

@@ -145,6 +145,21 @@ def test_the_cli_warns_when_the_workload_needs_more_than_max_size(tmp_path, caps
     assert json.loads(captured.out)["max_instances"] <= 3
 
 
+@needs_traces
+def test_the_cli_warns_when_the_oracle_stops_at_its_cap_over_the_slo(monkeypatch, capsys):
+    import fleet.sim.oracle as oracle_mod
+
+    monkeypatch.setattr(oracle_mod, "REFINEMENTS", 0)
+    argv = ["simulate", "--workload", "azure:code", "--hours", str(20 / 60), "--policy", "oracle", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["oracle_converged"] is False and summary["slo_violation_minutes"] > 0
+    assert (
+        f"breaks the SLO for {summary['slo_violation_minutes']} judged minutes after 1 passes" in captured.err
+    )
+
+
 def test_a_simulated_service_never_gets_a_real_notification_channel(tmp_path):
     from fleet.sim import cloudview
     from fleet.testing import ManualClock, mock_aliyun
@@ -174,10 +189,12 @@ def test_oracle_plan_spends_no_more_than_static_peak_and_is_refined_until_it_mee
     plain = simulate(config, "azure:code", 20 / 60, policy="oracle", options=opts)
     assert plain.summary["gpu_hours"] <= static.summary["gpu_hours"]  # minute needs never exceed the peak's
     assert plain.summary["oracle_passes"] == 1 and plain.summary["slo_violation_minutes"] > 0
+    assert plain.summary["oracle_converged"] is False  # the cap (here no pass) stopped it over the SLO
     passes = oracle.summary["oracle_passes"]
     assert 1 < passes <= cap
-    # it refines until no minute breaks the SLO, or stops at the cap
-    assert oracle.summary["slo_violation_minutes"] == 0 or passes == cap
+    # it refines until no minute breaks the SLO, or stops at the cap and says so
+    assert oracle.summary["oracle_converged"] is (oracle.summary["slo_violation_minutes"] == 0)
+    assert oracle.summary["oracle_converged"] or passes == cap
     assert len(oracle.extra["oracle_desired"]) == 20
     assert all(d["reason"].startswith("hindsight_") for d in oracle.decisions)
 
