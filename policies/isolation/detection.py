@@ -7,6 +7,7 @@ outlier (the instance's metric against its fresh InService peers' median).
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import statistics
 from collections.abc import Callable
@@ -39,6 +40,34 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Peers:
+    """One metric's fresh values over the group's InService instances, read once per rule and tick (an
+    outlier rule compares every instance with the others: filtering the peers per instance was quadratic)."""
+
+    values: list[float]  # sorted
+    own: dict[str, float]  # instance -> its value in ``values``
+
+    @classmethod
+    def of(cls, view: GroupView, metric: str, now: datetime, stale_after_s: float) -> Peers:
+        own: dict[str, float] = {}
+        for q in view.serving:
+            sample = q.metrics.get(metric)
+            if fresh(sample, now, stale_after_s):
+                assert sample is not None
+                own[q.instance_id] = sample.value
+        return cls(sorted(own.values()), own)
+
+    def without(self, instance_id: str) -> list[float]:
+        """The values of every instance but this one."""
+        mine = self.own.get(instance_id)
+        if mine is None:
+            return self.values
+        rest = list(self.values)
+        del rest[bisect.bisect_left(rest, mine)]
+        return rest
+
+
+@dataclass(frozen=True)
 class Probe:
     """One instance under one rule: what a detector reads (and the track key it advances)."""
 
@@ -49,6 +78,7 @@ class Probe:
     now: datetime
     stale_after_s: float
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
+    peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
 
 
 def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
@@ -112,9 +142,12 @@ def detect(
         _record_xids(gh, inst, now, stale_after)
     for rule in spec.isolation.rules:
         detector = _DETECTORS.get(rule.kind, _outlier)
+        peers = None
+        if detector is _outlier and rule.metric is not None:
+            peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
             key = f"iso:{rule.rule_id}:{inst.instance_id}"
-            probe = Probe(key, inst, view, gh, now, stale_after, last_detected.get(inst.instance_id))
+            probe = Probe(key, inst, view, gh, now, stale_after, last_detected.get(inst.instance_id), peers)
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
@@ -219,11 +252,8 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
         _unknown(p)
         return None
     assert sample is not None
-    peers = [
-        q.metrics[rule.metric].value
-        for q in p.view.serving
-        if q.instance_id != p.inst.instance_id and fresh(q.metrics.get(rule.metric), p.now, p.stale_after_s)
-    ]
+    every = p.peers or Peers.of(p.view, rule.metric, p.now, p.stale_after_s)
+    peers = every.without(p.inst.instance_id)
     if len(peers) < rule.min_peers:
         _unknown(p)
         return None

@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
 from policy_builders import GROUP, MONDAY_10_SHANGHAI, fleet, instance, policy, snapshot
 from policy_world import World
 
@@ -429,3 +431,39 @@ def test_isolation_can_be_switched_off():
     world.nodes["i-0003"].hot = True
     _, hist = drive(world, spec, 5 * 60)
     assert not incidents(hist)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            # repeated values: ties in the median
+            st.sampled_from([100.0, 250.0, 250.0, 900.0, 2500.0, float("nan")]),
+            st.sampled_from([0.0, 30.0, 600.0]),  # fresh, fresh, stale (stale_after is 2 minutes)
+            st.sampled_from(["InService", "InService", "Standby"]),
+        ),
+        max_size=12,
+    )
+)
+def test_an_outliers_peers_read_once_per_tick_are_the_others_fresh_values(rows):
+    import statistics
+
+    from policies.isolation.detection import Peers
+    from policies.observe import classify, fresh
+
+    insts = [
+        instance(n, T0, state=state, metrics={"ttft_p99_ms": v}, age_s=age)
+        for n, (v, age, state) in enumerate(rows)
+    ]
+    view = classify(snapshot(T0, insts).groups[0])
+    peers = Peers.of(view, "ttft_p99_ms", T0, 120.0)
+    for inst in insts:
+        # what the outlier rule compared each instance with before: its fresh InService peers, one by one
+        expected = [
+            q.metrics["ttft_p99_ms"].value
+            for q in view.serving
+            if q.instance_id != inst.instance_id and fresh(q.metrics.get("ttft_p99_ms"), T0, 120.0)
+        ]
+        got = peers.without(inst.instance_id)
+        assert sorted(got) == sorted(expected)
+        if got:
+            assert statistics.median(got) == statistics.median(expected)
