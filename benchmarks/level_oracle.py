@@ -46,7 +46,7 @@ def run(
     from rich.progress import Progress
 
     from fleet.config import load_config
-    from fleet.sim.scenario import DEFAULT_CONFIG, add_oracle_ratios, bench_autoscale
+    from fleet.sim.scenario import DEFAULT_CONFIG, BenchRun, add_oracle_ratios, run_benches
     from fleet.sim.types import SimOptions
 
     cfg = load_config(DEFAULT_CONFIG, env={})
@@ -55,23 +55,26 @@ def run(
     ]
     if oracle:
         passes.insert(0, ("oracle", SimOptions()))
-    out: dict[str, dict[str, dict[str, Any]]] = {name: {} for name, _, _ in workloads}
+    # every (margin, workload) pair is one run: --jobs spreads them all, not one margin's workloads
+    runs = [
+        (key, BenchRun(name, spec, hours, "oracle"), opts)
+        for key, opts in passes
+        for name, spec, hours in workloads
+    ]
+    out: dict[str, dict[str, dict[str, Any]]] = {
+        name: {key: {} for key, _ in passes} for name, _, _ in workloads
+    }
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task("level oracle", total=len(passes) * len(workloads))
-        for key, opts in passes:
-
-            def step(label: str, key: str = key) -> None:
-                bar.update(task, advance=1, description=f"{key}: {label}")
-
-            got = bench_autoscale(
-                cfg, workloads=workloads, policies=("oracle",), options=opts, model_error_pct=None,
-                progress=step, jobs=jobs,
-            )  # fmt: skip
-            for name, per in got.items():
-                out[name][key] = per["oracle"]
+        task = bar.add_task("level oracle", total=len(runs))
+        summaries = run_benches(
+            cfg,
+            [(r, opts) for _, r, opts in runs],
+            progress=lambda _label: bar.advance(task),
+            jobs=jobs,
+        )
+    for (key, r, _), summary in zip(runs, summaries, strict=True):
+        out[r.workload][key] = summary
     for per in out.values():
-        for summary in per.values():
-            summary.pop("gpu_hours_vs_oracle", None)  # each run was its own call's "oracle" (1.0)
         add_oracle_ratios(per)
     return out
 

@@ -432,6 +432,37 @@ def _bench_one(
     return dict(result.summary, wall_s=round(result.wall_s, 1))
 
 
+def run_benches(
+    config: Any,
+    runs: Sequence[tuple[BenchRun, SimOptions | None]],
+    *,
+    hardware: Hardware | None = None,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> list[dict[str, Any]]:
+    """Each run's summary under its own options, in the order given. ``jobs`` > 1 runs that many at once in
+    worker processes (each run is single-threaded and independent; the results are the same); ``progress``
+    hears of each run as it starts (one job) or ends (several)."""
+    if jobs <= 1:
+        done = []
+        for r, opts in runs:
+            if progress is not None:
+                progress(f"{r.workload} / {r.key}")
+            done.append(_bench_one(config, r, hardware, opts))
+        return done
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    summaries: dict[int, dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_bench_one, config, r, hardware, opts): k for k, (r, opts) in enumerate(runs)}
+        for fut in as_completed(futures):
+            k = futures[fut]
+            summaries[k] = fut.result()
+            if progress is not None:
+                progress(f"{runs[k][0].workload} / {runs[k][0].key}")
+    return [summaries[k] for k in range(len(runs))]
+
+
 def bench_autoscale(
     config: Any,
     *,
@@ -448,25 +479,12 @@ def bench_autoscale(
     summary gains ``gpu_hours_vs_oracle`` when the oracle ran. ``jobs`` > 1 runs that many simulations at
     once in worker processes (each run is single-threaded and independent; the results are the same)."""
     runs = bench_runs(workloads, policies, model_error_pct)
-    summaries: dict[BenchRun, dict[str, Any]] = {}
-    if jobs <= 1:
-        for r in runs:
-            if progress is not None:
-                progress(f"{r.workload} / {r.key}")
-            summaries[r] = _bench_one(config, r, hardware, options)
-    else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_bench_one, config, r, hardware, options): r for r in runs}
-            for fut in as_completed(futures):
-                r = futures[fut]
-                summaries[r] = fut.result()
-                if progress is not None:
-                    progress(f"{r.workload} / {r.key}")
+    summaries = run_benches(
+        config, [(r, options) for r in runs], hardware=hardware, progress=progress, jobs=jobs
+    )
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in runs:
-        out.setdefault(r.workload, {})[r.key] = summaries[r]
+    for r, summary in zip(runs, summaries, strict=True):
+        out.setdefault(r.workload, {})[r.key] = summary
     for per in out.values():
         add_oracle_ratios(per)
     return out

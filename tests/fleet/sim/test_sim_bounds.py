@@ -298,6 +298,21 @@ def test_bench_in_worker_processes_gives_the_same_summaries_as_in_one(config):
     assert list(parallel["w"]) == ["static-peak", "oracle"]
 
 
+@needs_traces
+def test_runs_with_options_of_their_own_keep_them_and_their_order_in_worker_processes(config):
+    from fleet.sim.scenario import BenchRun, run_benches
+
+    run = BenchRun("w", "azure:conv,rate=2", 6 / 60, "oracle")
+    runs = [(run, SimOptions(oracle_level_headroom=h)) for h in (3.0, 1.0, 2.0)]
+    serial = run_benches(config, runs)
+    parallel = run_benches(config, runs, jobs=2)
+    strip = lambda s: {k: v for k, v in s.items() if k != "wall_s"}  # noqa: E731
+    assert [strip(s) for s in serial] == [strip(s) for s in parallel]
+    # each ran under its own margin: the GPU-hours follow the margins, not the order of the runs
+    hours = [s["gpu_hours"] for s in parallel]
+    assert hours[1] <= hours[2] <= hours[0] and hours[1] < hours[0]
+
+
 def test_bench_jobs_are_bounded(capsys):
     assert main(["bench", "autoscale", "--jobs", "0"]) == 2
     assert "--jobs: must be between 1 and" in capsys.readouterr().err
