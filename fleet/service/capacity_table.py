@@ -62,6 +62,8 @@ class CapacityTable:
     def __init__(self) -> None:
         self._cache: dict[tuple[object, ...], float] = {}
         self._curves: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = {}
+        # the last blend per group hardware and SLOs: the mix moves once a minute, a tick reads it again
+        self._blends: dict[tuple[object, ...], tuple[float, float, tuple[tuple[float, float], ...]]] = {}
 
     def lookup(self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None) -> Capacity:
         pred = spec.predictive
@@ -90,6 +92,15 @@ class CapacityTable:
         pred = spec.predictive
         if cap.rps is None or pred.capacity_rps is not None or not (pred.model and pred.instance_type):
             return ()
+        where = self._key(spec, 0.0, 0.0)
+        last = self._blends.get(where)
+        if last is not None and last[:2] == (cap.prompt_tokens, cap.output_tokens):
+            return last[2]
+        blend = self._blend(spec, cap)
+        self._blends[where] = (cap.prompt_tokens, cap.output_tokens, blend)
+        return blend
+
+    def _blend(self, spec: GroupSpec, cap: Capacity) -> tuple[tuple[float, float], ...]:
         curves = {
             (p, o): self._curve(spec, p, o)
             for p in _around(cap.prompt_tokens)[:2]

@@ -86,6 +86,23 @@ def test_time_in_service_is_tabulated_up_to_the_capacity_and_grows_with_load(mon
     assert len(calls) == tabulated  # the rows are cached, not simulated again
 
 
+def test_the_blend_is_made_once_per_mix_and_again_when_the_mix_moves(monkeypatch):
+    from fleet.service.capacity_table import CapacityTable
+
+    table, spec = CapacityTable(), _spec()
+    blends = []
+    real = table._blend
+    monkeypatch.setattr(table, "_blend", lambda *a: blends.append(a) or real(*a))
+    cap = table.lookup(spec, 1150, 250)
+    first = table.in_service(spec, cap)
+    assert table.in_service(spec, cap) == first and len(blends) == 1  # the next tick, the same mix
+    moved = table.lookup(spec, 1400, 250)
+    curve = table.in_service(spec, moved)
+    assert len(blends) == 2 and curve != first
+    # a table without the memo gives the same rows for the moved mix
+    assert CapacityTable().in_service(spec, moved) == curve
+
+
 def test_a_measured_capacity_has_no_engine_to_compare_with():
     from fleet.service.capacity_table import CapacityTable
 
