@@ -162,6 +162,9 @@ class Service:
         self.last_observation: Observation | None = None
         self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
+        # per (shard, group), until the shard's first complete sync: whether the store says its tasks were
+        # ever written (read once, not at every tick a failing first sync is tried again)
+        self._mirrored: dict[tuple[int, str], bool] = {}
         # the (shard lease, epoch) pairs whose interrupted writes were settled
         self._reconciled: set[tuple[str, int]] = set()
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
@@ -242,6 +245,7 @@ class Service:
         self.owned = {k: lease.epoch for k, lease in held.items()}
         # a shard taken (again) is synced at once: another replica may have changed its tasks meanwhile
         self._last_schedule_sync = {k: t for k, t in self._last_schedule_sync.items() if k in held}
+        self._mirrored = {k: v for k, v in self._mirrored.items() if k[0] in held}
         if not held:
             return
         result.leader = True
@@ -641,6 +645,8 @@ class Service:
                     )
                 )
             changes.extend(group_changes)
+            if group_changes:
+                self._mirrored[(shard, spec.name)] = True
             if refresh_far and learned is not None:
                 self._learned_refreshed[spec.name] = now
         if complete:
@@ -650,10 +656,15 @@ class Service:
     def _mirrored_before(self, shard: int, group: str) -> bool:
         """At the shard's first sync only: whether this service ever wrote the group's scheduled tasks (its
         store says so), so that a group whose config no longer mirrors anything is synced once and an older
-        config's ``fleet-<group>-`` tasks are deleted. Groups that never had any cost no cloud read."""
+        config's ``fleet-<group>-`` tasks are deleted. Groups that never had any cost no cloud read, and the
+        store is read once per group while the shard's first sync has not completed."""
+        key = (shard, group)
         if shard in self._last_schedule_sync:
+            self._mirrored.pop(key, None)
             return False
-        return bool(self.store.decisions(group=group, kind="schedule", limit=1))
+        if key not in self._mirrored:
+            self._mirrored[key] = bool(self.store.decisions(group=group, kind="schedule", limit=1))
+        return self._mirrored[key]
 
     # -- recording ------------------------------------------------------------------------------------
     def _persist(

@@ -278,3 +278,33 @@ def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_
     assert again.tick(cloud.now()).leader
     # neither schedules nor learned floors here now: the service's own tasks go, a team's own task stays
     assert {t.name for t in cloud.ess.scheduled_tasks.values()} == {"team-nightly"}
+
+
+def test_a_first_sync_that_keeps_failing_reads_the_store_once_per_group_not_every_tick(fake_world):
+    from fleet.service.store import DecisionRecord, Outcome
+
+    cloud, svc, gid = fake_world(SCALE_ONLY)
+    svc.store.record_decision(  # an older config's service mirrored the group's tasks
+        DecisionRecord(
+            service=svc.settings.service_name,
+            at=cloud.now(),
+            group_name="chat",
+            kind="schedule",
+            action="task_create",
+            decision_id="chat:task:fleet-chat-biz-start",
+            outcome=Outcome.APPLIED,
+            reason="weekly 1,2,3,4,5 00:57Z",
+        )
+    )
+    reads = []
+    real = svc.store.decisions
+    svc.store.decisions = lambda **kw: reads.append(kw) or real(**kw)
+    cloud.inject_fault("DescribeScheduledTasks", code="Throttling.User")
+    for _ in range(4):
+        assert svc.tick(cloud.now()).leader
+        cloud.advance(15)
+    assert not svc._last_schedule_sync  # the first sync never completed: it is tried at every tick
+    assert len([kw for kw in reads if kw.get("kind") == "schedule"]) == 1
+    cloud.clear_faults()
+    svc.tick(cloud.now())
+    assert svc._last_schedule_sync  # and once the cloud answers, it completes
