@@ -240,6 +240,24 @@ scale_out:
 """
 
 
+def _record_an_older_mirror(svc, at) -> None:
+    """The store's record that an older config's service wrote the group's scheduled tasks."""
+    from fleet.service.store import DecisionRecord, Outcome
+
+    svc.store.record_decision(
+        DecisionRecord(
+            service=svc.settings.service_name,
+            at=at,
+            group_name="chat",
+            kind="schedule",
+            action="task_create",
+            decision_id="chat:task:fleet-chat-biz-start",
+            outcome=Outcome.APPLIED,
+            reason="weekly 1,2,3,4,5 00:57Z",
+        )
+    )
+
+
 def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_at_the_first_sync(fake_world):
     cloud, svc, gid = fake_world(SCALE_ONLY)
     from datetime import timedelta
@@ -258,22 +276,9 @@ def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_
     # no record that this service ever mirrored the group's tasks: they are not read, let alone deleted
     assert {t.name for t in cloud.ess.scheduled_tasks.values()} == names
 
-    from fleet.service.store import DecisionRecord, Outcome
-
     svc.close()
     _, again, _ = fake_world(SCALE_ONLY)  # restarted on the same store, which has the older config's records
-    again.store.record_decision(
-        DecisionRecord(
-            service=again.settings.service_name,
-            at=cloud.now(),
-            group_name="chat",
-            kind="schedule",
-            action="task_create",
-            decision_id="chat:task:fleet-chat-biz-start",
-            outcome=Outcome.APPLIED,
-            reason="weekly 1,2,3,4,5 00:57Z",
-        )
-    )
+    _record_an_older_mirror(again, cloud.now())
     cloud.advance(300)  # past the first one's lease
     assert again.tick(cloud.now()).leader
     # neither schedules nor learned floors here now: the service's own tasks go, a team's own task stays
@@ -281,21 +286,8 @@ def test_a_group_with_nothing_left_to_mirror_loses_the_tasks_this_service_wrote_
 
 
 def test_a_first_sync_that_keeps_failing_reads_the_store_once_per_group_not_every_tick(fake_world):
-    from fleet.service.store import DecisionRecord, Outcome
-
     cloud, svc, gid = fake_world(SCALE_ONLY)
-    svc.store.record_decision(  # an older config's service mirrored the group's tasks
-        DecisionRecord(
-            service=svc.settings.service_name,
-            at=cloud.now(),
-            group_name="chat",
-            kind="schedule",
-            action="task_create",
-            decision_id="chat:task:fleet-chat-biz-start",
-            outcome=Outcome.APPLIED,
-            reason="weekly 1,2,3,4,5 00:57Z",
-        )
-    )
+    _record_an_older_mirror(svc, cloud.now())
     reads = []
     real = svc.store.decisions
     svc.store.decisions = lambda **kw: reads.append(kw) or real(**kw)
