@@ -61,9 +61,6 @@ def run(
         for key, opts in passes
         for name, spec, hours in workloads
     ]
-    out: dict[str, dict[str, dict[str, Any]]] = {
-        name: {key: {} for key, _ in passes} for name, _, _ in workloads
-    }
     with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("level oracle", total=len(runs))
         summaries = run_benches(
@@ -72,8 +69,9 @@ def run(
             progress=lambda _label: bar.advance(task),
             jobs=jobs,
         )
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for (key, r, _), summary in zip(runs, summaries, strict=True):
-        out[r.workload][key] = summary
+        out.setdefault(r.workload, {})[key] = summary
     for per in out.values():
         add_oracle_ratios(per)
     return out

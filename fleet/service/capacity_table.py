@@ -92,7 +92,7 @@ class CapacityTable:
         pred = spec.predictive
         if cap.rps is None or pred.capacity_rps is not None or not (pred.model and pred.instance_type):
             return ()
-        where = self._key(spec, 0.0, 0.0)
+        where = self._hardware(spec)
         last = self._blends.get(where)
         if last is not None and last[:2] == (cap.prompt_tokens, cap.output_tokens):
             return last[2]
@@ -115,10 +115,14 @@ class CapacityTable:
 
         return tuple((blended(row, 0), blended(row, 1)) for row in range(rows))
 
-    def _key(self, spec: GroupSpec, p: float, o: float) -> tuple[object, ...]:
+    def _hardware(self, spec: GroupSpec) -> tuple[object, ...]:
+        """What a group's capacity depends on besides the token mix: its engine and its SLOs."""
         pred = spec.predictive
         slo = spec.slo_ttft_p99_ms
-        return (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms, p, o)
+        return (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms)
+
+    def _key(self, spec: GroupSpec, p: float, o: float) -> tuple[object, ...]:
+        return (*self._hardware(spec), p, o)
 
     def _rps(self, spec: GroupSpec, p: float, o: float) -> float:
         key = self._key(spec, p, o)

@@ -58,7 +58,7 @@ class Peers:
         return cls(sorted(own.values()), own)
 
     def without(self, instance_id: str) -> list[float]:
-        """The values of every instance but this one."""
+        """The values of every instance but this one (``values`` itself when it has none: never changed)."""
         mine = self.own.get(instance_id)
         if mine is None:
             return self.values
@@ -143,7 +143,8 @@ def detect(
     for rule in spec.isolation.rules:
         detector = _DETECTORS.get(rule.kind, _outlier)
         peers = None
-        if detector is _outlier and rule.metric is not None:
+        if detector is _outlier:
+            assert rule.metric is not None  # an outlier rule compares a metric
             peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
             key = f"iso:{rule.rule_id}:{inst.instance_id}"
@@ -252,8 +253,8 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
         _unknown(p)
         return None
     assert sample is not None
-    every = p.peers or Peers.of(p.view, rule.metric, p.now, p.stale_after_s)
-    peers = every.without(p.inst.instance_id)
+    assert p.peers is not None  # ``detect`` reads them once per outlier rule
+    peers = p.peers.without(p.inst.instance_id)
     if len(peers) < rule.min_peers:
         _unknown(p)
         return None
