@@ -48,7 +48,7 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NotificationChannel(_Section):

@@ -9,6 +9,7 @@ keys so that a typo is an error naming the field, never a silently ignored setti
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from datetime import time
 from enum import StrEnum
@@ -42,13 +43,12 @@ _DURATION_RE = re.compile(
 
 # Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
 def parse_duration(value: Any) -> float:
-    """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m``, ``7d`` or a plain number of seconds."""
+    """Seconds from ``30s``, ``10m``, ``4h``, ``1h30m``, ``7d`` or a plain number of seconds (at most
+    ``MAX_DURATION_S``)."""
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30s, 10m or 4h")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
+        return _checked_duration(float(value))
     if isinstance(value, str):
         text = value.strip().lower()
         try:
@@ -59,10 +59,21 @@ def parse_duration(value: Any) -> float:
                 raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m, 4h or 1h30m") from None
             d, h, mi, s = (float(g) if g else 0.0 for g in match.groups())
             seconds = d * 86400 + h * 3600 + mi * 60 + s
-        if seconds < 0:
-            raise ValueError("a duration cannot be negative")
-        return seconds
+        return _checked_duration(seconds)
     raise ValueError("expected a duration like 30s, 10m or 4h")
+
+
+MAX_DURATION_S = 366 * 86400.0  # no window, hold or history of this tool is longer than a year
+
+
+def _checked_duration(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be a finite number of seconds")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION_S:
+        raise ValueError("a duration cannot be longer than 366d")
+    return seconds
 
 
 Duration = Annotated[
@@ -187,6 +198,8 @@ def parse_count_or_percent(value: Any) -> int | str:
                 pct = float(text[:-1])
             except ValueError:
                 raise ValueError(f"{value!r} is not a percentage") from None
+            if not math.isfinite(pct):
+                raise ValueError(f"{value!r} is not a finite percentage")
             if pct < 0:
                 raise ValueError("cannot be negative")
             return f"{pct:g}%"
@@ -227,7 +240,8 @@ def _suggest(name: str, valid: list[str] | tuple[str, ...] | frozenset[str]) -> 
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # NaN and infinity are never a setting: a NaN threshold never fires, an infinite one breaks the JSON out
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class Schedule(_Model):

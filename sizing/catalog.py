@@ -488,4 +488,9 @@ def price_book(override: Any = None, source_name: str = "prices file") -> PriceB
     for value in [p.cny_per_hour for p in types.values()] + [r for r, _ in gpu_rates.values()]:
         if not math.isfinite(value) or value < 0:
             raise SizingInputError(f"{source_name}: prices must be finite and non-negative, got {value}")
+    for region, mult in regions.items():
+        if not math.isfinite(mult) or mult <= 0:
+            raise SizingInputError(
+                f"{source_name}: regions.{region}.multiplier must be finite and positive, got {mult}"
+            )
     return book

@@ -20,6 +20,8 @@ DEFAULT_LISTEN = "127.0.0.1:9400"
 AGENT_CLOUD_ATTEMPTS = 2
 AGENT_CLOUD_MAX_WAIT_S = 2.0
 
+MAX_PERIOD_S = 3600.0  # one sample an hour: a longer period is a typo (and sleeps past the time_t range)
+
 
 def register(app: typer.Typer) -> None:
     app.command("agent")(agent)
@@ -57,8 +59,8 @@ def agent(
     """Sample GPU health (NVML) and vLLM metrics every period; publish to CloudMonitor and serve /metrics."""
     from fleet.agent.metadata import fetch_metadata, metadata_base_url
 
-    if not period_s > 0:
-        fail(f"--period-s must be > 0 seconds, got {period_s:g}")
+    if not 0 < period_s <= MAX_PERIOD_S:
+        fail(f"--period-s must be between 0 and {MAX_PERIOD_S:g} seconds, got {period_s:g}")
     if max_buffered_points < 1:
         fail(f"--max-buffered-points must be >= 1, got {max_buffered_points}")
     parsed_url = urlparse(vllm_url)

@@ -16,6 +16,9 @@ import typer
 
 from fleet.commands._common import fail
 
+MAX_BOOT_S = 86400.0  # a day to boot is a typo; beyond it the fake's timers would never fire in a demo
+MAX_TIME_SCALE = 10000.0  # a simulated week in a minute; more than that and the clock jumps past every timer
+
 
 def register(app: typer.Typer) -> None:
     app.command("fake-cloud")(fake_cloud)
@@ -41,12 +44,12 @@ def fake_cloud(
 
     if not 0 <= port <= 65535:
         fail(f"--port: {port} is not a TCP port (0-65535)")
-    if boot_seconds < 0:
-        fail(f"--boot-seconds: must not be negative, got {boot_seconds}")
-    if restart_seconds is not None and restart_seconds < 0:
-        fail(f"--restart-seconds: must not be negative, got {restart_seconds}")
-    if time_scale <= 0:
-        fail(f"--time-scale: must be positive, got {time_scale}")
+    if not 0 <= boot_seconds <= MAX_BOOT_S:  # NaN fails these too
+        fail(f"--boot-seconds: must be between 0 and {MAX_BOOT_S:g}, got {boot_seconds}")
+    if restart_seconds is not None and not 0 <= restart_seconds <= MAX_BOOT_S:
+        fail(f"--restart-seconds: must be between 0 and {MAX_BOOT_S:g}, got {restart_seconds}")
+    if not 0 < time_scale <= MAX_TIME_SCALE:
+        fail(f"--time-scale: must be positive and at most {MAX_TIME_SCALE:g}, got {time_scale}")
     if not account_id.isdigit():
         fail(f"--account-id: must be digits, got {account_id!r}")
     if not re.fullmatch(r"[a-z]{2}-[a-z0-9-]+", region):

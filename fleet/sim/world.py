@@ -642,6 +642,8 @@ def parse_fault_spec(text: str) -> Fault:
             fault.extra_c = float(params["extra_c"])
         except ValueError:
             raise FaultSpecError(f"fault {text!r}: extra_c must be a number of degrees") from None
+        if not -100.0 <= fault.extra_c <= 200.0:  # NaN fails this too
+            raise FaultSpecError(f"fault {text!r}: extra_c must be between -100 and 200 degrees")
     return fault
 
 

@@ -236,6 +236,15 @@ def test_a_malformed_prices_file_exits_2(capsys, tmp_path):
     assert code == 2 and "prices.yaml" in err
 
 
+@pytest.mark.parametrize("multiplier", [".inf", ".nan", "-1", "0"])
+def test_a_region_multiplier_that_is_not_a_finite_positive_number_exits_2(capsys, tmp_path, multiplier):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(f"regions:\n  cn-hangzhou: {{multiplier: {multiplier}}}\n")
+    argv = ["size", "--model", "Qwen2.5-7B", "--prices", str(prices), "--json"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "regions.cn-hangzhou.multiplier must be finite and positive" in err
+
+
 def test_an_unknown_region_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--region", "cn-hangzou"])
     assert code == 2 and "nearest: cn-hangzhou" in err

@@ -126,6 +126,9 @@ def test_publishing_without_a_region_is_exit_2(capsys, vllm_server):
     ("args", "named"),
     [
         (["--period-s", "0"], "--period-s"),
+        (["--period-s", "inf"], "--period-s must be between 0 and 3600"),
+        (["--period-s", "1e12"], "--period-s must be between 0 and 3600"),
+        (["--period-s", "nan"], "--period-s"),
         (["--vllm-url", "ftp://x/metrics"], "--vllm-url"),
         (["--max-buffered-points", "0"], "--max-buffered-points"),
     ],

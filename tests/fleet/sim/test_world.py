@@ -216,6 +216,10 @@ def test_durations_parse(text: str, seconds: float):
         ("overheat,at=1h,instance=first", "instance must be"),
         ("overheat,at=soon", "not a duration"),
         ("overheat,at=1h,color=red", "unknown key"),
+        ("overheat,at=nan", "not a duration"),
+        ("overheat,at=inf", "not a duration"),
+        ("overheat,at=5m,extra_c=nan", "extra_c must be between"),
+        ("overheat,at=5m,extra_c=1e9", "extra_c must be between"),
     ],
 )
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
