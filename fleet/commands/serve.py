@@ -273,7 +273,7 @@ def status(
     from fleet.service.capacity_store import view as capacity_view
     from fleet.service.views import status_from_store
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     view = status_from_store(store, _now(), [])
     view["capacity"] = capacity_view(store)
     if as_json:
@@ -372,7 +372,7 @@ def decisions(
     from fleet.service.views import decision_view
 
     start = _since_time(since)
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     rows = [decision_view(d) for d in store.decisions(since=start, group=group)]
     if as_json:
         print_json(rows)
@@ -467,7 +467,7 @@ def incidents_list(
         return
     from fleet.service.views import incident_view
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     now = _now()
     rows = [incident_view(i, now) for i in store.incidents(open_only=open_only)]
     if as_json:
@@ -487,7 +487,7 @@ def incidents_show(
     from fleet.service.views import incident_view
     from fleet.timefmt import parse_iso_utc
 
-    store = _open(database, service)
+    store = _open(database, service, existing=True)
     inc = store.incident(incident_id)
     if inc is None:
         known = [i.id for i in store.incidents()][:5]
@@ -599,9 +599,9 @@ def sla_report(
 
     from fleet.service.views import sla_report as build_sla_report
 
-    store = _open(database, service)
-    now = _now()
-    report = build_sla_report(store, _since_time(since), now)
+    start = _since_time(since)  # flags first, before the store is opened
+    store = _open(database, service, existing=True)
+    report = build_sla_report(store, start, _now())
     summary, rows = report["summary"], report["incidents"]
     if as_json:
         print_json(report)

@@ -92,12 +92,14 @@ def _check_size(spec: Any, hours: float) -> None:
 
 
 def _hardware(model: str, instance_type: str, region: str) -> Any:
-    from fleet.sim.engine import HardwareError, resolve_hardware
+    from fleet.sim.engine import HardwareError, make_engine_factory, resolve_hardware
 
     try:
-        return resolve_hardware(model, instance_type, region)
+        hardware = resolve_hardware(model, instance_type, region)
+        make_engine_factory(hardware)  # the model must fit before anything is simulated
     except HardwareError as exc:
         fail(f"--model/--instance-type: {exc}")
+    return hardware
 
 
 def simulate(

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +49,21 @@ def read_history_file(path: Path) -> list[DemandReading]:
             records = list(csv.DictReader(io.StringIO(text)))
     except (json.JSONDecodeError, csv.Error) as exc:
         raise HistoryFileError(f"{path}: not CSV or a JSON list: {exc}") from None
+    except RecursionError:
+        raise HistoryFileError(f"{path}: JSON nested too deeply") from None
     rows: list[DemandReading] = []
     for n, rec in enumerate(records, start=1):
         try:
             at = parse_iso(str(rec["at"]))
             if at.tzinfo is None:
                 raise ValueError("no timezone")
+            if not EARLIEST <= at <= LATEST:
+                raise ValueError(f"at {at.isoformat()} is outside {EARLIEST.year}..{LATEST.year - 1}")
             rps = float(rec["request_rate_rps"])
             if not (math.isfinite(rps) and rps >= 0):
                 raise ValueError("request_rate_rps must be a number >= 0")
-            prompt = _opt(rec.get("prompt_tokens"))
-            output = _opt(rec.get("output_tokens"))
+            prompt = _opt(rec.get("prompt_tokens"), "prompt_tokens")
+            output = _opt(rec.get("output_tokens"), "output_tokens")
         except (KeyError, TypeError, ValueError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise HistoryFileError(f"{path}: row {n}: {what}") from None
@@ -69,10 +73,21 @@ def read_history_file(path: Path) -> list[DemandReading]:
     return sorted(rows, key=lambda r: r.at)
 
 
-def _opt(value: Any) -> float | None:
+# The instants a history row may carry: the forecast reaches days around them, and Python's datetimes end at
+# year 9999 (as ``fleet plan``'s instants)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _opt(value: Any, name: str) -> float | None:
+    """A token count, or None when the row leaves it out; a count under one token is refused (clamped to
+    one, it would make every request tiny and the capacity per instance many times what it is)."""
     if value is None or value == "":
         return None
-    return float(value)
+    tokens = float(value)
+    if not (math.isfinite(tokens) and tokens >= 1):
+        raise ValueError(f"{name} must be a number >= 1, got {value!r}")
+    return tokens
 
 
 def series_of(rows: Sequence[DemandReading], until: datetime, history_s: float) -> DemandSeries | None:

@@ -87,6 +87,37 @@ def test_a_bad_history_row_names_the_row(tmp_path, capsys):
     assert "row 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("2026-12-01T00:01:00Z,3,nan,200", "row 2: prompt_tokens must be a number >= 1"),
+        ("2026-12-01T00:01:00Z,3,-5,200", "row 2: prompt_tokens must be a number >= 1"),
+        ("2026-12-01T00:01:00Z,3,800,inf", "row 2: output_tokens must be a number >= 1"),
+        ("9999-12-31T23:59:00Z,3,800,200", "row 2: at 9999-12-31T23:59:00+00:00 is outside 1970..8999"),
+        ("0001-01-01T00:00:00Z,3,800,200", "row 2: at 0001-01-01T00:00:00+00:00 is outside 1970..8999"),
+    ],
+)
+def test_token_counts_and_instants_out_of_range_are_refused_not_clamped(tmp_path, capsys, row, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"at,request_rate_rps,prompt_tokens,output_tokens\n2026-12-01T00:00:00Z,3,800,200\n{row}\n")
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_deeply_nested_json_history_and_an_instant_out_of_range_are_one_line(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(deep)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    hist = _history(tmp_path / "d.csv", days=0.3)
+    for at in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
+        args = ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(hist), "--at", at]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "is outside 1970..8999" in err and "Traceback" not in err
+
+
 def test_from_the_store(tmp_path, capsys):
     from fleet.service.demand import DemandLog, DemandReading
     from fleet.service.store import open_store

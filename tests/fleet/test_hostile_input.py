@@ -268,3 +268,66 @@ def test_validate_names_unknown_fleet_variables(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FLEET_DATABSE_URL", "sqlite:///x.db")
     assert main(["validate", "--config", _write(tmp_path, GROUP)]) == 0
     assert "did you mean FLEET_DATABASE_URL?" in capsys.readouterr().err
+
+
+# -- NaN, infinity and absurd durations in fleet.yaml: refused by validate, never a crash later -----------
+
+EXAMPLE = "examples/fleet.yaml"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("cold_start_s: 180 ", "cold_start_s: .nan ", "cold_start_s: a duration must be a finite number"),
+        ("above: 800,", "above: .nan,", "scale_out[1].above: Input should be a finite number"),
+        ("above: 800,", "above: .inf,", "scale_out[1].above: Input should be a finite number"),
+        ("for: 30s, target: 4", "for: nan, target: 4", "scale_out[0].for: a duration must be a finite"),
+        ("for: 30s, target: 4", "for: 99999999999999999d, target: 4", "cannot be longer than 366d"),
+    ],
+)
+def test_non_finite_or_absurd_settings_are_refused(tmp_path, capsys, old, new, expected):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / EXAMPLE).read_text()
+    assert old in text
+    path = _write(tmp_path, text.replace(old, new, 1))
+    for argv in (["validate", "--config", path], ["terraform", "export", "--config", path, "-o", "-"]):
+        assert main(argv) == 2
+        assert expected in _one_error(capsys)
+
+
+def test_a_non_finite_percentage_or_tick_interval_is_refused(tmp_path):
+    bad = GROUP + '    stabilization: {max_step_down: "nan%"}\n'
+    with pytest.raises(ConfigError, match="not a finite percentage"):
+        load_config(_write(tmp_path, bad), env={})
+    with pytest.raises(ConfigError, match="finite number of seconds"):
+        load_config(_write(tmp_path, GROUP), env={"FLEET_TICK_INTERVAL_S": "inf"})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["decisions"],
+        ["incidents"],
+        ["incidents", "show", "inc-1"],
+        ["sla-report"],
+    ],
+)
+def test_a_read_never_creates_an_empty_store(tmp_path, capsys, argv):
+    db = tmp_path / "never.db"
+    assert main([*argv, "--database", f"sqlite:///{db}"]) == 2
+    assert "does not exist" in _one_error(capsys)
+    assert not db.exists()
+
+
+def test_a_model_that_does_not_fit_is_one_line_before_anything_is_simulated(capsys):
+    argv = ["simulate", "--hours", "0.25", "--model", "Llama-3.1-70B", "--instance-type", "ecs.gn7i-c16g1.4xlarge"]
+    assert main(argv) == 2
+    assert "does not fit on 1 x A10" in _one_error(capsys)
+
+
+def test_an_instant_past_the_calendar_is_refused_by_terraform_export(capsys):
+    for at in ("9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"):
+        assert main(["terraform", "export", "--config", EXAMPLE, "-o", "-", "--at", at]) == 2
+        assert "is outside 1970..8999" in _one_error(capsys)
