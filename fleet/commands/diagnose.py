@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,21 @@ def parse_since(text: str) -> float:
     if seconds <= 0:
         raise ValueError(f"--since: {text!r} must be positive")
     return seconds
+
+
+def _check_catalog(model: str | None, instance_type: str | None) -> None:
+    """``--model`` and ``--instance-type`` must be in the sizing catalog: an unknown one would silently drop
+    the fixes' numbers."""
+    from sizing.catalog import find_instance, find_model
+    from sizing.errors import SizingInputError
+
+    for flag, value, find in (("--model", model, find_model), ("--instance-type", instance_type, find_instance)):
+        if value is None:
+            continue
+        try:
+            find(value)
+        except SizingInputError as exc:
+            fail(f"{flag}: {exc}")
 
 
 def _parse_until(text: str | None) -> datetime:
@@ -94,8 +110,9 @@ def diagnose(
     if period_s <= 0:
         fail(f"--period: must be a positive number of seconds, got {period_s}")
     for flag, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
-        if value is not None and not value > 0:
-            fail(f"{flag}: must be a positive number of tokens, got {value:g}")
+        if value is not None and not 0 < value < math.inf:
+            fail(f"{flag}: must be a positive, finite number of tokens, got {value:g}")
+    _check_catalog(model, instance_type)
     end = _parse_until(until)
     if snapshot is not None:
         windows = _read_snapshot(snapshot, group)
