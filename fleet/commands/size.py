@@ -127,6 +127,7 @@ def size(
     _check_ranges(
         top,
         counts={
+            "--tp": tp,
             "--max-model-len": max_model_len,
             "--max-num-seqs": max_num_seqs,
             "--max-num-batched-tokens": max_num_batched_tokens,
@@ -137,6 +138,8 @@ def size(
         length_cv=length_cv,
     )
     if plot is not None:
+        if plot.suffix.lower() != ".svg":
+            fail(f"--plot: {plot} must end in .svg (the plot is SVG)")
         _check_writable(plot, "--plot")
 
     try:

@@ -56,6 +56,10 @@ def calibrate(
 
     if gpu is None and instance_type is None:
         fail("give the GPU the log ran on: --gpu NAME or --instance-type TYPE")
+    if gpu is not None and instance_type is not None:
+        fail("give one of --gpu and --instance-type (the instance type names its GPU)")
+    if tp is not None and tp < 1:
+        fail(f"--tp must be at least 1, got {tp}")
     if model is not None and config is not None:
         fail("give at most one of --model and --config")
     text = _read_text(log)

@@ -619,3 +619,27 @@ def test_an_unreadable_vllm_version_exits_2_in_one_line(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--vllm-version", "latest"])
     assert code == 2 and "--vllm-version 'latest' is not a release like 0.19.0" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tp", "0"], "--tp must be at least 1, got 0"),
+        (["--instance-type", "ecs.gn7i-c16g1.4xlarge"], "give one of --gpu and --instance-type"),
+    ],
+)
+def test_calibrate_refuses_a_zero_tp_and_two_gpus(tmp_path, capsys, extra, message):
+    log = tmp_path / "v.log"
+    log.write_text("INFO api_server.py] vLLM API server version 0.8.1\n")
+    out = tmp_path / "c.yaml"
+    argv = ["size", "calibrate", str(log), "--gpu", "A10", "--model", "Qwen2.5-7B", "-o", str(out), *extra]
+    code, err = _error(capsys, argv)
+    assert code == 2 and message in err and not out.exists()
+
+
+def test_size_refuses_a_zero_tp_and_a_plot_that_is_not_svg(tmp_path, capsys):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "0"])
+    assert code == 2 and "--tp must be at least 1, got 0" in err
+    png = tmp_path / "x.png"
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--plot", str(png)])
+    assert code == 2 and "must end in .svg" in err and not png.exists()
