@@ -706,6 +706,11 @@ class IsolationSpec(_Model):
             if rule.rule_id in seen:
                 raise ValueError(f"two isolation rules are named {rule.rule_id!r}; give them distinct names")
             seen.add(rule.rule_id)
+        if self.isolate_within_s < self.respond_within_s:
+            raise ValueError(
+                f"isolate_within ({self.isolate_within_s:g} s) is shorter than respond_within "
+                f"({self.respond_within_s:g} s): an incident is isolated after it is responded to"
+            )
         return self
 
 

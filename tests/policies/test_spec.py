@@ -160,6 +160,13 @@ def test_default_sla_is_15_minutes_and_4_hours():
     assert (iso.respond_within_s, iso.isolate_within_s) == (900, 14400)
 
 
+def test_an_isolation_window_shorter_than_the_response_window_is_refused():
+    with pytest.raises(ValidationError, match="isolate_within .1800 s. is shorter than respond_within"):
+        group_spec(isolation={"respond_within": "1h", "isolate_within": "30m"})
+    equal = group_spec(isolation={"respond_within": "30m", "isolate_within": "30m"}).isolation
+    assert equal.isolate_within_s == equal.respond_within_s == 1800
+
+
 @pytest.mark.parametrize(
     ("value", "base", "expected"),
     [(3, 10, 3), ("20%", 10, 2), ("20%", 4, 0), ("50%", 5, 2), ("100%", 7, 7)],
