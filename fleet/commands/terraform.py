@@ -150,6 +150,8 @@ def check(
     for directory in directories:
         if not directory.is_dir():
             fail(f"{directory}: not a directory")
+        if not any(directory.glob("*.tf")):
+            fail(f"{directory}: no .tf files: not a Terraform module")
         try:
             problems.extend(check_module(directory, loaded, inputs=inputs))
         except HclError as exc:

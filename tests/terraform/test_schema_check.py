@@ -323,3 +323,11 @@ def test_cli_check_of_a_missing_directory_exits_2(schema, tmp_path, capsys):
 
     assert main(["terraform", "check", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_cli_check_of_a_directory_without_tf_files_exits_2(schema, tmp_path, capsys):
+    from fleet.cli import main
+
+    (tmp_path / "README.md").write_text("no module here\n")
+    assert main(["terraform", "check", str(tmp_path)]) == 2
+    assert "no .tf files: not a Terraform module" in capsys.readouterr().err
