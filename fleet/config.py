@@ -140,14 +140,17 @@ def validate_hardware(spec: GroupSpec) -> str | None:
     if pred.capacity_rps is not None or not (pred.model or pred.instance_type):
         return None
     from sizing import SizingInputError, find_instance, find_model
+    from sizing.fallback import cannot_hold
 
     try:
-        if pred.model:
-            find_model(pred.model)
+        model = find_model(pred.model) if pred.model else None
         if pred.instance_type:
             inst = find_instance(pred.instance_type)
             if pred.tp is not None and inst.gpus % pred.tp:
                 return f"predictive.tp {pred.tp} does not divide the {inst.gpus} GPUs of {inst.name}"
+            why = None if model is None else cannot_hold(model, inst)
+            if why is not None:
+                return f"predictive.instance_type {inst.name} cannot hold {pred.model}: {why}"
     except SizingInputError as exc:
         return str(exc)
     return None

@@ -331,3 +331,12 @@ def test_an_instant_past_the_calendar_is_refused_by_terraform_export(capsys):
     for at in ("9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"):
         assert main(["terraform", "export", "--config", EXAMPLE, "-o", "-", "--at", at]) == 2
         assert "is outside 1970..8999" in _one_error(capsys)
+
+
+def test_a_predictive_model_its_instance_type_cannot_hold_is_refused_by_validate(tmp_path, capsys):
+    text = GROUP + "    predictive: {mode: on, model: Llama-3.1-70B, instance_type: ecs.gn7i-c16g1.4xlarge}\n"
+    path = _write(tmp_path, text)
+    assert main(["validate", "--config", path]) == 2
+    assert "predictive.instance_type ecs.gn7i-c16g1.4xlarge cannot hold Llama-3.1-70B" in _one_error(capsys)
+    fits = _write(tmp_path, text.replace("Llama-3.1-70B", "Qwen2.5-7B"), "fits.yaml")
+    assert main(["validate", "--config", fits]) == 0
