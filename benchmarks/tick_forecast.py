@@ -8,16 +8,17 @@ minute demand history in its store (a daily sine, as ``fleet simulate --history-
 are ticked in turn at the same simulated times (every 15 s), so the shared machine's noise falls on both.
 
 Measured per tick, CPU seconds of this process: the whole tick (observe + decide + actuate + record), the
-fake cloud's own share of it (its ``handle``, answering the SDKs' requests in this process: a region's servers
-do that work in production), the service's own (the rest: what the target is judged on), and the decision alone (the service's per-group ``policies.decide``), replayed after the run on each tick's own
+fake cloud's own share of it (its ``handle``, answering the SDKs' requests in this process: a region's
+servers do that work in production), the service's own (the rest: what the target is judged on), and the
+decision alone (the service's per-group ``policies.decide``), replayed after the run on each tick's own
 snapshot, history and time, the least of ``REPLAYS`` runs each. The figures are medians over the ticks;
 the first ``WARMUP`` ticks (the store read of the week, the first table lookups) are left out. With
 ``--latency-ms L`` every cloud call takes L ms more (the fake's latency rule, as a real region's round trip
 does) and the tick's wall time is measured beside its CPU: what an operator sees as the tick's duration,
 where the reads wait on the network in the observe pool rather than on each other. The target is judged on
-the service's own CPU (the figure that depends neither on the network nor on the fake). Run by `make bench` (or ``python -m
-benchmarks.tick_forecast [--json] [--ticks N] [--inline] [--latency-ms L]``), never by the tests; the
-progress bar goes to stderr, ``--json`` prints one object on stdout.
+the service's own CPU (the figure that depends neither on the network nor on the fake). Run by `make bench`
+(or ``python -m benchmarks.tick_forecast [--json] [--ticks N] [--inline] [--latency-ms L]``), never by the
+tests; the progress bar goes to stderr, ``--json`` prints one object on stdout.
 """
 
 from __future__ import annotations

@@ -52,7 +52,10 @@ def _check_catalog(model: str | None, instance_type: str | None) -> None:
     from sizing.catalog import find_instance, find_model
     from sizing.errors import SizingInputError
 
-    for flag, value, find in (("--model", model, find_model), ("--instance-type", instance_type, find_instance)):
+    for flag, value, find in (
+        ("--model", model, find_model),
+        ("--instance-type", instance_type, find_instance),
+    ):
         if value is None:
             continue
         try:

@@ -99,7 +99,9 @@ def test_a_bad_history_row_names_the_row(tmp_path, capsys):
 )
 def test_token_counts_and_instants_out_of_range_are_refused_not_clamped(tmp_path, capsys, row, message):
     bad = tmp_path / "bad.csv"
-    bad.write_text(f"at,request_rate_rps,prompt_tokens,output_tokens\n2026-12-01T00:00:00Z,3,800,200\n{row}\n")
+    bad.write_text(
+        f"at,request_rate_rps,prompt_tokens,output_tokens\n2026-12-01T00:00:00Z,3,800,200\n{row}\n"
+    )
     assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

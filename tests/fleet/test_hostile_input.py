@@ -322,7 +322,15 @@ def test_a_read_never_creates_an_empty_store(tmp_path, capsys, argv):
 
 
 def test_a_model_that_does_not_fit_is_one_line_before_anything_is_simulated(capsys):
-    argv = ["simulate", "--hours", "0.25", "--model", "Llama-3.1-70B", "--instance-type", "ecs.gn7i-c16g1.4xlarge"]
+    argv = [
+        "simulate",
+        "--hours",
+        "0.25",
+        "--model",
+        "Llama-3.1-70B",
+        "--instance-type",
+        "ecs.gn7i-c16g1.4xlarge",
+    ]
     assert main(argv) == 2
     assert "does not fit on 1 x A10" in _one_error(capsys)
 

@@ -62,7 +62,10 @@ def test_save_writes_a_snapshot_that_diagnoses_the_same(tmp_path, capsys):
         (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--since", "5x"], "--since"),
         (["--since", "30m"], "--config"),
         (["--config", "/no/such/fleet.yaml"], "fleet.yaml"),
-        (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--model", "Nope-7B"], "--model: unknown model"),
+        (
+            ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--model", "Nope-7B"],
+            "--model: unknown model",
+        ),
         (
             ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--instance-type", "ecs.nope"],
             "--instance-type: unknown instance type",
