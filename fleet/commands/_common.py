@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -49,13 +49,9 @@ def load_config_or_exit(path: Path | str, env: Mapping[str, str] | None = None) 
         fail_lines(list(exc.problems) or [f"{path}: invalid config"])
 
 
-EARLIEST_AT = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST_AT = datetime(9000, 1, 1, tzinfo=UTC)
-
-
 def parse_at(value: str, option: str = "--at") -> datetime:
     """An aware ISO 8601 instant given on the command line, or one clear line and exit 2."""
-    from fleet.timefmt import parse_iso
+    from fleet.timefmt import outside_calendar, parse_iso
 
     try:
         at = parse_iso(value)
@@ -63,9 +59,9 @@ def parse_at(value: str, option: str = "--at") -> datetime:
         fail(f"{option}: {value!r} is not an ISO 8601 instant such as 2026-12-01T08:00:00Z")
     if at.tzinfo is None or at.utcoffset() is None:
         fail(f"{option}: {value!r} has no timezone; add Z or an offset such as +08:00")
-    if not EARLIEST_AT <= at <= LATEST_AT:
-        # the policy's windows, timers and forecasts reach days around the instant; datetimes end at 9999
-        fail(f"{option}: {at.isoformat()} is outside {EARLIEST_AT.year}..{LATEST_AT.year - 1}")
+    too_far = outside_calendar(at)
+    if too_far is not None:
+        fail(f"{option}: {too_far}")
     return at
 
 

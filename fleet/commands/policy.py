@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,7 @@ from fleet.commands._common import (
     print_json,
 )
 from fleet.config import config_json_schema
-
-# The instants `fleet plan` decides at: timers and schedule windows reach days around ``now``, and Python's
-# datetimes end at year 9999, so a snapshot dated 9999-12-31 overflowed inside the policy.
-MIN_PLAN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_PLAN_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+from fleet.timefmt import outside_calendar
 
 
 def _load_json_model(path: Path, model: type[BaseModel], what: str) -> Any:
@@ -69,13 +64,10 @@ def register(app: typer.Typer) -> None:
         cfg = load_config_or_exit(config)
         snap = _load_json_model(snapshot, Snapshot, "snapshot")
         hist = _load_json_model(history, History, "history") if history is not None else None
-        now = parse_at(at) if at is not None else snap.taken_at
-        if not MIN_PLAN_TIME <= now <= MAX_PLAN_TIME:
-            fail(
-                f"{'--at' if at is not None else f'{snapshot}: taken_at'}: {now.isoformat()} is outside "
-                f"{MIN_PLAN_TIME.year}..{MAX_PLAN_TIME.year - 1}; the policy's windows and timers "
-                "could not be computed"
-            )
+        now = parse_at(at) if at is not None else snap.taken_at  # parse_at refuses one out of the calendar
+        too_far = outside_calendar(now)
+        if too_far is not None:  # a snapshot dated 9999-12-31 overflowed inside the policy
+            fail(f"{snapshot}: taken_at: {too_far}; the policy's windows and timers could not be computed")
         result = decide(snap, cfg.policy(), hist, now)
         if save_history is not None:
             try:

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ class HistoryFileError(ValueError):
 def read_history_file(path: Path) -> list[DemandReading]:
     """Rows from CSV (``at,request_rate_rps[,prompt_tokens,output_tokens]`` with a header) or JSON (a list of
     objects with the same keys); ``at`` ISO 8601 with a zone."""
-    from fleet.timefmt import parse_iso
+    from fleet.timefmt import outside_calendar, parse_iso
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -57,8 +57,9 @@ def read_history_file(path: Path) -> list[DemandReading]:
             at = parse_iso(str(rec["at"]))
             if at.tzinfo is None:
                 raise ValueError("no timezone")
-            if not EARLIEST <= at <= LATEST:
-                raise ValueError(f"at {at.isoformat()} is outside {EARLIEST.year}..{LATEST.year - 1}")
+            too_far = outside_calendar(at)
+            if too_far is not None:
+                raise ValueError(f"at {too_far}")
             rps = float(rec["request_rate_rps"])
             if not (math.isfinite(rps) and rps >= 0):
                 raise ValueError("request_rate_rps must be a number >= 0")
@@ -71,12 +72,6 @@ def read_history_file(path: Path) -> list[DemandReading]:
     if not rows:
         raise HistoryFileError(f"{path}: no rows")
     return sorted(rows, key=lambda r: r.at)
-
-
-# The instants a history row may carry: the forecast reaches days around them, and Python's datetimes end at
-# year 9999 (as ``fleet plan``'s instants)
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def _opt(value: Any, name: str) -> float | None:
