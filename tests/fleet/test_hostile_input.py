@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -272,7 +273,7 @@ def test_validate_names_unknown_fleet_variables(tmp_path, monkeypatch, capsys):
 
 # -- NaN, infinity and absurd durations in fleet.yaml: refused by validate, never a crash later -----------
 
-EXAMPLE = "examples/fleet.yaml"
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
 
 
 @pytest.mark.parametrize(
@@ -286,9 +287,7 @@ EXAMPLE = "examples/fleet.yaml"
     ],
 )
 def test_non_finite_or_absurd_settings_are_refused(tmp_path, capsys, old, new, expected):
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / EXAMPLE).read_text()
+    text = Path(EXAMPLE).read_text()
     assert old in text
     path = _write(tmp_path, text.replace(old, new, 1))
     for argv in (["validate", "--config", path], ["terraform", "export", "--config", path, "-o", "-"]):
