@@ -374,6 +374,14 @@ def decisions(
     start = _since_time(since)
     store = _open(database, service, existing=True)
     rows = [decision_view(d) for d in store.decisions(since=start, group=group)]
+    if group is not None and not rows:
+        known = store.decided_groups()
+        if group not in known:
+            # a typo would otherwise read as "the group made no decisions": name what the store has
+            fail(
+                f"--group {group!r}: this service has recorded no decision for it; groups with decisions: "
+                + (", ".join(known) or "none yet")
+            )
     if as_json:
         print_json(rows)
         return

@@ -468,6 +468,17 @@ class Store:
         with self.engine.connect() as c:
             return [DecisionRecord(**dict(r._mapping)) for r in c.execute(q)]
 
+    def decided_groups(self) -> list[str]:
+        """The groups this service has recorded any decision for, sorted."""
+        q = (
+            sa.select(decisions.c.group_name)
+            .where(decisions.c.service == self.service)
+            .distinct()
+            .order_by(decisions.c.group_name)
+        )
+        with self.engine.connect() as c:
+            return [str(r[0]) for r in c.execute(q)]
+
     def applied_count(self, group: str, kind: str, action: str) -> int:
         """How many writes of this kind were applied for the group: the next decision's sequence number."""
         q = (

@@ -94,6 +94,17 @@ def test_decisions_bad_since_is_one_line_exit_2(db, capsys):
     assert "--since" in err and "Traceback" not in err
 
 
+def test_decisions_of_a_group_unknown_to_the_store_names_the_known_ones(db, capsys):
+    assert main(["decisions", "--group", "chta", "--database", db]) == 2
+    err = capsys.readouterr().err
+    assert "'chta'" in err and "chat" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_decisions_of_a_known_group_quiet_in_the_window_is_an_empty_list(db, capsys):
+    assert main(["decisions", "--group", "chat", "--since", "1m", "--json", "--database", db]) == 0
+    assert _json(capsys) == []
+
+
 def test_database_defaults_to_the_environment(db, capsys, monkeypatch):
     monkeypatch.setenv("FLEET_DATABASE_URL", db)
     assert main(["decisions", "--json"]) == 0
