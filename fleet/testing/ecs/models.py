@@ -37,6 +37,9 @@ SPOT_INTERRUPTION_CODE = EVENT_CODES[-1]
 SPOT_NOTICE_S = 300.0  # Alibaba's documented advance notice of a preemptible instance's release
 CYCLE_STATUSES = ("Scheduled", "Avoided", "Executing", "Executed", "Canceled", "Failed", "Inquiring")
 ACTIVE_CYCLE_STATUSES = ("Scheduled", "Executing", "Inquiring")
+# A reboot ends the instance's active reboot events: Scheduled ones become Avoided (the user restarted it
+# inside the operation window), Executing ones Executed. Inquiring ones wait for the user's answer.
+REBOOT_ENDS = {"Scheduled": "Avoided", "Executing": "Executed"}
 
 
 @dataclass
@@ -301,17 +304,30 @@ class EcsBackend:
         boot_s = self.cloud.boot_seconds
 
         def starting(at: float) -> None:
-            self._after_at(inst, at + boot_s, "Running")
+            self._after_at(inst, at + boot_s, "Running", lambda _: self._reboot_events_done(inst))
 
         self._after(inst, 0.0 if force else self.cloud.stop_seconds, "Starting", starting)
         return inst
 
-    def _after_at(self, inst: Instance, due_s: float, status: str) -> None:
+    def _reboot_events_done(self, inst: Instance) -> None:
+        """The instance is back from a reboot: what its active ``*.Reboot`` events asked for has happened. One
+        still Scheduled was avoided (the user rebooted inside the operation window), one Executing is done."""
+        for event in self.events.values():
+            if event.instance_id == inst.instance_id and event.code.endswith(".Reboot"):
+                after = REBOOT_ENDS.get(event.cycle_status)
+                if after is not None:
+                    self.set_event_status(event.event_id, after)
+
+    def _after_at(
+        self, inst: Instance, due_s: float, status: str, then: Callable[[float], None] | None = None
+    ) -> None:
         generation_expected = inst.generation
 
         def fire(at: float) -> None:
             if self.instances.get(inst.instance_id) is inst and inst.generation == generation_expected:
                 self._set_status(inst, status, at)
+                if then is not None:
+                    then(at)
 
         self.cloud.timers.schedule(due_s, fire, f"ecs {inst.instance_id} -> {status}")
 

@@ -154,6 +154,33 @@ def test_full_status_is_ok_for_a_healthy_running_instance(ecs: EcsClient, cloud:
     assert row.health_status.name == "Ok"
 
 
+@pytest.mark.parametrize(("status", "after"), [("Scheduled", "Avoided"), ("Executing", "Executed")])
+def test_a_reboot_ends_the_instances_reboot_events(
+    ecs: EcsClient, cloud: FakeCloud, status: str, after: str
+) -> None:
+    iid = cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", region_id=REGION).instance_id
+    reboot = cloud.add_system_event(iid, "SystemMaintenance.Reboot", cycle_status=status)
+    other = cloud.add_system_event(iid, "SystemMaintenance.Redeploy", cycle_status="Scheduled")
+    ecs.reboot_instance(em.RebootInstanceRequest(instance_id=iid))
+    cloud.advance(5)
+    midway = {e.event_id: e.cycle_status for e in cloud.ecs.events_for(iid)}
+    cloud.advance(30)
+    rows = ecs.describe_instance_history_events(
+        em.DescribeInstanceHistoryEventsRequest(region_id=REGION, instance_id=iid)
+    ).body.instance_system_event_set.instance_system_event_type
+    got = {e.event_id: e.event_cycle_status.name for e in rows}
+    assert midway == {reboot: status, other: "Scheduled"}  # not before the instance is back
+    assert got == {reboot: after, other: "Scheduled"}  # a redeploy is not what a reboot does
+    health = (
+        ecs.describe_instances_full_status(
+            em.DescribeInstancesFullStatusRequest(region_id=REGION, instance_id=[iid])
+        )
+        .body.instance_full_status_set.instance_full_status_type[0]
+        .health_status.name
+    )
+    assert health == "Ok"
+
+
 def test_history_events_filter_by_cycle_status(ecs: EcsClient, cloud: FakeCloud) -> None:
     iid = cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", region_id=REGION).instance_id
     active = cloud.add_system_event(iid, "SystemMaintenance.Reboot", cycle_status="Scheduled")
