@@ -33,7 +33,10 @@ def predictive(ctx: ScalingContext) -> Contribution | None:
         detail = f"forecast-only: would want {sig.target}" if sig.target is not None else "forecast-only"
         return Contribution(notes=(Reason(code=ReasonCode.PREDICTIVE_FORECAST_ONLY, detail=detail),))
     if sig.target is None:
-        return _unknown(ctx)
+        # no forecast yet (a service's first minutes without history) while the demand may well be known:
+        # the rules' backlog ratios are held to what it needs as they are with a forecast
+        capped = _capped(ctx, sig, ctx.hold) if ctx.target > ctx.hold else None
+        return capped or _unknown(ctx)
     target = sig.target
     if ctx.target > ctx.hold:
         return _after_rules_out(ctx, sig, target)
@@ -104,7 +107,8 @@ def _capped(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contributio
     """A ratio rule reading a backlog (P99 TTFT of a queue, KV use) can ask for many times what the demand
     needs; the instances arrive a cold start later, when the backlog is gone, and are then scaled in slowly.
     While the demand is fully observed, the rules' target is held to ``rules_ceiling`` times the offered load
-    (observed demand over the corrected capacity per instance), or the forecast's target if that is more."""
+    (observed demand over the corrected capacity per instance), or the forecast's target if that is more
+    (with no forecast yet, ``target`` is the hold: the rules still never scale out less than that)."""
     ceiling = ctx.inp.spec.predictive.rules_ceiling
     cap_rps, rps = sig.capacity_rps, sig.demand.rps
     if ceiling is None or not sig.demand.complete or not cap_rps or rps is None:

@@ -128,6 +128,27 @@ def test_a_backlog_rule_is_held_to_the_ceiling_of_what_the_demand_needs():
     assert silent.serving_target == 40
 
 
+def test_a_backlog_rule_is_held_to_the_ceiling_before_the_forecast_has_a_level():
+    # a service's first minute with no history: the demand is known from the agents, the forecast is not
+    group = GroupSnapshot(name=GROUP, desired_capacity=6, instances=fleet(6, 12.0), demand=DemandInputs())
+    for inst in group.instances:
+        inst.metrics["ttft_p99_ms"] = inst.metrics["ttft_p99_ms"].model_copy(update={"value": 20.0 * 3000})
+    s = Snapshot(taken_at=NOW, groups=[group])
+    rules = [{"metric": "ttft_p99_ms", "above": 3000, "for": "0s"}]
+    gp = decide(s, spec(scale_out=rules, predictive={"headroom": 0}), history(6), NOW).groups[0]
+    assert gp.predictive["forecast_method"] == "none" and gp.predictive["predictive_target"] is None
+    assert gp.reason == ReasonCode.RULES_CAPPED
+    load = 12.0 / gp.predictive["capacity_per_instance_rps"]
+    assert gp.serving_target == math.ceil(1.5 * load) < 40
+    capped = next(r for r in gp.reasons if r.code == ReasonCode.RULES_CAPPED)
+    assert capped.inputs["rules_wanted"] == 120  # 20x the 6 serving
+    # the rules still scale out to that ceiling: 12 req/s does not fit the 6 serving
+    assert gp.serving_target > 6
+    # and with the ceiling off they run as they would without the capacity model
+    loose = spec(scale_out=rules, predictive={"headroom": 0, "rules_ceiling": None})
+    assert decide(s, loose, history(6), NOW).groups[0].serving_target == 40
+
+
 def test_instances_still_loading_leave_the_demand_complete_and_serve_nothing_yet():
     # 6 serving at 8 req/s plus 6 InService ones created a minute ago, loading weights, no metrics yet
     s = snap(6, 8.0, days=0.5)
