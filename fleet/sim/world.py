@@ -110,7 +110,10 @@ class SimInstance:
         self.gpus = gpus
         self.lifecycle = "Pending"  # the ESS lifecycle state last seen ("Rebooting" while ECS restarts it)
         self.hw_fault_xid: int | None = None  # a hardware XID: the GPU is unusable until reset
-        self.last_xid = 0
+        # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
+        # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
+        # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
+        self.xids: list[int] = []
         self.outstanding = 0
         self.inflight: dict[int, int] = {}  # request id -> output tokens
         self.busy_s = 0.0  # engine busy time since the last publish
@@ -286,7 +289,7 @@ class World:
         inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
         inst.engine_start_s = inst.last_advance_s = self.now_s
         inst.hw_fault_xid = None
-        inst.last_xid = 0
+        inst.xids.clear()
         for g in inst.gpus:
             g.extra_c = 0.0
 
@@ -412,13 +415,18 @@ class World:
             "vllm_num_requests_running": float(eng.num_running),
             "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
             "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
-            "gpu_xid": float(inst.last_xid),
             "gpu_sm_clock_ratio": inst.speed(),
             # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
             "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
             **self.demand_metrics(inst),
         }
         custom.update(self.latency_metrics(inst))
+        if inst.xids:
+            custom["gpu_xid"] = float(inst.xids[-1])
+        elif inst.hw_fault_xid is not None:
+            # a GPU a hardware XID left unusable stays faulted until it is reset: reported every period, as
+            # the agent reports a lost GPU every period (and a DCGM-style "last XID" source keeps its code)
+            custom["gpu_xid"] = float(inst.hw_fault_xid)
         dash = {
             "instance_gpu_gpu_usedutilization": 100.0 * inst.util,
             "instance_gpu_memory_usedutilization": self.p.gpu_mem_reserved_pct,
@@ -480,6 +488,7 @@ class World:
             custom, dash = self.instance_metrics(inst)
             for values in inst.latency.values():
                 values.clear()  # the next period's histograms start empty
+            inst.xids.clear()  # drained: the next period reports only its own
             dims = {"instanceId": inst.instance_id}
             for name, value in custom.items():
                 self.cloud.put_custom_metric(name, dims, value, ts_ms)
@@ -545,7 +554,7 @@ class World:
             inst.gpus[0].extra_c = f.extra_c
             entry["extra_c"] = f.extra_c
         elif f.kind == "xid":
-            inst.last_xid = f.xid
+            inst.xids.append(f.xid)
             entry["xid"] = f.xid
             if f.xid in HARDWARE_XIDS:
                 inst.hw_fault_xid = f.xid

@@ -110,7 +110,6 @@ def test_instances_publish_queue_latency_and_gpu_metrics(factory):
         "vllm_tpot_p99_ms",
         "vllm_e2e_p99_ms",
         "gpu_throttle_reasons",
-        "gpu_xid",
         "gpu_mem_bw_util",
         "instance_gpu_gpu_usedutilization",
         "instance_gpu_memory_usedutilization",
@@ -120,6 +119,7 @@ def test_instances_publish_queue_latency_and_gpu_metrics(factory):
         assert name in names, name
     assert 0 < cloud.last("instance_gpu_gpu_usedutilization", "i-a") <= 100
     assert cloud.last("vllm_ttft_p99_ms", "i-a") > 0
+    assert "gpu_xid" not in names  # as the node agent: only a period that drained an XID sends one
 
 
 def test_an_idle_instance_reports_no_utilization(factory):
@@ -145,6 +145,8 @@ def test_hardware_xid_takes_the_instance_out_of_the_balancer(factory):
     world, cloud = make_world(factory, {"i-a": "InService", "i-b": "InService"}, steady(2.0, 60.0), [fault])
     world.run_until(60.0)
     assert cloud.last("gpu_xid", "i-a") == 79.0
+    sent = [v for n, d, v in cloud.custom if n == "gpu_xid" and d["instanceId"] == "i-a"]
+    assert len(sent) >= 3 and set(sent) == {79.0}  # reported every period while the GPU stays unusable
     assert not world.instances["i-a"].serving(world.now_s)
     assert world.instances["i-b"].completed > world.instances["i-a"].completed
 
@@ -155,6 +157,14 @@ def test_application_xid_is_reported_but_the_instance_keeps_serving(factory):
     world.run_until(60.0)
     assert cloud.last("gpu_xid", "i-a") == 13.0
     assert world.instances["i-a"].serving(world.now_s)
+
+
+def test_each_xid_is_one_sample_so_a_repeat_reads_as_a_repeat(factory):
+    faults = [parse_fault_spec(f"xid:13,at={t}s,instance=i-a") for t in (10, 130, 250)]
+    world, cloud = make_world(factory, {"i-a": "InService"}, steady(1.0, 300.0), faults)
+    world.run_until(300.0)
+    sent = [v for n, d, v in cloud.custom if n == "gpu_xid" and d["instanceId"] == "i-a"]
+    assert sent == [13.0, 13.0, 13.0]  # one per XID, none in the periods between
 
 
 def test_system_event_fault_is_raised_in_ecs(factory):
