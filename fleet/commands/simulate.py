@@ -91,6 +91,19 @@ def _check_size(spec: Any, hours: float) -> None:
         )
 
 
+def _declared_hardware(spec: Any, model: str | None, instance_type: str | None) -> tuple[str, str]:
+    """The flags, else what the group's capacity model says it runs (``predictive.model`` and
+    ``instance_type``: simulating a config simulates its hardware), else the simulator's defaults."""
+    from fleet.sim.types import Hardware
+
+    pred = spec.predictive
+    default = Hardware()
+    return (
+        model or pred.model or default.model,
+        instance_type or pred.instance_type or default.instance_type,
+    )
+
+
 def _hardware(model: str, instance_type: str, region: str) -> Any:
     from fleet.sim.engine import HardwareError, make_engine_factory, resolve_hardware
 
@@ -134,8 +147,17 @@ def simulate(
     ),
     report: Path | None = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    model: str = typer.Option("Qwen2.5-14B", "--model", help="Model every instance serves (sizing catalog)."),
-    instance_type: str = typer.Option("ecs.gn7i-2x.8xlarge", "--instance-type", help="ECS instance type."),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Model every instance serves (sizing catalog). Default: the group's predictive.model, else "
+        "Qwen2.5-14B.",
+    ),
+    instance_type: str | None = typer.Option(
+        None,
+        "--instance-type",
+        help="ECS instance type. Default: the group's predictive.instance_type, else ecs.gn7i-2x.8xlarge.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the fake cloud and the workload when it names none."),
     tick_s: float = typer.Option(
         60.0,
@@ -174,6 +196,7 @@ def simulate(
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
+    model, instance_type = _declared_hardware(cfg.groups[index], model, instance_type)
     hw = _hardware(model, instance_type, cfg.region)
     if report is not None:
         _check_report_path(report)

@@ -173,6 +173,22 @@ def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, caps
     assert len(lines) == 2 and all(line.startswith(f"error: {config}: groups[0].") for line in lines)
 
 
+def test_simulate_runs_the_hardware_the_group_declares_unless_told_otherwise(tmp_path, capsys):
+    text = DEFAULT_CONFIG.read_text()
+    assert "model: Qwen2.5-14B" in text and "instance_type: ecs.gn7i-2x.8xlarge" in text
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        text.replace("model: Qwen2.5-14B", "model: Qwen2.5-7B").replace(
+            "instance_type: ecs.gn7i-2x.8xlarge", "instance_type: ecs.gn7i-c16g1.4xlarge"
+        )
+    )
+    argv = ["simulate", "--config", str(config), "--workload", "azure:conv,rate=0.3", "--hours", "0.05"]
+    assert main(argv) == 0
+    assert "(Qwen2.5-7B on ecs.gn7i-c16g1.4xlarge)" in " ".join(capsys.readouterr().err.split())
+    assert main([*argv, "--model", "Qwen2.5-14B", "--instance-type", "ecs.gn7i-2x.8xlarge"]) == 0
+    assert "(Qwen2.5-14B on ecs.gn7i-2x.8xlarge)" in " ".join(capsys.readouterr().err.split())
+
+
 @pytest.mark.parametrize("instance, warned", [("i-never-existed", True), ("0", False)])
 def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned):
     argv = [
