@@ -323,7 +323,11 @@ def _print_summary(result: Any) -> None:
 def bench_autoscale(
     json_out: bool = typer.Option(False, "--json", help="Print {workload: {policy: summary}} as JSON."),
     config: Path | None = typer.Option(
-        None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
+        None,
+        "--config",
+        help="fleet.yaml (default: the embedded one); its group's predictive.model and instance_type are the "
+        "hardware every run serves on.",
+        dir_okay=False,
     ),
     quick: bool = typer.Option(
         False,
@@ -361,6 +365,7 @@ def bench_autoscale(
     cfg = _load(config)
     if len(cfg.groups) > 1:
         fail(f"{config}: the benchmark runs one group; this config has {len(cfg.groups)}")
+    hw = _hardware(*_declared_hardware(cfg.groups[0], None, None), cfg.region)  # as fleet simulate runs it
     if sweep is not None:
         if sweep not in {s.value for s in Sweep}:
             fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
@@ -377,7 +382,7 @@ def bench_autoscale(
                 chosen = parse_days(days)
             except ValueError as exc:
                 fail(f"--days: {exc}")
-        _run_sweep(cfg, chosen, json_out, jobs)
+        _run_sweep(cfg, chosen, json_out, jobs, hw)
         return
     if days is not None:
         fail("--days: only with --sweep (the benchmark's workloads are named days)")
@@ -395,7 +400,9 @@ def bench_autoscale(
     policies = tuple(p for p in BENCH_POLICIES if not only_policies or p in only_policies)
     runs = len(bench_runs(workloads, policies, BENCH_MODEL_ERROR_PCT))
     with _progress_bar(runs) as progress:
-        results = run_bench(cfg, workloads=workloads, policies=policies, progress=progress, jobs=jobs)
+        results = run_bench(
+            cfg, workloads=workloads, policies=policies, hardware=hw, progress=progress, jobs=jobs
+        )
     if json_out:
         print_json(results)
     else:
@@ -404,13 +411,13 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, days: list[int] | None, json_out: bool, jobs: int) -> None:
+def _run_sweep(cfg: Any, days: list[int] | None, json_out: bool, jobs: int, hardware: Any) -> None:
     """The sweep over ``days`` of each trace (None: every day)."""
     from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
 
     runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
     with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs)
+        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs, hardware=hardware)
     if json_out:
         print_json(out)
     else:

@@ -115,14 +115,18 @@ def run_sweep(
     policies: Sequence[str] = SWEEP_POLICIES,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    hardware: Any = None,
 ) -> dict[str, Any]:
-    """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``."""
+    """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``;
+    ``hardware`` (a ``fleet.sim.types.Hardware``; None: the simulator's default) is what every run serves
+    on."""
     from fleet.sim.scenario import bench_autoscale
 
     results = bench_autoscale(
         config,
         workloads=sweep_workloads(days, hours),
         policies=policies,
+        hardware=hardware,
         progress=progress,
         model_error_pct=None,
         jobs=jobs,

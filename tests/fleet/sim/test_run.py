@@ -189,6 +189,26 @@ def test_simulate_runs_the_hardware_the_group_declares_unless_told_otherwise(tmp
     assert "(Qwen2.5-14B on ecs.gn7i-2x.8xlarge)" in " ".join(capsys.readouterr().err.split())
 
 
+def test_bench_runs_the_hardware_the_group_declares(tmp_path, capsys):
+    from fleet.sim.engine import resolve_hardware
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        DEFAULT_CONFIG.read_text()
+        .replace("model: Qwen2.5-14B", "model: Qwen2.5-7B")
+        .replace("instance_type: ecs.gn7i-2x.8xlarge", "instance_type: ecs.gn7i-c16g1.4xlarge")
+    )
+    argv = ["bench", "autoscale", "--config", str(config), "--quick", "--json"]
+    assert main([*argv, "--workload", "azure-conversation-hour", "--policy", "static-peak"]) == 0
+    run = json.loads(capsys.readouterr().out)["azure-conversation-hour"]["static-peak"]
+    region = load_config(config, env={}).region
+    hw = resolve_hardware("Qwen2.5-7B", "ecs.gn7i-c16g1.4xlarge", region)
+    default = resolve_hardware("Qwen2.5-14B", "ecs.gn7i-2x.8xlarge", region)
+    per_gpu_hour = run["cost_cny"] / run["gpu_hours"]
+    assert per_gpu_hour == pytest.approx(hw.price_cny_per_hour / hw.gpus_per_instance, rel=2e-3)
+    assert per_gpu_hour != pytest.approx(default.price_cny_per_hour / default.gpus_per_instance, rel=2e-3)
+
+
 @pytest.mark.parametrize("instance, warned", [("i-never-existed", True), ("0", False)])
 def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned):
     argv = [
