@@ -324,11 +324,12 @@ def test_sweep_days_reach_the_sweep_and_its_progress_count(monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run_sweep(cfg, *, days, progress, jobs):
-        seen.update(days=days, jobs=jobs)
+    def fake_run_sweep(cfg, *, days, progress, jobs, hardware):
+        seen.update(days=days, jobs=jobs, hardware=(hardware.model, hardware.instance_type))
         return {"sweep": "servegen", "workloads": {}, "distribution": {}}
 
     monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
     assert main(["bench", "autoscale", "--sweep", "servegen", "--days", "4,2-3", "--json"]) == 0
-    assert seen == {"days": [2, 3, 4], "jobs": 1}
+    # the embedded config's group declares the simulator's default hardware
+    assert seen == {"days": [2, 3, 4], "jobs": 1, "hardware": ("Qwen2.5-14B", "ecs.gn7i-2x.8xlarge")}
     assert json.loads(capsys.readouterr().out)["sweep"] == "servegen"
