@@ -218,6 +218,7 @@ def simulate(
     if result.extra.get("history") and not json_out:
         err_console.print(str(result.extra["history"]))
     _warn_unfired(result, len(faults))
+    _warn_missed(result, cfg.groups[index], hw.instance_type)
     _warn_capped(result.summary)
     _warn_oracle(result.summary)
     if report is not None:
@@ -270,6 +271,24 @@ def _warn_oracle(summary: dict[str, Any]) -> None:
         err_console.print(
             f"[yellow]warning:[/] {_oracle_unconverged(summary)}", highlight=False, soft_wrap=True
         )
+
+
+def _warn_missed(result: Any, spec: Any, instance_type: str) -> None:
+    """Capacity faults that fired on nothing the group has: a spot reclaim with no spot instance to take, a
+    stock-out of a type the group never orders."""
+    ordered = {instance_type, *(spec.instance_types or ())}
+    for entry in result.fault_log:
+        at = f"{entry['at_s'] / 60:g} min"
+        if entry["event"] == "spot-reclaim" and not entry.get("reclaimed"):
+            what = f"spot-reclaim at {at} reclaimed nothing: the group had no spot instance (capacity_mix)"
+        elif entry["event"] == "stockout" and entry.get("instance_type") not in ordered:
+            what = (
+                f"the stock-out of {entry.get('instance_type')} at {at} touched nothing: the group orders "
+                + ", ".join(sorted(ordered))
+            )
+        else:
+            continue
+        err_console.print(f"[yellow]warning:[/] {what}", highlight=False, soft_wrap=True)
 
 
 def _warn_unfired(result: Any, asked: int) -> None:

@@ -209,6 +209,24 @@ def test_bench_runs_the_hardware_the_group_declares(tmp_path, capsys):
     assert per_gpu_hour != pytest.approx(default.price_cny_per_hour / default.gpus_per_instance, rel=2e-3)
 
 
+@pytest.mark.parametrize(
+    "fault, warned",
+    [
+        ("spot-reclaim,at=1m", "spot-reclaim at 1 min reclaimed nothing"),
+        ("stockout:ecs.gn8is.2xlarge,at=1m,for=1m", "the stock-out of ecs.gn8is.2xlarge"),
+        ("stockout:ecs.gn7i-2x.8xlarge,at=1m,for=1m", None),
+    ],
+)
+def test_simulate_warns_about_a_capacity_fault_that_touched_nothing(capsys, fault, warned):
+    argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.05", "--json", "--fault", fault]
+    assert main(argv) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    if warned is None:
+        assert "warning" not in err
+    else:
+        assert warned in err
+
+
 @pytest.mark.parametrize("instance, warned", [("i-never-existed", True), ("0", False)])
 def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned):
     argv = [
