@@ -527,6 +527,27 @@ def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
     return reason
 
 
+def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
+    """The best option's warnings; under a load (``slo`` given) a note when no latency SLO ranked it."""
+    for w in j["warnings"]:
+        console.print(f"  [yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    if slo is not None and slo.ttft_p99_ms is None and slo.tpot_p99_ms is None:
+        console.print(
+            "  [yellow]note:[/] no latency SLO given (--slo-ttft-p99-ms, --slo-tpot-p99-ms): ranked on cost "
+            "at the offered load alone, whatever the latency above",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if requests:
+        too_long = sum(1 for r in requests if r.prompt_tokens >= (j["max_model_len"] or 0))
+        if too_long:
+            console.print(
+                f"  [yellow]warning:[/] {too_long} of {len(requests)} trace requests are longer than "
+                "max_model_len and would be refused",
+                highlight=False,
+            )
+
+
 def _render(
     result: Any, shape: Any, top: int | None, has_load: bool, requests: Any, plot: Path | None
 ) -> None:
@@ -619,15 +640,6 @@ def _render(
                 highlight=False,
                 soft_wrap=True,
             )
-    for w in j["warnings"]:
-        console.print(f"  [yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
-    if requests:
-        too_long = sum(1 for r in requests if r.prompt_tokens >= (j["max_model_len"] or 0))
-        if too_long:
-            console.print(
-                f"  [yellow]warning:[/] {too_long} of {len(requests)} trace requests are longer than "
-                "max_model_len and would be refused",
-                highlight=False,
-            )
+    _render_notes(j, result.slo if has_load else None, requests)
     if plot is not None:
         console.print(f"  wrote {plot}", highlight=False)

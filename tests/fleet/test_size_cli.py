@@ -106,6 +106,14 @@ def test_the_human_table_names_the_best_option_and_its_command(capsys):
     assert "best: ecs.gn7i-c8g1.2xlarge" in out and "vllm serve Qwen/Qwen2.5-7B-Instruct" in out
 
 
+@pytest.mark.parametrize("slo, noted", [([], True), (["--slo-ttft-p99-ms", "3000"], False)])
+def test_a_load_without_a_latency_slo_is_noted_under_the_best(capsys, slo, noted):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "gn7i-c8g1.2xlarge", "--qps", "0.5"]
+    assert main([*argv, "--prompt-tokens", "3000", "--output-tokens", "100", *slo]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("note: no latency SLO given" in out) is noted
+
+
 def test_an_unknown_model_exits_2_with_the_nearest_names(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-8B"])
     assert code == 2 and "unknown model 'Qwen2.5-8B'; nearest:" in err and "Qwen2.5-" in err
