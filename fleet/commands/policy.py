@@ -68,7 +68,9 @@ def register(app: typer.Typer) -> None:
         too_far = outside_calendar(now)
         if too_far is not None:  # a snapshot dated 9999-12-31 overflowed inside the policy
             fail(f"{snapshot}: taken_at: {too_far}; the policy's windows and timers could not be computed")
-        result = decide(snap, cfg.policy(), hist, now)
+        spec = cfg.policy()
+        _with_capacity(snap, spec)
+        result = decide(snap, spec, hist, now)
         if save_history is not None:
             try:
                 save_history.write_text(result.history.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -105,6 +107,40 @@ def register(app: typer.Typer) -> None:
             )
         names = ", ".join(g.name for g in cfg.groups)
         console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
+
+
+def _with_capacity(snap: Any, spec: Any) -> None:
+    """Each predictive group's capacity per instance from the sizing engine at the snapshot's token mix, as
+    the service gives it to the policy every tick; a snapshot that carries its own keeps it."""
+    from fleet.service.capacity_table import CapacityTable
+    from policies import metrics as pm
+    from policies.model import DemandInputs
+
+    table = CapacityTable()
+    for group in spec.groups:
+        gs = snap.group(group.name)
+        if gs is None or group.predictive.mode == "off":
+            continue
+        demand = gs.demand or DemandInputs()
+        if demand.capacity_rps is not None:
+            continue
+        mix = [_mean_metric(gs.instances, name) for name in pm.DEMAND_METRICS[1:]]
+        cap = table.lookup(group, mix[0], mix[1])
+        gs.demand = demand.model_copy(
+            update={
+                "capacity_rps": cap.rps,
+                "capacity_source": cap.source,
+                "prompt_tokens": cap.prompt_tokens,
+                "output_tokens": cap.output_tokens,
+                "in_service": list(table.in_service(group, cap)),
+            }
+        )
+
+
+def _mean_metric(instances: Any, name: str) -> float | None:
+    """The mean of one metric over the instances that report it (None: none does)."""
+    values = [s.value for i in instances if (s := i.metrics.get(name)) is not None and s.value is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _check_capacity(path: Path, cfg: Any) -> None:

@@ -177,3 +177,39 @@ def test_validate_accepts_capacity_keys_that_hold_the_model(tmp_path, capsys):
         "    economical_mode: true\n"
     )
     assert main(["validate", "--config", str(cfg)]) == 0
+
+
+def _with_demand(tmp_path, capacity_rps=None):
+    """queue-spike.json with the agents' demand metrics on every instance (and, optionally, a capacity)."""
+    snap = json.loads((SNAPSHOTS / "queue-spike.json").read_text())
+    group = snap["groups"][0]
+    for inst in group["instances"]:
+        at = inst["metrics"]["queue_waiting"]["at"]
+        inst["metrics"].update(
+            request_rate={"value": 1.5, "at": at},
+            prompt_tokens_per_request={"value": 900.0, "at": at},
+            output_tokens_per_request={"value": 180.0, "at": at},
+        )
+    if capacity_rps is not None:
+        group["demand"] = {"capacity_rps": capacity_rps, "capacity_source": "the snapshot's"}
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(snap))
+    return path
+
+
+def test_plan_sizes_the_capacity_per_instance_as_the_service_does(tmp_path, capsys):
+    from fleet.config import load_config
+    from fleet.service.capacity_table import CapacityTable
+
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(_with_demand(tmp_path)), "--json"]) == 0
+    inputs = Plan.model_validate_json(capsys.readouterr().out).group("chat-7b").predictive
+    spec = load_config(Path(EXAMPLE), env={}).policy().groups[0]
+    expected = CapacityTable().lookup(spec, 900.0, 180.0).rps
+    assert expected and inputs["capacity_model_rps"] == pytest.approx(expected, abs=1e-3)
+    assert inputs["demand_rps"] == pytest.approx(1.5 * 6)
+    # a snapshot that carries its own capacity keeps it
+    own = str(_with_demand(tmp_path, capacity_rps=0.42))
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", own, "--json"]) == 0
+    assert Plan.model_validate_json(capsys.readouterr().out).group("chat-7b").predictive[
+        "capacity_model_rps"
+    ] == pytest.approx(0.42)
