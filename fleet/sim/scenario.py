@@ -234,6 +234,8 @@ def simulate(
     opts = options or SimOptions()
     opts = replace(opts, hours=hours, policy=policy, slo_ttft_ms=slo, queue_target=queue_target(group))
     opts = replace(opts, start=run_start(spec_w, opts.start))
+    if opts.group_setup is None:
+        opts = replace(opts, group_setup=terraform_setup(group))
     key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name), str(slo))
     test = (capacity_cache or {}).get(key)
     if test is None:
@@ -268,6 +270,39 @@ def simulate(
     if history_note:
         result.extra["history"] = history_note
     return result
+
+
+def terraform_setup(spec: Any) -> Callable[[Any, str], None] | None:
+    """What ``fleet terraform export`` gives the scaling group for the config's spot mix and economical mode
+    (``capacity_tfvars``), applied to the fake group; None when the group sets neither. The simulated world
+    runs one engine kind, so the instance-type ladder is left to the service's fallback, and zones to the
+    fake's default vSwitch."""
+    from fleet.terraform.export import capacity_tfvars
+
+    tf = capacity_tfvars(spec)
+    if "scaling_policy" not in tf and "on_demand_base_capacity" not in tf:
+        return None
+
+    def setup(cloud: Any, group_id: str) -> None:
+        group = cloud.ess.groups[group_id]
+        if "scaling_policy" in tf:
+            group.scaling_policy = tf["scaling_policy"]
+        if "on_demand_base_capacity" in tf:
+            cloud.ess.set_capacity_mix(
+                group,
+                multi_az_policy=tf["multi_az_policy"],
+                on_demand_base_capacity=tf["on_demand_base_capacity"],
+                on_demand_percentage_above_base=tf["on_demand_percentage_above_base_capacity"],
+                spot_instance_pools=None,
+                spot_instance_remedy=tf["spot_instance_remedy"],
+                compensate_with_on_demand=tf["compensate_with_on_demand"],
+            )
+            config = cloud.ess.configurations[group.active_config_id]
+            limit = tf.get("spot_price_limit")
+            limits = {t: float(limit) for t in config.instance_types} if limit else {}
+            cloud.ess.set_spot_strategy(config, tf["spot_strategy"], limits)
+
+    return setup
 
 
 def with_predictive_hardware(config: Any, group_index: int, hardware: Hardware) -> Any:

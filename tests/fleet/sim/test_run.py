@@ -319,3 +319,36 @@ def test_bench_tables_show_the_start_fleets_minutes_apart_and_say_why():
     buf = io.StringIO()
     print_bench_tables({"w": {"ours": s(3, 0)}}, out=Console(file=buf, width=140))
     assert "not judged" not in buf.getvalue()
+
+
+def test_simulate_gives_the_fake_group_the_spot_mix_and_economical_mode_of_the_config(tmp_path):
+    from fleet.sim.scenario import terraform_setup
+    from fleet.testing import mock_aliyun
+
+    text = DEFAULT_CONFIG.read_text().replace(
+        "    predictive:",
+        "    capacity_mix: {on_demand_base: 2, spot_percentage_above_base: 70}\n"
+        "    economical_mode: true\n    predictive:",
+        1,
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    cfg = load_config(path, env={})
+    with mock_aliyun() as cloud:
+        gid = cloud.create_group_for_tests(name="g", min_size=0, max_size=4)
+        setup = terraform_setup(cfg.groups[0])
+        assert setup is not None and terraform_setup(load_config(DEFAULT_CONFIG, env={}).groups[0]) is None
+        setup(cloud, gid)
+        group = cloud.ess.groups[gid]
+        fields = (group.scaling_policy, group.multi_az_policy, group.on_demand_base_capacity)
+        assert fields == ("recycle", "COST_OPTIMIZED", 2)
+        assert group.on_demand_percentage_above_base == 30
+        assert cloud.ess.configurations[group.active_config_id].spot_strategy == "SpotAsPriceGo"
+    # and a run buys spot above the base: cheaper per GPU-hour than on demand
+    run = simulate(cfg, "servegen:m-small,day=2,peak=15,start_h=7", 1.0, options=SimOptions(tick_s=60))
+    s = run.summary
+    assert s["spot_instance_hours"] > 0
+    assert (
+        s["cost_cny"] / s["gpu_hours"]
+        < 0.9 * run.hardware.price_cny_per_hour / run.hardware.gpus_per_instance
+    )
