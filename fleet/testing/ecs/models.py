@@ -178,20 +178,8 @@ class EcsBackend:
     def _after(
         self, inst: Instance, delay_s: float, status: str, then: Callable[[float], None] | None = None
     ) -> None:
-        generation_expected = inst.generation
-
-        def fire(at: float) -> None:
-            if self.instances.get(inst.instance_id) is not inst or inst.generation != generation_expected:
-                return
-            self._set_status(inst, status, at)
-            if then is not None:
-                then(at)
-
-        self.cloud.timers.schedule(
-            self.cloud.now_s() + delay_s if delay_s > 0 else self.cloud.now_s(),
-            fire,
-            f"ecs {inst.instance_id} -> {status}",
-        )
+        now = self.cloud.now_s()
+        self._after_at(inst, now + delay_s if delay_s > 0 else now, status, then)
 
     def get(self, instance_id: str) -> Instance:
         inst = self.instances.get(instance_id)
@@ -321,6 +309,7 @@ class EcsBackend:
     def _after_at(
         self, inst: Instance, due_s: float, status: str, then: Callable[[float], None] | None = None
     ) -> None:
+        """``status`` at ``due_s`` (then ``then``), unless the instance was released or moved on meanwhile."""
         generation_expected = inst.generation
 
         def fire(at: float) -> None:
