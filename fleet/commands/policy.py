@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         if too_far is not None:  # a snapshot dated 9999-12-31 overflowed inside the policy
             fail(f"{snapshot}: taken_at: {too_far}; the policy's windows and timers could not be computed")
         spec = cfg.policy()
-        _with_capacity(snap, spec)
+        _with_capacity(snap, spec, now)
         result = decide(snap, spec, hist, now)
         if save_history is not None:
             try:
@@ -109,12 +109,13 @@ def register(app: typer.Typer) -> None:
         console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
 
 
-def _with_capacity(snap: Any, spec: Any) -> None:
-    """Each predictive group's capacity per instance from the sizing engine at the snapshot's token mix, as
-    the service gives it to the policy every tick; a snapshot that carries its own keeps it."""
+def _with_capacity(snap: Any, spec: Any, now: Any) -> None:
+    """Each predictive group's capacity per instance from the sizing engine at the snapshot's token mix (its
+    InService instances' fresh, rate-weighted means), as the service gives it to the policy every tick; a
+    snapshot that carries its own keeps it."""
     from fleet.service.capacity_table import CapacityTable
-    from policies import metrics as pm
-    from policies.model import DemandInputs
+    from fleet.service.demand import read_demand
+    from policies.model import DemandInputs, LifecycleState
 
     table = CapacityTable()
     for group in spec.groups:
@@ -124,23 +125,11 @@ def _with_capacity(snap: Any, spec: Any) -> None:
         demand = gs.demand or DemandInputs()
         if demand.capacity_rps is not None:
             continue
-        mix = [_mean_metric(gs.instances, name) for name in pm.DEMAND_METRICS[1:]]
-        cap = table.lookup(group, mix[0], mix[1])
-        gs.demand = demand.model_copy(
-            update={
-                "capacity_rps": cap.rps,
-                "capacity_source": cap.source,
-                "prompt_tokens": cap.prompt_tokens,
-                "output_tokens": cap.output_tokens,
-                "in_service": list(table.in_service(group, cap)),
-            }
-        )
-
-
-def _mean_metric(instances: Any, name: str) -> float | None:
-    """The mean of one metric over the instances that report it (None: none does)."""
-    values = [s.value for i in instances if (s := i.metrics.get(name)) is not None and s.value is not None]
-    return sum(values) / len(values) if values else None
+        serving = [i.instance_id for i in gs.instances if i.lifecycle_state == LifecycleState.IN_SERVICE]
+        metrics = {i.instance_id: i.metrics for i in gs.instances}
+        reading = read_demand(serving, metrics, now, group.stabilization.stale_after_s)
+        mix = (reading.prompt_tokens, reading.output_tokens) if reading else (None, None)
+        gs.demand = demand.model_copy(update=table.demand_fields(group, *mix))
 
 
 def _check_capacity(path: Path, cfg: Any) -> None:

@@ -86,6 +86,20 @@ class CapacityTable:
             return Capacity(None, source + ": misses the SLO", p_mean, o_mean)
         return Capacity(rps, source, p_mean, o_mean)
 
+    def demand_fields(
+        self, spec: GroupSpec, prompt_tokens: float | None, output_tokens: float | None
+    ) -> dict[str, object]:
+        """The ``DemandInputs`` fields the table gives a group at a token mix: the capacity per instance,
+        where it comes from, the mix it is for and the time in service along it."""
+        cap = self.lookup(spec, prompt_tokens, output_tokens)
+        return {
+            "capacity_rps": cap.rps,
+            "capacity_source": cap.source,
+            "prompt_tokens": cap.prompt_tokens,
+            "output_tokens": cap.output_tokens,
+            "in_service": list(self.in_service(spec, cap)),
+        }
+
     def in_service(self, spec: GroupSpec, cap: Capacity) -> tuple[tuple[float, float], ...]:
         """(requests/s per instance, mean seconds a request is in service) at ``IN_SERVICE_LOADS`` of the
         capacity ``cap`` that ``lookup`` gave; empty for a measured capacity (no engine model to compare)."""

@@ -340,15 +340,12 @@ class Service:
             if reading is not None:
                 self.demand.record(spec.name, reading)
             prompt, output = self.demand.mix(spec.name, now)
-            cap = self.capacity_table.lookup(spec, prompt, output)
-            gs.demand = DemandInputs(
-                history=self.demand.series(spec.name, now),
-                capacity_rps=cap.rps,
-                capacity_source=cap.source,
-                prompt_tokens=cap.prompt_tokens,
-                output_tokens=cap.output_tokens,
-                recent_rps=self.demand.recent(spec.name, now),
-                in_service=list(self.capacity_table.in_service(spec, cap)),
+            gs.demand = DemandInputs.model_validate(
+                {
+                    "history": self.demand.series(spec.name, now),
+                    "recent_rps": self.demand.recent(spec.name, now),
+                    **self.capacity_table.demand_fields(spec, prompt, output),
+                }
             )
 
     def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
