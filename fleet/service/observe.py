@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -205,7 +205,8 @@ class Observer:
         self._instances: dict[str, _Cached] = {}
         self._cache_lock = threading.Lock()
         # the token mix moves slowly: read once a minute per source, its points reused between the reads
-        self._slow: dict[tuple[int, str], tuple[datetime, list[MetricPoint]]] = {}
+        # a slow metric's last read: when, and its kept points as one sample per instance (combined once)
+        self._slow: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
         self.guard = SampleGuard()
 
@@ -405,9 +406,9 @@ class Observer:
             ids = [iid for _, measured in read.groups for iid in measured]
             return read.source.read_last(read.canonical, ids)
 
-        for key, points in reused.items():
+        for key, samples in reused.items():
             for g, measured in reads[key].groups:
-                apply_metric(g, key[1], measured, points, now)
+                apply_samples(g, key[1], measured, samples, now)
         for read, got in zip(batches, self.pools.run("cms", fetch, batches), strict=True):
             if isinstance(got, CloudError):
                 self._fail(obs, got, f"{read.source.describe(read.canonical)}")
@@ -431,7 +432,10 @@ class Observer:
                 apply_metric(g, read.canonical, measured, points, now)
                 kept.extend(points)
             if read.slow:
-                self._slow[(id(read.source), read.canonical)] = (now, kept)
+                self._slow[(id(read.source), read.canonical)] = (
+                    now,
+                    combine_by_instance(read.canonical, kept),
+                )
 
     def _slow_fresh(self, key: tuple[int, str], now: datetime) -> bool:
         """A slow metric read less than SLOW_REFRESH_S ago (its points are reused, never past staleness)."""
@@ -450,13 +454,9 @@ def apply_metric(
 ) -> None:
     """Keep the points of this group's instances, one sample per instance, and the metric's staleness."""
     wanted = set(ids)
-    by_instance: dict[str, list[MetricPoint]] = {}
-    for p in points:
-        if p.instance_id in wanted and p.value is not None:
-            by_instance.setdefault(p.instance_id, []).append(p)
-    newest: datetime | None = None
-    for iid, pts in by_instance.items():
-        if canonical == pm.GPU_XID:
+    points = [p for p in points if p.instance_id in wanted]
+    if canonical == pm.GPU_XID:
+        for iid, pts in _by_instance(points).items():
             g.xids[iid] = [
                 XidEvent(
                     code=int(p.value),
@@ -466,10 +466,39 @@ def apply_metric(
                 for p in pts
                 if p.value
             ]
-        sample = combine(canonical, pts)
+    apply_samples(g, canonical, ids, combine_by_instance(canonical, points), now)
+
+
+def apply_samples(
+    g: GroupObservation,
+    canonical: str,
+    ids: Sequence[str],
+    samples: Mapping[str, MetricSample],
+    now: datetime,
+) -> None:
+    """Keep the samples of this group's instances (``ids``) and the metric's staleness."""
+    newest: datetime | None = None
+    for iid in ids:
+        sample = samples.get(iid)
+        if sample is None:
+            continue
         g.metrics.setdefault(iid, {})[canonical] = sample
         newest = sample.at if newest is None or sample.at > newest else newest
     g.staleness_s[canonical] = None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def combine_by_instance(canonical: str, points: Iterable[MetricPoint]) -> dict[str, MetricSample]:
+    """One sample per instance that has a point with a value (``combine`` over its points)."""
+    return {iid: combine(canonical, pts) for iid, pts in _by_instance(points).items()}
+
+
+def _by_instance(points: Iterable[MetricPoint]) -> dict[str, list[MetricPoint]]:
+    """The points with a value, by instance."""
+    by_instance: dict[str, list[MetricPoint]] = {}
+    for p in points:
+        if p.instance_id is not None and p.value is not None:
+            by_instance.setdefault(p.instance_id, []).append(p)
+    return by_instance
 
 
 def _source_key(spec: GroupSpec) -> tuple[object, ...]:
