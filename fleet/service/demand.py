@@ -130,6 +130,13 @@ class _GroupLog:
     mix: dict[datetime, tuple[float | None, float | None, float]] = field(default_factory=dict)
     cached: tuple[tuple[int, datetime, datetime], tuple[datetime | None, list[float | None]]] | None = None
     readings: deque[tuple[datetime, float]] = field(default_factory=deque)  # the last RECENT_WINDOW_S
+    first: datetime | None = None  # the earliest minute in ``rps``
+    added: list[datetime] = field(default_factory=list)  # minutes put since ``cached`` was last brought up
+
+    def put(self, minute: datetime, rps: float) -> None:
+        self.rps[minute] = rps
+        self.first = minute if self.first is None or minute < self.first else self.first
+        self.added.append(minute)
 
 
 class DemandLog:
@@ -165,7 +172,7 @@ class DemandLog:
         rps = m.mean(m.rps)
         if rps is None:
             return
-        log.rps[m.at] = rps
+        log.put(m.at, rps)
         log.mix[m.at] = (m.mean(m.prompt), m.mean(m.output), max(rps, 1e-6))
         self.write(group, [DemandReading(m.at, rps, m.mean(m.prompt), m.mean(m.output))])
 
@@ -202,7 +209,7 @@ class DemandLog:
         log = self._groups.get(group)
         if log is not None:
             for v in fresh:
-                log.rps[v["at"]] = v["request_rate_rps"]
+                log.put(v["at"], v["request_rate_rps"])
         return len(fresh)
 
     # -- reads -----------------------------------------------------------------------------------------
@@ -224,7 +231,7 @@ class DemandLog:
             log = _GroupLog()
             span = self.history_s.get(group, 7 * 86400.0)
             for r in self.rows(group, now - timedelta(seconds=span)):
-                log.rps[minute_of(r.at)] = r.rps
+                log.put(minute_of(r.at), r.rps)
                 log.mix[minute_of(r.at)] = (r.prompt_tokens, r.output_tokens, max(r.rps, 1e-6))
                 log.prompt = r.prompt_tokens if r.prompt_tokens is not None else log.prompt
                 log.output = r.output_tokens if r.output_tokens is not None else log.output
@@ -295,26 +302,27 @@ class DemandLog:
         """The closed minutes as a list: extended when minutes were only added at the end; the front is
         trimmed a day at a time (the forecast reads no further back than ``history``; extra hours cost
         nothing)."""
-        if log.rps and min(log.rps) < start - timedelta(days=1):
+        if log.first is not None and log.first < start - timedelta(days=1):
             for old in [k for k in log.rps if k < start]:
                 del log.rps[old]
+            log.first = min(log.rps) if log.rps else None
+            log.cached = None
         if log.cached is not None:
             first, rps = log.cached[1]
-            if (
-                first is not None
-                and first == (min(log.rps) if log.rps else None)
-                and len(log.rps) >= sum(1 for v in rps if v is not None)
-            ):
-                newest = first + timedelta(seconds=STEP_S * (len(rps) - 1))
-                # the last slot was the open minute then (None): it may have closed since
-                since = newest if rps[-1] is None else newest + timedelta(seconds=STEP_S)
-                added = {at: v for at, v in log.rps.items() if at >= since}
-                if len(rps) - sum(1 for v in rps if v is None) + len(added) == len(log.rps):
-                    n = int((end - first).total_seconds() // STEP_S) + 1
-                    rps = rps + [None] * max(0, n - len(rps))
-                    for at, v in added.items():
-                        rps[int((at - first).total_seconds() // STEP_S)] = v
-                    return first, rps
+            if first is not None and first == log.first:
+                # nothing earlier than the list's first minute was added: set the added minutes in place
+                n = int((end - first).total_seconds() // STEP_S) + 1
+                rps = rps + [None] * max(0, n - len(rps))
+                later: list[datetime] = []
+                for at in log.added:
+                    i = int((at - first).total_seconds() // STEP_S)
+                    if i >= len(rps):
+                        later.append(at)  # after ``end``: set once the list reaches it
+                    elif at in log.rps:
+                        rps[i] = log.rps[at]
+                log.added = later
+                return first, rps
+        log.added = []
         return self._build(log.rps, end)
 
     @staticmethod

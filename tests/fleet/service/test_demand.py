@@ -96,6 +96,42 @@ def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(
         store.close()
 
 
+def _by_minute(series, since: datetime) -> dict[datetime, float]:
+    """A series' closed minutes from ``since`` on (the open minute only the live log has)."""
+    out = {}
+    for k, v in enumerate(series.rps[:-1]):
+        minute = series.start + timedelta(seconds=k * series.step_s)
+        if v is not None and minute >= since:
+            out[minute] = v
+    return out
+
+
+def test_the_kept_series_stays_equal_to_a_fresh_read_as_minutes_arrive_out_of_order_and_age_out(tmp_path):
+    """Minutes written behind the newest (an import), before the first one, and a window that moves past a
+    day of them: the list kept from tick to tick holds what a fresh read of the store holds, minute for
+    minute."""
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    span = 6 * 3600
+    try:
+        log = DemandLog(store, {"chat": span})
+        log.write("chat", [DemandReading(NOW - timedelta(minutes=k), float(k)) for k in range(1, 300, 2)])
+        at = NOW
+        for i in range(4 * 60 * 33):  # 33 hours of 15 s ticks: the front is trimmed on the way
+            at = NOW + timedelta(seconds=15 * i)
+            log.record("chat", DemandReading(at, 1.0 + i % 7))
+            if i % 97 == 0:  # a gap filled later, behind the newest minute
+                log.write("chat", [DemandReading(at - timedelta(minutes=30), 50.0 + i)])
+            if i == 500:  # before the first minute held
+                log.write("chat", [DemandReading(NOW - timedelta(minutes=400), 9.0)])
+            if i % 240 == 0 or i == 501:
+                kept = log.series("chat", at)
+                fresh = DemandLog(store, {"chat": span}).series("chat", at)
+                assert kept is not None and fresh is not None
+                assert _by_minute(kept, fresh.start) == _by_minute(fresh, fresh.start), i
+    finally:
+        store.close()
+
+
 def remembered(made_at: datetime, horizon_min: int, rps: float, upper: float) -> GroupHistory:
     """A group history whose forecast remembered, at ``made_at``, ``rps`` for the end of its horizon."""
     due = made_at + timedelta(minutes=horizon_min)
