@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
@@ -70,6 +70,12 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
+# The demand's request rate is the rate over one agent period (15 s). A service ticking less often than that
+# reads every point since the last one it used (DescribeMetricList), so each tick's reading, and so each
+# minute of the demand history, is the rate over the whole time since the last tick, not over one period.
+SPANNED_METRICS = frozenset({pm.REQUEST_RATE})
+SPAN_AFTER_S = 20.0  # a tick gap above this (a period and a third) reads the span
+SPAN_MAX_S = 600.0  # never further back than this
 
 
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
@@ -163,6 +169,7 @@ class _Metric:
     canonical: str
     groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
     slow: bool = True  # every group of the read reads it once a minute (slow_metrics)
+    since: datetime | None = None  # a spanned read: every point after this, not the last one
 
 
 class Observer:
@@ -204,9 +211,11 @@ class Observer:
             self.sources[s.name] = shared[key]
         self._instances: dict[str, _Cached] = {}
         self._cache_lock = threading.Lock()
-        # the token mix moves slowly: read once a minute per source, its points reused between the reads
-        # a slow metric's last read: when, and its kept points as one sample per instance (combined once)
+        # the token mix moves slowly: read once a minute per source; a slow metric's last read: when, and its
+        # kept points as one sample per instance (combined once)
         self._slow: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
+        # a spanned metric's last read: when, and the sample each instance was given (its newest point's time)
+        self._spans: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
         self.guard = SampleGuard()
 
@@ -401,9 +410,13 @@ class Observer:
             key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
         }
         batches = [read for key, read in reads.items() if key not in reused]
+        for key, read in reads.items():
+            read.since = self._span_start(key, read, now)
 
         def fetch(read: _Metric) -> list[MetricPoint]:
             ids = [iid for _, measured in read.groups for iid in measured]
+            if read.since is not None:
+                return read.source.read_range(read.canonical, ids, read.since, now)
             return read.source.read_last(read.canonical, ids)
 
         for key, samples in reused.items():
@@ -418,24 +431,76 @@ class Observer:
                 continue
             if isinstance(got, Exception):
                 raise got
-            kept: list[MetricPoint] = []
-            owner = {iid: g for g, measured in read.groups for iid in measured}
-            by_group: dict[str, list[MetricPoint]] = {}
-            for p in got:
-                holder = owner.get(p.instance_id or "")
-                if holder is not None:
-                    by_group.setdefault(holder.name, []).append(p)
-            name = read.source.describe(read.canonical)
-            for g, measured in read.groups:
-                # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
-                points = self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now)
+            self._apply_read(read, got, now)
+
+    def _apply_read(self, read: _Metric, got: list[MetricPoint], now: datetime) -> None:
+        """A read's points, sanitized, to each of its groups; a slow or spanned metric's remembered."""
+        owner = {iid: g for g, measured in read.groups for iid in measured}
+        by_group: dict[str, list[MetricPoint]] = {}
+        for p in got:
+            holder = owner.get(p.instance_id or "")
+            if holder is not None:
+                by_group.setdefault(holder.name, []).append(p)
+        name = read.source.describe(read.canonical)
+        # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
+        filtered = [
+            (g, measured, self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now))
+            for g, measured in read.groups
+        ]
+        key = (id(read.source), read.canonical)
+        spanned = self._spanned(key, read, filtered, now) if read.canonical in SPANNED_METRICS else None
+        for g, measured, points in filtered:
+            if spanned is None:
                 apply_metric(g, read.canonical, measured, points, now)
-                kept.extend(points)
-            if read.slow:
-                self._slow[(id(read.source), read.canonical)] = (
-                    now,
-                    combine_by_instance(read.canonical, kept),
-                )
+            else:
+                apply_samples(g, read.canonical, measured, spanned, now)
+        if read.slow:
+            kept = [p for _, _, points in filtered for p in points]
+            self._slow[key] = (now, combine_by_instance(read.canonical, kept))
+
+    def _span_start(self, key: tuple[int, str], read: _Metric, now: datetime) -> datetime | None:
+        """Where a spanned metric's read starts: the oldest newest-point given to its instances at the last
+        read, when that read was more than ``SPAN_AFTER_S`` ago (within ``SPAN_MAX_S``); None: read the last
+        point only (the first read, a tick no longer than the agent's period, or instances all new)."""
+        if read.canonical not in SPANNED_METRICS or key not in self._spans:
+            return None
+        read_at, given = self._spans[key]
+        if not SPAN_AFTER_S < (now - read_at).total_seconds() <= SPAN_MAX_S:
+            return None
+        ats = [given[iid].at for _, measured in read.groups for iid in measured if iid in given]
+        if not ats:
+            return None
+        return max(min(ats), now - timedelta(seconds=SPAN_MAX_S))
+
+    def _spanned(
+        self,
+        key: tuple[int, str],
+        read: _Metric,
+        filtered: list[tuple[GroupObservation, list[str], list[MetricPoint]]],
+        now: datetime,
+    ) -> dict[str, MetricSample]:
+        """One sample per instance of a spanned metric, remembered for the next read: the mean of the points
+        newer than the one it was last given (each the rate over one agent period, so their mean is the rate
+        since then), dated by the newest; the last sample again when nothing newer came (as the last point
+        would be). On a last-point read, the last point."""
+        given = self._spans[key][1] if key in self._spans else {}
+        out: dict[str, MetricSample] = {}
+        for _, measured, points in filtered:
+            by_instance = _by_instance(points)
+            for iid in measured:
+                pts = by_instance.get(iid, [])
+                last = given.get(iid)
+                if read.since is None or last is None:
+                    newest = max((p.timestamp for p in pts), default=None)
+                    pts = [p for p in pts if p.timestamp == newest]
+                else:
+                    pts = [p for p in pts if p.timestamp > last.at]
+                if pts:
+                    out[iid] = mean_over_time(read.canonical, pts)
+                elif last is not None and read.since is not None:
+                    out[iid] = last
+        self._spans[key] = (now, out)
+        return out
 
     def _slow_fresh(self, key: tuple[int, str], now: datetime) -> bool:
         """A slow metric read less than SLOW_REFRESH_S ago (its points are reused, never past staleness)."""
@@ -485,6 +550,15 @@ def apply_samples(
         g.metrics.setdefault(iid, {})[canonical] = sample
         newest = sample.at if newest is None or sample.at > newest else newest
     g.staleness_s[canonical] = None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def mean_over_time(canonical: str, points: Sequence[MetricPoint]) -> MetricSample:
+    """The mean over time of one instance's points (``combine`` at each time), dated by the newest."""
+    by_time: dict[datetime, list[MetricPoint]] = {}
+    for p in points:
+        by_time.setdefault(p.timestamp, []).append(p)
+    values = [combine(canonical, pts).value for pts in by_time.values()]
+    return MetricSample(value=sum(values) / len(values), at=max(by_time))
 
 
 def combine_by_instance(canonical: str, points: Iterable[MetricPoint]) -> dict[str, MetricSample]:

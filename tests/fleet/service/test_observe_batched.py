@@ -105,7 +105,9 @@ def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path)
         cloud.advance(SLOW_REFRESH_S)
         cloud.calls.clear()
         observer.observe(cloud.now())
-        assert _calls(cloud, "DescribeMetricLast") == every  # a minute on: read again
+        # a minute on: read again (the request rate over the whole minute: every period since the last read)
+        assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
+        assert _calls(cloud, "DescribeMetricList") == 1
 
 
 def test_a_metric_a_rule_reads_is_read_every_tick(tmp_path):
@@ -267,3 +269,45 @@ def test_running_and_waiting_are_read_once_a_minute_unless_a_drain_watches_them(
     # stay every tick, the group's queue rule reading them
     assert "requests_running" in slow_metrics(unwatched)
     assert "queue_waiting" not in slow_metrics(unwatched)
+
+
+def _predictive_world(tmp_path, cloud, instances: int):
+    _world(tmp_path, cloud, groups=1, instances=instances)
+    text = (tmp_path / "fleet.yaml").read_text()
+    (tmp_path / "fleet.yaml").write_text(text + "    predictive: {mode: on, capacity_rps: 1.0}\n")
+    return load_config(tmp_path / "fleet.yaml", env={})
+
+
+def _rate(obs, iid: str):
+    (g,) = obs.groups.values()
+    return g.metrics[iid].get("request_rate")
+
+
+def test_a_tick_longer_than_the_agents_period_reads_the_request_rate_over_the_whole_gap(tmp_path):
+    """The agent publishes the rate over each 15 s period. Ticking every 60 s, the service reads every period
+    since the last point it used and takes their mean (the rate over the minute), not the last period alone;
+    ticking every 15 s it reads the last point, as before."""
+    with mock_aliyun() as cloud:
+        cfg = _predictive_world(tmp_path, cloud, instances=2)
+        a, b = next(iter(cloud.ess.groups.values())).instance_ids
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        cloud.put_custom_metric("vllm_request_rate", {"instanceId": a}, 5.0)
+        cloud.put_custom_metric("vllm_request_rate", {"instanceId": b}, 1.0)
+        assert _rate(observer.observe(cloud.now()), a).value == 5.0
+        for value in (1.0, 2.0, 3.0, 4.0):  # four periods of a; b publishes nothing more
+            cloud.advance(15)
+            cloud.put_custom_metric("vllm_request_rate", {"instanceId": a}, value)
+        cloud.calls.clear()
+        obs = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricList") == 1
+        assert _rate(obs, a).value == pytest.approx(2.5)
+        assert 0 <= (cloud.now() - _rate(obs, a).at).total_seconds() < 15  # the newest period's
+        old_b = _rate(obs, b)
+        assert old_b.value == 1.0  # nothing newer: its last sample, as the last point would be
+        assert (cloud.now() - old_b.at).total_seconds() == pytest.approx(60, abs=1)
+        cloud.advance(15)
+        cloud.put_custom_metric("vllm_request_rate", {"instanceId": a}, 8.0)
+        cloud.calls.clear()
+        obs = observer.observe(cloud.now())  # 15 s on: the last point
+        assert _calls(cloud, "DescribeMetricList") == 0
+        assert _rate(obs, a).value == 8.0
