@@ -221,8 +221,15 @@ class CapacityManager:
                 if rung.vswitch_id and group.vswitch_ids:
                     order = [rung.vswitch_id] + [v for v in group.vswitch_ids if v != rung.vswitch_id]
                     self.ess.set_vswitch_order(group.group_id, order)
-                if move.target is not None and move.target != target:
-                    self.ess.scale_to(group.group_id, min(move.target, group.max_size), token)
+                # the count on the new rung, inside max_size: a group already there has nothing to write (ESS
+                # would answer IncorrectCapacity.NoChange, and the ladder's step would never be saved)
+                size = None if move.target is None else min(move.target, group.max_size)
+                if size is not None and size != target:
+                    try:
+                        self.ess.scale_to(group.group_id, size, token)
+                    except CloudError as exc:
+                        if exc.code != "IncorrectCapacity.NoChange":  # already that size: nothing to write
+                            raise
             except CloudError as exc:
                 outcome, error = Outcome.ERROR, str(exc)
                 raise
