@@ -8,6 +8,7 @@ partial view can still drive a scale-out but never a scale-in.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -69,11 +70,17 @@ FUTURE_TOLERANCE_S = 30.0
 
 
 def fresh(sample: MetricSample | None, now: datetime, stale_after_s: float) -> bool:
-    return (
-        sample is not None
-        and now - timedelta(seconds=stale_after_s) <= sample.at <= now + timedelta(seconds=FUTURE_TOLERANCE_S)
-        and math.isfinite(sample.value)
-    )
+    return freshness(now, stale_after_s)(sample)
+
+
+def freshness(now: datetime, stale_after_s: float) -> Callable[[MetricSample | None], bool]:
+    """``fresh`` at one ``now`` for many samples: the window's bounds computed once."""
+    oldest, newest = now - timedelta(seconds=stale_after_s), now + timedelta(seconds=FUTURE_TOLERANCE_S)
+
+    def check(sample: MetricSample | None) -> bool:
+        return sample is not None and oldest <= sample.at <= newest and math.isfinite(sample.value)
+
+    return check
 
 
 @dataclass

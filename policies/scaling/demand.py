@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from policies import forecast as fc
 from policies import metrics as m
 from policies.model import ForecastState, GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
-from policies.observe import fresh
+from policies.observe import freshness
 from policies.scaling.context import ScalingInputs
 from policies.spec import PredictiveMode
 
@@ -91,7 +91,7 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     An instance younger than the cold start (plus the staleness allowance) that has never reported a rate is
     still loading its weights: the balancer sends it nothing yet, so its silence leaves the demand complete.
     """
-    stale_s = inp.spec.stabilization.stale_after_s
+    is_fresh = freshness(inp.now, inp.spec.stabilization.stale_after_s)
     rates: list[float] = []
     prompts: list[tuple[float, float]] = []
     outputs: list[tuple[float, float]] = []
@@ -105,22 +105,22 @@ def observed_demand(inp: ScalingInputs) -> Demand:
         if sample is None and _loading(inst.created_at, inp):
             loading += 1
             continue
-        if sample is None or not fresh(sample, inp.now, stale_s):
+        if sample is None or not is_fresh(sample):
             continue
         rates.append(sample.value)
         for name, into in ((m.PROMPT_TOKENS_PER_REQUEST, prompts), (m.OUTPUT_TOKENS_PER_REQUEST, outputs)):
             tok = inst.metrics.get(name)
-            if tok is not None and fresh(tok, inp.now, stale_s):
+            if tok is not None and is_fresh(tok):
                 into.append((tok.value, max(sample.value, 1e-6)))
         for name, vals in ((m.TTFT_P99_MS, ttfts), (m.KV_CACHE_USAGE_PCT, kvs)):
             other = inst.metrics.get(name)
-            if other is not None and fresh(other, inp.now, stale_s):
+            if other is not None and is_fresh(other):
                 vals.append(other.value)
         run = inst.metrics.get(m.REQUESTS_RUNNING)
-        if run is not None and fresh(run, inp.now, stale_s):
+        if run is not None and is_fresh(run):
             running.append((sample.value, run.value))
             queued = inst.metrics.get(m.QUEUE_WAITING)
-            if queued is not None and fresh(queued, inp.now, stale_s):
+            if queued is not None and is_fresh(queued):
                 waiting.append(queued.value)
     n = len(inp.view.serving) - loading
     if not rates:
