@@ -75,7 +75,7 @@ SLOW_REFRESH_S = 60.0
 # minute of the demand history, is the rate over the whole time since the last tick, not over one period.
 SPANNED_METRICS = frozenset({pm.REQUEST_RATE})
 SPAN_AFTER_S = 20.0  # a tick gap above this (a period and a third) reads the span
-SPAN_MAX_S = 600.0  # never further back than this
+SPAN_MAX_S = 600.0  # never further back than this (a longer tick: the rate over its last 10 minutes)
 
 
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
@@ -460,12 +460,13 @@ class Observer:
 
     def _span_start(self, key: tuple[int, str], read: _Metric, now: datetime) -> datetime | None:
         """Where a spanned metric's read starts: the oldest newest-point given to its instances at the last
-        read, when that read was more than ``SPAN_AFTER_S`` ago (within ``SPAN_MAX_S``); None: read the last
-        point only (the first read, a tick no longer than the agent's period, or instances all new)."""
+        read, when that read was more than ``SPAN_AFTER_S`` ago, and never more than ``SPAN_MAX_S`` back;
+        None: read the last point only (the first read, a tick no longer than the agent's period, or instances
+        all new)."""
         if read.canonical not in SPANNED_METRICS or key not in self._spans:
             return None
         read_at, given = self._spans[key]
-        if not SPAN_AFTER_S < (now - read_at).total_seconds() <= SPAN_MAX_S:
+        if (now - read_at).total_seconds() <= SPAN_AFTER_S:
             return None
         ats = [given[iid].at for _, measured in read.groups for iid in measured if iid in given]
         if not ats:

@@ -311,3 +311,23 @@ def test_a_tick_longer_than_the_agents_period_reads_the_request_rate_over_the_wh
         obs = observer.observe(cloud.now())  # 15 s on: the last point
         assert _calls(cloud, "DescribeMetricList") == 0
         assert _rate(obs, a).value == 8.0
+
+
+def test_a_tick_gap_longer_than_ten_minutes_reads_the_rate_over_the_last_ten(tmp_path):
+    from fleet.service.observe import SPAN_MAX_S
+
+    with mock_aliyun() as cloud:
+        cfg = _predictive_world(tmp_path, cloud, instances=1)
+        (a,) = next(iter(cloud.ess.groups.values())).instance_ids
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        cloud.put_custom_metric("vllm_request_rate", {"instanceId": a}, 1.0)
+        observer.observe(cloud.now())
+        periods = int(2 * SPAN_MAX_S // 15)
+        for k in range(periods):  # 20 minutes: 1 req/s in the first ten, 2 and 4 in turn in the last ten
+            cloud.advance(15)
+            value = 1.0 if k < periods // 2 else (2.0 if k % 2 == 0 else 4.0)
+            cloud.put_custom_metric("vllm_request_rate", {"instanceId": a}, value)
+        cloud.calls.clear()
+        obs = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricList") == 1
+        assert _rate(obs, a).value == pytest.approx(3.0)  # not the last period's 4, nor 2 over twenty minutes
