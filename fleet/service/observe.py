@@ -558,6 +558,8 @@ def mean_over_time(canonical: str, points: Sequence[MetricPoint]) -> MetricSampl
     by_time: dict[datetime, list[MetricPoint]] = {}
     for p in points:
         by_time.setdefault(p.timestamp, []).append(p)
+    if len(by_time) == 1:
+        return combine(canonical, points)
     values = [combine(canonical, pts).value for pts in by_time.values()]
     return MetricSample(value=sum(values) / len(values), at=max(by_time))
 
