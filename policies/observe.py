@@ -70,17 +70,19 @@ FUTURE_TOLERANCE_S = 30.0
 
 
 def fresh(sample: MetricSample | None, now: datetime, stale_after_s: float) -> bool:
-    return freshness(now, stale_after_s)(sample)
+    return _within(
+        sample, now - timedelta(seconds=stale_after_s), now + timedelta(seconds=FUTURE_TOLERANCE_S)
+    )
 
 
 def freshness(now: datetime, stale_after_s: float) -> Callable[[MetricSample | None], bool]:
     """``fresh`` at one ``now`` for many samples: the window's bounds computed once."""
     oldest, newest = now - timedelta(seconds=stale_after_s), now + timedelta(seconds=FUTURE_TOLERANCE_S)
+    return lambda sample: _within(sample, oldest, newest)
 
-    def check(sample: MetricSample | None) -> bool:
-        return sample is not None and oldest <= sample.at <= newest and math.isfinite(sample.value)
 
-    return check
+def _within(sample: MetricSample | None, oldest: datetime, newest: datetime) -> bool:
+    return sample is not None and oldest <= sample.at <= newest and math.isfinite(sample.value)
 
 
 @dataclass
