@@ -178,8 +178,7 @@ class EcsBackend:
     def _after(
         self, inst: Instance, delay_s: float, status: str, then: Callable[[float], None] | None = None
     ) -> None:
-        now = self.cloud.now_s()
-        self._after_at(inst, now + delay_s if delay_s > 0 else now, status, then)
+        self._after_at(inst, self.cloud.now_s() + max(delay_s, 0.0), status, then)
 
     def get(self, instance_id: str) -> Instance:
         inst = self.instances.get(instance_id)
