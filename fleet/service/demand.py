@@ -299,9 +299,9 @@ class DemandLog:
     def _refresh(
         self, log: _GroupLog, start: datetime, end: datetime
     ) -> tuple[datetime | None, list[float | None]]:
-        """The closed minutes as a list: extended when minutes were only added at the end; the front is
-        trimmed a day at a time (the forecast reads no further back than ``history``; extra hours cost
-        nothing)."""
+        """The closed minutes as a list: the kept one brought up with the minutes put since (``added``) when
+        none came before its first, else built again; the front is trimmed a day at a time (the forecast
+        reads no further back than ``history``; extra hours cost nothing)."""
         if log.first is not None and log.first < start - timedelta(days=1):
             for old in [k for k in log.rps if k < start]:
                 del log.rps[old]

@@ -410,8 +410,8 @@ class Observer:
             key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
         }
         batches = [read for key, read in reads.items() if key not in reused]
-        for key, read in reads.items():
-            read.since = self._span_start(key, read, now)
+        for read in batches:
+            read.since = self._span_start((id(read.source), read.canonical), read, now)
 
         def fetch(read: _Metric) -> list[MetricPoint]:
             ids = [iid for _, measured in read.groups for iid in measured]
