@@ -106,8 +106,13 @@ def load_mooncake_jsonl(path: Path | str) -> list[Request]:
         raise WorkloadError(str(exc)) from None
 
 
-def load_servegen(path: Path | str, window_s: float = 600.0) -> RateCurve:
-    """ServeGen 600 s aggregate (``window_start_s,total_rate_rps,active_clients,rate_weighted_iat_cv``)."""
+def load_servegen(path: Path | str, window_s: float = 600.0, *, fill_gaps: bool = True) -> RateCurve:
+    """ServeGen 600 s aggregate (``window_start_s,total_rate_rps,active_clients,rate_weighted_iat_cv``).
+
+    Windows of zero rate are the traces' collection gaps (the traces' README), not quiet hours: a service of
+    a thousand requests a second does not stop for ten minutes. With ``fill_gaps`` (the default) they are
+    filled by :func:`fill_collection_gaps`; without, they stay zero and nothing arrives in them.
+    """
     path = Path(path)
     reader = csv.DictReader(_read_text(path).splitlines())
     windows: list[RateWindow] = []
@@ -125,7 +130,79 @@ def load_servegen(path: Path | str, window_s: float = 600.0) -> RateCurve:
     if not windows:
         raise WorkloadError(f"{path}: no windows")
     windows.sort(key=lambda w: w.start_s)
-    return RateCurve(tuple(windows), window_s, path.stem)
+    curve = RateCurve(tuple(windows), window_s, path.stem)
+    return fill_collection_gaps(curve) if fill_gaps else curve
+
+
+# How far a gap's fill looks for the same time of day with data: up to a week either side.
+GAP_REFERENCE_DAYS = 7
+
+
+def fill_collection_gaps(curve: RateCurve) -> RateCurve:
+    """The curve with each run of zero-rate windows filled from the same windows of the nearest day that has
+    data there (and at the run's two edges), scaled to meet the run's neighbours: the ratio of the curve to
+    that day at the window before the run, moving linearly to the ratio at the window after it. So a gap
+    keeps the day's shape at the level around it; the inter-arrival CV is the reference window's. A run
+    with no such day is filled linearly between its neighbours; a curve with no data at all is returned as
+    it is."""
+    rates = [w.rate_rps for w in curve.windows]
+    n = len(rates)
+    if all(r > 0 for r in rates) or not any(r > 0 for r in rates):
+        return curve
+    per_day = int(round(86400 / curve.window_s))
+    filled = list(curve.windows)
+    i = 0
+    while i < n:
+        if rates[i] > 0:
+            i += 1
+            continue
+        end = i
+        while end + 1 < n and rates[end + 1] <= 0:
+            end += 1
+        for k, (rate, cv) in enumerate(_gap_fill(curve.windows, rates, i, end, per_day)):
+            filled[i + k] = RateWindow(curve.windows[i + k].start_s, rate, cv)
+        i = end + 1
+    return RateCurve(tuple(filled), curve.window_s, curve.name)
+
+
+def _gap_fill(
+    windows: Sequence[RateWindow], rates: Sequence[float], first: int, last: int, per_day: int
+) -> list[tuple[float, float]]:
+    """(rate, CV) for the gap ``first..last`` (inclusive) of zero-rate windows."""
+    n = len(rates)
+    left = first - 1 if first > 0 else None
+    right = last + 1 if last + 1 < n else None
+    span = [j for j in (left, right) if j is not None] + list(range(first, last + 1))
+    for days in range(1, GAP_REFERENCE_DAYS + 1):
+        for shift in (-days * per_day, days * per_day):
+            if all(0 <= j + shift < n and rates[j + shift] > 0 for j in span):
+                ratio_l = rates[left] / rates[left + shift] if left is not None else None
+                ratio_r = rates[right] / rates[right + shift] if right is not None else None
+                out = []
+                for j in range(first, last + 1):
+                    ratio = _between(ratio_l, ratio_r, (j - first + 1) / (last - first + 2))
+                    out.append((rates[j + shift] * ratio, windows[j + shift].iat_cv))
+                return out
+    out = []
+    for j in range(first, last + 1):
+        frac = (j - first + 1) / (last - first + 2)
+        rate = _between(
+            rates[left] if left is not None else None, rates[right] if right is not None else None, frac
+        )
+        cv_l = windows[left].iat_cv if left is not None else None
+        cv_r = windows[right].iat_cv if right is not None else None
+        out.append((rate, _between(cv_l, cv_r, frac)))
+    return out
+
+
+def _between(a: float | None, b: float | None, frac: float) -> float:
+    """``a`` moving linearly to ``b`` at ``frac`` in [0, 1]; one missing: the other (never both)."""
+    if a is None:
+        assert b is not None
+        return b
+    if b is None:
+        return a
+    return a + (b - a) * frac
 
 
 # ------------------------------------------------------------------------------------------------ generators
@@ -268,7 +345,7 @@ SIZE_SOURCES = {
 }
 
 _REPLAY_KEYS = {"speed", "rate", "loop", "seed"}
-_CURVE_KEYS = {"peak", "day", "sizes", "cv_cap", "seed", "start_h"}
+_CURVE_KEYS = {"peak", "day", "sizes", "cv_cap", "seed", "start_h", "gaps"}
 
 
 @dataclass(frozen=True)
@@ -278,7 +355,8 @@ class WorkloadSpec:
     * ``servegen:NAME`` (``language_m-large``, ``m-large``, ...): keys ``peak`` (req/s at the busiest window,
       default 20), ``day`` (0-based, default 0), ``start_h`` (hour of the curve to start at, default 0),
       ``sizes`` (``azure-conv`` default, ``azure-code``, ``mooncake-conversation``, ``mooncake-synthetic``),
-      ``cv_cap`` (default 8, ``none`` for the recorded CV), ``seed``.
+      ``cv_cap`` (default 8, ``none`` for the recorded CV), ``gaps`` (``fill`` default: the trace's
+      collection gaps filled, see :func:`load_servegen`; ``zero``: nothing arrives in them), ``seed``.
     * ``azure:conv|code`` and ``mooncake:conversation|synthetic``: keys ``speed`` (time compression, default
     1),
       ``rate`` (request multiplier, default 1), ``loop`` (``true``/``false``, default true), ``seed``.
@@ -347,7 +425,7 @@ def _resolve_trace(kind: str, name: str, params: dict[str, str], text: str) -> t
 def _check_values(params: dict[str, str], text: str) -> None:
     """Numbers where numbers are wanted (positive for rates), and loop a boolean."""
     for key in params:
-        if key in ("sizes", "loop"):
+        if key in ("sizes", "loop", "gaps"):
             continue
         if key == "cv_cap" and params[key].lower() == "none":
             continue
@@ -360,6 +438,8 @@ def _check_values(params: dict[str, str], text: str) -> None:
         _check_bounds(key, value, text)
     if params.get("loop", "true").lower() not in ("true", "false"):
         raise WorkloadError(f"workload {text!r}: loop must be true or false")
+    if params.get("gaps", "fill").lower() not in ("fill", "zero"):
+        raise WorkloadError(f"workload {text!r}: gaps must be fill or zero")
 
 
 # What a workload may ask, so that an absurd size is one line and not a run that never ends or a crash: a
@@ -398,6 +478,16 @@ def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Req
     return _CACHE[key]
 
 
+def servegen_path(spec: WorkloadSpec, directory: Path | None = None) -> Path:
+    """The ServeGen aggregate file of a ``servegen`` spec."""
+    return (directory or traces_dir()) / "servegen" / f"servegen_{spec.name}_aggregate_600s.csv"
+
+
+def fills_gaps(spec: WorkloadSpec) -> bool:
+    """Whether a ``servegen`` spec fills the trace's collection gaps (``gaps=fill``, the default)."""
+    return spec.params.get("gaps", "fill").lower() == "fill"
+
+
 def build_workload(
     spec: WorkloadSpec | str,
     duration_s: float,
@@ -411,7 +501,7 @@ def build_workload(
     directory = directory or traces_dir()
     p = spec.params
     if spec.kind == "servegen":
-        curve = load_servegen(directory / "servegen" / f"servegen_{spec.name}_aggregate_600s.csv")
+        curve = load_servegen(servegen_path(spec, directory), fill_gaps=fills_gaps(spec))
         day = int(float(p.get("day", "0")))
         if day:
             curve = curve.day(day)
