@@ -19,7 +19,9 @@ engine needs):
   sizes), and a capacity promised too high costs the SLO where one too low costs GPU-hours, which the
   feedback wins back;
 * the **feedback** from the SLO: down when P99 TTFT breaks the SLO while the instances run at least half
-  loaded (the model promised more than they deliver); up when they run at ``UP_LOADED`` or more with P99
+  loaded and within the capacity promised (the model promised more than they deliver; beyond it the fleet is
+  short, which breaks the SLO on any engine: a stock-out, max_size, a ramp the orders have not caught up
+  with); up when they run at ``UP_LOADED`` or more with P99
   TTFT under half the SLO and the KV cache under half full (they deliver more than promised).
 """
 
@@ -39,6 +41,7 @@ from policies.spec import PredictiveMode
 CORRECTION_DOWN = 0.98  # per tick with the SLO broken under load
 CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
 LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken SLO blames the model
+OVERLOADED = 1.0  # ... and up to which: beyond the capacity promised, the fleet is short, not the engines slow
 KV_SLACK_PCT = 50.0
 UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
 SPEED_TAU_S = 900.0  # the moving means' time constant: running requests swing by a third minute to minute
@@ -168,7 +171,7 @@ def _correct(inp: ScalingInputs, state: ForecastState, d: Demand, model_rps: flo
     slo = inp.spec.slo_ttft_p99_ms
     if d.rps is not None and d.complete and n and slo is not None and d.ttft_p99_ms is not None:
         util = d.rps / n / (model_rps * k)
-        if d.ttft_p99_ms > slo and util >= LOADED:
+        if d.ttft_p99_ms > slo and LOADED <= util <= OVERLOADED:
             feedback *= CORRECTION_DOWN
         elif (
             util >= UP_LOADED and d.ttft_p99_ms < 0.5 * slo and (d.kv_pct is None or d.kv_pct < KV_SLACK_PCT)

@@ -152,3 +152,13 @@ def test_the_speed_and_the_slo_feedback_are_each_bounded_and_multiply():
     inputs = plans[-1].predictive
     assert inputs["capacity_speed"] == pytest.approx(0.8)
     assert inputs["capacity_correction"] == pytest.approx(0.8 * 0.8, abs=1e-3)
+
+
+def test_a_fleet_loaded_beyond_the_capacity_promised_does_not_blame_the_engines():
+    # an hour at 1.5x the promised capacity per instance with the SLO broken (a stock-out, max_size, a ramp
+    # the orders have not caught up with): the fleet is short, any engine breaks the SLO, the model stands
+    plans, _ = run(60, 1.5, 40.0, waiting=30.0, ttft=9000.0, slo_ms=2000.0)
+    assert plans[-1].predictive["capacity_correction"] == pytest.approx(1.0)
+    # the same hour within the promise (0.8 of it) does blame them
+    plans, _ = run(60, 0.8, 12.0, ttft=2600.0, slo_ms=2000.0)
+    assert plans[-1].predictive["capacity_correction"] < 0.8
