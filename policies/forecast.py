@@ -38,6 +38,10 @@ MIN_UPPER = 1.08  # even a perfect record keeps 8 % above the mean (the record i
 DEFAULT_UPPER = 1.2  # no record yet
 DEFAULT_LOWER = 0.7
 MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
+# The most one judged forecast adds to the record: demand returning after a silence (an upstream outage, a
+# launch, a collection gap) is judged against forecasts near zero, whose ratios run to thousands and would
+# hold the upper band there for hours; past RATIO_CLIP's 3x the day is not like the forecast's anyway.
+MAX_JUDGED_RATIO = RATIO_CLIP[1]
 MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
 MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
 # The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); clipped at 64, a
@@ -201,7 +205,7 @@ def judge(state: ForecastState, now: datetime, actual_rps: float | None) -> Fore
     ratios, covered = list(state.ratios), list(state.covered)
     for p in due:
         if p.mean_rps > 1e-6 or actual_rps > 1e-6:
-            ratios.append(actual_rps / max(p.mean_rps, 1e-6))
+            ratios.append(min(MAX_JUDGED_RATIO, actual_rps / max(p.mean_rps, 1e-6)))
             covered.append(actual_rps <= p.upper_rps + 1e-9)
     pending = [p for p in state.pending if p.due > now]
     return state.model_copy(

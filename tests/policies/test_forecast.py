@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from policies import forecast as fc
-from policies.model import DemandSeries, ForecastState
+from policies.model import DemandSeries, ForecastState, PendingForecast
 
 NOW = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
 
@@ -82,6 +82,23 @@ def test_judge_records_mape_and_coverage_when_forecasts_come_due():
     assert judged.ratios == [1.5]
     assert fc.mape_pct(judged) == 100.0 * (1 - 1 / 1.5)
     assert judged.covered == [due.mean_rps * 1.5 <= due.upper_rps]
+
+
+def test_demand_returning_after_a_silence_does_not_hold_the_upper_band_at_thousands():
+    # 60 judged minutes of a steady forecast, then demand comes back after a silence: a dozen forecasts made
+    # at the silence's level (near zero) are judged against the full load
+    state = ForecastState(ratios=[1.0] * 60)
+    for k in range(12):
+        at = NOW + timedelta(minutes=k)
+        silent = PendingForecast(due=at, mean_rps=0.01, upper_rps=0.012)
+        state = state.model_copy(update={"pending": [silent]})
+        state = fc.judge(state, at, 8.0)
+    assert max(state.ratios) == fc.MAX_JUDGED_RATIO  # 800 each, recorded as the cap
+    upper, _ = fc.error_bands(state)
+    assert upper == fc.MAX_JUDGED_RATIO  # 12 of 72 over the 90th percentile: the band is the cap, not 800
+    # an ordinary miss is recorded as it is
+    state = fc.judge(ForecastState(pending=[PendingForecast(due=NOW, mean_rps=4.0, upper_rps=5.0)]), NOW, 6.0)
+    assert state.ratios == [1.5]
 
 
 def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
