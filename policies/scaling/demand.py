@@ -41,7 +41,7 @@ from policies.spec import PredictiveMode
 CORRECTION_DOWN = 0.98  # per tick with the SLO broken under load
 CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
 LOADED = 0.5  # utilization (observed / corrected capacity) above which a broken SLO blames the model
-OVERLOADED = 1.0  # ... and up to which: beyond the capacity promised, the fleet is short, not the engines slow
+OVERLOADED = 1.0  # ... and up to which: beyond the capacity promised the fleet is short, not the engines slow
 KV_SLACK_PCT = 50.0
 UP_LOADED = 0.6  # utilization from which a P99 TTFT under half the SLO says the model is pessimistic
 SPEED_TAU_S = 900.0  # the moving means' time constant: running requests swing by a third minute to minute
