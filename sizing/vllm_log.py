@@ -27,6 +27,13 @@ versions of the last two years; each wording is one small pattern below, named f
 Every rank of a TP engine prints its own lines; the first value of each kind is kept, except that the
 smallest KV figure and the largest non-torch figure are kept (vLLM sizes the KV cache by the tightest rank).
 A start with no KV block at all (``# cuda blocks: 0``, a negative remainder, vllm#13882) is a refusal.
+
+Logs as they are kept: a file (``journalctl``, a container's log) often holds several starts of the server, a
+refused one and then the one that ran, or the starts before and after a change of flags; only the last start
+that got as far as sizing its KV cache is read (a start is the ``vLLM API server version`` line, or without
+one the ``Initializing ... LLM engine`` line), so that figures of different starts are never mixed. Terminal
+colour codes are removed first. A number that runs into the end of the text is not read: a log cut mid-line
+(``'max_num_seqs': 12`` of 128) would otherwise give a wrong figure rather than none.
 """
 
 from __future__ import annotations
@@ -36,9 +43,11 @@ from dataclasses import dataclass, fields
 
 from sizing.errors import SizingInputError
 
-_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+# A number that reaches the end of the text may be cut short ("12" of "128"): something must follow it.
+_COMPLETE = r"(?![0-9.,]*\Z)"
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)" + _COMPLETE
 # V0 prints a negative KV remainder when nothing is left (vllm#13882)
-_SIGNED = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
+_SIGNED = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)" + _COMPLETE
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,8 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         "min",
     ),
     ("weights_gib", "v0-weights", re.compile(r"Loading model weights took " + _NUM + r"\s*GB"), "f"),
-    ("weights_gib", "v1-weights", re.compile(r"Model loading took " + _NUM + r"\s*GiB"), "f"),
+    # "GB" in V0 and V1 0.7-0.9 (GiB in fact, as above), "GiB" from about 0.10
+    ("weights_gib", "v1-weights", re.compile(r"Model loading took " + _NUM + r"\s*Gi?B\b"), "f"),
     ("kv_cache_gib", "v1-kv", re.compile(r"Available KV cache memory: " + _NUM + r"\s*GiB"), "min"),
     ("kv_cache_tokens", "v1-kv", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "imin"),
     # V0's refusal names the engine-wide KV tokens (vllm#10517, vllm#13061): "... stored in KV cache (81536)"
@@ -147,6 +157,8 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("gpu_memory_utilization", "args", re.compile(r"--gpu-memory-utilization=" + _NUM), "f"),
     ("gpu_memory_utilization", "args", re.compile(r"'gpu_memory_utilization': " + _NUM), "f"),
     ("max_num_seqs", "args", re.compile(r"'max_num_seqs': " + _NUM), "i"),
+    # before the "non-default args" dict (about 0.9), the server printed all of them: "args: Namespace(...)"
+    ("max_num_seqs", "args", re.compile(r"\bmax_num_seqs=" + _NUM), "i"),
     ("max_num_batched_tokens", "args", re.compile(r"'max_num_batched_tokens': " + _NUM), "i"),
     ("max_num_batched_tokens", "args", re.compile(r"max_num_batched_tokens=" + _NUM), "i"),
     ("max_model_len", "args", re.compile(r"'max_model_len': " + _NUM), "i"),
@@ -168,6 +180,11 @@ _REFUSED = re.compile(
     r"# (?:GPU|cuda|gpu) blocks: 0\b"
 )
 _GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
+# One start of the server: the API server's first line, or (offline, no API server) the engine's.
+_SERVER_START = re.compile(r"^.*vLLM API server version ", re.M)
+_ENGINE_START = re.compile(r"^.*Initializing an? (?:V[01] )?LLM engine", re.M)
+# ECMA-48 control sequences: the colours of vLLM's own formatter (0.11+) and of most terminals' captures.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -181,7 +198,33 @@ def parse_startup_log(text: str) -> LogFacts:
 
 
 def read_startup_log(text: str) -> LogFacts:
-    """The facts a vLLM startup log (or any excerpt of one) states, ``None`` where it is silent."""
+    """The facts a vLLM startup log (or any excerpt of one) states, ``None`` where it is silent.
+
+    Of several starts in one log, the last that states its KV cache (or was refused) is read; when none does,
+    the last start."""
+    starts = _starts(_ANSI.sub("", text))
+    for start in reversed(starts):
+        facts = _read_start(start)
+        if facts.refused or not _missing_kv(facts):
+            return facts
+    return _read_start(starts[-1])
+
+
+def _starts(text: str) -> list[str]:
+    """The text of each start of the server in the log, oldest first (the whole text when it holds one).
+
+    The engine's line marks a start only when no API server line does and it appears more than once: behind
+    an API server it comes after the server's own lines (its arguments), which belong to the same start."""
+    marks = [m.start() for m in _SERVER_START.finditer(text)]
+    if not marks:
+        marks = [m.start() for m in _ENGINE_START.finditer(text)]
+        if len(marks) < 2:
+            return [text]
+    bounds = [0, *marks[1:], len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _read_start(text: str) -> LogFacts:
     values: dict[str, object] = {}
     formats: list[str] = []
     for name, fmt, pattern, kind in _PATTERNS:
@@ -246,8 +289,12 @@ def _v064_activation(values: dict[str, object]) -> None:
         values["activation_gib"] = max(0.0, peak - weights)
 
 
+def _missing_kv(facts: LogFacts) -> bool:
+    return facts.kv_cache_gib is None and facts.gpu_blocks is None and facts.kv_cache_tokens is None
+
+
 def _require(facts: LogFacts) -> None:
-    if facts.kv_cache_gib is None and facts.gpu_blocks is None and facts.kv_cache_tokens is None:
+    if _missing_kv(facts):
         weights = "" if facts.weights_gib is not None else " (nor a 'Model loading took X GiB' weights line)"
         raise SizingInputError(
             "not a vLLM startup log I can read: found no KV cache line ('Available KV cache memory', "

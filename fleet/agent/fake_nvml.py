@@ -24,6 +24,7 @@ class FakeGpu:
     """One scripted GPU. Set a field to None to make NVML answer "Not Supported" for it."""
 
     name: str = "NVIDIA H20"
+    uuid: str | None = None  # stable per board, as NVML's; None: derived from the index
     util_pct: int = 50
     mem_util_pct: int = 30
     mem_total_bytes: int = 96 * _GIB
@@ -122,8 +123,7 @@ class FakeNvml:
         return handle.index
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
-        self._gpu(handle)
-        return f"GPU-00000000-0000-0000-0000-{handle.index:012d}"
+        return self._gpu(handle).uuid or f"GPU-00000000-0000-0000-0000-{handle.index:012d}"
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         return self._gpu(handle).name

@@ -155,6 +155,9 @@ _ABSENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # These mean the GPU itself is gone until a reset (the XID 79 "fallen off the bus" case).
 _LOST_ERRORS: tuple[type[BaseException], ...] = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
+# A GPU NVML lists but cannot open or name fails with these when it is gone: the lost errors, or "Unknown
+# Error" (nvidia-smi: "Unable to determine the device handle for GPU ...: Unknown Error" after XID 79).
+_UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (*_LOST_ERRORS, pynvml.NVMLError_Unknown)
 # These mean NVML as a whole is unusable: start over next period.
 _NVML_DOWN_ERRORS: tuple[type[BaseException], ...] = (
     pynvml.NVMLError_Uninitialized,
@@ -184,6 +187,89 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class _FieldReader:
+    """Reads one optional field of one GPU. A field the board does not have is absent; a field that fails in
+    another way (NVML's "Unknown Error" for the power draw of some boards, a sensor a vGPU does not expose) is
+    absent too, and its error is kept on the reading, so that one odd field does not lose every field read
+    after it. A lost GPU or NVML going down still ends the whole reading."""
+
+    def __init__(self, reading: GpuReading) -> None:
+        self._reading = reading
+
+    def __call__(self, fn: Callable[..., _T], *args: Any) -> _T | None:
+        try:
+            return fn(*args)
+        except _ABSENT_ERRORS:
+            return None
+        except (*_LOST_ERRORS, *_NVML_DOWN_ERRORS):
+            raise
+        except pynvml.NVMLError as exc:
+            self.note(exc)
+            return None
+
+    def note(self, exc: BaseException) -> None:
+        if self._reading.error is None:
+            self._reading.error = describe_nvml_error(exc)
+
+
+def _read_identity(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
+    name = get(nvml.nvmlDeviceGetName, handle)
+    reading.name = _text(name) if name is not None else None
+    pci = get(nvml.nvmlDeviceGetPciInfo, handle)
+    reading.pci_bus_id = _text(pci.busId) if pci is not None else None
+
+
+def _read_usage(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
+    # Utilization is "Not Supported" on a GPU in MIG mode: the rest of the reading still stands.
+    util = get(nvml.nvmlDeviceGetUtilizationRates, handle)
+    if util is not None:
+        reading.util_pct = float(util.gpu)
+        reading.mem_bw_util_pct = float(util.memory)
+    mem = get(nvml.nvmlDeviceGetMemoryInfo, handle)
+    if mem is not None:
+        reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
+        if mem.total:
+            reading.mem_used_pct = 100.0 * mem.used / mem.total
+
+
+def _read_thermal(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
+    temperature = get(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+    reading.temperature_c = float(temperature) if temperature is not None else None
+    slowdown = get(nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+    shutdown = get(nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+    reading.temperature_slowdown_c = float(slowdown) if slowdown is not None else None
+    reading.temperature_shutdown_c = float(shutdown) if shutdown is not None else None
+
+
+def _read_clocks_and_power(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
+    sm = get(nvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+    sm_max = get(nvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
+    reading.sm_clock_mhz = float(sm) if sm is not None else None
+    reading.sm_clock_max_mhz = float(sm_max) if sm_max is not None else None
+    if sm is not None and sm_max:
+        reading.sm_clock_ratio = sm / sm_max
+    # NVML reports power in milliwatts.
+    power_mw = get(nvml.nvmlDeviceGetPowerUsage, handle)
+    limit_mw = get(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    reading.power_w = power_mw / 1000.0 if power_mw is not None else None
+    reading.power_limit_w = limit_mw / 1000.0 if limit_mw is not None else None
+
+
+def _read_ecc(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
+    reading.ecc_uncorrected_volatile = get(
+        nvml.nvmlDeviceGetTotalEccErrors,
+        handle,
+        pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        pynvml.NVML_VOLATILE_ECC,
+    )
+    reading.ecc_corrected_volatile = get(
+        nvml.nvmlDeviceGetTotalEccErrors,
+        handle,
+        pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+        pynvml.NVML_VOLATILE_ECC,
+    )
+
+
 class GpuCollector:
     """Reads every GPU once per period; survives NVML missing, GPUs lost, unsupported fields."""
 
@@ -192,6 +278,8 @@ class GpuCollector:
         self._initialized = False
         self._event_set: Any = None
         self._init_error: str | None = None if nvml is not None else "NVML not available"
+        # Every GPU seen since the agent started, by UUID: (index, PCI bus id) when last read.
+        self._known: dict[str, tuple[int, str | None]] = {}
 
     def _ensure_init(self) -> bool:
         if self._initialized:
@@ -272,9 +360,38 @@ class GpuCollector:
         for event in events:
             if event.gpu_index is not None and 0 <= event.gpu_index < len(gpus):
                 gpus[event.gpu_index].last_xid = event.xid
+        gpus += self._vanished(gpus)
         return GpuSnapshot(
             nvml_ok=True, gpus=gpus, xid_events=events, xid_supported=self._event_set is not None
         )
+
+    def _vanished(self, gpus: list[GpuReading]) -> list[GpuReading]:
+        """GPUs seen before that NVML no longer lists, as lost readings.
+
+        A GPU that fell off the bus is still listed (and answers GpuIsLost) until NVML is initialised again;
+        after that (the agent re-initialises when the driver stops answering) the driver may leave it out, and
+        the instance would look healthy with one GPU fewer. The GPUs still listed may be renumbered then, so
+        a vanished GPU keeps its old index only when no listed GPU has taken it.
+        """
+        for reading in gpus:
+            if reading.uuid is not None:
+                self._known[reading.uuid] = (reading.index, reading.pci_bus_id)
+        listed = {r.uuid for r in gpus if r.uuid is not None}
+        unnamed = {r.index for r in gpus if r.uuid is None}  # listed but unreadable: already reported
+        taken = {r.index for r in gpus}
+        out: list[GpuReading] = []
+        for uuid, (index, pci) in self._known.items():
+            if uuid in listed or index in unnamed:
+                continue
+            if index in taken:
+                index = max(taken) + 1
+            taken.add(index)
+            out.append(
+                GpuReading(
+                    index=index, uuid=uuid, pci_bus_id=pci, lost=True, error="no longer listed by NVML"
+                )
+            )
+        return out
 
     def _read_gpu(self, index: int) -> GpuReading:
         assert self._nvml is not None
@@ -283,80 +400,49 @@ class GpuCollector:
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             reading.uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            reading.name = _optional(lambda: _text(nvml.nvmlDeviceGetName(handle)))
-            pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
-            reading.pci_bus_id = _text(pci.busId) if pci is not None else None
-
-            # Utilization is "Not Supported" on a GPU in MIG mode: the rest of the reading still stands.
-            util = _optional(nvml.nvmlDeviceGetUtilizationRates, handle)
-            if util is not None:
-                reading.util_pct = float(util.gpu)
-                reading.mem_bw_util_pct = float(util.memory)
-            mem = _optional(nvml.nvmlDeviceGetMemoryInfo, handle)
-            if mem is not None:
-                reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
-                if mem.total:
-                    reading.mem_used_pct = 100.0 * mem.used / mem.total
-
-            temperature = _optional(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
-            reading.temperature_c = float(temperature) if temperature is not None else None
-            slowdown = _optional(
-                nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-            )
-            shutdown = _optional(
-                nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
-            )
-            reading.temperature_slowdown_c = float(slowdown) if slowdown is not None else None
-            reading.temperature_shutdown_c = float(shutdown) if shutdown is not None else None
-
-            sm = _optional(nvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
-            sm_max = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
-            reading.sm_clock_mhz = float(sm) if sm is not None else None
-            reading.sm_clock_max_mhz = float(sm_max) if sm_max is not None else None
-            if sm is not None and sm_max:
-                reading.sm_clock_ratio = sm / sm_max
-
-            # NVML reports power in milliwatts.
-            power_mw = _optional(nvml.nvmlDeviceGetPowerUsage, handle)
-            limit_mw = _optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-            reading.power_w = power_mw / 1000.0 if power_mw is not None else None
-            reading.power_limit_w = limit_mw / 1000.0 if limit_mw is not None else None
-
-            raw = self._clock_event_reasons(handle)
+        except _UNREACHABLE_ERRORS as exc:
+            # nvidia-smi's "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error": the
+            # state of a GPU after XID 79 on many drivers, where NVML answers Unknown rather than GpuIsLost.
+            reading.lost = True
+            reading.error = describe_nvml_error(exc)
+            return reading
+        except _NVML_DOWN_ERRORS as exc:
+            raise _NvmlDown() from exc
+        except pynvml.NVMLError as exc:
+            reading.error = describe_nvml_error(exc)
+            return reading
+        get = _FieldReader(reading)
+        try:
+            _read_identity(nvml, handle, reading, get)
+            _read_usage(nvml, handle, reading, get)
+            _read_thermal(nvml, handle, reading, get)
+            _read_clocks_and_power(nvml, handle, reading, get)
+            raw = self._clock_event_reasons(handle, get)
             if raw is not None:
                 reading.clock_event_reasons_raw = int(raw)
                 reading.throttle_reasons = int(raw) & THROTTLE_MASK
                 reading.throttle_reason_names = decode_clock_event_reasons(int(raw))
-
-            reading.ecc_uncorrected_volatile = _optional(
-                nvml.nvmlDeviceGetTotalEccErrors,
-                handle,
-                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            )
-            reading.ecc_corrected_volatile = _optional(
-                nvml.nvmlDeviceGetTotalEccErrors,
-                handle,
-                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            )
+            _read_ecc(nvml, handle, reading, get)
         except _LOST_ERRORS as exc:
             reading.lost = True
             reading.error = describe_nvml_error(exc)
         except _NVML_DOWN_ERRORS as exc:
             raise _NvmlDown() from exc
-        except pynvml.NVMLError as exc:
-            reading.error = describe_nvml_error(exc)
         return reading
 
-    def _clock_event_reasons(self, handle: Any) -> int | None:
+    def _clock_event_reasons(self, handle: Any, get: _FieldReader) -> int | None:
         assert self._nvml is not None
         try:
             return self._nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
         except (pynvml.NVMLError_FunctionNotFound, AttributeError):
             # Drivers before the "clocks event" rename only have the throttle-reasons entry point.
-            return _optional(self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+            return get(self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         except _ABSENT_ERRORS:
+            return None
+        except (*_LOST_ERRORS, *_NVML_DOWN_ERRORS):
+            raise
+        except pynvml.NVMLError as exc:
+            get.note(exc)
             return None
 
     def _drain_xid_events(self) -> list[XidEvent]:

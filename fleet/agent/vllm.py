@@ -2,9 +2,11 @@
 
 vLLM exposes latency as cumulative histograms and requests as cumulative counters. The agent keeps the
 previous scrape and differences the two, so percentiles and rates describe the last period only (the same
-thing Prometheus' ``histogram_quantile(rate(...[w]))`` computes). A counter that went down means vLLM
-restarted between scrapes (a counter reset): everything counted since the restart happened inside the window,
-so the new cumulative values are the window's own.
+thing Prometheus' ``histogram_quantile(rate(...[w]))`` computes). A restart between scrapes resets vLLM's
+counters: everything counted since the restart happened inside the window, so the new cumulative values are
+the window's own. A restart is seen by a counter that went down, or by a series' ``_created`` stamp (or
+``process_start_time_seconds``) that changed: a server that restarted and got busy can have climbed past the
+old counts before the next scrape, and differencing then would lose what it served before it caught up.
 
 Metric names follow vLLM's ``/metrics`` (both the V0 names and the V1 renames are accepted, newest first).
 Scraping uses urllib on purpose: the fake cloud intercepts ``requests``, and the local server must stay local.
@@ -51,6 +53,9 @@ E2E_BUCKETS_S = (
     960.0, 1920.0, 7680.0,
 )  # fmt: skip
 QUANTILES = (0.50, 0.95, 0.99)
+# The process collector's start time: prometheus_client serves it on Linux unless vLLM runs in multiprocess
+# mode (several API servers), where the ``_created`` stamps are absent too: only a decrease shows a restart.
+PROCESS_START = "process_start_time_seconds"
 SCRAPE_TIMEOUT_S = 2.0
 # vLLM's page is tens of KiB; anything far larger is not it, and must not eat the agent's memory.
 MAX_METRICS_BYTES = 16 * 1024 * 1024
@@ -112,6 +117,26 @@ class ParsedMetrics:
             out[upper] = out.get(upper, 0.0) + value
         return out
 
+    def restart_marks(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Per series, what changes only when the server restarts: every vLLM ``_created`` stamp (the time
+        prometheus_client created the counter or histogram series) and ``process_start_time_seconds``."""
+        marks: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for name, samples in self.samples.items():
+            if name == PROCESS_START or (name.startswith("vllm:") and name.endswith("_created")):
+                for labels, value in samples:
+                    if not math.isnan(value):
+                        marks[(name, tuple(sorted(labels.items())))] = value
+        return marks
+
+
+def restarted(
+    now: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> bool:
+    """True when a series present in both scrapes was created anew (a series first seen now is not a restart:
+    vLLM creates some label sets on first use)."""
+    return any(key in before and before[key] != value for key, value in now.items())
+
 
 def parse_metrics(text: str) -> ParsedMetrics:
     """Parse Prometheus text exposition; ScrapeError when it is not that."""
@@ -125,11 +150,14 @@ def parse_metrics(text: str) -> ParsedMetrics:
     return parsed
 
 
-def bucket_delta(current: dict[float, float], previous: dict[float, float] | None) -> dict[float, float]:
-    """Per-window cumulative buckets: current minus previous, or current alone after a counter reset."""
+def bucket_delta(
+    current: dict[float, float], previous: dict[float, float] | None, reset: bool = False
+) -> dict[float, float]:
+    """Per-window cumulative buckets: current minus previous, or current alone after a counter reset (one the
+    caller saw, or a bucket that went down)."""
     if previous is None:
         return dict(current)
-    reset = any(current.get(le, 0.0) < count for le, count in previous.items())
+    reset = reset or any(current.get(le, 0.0) < count for le, count in previous.items())
     if reset:
         return dict(current)
     return {le: count - previous.get(le, 0.0) for le, count in current.items()}
@@ -163,11 +191,12 @@ def histogram_quantile(q: float, cumulative: dict[float, float]) -> float | None
     return None
 
 
-def counter_delta(current: float | None, previous: float | None) -> float | None:
-    """The increase of a counter over the window (a reset counts from zero)."""
+def counter_delta(current: float | None, previous: float | None, reset: bool = False) -> float | None:
+    """The increase of a counter over the window (a reset, seen by the caller or by a decrease, counts from
+    zero)."""
     if current is None or previous is None:
         return None
-    return current if current < previous else current - previous
+    return current if reset or current < previous else current - previous
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -211,6 +240,7 @@ class _Previous:
     monotonic_s: float
     histograms: dict[str, dict[float, float]]
     counters: dict[str, float | None]
+    marks: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
 
 
 class VllmCollector:
@@ -259,24 +289,28 @@ class VllmCollector:
             counters[f"{key}_count"] = parsed.total(name + "_count") if name else None
 
         previous = self._previous
-        self._previous = _Previous(monotonic_s, histograms, counters)
+        marks = parsed.restart_marks()
+        self._previous = _Previous(monotonic_s, histograms, counters, marks)
         if previous is None:
             return reading
         window_s = monotonic_s - previous.monotonic_s
         if window_s <= 0:
             return reading
         reading.window_s = window_s
+        reset = restarted(marks, previous.marks)
         for key, current in histograms.items():
-            delta = bucket_delta(current, previous.histograms.get(key))
+            delta = bucket_delta(current, previous.histograms.get(key), reset)
             p50, p95, p99 = (_ms(histogram_quantile(q, delta)) for q in QUANTILES)
             total = max(delta.values()) if delta else 0.0
             setattr(reading, key, LatencyQuantiles(p50_ms=p50, p95_ms=p95, p99_ms=p99, count=total))
-        success = counter_delta(counters["success"], previous.counters.get("success"))
+        success = counter_delta(counters["success"], previous.counters.get("success"), reset)
         reading.request_rate_per_s = None if success is None else success / window_s
-        generation = counter_delta(counters["generation"], previous.counters.get("generation"))
+        generation = counter_delta(counters["generation"], previous.counters.get("generation"), reset)
         reading.generation_tokens_per_s = None if generation is None else generation / window_s
-        reading.preemptions = counter_delta(counters["preemptions"], previous.counters.get("preemptions"))
-        _demand(reading, counters, previous.counters, success, window_s)
+        reading.preemptions = counter_delta(
+            counters["preemptions"], previous.counters.get("preemptions"), reset
+        )
+        _demand(reading, counters, previous.counters, success, window_s, reset)
         return reading
 
 
@@ -291,6 +325,7 @@ def _demand(
     before: dict[str, float | None],
     success: float | None,
     window_s: float,
+    reset: bool = False,
 ) -> None:
     """Arrival rate and tokens per request over the window (vLLM counts requests when they finish).
 
@@ -301,11 +336,11 @@ def _demand(
         in_now, in_before = now.get("in_flight"), before.get("in_flight")
         growth = 0.0
         if in_now is not None and in_before is not None:
-            restarted = (now.get("success") or 0.0) < (before.get("success") or 0.0)
-            growth = in_now if restarted else in_now - in_before
+            restart = reset or (now.get("success") or 0.0) < (before.get("success") or 0.0)
+            growth = in_now if restart else in_now - in_before
         reading.arrival_rate_per_s = max(0.0, success + growth) / window_s
     for key, attr in (("prompt", "prompt_tokens_per_request"), ("output", "output_tokens_per_request")):
-        total = counter_delta(now.get(f"{key}_sum"), before.get(f"{key}_sum"))
-        count = counter_delta(now.get(f"{key}_count"), before.get(f"{key}_count"))
+        total = counter_delta(now.get(f"{key}_sum"), before.get(f"{key}_sum"), reset)
+        count = counter_delta(now.get(f"{key}_count"), before.get(f"{key}_count"), reset)
         if total is not None and count:
             setattr(reading, attr, total / count)
