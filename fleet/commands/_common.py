@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import tempfile
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -44,19 +44,58 @@ def load_config_or_exit(path: Path | str, env: Mapping[str, str] | None = None) 
     from fleet.config import ConfigError, load_config
 
     try:
-        return load_config(path, env=env)
+        cfg = load_config(path, env=env)
     except ConfigError as exc:
         fail_lines(list(exc.problems) or [f"{path}: invalid config"])
+    problems = capacity_problems(cfg)
+    if problems:  # every command refuses them, not only `fleet validate`: the service would order them
+        fail_lines([f"{path}: {p}" for p in problems])
+    return cfg
 
 
-def parse_at(value: str, option: str = "--at") -> datetime:
-    """An aware ISO 8601 instant given on the command line, or one clear line and exit 2."""
+def capacity_problems(cfg: FleetConfig) -> list[str]:
+    """Each group's ``instance_types`` against the sizing catalog and its ``model`` (issue 17), as
+    ``groups.NAME.instance_types: reason``."""
+    from sizing.fallback import instance_type_problems
+
+    return [
+        f"groups.{g.name}.{p}" for g in cfg.groups for p in instance_type_problems(g.model, g.instance_types)
+    ]
+
+
+def quiet_credential_logs() -> None:
+    """alibabacloud_credentials logs each failed refresh with its traceback on the "credentials" logger; the
+    cloud adapters turn the same failure into a NoCredentials error that the command reports in one line."""
+    import logging
+
+    logging.getLogger("credentials").setLevel(logging.CRITICAL)
+
+
+def parse_window(text: str, option: str) -> float:
+    """A positive duration given on the command line (``30m``, ``4h``, ``7d``, ``1h30m``, plain seconds) in
+    seconds, or one clear line and exit 2: a window of zero length holds nothing to report."""
+    from policies.spec import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        fail(f"{option}: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
+    if not seconds > 0:
+        fail(f"{option}: {text!r} must be positive")
+    return seconds
+
+
+def parse_at(value: str, option: str = "--at", *, naive_as_utc: bool = False) -> datetime:
+    """An aware ISO 8601 instant given on the command line, or one clear line and exit 2; ``naive_as_utc``:
+    a time without a zone is read as UTC (where a command documents it) instead of refused."""
     from fleet.timefmt import outside_calendar, parse_iso
 
     try:
         at = parse_iso(value)
     except ValueError:
         fail(f"{option}: {value!r} is not an ISO 8601 instant such as 2026-12-01T08:00:00Z")
+    if at.tzinfo is None and naive_as_utc:
+        at = at.replace(tzinfo=UTC)
     if at.tzinfo is None or at.utcoffset() is None:
         fail(f"{option}: {value!r} has no timezone; add Z or an offset such as +08:00")
     too_far = outside_calendar(at)

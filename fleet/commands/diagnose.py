@@ -6,7 +6,6 @@ And `fleet bench diagnose`: the diagnosis against labelled simulator scenarios (
 from __future__ import annotations
 
 import json
-import logging
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,8 +13,16 @@ from typing import Any
 
 import typer
 
-from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
-from fleet.timefmt import parse_iso_utc
+from fleet.commands._common import (
+    console,
+    err_console,
+    fail,
+    load_config_or_exit,
+    parse_at,
+    parse_window,
+    print_json,
+    quiet_credential_logs,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -31,19 +38,6 @@ def _register_bench(app: typer.Typer) -> None:
         return
     if not any(getattr(c, "name", None) == "diagnose" for c in bench_app.registered_commands):
         bench_app.command("diagnose")(bench_diagnose)
-
-
-def parse_since(text: str) -> float:
-    """``30m``, ``2h``, ``90s``, ``1h30m``, ``7d`` or plain seconds -> seconds (positive)."""
-    from policies.spec import parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except ValueError:
-        raise ValueError(f"--since: {text!r} is not a duration like 30m, 2h, 90s") from None
-    if seconds <= 0:
-        raise ValueError(f"--since: {text!r} must be positive")
-    return seconds
 
 
 def _check_catalog(model: str | None, instance_type: str | None) -> None:
@@ -65,12 +59,10 @@ def _check_catalog(model: str | None, instance_type: str | None) -> None:
 
 
 def _parse_until(text: str | None) -> datetime:
+    """The window's end: now, or an instant within the calendar (a time without a zone is UTC)."""
     if text is None:
         return datetime.now(UTC)
-    try:
-        return parse_iso_utc(text)
-    except ValueError:
-        fail(f"--until: {text!r} is not an ISO 8601 time, e.g. 2026-03-02T10:00:00Z")
+    return parse_at(text, "--until", naive_as_utc=True)
 
 
 def diagnose(
@@ -106,10 +98,7 @@ def diagnose(
     """Diagnose high latency: queueing, KV cache, bandwidth, throttling, bad node, cold start, fleet size."""
     from fleet.diagnose.rules import diagnose as run_rules
 
-    try:
-        since_s = parse_since(since)
-    except ValueError as exc:
-        fail(str(exc))
+    since_s = parse_window(since, "--since")
     if period_s <= 0:
         fail(f"--period: must be a positive number of seconds, got {period_s}")
     for flag, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
@@ -201,9 +190,7 @@ def _read_cloud(config: Path, group: str | None, start: datetime, end: datetime,
         clients = make_clients(cfg.region, cfg.account_id or "unset")
     except ValueError as exc:
         fail(str(exc))
-    # alibabacloud_credentials logs each failed refresh with its traceback on the "credentials" logger; the
-    # adapters turn the same failure into a NoCredentials error that the one line below reports.
-    logging.getLogger("credentials").setLevel(logging.CRITICAL)
+    quiet_credential_logs()
     store = _store(cfg)
     windows = []
     try:

@@ -94,8 +94,7 @@ def register(app: typer.Typer) -> None:
             return
         if config is None:
             fail("--config is required (or use --schema)")
-        cfg = load_config_or_exit(config)
-        _check_capacity(config, cfg)
+        cfg = load_config_or_exit(config)  # instance_types checked there too (issue 17)
         _check_profiles(cfg, config)
         from fleet.config import unknown_env_vars
 
@@ -130,19 +129,6 @@ def _with_capacity(snap: Any, spec: Any, now: Any) -> None:
         reading = read_demand(serving, metrics, now, group.stabilization.stale_after_s)
         mix = (reading.prompt_tokens, reading.output_tokens) if reading else (None, None)
         gs.demand = demand.model_copy(update=table.demand_fields(group, *mix))
-
-
-def _check_capacity(path: Path, cfg: Any) -> None:
-    """Each group's instance_types against the sizing catalog and its model (issue 17); exit 2 if wrong."""
-    from sizing.fallback import instance_type_problems
-
-    problems = [
-        f"groups.{g.name}.{p}" for g in cfg.groups for p in instance_type_problems(g.model, g.instance_types)
-    ]
-    if problems:
-        for p in problems:
-            err_console.print(f"error: {escape(str(path))}: {escape(p)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
 
 
 def _check_profiles(cfg: Any, config: Path) -> None:

@@ -18,7 +18,15 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
+from fleet.commands._common import (
+    console,
+    err_console,
+    fail,
+    load_config_or_exit,
+    parse_window,
+    print_json,
+    quiet_credential_logs,
+)
 
 DB_HELP = "database URL (default: $FLEET_DATABASE_URL, else sqlite:///fleet.db in the working directory)"
 SERVICE_HELP = "service name in the store (the lease name; default $FLEET_SERVICE_NAME or 'fleet')"
@@ -107,6 +115,7 @@ def serve(
     if open_console and (once or not (api and settings.api_enabled)):
         fail("--open needs the status API running (no --once, no --no-api, api enabled)")
     setup_logging(log_json, log_level, config_secrets(cfg, settings.api_token))
+    quiet_credential_logs()
     log = logging.getLogger("fleet.service")
     from fleet.config import unknown_env_vars
 
@@ -405,20 +414,12 @@ def decisions(
         console.print(f"no decisions in the last {since}")
 
 
-def _since_days(text: str) -> timedelta:
-    """Durations as `fleet` writes them (`30m`, `4h`, `7d`)."""
-    from policies.spec import parse_duration
-
-    try:
-        return timedelta(seconds=parse_duration(text))
-    except ValueError:
-        fail(f"--since: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
-
-
 def _since_time(text: str, option: str = "--since") -> datetime:
-    """Now less a duration given on the command line; one that reaches before year 1 is refused."""
+    """Now less a positive duration given on the command line (`30m`, `4h`, `7d`); one that reaches before
+    year 1 is refused."""
+    seconds = parse_window(text, option)
     try:
-        return _now() - _since_days(text)
+        return _now() - timedelta(seconds=seconds)
     except OverflowError:
         fail(f"{option}: {text!r} reaches back before the calendar starts; give a shorter window")
 

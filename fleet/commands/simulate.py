@@ -27,6 +27,9 @@ def _check_report_path(report: Path) -> None:
     """Before the run, so a long simulation never ends on a report it cannot write."""
     if report.is_dir():
         fail(f"--report: {report} is a directory")
+    blocker = next((p for p in report.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        fail(f"--report: {blocker} is a file, not a directory")
     try:
         report.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -45,6 +48,13 @@ def _load(config: Path | None) -> Any:
     if not cfg.groups:
         fail(f"{path}: groups: the simulator needs at least one scaling group")
     return cfg
+
+
+def _one_group(cfg: Any, config: Path | None, bench: str) -> None:
+    """A benchmark runs the config's one group: with several it would pick one silently."""
+    if len(cfg.groups) > 1:
+        names = ", ".join(g.name for g in cfg.groups)
+        fail(f"{config}: the {bench} benchmark runs one group; this config has {len(cfg.groups)} ({names})")
 
 
 def _group_index(cfg: Any, config: Path | None, group: str | None) -> int:
@@ -382,8 +392,7 @@ def bench_autoscale(
     if not 1 <= jobs <= (os.cpu_count() or 1):
         fail(f"--jobs: must be between 1 and this machine's {os.cpu_count() or 1} cores, got {jobs}")
     cfg = _load(config)
-    if len(cfg.groups) > 1:
-        fail(f"{config}: the benchmark runs one group; this config has {len(cfg.groups)}")
+    _one_group(cfg, config, "autoscaling")
     hw = _hardware(*_declared_hardware(cfg.groups[0], None, None), cfg.region)  # as fleet simulate runs it
     if sweep is not None:
         if sweep not in {s.value for s in Sweep}:
@@ -529,6 +538,7 @@ def bench_capacity(
     if not 6.0 < hours <= 48.0:
         fail(f"--hours: {hours} must be above 6 (the stock-out starts at 06:00) and at most 48")
     cfg = _load(config)
+    _one_group(cfg, config, "capacity")
 
     def progress(label: str) -> None:
         if not json_out:

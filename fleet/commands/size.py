@@ -134,7 +134,12 @@ def size(
             "--prompt-tokens": prompt_tokens,
             "--output-tokens": output_tokens,
         },
-        positives={"--qps": qps, "--slo-ttft-p99-ms": slo_ttft_p99_ms, "--slo-tpot-p99-ms": slo_tpot_p99_ms},
+        positives={
+            "--qps": qps,
+            "--slo-ttft-p99-ms": slo_ttft_p99_ms,
+            "--slo-tpot-p99-ms": slo_tpot_p99_ms,
+            "--gpu-memory-gib": gpu_memory_gib,
+        },
         length_cv=length_cv,
     )
     if plot is not None:
@@ -281,6 +286,8 @@ def _check_ranges(
         fail(f"--qps must be at most {MAX_QPS:g} requests per second, got {qps:g}")
     if not (length_cv >= 0 and math.isfinite(length_cv)):
         fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
+    if length_cv > MAX_LENGTH_CV:
+        fail(f"--length-cv must be at most {MAX_LENGTH_CV:g}, got {length_cv:g}")
 
 
 def _read_model_config(path: Path) -> Any:
@@ -368,6 +375,7 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
             raise sizing.SizingInputError(
                 f"impossible TP: {pool[0].name} has {pool[0].gpus} GPU(s), --tp is {settings.tp}"
             )
+    _check_visible_gib(settings.gpu_memory_gib, the_gpu or (sizing.find_gpu(pool[0].gpu) if pool else None))
     if the_gpu is not None or pool:
         from sizing.memory import resolve_dtype
 
@@ -376,6 +384,23 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
 
 
 MAX_QPS = 1e6  # far beyond any fleet: larger values are typos or overflow probes (issue 14)
+# A token-length spread (lognormal CV) of 10: the Azure 2023 traces (../shared/traces) spread by 0.8-2.2; far
+# above it nearly every token sits in a handful of requests, and from ~1e154 the lognormal overflows.
+MAX_LENGTH_CV = 10.0
+
+
+def _check_visible_gib(visible_gib: float | None, gpu: Any) -> None:
+    """--gpu-memory-gib is what CUDA sees of a card: never more than the card has (the one evaluated, else
+    the largest in the catalog); a larger figure is a typo (1e308 overflowed the KV-cache token count)."""
+    import sizing
+
+    if visible_gib is None:
+        return
+    card = gpu or max(sizing.load_gpus().values(), key=lambda g: g.memory_gb)
+    if visible_gib > card.memory_gb:
+        raise sizing.SizingInputError(
+            f"--gpu-memory-gib {visible_gib:g} is more than {card.name} has ({card.memory_gb:g} GB)"
+        )
 
 
 def _check_lengths(shape: Any, workload: Any, max_model_len: int | None, requests: Any) -> None:

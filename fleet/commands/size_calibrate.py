@@ -58,8 +58,7 @@ def calibrate(
         fail("give the GPU the log ran on: --gpu NAME or --instance-type TYPE")
     if gpu is not None and instance_type is not None:
         fail("give one of --gpu and --instance-type (the instance type names its GPU)")
-    if tp is not None and tp < 1:
-        fail(f"--tp must be at least 1, got {tp}")
+    _check_flags(tp, max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization)
     if model is not None and config is not None:
         fail("give at most one of --model and --config")
     text = _read_text(log)
@@ -76,12 +75,12 @@ def calibrate(
         dep = sizing.Deployment(
             shape,
             the_gpu,
-            tp or facts.tp or 1,
+            _given(tp, facts.tp or 1),
             dtype=dtype,
-            max_model_len=max_model_len or facts.max_model_len or facts.concurrency_len,
-            gpu_memory_utilization=gpu_memory_utilization or facts.gpu_memory_utilization or 0.90,
-            max_num_seqs=max_num_seqs or facts.max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens or facts.max_num_batched_tokens,
+            max_model_len=_given(max_model_len, facts.max_model_len or facts.concurrency_len),
+            gpu_memory_utilization=_given(gpu_memory_utilization, facts.gpu_memory_utilization or 0.90),
+            max_num_seqs=_given(max_num_seqs, facts.max_num_seqs),
+            max_num_batched_tokens=_given(max_num_batched_tokens, facts.max_num_batched_tokens),
             engine=engine or facts.engine or "v1",
         )
         bench_result = bench_from_json(result) if result is not None else None
@@ -99,6 +98,36 @@ def calibrate(
         print_json(doc)
         return
     _render(cal, facts, before, after, out)
+
+
+def _check_flags(
+    tp: int | None,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    gpu_memory_utilization: float | None,
+) -> None:
+    """The deployment's flags as `fleet size` takes them: a 0 is refused, never read as "not given" (it fell
+    through to the log's own value)."""
+    import math
+
+    counts = {
+        "--tp": tp,
+        "--max-model-len": max_model_len,
+        "--max-num-seqs": max_num_seqs,
+        "--max-num-batched-tokens": max_num_batched_tokens,
+    }
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            fail(f"{name} must be at least 1, got {value}")
+    util = gpu_memory_utilization
+    if util is not None and not (math.isfinite(util) and 0 < util <= 1):
+        fail(f"--gpu-memory-utilization must be in (0, 1], got {util:g}")
+
+
+def _given(flag: Any, default: Any) -> Any:
+    """The flag when given, else the log's value (or vLLM's default)."""
+    return default if flag is None else flag
 
 
 def _model(model: str | None, config: Path | None, facts: Any) -> Any:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -100,10 +102,41 @@ def _write_atomically(path: Path, text: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         fail(f"--output: directory {directory} does not exist")
+    if path.is_dir():
+        fail(f"--output: {path} is a directory; give a file name, e.g. {path / 'terraform.tfvars.json'}")
     try:
         write_atomically(path, text)
     except OSError as exc:
         fail(f"--output: cannot write {path}: {exc.strerror or exc}")
+
+
+def _load_schema_or_exit(path: Path, load_schema: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """The provider schema at ``path``, or one line naming the file and what is wrong with it, exit 2."""
+    loaded: object
+    try:
+        loaded = load_schema(path)
+    except (OSError, ValueError) as exc:
+        fail(f"--schema: cannot read {path}: {exc}")
+    except AttributeError:  # load_schema takes the top level's items: a list or a scalar has none
+        loaded = None
+    problem = _schema_problem(loaded)
+    if problem:
+        fail(f"--schema: {path} is not a provider schema: {problem}")
+    assert isinstance(loaded, dict)  # _schema_problem says so
+    return loaded
+
+
+def _schema_problem(loaded: object) -> str | None:
+    """Why ``loaded`` is not a provider schema ({resource type: {argument: spec}}), or None: another JSON file
+    would otherwise report every resource of the module as unknown (exit 1) or crash."""
+    if not isinstance(loaded, dict):
+        return "the top level must be an object of resource types such as alicloud_ess_scaling_group"
+    if not loaded:
+        return "it names no resource type"
+    for name, arguments in loaded.items():
+        if not isinstance(arguments, dict) or not all(isinstance(a, dict) for a in arguments.values()):
+            return f"{name}: expected an object of arguments, each with its spec"
+    return None
 
 
 @terraform_app.command("check")
@@ -128,11 +161,7 @@ def check(
             raise
         fail(f"fleet terraform check needs python-hcl2, which is not installed: {HCL_INSTALL_HINT}")
 
-    schema_path = schema or default_schema_path()
-    try:
-        loaded = load_schema(schema_path)
-    except (OSError, ValueError) as exc:
-        fail(f"--schema: cannot read {schema_path}: {exc}")
+    loaded = _load_schema_or_exit(schema or default_schema_path(), load_schema)
     inputs: dict[str, list[object]] = {}
     for path in tfvars:
         try:
