@@ -386,7 +386,10 @@ def parse_workload_spec(text: str) -> WorkloadSpec:
         key, eq, value = item.partition("=")
         if not eq:
             raise WorkloadError(f"workload {text!r}: {item!r} is not key=value")
-        params[key.strip().lower()] = value.strip()
+        key = key.strip().lower()
+        if key in params:
+            raise WorkloadError(f"workload {text!r}: {key} is given twice")
+        params[key] = value.strip()
     name, allowed = _resolve_trace(kind, name, params, text)
     unknown = sorted(set(params) - allowed)
     if unknown:

@@ -611,6 +611,10 @@ def parse_duration_s(text: str) -> float:
     return parse_duration(text)
 
 
+# NVIDIA's XID codes run to about 150 (the driver's "Xid Errors" catalogue); a code far past that is a typo.
+MAX_XID = 999
+
+
 def parse_fault_spec(text: str) -> Fault:
     """``overheat,at=10h[,instance=N|i-...][,extra_c=35]``, ``xid:79,at=3h``,
     ``event:SystemFailure.Reboot,at=5h``.
@@ -628,7 +632,10 @@ def parse_fault_spec(text: str) -> Fault:
         key, eq, value = item.partition("=")
         if not eq:
             raise FaultSpecError(f"fault {text!r}: {item!r} is not key=value")
-        params[key.strip().lower()] = value.strip()
+        key = key.strip().lower()
+        if key in params:
+            raise FaultSpecError(f"fault {text!r}: {key} is given twice")
+        params[key] = value.strip()
     unknown = sorted(set(params) - _FAULT_KEYS)
     if unknown:
         raise FaultSpecError(
@@ -666,6 +673,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
             fault.xid = int(arg)
         except ValueError:
             raise FaultSpecError(f"fault {text!r}: xid needs its code, e.g. xid:79") from None
+        if not 1 <= fault.xid <= MAX_XID:
+            raise FaultSpecError(f"fault {text!r}: an XID code is between 1 and {MAX_XID}, got {fault.xid}")
     elif kind == "event":
         if not arg or "." not in arg:
             raise FaultSpecError(
@@ -696,6 +705,8 @@ def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -
         if fault.for_s <= 0:
             raise FaultSpecError(f"fault {text!r}: for must be positive")
         fault.instance_type = arg
+        if "zone" in params and not params["zone"]:
+            raise FaultSpecError(f"fault {text!r}: zone= needs a zone id, e.g. zone=cn-hangzhou-h")
         fault.zone = params.get("zone") or None
     else:
         if arg:
