@@ -42,17 +42,31 @@ def read_history_file(path: Path) -> list[DemandReading]:
     except (OSError, UnicodeDecodeError) as exc:
         raise HistoryFileError(f"{path}: cannot read: {exc}") from None
     try:
-        records: list[dict[str, Any]]
-        if text.lstrip().startswith("["):
-            records = json.loads(text)
+        records: list[Any]
+        if text.lstrip()[:1] in ("[", "{"):
+            loaded = json.loads(text)
+            if not isinstance(loaded, list):
+                raise HistoryFileError(
+                    f"{path}: JSON history must be a list of rows, got {type(loaded).__name__}"
+                )
+            records = loaded
         else:
-            records = list(csv.DictReader(io.StringIO(text)))
+            reader = csv.DictReader(io.StringIO(text))
+            records = list(reader)
+            missing = {"at", "request_rate_rps"} - set(reader.fieldnames or ())
+            if records and missing:
+                named = ", ".join(sorted(missing))
+                raise HistoryFileError(
+                    f"{path}: the CSV header must name at and request_rate_rps (no {named})"
+                )
     except (json.JSONDecodeError, csv.Error) as exc:
         raise HistoryFileError(f"{path}: not CSV or a JSON list: {exc}") from None
     except RecursionError:
         raise HistoryFileError(f"{path}: JSON nested too deeply") from None
     rows: list[DemandReading] = []
     for n, rec in enumerate(records, start=1):
+        if not isinstance(rec, dict):
+            raise HistoryFileError(f"{path}: row {n}: not an object with at and request_rate_rps")
         try:
             at = parse_iso(str(rec["at"]))
             if at.tzinfo is None:

@@ -143,3 +143,20 @@ def test_a_missing_sqlite_store_is_refused_not_created(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "does not exist" in err and len(err.strip().splitlines()) == 1
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"at": "2026-12-01T00:00:00Z", "request_rate', "not CSV or a JSON list"),
+        ('{"at": "2026-12-01T00:00:00Z", "request_rate_rps": 3}', "must be a list of rows, got dict"),
+        ("[1, 2]", "row 1: not an object with at and request_rate_rps"),
+        ("time,rate\n2026-12-01T00:00:00Z,3\n", "the CSV header must name at and request_rate_rps"),
+    ],
+)
+def test_a_history_file_of_the_wrong_shape_says_what_is_wrong(tmp_path, capsys, text, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
