@@ -161,7 +161,8 @@ def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path
     argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.08", "--report", str(report)]
     assert main(argv) == 2
     captured = capsys.readouterr()
-    assert f"--report: cannot create {not_a_dir}" in captured.err and "Traceback" not in captured.err
+    err = captured.err
+    assert f"--report: {not_a_dir} is a file, not a directory" in err and "Traceback" not in err
     assert "simulating" not in captured.err  # refused before the run, not after it
 
 
