@@ -48,10 +48,18 @@ def _open(database: str | None, service: str | None, *, existing: bool = False):
             f"database {path} does not exist: no service has run against it; give the service's store "
             "with --database (or FLEET_DATABASE_URL)"
         )
+    name = _service_name(service)
     try:
-        return open_store(url, service=_service_name(service))
+        store = open_store(url, service=name)
     except Exception as exc:  # bad URL, unreachable server, unwritable file: one line, exit 2
         fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    known = store.services() if existing else []
+    if known and name not in known:  # a request under a name no service reads would wait forever
+        fail(
+            f"no service named {name!r} has run against {_safe_url(url)}; it holds {', '.join(known)} "
+            "(give one with --service or FLEET_SERVICE_NAME)"
+        )
+    return store
 
 
 def _safe_url(url: str) -> str:

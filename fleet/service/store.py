@@ -705,6 +705,13 @@ class Store:
             )
             return _new_id(res)
 
+    def services(self) -> list[str]:
+        """The service names that have run against this store (they record decisions and policy state)."""
+        with self.engine.connect() as conn:
+            names = set(conn.execute(sa.select(decisions.c.service).distinct()).scalars())
+            names.update(conn.execute(sa.select(policy_state.c.service).distinct()).scalars())
+        return sorted(names)
+
     def pending_requests(self) -> list[OperatorRequest]:
         q = (
             sa.select(operator_requests)

@@ -156,6 +156,15 @@ def test_isolate_queues_a_request_with_its_reason(db, capsys):
     assert (req.kind, req.instance_id, req.reason, req.actor) == ("isolate", "i-7", "ECC storm", "bob")
 
 
+def test_a_request_under_a_service_name_no_service_uses_is_refused(db, capsys):
+    # the store's decisions are the default service's: a request for "flet" would never be read
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--service", "flet", "--database", db]) == 2
+    err = capsys.readouterr().err
+    assert "no service named 'flet'" in err and "it holds fleet" in err
+    assert open_store(db, service="flet").pending_requests() == []
+    assert main(["release", "i-7", "--service", "fleet", "--database", db]) == 0
+
+
 def test_isolate_without_reason_is_refused(db, capsys):
     assert main(["isolate", "i-7", "--database", db]) == 2
     assert open_store(db).pending_requests() == []
