@@ -52,7 +52,7 @@ def history_rows(
     if spec.kind != "servegen":
         return [], f"--history-days: {spec.kind} traces have no preceding days; the forecast starts without"
     directory = traces_dir()
-    full = load_servegen(servegen_path(spec, directory), fill_gaps=fills_gaps(spec))
+    full = load_servegen(servegen_path(spec.name, directory), fill_gaps=fills_gaps(spec))
     p = spec.params
     day = int(float(p.get("day", "0")))
     offset_s = float(p.get("start_h", "0")) * 3600.0

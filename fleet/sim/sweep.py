@@ -29,10 +29,10 @@ class Sweep(StrEnum):
 @functools.cache
 def trace_days(name: str) -> int:
     """How many whole days the ServeGen trace ``name`` holds."""
-    from fleet.sim.workload import SERVEGEN_NAMES, load_servegen, traces_dir
+    from fleet.sim.workload import SERVEGEN_NAMES, load_servegen, servegen_path
 
     full = next(n for n in SERVEGEN_NAMES if n.endswith("_" + name))
-    return load_servegen(traces_dir() / "servegen" / f"servegen_{full}_aggregate_600s.csv").days()
+    return load_servegen(servegen_path(full), fill_gaps=False).days()  # counting days needs no gap filled
 
 
 def sweep_workloads(

@@ -481,9 +481,9 @@ def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Req
     return _CACHE[key]
 
 
-def servegen_path(spec: WorkloadSpec, directory: Path | None = None) -> Path:
-    """The ServeGen aggregate file of a ``servegen`` spec."""
-    return (directory or traces_dir()) / "servegen" / f"servegen_{spec.name}_aggregate_600s.csv"
+def servegen_path(name: str, directory: Path | None = None) -> Path:
+    """The ServeGen aggregate file of the trace ``name`` (the full name, e.g. ``language_m-large``)."""
+    return (directory or traces_dir()) / "servegen" / f"servegen_{name}_aggregate_600s.csv"
 
 
 def fills_gaps(spec: WorkloadSpec) -> bool:
@@ -504,7 +504,7 @@ def build_workload(
     directory = directory or traces_dir()
     p = spec.params
     if spec.kind == "servegen":
-        curve = load_servegen(servegen_path(spec, directory), fill_gaps=fills_gaps(spec))
+        curve = load_servegen(servegen_path(spec.name, directory), fill_gaps=fills_gaps(spec))
         day = int(float(p.get("day", "0")))
         if day:
             curve = curve.day(day)
