@@ -199,13 +199,17 @@ class _FieldReader:
     def __call__(self, fn: Callable[..., _T], *args: Any) -> _T | None:
         try:
             return fn(*args)
-        except _ABSENT_ERRORS:
-            return None
-        except (*_LOST_ERRORS, *_NVML_DOWN_ERRORS):
-            raise
         except pynvml.NVMLError as exc:
-            self.note(exc)
+            self.absorb(exc)
             return None
+
+    def absorb(self, exc: BaseException) -> None:
+        """A field's NVML error: absent (noted unless the board simply lacks it), or raised again when the GPU
+        or NVML is gone."""
+        if isinstance(exc, (*_LOST_ERRORS, *_NVML_DOWN_ERRORS)):
+            raise exc
+        if not isinstance(exc, _ABSENT_ERRORS):
+            self.note(exc)
 
     def note(self, exc: BaseException) -> None:
         if self._reading.error is None:
@@ -437,12 +441,8 @@ class GpuCollector:
         except (pynvml.NVMLError_FunctionNotFound, AttributeError):
             # Drivers before the "clocks event" rename only have the throttle-reasons entry point.
             return get(self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-        except _ABSENT_ERRORS:
-            return None
-        except (*_LOST_ERRORS, *_NVML_DOWN_ERRORS):
-            raise
         except pynvml.NVMLError as exc:
-            get.note(exc)
+            get.absorb(exc)
             return None
 
     def _drain_xid_events(self) -> list[XidEvent]:
