@@ -173,26 +173,22 @@ def _gap_fill(
     left = first - 1 if first > 0 else None
     right = last + 1 if last + 1 < n else None
     span = [j for j in (left, right) if j is not None] + list(range(first, last + 1))
+    # How far each gap window lies from its left edge to its right one, for the linear blends below.
+    fracs = [(j, (j - first + 1) / (last - first + 2)) for j in range(first, last + 1)]
     for days in range(1, GAP_REFERENCE_DAYS + 1):
         for shift in (-days * per_day, days * per_day):
             if all(0 <= j + shift < n and rates[j + shift] > 0 for j in span):
                 ratio_l = rates[left] / rates[left + shift] if left is not None else None
                 ratio_r = rates[right] / rates[right + shift] if right is not None else None
-                out = []
-                for j in range(first, last + 1):
-                    ratio = _between(ratio_l, ratio_r, (j - first + 1) / (last - first + 2))
-                    out.append((rates[j + shift] * ratio, windows[j + shift].iat_cv))
-                return out
-    out = []
-    for j in range(first, last + 1):
-        frac = (j - first + 1) / (last - first + 2)
-        rate = _between(
-            rates[left] if left is not None else None, rates[right] if right is not None else None, frac
-        )
-        cv_l = windows[left].iat_cv if left is not None else None
-        cv_r = windows[right].iat_cv if right is not None else None
-        out.append((rate, _between(cv_l, cv_r, frac)))
-    return out
+                return [
+                    (rates[j + shift] * _between(ratio_l, ratio_r, frac), windows[j + shift].iat_cv)
+                    for j, frac in fracs
+                ]
+    rate_l = rates[left] if left is not None else None
+    rate_r = rates[right] if right is not None else None
+    cv_l = windows[left].iat_cv if left is not None else None
+    cv_r = windows[right].iat_cv if right is not None else None
+    return [(_between(rate_l, rate_r, frac), _between(cv_l, cv_r, frac)) for _, frac in fracs]
 
 
 def _between(a: float | None, b: float | None, frac: float) -> float:
