@@ -185,6 +185,9 @@ class AccountConfig(_Section):
 
 # Below this a tick (at least three cloud reads and a store transaction) could not finish before the next.
 MIN_TICK_INTERVAL_S = 0.1
+# The longest tick accepted: a day (a longer one is a typo, and inf would overflow APScheduler's interval
+# trigger).
+MAX_TICK_INTERVAL_S = 86400.0
 
 _ENV: ContextVar[Mapping[str, str] | None] = ContextVar("fleet_config_env", default=None)
 
@@ -226,7 +229,10 @@ class FleetConfig(BaseSettings):
         default=None, repr=False, description="default: sqlite file fleet.db (may hold a password: no repr)"
     )
     tick_interval_s: Duration = Field(
-        default=15.0, ge=MIN_TICK_INTERVAL_S, description=f"at least {MIN_TICK_INTERVAL_S} s"
+        default=15.0,
+        ge=MIN_TICK_INTERVAL_S,
+        le=MAX_TICK_INTERVAL_S,
+        description=f"{MIN_TICK_INTERVAL_S} s to {MAX_TICK_INTERVAL_S:.0f} s",
     )
     api: ApiConfig = Field(default_factory=ApiConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)

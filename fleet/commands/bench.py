@@ -35,8 +35,7 @@ def _check_times(latency_ms: float, duration_s: float, interval_s: float) -> Non
     """Finite and bounded: a latency past the SDK's read timeout times every call out, an interval outside
     what `fleet serve` accepts makes every replica exit."""
     from fleet.cloud.clients import READ_TIMEOUT_MS
-    from fleet.commands.serve import MAX_INTERVAL_S
-    from fleet.config import MIN_TICK_INTERVAL_S
+    from fleet.config import MAX_TICK_INTERVAL_S, MIN_TICK_INTERVAL_S
 
     if not (math.isfinite(latency_ms) and 0 <= latency_ms <= READ_TIMEOUT_MS):
         fail(
@@ -44,7 +43,7 @@ def _check_times(latency_ms: float, duration_s: float, interval_s: float) -> Non
         )
     if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_DURATION_S):
         fail(f"--duration-s must be above 0 and at most {MAX_DURATION_S:g}, got {duration_s:g}")
-    low, high = MIN_TICK_INTERVAL_S, MAX_INTERVAL_S
+    low, high = MIN_TICK_INTERVAL_S, MAX_TICK_INTERVAL_S
     if not (math.isfinite(interval_s) and low <= interval_s <= high):
         fail(f"--interval-s must be between {low:g} and {high:g} s, got {interval_s:g}")
 

@@ -196,9 +196,6 @@ def serve(
     log.info("fleet serve stopped")
 
 
-# The longest tick interval accepted on the command line: a day (a longer one is a typo, and inf would
-# overflow APScheduler's interval trigger).
-MAX_INTERVAL_S = 86400.0
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # Column widths of the store (fleet/service/store.py): longer values would fail the insert on PostgreSQL.
 MAX_HOLDER_CHARS = 200
@@ -211,12 +208,13 @@ def _check_serve_options(
     """Every bad `fleet serve` flag as one line and exit 2, before anything starts."""
     import math
 
-    from fleet.config import MIN_TICK_INTERVAL_S
+    from fleet.config import MAX_TICK_INTERVAL_S, MIN_TICK_INTERVAL_S
 
     if interval is not None and not (
-        math.isfinite(interval) and MIN_TICK_INTERVAL_S <= interval <= MAX_INTERVAL_S
+        math.isfinite(interval) and MIN_TICK_INTERVAL_S <= interval <= MAX_TICK_INTERVAL_S
     ):
-        fail(f"--interval must be between {MIN_TICK_INTERVAL_S} and {MAX_INTERVAL_S:.0f} s, got {interval}")
+        low, high = MIN_TICK_INTERVAL_S, MAX_TICK_INTERVAL_S
+        fail(f"--interval must be between {low} and {high:.0f} s, got {interval}")
     if port is not None and not 0 <= port <= 65535:
         fail(f"--port must be between 0 and 65535, got {port}")
     if log_level.lower() not in LOG_LEVELS:

@@ -91,6 +91,13 @@ def test_bad_environment_value_is_reported(tmp_path):
         load_config(write(tmp_path, MINIMAL), env={"FLEET_TICK_INTERVAL_S": "soon"})
 
 
+@pytest.mark.parametrize("value", ["2d", "1e12", "inf"])
+def test_a_tick_longer_than_a_day_is_refused(tmp_path, value):
+    # `fleet serve` hands the interval to APScheduler, whose trigger overflows on inf and huge values.
+    with pytest.raises(ConfigError, match="tick_interval_s"):
+        load_config(write(tmp_path, MINIMAL + f"tick_interval_s: {value}\n"), env={})
+
+
 BAD = """
 region: cn-chengdu
 groups:
