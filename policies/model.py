@@ -299,7 +299,9 @@ class DemandInputs(_Model):
 class GroupSnapshot(_Model):
     name: str
     scaling_group_id: str | None = None
-    desired_capacity: int | None = Field(default=None, description="ESS DesiredCapacity (counts Standby)")
+    desired_capacity: int | None = Field(
+        default=None, ge=0, description="ESS DesiredCapacity (counts Standby)"
+    )
     activity_in_progress: bool = False
     paused: bool = False
     instances: list[InstanceSnapshot] = Field(default_factory=list)

@@ -160,6 +160,17 @@ def test_plan_refuses_a_snapshot_with_an_instance_listed_twice(tmp_path, capsys)
     assert "i-0" in _one_error(capsys)
 
 
+def test_plan_refuses_a_negative_desired_capacity(tmp_path, capsys):
+    # ESS never reports one; a hand-written snapshot with one would plan from a nonsense in-flight count.
+    cfg = _write(tmp_path, PLAN_CFG)
+    path = _snapshot(tmp_path, "2026-12-01T08:00:00Z", 1.0)
+    snap = json.loads((tmp_path / "snap.json").read_text())
+    snap["groups"][0]["desired_capacity"] = -3
+    _write(tmp_path, json.dumps(snap), "snap.json")
+    assert main(["plan", "--config", cfg, "--snapshot", path]) == 2
+    assert "desired_capacity" in _one_error(capsys)
+
+
 def test_simulate_with_a_missing_trace_file_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FLEET_TRACES_DIR", str(tmp_path / "no-traces"))
     code = main(["simulate", "--hours", "1", "--workload", "azure:code"])
