@@ -22,6 +22,7 @@ from fleet.commands._common import (
     parse_window,
     print_json,
     quiet_credential_logs,
+    write_atomically,
 )
 
 
@@ -154,7 +155,7 @@ def _save(save: Path, windows: list[Any]) -> None:
         window_to_json(windows[0]) if len(windows) == 1 else {"windows": [window_to_json(w) for w in windows]}
     )
     try:
-        save.write_text(json.dumps(payload, indent=1) + "\n")
+        write_atomically(save, json.dumps(payload, indent=1) + "\n")
     except OSError as exc:
         fail(f"--save: cannot write {save}: {exc.strerror or exc}")
 

@@ -19,6 +19,7 @@ from fleet.commands._common import (
     load_config_or_exit,
     parse_at,
     print_json,
+    write_atomically,
 )
 from fleet.config import config_json_schema
 from fleet.timefmt import outside_calendar
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
         result = decide(snap, spec, hist, now)
         if save_history is not None:
             try:
-                save_history.write_text(result.history.model_dump_json(indent=2) + "\n", encoding="utf-8")
+                write_atomically(save_history, result.history.model_dump_json(indent=2) + "\n")
             except OSError as exc:
                 fail(f"{save_history}: cannot write: {exc.strerror or exc}")
         if as_json:

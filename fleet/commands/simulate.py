@@ -8,7 +8,14 @@ from typing import Any
 
 import typer
 
-from fleet.commands._common import console, err_console, fail, load_config_or_exit, print_json
+from fleet.commands._common import (
+    console,
+    err_console,
+    fail,
+    load_config_or_exit,
+    print_json,
+    write_atomically,
+)
 
 bench_app = typer.Typer(
     name="bench",
@@ -317,7 +324,7 @@ def _write_report(report: Path, result: Any) -> None:
     from fleet.sim.report import render_html
 
     try:
-        report.write_text(render_html(result), encoding="utf-8")
+        write_atomically(report, render_html(result))
     except OSError as exc:
         fail(f"--report: cannot write {report}: {exc.strerror or exc}")
 
