@@ -189,6 +189,52 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
+# A startup log is a few hundred kB; far more once decompressed is not one (or is a gzip bomb).
+MAX_LOG_BYTES = 256 * 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_log(data: bytes) -> str:
+    """A log file's bytes as text, as logs are kept and shipped: gzip-compressed (``docker logs | gzip``,
+    logrotate's ``.gz``), UTF-16 with or without its byte-order mark (PowerShell's ``>`` writes UTF-16LE),
+    UTF-8 with or without one. Bytes that are not valid in the encoding become U+FFFD, so one bad byte does
+    not lose the log. Raises :class:`SizingInputError` on a corrupt or oversized compressed file."""
+    if data.startswith(_GZIP_MAGIC):
+        data = _gunzip(data)
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom) :].decode(codec, errors="replace")
+    head = data[:4096]
+    # UTF-16 without a mark: ASCII text puts a NUL in every other byte (odd ones: little-endian).
+    if len(head) >= 2 and head.count(0) * 3 > len(head):
+        odd_nuls = head[1::2].count(0)
+        codec = "utf-16-le" if odd_nuls * 2 > head.count(0) else "utf-16-be"
+        return data[: len(data) // 2 * 2].decode(codec, errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
+def _gunzip(data: bytes) -> bytes:
+    import zlib
+
+    # A file cut short yields what arrived (the parser ignores a cut last line); concatenated members (``cat
+    # a.gz b.gz``, appended rotations) are read one after the other.
+    out = b""
+    rest = data
+    while rest.startswith(_GZIP_MAGIC):
+        inflater = zlib.decompressobj(wbits=31)  # a gzip header and trailer
+        try:
+            out += inflater.decompress(rest, MAX_LOG_BYTES + 1 - len(out))
+        except zlib.error as exc:
+            raise SizingInputError(f"a gzip file that cannot be decompressed ({exc})") from None
+        if len(out) > MAX_LOG_BYTES or inflater.unconsumed_tail:
+            raise SizingInputError(
+                f"more than {MAX_LOG_BYTES // 2**20} MiB once decompressed: not a startup log"
+            )
+        rest = inflater.unused_data
+    return out
+
+
 def parse_startup_log(text: str) -> LogFacts:
     """The facts a vLLM startup log states. Raises :class:`SizingInputError` naming what is missing when the
     text holds no KV cache figure (the one line a calibration cannot do without)."""

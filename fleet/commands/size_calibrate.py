@@ -8,6 +8,7 @@ Shell only: reads the files, takes the deployment the log does not state from th
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ def register(app: typer.Typer) -> None:
 
 
 def calibrate(
-    log: Path = typer.Argument(..., help="A vLLM startup log (the lines vLLM prints while it starts)."),
+    log: Path = typer.Argument(
+        ...,
+        help="A vLLM startup log (the lines vLLM prints while it starts; gzip or UTF-16 too; - for stdin).",
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the calibration file (YAML)."),
     bench: Path | None = typer.Option(
         None, "--bench", help="A `vllm bench serve --save-result` JSON of the same deployment."
@@ -84,7 +88,7 @@ def calibrate(
             engine=engine or facts.engine or "v1",
         )
         bench_result = bench_from_json(result) if result is not None else None
-        cal = derive(facts, dep, bench_result, source=log.name)
+        cal = derive(facts, dep, bench_result, source="<stdin>" if str(log) == "-" else log.name)
         before = sizing.plan_memory(dep)
         after = sizing.plan_memory(sizing.calibration.apply_calibration(dep, cal))
     except sizing.SizingInputError as exc:
@@ -144,10 +148,18 @@ def _model(model: str | None, config: Path | None, facts: Any) -> Any:
 
 
 def _read_text(path: Path) -> str:
+    """The log's text: ``-`` reads standard input (``docker logs vllm 2>&1 | fleet size calibrate -``)."""
+    import sizing
+    from sizing.vllm_log import decode_log
+
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
+    try:
+        return decode_log(data)
+    except sizing.SizingInputError as exc:
+        fail(f"{path}: {exc}")
 
 
 def _read_json(path: Path) -> Any:

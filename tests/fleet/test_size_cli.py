@@ -651,3 +651,22 @@ def test_size_refuses_a_zero_tp_and_a_plot_that_is_not_svg(tmp_path, capsys):
     png = tmp_path / "x.png"
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--plot", str(png)])
     assert code == 2 and "must end in .svg" in err and not png.exists()
+
+
+def test_calibrate_reads_a_gzipped_log_and_standard_input(tmp_path, capsys, monkeypatch):
+    import gzip
+    import io
+    import sys
+
+    import yaml
+
+    _, plain_out, _ = _calibrate(tmp_path, capsys)
+    expected = yaml.safe_load(plain_out.read_text())
+    gz = tmp_path / "vllm.log.gz"
+    gz.write_bytes(gzip.compress(LOG_10517_20K.encode()))
+    base = ["size", "calibrate", "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "-o"]
+    assert main([*base, str(tmp_path / "gz.yaml"), str(gz)]) == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(LOG_10517_20K.encode("utf-16"))))
+    assert main([*base, str(tmp_path / "stdin.yaml"), "-"]) == 0
+    for name, source in (("gz.yaml", "vllm.log.gz"), ("stdin.yaml", "<stdin>")):
+        assert yaml.safe_load((tmp_path / name).read_text()) == {**expected, "source": source}, name

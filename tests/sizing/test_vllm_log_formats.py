@@ -133,3 +133,62 @@ def test_max_num_seqs_from_the_args_namespace_of_v0_servers():
     )
     facts = parse_startup_log(text)
     assert (facts.max_num_seqs, facts.gpu_memory_utilization, facts.gpu_blocks) == (128, 0.9, 7441)
+
+
+# -- the file as it is shipped: compressed, UTF-16, with a byte-order mark ------------------------------------
+
+
+def _facts_of(data: bytes):
+    from sizing.vllm_log import decode_log
+
+    return parse_startup_log(decode_log(data))
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        pytest.param(lambda t: t.encode(), id="utf-8"),
+        pytest.param(lambda t: b"\xef\xbb\xbf" + t.encode(), id="utf-8-bom"),
+        pytest.param(lambda t: t.encode("utf-16"), id="utf-16-bom"),  # PowerShell's `>`
+        pytest.param(lambda t: t.encode("utf-16-le"), id="utf-16-le-no-bom"),
+        pytest.param(lambda t: t.encode("utf-16-be"), id="utf-16-be-no-bom"),
+        pytest.param(lambda t: __import__("gzip").compress(t.encode()), id="gzip"),
+        pytest.param(lambda t: __import__("gzip").compress(t.encode("utf-16")), id="gzip-utf-16"),
+    ],
+)
+def test_a_log_reads_the_same_however_it_was_saved(encode):
+    assert _facts_of(encode(V1)) == parse_startup_log(V1)
+
+
+def test_concatenated_gzip_members_are_read_in_order():
+    import gzip
+
+    # `cat vllm.log.1.gz vllm.log.gz`: the refused start, then the one that ran; the last start is read.
+    both = gzip.compress(V1_REFUSED.encode()) + gzip.compress(V1.encode())
+    assert _facts_of(both) == parse_startup_log(V1_REFUSED + V1)
+
+
+def test_a_gzip_cut_short_reads_what_arrived():
+    import gzip
+
+    whole = gzip.compress((V1 * 40).encode())
+    assert _facts_of(whole[: len(whole) * 3 // 4]).kv_cache_gib == parse_startup_log(V1).kv_cache_gib
+
+
+def test_a_corrupt_gzip_is_one_named_error():
+    import gzip
+
+    data = bytearray(gzip.compress(V1.encode()))
+    data[12:40] = b"\xff" * 28
+    with pytest.raises(SizingInputError, match="gzip"):
+        _facts_of(bytes(data))
+
+
+def test_a_gzip_bomb_is_refused_before_it_fills_memory(monkeypatch):
+    import gzip
+
+    from sizing import vllm_log
+
+    monkeypatch.setattr(vllm_log, "MAX_LOG_BYTES", 1024 * 1024)
+    with pytest.raises(SizingInputError, match="once decompressed"):
+        _facts_of(gzip.compress(b"\0" * (8 * 1024 * 1024)))
