@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fleet.cli import main
+from fleet.sim.workload import traces_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "fleet.yaml")
@@ -85,6 +86,9 @@ def test_diagnose_save_on_a_full_disk_keeps_the_previous_snapshot(full_disk, cap
     _assert_untouched(full_disk, target, capsys)
 
 
+@pytest.mark.skipif(
+    not (traces_dir() / "azure2023_conv.csv").exists(), reason=f"shared traces not found at {traces_dir()}"
+)
 def test_simulate_report_on_a_full_disk_keeps_the_previous_report(full_disk, capsys):
     target = full_disk / "report.html"
     argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.08", "--report", str(target)]

@@ -11,6 +11,12 @@ from fleet.diagnose.rules import KINDS
 from fleet.sim.diagnose_bench import score
 from fleet.sim.diagnose_run import run_scenario
 from fleet.sim.diagnose_scenarios import SCENARIOS, by_name
+from fleet.sim.workload import traces_dir
+
+# The scenarios replay the Azure conversation trace from ../shared/traces.
+needs_traces = pytest.mark.skipif(
+    not (traces_dir() / "azure2023_conv.csv").exists(), reason=f"shared traces not found at {traces_dir()}"
+)
 
 
 def _needs_bench_app() -> None:
@@ -20,6 +26,7 @@ def _needs_bench_app() -> None:
         pytest.skip("the bench sub-app (fleet/commands/simulate.py) is not present")
 
 
+@needs_traces
 def test_overheating_gpu_scenario_is_diagnosed_on_the_faulted_instance():
     run = run_scenario(by_name("overheating-gpu"))
     faulted = {e["instance_id"] for e in run.fault_log if e["event"] == "overheat"}
@@ -27,6 +34,7 @@ def test_overheating_gpu_scenario_is_diagnosed_on_the_faulted_instance():
     assert run.window.source == "cloudmonitor" and len(run.window.instances) == 4
 
 
+@needs_traces
 def test_healthy_control_reads_metrics_and_finds_nothing():
     run = run_scenario(by_name("healthy-steady"))
     assert run.findings == []
@@ -71,6 +79,7 @@ def test_a_finding_on_a_healthy_control_fails_the_benchmark():
     assert s["recall"] == 1.0 and s["precision"] >= 0.9 and not s["controls_clean"] and not s["passed"]
 
 
+@needs_traces
 def test_bench_command_reports_one_scenario_as_json(capsys):
     _needs_bench_app()
     assert main(["bench", "diagnose", "--json", "--scenario", "power-cap"]) == 0

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from fleet.sim.history import history_rows
 from fleet.sim.types import DEFAULT_START
-from fleet.sim.workload import build_workload, parse_workload_spec
+from fleet.sim.workload import build_workload, parse_workload_spec, servegen_path
+
+needs_servegen = pytest.mark.skipif(
+    not servegen_path("language_m-large").exists(), reason=f"shared traces not found at {servegen_path('')}"
+)
 
 
+@needs_servegen
 def test_preceding_days_of_a_servegen_day_are_written_per_minute():
     spec = parse_workload_spec("servegen:m-small,day=2,peak=15")
     rows, note = history_rows(spec, 2, DEFAULT_START, 3600.0)
@@ -22,6 +29,7 @@ def test_preceding_days_of_a_servegen_day_are_written_per_minute():
     assert 0.5 < before / run_rps < 2.0
 
 
+@needs_servegen
 def test_the_trace_has_only_so_many_days_before():
     spec = parse_workload_spec("servegen:m-small,day=1,peak=15")
     rows, note = history_rows(spec, 5, DEFAULT_START, 3600.0)

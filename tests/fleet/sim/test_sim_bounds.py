@@ -76,6 +76,7 @@ def _two_groups(doc):
     doc["groups"].append(second)
 
 
+@needs_traces
 def test_a_config_with_two_groups_is_refused_without_group(tmp_path, capsys):
     path = _config_file(tmp_path, _two_groups)
     assert main(["simulate", "--config", path, "--hours", "0.05", "--workload", "azure:conv"]) == 2
@@ -84,6 +85,7 @@ def test_a_config_with_two_groups_is_refused_without_group(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@needs_traces
 def test_an_unknown_group_is_refused(tmp_path, capsys):
     path = _config_file(tmp_path, _two_groups)
     assert main(["simulate", "--config", path, "--group", "nope", "--workload", "azure:conv"]) == 2
