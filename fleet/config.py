@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from policies import metrics as pm
 from policies.spec import Duration, GroupSpec, PolicySpec, default_isolation_rules, threshold_pairs
 
 ENV_PREFIX = "FLEET_"
@@ -336,9 +337,14 @@ def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:
     return [f"{key}: groups {', '.join(names)}" for key, names in sorted(by.items()) if len(names) > 1]
 
 
-# The default isolation rules a custom list should keep: hardware XIDs and ECS system events are the failures
-# no metric rule sees (policies.spec.default_isolation_rules).
-_SAFETY_RULE_KINDS = {"xid_hardware": "xid", "ecs_system_failure": "event", "ecs_maintenance": "event"}
+# The default isolation rules a custom list should keep: hardware XIDs, ECS system events and a dead vLLM on
+# healthy GPUs are the failures no GPU metric rule sees (policies.spec.default_isolation_rules).
+_SAFETY_RULE_KINDS = {
+    "engine_down": "engine",
+    "xid_hardware": "xid",
+    "ecs_system_failure": "event",
+    "ecs_maintenance": "event",
+}
 
 
 def _policy_warnings(g: GroupSpec) -> list[str]:
@@ -354,19 +360,24 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         defaults = {r.name: r for r in default_isolation_rules()}
         have_xids = {x for r in g.isolation.rules if r.kind == "xid" for x in r.xids or ()}
         have_events = {e for r in g.isolation.rules if r.kind == "event" for e in r.events or ()}
+        have_engine = any(r.kind == "metric" and r.metric == pm.VLLM_UP for r in g.isolation.rules)
         dropped = []
         for name, kind in _SAFETY_RULE_KINDS.items():
             rule = defaults[name]
-            covered = (
-                set(rule.xids or ()) <= have_xids if kind == "xid" else set(rule.events or ()) <= have_events
-            )
+            if kind == "engine":
+                covered = have_engine
+            elif kind == "xid":
+                covered = set(rule.xids or ()) <= have_xids
+            else:
+                covered = set(rule.events or ()) <= have_events
             if not covered:
                 dropped.append(name)
         if dropped:
             out.append(
                 "isolation.rules replaces the default rules and leaves out "
                 + ", ".join(dropped)
-                + " (hardware XIDs and ECS system events: failures no metric rule sees); add them back "
+                + " (a dead vLLM, hardware XIDs and ECS system events: failures no GPU metric rule sees); add"
+                " them back "
                 "unless that is intended"
             )
     return out

@@ -25,6 +25,11 @@ GPU_UTIL_PCT = "gpu_util_pct"
 GPU_MEM_USED_PCT = "gpu_mem_used_pct"
 GPU_TEMPERATURE_C = "gpu_temperature_c"
 GPU_POWER_W = "gpu_power_w"
+# 1 while the node agent can scrape the instance's vLLM server, 0 when it cannot (the process died, hung, or
+# is still loading its weights): the instance's GPUs may read healthy while it serves nothing.
+VLLM_UP = "vllm_up"
+# Metrics that read "down" while an instance loads its weights, so rules on them wait out its cold start.
+ENGINE_HEALTH_METRICS: frozenset[str] = frozenset({VLLM_UP})
 # demand (issue 16): arrivals per second and the mean token mix of the requests, per instance
 REQUEST_RATE = "request_rate"
 PROMPT_TOKENS_PER_REQUEST = "prompt_tokens_per_request"
@@ -47,6 +52,7 @@ CUSTOM_METRIC_NAMES: dict[str, str] = {
     REQUEST_RATE: "vllm_request_rate",
     PROMPT_TOKENS_PER_REQUEST: "vllm_prompt_tokens_per_request",
     OUTPUT_TOKENS_PER_REQUEST: "vllm_output_tokens_per_request",
+    VLLM_UP: "vllm_up",
 }
 
 # CloudMonitor namespace acs_ecs_dashboard, per instance; the statistic the service should read.

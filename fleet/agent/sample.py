@@ -35,6 +35,7 @@ INSTANCE_METRICS_READ_BY_SERVICE = (
     "vllm_request_rate",
     "vllm_prompt_tokens_per_request",
     "vllm_output_tokens_per_request",
+    "vllm_up",
 )
 
 # Per-GPU metric name -> GpuReading field.

@@ -110,6 +110,9 @@ class SimInstance:
         self.gpus = gpus
         self.lifecycle = "Pending"  # the ESS lifecycle state last seen ("Rebooting" while ECS restarts it)
         self.hw_fault_xid: int | None = None  # a hardware XID: the GPU is unusable until reset
+        # vLLM exited (engine-crash): it serves nothing until this time (inf: until the instance is rebooted
+        # or released; a finite time: its supervisor started it again and it has reloaded by then)
+        self.engine_down_until_s: float | None = None
         # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
         # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
@@ -149,12 +152,18 @@ class SimInstance:
             and self.hw_fault_xid is None
             and now_s >= self.ready_s
             and self.removed_s is None
+            and not self.engine_down(now_s)
         )
+
+    def engine_down(self, now_s: float) -> bool:
+        """vLLM is not running (crashed, and not yet started again by its supervisor or a reboot)."""
+        return self.engine_down_until_s is not None and now_s < self.engine_down_until_s
 
 
 @dataclass
 class Fault:
-    """An injected fault: ``kind`` ``overheat``, ``xid`` or ``event``; ``target`` an index or instance id."""
+    """An injected fault: ``kind`` ``overheat``, ``xid``, ``event`` or ``engine-crash`` on an instance
+    (``target`` an index or instance id), or a capacity fault on the cloud."""
 
     kind: str
     at_s: float
@@ -167,7 +176,8 @@ class Fault:
     # Capacity faults (issue 17), fired on the cloud rather than on an instance:
     instance_type: str = ""  # stockout: the type sold out
     zone: str | None = None  # stockout: one zone, or every zone
-    for_s: float = 0.0  # stockout: how long
+    # stockout: how long; engine-crash: until its supervisor has vLLM serving again (0: never by itself)
+    for_s: float = 0.0
     share: float = 0.25  # spot-reclaim: the share of the group's spot instances reclaimed
 
     @property
@@ -289,6 +299,7 @@ class World:
         inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
         inst.engine_start_s = inst.last_advance_s = self.now_s
         inst.hw_fault_xid = None
+        inst.engine_down_until_s = None
         inst.xids.clear()
         for g in inst.gpus:
             g.extra_c = 0.0
@@ -410,17 +421,27 @@ class World:
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
-        custom = {
-            "vllm_num_requests_waiting": float(eng.num_waiting),
-            "vllm_num_requests_running": float(eng.num_running),
-            "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
-            "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
-            "gpu_sm_clock_ratio": inst.speed(),
-            # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
-            "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
-            **self.demand_metrics(inst),
-        }
-        custom.update(self.latency_metrics(inst))
+        if inst.engine_down(self.now_s):
+            # the node agent still reads the GPUs, but there is no vLLM to scrape: no queue, latency or demand
+            custom = {
+                "vllm_up": 0.0,
+                "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
+                "gpu_sm_clock_ratio": inst.speed(),
+                "gpu_mem_bw_util": 0.0,
+            }
+        else:
+            custom = {
+                "vllm_up": 1.0,
+                "vllm_num_requests_waiting": float(eng.num_waiting),
+                "vllm_num_requests_running": float(eng.num_running),
+                "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
+                "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
+                "gpu_sm_clock_ratio": inst.speed(),
+                # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
+                "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
+                **self.demand_metrics(inst),
+            }
+            custom.update(self.latency_metrics(inst))
         if inst.xids:
             custom["gpu_xid"] = float(inst.xids[-1])
         elif inst.hw_fault_xid is not None:
@@ -562,7 +583,16 @@ class World:
         elif f.kind == "event":
             self.cloud.add_system_event(inst.instance_id, f.event_code)
             entry["code"] = f.event_code
-        else:  # parse_fault_spec only lets the three kinds through
+        elif f.kind == "engine-crash":
+            # vLLM exits (a CUDA OOM, an NCCL timeout): what it was serving is lost; a new process (and
+            # engine) comes up only when a supervisor or a reboot starts it
+            self._drop_inflight(inst)
+            inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
+            inst.engine_start_s = inst.last_advance_s = self.now_s
+            inst.engine_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
+            if f.for_s > 0:
+                entry["for_s"] = f.for_s
+        else:  # parse_fault_spec only lets the instance kinds through
             raise ValueError(f"unknown fault kind {f.kind!r}")
         self.fault_log.append(entry)
 
@@ -595,7 +625,7 @@ def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ fault SPEC
 
-FAULT_KINDS = ("overheat", "xid", "event", "stockout", "spot-reclaim")
+FAULT_KINDS = ("overheat", "xid", "event", "engine-crash", "stockout", "spot-reclaim")
 CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim")
 _FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share"}
 
@@ -617,7 +647,8 @@ MAX_XID = 999
 
 def parse_fault_spec(text: str) -> Fault:
     """``overheat,at=10h[,instance=N|i-...][,extra_c=35]``, ``xid:79,at=3h``,
-    ``event:SystemFailure.Reboot,at=5h``.
+    ``event:SystemFailure.Reboot,at=5h``, ``engine-crash,at=2h[,for=10m]`` (vLLM exits; with ``for`` its
+    supervisor has it serving again after that long, without it stays down until a reboot).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
     instance id; it defaults to 0.
@@ -666,7 +697,9 @@ def parse_fault_spec(text: str) -> Fault:
 def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[str, str]) -> None:
     """What follows ``KIND:`` (and the kind's own keys)."""
     kind = fault.kind
-    if kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
+    if kind == "engine-crash":
+        _engine_crash(text, fault, arg, params)
+    elif kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
         _capacity_fault(text, fault, arg, params)
     elif kind == "xid":
         try:
@@ -683,6 +716,24 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
         fault.event_code = arg
     elif sep and arg:
         raise FaultSpecError(f"fault {text!r}: overheat takes no :argument")
+
+
+def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``engine-crash,at=T[,instance=N][,for=D]``."""
+    if arg:
+        raise FaultSpecError(f"fault {text!r}: engine-crash takes no :argument")
+    misplaced = {"zone", "share", "extra_c"} & set(params)
+    if misplaced:
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to engine-crash")
+    if "for" in params:
+        try:
+            fault.for_s = parse_duration_s(params["for"])
+        except ValueError:
+            raise FaultSpecError(
+                f"fault {text!r}: for={params['for']!r} is not a duration like 5m, 1h"
+            ) from None
+        if fault.for_s <= 0:
+            raise FaultSpecError(f"fault {text!r}: for must be positive (leave it out: down until a reboot)")
 
 
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:

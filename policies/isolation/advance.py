@@ -180,16 +180,25 @@ def _isolated(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
 
 
 def _drained(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
-    """No request running or waiting (both known), or the drain timeout passed; else a DRAIN step."""
+    """No request running or waiting (both known), no engine left to finish any (``vllm_up`` 0 since the
+    isolation), or the drain timeout passed; else a DRAIN step."""
     now, timeout_s = t.now, t.iso.drain_timeout_s
     running = inst.metrics.get(m.REQUESTS_RUNNING)
     waiting = inst.metrics.get(m.QUEUE_WAITING)
     known = [s for s in (running, waiting) if s is not None and fresh(s, now, t.stale_after_s)]
     idle = len(known) == 2 and all(s.value <= 0 for s in known)
-    since_isolated = (now - (inc.isolated_at or now)).total_seconds()
+    up = inst.metrics.get(m.VLLM_UP)
+    isolated_at = inc.isolated_at or now
+    dead = up is not None and fresh(up, now, t.stale_after_s) and up.at >= isolated_at and up.value < 0.5
+    since_isolated = (now - isolated_at).total_seconds()
     if idle:
         inc.drained_at = now
         note(inc, now, ReasonCode.DRAINED, "no requests running or waiting")
+    elif dead:
+        # its vLLM is not running: nothing in flight there can finish, so waiting out the timeout only
+        # delays the reboot that starts it again
+        inc.drained_at = now
+        note(inc, now, ReasonCode.DRAINED, "vLLM is down: nothing in flight to finish")
     elif since_isolated >= timeout_s:
         inc.drained_at = now
         note(inc, now, ReasonCode.DRAIN_TIMEOUT, f"drain timeout {timeout_s:g}s")

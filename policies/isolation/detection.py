@@ -79,6 +79,7 @@ class Probe:
     stale_after_s: float
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
+    cold_start_s: float = 0.0  # the group's: how long a new instance's engine is down while it loads
 
 
 def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
@@ -148,7 +149,8 @@ def detect(
             peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
             key = f"iso:{rule.rule_id}:{inst.instance_id}"
-            probe = Probe(key, inst, view, gh, now, stale_after, last_detected.get(inst.instance_id), peers)
+            last = last_detected.get(inst.instance_id)
+            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s)
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
@@ -160,10 +162,21 @@ def _unknown(p: Probe) -> None:
     _track(p.gh, p.key, None, p.now)
 
 
+def _loading(rule: IsolationRule, p: Probe) -> bool:
+    """An engine-health rule (``vllm_up``) on an instance younger than the group's cold start: its engine is
+    down because it is still loading the weights, not because it failed."""
+    created = p.inst.created_at
+    return (
+        rule.metric in m.ENGINE_HEALTH_METRICS
+        and created is not None
+        and (p.now - created).total_seconds() < p.cold_start_s
+    )
+
+
 def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
     assert rule.metric is not None
     sample = p.inst.metrics.get(rule.metric)
-    if not fresh(sample, p.now, p.stale_after_s):
+    if not fresh(sample, p.now, p.stale_after_s) or _loading(rule, p):
         _unknown(p)
         return None
     assert sample is not None

@@ -38,6 +38,7 @@ class Node:
     xids: list[XidEvent] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     ttft_ms: float | None = None
+    engine_down: bool = False  # vLLM exited: the agent reports vllm_up 0 until a reboot starts it again
 
 
 class World:
@@ -108,6 +109,7 @@ class World:
                 node.rebooted_at = self.now
                 if self.reboot_fixes:
                     node.hot = False
+                    node.engine_down = False
                 node.xids = []
                 node.events = []
                 self.actions.append((self.now, "reboot", node.instance_id))
@@ -161,7 +163,11 @@ class World:
                     "gpu_temperature_c": 91.0 if node.hot else 66.0,
                     "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else ttft_ms,
                     "gpu_throttle_reasons": 0.0,
+                    "vllm_up": 0.0 if node.engine_down else 1.0,
                 }
+                if node.engine_down:  # no vLLM to scrape: only the agent's GPU readings and vllm_up
+                    for name in ("queue_waiting", "requests_running", "ttft_p99_ms"):
+                        del values[name]
                 metrics = {k: MetricSample(value=v, at=now) for k, v in values.items()}
             instances.append(
                 InstanceSnapshot(

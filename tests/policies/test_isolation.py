@@ -149,6 +149,36 @@ def test_hardware_xid_leads_to_replacement_at_once():
     assert inc.state == IncidentState.CLOSED and inc.outcome == "replaced"
 
 
+def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].engine_down = True
+    plans, hist = drive(world, spec, 15 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "engine_down" and inc.instance_id == "i-0004" and inc.outcome == "rebooted"
+    assert [a for _, a, i in world.actions if i == "i-0004"] == ["enter_standby", "reboot", "exit_standby"]
+    detected = next(e.at for e in inc.timeline if e.state == IncidentState.DETECTED)
+    assert 120 <= (detected - T0).total_seconds() <= 180  # the rule's two minutes, then the next tick
+    # nothing can finish on a dead engine, so its drain does not wait out the drain timeout
+    at = {a: when for when, a, i in world.actions if i == "i-0004"}
+    assert (at["reboot"] - at["enter_standby"]).total_seconds() <= 30
+
+
+def test_an_engine_still_loading_its_weights_is_not_a_dead_one():
+    # ESS counts a new instance InService once ECS runs it; vLLM is down until the weights are loaded, and the
+    # agent says so (vllm_up 0) for up to the group's cold start. That is no fault.
+    spec = policy(cold_start_s=600)
+    world = World(T0, 4)
+    young = world._launch(ready=True)
+    young.created_at = world.now
+    young.engine_down = True
+    _, hist = drive(world, spec, 540)
+    assert not incidents(hist)
+    _, hist = drive(world, spec, 300, history=hist)  # past its cold start and still down: now it is one
+    (inc,) = incidents(hist)
+    assert inc.rule == "engine_down" and inc.instance_id == young.instance_id
+
+
 def test_application_xid_once_is_tolerated():
     spec = policy()
     world = World(T0, 6)

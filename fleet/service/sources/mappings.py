@@ -151,6 +151,18 @@ _ROWS: tuple[PromMapping, ...] = (
         source="vllm",
         note="mean output tokens per request finished in the rate window",
     ),
+    PromMapping(
+        pm.VLLM_UP,
+        # 1 where vLLM's gauges are scraped; 0 where only the node's GPUs are (Prometheus drops a failed
+        # target's series at once, with staleness markers): the node is up and its vLLM is not. Never
+        # Prometheus' own `up`, which is 0 as well when only the DCGM exporter is down.
+        "(max by ({by}) (vllm:num_requests_running{sel}) * 0 + 1) "
+        "or (max by ({by}) (DCGM_FI_DEV_GPU_TEMP{sel}) * 0)",
+        ("vllm:num_requests_running", "DCGM_FI_DEV_GPU_TEMP"),
+        per_gpu=False,
+        source="vllm",
+        note="1 while the instance's vLLM is scraped, 0 while only its GPUs are (vLLM down or loading)",
+    ),
     # ---- DCGM exporter (one series per GPU) -------------------------------------------------------------
     PromMapping(
         pm.GPU_TEMPERATURE_C,

@@ -66,6 +66,30 @@ def test_overheating_gpu_becomes_an_incident_that_is_responded_to(overheat_run):
     assert mine[0]["detected_at"] is not None and mine[0]["responded_at"] is not None
 
 
+def _engine_crash_run(config):
+    fault = parse_fault_spec("engine-crash,at=2m,instance=0")
+    return simulate(config, "azure:conv,rate=0.5", 20 / 60, faults=[fault], options=SimOptions())
+
+
+def test_a_dead_engine_is_isolated_rebooted_and_serves_again(config):
+    run = _engine_crash_run(config)
+    dead = run.fault_log[0]["instance_id"]
+    (incident,) = [i for i in run.summary["incidents"] if i["instance_id"] == dead]
+    assert incident["cause"] == "metric: engine_down" and incident["action"] == "reboot"
+    assert incident["state"] == "closed"  # rebooted, reloaded, health-checked and back InService
+    assert run.summary["invariant_violations"] == []
+
+
+def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_path):
+    text = DEFAULT_CONFIG.read_text()
+    assert "name: engine_down" in text
+    kept = [line for line in text.splitlines() if "name: engine_down" not in line]
+    path = tmp_path / "fleet.yaml"
+    path.write_text("\n".join(kept) + "\n")
+    run = _engine_crash_run(load_config(path, env={}))
+    assert run.summary["incidents"] == []  # its GPUs read healthy: no other rule sees it
+
+
 def test_series_has_one_point_per_simulated_minute(overheat_run):
     assert len(overheat_run.series) == 20
     assert all(p.desired >= 2 for p in overheat_run.series)

@@ -174,6 +174,43 @@ def test_system_event_fault_is_raised_in_ecs(factory):
     assert cloud.events == [("i-a", "SystemFailure.Reboot")]
 
 
+def test_an_engine_crash_stops_serving_and_reports_vllm_down_but_the_gpus(factory):
+    fault = parse_fault_spec("engine-crash,at=20s,instance=i-a")
+    states = {"i-a": "InService", "i-b": "InService"}
+    world, cloud = make_world(factory, states, steady(2.0, 120.0, prompt=3000, output=400), [fault])
+    world.run_until(60.0)
+    assert world.total_dropped > 0  # what it was serving is lost
+    assert not world.instances["i-a"].serving(world.now_s) and world.instances["i-b"].serving(world.now_s)
+    done_a = world.instances["i-a"].completed
+    world.run_until(120.0)
+    assert world.instances["i-a"].completed == done_a  # the balancer sends it nothing more
+    assert cloud.last("vllm_up", "i-a") == 0.0 and cloud.last("vllm_up", "i-b") == 1.0
+    last_minute = [n for n, d, _ in cloud.custom[-20:] if d["instanceId"] == "i-a"]
+    assert "vllm_num_requests_waiting" not in last_minute and "vllm_ttft_p99_ms" not in last_minute
+    assert "gpu_throttle_reasons" in last_minute  # the agent still reads the GPUs
+    assert cloud.last("instance_gpu_gpu_usedutilization", "i-a") == 0.0
+
+
+def test_a_crashed_engine_serves_again_after_a_reboot_or_its_supervisor(factory):
+    states = {"i-a": "InService", "i-b": "InService"}
+    faults = [
+        parse_fault_spec("engine-crash,at=10s,instance=i-a"),
+        parse_fault_spec("engine-crash,at=10s,instance=i-b,for=5m"),
+    ]
+    world, _ = make_world(factory, states, steady(1.0, 900.0), faults, cold_start_s=120.0, reboot_s=30.0)
+    world.run_until(60.0)
+    assert not any(i.serving(world.now_s) for i in world.instances.values())
+    world.run_until(320.0)
+    assert world.instances["i-b"].serving(world.now_s)  # restarted by its supervisor after 5 minutes
+    assert not world.instances["i-a"].serving(world.now_s)  # nothing restarts it on its own
+    states["i-a"] = "Rebooting"
+    world.sync()
+    states["i-a"] = "InService"
+    world.sync()
+    world.run_until(world.now_s + 130.0)  # the reboot and the weights' load
+    assert world.instances["i-a"].serving(world.now_s)
+
+
 def test_a_reboot_loses_work_and_clears_the_cooling_fault(factory):
     states = {"i-a": "InService"}
     fault = Fault("overheat", 0.0, target="i-a")
@@ -230,6 +267,11 @@ def test_durations_parse(text: str, seconds: float):
         ("overheat,at=inf", "not a duration"),
         ("overheat,at=5m,extra_c=nan", "extra_c must be between"),
         ("overheat,at=5m,extra_c=1e9", "extra_c must be between"),
+        ("engine-crash:oom,at=1h", "takes no :argument"),
+        ("engine-crash,at=1h,for=0s", "for must be positive"),
+        ("engine-crash,at=1h,for=soon", "not a duration"),
+        ("engine-crash,at=1h,share=0.5", "does not apply to engine-crash"),
+        ("overheat,at=1h,for=5m", "zone, for and share are for"),
     ],
 )
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
