@@ -9,15 +9,24 @@ Failure model: NVML missing (no driver, no library) makes the whole GPU side una
 (``nvml_ok`` false with the reason) and retried every period; a GPU that falls off the bus (``GPU is lost``)
 is reported as lost for that GPU while the others are still read; a field a GPU does not support (ECC on a
 consumer card, thresholds on some boards) is simply absent.
+
+XIDs come from two sources: NVML's event set, and (when the collector is given one) the kernel log
+(``fleet.agent.kmsg``), whose records name the GPU by PCI bus id and are mapped to the NVML index here. The
+two are merged so that one XID seen by both counts once (``merge_xid_events``); kernel-log XIDs are still
+reported while NVML is down, when they are often the only word of what happened.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 import pynvml
+
+from fleet.agent.kmsg import KernelLogReader, KernelXid, normalize_pci_bus_id
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
 # nvidia-ml-py). The published bitmask carries every bit as NVML reports it (the policies match named bits);
@@ -117,12 +126,25 @@ class GpuReading:
     last_xid: int | None = None  # last XID seen on this GPU during the period
 
 
+class XidSource(StrEnum):
+    """Where an XID was learned."""
+
+    NVML = "nvml"  # the NVML event set (nvmlEventTypeXidCriticalError)
+    KERNEL_LOG = "kernel_log"  # the driver's "NVRM: Xid" line in the kernel log
+
+
 @dataclass
 class XidEvent:
-    """One XID critical error drained from the NVML event set."""
+    """One XID critical error, from the NVML event set or the kernel log.
+
+    ``gpu_index`` is the NVML index, None when the GPU is not known: an NVML handle that no longer answers,
+    or a kernel-log bus id that matches no GPU the agent has seen (still reported: a node-level XID).
+    """
 
     gpu_index: int | None
     xid: int
+    source: XidSource = XidSource.NVML
+    pci_bus_id: str | None = None  # as the kernel log printed it (kernel-log XIDs only)
 
 
 @dataclass
@@ -133,11 +155,62 @@ class GpuSnapshot:
     error: str | None = None
     gpus: list[GpuReading] = field(default_factory=list)
     xid_events: list[XidEvent] = field(default_factory=list)
-    xid_supported: bool = False
+    xid_supported: bool = False  # some XID source works this period (see xid_sources)
+    xid_sources: list[XidSource] = field(default_factory=list)
 
     @property
     def lost_count(self) -> int:
         return sum(1 for g in self.gpus if g.lost)
+
+
+_XidKey = tuple[int | None, int]
+
+
+@dataclass(frozen=True)
+class XidCarry:
+    """XIDs one source reported last period that the other source had not (yet) reported.
+
+    The driver logs an XID and posts its NVML event at the same moment, but the two are read one after the
+    other, so one XID can land in consecutive periods of the two sources; a period's carry lets the next
+    period recognise the other half of it.
+    """
+
+    nvml: tuple[_XidKey, ...] = ()
+    kernel: tuple[_XidKey, ...] = ()
+
+
+def merge_xid_events(
+    nvml: list[XidEvent], kernel: list[XidEvent], carry: XidCarry
+) -> tuple[list[XidEvent], XidCarry]:
+    """This period's XIDs from both sources, each (GPU, xid) seen by both counted once; and the next carry.
+
+    A kernel-log XID matching an NVML one of this period, or an unmatched one of last period, is the same
+    XID; so is an NVML one matching a kernel-log XID reported last period. Matching is one to one, so a
+    repeated XID still counts as often as the busier source saw it. NVML's event comes first in the result.
+    """
+    reported_by_kernel = Counter(carry.kernel)
+    kept_nvml: list[XidEvent] = []
+    for event in nvml:
+        key = (event.gpu_index, event.xid)
+        if reported_by_kernel[key] > 0:
+            reported_by_kernel[key] -= 1
+        else:
+            kept_nvml.append(event)
+    unmatched_nvml = Counter((e.gpu_index, e.xid) for e in kept_nvml)
+    reported_by_nvml = Counter(carry.nvml)
+    kept_kernel: list[XidEvent] = []
+    for event in kernel:
+        key = (event.gpu_index, event.xid)
+        if unmatched_nvml[key] > 0:
+            unmatched_nvml[key] -= 1
+        elif reported_by_nvml[key] > 0:
+            reported_by_nvml[key] -= 1
+        else:
+            kept_kernel.append(event)
+    next_carry = XidCarry(
+        nvml=tuple(unmatched_nvml.elements()), kernel=tuple((e.gpu_index, e.xid) for e in kept_kernel)
+    )
+    return kept_nvml + kept_kernel, next_carry
 
 
 def describe_nvml_error(exc: BaseException) -> str:
@@ -275,15 +348,20 @@ def _read_ecc(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -
 
 
 class GpuCollector:
-    """Reads every GPU once per period; survives NVML missing, GPUs lost, unsupported fields."""
+    """Reads every GPU once per period; survives NVML missing, GPUs lost, unsupported fields.
 
-    def __init__(self, nvml: Nvml | None) -> None:
+    With a ``kernel_log`` reader, XIDs the driver logged are merged with NVML's XID events.
+    """
+
+    def __init__(self, nvml: Nvml | None, kernel_log: KernelLogReader | None = None) -> None:
         self._nvml = nvml
+        self._kernel_log = kernel_log
         self._initialized = False
         self._event_set: Any = None
         self._init_error: str | None = None if nvml is not None else "NVML not available"
         # Every GPU seen since the agent started, by UUID: (index, PCI bus id) when last read.
         self._known: dict[str, tuple[int, str | None]] = {}
+        self._xid_carry = XidCarry()
 
     def _ensure_init(self) -> bool:
         if self._initialized:
@@ -335,7 +413,9 @@ class GpuCollector:
         return self._ensure_init()
 
     def close(self) -> None:
-        """Free the event set and shut NVML down (safe to call twice)."""
+        """Free the event set, shut NVML down and close the kernel log (safe to call twice)."""
+        if self._kernel_log is not None:
+            self._kernel_log.close()  # reopened by the next read, where it left off
         if not self._initialized or self._nvml is None:
             return
         try:
@@ -350,24 +430,66 @@ class GpuCollector:
     def read(self) -> GpuSnapshot:
         """One reading of every GPU, plus the XID events that arrived since the last read."""
         if not self._ensure_init():
-            return GpuSnapshot(nvml_ok=False, error=self._init_error)
+            return self._without_nvml(self._init_error)
         assert self._nvml is not None
         try:
             count = self._nvml.nvmlDeviceGetCount()
             gpus = [self._read_gpu(index) for index in range(count)]
-            events = self._drain_xid_events()
+            nvml_events = self._drain_xid_events()
         except _NVML_DOWN_OR_WRAPPED as exc:
             cause = exc.__cause__ if isinstance(exc, _NvmlDown) else exc
             self._initialized = False  # start over next period
             self._event_set = None
-            return GpuSnapshot(nvml_ok=False, error=describe_nvml_error(cause or exc))
-        for event in events:
-            if event.gpu_index is not None and 0 <= event.gpu_index < len(gpus):
-                gpus[event.gpu_index].last_xid = event.xid
+            return self._without_nvml(describe_nvml_error(cause or exc))
         gpus += self._vanished(gpus)
+        events = self._merge(nvml_events, self._kernel_xids(gpus))
+        by_index = {reading.index: reading for reading in gpus}
+        for event in events:
+            if event.gpu_index in by_index:
+                by_index[event.gpu_index].last_xid = event.xid
+        sources = self._xid_sources()
         return GpuSnapshot(
-            nvml_ok=True, gpus=gpus, xid_events=events, xid_supported=self._event_set is not None
+            nvml_ok=True, gpus=gpus, xid_events=events, xid_supported=bool(sources), xid_sources=sources
         )
+
+    def _without_nvml(self, error: str | None) -> GpuSnapshot:
+        """NVML is down: no readings, but the kernel log's XIDs (mapped by the bus ids seen before)."""
+        events = self._merge([], self._kernel_xids([]))
+        sources = self._xid_sources()
+        return GpuSnapshot(
+            nvml_ok=False, error=error, xid_events=events, xid_supported=bool(sources), xid_sources=sources
+        )
+
+    def _xid_sources(self) -> list[XidSource]:
+        sources = [XidSource.NVML] if self._event_set is not None else []
+        if self._kernel_log is not None and self._kernel_log.available:
+            sources.append(XidSource.KERNEL_LOG)
+        return sources
+
+    def _merge(self, nvml_events: list[XidEvent], kernel_events: list[XidEvent]) -> list[XidEvent]:
+        events, self._xid_carry = merge_xid_events(nvml_events, kernel_events, self._xid_carry)
+        return events
+
+    def _kernel_xids(self, gpus: list[GpuReading]) -> list[XidEvent]:
+        if self._kernel_log is None:
+            return []
+        records = self._kernel_log.read()
+        if not records:
+            return []
+        index_by_bus = self._index_by_bus_id(gpus)
+        return [_kernel_xid_event(record, index_by_bus) for record in records]
+
+    def _index_by_bus_id(self, gpus: list[GpuReading]) -> dict[str, int]:
+        """GPU index by normalised PCI bus id: this period's readings, else the last reading of each GPU
+        seen (a GPU lost after XID 79 no longer answers with its bus id)."""
+        out: dict[str, int] = {}
+        readings = [(index, pci) for index, pci in self._known.values()]
+        readings += [(r.index, r.pci_bus_id) for r in gpus]  # later wins: the current index
+        for index, pci in readings:
+            bus_id = normalize_pci_bus_id(pci) if pci is not None else None
+            if bus_id is not None:
+                out[bus_id] = index
+        return out
 
     def _vanished(self, gpus: list[GpuReading]) -> list[GpuReading]:
         """GPUs seen before that NVML no longer lists, as lost readings.
@@ -469,3 +591,13 @@ class GpuCollector:
             return int(self._nvml.nvmlDeviceGetIndex(handle))
         except pynvml.NVMLError:
             return None
+
+
+def _kernel_xid_event(record: KernelXid, index_by_bus: dict[str, int]) -> XidEvent:
+    bus_id = normalize_pci_bus_id(record.pci_bus_id)
+    return XidEvent(
+        gpu_index=index_by_bus.get(bus_id) if bus_id is not None else None,
+        xid=record.xid,
+        source=XidSource.KERNEL_LOG,
+        pci_bus_id=record.pci_bus_id,
+    )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleet.agent.clock import AgentClock, TimestampGuard
+from fleet.agent.kmsg import DEFAULT_LOOKBACK_S, open_kernel_log
 from fleet.agent.nvml import GpuCollector, Nvml
 from fleet.agent.prom import AgentCollector, AgentCounters
 from fleet.agent.publish import CmsPublisher
@@ -34,12 +35,20 @@ class AgentConfig:
     instance_id: str
     vllm_url: str = DEFAULT_VLLM_URL
     period_s: float = DEFAULT_PERIOD_S
+    # The kernel log to read XIDs from beside NVML's events: /dev/kmsg or a dmesg / kern.log text file.
+    # None (the library's default; `fleet agent` defaults to /dev/kmsg): NVML's events only.
+    kernel_log: str | None = None
+    kernel_log_lookback_s: float = DEFAULT_LOOKBACK_S
 
     def __post_init__(self) -> None:
         if not self.instance_id:
             raise ValueError("instance_id must not be empty")
         if not self.period_s > 0:
             raise ValueError(f"period_s must be > 0, got {self.period_s}")
+        if self.kernel_log == "":
+            raise ValueError("kernel_log must be a path or None, not empty")
+        if not self.kernel_log_lookback_s >= 0:
+            raise ValueError(f"kernel_log_lookback_s must be >= 0, got {self.kernel_log_lookback_s}")
 
 
 class Agent:
@@ -57,7 +66,12 @@ class Agent:
     ) -> None:
         self.config = config
         self._clock = clock
-        self._gpus = GpuCollector(nvml)
+        kernel_log = (
+            open_kernel_log(config.kernel_log, clock=clock, lookback_s=config.kernel_log_lookback_s)
+            if config.kernel_log is not None
+            else None
+        )
+        self._gpus = GpuCollector(nvml, kernel_log=kernel_log)
         self._vllm = VllmCollector(config.vllm_url, vllm_fetch)
         self._publisher = publisher
         self._guard = guard or TimestampGuard()

@@ -129,6 +129,10 @@ def instance_values(sample: Sample) -> dict[str, float]:
 
     g = sample.gpu
     out["gpu_nvml_up"] = 1.0 if g.nvml_ok else 0.0
+    if g.xid_events:
+        # Published with NVML down too: the kernel log still reports XIDs then (a GPU off the bus can take
+        # the driver's NVML side with it).
+        out["gpu_xid"] = float(g.xid_events[-1].xid)
     if g.nvml_ok:
         live = [r for r in g.gpus if not r.lost]
         out["gpu_count"] = float(len(g.gpus))
@@ -142,8 +146,6 @@ def instance_values(sample: Sample) -> dict[str, float]:
                 combined |= mask
             out["gpu_throttle_reasons"] = float(combined)
             out["gpu_throttled"] = 1.0 if combined & THROTTLE_MASK else 0.0
-        if g.xid_events:
-            out["gpu_xid"] = float(g.xid_events[-1].xid)
         optional["gpu_mem_bw_util"] = _max([r.mem_bw_util_pct for r in live])
         optional["gpu_sm_clock_ratio"] = _min([r.sm_clock_ratio for r in live])
         optional["gpu_temperature_max_c"] = _max([r.temperature_c for r in live])
@@ -197,6 +199,7 @@ def sample_to_json(sample: Sample) -> dict[str, Any]:
             "ok": sample.gpu.nvml_ok,
             "error": sample.gpu.error,
             "xid_supported": sample.gpu.xid_supported,
+            "xid_sources": [str(source) for source in sample.gpu.xid_sources],
             "gpus_lost": sample.gpu.lost_count,
         },
         "gpus": [dataclasses.asdict(r) for r in sample.gpu.gpus],

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import logging
+import os
 import signal
+import stat
 import sys
 import threading
 from typing import Any
@@ -16,6 +19,7 @@ import typer
 from fleet.commands._common import console, fail, print_json
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
+DEFAULT_KERNEL_LOG = "/dev/kmsg"  # fleet.agent.kmsg.DEFAULT_KERNEL_LOG (not imported: keeps --help fast)
 # The agent's own retry per period stays short: its buffer retries across periods (fleet.agent.publish).
 AGENT_CLOUD_ATTEMPTS = 2
 AGENT_CLOUD_MAX_WAIT_S = 2.0
@@ -55,6 +59,13 @@ def agent(
         "--max-buffered-points",
         help="Points kept for CloudMonitor while it refuses (oldest dropped).",
     ),
+    kernel_log: str = typer.Option(
+        DEFAULT_KERNEL_LOG,
+        "--kernel-log",
+        envvar="FLEET_KERNEL_LOG",
+        help="Kernel log to read XID errors from beside NVML's events: /dev/kmsg (needs root or CAP_SYSLOG "
+        "when kernel.dmesg_restrict=1), or a dmesg / journalctl -k / kern.log text file; 'none' disables.",
+    ),
 ) -> None:
     """Sample GPU health (NVML) and vLLM metrics every period; publish to CloudMonitor and serve /metrics."""
     from fleet.agent.metadata import fetch_metadata, metadata_base_url
@@ -67,6 +78,7 @@ def agent(
     if parsed_url.scheme not in ("http", "https") or not parsed_url.netloc:
         fail(f"--vllm-url must be an http(s) URL such as http://127.0.0.1:8000/metrics, got {vllm_url!r}")
     parsed_listen = _parse_listen(listen)  # checked with --once too, so a typo shows before it is deployed
+    kernel_log_path = _parse_kernel_log(kernel_log)
     listen_at = None if once else parsed_listen
 
     base_url = metadata_base_url()
@@ -90,7 +102,9 @@ def agent(
 
     publisher = _make_publisher(region, account_id, max_buffered_points) if publish else None
     runner = Agent(
-        AgentConfig(instance_id=instance_id, vllm_url=vllm_url, period_s=period_s),
+        AgentConfig(
+            instance_id=instance_id, vllm_url=vllm_url, period_s=period_s, kernel_log=kernel_log_path
+        ),
         nvml=load_nvml(),
         clock=SystemClock(),
         publisher=publisher,
@@ -115,6 +129,30 @@ def _parse_listen(value: str) -> tuple[str, int] | None:
         if host != "localhost":
             fail(f"--listen host must be an IP address (such as 127.0.0.1) or localhost, got {host!r}")
     return host, int(port_text)
+
+
+def _parse_kernel_log(value: str) -> str | None:
+    """The kernel log's path, None for 'none'. A file that does not exist yet is accepted (rsyslog may create
+    it later; the agent says so in its log), but not one in a directory that does not exist, nor a path
+    that can never be a log (a directory, a FIFO: reading one would block)."""
+    if value.strip().lower() in ("none", "off"):
+        return None
+    if not value.strip() or "\0" in value:
+        fail(f"--kernel-log must be a path such as {DEFAULT_KERNEL_LOG} (or 'none'), got {value!r}")
+    try:
+        mode = os.stat(value).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(value))
+        if not os.path.isdir(parent):
+            fail(f"--kernel-log {value!r}: no such directory {parent!r}")
+        return value
+    except OSError as exc:  # not searchable: the reader reports it at run time, as for an unreadable file
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP):
+            fail(f"--kernel-log {value!r}: {exc.strerror}")
+        return value
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+        fail(f"--kernel-log must be {DEFAULT_KERNEL_LOG} or a regular log file, got {value!r}")
+    return value
 
 
 def _make_publisher(region: str | None, account_id: str | None, max_buffered_points: int) -> Any:
@@ -202,7 +240,8 @@ def _print_human(data: dict[str, Any]) -> None:
     console.print(f"instance [bold]{data['instance_id']}[/] at {data['time'] or 'no trusted time'}")
     console.print(
         f"NVML: {'ok' if nvml['ok'] else 'DOWN (' + str(nvml['error']) + ')'}; "
-        f"vLLM: {'up' if vllm['up'] else 'DOWN (' + str(vllm['error']) + ')'}"
+        f"vLLM: {'up' if vllm['up'] else 'DOWN (' + str(vllm['error']) + ')'}; "
+        f"XIDs from: {', '.join(nvml['xid_sources']) or 'none'}"
     )
     if data["gpus"]:
         table = Table(

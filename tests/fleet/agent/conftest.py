@@ -1,4 +1,5 @@
-"""Fixtures for the agent's tests: a fake vLLM /metrics server on 127.0.0.1 whose counters tests drive."""
+"""Fixtures for the agent's tests: a fake vLLM /metrics server on 127.0.0.1 whose counters tests drive, and
+no real kernel log."""
 
 from __future__ import annotations
 
@@ -153,6 +154,12 @@ class FakeVllmServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_real_kernel_log(monkeypatch):
+    # `fleet agent` reads /dev/kmsg by default: tests that run the command give a temp file or nothing.
+    monkeypatch.setenv("FLEET_KERNEL_LOG", "none")
 
 
 @pytest.fixture

@@ -30,6 +30,13 @@ def test_unit_does_not_run_as_root():
     assert load_unit()["Service"]["DynamicUser"] == "yes"
 
 
+def test_unit_holds_only_the_capability_to_read_the_kernel_log():
+    # /dev/kmsg (XIDs, fleet.agent.kmsg) needs CAP_SYSLOG under kernel.dmesg_restrict=1; nothing more is held
+    service = load_unit()["Service"]
+    assert service["AmbientCapabilities"] == service["CapabilityBoundingSet"] == "CAP_SYSLOG"
+    assert service.get("ProtectKernelLogs", "no") == "no"
+
+
 def test_systemd_accepts_the_unit(tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
