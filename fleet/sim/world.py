@@ -726,14 +726,20 @@ def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> 
     if misplaced:
         raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to engine-crash")
     if "for" in params:
-        try:
-            fault.for_s = parse_duration_s(params["for"])
-        except ValueError:
-            raise FaultSpecError(
-                f"fault {text!r}: for={params['for']!r} is not a duration like 5m, 1h"
-            ) from None
-        if fault.for_s <= 0:
-            raise FaultSpecError(f"fault {text!r}: for must be positive (leave it out: down until a reboot)")
+        fault.for_s = _for_s(text, params, "5m, 1h", " (leave it out: down until a reboot)")
+
+
+def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> float:
+    """The fault's ``for=`` duration in seconds, positive."""
+    try:
+        for_s = parse_duration_s(params["for"])
+    except ValueError:
+        raise FaultSpecError(
+            f"fault {text!r}: for={params['for']!r} is not a duration like {examples}"
+        ) from None
+    if for_s <= 0:
+        raise FaultSpecError(f"fault {text!r}: for must be positive{hint}")
+    return for_s
 
 
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
@@ -747,14 +753,7 @@ def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -
             )
         if "for" not in params:
             raise FaultSpecError(f"fault {text!r}: stockout needs for=DURATION, e.g. for=2h")
-        try:
-            fault.for_s = parse_duration_s(params["for"])
-        except ValueError:
-            raise FaultSpecError(
-                f"fault {text!r}: for={params['for']!r} is not a duration like 30m, 2h"
-            ) from None
-        if fault.for_s <= 0:
-            raise FaultSpecError(f"fault {text!r}: for must be positive")
+        fault.for_s = _for_s(text, params, "30m, 2h")
         fault.instance_type = arg
         if "zone" in params and not params["zone"]:
             raise FaultSpecError(f"fault {text!r}: zone= needs a zone id, e.g. zone=cn-hangzhou-h")
