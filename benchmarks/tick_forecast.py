@@ -194,10 +194,22 @@ def _week(now: Any) -> list[Any]:
     return rows
 
 
+# Ticks per minute: the service reads some metrics once a minute (the token mix, an unruled KV-cache use),
+# so one tick in four pays for them and a median over ticks leaves them out.
+TICKS_PER_MINUTE = 60 // TICK_S
+
+
 def _ms(values: list[float]) -> dict[str, float]:
+    """Mean and median over ticks, and the tick's cost amortized over each whole minute (the median over
+    minutes of their ticks' mean): what the service really spends per tick, once-a-minute reads included."""
+    minutes = [
+        statistics.fmean(values[i : i + TICKS_PER_MINUTE])
+        for i in range(0, len(values) - TICKS_PER_MINUTE + 1, TICKS_PER_MINUTE)
+    ]
     return {
         "mean_ms": round(statistics.fmean(values) * 1000, 3),
         "median_ms": round(statistics.median(values) * 1000, 3),
+        "per_minute_ms": round(statistics.median(minutes or values) * 1000, 3),
     }
 
 
@@ -277,12 +289,16 @@ def measure(
             "decide": _ms(cpu[m]["decide"]),
             "wall": _ms(wall[m]),
             "api_calls_per_tick": statistics.median(calls[m]),
+            "api_calls_per_tick_mean": round(statistics.fmean(calls[m]), 3),
             "errors": errors[m][:5],
         }
     parts = ("tick", "service", "fake_cloud", "observe", "tick_without_observe", "decide", "wall")
     out["ratio"] = {p: round(out["on"][p]["median_ms"] / out["off"][p]["median_ms"], 3) for p in parts}
     out["forecast_extra_ms"] = {
         p: round(out["on"][p]["median_ms"] - out["off"][p]["median_ms"], 3) for p in parts
+    }
+    out["ratio_per_minute"] = {
+        p: round(out["on"][p]["per_minute_ms"] / out["off"][p]["per_minute_ms"], 3) for p in parts
     }
     out["forecast_methods"] = sorted(methods)
     out["observe_mode"] = "inline" if inline else "pool"
@@ -291,7 +307,8 @@ def measure(
     out["ticks"] = ticks
     out["history_days"] = HISTORY_DAYS
     out["target_ratio"] = TARGET_RATIO
-    out["ok"] = out["ratio"]["service"] <= TARGET_RATIO and not errors["off"] and not errors["on"]
+    # judged on the amortized figure: the once-a-minute reads are part of what the forecast costs
+    out["ok"] = out["ratio_per_minute"]["service"] <= TARGET_RATIO and not errors["off"] and not errors["on"]
     return out
 
 
@@ -344,11 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     for part, label in labels.items():
         print(
             f"  {label:<46} {off[part]['median_ms']:7.2f} -> {on[part]['median_ms']:7.2f} "
-            f"(x{res['ratio'][part]:.2f}, +{res['forecast_extra_ms'][part]:.2f} ms)"
+            f"(x{res['ratio'][part]:.2f}, +{res['forecast_extra_ms'][part]:.2f} ms); per minute "
+            f"{off[part]['per_minute_ms']:.2f} -> {on[part]['per_minute_ms']:.2f} "
+            f"(x{res['ratio_per_minute'][part]:.2f})"
         )
     print(
-        f"  cloud API calls per tick: {off['api_calls_per_tick']:g} -> {on['api_calls_per_tick']:g} "
-        "(the demand signals' CloudMonitor reads)"
+        f"  cloud API calls per tick: {off['api_calls_per_tick_mean']:g} -> "
+        f"{on['api_calls_per_tick_mean']:g} on average (the demand signals' CloudMonitor reads); "
+        "the target is judged per minute"
     )
     for mode in ("off", "on"):
         for err in res[mode]["errors"]:

@@ -39,7 +39,14 @@ def test_json_is_one_clean_object_on_stdout_with_both_modes(capsys):
     # the week of history is read: the forecast is seasonal; its demand signals are more reads
     assert res["forecast_methods"] == ["seasonal"]
     assert res["on"]["api_calls_per_tick"] > res["off"]["api_calls_per_tick"]
-    assert res["ok"] == (res["ratio"]["service"] <= res["target_ratio"])
+    assert res["ok"] == (res["ratio_per_minute"]["service"] <= res["target_ratio"])
+
+
+def test_the_per_minute_figure_counts_the_tick_that_reads_once_a_minute():
+    # three cheap ticks and one that pays for the once-a-minute reads, three minutes over
+    figures = tick_forecast._ms([0.001, 0.001, 0.001, 0.005] * 3)
+    assert figures["median_ms"] == 1.0  # the median over ticks never sees the dear one
+    assert figures["per_minute_ms"] == 2.0 and figures["mean_ms"] == 2.0
 
 
 def test_a_bad_tick_count_is_refused_in_one_line(capsys):
