@@ -30,6 +30,8 @@ GPU_POWER_W = "gpu_power_w"
 VLLM_UP = "vllm_up"
 # Metrics that read "down" while an instance loads its weights, so rules on them wait out its cold start.
 ENGINE_HEALTH_METRICS: frozenset[str] = frozenset({VLLM_UP})
+# vllm_up below this is down: a period's average, so a server that answered only part of it reads between.
+ENGINE_DOWN_BELOW = 0.5
 # demand (issue 16): arrivals per second and the mean token mix of the requests, per instance
 REQUEST_RATE = "request_rate"
 PROMPT_TOKENS_PER_REQUEST = "prompt_tokens_per_request"

@@ -644,7 +644,9 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
         ),
         # vLLM died or hung on a node whose GPUs look fine (CUDA OOM, an NCCL timeout, a crashed worker): it
         # serves nothing while ESS and the load balancer may still count it. A reboot starts vLLM again.
-        IsolationRule(name="engine_down", metric=m.VLLM_UP, below=0.5, for_s=120, action="reboot"),
+        IsolationRule(
+            name="engine_down", metric=m.VLLM_UP, below=m.ENGINE_DOWN_BELOW, for_s=120, action="reboot"
+        ),
         IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
         IsolationRule(
             name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"

@@ -270,6 +270,8 @@ class KmsgSource:
             if not raw:  # end of a regular file standing in for the device
                 self._caught_up = True
                 break
+            if b"NVRM: Xid" not in raw:  # most records: no need to decode and parse them
+                continue
             xid = self._xid_of(parse_kmsg_record(raw), window)
             if xid is not None:
                 out.append(xid)

@@ -189,28 +189,26 @@ def merge_xid_events(
     repeated XID still counts as often as the busier source saw it. NVML's event comes first in the result.
     """
     reported_by_kernel = Counter(carry.kernel)
-    kept_nvml: list[XidEvent] = []
-    for event in nvml:
-        key = (event.gpu_index, event.xid)
-        if reported_by_kernel[key] > 0:
-            reported_by_kernel[key] -= 1
-        else:
-            kept_nvml.append(event)
+    kept_nvml = [e for e in nvml if not _take(reported_by_kernel, (e.gpu_index, e.xid))]
     unmatched_nvml = Counter((e.gpu_index, e.xid) for e in kept_nvml)
     reported_by_nvml = Counter(carry.nvml)
-    kept_kernel: list[XidEvent] = []
-    for event in kernel:
-        key = (event.gpu_index, event.xid)
-        if unmatched_nvml[key] > 0:
-            unmatched_nvml[key] -= 1
-        elif reported_by_nvml[key] > 0:
-            reported_by_nvml[key] -= 1
-        else:
-            kept_kernel.append(event)
+    kept_kernel = [
+        e
+        for e in kernel
+        if not (_take(unmatched_nvml, (e.gpu_index, e.xid)) or _take(reported_by_nvml, (e.gpu_index, e.xid)))
+    ]
     next_carry = XidCarry(
         nvml=tuple(unmatched_nvml.elements()), kernel=tuple((e.gpu_index, e.xid) for e in kept_kernel)
     )
     return kept_nvml + kept_kernel, next_carry
+
+
+def _take(counts: Counter[_XidKey], key: _XidKey) -> bool:
+    """Use up one of ``key``'s count, if any is left."""
+    if counts[key] <= 0:
+        return False
+    counts[key] -= 1
+    return True
 
 
 def describe_nvml_error(exc: BaseException) -> str:

@@ -295,14 +295,18 @@ class World:
     def _fresh_engine(self, inst: SimInstance) -> None:
         """The instance's vLLM starts over (a reboot, or a stopped instance started again): what was still in
         flight is lost and the GPUs reset (clearing a hardware XID and the injected cooling fault)."""
-        self._drop_inflight(inst)
-        inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
-        inst.engine_start_s = inst.last_advance_s = self.now_s
+        self._new_engine(inst)
         inst.hw_fault_xid = None
         inst.engine_down_until_s = None
         inst.xids.clear()
         for g in inst.gpus:
             g.extra_c = 0.0
+
+    def _new_engine(self, inst: SimInstance) -> None:
+        """vLLM's process ends: what it had in flight is lost, and the next process starts empty."""
+        self._drop_inflight(inst)
+        inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
+        inst.engine_start_s = inst.last_advance_s = self.now_s
 
     def _drop_inflight(self, inst: SimInstance) -> None:
         for rid in inst.inflight:
@@ -421,27 +425,24 @@ class World:
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
-        if inst.engine_down(self.now_s):
-            # the node agent still reads the GPUs, but there is no vLLM to scrape: no queue, latency or demand
-            custom = {
-                "vllm_up": 0.0,
-                "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
-                "gpu_sm_clock_ratio": inst.speed(),
-                "gpu_mem_bw_util": 0.0,
-            }
-        else:
-            custom = {
-                "vllm_up": 1.0,
-                "vllm_num_requests_waiting": float(eng.num_waiting),
-                "vllm_num_requests_running": float(eng.num_running),
-                "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
-                "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
-                "gpu_sm_clock_ratio": inst.speed(),
-                # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
-                "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage),
-                **self.demand_metrics(inst),
-            }
-            custom.update(self.latency_metrics(inst))
+        up = not inst.engine_down(self.now_s)
+        custom = {
+            "vllm_up": 1.0 if up else 0.0,
+            "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
+            "gpu_sm_clock_ratio": inst.speed(),
+            # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
+            "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage) if up else 0.0,
+        }
+        if up:  # with no vLLM to scrape the agent sends only its GPU readings: no queue, latency or demand
+            custom.update(
+                {
+                    "vllm_num_requests_waiting": float(eng.num_waiting),
+                    "vllm_num_requests_running": float(eng.num_running),
+                    "vllm_kv_cache_usage_pct": 100.0 * eng.kv_usage,
+                    **self.demand_metrics(inst),
+                    **self.latency_metrics(inst),
+                }
+            )
         if inst.xids:
             custom["gpu_xid"] = float(inst.xids[-1])
         elif inst.hw_fault_xid is not None:
@@ -584,11 +585,9 @@ class World:
             self.cloud.add_system_event(inst.instance_id, f.event_code)
             entry["code"] = f.event_code
         elif f.kind == "engine-crash":
-            # vLLM exits (a CUDA OOM, an NCCL timeout): what it was serving is lost; a new process (and
-            # engine) comes up only when a supervisor or a reboot starts it
-            self._drop_inflight(inst)
-            inst.attach(self.engine_factory(self.now_s, self.p.queue_limit))
-            inst.engine_start_s = inst.last_advance_s = self.now_s
+            # vLLM exits (a CUDA OOM, an NCCL timeout); the next process serves only once a supervisor or
+            # a reboot starts it
+            self._new_engine(inst)
             inst.engine_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
             if f.for_s > 0:
                 entry["for_s"] = f.for_s

@@ -189,7 +189,12 @@ def _drained(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
     idle = len(known) == 2 and all(s.value <= 0 for s in known)
     up = inst.metrics.get(m.VLLM_UP)
     isolated_at = inc.isolated_at or now
-    dead = up is not None and fresh(up, now, t.stale_after_s) and up.at >= isolated_at and up.value < 0.5
+    dead = (
+        up is not None
+        and fresh(up, now, t.stale_after_s)
+        and up.at >= isolated_at
+        and up.value < m.ENGINE_DOWN_BELOW
+    )
     since_isolated = (now - isolated_at).total_seconds()
     if idle:
         inc.drained_at = now
