@@ -7,6 +7,7 @@ import urllib.request
 
 import pynvml
 import pytest
+from agent_doubles import RecordingSink
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.agent.clock import ManualAgentClock
@@ -19,18 +20,6 @@ from fleet.agent.sample import INSTANCE_METRICS_READ_BY_SERVICE, instance_values
 HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 SW_POWER = pynvml.nvmlClocksEventReasonSwPowerCap
 INSTANCE = "i-bp1agent000000001"
-
-
-class RecordingSink:
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def put_custom_metrics(self, metrics) -> None:
-        self.sent.extend(metrics)
-
-    def values(self, name: str, dims: dict | None = None) -> list[float]:
-        dims = dims or {"instanceId": INSTANCE}
-        return [m.value for m in self.sent if m.name == name and dict(m.dimensions) == dims]
 
 
 def make_agent(url: str, nvml=None, clock=None, sink=None, period_s: float = 15.0) -> Agent:
@@ -51,7 +40,7 @@ def test_run_takes_one_sample_per_period_on_the_clock(vllm_server):
 
 
 def test_published_queue_depth_is_what_vllm_reported(vllm_server):
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     agent = make_agent(vllm_server.url, sink=sink)
     agent.prime()
     vllm_server.state.waiting = 42
@@ -101,7 +90,7 @@ def test_an_idle_gpu_is_not_throttled(vllm_server):
 
 def test_gpu_xid_is_published_only_in_a_period_with_an_xid(vllm_server):
     gpus = [FakeGpu(), FakeGpu()]
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), sink=sink)
     agent.prime()
     agent.step()
@@ -133,7 +122,7 @@ def test_instance_level_points_have_only_the_instance_dimension(vllm_server):
 def test_gpu_lost_mid_run_keeps_the_loop_going(vllm_server):
     gpus = [FakeGpu(), FakeGpu()]
     clock = ManualAgentClock()
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), clock=clock, sink=sink)
     stop = threading.Event()
     seen = []
@@ -151,7 +140,7 @@ def test_gpu_lost_mid_run_keeps_the_loop_going(vllm_server):
 
 
 def test_nvml_missing_still_publishes_vllm_and_says_so(vllm_server):
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     vllm_server.state.waiting = 3
     agent = make_agent(vllm_server.url, nvml=FakeNvml(library_missing=True), sink=sink)
     agent.prime()
@@ -163,7 +152,7 @@ def test_nvml_missing_still_publishes_vllm_and_says_so(vllm_server):
 
 
 def test_vllm_down_is_published_as_vllm_up_0_and_gpus_still_are(closed_port_url):
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     agent = make_agent(closed_port_url, sink=sink)
     assert agent.run(threading.Event(), max_samples=2) == 2
     assert sink.values("vllm_up") == [0.0, 0.0]
@@ -210,7 +199,7 @@ def test_a_failed_baseline_scrape_does_not_stop_the_agent(vllm_server):
 
 def test_clock_jump_is_repaired_in_published_timestamps(vllm_server):
     clock = ManualAgentClock()
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     agent = make_agent(vllm_server.url, clock=clock, sink=sink)
     agent.prime()
     first = agent.step().timestamp_ms

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_doubles import RecordingSink
 
 from fleet.agent.clock import ManualAgentClock
 from fleet.agent.fake_nvml import FakeGpu, FakeNvml
@@ -599,20 +600,10 @@ def test_kernel_xids_are_reported_while_nvml_is_down(log_file):
 
 
 # -- the agent end to end ------------------------------------------------------------------------------------
-class RecordingSink:
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def put_custom_metrics(self, metrics) -> None:
-        self.sent.extend(metrics)
-
-    def values(self, name: str, dims: dict | None = None) -> list[float]:
-        dims = dims or {"instanceId": INSTANCE}
-        return [m.value for m in self.sent if m.name == name and dict(m.dimensions) == dims]
 
 
 def test_agent_publishes_an_xid_appended_to_the_kernel_log(log_file, closed_port_url):
-    sink = RecordingSink()
+    sink = RecordingSink(INSTANCE)
     clock = ManualAgentClock()
     agent = Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=closed_port_url, kernel_log=str(log_file)),
