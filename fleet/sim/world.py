@@ -425,7 +425,7 @@ class World:
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
-        up = not inst.engine_down(self.now_s)
+        up = self.now_s >= inst.ready_s and not inst.engine_down(self.now_s)
         custom = {
             "vllm_up": 1.0 if up else 0.0,
             "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
@@ -494,7 +494,9 @@ class World:
 
     def publish(self) -> None:
         """Each instance's metrics for the last period, as the node agent and the ECS monitoring agent send
-        them. Instances still booting or loading publish nothing: their agents and vLLM are not up yet."""
+        them. Instances still booting publish nothing: their agents are not up yet. A booted instance whose
+        vLLM is still loading the weights (new, rebooted, or started again) sends what the agents send
+        without vLLM: its GPUs' readings and ``vllm_up`` 0."""
         now = self.now_s
         ts_ms = int(self.cloud.now().timestamp() * 1000)
         period = self.p.publish_period_s
@@ -504,9 +506,10 @@ class World:
             # Utilization is constant over the period, so one exponential step per period is exact.
             for g in inst.gpus:
                 g.step(period, inst.util)
-            if inst.lifecycle not in ("InService", "Standby") or now < inst.ready_s:
+            if inst.lifecycle not in ("InService", "Standby"):
                 continue
-            self._roll_demand(inst)  # from the first period vLLM is up: its counters start then
+            if now >= inst.ready_s:
+                self._roll_demand(inst)  # from the first period vLLM is up: its counters start then
             custom, dash = self.instance_metrics(inst)
             for values in inst.latency.values():
                 values.clear()  # the next period's histograms start empty

@@ -79,7 +79,7 @@ class Probe:
     stale_after_s: float
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
-    cold_start_s: float = 0.0  # the group's: how long a new instance's engine is down while it loads
+    cold_start_s: float = 0.0  # the group's: how long an engine is down while it loads the weights
 
 
 def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
@@ -162,27 +162,24 @@ def _unknown(p: Probe) -> None:
     _track(p.gh, p.key, None, p.now)
 
 
-def _loading(rule: IsolationRule, p: Probe) -> bool:
-    """An engine-health rule (``vllm_up``) on an instance younger than the group's cold start: its engine is
-    down because it is still loading the weights, not because it failed."""
-    created = p.inst.created_at
-    return (
-        rule.metric in m.ENGINE_HEALTH_METRICS
-        and created is not None
-        and (p.now - created).total_seconds() < p.cold_start_s
-    )
+def _needed_s(rule: IsolationRule, p: Probe) -> float:
+    """How long a metric rule's condition must hold. An engine-health rule (``vllm_up``) waits out the group's
+    cold start beyond its own ``for``: an engine starting (a new instance, a reboot by anyone, a stopped
+    instance started again, a supervisor's restart) is down while it loads the weights, and nothing tells
+    that from a dead one until a load's time has passed."""
+    return rule.for_s + (p.cold_start_s if rule.metric in m.ENGINE_HEALTH_METRICS else 0.0)
 
 
 def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
     assert rule.metric is not None
     sample = p.inst.metrics.get(rule.metric)
-    if not fresh(sample, p.now, p.stale_after_s) or _loading(rule, p):
+    if not fresh(sample, p.now, p.stale_after_s):
         _unknown(p)
         return None
     assert sample is not None
     breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
     track = _track(p.gh, p.key, breaching, sample.at)
-    if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
+    if track and (track.last_at - track.since).total_seconds() >= _needed_s(rule, p):
         op = ">" if rule.above is not None else "<"
         return Detection(
             rule,

@@ -32,12 +32,27 @@ def healthy_again(
     newer = [s for s in inst.metrics.values() if s.at > since and fresh(s, now, stale_after)]
     if not newer:
         return False, "no metrics since the reboot yet"
-    if rule is None:
-        return True, "reporting again"
-    check = _CHECKS.get(rule.kind)
-    if check is None:
+    engine_ok, engine_why = _engine_serves(inst, since, now, stale_after)
+    if not engine_ok:
+        return False, engine_why
+    check = _CHECKS.get(rule.kind) if rule is not None else None
+    if rule is None or check is None:
         return True, "reporting again"
     return check(rule, inst, gh, since, now, stale_after)
+
+
+def _engine_serves(inst: InstanceSnapshot, since: datetime, now: datetime, stale: float) -> tuple[bool, str]:
+    """Where the agent reports vLLM's state (``vllm_up``), the engine serves again: after a reboot the GPUs
+    report within a minute while the weights load for the cold start, and an instance back in traffic before
+    its engine serves would take requests it cannot answer. An agent that does not report it passes."""
+    s = inst.metrics.get(m.VLLM_UP)
+    if s is None:
+        return True, "engine state not reported"
+    if s.at <= since or not fresh(s, now, stale):
+        return False, "no vllm_up since the reboot yet"
+    if s.value < m.ENGINE_DOWN_BELOW:
+        return False, "vLLM not serving yet (loading the weights)"
+    return True, "vLLM serving"
 
 
 def _metric(

@@ -155,17 +155,22 @@ class World:
                 continue
             metrics: dict[str, MetricSample] = {}
             booting = node.rebooted_at is not None and now < node.rebooted_at + timedelta(seconds=60)
+            # after a reboot the agent reports within a minute; vLLM serves once the weights are loaded again
+            loading = node.rebooted_at is not None and now < node.rebooted_at + timedelta(
+                seconds=max(60.0, self.cold_start_s)
+            )
             if not in_outage and node.state != "Pending" and not booting:
                 standby = node.state == "Standby"
+                engine_down = node.engine_down or loading
                 values = {
                     "queue_waiting": 0.0 if standby else per_instance,
                     "requests_running": 0.0 if standby else 4.0,
                     "gpu_temperature_c": 91.0 if node.hot else 66.0,
                     "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else ttft_ms,
                     "gpu_throttle_reasons": 0.0,
-                    "vllm_up": 0.0 if node.engine_down else 1.0,
+                    "vllm_up": 0.0 if engine_down else 1.0,
                 }
-                if node.engine_down:  # no vLLM to scrape: only the agent's GPU readings and vllm_up
+                if engine_down:  # no vLLM to scrape: only the agent's GPU readings and vllm_up
                     for name in ("queue_waiting", "requests_running", "ttft_p99_ms"):
                         del values[name]
                 metrics = {k: MetricSample(value=v, at=now) for k, v in values.items()}

@@ -158,9 +158,12 @@ def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
     assert inc.rule == "engine_down" and inc.instance_id == "i-0004" and inc.outcome == "rebooted"
     assert [a for _, a, i in world.actions if i == "i-0004"] == ["enter_standby", "reboot", "exit_standby"]
     detected = next(e.at for e in inc.timeline if e.state == IncidentState.DETECTED)
-    assert 120 <= (detected - T0).total_seconds() <= 180  # the rule's two minutes, then the next tick
-    # nothing can finish on a dead engine, so its drain does not wait out the drain timeout
+    # the rule's two minutes beyond a load's time (the group's cold start, 180 s), then the next tick
+    assert 300 <= (detected - T0).total_seconds() <= 315
+    # the health check waited for the engine to serve again, not only for the GPUs to report
     at = {a: when for when, a, i in world.actions if i == "i-0004"}
+    assert (at["exit_standby"] - at["reboot"]).total_seconds() >= 180
+    # nothing can finish on a dead engine, so its drain does not wait out the drain timeout
     assert (at["reboot"] - at["enter_standby"]).total_seconds() <= 30
 
 
@@ -172,11 +175,26 @@ def test_an_engine_still_loading_its_weights_is_not_a_dead_one():
     young = world._launch(ready=True)
     young.created_at = world.now
     young.engine_down = True
-    _, hist = drive(world, spec, 540)
+    _, hist = drive(world, spec, 660)
     assert not incidents(hist)
-    _, hist = drive(world, spec, 300, history=hist)  # past its cold start and still down: now it is one
+    _, hist = drive(world, spec, 120, history=hist)  # down past a load and two minutes: now it is one
     (inc,) = incidents(hist)
     assert inc.rule == "engine_down" and inc.instance_id == young.instance_id
+
+
+def test_a_node_rebooted_for_one_fault_is_not_rebooted_again_while_its_engine_loads():
+    # After the reboot the GPUs report within a minute and vLLM serves only once the weights are loaded (here
+    # ten minutes): the health check waits for the engine, and the engine rule does not take the load for a
+    # dead engine. One reboot, back in traffic once it serves.
+    spec = policy(cold_start_s=600)
+    world = World(T0, 6, cold_start_s=600)
+    world.nodes["i-0003"].hot = True
+    plans, hist = drive(world, spec, 40 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "gpu_overheat" and inc.outcome == "rebooted"
+    assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "reboot", "exit_standby"]
+    at = {a: when for when, a, i in world.actions if i == "i-0003"}
+    assert (at["exit_standby"] - at["reboot"]).total_seconds() >= 600
 
 
 def test_application_xid_once_is_tolerated():

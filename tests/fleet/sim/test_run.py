@@ -66,6 +66,21 @@ def test_overheating_gpu_becomes_an_incident_that_is_responded_to(overheat_run):
     assert mine[0]["detected_at"] is not None and mine[0]["responded_at"] is not None
 
 
+def test_a_node_rebooted_for_overheating_goes_back_once_its_engine_serves_and_only_once(overheat_run):
+    # After the reboot its GPUs report cool within a minute while vLLM loads the weights for three more
+    # (the agent sends vllm_up 0 meanwhile): the health check waits for the engine, and the engine rule does
+    # not take the load for a dead engine, so the node is rebooted once.
+    hot = overheat_run.fault_log[0]["instance_id"]
+    mine = [i for i in overheat_run.summary["incidents"] if i["instance_id"] == hot]
+    (incident,) = mine  # the heat's (the throttle rule or the temperature's), no engine_down after it
+    assert "engine_down" not in incident["cause"] and incident["action"] == "reboot"
+    reboots = [
+        e["at_s"] for e in overheat_run.fault_log if e["event"] == "rebooted" and e["instance_id"] == hot
+    ]
+    assert len(reboots) == 1
+    assert incident["state"] == "closed"
+
+
 def _engine_crash_run(config):
     fault = parse_fault_spec("engine-crash,at=2m,instance=0")
     return simulate(config, "azure:conv,rate=0.5", 20 / 60, faults=[fault], options=SimOptions())
