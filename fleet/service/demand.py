@@ -44,6 +44,9 @@ class DemandReading:
     rps: float
     prompt_tokens: float | None = None
     output_tokens: float | None = None
+    # the newest arrival-rate point it sums: a tick that finds no newer point (an agent's point late or
+    # lost) repeats the last reading, and a repeat is not recorded again
+    as_of: datetime | None = None
 
 
 def _fresh(s: MetricSample | None, now: datetime, stale_s: float) -> bool:
@@ -64,6 +67,7 @@ def read_demand(
         return None
     total = 0.0
     known = 0
+    newest: datetime | None = None
     mix: dict[str, list[tuple[float, float]]] = {
         pm.PROMPT_TOKENS_PER_REQUEST: [],
         pm.OUTPUT_TOKENS_PER_REQUEST: [],
@@ -75,6 +79,7 @@ def read_demand(
             continue
         known += 1
         total += rate.value
+        newest = rate.at if newest is None or rate.at > newest else newest
         for name, pairs in mix.items():
             tok = m.get(name)
             if tok is not None and _fresh(tok, now, stale_after_s):
@@ -91,6 +96,7 @@ def read_demand(
         total,
         weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
         weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
+        as_of=newest,
     )
 
 
@@ -132,6 +138,7 @@ class _GroupLog:
     readings: deque[tuple[datetime, float]] = field(default_factory=deque)  # the last RECENT_WINDOW_S
     first: datetime | None = None  # the earliest minute in ``rps``
     added: list[datetime] = field(default_factory=list)  # minutes put since ``cached`` was last brought up
+    as_of: datetime | None = None  # the newest rate point of the last reading recorded
 
     def put(self, minute: datetime, rps: float) -> None:
         self.rps[minute] = rps
@@ -149,8 +156,14 @@ class DemandLog:
 
     # -- writes ----------------------------------------------------------------------------------------
     def record(self, group: str, reading: DemandReading) -> None:
-        """Add one tick's reading; a finished minute is written to the store."""
+        """Add one tick's reading; a finished minute is written to the store. A reading of the same rate
+        points as the last one recorded (no newer point since) is not added: each counts once in the minute's
+        mean and in the recent level, so every agent period weighs the same."""
         log = self._log(group, reading.at)
+        if reading.as_of is not None:
+            if reading.as_of == log.as_of:
+                return
+            log.as_of = reading.as_of
         minute = minute_of(reading.at)
         if log.open is not None and log.open.at != minute:
             self._close(group, log)

@@ -63,13 +63,17 @@ _ECS_UNHEALTHY = frozenset({"Impaired"})
 ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 
 
-# Read at most once a minute: the mean prompt and output tokens per request are themselves minute means (the
-# node agent's), and the capacity table buckets them 15 % apart; so are the KV-cache use and the running and
-# waiting requests where only the online correction reads them (its slack check and Little's law, both
-# smoothed over minutes), not a rule or a drain. Every other metric is read every tick.
+# Read at most every SLOW_REFRESH_S: the mean prompt and output tokens per request are themselves minute means
+# (the node agent's), looked up rate-weighted over the last half hour in a capacity table that buckets them
+# 15 % apart; so are the KV-cache use and the running and waiting requests where only the online correction
+# reads them (its slack check and Little's law, both smoothed over minutes), not a rule or a drain. Every
+# other metric is read every tick.
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
+# A slow read's points must not go stale before the next read: a point is up to one agent period old when
+# read, and the tick that first reads past the refresh comes up to a tick later (at most the same again).
+SLOW_READ_SLACK_S = 30.0
 # The demand's request rate is the rate over one agent period (15 s). A service ticking less often than that
 # reads every point since the last one it used (DescribeMetricList), so each tick's reading, and so each
 # minute of the demand history, is the rate over the whole time since the last tick, not over one period.
@@ -87,6 +91,12 @@ def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     if spec.isolation.enabled:
         ruled.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})  # a drain watches them
     return SLOW_METRICS | (CORRECTION_METRICS - ruled)
+
+
+def slow_refresh_s(spec: GroupSpec) -> float:
+    """How long a group reuses a slow read: ``SLOW_REFRESH_S``, shorter where its ``stale_after`` would let
+    the reused points go stale first (at 30 s or less, every tick reads them)."""
+    return max(0.0, min(SLOW_REFRESH_S, float(spec.stabilization.stale_after_s) - SLOW_READ_SLACK_S))
 
 
 def needed_metrics(spec: GroupSpec) -> set[str]:
@@ -168,7 +178,8 @@ class _Metric:
     source: MetricSource
     canonical: str
     groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
-    slow: bool = True  # every group of the read reads it once a minute (slow_metrics)
+    slow: bool = True  # every group of the read reads it seldom (slow_metrics)
+    refresh_s: float = SLOW_REFRESH_S  # a slow read is reused this long: the least of its groups'
     since: datetime | None = None  # a spanned read: every point after this, not the last one
 
 
@@ -406,8 +417,11 @@ class Observer:
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
                 read.slow = read.slow and canonical in slow
+                read.refresh_s = min(read.refresh_s, slow_refresh_s(spec))
         reused = {
-            key: self._slow[key][1] for key, read in reads.items() if read.slow and self._slow_fresh(key, now)
+            key: self._slow[key][1]
+            for key, read in reads.items()
+            if read.slow and self._slow_fresh(key, now, read.refresh_s)
         }
         batches = [read for key, read in reads.items() if key not in reused]
         for read in batches:
@@ -503,12 +517,12 @@ class Observer:
         self._spans[key] = (now, out)
         return out
 
-    def _slow_fresh(self, key: tuple[int, str], now: datetime) -> bool:
-        """A slow metric read less than SLOW_REFRESH_S ago (its points are reused, never past staleness)."""
+    def _slow_fresh(self, key: tuple[int, str], now: datetime, refresh_s: float) -> bool:
+        """A slow metric read less than ``refresh_s`` ago (its points are reused, never past staleness)."""
         if key not in self._slow:
             return False
         age_s = (now - self._slow[key][0]).total_seconds()
-        return 0 <= age_s < SLOW_REFRESH_S
+        return 0 <= age_s < refresh_s
 
 
 def _buys_spot(spec: GroupSpec) -> bool:

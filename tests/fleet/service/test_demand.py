@@ -78,6 +78,25 @@ def test_the_recent_demand_is_the_mean_of_the_last_minute_of_readings(tmp_path):
         store.close()
 
 
+def test_a_tick_that_sees_no_newer_rate_adds_no_reading(tmp_path):
+    # An agent's point late or missing: the tick reads the same points as the tick before (same newest time).
+    # Counted twice, that reading would weigh twice in the recent level and stretch it past the last minute.
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        log = DemandLog(store, {"chat": 86400})
+        for k, rps in enumerate((2.0, 12.0, 4.0)):  # points at 0, 30 and 60 s; each seen again 15 s on
+            read_at = NOW + timedelta(seconds=30 * k)
+            log.record("chat", DemandReading(read_at, rps, as_of=read_at))
+            if k < 2:
+                log.record("chat", DemandReading(read_at + timedelta(seconds=15), rps, as_of=read_at))
+        # the last minute's two reads, once each (counted at every tick: 2 at 15 s and 12 twice, 7.5)
+        assert log.recent("chat", NOW + timedelta(seconds=60)) == (12.0 + 4.0) / 2
+        metrics = {"a": _metrics(3.0, age_s=10), "b": _metrics(1.0, age_s=20)}
+        assert read_demand(["a", "b"], metrics, NOW, 120).as_of == NOW - timedelta(seconds=10)
+    finally:
+        store.close()
+
+
 def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
     try:

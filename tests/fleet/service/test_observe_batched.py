@@ -72,7 +72,7 @@ def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
         assert obs.calls_by_action["DescribeMetricLast"] == len(needed_metrics(cfg.groups[0]))
 
 
-def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path):
+def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path):
     from fleet.service.observe import SLOW_REFRESH_S, slow_metrics
 
     with mock_aliyun() as cloud:
@@ -105,7 +105,7 @@ def test_the_token_mix_is_read_once_a_minute_and_carried_between_reads(tmp_path)
         cloud.advance(SLOW_REFRESH_S)
         cloud.calls.clear()
         observer.observe(cloud.now())
-        # a minute on: read again (the request rate over the whole minute: every period since the last read)
+        # past the refresh: read again (the request rate over the whole gap: every period since the last read)
         assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
         assert _calls(cloud, "DescribeMetricList") == 1
 
@@ -331,3 +331,33 @@ def test_a_tick_gap_longer_than_ten_minutes_reads_the_rate_over_the_last_ten(tmp
         obs = observer.observe(cloud.now())
         assert _calls(cloud, "DescribeMetricList") == 1
         assert _rate(obs, a).value == pytest.approx(3.0)  # not the last period's 4, nor 2 over twenty minutes
+
+
+def test_a_seldom_read_is_reread_before_its_points_go_stale(tmp_path):
+    """The token mix is reused up to SLOW_REFRESH_S, less where the group's stale_after is short: ticking
+    every 15 s for ten minutes, each point 10 s old when read, every tick's reused sample stays fresh."""
+    from fleet.service.observe import SLOW_REFRESH_S, slow_refresh_s
+
+    with mock_aliyun() as cloud:
+        cfg = _predictive_world(tmp_path, cloud, instances=1)
+        text = (tmp_path / "fleet.yaml").read_text()
+        (tmp_path / "fleet.yaml").write_text(text + "    stabilization: {stale_after: 45s}\n")
+        short = load_config(tmp_path / "fleet.yaml", env={})
+        assert slow_refresh_s(cfg.groups[0]) == SLOW_REFRESH_S  # the default stale_after leaves room
+        assert slow_refresh_s(short.groups[0]) < SLOW_REFRESH_S
+        (a,) = next(iter(cloud.ess.groups.values())).instance_ids
+        reads: dict[float, int] = {}
+        for spec, stale_s in ((cfg.groups[0], 120.0), (short.groups[0], 45.0)):
+            observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), [spec])
+            seen = set()
+            for _ in range(40):
+                cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": a}, 900.0)
+                cloud.advance(10)
+                (g,) = observer.observe(cloud.now()).groups.values()
+                sample = g.metrics[a]["prompt_tokens_per_request"]
+                assert (cloud.now() - sample.at).total_seconds() <= stale_s
+                seen.add(sample.at)  # a new point each tick: one time per read
+                cloud.advance(5)
+            reads[stale_s] = len(seen)
+        assert reads[120.0] <= 600 / SLOW_REFRESH_S + 1  # ten minutes: one read per refresh
+        assert reads[45.0] > reads[120.0]
