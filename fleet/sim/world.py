@@ -179,6 +179,7 @@ class Fault:
     # stockout: how long; engine-crash: until its supervisor has vLLM serving again (0: never by itself)
     for_s: float = 0.0
     share: float = 0.25  # spot-reclaim: the share of the group's spot instances reclaimed
+    product: str = ""  # api-outage: the cloud product whose API answers 503 (ess, ecs or cms)
 
     @property
     def cloud_wide(self) -> bool:
@@ -217,6 +218,7 @@ class World:
         self.requests = requests
         self.next_req = 0
         self.faults = sorted(faults, key=lambda f: f.at_s)
+        self._outages: list[tuple[float, Any]] = []  # (end, the fake's fault rule) of api-outages under way
         self.list_instances = instance_lister or list_group_instances
         self.instances: dict[str, SimInstance] = {}
         self.gone: list[SimInstance] = []
@@ -523,6 +525,10 @@ class World:
     # ------------------------------------------------------------------------------------------- faults
 
     def _fire_faults(self, until_s: float) -> None:
+        for end_s, rule in [o for o in self._outages if o[0] < until_s]:
+            self.cloud.remove_fault(rule)
+            self._outages.remove((end_s, rule))
+            self.fault_log.append({"at_s": end_s, "instance_id": None, "event": "api-outage-over"})
         for f in self.faults:
             if f.fired or f.at_s >= until_s:
                 continue
@@ -538,12 +544,18 @@ class World:
             self.inject(f, inst)
 
     def _cloud_fault(self, f: Fault) -> None:
-        """A stock-out of a type (for a while) or a spot reclaim of a share of the group's spot instances."""
+        """A stock-out of a type (for a while), a spot reclaim of a share of the group's spot instances, or an
+        outage of a product's API (for a while)."""
         from datetime import UTC, datetime
 
         entry: dict[str, Any] = {"at_s": self.now_s, "instance_id": None, "event": f.kind}
         now = datetime.fromtimestamp(self.cloud.now_s(), UTC)
-        if f.kind == "stockout":
+        if f.kind == "api-outage":
+            # the region's API for the product fails every call with a 503 until it is lifted
+            rule = self.cloud.inject_fault(None, code="ServiceUnavailable", status=503, product=f.product)
+            self._outages.append((self.now_s + f.for_s, rule))
+            entry.update(product=f.product, for_s=f.for_s)
+        elif f.kind == "stockout":
             end = datetime.fromtimestamp(self.cloud.now_s() + f.for_s, UTC)
             self.cloud.schedule_sold_out(f.instance_type, now, end, zone_id=f.zone)
             entry.update(instance_type=f.instance_type, zone=f.zone, for_s=f.for_s)
@@ -627,8 +639,10 @@ def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ fault SPEC
 
-FAULT_KINDS = ("overheat", "xid", "event", "engine-crash", "stockout", "spot-reclaim")
-CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim")
+FAULT_KINDS = ("overheat", "xid", "event", "engine-crash", "stockout", "spot-reclaim", "api-outage")
+CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage")
+# api-outage: the products whose API the service calls; the world itself writes past the API
+OUTAGE_PRODUCTS = ("ess", "ecs", "cms")
 _FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share"}
 
 
@@ -650,7 +664,8 @@ MAX_XID = 999
 def parse_fault_spec(text: str) -> Fault:
     """``overheat,at=10h[,instance=N|i-...][,extra_c=35]``, ``xid:79,at=3h``,
     ``event:SystemFailure.Reboot,at=5h``, ``engine-crash,at=2h[,for=10m]`` (vLLM exits; with ``for`` its
-    supervisor has it serving again after that long, without it stays down until a reboot).
+    supervisor has it serving again after that long, without it stays down until a reboot),
+    ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
     instance id; it defaults to 0.
@@ -701,6 +716,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
     kind = fault.kind
     if kind == "engine-crash":
         _engine_crash(text, fault, arg, params)
+    elif kind == "api-outage":
+        _api_outage(text, fault, arg, params)
     elif kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
         _capacity_fault(text, fault, arg, params)
     elif kind == "xid":
@@ -731,6 +748,22 @@ def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> 
         fault.for_s = _for_s(text, params, "5m, 1h", " (leave it out: down until a reboot)")
 
 
+def _api_outage(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``api-outage:PRODUCT,at=T,for=D``: every call to the product's API answers 503 for D."""
+    if arg not in OUTAGE_PRODUCTS:
+        raise FaultSpecError(
+            f"fault {text!r}: api-outage needs the product, one of {', '.join(OUTAGE_PRODUCTS)} "
+            "(e.g. api-outage:cms)"
+        )
+    misplaced = {"zone", "share", "extra_c", "instance"} & set(params)
+    if misplaced:
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to api-outage")
+    if "for" not in params:
+        raise FaultSpecError(f"fault {text!r}: api-outage needs for=DURATION, e.g. for=20m")
+    fault.for_s = _for_s(text, params, "10m, 1h")
+    fault.product = arg
+
+
 def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> float:
     """The fault's ``for=`` duration in seconds, positive."""
     try:
@@ -747,7 +780,10 @@ def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> 
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
     """``stockout:TYPE[,zone=Z],at=T,for=D`` and ``spot-reclaim,at=T[,share=S]`` (issue 17)."""
     if fault.kind not in CLOUD_FAULT_KINDS:
-        raise FaultSpecError(f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults")
+        raise FaultSpecError(
+            f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults "
+            "(for also for engine-crash and api-outage)"
+        )
     if fault.kind == "stockout":
         if not arg.startswith("ecs."):
             raise FaultSpecError(

@@ -319,6 +319,11 @@ class FakeCloud:
                 FaultRule(action, code, status, rate, count, retry_after_s, latency_s, message, product)
             )
 
+    def remove_fault(self, rule: FaultRule) -> None:
+        """Lift one injected fault (a no-op when it has already run out)."""
+        with self.lock:
+            self.faults.remove(rule)
+
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()

@@ -57,6 +57,10 @@ class FaultInjector:
         self.rules.append(rule)
         return rule
 
+    def remove(self, rule: FaultRule) -> None:
+        if rule in self.rules:
+            self.rules.remove(rule)
+
     def clear(self) -> None:
         self.rules.clear()
 

@@ -53,6 +53,48 @@ def test_bad_capacity_fault_specs_are_refused_in_one_line(spec: str, fragment: s
         parse_fault_spec(spec)
 
 
+def test_api_outage_spec_parses_the_product_and_duration() -> None:
+    f = parse_fault_spec("api-outage:cms,at=6h,for=30m")
+    assert (f.kind, f.product, f.at_s, f.for_s, f.cloud_wide) == ("api-outage", "cms", 21600.0, 1800.0, True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("api-outage,at=1h,for=10m", "needs the product"),
+        ("api-outage:rds,at=1h,for=10m", "one of ess, ecs, cms"),
+        ("api-outage:cms,at=1h", "for=DURATION"),
+        ("api-outage:cms,at=1h,for=0s", "for must be positive"),
+        ("api-outage:cms,at=1h,for=10m,instance=2", "does not apply"),
+    ],
+)
+def test_bad_api_outage_specs_are_refused_in_one_line(spec: str, fragment: str) -> None:
+    with pytest.raises(FaultSpecError, match=fragment):
+        parse_fault_spec(spec)
+
+
+def test_api_outage_fails_the_products_calls_for_its_duration_and_no_other(factory) -> None:
+    from fleet.cloud.clients import make_clients
+    from fleet.cloud.errors import CloudError
+    from fleet.cloud.retry import RetryPolicy
+
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
+    with mock_aliyun(start=START, boot_seconds=30) as cloud:
+        group_id = cloud.create_group_for_tests(in_service=1, desired_capacity=1)
+        clients = make_clients(
+            cloud.region_id, cloud.account_id, retry=RetryPolicy(attempts=1, sleep=lambda s: None), env=env
+        )
+        (iid,) = cloud.ess.groups[group_id].instance_ids
+        world = _world(cloud, group_id, factory, [parse_fault_spec("api-outage:cms,at=10s,for=10m")])
+        world.run_until(20.0)
+        with pytest.raises(CloudError, match="503"):
+            clients.cms.metric_last(clients.cms.custom_namespace, "vllm_up", [iid])
+        assert clients.ess.describe_scaling_groups(group_ids=[group_id])  # ESS answers as ever
+        world.run_until(620.0)
+        assert clients.cms.metric_last(clients.cms.custom_namespace, "vllm_up", [iid]) is not None
+        assert [e["event"] for e in world.fault_log][-2:] == ["api-outage", "api-outage-over"]
+
+
 def _world(cloud, group_id, factory, faults=(), **params) -> World:
     world = World(
         cloud, group_id, factory, WorldParams(**params), [], faults, instance_lister=list_group_instances
