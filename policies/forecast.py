@@ -47,6 +47,8 @@ MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are 
 # The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); clipped at 64, a
 # wild day's headroom cost more GPU-hours per violation minute saved than 12 did (docs/simulator.md)
 STAFFING_MAX_BURSTINESS = 12.0
+MIN_BURSTINESS_BUCKETS = 6  # buckets the index of dispersion needs
+BURSTINESS_LOOKBACK_S = 86400.0  # how far back a gap in the history sends it for buckets with data
 
 
 class Method(StrEnum):
@@ -239,12 +241,23 @@ def coverage(state: ForecastState) -> float | None:
     return sum(state.covered) / len(state.covered) if state.covered else None
 
 
-def burstiness(series: DemandSeries | None, now: datetime, *, cap: float, window_s: float = 1800.0) -> float:
+def burstiness(
+    series: DemandSeries | None,
+    now: datetime,
+    *,
+    cap: float,
+    window_s: float = 1800.0,
+    lookback_s: float = BURSTINESS_LOOKBACK_S,
+) -> float:
     """Index of dispersion of per-bucket arrival counts over the last ``window_s`` (1 for Poisson arrivals),
     clipped to ``cap``.
 
     First differences remove the trend of a ramp (which is demand, not burstiness): Var(x_i - x_{i-1}) / 2
-    estimates the variance of the counts around their local level.
+    estimates the variance of the counts around their local level. A window that a gap in the history left
+    with under ``MIN_BURSTINESS_BUCKETS`` buckets (a metrics outage, the service down) takes the latest
+    window's worth of buckets with data up to ``lookback_s`` back: the arrivals did not turn Poisson while
+    nobody read them, and reading 1 there would drop the staffing's headroom (and shorten the scale-in
+    window) the moment the readings come back. With no data that recent (a first start) it is 1.
     """
     if series is None:
         return 1.0
@@ -252,7 +265,11 @@ def burstiness(series: DemandSeries | None, now: datetime, *, cap: float, window
     now_s = now.timestamp()
     i0 = max(0, math.ceil((now_s - window_s - idx.start_s) / idx.step_s))
     counts = [v * idx.step_s for v in idx.rps[i0:] if v is not None]
-    if len(counts) < 6:
+    if len(counts) < MIN_BURSTINESS_BUCKETS:
+        back = max(0, math.ceil((now_s - lookback_s - idx.start_s) / idx.step_s))
+        earlier = [v * idx.step_s for v in idx.rps[back:] if v is not None]
+        counts = earlier[-max(MIN_BURSTINESS_BUCKETS, round(window_s / idx.step_s)) :]
+    if len(counts) < MIN_BURSTINESS_BUCKETS:
         return 1.0
     mean = sum(counts) / len(counts)
     if mean <= 1e-9:

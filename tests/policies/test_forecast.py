@@ -117,6 +117,26 @@ def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
     assert fc.burstiness(poisson, NOW, cap=fc.STAFFING_MAX_BURSTINESS) < 1.6  # the cap raises no calm index
 
 
+def test_a_gap_in_the_history_does_not_read_as_poisson_arrivals():
+    # A clumpy hour, then an hour of no readings (a metrics outage), then two minutes of readings again: the
+    # window of the last 30 minutes holds two buckets. It takes the latest buckets with data instead, so the
+    # index stays the clumpy hour's and the headroom does not collapse as the readings come back.
+    rng = random.Random(5)
+    start = NOW - timedelta(minutes=121)
+    clumps = [rng.choice([500, 700]) / 60 for _ in range(60)]
+    series = DemandSeries(start=start, step_s=60, rps=[*clumps, *([None] * 60), 600 / 60, 610 / 60])
+    before = DemandSeries(start=start, step_s=60, rps=clumps)
+    at_gap_start = start + timedelta(minutes=60)
+    clumpy = fc.burstiness(before, at_gap_start, cap=64.0)
+    assert 10 < clumpy < 64
+    assert fc.burstiness(series, NOW, cap=64.0) == pytest.approx(clumpy, rel=0.25)
+    # no readings within the lookback: Poisson, as on a first start
+    assert fc.burstiness(series, NOW, cap=64.0, lookback_s=30 * 60.0) == 1.0
+    # a window with enough buckets is read as it is, the gap's older buckets not mixed in
+    full = DemandSeries(start=start, step_s=60, rps=[*clumps, *([600 / 60] * 60)])
+    assert fc.burstiness(full, NOW, cap=64.0) == 1.0
+
+
 def test_hourly_needs_a_day_and_its_lower_quantile_stays_under_the_mean():
     assert fc.hourly(series(0.5), NOW, 6, ForecastState()) == []
     hours = fc.hourly(series(2, noise=0.05), NOW, 6, ForecastState())
