@@ -796,6 +796,14 @@ class GroupSpec(_Model):
                 f"predictive horizon ({horizon:g}s) is below cold_start_s ({self.cold_start_s:g}s): capacity "
                 "ordered now arrives after it"
             )
+        iso = self.isolation
+        reads_engine = any(r.metric in m.ENGINE_HEALTH_METRICS for r in iso.rules)
+        if iso.enabled and reads_engine and iso.health_check_timeout_s < self.cold_start_s:
+            problems.append(
+                f"isolation health_check_timeout ({iso.health_check_timeout_s:g}s) is below cold_start_s "
+                f"({self.cold_start_s:g}s): after a reboot the health check waits for vLLM to serve, which "
+                "takes the cold start, so every rebooted node would be replaced"
+            )
         names = [s.name for s in self.schedules]
         for name in sorted({n for n in names if names.count(n) > 1}):
             problems.append(f"two schedules are named {name!r}")
