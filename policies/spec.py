@@ -687,6 +687,10 @@ class Guardrails(_Model):
         return resolve_count(self.max_isolated, group_size)
 
 
+# the default health check's room beyond the cold start (an ECS reboot, a slow disk)
+HEALTH_CHECK_LOAD_MARGIN_S = 300.0
+
+
 class IsolationSpec(_Model):
     enabled: bool = True
     respond_within_s: Duration = Field(default=900.0, alias="respond_within")
@@ -797,8 +801,12 @@ class GroupSpec(_Model):
                 "ordered now arrives after it"
             )
         iso = self.isolation
-        reads_engine = any(r.metric in m.ENGINE_HEALTH_METRICS for r in iso.rules)
-        if iso.enabled and reads_engine and iso.health_check_timeout_s < self.cold_start_s:
+        explicit = "health_check_timeout_s" in iso.model_fields_set
+        if (
+            explicit
+            and self._health_check_waits_for_engine
+            and iso.health_check_timeout_s < self.cold_start_s
+        ):
             problems.append(
                 f"isolation health_check_timeout ({iso.health_check_timeout_s:g}s) is below cold_start_s "
                 f"({self.cold_start_s:g}s): after a reboot the health check waits for vLLM to serve, which "
@@ -825,6 +833,22 @@ class GroupSpec(_Model):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def _health_check_waits_for_engine(self) -> bool:
+        iso = self.isolation
+        return iso.enabled and any(r.metric in m.ENGINE_HEALTH_METRICS for r in iso.rules)
+
+    @property
+    def health_check_timeout_s(self) -> float:
+        """How long the health check after a reboot waits: as configured; left at its default where it waits
+        for the engine (a ``vllm_up`` rule), at least the cold start plus ``HEALTH_CHECK_LOAD_MARGIN_S``, so a
+        model whose weights load longer than the default is not replaced after every reboot."""
+        iso = self.isolation
+        timeout = float(iso.health_check_timeout_s)
+        if "health_check_timeout_s" in iso.model_fields_set or not self._health_check_waits_for_engine:
+            return timeout
+        return max(timeout, float(self.cold_start_s) + HEALTH_CHECK_LOAD_MARGIN_S)
 
     @property
     def base_floor(self) -> int:

@@ -332,7 +332,7 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         inc.exit_requested_at = now
         note(inc, now, ReasonCode.HEALTH_CHECK_PASSED, why)
         t.steps.add(inc, StepAction.EXIT_STANDBY, ReasonCode.HEALTH_CHECK_PASSED, why)
-    elif (now - requested_at).total_seconds() >= t.iso.health_check_timeout_s:
+    elif (now - requested_at).total_seconds() >= t.spec.health_check_timeout_s:
         inc.action = "replace"
         note(inc, now, ReasonCode.HEALTH_CHECK_TIMEOUT, f"{why}: replace")
         inc.remove_requested_at = now

@@ -94,12 +94,19 @@ def test_group_bounds_are_checked_together():
         group_spec(schedules=[{"name": "s", "start": "09:00", "end": "10:00", "min": 50}])
 
 
-def test_a_health_check_shorter_than_the_cold_start_is_refused_where_it_waits_for_the_engine():
+def test_the_health_check_outlasts_the_cold_start_where_it_waits_for_the_engine():
     # the default rules read vllm_up, so the health check after a reboot waits out the weights' load
     with pytest.raises(ValidationError, match="health_check_timeout .* is below cold_start_s"):
         group_spec(cold_start_s=1200, isolation={"health_check_timeout": "15m"})
-    assert group_spec(cold_start_s=1200, isolation={"health_check_timeout": "30m"})
+    assert (
+        group_spec(cold_start_s=1200, isolation={"health_check_timeout": "30m"}).health_check_timeout_s
+        == 1800
+    )
+    # left at its default it grows with the cold start; without a vllm_up rule it stays as it is
+    assert group_spec(cold_start_s=1200).health_check_timeout_s == 1500
+    assert group_spec(cold_start_s=180).health_check_timeout_s == 900
     gpu_only = [{"name": "hot", "metric": "gpu_temperature_c", "above": 85, "for": "2m"}]
+    assert group_spec(cold_start_s=1200, isolation={"rules": gpu_only}).health_check_timeout_s == 900
     assert group_spec(cold_start_s=1200, isolation={"health_check_timeout": "15m", "rules": gpu_only})
 
 
