@@ -801,12 +801,8 @@ class GroupSpec(_Model):
                 "ordered now arrives after it"
             )
         iso = self.isolation
-        explicit = "health_check_timeout_s" in iso.model_fields_set
-        if (
-            explicit
-            and self._health_check_waits_for_engine
-            and iso.health_check_timeout_s < self.cold_start_s
-        ):
+        configured_short = self._health_check_timeout_set and iso.health_check_timeout_s < self.cold_start_s
+        if configured_short and self._health_check_waits_for_engine:
             problems.append(
                 f"isolation health_check_timeout ({iso.health_check_timeout_s:g}s) is below cold_start_s "
                 f"({self.cold_start_s:g}s): after a reboot the health check waits for vLLM to serve, which "
@@ -840,13 +836,16 @@ class GroupSpec(_Model):
         return iso.enabled and any(r.metric in m.ENGINE_HEALTH_METRICS for r in iso.rules)
 
     @property
+    def _health_check_timeout_set(self) -> bool:
+        return "health_check_timeout_s" in self.isolation.model_fields_set
+
+    @property
     def health_check_timeout_s(self) -> float:
         """How long the health check after a reboot waits: as configured; left at its default where it waits
         for the engine (a ``vllm_up`` rule), at least the cold start plus ``HEALTH_CHECK_LOAD_MARGIN_S``, so a
         model whose weights load longer than the default is not replaced after every reboot."""
-        iso = self.isolation
-        timeout = float(iso.health_check_timeout_s)
-        if "health_check_timeout_s" in iso.model_fields_set or not self._health_check_waits_for_engine:
+        timeout = float(self.isolation.health_check_timeout_s)
+        if self._health_check_timeout_set or not self._health_check_waits_for_engine:
             return timeout
         return max(timeout, float(self.cold_start_s) + HEALTH_CHECK_LOAD_MARGIN_S)
 

@@ -71,8 +71,8 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
-# A slow read's points must not go stale before the next read: a point is up to one agent period old when
-# read, and the tick that first reads past the refresh comes up to a tick later (at most the same again).
+# A slow read's points must not go stale before the next read: a point is up to one agent period (15 s) old
+# when read, and the tick that reads again past the refresh comes up to one 15 s tick after it.
 SLOW_READ_SLACK_S = 30.0
 # The demand's request rate is the rate over one agent period (15 s). A service ticking less often than that
 # reads every point since the last one it used (DescribeMetricList), so each tick's reading, and so each
@@ -409,7 +409,7 @@ class Observer:
         for spec, g in observed:
             measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
             source = self.sources[spec.name]
-            slow = slow_metrics(spec)
+            slow, refresh_s = slow_metrics(spec), slow_refresh_s(spec)
             for canonical in sorted(needed_metrics(spec)):
                 if not measured:
                     g.staleness_s[canonical] = None
@@ -417,7 +417,7 @@ class Observer:
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
                 read.slow = read.slow and canonical in slow
-                read.refresh_s = min(read.refresh_s, slow_refresh_s(spec))
+                read.refresh_s = min(read.refresh_s, refresh_s)
         reused = {
             key: self._slow[key][1]
             for key, read in reads.items()

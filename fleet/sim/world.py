@@ -525,10 +525,11 @@ class World:
     # ------------------------------------------------------------------------------------------- faults
 
     def _fire_faults(self, until_s: float) -> None:
-        for end_s, rule in [o for o in self._outages if o[0] < until_s]:
-            self.cloud.remove_fault(rule)
-            self._outages.remove((end_s, rule))
-            self.fault_log.append({"at_s": end_s, "instance_id": None, "event": "api-outage-over"})
+        for end_s, rule in self._outages:
+            if end_s < until_s:
+                self.cloud.remove_fault(rule)
+                self.fault_log.append({"at_s": end_s, "instance_id": None, "event": "api-outage-over"})
+        self._outages = [o for o in self._outages if o[0] >= until_s]
         for f in self.faults:
             if f.fired or f.at_s >= until_s:
                 continue
