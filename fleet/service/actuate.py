@@ -33,6 +33,7 @@ from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
 from policies.model import (
+    BreakerState,
     GroupPlan,
     Incident,
     IsolationStep,
@@ -67,6 +68,18 @@ _LANDED: dict[tuple[StepAction, str | None], str] = {
     (StepAction.EXIT_STANDBY, LifecycleState.IN_SERVICE): " (already InService)",
     (StepAction.REMOVE, None): " (already gone)",
 }
+
+
+def _admitted_before(incident: Incident | None, opened_at: datetime | None) -> bool:
+    """Whether an incident may still leave traffic under an open breaker: a human's, or one the policy
+    admitted before the breaker opened (within its limit: the breaker trips on the incidents past it, in
+    the same tick as it admits the ones before, and those go ahead)."""
+    if incident is None:
+        return False
+    if incident.manual:
+        return True
+    admitted = incident.admitted_at
+    return admitted is not None and opened_at is not None and admitted <= opened_at
 
 
 def _already_landed(action: StepAction, state: str | None) -> str | None:
@@ -242,7 +255,7 @@ class Actuator:
         gp: GroupPlan,
         spec: GroupSpec,
         observed: GroupObservation,
-        breaker_open: bool,
+        breaker: BreakerState | None,
         now: datetime,
         epoch: int | None,
         fence: Callable[[], bool],
@@ -264,7 +277,7 @@ class Actuator:
                 spec,
                 observed,
                 incidents.get(step.incident_id),
-                breaker_open,
+                breaker,
                 standby_now,
                 now,
                 epoch,
@@ -287,7 +300,7 @@ class Actuator:
         spec: GroupSpec,
         observed: GroupObservation,
         incident: Incident | None,
-        breaker_open: bool,
+        breaker: BreakerState | None,
         standby_now: int,
         now: datetime,
         epoch: int | None,
@@ -325,7 +338,7 @@ class Actuator:
             return self._record(done_before, now, epoch)
 
         if step.action == StepAction.ENTER_STANDBY:
-            blocked = self._guardrail(spec, gp, observed, incident, breaker_open, standby_now)
+            blocked = self._guardrail(spec, gp, observed, incident, breaker, standby_now)
             if blocked:
                 log.warning("isolation of %s blocked at actuation: %s", step.instance_id, blocked)
                 return self._record(replace(base, outcome=Outcome.BLOCKED, error=blocked), now, epoch)
@@ -398,12 +411,11 @@ class Actuator:
         gp: GroupPlan,
         observed: GroupObservation,
         incident: Incident | None,
-        breaker_open: bool,
+        breaker: BreakerState | None,
         standby_now: int,
     ) -> str | None:
         """Why entering standby must not happen now, or None. The policy checked too; this is the backstop."""
-        manual = bool(incident and incident.manual)
-        if breaker_open and not manual:
+        if breaker is not None and breaker.open and not _admitted_before(incident, breaker.opened_at):
             return "circuit breaker open: automatic isolation paused until a human resets it"
         size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)

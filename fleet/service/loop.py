@@ -537,10 +537,10 @@ class Service:
         if spec is None:
             return []
         gh = plan.history.groups.get(gp.group)
-        breaker_open = bool(gh and gh.breaker.open)
+        breaker = gh.breaker if gh is not None else None
         has_channel = self.notifier is not None and self.notifier.has_channels
         actuator = self.actuator_for(scope_of(spec))  # the clients of the group's (account, region)
-        actions = actuator.steps(gp, spec, observed, breaker_open, now, lease.epoch, fence, has_channel)
+        actions = actuator.steps(gp, spec, observed, breaker, now, lease.epoch, fence, has_channel)
         if any(a.outcome == Outcome.FENCED for a in actions):
             return actions
         res = actuator.scale(gp, observed, now, lease.epoch, fence)

@@ -3,8 +3,10 @@ lease checked again right before the cloud."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fleet.service.actuate import client_token
-from policies.model import GroupPlan, IsolationStep, ReasonCode, StepAction
+from policies.model import BreakerState, GroupPlan, Incident, IsolationStep, ReasonCode, StepAction
 
 SCALE = """\
 min_size: 1
@@ -78,9 +80,24 @@ def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world):
     )
     gp = GroupPlan(group="chat", floor=3, steps=[step])
     spec = svc.policy.group("chat")
-    [res] = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
+    [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
     assert res.outcome == "blocked" and "floor" in res.error
     assert not any(a == "EnterStandby" for _, a in cloud.calls)
+
+
+def _incident(iid, instance_id, now, admitted_at):
+    return Incident(
+        incident_id=iid,
+        group="chat",
+        instance_id=instance_id,
+        rule="xid_hardware",
+        kind="xid",
+        action="replace",
+        detected_at=now,
+        respond_by=now + timedelta(minutes=15),
+        isolate_by=now + timedelta(hours=4),
+        admitted_at=admitted_at,
+    )
 
 
 def test_open_breaker_blocks_automatic_standby_at_actuation(fake_world):
@@ -94,8 +111,41 @@ def test_open_breaker_blocks_automatic_standby_at_actuation(fake_world):
         reason=ReasonCode.ENTER_STANDBY,
     )
     gp = GroupPlan(group="chat", floor=1, steps=[step])
-    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, True, cloud.now(), 1, lambda: True, False)
+    breaker = BreakerState(open=True, opened_at=cloud.now(), reason="4 isolations requested")
+    [res] = svc.actuator.steps(
+        gp, svc.policy.group("chat"), obs, breaker, cloud.now(), 1, lambda: True, False
+    )
     assert res.outcome == "blocked" and "breaker" in res.error
+    # admitted only after the breaker opened: blocked as well
+    late = _incident("inc-2", step.instance_id, cloud.now(), cloud.now() + timedelta(seconds=15))
+    gp = GroupPlan(group="chat", floor=1, steps=[step], incidents=[late])
+    [res] = svc.actuator.steps(
+        gp, svc.policy.group("chat"), obs, breaker, cloud.now(), 1, lambda: True, False
+    )
+    assert res.outcome == "blocked"
+    assert not any(a == "EnterStandby" for _, a in cloud.calls)
+
+
+def test_incident_admitted_before_the_breaker_tripped_still_leaves_traffic(fake_world):
+    """The breaker trips on the incident past its limit in the tick that admits the ones within it: those
+    go ahead (the policy keeps asking for their standby), they are not blocked at actuation every tick."""
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    now = cloud.now()
+    step = IsolationStep(
+        step_id="inc-5:enter_standby:0",
+        incident_id="inc-5",
+        instance_id=obs.instances[0].instance_id,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+    gp = GroupPlan(
+        group="chat", floor=1, steps=[step], incidents=[_incident("inc-5", step.instance_id, now, now)]
+    )
+    breaker = BreakerState(open=True, opened_at=now, reason="4 isolations requested")
+    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, breaker, now, 1, lambda: True, False)
+    assert res.outcome == "applied", res.error
+    assert sum(1 for _, a in cloud.calls if a == "EnterStandby") == 1
 
 
 def test_standby_step_is_applied_once_with_a_derived_token(fake_world):
@@ -110,8 +160,8 @@ def test_standby_step_is_applied_once_with_a_derived_token(fake_world):
     )
     gp = GroupPlan(group="chat", floor=1, steps=[step])
     spec = svc.policy.group("chat")
-    [res] = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
-    again = svc.actuator.steps(gp, spec, obs, False, cloud.now(), 1, lambda: True, False)
+    [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
+    again = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
     assert res.outcome == "applied" and res.client_token == client_token("fleet", step.step_id)
     assert again == []
     assert sum(1 for _, a in cloud.calls if a == "EnterStandby") == 1
@@ -128,7 +178,7 @@ def test_dry_run_step_touches_nothing(fake_world):
         reason=ReasonCode.REBOOT,
     )
     gp = GroupPlan(group="chat", floor=1, steps=[step])
-    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, False, cloud.now(), 1, lambda: True, False)
+    [res] = svc.actuator.steps(gp, svc.policy.group("chat"), obs, None, cloud.now(), 1, lambda: True, False)
     assert res.outcome == "dry_run"
     assert not any(a == "RebootInstance" for _, a in cloud.calls)
 
@@ -145,5 +195,5 @@ def test_a_step_blocked_for_many_ticks_is_audited_once(fake_world):
     )
     gp = GroupPlan(group="chat", floor=3, steps=[step])
     for _ in range(5):
-        svc.actuator.steps(gp, svc.policy.group("chat"), obs, False, cloud.now(), 1, lambda: True, False)
+        svc.actuator.steps(gp, svc.policy.group("chat"), obs, None, cloud.now(), 1, lambda: True, False)
     assert [d.outcome for d in svc.store.decisions(kind="isolation")] == ["blocked"]

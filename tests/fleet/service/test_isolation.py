@@ -330,3 +330,24 @@ def test_replacing_a_node_launches_exactly_one_replacement(fake_world):
     launched = {i.instance_id for i in cloud.ecs.instances.values()} - before
     assert len(launched) == 1
     assert sorted(_ids(svc, cloud, "InService")) == sorted((before - {bad}) | launched)
+
+
+def test_incidents_within_the_breaker_limit_are_isolated_when_one_past_it_trips_it(fake_world):
+    """Three nodes overheat together and the breaker allows two: the two go to Standby, the third waits
+    for a human, and actuation never refuses what the policy admitted."""
+    config = HOT_RULE.replace("warm_floor: 3", "warm_floor: 2") + (
+        "guardrails: {max_isolated: 5, breaker: {max_isolations: 2, window: 1h}}\n"
+    )
+    cloud, svc, _ = fake_world(config, in_service=10)
+    hot = set(_ids(svc, cloud)[:3])
+    seen = _run(cloud, svc, hot, ticks=16)
+    decisions = svc.store.decisions(kind="isolation")
+    assert not [d for d in decisions if d.outcome == "blocked"]
+    entered = {d.instance_id for d in decisions if d.action == "enter_standby" and d.outcome == "applied"}
+    assert len(entered) == 2 and entered <= hot
+    assert max(standby for _, standby in seen) == 2
+    incidents = svc.store.incidents()
+    assert len(incidents) == 3
+    [waiting] = [i for i in incidents if i.instance_id not in entered]
+    assert waiting.isolated_at is None
+    assert svc.last_tick.plan.history.groups["chat"].breaker.open
