@@ -228,15 +228,7 @@ def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: dateti
         if iid in cloud.ess.instances
     }
     desired = group.desired_capacity if group.desired_capacity is not None else len(states)
-    fresh = [
-        a.activity_id
-        for a in cloud.ess.activities.values()
-        if a.group_id == group_id
-        and a.start_s >= since_s
-        and a.activity_type == "CapacityChange"
-        and a.trigger_source_type == "APIs"
-        and a.total_capacity is not None
-    ]
+    fresh = capacity_writes(cloud, group_id, since_s)
     if checker.max_isolated_for is not None:
         checker.max_isolated = checker.max_isolated_for(max(1, desired))
     checker.check(at, desired, states, fresh)
@@ -271,17 +263,24 @@ def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, sta
     )
 
 
-def scale_actions(cloud: FakeCloud, group_id: str, since_s: float) -> int:
-    """Capacity writes the controller made: ESS capacity-change activities it started through the API."""
-    return sum(
-        1
+def capacity_writes(cloud: FakeCloud, group_id: str, since_s: float) -> list[str]:
+    """The ESS capacity-change activities the controller started through the API since ``since_s``: moves
+    in and out of Standby change no capacity and are not counted."""
+    return [
+        a.activity_id
         for a in cloud.ess.activities.values()
         if a.group_id == group_id
         and a.start_s >= since_s
         and a.activity_type == "CapacityChange"
+        and not a.standby_move
         and a.trigger_source_type == "APIs"
         and a.total_capacity is not None
-    )
+    ]
+
+
+def scale_actions(cloud: FakeCloud, group_id: str, since_s: float) -> int:
+    """Capacity writes the controller made: ESS capacity-change activities it started through the API."""
+    return len(capacity_writes(cloud, group_id, since_s))
 
 
 def _iso(dt: Any) -> str | None:

@@ -225,6 +225,7 @@ class ScalingActivity:
     error_code: str = ""
     error_message: str = ""
     activity_type: str = "CapacityChange"
+    standby_move: bool = False  # EnterStandby / ExitStandby: instances change state, capacity does not
     cooldown_s: int | None = None  # a simple rule's own Cooldown overrides the group's (section 1.1)
     shortfall: int = 0  # instances asked for that could not be created (no stock)
     error_messages: list[dict[str, Any]] = field(default_factory=list)

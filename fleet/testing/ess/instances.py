@@ -42,6 +42,7 @@ class InstancesMixin(EssBase):
             f"A user puts {len(members)} instance(s) into Standby.",
             "Instances enter Standby; desired capacity is unchanged.",
         )
+        activity.standby_move = True
         for inst in members:
             inst.lifecycle_state = "Standby"
         self._finish_if_done(activity, self.cloud.now_s())
@@ -58,6 +59,7 @@ class InstancesMixin(EssBase):
             f"A user takes {len(members)} instance(s) out of Standby.",
             "Instances leave Standby and take traffic again.",
         )
+        activity.standby_move = True
         for inst in members:
             inst.lifecycle_state = "InService"
         self._finish_if_done(activity, self.cloud.now_s())

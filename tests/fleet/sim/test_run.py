@@ -105,6 +105,18 @@ def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_
     assert run.summary["incidents"] == []  # its GPUs read healthy: no other rule sees it
 
 
+def test_simultaneous_hardware_failures_are_isolated_together_without_an_invariant_violation(config):
+    """Three GPUs fail in one minute: their moves into Standby (one ESS activity each, in the same tick)
+    are not capacity writes, so the run keeps no double-action violation, and each is replaced."""
+    faults = [parse_fault_spec(f"xid:79,at=2m,instance={n}") for n in range(3)]
+    run = simulate(config, "azure:conv,rate=2", 20 / 60, faults=faults, options=SimOptions())
+    incidents = run.summary["incidents"]
+    assert len(incidents) == 3
+    assert all(i["isolated_at"] is not None and i["state"] == "closed" for i in incidents)
+    assert len({i["isolated_at"] for i in incidents}) < 3  # at least two went to Standby in one tick
+    assert run.summary["invariant_violations"] == []
+
+
 def test_series_has_one_point_per_simulated_minute(overheat_run):
     assert len(overheat_run.series) == 20
     assert all(p.desired >= 2 for p in overheat_run.series)
