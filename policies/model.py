@@ -347,6 +347,15 @@ class Recommendation(_Model):
     serving: int
 
 
+class EpisodeRecord(_Model):
+    """One episode of a repeat rule's condition (``key``: the rule's track key for the instance), begun at
+    ``at`` after the condition had been seen clear: an engine that went down after serving."""
+
+    key: str
+    instance_id: str
+    at: AwareDatetime
+
+
 class XidRecord(_Model):
     """One XID occurrence, first seen at ``at`` and reported until ``last_at`` (a "last XID" is sticky)."""
 
@@ -463,6 +472,10 @@ class GroupHistory(_Model):
     panic_until: AwareDatetime | None = None
     incidents: list[Incident] = Field(default_factory=list)
     xids: list[XidRecord] = Field(default_factory=list)
+    episodes: list[EpisodeRecord] = Field(default_factory=list)
+    clear_at: dict[str, AwareDatetime] = Field(
+        default_factory=dict, description="per repeat rule and instance: its last fresh sample not breaching"
+    )
     breaker: BreakerState = Field(default_factory=BreakerState)
     applied_operator_actions: list[str] = Field(default_factory=list)
     seen_outcomes: list[str] = Field(default_factory=list)

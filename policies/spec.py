@@ -526,9 +526,11 @@ _INSTANCE_THRESHOLD_METRICS = frozenset(m.INSTANCE_METRICS) - {m.GPU_XID, m.GPU_
 class IsolationRule(_Model):
     """One way a node is judged faulty, and what to do about it.
 
-    Exactly one detector: ``metric`` + ``above``/``below`` (+ ``for``), ``throttle_reasons`` (+ ``samples``),
-    ``xids`` (+ ``repeat`` within ``window``), ``events`` (ECS system event code patterns, ``*`` wildcards),
-    or ``peer_factor`` (the instance's ``metric`` above that multiple of its peers' median for ``for``).
+    Exactly one detector: ``metric`` + ``above``/``below`` (+ ``for``; with ``repeat`` > 1, that many episodes
+    of the condition within ``window``, each begun after it had cleared and held for ``for``),
+    ``throttle_reasons`` (+ ``samples``), ``xids`` (+ ``repeat`` within ``window``), ``events`` (ECS system
+    event code patterns, ``*`` wildcards), or ``peer_factor`` (the instance's ``metric`` above that multiple
+    of its peers' median for ``for``).
     """
 
     name: str | None = None
@@ -539,7 +541,14 @@ class IsolationRule(_Model):
     throttle_reasons: tuple[str, ...] | None = None
     samples: int = Field(default=1, ge=1, description="consecutive samples (throttle rules)")
     xids: tuple[int, ...] | None = None
-    repeat: int = Field(default=1, ge=1, description="XID occurrences needed within window")
+    repeat: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "occurrences needed within window: XIDs, or a metric rule's episodes (the condition began again "
+            "after it had cleared, each held for `for`)"
+        ),
+    )
     window_s: Duration = Field(default=600.0, alias="window")
     events: tuple[str, ...] | None = None
     peer_factor: float | None = Field(default=None, gt=1)
@@ -587,6 +596,8 @@ class IsolationRule(_Model):
                 raise ValueError("list at least one XID")
             if kind == "event" and not self.events:
                 raise ValueError("list at least one event code pattern, e.g. SystemFailure.*")
+            if kind != "xid" and self.repeat > 1:
+                raise ValueError(f"repeat does not apply to a {kind} rule (only to xids and metric rules)")
         else:
             if self.metric is None:
                 raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
@@ -646,6 +657,17 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
         # serves nothing while ESS and the load balancer may still count it. A reboot starts vLLM again.
         IsolationRule(
             name="engine_down", metric=m.VLLM_UP, below=m.ENGINE_DOWN_BELOW, for_s=120, action="reboot"
+        ),
+        # vLLM that keeps dying and coming back (a supervisor restarts it; each crash loses the requests in
+        # flight): every outage is shorter than engine_down waits, so count them instead.
+        IsolationRule(
+            name="engine_restarting",
+            metric=m.VLLM_UP,
+            below=m.ENGINE_DOWN_BELOW,
+            for_s=30,
+            repeat=3,
+            window_s=3600,
+            action="reboot",
         ),
         IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
         IsolationRule(

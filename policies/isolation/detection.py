@@ -18,6 +18,7 @@ from policies import metrics as m
 from policies.isolation.shared import SERVING_STATES, XID_SAME_EVENT_GAP_S, Tick, note
 from policies.model import (
     OPEN_STATES,
+    EpisodeRecord,
     GroupHistory,
     IncidentState,
     InstanceSnapshot,
@@ -80,6 +81,7 @@ class Probe:
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
     cold_start_s: float = 0.0  # the group's: how long an engine is down while it loads the weights
+    suspect: bool = False  # the instance has an open incident: its restarts are the remediation's
 
 
 def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
@@ -150,7 +152,8 @@ def detect(
         for inst in candidates:
             key = f"iso:{rule.rule_id}:{inst.instance_id}"
             last = last_detected.get(inst.instance_id)
-            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s)
+            suspect = inst.instance_id in suspects
+            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s, suspect)
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
@@ -178,6 +181,8 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
         return None
     assert sample is not None
     breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
+    if rule.repeat > 1:
+        return _episodes(rule, p, sample.value, sample.at, breaching)
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= _needed_s(rule, p):
         op = ">" if rule.above is not None else "<"
@@ -194,6 +199,49 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
             },
         )
     return None
+
+
+def _episodes(rule: IsolationRule, p: Probe, value: float, at: datetime, breaching: bool) -> Detection | None:
+    """A metric rule with ``repeat``: the condition's episodes within the window, each counted once it has
+    held ``for`` if it began within ``stale_after`` of a sample that read clear (an engine that served and
+    went down; not a first load at boot, and not the restarts of the instance's own remediation). Episodes
+    before the instance's latest incident were answered by it."""
+    gh = p.gh
+    if not breaching:
+        _track(gh, p.key, False, at)
+        if at > gh.clear_at.get(p.key, at - timedelta(seconds=1)):
+            gh.clear_at[p.key] = at
+        return None
+    track = _track(gh, p.key, True, at)
+    assert track is not None
+    clear = gh.clear_at.get(p.key)
+    if (
+        not p.suspect
+        and clear is not None
+        and timedelta(0) < track.since - clear <= timedelta(seconds=p.stale_after_s)
+        and (track.last_at - track.since).total_seconds() >= rule.for_s
+        and not any(e.key == p.key and e.at == track.since for e in gh.episodes)
+    ):
+        gh.episodes.append(EpisodeRecord(key=p.key, instance_id=p.inst.instance_id, at=track.since))
+    start = p.now - timedelta(seconds=rule.window_s)
+    if p.last_detected is not None and p.last_detected > start:
+        start = p.last_detected
+    hits = [e.at for e in gh.episodes if e.key == p.key and start < e.at <= p.now]
+    if len(hits) < rule.repeat:
+        return None
+    op = ">" if rule.above is not None else "<"
+    return Detection(
+        rule,
+        f"{rule.metric} {op} {rule.above or rule.below:g} began {len(hits)} times within {rule.window_s:g}s",
+        {
+            "metric": rule.metric or "",
+            "value": value,
+            "threshold": rule.above or rule.below,
+            "episodes": len(hits),
+            "repeat": rule.repeat,
+            "first": min(hits).isoformat(),
+        },
+    )
 
 
 def _throttle(rule: IsolationRule, p: Probe) -> Detection | None:

@@ -1,7 +1,7 @@
 """Bookkeeping at the end of a tick: what the scaler needs to know, and the history pruned to its retention.
 
-Closed incidents and XID records are kept for a day, or for the longest window that reads them (the
-breaker's, a rule's) when that is longer.
+Closed incidents, XID records and repeat rules' episodes are kept for a day, or for the longest window that
+reads them (the breaker's, a rule's) when that is longer.
 """
 
 from __future__ import annotations
@@ -33,3 +33,5 @@ def prune(t: Tick) -> None:
     cutoff = now - timedelta(seconds=retention)
     gh.incidents = [i for i in gh.incidents if i.state in OPEN_STATES or (i.closed_at or now) > cutoff]
     gh.xids = [x for x in gh.xids if x.at > cutoff]
+    gh.episodes = [e for e in gh.episodes if e.at > cutoff]
+    gh.clear_at = {k: at for k, at in gh.clear_at.items() if at > cutoff}

@@ -167,6 +167,52 @@ def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
     assert (at["reboot"] - at["enter_standby"]).total_seconds() <= 30
 
 
+def _crash_and_restart(world, spec, node, crashes, up_s=12 * 60, down_s=3 * 60, history=None):
+    """vLLM on ``node`` serves for ``up_s``, then dies and its supervisor has it serving again ``down_s``
+    later (shorter than engine_down waits), ``crashes`` times."""
+    plans = []
+    for _ in range(crashes):
+        more, history = drive(world, spec, up_s, history=history)
+        plans += more
+        node.engine_down = True
+        more, history = drive(world, spec, down_s, history=history)
+        plans += more
+        node.engine_down = False
+    return plans, history
+
+
+def test_an_engine_that_keeps_restarting_is_rebooted():
+    spec = policy()
+    world = World(T0, 6, demand=lambda at: 5.0)  # busy enough that no scale-in takes the node away
+    node = world.nodes["i-0004"]
+    _, hist = _crash_and_restart(world, spec, node, crashes=2)
+    assert not incidents(hist)  # two restarts in the hour: tolerated
+    _, hist = _crash_and_restart(world, spec, node, crashes=1, history=hist)
+    (inc,) = incidents(hist)
+    assert inc.rule == "engine_restarting" and inc.instance_id == "i-0004" and inc.action == "reboot"
+    assert inc.evidence["episodes"] == 3
+    detected = next(e.at for e in inc.timeline if e.state == IncidentState.DETECTED)
+    third_crash = T0 + timedelta(minutes=12 + 15 + 15)
+    assert timedelta(seconds=30) <= detected - third_crash <= timedelta(seconds=60)
+
+
+def test_restarts_spread_beyond_the_window_and_a_nodes_own_reboots_are_not_a_crash_loop():
+    spec = policy()
+    world = World(T0, 6, cold_start_s=240, demand=lambda at: 5.0)
+    node = world.nodes["i-0004"]
+    # a crash every half hour: never three within the hour's window
+    _, hist = _crash_and_restart(world, spec, node, crashes=4, up_s=27 * 60)
+    assert not incidents(hist)
+    assert len(hist.groups[GROUP].episodes) == 4
+    # a node rebooted by its own incident reloads (vllm_up 0 for the cold start): not an episode
+    world.nodes["i-0002"].hot = True
+    _, hist = drive(world, spec, 20 * 60, history=hist)
+    (inc,) = incidents(hist)
+    assert inc.rule == "gpu_overheat" and inc.outcome == "rebooted"
+    episodes = hist.groups[GROUP].episodes
+    assert {e.instance_id for e in episodes} == {"i-0004"} and len(episodes) == 4
+
+
 def test_an_engine_still_loading_its_weights_is_not_a_dead_one():
     # ESS counts a new instance InService once ECS runs it; vLLM is down until the weights are loaded, and the
     # agent says so (vllm_up 0) for up to the group's cold start. That is no fault.

@@ -142,6 +142,7 @@ def test_factor_without_baseline_is_rejected():
         ({"xids": [79]}, "xid"),
         ({"events": ["SystemFailure.*"]}, "event"),
         ({"metric": "ttft_p99_ms", "peer_factor": 3}, "outlier"),
+        ({"metric": "vllm_up", "below": 0.5, "for": "30s", "repeat": 3, "window": "1h"}, "metric"),
     ],
 )
 def test_isolation_rule_kinds(rule, kind):
@@ -163,11 +164,25 @@ def test_malformed_isolation_rules_are_rejected(rule):
         IsolationRule.model_validate(rule)
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"events": ["SystemFailure.*"], "repeat": 2},
+        {"throttle_reasons": ["hw_thermal"], "repeat": 2},
+        {"metric": "ttft_p99_ms", "peer_factor": 3, "repeat": 2},
+    ],
+)
+def test_repeat_is_refused_where_nothing_counts_it(rule):
+    with pytest.raises(ValidationError, match="repeat does not apply"):
+        IsolationRule.model_validate(rule)
+
+
 def test_default_isolation_rules_cover_the_issue_classes():
     rules = {r.rule_id: r for r in group_spec().isolation.rules}
     assert rules["gpu_overheat"].above == 85 and rules["gpu_overheat"].for_s == 120
     assert rules["xid_hardware"].action == "replace" and rules["xid_hardware"].repeat == 1
     assert rules["xid_application"].repeat > 1
+    assert rules["engine_restarting"].metric == "vllm_up" and rules["engine_restarting"].repeat > 1
     assert 79 in rules["xid_hardware"].xids and 13 in rules["xid_application"].xids
 
 
