@@ -95,6 +95,17 @@ def test_a_dead_engine_is_isolated_rebooted_and_serves_again(config):
     assert run.summary["invariant_violations"] == []
 
 
+def test_an_engine_its_supervisor_keeps_restarting_is_rebooted_after_the_third_crash(config):
+    faults = [parse_fault_spec(f"engine-crash,at={m}m,instance=0,for=2m") for m in (2, 10, 18)]
+    run = simulate(config, "azure:conv,rate=0.5", 28 / 60, faults=faults, options=SimOptions())
+    crashed = run.fault_log[0]["instance_id"]
+    assert {f["instance_id"] for f in run.fault_log if f["event"] != "rebooted"} == {crashed}
+    (incident,) = run.summary["incidents"]  # no outage was long enough for engine_down
+    assert incident["instance_id"] == crashed and incident["cause"] == "metric: engine_restarting"
+    assert incident["action"] == "reboot" and incident["state"] == "closed"
+    assert run.summary["invariant_violations"] == []
+
+
 def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_path):
     text = DEFAULT_CONFIG.read_text()
     assert "name: engine_down" in text
