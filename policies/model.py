@@ -377,7 +377,7 @@ class Incident(_Model):
     group: str
     instance_id: str
     rule: str
-    kind: str = Field(description="metric, throttle, xid, event, outlier or manual")
+    kind: str = Field(description="metric, throttle, xid, event, outlier, absent or manual")
     action: Literal["reboot", "replace", "hold"]
     manual: bool = False
     state: IncidentState = IncidentState.DETECTED

@@ -529,8 +529,9 @@ class IsolationRule(_Model):
     Exactly one detector: ``metric`` + ``above``/``below`` (+ ``for``; with ``repeat`` > 1, that many episodes
     of the condition within ``window``, each begun after it had cleared and held for ``for``),
     ``throttle_reasons`` (+ ``samples``), ``xids`` (+ ``repeat`` within ``window``), ``events`` (ECS system
-    event code patterns, ``*`` wildcards), or ``peer_factor`` (the instance's ``metric`` above that multiple
-    of its peers' median for ``for``).
+    event code patterns, ``*`` wildcards), ``peer_factor`` (the instance's ``metric`` above that multiple
+    of its peers' median for ``for``), or ``absent_for`` (no fresh ``metric`` from the instance for that long
+    while its peers send theirs: its node agent stopped, or the node hangs).
     """
 
     name: str | None = None
@@ -552,6 +553,11 @@ class IsolationRule(_Model):
     window_s: Duration = Field(default=600.0, alias="window")
     events: tuple[str, ...] | None = None
     peer_factor: float | None = Field(default=None, gt=1)
+    absent_for_s: Duration | None = Field(
+        default=None,
+        alias="absent_for",
+        description="the instance has sent no fresh sample of `metric` for this long while its peers have",
+    )
     min_peers: int = Field(default=3, ge=1)
     min_value: float = Field(default=0.0, ge=0, description="outlier rules ignore values below this")
     action: IsolationAction = "reboot"
@@ -579,15 +585,22 @@ class IsolationRule(_Model):
                 ("event", self.events is not None),
                 ("throttle", self.throttle_reasons is not None),
                 ("outlier", self.peer_factor is not None),
+                ("absent", self.absent_for_s is not None),
             )
             if on
         ]
         if len(kinds) > 1:
-            raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
+            raise ValueError(
+                "give one detector: metric, throttle_reasons, xids, events, peer_factor or absent_for"
+            )
         if kinds:
             kind = kinds[0]
             if kind == "outlier" and self.metric is None:
                 raise ValueError("an outlier rule needs the metric to compare, e.g. metric: ttft_p99_ms")
+            if kind == "absent" and self.metric is None:
+                raise ValueError("an absent_for rule needs the metric it waits for, e.g. metric: vllm_up")
+            if kind == "absent" and (self.absent_for_s or 0.0) <= 0:
+                raise ValueError("absent_for must be positive, e.g. 10m")
             if kind != "outlier" and (self.above is not None or self.below is not None):
                 raise ValueError(f"above/below do not apply to a {kind} rule")
             if kind in ("xid", "event", "throttle") and self.metric is not None:
@@ -621,6 +634,8 @@ class IsolationRule(_Model):
             return "throttle"
         if self.peer_factor is not None:
             return "outlier"
+        if self.absent_for_s is not None:
+            return "absent"
         return "metric"
 
     @property
@@ -636,6 +651,8 @@ class IsolationRule(_Model):
             return "throttle_" + "_".join(self.throttle_reasons or ())
         if self.kind == "outlier":
             return f"{self.metric}_outlier"
+        if self.kind == "absent":
+            return f"{self.metric}_absent"
         op = "above" if self.above is not None else "below"
         return f"{self.metric}_{op}_{self.above if self.above is not None else self.below:g}"
 
@@ -669,6 +686,10 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
             window_s=3600,
             action="reboot",
         ),
+        # The node agent stopped sending (it died, or the node hangs) while its peers' agents report: nothing
+        # on the node can be judged, and its missing metrics hold every scale-in of the group. A reboot starts
+        # the agent again; one that does not come back is replaced when the health check times out.
+        IsolationRule(name="agent_silent", metric=m.VLLM_UP, absent_for_s=600, action="reboot"),
         IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
         IsolationRule(
             name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"

@@ -113,6 +113,9 @@ class SimInstance:
         # vLLM exited (engine-crash): it serves nothing until this time (inf: until the instance is rebooted
         # or released; a finite time: its supervisor started it again and it has reloaded by then)
         self.engine_down_until_s: float | None = None
+        # the node agent stopped (agent-down): it sends nothing until this time (inf: until a reboot starts it
+        # again); vLLM serves on, and CloudMonitor's own agent still reports the GPUs (acs_ecs_dashboard)
+        self.agent_down_until_s: float | None = None
         # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
         # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
@@ -162,8 +165,8 @@ class SimInstance:
 
 @dataclass
 class Fault:
-    """An injected fault: ``kind`` ``overheat``, ``xid``, ``event`` or ``engine-crash`` on an instance
-    (``target`` an index or instance id), or a capacity fault on the cloud."""
+    """An injected fault: ``kind`` ``overheat``, ``xid``, ``event``, ``engine-crash`` or ``agent-down`` on an
+    instance (``target`` an index or instance id), or a capacity fault on the cloud."""
 
     kind: str
     at_s: float
@@ -176,7 +179,8 @@ class Fault:
     # Capacity faults (issue 17), fired on the cloud rather than on an instance:
     instance_type: str = ""  # stockout: the type sold out
     zone: str | None = None  # stockout: one zone, or every zone
-    # stockout: how long; engine-crash: until its supervisor has vLLM serving again (0: never by itself)
+    # stockout: how long; engine-crash: until its supervisor has vLLM serving again, agent-down: until the
+    # agent runs again (0: never by itself)
     for_s: float = 0.0
     share: float = 0.25  # spot-reclaim: the share of the group's spot instances reclaimed
     product: str = ""  # api-outage: the cloud product whose API answers 503 (ess, ecs or cms)
@@ -300,6 +304,7 @@ class World:
         self._new_engine(inst)
         inst.hw_fault_xid = None
         inst.engine_down_until_s = None
+        inst.agent_down_until_s = None
         inst.xids.clear()
         for g in inst.gpus:
             g.extra_c = 0.0
@@ -517,6 +522,8 @@ class World:
                 values.clear()  # the next period's histograms start empty
             inst.xids.clear()  # drained: the next period reports only its own
             dims = {"instanceId": inst.instance_id}
+            if inst.agent_down_until_s is not None and now < inst.agent_down_until_s:
+                custom = {}  # the node agent is not running: none of its metrics reach CloudMonitor
             for name, value in custom.items():
                 self.cloud.put_custom_metric(name, dims, value, ts_ms)
             for name, value in dash.items():
@@ -607,6 +614,11 @@ class World:
             inst.engine_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
             if f.for_s > 0:
                 entry["for_s"] = f.for_s
+        elif f.kind == "agent-down":
+            # the node agent exits (or the node loses its way to CloudMonitor): its metrics stop
+            inst.agent_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
+            if f.for_s > 0:
+                entry["for_s"] = f.for_s
         else:  # parse_fault_spec only lets the instance kinds through
             raise ValueError(f"unknown fault kind {f.kind!r}")
         self.fault_log.append(entry)
@@ -640,7 +652,16 @@ def list_group_instances(cloud: Any, group_id: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ fault SPEC
 
-FAULT_KINDS = ("overheat", "xid", "event", "engine-crash", "stockout", "spot-reclaim", "api-outage")
+FAULT_KINDS = (
+    "overheat",
+    "xid",
+    "event",
+    "engine-crash",
+    "agent-down",
+    "stockout",
+    "spot-reclaim",
+    "api-outage",
+)
 CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage")
 # api-outage: the products whose API the service calls; the world itself writes past the API
 OUTAGE_PRODUCTS = ("ess", "ecs", "cms")
@@ -666,6 +687,7 @@ def parse_fault_spec(text: str) -> Fault:
     """``overheat,at=10h[,instance=N|i-...][,extra_c=35]``, ``xid:79,at=3h``,
     ``event:SystemFailure.Reboot,at=5h``, ``engine-crash,at=2h[,for=10m]`` (vLLM exits; with ``for`` its
     supervisor has it serving again after that long, without it stays down until a reboot),
+    ``agent-down,at=2h[,for=10m]`` (the node agent stops sending; vLLM serves on; the same ``for``),
     ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
@@ -715,7 +737,7 @@ def parse_fault_spec(text: str) -> Fault:
 def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[str, str]) -> None:
     """What follows ``KIND:`` (and the kind's own keys)."""
     kind = fault.kind
-    if kind == "engine-crash":
+    if kind in ("engine-crash", "agent-down"):
         _engine_crash(text, fault, arg, params)
     elif kind == "api-outage":
         _api_outage(text, fault, arg, params)
@@ -739,12 +761,13 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
 
 
 def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
-    """``engine-crash,at=T[,instance=N][,for=D]``."""
+    """``engine-crash,at=T[,instance=N][,for=D]`` and ``agent-down`` (the same keys)."""
+    kind = fault.kind
     if arg:
-        raise FaultSpecError(f"fault {text!r}: engine-crash takes no :argument")
+        raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
     misplaced = {"zone", "share", "extra_c"} & set(params)
     if misplaced:
-        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to engine-crash")
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to {kind}")
     if "for" in params:
         fault.for_s = _for_s(text, params, "5m, 1h", " (leave it out: down until a reboot)")
 
@@ -783,7 +806,7 @@ def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -
     if fault.kind not in CLOUD_FAULT_KINDS:
         raise FaultSpecError(
             f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults "
-            "(for also for engine-crash and api-outage)"
+            "(for also for engine-crash, agent-down and api-outage)"
         )
     if fault.kind == "stockout":
         if not arg.startswith("ecs."):

@@ -146,7 +146,7 @@ def detect(
     for rule in spec.isolation.rules:
         detector = _DETECTORS.get(rule.kind, _outlier)
         peers = None
-        if detector is _outlier:
+        if detector is _outlier or detector is _absent:
             assert rule.metric is not None  # an outlier rule compares a metric
             peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
@@ -334,6 +334,29 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
     return None
 
 
+def _absent(rule: IsolationRule, p: Probe) -> Detection | None:
+    """No fresh ``metric`` from the instance for ``absent_for`` while at least one peer sends its own: the
+    source works and this instance's agent does not. Silence everywhere (a CloudMonitor outage, every agent
+    down) is unknown, not evidence: the track starts again."""
+    assert rule.metric is not None and rule.absent_for_s is not None and p.peers is not None
+    sample = p.inst.metrics.get(rule.metric)
+    others = [iid for iid in p.peers.own if iid != p.inst.instance_id]
+    if fresh(sample, p.now, p.stale_after_s) or not others:
+        _unknown(p)
+        return None
+    track = _track(p.gh, p.key, True, p.now)
+    assert track is not None
+    silent_s = (p.now - track.since).total_seconds()
+    if silent_s < rule.absent_for_s:
+        return None
+    last = sample.at.isoformat() if sample is not None else "never"
+    return Detection(
+        rule,
+        f"no {rule.metric} for {silent_s:g}s while {len(others)} peers report (last sample: {last})",
+        {"metric": rule.metric, "silent_s": silent_s, "peers_reporting": len(others), "last_sample": last},
+    )
+
+
 # One detector per rule kind (IsolationRule.kind); "outlier" is the default, as the kind property reads.
 _DETECTORS: dict[str, Callable[[IsolationRule, Probe], Detection | None]] = {
     "metric": _metric,
@@ -341,6 +364,7 @@ _DETECTORS: dict[str, Callable[[IsolationRule, Probe], Detection | None]] = {
     "xid": _xid,
     "event": _event,
     "outlier": _outlier,
+    "absent": _absent,
 }
 
 

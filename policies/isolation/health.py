@@ -71,6 +71,21 @@ def _metric(
     return (not bad), f"{rule.metric}={s.value:g}"
 
 
+def _absent(
+    rule: IsolationRule,
+    inst: InstanceSnapshot,
+    gh: GroupHistory,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    assert rule.metric is not None
+    s = inst.metrics.get(rule.metric)
+    if s is None or s.at <= since or not fresh(s, now, stale):
+        return False, f"no {rule.metric} since the reboot yet: the agent is still silent"
+    return True, f"{rule.metric} reported again"
+
+
 def _throttle(
     rule: IsolationRule,
     inst: InstanceSnapshot,
@@ -118,4 +133,10 @@ def _event(
     return (not active), ("event still active: " + ",".join(active)) if active else "event cleared"
 
 
-_CHECKS: dict[str, Check] = {"metric": _metric, "throttle": _throttle, "xid": _xid, "event": _event}
+_CHECKS: dict[str, Check] = {
+    "metric": _metric,
+    "throttle": _throttle,
+    "xid": _xid,
+    "event": _event,
+    "absent": _absent,
+}

@@ -39,6 +39,7 @@ class Node:
     events: list[dict] = field(default_factory=list)
     ttft_ms: float | None = None
     engine_down: bool = False  # vLLM exited: the agent reports vllm_up 0 until a reboot starts it again
+    silent: bool = False  # the node agent stopped: no metrics at all until a reboot starts it again
 
 
 class World:
@@ -110,6 +111,7 @@ class World:
                 if self.reboot_fixes:
                     node.hot = False
                     node.engine_down = False
+                    node.silent = False
                 node.xids = []
                 node.events = []
                 self.actions.append((self.now, "reboot", node.instance_id))
@@ -159,7 +161,7 @@ class World:
             loading = node.rebooted_at is not None and now < node.rebooted_at + timedelta(
                 seconds=max(60.0, self.cold_start_s)
             )
-            if not in_outage and node.state != "Pending" and not booting:
+            if not in_outage and node.state != "Pending" and not booting and not node.silent:
                 standby = node.state == "Standby"
                 engine_down = node.engine_down or loading
                 values = {

@@ -213,6 +213,32 @@ def test_restarts_spread_beyond_the_window_and_a_nodes_own_reboots_are_not_a_cra
     assert {e.instance_id for e in episodes} == {"i-0004"} and len(episodes) == 4
 
 
+def test_a_node_whose_agent_went_silent_is_rebooted_and_returns_once_it_reports():
+    spec = policy()
+    world = World(T0, 6, demand=lambda at: 5.0)
+    world.nodes["i-0004"].silent = True
+    # 10 minutes to detect, the drain's timeout (nothing tells when a silent node's requests are done), the
+    # reboot and the weights' load
+    plans, hist = drive(world, spec, 30 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "agent_silent" and inc.instance_id == "i-0004" and inc.outcome == "rebooted"
+    detected = next(e.at for e in inc.timeline if e.state == IncidentState.DETECTED)
+    assert 600 <= (detected - T0).total_seconds() <= 630  # absent_for 10m, from the first silent tick
+    assert [a for _, a, i in world.actions if i == "i-0004"] == ["enter_standby", "reboot", "exit_standby"]
+
+
+def test_silence_everywhere_is_unknown_not_a_silent_agent():
+    spec = policy()
+    world = World(T0, 6, demand=lambda at: 5.0)
+    world.outage = (T0 + timedelta(minutes=1), T0 + timedelta(minutes=25))  # no metrics from anyone
+    world.nodes["i-0004"].silent = True  # and this one stays silent after it
+    plans, hist = drive(world, spec, 30 * 60)
+    assert not incidents(hist)  # 5 minutes of its own silence since the others came back
+    plans, hist = drive(world, spec, 6 * 60, history=hist)
+    (inc,) = incidents(hist)
+    assert inc.rule == "agent_silent" and inc.instance_id == "i-0004"
+
+
 def test_an_engine_still_loading_its_weights_is_not_a_dead_one():
     # ESS counts a new instance InService once ECS runs it; vLLM is down until the weights are loaded, and the
     # agent says so (vllm_up 0) for up to the group's cold start. That is no fault.

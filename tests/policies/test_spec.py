@@ -143,6 +143,7 @@ def test_factor_without_baseline_is_rejected():
         ({"events": ["SystemFailure.*"]}, "event"),
         ({"metric": "ttft_p99_ms", "peer_factor": 3}, "outlier"),
         ({"metric": "vllm_up", "below": 0.5, "for": "30s", "repeat": 3, "window": "1h"}, "metric"),
+        ({"metric": "vllm_up", "absent_for": "10m"}, "absent"),
     ],
 )
 def test_isolation_rule_kinds(rule, kind):
@@ -157,6 +158,10 @@ def test_isolation_rule_kinds(rule, kind):
         {"throttle_reasons": ["too_hot"]},
         {"xids": [79], "above": 3},
         {"metric": "queue_waiting_per_instance", "above": 2},
+        {"absent_for": "10m"},
+        {"metric": "vllm_up", "absent_for": "10m", "below": 0.5},
+        {"metric": "vllm_up", "absent_for": "0s"},
+        {"xids": [79], "absent_for": "10m"},
     ],
 )
 def test_malformed_isolation_rules_are_rejected(rule):
@@ -183,6 +188,7 @@ def test_default_isolation_rules_cover_the_issue_classes():
     assert rules["xid_hardware"].action == "replace" and rules["xid_hardware"].repeat == 1
     assert rules["xid_application"].repeat > 1
     assert rules["engine_restarting"].metric == "vllm_up" and rules["engine_restarting"].repeat > 1
+    assert rules["agent_silent"].kind == "absent" and rules["agent_silent"].absent_for_s == 600
     assert 79 in rules["xid_hardware"].xids and 13 in rules["xid_application"].xids
 
 

@@ -106,6 +106,16 @@ def test_an_engine_its_supervisor_keeps_restarting_is_rebooted_after_the_third_c
     assert run.summary["invariant_violations"] == []
 
 
+def test_a_node_whose_agent_stopped_is_rebooted_and_its_agent_reports_again(config):
+    fault = parse_fault_spec("agent-down,at=2m,instance=0")
+    run = simulate(config, "azure:conv,rate=0.5", 32 / 60, faults=[fault], options=SimOptions())
+    silent = run.fault_log[0]["instance_id"]
+    (incident,) = run.summary["incidents"]
+    assert incident["instance_id"] == silent and incident["cause"] == "absent: agent_silent"
+    assert incident["action"] == "reboot" and incident["state"] == "closed"
+    assert run.summary["invariant_violations"] == []
+
+
 def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_path):
     text = DEFAULT_CONFIG.read_text()
     assert "name: engine_down" in text

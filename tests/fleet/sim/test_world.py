@@ -211,6 +211,34 @@ def test_a_crashed_engine_serves_again_after_a_reboot_or_its_supervisor(factory)
     assert world.instances["i-a"].serving(world.now_s)
 
 
+def test_a_stopped_agent_sends_nothing_while_vllm_serves_on_until_it_runs_again(factory):
+    states = {"i-a": "InService", "i-b": "InService", "i-c": "InService"}
+    faults = [
+        parse_fault_spec("agent-down,at=10s,instance=i-a"),
+        parse_fault_spec("agent-down,at=10s,instance=i-b,for=2m"),
+    ]
+    world, cloud = make_world(factory, states, steady(2.0, 600.0), faults, cold_start_s=120.0, reboot_s=30.0)
+    world.run_until(100.0)
+    since = len(cloud.custom)
+    done_a = world.instances["i-a"].completed
+    world.run_until(110.0)
+    sent = {d["instanceId"] for _, d, _ in cloud.custom[since:]}
+    assert sent == {"i-c"}  # the two agents are down
+    assert world.instances["i-a"].completed > done_a  # vLLM serves on
+    assert cloud.last("instance_gpu_gpu_temperature", "i-a") is not None  # CloudMonitor's agent reports
+    world.run_until(200.0)
+    since = len(cloud.custom)
+    world.run_until(215.0)
+    assert {d["instanceId"] for _, d, _ in cloud.custom[since:]} == {"i-b", "i-c"}  # restarted after 2m
+    states["i-a"] = "Rebooting"
+    world.sync()
+    states["i-a"] = "InService"
+    world.sync()
+    since = len(cloud.custom)
+    world.run_until(world.now_s + 20.0)
+    assert "i-a" in {d["instanceId"] for _, d, _ in cloud.custom[since:]}  # a reboot starts it again
+
+
 def test_a_reboot_loses_work_and_clears_the_cooling_fault(factory):
     states = {"i-a": "InService"}
     fault = Fault("overheat", 0.0, target="i-a")
@@ -271,6 +299,8 @@ def test_durations_parse(text: str, seconds: float):
         ("engine-crash,at=1h,for=0s", "for must be positive"),
         ("engine-crash,at=1h,for=soon", "not a duration"),
         ("engine-crash,at=1h,share=0.5", "does not apply to engine-crash"),
+        ("agent-down:dead,at=1h", "agent-down takes no :argument"),
+        ("agent-down,at=1h,zone=cn-hangzhou-h", "does not apply to agent-down"),
         ("overheat,at=1h,for=5m", "zone, for and share are for"),
     ],
 )
