@@ -337,10 +337,12 @@ def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:
     return [f"{key}: groups {', '.join(names)}" for key, names in sorted(by.items()) if len(names) > 1]
 
 
-# The default isolation rules a custom list should keep: hardware XIDs, ECS system events and a dead vLLM on
-# healthy GPUs are the failures no GPU metric rule sees (policies.spec.default_isolation_rules).
+# The default isolation rules a custom list should keep: hardware XIDs, ECS system events, a dead vLLM on
+# healthy GPUs and a silent node agent are the failures no GPU metric rule sees
+# (policies.spec.default_isolation_rules).
 _SAFETY_RULE_KINDS = {
     "engine_down": "engine",
+    "agent_silent": "absent",
     "xid_hardware": "xid",
     "ecs_system_failure": "event",
     "ecs_maintenance": "event",
@@ -360,12 +362,18 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         defaults = {r.name: r for r in default_isolation_rules()}
         have_xids = {x for r in g.isolation.rules if r.kind == "xid" for x in r.xids or ()}
         have_events = {e for r in g.isolation.rules if r.kind == "event" for e in r.events or ()}
-        have_engine = any(r.kind == "metric" and r.metric == pm.VLLM_UP for r in g.isolation.rules)
+        # a dead engine: a rule on vllm_up that waits out one outage (a repeat rule counts short ones)
+        have_engine = any(
+            r.kind == "metric" and r.metric == pm.VLLM_UP and r.repeat == 1 for r in g.isolation.rules
+        )
+        have_absent = any(r.kind == "absent" for r in g.isolation.rules)
         dropped = []
         for name, kind in _SAFETY_RULE_KINDS.items():
             rule = defaults[name]
             if kind == "engine":
                 covered = have_engine
+            elif kind == "absent":
+                covered = have_absent
             elif kind == "xid":
                 covered = set(rule.xids or ()) <= have_xids
             else:
@@ -376,7 +384,8 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
             out.append(
                 "isolation.rules replaces the default rules and leaves out "
                 + ", ".join(dropped)
-                + " (a dead vLLM, hardware XIDs and ECS system events: failures no GPU metric rule sees); add"
+                + " (a dead vLLM, a silent node agent, hardware XIDs and ECS system events: failures no GPU"
+                " metric rule sees); add"
                 " them back "
                 "unless that is intended"
             )

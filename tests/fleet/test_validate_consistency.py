@@ -89,7 +89,7 @@ def test_a_custom_rule_list_without_the_xid_and_event_rules_is_warned(tmp_path):
     warnings = load_config(write(tmp_path, CUSTOM_RULES.format(extra="")), env={}).warnings()
     (warning,) = [w for w in warnings if "isolation.rules" in w]
     assert "xid_hardware" in warning and "ecs_system_failure" in warning and "ecs_maintenance" in warning
-    assert "engine_down" in warning
+    assert "engine_down" in warning and "agent_silent" in warning
 
 
 def test_a_custom_rule_list_that_keeps_them_is_not_warned(tmp_path):
@@ -97,6 +97,7 @@ def test_a_custom_rule_list_that_keeps_them_is_not_warned(tmp_path):
         "        - {name: xid_hardware, xids: [48, 63, 64, 74, 79, 92, 94, 95], action: replace}\n"
         "        - {name: events, events: ['SystemFailure.*', 'SystemMaintenance.*'], action: replace}\n"
         "        - {name: vllm_gone, metric: vllm_up, below: 0.5, for: 3m, action: replace}\n"
+        "        - {name: mute, metric: vllm_up, absent_for: 15m, action: reboot}\n"
     )
     warnings = load_config(write(tmp_path, CUSTOM_RULES.format(extra=extra)), env={}).warnings()
     assert not any("isolation.rules" in w for w in warnings)
