@@ -82,6 +82,46 @@ SPAN_AFTER_S = 20.0  # a tick gap above this (a period and a third) reads the sp
 SPAN_MAX_S = 600.0  # never further back than this (a longer tick: the rate over its last 10 minutes)
 
 
+# A read that keeps failing (a CloudMonitor outage: every metric, every tick) is logged when it starts to
+# fail, then at most once per FAILURE_LOG_EVERY_S with the count of the failures in between; after a quiet
+# spell of FAILURE_LOG_EVERY_S it is a new failure. A one-hour CloudMonitor outage logged 2,634 lines before.
+FAILURE_LOG_EVERY_S = 300.0
+
+
+class FailureLog:
+    """Logs the failures of each read (``where``): the first one, then a line every ``every_s`` while it goes
+    on failing, with how many failures it held back. Every failure still reaches the tick's errors (and the
+    adapters' retry lines, logger ``fleet.cloud``, are left as they are: ``fleet_cloud_api_errors`` counts
+    them)."""
+
+    def __init__(self, every_s: float = FAILURE_LOG_EVERY_S) -> None:
+        self.every_s = every_s
+        # where -> (when last logged, failures held back since, when it last failed)
+        self._state: dict[str, tuple[datetime, int, datetime]] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, where: str, exc: CloudError, now: datetime) -> None:
+        with self._lock:
+            state = self._state.get(where)
+            if state is None or (now - state[2]).total_seconds() > self.every_s:
+                self._state[where] = (now, 0, now)
+                log.warning("observe %s failed: %s", where, exc)
+                return
+            logged_at, held, _ = state
+            if (now - logged_at).total_seconds() < self.every_s:
+                self._state[where] = (logged_at, held + 1, now)
+                log.debug("observe %s failed again: %s", where, exc)
+                return
+            self._state[where] = (now, 0, now)
+        log.warning(
+            "observe %s still failing (%d failures since %s not logged): %s",
+            where,
+            held,
+            logged_at.isoformat(),
+            exc,
+        )
+
+
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     """The metrics of ``needed_metrics(spec)`` that are read once a minute for this group."""
     if spec.predictive.mode == "off":
@@ -229,6 +269,7 @@ class Observer:
         self._spans: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
         self.guard = SampleGuard()
+        self.failures = FailureLog()
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
@@ -303,7 +344,7 @@ class Observer:
 
     def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
         obs.errors.append(exc)
-        log.warning("observe %s failed: %s", where, exc)
+        self.failures.failed(where, exc, obs.at)
         if self.on_error is not None:
             self.on_error(exc)
 

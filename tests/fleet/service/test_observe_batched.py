@@ -3,14 +3,17 @@ region-wide reads for large fleets, and the bounded pools that run what remains.
 
 from __future__ import annotations
 
+import logging
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleet.cloud.clients import make_clients
+from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import RetryPolicy, count_calls
 from fleet.config import load_config
-from fleet.service.observe import Observer, needed_metrics
+from fleet.service.observe import FailureLog, Observer, needed_metrics
 from fleet.service.pool import CallPools, TokenBucket
 from fleet.service.settings import ServiceSettings
 from fleet.testing import mock_aliyun
@@ -361,3 +364,31 @@ def test_a_seldom_read_is_reread_before_its_points_go_stale(tmp_path):
             reads[stale_s] = len(seen)
         assert reads[120.0] <= 600 / SLOW_REFRESH_S + 1  # ten minutes: one read per refresh
         assert reads[45.0] > reads[120.0]
+
+
+def test_a_read_that_keeps_failing_is_logged_when_it_starts_then_every_five_minutes(fake_world, caplog):
+    group = (
+        "min_size: 1\nmax_size: 20\n"
+        "scale_out:\n  - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
+        "isolation: {enabled: false}\n"
+    )
+    cloud, svc, _ = fake_world(group)
+    cloud.inject_fault("DescribeMetricLast", code="ServiceUnavailable", status=503)  # until lifted
+    with caplog.at_level(logging.WARNING, logger="fleet.service.observe"):
+        for _ in range(80):  # 20 minutes of 15 s ticks
+            assert svc.tick(cloud.now()).errors
+            cloud.advance(15)
+    lines = [r.getMessage() for r in caplog.records if "vllm_num_requests_waiting" in r.getMessage()]
+    assert lines[0].startswith("observe vllm_num_requests_waiting failed")
+    assert len(lines) == 4  # the first failure, then one line at 5, 10 and 15 minutes
+    assert all("still failing (19 failures since" in line for line in lines[1:])
+
+
+def test_a_failure_after_a_quiet_spell_is_logged_as_new(caplog):
+    failures = FailureLog(every_s=300.0)
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    with caplog.at_level(logging.WARNING, logger="fleet.service.observe"):
+        for s in (0, 15, 30, 30 + 301):  # a break longer than the interval: a new failure
+            failures.failed("vllm_up", CloudError("ServiceUnavailable", "down"), t0 + timedelta(seconds=s))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all(line.startswith("observe vllm_up failed") for line in lines)
