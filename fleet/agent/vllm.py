@@ -34,6 +34,12 @@ E2E = ("vllm:e2e_request_latency_seconds",)
 REQUEST_SUCCESS = "vllm:request_success_total"
 PREEMPTIONS = ("vllm:num_preemptions_total",)
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+# Prefill tokens processed: with the generated tokens and the finished requests, the engine's progress.
+# Requests in flight and none of those for STALL_S is an engine that hangs (an NCCL collective that never
+# returns, a stuck EngineCore) while its API server still answers: vllm_up reads 0 then. A minute is far
+# beyond one engine step (chunked prefill computes a few thousand tokens per step).
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+STALL_S = 60.0
 # Per-request token histograms (observed when a request finishes): their _sum/_count give tokens per request.
 PROMPT_TOKENS_HIST = ("vllm:request_prompt_tokens",)
 OUTPUT_TOKENS_HIST = ("vllm:request_generation_tokens",)
@@ -233,6 +239,7 @@ class VllmReading:
     generation_tokens_per_s: float | None = None
     preemptions: float | None = None  # in the window
     window_s: float | None = None  # None on the first scrape: there is nothing to difference yet
+    stalled_s: float | None = None  # how long work has been in flight with no token computed (None: moving)
 
 
 @dataclass
@@ -250,6 +257,7 @@ class VllmCollector:
         self.url = url
         self._fetch = fetch
         self._previous: _Previous | None = None
+        self._stalled_since: float | None = None  # since when work in flight has made no progress
 
     def read(self, monotonic_s: float) -> VllmReading:
         try:
@@ -280,6 +288,7 @@ class VllmCollector:
         counters = {
             "success": parsed.total(REQUEST_SUCCESS),
             "generation": parsed.total(GENERATION_TOKENS),
+            "prompt": parsed.total(PROMPT_TOKENS),
             "preemptions": parsed.total(preempt_name) if preempt_name else None,
             "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
         }
@@ -311,7 +320,37 @@ class VllmCollector:
             counters["preemptions"], previous.counters.get("preemptions"), reset
         )
         _demand(reading, counters, previous.counters, success, window_s, reset)
+        self._judge_progress(reading, counters, previous, success, generation, reset, monotonic_s)
         return reading
+
+    def _judge_progress(
+        self,
+        reading: VllmReading,
+        counters: dict[str, float | None],
+        previous: _Previous,
+        success: float | None,
+        generation: float | None,
+        reset: bool,
+        monotonic_s: float,
+    ) -> None:
+        """An engine with requests in flight (waiting or running) at both ends of the window that finished
+        none and computed no token (prefill or decode) made no progress; after STALL_S of that it is reported
+        down."""
+        prompt = counter_delta(counters["prompt"], previous.counters.get("prompt"), reset)
+        moved = [d for d in (success, generation, prompt) if d is not None]
+        busy = (counters["in_flight"] or 0.0) > 0 and (previous.counters.get("in_flight") or 0.0) > 0
+        if reset or not busy or not moved or max(moved) > 0:
+            self._stalled_since = None
+            return
+        if self._stalled_since is None:
+            self._stalled_since = previous.monotonic_s
+        reading.stalled_s = monotonic_s - self._stalled_since
+        if reading.stalled_s >= STALL_S:
+            reading.up = False
+            reading.error = (
+                f"engine stalled: {counters['in_flight']:g} requests in flight and no token computed "
+                f"for {reading.stalled_s:g} s"
+            )
 
 
 def _sum_known(*values: float | None) -> float | None:

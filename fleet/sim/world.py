@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fleet.agent.vllm import E2E_BUCKETS_S, TPOT_BUCKETS_S, TTFT_BUCKETS_S, histogram_quantile
+from fleet.agent.vllm import E2E_BUCKETS_S, STALL_S, TPOT_BUCKETS_S, TTFT_BUCKETS_S, histogram_quantile
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
 
@@ -116,6 +116,9 @@ class SimInstance:
         # the node agent stopped (agent-down): it sends nothing until this time (inf: until a reboot starts it
         # again); vLLM serves on, and CloudMonitor's own agent still reports the GPUs (acs_ecs_dashboard)
         self.agent_down_until_s: float | None = None
+        # vLLM's engine hangs (engine-hang): since this time nothing it holds moves, while its API server
+        # answers (the balancer keeps sending) and its GPUs spin (util 100 %: falsely busy); until a reboot
+        self.engine_hung_s: float | None = None
         # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
         # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
@@ -165,8 +168,8 @@ class SimInstance:
 
 @dataclass
 class Fault:
-    """An injected fault: ``kind`` ``overheat``, ``xid``, ``event``, ``engine-crash`` or ``agent-down`` on an
-    instance (``target`` an index or instance id), or a capacity fault on the cloud."""
+    """An injected fault: ``kind`` ``overheat``, ``xid``, ``event``, ``engine-crash``, ``engine-hang`` or
+    ``agent-down`` on an instance (``target`` an index or instance id), or a capacity fault on the cloud."""
 
     kind: str
     at_s: float
@@ -305,6 +308,7 @@ class World:
         inst.hw_fault_xid = None
         inst.engine_down_until_s = None
         inst.agent_down_until_s = None
+        inst.engine_hung_s = None
         inst.xids.clear()
         for g in inst.gpus:
             g.extra_c = 0.0
@@ -389,6 +393,8 @@ class World:
     def _advance_instance(self, inst: SimInstance, step_end: float) -> None:
         # An idle engine need not be advanced: it jumps to the next arrival by itself.
         if inst.outstanding and inst.hw_fault_xid is None and inst.removed_s is None:
+            if inst.engine_hung_s is not None:
+                return  # hung: nothing in it moves
             eng = inst.engine
             speed = inst.speed() * inst.model_speed
             if eng.speed_factor != speed:
@@ -433,8 +439,16 @@ class World:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
         up = self.now_s >= inst.ready_s and not inst.engine_down(self.now_s)
+        # the agent reads a hung engine (work in flight, no progress for its STALL_S) as down, and still
+        # publishes what vLLM's /metrics says
+        stalled = (
+            up
+            and inst.engine_hung_s is not None
+            and inst.outstanding > 0
+            and self.now_s - inst.engine_hung_s >= STALL_S
+        )
         custom = {
-            "vllm_up": 1.0 if up else 0.0,
+            "vllm_up": 0.0 if stalled or not up else 1.0,
             "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
             "gpu_sm_clock_ratio": inst.speed(),
             # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
@@ -509,6 +523,8 @@ class World:
         period = self.p.publish_period_s
         for inst in self.instances.values():
             inst.util = min(1.0, inst.busy_s / period) if inst.hw_fault_xid is None else 0.0
+            if inst.engine_hung_s is not None:
+                inst.util = 1.0  # a hung collective spins: the GPUs read busy while nothing moves
             inst.busy_s = 0.0
             # Utilization is constant over the period, so one exponential step per period is exact.
             for g in inst.gpus:
@@ -614,6 +630,8 @@ class World:
             inst.engine_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
             if f.for_s > 0:
                 entry["for_s"] = f.for_s
+        elif f.kind == "engine-hang":
+            inst.engine_hung_s = self.now_s
         elif f.kind == "agent-down":
             # the node agent exits (or the node loses its way to CloudMonitor): its metrics stop
             inst.agent_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
@@ -631,10 +649,10 @@ class World:
     def finish(self, drain_s: float = 900.0) -> None:
         """End of the run: no more arrivals; the requests in flight run to completion (up to ``drain_s``) so
         that their TTFT counts in the minute they arrived in; whatever is still unfinished counts as a
-        miss."""
+        miss (a hung engine's never run)."""
         end = self.now_s + drain_s
         for inst in [*self.instances.values(), *self.draining]:
-            if inst.outstanding and inst.hw_fault_xid is None:
+            if inst.outstanding and inst.hw_fault_xid is None and inst.engine_hung_s is None:
                 for done in inst.engine.advance(end):
                     self._finished(inst, done)
             for rid in inst.inflight:
@@ -657,6 +675,7 @@ FAULT_KINDS = (
     "xid",
     "event",
     "engine-crash",
+    "engine-hang",
     "agent-down",
     "stockout",
     "spot-reclaim",
@@ -688,6 +707,7 @@ def parse_fault_spec(text: str) -> Fault:
     ``event:SystemFailure.Reboot,at=5h``, ``engine-crash,at=2h[,for=10m]`` (vLLM exits; with ``for`` its
     supervisor has it serving again after that long, without it stays down until a reboot),
     ``agent-down,at=2h[,for=10m]`` (the node agent stops sending; vLLM serves on; the same ``for``),
+    ``engine-hang,at=2h`` (vLLM's engine stops moving while its API server answers, until a reboot),
     ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
@@ -757,7 +777,7 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
             )
         fault.event_code = arg
     elif sep and arg:
-        raise FaultSpecError(f"fault {text!r}: overheat takes no :argument")
+        raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
 
 
 def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:

@@ -102,6 +102,8 @@ class FakeVllmState:
             f'vllm:request_success_total{{finished_reason="length",{labels}}} 0.0',
             "# TYPE vllm:generation_tokens_total counter",
             f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
             "# TYPE vllm:num_preemptions_total counter",
             f"vllm:num_preemptions_total{{{labels}}} {self.preemptions}",
         ]

@@ -184,3 +184,35 @@ def test_demand_after_a_restart_counts_from_zero(vllm_server):
     r = collector.read(10.0)
     # everything since the restart is the window's: 10 finished + 2 in flight (the 8 before were lost)
     assert r.arrival_rate_per_s == pytest.approx(12 / 10)
+
+
+def test_an_engine_with_work_in_flight_and_no_progress_for_a_minute_reads_down(vllm_server):
+    """vLLM's API server answers while its engine hangs (an NCCL collective that never returns): requests
+    stay running and no token is computed. A minute of that is reported as down; any progress clears it."""
+    from fleet.agent.vllm import STALL_S, VllmCollector
+
+    collector = VllmCollector(vllm_server.url)
+    vllm_server.state.running, vllm_server.state.waiting = 3, 1
+    collector.read(0.0)
+    readings = {t: collector.read(t) for t in (15.0, 30.0, 45.0)}
+    assert all(r.up for r in readings.values()) and readings[45.0].stalled_s == 45.0
+    vllm_server.state.waiting = 9  # arrivals pile up behind it
+    r = collector.read(STALL_S + 15.0)
+    assert not r.up and "stalled" in (r.error or "") and r.stalled_s == STALL_S + 15.0
+    assert r.num_requests_waiting == 9  # what it reports is still published
+    vllm_server.state.prompt_tokens += 2000  # a prefill step: it moves again
+    r = collector.read(STALL_S + 30.0)
+    assert r.up and r.stalled_s is None
+
+
+def test_an_idle_engine_or_one_finishing_requests_never_reads_stalled(vllm_server):
+    from fleet.agent.vllm import VllmCollector
+
+    collector = VllmCollector(vllm_server.url)
+    collector.read(0.0)
+    assert all(collector.read(15.0 * k).up for k in range(1, 8))  # nothing running: idle, not stalled
+    vllm_server.state.running = 4
+    for k in range(8, 16):
+        vllm_server.state.finish_requests(1, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0)
+        r = collector.read(15.0 * k)
+        assert r.up and r.stalled_s is None

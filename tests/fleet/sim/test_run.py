@@ -116,6 +116,18 @@ def test_a_node_whose_agent_stopped_is_rebooted_and_its_agent_reports_again(conf
     assert run.summary["invariant_violations"] == []
 
 
+def test_a_hung_engine_whose_server_still_answers_is_read_down_and_rebooted(config):
+    """The engine stops moving while vLLM's API server answers (the balancer keeps sending, the GPUs read
+    busy): the agent reads no progress with work in flight as down, and engine_down reboots the node."""
+    fault = parse_fault_spec("engine-hang,at=2m,instance=0")
+    run = simulate(config, "azure:conv,rate=0.5", 16 / 60, faults=[fault], options=SimOptions())
+    hung = run.fault_log[0]["instance_id"]
+    (incident,) = run.summary["incidents"]
+    assert incident["instance_id"] == hung and incident["cause"] == "metric: engine_down"
+    assert incident["state"] == "closed" and any(f["event"] == "rebooted" for f in run.fault_log)
+    assert run.summary["invariant_violations"] == []
+
+
 def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_path):
     text = DEFAULT_CONFIG.read_text()
     assert "name: engine_down" in text

@@ -239,6 +239,30 @@ def test_a_stopped_agent_sends_nothing_while_vllm_serves_on_until_it_runs_again(
     assert "i-a" in {d["instanceId"] for _, d, _ in cloud.custom[since:]}  # a reboot starts it again
 
 
+def test_a_hung_engine_keeps_its_requests_reads_busy_and_is_reported_down_after_the_agents_stall(factory):
+    from fleet.agent.vllm import STALL_S
+
+    states = {"i-a": "InService", "i-b": "InService"}
+    fault = parse_fault_spec("engine-hang,at=5s,instance=i-a")
+    world, cloud = make_world(factory, states, steady(2.0, 600.0, prompt=3000, output=400), [fault])
+    world.run_until(30.0)
+    assert world.instances["i-a"].serving(world.now_s)  # its server answers: the balancer still sends
+    done_a = world.instances["i-a"].completed
+    world.run_until(5.0 + STALL_S - 15.0)
+    assert world.instances["i-a"].completed == done_a and world.instances["i-a"].outstanding > 0
+    assert cloud.last("vllm_up", "i-a") == 1.0  # not a minute without progress yet
+    assert cloud.last("instance_gpu_gpu_usedutilization", "i-a") == 100.0  # spinning: falsely busy
+    world.run_until(5.0 + STALL_S + 30.0)
+    assert cloud.last("vllm_up", "i-a") == 0.0 and cloud.last("vllm_up", "i-b") == 1.0
+    assert cloud.last("vllm_num_requests_waiting", "i-a") >= 0  # /metrics still answers
+    states["i-a"] = "Rebooting"
+    world.sync()
+    assert world.total_dropped > 0  # what it held is lost
+    states["i-a"] = "InService"
+    world.sync()
+    assert world.instances["i-a"].engine_hung_s is None
+
+
 def test_a_reboot_loses_work_and_clears_the_cooling_fault(factory):
     states = {"i-a": "InService"}
     fault = Fault("overheat", 0.0, target="i-a")
@@ -300,6 +324,8 @@ def test_durations_parse(text: str, seconds: float):
         ("engine-crash,at=1h,for=soon", "not a duration"),
         ("engine-crash,at=1h,share=0.5", "does not apply to engine-crash"),
         ("agent-down:dead,at=1h", "agent-down takes no :argument"),
+        ("engine-hang:nccl,at=1h", "engine-hang takes no :argument"),
+        ("engine-hang,at=1h,for=5m", "for also for engine-crash"),
         ("agent-down,at=1h,zone=cn-hangzhou-h", "does not apply to agent-down"),
         ("overheat,at=1h,for=5m", "zone, for and share are for"),
     ],
