@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from policies import metrics as m
-from policies.model import GroupHistory, InstanceSnapshot
+from policies.model import GroupHistory, InstanceSnapshot, MetricSample
 from policies.observe import fresh
 from policies.spec import IsolationRule
 
@@ -63,9 +63,8 @@ def _metric(
     now: datetime,
     stale: float,
 ) -> tuple[bool, str]:
-    assert rule.metric is not None
-    s = inst.metrics.get(rule.metric)
-    if s is None or s.at <= since or not fresh(s, now, stale):
+    s = _since_reboot(rule, inst, since, now, stale)
+    if s is None:
         return False, f"no {rule.metric} since the reboot yet"
     bad = s.value > rule.above if rule.above is not None else s.value < (rule.below or 0.0)
     return (not bad), f"{rule.metric}={s.value:g}"
@@ -79,11 +78,18 @@ def _absent(
     now: datetime,
     stale: float,
 ) -> tuple[bool, str]:
-    assert rule.metric is not None
-    s = inst.metrics.get(rule.metric)
-    if s is None or s.at <= since or not fresh(s, now, stale):
+    if _since_reboot(rule, inst, since, now, stale) is None:
         return False, f"no {rule.metric} since the reboot yet: the agent is still silent"
     return True, f"{rule.metric} reported again"
+
+
+def _since_reboot(
+    rule: IsolationRule, inst: InstanceSnapshot, since: datetime, now: datetime, stale: float
+) -> MetricSample | None:
+    """The rule's metric on the instance, if a fresh sample of it came after the reboot."""
+    assert rule.metric is not None
+    s = inst.metrics.get(rule.metric)
+    return s if s is not None and s.at > since and fresh(s, now, stale) else None
 
 
 def _throttle(

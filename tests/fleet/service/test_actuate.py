@@ -67,17 +67,21 @@ def test_a_lost_lease_fences_the_write(fake_world):
     assert not any(a == "ScaleWithAdjustment" for _, a in cloud.calls)
 
 
+def _standby_step(incident_id, instance_id):
+    return IsolationStep(
+        step_id=f"{incident_id}:enter_standby:0",
+        incident_id=incident_id,
+        instance_id=instance_id,
+        action=StepAction.ENTER_STANDBY,
+        reason=ReasonCode.ENTER_STANDBY,
+    )
+
+
 def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world):
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
     target = obs.instances[0].instance_id
-    step = IsolationStep(
-        step_id="inc-1:enter_standby:0",
-        incident_id="inc-1",
-        instance_id=target,
-        action=StepAction.ENTER_STANDBY,
-        reason=ReasonCode.ENTER_STANDBY,
-    )
+    step = _standby_step("inc-1", target)
     gp = GroupPlan(group="chat", floor=3, steps=[step])
     spec = svc.policy.group("chat")
     [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
@@ -103,13 +107,7 @@ def _incident(iid, instance_id, now, admitted_at):
 def test_open_breaker_blocks_automatic_standby_at_actuation(fake_world):
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
-    step = IsolationStep(
-        step_id="inc-2:enter_standby:0",
-        incident_id="inc-2",
-        instance_id=obs.instances[0].instance_id,
-        action=StepAction.ENTER_STANDBY,
-        reason=ReasonCode.ENTER_STANDBY,
-    )
+    step = _standby_step("inc-2", obs.instances[0].instance_id)
     gp = GroupPlan(group="chat", floor=1, steps=[step])
     breaker = BreakerState(open=True, opened_at=cloud.now(), reason="4 isolations requested")
     [res] = svc.actuator.steps(
@@ -132,13 +130,7 @@ def test_incident_admitted_before_the_breaker_tripped_still_leaves_traffic(fake_
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
     now = cloud.now()
-    step = IsolationStep(
-        step_id="inc-5:enter_standby:0",
-        incident_id="inc-5",
-        instance_id=obs.instances[0].instance_id,
-        action=StepAction.ENTER_STANDBY,
-        reason=ReasonCode.ENTER_STANDBY,
-    )
+    step = _standby_step("inc-5", obs.instances[0].instance_id)
     gp = GroupPlan(
         group="chat", floor=1, steps=[step], incidents=[_incident("inc-5", step.instance_id, now, now)]
     )
@@ -151,13 +143,7 @@ def test_incident_admitted_before_the_breaker_tripped_still_leaves_traffic(fake_
 def test_standby_step_is_applied_once_with_a_derived_token(fake_world):
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
-    step = IsolationStep(
-        step_id="inc-3:enter_standby:0",
-        incident_id="inc-3",
-        instance_id=obs.instances[0].instance_id,
-        action=StepAction.ENTER_STANDBY,
-        reason=ReasonCode.ENTER_STANDBY,
-    )
+    step = _standby_step("inc-3", obs.instances[0].instance_id)
     gp = GroupPlan(group="chat", floor=1, steps=[step])
     spec = svc.policy.group("chat")
     [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
@@ -186,13 +172,7 @@ def test_dry_run_step_touches_nothing(fake_world):
 def test_a_step_blocked_for_many_ticks_is_audited_once(fake_world):
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
-    step = IsolationStep(
-        step_id="inc-5:enter_standby:0",
-        incident_id="inc-5",
-        instance_id=obs.instances[0].instance_id,
-        action=StepAction.ENTER_STANDBY,
-        reason=ReasonCode.ENTER_STANDBY,
-    )
+    step = _standby_step("inc-5", obs.instances[0].instance_id)
     gp = GroupPlan(group="chat", floor=3, steps=[step])
     for _ in range(5):
         svc.actuator.steps(gp, svc.policy.group("chat"), obs, None, cloud.now(), 1, lambda: True, False)
