@@ -14,7 +14,8 @@ one to ``counts[action]``; the service counts its calls per tick by Action this 
 context variable, so concurrent ticks (several replicas in one process) never count each other's calls, and
 worker threads count into their caller's counters when they run in a copy of its context.
 
-Logging (logger `fleet.cloud`): each call's Action and RequestId at DEBUG, each retry at WARNING. Only the
+Logging (logger `fleet.cloud`): each call's Action and RequestId at DEBUG, each retry at WARNING
+(`RETRY_MESSAGE`; the service's output holds back repeats, `fleet.service.logs.RepeatedRetries`). Only the
 Action, the error code, message and request id are ever logged: never a request, a header or a credential.
 """
 
@@ -36,6 +37,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from fleet.cloud.errors import CloudError, Conflict, ServerError, Throttled, from_sdk
 
 log = logging.getLogger("fleet.cloud")
+# The line each retried attempt logs (args: product, action, attempt, attempts, the CloudError, the wait):
+# ``fleet.service.logs.RepeatedRetries`` recognises it to hold back repeats on the way to stderr.
+RETRY_MESSAGE = "%s %s failed (attempt %d/%d): %s; retrying in %.2f s"
 
 T = TypeVar("T")
 
@@ -134,7 +138,7 @@ def call(
         exc = state.outcome.exception() if state.outcome else None
         wait = state.upcoming_sleep
         log.warning(
-            "%s %s failed (attempt %d/%d): %s; retrying in %.2f s",
+            RETRY_MESSAGE,
             product,
             action,
             state.attempt_number,

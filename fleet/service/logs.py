@@ -6,9 +6,11 @@ import json
 import logging
 import os
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from fleet.cloud.retry import RETRY_MESSAGE
 from fleet.config import FleetConfig
 
 
@@ -51,12 +53,45 @@ class Redact(logging.Filter):
         return True
 
 
+class RepeatedRetries(logging.Filter):
+    """Holds back the adapters' retry lines that repeat: the first retry of an (product, Action, error code)
+    is written, then at most one every ``every_s`` saying how many were held back. During an outage every
+    read of every tick retries a few times (a one-hour CloudMonitor outage: thousands of lines). Only the
+    written output is thinned: the ``fleet.cloud`` logger's own handlers (the retried-error counter of
+    ``/metrics``) see every record before it reaches this filter on the root handler."""
+
+    def __init__(self, every_s: float = 300.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._state: dict[tuple[object, ...], tuple[float, int]] = {}  # key -> (written at, held since)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "fleet.cloud" or record.msg != RETRY_MESSAGE or not isinstance(record.args, tuple):
+            return True
+        product, action = record.args[0], record.args[1]
+        exc = record.args[4] if len(record.args) > 4 else None
+        key = (product, action, getattr(exc, "code", None))
+        with self._lock:
+            written = self._state.get(key)
+            if written is not None and record.created - written[0] < self.every_s:
+                self._state[key] = (written[0], written[1] + 1)
+                return False
+            self._state[key] = (record.created, 0)
+        if written is not None and written[1]:
+            since = datetime.fromtimestamp(written[0], UTC).isoformat()
+            record.msg = f"{record.getMessage()} ({written[1]} like it since {since} not logged)"
+            record.args = None
+        return True
+
+
 def setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:
     """Route every logger to stderr, plain or JSON, through the redacting filter."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter() if json_logs else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(RepeatedRetries())
     handler.addFilter(Redact(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
