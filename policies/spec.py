@@ -523,6 +523,11 @@ ACTION_SEVERITY: dict[str, int] = {"reboot": 0, "hold": 1, "replace": 2}
 _INSTANCE_THRESHOLD_METRICS = frozenset(m.INSTANCE_METRICS) - {m.GPU_XID, m.GPU_THROTTLE_REASONS}
 
 
+def _a(kind: str) -> str:
+    """The rule kind with its article: "an event", "a throttle"."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
 class IsolationRule(_Model):
     """One way a node is judged faulty, and what to do about it.
 
@@ -602,15 +607,15 @@ class IsolationRule(_Model):
             if kind == "absent" and (self.absent_for_s or 0.0) <= 0:
                 raise ValueError("absent_for must be positive, e.g. 10m")
             if kind != "outlier" and (self.above is not None or self.below is not None):
-                raise ValueError(f"above/below do not apply to a {kind} rule")
+                raise ValueError(f"above/below do not apply to {_a(kind)} rule")
             if kind in ("xid", "event", "throttle") and self.metric is not None:
-                raise ValueError(f"metric does not apply to a {kind} rule")
+                raise ValueError(f"metric does not apply to {_a(kind)} rule")
             if kind == "xid" and not self.xids:
                 raise ValueError("list at least one XID")
             if kind == "event" and not self.events:
                 raise ValueError("list at least one event code pattern, e.g. SystemFailure.*")
             if kind != "xid" and self.repeat > 1:
-                raise ValueError(f"repeat does not apply to a {kind} rule (only to xids and metric rules)")
+                raise ValueError(f"repeat does not apply to {_a(kind)} rule (only to xids and metric rules)")
         else:
             if self.metric is None:
                 raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
