@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +55,40 @@ class Redact(logging.Filter):
         return True
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one occurrence of a repeating event: write it or hold it back; when written, whether it
+    starts anew (nothing of its kind within the interval before it) and how many were held back since
+    ``since`` (the last one written)."""
+
+    write: bool
+    new: bool = True
+    held: int = 0
+    since: float = 0.0
+
+
+class HeldBack:
+    """Per key, which occurrences of a repeating event to write: the first, then at most one every ``every_s``
+    (carrying how many were held back); after ``every_s`` with none, the next is new. Times are seconds."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._state: dict[Hashable, tuple[float, int, float]] = {}  # key -> (written at, held, last seen)
+        self._lock = threading.Lock()
+
+    def seen(self, key: Hashable, t: float) -> Verdict:
+        with self._lock:
+            state = self._state.get(key)
+            if state is not None and t - state[0] < self.every_s:
+                self._state[key] = (state[0], state[1] + 1, t)
+                return Verdict(write=False)
+            self._state[key] = (t, 0, t)
+        if state is None:
+            return Verdict(write=True)
+        written_at, held, last = state
+        return Verdict(write=True, new=t - last > self.every_s, held=held, since=written_at)
+
+
 class RepeatedRetries(logging.Filter):
     """Holds back the adapters' retry lines that repeat: the first retry of an (product, Action, error code)
     is written, then at most one every ``every_s`` saying how many were held back. During an outage every
@@ -62,27 +98,19 @@ class RepeatedRetries(logging.Filter):
 
     def __init__(self, every_s: float = 300.0) -> None:
         super().__init__()
-        self.every_s = every_s
-        self._state: dict[tuple[object, ...], tuple[float, int]] = {}  # key -> (written at, held since)
-        self._lock = threading.Lock()
+        self.held = HeldBack(every_s)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name != "fleet.cloud" or record.msg != RETRY_MESSAGE or not isinstance(record.args, tuple):
             return True
         product, action = record.args[0], record.args[1]
         exc = record.args[4] if len(record.args) > 4 else None
-        key = (product, action, getattr(exc, "code", None))
-        with self._lock:
-            written = self._state.get(key)
-            if written is not None and record.created - written[0] < self.every_s:
-                self._state[key] = (written[0], written[1] + 1)
-                return False
-            self._state[key] = (record.created, 0)
-        if written is not None and written[1]:
-            since = datetime.fromtimestamp(written[0], UTC).isoformat()
-            record.msg = f"{record.getMessage()} ({written[1]} like it since {since} not logged)"
+        verdict = self.held.seen((product, action, getattr(exc, "code", None)), record.created)
+        if verdict.write and verdict.held:
+            since = datetime.fromtimestamp(verdict.since, UTC).isoformat()
+            record.msg = f"{record.getMessage()} ({verdict.held} like it since {since} not logged)"
             record.args = None
-        return True
+        return verdict.write
 
 
 def setup_logging(json_logs: bool, level: str, secrets: list[str]) -> None:

@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
@@ -43,6 +43,7 @@ from fleet.cloud.types import (
     ScalingInstance,
 )
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
+from fleet.service.logs import HeldBack
 from fleet.service.pool import CallPools
 from fleet.service.sanitize import SampleGuard
 from fleet.service.sources import MetricSource, source_for
@@ -90,36 +91,27 @@ FAILURE_LOG_EVERY_S = 300.0
 
 class FailureLog:
     """Logs the failures of each read (``where``): the first one, then a line every ``every_s`` while it goes
-    on failing, with how many failures it held back. Every failure still reaches the tick's errors (and the
-    adapters' retry lines, logger ``fleet.cloud``, are left as they are: ``fleet_cloud_api_errors`` counts
-    them)."""
+    on failing, with how many failures it held back (``HeldBack``). Every failure still reaches the tick's
+    errors; the adapters' retry lines are thinned on the way out (``RepeatedRetries``)."""
 
     def __init__(self, every_s: float = FAILURE_LOG_EVERY_S) -> None:
-        self.every_s = every_s
-        # where -> (when last logged, failures held back since, when it last failed)
-        self._state: dict[str, tuple[datetime, int, datetime]] = {}
-        self._lock = threading.Lock()
+        self.held = HeldBack(every_s)
 
     def failed(self, where: str, exc: CloudError, now: datetime) -> None:
-        with self._lock:
-            state = self._state.get(where)
-            if state is None or (now - state[2]).total_seconds() > self.every_s:
-                self._state[where] = (now, 0, now)
-                log.warning("observe %s failed: %s", where, exc)
-                return
-            logged_at, held, _ = state
-            if (now - logged_at).total_seconds() < self.every_s:
-                self._state[where] = (logged_at, held + 1, now)
-                log.debug("observe %s failed again: %s", where, exc)
-                return
-            self._state[where] = (now, 0, now)
-        log.warning(
-            "observe %s still failing (%d failures since %s not logged): %s",
-            where,
-            held,
-            logged_at.isoformat(),
-            exc,
-        )
+        verdict = self.held.seen(where, now.timestamp())
+        if not verdict.write:
+            log.debug("observe %s failed again: %s", where, exc)
+        elif verdict.new:
+            log.warning("observe %s failed: %s", where, exc)
+        else:
+            since = datetime.fromtimestamp(verdict.since, UTC).isoformat()
+            log.warning(
+                "observe %s still failing (%d failures since %s not logged): %s",
+                where,
+                verdict.held,
+                since,
+                exc,
+            )
 
 
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
