@@ -523,6 +523,9 @@ ACTION_SEVERITY: dict[str, int] = {"reboot": 0, "hold": 1, "replace": 2}
 _INSTANCE_THRESHOLD_METRICS = frozenset(m.INSTANCE_METRICS) - {m.GPU_XID, m.GPU_THROTTLE_REASONS}
 
 
+_ONE_DETECTOR = "give one detector: metric, throttle_reasons, xids, events, peer_factor or absent_for"
+
+
 def _a(kind: str) -> str:
     """The rule kind with its article: "an event", "a throttle"."""
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
@@ -595,9 +598,7 @@ class IsolationRule(_Model):
             if on
         ]
         if len(kinds) > 1:
-            raise ValueError(
-                "give one detector: metric, throttle_reasons, xids, events, peer_factor or absent_for"
-            )
+            raise ValueError(_ONE_DETECTOR)
         if kinds:
             kind = kinds[0]
             if kind == "outlier" and self.metric is None:
@@ -618,7 +619,7 @@ class IsolationRule(_Model):
                 raise ValueError(f"repeat does not apply to {_a(kind)} rule (only to xids and metric rules)")
         else:
             if self.metric is None:
-                raise ValueError("give one detector: metric, throttle_reasons, xids, events or peer_factor")
+                raise ValueError(_ONE_DETECTOR)
             if (self.above is None) == (self.below is None):
                 raise ValueError("a metric rule needs exactly one of above or below")
         if self.metric is not None and self.metric not in _INSTANCE_THRESHOLD_METRICS:

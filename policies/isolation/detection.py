@@ -209,7 +209,7 @@ def _episodes(rule: IsolationRule, p: Probe, value: float, at: datetime, breachi
     gh = p.gh
     if not breaching:
         _track(gh, p.key, False, at)
-        if at > gh.clear_at.get(p.key, at - timedelta(seconds=1)):
+        if p.key not in gh.clear_at or at > gh.clear_at[p.key]:
             gh.clear_at[p.key] = at
         return None
     track = _track(gh, p.key, True, at)

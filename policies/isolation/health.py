@@ -45,10 +45,10 @@ def _engine_serves(inst: InstanceSnapshot, since: datetime, now: datetime, stale
     """Where the agent reports vLLM's state (``vllm_up``), the engine serves again: after a reboot the GPUs
     report within a minute while the weights load for the cold start, and an instance back in traffic before
     its engine serves would take requests it cannot answer. An agent that does not report it passes."""
-    s = inst.metrics.get(m.VLLM_UP)
-    if s is None:
+    if m.VLLM_UP not in inst.metrics:
         return True, "engine state not reported"
-    if s.at <= since or not fresh(s, now, stale):
+    s = _since_reboot(m.VLLM_UP, inst, since, now, stale)
+    if s is None:
         return False, "no vllm_up since the reboot yet"
     if s.value < m.ENGINE_DOWN_BELOW:
         return False, "vLLM not serving yet (loading the weights)"
@@ -63,7 +63,8 @@ def _metric(
     now: datetime,
     stale: float,
 ) -> tuple[bool, str]:
-    s = _since_reboot(rule, inst, since, now, stale)
+    assert rule.metric is not None
+    s = _since_reboot(rule.metric, inst, since, now, stale)
     if s is None:
         return False, f"no {rule.metric} since the reboot yet"
     bad = s.value > rule.above if rule.above is not None else s.value < (rule.below or 0.0)
@@ -78,17 +79,17 @@ def _absent(
     now: datetime,
     stale: float,
 ) -> tuple[bool, str]:
-    if _since_reboot(rule, inst, since, now, stale) is None:
+    assert rule.metric is not None
+    if _since_reboot(rule.metric, inst, since, now, stale) is None:
         return False, f"no {rule.metric} since the reboot yet: the agent is still silent"
     return True, f"{rule.metric} reported again"
 
 
 def _since_reboot(
-    rule: IsolationRule, inst: InstanceSnapshot, since: datetime, now: datetime, stale: float
+    metric: str, inst: InstanceSnapshot, since: datetime, now: datetime, stale: float
 ) -> MetricSample | None:
-    """The rule's metric on the instance, if a fresh sample of it came after the reboot."""
-    assert rule.metric is not None
-    s = inst.metrics.get(rule.metric)
+    """The instance's sample of ``metric``, if a fresh one came after the reboot."""
+    s = inst.metrics.get(metric)
     return s if s is not None and s.at > since and fresh(s, now, stale) else None
 
 
