@@ -165,6 +165,10 @@ class SimInstance:
         """vLLM is not running (crashed, and not yet started again by its supervisor or a reboot)."""
         return self.engine_down_until_s is not None and now_s < self.engine_down_until_s
 
+    def agent_down(self, now_s: float) -> bool:
+        """The node agent is not running (stopped, and not yet started again by itself or a reboot)."""
+        return self.agent_down_until_s is not None and now_s < self.agent_down_until_s
+
 
 @dataclass
 class Fault:
@@ -538,7 +542,7 @@ class World:
                 values.clear()  # the next period's histograms start empty
             inst.xids.clear()  # drained: the next period reports only its own
             dims = {"instanceId": inst.instance_id}
-            if inst.agent_down_until_s is not None and now < inst.agent_down_until_s:
+            if inst.agent_down(now):
                 custom = {}  # the node agent is not running: none of its metrics reach CloudMonitor
             for name, value in custom.items():
                 self.cloud.put_custom_metric(name, dims, value, ts_ms)
@@ -627,19 +631,22 @@ class World:
             # vLLM exits (a CUDA OOM, an NCCL timeout); the next process serves only once a supervisor or
             # a reboot starts it
             self._new_engine(inst)
-            inst.engine_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
-            if f.for_s > 0:
-                entry["for_s"] = f.for_s
+            inst.engine_down_until_s = self._until(f, entry)
         elif f.kind == "engine-hang":
             inst.engine_hung_s = self.now_s
         elif f.kind == "agent-down":
             # the node agent exits (or the node loses its way to CloudMonitor): its metrics stop
-            inst.agent_down_until_s = self.now_s + f.for_s if f.for_s > 0 else math.inf
-            if f.for_s > 0:
-                entry["for_s"] = f.for_s
+            inst.agent_down_until_s = self._until(f, entry)
         else:  # parse_fault_spec only lets the instance kinds through
             raise ValueError(f"unknown fault kind {f.kind!r}")
         self.fault_log.append(entry)
+
+    def _until(self, f: Fault, entry: dict[str, Any]) -> float:
+        """When a fault with ``for`` ends by itself (noted in its log entry); without one, never."""
+        if f.for_s <= 0:
+            return math.inf
+        entry["for_s"] = f.for_s
+        return self.now_s + f.for_s
 
     # ------------------------------------------------------------------------------------------- views
 
@@ -758,7 +765,7 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
     """What follows ``KIND:`` (and the kind's own keys)."""
     kind = fault.kind
     if kind in ("engine-crash", "agent-down"):
-        _engine_crash(text, fault, arg, params)
+        _timed_node_fault(text, fault, arg, params)
     elif kind == "api-outage":
         _api_outage(text, fault, arg, params)
     elif kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
@@ -780,8 +787,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
         raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
 
 
-def _engine_crash(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
-    """``engine-crash,at=T[,instance=N][,for=D]`` and ``agent-down`` (the same keys)."""
+def _timed_node_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``engine-crash|agent-down,at=T[,instance=N][,for=D]``: down until a reboot, or for D."""
     kind = fault.kind
     if arg:
         raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
