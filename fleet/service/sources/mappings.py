@@ -53,6 +53,19 @@ def _quantile(q: float, *buckets: str) -> str:
     return f"1000 * ({alternatives})" if len(buckets) > 1 else f"1000 * {alternatives}"
 
 
+# A hung engine (the node agent's stall check, docs/agent.md): requests in flight through the whole window and
+# none of vLLM's progress counters moved in it. Every operand must be there: a counter that has fewer than two
+# samples in the window (a fresh server) or that this vLLM does not export gives no series, hence no stall.
+_PROGRESS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total")
+_STALLED = (
+    "(sum by ({by}) (min_over_time(vllm:num_requests_running{sel}[{window}]))"
+    " + sum by ({by}) (min_over_time(vllm:num_requests_waiting{sel}[{window}]))) > 0"
+    + "".join(
+        f" and on ({{by}}) (sum by ({{by}}) (increase({name}{{sel}}[{{window}}])) == 0)" for name in _PROGRESS
+    )
+)
+
+
 def _per_gpu(metric: str) -> str:
     # max: the same GPU scraped twice (two Prometheus jobs) must still be one series per GPU
     return f"max by ({{by}}, {GPU_LABEL}) ({metric}{{sel}})"
@@ -153,15 +166,19 @@ _ROWS: tuple[PromMapping, ...] = (
     ),
     PromMapping(
         pm.VLLM_UP,
-        # 1 where vLLM's gauges are scraped; 0 where only the node's GPUs are (Prometheus drops a failed
-        # target's series at once, with staleness markers): the node is up and its vLLM is not. Never
-        # Prometheus' own `up`, which is 0 as well when only the DCGM exporter is down.
-        "(max by ({by}) (vllm:num_requests_running{sel}) * 0 + 1) "
+        # 1 where vLLM's gauges are scraped and it makes progress; 0 where it is stalled (below), or where
+        # only the node's GPUs are scraped (Prometheus drops a failed target's series at once, with
+        # staleness markers): the node is up and its vLLM is not. Never Prometheus' own `up`, which is 0 as
+        # well when only the DCGM exporter is down.
+        f"((max by ({{by}}) (vllm:num_requests_running{{sel}}) * 0 + 1) unless on ({{by}}) ({_STALLED})) "
+        f"or (({_STALLED}) * 0) "
         "or (max by ({by}) (DCGM_FI_DEV_GPU_TEMP{sel}) * 0)",
-        ("vllm:num_requests_running", "DCGM_FI_DEV_GPU_TEMP"),
+        ("vllm:num_requests_running", "DCGM_FI_DEV_GPU_TEMP", *_PROGRESS, "vllm:num_requests_waiting"),
         per_gpu=False,
         source="vllm",
-        note="1 while the instance's vLLM is scraped, 0 while only its GPUs are (vLLM down or loading)",
+        note="1 while the instance's vLLM is scraped and makes progress; 0 while only its GPUs are (vLLM "
+        "down or loading) or while it is stalled (requests in flight through the whole rate window, and "
+        "not one finished or token computed in it)",
     ),
     # ---- DCGM exporter (one series per GPU) -------------------------------------------------------------
     PromMapping(

@@ -231,6 +231,12 @@ class FakeExporters:
                     f"{st.kv_metric}{{{labels}}} {st.kv_usage}",
                 ]
                 count = float(int(st.counted))
+                # progress counters: each finished request had 100 prompt and 20 output tokens
+                lines += [
+                    f'vllm:request_success_total{{{labels},finished_reason="stop"}} {count}',
+                    f"vllm:prompt_tokens_total{{{labels}}} {100 * count}",
+                    f"vllm:generation_tokens_total{{{labels}}} {20 * count}",
+                ]
                 for name, bounds, latency in (
                     ("vllm:time_to_first_token_seconds", TTFT_BUCKETS_S, st.ttft_s),
                     ("vllm:time_per_output_token_seconds", TPOT_BUCKETS_S, st.tpot_s),

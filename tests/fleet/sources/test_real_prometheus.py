@@ -43,6 +43,10 @@ def seeded(exporters, real_prometheus):
     exporters.set_vllm("i-idle", rate_per_s=0.0)
     exporters.set_gpu("i-ts", 0, DCGM_FI_DEV_GPU_TEMP=50)
     exporters.set_vllm("i-gone", waiting=3)
+    exporters.set_vllm("i-busy", running=4, rate_per_s=5.0)
+    exporters.set_vllm("i-hung", running=3, rate_per_s=5.0)
+    exporters.set_vllm("i-rest", rate_per_s=0.0)
+    exporters.set_gpu("i-nov", 0, DCGM_FI_DEV_GPU_TEMP=40)
 
 
 @pytest.fixture
@@ -110,6 +114,27 @@ def test_vllm_queue_running_and_kv_cache(exporters, source):
 
 def test_older_gpu_cache_usage_name_is_read(exporters, source):
     assert _read(source, pm.KV_CACHE_USAGE_PCT, "i-kv").value == pytest.approx(30)
+
+
+def _up_becomes(source, iid, value, what):
+    wait_for(
+        lambda: [p for p in source.read_last(pm.VLLM_UP, [iid]) if p.value == value],
+        20,
+        f"vllm_up of {iid} to read {value}: {what}",
+    )
+
+
+def test_vllm_up_reads_progress_and_a_stall(exporters, real_prometheus):
+    source = PrometheusSource(real_prometheus.url, rate_window="5s")  # a stall window of 5 s, not a minute
+    _up_becomes(source, "i-busy", 1, "serving")
+    _up_becomes(source, "i-rest", 1, "idle: nothing in flight is no stall")
+    _up_becomes(source, "i-nov", 0, "only its GPUs are scraped")
+    _up_becomes(source, "i-hung", 1, "serving")
+    exporters.set_vllm("i-hung", rate_per_s=0.0)  # requests stay in flight, nothing finishes or moves
+    _up_becomes(source, "i-hung", 0, "stalled")
+    assert [p.value for p in source.read_last(pm.VLLM_UP, ["i-busy"])] == [1]
+    exporters.set_vllm("i-hung", rate_per_s=5.0)
+    _up_becomes(source, "i-hung", 1, "moving again")
 
 
 def test_latency_percentiles_from_the_histograms(exporters, source):
