@@ -131,6 +131,15 @@ def test_a_window_of_zero_length_is_refused(tmp_path, capsys, command, since):
     assert f"--since: '{since}' must be positive" in _one_error(capsys)
 
 
+@pytest.mark.parametrize("command", ["status", "decisions", "sla-report"])
+def test_a_database_the_store_does_not_support_is_named(capsys, command):
+    # was "ModuleNotFoundError: No module named 'MySQLdb'", which reads as a broken install
+    assert main([command, "--database", "mysql://fleet@127.0.0.1/fleet"]) == 2
+    error = _one_error(capsys)
+    assert "a mysql database is not supported" in error
+    assert "postgresql+psycopg://" in error
+
+
 def test_diagnose_until_before_the_calendar_is_one_line(tmp_path, capsys):
     config = _write(tmp_path, GROUP)
     assert main(["diagnose", "--config", config, "--until", "0001-01-01T00:00:00Z"]) == 2  # was OverflowError

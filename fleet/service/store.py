@@ -303,8 +303,19 @@ class OperatorRequest:
 _MIGRATION_LOCK = threading.Lock()
 
 
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``: SQLite gets a busy timeout (replicas share the file), in-memory one pool."""
+    """An engine for ``url``: SQLite gets a busy timeout (replicas share the file), in-memory one pool.
+    Another database is refused by name (its driver may be importable, its SQL is not what the
+    migrations were tested on)."""
+    backend = sa.engine.make_url(url).get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ValueError(
+            f"a {backend} database is not supported: give sqlite:///FILE (the default) or "
+            "postgresql+psycopg://USER@HOST:PORT/DB"
+        )
     if url.startswith("sqlite"):
         memory = url in ("sqlite://", "sqlite:///:memory:") or ":memory:" in url
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
