@@ -88,6 +88,7 @@ class ReasonCode(StrEnum):
     PREDICTIVE_FORECAST_ONLY = "predictive_forecast_only"
     BURST_ABSORBED = "burst_absorbed"
     RULES_CAPPED = "rules_capped"
+    LAUNCHES_FAILING = "launches_failing"  # recent launches never served: no scale-out on more of them
     PAUSED = "paused"
     GROUP_NOT_OBSERVED = "group_not_observed"
     DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
@@ -139,6 +140,7 @@ class WarningCode(StrEnum):
     UNKNOWN_LIFECYCLE_STATE = "unknown_lifecycle_state"
     UNKNOWN_INSTANCE = "unknown_instance"
     DEMAND_UNKNOWN = "demand_unknown"
+    LAUNCHES_FAILING = "launches_failing"
 
 
 class StepAction(StrEnum):
@@ -356,6 +358,16 @@ class EpisodeRecord(_Model):
     at: AwareDatetime
 
 
+class LaunchRecord(_Model):
+    """How one instance's launch went: ``served`` once its vLLM reported up, not once it was still down
+    past the cold start plus a grace (``policies/scaling/launches.py``)."""
+
+    instance_id: str
+    launched_at: AwareDatetime
+    served: bool
+    judged_at: AwareDatetime
+
+
 class XidRecord(_Model):
     """One XID occurrence, first seen at ``at`` and reported until ``last_at`` (a "last XID" is sticky)."""
 
@@ -480,6 +492,9 @@ class GroupHistory(_Model):
     applied_operator_actions: list[str] = Field(default_factory=list)
     seen_outcomes: list[str] = Field(default_factory=list)
     forecast: ForecastState = Field(default_factory=ForecastState)
+    launches: list[LaunchRecord] = Field(
+        default_factory=list, description="the latest launches judged, oldest first (at most 20)"
+    )
 
 
 class History(_Model):

@@ -713,10 +713,12 @@ class Service:
                 WarningCode.SLA_RESPOND_BREACHED: "sla_breach",
                 WarningCode.SLA_ISOLATE_BREACHED: "sla_breach",
                 WarningCode.BREAKER_OPEN: "breaker",
+                WarningCode.LAUNCHES_FAILING: "launch",
             }.get(w.code)
             if kind is None:
                 continue
-            key = w.incident_id or f"group:{w.group}"
+            # once per incident, or per group (and instance: a run of failed launches is named by its first)
+            key = w.incident_id or f"group:{w.group}" + (f":{w.instance_id}" if w.instance_id else "")
             if any(e.kind == w.code.value for e in self.store.incident_events(key)):
                 continue
             self.store.add_incident_event(IncidentEvent(key, now, w.code.value, w.detail))

@@ -119,6 +119,8 @@ class SimInstance:
         # vLLM's engine hangs (engine-hang): since this time nothing it holds moves, while its API server
         # answers (the balancer keeps sending) and its GPUs spin (util 100 %: falsely busy); until a reboot
         self.engine_hung_s: float | None = None
+        # launched from a broken image or template (bad-launch): vLLM never comes up, reboots or not
+        self.never_serves = False
         # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
         # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
@@ -248,6 +250,8 @@ class World:
         self._arrival: dict[int, float] = {}
         self.model_speed = model_speed
         self.instances_seen = 0
+        # bad-launch: instances launched within [from, until) never get vLLM up (a broken image or template)
+        self._bad_launch: tuple[float, float] | None = None
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -264,6 +268,9 @@ class World:
                 inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
                 if self.model_speed is not None:
                     inst.model_speed = self.model_speed(self.instances_seen)
+                if self._bad_launch is not None and self._bad_launch[0] <= now < self._bad_launch[1]:
+                    inst.never_serves = True
+                    inst.engine_down_until_s = math.inf
                 self.instances_seen += 1
                 self.instances[iid] = inst
             if state == "Rebooting" and inst.lifecycle != "Rebooting":
@@ -310,7 +317,7 @@ class World:
         flight is lost and the GPUs reset (clearing a hardware XID and the injected cooling fault)."""
         self._new_engine(inst)
         inst.hw_fault_xid = None
-        inst.engine_down_until_s = None
+        inst.engine_down_until_s = math.inf if inst.never_serves else None  # a reboot mends no image
         inst.agent_down_until_s = None
         inst.engine_hung_s = None
         inst.xids.clear()
@@ -583,6 +590,10 @@ class World:
             rule = self.cloud.inject_fault(None, code="ServiceUnavailable", status=503, product=f.product)
             self._outages.append((self.now_s + f.for_s, rule))
             entry.update(product=f.product, for_s=f.for_s)
+        elif f.kind == "bad-launch":
+            self._bad_launch = (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf)
+            if f.for_s > 0:
+                entry["for_s"] = f.for_s
         elif f.kind == "stockout":
             end = datetime.fromtimestamp(self.cloud.now_s() + f.for_s, UTC)
             self.cloud.schedule_sold_out(f.instance_type, now, end, zone_id=f.zone)
@@ -684,11 +695,12 @@ FAULT_KINDS = (
     "engine-crash",
     "engine-hang",
     "agent-down",
+    "bad-launch",
     "stockout",
     "spot-reclaim",
     "api-outage",
 )
-CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage")
+CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage", "bad-launch")
 # api-outage: the products whose API the service calls; the world itself writes past the API
 OUTAGE_PRODUCTS = ("ess", "ecs", "cms")
 _FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share"}
@@ -715,7 +727,8 @@ def parse_fault_spec(text: str) -> Fault:
     supervisor has it serving again after that long, without it stays down until a reboot),
     ``agent-down,at=2h[,for=10m]`` (the node agent stops sending; vLLM serves on; the same ``for``),
     ``engine-hang,at=2h`` (vLLM's engine stops moving while its API server answers, until a reboot),
-    ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile).
+    ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile),
+    ``bad-launch,at=6h[,for=3h]`` (every instance launched meanwhile never gets vLLM up: a broken image).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
     instance id; it defaults to 0.
@@ -768,6 +781,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
         _timed_node_fault(text, fault, arg, params)
     elif kind == "api-outage":
         _api_outage(text, fault, arg, params)
+    elif kind == "bad-launch":
+        _bad_launch(text, fault, arg, params)
     elif kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
         _capacity_fault(text, fault, arg, params)
     elif kind == "xid":
@@ -828,12 +843,23 @@ def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> 
     return for_s
 
 
+def _bad_launch(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``bad-launch,at=T[,for=D]``: every instance launched from T (for D, or to the end) never serves."""
+    if arg:
+        raise FaultSpecError(f"fault {text!r}: bad-launch takes no :argument")
+    misplaced = {"zone", "share", "extra_c", "instance"} & set(params)
+    if misplaced:
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to bad-launch")
+    if "for" in params:
+        fault.for_s = _for_s(text, params, "1h, 3h", " (leave it out: to the end of the run)")
+
+
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
     """``stockout:TYPE[,zone=Z],at=T,for=D`` and ``spot-reclaim,at=T[,share=S]`` (issue 17)."""
     if fault.kind not in CLOUD_FAULT_KINDS:
         raise FaultSpecError(
             f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults "
-            "(for also for engine-crash, agent-down and api-outage)"
+            "(for also for engine-crash, agent-down, api-outage and bad-launch)"
         )
     if fault.kind == "stockout":
         if not arg.startswith("ecs."):

@@ -8,8 +8,9 @@ Order of composition (each step's reason is kept; the steps are ``plan.STEPS``):
 3. scale-in: only when no scale-out rule fires, every scale-in rule held for its duration, every rule metric
    is known for every InService instance, no panic hold, no breaker, no isolated node waiting for its
    replacement, and the cooldown passed: to the highest recommendation of the window, at most one step down;
-4. bounds: max(floor, .) then min(ceiling, .) (the floor wins over the ceiling; see schedule.py);
-5. surge: plus the admitted incident nodes still serving, within the ceiling and ESS MaxSize (which also
+4. launches: no scale-out while the newest launches never served (a broken image or launch template);
+5. bounds: max(floor, .) then min(ceiling, .) (the floor wins over the ceiling; see schedule.py);
+6. surge: plus the admitted incident nodes still serving, within the ceiling and ESS MaxSize (which also
    counts Standby instances).
 
 Where each decision is made:
@@ -20,6 +21,8 @@ Where each decision is made:
 - ``hold.py``       where the decision starts
 - ``scale_out.py``  scale-out rules
 - ``scale_in.py``   scale-in (and its blockers), the tolerance band
+- ``demand.py``, ``predictive.py``  the forecast's demand and the capacity-model target
+- ``launches.py``   launches that never serve: judged once each, and the hold on scale-out they cause
 - ``bounds.py``     floor and ceiling
 - ``surge.py``      the surge for isolation, on top of the steps' target
 """

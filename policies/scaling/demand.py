@@ -28,12 +28,21 @@ engine needs):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
-from policies.model import ForecastState, GroupHistory, PlanWarning, Recommendation, Scalar, WarningCode
+from policies.model import (
+    ForecastState,
+    GroupHistory,
+    MetricSample,
+    PlanWarning,
+    Recommendation,
+    Scalar,
+    WarningCode,
+)
 from policies.observe import freshness
 from policies.scaling.context import ScalingInputs
 from policies.spec import PredictiveMode
@@ -63,6 +72,7 @@ class Demand:
     kv_pct: float | None = None
     running: list[tuple[float, float]] = field(default_factory=list)  # (rate, running requests) per instance
     waiting: float | None = None  # requests waiting, summed over the instances in ``running``
+    down: list[str] = field(default_factory=list)  # InService instances whose agent reports vLLM down
 
 
 @dataclass
@@ -93,6 +103,9 @@ def observed_demand(inp: ScalingInputs) -> Demand:
 
     An instance younger than the cold start (plus the staleness allowance) that has never reported a rate is
     still loading its weights: the balancer sends it nothing yet, so its silence leaves the demand complete.
+    So does one whose agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never
+    came up): it serves nothing, which is known, not missing. Without that, one dead engine waiting for a
+    human held every scale-in of its group.
     """
     is_fresh = freshness(inp.now, inp.spec.stabilization.stale_after_s)
     rates: list[float] = []
@@ -103,10 +116,14 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     running: list[tuple[float, float]] = []
     waiting: list[float] = []
     loading = 0
+    down: list[str] = []
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
         if sample is None and _loading(inst.created_at, inp):
             loading += 1
+            continue
+        if (sample is None or not is_fresh(sample)) and _engine_down(inst.metrics.get(m.VLLM_UP), is_fresh):
+            down.append(inst.instance_id)  # its agent says vLLM is down: the balancer sends it nothing
             continue
         if sample is None or not is_fresh(sample):
             continue
@@ -125,9 +142,9 @@ def observed_demand(inp: ScalingInputs) -> Demand:
             queued = inst.metrics.get(m.QUEUE_WAITING)
             if queued is not None and is_fresh(queued):
                 waiting.append(queued.value)
-    n = len(inp.view.serving) - loading
+    n = len(inp.view.serving) - loading - len(down)
     if not rates:
-        return Demand()
+        return Demand(down=down)
 
     def weighted(pairs: list[tuple[float, float]]) -> float | None:
         total = sum(w for _, w in pairs)
@@ -143,7 +160,12 @@ def observed_demand(inp: ScalingInputs) -> Demand:
         kv_pct=_mean(kvs),
         running=running,
         waiting=sum(waiting) if len(waiting) == len(running) else None,
+        down=down,
     )
+
+
+def _engine_down(up: MetricSample | None, is_fresh: Callable[[MetricSample | None], bool]) -> bool:
+    return up is not None and is_fresh(up) and up.value < 0.5
 
 
 def _loading(created_at: datetime | None, inp: ScalingInputs) -> bool:

@@ -16,6 +16,7 @@ from policies.scaling.bounds import ceiling, floor
 from policies.scaling.context import ScalingContext, ScalingInputs, ScalingResult, Step
 from policies.scaling.demand import read_demand
 from policies.scaling.hold import hold, starting_point
+from policies.scaling.launches import judge, launch_hold
 from policies.scaling.predictive import predictive
 from policies.scaling.scale_in import scale_in, within_tolerance
 from policies.scaling.scale_out import scale_out
@@ -30,6 +31,7 @@ STEPS: tuple[Step, ...] = (
     scale_in,  # scale_in.py: the window's highest recommendation when nothing fired and nothing blocks
     within_tolerance,  # scale_in.py: the reason when the metrics' change is within the tolerance band
     predictive,  # predictive.py: the capacity-model target for the forecast (off: nothing)
+    launch_hold,  # launches.py: no scale-out onto launches that keep failing
     floor,  # bounds.py: up to the floor
     ceiling,  # bounds.py: down to the ceiling (never below the floor: the floor step ran first)
 )
@@ -51,6 +53,7 @@ def plan_scaling(
     start, _ = starting_point(inp)
     signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
     demand = read_demand(inp)  # the forecast's record and the capacity correction (None: predictive off)
+    judge(inp)  # the launches' verdicts
     ctx = ScalingContext(inp=inp, hold=start, signals=signals, target=start, warnings=list(signals.warnings))
     ctx.demand = demand
     if demand is not None:

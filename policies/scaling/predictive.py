@@ -8,8 +8,9 @@ scale-out is held at this target and the queue absorbs the burst (reason ``burst
 
 Scale-in as soon as the forecast over the horizon fits in fewer instances with ``scale_in_margin`` to spare,
 at most ``max_step_down`` per decision, never while the demand is missing, stale or partial (then nothing
-scales in at all, the rules' scale-in included), never while the isolation breaker is open or an isolated node
-waits for its replacement, and not within the scale-in cooldown of a scale-out.
+scales in at all, the rules' scale-in included), never while the isolation breaker is open (except by as
+many instances as serve nothing, vLLM reported down, when all of them are suspects: scale-in removes suspects
+first) or an isolated node waits for its replacement, and not within the scale-in cooldown of a scale-out.
 
 ``forecast-only`` records all of this in the plan's inputs and changes nothing.
 """
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import math
 
-from policies.model import Reason, ReasonCode
+from policies.model import OPEN_STATES, Reason, ReasonCode
 from policies.scaling.context import Contribution, ScalingContext
 from policies.scaling.demand import DemandSignals
 from policies.spec import PredictiveMode, resolve_count
+
+BREAKER_OPEN = "isolation breaker open"
 
 
 def predictive(ctx: ScalingContext) -> Contribution | None:
@@ -143,9 +146,14 @@ def _in(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | 
         return None if target >= hold else Contribution(notes=(_hold_reason(ctx, sig, window),))
     fits = math.ceil(floor * (1.0 + pred.scale_in_margin) - 1e-9) < hold
     blocker = _blocker(ctx, sig) if fits else "within the scale-in margin"
+    step = resolve_count(pred.max_step_down, hold, minimum=1)
+    dead = _dead_suspects(ctx, sig)
+    if blocker == BREAKER_OPEN and dead:
+        # the breaker waits for a human; instances that serve nothing and are suspects (removed first) need
+        # not wait with it: a run of launches that never served would otherwise be billed until then
+        blocker, step = None, min(step, dead)
     if blocker is not None:
         return Contribution(notes=(_hold_reason(ctx, sig, blocker),))
-    step = resolve_count(pred.max_step_down, hold, minimum=1)
     new = max(floor, hold - step)
     reason = Reason(
         code=ReasonCode.PREDICTIVE_SCALE_IN,
@@ -159,6 +167,14 @@ def _hold_reason(ctx: ScalingContext, sig: DemandSignals, why: str) -> Reason:
     return Reason(code=ReasonCode.PREDICTIVE_HOLD, detail=why, inputs=_inputs(ctx, sig))
 
 
+def _dead_suspects(ctx: ScalingContext, sig: DemandSignals) -> int:
+    """How many instances serve nothing (vLLM reported down), if every one of them has an open incident: the
+    scale-in victims come from the suspects first (``decide``), so these are the ones a step removes."""
+    down = set(sig.demand.down)
+    suspects = {i.instance_id for i in ctx.inp.gh.incidents if i.state in OPEN_STATES}
+    return len(down) if down <= suspects else 0
+
+
 def _blocker(ctx: ScalingContext, sig: DemandSignals) -> str | None:
     inp, gh = ctx.inp, ctx.inp.gh
     if not sig.demand.complete:
@@ -166,7 +182,7 @@ def _blocker(ctx: ScalingContext, sig: DemandSignals) -> str | None:
     if ctx.signals.fired:
         return "a scale-out rule fires"
     if inp.breaker_open:
-        return "isolation breaker open"
+        return BREAKER_OPEN
     if inp.unreplaced and inp.spec.guardrails.block_scale_in_while_isolating:
         return f"{inp.unreplaced} isolated instance(s) without a replacement"
     last_out = gh.last_scale_at if gh.last_scale_at != gh.last_scale_in_at else None

@@ -437,3 +437,15 @@ def test_simulate_gives_the_fake_group_the_spot_mix_and_economical_mode_of_the_c
         s["cost_cny"] / s["gpu_hours"]
         < 0.9 * run.hardware.price_cny_per_hour / run.hardware.gpus_per_instance
     )
+
+
+def test_launches_that_never_serve_stop_the_scale_out_short_of_max_size(config):
+    """Every instance launched from the first minute never gets vLLM up (a broken image), in the evening
+    ramp: the rules read the dead ones as capacity and used to order the group to its max_size of 40 within
+    45 minutes; the launch verdicts hold scale-out once two failed."""
+    fault = parse_fault_spec("bad-launch,at=1m")
+    workload = "servegen:m-large,day=9,peak=15,start_h=18"
+    run = simulate(config, workload, 45 / 60, faults=[fault], options=SimOptions())
+    assert run.fault_log[0]["event"] == "bad-launch"
+    assert run.summary["max_instances"] <= 20 < config.groups[0].max_size
+    assert run.summary["invariant_violations"] == []

@@ -331,11 +331,20 @@ def test_durations_parse(text: str, seconds: float):
         ("engine-hang,at=1h,for=5m", "for also for engine-crash"),
         ("agent-down,at=1h,zone=cn-hangzhou-h", "does not apply to agent-down"),
         ("overheat,at=1h,for=5m", "zone, for and share are for"),
+        ("bad-launch:image,at=1h", "bad-launch takes no :argument"),
+        ("bad-launch,at=1h,instance=2", "instance does not apply to bad-launch"),
+        ("bad-launch,at=1h,for=0s", "for must be positive"),
     ],
 )
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
     with pytest.raises(FaultSpecError, match=fragment):
         parse_fault_spec(text)
+
+
+def test_a_bad_launch_is_cloud_wide_and_lasts_to_the_end_or_for_its_duration():
+    fault = parse_fault_spec("bad-launch,at=6h")
+    assert fault.cloud_wide and fault.at_s == 6 * 3600 and fault.for_s == 0
+    assert parse_fault_spec("bad-launch,at=6h,for=3h").for_s == 3 * 3600
 
 
 def test_instances_publish_the_demand_arriving_at_them_over_the_last_period(factory):

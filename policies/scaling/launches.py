@@ -1,0 +1,119 @@
+"""Launches that never serve: instances ESS created and runs (InService) whose vLLM never comes up.
+
+A broken image, launch template, model store or driver makes every new instance a dead one, and every rule
+that sizes the group by a ratio over its InService instances reads the dead ones as capacity: the serving
+instances stay loaded, the rule scales out again, and the group climbs to ``max_size`` with GPUs that serve
+nothing, billed until a human notices (measured in the simulator: 40 instances of which 14 served, all day).
+Replacing them one by one does not help either: the replacements are launched the same way.
+
+So each launch is judged once (``judge``, the only writes to ``GroupHistory.launches``): *served* at its
+first fresh ``vllm_up`` of 1, *failed* when it still reads 0 (a fresh sample, so that a group without the
+engine metric is never judged) ``LAUNCH_GRACE_S`` past the cold start. Only young instances are judged:
+one older than the grace plus ``JUDGE_WINDOW_S`` when first looked at (the service started after it) is the
+engine rules' business, not a launch's.
+
+When the ``FAILED_IN_A_ROW`` newest judged launches all failed, scale-out holds at the hold (reason and
+warning ``launches_failing``, one notification per run of failures) until a launch serves; ``RETRY_S`` after
+the run's last failure, scale-out goes one instance at a time (a probe: a fixed image serves and ends the
+run; a broken one fails, and the hold starts over). Scale-in is not held: it removes
+the suspects first. The floors still apply (the schedule's floors are mirrored as ESS scheduled tasks,
+which ESS would carry out without the service anyway).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from policies import metrics as m
+from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
+from policies.observe import fresh
+from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
+
+LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first compile is not a failure
+JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
+FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
+RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
+KEEP = 20
+
+
+def judge(inp: ScalingInputs) -> None:
+    """Record this tick's verdicts on the young InService instances not judged yet."""
+    gh, spec, now = inp.gh, inp.spec, inp.now
+    judged = {r.instance_id for r in gh.launches}
+    deadline_s = spec.cold_start_s + LAUNCH_GRACE_S
+    stale_after_s = spec.stabilization.stale_after_s
+    for inst in inp.view.serving:
+        if inst.instance_id in judged or inst.created_at is None:
+            continue
+        age_s = (now - inst.created_at).total_seconds()
+        up = inst.metrics.get(m.VLLM_UP)
+        if age_s > deadline_s + JUDGE_WINDOW_S or up is None or not fresh(up, now, stale_after_s):
+            continue
+        if up.value >= 0.5 or age_s >= deadline_s:
+            gh.launches.append(
+                LaunchRecord(
+                    instance_id=inst.instance_id,
+                    launched_at=inst.created_at,
+                    served=up.value >= 0.5,
+                    judged_at=now,
+                )
+            )
+    gh.launches = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))[-KEEP:]
+
+
+def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], bool]:
+    """The run of failed launches behind the newest verdicts (empty: launches are fine), and whether it is
+    time to retry: ``RETRY_S`` since the run's last failure."""
+    run: list[LaunchRecord] = []
+    for record in reversed(inp.gh.launches):
+        if record.served:
+            break
+        run.insert(0, record)
+    if len(run) < FAILED_IN_A_ROW:
+        return [], False
+    last = max(r.judged_at for r in run)
+    return run, inp.now - last >= timedelta(seconds=RETRY_S)
+
+
+def launch_hold(ctx: ScalingContext) -> Contribution | None:
+    """Step: no scale-out onto launches that keep failing; once it is time to retry, one launch at a time
+    (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step)."""
+    run, retry = failing(ctx.inp)
+    if not run:
+        return None
+    retry_at = max(r.judged_at for r in run) + timedelta(seconds=RETRY_S)
+    allowed = ctx.hold + 1 if retry and not _probing(ctx.inp, run[-1]) else ctx.hold
+    then = f"no scale-out onto more of them before {retry_at:%H:%M}Z"
+    if retry:
+        then = "one launch at a time to retry"
+    detail = (
+        f"the {len(run)} newest launches never served (vLLM still down {LAUNCH_GRACE_S:g}s past the cold "
+        f"start: {', '.join(r.instance_id for r in run[-3:])}): check the image, launch template and model "
+        f"store; {then}"
+    )
+    warning = PlanWarning(
+        code=WarningCode.LAUNCHES_FAILING,
+        group=ctx.inp.group.name,
+        instance_id=run[0].instance_id,  # the run's first: one notification per run
+        detail=detail,
+    )
+    if ctx.target <= allowed:
+        return Contribution(warnings=(warning,))
+    reason = Reason(
+        code=ReasonCode.LAUNCHES_FAILING,
+        detail=detail,
+        inputs={"wanted": ctx.target, "hold": ctx.hold, "failed_in_a_row": len(run), "retry": retry},
+    )
+    return Contribution(target=allowed, reason=reason, warnings=(warning,))
+
+
+def _probing(inp: ScalingInputs, last_failed: LaunchRecord) -> bool:
+    """Whether a launch after the run's last failure is still on its way or not judged yet."""
+    view = inp.view
+    if view.in_flight or view.pending:
+        return True
+    judged = {r.instance_id for r in inp.gh.launches}
+    return any(
+        i.created_at is not None and i.created_at > last_failed.launched_at and i.instance_id not in judged
+        for i in view.serving
+    )

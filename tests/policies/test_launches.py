@@ -1,0 +1,173 @@
+"""Launches that never serve (policies/scaling/launches.py): judged once each; two failed in a row hold the
+scale-out that would only launch more of them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from policies import History, decide
+from policies.model import GroupHistory, LaunchRecord, ReasonCode, WarningCode
+from policies.scaling.launches import LAUNCH_GRACE_S, RETRY_S
+from tests.policies.policy_builders import GROUP, MONDAY_10_SHANGHAI, instance, policy, snapshot
+
+NOW = MONDAY_10_SHANGHAI
+COLD_S = 180  # policy_builders' cold_start_s
+PAST_GRACE = timedelta(seconds=COLD_S + LAUNCH_GRACE_S + 60)
+
+
+def _fleet(dead: int, dead_age: timedelta = PAST_GRACE, serving: int = 6, waiting: float = 3.0) -> list:
+    """``serving`` instances a day old, queued and serving; ``dead`` launched ``dead_age`` ago whose agent
+    reports vLLM down."""
+    live = [instance(i, NOW, metrics={"queue_waiting": waiting, "vllm_up": 1.0}) for i in range(serving)]
+    down = [
+        instance(100 + i, NOW, metrics={"queue_waiting": 0.0, "requests_running": 0.0, "vllm_up": 0.0})
+        for i in range(dead)
+    ]
+    for i, inst in enumerate(down):
+        inst.created_at = NOW - dead_age + timedelta(seconds=i)
+    return live + down
+
+
+def _decide(instances: list, gh: GroupHistory | None = None):
+    hist = History(groups={GROUP: gh or GroupHistory(last_target=len(instances))})
+    spec = policy(max_size=40, scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "0s"}])
+    return decide(snapshot(NOW, instances), spec, hist, NOW)
+
+
+def test_two_launches_that_never_served_hold_the_scale_out():
+    plan = _decide(_fleet(dead=2))
+    gp = plan.groups[0]
+    assert gp.reason == ReasonCode.LAUNCHES_FAILING
+    assert gp.serving_target == 8  # the hold: no more instances launched the same way
+    held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
+    assert held.inputs["wanted"] > 8 and "i-100" in held.detail and "i-101" in held.detail
+    warning = next(w for w in gp.warnings if w.code == WarningCode.LAUNCHES_FAILING)
+    assert warning.instance_id == "i-100"  # the run's first names it: one notification per run
+    verdicts = {r.instance_id: r.served for r in plan.history.groups[GROUP].launches}
+    assert verdicts == {"i-100": False, "i-101": False}  # the day-old serving ones are no launches
+
+
+def test_one_dead_launch_is_a_bad_host_and_the_rule_scales_out():
+    gp = _decide(_fleet(dead=1)).groups[0]
+    assert gp.reason == ReasonCode.RULE_SCALE_OUT
+    assert gp.serving_target > 7
+
+
+def test_launches_still_within_the_grace_are_not_judged():
+    plan = _decide(_fleet(dead=2, dead_age=timedelta(seconds=COLD_S + LAUNCH_GRACE_S - 60)))
+    assert plan.groups[0].reason == ReasonCode.RULE_SCALE_OUT
+    assert plan.history.groups[GROUP].launches == []
+
+
+def test_an_old_instance_whose_engine_died_is_not_a_failed_launch():
+    plan = _decide(_fleet(dead=2, dead_age=timedelta(days=1)))
+    assert plan.groups[0].reason == ReasonCode.RULE_SCALE_OUT
+    assert plan.history.groups[GROUP].launches == []
+
+
+def test_without_the_engine_metric_no_launch_is_judged():
+    instances = _fleet(dead=2)
+    for inst in instances[-2:]:
+        inst.metrics.pop("vllm_up")
+    plan = _decide(instances)
+    assert plan.groups[0].reason == ReasonCode.RULE_SCALE_OUT
+    assert plan.history.groups[GROUP].launches == []
+
+
+def _failed(n: int, judged_ago: timedelta) -> list[LaunchRecord]:
+    return [
+        LaunchRecord(
+            instance_id=f"i-9{i}",
+            launched_at=NOW - timedelta(hours=2, seconds=-i),
+            served=False,
+            judged_at=NOW - judged_ago,
+        )
+        for i in range(n)
+    ]
+
+
+def test_a_launch_that_serves_ends_the_hold():
+    instances = _fleet(dead=0)
+    young = instance(200, NOW, metrics={"queue_waiting": 3.0, "vllm_up": 1.0})
+    young.created_at = NOW - timedelta(minutes=5)  # launched after the two failed ones, and serving
+    gh = GroupHistory(last_target=7, launches=_failed(2, timedelta(minutes=5)))
+    held = _decide(instances, GroupHistory(last_target=6, launches=_failed(2, timedelta(minutes=5))))
+    assert held.groups[0].reason == ReasonCode.LAUNCHES_FAILING
+    plan = _decide([*instances, young], gh)
+    assert plan.groups[0].reason == ReasonCode.RULE_SCALE_OUT
+    assert plan.history.groups[GROUP].launches[-1].served
+
+
+def test_after_a_while_the_hold_retries_one_launch_at_a_time():
+    gh = GroupHistory(last_target=6, launches=_failed(2, timedelta(seconds=RETRY_S)))
+    gp = _decide(_fleet(dead=0), gh).groups[0]
+    assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 7  # a probe, not the rule's step
+    held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
+    assert held.inputs["retry"] is True and held.inputs["wanted"] > 7
+
+
+def test_a_dead_engine_is_a_known_zero_for_the_demand():
+    # predictive on: the dead instance's missing request rate no longer makes the demand partial
+    from tests.policies.test_predictive import snap, spec
+
+    s = snap(6, 6.0, days=0.5)
+    dead = instance(300, s.taken_at, metrics={"vllm_up": 0.0})
+    s.groups[0].instances.append(dead)
+    s.groups[0].desired_capacity = 7
+    hist = History(groups={GROUP: GroupHistory(last_target=7)})
+    assert decide(s, spec(), hist, s.taken_at).groups[0].predictive["demand_complete"] is True
+    dead.metrics.pop("vllm_up")  # silent: unknown, so partial, and nothing scales in
+    hist = History(groups={GROUP: GroupHistory(last_target=7)})
+    assert decide(s, spec(), hist, s.taken_at).groups[0].predictive["demand_complete"] is False
+
+
+def test_with_the_breaker_open_scale_in_still_removes_dead_suspects():
+    from policies import GroupSnapshot, Snapshot
+    from policies.model import BreakerState, DemandInputs, Incident
+    from tests.policies.test_forecast import NOW as T
+    from tests.policies.test_forecast import series
+    from tests.policies.test_predictive import fleet, spec
+
+    dead = [instance(500 + i, T, metrics={"queue_waiting": 0.0, "vllm_up": 0.0}) for i in range(3)]
+    instances = fleet(17, 2.0) + dead
+    group = GroupSnapshot(
+        name=GROUP,
+        desired_capacity=20,
+        instances=instances,
+        demand=DemandInputs(history=series(2, fn=lambda m: 2.0)),
+    )
+    incidents = [
+        Incident(
+            incident_id=f"inc-{inst.instance_id}",
+            group=GROUP,
+            instance_id=inst.instance_id,
+            rule="engine_down",
+            kind="metric",
+            action="reboot",
+            detected_at=T - timedelta(minutes=5),
+            respond_by=T + timedelta(minutes=10),
+            isolate_by=T + timedelta(hours=4),
+        )
+        for inst in dead
+    ]
+    breaker = BreakerState(open=True, opened_at=T - timedelta(minutes=5), reason="4 isolations")
+
+    def plan(with_incidents: bool):
+        gh = GroupHistory(last_target=20, breaker=breaker, incidents=incidents if with_incidents else [])
+        return decide(Snapshot(taken_at=T, groups=[group]), spec(), History(groups={GROUP: gh}), T).groups[0]
+
+    gp = plan(with_incidents=True)
+    assert gp.reason == ReasonCode.PREDICTIVE_SCALE_IN
+    assert gp.serving_target == 18  # one bounded step (10 %), no more than the 3 dead
+    assert set(gp.scale_in_order[:2]) <= {i.instance_id for i in dead}  # they go first
+    held = plan(with_incidents=False)  # dead but no suspects: the victims could be anyone, so it waits
+    assert held.serving_target == 20
+    assert any("breaker" in r.detail for r in held.reasons)
+
+
+def test_the_retry_waits_for_its_probe_to_be_judged():
+    gh = GroupHistory(last_target=7, launches=_failed(2, timedelta(seconds=RETRY_S)))
+    probe = instance(400, NOW, metrics={"queue_waiting": 3.0, "vllm_up": 0.0})
+    probe.created_at = NOW - timedelta(minutes=2)  # the retry's launch, still loading
+    gp = _decide([*_fleet(dead=0), probe], gh).groups[0]
+    assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 7  # no second probe meanwhile
