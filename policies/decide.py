@@ -173,6 +173,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
         ceiling=bnd.ceiling,
         active_schedules=list(bnd.active),
         scale_in_order=order,
+        scale_in_suspects=len(degraded),
         steps=steps,
         incidents=[deep_copy(i) for i in gh.incidents if i.state in OPEN_STATES],
         warnings=warnings,

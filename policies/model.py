@@ -552,6 +552,9 @@ class GroupPlan(_Model):
     ceiling: int = 0
     active_schedules: list[str] = Field(default_factory=list)
     scale_in_order: list[str] = Field(default_factory=list, description="instances to remove first")
+    scale_in_suspects: int = Field(
+        0, description="how many of scale_in_order are suspects (open incidents, unhealthy): removed by name"
+    )
     steps: list[IsolationStep] = Field(default_factory=list)
     incidents: list[Incident] = Field(default_factory=list, description="open incidents with their timers")
     warnings: list[PlanWarning] = Field(default_factory=list)

@@ -207,9 +207,19 @@ class Actuator:
             )
         # The intent (with its ClientToken) is on record before the write is sent: a crash between the write
         # and its audit leaves an ``intended`` row that the next leader reconciles from the ESS activities.
+        victims = _named_victims(gp, observed, current, target)
+        if victims:
+            base = replace(base, inputs={**inputs, "removed": victims})
         intent = self._intend(base, now, epoch)
         try:
-            activity_id = self.clients.ess.scale_to(group.group_id, target, token)
+            if victims:
+                # a DesiredCapacity write lets ESS pick by its removal policy (the module's: the oldest
+                # first), which keeps the suspects and removes healthy nodes
+                activity_id = self.clients.ess.remove_instances(
+                    group.group_id, victims, decrease_desired_capacity=True, client_token=token
+                )
+            else:
+                activity_id = self.clients.ess.scale_to(group.group_id, target, token)
         except CloudError as exc:
             self._cloud_error(exc)
             return self._record(
@@ -661,3 +671,16 @@ def _reason_text(gp: GroupPlan) -> str:
         if r.detail:
             parts.append(r.detail)
     return "; ".join(dict.fromkeys(parts))
+
+
+def _named_victims(gp: GroupPlan, observed: GroupObservation, current: int, target: int) -> list[str]:
+    """The instances a scale-in removes by name: the plan's first ``current - target`` of its scale-in order,
+    when a suspect is among them (an instance with an open incident, or unhealthy) and every one is
+    InService (RemoveInstances takes no other); otherwise none, and the DesiredCapacity write lets ESS choose
+    healthy victims by its removal policy."""
+    count = current - target
+    if count <= 0 or gp.scale_in_suspects <= 0 or len(gp.scale_in_order) < count:
+        return []
+    victims = gp.scale_in_order[:count]
+    states = {i.instance_id: i.lifecycle_state for i in observed.instances}
+    return victims if all(states.get(v) == "InService" for v in victims) else []

@@ -177,3 +177,34 @@ def test_a_step_blocked_for_many_ticks_is_audited_once(fake_world):
     for _ in range(5):
         svc.actuator.steps(gp, svc.policy.group("chat"), obs, None, cloud.now(), 1, lambda: True, False)
     assert [d.outcome for d in svc.store.decisions(kind="isolation")] == ["blocked"]
+
+
+def _named_scale_in(fake_world, suspects: int):
+    """A scale-in from 4 to 2 whose plan puts ``suspects`` of the instances first (open incidents)."""
+    cloud, svc, group_id = fake_world(SCALE, in_service=4)
+    svc.tick(cloud.now())
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    # the plan's order: the newest first (ESS's removal policy, the module's OldestInstance, takes the oldest)
+    by_age = sorted(obs.instances, key=lambda i: i.created_at)
+    order = [i.instance_id for i in reversed(by_age)]
+    gp = GroupPlan(
+        group="chat", desired_capacity=2, target_capacity=2, scale_in_order=order, scale_in_suspects=suspects
+    )
+    res = svc.actuator.scale(gp, obs, cloud.now(), epoch=None, fence=lambda: True)
+    cloud.advance(600)
+    left = {i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances}
+    return res, order, left, cloud
+
+
+def test_a_scale_in_with_suspects_among_its_victims_removes_them_by_name(fake_world):
+    res, order, left, cloud = _named_scale_in(fake_world, suspects=1)
+    assert res.outcome == "applied" and res.inputs["removed"] == order[:2]
+    assert left == set(order[2:])  # the two newest, named, are gone
+    assert any(a == "RemoveInstances" for _, a in cloud.calls)
+
+
+def test_a_scale_in_without_suspects_leaves_the_victims_to_ess(fake_world):
+    res, order, left, cloud = _named_scale_in(fake_world, suspects=0)
+    assert res.outcome == "applied" and "removed" not in res.inputs
+    assert not any(a == "RemoveInstances" for _, a in cloud.calls)
+    assert left == set(order[:2])  # ESS chose: the oldest went, whatever the plan's order said
