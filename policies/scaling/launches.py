@@ -22,7 +22,7 @@ which ESS would carry out without the service anyway).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from policies import metrics as m
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
@@ -61,27 +61,26 @@ def judge(inp: ScalingInputs) -> None:
     gh.launches = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))[-KEEP:]
 
 
-def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], bool]:
-    """The run of failed launches behind the newest verdicts (empty: launches are fine), and whether it is
-    time to retry: ``RETRY_S`` since the run's last failure."""
+def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:
+    """The run of failed launches behind the newest verdicts (empty: launches are fine), and when it is time
+    to retry: ``RETRY_S`` after the run's last failure."""
     run: list[LaunchRecord] = []
     for record in reversed(inp.gh.launches):
         if record.served:
             break
         run.insert(0, record)
     if len(run) < FAILED_IN_A_ROW:
-        return [], False
-    last = max(r.judged_at for r in run)
-    return run, inp.now - last >= timedelta(seconds=RETRY_S)
+        return [], None
+    return run, max(r.judged_at for r in run) + timedelta(seconds=RETRY_S)
 
 
 def launch_hold(ctx: ScalingContext) -> Contribution | None:
     """Step: no scale-out onto launches that keep failing; once it is time to retry, one launch at a time
     (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step)."""
-    run, retry = failing(ctx.inp)
-    if not run:
+    run, retry_at = failing(ctx.inp)
+    if retry_at is None:
         return None
-    retry_at = max(r.judged_at for r in run) + timedelta(seconds=RETRY_S)
+    retry = ctx.inp.now >= retry_at
     allowed = ctx.hold + 1 if retry and not _probing(ctx.inp, run[-1]) else ctx.hold
     then = f"no scale-out onto more of them before {retry_at:%H:%M}Z"
     if retry:
