@@ -584,9 +584,9 @@ class IsolationRule(_Model):
                     )
         return value
 
-    @model_validator(mode="after")
-    def _one_detector(self) -> IsolationRule:
-        kinds = [
+    def _detectors_given(self) -> list[str]:
+        """The detector kinds this rule names, in ``kind``'s order (a valid rule names at most one)."""
+        return [
             k
             for k, on in (
                 ("xid", self.xids is not None),
@@ -597,6 +597,10 @@ class IsolationRule(_Model):
             )
             if on
         ]
+
+    @model_validator(mode="after")
+    def _one_detector(self) -> IsolationRule:
+        kinds = self._detectors_given()
         if len(kinds) > 1:
             raise ValueError(_ONE_DETECTOR)
         if kinds:
@@ -632,17 +636,8 @@ class IsolationRule(_Model):
 
     @property
     def kind(self) -> str:
-        if self.xids is not None:
-            return "xid"
-        if self.events is not None:
-            return "event"
-        if self.throttle_reasons is not None:
-            return "throttle"
-        if self.peer_factor is not None:
-            return "outlier"
-        if self.absent_for_s is not None:
-            return "absent"
-        return "metric"
+        """``xid``, ``event``, ``throttle``, ``outlier``, ``absent``, or ``metric`` (a threshold)."""
+        return next(iter(self._detectors_given()), "metric")
 
     @property
     def rule_id(self) -> str:

@@ -144,10 +144,10 @@ def detect(
     for inst in candidates:
         _record_xids(gh, inst, now, stale_after)
     for rule in spec.isolation.rules:
-        detector = _DETECTORS.get(rule.kind, _outlier)
+        detector = _DETECTORS[rule.kind]
         peers = None
-        if detector is _outlier or detector is _absent:
-            assert rule.metric is not None  # an outlier rule compares a metric
+        if rule.kind in _PEER_KINDS:
+            assert rule.metric is not None  # both compare the instance's metric with its peers'
             peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
             key = f"iso:{rule.rule_id}:{inst.instance_id}"
@@ -357,7 +357,7 @@ def _absent(rule: IsolationRule, p: Probe) -> Detection | None:
     )
 
 
-# One detector per rule kind (IsolationRule.kind); "outlier" is the default, as the kind property reads.
+# One detector per rule kind (IsolationRule.kind); the kinds that read the instance's peers.
 _DETECTORS: dict[str, Callable[[IsolationRule, Probe], Detection | None]] = {
     "metric": _metric,
     "throttle": _throttle,
@@ -366,6 +366,7 @@ _DETECTORS: dict[str, Callable[[IsolationRule, Probe], Detection | None]] = {
     "outlier": _outlier,
     "absent": _absent,
 }
+_PEER_KINDS = frozenset({"outlier", "absent"})
 
 
 def open_or_escalate(t: Tick) -> None:
