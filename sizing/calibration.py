@@ -44,6 +44,18 @@ KV_BYTES_TOLERANCE = 0.02  # a logged KV bytes/token further than this from the 
 # Achievable share of datasheet bandwidth a benchmark may set for a GPU kind: STREAM-like copies reach about
 # 0.8-0.93 on HBM and 0.75-0.9 on GDDR cards; outside this range the run measured something else.
 BW_EFF_RANGE = (0.5, 0.95)
+# What a startup log may leave between the usable memory and weights + KV cache before it is refused as a log
+# of another card: below zero by more than the printed figures' rounding and the spread of one card's visible
+# memory between drivers and variants (A10 22.07 / A10G 21.99, 48 GB cards 44.31-44.55 GiB: ~2 %), or more
+# than vLLM's activation peak, non-torch memory and graphs ever take (a few GiB, a few times the model's).
+OVERHEAD_SLACK_GIB = 0.1
+OVERHEAD_SLACK_SHARE = 0.02
+OVERHEAD_MAX_FACTOR = 3.0
+OVERHEAD_MAX_EXTRA_GIB = 4.0
+VISIBLE_MATCH = 0.05  # a catalog GPU whose visible memory is this close to what the figures imply "fits"
+# A logged total_gpu_memory this far from the given GPU's visible memory is another card's (one card's figure
+# varies by well under this between drivers and variants: see OVERHEAD_SLACK_SHARE).
+VISIBLE_SPREAD = 0.1
 
 
 class Scope(StrEnum):
@@ -208,6 +220,12 @@ def _add(cal: Calibration, term: Term, **changes: object) -> Calibration:
 def _visible(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
     if facts.total_gib is None:
         return cal
+    if abs(facts.total_gib / plan.visible_gib - 1.0) > VISIBLE_SPREAD:
+        raise SizingInputError(
+            f"the log does not fit this GPU: it shows {facts.total_gib:.2f} GiB per GPU (total_gpu_memory), "
+            f"the {cal.gpu} {plan.visible_gib:.2f} GiB{_fitting(facts.total_gib, cal.gpu)}; "
+            "give the --gpu or --instance-type it ran on"
+        )
     term = Term("visible_gib", Scope.GPU, facts.total_gib, plan.visible_gib, "GiB")
     return _add(cal, term, visible_gib=facts.total_gib)
 
@@ -274,11 +292,60 @@ def _overhead(cal: Calibration, facts: LogFacts, base: Deployment) -> Calibratio
     overhead_model = plan.activation_gib + plan.non_torch_gib
     if plan.cuda_graphs_in_util:
         overhead_model += plan.cuda_graph_gib
+    _check_fits(facts, plan, base.gpu.name, util, kv_logged, overhead_logged, overhead_model)
     residual = overhead_logged - overhead_model
     if abs(residual) < 0.005:  # the split terms already explain it to the log's printed precision
         return cal
     term = Term("overhead_gib", Scope.DEPLOYMENT, overhead_logged, overhead_model, "GiB")
     return _add(cal, term, overhead_residual_gib=residual)
+
+
+def _check_fits(
+    facts: LogFacts,
+    plan: MemoryPlan,
+    gpu_name: str,
+    util: float,
+    kv_gib: float,
+    overhead_logged: float,
+    overhead_model: float,
+) -> None:
+    """Refuse a log whose figures cannot come from the GPU given: its weights and KV cache more than the
+    GPU's usable memory (a bigger card), or leaving far more unexplained than vLLM ever keeps outside them
+    (a smaller one). Calibrating on it would write that difference into the overhead term and skew every
+    later sizing of the card; the message names the cards the figures do fit."""
+    low = overhead_logged < -max(OVERHEAD_SLACK_GIB, OVERHEAD_SLACK_SHARE * plan.visible_gib)
+    most = max(OVERHEAD_MAX_FACTOR * overhead_model, overhead_model + OVERHEAD_MAX_EXTRA_GIB)
+    high = overhead_logged > most
+    if not (low or high):
+        return
+    usable = plan.visible_gib * util
+    implied = (plan.weights_gib + kv_gib + overhead_model) / util
+    where = f"{plan.visible_gib:.2f} GiB x {util:g} = {usable:.2f} GiB usable per GPU"
+    said = f"the log's weights ({plan.weights_gib:.2f} GiB) and KV cache ({kv_gib:.2f} GiB)"
+    if low:
+        problem = f"{said} exceed the {where}: it ran on a GPU with more memory"
+    else:
+        problem = (
+            f"{said} leave {overhead_logged:.2f} GiB of the {where} unexplained, where vLLM keeps about "
+            f"{overhead_model:.2f} GiB: it ran on a GPU with less memory"
+        )
+    setting = "" if facts.gpu_memory_utilization is not None else " or --gpu-memory-utilization"
+    raise SizingInputError(
+        f"the log does not fit this GPU: {problem}{_fitting(implied, gpu_name)}; "
+        f"give the --gpu or --instance-type{setting} it ran with"
+    )
+
+
+def _fitting(visible_gib: float, given: str) -> str:
+    """`` (about N GiB visible: the catalog GPUs that size)``, other than ``given``; empty when none does."""
+    from sizing.catalog import load_gpus
+
+    fits = sorted(
+        g.name
+        for g in load_gpus().values()
+        if abs(g.visible_gib / visible_gib - 1.0) <= VISIBLE_MATCH and g.name != given
+    )
+    return f" (about {visible_gib:.1f} GiB visible: {', '.join(fits)})" if fits else ""
 
 
 def _speed(cal: Calibration, bench: BenchResult, dep: Deployment) -> Calibration:

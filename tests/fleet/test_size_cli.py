@@ -530,6 +530,16 @@ def test_calibrate_needs_the_gpu(tmp_path, capsys):
     assert code == 2 and "--gpu" in err
 
 
+def test_calibrate_refuses_a_log_of_another_card_and_writes_nothing(tmp_path, capsys):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K)  # an RTX 3090's log (23.58 GiB)
+    out = tmp_path / "c.yaml"
+    argv = ["size", "calibrate", str(log), "--model", "Llama-3.1-8B", "--gpu", "A100-80G", "-o", str(out)]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "does not fit this GPU" in err and "RTX3090" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_a_bad_calibration_file_exits_2_with_one_line(tmp_path, capsys):
     bad = tmp_path / "cal.yaml"
     bad.write_text(

@@ -145,8 +145,7 @@ def test_a_benchmark_calibrates_decode_and_prefill_of_its_deployment():
         gpu_memory_utilization=0.95,
         max_num_seqs=30,
     )
-    facts = parse_startup_log(logs.V1_MODEL_LOADING)  # any readable log: the memory terms are not tested here
-    cal = calibrate(facts, dep, bench_from_json(BENCH_20469))
+    cal = calibrate(LogFacts(), dep, bench_from_json(BENCH_20469))  # the memory terms are not tested here
     calibrated = apply_calibration(dep, cal)
     perf = perf_for(calibrated, plan_memory(calibrated))
     assert perf.decode_tpot_s(16100) * 1000 == pytest.approx(20.63, rel=0.01)
@@ -206,7 +205,7 @@ def test_a_benchmark_of_one_model_sets_the_gpus_bandwidth_share_for_another():
     dep = Deployment(
         find_model("Qwen3-14B-AWQ"), find_gpu("A100-80G"), 1, max_model_len=16384, max_num_seqs=30
     )
-    cal = calibrate(parse_startup_log(logs.V1_MODEL_LOADING), dep, bench_from_json(BENCH_20469))
+    cal = calibrate(LogFacts(), dep, bench_from_json(BENCH_20469))
     other = apply_calibration(
         Deployment(find_model("Llama-3.1-8B"), find_gpu("A100-80G"), 1, max_model_len=8192), cal
     )
@@ -257,3 +256,19 @@ def test_a_main_branch_build_counts_as_the_current_release():
     dep = _h100_l8b()
     plan = plan_memory(apply_calibration(dep, calibrate(facts, dep)))
     assert plan.cuda_graphs_in_util and plan.kv_cache_gib == pytest.approx(58.11, abs=0.01)
+
+
+@pytest.mark.parametrize(("gpu", "side"), [("A100-80G", "less memory"), ("A10", "more memory")])
+def test_a_log_of_another_card_is_refused_naming_the_cards_it_fits(gpu, side):
+    # LMCache#1739 ran on an A100-40G: its weights and KV cache leave most of an 80 GB card unexplained and
+    # overflow an A10; calibrating on either would write the difference into the overhead term
+    dep = Deployment(find_model("Qwen3-14B"), find_gpu(gpu), 1, max_model_len=32768)
+    with pytest.raises(SizingInputError, match=side) as refused:
+        calibrate(parse_startup_log(logs.V1_QWEN3_14B), dep)
+    assert "A100-40G" in str(refused.value) and "--gpu" in str(refused.value)
+
+
+def test_a_v0_log_whose_total_memory_is_another_cards_is_refused():
+    dep = Deployment(find_model("Llama-3.1-8B"), find_gpu("A100-80G"), 1, max_model_len=20000, engine="v0")
+    with pytest.raises(SizingInputError, match=r"23\.58 GiB per GPU .*RTX3090"):
+        calibrate(parse_startup_log(logs.V0_064_20K), dep)
