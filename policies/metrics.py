@@ -76,6 +76,12 @@ GPU_MEM_BW_UTIL = "gpu_mem_bw_util"
 
 # group metric -> (instance metric it aggregates, default aggregation over InService instances)
 # queue_waiting_per_instance is sum(queue_waiting) / number of InService instances, as issue 5 defines it.
+# Latency percentiles: an instance that served no request in the window has none to report (the agent leaves
+# the point out). With its queue and running requests reading 0 it is *idle*, which is known: it counts as
+# covered and adds no latency (``policies.observe.aggregate``); without that evidence it stays unknown.
+LATENCY_METRICS: frozenset[str] = frozenset({TTFT_P99_MS, TPOT_P99_MS, E2E_P99_MS, LATENCY_P95_MS})
+IDLE_EVIDENCE: tuple[str, ...] = (QUEUE_WAITING, REQUESTS_RUNNING)
+
 GROUP_METRICS: dict[str, tuple[str, str]] = {
     QUEUE_WAITING_PER_INSTANCE: (QUEUE_WAITING, "per_instance"),
     TTFT_P99_MS: (TTFT_P99_MS, "mean"),

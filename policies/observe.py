@@ -2,7 +2,11 @@
 
 A sample older than ``stale_after_s`` is *unknown*, never zero (KEDA #3065 scaled a fleet to its minimum at
 peak by reading an empty query as 0). Aggregates say how many InService instances they cover, so that a
-partial view can still drive a scale-out but never a scale-in.
+partial view can still drive a scale-out but never a scale-in. One absence is known rather than unknown: an
+instance with no latency percentile whose fresh queue and running requests both read 0 served nothing in the
+window (``metrics.LATENCY_METRICS``); it is covered and adds no latency, and a group of idle instances reads
+a latency of 0. Without that, a fleet with no traffic (a night, a weekend) never scaled in on rules that
+include a latency: every instance's percentile was missing.
 """
 
 from __future__ import annotations
@@ -117,19 +121,23 @@ def aggregate(
     values: list[float] = []
     missing: list[str] = []
     stale: list[str] = []
+    idle = 0
     for inst in serving:
         sample = inst.metrics.get(source)
-        if sample is None:
-            missing.append(inst.instance_id)
-        elif not fresh(sample, now, stale_after_s):
-            stale.append(inst.instance_id)
-        else:
+        if fresh(sample, now, stale_after_s):
+            assert sample is not None
             values.append(sample.value)
-    if direct is not None and not values:
+        elif source in m.LATENCY_METRICS and _idle(inst, now, stale_after_s):
+            idle += 1
+        elif sample is None:
+            missing.append(inst.instance_id)
+        else:
+            stale.append(inst.instance_id)
+    if direct is not None and not values and not idle:
         stale.append("<group>")
     value: float | None
     if not values:
-        value = None
+        value = 0.0 if idle else None  # every instance known idle: no request waited
     elif aggregation in ("per_instance", "mean"):
         # per_instance: sum over InService / their count; with partial coverage the known mean stands in
         value = sum(values) / len(values)
@@ -139,4 +147,10 @@ def aggregate(
         value = min(values)
     else:  # sum
         value = sum(values) * len(serving) / len(values)
-    return Aggregate(metric, value, len(values), len(serving), missing, stale)
+    return Aggregate(metric, value, len(values) + idle, len(serving), missing, stale)
+
+
+def _idle(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
+    """Fresh readings say the instance holds no request, waiting or running."""
+    samples = [inst.metrics.get(name) for name in m.IDLE_EVIDENCE]
+    return all(fresh(s, now, stale_after_s) and s is not None and s.value == 0 for s in samples)

@@ -135,7 +135,10 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
     """Canonical per-instance metrics a group's rules read (scale rules via their group aggregate)."""
     needed: set[str] = set()
     for rule in (*spec.scale_out, *spec.scale_in):
-        needed.add(pm.GROUP_METRICS[rule.metric][0])
+        source = pm.GROUP_METRICS[rule.metric][0]
+        needed.add(source)
+        if source in pm.LATENCY_METRICS:
+            needed.update(pm.IDLE_EVIDENCE)  # an idle instance has no latency: these tell it from a gap
     if spec.predictive.mode != "off":
         # the demand, and what the online correction of the capacity model compares it with
         needed.update(pm.DEMAND_METRICS)

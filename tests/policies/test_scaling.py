@@ -282,3 +282,51 @@ def test_a_metrics_outage_restarts_the_scale_in_window():
     later = back + timedelta(minutes=9, seconds=15)
     plan, _ = run(spec, lambda at: fleet(at, 6, waiting=0), 75, history=hist, start=later)
     assert gp(plan).serving_target < 6
+
+
+_LATENCY_RULES = {
+    "scale_in": [
+        {"metric": "queue_waiting_per_instance", "below": 0.5, "for": "10m"},
+        {"metric": "ttft_p99_ms", "below": 2000, "for": "10m"},
+    ]
+}
+
+
+def test_an_idle_fleet_scales_in_on_a_latency_rule():
+    # no request in the window: no TTFT percentile from any instance, but every queue and running count reads
+    # 0, so the fleet is known idle; before, the missing latencies blocked scale-in for as long as it stayed
+    # idle (a night without traffic kept the whole fleet)
+    spec = policy(**_LATENCY_RULES)
+    idle = lambda at: fleet(at, 6, waiting=0, requests_running=0)  # noqa: E731
+    plan, _ = run(spec, idle, 10 * 60)
+    assert gp(plan).serving_target == 5 and gp(plan).reason == ReasonCode.RULE_SCALE_IN
+    assert not any(w.metric == "ttft_p99_ms" for w in gp(plan).warnings)
+
+
+def test_a_missing_latency_without_idle_evidence_stays_unknown():
+    spec = policy(**_LATENCY_RULES)
+    cases = {
+        "busy": lambda at: fleet(at, 6, waiting=0, requests_running=3),  # serving, its percentile missing
+        "no running count": lambda at: fleet(at, 6, waiting=0, requests_running=None),
+        "stale running count": lambda at: (
+            [instance(i, at, metrics={"queue_waiting": 0}) for i in range(5)]
+            + [instance(5, at, metrics={"queue_waiting": 0, "requests_running": 0}, age_s=600)]
+        ),
+    }
+    for name, make in cases.items():
+        plan, _ = run(spec, make, 15 * 60)
+        assert gp(plan).serving_target == 6, name
+        assert any(w.metric == "ttft_p99_ms" for w in gp(plan).warnings), name
+
+
+def test_idle_instances_add_no_latency_to_the_busy_ones():
+    # two instances serve at 5 s P99 TTFT, four are idle: the group reads 5 s (not a mean diluted by zeros)
+    spec = policy(scale_out=[{"metric": "ttft_p99_ms", "above": 3000, "for": "30s"}])
+
+    def mixed(at):
+        busy = [instance(i, at, metrics={"queue_waiting": 0, "ttft_p99_ms": 5000.0}) for i in range(2)]
+        idle = {"queue_waiting": 0, "requests_running": 0}
+        return busy + [instance(i, at, metrics=idle) for i in range(2, 6)]
+
+    plan, _ = run(spec, mixed, 45)
+    assert gp(plan).serving_target == 10  # ceil(6 x 5000 / 3000)

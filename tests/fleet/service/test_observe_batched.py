@@ -392,3 +392,21 @@ def test_a_failure_after_a_quiet_spell_is_logged_as_new(caplog):
             failures.failed("vllm_up", CloudError("ServiceUnavailable", "down"), t0 + timedelta(seconds=s))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all(line.startswith("observe vllm_up failed") for line in lines)
+
+
+def test_a_latency_rule_reads_what_tells_an_idle_instance_from_a_missing_one():
+    from policies import GroupSpec
+
+    def spec(metric: str) -> GroupSpec:
+        return GroupSpec.model_validate(
+            {
+                "name": "g",
+                "min_size": 1,
+                "max_size": 4,
+                "isolation": {"enabled": False},
+                "scale_out": [{"metric": metric, "above": 3000 if "ms" in metric else 2, "for": "30s"}],
+            }
+        )
+
+    assert {"queue_waiting", "requests_running"} <= needed_metrics(spec("ttft_p99_ms"))
+    assert "requests_running" not in needed_metrics(spec("queue_waiting_per_instance"))
