@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_mooncake_jsonl
+from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_columns, parse_mooncake_jsonl
 
 # The shared traces sit next to the repository (../shared from the root) in development and in CI.
 TRACES_ENV = "FLEET_TRACES_DIR"
@@ -104,6 +104,18 @@ def load_mooncake_jsonl(path: Path | str) -> list[Request]:
         return parse_mooncake_jsonl(_read_text(path), str(path))
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
+
+
+def load_columns(path: Path | str) -> list[Request]:
+    """Any per-request trace whose time and token columns ``fleet size --trace`` finds by name (Azure LLM,
+    BurstGPT, Mooncake, or the user's own CSV / JSONL): rows with zero tokens skipped, restarted at 0 s."""
+    path = Path(path)
+    try:
+        got = parse_columns(_read_text(path), str(path), jsonl=path.suffix in {".jsonl", ".json"})
+    except TraceError as exc:
+        raise WorkloadError(str(exc)) from None
+    t0 = got[0].arrival_s
+    return [TraceRequest(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in got]
 
 
 def load_servegen(path: Path | str, window_s: float = 600.0, *, fill_gaps: bool = True) -> RateCurve:
@@ -354,8 +366,9 @@ class WorkloadSpec:
       ``cv_cap`` (default 8, ``none`` for the recorded CV), ``gaps`` (``fill`` default: the trace's
       collection gaps filled, see :func:`load_servegen`; ``zero``: nothing arrives in them), ``seed``.
     * ``azure:conv|code`` and ``mooncake:conversation|synthetic``: keys ``speed`` (time compression, default
-    1),
-      ``rate`` (request multiplier, default 1), ``loop`` (``true``/``false``, default true), ``seed``.
+      1), ``rate`` (request multiplier, default 1), ``loop`` (``true``/``false``, default true), ``seed``.
+    * ``trace:PATH``: the user's own per-request trace (CSV or ``.jsonl``, columns found by name as ``fleet
+      size --trace`` finds them; PATH relative to the working directory), with the replay keys.
     """
 
     kind: str
@@ -418,7 +431,9 @@ def _resolve_trace(kind: str, name: str, params: dict[str, str], text: str) -> t
                 f"workload {text!r}: unknown {kind} trace {name!r}; one of {', '.join(names)}"
             )
         return name, _REPLAY_KEYS
-    raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake")
+    if kind == "trace":
+        return name, _REPLAY_KEYS
+    raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake, trace")
 
 
 def _check_values(params: dict[str, str], text: str) -> None:
@@ -468,6 +483,8 @@ _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
 
 def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Request, ...]:
     """A per-request trace by kind and name, loaded once per process."""
+    if kind == "trace":  # the user's file, read each time: it may change between runs of one process
+        return tuple(load_columns(name))
     directory = directory or traces_dir()
     key = (str(directory), f"{kind}:{name}")
     if key not in _CACHE:

@@ -449,3 +449,18 @@ def test_launches_that_never_serve_stop_the_scale_out_short_of_max_size(config):
     assert run.fault_log[0]["event"] == "bad-launch"
     assert run.summary["max_instances"] <= 20 < config.groups[0].max_size
     assert run.summary["invariant_violations"] == []
+
+
+def test_a_fleet_without_traffic_scales_in_on_its_rules_alone(tmp_path):
+    # predictive off, so the rules decide alone, one of them on P99 TTFT: 10 minutes of requests and then
+    # silence. No instance has a latency to report once idle; before, that read as missing and no rule ever
+    # scaled in (the fleet kept its peak size through the silence)
+    trace = tmp_path / "then-quiet.csv"
+    rows = [f"{i / 10:.3f},2000,200" for i in range(6000)] + ["4700,500,100"]
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    config = tmp_path / "fleet.yaml"
+    config.write_text(DEFAULT_CONFIG.read_text().replace("mode: on", "mode: off"))
+    run = simulate(load_config(config, env={}), f"trace:{trace},loop=false", 1.25, options=SimOptions())
+    assert not run.summary["invariant_violations"]
+    peak = max(p.desired for p in run.series)
+    assert peak > 6 and run.series[-1].desired == 6  # 10:00 local on a Monday: the business-hours floor

@@ -141,8 +141,41 @@ def test_servegen_spec_builds_a_day_scaled_to_its_peak():
         ("azure:conv,peak=3", "unknown key"),
         ("servegen:m-large,peak=-1", "positive"),
         ("s3:foo", "unknown kind"),
+        ("trace:my.csv,peak=3", "unknown key"),
     ],
 )
 def test_bad_workload_specs_name_the_problem(text: str, fragment: str):
     with pytest.raises(WorkloadError, match=fragment):
         parse_workload_spec(text)
+
+
+def test_a_users_own_trace_replays_from_its_columns(tmp_path: Path):
+    # BurstGPT's columns (seconds, failed requests with zero tokens), starting 5 s in: restarted at 0
+    path = tmp_path / "mine.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "45,ChatGPT,1087,0,1087,Conversation log\n"
+        "65,GPT-4,417,276,693,Conversation log\n"
+    )
+    spec = parse_workload_spec(f"trace:{path},speed=2,loop=false")
+    assert (spec.kind, spec.name) == ("trace", str(path))
+    reqs = build_workload(spec, 3600.0)
+    got = [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in reqs]
+    assert got == [(0.0, 472, 18), (30.0, 417, 276)]
+    jsonl = tmp_path / "mine.jsonl"
+    jsonl.write_text('{"timestamp": 1000, "input_length": 10, "output_length": 3}\n' * 2)
+    assert len(build_workload(f"trace:{jsonl},loop=false", 60.0)) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("Timestamp,Request tokens\n1,2\n", "needs a time column"), (None, "cannot read")],
+)
+def test_a_trace_that_cannot_be_replayed_names_the_file(tmp_path: Path, text, fragment):
+    path = tmp_path / "bad.csv"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(WorkloadError, match=fragment) as err:
+        build_workload(f"trace:{path}", 60.0)
+    assert str(path) in str(err.value)
