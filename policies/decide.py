@@ -17,6 +17,7 @@ from policies.model import (
     GroupSnapshot,
     History,
     InstanceSnapshot,
+    IsolationStep,
     Plan,
     PlanWarning,
     Reason,
@@ -55,35 +56,44 @@ def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: d
     for gspec in specs:
         gh = hist.groups.setdefault(gspec.name, GroupHistory())
         group = snapshot.group(gspec.name)
-        if group is None:
-            bnd = bounds(gspec, now)
-            w = PlanWarning(
-                code=WarningCode.GROUP_NOT_OBSERVED,
-                group=gspec.name,
-                detail="no observation this tick: nothing changes",
-            )
-            plans.append(
-                GroupPlan(
-                    group=gspec.name,
-                    scaling_group_id=gspec.scaling_group_id,
-                    reason=ReasonCode.GROUP_NOT_OBSERVED,
-                    reasons=[Reason(code=ReasonCode.GROUP_NOT_OBSERVED, detail=w.detail)],
-                    serving_target=gh.last_target or bnd.floor,
-                    target_capacity=gh.last_target or bnd.floor,
-                    floor=bnd.floor,
-                    ceiling=bnd.ceiling,
-                    active_schedules=list(bnd.active),
-                    incidents=[i for i in gh.incidents if i.state in OPEN_STATES],
-                    warnings=[w],
-                )
-            )
-            warnings.append(w)
+        if group is None or group.blind:
+            plan = _held(gspec, group, gh, now)
+            plans.append(plan)
+            warnings.extend(plan.warnings)
             continue
         plan = _decide_group(gspec, group, gh, now)
         plans.append(plan)
         warnings.extend(plan.warnings)
     hist.updated_at = now
     return Plan(at=now, groups=plans, warnings=warnings, history=hist)
+
+
+def _held(spec: GroupSpec, group: GroupSnapshot | None, gh: GroupHistory, now: datetime) -> GroupPlan:
+    """A group ESS could not be read for: nothing scales. A blind one (its last instance list, their health,
+    events and metrics read) still runs isolation's detection and notifications."""
+    bnd = bounds(spec, now)
+    steps: list[IsolationStep] = []
+    warnings: list[PlanWarning] = []
+    detail = "no observation this tick: nothing changes"
+    if group is not None:
+        iso = run_isolation(spec, gh, group, classify(group), bnd.floor, now)
+        steps, warnings = iso.steps, list(iso.warnings)
+        detail = "ESS unreadable: nothing scales; isolation watches the last instance list read and notifies"
+    w = PlanWarning(code=WarningCode.GROUP_NOT_OBSERVED, group=spec.name, detail=detail)
+    return GroupPlan(
+        group=spec.name,
+        scaling_group_id=spec.scaling_group_id,
+        reason=ReasonCode.GROUP_NOT_OBSERVED,
+        reasons=[Reason(code=ReasonCode.GROUP_NOT_OBSERVED, detail=detail)],
+        serving_target=gh.last_target or bnd.floor,
+        target_capacity=gh.last_target or bnd.floor,
+        floor=bnd.floor,
+        ceiling=bnd.ceiling,
+        active_schedules=list(bnd.active),
+        steps=steps,
+        incidents=[i for i in gh.incidents if i.state in OPEN_STATES],
+        warnings=[w, *warnings],
+    )
 
 
 def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: datetime) -> GroupPlan:

@@ -306,6 +306,11 @@ class GroupSnapshot(_Model):
     )
     activity_in_progress: bool = False
     paused: bool = False
+    blind: bool = Field(
+        default=False,
+        description="ESS unreadable: instances are the last list read; isolation detects and notifies only, "
+        "nothing scales",
+    )
     instances: list[InstanceSnapshot] = Field(default_factory=list)
     group_metrics: dict[str, MetricSample] = Field(
         default_factory=dict, description="group metrics measured directly (override the aggregates)"

@@ -332,7 +332,7 @@ class Service:
                 continue
             g = observation.groups.get(spec.name)
             gs = snapshot.group(spec.name)
-            if g is None or gs is None:
+            if g is None or gs is None or gs.blind:
                 continue
             serving = LifecycleState.IN_SERVICE
             in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
@@ -507,7 +507,7 @@ class Service:
     ) -> None:
         for gp in plan.groups:
             observed = observation.groups.get(gp.group)
-            if observed is None or not observed.ok or gp.group in paused:
+            if observed is None or not (observed.ok or observed.blind) or gp.group in paused:
                 continue  # unread, or paused by operators: decisions are still made and shown, not written
             try:
                 actions = self._actuate_group(gp, plan, observed, now, lease, fence)
@@ -541,8 +541,8 @@ class Service:
         has_channel = self.notifier is not None and self.notifier.has_channels
         actuator = self.actuator_for(scope_of(spec))  # the clients of the group's (account, region)
         actions = actuator.steps(gp, spec, observed, breaker, now, lease.epoch, fence, has_channel)
-        if any(a.outcome == Outcome.FENCED for a in actions):
-            return actions
+        if observed.blind or any(a.outcome == Outcome.FENCED for a in actions):
+            return actions  # blind (ESS unreadable): the plan's notifications, and no write
         res = actuator.scale(gp, observed, now, lease.epoch, fence)
         if res is not None:
             actions = [*actions, res]

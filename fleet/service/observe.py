@@ -69,6 +69,10 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 # 15 % apart; so are the KV-cache use and the running and waiting requests where only the online correction
 # reads them (its slack check and Little's law, both smoothed over minutes), not a rule or a drain. Every
 # other metric is read every tick.
+# How old the last instance list of a group may be for it to be watched while ESS cannot be read (its API
+# down, throttled): its instances change only through ESS, and any that left meanwhile stop reporting, which
+# a blind tick never reads as a fault; the default isolate_within.
+BLIND_MAX_AGE_S = 4 * 3600.0
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
@@ -158,10 +162,15 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
 
 @dataclass
 class GroupObservation:
-    """Everything read about one group in one tick; ``ok`` False: the group itself could not be read."""
+    """Everything read about one group in one tick; ``ok`` False: the group itself could not be read.
+
+    ``blind``: ESS could not be read but the group's instances were, not long ago (``BLIND_MAX_AGE_S``):
+    ``instances`` is that copy, and their ECS health, system events and metrics were read as usual, so that
+    isolation can still detect and notify (nothing that needs ESS is done on it)."""
 
     name: str
     ok: bool
+    blind: bool = False
     group: ScalingGroup | None = None
     instances: list[ScalingInstance] = field(default_factory=list)
     activities_in_progress: list[ScalingActivity] = field(default_factory=list)
@@ -295,6 +304,7 @@ class Observer:
         clients = self.clients_for(scope)
         groups = self._describe_groups(clients, specs, obs)
         resolved: list[tuple[GroupSpec, ScalingGroup]] = []
+        blind: list[tuple[GroupSpec, GroupObservation]] = []
         for spec in specs:
             gid = self._group_ids.get(spec.name)
             group = groups.get(gid) if gid and groups else None
@@ -305,6 +315,8 @@ class Observer:
                     "scaling groups not readable" if groups is None else f"scaling group {wanted!r} not found"
                 )
                 obs.groups[spec.name] = g
+                if groups is None and self._blind(g, now):
+                    blind.append((spec, g))
                 continue
             resolved.append((spec, group))
         # Only groups with something to read go through the (rate-limited) pool; the others are cached.
@@ -326,16 +338,29 @@ class Observer:
             if isinstance(got, CloudError):
                 self._fail(obs, got, f"{spec.name} instances")
                 got = GroupObservation(name=spec.name, ok=False, errors=[str(got)])
+                if self._blind(got, now):
+                    blind.append((spec, got))
             elif isinstance(got, Exception):
                 raise got
             obs.groups[spec.name] = got
             if got.ok:
                 observed.append((spec, got))
+        # a blind group is read for isolation alone: ECS health and events, and its metrics
+        watched = observed + [(spec, g) for spec, g in blind if spec.isolation.enabled]
         if self.read_ecs:
             # isolation reads health and system events; a group buying spot reads its reclaim notices there
-            ecs_groups = [g for spec, g in observed if spec.isolation.enabled or _buys_spot(spec)]
+            ecs_groups = [g for spec, g in watched if spec.isolation.enabled or _buys_spot(spec)]
             self._read_ecs(clients, ecs_groups, obs)
-        self._read_metrics(observed, now, obs)
+        self._read_metrics(watched, now, obs)
+
+    def _blind(self, g: GroupObservation, now: datetime) -> bool:
+        """Give an unreadable group its last instance list, when that is recent enough to watch."""
+        with self._cache_lock:
+            cached = self._instances.get(g.name)
+        if cached is None or (now - cached.read_at).total_seconds() > BLIND_MAX_AGE_S:
+            return False
+        g.blind, g.instances = True, list(cached.instances)
+        return True
 
     def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
         obs.errors.append(exc)

@@ -42,9 +42,22 @@ def build_snapshot(
     groups: list[GroupSnapshot] = []
     for spec in specs:
         seen = observation.groups.get(spec.name)
+        gh = history.groups.get(spec.name) if history else None
+        if seen is not None and seen.blind:
+            # ESS unreadable, its last instance list watched: isolation detects and notifies, nothing scales
+            groups.append(
+                GroupSnapshot(
+                    name=spec.name,
+                    scaling_group_id=spec.scaling_group_id,
+                    blind=True,
+                    instances=_instances(seen, gh),
+                    notifications=notified.get(spec.name, []),
+                    outcomes=outcomes.get(spec.name, []),
+                )
+            )
+            continue
         if seen is None or not seen.ok or seen.group is None:
             continue  # not observed: the policy holds the group (unknown is not zero)
-        gh = history.groups.get(spec.name) if history else None
         groups.append(
             GroupSnapshot(
                 name=spec.name,

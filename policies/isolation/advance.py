@@ -54,14 +54,15 @@ def advance_all(t: Tick) -> None:
             t.steps.add(inc, StepAction.CLOSE, last.reason, inc.outcome or "", outcome=inc.outcome)
 
 
-def _advance(t: Tick, inc: Incident) -> None:
-    if inc.state not in OPEN_STATES:
-        return
-    inst = t.by_id.get(inc.instance_id)
-    if inst is None or inst.lifecycle_state in REMOVING_STATES:
-        how = "replaced" if inc.remove_requested_at is not None else "instance_gone"
-        close(inc, t.now, ReasonCode.REMEDIATED if how == "replaced" else ReasonCode.INSTANCE_GONE, how)
-        return
+def notify_only(t: Tick) -> None:
+    """A blind tick's advance (ESS unreadable, the instance list the last one read): the notification of
+    each open incident not yet acknowledged, and nothing else; the incidents wait for ESS where they are."""
+    for inc in t.open_in_detection_order():
+        if inc.state in OPEN_STATES and inc.instance_id in t.by_id:
+            _notify(t, inc)
+
+
+def _notify(t: Tick, inc: Incident) -> None:
     if inc.acknowledged_at is None:
         t.steps.add(
             inc,
@@ -70,6 +71,17 @@ def _advance(t: Tick, inc: Incident) -> None:
             f"{inc.rule}: notify a human channel",
             respond_by=inc.respond_by.isoformat(),
         )
+
+
+def _advance(t: Tick, inc: Incident) -> None:
+    if inc.state not in OPEN_STATES:
+        return
+    inst = t.by_id.get(inc.instance_id)
+    if inst is None or inst.lifecycle_state in REMOVING_STATES:
+        how = "replaced" if inc.remove_requested_at is not None else "instance_gone"
+        close(inc, t.now, ReasonCode.REMEDIATED if how == "replaced" else ReasonCode.INSTANCE_GONE, how)
+        return
+    _notify(t, inc)
     if inc.incident_id in t.released:
         _released_now(t, inc, inst)
     elif inc.outcome == "released":

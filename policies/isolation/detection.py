@@ -132,8 +132,12 @@ def detect(
     view: GroupView,
     now: datetime,
     suspects: set[str],
+    blind: bool = False,
 ) -> dict[str, list[Detection]]:
-    """Findings per instance for the serving and standby instances; tracks advance in ``gh``."""
+    """Findings per instance for the serving and standby instances; tracks advance in ``gh``.
+
+    ``blind`` (the group's instance list is the last one read): the rules that read an absence are left
+    out, since an instance that left the group meanwhile falls silent too."""
     stale_after = spec.stabilization.stale_after_s
     findings: dict[str, list[Detection]] = {}
     candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
@@ -144,6 +148,8 @@ def detect(
     for inst in candidates:
         _record_xids(gh, inst, now, stale_after)
     for rule in spec.isolation.rules:
+        if blind and rule.kind == "absent":
+            continue
         detector = _DETECTORS[rule.kind]
         peers = None
         if rule.kind in _PEER_KINDS:
@@ -376,7 +382,7 @@ def open_or_escalate(t: Tick) -> None:
     """
     gh, now = t.gh, t.now
     suspects = {i.instance_id for i in gh.incidents if i.state in OPEN_STATES}
-    findings = detect(t.spec, gh, t.view, now, suspects) if t.iso.enabled else {}
+    findings = detect(t.spec, gh, t.view, now, suspects, blind=t.group.blind) if t.iso.enabled else {}
     for instance_id in sorted(findings):
         found = sorted(findings[instance_id], key=lambda f: -ACTION_SEVERITY[f.rule.action])
         worst = found[0]

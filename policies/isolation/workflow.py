@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from policies.isolation.admission import admit
-from policies.isolation.advance import advance_all
+from policies.isolation.advance import advance_all, notify_only
 from policies.isolation.detection import open_or_escalate
 from policies.isolation.operator import acknowledge_notified, apply_operator_actions
 from policies.isolation.outcomes import read_outcomes
@@ -32,6 +32,19 @@ STEPS = (
     summarize,  # pruning.py: unreplaced and degraded, for the scaler
     prune,  # pruning.py: the history kept to its retention
 )
+# ESS unreadable (the group's instance list is the last one read): detect, admit (the guardrails on that
+# list; the actuator checks them again before its write) and notify; operator actions and every step that
+# needs ESS wait for it to answer again.
+BLIND_STEPS = (
+    acknowledge_notified,
+    read_outcomes,
+    open_or_escalate,
+    admit,
+    notify_only,  # advance.py: the notification of each incident, nothing else
+    check_clocks,
+    summarize,
+    prune,
+)
 
 
 def run(
@@ -44,6 +57,6 @@ def run(
 ) -> IsolationResult:
     """Advance every incident of one group by one tick; open new ones; return the steps."""
     tick = Tick(spec=spec, gh=gh, group=group, view=view, floor=floor, now=now)
-    for step in STEPS:
+    for step in BLIND_STEPS if group.blind else STEPS:
         step(tick)
     return tick.result

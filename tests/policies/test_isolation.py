@@ -587,3 +587,31 @@ def test_an_outliers_peers_read_once_per_tick_are_the_others_fresh_values(rows):
         assert sorted(got) == sorted(expected)
         if got:
             assert statistics.median(got) == statistics.median(expected)
+
+
+def _blind(snap):
+    """The snapshot as the service builds it while ESS cannot be read: the last instance list, marked."""
+    return snap.model_copy(update={"groups": [g.model_copy(update={"blind": True}) for g in snap.groups]})
+
+
+def test_with_ess_unreadable_a_hot_node_is_detected_admitted_and_announced_and_isolated_once_ess_answers():
+    spec = policy()
+    world = World(T0, 6, demand=lambda at: 5.0)
+    world.nodes["i-0003"].hot = True
+    world.nodes["i-0004"].silent = True  # a silence is not read while blind: a node ESS removed falls silent
+    history, blind = None, []
+    for _ in range(40):  # ten minutes without ESS
+        plan = decide(_blind(world.observe()), spec, history, world.now)
+        history = plan.history
+        world.apply(plan)
+        blind.append(plan)
+        world.advance(15)
+    (inc,) = incidents(history)
+    assert inc.instance_id == "i-0003" and inc.rule == "gpu_overheat" and inc.admitted_at is not None
+    assert (inc.detected_at - T0).total_seconds() <= 180
+    assert {s.action for p in blind for s in p.group(GROUP).steps} == {StepAction.ACKNOWLEDGE}
+    assert all(p.group(GROUP).desired_capacity is None for p in blind)
+    assert all(p.group(GROUP).reason == ReasonCode.GROUP_NOT_OBSERVED for p in blind)
+    assert not world.actions  # nothing written
+    drive(world, spec, 10 * 60, history=history)  # ESS answers again: the isolation goes on from there
+    assert [a for _, a, i in world.actions if i == "i-0003"][:2] == ["enter_standby", "reboot"]

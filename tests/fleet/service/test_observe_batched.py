@@ -410,3 +410,25 @@ def test_a_latency_rule_reads_what_tells_an_idle_instance_from_a_missing_one():
 
     assert {"queue_waiting", "requests_running"} <= needed_metrics(spec("ttft_p99_ms"))
     assert "requests_running" not in needed_metrics(spec("queue_waiting_per_instance"))
+
+
+def test_with_ess_unreadable_a_group_is_watched_on_its_last_instance_list_while_that_is_recent(tmp_path):
+    from fleet.service.observe import BLIND_MAX_AGE_S
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=3, isolation=True)
+        ids = sorted(next(iter(cloud.ess.groups.values())).instance_ids)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        assert observer.observe(cloud.now()).groups["g0"].ok
+        cloud.inject_fault(None, code="ServiceUnavailable", status=503, product="ess")
+        cloud.advance(60)
+        for iid in ids:
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 3.0)
+        g = observer.observe(cloud.now()).groups["g0"]
+        assert not g.ok and g.blind and g.errors
+        assert sorted(i.instance_id for i in g.instances) == ids
+        assert {iid: m["queue_waiting"].value for iid, m in g.metrics.items()} == dict.fromkeys(ids, 3.0)
+        assert set(g.health) == set(ids)  # ECS health read for isolation
+        cloud.advance(BLIND_MAX_AGE_S)
+        late = observer.observe(cloud.now()).groups["g0"]
+        assert not late.ok and not late.blind and not late.instances  # too old a list to stand for the group

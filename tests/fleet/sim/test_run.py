@@ -464,3 +464,17 @@ def test_a_fleet_without_traffic_scales_in_on_its_rules_alone(tmp_path):
     assert not run.summary["invariant_violations"]
     peak = max(p.desired for p in run.series)
     assert peak > 6 and run.series[-1].desired == 6  # 10:00 local on a Monday: the business-hours floor
+
+
+def test_a_node_overheating_while_ess_is_down_is_detected_at_once_and_isolated_when_ess_is_back(config):
+    # ESS's API down 02:05-02:45 UTC, a GPU losing its cooling at 02:08: the service watches the last
+    # instance list it read, so it detects, admits and records the incident within minutes; the standby
+    # and the reboot wait for ESS. Before, nothing was detected until ESS answered again.
+    overheat = replace(parse_fault_spec("overheat,at=8m,instance=0"), extra_c=50.0)
+    outage = parse_fault_spec("api-outage:ess,at=5m,for=40m")
+    run = simulate(config, "azure:conv,rate=0.5", 1.0, faults=[outage, overheat], options=SimOptions())
+    assert not run.summary["invariant_violations"]
+    (inc,) = run.incidents
+    detected, isolated = inc["detected_at"], inc["isolated_at"]
+    assert "02:08" < detected[11:16] < "02:15" and inc["responded_at"] == detected
+    assert isolated is not None and isolated[11:16] >= "02:45" and not inc["sla_breached"]
