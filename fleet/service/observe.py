@@ -62,6 +62,10 @@ _ECS_UNHEALTHY = frozenset({"Impaired"})
 # Above this many instances ECS is read region-wide for its exceptions (two filtered reads) rather than in
 # calls of 100 ids.
 ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
+# How old the last instance list of a group may be for it to be watched while ESS cannot be read (its API
+# down, throttled): its instances change only through ESS, and any that left meanwhile stop reporting, which
+# a blind tick never reads as a fault; the default isolate_within.
+BLIND_MAX_AGE_S = 4 * 3600.0
 
 
 # Read at most every SLOW_REFRESH_S: the mean prompt and output tokens per request are themselves minute means
@@ -69,10 +73,6 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 # 15 % apart; so are the KV-cache use and the running and waiting requests where only the online correction
 # reads them (its slack check and Little's law, both smoothed over minutes), not a rule or a drain. Every
 # other metric is read every tick.
-# How old the last instance list of a group may be for it to be watched while ESS cannot be read (its API
-# down, throttled): its instances change only through ESS, and any that left meanwhile stop reporting, which
-# a blind tick never reads as a fault; the default isolate_within.
-BLIND_MAX_AGE_S = 4 * 3600.0
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
