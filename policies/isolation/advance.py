@@ -337,22 +337,33 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
     now = t.now
     requested_at = inc.reboot_requested_at
     assert requested_at is not None  # _remediating asks for a reboot first
-    since = inc.rebooted_at or requested_at
+    if inc.rebooted_at is None:
+        # no outcome of the reboot yet: its write errored (ECS unreachable) and is tried again, or its record
+        # is on its way. Until then the node has not been rebooted, and one resting in Standby cools down and
+        # clears its throttling without a reboot: judged now, it would pass and return unmended. The step is
+        # asked again under the same id (the service sends it once; a write that errored is retried).
+        if (now - requested_at).total_seconds() >= t.spec.health_check_timeout_s:
+            _replace_unhealthy(t, inc, "the reboot was never confirmed")
+        else:
+            t.steps.add(inc, StepAction.REBOOT, ReasonCode.REBOOT, "ECS RebootInstance (not confirmed yet)")
+        return
     rule = {r.rule_id: r for r in t.iso.rules}.get(inc.rule)
-    ok, why = healthy_again(rule, inst, t.gh, since, now, t.stale_after_s)
+    ok, why = healthy_again(rule, inst, t.gh, inc.rebooted_at, now, t.stale_after_s)
     if ok:
         inc.exit_requested_at = now
         note(inc, now, ReasonCode.HEALTH_CHECK_PASSED, why)
         t.steps.add(inc, StepAction.EXIT_STANDBY, ReasonCode.HEALTH_CHECK_PASSED, why)
     elif (now - requested_at).total_seconds() >= t.spec.health_check_timeout_s:
-        inc.action = "replace"
-        note(inc, now, ReasonCode.HEALTH_CHECK_TIMEOUT, f"{why}: replace")
-        inc.remove_requested_at = now
-        t.steps.add(
-            inc, StepAction.REMOVE, ReasonCode.HEALTH_CHECK_TIMEOUT, why, decrease_desired_capacity=True
-        )
+        _replace_unhealthy(t, inc, why)
     else:
         t.steps.add(inc, StepAction.WAIT, ReasonCode.AWAITING_HEALTH, why)
+
+
+def _replace_unhealthy(t: Tick, inc: Incident, why: str) -> None:
+    inc.action = "replace"
+    note(inc, t.now, ReasonCode.HEALTH_CHECK_TIMEOUT, f"{why}: replace")
+    inc.remove_requested_at = t.now
+    t.steps.add(inc, StepAction.REMOVE, ReasonCode.HEALTH_CHECK_TIMEOUT, why, decrease_desired_capacity=True)
 
 
 def _nothing(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:

@@ -61,12 +61,16 @@ class World:
         self.desired = n
         self.counter = 0
         self.outage: tuple[datetime, datetime] | None = None
+        # ECS's API down until then: a reboot step errors (the service records no outcome, as for a transient
+        # error, and tries the same step again when the plan asks for it)
+        self.ecs_down_until: datetime | None = None
         self.pending_notifications: list[Notification] = []
         self.pending_outcomes: list[StepOutcome] = []
         self.operator_actions: list = []
         self.removed: list[str] = []
         self.launched = 0
         self.actions: list[tuple[datetime, str, str]] = []  # (at, action, instance) actually performed
+        self.errors: list[tuple[datetime, str, str]] = []  # (at, action, instance) tried and errored
         for _ in range(n):
             self._launch(ready=True)
 
@@ -106,6 +110,8 @@ class World:
             if step.action == StepAction.ENTER_STANDBY and node.state == "InService":
                 node.state = "Standby"
                 self.actions.append((self.now, "enter_standby", node.instance_id))
+            elif step.action == StepAction.REBOOT and self.ecs_down_until and self.now < self.ecs_down_until:
+                self.errors.append((self.now, "reboot", node.instance_id))
             elif step.action == StepAction.REBOOT:
                 node.rebooted_at = self.now
                 if self.reboot_fixes:

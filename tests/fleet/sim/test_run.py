@@ -478,3 +478,18 @@ def test_a_node_overheating_while_ess_is_down_is_detected_at_once_and_isolated_w
     detected, isolated = inc["detected_at"], inc["isolated_at"]
     assert "02:08" < detected[11:16] < "02:15" and inc["responded_at"] == detected
     assert isolated is not None and isolated[11:16] >= "02:45" and not inc["sla_breached"]
+
+
+def test_a_node_ecs_cannot_reboot_is_not_returned_unmended_but_replaced(config):
+    # ECS's API down 02:04-02:34 UTC with a GPU overheating from 02:03: the hot node is taken out (ESS works)
+    # but its reboot errors. Resting in Standby it cooled, its health check passed and it went back unmended,
+    # twice; now the reboot is asked again until the health timeout, then the node is replaced
+    overheat = replace(parse_fault_spec("overheat,at=3m,instance=0"), extra_c=50.0)
+    outage = parse_fault_spec("api-outage:ecs,at=4m,for=30m")
+    run = simulate(config, "azure:conv,rate=0.5", 0.5, faults=[overheat, outage], options=SimOptions())
+    assert not run.summary["invariant_violations"]
+    (inc,) = run.incidents
+    assert inc["action"] == "replace" and inc["state"] == "closed"
+    steps = [d for d in run.decisions if d["kind"] == "isolation"]
+    assert not any(d["action"] == "exit_standby" for d in steps)
+    assert any(d["action"] == "reboot" and d["outcome"] == "error" for d in steps)
