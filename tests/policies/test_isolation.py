@@ -617,16 +617,21 @@ def test_with_ess_unreadable_a_hot_node_is_detected_admitted_and_announced_and_i
     assert [a for _, a, i in world.actions if i == "i-0003"][:2] == ["enter_standby", "reboot"]
 
 
+def _hot_node_with_ecs_down(down_for: timedelta, seconds: int):
+    """i-0003 overheats from the start while ECS's API is down for ``down_for``: the world, the incident."""
+    world = World(T0, 6, demand=lambda at: 5.0)
+    world.nodes["i-0003"].hot = True
+    world.ecs_down_until = T0 + down_for
+    _, hist = drive(world, policy(), seconds)
+    (inc,) = incidents(hist)
+    return world, inc
+
+
 def test_a_reboot_ecs_did_not_take_is_asked_again_and_never_passed_as_done():
     # ECS's API down while the hot node waits in Standby: each reboot errors. Resting in Standby the GPU
     # cools and its throttling clears, so a health check judged then passed and returned the node unmended
     # ("rebooted") without any reboot; now the reboot is asked again until ECS takes it
-    spec = policy()
-    world = World(T0, 6, demand=lambda at: 5.0)
-    world.nodes["i-0003"].hot = True
-    world.ecs_down_until = T0 + timedelta(minutes=10)
-    plans, hist = drive(world, spec, 25 * 60)
-    (inc,) = incidents(hist)
+    world, inc = _hot_node_with_ecs_down(timedelta(minutes=10), 25 * 60)
     assert len(world.errors) > 3 and all(a == "reboot" for _, a, _ in world.errors)
     done = [(at, a) for at, a, i in world.actions if i == "i-0003"]
     assert [a for _, a in done] == ["enter_standby", "reboot", "exit_standby"]
@@ -635,11 +640,6 @@ def test_a_reboot_ecs_did_not_take_is_asked_again_and_never_passed_as_done():
 
 
 def test_a_reboot_never_confirmed_within_the_health_timeout_replaces_the_node():
-    spec = policy()
-    world = World(T0, 6, demand=lambda at: 5.0)
-    world.nodes["i-0003"].hot = True
-    world.ecs_down_until = T0 + timedelta(hours=2)
-    plans, hist = drive(world, spec, 30 * 60)
-    (inc,) = incidents(hist)
+    world, inc = _hot_node_with_ecs_down(timedelta(hours=2), 30 * 60)
     assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "remove"]
     assert inc.outcome == "replaced"

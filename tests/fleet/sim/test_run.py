@@ -466,15 +466,22 @@ def test_a_fleet_without_traffic_scales_in_on_its_rules_alone(tmp_path):
     assert peak > 6 and run.series[-1].desired == 6  # 10:00 local on a Monday: the business-hours floor
 
 
+def _overheat_in_an_outage(config, at: str, outage: str, hours: float):
+    """The conversation trace with one GPU's cooling failing at ``at`` and a cloud API outage: the run and
+    its one incident (no invariant violated)."""
+    overheat = replace(parse_fault_spec(f"overheat,at={at},instance=0"), extra_c=50.0)
+    faults = [overheat, parse_fault_spec(outage)]
+    run = simulate(config, "azure:conv,rate=0.5", hours, faults=faults, options=SimOptions())
+    assert not run.summary["invariant_violations"]
+    (inc,) = run.incidents
+    return run, inc
+
+
 def test_a_node_overheating_while_ess_is_down_is_detected_at_once_and_isolated_when_ess_is_back(config):
     # ESS's API down 02:05-02:45 UTC, a GPU losing its cooling at 02:08: the service watches the last
     # instance list it read, so it detects, admits and records the incident within minutes; the standby
     # and the reboot wait for ESS. Before, nothing was detected until ESS answered again.
-    overheat = replace(parse_fault_spec("overheat,at=8m,instance=0"), extra_c=50.0)
-    outage = parse_fault_spec("api-outage:ess,at=5m,for=40m")
-    run = simulate(config, "azure:conv,rate=0.5", 1.0, faults=[outage, overheat], options=SimOptions())
-    assert not run.summary["invariant_violations"]
-    (inc,) = run.incidents
+    run, inc = _overheat_in_an_outage(config, "8m", "api-outage:ess,at=5m,for=40m", 1.0)
     detected, isolated = inc["detected_at"], inc["isolated_at"]
     assert "02:08" < detected[11:16] < "02:15" and inc["responded_at"] == detected
     assert isolated is not None and isolated[11:16] >= "02:45" and not inc["sla_breached"]
@@ -484,11 +491,7 @@ def test_a_node_ecs_cannot_reboot_is_not_returned_unmended_but_replaced(config):
     # ECS's API down 02:04-02:34 UTC with a GPU overheating from 02:03: the hot node is taken out (ESS works)
     # but its reboot errors. Resting in Standby it cooled, its health check passed and it went back unmended,
     # twice; now the reboot is asked again until the health timeout, then the node is replaced
-    overheat = replace(parse_fault_spec("overheat,at=3m,instance=0"), extra_c=50.0)
-    outage = parse_fault_spec("api-outage:ecs,at=4m,for=30m")
-    run = simulate(config, "azure:conv,rate=0.5", 0.5, faults=[overheat, outage], options=SimOptions())
-    assert not run.summary["invariant_violations"]
-    (inc,) = run.incidents
+    run, inc = _overheat_in_an_outage(config, "3m", "api-outage:ecs,at=4m,for=30m", 0.5)
     assert inc["action"] == "replace" and inc["state"] == "closed"
     steps = [d for d in run.decisions if d["kind"] == "isolation"]
     assert not any(d["action"] == "exit_standby" for d in steps)
