@@ -121,23 +121,23 @@ def aggregate(
     values: list[float] = []
     missing: list[str] = []
     stale: list[str] = []
-    idle = 0
+    idle_count = 0
     for inst in serving:
         sample = inst.metrics.get(source)
         if fresh(sample, now, stale_after_s):
             assert sample is not None
             values.append(sample.value)
-        elif source in m.LATENCY_METRICS and _idle(inst, now, stale_after_s):
-            idle += 1
+        elif source in m.LATENCY_METRICS and idle(inst, now, stale_after_s):
+            idle_count += 1
         elif sample is None:
             missing.append(inst.instance_id)
         else:
             stale.append(inst.instance_id)
-    if direct is not None and not values and not idle:
+    if direct is not None and not values and not idle_count:
         stale.append("<group>")
     value: float | None
     if not values:
-        value = 0.0 if idle else None  # every instance known idle: no request waited
+        value = 0.0 if idle_count else None  # every instance known idle: no request waited
     elif aggregation in ("per_instance", "mean"):
         # per_instance: sum over InService / their count; with partial coverage the known mean stands in
         value = sum(values) / len(values)
@@ -147,10 +147,10 @@ def aggregate(
         value = min(values)
     else:  # sum
         value = sum(values) * len(serving) / len(values)
-    return Aggregate(metric, value, len(values) + idle, len(serving), missing, stale)
+    return Aggregate(metric, value, len(values) + idle_count, len(serving), missing, stale)
 
 
-def _idle(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
-    """Fresh readings say the instance holds no request, waiting or running."""
+def idle(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
+    """Fresh readings say the instance holds no request, waiting or running (a drain's end, too)."""
     samples = [inst.metrics.get(name) for name in m.IDLE_EVIDENCE]
-    return all(fresh(s, now, stale_after_s) and s is not None and s.value == 0 for s in samples)
+    return all(s is not None and fresh(s, now, stale_after_s) and s.value <= 0 for s in samples)

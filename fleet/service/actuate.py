@@ -683,4 +683,4 @@ def _named_victims(gp: GroupPlan, observed: GroupObservation, current: int, targ
         return []
     victims = gp.scale_in_order[:count]
     states = {i.instance_id: i.lifecycle_state for i in observed.instances}
-    return victims if all(states.get(v) == "InService" for v in victims) else []
+    return victims if all(states.get(v) == LifecycleState.IN_SERVICE for v in victims) else []

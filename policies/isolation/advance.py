@@ -39,7 +39,7 @@ from policies.model import (
     ReasonCode,
     StepAction,
 )
-from policies.observe import fresh
+from policies.observe import fresh, idle
 
 Handler = Callable[[Tick, Incident, InstanceSnapshot], None]
 
@@ -58,7 +58,7 @@ def notify_only(t: Tick) -> None:
     """A blind tick's advance (ESS unreadable, the instance list the last one read): the notification of
     each open incident not yet acknowledged, and nothing else; the incidents wait for ESS where they are."""
     for inc in t.open_in_detection_order():
-        if inc.state in OPEN_STATES and inc.instance_id in t.by_id:
+        if inc.instance_id in t.by_id:
             _notify(t, inc)
 
 
@@ -195,10 +195,6 @@ def _drained(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
     """No request running or waiting (both known), no engine left to finish any (``vllm_up`` 0 since the
     isolation), or the drain timeout passed; else a DRAIN step."""
     now, timeout_s = t.now, t.iso.drain_timeout_s
-    running = inst.metrics.get(m.REQUESTS_RUNNING)
-    waiting = inst.metrics.get(m.QUEUE_WAITING)
-    known = [s for s in (running, waiting) if s is not None and fresh(s, now, t.stale_after_s)]
-    idle = len(known) == 2 and all(s.value <= 0 for s in known)
     up = inst.metrics.get(m.VLLM_UP)
     isolated_at = inc.isolated_at or now
     dead = (
@@ -208,7 +204,7 @@ def _drained(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
         and up.value < m.ENGINE_DOWN_BELOW
     )
     since_isolated = (now - isolated_at).total_seconds()
-    if idle:
+    if idle(inst, now, t.stale_after_s):
         inc.drained_at = now
         note(inc, now, ReasonCode.DRAINED, "no requests running or waiting")
     elif dead:

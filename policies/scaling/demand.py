@@ -165,7 +165,7 @@ def observed_demand(inp: ScalingInputs) -> Demand:
 
 
 def _engine_down(up: MetricSample | None, is_fresh: Callable[[MetricSample | None], bool]) -> bool:
-    return up is not None and is_fresh(up) and up.value < 0.5
+    return up is not None and is_fresh(up) and up.value < m.ENGINE_DOWN_BELOW
 
 
 def _loading(created_at: datetime | None, inp: ScalingInputs) -> bool:

@@ -49,12 +49,13 @@ def judge(inp: ScalingInputs) -> None:
         up = inst.metrics.get(m.VLLM_UP)
         if age_s > deadline_s + JUDGE_WINDOW_S or up is None or not fresh(up, now, stale_after_s):
             continue
-        if up.value >= 0.5 or age_s >= deadline_s:
+        served = up.value >= m.ENGINE_DOWN_BELOW
+        if served or age_s >= deadline_s:
             gh.launches.append(
                 LaunchRecord(
                     instance_id=inst.instance_id,
                     launched_at=inst.created_at,
-                    served=up.value >= 0.5,
+                    served=served,
                     judged_at=now,
                 )
             )
