@@ -19,8 +19,27 @@ if TYPE_CHECKING:
 
     from fleet.config import FleetConfig
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (a file, grep, a CI log) has no terminal to fit: rich would assume 80 columns and cut instance
+# types and IDs in tables with an ellipsis, and break long lines. It gets PIPE_WIDTH instead; a terminal, or
+# COLUMNS set by the user, keeps its own width.
+PIPE_WIDTH = 160
+
+
+def _width(stream: Any) -> int | None:
+    return None if "COLUMNS" in os.environ or stream.isatty() else PIPE_WIDTH
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
+
+
+def wide_console(min_width: int) -> Console:
+    """The console, or one at least ``min_width`` wide for a table a narrow terminal would squeeze: the
+    terminal wraps its lines instead, and every cell stays whole."""
+    if console.width >= min_width:
+        return console
+    return Console(width=min_width, highlight=False, force_terminal=console.is_terminal)
+
 
 EXIT_INVALID = 2  # bad input: scripts can trust this code
 

@@ -14,6 +14,7 @@ from fleet.commands._common import (
     fail,
     load_config_or_exit,
     print_json,
+    wide_console,
     write_atomically,
 )
 
@@ -496,10 +497,9 @@ class _progress_bar:  # noqa: N801 - used as a context manager, like rich's own
 
 
 def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = out or Console(width=max(console.width, 110))
+    con = out or wide_console(110)
     table = Table(title="ServeGen sweep: per policy over the days")
     for col in ("policy", "days", "GPU-h / oracle median", "p90", "max", "SLO min median", "max", "days > 0"):
         table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
@@ -561,11 +561,10 @@ def bench_capacity(
 
 
 def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    # Wide enough for the nine columns even when stdout is not a terminal (rich then assumes 80).
-    con = out or Console(width=max(console.width, 110))
+    con = out or wide_console(110)  # the nine columns, whole
+
     for name, per in results.items():
         table = Table(title=name)
         cols = (

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 from rich import box
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from fleet.commands._common import console, err_console, fail, print_json, write_atomically
+from fleet.commands._common import console, err_console, fail, print_json, wide_console, write_atomically
 
 if TYPE_CHECKING:  # sizing loads on first use of the command
     from sizing.traces import TraceRequest
@@ -614,12 +613,7 @@ def _render(
         cells.append(_short_reason(j, best_j))
         table.add_row(*cells)
     # A wide table rather than rich's squeezed columns: a narrow terminal wraps lines, pipes keep them whole.
-    out = (
-        console
-        if console.width >= 150
-        else Console(width=150, highlight=False, force_terminal=console.is_terminal)
-    )
-    out.print(table)
+    wide_console(150).print(table)
     if len(result.candidates) > len(rows):
         console.print(f"({len(result.candidates) - len(rows)} more options: --top or --json shows them)")
     if has_load:

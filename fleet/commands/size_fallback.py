@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from fleet.commands._common import console
+from fleet.commands._common import console, wide_console
 from sizing.fallback import DEFAULT_SPOT_FRACTION, fallback_ladder, spot_cost
 from sizing.search import SearchResult
 
@@ -49,7 +49,7 @@ def render_fallback(result: SearchResult) -> None:
             _fmt(r.cost_cny_per_million_tokens),
             _fmt(r.spot_cost_cny_per_million_tokens),
         )
-    console.print(table)
+    wide_console(100).print(table)
 
 
 def _fmt(x: float | None) -> str:

@@ -624,6 +624,19 @@ def test_size_json_has_spot_cost_and_the_fallback_ladder(capsys):
     assert all(r["instances"] >= 1 for r in ladder)
 
 
+def test_piped_size_output_keeps_every_instance_type_and_line_whole(capsys):
+    # rich assumed 80 columns without a terminal: the ladder cut "ecs.gn7e-c16g1.4xlarge" to "…4x…"
+    argv = ["size", "--model", "Llama-3.1-8B", "--qps", "20", "--slo-ttft-p99-ms", "1000"]
+    _, doc = _json(capsys, [*argv, "--slo-tpot-p99-ms", "60"])
+    assert main([*argv, "--slo-tpot-p99-ms", "60"]) == 0
+    out = capsys.readouterr().out
+    types = [r["instance_type"] for r in doc["fallback_ladder"]]
+    assert any(len(t) > 18 for t in types)  # long enough that an 80-column table cut them
+    assert all(f" {t} " in out for t in types) and "…" not in out
+    assert "spot CNY" in next(line for line in out.splitlines() if line.startswith("cost per million tokens"))
+    assert any("(estimate: spot at 30% of on-demand)" in line for line in out.splitlines())
+
+
 def test_vllm_version_picks_the_release_rules_for_cuda_graphs(capsys):
     # vLLM 0.21 took the CUDA-graph estimate into gpu_memory_utilization (gpustack/runner#251); 0.19 did not
     argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "H100", "--max-model-len", "8192"]
