@@ -19,11 +19,17 @@ from typing import Any
 
 from fleet.service.capacity_table import CapacityTable
 from fleet.service.demand import STEP_S, DemandReading, minute_of
+from fleet.service.sanitize import MAX_REQUEST_RATE_PER_INSTANCE, MAX_TOKENS_PER_REQUEST
 from policies import forecast as fc
 from policies.model import DemandSeries, ForecastState
 from policies.scaling.demand import staffing
 from policies.schedule import bounds
-from policies.spec import GroupSpec
+from policies.spec import ESS_MAX_GROUP_SIZE, GroupSpec
+
+# A group's rate beyond what the largest scaling group could be sent, as the service's boundary check judges
+# one instance's: a row past it is a unit or column mix-up, and one such minute set the forecast's mean for
+# the same hour of the next day and week (1e308 printed a 300-digit forecast).
+MAX_GROUP_RPS = ESS_MAX_GROUP_SIZE * MAX_REQUEST_RATE_PER_INSTANCE
 
 
 class HistoryFileError(ValueError):
@@ -74,9 +80,7 @@ def read_history_file(path: Path) -> list[DemandReading]:
             too_far = outside_calendar(at)
             if too_far is not None:
                 raise ValueError(f"at {too_far}")
-            rps = float(rec["request_rate_rps"])
-            if not (math.isfinite(rps) and rps >= 0):
-                raise ValueError("request_rate_rps must be a number >= 0")
+            rps = _rate(rec["request_rate_rps"])
             prompt = _opt(rec.get("prompt_tokens"), "prompt_tokens")
             output = _opt(rec.get("output_tokens"), "output_tokens")
         except (KeyError, TypeError, ValueError) as exc:
@@ -88,14 +92,25 @@ def read_history_file(path: Path) -> list[DemandReading]:
     return sorted(rows, key=lambda r: r.at)
 
 
+def _rate(value: Any) -> float:
+    rps = float(value)
+    if not (math.isfinite(rps) and rps >= 0):
+        raise ValueError("request_rate_rps must be a number >= 0")
+    if rps > MAX_GROUP_RPS:
+        per = f"{ESS_MAX_GROUP_SIZE} instances x {MAX_REQUEST_RATE_PER_INSTANCE:g} req/s"
+        limit = f"at most {MAX_GROUP_RPS:g}: {per}"
+        raise ValueError(f"request_rate_rps {rps:g} is beyond what any scaling group is sent ({limit})")
+    return rps
+
+
 def _opt(value: Any, name: str) -> float | None:
     """A token count, or None when the row leaves it out; a count under one token is refused (clamped to
     one, it would make every request tiny and the capacity per instance many times what it is)."""
     if value is None or value == "":
         return None
     tokens = float(value)
-    if not (math.isfinite(tokens) and tokens >= 1):
-        raise ValueError(f"{name} must be a number >= 1, got {value!r}")
+    if not (math.isfinite(tokens) and 1 <= tokens <= MAX_TOKENS_PER_REQUEST):
+        raise ValueError(f"{name} must be a number from 1 to {MAX_TOKENS_PER_REQUEST:,.0f}, got {value!r}")
     return tokens
 
 

@@ -27,7 +27,19 @@ MAX_GAUGE_VALUE = 1e12
 # Bit masks and codes are integers. NVML's clock-event reason bits all lie below 2**9 (policies.metrics
 # ThrottleReason), so a mask of 2**32 or more is no GPU's; XIDs are small numbers (the NVIDIA catalogue stops
 # well below 1000), 2**31 leaves room for new codes.
-MAX_VALUE: dict[str, float] = {pm.GPU_THROTTLE_REASONS: float(2**32 - 1), pm.GPU_XID: float(2**31)}
+# The demand metrics size the fleet: a rate near 1e12 passed the gauges' bound, summed into the group's
+# demand, drove the forecast's target to max_size (held there for the scale-in window) and, kept in the
+# demand log, raised the same hour's forecast the next day and the next week. One vLLM API server takes a
+# few thousand small requests a second at most; no model's context window reaches 2**24 tokens (10M at most).
+MAX_REQUEST_RATE_PER_INSTANCE = 1e4
+MAX_TOKENS_PER_REQUEST = float(2**24)
+MAX_VALUE: dict[str, float] = {
+    pm.GPU_THROTTLE_REASONS: float(2**32 - 1),
+    pm.GPU_XID: float(2**31),
+    pm.REQUEST_RATE: MAX_REQUEST_RATE_PER_INSTANCE,
+    pm.PROMPT_TOKENS_PER_REQUEST: MAX_TOKENS_PER_REQUEST,
+    pm.OUTPUT_TOKENS_PER_REQUEST: MAX_TOKENS_PER_REQUEST,
+}
 INTEGRAL_METRICS = frozenset({pm.GPU_THROTTLE_REASONS, pm.GPU_XID})
 # Replica and source clocks are kept by NTP within well under a second; CloudMonitor stamps a point with the
 # start of its period, never later. More than this ahead of ``now`` is a wrong clock, not a fresh sample.

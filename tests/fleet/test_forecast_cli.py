@@ -90,9 +90,13 @@ def test_a_bad_history_row_names_the_row(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ("2026-12-01T00:01:00Z,3,nan,200", "row 2: prompt_tokens must be a number >= 1"),
-        ("2026-12-01T00:01:00Z,3,-5,200", "row 2: prompt_tokens must be a number >= 1"),
-        ("2026-12-01T00:01:00Z,3,800,inf", "row 2: output_tokens must be a number >= 1"),
+        ("2026-12-01T00:01:00Z,3,nan,200", "row 2: prompt_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,-5,200", "row 2: prompt_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,800,inf", "row 2: output_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,800,1e9", "row 2: output_tokens must be a number from 1 to 16,777,216"),
+        # one such minute set the mean of the same hour the next day: a 300-digit forecast
+        ("2026-12-01T00:01:00Z,1e308,800,200", "row 2: request_rate_rps 1e+308 is beyond what any scaling"),
+        ("2026-12-01T00:01:00Z,3e7,800,200", "(at most 2e+07: 2000 instances x 10000 req/s)"),
         ("9999-12-31T23:59:00Z,3,800,200", "row 2: at 9999-12-31T23:59:00+00:00 is outside 1970..8999"),
         ("0001-01-01T00:00:00Z,3,800,200", "row 2: at 0001-01-01T00:00:00+00:00 is outside 1970..8999"),
     ],

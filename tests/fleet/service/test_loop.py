@@ -270,6 +270,34 @@ def test_predictive_group_records_its_demand_and_exports_the_forecast_on_metrics
             svc.close()
 
 
+def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_demand_history(tmp_path):
+    from fleet.service.demand import DemandLog
+
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=3, in_service=3, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        extra = "# predictive\n    predictive: {mode: on, capacity_rps: 1.0, horizon: 2m}\n"
+        cfg = _config(tmp_path, gid, extra=extra)
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
+            # 10 minutes of a steady 1 req/s (the level needs 5); one agent says 5e5 req/s on one tick
+            for tick in range(40):
+                for iid in ids:
+                    rate = 5e5 if (tick, iid) == (36, ids[0]) else 1 / 3
+                    cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, rate)
+                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+                assert svc.tick(cloud.now()).ok
+                cloud.advance(15)
+            rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
+            assert _desired(svc) < 10  # the 5e5 req/s, summed in, set the target to max_size
+            assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
+        finally:
+            svc.close()
+
+
 def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_interval(tmp_path):
     from fleet.service.demand import DemandLog, DemandReading, minute_of
 
