@@ -59,17 +59,23 @@ class CloudError(Exception):
         self.action = action
         self.attempts = 1  # set by the retry loop to how many calls were made before giving up
 
-    def __str__(self) -> str:
+    @property
+    def failure(self) -> str:
+        """What failed, without this call's request id and attempts: the same text for the same failure on
+        every retry (what an audit compares)."""
         where = f"{self.action}: " if self.action else ""
         status = f"HTTP {self.status} " if self.status is not None else ""
+        text = " ".join(str(self.message).split())  # one line, whatever the server sent
+        return f"{where}{status}{self.code}: {text}"
+
+    def __str__(self) -> str:
         notes = []
         if self.request_id:
             notes.append(f"request id {self.request_id}")
         if self.attempts > 1:
             notes.append(f"gave up after {self.attempts} attempts")
         tail = f" ({'; '.join(notes)})" if notes else ""
-        text = " ".join(str(self.message).split())  # one line, whatever the server sent
-        return f"{where}{status}{self.code}: {text}{tail}"
+        return f"{self.failure}{tail}"
 
     def __repr__(self) -> str:
         return (

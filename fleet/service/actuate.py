@@ -221,13 +221,7 @@ class Actuator:
             else:
                 activity_id = self.clients.ess.scale_to(group.group_id, target, token)
         except CloudError as exc:
-            self._cloud_error(exc)
-            return self._record(
-                replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
-                now,
-                epoch,
-                intent=intent,
-            )
+            return self._failed(base, exc, now, epoch, intent)
         result = self._record(
             replace(base, outcome=Outcome.APPLIED, request_id=activity_id), now, epoch, intent=intent
         )
@@ -273,10 +267,9 @@ class Actuator:
     ) -> list[ActionResult]:
         results: list[ActionResult] = []
         incidents = {i.incident_id: i for i in gp.incidents}
-        done = {
-            d.decision_id: d.outcome
-            for d in self.store.decisions(group=gp.group, kind="isolation", limit=500)
-        }
+        done: dict[str, str] = {}
+        for d in self.store.decisions(group=gp.group, kind="isolation", limit=500):
+            done.setdefault(d.decision_id, d.outcome)  # newest first: a step's latest outcome
         standby_now = observed.count(LifecycleState.STANDBY)
         for step in gp.steps:
             if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == Outcome.DRY_RUN:
@@ -368,13 +361,7 @@ class Actuator:
         try:
             _, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
-            self._cloud_error(exc)
-            return self._record(
-                replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id),
-                now,
-                epoch,
-                intent=intent,
-            )
+            return self._failed(base, exc, now, epoch, intent)
         return self._record(replace(base, outcome=Outcome.APPLIED, request_id=rid), now, epoch, intent=intent)
 
     def _notice(
@@ -568,17 +555,33 @@ class Actuator:
             )
         return settled
 
-    def _record(
-        self, res: ActionResult, now: datetime, epoch: int | None, *, intent: int | None = None
+    def _failed(
+        self, base: ActionResult, exc: CloudError, now: datetime, epoch: int | None, intent: int
     ) -> ActionResult:
-        """Audit ``res``: a new row, or the ``intent`` row recorded before its write, settled."""
+        self._cloud_error(exc)
+        res = replace(base, outcome=_failure_outcome(exc), error=str(exc), request_id=exc.request_id)
+        return self._record(res, now, epoch, intent=intent, failure=exc.failure)
+
+    def _record(
+        self,
+        res: ActionResult,
+        now: datetime,
+        epoch: int | None,
+        *,
+        intent: int | None = None,
+        failure: str | None = None,
+    ) -> ActionResult:
+        """Audit ``res``: a new row, or the ``intent`` row recorded before its write, settled. A transient
+        outcome the same as the previous attempt's (``failure``: the error without its request id, which
+        every retry changes) is audited once."""
         self.metrics.actions.labels(group=res.group, action=res.action, outcome=res.outcome).inc()
         if res.outcome in RETRY_OUTCOMES:
-            if self._last_transient.get(res.decision_id) == (res.outcome, res.error):
+            same = (res.outcome, failure if failure is not None else res.error)
+            if self._last_transient.get(res.decision_id) == same:
                 if intent is not None:
                     self.store.delete_decision(intent)  # as the previous attempt ended: audited once
                 return res
-            self._last_transient[res.decision_id] = (res.outcome, res.error)
+            self._last_transient[res.decision_id] = same
         else:
             self._last_transient.pop(res.decision_id, None)
         if intent is not None:

@@ -49,6 +49,20 @@ def test_conflict_is_recorded_and_retried_next_tick_with_the_same_token(fake_wor
     assert applied.client_token == records[0].client_token
 
 
+def test_a_write_failing_alike_on_every_retry_is_audited_once_though_each_has_its_own_request_id(fake_world):
+    cloud, svc, _ = fake_world(SCALE, in_service=2)
+    fault = cloud.inject_fault("ScaleWithAdjustment", code="ServiceUnavailable", status=503)
+    _tick_until_scale(cloud, svc, ticks=6)
+    errors = [d for d in svc.store.decisions(kind="scale") if d.outcome == "error"]
+    calls = sum(1 for _, a in cloud.calls if a == "ScaleWithAdjustment")
+    assert calls >= 4 and len(errors) == 1, (calls, [d.error for d in errors])  # one per tick before
+    assert "ServiceUnavailable" in (errors[0].error or "") and "request id" in (errors[0].error or "")
+    cloud.remove_fault(fault)
+    _tick_until_scale(cloud, svc, ticks=1)
+    outcomes = [d.outcome for d in reversed(svc.store.decisions(kind="scale"))]
+    assert outcomes == ["error", "applied"]
+
+
 def test_paused_group_is_decided_but_never_written(fake_world):
     cloud, svc, _ = fake_world(SCALE, in_service=2)
     svc.store.set_paused("chat", True, "alice", cloud.now())
@@ -87,6 +101,30 @@ def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world):
     [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
     assert res.outcome == "blocked" and "floor" in res.error
     assert not any(a == "EnterStandby" for _, a in cloud.calls)
+
+
+def test_a_step_whose_retry_landed_is_not_sent_again_after_its_earlier_error(fake_world):
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    target = obs.instances[0].instance_id
+    step = IsolationStep(
+        step_id="inc-3:reboot:0",
+        incident_id="inc-3",
+        instance_id=target,
+        action=StepAction.REBOOT,
+        reason=ReasonCode.REBOOT,
+    )
+    gp = GroupPlan(group="chat", floor=1, steps=[step])
+    spec = svc.policy.group("chat")
+    fault = cloud.inject_fault("RebootInstance", code="ServiceUnavailable", status=503)
+    [failed] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
+    cloud.remove_fault(fault)
+    [landed] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
+    assert (failed.outcome, landed.outcome) == ("error", "applied")
+    reboots = sum(1 for _, a in cloud.calls if a == "RebootInstance")
+    # asked again (the policy re-asks an unconfirmed reboot under the same id): its latest outcome counts
+    assert svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False) == []
+    assert sum(1 for _, a in cloud.calls if a == "RebootInstance") == reboots
 
 
 def _incident(iid, instance_id, now, admitted_at):
