@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
@@ -159,6 +160,15 @@ class ModelShape:
     experts_per_token: int = 0
     moe_intermediate: int = 0
     shared_expert_intermediate: int = 0
+    dense_layers: int = 0  # a MoE's leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    # Multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2): kv_lora_rank > 0. The KV cache holds one
+    # compressed latent (kv_lora_rank) plus the rotary key (qk_rope_head_dim) per token and layer, the same on
+    # every TP rank (vLLM's MLAAttentionSpec), instead of keys and values per KV head.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
     hf_id: str = ""
     source: str = ""
@@ -170,9 +180,28 @@ class ModelShape:
         """The published Hugging Face repo of this model quantized to ``dtype``, if one is known."""
         return dict(self.checkpoints).get(dtype)
 
-    # Parameter counts (GQA attention + SwiGLU MLP, the shape every catalog model has).
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is the routed experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    # Parameter counts (GQA or MLA attention + SwiGLU MLP or experts).
     @property
     def attention_params_per_layer(self) -> int:
+        if self.mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (
+                self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk
+                if self.q_lora_rank
+                else self.hidden * self.heads * qk
+            )
+            kv_a = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -192,6 +221,19 @@ class ModelShape:
         return 3 * self.hidden * self.intermediate
 
     @property
+    def expert_params(self) -> int:
+        """Every routed expert's weights in the model (0 for a dense model)."""
+        return self.moe_layers * self.expert_params_per_layer
+
+    @property
+    def _always_read_mlp_params(self) -> int:
+        """MLP weights every token reads in the whole model: the dense MLPs, routers and shared experts."""
+        leading = self.dense_layers * 3 * self.hidden * self.intermediate if self.experts else 0
+        return leading + (self.layers - self.dense_layers if self.experts else self.layers) * (
+            self.dense_mlp_params_per_layer
+        )
+
+    @property
     def embedding_params(self) -> int:
         """Input embedding plus the lm_head when untied: vLLM keeps both unquantised."""
         return self.vocab * self.hidden * (1 if self.tie else 2)
@@ -203,10 +245,8 @@ class ModelShape:
     @property
     def linear_params(self) -> int:
         """Weights of the quantisable linear layers (attention, MLP, experts)."""
-        per_layer = (
-            self.attention_params_per_layer + self.dense_mlp_params_per_layer + self.expert_params_per_layer
-        )
-        return self.layers * per_layer
+        attention = self.layers * self.attention_params_per_layer
+        return attention + self._always_read_mlp_params + self.expert_params
 
     @property
     def params(self) -> int:
@@ -215,18 +255,24 @@ class ModelShape:
     @property
     def active_linear_params(self) -> int:
         """Linear weights one token multiplies through (top-k experts only)."""
-        active_experts = (
-            self.experts_per_token * 3 * self.hidden * self.moe_intermediate if self.experts else 0
-        )
-        return self.layers * (
-            self.attention_params_per_layer + self.dense_mlp_params_per_layer + active_experts
-        )
+        active_experts = self.moe_layers * self.experts_per_token * 3 * self.hidden * self.moe_intermediate
+        return self.layers * self.attention_params_per_layer + self._always_read_mlp_params + active_experts
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs of one query token against one context token, all layers and heads (QK^T and AV). MLA
+        attends in the latent (the absorbed form vLLM decodes with): keys kv_lora_rank + rope wide, values
+        kv_lora_rank."""
+        if self.mla:
+            return 2.0 * self.layers * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+        return 4.0 * self.layers * self.heads * self.head_dim
 
     @property
     def activation_intermediate(self) -> int:
         """Width of the widest MLP intermediate one token produces (for the activation peak)."""
         if self.experts:
-            return max(self.experts_per_token * self.moe_intermediate, self.shared_expert_intermediate)
+            widest = max(self.experts_per_token * self.moe_intermediate, self.shared_expert_intermediate)
+            return max(widest, self.intermediate) if self.dense_layers else widest
         return self.intermediate
 
 
@@ -247,6 +293,14 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         experts=int(row.get("experts", 0)),
         experts_per_token=int(row.get("experts_per_token", 0)),
         moe_intermediate=int(row.get("moe_intermediate", 0)),
+        shared_expert_intermediate=int(row.get("shared_expert_intermediate", 0)),
+        dense_layers=int(row.get("dense_layers", 0)),
+        quantization=row.get("quantization"),
+        kv_lora_rank=int(row.get("kv_lora_rank", 0)),
+        q_lora_rank=int(row.get("q_lora_rank", 0)),
+        qk_nope_head_dim=int(row.get("qk_nope_head_dim", 0)),
+        qk_rope_head_dim=int(row.get("qk_rope_head_dim", 0)),
+        v_head_dim=int(row.get("v_head_dim", 0)),
         hf_id=str(row.get("hf_id", "")),
         source=str(row.get("source", "")),
         params_b_reference=row.get("params_b"),
@@ -317,8 +371,6 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     cfg = dict(config)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
         cfg = {**cfg, **cfg["text_config"]}
-    if cfg.get("kv_lora_rank"):
-        raise SizingInputError(f"{name}: MLA attention (kv_lora_rank) is not supported by this calculator")
 
     def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
@@ -344,6 +396,13 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
     experts = pick("num_local_experts", "num_experts", "n_routed_experts", required=False, default=0)
+    moe_intermediate = pick("moe_intermediate_size", required=False, default=intermediate if experts else 0)
+    shared = pick("shared_expert_intermediate_size", required=False, default=0)
+    if experts and not shared:  # DeepSeek counts its shared experts, each as wide as a routed one
+        shared = pick("n_shared_experts", required=False, default=0) * moe_intermediate
+    kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
+    if kv_lora:
+        head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
     dtype_raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
     dtype = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp16"}.get(dtype_raw)
     if dtype is None:
@@ -383,13 +442,43 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         experts_per_token=pick(
             "num_experts_per_tok", "moe_topk", required=False, default=2 if experts else 0
         ),
-        moe_intermediate=pick(
-            "moe_intermediate_size", required=False, default=intermediate if experts else 0
-        ),
-        shared_expert_intermediate=pick("shared_expert_intermediate_size", required=False, default=0),
+        moe_intermediate=moe_intermediate,
+        shared_expert_intermediate=shared,
+        dense_layers=_count(cfg, "first_k_dense_replace", name, below=layers) if experts else 0,
+        kv_lora_rank=kv_lora,
+        q_lora_rank=q_lora,
+        qk_nope_head_dim=qk_nope,
+        qk_rope_head_dim=qk_rope,
+        v_head_dim=v_dim,
         quantization=quantization,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
+    )
+
+
+def _count(cfg: dict[str, Any], key: str, name: str, below: int) -> int:
+    """A config.json count that may be 0 (absent: 0), under ``below``."""
+    value = cfg.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < below:
+        raise SizingInputError(
+            f"{name}: config.json field {key!r} must be an integer from 0 to {below - 1}, got {value!r}"
+        )
+    return value
+
+
+def _mla_fields(cfg: dict[str, Any], pick: Callable[..., Any]) -> tuple[int, int, int, int, int]:
+    """Multi-head latent attention's (kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+    v_head_dim) from a DeepSeek V2/V3 config.json; all 0 for GQA/MHA."""
+    if not cfg.get("kv_lora_rank"):
+        return 0, 0, 0, 0, 0
+    return (
+        pick("kv_lora_rank"),
+        pick("q_lora_rank", required=False, default=0),  # null: the queries are not compressed
+        pick("qk_nope_head_dim"),
+        pick("qk_rope_head_dim"),
+        pick("v_head_dim"),
     )
 
 

@@ -229,11 +229,14 @@ def weight_bytes_per_rank(model: ModelShape, dtype: str, tp: int) -> float:
 
 
 def kv_bytes_per_token(model: ModelShape, tp: int, kv_cache_dtype: str, dtype: str) -> int:
-    """KV cache bytes one token takes on one rank (KV heads replicated when TP exceeds them)."""
+    """KV cache bytes one token takes on one rank (KV heads replicated when TP exceeds them; an MLA model's
+    latent and rotary key whole on every rank)."""
     kv_elem = (
         1 if kv_cache_dtype == "fp8" else 2
     )  # fp8 KV cache is one byte; auto follows the 16-bit activations
     del dtype  # weights' format does not change the KV dtype under "auto"
+    if model.mla:
+        return model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_elem
     return 2 * model.layers * max(1, model.kv_heads // tp) * model.head_dim * kv_elem
 
 
@@ -484,6 +487,13 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"one {max_model_len}-token request fits with under {REFUSAL_MARGIN:.0%} to spare "
             f"({kv_tokens:,} tokens of KV cache): within this model's error, vLLM may refuse to start; "
             "lower --max-model-len or raise --gpu-memory-utilization"
+        )
+    if model.mla:
+        latent = model.kv_lora_rank + model.qk_rope_head_dim
+        warnings.append(
+            f"MLA attention: the KV cache holds one {latent}-wide latent per token and layer, whole on every "
+            "rank, as vLLM's MLA cache does; speed has no calibration row for MLA models: measure with "
+            "`vllm bench serve` and correct it with `fleet size calibrate --bench`"
         )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:

@@ -164,8 +164,7 @@ def perf_model(
         bw_eff = gpu_cal.bw_eff if gpu_cal is not None and gpu_cal.bw_eff else BW_EFF
     dep_cal = gpu_cal if gpu_cal is not None and gpu_cal.applies_to(model, gpu, tp, dtype) else None
     total = weight_bytes_per_rank(model, dtype, tp)
-    expert_bytes = model.layers * model.expert_params_per_layer * WEIGHT_BYTES[dtype] / tp
-    heads_per_rank = model.heads / tp
+    expert_bytes = model.expert_params * WEIGHT_BYTES[dtype] / tp
     lm_head = 2.0 * model.hidden * model.vocab / tp
     ic = gpu.interconnect
     comm_latency = comm_per_token = 0.0
@@ -182,7 +181,7 @@ def perf_model(
         linear_flops_per_token=2.0 * model.active_linear_params / tp,
         lm_head_flops_per_token=lm_head,
         kv_bytes_per_token=float(kv_bytes_per_token(model, tp, kv_cache_dtype, dtype)),
-        attn_flops_per_pair=4.0 * model.layers * heads_per_rank * model.head_dim,
+        attn_flops_per_pair=model.attention_flops_per_pair / tp,
         bandwidth_bps=gpu.bandwidth_gbps * 1e9 * bw_eff,
         compute_flops=compute_tflops(gpu, dtype) * 1e12 * mfu,
         comm_latency_s=comm_latency,

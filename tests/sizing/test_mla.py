@@ -1,0 +1,130 @@
+"""Multi-head latent attention (DeepSeek V2/V3/R1) and MoE models whose leading layers are dense: shapes from
+config.json, parameter counts, the KV cache vLLM's MLA layout gives, and `fleet size` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleet.cli import main
+from sizing import SizingInputError, find_model, model_from_hf_config
+from sizing.memory import kv_bytes_per_token
+
+# deepseek-ai/DeepSeek-V3 config.json, the fields the calculator reads
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "vocab_size": 129280,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+}
+# deepseek-ai/DeepSeek-V2-Lite-Chat: queries not compressed (q_lora_rank null), one dense layer
+DEEPSEEK_V2_LITE = {
+    **{k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"},
+    "hidden_size": 2048,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 27,
+    "q_lora_rank": None,
+    "vocab_size": 102400,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "total_b", "active_b"),
+    # the model cards: 671B total, 37B activated per token; 15.7B and 2.4B (embeddings included there)
+    [(DEEPSEEK_V3, 671.0, 37.0), (DEEPSEEK_V2_LITE, 15.7, 2.4)],
+)
+def test_deepseek_configs_count_their_published_parameters(config, total_b, active_b):
+    model = model_from_hf_config(config, "deepseek")
+    assert model.mla and model.params / 1e9 == pytest.approx(total_b, rel=0.01)
+    active = (model.active_linear_params + model.hidden * model.vocab) / 1e9  # + the lm_head it multiplies
+    assert active == pytest.approx(active_b, rel=0.06)
+
+
+def test_the_catalog_rows_are_the_config_shapes():
+    from_config = model_from_hf_config(DEEPSEEK_V3, "v3")
+    for name in ("DeepSeek-V3", "DeepSeek-R1"):
+        row = find_model(name)
+        assert (row.params, row.active_linear_params) == (
+            from_config.params,
+            from_config.active_linear_params,
+        )
+        assert row.quantization == "fp8" and row.hf_id == f"deepseek-ai/{name}" and row.head_dim == 192
+    lite = find_model("DeepSeek-V2-Lite-Chat")
+    assert lite.params == model_from_hf_config(DEEPSEEK_V2_LITE, "lite").params
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_the_mla_cache_is_one_latent_per_token_and_layer_whole_on_every_rank(tp):
+    model = model_from_hf_config(DEEPSEEK_V3, "v3")
+    assert kv_bytes_per_token(model, tp, "auto", "fp8") == 61 * (512 + 64) * 2
+    assert kv_bytes_per_token(model, tp, "fp8", "fp8") == 61 * (512 + 64)
+    # keys and values per head, as multi-head attention with these heads would cache: 2 x 128 x 192 a layer
+    mha_config = {k: v for k, v in DEEPSEEK_V3.items() if k != "kv_lora_rank"}
+    mha = model_from_hf_config({**mha_config, "head_dim": 192}, "mha")
+    assert kv_bytes_per_token(mha, 1, "auto", "bf16") == 61 * 2 * 128 * 192 * 2
+
+
+def test_a_dense_moe_without_leading_dense_layers_is_counted_as_before():
+    # Mixtral: every layer routed, no shared expert; the catalog's reference count still holds
+    mixtral = find_model("Mixtral-8x7B")
+    assert mixtral.dense_layers == 0 and mixtral.moe_layers == mixtral.layers
+    assert mixtral.params / 1e9 == pytest.approx(46.7, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"qk_rope_head_dim": None}, "qk_rope_head_dim"),
+        ({"v_head_dim": 0}, "'v_head_dim' must be a positive integer"),
+        ({"first_k_dense_replace": 61}, "'first_k_dense_replace' must be an integer from 0 to 60, got 61"),
+        ({"first_k_dense_replace": -1}, "'first_k_dense_replace' must be an integer from 0 to 60"),
+    ],
+)
+def test_an_mla_config_missing_or_misstating_a_dimension_is_refused_naming_it(change, message):
+    with pytest.raises(SizingInputError, match=message):
+        model_from_hf_config({**DEEPSEEK_V3, **change}, "bad")
+
+
+def test_fleet_size_sizes_deepseek_r1_on_eight_h20_with_the_latent_cache(capsys):
+    argv = ["size", "--model", "DeepSeek-R1", "--instance-type", "ecs.gn8v-8x.48xlarge", "--tp", "8"]
+    assert main([*argv, "--max-model-len", "32768", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert best["fits"] and best["vllm_args"]["model"] == "deepseek-ai/DeepSeek-R1"
+    per_token = 61 * (512 + 64) * 2
+    blocks = int(best["kv_cache_gib"] * 2**30 // (16 * per_token))
+    assert abs(best["kv_cache_tokens"] - 16 * blocks) <= 16
+    assert any("MLA attention" in w and "fleet size calibrate --bench" in w for w in best["warnings"])
+
+
+def test_a_deepseek_config_file_is_sized_not_refused(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V2_LITE))
+    assert main(["size", "--config", str(path), "--gpu", "A100-80G", "--max-model-len", "32768"]) == 0
+    out = capsys.readouterr().out
+    assert "MLA attention" in out and "not supported" not in out
