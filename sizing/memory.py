@@ -492,8 +492,9 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         latent = model.kv_lora_rank + model.qk_rope_head_dim
         warnings.append(
             f"MLA attention: the KV cache holds one {latent}-wide latent per token and layer, whole on every "
-            "rank, as vLLM's MLA cache does; speed has no calibration row for MLA models: measure with "
-            "`vllm bench serve` and correct it with `fleet size calibrate --bench`"
+            "rank, as vLLM's MLA cache does; the step time rests on three public single-request decode "
+            "rates, not on a calibration: measure with `vllm bench serve` and correct it with "
+            "`fleet size calibrate --bench`"
         )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:

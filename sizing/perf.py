@@ -29,6 +29,12 @@ fp16, vLLM 0.21.0, 6.48 ms TPOT p50 at concurrency 1):
   predicted at 126 ms.
 * LAYER_OVERHEAD_S = 15 us per layer (about ten kernels per layer at 1-2 us launch and tail each, even under
   CUDA graphs): an estimate, kept; it is GPU time, added to the reads.
+* MLA_LAYER_OVERHEAD_S = 0.48 ms per layer for MLA models (DeepSeek V2/V3/R1: latent attention and a
+  fine-grained MoE with block-FP8 weights in every layer). Three public single-request decode rates agree on
+  about 30 tokens/s whatever the GPUs: DeepSeek-V3.2 on 8 x H20 with vLLM 0.13, 30 tokens/s (vllm#30832);
+  DeepSeek-R1-0528 on 16 x H100, TPOT 31.2 ms (tenstorrent/tt-inference-server#356); R1 on 2 x 8 x H100 with
+  vLLM, 30 tokens/s (sgl-project/sglang#3656). The reads alone give 3.3 ms on 8 x H20: a per-step cost of
+  launches and synchronisation, not bandwidth, so it is added per layer ((33 - 3.3) ms / 61 layers).
 docs/sizing-accuracy.md compares the result with further public measurements.
 """
 
@@ -44,6 +50,7 @@ BW_EFF = 0.78
 MFU = 0.62
 STEP_OVERHEAD_S = 0.001
 LAYER_OVERHEAD_S = 15e-6
+MLA_LAYER_OVERHEAD_S = 0.48e-3
 
 
 def compute_tflops(gpu: GPU, dtype: str) -> float:
@@ -186,7 +193,7 @@ def perf_model(
         compute_flops=compute_tflops(gpu, dtype) * 1e12 * mfu,
         comm_latency_s=comm_latency,
         comm_s_per_token=comm_per_token,
-        overhead_s=LAYER_OVERHEAD_S * model.layers,
+        overhead_s=(MLA_LAYER_OVERHEAD_S if model.mla else LAYER_OVERHEAD_S) * model.layers,
         floor_s=STEP_OVERHEAD_S,
         bw_eff=bw_eff,
         decode_time_scale=(dep_cal.decode_time_scale or 1.0) if dep_cal else 1.0,

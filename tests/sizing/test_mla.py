@@ -122,6 +122,14 @@ def test_fleet_size_sizes_deepseek_r1_on_eight_h20_with_the_latent_cache(capsys)
     assert any("MLA attention" in w and "fleet size calibrate --bench" in w for w in best["warnings"])
 
 
+def test_deepseek_decodes_one_request_at_the_public_rate_not_at_the_bandwidth_bound(capsys):
+    # about 30 tokens/s at one request on 8 x H20 (vllm#30832) and on H100s; the reads alone gave 3.3 ms
+    argv = ["size", "--model", "DeepSeek-R1", "--instance-type", "ecs.gn8v-8x.48xlarge", "--tp", "8"]
+    assert main([*argv, "--max-model-len", "32768", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert 25.0 <= best["decode_tpot_ms"] <= 40.0
+
+
 def test_a_deepseek_config_file_is_sized_not_refused(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(DEEPSEEK_V2_LITE))
