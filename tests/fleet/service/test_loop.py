@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -238,64 +239,67 @@ def test_a_dry_run_replica_never_takes_the_real_lease_or_history(fake_world):
     assert shadow.store.service == "fleet-dry-run" and real.store.service == "fleet"
 
 
+@contextmanager
+def _predictive_world(tmp_path, mode, in_service):
+    """(cloud, service) over a group of ``in_service`` instances whose predictive mode is ``mode``, with a
+    capacity of 1 req/s per instance."""
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat",
+            min_size=1,
+            max_size=10,
+            desired_capacity=in_service,
+            in_service=in_service,
+            region_id=REGION,
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        # (a column-0 comment keeps the group key's indentation through _config's dedent)
+        extra = f"# predictive\n    predictive: {{mode: {mode}, capacity_rps: 1.0, horizon: 2m}}\n"
+        cfg = _config(tmp_path, gid, extra=extra)
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            yield cloud, svc
+        finally:
+            svc.close()
+
+
 def test_predictive_group_records_its_demand_and_exports_the_forecast_on_metrics(tmp_path):
     from prometheus_client import generate_latest
 
     from fleet.service.demand import DemandLog
 
-    with mock_aliyun(boot_seconds=30) as cloud:
-        gid = cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
-        )
-        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
-        # (a column-0 comment keeps the group key's indentation through _config's dedent)
-        extra = "# predictive\n    predictive: {mode: forecast-only, capacity_rps: 1.0, horizon: 2m}\n"
-        cfg = _config(tmp_path, gid, extra=extra)
-        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
-        try:
-            for _ in range(16):  # 16 ticks, 15 s apart: 4 minutes of a steady 3 req/s
-                obs = svc.observer.observe(cloud.now())
-                for inst in obs.groups["chat"].instances:
-                    cloud.put_custom_metric("vllm_request_rate", {"instanceId": inst.instance_id}, 1.5)
-                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 0)
-                assert svc.tick(cloud.now()).ok
-                cloud.advance(15)
-            rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
-            assert len(rows) >= 3 and all(r.rps == 3.0 for r in rows)
-            text = generate_latest(svc.metrics.registry).decode()
-            assert 'fleet_predictive{field="demand_rps",group="chat"} 3.0' in text
-            assert "fleet_forecast_mape_pct" in text and "fleet_forecast_upper_coverage" in text
-            assert _desired(svc) == 2  # forecast-only: nothing written
-        finally:
-            svc.close()
+    with _predictive_world(tmp_path, "forecast-only", in_service=2) as (cloud, svc):
+        for _ in range(16):  # 16 ticks, 15 s apart: 4 minutes of a steady 3 req/s
+            obs = svc.observer.observe(cloud.now())
+            for inst in obs.groups["chat"].instances:
+                cloud.put_custom_metric("vllm_request_rate", {"instanceId": inst.instance_id}, 1.5)
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 0)
+            assert svc.tick(cloud.now()).ok
+            cloud.advance(15)
+        rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
+        assert len(rows) >= 3 and all(r.rps == 3.0 for r in rows)
+        text = generate_latest(svc.metrics.registry).decode()
+        assert 'fleet_predictive{field="demand_rps",group="chat"} 3.0' in text
+        assert "fleet_forecast_mape_pct" in text and "fleet_forecast_upper_coverage" in text
+        assert _desired(svc) == 2  # forecast-only: nothing written
 
 
 def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_demand_history(tmp_path):
     from fleet.service.demand import DemandLog
 
-    with mock_aliyun(boot_seconds=30) as cloud:
-        gid = cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=10, desired_capacity=3, in_service=3, region_id=REGION
-        )
-        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
-        extra = "# predictive\n    predictive: {mode: on, capacity_rps: 1.0, horizon: 2m}\n"
-        cfg = _config(tmp_path, gid, extra=extra)
-        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
-        try:
-            ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
-            # 10 minutes of a steady 1 req/s (the level needs 5); one agent says 5e5 req/s on one tick
-            for tick in range(40):
-                for iid in ids:
-                    rate = 5e5 if (tick, iid) == (36, ids[0]) else 1 / 3
-                    cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, rate)
-                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
-                assert svc.tick(cloud.now()).ok
-                cloud.advance(15)
-            rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
-            assert _desired(svc) < 10  # the 5e5 req/s, summed in, set the target to max_size
-            assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
-        finally:
-            svc.close()
+    with _predictive_world(tmp_path, "on", in_service=3) as (cloud, svc):
+        ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
+        # 10 minutes of a steady 1 req/s (the level needs 5); one agent says 5e5 req/s on one tick
+        for tick in range(40):
+            for iid in ids:
+                rate = 5e5 if (tick, iid) == (36, ids[0]) else 1 / 3
+                cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, rate)
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+            assert svc.tick(cloud.now()).ok
+            cloud.advance(15)
+        rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
+        assert _desired(svc) < 10  # the 5e5 req/s, summed in, set the target to max_size
+        assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
 
 
 def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_interval(tmp_path):
