@@ -64,8 +64,10 @@ _ECS_UNHEALTHY = frozenset({"Impaired"})
 ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 # How old the last instance list of a group may be for it to be watched while ESS cannot be read (its API
 # down, throttled): its instances change only through ESS, and any that left meanwhile stop reporting, which
-# a blind tick never reads as a fault; the default isolate_within.
-BLIND_MAX_AGE_S = 4 * 3600.0
+# a blind tick never reads as a fault, so an old list costs nothing but the instances ESS added, unseen either
+# way. A day: at 4 h (the default isolate_within) a GPU that overheated 4.5 h into a 6-hour outage went
+# unseen for the last 1.5 h; beyond a day the list is no longer taken for the group's.
+BLIND_MAX_AGE_S = 24 * 3600.0
 
 
 # Read at most every SLOW_REFRESH_S: the mean prompt and output tokens per request are themselves minute means

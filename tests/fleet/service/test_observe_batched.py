@@ -429,6 +429,8 @@ def test_with_ess_unreadable_a_group_is_watched_on_its_last_instance_list_while_
         assert sorted(i.instance_id for i in g.instances) == ids
         assert {iid: m["queue_waiting"].value for iid, m in g.metrics.items()} == dict.fromkeys(ids, 3.0)
         assert set(g.health) == set(ids)  # ECS health read for isolation
-        cloud.advance(BLIND_MAX_AGE_S)
+        cloud.advance(4.5 * 3600)  # past isolate_within, where a 6-hour outage once stopped the watch
+        assert observer.observe(cloud.now()).groups["g0"].blind
+        cloud.advance(BLIND_MAX_AGE_S - 4.5 * 3600)
         late = observer.observe(cloud.now()).groups["g0"]
         assert not late.ok and not late.blind and not late.instances  # too old a list to stand for the group
