@@ -169,6 +169,9 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Sliding-window attention on some or all layers (Gemma 2/3, Mistral v0.1, gpt-oss): the window in tokens,
+    # 0 when none. Not modelled: every layer is sized as if it attended over the whole context.
+    sliding_window: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
     hf_id: str = ""
     source: str = ""
@@ -445,6 +448,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         moe_intermediate=moe_intermediate,
         shared_expert_intermediate=shared,
         dense_layers=_count(cfg, "first_k_dense_replace", name, below=layers) if experts else 0,
+        sliding_window=_sliding_window(cfg, max_position),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
         qk_nope_head_dim=qk_nope,
@@ -466,6 +470,15 @@ def _count(cfg: dict[str, Any], key: str, name: str, below: int) -> int:
             f"{name}: config.json field {key!r} must be an integer from 0 to {below - 1}, got {value!r}"
         )
     return value
+
+
+def _sliding_window(cfg: dict[str, Any], max_position: int) -> int:
+    """The attention window of a config.json that uses one (Qwen2's configs name a window they switch off with
+    use_sliding_window: false), or 0."""
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
+        return 0
+    return window if 0 < window < max_position else 0
 
 
 def _mla_fields(cfg: dict[str, Any], pick: Callable[..., Any]) -> tuple[int, int, int, int, int]:

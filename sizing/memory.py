@@ -496,6 +496,12 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "rates, not on a calibration: measure with `vllm bench serve` and correct it with "
             "`fleet size calibrate --bench`"
         )
+    if model.sliding_window:
+        warnings.append(
+            f"sliding-window attention ({model.sliding_window:,} tokens) is not modelled: every layer is "
+            "sized as if it attended over the whole context, so the KV capacity and concurrency here are a "
+            "lower bound (vLLM keeps only the window for those layers)"
+        )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:
         graph_part = f" + CUDA graphs {graphs:.2f}" if inside else ""

@@ -153,6 +153,33 @@ def test_a_quantized_config_sets_the_format():
     assert model_from_hf_config(cfg).quantization == "awq"
 
 
+@pytest.mark.parametrize(
+    ("extra", "window"),
+    [
+        ({"sliding_window": 4096}, 4096),  # Gemma 2, Mistral v0.1
+        ({"sliding_window": 131072, "use_sliding_window": False}, 0),  # Qwen2.5's configs: named, off
+        ({"sliding_window": None}, 0),  # Mistral v0.2
+        ({"sliding_window": 32768}, 0),  # a window as long as the context is none
+    ],
+)
+def test_a_sliding_window_is_read_only_where_the_config_uses_one(extra, window):
+    assert model_from_hf_config({**QWEN2_CONFIG, **extra}).sliding_window == window
+
+
+def test_a_sliding_window_model_is_sized_with_a_warning_that_its_kv_capacity_is_a_lower_bound():
+    from sizing.memory import Deployment, plan_memory
+
+    def warnings(config):
+        model = model_from_hf_config(config)
+        return plan_memory(Deployment(model=model, gpu=find_gpu("L20"), max_model_len=8192)).warnings
+
+    assert any(
+        "sliding-window attention (4,096 tokens)" in w
+        for w in warnings({**QWEN2_CONFIG, "sliding_window": 4096})
+    )
+    assert not any("sliding" in w for w in warnings(QWEN2_CONFIG))
+
+
 def test_a_listed_price_is_used_as_is_and_marked_an_estimate():
     price = price_book().price(find_instance("gn7i-c8g1.2xlarge"))
     assert price is not None and price.cny_per_hour == 12.0 and price.estimate
