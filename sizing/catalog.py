@@ -169,7 +169,7 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Sliding-window attention on some or all layers (Gemma 2/3, Mistral v0.1, gpt-oss): the window in tokens,
+    # Sliding-window attention on some or all layers (Gemma 2/3, Mistral v0.1): the window in tokens,
     # 0 when none. Not modelled: every layer is sized as if it attended over the whole context.
     sliding_window: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
