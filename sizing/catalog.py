@@ -231,10 +231,10 @@ class ModelShape:
     @property
     def _always_read_mlp_params(self) -> int:
         """MLP weights every token reads in the whole model: the dense MLPs, routers and shared experts."""
-        leading = self.dense_layers * 3 * self.hidden * self.intermediate if self.experts else 0
-        return leading + (self.layers - self.dense_layers if self.experts else self.layers) * (
-            self.dense_mlp_params_per_layer
-        )
+        if not self.experts:
+            return self.layers * self.dense_mlp_params_per_layer
+        leading = self.dense_layers * 3 * self.hidden * self.intermediate
+        return leading + self.moe_layers * self.dense_mlp_params_per_layer
 
     @property
     def embedding_params(self) -> int:
