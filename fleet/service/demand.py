@@ -10,6 +10,7 @@ costs one small write a minute rather than a read of days of rows.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -24,7 +25,15 @@ from fleet.service.store import Store, demand_samples, forecasts
 from policies import metrics as pm
 from policies.model import DemandSeries, GroupHistory, MetricSample
 
+log = logging.getLogger("fleet.service.demand")
+
 STEP_S = 60.0
+# A group's reading above this many times what its InService instances serve (the capacity model's rate per
+# instance) waits for the next agent period to confirm it before it counts. One instance's agent misreading
+# its counters once set the forecast's target to max_size for the scale-in window, and its minute raised the
+# same hour's forecast the next day; a real surge is still there 15 s later (in flight or arriving), and a
+# one-shot burst that is not is the queue's to absorb, not worth instances that arrive after it.
+CONFIRM_ABOVE_CAPACITY = 10.0
 MIX_WINDOW_S = 1800.0  # the token mix the capacity is looked up for: the last half hour
 # The demand the policy sizes for now: the mean of the readings of the last minute. The agents' rates are over
 # one scrape period (15 s), so one clump reads as four times its minute's rate in the period it lands in.
@@ -139,6 +148,7 @@ class _GroupLog:
     first: datetime | None = None  # the earliest minute in ``rps``
     added: list[datetime] = field(default_factory=list)  # minutes put since ``cached`` was last brought up
     as_of: datetime | None = None  # the newest rate point of the last reading recorded
+    held: DemandReading | None = None  # a reading far above capacity, waiting for the next one to confirm it
 
     def put(self, minute: datetime, rps: float) -> None:
         self.rps[minute] = rps
@@ -155,28 +165,47 @@ class DemandLog:
         self._groups: dict[str, _GroupLog] = {}
 
     # -- writes ----------------------------------------------------------------------------------------
-    def record(self, group: str, reading: DemandReading) -> None:
+    def record(self, group: str, reading: DemandReading, ceiling_rps: float | None = None) -> None:
         """Add one tick's reading; a finished minute is written to the store. A reading of the same rate
         points as the last one recorded (no newer point since) is not added: each counts once in the minute's
-        mean and in the recent level, so every agent period weighs the same."""
-        log = self._log(group, reading.at)
+        mean and in the recent level, so every agent period weighs the same. A reading above ``ceiling_rps``
+        is held until the next one (of newer points) confirms it by being above it too; otherwise dropped."""
+        glog = self._log(group, reading.at)
         if reading.as_of is not None:
-            if reading.as_of == log.as_of:
+            if reading.as_of == glog.as_of:
                 return
-            log.as_of = reading.as_of
+            glog.as_of = reading.as_of
+        held, glog.held = glog.held, None
+        if ceiling_rps is not None and reading.rps > ceiling_rps:
+            if held is None:
+                glog.held = reading
+                log.warning(
+                    "group %s: demand %.4g req/s is above %.4g (%gx what its instances serve): waiting for "
+                    "the next reading to confirm it",
+                    group,
+                    reading.rps,
+                    ceiling_rps,
+                    CONFIRM_ABOVE_CAPACITY,
+                    extra={"group": group},
+                )
+                return
+            self._add(group, glog, held)
+        self._add(group, glog, reading)
+
+    def _add(self, group: str, glog: _GroupLog, reading: DemandReading) -> None:
         minute = minute_of(reading.at)
-        if log.open is not None and log.open.at != minute:
-            self._close(group, log)
-        if log.open is None:
-            log.open = _Minute(minute)
-        log.open.rps.append(reading.rps)
-        log.readings.append((reading.at, reading.rps))
+        if glog.open is not None and glog.open.at != minute:
+            self._close(group, glog)
+        if glog.open is None:
+            glog.open = _Minute(minute)
+        glog.open.rps.append(reading.rps)
+        glog.readings.append((reading.at, reading.rps))
         if reading.prompt_tokens is not None:
-            log.open.prompt.append(reading.prompt_tokens)
-            log.prompt = reading.prompt_tokens
+            glog.open.prompt.append(reading.prompt_tokens)
+            glog.prompt = reading.prompt_tokens
         if reading.output_tokens is not None:
-            log.open.output.append(reading.output_tokens)
-            log.output = reading.output_tokens
+            glog.open.output.append(reading.output_tokens)
+            glog.output = reading.output_tokens
 
     def _close(self, group: str, log: _GroupLog) -> None:
         m = log.open

@@ -34,7 +34,7 @@ from fleet.service.actuate import ActionResult, Actuator, clip_to_ess
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import DemandLog, prune, record_forecasts, retention_s
+from fleet.service.demand import CONFIRM_ABOVE_CAPACITY, DemandLog, prune, record_forecasts, retention_s
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -170,6 +170,7 @@ class Service:
         # predictive scaling: the demand history (store-backed) and the capacity table (cached per mix)
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
         self.capacity_table = CapacityTable()
+        self._capacity_rps: dict[str, float] = {}  # per group, the capacity per instance last looked up
         self._last_prune: dict[int, datetime] = {}  # shard -> when this replica last pruned its groups
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
@@ -338,13 +339,20 @@ class Service:
             in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
             reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
             if reading is not None:
-                self.demand.record(spec.name, reading)
+                ceiling = None
+                if spec.name in self._capacity_rps:  # the last tick's capacity per instance: no own lookup
+                    ceiling = CONFIRM_ABOVE_CAPACITY * self._capacity_rps[spec.name] * len(in_service)
+                self.demand.record(spec.name, reading, ceiling)
             prompt, output = self.demand.mix(spec.name, now)
+            fields = self.capacity_table.demand_fields(spec, prompt, output)
+            cap = fields["capacity_rps"]
+            if isinstance(cap, float | int) and cap > 0:
+                self._capacity_rps[spec.name] = float(cap)
             gs.demand = DemandInputs.model_validate(
                 {
                     "history": self.demand.series(spec.name, now),
                     "recent_rps": self.demand.recent(spec.name, now),
-                    **self.capacity_table.demand_fields(spec, prompt, output),
+                    **fields,
                 }
             )
 

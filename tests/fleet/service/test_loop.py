@@ -302,6 +302,39 @@ def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_dem
         assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
 
 
+def _steady_then(cloud, svc, spike, ticks=40, at=(36,)):
+    """1 req/s over the group's instances for ``ticks`` ticks (10 minutes: the level needs 5), but the first
+    instance's agent says ``spike`` req/s on the ticks ``at``; the group's demand minutes after."""
+    from fleet.service.demand import DemandLog
+
+    ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
+    for tick in range(ticks):
+        for iid in ids:
+            rate = spike if (tick in at and iid == ids[0]) else 1 / len(ids)
+            cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, rate)
+            cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 0)
+        assert svc.tick(cloud.now()).ok
+        cloud.advance(15)
+    return DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
+
+
+def test_one_reading_far_above_what_the_fleet_serves_waits_for_the_next_to_confirm_it(tmp_path):
+    # 5,000 req/s passes the boundary's bound (10,000 per instance) but is over 10x the 3 instances' 3 req/s:
+    # held, then dropped when the next agent period reads 1 req/s again
+    with _predictive_world(tmp_path, "on", in_service=3) as (cloud, svc):
+        rows = _steady_then(cloud, svc, 5e3)
+        assert _desired(svc) < 10  # summed in at once, it set the target to max_size
+        assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
+
+
+def test_a_surge_read_twice_running_counts_from_its_first_reading(tmp_path):
+    # the guard's other side: a real surge (60 req/s for two agent periods, 20x the fleet) is held one
+    # tick, then counted: the target goes to max_size as it did without the guard
+    with _predictive_world(tmp_path, "on", in_service=3) as (cloud, svc):
+        _steady_then(cloud, svc, 60.0, at=(30, 31), ticks=33)
+        assert _desired(svc) == 10
+
+
 def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_interval(tmp_path):
     from fleet.service.demand import DemandLog, DemandReading, minute_of
 
