@@ -190,6 +190,14 @@ class DemandLog:
                 )
                 return
             self._add(group, glog, held)
+        elif held is not None:
+            log.warning(
+                "group %s: demand %.4g req/s was not confirmed (the next reading: %.4g req/s): left out",
+                group,
+                held.rps,
+                reading.rps,
+                extra={"group": group},
+            )
         self._add(group, glog, reading)
 
     def _add(self, group: str, glog: _GroupLog, reading: DemandReading) -> None:

@@ -318,13 +318,15 @@ def _steady_then(cloud, svc, spike, ticks=40, at=(36,)):
     return DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
 
 
-def test_one_reading_far_above_what_the_fleet_serves_waits_for_the_next_to_confirm_it(tmp_path):
+def test_one_reading_far_above_what_the_fleet_serves_waits_for_the_next_to_confirm_it(tmp_path, caplog):
     # 5,000 req/s passes the boundary's bound (10,000 per instance) but is over 10x the 3 instances' 3 req/s:
     # held, then dropped when the next agent period reads 1 req/s again
     with _predictive_world(tmp_path, "on", in_service=3) as (cloud, svc):
         rows = _steady_then(cloud, svc, 5e3)
         assert _desired(svc) < 10  # summed in at once, it set the target to max_size
         assert rows and max(r.rps for r in rows) <= 1.0 + 1e-9
+    said = [r.getMessage() for r in caplog.records if r.name == "fleet.service.demand"]
+    assert any("waiting for the next reading" in m for m in said) and any("left out" in m for m in said)
 
 
 def test_a_surge_read_twice_running_counts_from_its_first_reading(tmp_path):
