@@ -149,6 +149,7 @@ class _GroupLog:
     added: list[datetime] = field(default_factory=list)  # minutes put since ``cached`` was last brought up
     as_of: datetime | None = None  # the newest rate point of the last reading recorded
     held: DemandReading | None = None  # a reading far above capacity, waiting for the next one to confirm it
+    surge: bool = False  # readings above the ceiling confirmed and not yet below it: counted as they come
 
     def put(self, minute: datetime, rps: float) -> None:
         self.rps[minute] = rps
@@ -169,35 +170,40 @@ class DemandLog:
         """Add one tick's reading; a finished minute is written to the store. A reading of the same rate
         points as the last one recorded (no newer point since) is not added: each counts once in the minute's
         mean and in the recent level, so every agent period weighs the same. A reading above ``ceiling_rps``
-        is held until the next one (of newer points) confirms it by being above it too; otherwise dropped."""
+        is held until the next one (of newer points) confirms it by being above it too, otherwise dropped;
+        once confirmed, the readings above it count as they come until one falls below it."""
         glog = self._log(group, reading.at)
         if reading.as_of is not None:
             if reading.as_of == glog.as_of:
                 return
             glog.as_of = reading.as_of
         held, glog.held = glog.held, None
-        if ceiling_rps is not None and reading.rps > ceiling_rps:
-            if held is None:
-                glog.held = reading
+        if ceiling_rps is None or reading.rps <= ceiling_rps:
+            glog.surge = False
+            if held is not None:
                 log.warning(
-                    "group %s: demand %.4g req/s is above %.4g (%gx what its instances serve): waiting for "
-                    "the next reading to confirm it",
+                    "group %s: demand %.4g req/s was not confirmed (the next reading: %.4g req/s): left out",
                     group,
+                    held.rps,
                     reading.rps,
-                    ceiling_rps,
-                    CONFIRM_ABOVE_CAPACITY,
                     extra={"group": group},
                 )
-                return
-            self._add(group, glog, held)
-        elif held is not None:
+        elif held is None and not glog.surge:
+            glog.held = reading
             log.warning(
-                "group %s: demand %.4g req/s was not confirmed (the next reading: %.4g req/s): left out",
+                "group %s: demand %.4g req/s is above %.4g (%gx what its instances serve): waiting for the "
+                "next reading to confirm it",
                 group,
-                held.rps,
                 reading.rps,
+                ceiling_rps,
+                CONFIRM_ABOVE_CAPACITY,
                 extra={"group": group},
             )
+            return
+        else:  # confirmed: the held reading counts too, and the next ones above the ceiling at once
+            glog.surge = True
+            if held is not None:
+                self._add(group, glog, held)
         self._add(group, glog, reading)
 
     def _add(self, group: str, glog: _GroupLog, reading: DemandReading) -> None:

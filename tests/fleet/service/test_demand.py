@@ -97,6 +97,32 @@ def test_a_tick_that_sees_no_newer_rate_adds_no_reading(tmp_path):
         store.close()
 
 
+def test_a_reading_far_above_the_ceiling_counts_only_once_the_next_one_confirms_it(tmp_path, caplog):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        log = DemandLog(store, {"chat": 86400})
+
+        def read(k: int, rps: float) -> float | None:
+            at = NOW + timedelta(seconds=15 * k)
+            log.record("chat", DemandReading(at, rps, as_of=at), ceiling_rps=30.0)
+            return log.recent("chat", at)
+
+        assert read(0, 2.0) == 2.0
+        assert read(1, 500.0) == 2.0  # held
+        assert read(2, 2.0) == 2.0  # not confirmed: left out
+        assert read(3, 90.0) == 2.0  # held
+        # the last minute's readings (the one at 0 s aged out): confirmed, the held 90 counts beside the 60
+        assert read(4, 60.0) == (2.0 + 90.0 + 60.0) / 3
+        assert read(5, 70.0) == (2.0 + 90.0 + 60.0 + 70.0) / 4  # the surge goes on: counted at once
+        assert read(6, 3.0) == (90.0 + 60.0 + 70.0 + 3.0) / 4  # below: the surge is over
+        assert read(7, 80.0) == (60.0 + 70.0 + 3.0) / 3  # so the next one above waits again
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "fleet.service.demand"]
+    assert sum("waiting for the next reading" in m for m in said) == 3
+    assert sum("left out" in m for m in said) == 1
+
+
 def test_the_series_kept_from_tick_to_tick_equals_one_read_fresh_from_the_store(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
     try:
