@@ -221,15 +221,15 @@ class DemandLog:
             glog.open.output.append(reading.output_tokens)
             glog.output = reading.output_tokens
 
-    def _close(self, group: str, log: _GroupLog) -> None:
-        m = log.open
+    def _close(self, group: str, glog: _GroupLog) -> None:
+        m = glog.open
         assert m is not None
-        log.open = None
+        glog.open = None
         rps = m.mean(m.rps)
         if rps is None:
             return
-        log.put(m.at, rps)
-        log.mix[m.at] = (m.mean(m.prompt), m.mean(m.output), max(rps, 1e-6))
+        glog.put(m.at, rps)
+        glog.mix[m.at] = (m.mean(m.prompt), m.mean(m.output), max(rps, 1e-6))
         self.write(group, [DemandReading(m.at, rps, m.mean(m.prompt), m.mean(m.output))])
 
     def write(self, group: str, rows: Iterable[DemandReading]) -> int:
@@ -262,10 +262,10 @@ class DemandLog:
             fresh = [v for v in values if v["at"] not in existing]
             if fresh:
                 conn.execute(sa.insert(demand_samples), fresh)
-        log = self._groups.get(group)
-        if log is not None:
+        glog = self._groups.get(group)
+        if glog is not None:
             for v in fresh:
-                log.put(v["at"], v["request_rate_rps"])
+                glog.put(v["at"], v["request_rate_rps"])
         return len(fresh)
 
     # -- reads -----------------------------------------------------------------------------------------
@@ -282,34 +282,34 @@ class DemandLog:
             return [DemandReading(r.at, r.request_rate_rps, r.prompt_tokens, r.output_tokens) for r in result]
 
     def _log(self, group: str, now: datetime) -> _GroupLog:
-        log = self._groups.get(group)
-        if log is None:
-            log = _GroupLog()
+        glog = self._groups.get(group)
+        if glog is None:
+            glog = _GroupLog()
             span = self.history_s.get(group, 7 * 86400.0)
             for r in self.rows(group, now - timedelta(seconds=span)):
-                log.put(minute_of(r.at), r.rps)
-                log.mix[minute_of(r.at)] = (r.prompt_tokens, r.output_tokens, max(r.rps, 1e-6))
-                log.prompt = r.prompt_tokens if r.prompt_tokens is not None else log.prompt
-                log.output = r.output_tokens if r.output_tokens is not None else log.output
-            self._groups[group] = log
-        return log
+                glog.put(minute_of(r.at), r.rps)
+                glog.mix[minute_of(r.at)] = (r.prompt_tokens, r.output_tokens, max(r.rps, 1e-6))
+                glog.prompt = r.prompt_tokens if r.prompt_tokens is not None else glog.prompt
+                glog.output = r.output_tokens if r.output_tokens is not None else glog.output
+            self._groups[group] = glog
+        return glog
 
     def recent(self, group: str, now: datetime) -> float | None:
         """The mean of the readings of the last ``RECENT_WINDOW_S`` (None: no reading in it)."""
-        log = self._log(group, now)
+        glog = self._log(group, now)
         start = now - timedelta(seconds=RECENT_WINDOW_S)
-        while log.readings and log.readings[0][0] <= start:
-            log.readings.popleft()
-        values = [rps for at, rps in log.readings if at <= now]
+        while glog.readings and glog.readings[0][0] <= start:
+            glog.readings.popleft()
+        values = [rps for at, rps in glog.readings if at <= now]
         return sum(values) / len(values) if values else None
 
     def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:
         """The token mix of the last ``MIX_WINDOW_S`` (rate-weighted), so the capacity does not flicker."""
-        log = self._log(group, now)
+        glog = self._log(group, now)
         start = minute_of(now - timedelta(seconds=MIX_WINDOW_S))
-        recent = [(at, m) for at, m in log.mix.items() if at >= start]
-        for old in [at for at in log.mix if at < start]:
-            del log.mix[old]
+        recent = [(at, m) for at, m in glog.mix.items() if at >= start]
+        for old in [at for at in glog.mix if at < start]:
+            del glog.mix[old]
         out: list[float | None] = []
         for k in (0, 1):
             pairs: list[tuple[float, float]] = []
@@ -319,8 +319,8 @@ class DemandLog:
                     pairs.append((value, m[2]))
             w = sum(x for _, x in pairs)
             out.append(sum(v * x for v, x in pairs) / w if pairs and w > 0 else None)
-        prompt = out[0] if out[0] is not None else log.prompt
-        output = out[1] if out[1] is not None else log.output
+        prompt = out[0] if out[0] is not None else glog.prompt
+        output = out[1] if out[1] is not None else glog.output
         return prompt, output
 
     def series(self, group: str, now: datetime) -> DemandSeries | None:
@@ -330,56 +330,56 @@ class DemandLog:
         and validating it every tick would cost more than the decision); ticks within a minute copy it and set
         the open minute.
         """
-        log = self._log(group, now)
+        glog = self._log(group, now)
         span = self.history_s.get(group, 7 * 86400.0)
         start = minute_of(now - timedelta(seconds=span))
         end = minute_of(now)
-        key = (len(log.rps), start, end)
-        if log.cached is None or log.cached[0] != key:
-            log.cached = (key, self._refresh(log, start, end))
-        first, closed = log.cached[1]
+        key = (len(glog.rps), start, end)
+        if glog.cached is None or glog.cached[0] != key:
+            glog.cached = (key, self._refresh(glog, start, end))
+        first, closed = glog.cached[1]
         if first is None:
-            first = log.open.at if log.open is not None and log.open.rps else None
+            first = glog.open.at if glog.open is not None and glog.open.rps else None
             if first is None:
                 return None
         rps = list(closed)
-        if log.open is not None and log.open.rps:
-            i = int((log.open.at - first).total_seconds() // STEP_S)
+        if glog.open is not None and glog.open.rps:
+            i = int((glog.open.at - first).total_seconds() // STEP_S)
             while len(rps) <= i:
                 rps.append(None)
             if i >= 0:
-                rps[i] = sum(log.open.rps) / len(log.open.rps)
+                rps[i] = sum(glog.open.rps) / len(glog.open.rps)
         # built here from floats and None only: no validation needed (model_construct skips it)
         return DemandSeries.model_construct(start=first, step_s=STEP_S, rps=rps)
 
     def _refresh(
-        self, log: _GroupLog, start: datetime, end: datetime
+        self, glog: _GroupLog, start: datetime, end: datetime
     ) -> tuple[datetime | None, list[float | None]]:
         """The closed minutes as a list: the kept one brought up with the minutes put since (``added``) when
         none came before its first, else built again; the front is trimmed a day at a time (the forecast
         reads no further back than ``history``; extra hours cost nothing)."""
-        if log.first is not None and log.first < start - timedelta(days=1):
-            for old in [k for k in log.rps if k < start]:
-                del log.rps[old]
-            log.first = min(log.rps) if log.rps else None
-            log.cached = None
-        if log.cached is not None:
-            first, rps = log.cached[1]
-            if first is not None and first == log.first:
+        if glog.first is not None and glog.first < start - timedelta(days=1):
+            for old in [k for k in glog.rps if k < start]:
+                del glog.rps[old]
+            glog.first = min(glog.rps) if glog.rps else None
+            glog.cached = None
+        if glog.cached is not None:
+            first, rps = glog.cached[1]
+            if first is not None and first == glog.first:
                 # nothing earlier than the list's first minute was added: set the added minutes in place
                 n = int((end - first).total_seconds() // STEP_S) + 1
                 rps = rps + [None] * max(0, n - len(rps))
                 later: list[datetime] = []
-                for at in log.added:
+                for at in glog.added:
                     i = int((at - first).total_seconds() // STEP_S)
                     if i >= len(rps):
                         later.append(at)  # after ``end``: set once the list reaches it
-                    elif at in log.rps:
-                        rps[i] = log.rps[at]
-                log.added = later
+                    elif at in glog.rps:
+                        rps[i] = glog.rps[at]
+                glog.added = later
                 return first, rps
-        log.added = []
-        return self._build(log.rps, end)
+        glog.added = []
+        return self._build(glog.rps, end)
 
     @staticmethod
     def _build(values: Mapping[datetime, float], end: datetime) -> tuple[datetime | None, list[float | None]]:
