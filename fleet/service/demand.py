@@ -166,12 +166,14 @@ class DemandLog:
         self._groups: dict[str, _GroupLog] = {}
 
     # -- writes ----------------------------------------------------------------------------------------
-    def record(self, group: str, reading: DemandReading, ceiling_rps: float | None = None) -> None:
+    def record(self, group: str, reading: DemandReading, serves_rps: float | None = None) -> None:
         """Add one tick's reading; a finished minute is written to the store. A reading of the same rate
         points as the last one recorded (no newer point since) is not added: each counts once in the minute's
-        mean and in the recent level, so every agent period weighs the same. A reading above ``ceiling_rps``
-        is held until the next one (of newer points) confirms it by being above it too, otherwise dropped;
-        once confirmed, the readings above it count as they come until one falls below it."""
+        mean and in the recent level, so every agent period weighs the same. A reading above
+        ``CONFIRM_ABOVE_CAPACITY`` times ``serves_rps`` (what the group's instances serve) is held until the
+        next one (of newer points) confirms it by being above it too, otherwise dropped; once confirmed, the
+        readings above it count as they come until one falls below it."""
+        ceiling_rps = None if serves_rps is None else CONFIRM_ABOVE_CAPACITY * serves_rps
         glog = self._log(group, reading.at)
         if reading.as_of is not None:
             if reading.as_of == glog.as_of:

@@ -34,7 +34,7 @@ from fleet.service.actuate import ActionResult, Actuator, clip_to_ess
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import CONFIRM_ABOVE_CAPACITY, DemandLog, prune, record_forecasts, retention_s
+from fleet.service.demand import DemandLog, prune, record_forecasts, retention_s
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -339,10 +339,9 @@ class Service:
             in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
             reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
             if reading is not None:
-                ceiling = None
-                if spec.name in self._capacity_rps:  # the last tick's capacity per instance: no own lookup
-                    ceiling = CONFIRM_ABOVE_CAPACITY * self._capacity_rps[spec.name] * len(in_service)
-                self.demand.record(spec.name, reading, ceiling)
+                per_instance = self._capacity_rps.get(spec.name)  # the last tick's: no lookup of its own
+                serves = None if per_instance is None else per_instance * len(in_service)
+                self.demand.record(spec.name, reading, serves)
             prompt, output = self.demand.mix(spec.name, now)
             fields = self.capacity_table.demand_fields(spec, prompt, output)
             cap = fields["capacity_rps"]

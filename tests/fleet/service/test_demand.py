@@ -104,7 +104,7 @@ def test_a_reading_far_above_the_ceiling_counts_only_once_the_next_one_confirms_
 
         def read(k: int, rps: float) -> float | None:
             at = NOW + timedelta(seconds=15 * k)
-            log.record("chat", DemandReading(at, rps, as_of=at), ceiling_rps=30.0)
+            log.record("chat", DemandReading(at, rps, as_of=at), serves_rps=3.0)  # held above 30
             return log.recent("chat", at)
 
         assert read(0, 2.0) == 2.0
