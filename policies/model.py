@@ -66,6 +66,7 @@ class ReasonCode(StrEnum):
     FLOOR_MIN_SIZE = "floor_min_size"
     FLOOR_WARM = "floor_warm"
     FLOOR_SCHEDULE = "floor_schedule"
+    FLOOR_LAST_INSTANCE = "floor_last_instance"
     CEILING_MAX_SIZE = "ceiling_max_size"
     CEILING_SCHEDULE = "ceiling_schedule"
     RULE_SCALE_OUT = "rule_scale_out"

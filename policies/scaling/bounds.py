@@ -1,6 +1,11 @@
 """Bounds: the floor first (min_size, the warm floor or a schedule), then the ceiling, never below the floor.
 
 The floor wins over the ceiling (schedule.py raises a schedule ceiling below the floor; warned here).
+
+With a floor of 0 (``min_size: 0``, no warm floor, no window's floor) the metrics never take the last
+instance: the node agents on the instances are the group's only demand signal, so with none left no reading
+would ever scale the group out again, and the requests that came would be refused. Only a ceiling of 0 (a
+schedule's ``max: 0``, or ``max_size: 0``) empties the group.
 """
 
 from __future__ import annotations
@@ -23,6 +28,19 @@ def floor(ctx: ScalingContext) -> Contribution | None:
         inputs={"floor": bnd.floor, "before": ctx.target},
     )
     return Contribution(target=bnd.floor, reason=reason)
+
+
+def last_instance(ctx: ScalingContext) -> Contribution | None:
+    """Step: keep one instance when the target would empty a group that may hold any (the floor is 0)."""
+    if ctx.target > 0 or ctx.inp.bnd.ceiling < 1:
+        return None
+    reason = Reason(
+        code=ReasonCode.FLOOR_LAST_INSTANCE,
+        detail="one instance is kept: with none, no agent reports demand and nothing would scale out again "
+        "(a schedule with max: 0 empties the group)",
+        inputs={"floor": 1, "before": ctx.target},
+    )
+    return Contribution(target=1, reason=reason)
 
 
 def ceiling(ctx: ScalingContext) -> Contribution | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from policies.model import GroupHistory, GroupSnapshot
 from policies.observe import GroupView
-from policies.scaling.bounds import ceiling, floor
+from policies.scaling.bounds import ceiling, floor, last_instance
 from policies.scaling.context import ScalingContext, ScalingInputs, ScalingResult, Step
 from policies.scaling.demand import read_demand
 from policies.scaling.hold import hold, starting_point
@@ -33,6 +33,7 @@ STEPS: tuple[Step, ...] = (
     predictive,  # predictive.py: the capacity-model target for the forecast (off: nothing)
     launch_hold,  # launches.py: no scale-out onto launches that keep failing
     floor,  # bounds.py: up to the floor
+    last_instance,  # bounds.py: never empty a group on metrics (its agents are the only demand signal)
     ceiling,  # bounds.py: down to the ceiling (never below the floor: the floor step ran first)
 )
 

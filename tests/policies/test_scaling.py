@@ -330,3 +330,30 @@ def test_idle_instances_add_no_latency_to_the_busy_ones():
 
     plan, _ = run(spec, mixed, 45)
     assert gp(plan).serving_target == 10  # ceil(6 x 5000 / 3000)
+
+
+def test_an_idle_group_without_a_floor_keeps_its_last_instance():
+    # min_size 0 and no warm floor: the metrics take the group down to one instance, never to none (its
+    # node agents are the only demand signal: with none left nothing would scale it out again)
+    spec = policy(min_size=0, warm_floor=0, stabilization={"scale_in_window": "10m", "max_step_down": 10})
+    plan, _ = _quiet_then(spec, 3, 10)
+    assert gp(plan).floor == 0
+    assert gp(plan).serving_target == 1
+    assert gp(plan).reason == ReasonCode.FLOOR_LAST_INSTANCE
+    assert ReasonCode.RULE_SCALE_IN in [r.code for r in gp(plan).reasons]
+
+
+def test_an_empty_group_without_a_floor_gets_one_instance_back():
+    spec = policy(min_size=0, warm_floor=0)
+    plan, _ = run(spec, lambda at: [], 0, desired=0)
+    assert gp(plan).serving_target == 1
+    assert gp(plan).desired_capacity == 1
+    assert gp(plan).reason == ReasonCode.FLOOR_LAST_INSTANCE
+
+
+def test_a_schedule_ceiling_of_zero_empties_the_group():
+    night = {"name": "night", "days": "daily", "start": "00:00", "end": "06:00", "max": 0}
+    spec = policy(min_size=0, warm_floor=0, schedules=[night])
+    plan, _ = run(spec, lambda at: fleet(at, 2, waiting=0), 0)  # T0 is 00:00 Shanghai
+    assert gp(plan).serving_target == 0
+    assert gp(plan).reason == ReasonCode.CEILING_SCHEDULE
