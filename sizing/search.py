@@ -751,17 +751,21 @@ def _dearer(c: Candidate, best: Candidate | None) -> str:
     return f"lost to {what}"
 
 
-def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, int, str]:
-    """Best first; then the other fitting options by cost; then SLO misses; then those that do not fit."""
+def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, float, int, str]:
+    """Best first; then the other fitting options by cost; then SLO misses; then those whose weights fit but
+    not one max_model_len request, the longest context first (the nearest misses); then the rest."""
+    context = 0.0
     if c is best:
         group = 0
     elif c.fits and c.meets_slo is not False:
         group = 1 if not c.estimated else 2
     elif c.fits:
         group = 3
+    elif c.plan is not None and c.plan.max_model_len_that_fits > 0:
+        group, context = 4, -float(c.plan.max_model_len_that_fits)
     elif c.plan is not None:
-        group = 4
-    else:
         group = 5
+    else:
+        group = 6
     cost = c.cost_cny_per_hour if c.cost_cny_per_hour is not None else (c.price_cny_per_hour or math.inf)
-    return (group, cost, c.gpus, c.instance_type or c.gpu)
+    return (group, context, cost, c.gpus, c.instance_type or c.gpu)

@@ -572,6 +572,22 @@ def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
             )
 
 
+def _context_hint(candidates: Any) -> None:
+    """When the nearest miss holds the weights but not one max_model_len request: how long a context fits."""
+    near = candidates[0] if candidates else None
+    if near is None or near.fits or near.plan is None or near.plan.max_model_len_that_fits <= 0:
+        return
+    plan = near.plan
+    where = (near.instance_type or near.gpu).removeprefix("ecs.")
+    console.print(
+        f"  one {plan.max_model_len:,}-token request (max_model_len) fits no option; the longest that fits "
+        f"is {plan.max_model_len_that_fits:,} tokens ({where}, TP {near.tp}, {plan.dtype}): size it to your "
+        "requests with --max-model-len, or let --prompt-tokens/--output-tokens or --trace size it",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _render(
     result: Any, shape: Any, top: int | None, has_load: bool, requests: Any, plot: Path | None
 ) -> None:
@@ -622,6 +638,7 @@ def _render(
         console.print(
             "[bold red]no option fits[/]" + (" and meets the SLOs" if has_load else ""), highlight=False
         )
+        _context_hint(result.candidates)
         return
     j = best_j
     console.print(

@@ -693,3 +693,44 @@ def test_calibrate_reads_a_gzipped_log_and_standard_input(tmp_path, capsys, monk
     assert main([*base, str(tmp_path / "stdin.yaml"), "-"]) == 0
     for name, source in (("gz.yaml", "vllm.log.gz"), ("stdin.yaml", "<stdin>")):
         assert yaml.safe_load((tmp_path / name).read_text()) == {**expected, "source": source}, name
+
+
+def _long_context_model(tmp_path):
+    """A Llama-3.1-8B shape whose config claims a 10M-token context (Llama 4 Scout's): no GPU holds one such
+    request, every one holds the weights."""
+    cfg = tmp_path / "long" / "config.json"
+    cfg.parent.mkdir()
+    shape = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+        "max_position_embeddings": 10485760,
+        "torch_dtype": "bfloat16",
+    }
+    cfg.write_text(json.dumps(shape))
+    return cfg
+
+
+def test_when_no_option_holds_the_context_the_nearest_misses_come_first(capsys, tmp_path):
+    code, doc = _json(capsys, ["size", "--config", str(_long_context_model(tmp_path))])
+    assert code == 1
+    cands = doc["candidates"]
+    assert not any(c["fits"] for c in cands)
+    context = [c for c in cands if "largest max_model_len that fits" in c["reason"]]
+    weights = [c for c in cands if c["reason"] and c not in context]
+    assert context and cands[: len(context)] == context  # weights that fit before weights that do not
+    fits = [int(c["reason"].rsplit(" ", 1)[1]) for c in context]
+    assert fits == sorted(fits, reverse=True)  # the longest context first
+    assert weights == [] or cands.index(weights[0]) >= len(context)
+
+
+def test_when_no_option_holds_the_context_the_table_says_how_long_one_fits(capsys, tmp_path):
+    code = main(["size", "--config", str(_long_context_model(tmp_path))])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and "no option fits" in out
+    assert "one 10,485,760-token request (max_model_len) fits no option; the longest that fits is" in out
+    assert "--max-model-len" in out
