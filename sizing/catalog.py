@@ -160,7 +160,7 @@ class ModelShape:
     experts_per_token: int = 0
     moe_intermediate: int = 0
     shared_expert_intermediate: int = 0
-    dense_layers: int = 0  # a MoE's leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    dense_layers: int = 0  # a MoE's layers with a dense MLP (DeepSeek's leading ones, Llama 4 Maverick's odd)
     # Multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2): kv_lora_rank > 0. The KV cache holds one
     # compressed latent (kv_lora_rank) plus the rotary key (qk_rope_head_dim) per token and layer, the same on
     # every TP rank (vLLM's MLAAttentionSpec), instead of keys and values per KV head.
@@ -169,8 +169,9 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Sliding-window attention on some or all layers (Gemma 2/3, Mistral v0.1): the window in tokens,
-    # 0 when none. Not modelled: every layer is sized as if it attended over the whole context.
+    # Local attention on some or all layers (Gemma 2/3 and Mistral v0.1's sliding window, Llama 4's
+    # chunks): the span in tokens, 0 when none. Not modelled: every layer is sized as if it attended over
+    # the whole context.
     sliding_window: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
     hf_id: str = ""
@@ -398,11 +399,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
-    experts = pick("num_local_experts", "num_experts", "n_routed_experts", required=False, default=0)
-    moe_intermediate = pick("moe_intermediate_size", required=False, default=intermediate if experts else 0)
-    shared = pick("shared_expert_intermediate_size", required=False, default=0)
-    if experts and not shared:  # DeepSeek counts its shared experts, each as wide as a routed one
-        shared = pick("n_shared_experts", required=False, default=0) * moe_intermediate
+    experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     if kv_lora:
         head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
@@ -447,7 +444,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         ),
         moe_intermediate=moe_intermediate,
         shared_expert_intermediate=shared,
-        dense_layers=_count(cfg, "first_k_dense_replace", name, below=layers) if experts else 0,
+        dense_layers=_dense_layers(cfg, name, layers) if experts else 0,
         sliding_window=_sliding_window(cfg, max_position),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
@@ -472,12 +469,60 @@ def _count(cfg: dict[str, Any], key: str, name: str, below: int) -> int:
     return value
 
 
+def _moe_widths(
+    cfg: dict[str, Any], pick: Callable[..., Any], intermediate: int
+) -> tuple[int, int, int, int]:
+    """(experts, routed expert width, shared experts' width, dense MLP width) of a config.json; a dense
+    model's first three are 0."""
+    experts = pick("num_local_experts", "num_experts", "n_routed_experts", required=False, default=0)
+    if not experts:
+        return 0, 0, 0, intermediate
+    moe_intermediate = pick("moe_intermediate_size", required=False, default=intermediate)
+    shared = pick("shared_expert_intermediate_size", required=False, default=0)
+    if not shared:  # DeepSeek counts its shared experts, each as wide as a routed one
+        shared = pick("n_shared_experts", required=False, default=0) * moe_intermediate
+    if str(cfg.get("model_type", "")).startswith("llama4"):
+        # Llama 4: one shared expert as wide as a routed one beside them; its dense layers (Maverick's every
+        # other one) have their own, wider MLP
+        shared = shared or moe_intermediate
+        intermediate = pick("intermediate_size_mlp", required=False, default=intermediate)
+    return experts, moe_intermediate, shared, intermediate
+
+
+def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
+    """How many layers of a MoE config.json have a dense MLP instead of the experts, from the fields the
+    modelling code places them by: an explicit ``moe_layers`` list; else every
+    ``interleave_moe_layer_step``-th (Llama 4) or ``decoder_sparse_step``-th (Qwen MoE) layer is sparse,
+    less the leading ``first_k_dense_replace`` (DeepSeek) and the ``mlp_only_layers`` (Qwen MoE)."""
+    listed = cfg.get("moe_layers")
+    if isinstance(listed, list) and listed:
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in listed):
+            raise SizingInputError(
+                f"{name}: config.json field 'moe_layers' must list layer indices from 0 to {layers - 1}"
+            )
+        return layers - len(set(listed))
+    step = max(
+        1,
+        _count(cfg, "interleave_moe_layer_step", name, below=layers + 1),
+        _count(cfg, "decoder_sparse_step", name, below=layers + 1),
+    )
+    first = _count(cfg, "first_k_dense_replace", name, below=layers)
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise SizingInputError(f"{name}: config.json field 'mlp_only_layers' must list layer indices")
+    sparse = [i for i in range(first, layers) if (i + 1) % step == 0 and i not in set(only)]
+    return layers - len(sparse)
+
+
 def _sliding_window(cfg: dict[str, Any], max_position: int) -> int:
-    """The attention window of a config.json that uses one (Qwen2's configs name a window they switch off with
-    use_sliding_window: false), or 0."""
+    """The local attention span of a config.json that uses one, or 0: a sliding window (Qwen2's configs name
+    a window they switch off with use_sliding_window: false), or Llama 4's chunks (attention_chunk_size)."""
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
-        return 0
+        window = 0
+    chunk = cfg.get("attention_chunk_size")
+    if not window and isinstance(chunk, int) and not isinstance(chunk, bool):
+        window = chunk
     return window if 0 < window < max_position else 0
 
 

@@ -498,9 +498,9 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         )
     if model.sliding_window:
         warnings.append(
-            f"sliding-window attention ({model.sliding_window:,} tokens) is not modelled: every layer is "
-            "sized as if it attended over the whole context, so the KV capacity and concurrency here are a "
-            "lower bound (vLLM keeps only the window for those layers)"
+            f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "
+            "every layer is sized as if it attended over the whole context, so the KV capacity and "
+            "concurrency here are a lower bound (vLLM keeps only the window for those layers)"
         )
     fit_len = min(model.max_position, kv_tokens)
     if kv_avail <= 0:

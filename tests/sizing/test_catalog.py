@@ -160,6 +160,7 @@ def test_a_quantized_config_sets_the_format():
         ({"sliding_window": 131072, "use_sliding_window": False}, 0),  # Qwen2.5's configs: named, off
         ({"sliding_window": None}, 0),  # Mistral v0.2
         ({"sliding_window": 32768}, 0),  # a window as long as the context is none
+        ({"attention_chunk_size": 8192}, 8192),  # Llama 4's chunked local attention
     ],
 )
 def test_a_sliding_window_is_read_only_where_the_config_uses_one(extra, window):
@@ -174,10 +175,81 @@ def test_a_sliding_window_model_is_sized_with_a_warning_that_its_kv_capacity_is_
         return plan_memory(Deployment(model=model, gpu=find_gpu("L20"), max_model_len=8192)).warnings
 
     assert any(
-        "sliding-window attention (4,096 tokens)" in w
+        "sliding-window or chunked local attention (4,096 tokens)" in w
         for w in warnings({**QWEN2_CONFIG, "sliding_window": 4096})
     )
     assert not any("sliding" in w for w in warnings(QWEN2_CONFIG))
+
+
+# Llama 4 Scout's config.json (meta-llama/Llama-4-Scout-17B-16E-Instruct): the language model in text_config
+LLAMA4_SCOUT = {
+    "model_type": "llama4",
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "llama4_text",
+        "hidden_size": 5120,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 48,
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+        "vocab_size": 202048,
+        "max_position_embeddings": 10485760,
+        "attention_chunk_size": 8192,
+        "tie_word_embeddings": False,
+    },
+}
+# Maverick: 128 experts on every other layer, the rest dense with the wider MLP
+LLAMA4_MAVERICK = {
+    **LLAMA4_SCOUT,
+    "text_config": {
+        **LLAMA4_SCOUT["text_config"],
+        "num_local_experts": 128,
+        "interleave_moe_layer_step": 2,
+        "max_position_embeddings": 1048576,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "total_b", "dense_layers"),
+    [
+        # Meta's model cards: 109B and 400B total (the ~1B vision encoder is not the language model's)
+        (LLAMA4_SCOUT, (107.0, 109.0), 0),
+        (LLAMA4_MAVERICK, (399.0, 402.0), 24),
+    ],
+)
+def test_llama4_counts_its_shared_expert_and_its_interleaved_dense_layers(config, total_b, dense_layers):
+    model = model_from_hf_config(config)
+    assert total_b[0] < model.params / 1e9 < total_b[1]
+    assert model.dense_layers == dense_layers and model.moe_layers == 48 - dense_layers
+    assert model.shared_expert_intermediate == 8192 and model.intermediate == 16384
+    assert 14.0 < model.active_linear_params / 1e9 < 17.0  # "17B active" with the embeddings
+
+
+@pytest.mark.parametrize(
+    ("extra", "dense_layers"),
+    [
+        ({}, 0),
+        ({"first_k_dense_replace": 3}, 3),  # DeepSeek V3: the first three layers dense
+        ({"decoder_sparse_step": 2}, 14),  # Qwen MoE: every second layer sparse
+        ({"mlp_only_layers": [0, 27]}, 2),  # Qwen MoE: these layers dense
+        ({"moe_layers": list(range(0, 28, 4))}, 21),  # an explicit list wins
+    ],
+)
+def test_the_dense_layers_of_a_moe_follow_its_config(extra, dense_layers):
+    moe = {**QWEN2_CONFIG, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 1024}
+    assert model_from_hf_config({**moe, **extra}).dense_layers == dense_layers
+
+
+def test_a_moe_layer_list_out_of_range_is_refused_naming_the_field():
+    moe = {**QWEN2_CONFIG, "num_experts": 8, "moe_layers": [0, 99]}
+    with pytest.raises(SizingInputError, match="moe_layers"):
+        model_from_hf_config(moe)
 
 
 def test_a_listed_price_is_used_as_is_and_marked_an_estimate():
