@@ -68,6 +68,7 @@ log = logging.getLogger("fleet.service")
 
 # An operator request the policy has not applied within this time is closed as not applicable.
 REQUEST_EXPIRY = timedelta(hours=1)
+QUOTA_NOTE_S = 3600.0  # a full scheduled-task quota is audited once an hour while it lasts
 
 
 @dataclass
@@ -161,6 +162,7 @@ class Service:
         self.last_tick: TickResult | None = None
         self.last_observation: Observation | None = None
         self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
+        self._quota_noted: dict[str, datetime] = {}  # per group: when a full task quota was last audited
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
         # per (shard, group), until the shard's first complete sync: whether the store says its tasks were
         # ever written (read once, not at every tick a failing first sync is tried again)
@@ -624,7 +626,14 @@ class Service:
                 complete = False
                 continue
             for ch in group_changes:
-                if ch.op == "error":
+                if ch.quota_full:
+                    # not transient: tried again at the next sync, and audited (and logged) once an hour
+                    noted = self._quota_noted.get(spec.name)
+                    if noted is not None and (now - noted).total_seconds() < QUOTA_NOTE_S:
+                        continue
+                    self._quota_noted[spec.name] = now
+                    log.warning("schedule sync of %s: %s", spec.name, ch.detail)
+                elif ch.op == "error":
                     complete = False
                 outcome = (
                     Outcome.DRY_RUN
@@ -648,6 +657,8 @@ class Service:
                         lease_epoch=lease.epoch,
                     )
                 )
+            if not any(ch.quota_full for ch in group_changes):
+                self._quota_noted.pop(spec.name, None)
             changes.extend(group_changes)
             if group_changes:
                 self._mirrored[(shard, spec.name)] = True

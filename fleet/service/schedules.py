@@ -41,6 +41,9 @@ RECURRENCE_REFRESH = timedelta(days=30)
 LEARNED_EXACT_WITHIN_S = 3600.0
 LEARNED_REFRESH_S = 3600.0
 LEARNED_DEADBAND = 1
+# The account's scheduled tasks in a region are capped (DescribeLimitation's MaxNumberOfScheduledTasks, 70 in
+# its documentation): 24 learned floors a group reach it with three groups.
+QUOTA_CODE = "QuotaExceeded.ScheduledTask"
 
 
 def task_prefix(group: str) -> str:
@@ -67,10 +70,15 @@ class DesiredTask:
 @dataclass(frozen=True)
 class TaskChange:
     group: str
-    op: str  # create | modify | delete | skip
+    op: str  # create | modify | delete | skip | error
     name: str
     detail: str = ""
     task_id: str | None = None
+    code: str | None = None  # an error's cloud code
+
+    @property
+    def quota_full(self) -> bool:
+        return self.code == QUOTA_CODE
 
 
 def _weekly(
@@ -224,10 +232,11 @@ def plan_sync(
     changes: list[TaskChange] = [
         TaskChange(spec.name, "skip", name, "cron windows are not mirrored as ESS tasks") for name in skipped
     ]
+    creates: list[TaskChange] = []
     for task in want:
         have = mine.pop(task.name, None)
         if have is None:
-            changes.append(
+            creates.append(
                 TaskChange(spec.name, "create", task.name, f"weekly {task.recurrence_value} {task.hhmm}Z")
             )
             continue
@@ -236,9 +245,15 @@ def plan_sync(
             continue
         if diffs:
             changes.append(TaskChange(spec.name, "modify", task.name, ",".join(diffs), have.task_id))
-    for name, have in sorted(mine.items()):
-        changes.append(TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id))
-    return changes, want
+    # deletes first, so that they free the region's quota for the creates; the config's windows before the
+    # learned floors, and of those the soonest first: what the quota leaves out is the least needed
+    deletes = [
+        TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id)
+        for name, have in sorted(mine.items())
+    ]
+    fires = {t.name: t.launch_time for t in want}
+    creates.sort(key=lambda c: (_learned(c.name, spec.name), fires[c.name]))
+    return deletes + changes + creates, want
 
 
 def sync_group(
@@ -256,24 +271,53 @@ def sync_group(
     by_name = {t.name: t for t in want}
     end = now + RECURRENCE_SPAN
     applied: list[TaskChange] = []
-    for ch in changes:
+    # the group's learned tasks that a window's task may displace when the quota is full, latest first
+    spare = sorted(
+        (t for t in existing if _learned(t.name, spec.name) and t.task_id),
+        key=lambda t: _fires_in(t, now),
+    )
+    deleted = {ch.task_id for ch in changes if ch.op == "delete"}
+    spare = [t for t in spare if t.task_id not in deleted]
+    for k, ch in enumerate(changes):
         if dry_run or ch.op == "skip":
             applied.append(ch)
             continue
         try:
             if ch.op == "create":
                 t = by_name[ch.name]
-                task_id = ess.create_scheduled_task(
-                    group_id,
-                    t.name,
-                    t.launch_time,
-                    "Weekly",
-                    t.recurrence_value,
-                    min_value=t.min_value,
-                    max_value=t.max_value,
-                    recurrence_end_time=end,
-                    enabled=True,
-                )
+
+                def create(t: DesiredTask = t) -> str:
+                    return ess.create_scheduled_task(
+                        group_id,
+                        t.name,
+                        t.launch_time,
+                        "Weekly",
+                        t.recurrence_value,
+                        min_value=t.min_value,
+                        max_value=t.max_value,
+                        recurrence_end_time=end,
+                        enabled=True,
+                    )
+
+                try:
+                    task_id = create()
+                except CloudError as exc:
+                    if exc.code != QUOTA_CODE or _learned(t.name, spec.name) or not spare:
+                        raise
+                    # a window of the config outranks a learned floor: the latest-firing one makes room
+                    room = spare.pop()
+                    assert room.task_id is not None
+                    ess.delete_scheduled_task(room.task_id)
+                    applied.append(
+                        TaskChange(
+                            ch.group,
+                            "delete",
+                            room.name,
+                            f"made room for {t.name}: the region's scheduled-task quota is full",
+                            room.task_id,
+                        )
+                    )
+                    task_id = create()
                 applied.append(TaskChange(ch.group, ch.op, ch.name, ch.detail, task_id))
             elif ch.op == "modify":
                 t = by_name[ch.name]
@@ -294,6 +338,23 @@ def sync_group(
                 ess.delete_scheduled_task(ch.task_id)
                 applied.append(ch)
         except CloudError as exc:
+            if exc.code == QUOTA_CODE:
+                # the creates after this one would fail alike: one record for them all, until the next sync
+                left = sum(1 for later in changes[k + 1 :] if later.op == "create")
+                more = f" ({left} more not created)" if left else ""
+                detail = f"{ch.op}: {exc.failure}{more}"
+                applied.append(TaskChange(ch.group, "error", ch.name, detail, ch.task_id, exc.code))
+                break
             log.warning("scheduled task %s %s failed: %s", ch.op, ch.name, exc)
-            applied.append(TaskChange(ch.group, "error", ch.name, f"{ch.op}: {exc}", ch.task_id))
+            applied.append(TaskChange(ch.group, "error", ch.name, f"{ch.op}: {exc}", ch.task_id, exc.code))
     return applied
+
+
+def _fires_in(task: ScheduledTask, now: datetime) -> float:
+    """Seconds until a daily task next fires at its time of day (its launch time's, in UTC)."""
+    if task.launch_time is None:
+        return 0.0
+    at = now.replace(hour=task.launch_time.hour, minute=task.launch_time.minute, second=0, microsecond=0)
+    if at <= now:
+        at += timedelta(days=1)
+    return (at - now).total_seconds()

@@ -67,6 +67,7 @@ class FakeControl:
             ("GET", "stock"): self.get_stock,
             ("POST", "prices"): self.prices,
             ("POST", "spot-reclaim"): self.spot_reclaim,
+            ("POST", "limits"): self.limits,
         }.get((method, name))
         if route is None and method == "GET" and name.startswith("metadata/"):
             return self.metadata(name)
@@ -238,6 +239,14 @@ class FakeControl:
             on_demand_cny_per_hour=_number(body, "on_demand_cny_per_hour"),
             spot_cny_per_hour=_number(body, "spot_cny_per_hour"),
         )
+        return {"ok": True}
+
+    def limits(self, body: dict[str, Any]) -> dict[str, Any]:
+        quota = body.get("scheduled_tasks")
+        if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+            raise ControlError(f"scheduled_tasks must be a whole number from 0, got {quota!r}")
+        with self.cloud.lock:
+            self.cloud.ess.scheduled_task_quota = quota
         return {"ok": True}
 
     def spot_reclaim(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,9 @@ ALARM_COMPARISONS = {
     "<": lambda v, t: v < t,
 }
 MAX_LIFECYCLE_HOOKS = 6  # per group (aliyun-api.md section 1.2, Limits)
+# Scheduled tasks an account may hold in one region: DescribeLimitation's MaxNumberOfScheduledTasks (70 in its
+# documentation; raised through Quota Center). ``POST /_fake/limits`` sets it.
+DEFAULT_SCHEDULED_TASK_QUOTA = 70
 MAX_ACTIVITIES_PER_GROUP = 2000  # the fake's own bound on kept history, not an ESS limit
 MAX_CONVERGE_ROUNDS = 4  # a reconcile that needs more steps than this waits for the next event
 MAX_CLIENT_TOKENS = 100_000  # likewise: the oldest tokens are forgotten first
@@ -453,6 +456,7 @@ class EssBase:
         self.rules: dict[str, ScalingRule] = {}
         self.rules_by_ari: dict[str, str] = {}
         self.scheduled_tasks: dict[str, ScheduledTask] = {}
+        self.scheduled_task_quota = DEFAULT_SCHEDULED_TASK_QUOTA  # per region
         self.alarms: dict[str, Alarm] = {}
         self.hooks: dict[str, LifecycleHook] = {}
         self.lifecycle_actions: dict[str, LifecycleAction] = {}

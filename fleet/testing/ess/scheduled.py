@@ -48,6 +48,13 @@ class ScheduledTasksMixin(EssBase):
             description,
         )
         self._validate_task(task)
+        held = sum(1 for t in self.scheduled_tasks.values() if t.region_id == region_id)
+        if held >= self.scheduled_task_quota:
+            raise AliyunError(
+                "QuotaExceeded.ScheduledTask",
+                f"The quota of scheduled tasks ({self.scheduled_task_quota} per region) is exceeded.",
+                400,
+            )
         self.scheduled_tasks[task_id] = task
         self._arm(task)
         return task

@@ -300,3 +300,80 @@ def test_a_first_sync_that_keeps_failing_reads_the_store_once_per_group_not_ever
     cloud.clear_faults()
     svc.tick(cloud.now())
     assert svc._last_schedule_sync  # and once the cloud answers, it completes
+
+
+# ---- the region's scheduled-task quota ---------------------------------------------------------------------
+
+BIZ_ONLY = """\
+min_size: 1
+max_size: 20
+schedules:
+  - {name: biz, timezone: Asia/Shanghai, days: mon-fri, start: "09:00", end: "18:00", min: 6}
+"""
+
+
+def _plain_ess(cloud, svc):
+    from fleet.service.observe import scope_of
+
+    return svc.clients_for(scope_of(svc.specs[0])).ess
+
+
+def test_when_the_quota_is_full_a_windows_task_displaces_the_latest_firing_learned_floor(fake_world):
+    from datetime import timedelta
+
+    from fleet.service.schedules import sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    ess = _plain_ess(cloud, svc)
+    now = cloud.now()
+    for hours in (5, 6, 7):  # learned floors an earlier config left, firing 5, 6 and 7 hours from now
+        name = f"fleet-chat-learned-{(now + timedelta(hours=hours)):%H}00-start"
+        at = now + timedelta(hours=hours)
+        ess.create_scheduled_task(gid, name, at, "Weekly", "0,1,2,3,4,5,6", min_value=3)
+    cloud.ess.scheduled_task_quota = 3
+    spec = _learning(schedules=svc.specs[0].schedules)
+    changes = sync_group(ess, spec, gid, now, learned=None)
+    made_room = [c.name for c in changes if c.op == "delete" and "made room" in c.detail]
+    later = [f"fleet-chat-learned-{(now + timedelta(hours=h)):%H}00-start" for h in (7, 6)]
+    assert made_room == later  # the latest to fire goes first
+    names = {t.name for t in cloud.ess.scheduled_tasks.values()}
+    assert {"fleet-chat-biz-start", "fleet-chat-biz-end"} <= names and len(names) == 3
+    assert not any(c.op == "error" for c in changes)
+
+
+def test_learned_floors_beyond_the_quota_are_one_error_not_one_per_task(fake_world):
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor, sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    cloud.ess.scheduled_task_quota = 4
+    now = cloud.now()
+    learned = [LearnedFloor(now + timedelta(hours=h), 3) for h in range(1, 25)]
+    spec = _learning(schedules=svc.specs[0].schedules)
+    changes = sync_group(_plain_ess(cloud, svc), spec, gid, now, learned=learned)
+    errors = [c for c in changes if c.op == "error"]
+    assert len(errors) == 1 and errors[0].quota_full and "(21 more not created)" in errors[0].detail
+    made = [c.name for c in changes if c.op == "create"]
+    # the config's window first, then the learned floors that fire soonest
+    assert made[:2] == ["fleet-chat-biz-start", "fleet-chat-biz-end"]
+    assert made[2:] == [f"fleet-chat-learned-{(now + timedelta(hours=h)):%H%M}-start" for h in (1, 2)]
+
+
+def test_a_full_quota_is_retried_at_the_sync_interval_and_audited_once_an_hour(fake_world):
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    cloud.ess.scheduled_task_quota = 0
+    cloud.calls.clear()
+    for _ in range(4 * 25):  # 25 minutes of 15 s ticks: the 300 s sync ran at 0, 300, ..., 1200 s
+        assert svc.tick(cloud.now()).leader
+        cloud.advance(15)
+    creates = [a for _, a in cloud.calls if a == "CreateScheduledTask"]
+    assert len(creates) == 5  # one call a sync (the rest would fail alike), not one a tick
+    errors = [d for d in svc.store.decisions(group="chat", kind="schedule") if d.outcome == "error"]
+    assert len(errors) == 1 and "QuotaExceeded.ScheduledTask" in errors[0].reason
+    cloud.ess.scheduled_task_quota = 70
+    for _ in range(4 * 5):
+        svc.tick(cloud.now())
+        cloud.advance(15)
+    names = {t.name for t in cloud.ess.scheduled_tasks.values()}
+    assert {"fleet-chat-biz-start", "fleet-chat-biz-end"} <= names

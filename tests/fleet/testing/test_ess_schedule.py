@@ -171,6 +171,24 @@ def test_duplicate_task_name_is_refused(h: EssHelper, ess: EssClient) -> None:
     assert info.value.code == "InvalidScheduledTaskName.Duplicate"
 
 
+def test_tasks_beyond_the_regions_quota_are_refused_until_one_is_deleted(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud
+) -> None:
+    from fleet.testing.server import FakeControl
+
+    assert FakeControl(cloud).handle("POST", "/_fake/limits", {"scheduled_tasks": 2}) == (200, {"ok": True})
+    group_id = h.make_group(desired=0)
+    first = create_task(ess, group_id, at(60), desired_capacity=1, name="a")
+    create_task(ess, group_id, at(60), desired_capacity=1, name="b")
+    with pytest.raises(ClientException) as info:
+        create_task(ess, group_id, at(60), desired_capacity=1, name="c")
+    assert info.value.code == "QuotaExceeded.ScheduledTask" and "2 per region" in info.value.message
+    ess.delete_scheduled_task(m.DeleteScheduledTaskRequest(scheduled_task_id=first))
+    create_task(ess, group_id, at(60), desired_capacity=1, name="c")
+    status, answer = FakeControl(cloud).handle("POST", "/_fake/limits", {"scheduled_tasks": -1})
+    assert status == 400 and "scheduled_tasks" in answer["error"]
+
+
 def test_rule_and_group_modes_are_exclusive(h: EssHelper, ess: EssClient) -> None:
     group_id = h.make_group()
     ari = ess.create_scaling_rule(
