@@ -349,6 +349,11 @@ _SAFETY_RULE_KINDS = {
 }
 
 
+# What a healthy vLLM engine's GPUs read used at rest, at most: --gpu-memory-utilization 0.9 plus the
+# driver's reserve that NVML counts as used.
+GPU_MEM_AT_REST_PCT = 93.0
+
+
 def _policy_warnings(g: GroupSpec) -> list[str]:
     """Valid but risky policy choices: no dead band between scale-in and scale-out thresholds, and a custom
     isolation rule list without the default XID and system-event rules."""
@@ -358,6 +363,18 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         for low, high in threshold_pairs(g)
         if low.threshold == high.threshold
     ]
+    out.extend(
+        f"isolation rule {r.name!r}: {r.metric} above {r.above:g} fires on healthy vLLM engines, which "
+        "pre-allocate --gpu-memory-utilization (0.9 by default) of every GPU and read 90-93 % used at rest: "
+        f"every instance would be isolated; set it above what an idle engine reads ({GPU_MEM_AT_REST_PCT:g} "
+        "or more; the default rule uses 95)"
+        for r in g.isolation.rules
+        if g.isolation.enabled
+        and r.kind == "metric"
+        and r.metric == pm.GPU_MEM_USED_PCT
+        and r.above is not None
+        and r.above < GPU_MEM_AT_REST_PCT
+    )
     if "rules" in g.isolation.model_fields_set and g.isolation.enabled:
         defaults = {r.name: r for r in default_isolation_rules()}
         have_xids = {x for r in g.isolation.rules if r.kind == "xid" for x in r.xids or ()}

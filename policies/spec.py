@@ -662,8 +662,11 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
     """The rules of issue 3 when a group lists none (power cap is left out: a busy GPU hits it normally)."""
     return (
         IsolationRule(name="gpu_overheat", metric=m.GPU_TEMPERATURE_C, above=85, for_s=120, action="reboot"),
+        # vLLM pre-allocates --gpu-memory-utilization (0.9 by default) of every GPU at start-up, and NVML
+        # counts the driver's reserve beside it: a healthy engine reads 90-93 %. "Memory over 90 %" is memory
+        # beyond that reservation (a leak, a stray process), so the default is 95.
         IsolationRule(
-            name="gpu_memory_full", metric=m.GPU_MEM_USED_PCT, above=90, for_s=300, action="reboot"
+            name="gpu_memory_full", metric=m.GPU_MEM_USED_PCT, above=95, for_s=300, action="reboot"
         ),
         IsolationRule(
             name="gpu_throttled",

@@ -193,6 +193,26 @@ def test_no_notification_channel_is_a_warning_not_an_error(tmp_path):
     assert not any("notification" in w for w in load_config(EXAMPLE, env={}).warnings())
 
 
+@pytest.mark.parametrize(("above", "warned"), [(90, True), (92.5, True), (93, False), (95, False)])
+def test_a_gpu_memory_rule_that_healthy_vllm_engines_breach_is_warned(tmp_path, above, warned):
+    text = MINIMAL.replace(
+        "{name: g, min_size: 1, max_size: 4}",
+        "{name: g, min_size: 1, max_size: 4, isolation: {rules: "
+        f"[{{name: mem, metric: gpu_mem_used_pct, above: {above}, for: 5m, action: reboot}}]}}}}",
+    )
+    warnings = load_config(write(tmp_path, text), env={}).warnings()
+    assert any("'mem': gpu_mem_used_pct above" in w and "healthy vLLM" in w for w in warnings) is warned
+
+
+def test_the_default_gpu_memory_rule_sits_above_what_a_healthy_engine_reads(tmp_path):
+    from fleet.config import GPU_MEM_AT_REST_PCT
+    from policies.spec import default_isolation_rules
+
+    (rule,) = [r for r in default_isolation_rules() if r.metric == "gpu_mem_used_pct"]
+    assert rule.above is not None and rule.above > GPU_MEM_AT_REST_PCT
+    assert not any("healthy vLLM" in w for w in load_config(write(tmp_path, MINIMAL), env={}).warnings())
+
+
 def test_json_schema_documents_the_file():
     schema = config_json_schema()
     assert {"region", "groups", "notifications", "api", "lease"} <= set(schema["properties"])
