@@ -304,19 +304,36 @@ def status(
     table = Table()
     table.add_column("group", no_wrap=True)
     table.add_column("paused")
+    table.add_column("serving target")
+    table.add_column("metrics complete since (UTC)", no_wrap=True)
     table.add_column("last scale (UTC)", no_wrap=True)
-    table.add_column("target")
+    table.add_column("to")
     table.add_column("outcome")
+    blind = []
     for g in view["groups"]:
         last = g["last_scale"] or {}
+        decided = g["serving_target"] is not None
+        known = g["metrics_known_since"]
+        if decided and known is None:
+            blind.append(g["name"])
         table.add_row(
             g["name"],
             "yes" if g["paused"] else "",
+            "-" if not decided else str(g["serving_target"]),
+            known[:19] if known else ("[yellow]not now[/]" if decided else "-"),
             last.get("at", "-")[:19],
             str(last.get("target", "-")),
             last.get("outcome", "-"),
         )
     console.print(table)
+    if blind:
+        console.print(
+            f"[yellow]metrics incomplete:[/] {', '.join(blind)}: at the last tick some serving instance "
+            "lacked a rule's metric (or it was stale), so nothing scales in; is the node agent publishing? "
+            "GET /status names the metric and the instances",
+            highlight=False,
+            soft_wrap=True,
+        )
     _print_incidents(view["incidents"])
     _print_capacity(view["capacity"])
 

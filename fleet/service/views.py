@@ -74,9 +74,14 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
     for d in decisions:
         if d.kind == "scale":
             last_by_group.setdefault(d.group_name, d)
+    shards = shard_views(store, now)
+    decided = {name: gh for s in shards for name, gh in s.pop("histories").items()}
     groups = []
-    for name in group_names or sorted({d.group_name for d in decisions}):
+    # the groups a tick decided (its history) as well as those with decisions: a group that has not scaled
+    # yet is listed too, with whether its metrics were ever complete
+    for name in group_names or sorted({d.group_name for d in decisions} | set(decided)):
         last = last_by_group.get(name)
+        gh = decided.get(name) or {}
         groups.append(
             {
                 "name": name,
@@ -84,6 +89,8 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
                 "last_scale": None
                 if last is None
                 else {"at": last.at.isoformat(), "target": last.target, "outcome": last.outcome},
+                "serving_target": gh.get("last_target"),
+                "metrics_known_since": gh.get("known_since"),
             }
         )
     incidents = []
@@ -100,7 +107,7 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
             "expires_at": lease.expires_at.isoformat(),
             "valid": lease.valid_at(now),
         },
-        "shards": shard_views(store, now),
+        "shards": shards,
         "groups": groups,
         "decisions": [decision_view(d) for d in decisions[:20]],
         "incidents": incidents,
@@ -108,7 +115,8 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
 
 
 def shard_views(store: Store, now: datetime) -> list[dict[str, Any]]:
-    """Each shard's lease (holder, epoch, expiry) and last tick (its history's save), with its groups.
+    """Each shard's lease (holder, epoch, expiry) and last tick (its history's save), with its groups and
+    (``histories``) their persisted policy history.
 
     One shard (the default) is the service's own lease and history; sharded services keep
     ``<service>/shard-<k>`` for both (``fleet.service.shards``)."""
@@ -143,12 +151,14 @@ def shard_views(store: Store, now: datetime) -> list[dict[str, Any]]:
                 "valid": now < expires_at,
                 "last_tick": None,
                 "groups": [],
+                "histories": {},
             }
     for name, updated_at, history in state_rows:
         k = shard_no(name)
         if k is not None and k in out:
             out[k]["last_tick"] = updated_at.isoformat() if updated_at else None
             out[k]["groups"] = sorted((history or {}).get("groups", {}))
+            out[k]["histories"] = dict((history or {}).get("groups", {}))
     return [out[k] for k in sorted(out)]
 
 

@@ -213,6 +213,34 @@ def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch
         assert open_store(db).load_history() is not None
 
 
+def test_status_lists_a_group_that_has_not_scaled_and_says_its_metrics_are_incomplete(
+    tmp_path, capsys, monkeypatch
+):
+    from fleet.testing import FakeAliyunServer
+
+    with FakeAliyunServer(boot_seconds=1) as server:
+        gid = server.cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=4, desired_capacity=2, in_service=2, region_id="cn-chengdu"
+        )
+        cfg = tmp_path / "fleet.yaml"
+        cfg.write_text(
+            f"region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+            f"    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 4\n    warm_floor: 1\n"
+            "    scale_out:\n      - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
+        )
+        monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", server.endpoint)
+        db = f"sqlite:///{tmp_path / 'blind.db'}"
+        assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 0  # no agent publishes
+        capsys.readouterr()
+    assert main(["status", "--json", "--database", db]) == 0
+    [group] = _json(capsys)["groups"]
+    assert group["name"] == "chat" and group["last_scale"] is None
+    assert group["serving_target"] == 2 and group["metrics_known_since"] is None
+    assert main(["status", "--database", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "chat" in out and "metrics incomplete: chat" in out
+
+
 def test_status_says_a_released_lease_expired_at_its_time(tmp_path, capsys):
     from fleet.service.lease import LeaseManager
 
