@@ -174,6 +174,9 @@ class ModelShape:
     # the whole context.
     sliding_window: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
+    # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
+    # beside the language model's, never read by a decode step
+    vision_params: int = 0
     hf_id: str = ""
     source: str = ""
     params_b_reference: float | None = None
@@ -375,6 +378,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     cfg = dict(config)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
         cfg = {**cfg, **cfg["text_config"]}
+    vision = cfg.get("vision_config")
 
     def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
@@ -420,6 +424,8 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias")) or model_type in {
         "qwen2",
         "qwen2_moe",
+        "qwen2_vl",
+        "qwen2_5_vl",
     }
     if kv_heads > heads or heads % kv_heads:
         raise SizingInputError(
@@ -452,6 +458,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         qk_rope_head_dim=qk_rope,
         v_head_dim=v_dim,
         quantization=quantization,
+        vision_params=_vision_params(vision, hidden) if isinstance(vision, dict) else 0,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
     )
@@ -487,6 +494,38 @@ def _moe_widths(
         shared = shared or moe_intermediate
         intermediate = pick("intermediate_size_mlp", required=False, default=intermediate)
     return experts, moe_intermediate, shared, intermediate
+
+
+def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
+    """A vision encoder's weights from its config.json ``vision_config`` (a ViT: attention and MLP per block,
+    the patch embedding and the projector to the language model), or 0 where its shape cannot be read.
+
+    The MLP is gated (three matrices) where the activation is SiLU (Qwen2.5-VL), else two (GELU: Qwen2-VL,
+    Llama 4, InternViT); the projector merges ``spatial_merge_size``^2 patches (Qwen) or maps one (LLaVA)."""
+
+    def whole(*keys: str) -> int:
+        for key in keys:
+            value = vision.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 0
+
+    layers = whole("depth", "num_hidden_layers", "num_layers")
+    width = whole("hidden_size", "embed_dim", "width")
+    if not layers or not width:
+        return 0
+    ratio = vision.get("mlp_ratio")
+    ratio = ratio if isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio > 0 else 4
+    mlp = whole("intermediate_size") or int(width * ratio)
+    gated = str(vision.get("hidden_act", "")).lower() in {"silu", "swiglu"}
+    blocks = layers * (4 * width * width + (3 if gated else 2) * width * mlp)
+    patch = whole("patch_size", "spatial_patch_size") or 14
+    channels = (whole("in_chans", "num_channels") or 3) * (whole("temporal_patch_size") or 1)
+    embed = channels * patch * patch * width
+    out = whole("out_hidden_size", "projection_dim", "vision_output_dim") or text_hidden
+    merged = width * (whole("spatial_merge_size") or 1) ** 2
+    projector = merged * merged + merged * out if merged > width else width * out + out * out
+    return blocks + embed + projector
 
 
 def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:

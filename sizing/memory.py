@@ -224,8 +224,9 @@ def _kv_ok(model: ModelShape, tp: int) -> bool:
 def weight_bytes_per_rank(model: ModelShape, dtype: str, tp: int) -> float:
     """Weights one rank holds: linear layers in ``dtype``, embeddings/lm_head and norms in 16 bit."""
     linear = model.linear_params * WEIGHT_BYTES[dtype]
-    # embedding and lm_head are vocab-parallel (split over TP); norms are replicated
-    return (linear + model.embedding_params * 2.0) / tp + model.norm_params * 2.0
+    # embedding and lm_head are vocab-parallel (split over TP); norms are replicated; a vision encoder stays
+    # in 16 bit (quantized checkpoints leave it out) and is split over TP like the language model
+    return (linear + (model.embedding_params + model.vision_params) * 2.0) / tp + model.norm_params * 2.0
 
 
 def kv_bytes_per_token(model: ModelShape, tp: int, kv_cache_dtype: str, dtype: str) -> int:
@@ -495,6 +496,12 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "rank, as vLLM's MLA cache does; the step time rests on three public single-request decode "
             "rates, not on a calibration: measure with `vllm bench serve` and correct it with "
             "`fleet size calibrate --bench`"
+        )
+    if model.vision_params:
+        warnings.append(
+            f"vision encoder: its {model.vision_params / 1e9:.2f}B parameters are counted in the weights; "
+            "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
+            "leave headroom, or bound it with --limit-mm-per-prompt"
         )
     if model.sliding_window:
         warnings.append(

@@ -252,6 +252,43 @@ def test_a_moe_layer_list_out_of_range_is_refused_naming_the_field():
         model_from_hf_config(moe)
 
 
+# Qwen2.5-VL-7B-Instruct's config.json: Qwen2.5-7B's language model with a vision_config beside it
+QWEN25_VL_7B = {
+    **QWEN2_CONFIG,
+    "model_type": "qwen2_5_vl",
+    "vision_config": {
+        "depth": 32,
+        "hidden_act": "silu",
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "in_chans": 3,
+        "out_hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
+}
+
+
+def test_a_vision_encoder_is_counted_in_the_weights_in_16_bit_with_a_warning():
+    from sizing.memory import Deployment, plan_memory, weight_bytes_per_rank
+
+    vl, text = model_from_hf_config(QWEN25_VL_7B), find_model("Qwen2.5-7B")
+    assert vl.params == text.params  # the language model: what a decode step reads
+    assert 8.2 < (vl.params + vl.vision_params) / 1e9 < 8.4  # the model card's 8.29B in all
+    for dtype, tp in (("bf16", 1), ("awq", 2)):
+        extra = weight_bytes_per_rank(vl, dtype, tp) - weight_bytes_per_rank(text, dtype, tp)
+        assert extra == pytest.approx(vl.vision_params * 2.0 / tp)
+    plan = plan_memory(Deployment(model=vl, gpu=find_gpu("L20"), max_model_len=8192))
+    assert any(w.startswith("vision encoder: its 0.68B parameters") for w in plan.warnings)
+    assert not any("vision" in w for w in plan_memory(Deployment(model=text, gpu=find_gpu("L20"))).warnings)
+
+
+def test_a_vision_config_without_a_readable_shape_adds_nothing():
+    odd = {**QWEN2_CONFIG, "vision_config": {"depth": "deep"}}
+    assert model_from_hf_config(odd).vision_params == 0
+
+
 def test_a_listed_price_is_used_as_is_and_marked_an_estimate():
     price = price_book().price(find_instance("gn7i-c8g1.2xlarge"))
     assert price is not None and price.cny_per_hour == 12.0 and price.estimate
