@@ -142,7 +142,14 @@ class Candidate:
     def vllm_args(self) -> dict[str, Any]:
         if self.plan is None or self.deployment is None:
             return {}
-        return vllm_args(self.deployment, self.plan, self.max_num_seqs)
+        args = vllm_args(self.deployment, self.plan, self.max_num_seqs)
+        if self.replicas_per_instance > 1:
+            # the instance's other GPUs serve as more engines of the same server (vLLM's data parallel
+            # deployment): one command and one /metrics for them all, as the count and the agent assume
+            at = list(args).index("tensor_parallel_size") + 1
+            items = list(args.items())
+            args = dict([*items[:at], ("data_parallel_size", self.replicas_per_instance), *items[at:]])
+        return args
 
     def to_json(self, workload: Workload | None = None) -> dict[str, Any]:
         p = self.plan

@@ -132,6 +132,23 @@ def test_the_vllm_command_line_carries_the_chosen_settings(result):
     assert f"--max-num-seqs {result.best.max_num_seqs}" in cmd and "--max-model-len 8192" in cmd
 
 
+@pytest.mark.parametrize(("tp", "engines"), [(1, 2), (2, 1)])
+def test_an_instance_with_gpus_for_several_engines_runs_them_as_one_data_parallel_server(tp, engines):
+    res = search(
+        MODEL,
+        settings=Settings(tp=tp, max_model_len=8192),
+        instances=[find_instance("gn7i-2x.8xlarge")],  # two A10s
+        prices=price_book(),
+    )
+    [c] = res.candidates
+    assert c.replicas_per_instance == engines
+    cmd = vllm_command(c.vllm_args())
+    if engines > 1:  # the second GPU is not left idle: the count assumed both engines serve
+        assert f"--tensor-parallel-size {tp} --data-parallel-size {engines} " in cmd
+    else:
+        assert "--data-parallel-size" not in cmd
+
+
 def test_a_quantised_checkpoint_is_served_from_its_own_repo():
     # vLLM reads the format from the checkpoint's config; an explicit --quantization awq would force the slow
     # AWQ kernel instead of awq_marlin on Ampere and later
