@@ -285,22 +285,8 @@ def sync_group(
         try:
             if ch.op == "create":
                 t = by_name[ch.name]
-
-                def create(t: DesiredTask = t) -> str:
-                    return ess.create_scheduled_task(
-                        group_id,
-                        t.name,
-                        t.launch_time,
-                        "Weekly",
-                        t.recurrence_value,
-                        min_value=t.min_value,
-                        max_value=t.max_value,
-                        recurrence_end_time=end,
-                        enabled=True,
-                    )
-
                 try:
-                    task_id = create()
+                    task_id = _create(ess, group_id, t, end)
                 except CloudError as exc:
                     if exc.code != QUOTA_CODE or _learned(t.name, spec.name) or not spare:
                         raise
@@ -317,7 +303,7 @@ def sync_group(
                             room.task_id,
                         )
                     )
-                    task_id = create()
+                    task_id = _create(ess, group_id, t, end)
                 applied.append(TaskChange(ch.group, ch.op, ch.name, ch.detail, task_id))
             elif ch.op == "modify":
                 t = by_name[ch.name]
@@ -348,6 +334,20 @@ def sync_group(
             log.warning("scheduled task %s %s failed: %s", ch.op, ch.name, exc)
             applied.append(TaskChange(ch.group, "error", ch.name, f"{ch.op}: {exc}", ch.task_id, exc.code))
     return applied
+
+
+def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime) -> str:
+    return ess.create_scheduled_task(
+        group_id,
+        t.name,
+        t.launch_time,
+        "Weekly",
+        t.recurrence_value,
+        min_value=t.min_value,
+        max_value=t.max_value,
+        recurrence_end_time=end,
+        enabled=True,
+    )
 
 
 def _fires_in(task: ScheduledTask, now: datetime) -> float:
