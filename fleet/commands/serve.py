@@ -106,7 +106,7 @@ def serve(
 
     from fleet.cloud.clients import make_clients
     from fleet.service.api import ApiServer, create_app
-    from fleet.service.app import build_service, run_forever
+    from fleet.service.app import build_service
     from fleet.service.logs import config_secrets, setup_logging
     from fleet.service.settings import ServiceSettings
     from fleet.service.store import default_database_url
@@ -186,14 +186,49 @@ def serve(
             log.warning(
                 "no API token configured (api.token or FLEET_API_TOKEN): mutating endpoints refuse all"
             )
+    _run(service, settings.tick_interval_s, config, log, server)
+
+
+def _run(service: Any, interval_s: float, config: Path, log: logging.Logger, server: Any) -> None:
+    """Tick until a signal; after a SIGHUP whose file is valid, start again on it (the same command line)."""
+    from fleet.service.app import run_forever
+
+    reload: list[bool] = []
     try:
-        fatal = run_forever(service, settings.tick_interval_s)
+        fatal = run_forever(service, interval_s, on_hangup=lambda: _reload_ok(config, log, reload))
     finally:
         if server is not None:
             server.stop()
     if fatal:
         fail(fatal)
+    if reload:
+        # a fresh start on the new file: every part (groups, clients, settings, the API) built from it
+        # alone, none patched in place; the lease was released, so this holder takes it back at once
+        log.info("fleet serve: restarting with the new %s", config)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
     log.info("fleet serve stopped")
+
+
+def _reload_ok(config: Path, log: logging.Logger, reload: list[bool]) -> bool:
+    """SIGHUP: whether ``config`` as it is now on disk can be run; a file that cannot is named with its
+    problems and the service goes on with the one it loaded (nothing half-applied)."""
+    from fleet.config import ConfigError, load_config
+
+    try:
+        problems = load_config(config).service_problems()
+    except ConfigError as exc:
+        problems = list(exc.problems)
+    if problems:
+        log.error(
+            "SIGHUP: %s is not valid, still running on the configuration loaded at start: %s",
+            config,
+            "; ".join(problems),
+        )
+        return False
+    log.info("SIGHUP: %s is valid: finishing the current tick, then restarting with it", config)
+    reload.append(True)
+    return True
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -81,17 +82,21 @@ def run_forever(
     *,
     stop: threading.Event | None = None,
     install_signals: bool = True,
+    on_hangup: Callable[[], bool] | None = None,
 ) -> str | None:
     """Tick every ``interval_s`` with an APScheduler interval job until SIGTERM/SIGINT (or ``stop``).
 
     A signal lets the running tick finish (the job is never interrupted), then the scheduler shuts down and
     the lease is released so another replica can take over at once. A fatal tick (the database file gone)
-    stops the loop too; its reason is returned (None after a normal stop).
+    stops the loop too; its reason is returned (None after a normal stop). SIGHUP calls ``on_hangup`` (in
+    this thread, between ticks): when it returns True the loop stops as for SIGTERM (the caller restarts
+    with the new configuration), else it goes on.
     """
     fatal: list[str] = []
     from apscheduler.schedulers.background import BackgroundScheduler
 
     stop = stop or threading.Event()
+    hangup = threading.Event()
     if install_signals:
 
         def _on_signal(signum: int, _frame: Any) -> None:
@@ -100,6 +105,8 @@ def run_forever(
 
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
+        if on_hangup is not None and hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, lambda _signum, _frame: hangup.set())
 
     def job() -> None:
         if stop.is_set():
@@ -135,7 +142,10 @@ def run_forever(
     scheduler.start()
     try:
         while not stop.wait(0.2):
-            pass
+            if hangup.is_set() and on_hangup is not None:
+                hangup.clear()
+                if on_hangup():
+                    stop.set()
     finally:
         scheduler.shutdown(wait=True)  # waits for a running tick to finish
         service.close(release_lease=not fatal)

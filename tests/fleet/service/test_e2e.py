@@ -8,6 +8,7 @@ and a 3 s lease. Waits are bounded polls, never timing assertions.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -437,6 +438,33 @@ def test_sigterm_finishes_the_tick_and_releases_the_lease(world):
     assert proc.wait(20) == 0
     lease = LeaseManager(world.store().engine, "fleet", "x", 1).current()
     assert lease.expires_at <= time_now()
+
+
+def test_sighup_keeps_running_on_an_invalid_file_and_restarts_on_a_valid_one(world):
+    config = world.config(SCALE_RULES)
+    proc = world.serve(config)
+    wait_for(lambda: "tick leader=True" in world.logs(), what="the first tick")
+    good = config.read_text()
+
+    config.write_text(good.replace("max_size: 10", "max_size: -3"))
+    proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "is not valid, still running" in world.logs(), what="the refusal")
+    assert "max_size" in world.logs().split("is not valid", 1)[1].splitlines()[0]
+    ticks = world.logs().count("tick leader=True")
+    wait_for(lambda: world.logs().count("tick leader=True") > ticks + 1, what="ticks on the old file")
+    assert proc.poll() is None
+
+    # a valid edit: a second group (the startup line counts them) and a new port for the status API
+    port = free_port()
+    second = "  - name: other\n    scaling_group_name: nowhere\n    min_size: 1\n    max_size: 2\n"
+    config.write_text(re.sub(r"port: \d+", f"port: {port}", good) + second)
+    proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "fleet serve: 2 group(s)" in world.logs(), what="the restart on the new file")
+    assert proc.poll() is None  # the same process, executed again
+    wait_for(lambda: _get(f"http://127.0.0.1:{port}/healthz"), what="the API on the new port")
+    wait_for(lambda: _holder(world) == "replica-a", what="the lease taken back")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
 
 
 def time_now():
