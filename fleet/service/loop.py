@@ -40,7 +40,16 @@ from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
-from fleet.service.observe import ClientsFor, GroupObservation, Observation, Observer, Scope, scope_of
+from fleet.service.observe import (
+    ClientsFor,
+    GroupObservation,
+    Observation,
+    Observer,
+    Scope,
+    instance_from_json,
+    instance_json,
+    scope_of,
+)
 from fleet.service.pool import CallPools
 from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, learned_enabled, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
@@ -138,6 +147,12 @@ class Service:
             instances_refresh_s=settings.instances_refresh_s,
             clients_for=self.clients_for,
         )
+        # the instance lists an earlier run read: watched for isolation while ESS cannot be read
+        configured = {s.name for s in specs}
+        for name, (read_at, body) in store.instance_lists().items():
+            if name in configured:
+                kept = [i for i in map(instance_from_json, body) if i is not None]
+                self.observer.seed(name, read_at, kept)
         self._actuators: dict[Scope, Actuator] = {}
         self.actuator = self.actuator_for((None, None))
         # Capacity fallbacks and reclaims (issue 17), one manager per (account, region) writing through its
@@ -702,6 +717,8 @@ class Service:
             if keeper.lost or not keeper.manager.still_held(lease, keeper.now(), conn):
                 return False
             self.store.save_history(history, now, lease.epoch, conn, key=key)
+            for name, instances in self.observer.read_at(now, [gp.group for gp in plan.groups]).items():
+                self.store.save_instance_list(name, now, [instance_json(i) for i in instances], conn)
             record_forecasts(self.store, plan.history.groups, now, conn)
             for gname, inc in incidents.values():
                 new = self.store.upsert_incident(

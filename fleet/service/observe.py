@@ -22,6 +22,7 @@ can refuse to scale in on it. Staleness is tracked per group and metric as the a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -208,6 +209,30 @@ def scope_of(spec: GroupSpec) -> Scope:
     return (getattr(spec, "account", None), getattr(spec, "region", None))
 
 
+def instance_json(inst: ScalingInstance) -> dict[str, Any]:
+    """A scaling instance as the store keeps it (``instance_lists``)."""
+    out = dataclasses.asdict(inst)
+    out["created_at"] = inst.created_at.isoformat() if inst.created_at else None
+    return out
+
+
+def instance_from_json(raw: Any) -> ScalingInstance | None:
+    """The scaling instance a stored row describes; None for one that does not (a later version's, a
+    damaged row): it is left out rather than watched wrong."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        created = raw.get("created_at")
+        fields: dict[str, Any] = {f.name: raw.get(f.name) for f in dataclasses.fields(ScalingInstance)}
+        fields["created_at"] = datetime.fromisoformat(created) if created else None
+        inst = ScalingInstance(**fields)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(inst.instance_id, str) or not isinstance(inst.lifecycle_state, str):
+        return None
+    return inst
+
+
 @dataclass(frozen=True)
 class _Cached:
     """A group's scaling instances as last read, with the capacity counts they were read at."""
@@ -279,6 +304,22 @@ class Observer:
 
     def group_id(self, name: str) -> str | None:
         return self._group_ids.get(name)
+
+    def seed(self, name: str, read_at: datetime, instances: list[ScalingInstance]) -> None:
+        """A group's instance list kept from an earlier run (the store's): watched while ESS cannot be read,
+        and read again at the first tick that can (its counts match nothing)."""
+        with self._cache_lock:
+            self._instances.setdefault(name, _Cached((), read_at, list(instances)))
+
+    def read_at(self, now: datetime, names: Iterable[str]) -> dict[str, list[ScalingInstance]]:
+        """The named groups' instance lists that were read from ESS at ``now`` (this tick)."""
+        wanted = set(names)
+        with self._cache_lock:
+            return {
+                name: list(c.instances)
+                for name, c in self._instances.items()
+                if name in wanted and c.read_at == now and c.signature != ()
+            }
 
     def invalidate(self, name: str) -> None:
         """Forget a group's cached instances (after a write to it): the next tick reads them again."""

@@ -189,6 +189,17 @@ forecasts = sa.Table(
     sa.Index("ix_forecasts_group_at", "service", "group_name", "at"),
 )
 
+# Each group's scaling instances as last read from ESS (JSON), so that a replica started while ESS cannot be
+# read still watches them for isolation (fleet/service/observe.py, blind mode).
+instance_lists = sa.Table(
+    "instance_lists",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("group_name", sa.String(200), primary_key=True),
+    sa.Column("read_at", UtcDateTime, nullable=False),
+    sa.Column("body", sa.JSON, nullable=False),
+)
+
 
 class Outcome(StrEnum):
     """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""
@@ -543,6 +554,24 @@ class Store:
         else:
             with self.begin() as c:
                 _write(c)
+
+    # -- instance lists -----------------------------------------------------------------------------
+    def save_instance_list(
+        self, group: str, read_at: datetime, body: list[dict[str, Any]], conn: Connection
+    ) -> None:
+        """Keep a group's instance list as read at ``read_at`` (replacing the one kept before)."""
+        where = (instance_lists.c.service == self.service) & (instance_lists.c.group_name == group)
+        conn.execute(sa.delete(instance_lists).where(where))
+        row = {"service": self.service, "group_name": group, "read_at": read_at, "body": body}
+        conn.execute(sa.insert(instance_lists).values(**row))
+
+    def instance_lists(self) -> dict[str, tuple[datetime, list[dict[str, Any]]]]:
+        """Every group's kept instance list, with when it was read."""
+        q = sa.select(instance_lists.c.group_name, instance_lists.c.read_at, instance_lists.c.body).where(
+            instance_lists.c.service == self.service
+        )
+        with self.engine.connect() as c:
+            return {str(name): (read_at, list(body or [])) for name, read_at, body in c.execute(q)}
 
     # -- incidents ------------------------------------------------------------------------------------
     def upsert_incident(self, inc: IncidentRecord, conn: Connection | None = None) -> bool:

@@ -351,3 +351,36 @@ def test_incidents_within_the_breaker_limit_are_isolated_when_one_past_it_trips_
     [waiting] = [i for i in incidents if i.instance_id not in entered]
     assert waiting.isolated_at is None
     assert svc.last_tick.plan.history.groups["chat"].breaker.open
+
+
+def test_a_replica_started_while_ess_is_down_watches_the_instances_the_last_one_read(fake_world):
+    cloud, svc, _ = fake_world(HOT_RULE)
+    ids = _ids(svc, cloud)
+    _run(cloud, svc, set(), ticks=2)  # ESS answers: the group's instances are read and kept in the store
+    svc.close()
+    cloud.advance(svc.settings.lease_ttl_s + 1)
+    for action in ("DescribeScalingGroups", "DescribeScalingInstances"):
+        cloud.inject_fault(action, code="ServiceUnavailable", status=503)
+    _, svc2, _ = fake_world(HOT_RULE)  # restarted on the same store while ESS is down
+    for _ in range(12):  # three minutes: past the rule's two
+        _publish(cloud, ids, {ids[0]})
+        svc2.tick(cloud.now())
+        cloud.advance(15)
+    [inc] = svc2.store.incidents()
+    assert inc.instance_id == ids[0] and inc.detected_at is not None
+    assert svc2.last_observation.groups["chat"].blind
+
+
+def test_a_kept_instance_list_survives_the_store_and_a_damaged_row_is_left_out():
+    from datetime import UTC, datetime
+
+    from fleet.cloud.types import ScalingInstance
+    from fleet.service.observe import instance_from_json, instance_json
+
+    inst = ScalingInstance(
+        "i-1", "asg-1", "InService", "Healthy", "AutoCreated", datetime(2026, 3, 2, tzinfo=UTC), "cn-a"
+    )
+    assert instance_from_json(instance_json(inst)) == inst
+    assert instance_from_json({"instance_id": 7}) is None
+    assert instance_from_json({**instance_json(inst), "created_at": "yesterday"}) is None
+    assert instance_from_json("i-1") is None
