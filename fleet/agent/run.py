@@ -22,7 +22,7 @@ from fleet.agent.nvml import GpuCollector, Nvml
 from fleet.agent.prom import AgentCollector, AgentCounters
 from fleet.agent.publish import CmsPublisher
 from fleet.agent.sample import PublishStatus, Sample, to_points
-from fleet.agent.vllm import VllmCollector, fetch_metrics_text
+from fleet.agent.vllm import VllmCollector, combine, fetch_metrics_text
 
 log = logging.getLogger("fleet.agent")
 
@@ -34,6 +34,9 @@ DEFAULT_VLLM_URL = "http://127.0.0.1:8000/metrics"  # vLLM's OpenAI server defau
 class AgentConfig:
     instance_id: str
     vllm_url: str = DEFAULT_VLLM_URL
+    # more vLLM servers on this instance (one per GPU or group of GPUs, each on its own port): read beside
+    # vllm_url and added up (fleet.agent.vllm.combine)
+    more_vllm_urls: tuple[str, ...] = ()
     period_s: float = DEFAULT_PERIOD_S
     # The kernel log to read XIDs from beside NVML's events: /dev/kmsg or a dmesg / kern.log text file.
     # None (the library's default; `fleet agent` defaults to /dev/kmsg): NVML's events only.
@@ -72,7 +75,8 @@ class Agent:
             else None
         )
         self._gpus = GpuCollector(nvml, kernel_log=kernel_log)
-        self._vllm = VllmCollector(config.vllm_url, vllm_fetch)
+        urls = (config.vllm_url, *config.more_vllm_urls)
+        self._vllm = [VllmCollector(url, vllm_fetch) for url in urls]
         self._publisher = publisher
         self._guard = guard or TimestampGuard()
         self._lock = threading.Lock()
@@ -96,13 +100,14 @@ class Agent:
     def prime(self) -> None:
         """Start NVML (registering for XID events) and take vLLM's baseline scrape."""
         self._gpus.start()
-        self._vllm.read(self._clock.monotonic())
+        for collector in self._vllm:
+            collector.read(self._clock.monotonic())
 
     def collect(self) -> Sample:
         """Read everything once and stamp it (no publishing)."""
         gpu = self._gpus.read()
         monotonic_s = self._clock.monotonic()
-        vllm = self._vllm.read(monotonic_s)
+        vllm = combine([collector.read(monotonic_s) for collector in self._vllm])
         stamp = self._guard.stamp(self._clock.time(), self._clock.monotonic())
         if stamp.source != "wall":
             log.warning(

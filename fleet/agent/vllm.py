@@ -18,7 +18,7 @@ import http.client
 import math
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -351,6 +351,58 @@ class VllmCollector:
                 f"engine stalled: {counters['in_flight']:g} requests in flight and no token computed "
                 f"for {reading.stalled_s:g} s"
             )
+
+
+def combine(readings: Sequence[VllmReading]) -> VllmReading:
+    """One instance's reading from its vLLM servers' (several servers on their own ports, one per GPU or
+    group of GPUs): queues, rates and token counts add up; the fullest KV cache and the slowest engine's
+    latency percentiles stand for the instance (a request that lands there waits that long); it is up only
+    when every server is (one dead server is a degraded node), and the down ones' errors are joined."""
+    if len(readings) == 1:
+        return readings[0]
+    up = [r for r in readings if r.up]
+    errors = [r.error for r in readings if not r.up and r.error]
+    out = VllmReading(up=len(up) == len(readings), error="; ".join(errors) or None)
+    for name in (
+        "num_requests_waiting",
+        "num_requests_running",
+        "request_rate_per_s",
+        "arrival_rate_per_s",
+        "generation_tokens_per_s",
+        "preemptions",
+    ):
+        setattr(out, name, _sum_known(*(getattr(r, name) for r in up)))
+    out.kv_cache_usage_pct = _max_known(*(r.kv_cache_usage_pct for r in up))
+    out.window_s = _max_known(*(r.window_s for r in up))
+    out.stalled_s = _max_known(*(r.stalled_s for r in up))
+    for name in ("ttft", "tpot", "e2e"):
+        parts = [getattr(r, name) for r in up if getattr(r, name).count > 0]
+        if parts:
+            setattr(
+                out,
+                name,
+                LatencyQuantiles(
+                    p50_ms=_max_known(*(q.p50_ms for q in parts)),
+                    p95_ms=_max_known(*(q.p95_ms for q in parts)),
+                    p99_ms=_max_known(*(q.p99_ms for q in parts)),
+                    count=sum(q.count for q in parts),
+                ),
+            )
+    for name in ("prompt_tokens_per_request", "output_tokens_per_request"):
+        # weighted by each server's completions: the instance's mean over its requests
+        pairs = [(getattr(r, name), r.request_rate_per_s or 0.0) for r in up if getattr(r, name) is not None]
+        if not pairs:
+            continue
+        weight = sum(w for _, w in pairs)
+        if weight <= 0:
+            pairs, weight = [(v, 1.0) for v, _ in pairs], float(len(pairs))
+        setattr(out, name, sum(v * w for v, w in pairs) / weight)
+    return out
+
+
+def _max_known(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def _sum_known(*values: float | None) -> float | None:

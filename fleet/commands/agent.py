@@ -35,8 +35,11 @@ def agent(
     once: bool = typer.Option(False, "--once", help="Take one sample (one period), print it and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print samples as JSON (one object per period)."),
     period_s: float = typer.Option(15.0, "--period-s", help="Seconds between samples (and the P99 window)."),
-    vllm_url: str = typer.Option(
-        "http://127.0.0.1:8000/metrics", "--vllm-url", help="The local vLLM server's Prometheus /metrics."
+    vllm_urls: list[str] = typer.Option(
+        ["http://127.0.0.1:8000/metrics"],
+        "--vllm-url",
+        help="The local vLLM server's Prometheus /metrics; repeat it for several servers on this instance "
+        "(one per GPU, each on its own port): their queues and rates are added up.",
     ),
     instance_id: str | None = typer.Option(
         None,
@@ -74,9 +77,12 @@ def agent(
         fail(f"--period-s must be between 0 and {MAX_PERIOD_S:g} seconds, got {period_s:g}")
     if max_buffered_points < 1:
         fail(f"--max-buffered-points must be >= 1, got {max_buffered_points}")
-    parsed_url = urlparse(vllm_url)
-    if parsed_url.scheme not in ("http", "https") or not parsed_url.netloc:
-        fail(f"--vllm-url must be an http(s) URL such as http://127.0.0.1:8000/metrics, got {vllm_url!r}")
+    for vllm_url in vllm_urls:
+        parsed_url = urlparse(vllm_url)
+        if parsed_url.scheme not in ("http", "https") or not parsed_url.netloc:
+            fail(f"--vllm-url must be an http(s) URL such as http://127.0.0.1:8000/metrics, got {vllm_url!r}")
+    if len(set(vllm_urls)) < len(vllm_urls):
+        fail("--vllm-url: the same server is given twice (its queue and rates would count double)")
     parsed_listen = _parse_listen(listen)  # checked with --once too, so a typo shows before it is deployed
     kernel_log_path = _parse_kernel_log(kernel_log)
     listen_at = None if once else parsed_listen
@@ -103,7 +109,11 @@ def agent(
     publisher = _make_publisher(region, account_id, max_buffered_points) if publish else None
     runner = Agent(
         AgentConfig(
-            instance_id=instance_id, vllm_url=vllm_url, period_s=period_s, kernel_log=kernel_log_path
+            instance_id=instance_id,
+            vllm_url=vllm_urls[0],
+            more_vllm_urls=tuple(vllm_urls[1:]),
+            period_s=period_s,
+            kernel_log=kernel_log_path,
         ),
         nvml=load_nvml(),
         clock=SystemClock(),

@@ -244,3 +244,43 @@ def test_prometheus_endpoint_serves_the_latest_sample(vllm_server):
     )
     assert samples[reason_key] == 1.0
     assert samples[("fleet_agent_samples_total", ())] == 1.0
+
+
+def test_several_vllm_servers_on_one_instance_add_up():
+    from conftest import FakeVllmState
+
+    from fleet.agent.vllm import ScrapeError
+
+    urls = ["http://127.0.0.1:8000/metrics", "http://127.0.0.1:8001/metrics"]
+    engines = {url: FakeVllmState() for url in urls}
+    dead: set[str] = set()
+
+    def fetch(url: str) -> str:
+        if url in dead:
+            raise ScrapeError(f"{url}: connection refused")
+        return engines[url].render()
+
+    clock = ManualAgentClock()
+    agent = Agent(
+        AgentConfig(instance_id=INSTANCE, vllm_url=urls[0], more_vllm_urls=(urls[1],)),
+        nvml=FakeNvml(),
+        clock=clock,
+        vllm_fetch=fetch,
+    )
+    agent.prime()
+    first, second = engines.values()
+    first.waiting, second.waiting = 3, 4
+    first.kv_fraction, second.kv_fraction = 0.2, 0.6
+    first.finish_requests(30, ttft_s=0.2, tpot_s=0.03, e2e_s=1.0, prompt_each=400)
+    second.finish_requests(10, ttft_s=2.5, tpot_s=0.03, e2e_s=3.0, prompt_each=1200)
+    clock.advance(15)
+    vllm = agent.step().vllm
+    assert vllm.up and vllm.num_requests_waiting == 7
+    assert vllm.kv_cache_usage_pct == pytest.approx(60.0)  # the fullest engine
+    assert vllm.request_rate_per_s == pytest.approx(40 / 15)
+    assert vllm.prompt_tokens_per_request == pytest.approx((30 * 400 + 10 * 1200) / 40)  # per request
+    assert vllm.ttft.p99_ms is not None and vllm.ttft.p99_ms >= 2000  # the slow engine's tail stands
+    dead.add(urls[1])  # one server dies: the node is degraded, the other's load still counts
+    clock.advance(15)
+    vllm = agent.step().vllm
+    assert not vllm.up and "8001" in (vllm.error or "") and vllm.num_requests_waiting == 3

@@ -195,3 +195,20 @@ def test_loop_serves_metrics_and_exits_on_sigterm(vllm_server, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_several_vllm_urls_are_read_together_and_a_repeat_is_refused(capsys, vllm_server):
+    from conftest import FakeVllmServer
+
+    other = FakeVllmServer()
+    other.start()
+    try:
+        vllm_server.state.waiting, other.state.waiting = 4, 5
+        urls = ["--vllm-url", vllm_server.url, "--vllm-url", other.url]
+        code, out, _ = run_once(capsys, "--json", "--no-publish", "--instance-id", "i-2", *urls)
+        assert code == 0 and json.loads(out)["metrics"]["vllm_num_requests_waiting"] == 9.0
+    finally:
+        other.stop()
+    twice = ["--vllm-url", vllm_server.url, "--vllm-url", vllm_server.url]
+    code, _, err = run_once(capsys, "--no-publish", "--instance-id", "i-2", *twice)
+    assert code == 2 and "the same server is given twice" in " ".join(err.split())
