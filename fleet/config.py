@@ -301,6 +301,18 @@ class FleetConfig(BaseSettings):
             if not g.scaling_group_id and not g.scaling_group_name
         ]
 
+    def _task_quota_warnings(self) -> list[str]:
+        by_scope: dict[tuple[str | None, str], list[GroupConfig]] = {}
+        for g in self.groups:
+            by_scope.setdefault((g.account, g.region or self.region), []).append(g)
+        out = []
+        for (account, region), groups in sorted(by_scope.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+            where = f"region {region}" + (f" (account {account})" if account else "")
+            warning = _task_quota_warning(where, groups)
+            if warning:
+                out.append(warning)
+        return out
+
     def warnings(self) -> list[str]:
         """Valid but worth a look (``fleet validate`` prints these)."""
         out = []
@@ -317,6 +329,7 @@ class FleetConfig(BaseSettings):
             ):
                 out.append(f"groups[{g.name}]: account_id is unset; custom vLLM metrics cannot be read")
             out.extend(f"groups[{g.name}]: {w}" for w in _policy_warnings(g))
+        out.extend(self._task_quota_warnings())
         out.extend(self.service_problems())
         if self.api.host in WILDCARD_HOSTS:
             out.append(
@@ -324,6 +337,30 @@ class FleetConfig(BaseSettings):
                 "/healthz need no token, so anyone who can reach the port reads the fleet's state"
             )
         return out
+
+
+# ESS scheduled tasks an account holds per region by default (DescribeLimitation's MaxNumberOfScheduledTasks;
+# Quota Center raises it), and the tasks a group's learned floors take: one per coming hour.
+SCHEDULED_TASK_QUOTA = 70
+LEARNED_FLOOR_TASKS = 24
+
+
+def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
+    """A warning when the groups of one (account, region) call for more scheduled tasks than its default
+    quota: the service creates the windows first, then the learned floors that fire soonest."""
+    windows = sum(2 for g in groups for s in g.schedules if s.cron is None)
+    learned = sum(
+        LEARNED_FLOOR_TASKS for g in groups if g.predictive.mode == "on" and g.predictive.learned_floors
+    )
+    if windows + learned <= SCHEDULED_TASK_QUOTA:
+        return None
+    return (
+        f"{where}: the groups mirror {windows + learned} ESS scheduled tasks ({windows} for schedule "
+        f"windows, {learned} learned floors) where an account holds {SCHEDULED_TASK_QUOTA} per region by "
+        "default: the windows are created first and the learned floors that fire latest are left out; "
+        "raise the quota (Quota Center, ESS scheduled tasks) or set predictive.learned_floors: false on "
+        "some groups"
+    )
 
 
 def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:

@@ -213,6 +213,24 @@ def test_the_default_gpu_memory_rule_sits_above_what_a_healthy_engine_reads(tmp_
     assert not any("healthy vLLM" in w for w in load_config(write(tmp_path, MINIMAL), env={}).warnings())
 
 
+def test_more_scheduled_tasks_than_a_regions_default_quota_is_warned(tmp_path):
+    def group(name, region=""):
+        where = f", region: {region}" if region else ""
+        return (
+            f"  - {{name: {name}, min_size: 1, max_size: 4{where}, "
+            "predictive: {mode: on, model: Qwen2.5-7B, instance_type: ecs.gn7i-c8g1.2xlarge}}\n"
+        )
+
+    def warned(*groups):
+        text = "region: cn-chengdu\ngroups:\n" + "".join(groups)
+        return [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
+
+    assert not warned(group("a"), group("b"))  # 48 learned floors
+    [w] = warned(group("a"), group("b"), group("c"))  # 72 in one region
+    assert w.startswith("region cn-chengdu: the groups mirror 72 ESS scheduled tasks") and "70" in w
+    assert not warned(group("a"), group("b"), group("c", region="cn-hangzhou"))  # 48 and 24
+
+
 def test_json_schema_documents_the_file():
     schema = config_json_schema()
     assert {"region", "groups", "notifications", "api", "lease"} <= set(schema["properties"])
