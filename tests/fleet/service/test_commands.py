@@ -194,7 +194,9 @@ def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
     assert "max_sise" in err and "Traceback" not in err
 
 
-def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch):
+def _serve_once(tmp_path, monkeypatch, group_extra: str = "") -> str:
+    """One `fleet serve --once` tick against the fake over HTTP (a two-instance group, no agent publishing);
+    the store's URL."""
     from fleet.testing import FakeAliyunServer
 
     with FakeAliyunServer(boot_seconds=1) as server:
@@ -205,33 +207,26 @@ def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch
         cfg.write_text(
             f"region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
             f"    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 4\n    warm_floor: 1\n"
+            + group_extra
         )
         monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", server.endpoint)
         db = f"sqlite:///{tmp_path / 'once.db'}"
         assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 0
-        assert "leader=True" in capsys.readouterr().out
-        assert open_store(db).load_history() is not None
+    return db
+
+
+def test_serve_once_against_the_fake_runs_one_tick(tmp_path, capsys, monkeypatch):
+    db = _serve_once(tmp_path, monkeypatch)
+    assert "leader=True" in capsys.readouterr().out
+    assert open_store(db).load_history() is not None
 
 
 def test_status_lists_a_group_that_has_not_scaled_and_says_its_metrics_are_incomplete(
     tmp_path, capsys, monkeypatch
 ):
-    from fleet.testing import FakeAliyunServer
-
-    with FakeAliyunServer(boot_seconds=1) as server:
-        gid = server.cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=4, desired_capacity=2, in_service=2, region_id="cn-chengdu"
-        )
-        cfg = tmp_path / "fleet.yaml"
-        cfg.write_text(
-            f"region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
-            f"    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 4\n    warm_floor: 1\n"
-            "    scale_out:\n      - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
-        )
-        monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", server.endpoint)
-        db = f"sqlite:///{tmp_path / 'blind.db'}"
-        assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 0  # no agent publishes
-        capsys.readouterr()
+    rule = "    scale_out:\n      - {metric: queue_waiting_per_instance, above: 2, for: 30s}\n"
+    db = _serve_once(tmp_path, monkeypatch, rule)
+    capsys.readouterr()
     assert main(["status", "--json", "--database", db]) == 0
     [group] = _json(capsys)["groups"]
     assert group["name"] == "chat" and group["last_scale"] is None
