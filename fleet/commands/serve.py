@@ -344,26 +344,26 @@ def status(
     table.add_column("last scale (UTC)", no_wrap=True)
     table.add_column("to")
     table.add_column("outcome")
-    blind = []
+    incomplete = []
     for g in view["groups"]:
         last = g["last_scale"] or {}
         decided = g["serving_target"] is not None
         known = g["metrics_known_since"]
         if decided and known is None:
-            blind.append(g["name"])
+            incomplete.append(g["name"])
         table.add_row(
             g["name"],
             "yes" if g["paused"] else "",
             "-" if not decided else str(g["serving_target"]),
-            known[:19] if known else ("[yellow]not now[/]" if decided else "-"),
+            known[:19] if known else ("[yellow]incomplete[/]" if decided else "-"),
             last.get("at", "-")[:19],
             str(last.get("target", "-")),
             last.get("outcome", "-"),
         )
     console.print(table)
-    if blind:
+    if incomplete:
         console.print(
-            f"[yellow]metrics incomplete:[/] {', '.join(blind)}: at the last tick some serving instance "
+            f"[yellow]metrics incomplete:[/] {', '.join(incomplete)}: at the last tick some serving instance "
             "lacked a rule's metric (or it was stale), so nothing scales in; is the node agent publishing? "
             "GET /status names the metric and the instances",
             highlight=False,
