@@ -206,7 +206,10 @@ def _run(service: Any, interval_s: float, config: Path, log: logging.Logger, ser
         # alone, none patched in place; the lease was released, so this holder takes it back at once
         log.info("fleet serve: restarting with the new %s", config)
         logging.shutdown()
-        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        try:
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        except OSError as exc:  # the interpreter gone from under us (an upgrade in place): stopped, say so
+            fail(f"could not restart with the new {config}: {exc}; start fleet serve again")
     log.info("fleet serve stopped")
 
 
