@@ -76,8 +76,9 @@ class WorldParams:
     queue_limit: int = 64  # waiting requests per instance beyond which the engine rejects (vLLM max waiting)
     gpus_per_instance: int = 1
     publish_period_s: float = 15.0  # the node agent's scrape period: its rates and percentiles are over one
-    # vLLM takes gpu_memory_utilization (0.90) of the card at start-up, NVML counts the driver's reserve too
-    gpu_mem_reserved_pct: float = 91.0
+    # vLLM takes gpu_memory_utilization (0.90) of the card at start-up: the low end of what a healthy engine
+    # reads (NVML adds the driver's reserve on real cards, up to about 93); a rule "above 90" stays quiet here
+    gpu_mem_reserved_pct: float = 90.0
     reboot_s: float = 60.0  # an ECS reboot, before the weights load again
     drain_timeout_s: float = 300.0  # the drain lifecycle hook's heartbeat timeout (terraform drain_timeout_s)
     thermal: ThermalParams = field(default_factory=ThermalParams)
