@@ -142,14 +142,7 @@ class Candidate:
     def vllm_args(self) -> dict[str, Any]:
         if self.plan is None or self.deployment is None:
             return {}
-        args = vllm_args(self.deployment, self.plan, self.max_num_seqs)
-        if self.replicas_per_instance > 1:
-            # the instance's other GPUs serve as more engines of the same server (vLLM's data parallel
-            # deployment): one command and one /metrics for them all, as the count and the agent assume
-            at = list(args).index("tensor_parallel_size") + 1
-            items = list(args.items())
-            args = dict([*items[:at], ("data_parallel_size", self.replicas_per_instance), *items[at:]])
-        return args
+        return vllm_args(self.deployment, self.plan, self.max_num_seqs, self.replicas_per_instance)
 
     def to_json(self, workload: Workload | None = None) -> dict[str, Any]:
         p = self.plan
@@ -246,8 +239,12 @@ def checkpoint_note(model: ModelShape, dtype: str) -> str:
     )
 
 
-def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None) -> dict[str, Any]:
-    """The ``vllm serve`` arguments of a deployment (snake_case keys, as in vLLM's EngineArgs)."""
+def vllm_args(
+    dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None, engines: int = 1
+) -> dict[str, Any]:
+    """The ``vllm serve`` arguments of a deployment (snake_case keys, as in vLLM's EngineArgs). ``engines``
+    above 1: the instance's other GPUs serve as more engines of the same server (vLLM's data parallel
+    deployment), one command and one /metrics for them all, as the count and the node agent assume."""
     repo, prequantized = serving_checkpoint(dep.model, plan.dtype)
     args: dict[str, Any] = {"model": repo}
     if plan.dtype in _DTYPE_ARGS:
@@ -255,6 +252,8 @@ def vllm_args(dep: Deployment, plan: MemoryPlan, max_num_seqs: int | None = None
     elif not prequantized:
         args["quantization"] = _QUANT_ARGS[plan.dtype]  # a quantized checkpoint says so in its config
     args["tensor_parallel_size"] = dep.tp
+    if engines > 1:
+        args["data_parallel_size"] = engines
     args["max_model_len"] = plan.max_model_len
     args["gpu_memory_utilization"] = dep.gpu_memory_utilization
     args["max_num_seqs"] = max_num_seqs or plan.max_num_seqs
