@@ -233,6 +233,11 @@ def instance_from_json(raw: Any) -> ScalingInstance | None:
     return inst
 
 
+# The signature of a list seeded from the store: it matches no group's counts, so the first tick that can
+# read ESS reads the instances again, and a seeded list is never written back as this tick's read.
+_SEEDED: tuple[object, ...] = ()
+
+
 @dataclass(frozen=True)
 class _Cached:
     """A group's scaling instances as last read, with the capacity counts they were read at."""
@@ -309,7 +314,7 @@ class Observer:
         """A group's instance list kept from an earlier run (the store's): watched while ESS cannot be read,
         and read again at the first tick that can (its counts match nothing)."""
         with self._cache_lock:
-            self._instances.setdefault(name, _Cached((), read_at, list(instances)))
+            self._instances.setdefault(name, _Cached(_SEEDED, read_at, list(instances)))
 
     def read_at(self, now: datetime, names: Iterable[str]) -> dict[str, list[ScalingInstance]]:
         """The named groups' instance lists that were read from ESS at ``now`` (this tick)."""
@@ -318,7 +323,7 @@ class Observer:
             return {
                 name: list(c.instances)
                 for name, c in self._instances.items()
-                if name in wanted and c.read_at == now and c.signature != ()
+                if name in wanted and c.read_at == now and c.signature != _SEEDED
             }
 
     def invalidate(self, name: str) -> None:
