@@ -33,6 +33,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
+from policies.forecast import LEARNED_HOURS
 from policies.spec import Duration, GroupSpec, PolicySpec, default_isolation_rules, threshold_pairs
 
 ENV_PREFIX = "FLEET_"
@@ -340,18 +341,15 @@ class FleetConfig(BaseSettings):
 
 
 # ESS scheduled tasks an account holds per region by default (DescribeLimitation's MaxNumberOfScheduledTasks;
-# Quota Center raises it), and the tasks a group's learned floors take: one per coming hour.
+# Quota Center raises it). A group's learned floors take one an hour (policies.forecast.LEARNED_HOURS).
 SCHEDULED_TASK_QUOTA = 70
-LEARNED_FLOOR_TASKS = 24
 
 
 def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     """A warning when the groups of one (account, region) call for more scheduled tasks than its default
     quota: the service creates the windows first, then the learned floors that fire soonest."""
     windows = sum(2 for g in groups for s in g.schedules if s.cron is None)
-    learned = sum(
-        LEARNED_FLOOR_TASKS for g in groups if g.predictive.mode == "on" and g.predictive.learned_floors
-    )
+    learned = sum(LEARNED_HOURS for g in groups if g.predictive.mirrors_learned_floors)
     if windows + learned <= SCHEDULED_TASK_QUOTA:
         return None
     return (

@@ -43,6 +43,7 @@ MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
 # hold the upper band there for hours; past RATIO_CLIP's 3x the day is not like the forecast's anyway.
 MAX_JUDGED_RATIO = RATIO_CLIP[1]
 MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
+LEARNED_HOURS = 24  # learned floors cover the coming day: one ESS scheduled task an hour
 MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
 # The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); clipped at 64, a
 # wild day's headroom cost more GPU-hours per violation minute saved than 12 did (docs/simulator.md)

@@ -489,6 +489,12 @@ class Predictive(_Model):
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
+
+    @property
+    def mirrors_learned_floors(self) -> bool:
+        """Whether the learned floors are written as ESS scheduled tasks (mode ``on``, learned floors)."""
+        return self.mode == PredictiveMode.ON and self.learned_floors
+
     rules_ceiling: float | None = Field(
         default=1.5,
         ge=1,

@@ -256,9 +256,6 @@ def fitting_length_cv(prompt_tokens: float, output_tokens: float, max_model_len:
     return min(DEFAULT_LENGTH_CV, math.sqrt(math.expm1(sigma * sigma)))
 
 
-LEARNED_HOURS = 24  # learned floors cover the coming day
-
-
 def learned_floors(
     spec: GroupSpec, demand: DemandLog, table: CapacityTable, state: ForecastState, now: datetime
 ) -> list[LearnedFloor] | None:
@@ -267,7 +264,7 @@ def learned_floors(
     forecast: the learned tasks are left as they are)."""
     from fleet.service.schedules import LearnedFloor
 
-    hours = fc.hourly(demand.series(spec.name, now), now, LEARNED_HOURS, state)
+    hours = fc.hourly(demand.series(spec.name, now), now, fc.LEARNED_HOURS, state)
     if not hours:
         return None
     prompt, output = demand.mix(spec.name, now)

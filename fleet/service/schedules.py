@@ -169,7 +169,7 @@ def desired_tasks(
 
 def learned_enabled(spec: GroupSpec) -> bool:
     """Whether the group's learned floors are mirrored as ESS tasks (predictive ``on``, learned floors)."""
-    return spec.predictive.mode == "on" and spec.predictive.learned_floors
+    return spec.predictive.mirrors_learned_floors
 
 
 def _learned(name: str, group: str) -> bool:
