@@ -189,7 +189,7 @@ def _correct(inp: ScalingInputs, state: ForecastState, d: Demand, model_rps: flo
     k = state.correction
     feedback = k / state.speed
     state = _speed(inp, state, d)
-    n = len(inp.view.serving)
+    n = d.reporting  # those still loading serve nothing: counting them reads a short fleet as a slow model
     slo = inp.spec.slo_ttft_p99_ms
     if d.rps is not None and d.complete and n and slo is not None and d.ttft_p99_ms is not None:
         util = d.rps / n / (model_rps * k)

@@ -29,7 +29,9 @@ def spec(bound: float = 0.25, slo_ms: float | None = None) -> PolicySpec:
     return PolicySpec(groups=(group_spec(predictive=pred, max_size=40),))
 
 
-def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE, ttft: float = 500.0) -> Snapshot:
+def tick(
+    at, rate: float, running: float, waiting: float = 0.0, curve=CURVE, ttft: float = 500.0, loading: int = 0
+) -> Snapshot:
     metrics = {
         "request_rate": rate,
         "prompt_tokens_per_request": 900,
@@ -40,6 +42,11 @@ def tick(at, rate: float, running: float, waiting: float = 0.0, curve=CURVE, ttf
         "ttft_p99_ms": ttft,
     }
     insts = [instance(i, at, metrics=metrics) for i in range(N)]
+    # ordered a minute ago: InService in ESS, still loading their weights, no rate reported yet
+    insts += [
+        instance(N + i, at).model_copy(update={"metrics": {}, "created_at": at - timedelta(minutes=1)})
+        for i in range(loading)
+    ]
     demand = DemandInputs(history=series(2, now=at, fn=lambda m: rate * N), in_service=curve)
     return Snapshot(
         taken_at=at, groups=[GroupSnapshot(name=GROUP, desired_capacity=N, instances=insts, demand=demand)]
@@ -57,6 +64,7 @@ def run(
     slo_ms: float | None = None,
     every_s: float = 60.0,
     after: tuple[History, int] | None = None,
+    loading: int = 0,
 ):
     """The plans of ``minutes`` ticks ``every_s`` apart, the history carried from each to the next, and where
     to go on from (``after`` of a later run: that history and tick number)."""
@@ -64,7 +72,7 @@ def run(
     plans = []
     for k in range(start, start + minutes):
         at = NOW + timedelta(seconds=k * every_s)
-        plan = decide(tick(at, rate, running, waiting, curve, ttft), spec(bound, slo_ms), hist, at)
+        plan = decide(tick(at, rate, running, waiting, curve, ttft, loading), spec(bound, slo_ms), hist, at)
         hist = plan.history
         plans.append(plan.groups[0])
     return plans, (hist, start + minutes)
@@ -162,3 +170,11 @@ def test_a_fleet_loaded_beyond_the_capacity_promised_does_not_blame_the_engines(
     # the same hour within the promise (0.8 of it) does blame them
     plans, _ = run(60, 0.8, 12.0, ttft=2600.0, slo_ms=2000.0)
     assert plans[-1].predictive["capacity_correction"] < 0.8
+
+
+def test_instances_still_loading_do_not_dilute_the_load_into_blaming_the_engines():
+    # the serving ten at 1.5x the promise with the SLO broken while ten more load their weights: the load per
+    # serving instance is what the engines carry, so the fleet is short, not the model wrong
+    plans, _ = run(30, 1.5, 40.0, waiting=30.0, ttft=9000.0, slo_ms=2000.0, loading=N)
+    assert plans[-1].predictive["demand_complete"] is True
+    assert plans[-1].predictive["capacity_correction"] == pytest.approx(1.0)
