@@ -50,6 +50,7 @@ MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are 
 STAFFING_MAX_BURSTINESS = 12.0
 MIN_BURSTINESS_BUCKETS = 6  # buckets the index of dispersion needs
 BURSTINESS_LOOKBACK_S = 86400.0  # how far back a gap in the history sends it for buckets with data
+SHIFT_REVERT_BUCKETS = 5  # a jump not undone within this many minutes is a level shift, not a clump
 
 
 class Method(StrEnum):
@@ -275,9 +276,40 @@ def burstiness(
     mean = sum(counts) / len(counts)
     if mean <= 1e-9:
         return 1.0
-    diffs = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
-    var = sum(diffs) / len(diffs) / 2
+    diffs = [b - a for a, b in zip(counts, counts[1:], strict=False)]
+    shift = _level_shift(diffs)
+    kept = [d * d for i, d in enumerate(diffs) if i not in shift]
+    var = sum(kept) / len(kept) / 2
     return min(cap, max(1.0, var / mean))
+
+
+def _level_shift(diffs: list[float]) -> set[int]:
+    """The differences that make the window's largest level shift: the largest difference and its same-sign
+    neighbour when the pair straddles one (a step within a bucket lands in two), if no difference of the
+    other sign and at least half its size follows or precedes it within ``SHIFT_REVERT_BUCKETS``. A clump
+    rises and falls back; a step (a failover, a launch, a batch job starting or ending) stays, and is demand
+    that the level follows, not dispersion: counted as dispersion, one step read as 5-9 for the next half hour
+    on Poisson arrivals, and the headroom and the scale-in window it stretches held twice the fleet."""
+    if len(diffs) <= MIN_BURSTINESS_BUCKETS:
+        return set()
+    top = max(range(len(diffs)), key=lambda i: abs(diffs[i]))
+    size = diffs[top]
+    if size == 0:
+        return set()
+
+    def reverted(i: int) -> bool:
+        near = range(max(0, i - SHIFT_REVERT_BUCKETS), min(len(diffs), i + SHIFT_REVERT_BUCKETS + 1))
+        return any(diffs[j] * size < 0 and abs(diffs[j]) >= 0.5 * abs(size) for j in near)
+
+    if reverted(top):
+        return set()
+    shift = {top}
+    side = [i for i in (top - 1, top + 1) if 0 <= i < len(diffs) and diffs[i] * size > 0]
+    if side:
+        other = max(side, key=lambda i: abs(diffs[i]))
+        if abs(diffs[other]) >= 0.5 * abs(size) and not reverted(other):
+            shift.add(other)
+    return shift
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,28 @@ def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
     assert fc.burstiness(poisson, NOW, cap=fc.STAFFING_MAX_BURSTINESS) < 1.6  # the cap raises no calm index
 
 
+@pytest.mark.parametrize("at_s", [0.0, 30.0])  # on a minute's boundary, or half way through one
+def test_a_step_in_the_level_is_demand_not_dispersion(at_s):
+    # Poisson arrivals at 3 req/s that step to 9 (a failover, a launch) 12 minutes before now: the window's
+    # one jump is the level's, which the forecast follows; the arrivals around it stay as calm as before
+    rng = random.Random(11)
+    start = NOW - timedelta(minutes=29)
+    step_s = (start + timedelta(minutes=18, seconds=at_s)).timestamp()
+    counts = [0] * 30
+    t = start.timestamp()
+    while t < NOW.timestamp() + 60:
+        t += rng.expovariate(3.0 if t < step_s else 9.0)
+        k = int((t - start.timestamp()) // 60)
+        if k < 30:
+            counts[k] += 1
+    stepped = DemandSeries(start=start, step_s=60, rps=[c / 60 for c in counts])
+    assert fc.burstiness(stepped, NOW, cap=64.0) < 1.6
+    # the same jump undone three minutes later is a clump: dispersion, as it always was
+    clump = [*counts[:18], *counts[18:21], *counts[:9]]
+    clumped = DemandSeries(start=start, step_s=60, rps=[c / 60 for c in clump])
+    assert fc.burstiness(clumped, NOW, cap=64.0) > 4.0
+
+
 def test_a_gap_in_the_history_does_not_read_as_poisson_arrivals():
     # A clumpy hour, then an hour of no readings (a metrics outage), then two minutes of readings again: the
     # window of the last 30 minutes holds two buckets. It takes the latest buckets with data instead, so the
