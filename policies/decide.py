@@ -136,13 +136,21 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     target_capacity = sc.serving_target + len(view.standby)
     reason, reasons = sc.reason, sc.reasons
     desired: int | None = target_capacity
-    if group.paused:
+    held = group.paused or group.ess_state is not None
+    if held:
         desired = None
         reason = ReasonCode.PAUSED
-        reasons = [Reason(code=ReasonCode.PAUSED, detail="scaling paused by an operator")] + reasons
+        why = "scaling paused by an operator"
+        if group.ess_state is not None:
+            why = (
+                f"the ESS scaling group is {group.ess_state} (disabled in ESS): it refuses every scaling "
+                "write, so none is made until it is Active again; incidents are still detected and notified"
+            )
+            warnings.append(PlanWarning(code=WarningCode.GROUP_DISABLED, group=group.name, detail=why))
+        reasons = [Reason(code=ReasonCode.PAUSED, detail=why)] + reasons
     elif group.desired_capacity is not None and group.desired_capacity == target_capacity:
         desired = None
-    if not group.paused:
+    if not held:
         if gh.last_target is not None and sc.base != gh.last_target:
             gh.last_scale_at = now
             if sc.base < gh.last_target:

@@ -142,6 +142,7 @@ class WarningCode(StrEnum):
     UNKNOWN_INSTANCE = "unknown_instance"
     DEMAND_UNKNOWN = "demand_unknown"
     LAUNCHES_FAILING = "launches_failing"
+    GROUP_DISABLED = "group_disabled"
 
 
 class StepAction(StrEnum):
@@ -307,6 +308,11 @@ class GroupSnapshot(_Model):
     )
     activity_in_progress: bool = False
     paused: bool = False
+    ess_state: str | None = Field(
+        default=None,
+        description="the ESS group's LifecycleState when it is not Active (Inactive: disabled in ESS, or "
+        "Deleting): ESS refuses every scaling write, so none is made",
+    )
     blind: bool = Field(
         default=False,
         description="ESS unreadable: instances are the last list read; isolation detects and notifies only, "

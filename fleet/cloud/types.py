@@ -31,6 +31,12 @@ class ScalingGroup:
     active_configuration_id: str | None = None
     vswitch_ids: tuple[str, ...] = ()
 
+    @property
+    def disabled(self) -> str | None:
+        """The lifecycle state when the group is not Active (Inactive: disabled in ESS; Deleting), when ESS
+        refuses every scaling write on it (``IncorrectScalingGroupStatus``); None when Active."""
+        return None if self.lifecycle_state == "Active" else self.lifecycle_state
+
 
 @dataclass(frozen=True)
 class ScalingInstance:

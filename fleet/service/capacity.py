@@ -22,7 +22,7 @@ in the store, so a restart or a new leader resumes them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, cast
@@ -120,12 +120,15 @@ class CapacityManager:
         targets: dict[str, int],
         now: datetime,
         fence: Callable[[], bool],
+        held: Collection[str] = (),
     ) -> CapacityResult:
-        """``targets``: each group's capacity as this tick's plan set it (ESS DesiredCapacity)."""
+        """``targets``: each group's capacity as this tick's plan set it (ESS DesiredCapacity). Groups in
+        ``held`` (paused by operators, or disabled in ESS) are left alone: nothing is written to them, and a
+        reclaim notice or a shortfall is taken up once they are resumed, if it still stands."""
         result = CapacityResult()
         for spec in self.specs:
             g = observation.groups.get(spec.name)
-            if g is None or not g.ok or g.group is None:
+            if g is None or not g.ok or g.group is None or spec.name in held:
                 continue
             try:
                 self._reclaims(spec, g, g.group, now, fence, result)

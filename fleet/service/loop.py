@@ -178,6 +178,7 @@ class Service:
         self.last_observation: Observation | None = None
         self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
         self._quota_noted: dict[str, datetime] = {}  # per group: when a full task quota was last audited
+        self._disabled: dict[str, str] = {}  # groups seen disabled in ESS (not Active): their state
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
         # per (shard, group), until the shard's first complete sync: whether the store says its tasks were
         # ever written (read once, not at every tick a failing first sync is tried again)
@@ -335,8 +336,9 @@ class Service:
         self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
         for manager in self.capacity_managers.values():
-            result.errors.extend(manager.tick(observation, targets, now, fence).errors)
+            result.errors.extend(manager.tick(observation, targets, now, fence, held).errors)
         self._after(plan, observation, now)
         self._prune(shard, specs, now, fence)
 
@@ -518,6 +520,29 @@ class Service:
         except Exception:  # the store failing too must not stop the other groups either
             log.exception("could not record the failed %s of group %s", stage, group)
 
+    def _announce_disabled(self, observation: Observation) -> None:
+        """A log line and a notification when a group is found disabled in ESS (someone ran
+        DisableScalingGroup: the service then writes nothing to it) and when it is Active again."""
+        for name, g in observation.groups.items():
+            if g.group is None:
+                continue  # unread: no change known
+            state, was = g.group.disabled, self._disabled.get(name)
+            if state == was:
+                continue
+            if state is None:
+                self._disabled.pop(name, None)
+                title, text, severity = f"{name}: scaling group Active again", "scaling writes resume", "info"
+            else:
+                self._disabled[name] = state
+                title = f"{name}: scaling group {state} in ESS"
+                text = (
+                    f"ESS refuses every scaling write on a group that is not Active: the service observes "
+                    f"and decides but writes nothing to {name} until it is enabled (EnableScalingGroup)"
+                )
+                severity = "warning"
+            log.warning("%s: %s", title, text, extra={"group": name})
+            self._notify(Announcement(kind="group", title=title, text=text, severity=severity, group=name))
+
     # -- actuation ------------------------------------------------------------------------------------
     def _actuate(
         self,
@@ -531,8 +556,8 @@ class Service:
     ) -> None:
         for gp in plan.groups:
             observed = observation.groups.get(gp.group)
-            if observed is None or not (observed.ok or observed.blind) or gp.group in paused:
-                continue  # unread, or paused by operators: decisions are still made and shown, not written
+            if observed is None or not (observed.ok or observed.blind) or _held(observed, gp.group, paused):
+                continue  # unread, or paused (operators, ESS): decided and shown, not written
             try:
                 actions = self._actuate_group(gp, plan, observed, now, lease, fence)
             except Exception as exc:  # one group's failure must not keep the others from their writes
@@ -740,7 +765,9 @@ class Service:
         return True
 
     def _after(self, plan: Plan, observation: Observation, now: datetime) -> None:
-        """Notifications for SLA risk and breaches (once each), and the Prometheus gauges."""
+        """Notifications for SLA risk and breaches (once each), a group disabled in ESS or enabled again, and
+        the Prometheus gauges."""
+        self._announce_disabled(observation)
         for w in plan.warnings + [w for gp in plan.groups for w in gp.warnings]:
             kind = {
                 WarningCode.SLA_RESPOND_AT_RISK: "sla_risk",
@@ -790,7 +817,7 @@ class Service:
         paused = self.store.paused_groups()
         self._predictive_gauges(plan)
         for name, g in observation.groups.items():
-            self.metrics.paused.labels(group=name).set(1 if name in paused else 0)
+            self.metrics.paused.labels(group=name).set(1 if _held(g, name, paused) else 0)
             for metric, age in g.staleness_s.items():
                 if age is not None:
                     self.metrics.metric_staleness.labels(group=name, metric=metric).set(age)
@@ -886,6 +913,12 @@ def _incident_record(service: str, group: str, inc: Incident, now: datetime) -> 
         closed_at=inc.closed_at,
         body=inc.model_dump(mode="json"),
     )
+
+
+def _held(observed: GroupObservation, name: str, paused: set[str]) -> bool:
+    """Whether nothing is written to the group this tick: paused by operators, or disabled in ESS (which
+    refuses every scaling write on a group that is not Active)."""
+    return name in paused or (observed.group is not None and observed.group.disabled is not None)
 
 
 def _ess_group(observation: Observation, name: str) -> ScalingGroup | None:

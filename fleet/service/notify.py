@@ -38,7 +38,7 @@ CHANNEL_TYPES = ("webhook", "dingtalk", "wecom", "feishu")
 class Announcement:
     """What people should know: a scale action, an incident, an SLA at risk or breached, the breaker."""
 
-    kind: str  # scale | incident | sla_risk | sla_breach | breaker | launch | lease
+    kind: str  # scale | incident | sla_risk | sla_breach | breaker | launch | lease | capacity | group
     title: str
     text: str
     severity: str = "info"  # info | warning | critical

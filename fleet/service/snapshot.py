@@ -65,6 +65,7 @@ def build_snapshot(
                 desired_capacity=seen.group.desired_capacity,
                 activity_in_progress=bool(seen.activities_in_progress),
                 paused=spec.name in paused,
+                ess_state=seen.group.disabled,
                 instances=_instances(seen, gh),
                 notifications=notified.get(spec.name, []),
                 operator_actions=ops.get(spec.name, []),

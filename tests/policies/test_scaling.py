@@ -227,6 +227,18 @@ def test_paused_group_writes_nothing():
     assert gp(plan).desired_capacity is None and gp(plan).reason == ReasonCode.PAUSED
 
 
+def test_a_group_disabled_in_ess_is_held_like_a_paused_one_and_says_so():
+    spec = policy()
+    plan, hist = run(spec, lambda at: fleet(at, 4, waiting=5), 60, ess_state="Inactive")
+    assert gp(plan).desired_capacity is None and gp(plan).reason == ReasonCode.PAUSED
+    assert "Inactive" in gp(plan).reasons[0].detail
+    assert [w.code for w in gp(plan).warnings] == [WarningCode.GROUP_DISABLED]
+    assert hist.groups[GROUP].last_target is None  # nothing was decided to be written
+    # enabled again: the same backlog is scaled out at once
+    plan, _ = run(spec, lambda at: fleet(at, 4, waiting=5), 0, history=hist, start=T0 + timedelta(minutes=2))
+    assert gp(plan).desired_capacity is not None and gp(plan).desired_capacity > 4
+
+
 def test_group_missing_from_the_snapshot_changes_nothing():
     spec = policy()
     from policies import Snapshot

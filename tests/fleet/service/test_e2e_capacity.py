@@ -194,3 +194,53 @@ def test_spot_reclaim_notice_orders_the_replacement_and_drains_the_instance(
     assert (record["kind"], record["instance_id"]) == ("spot_reclaim", victim)
     assert [e["event"] for e in record["timeline"]] == ["notice", "replacement_ordered", "draining"]
     assert time.monotonic() - started < 120
+
+
+def test_a_group_disabled_in_ess_is_written_nothing_until_it_is_enabled_again(
+    tmp_path: Path, fake: Fake
+) -> None:
+    # someone ran DisableScalingGroup (maintenance): ESS refuses every scaling write on it, so the service
+    # writes none, not even a spot reclaim's replacement, and takes the notice up once the group is enabled
+    ess = fake.ess()
+    group_id = ess.create_scaling_group(
+        m.CreateScalingGroupRequest(
+            region_id=REGION,
+            scaling_group_name="chat",
+            min_size=0,
+            max_size=8,
+            desired_capacity=2,
+            v_switch_ids=["vsw-a"],
+        )
+    ).body.scaling_group_id
+    config_id = ess.create_scaling_configuration(
+        m.CreateScalingConfigurationRequest(
+            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
+        )
+    ).body.scaling_configuration_id
+    enable = m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
+    ess.enable_scaling_group(enable)
+    fake.post("clock", {"advance_s": 10})
+    victim = sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
+    fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 600})
+    ess.disable_scaling_group(m.DisableScalingGroupRequest(scaling_group_id=group_id))
+    # a warm floor of 3 asks for a scale-out the disabled group cannot take
+    config = write_config(
+        tmp_path,
+        group_id,
+        f"warm_floor: 3\ninstance_types: [{A10}]\ncapacity_mix: {{spot_percentage_above_base: 100}}\n",
+    )
+    held = run_fleet(tmp_path, fake, "serve", "--config", str(config), "--once", "--no-api")
+    assert held.returncode == 0, held.stderr
+    assert "scaling group Inactive in ESS" in held.stderr
+    assert "IncorrectScalingGroupStatus" not in held.stderr  # nothing was tried
+    members = fake.state()["ess"]["groups"][group_id]["instances"]
+    assert len(members) == 2 and members[victim] == "InService"
+    assert capacity_records(tmp_path, fake) == []
+    ess.enable_scaling_group(enable)
+    resumed = run_fleet(tmp_path, fake, "serve", "--config", str(config), "--once", "--no-api")
+    assert resumed.returncode in (0, 1), resumed.stderr
+    members = fake.state()["ess"]["groups"][group_id]["instances"]
+    assert members[victim] == "Removing"
+    (record,) = capacity_records(tmp_path, fake)
+    assert (record["kind"], record["instance_id"]) == ("spot_reclaim", victim)
+
