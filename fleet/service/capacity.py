@@ -313,6 +313,10 @@ class CapacityManager:
             if rec.group_name == spec.name and rec.kind == cs.RecordKind.STOCKOUT:
                 cs.close_record(self.store, rec.id, now, "back on the primary rung with nothing pending")
 
+    def _ordered(self, record_id: str) -> bool:
+        """Whether a reclaim's replacement was ordered (its RemoveInstances went through)."""
+        return any(e.kind == "replacement_ordered" for e in self.store.incident_events(record_id))
+
     # -- spot reclaims ----------------------------------------------------------------------------------
     def _reclaims(
         self,
@@ -343,8 +347,8 @@ class CapacityManager:
                 zone_id=member.zone_id,
                 detail=f"spot instance to be reclaimed at {when}",
             )
-            if not cs.open_record(self.store, rec, "notice", rec.detail):
-                continue
+            if not cs.open_record(self.store, rec, "notice", rec.detail) and self._ordered(record_id):
+                continue  # handled; a notice whose write failed (an ESS error) is tried again each tick
             if not self.dry_run and not fence():
                 return
             token = client_token(spec.name, "reclaim", instance_id)

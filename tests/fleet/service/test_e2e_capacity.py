@@ -244,3 +244,52 @@ def test_a_group_disabled_in_ess_is_written_nothing_until_it_is_enabled_again(
     (record,) = capacity_records(tmp_path, fake)
     assert (record["kind"], record["instance_id"]) == ("spot_reclaim", victim)
 
+
+def test_a_reclaim_whose_replacement_failed_to_order_is_ordered_on_the_next_tick(
+    tmp_path: Path, fake: Fake
+) -> None:
+    ess = fake.ess()
+    group_id = ess.create_scaling_group(
+        m.CreateScalingGroupRequest(
+            region_id=REGION,
+            scaling_group_name="chat",
+            min_size=0,
+            max_size=8,
+            desired_capacity=2,
+            v_switch_ids=["vsw-a"],
+        )
+    ).body.scaling_group_id
+    config_id = ess.create_scaling_configuration(
+        m.CreateScalingConfigurationRequest(
+            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
+        )
+    ).body.scaling_configuration_id
+    ess.enable_scaling_group(
+        m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
+    )
+    fake.post("clock", {"advance_s": 10})
+    victim = sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
+    fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 600})
+    # ESS answers 503 to every attempt of this tick's RemoveInstances (the adapter's five)
+    fault = {"action": "RemoveInstances", "code": "ServiceUnavailable", "status": 503, "count": 5}
+    fake.post("faults", fault)
+    config = write_config(
+        tmp_path,
+        group_id,
+        f"warm_floor: 2\ninstance_types: [{A10}]\ncapacity_mix: {{spot_percentage_above_base: 100}}\n",
+    )
+    failed = run_fleet(tmp_path, fake, "serve", "--config", str(config), "--once", "--no-api")
+    assert failed.returncode in (0, 1), failed.stderr
+    assert fake.state()["ess"]["groups"][group_id]["instances"][victim] == "InService"
+    (record,) = capacity_records(tmp_path, fake)
+    assert [e["event"] for e in record["timeline"]] == ["notice", "error"]
+    again = run_fleet(tmp_path, fake, "serve", "--config", str(config), "--once", "--no-api")
+    assert again.returncode in (0, 1), again.stderr
+    assert fake.state()["ess"]["groups"][group_id]["instances"][victim] == "Removing"
+    (record,) = capacity_records(tmp_path, fake)
+    assert [e["event"] for e in record["timeline"]] == [
+        "notice",
+        "error",
+        "replacement_ordered",
+        "draining",
+    ]
