@@ -131,6 +131,31 @@ def instance_types(fake: Fake, group_id: str) -> list[str]:
     return sorted(state["ecs"]["instances"][i]["instance_type"] for i in members)
 
 
+def spot_group(fake: Fake) -> tuple[str, str]:
+    """A group of two spot A10 instances, enabled and InService: its id and the instance a reclaim takes."""
+    ess = fake.ess()
+    group_id = ess.create_scaling_group(
+        m.CreateScalingGroupRequest(
+            region_id=REGION,
+            scaling_group_name="chat",
+            min_size=0,
+            max_size=8,
+            desired_capacity=2,
+            v_switch_ids=["vsw-a"],
+        )
+    ).body.scaling_group_id
+    config_id = ess.create_scaling_configuration(
+        m.CreateScalingConfigurationRequest(
+            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
+        )
+    ).body.scaling_configuration_id
+    ess.enable_scaling_group(
+        m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
+    )
+    fake.post("clock", {"advance_s": 10})
+    return group_id, sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
+
+
 def test_sold_out_primary_type_falls_back_in_the_same_tick_and_the_ladder_survives_a_restart(
     tmp_path: Path, fake: Fake
 ) -> None:
@@ -157,27 +182,7 @@ def test_sold_out_primary_type_falls_back_in_the_same_tick_and_the_ladder_surviv
 def test_spot_reclaim_notice_orders_the_replacement_and_drains_the_instance(
     tmp_path: Path, fake: Fake
 ) -> None:
-    ess = fake.ess()
-    group_id = ess.create_scaling_group(
-        m.CreateScalingGroupRequest(
-            region_id=REGION,
-            scaling_group_name="chat",
-            min_size=0,
-            max_size=8,
-            desired_capacity=2,
-            v_switch_ids=["vsw-a"],
-        )
-    ).body.scaling_group_id
-    config_id = ess.create_scaling_configuration(
-        m.CreateScalingConfigurationRequest(
-            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
-        )
-    ).body.scaling_configuration_id
-    ess.enable_scaling_group(
-        m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
-    )
-    fake.post("clock", {"advance_s": 10})
-    victim = sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
+    group_id, victim = spot_group(fake)
     fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 300})
     config = write_config(
         tmp_path,
@@ -201,26 +206,8 @@ def test_a_group_disabled_in_ess_is_written_nothing_until_it_is_enabled_again(
 ) -> None:
     # someone ran DisableScalingGroup (maintenance): ESS refuses every scaling write on it, so the service
     # writes none, not even a spot reclaim's replacement, and takes the notice up once the group is enabled
+    group_id, victim = spot_group(fake)
     ess = fake.ess()
-    group_id = ess.create_scaling_group(
-        m.CreateScalingGroupRequest(
-            region_id=REGION,
-            scaling_group_name="chat",
-            min_size=0,
-            max_size=8,
-            desired_capacity=2,
-            v_switch_ids=["vsw-a"],
-        )
-    ).body.scaling_group_id
-    config_id = ess.create_scaling_configuration(
-        m.CreateScalingConfigurationRequest(
-            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
-        )
-    ).body.scaling_configuration_id
-    enable = m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
-    ess.enable_scaling_group(enable)
-    fake.post("clock", {"advance_s": 10})
-    victim = sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
     fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 600})
     ess.disable_scaling_group(m.DisableScalingGroupRequest(scaling_group_id=group_id))
     # a warm floor of 3 asks for a scale-out the disabled group cannot take
@@ -236,7 +223,7 @@ def test_a_group_disabled_in_ess_is_written_nothing_until_it_is_enabled_again(
     members = fake.state()["ess"]["groups"][group_id]["instances"]
     assert len(members) == 2 and members[victim] == "InService"
     assert capacity_records(tmp_path, fake) == []
-    ess.enable_scaling_group(enable)
+    ess.enable_scaling_group(m.EnableScalingGroupRequest(scaling_group_id=group_id))
     resumed = run_fleet(tmp_path, fake, "serve", "--config", str(config), "--once", "--no-api")
     assert resumed.returncode in (0, 1), resumed.stderr
     members = fake.state()["ess"]["groups"][group_id]["instances"]
@@ -248,27 +235,7 @@ def test_a_group_disabled_in_ess_is_written_nothing_until_it_is_enabled_again(
 def test_a_reclaim_whose_replacement_failed_to_order_is_ordered_on_the_next_tick(
     tmp_path: Path, fake: Fake
 ) -> None:
-    ess = fake.ess()
-    group_id = ess.create_scaling_group(
-        m.CreateScalingGroupRequest(
-            region_id=REGION,
-            scaling_group_name="chat",
-            min_size=0,
-            max_size=8,
-            desired_capacity=2,
-            v_switch_ids=["vsw-a"],
-        )
-    ).body.scaling_group_id
-    config_id = ess.create_scaling_configuration(
-        m.CreateScalingConfigurationRequest(
-            scaling_group_id=group_id, instance_types=[A10], image_id="img", spot_strategy="SpotAsPriceGo"
-        )
-    ).body.scaling_configuration_id
-    ess.enable_scaling_group(
-        m.EnableScalingGroupRequest(scaling_group_id=group_id, active_scaling_configuration_id=config_id)
-    )
-    fake.post("clock", {"advance_s": 10})
-    victim = sorted(fake.state()["ess"]["groups"][group_id]["instances"])[0]
+    group_id, victim = spot_group(fake)
     fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 600})
     # ESS answers 503 to every attempt of this tick's RemoveInstances (the adapter's five)
     fault = {"action": "RemoveInstances", "code": "ServiceUnavailable", "status": 503, "count": 5}
