@@ -360,7 +360,9 @@ class CapacityManager:
                     )
             except CloudError as exc:
                 outcome, error = Outcome.ERROR, str(exc)
-                cs.add_event(self.store, record_id, now, "error", str(exc))
+                timeline = self.store.incident_events(record_id)
+                if not timeline or timeline[-1].kind != "error":  # one event per run of failures
+                    cs.add_event(self.store, record_id, now, "error", str(exc))
                 raise
             finally:
                 self._audit(
