@@ -137,6 +137,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     reason, reasons = sc.reason, sc.reasons
     desired: int | None = target_capacity
     held = group.paused or group.ess_state is not None
+    gh.ess_state = group.ess_state
     if held:
         desired = None
         reason = ReasonCode.PAUSED

@@ -492,6 +492,9 @@ class GroupHistory(_Model):
             "window that saw only a moment"
         ),
     )
+    ess_state: str | None = Field(
+        default=None, description="the ESS group's state at the last decision when not Active (no writes)"
+    )
     tracks: dict[str, Track] = Field(default_factory=dict)
     panic_until: AwareDatetime | None = None
     incidents: list[Incident] = Field(default_factory=list)

@@ -356,7 +356,7 @@ def status(
             incomplete.append(g["name"])
         table.add_row(
             g["name"],
-            "yes" if g["paused"] else "",
+            "yes" if g["paused"] else (f"ESS {g['ess_state']}" if g.get("ess_state") else ""),
             "-" if not decided else str(g["serving_target"]),
             known[:19] if known else ("[yellow]incomplete[/]" if decided else "-"),
             last.get("at", "-")[:19],

@@ -86,6 +86,7 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
             {
                 "name": name,
                 "paused": name in paused,
+                "ess_state": gh.get("ess_state"),  # not Active in ESS at the last tick: nothing written
                 "last_scale": None
                 if last is None
                 else {"at": last.at.isoformat(), "target": last.target, "outcome": last.outcome},

@@ -194,15 +194,17 @@ def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
     assert "max_sise" in err and "Traceback" not in err
 
 
-def _serve_once(tmp_path, monkeypatch, group_extra: str = "") -> str:
-    """One `fleet serve --once` tick against the fake over HTTP (a two-instance group, no agent publishing);
-    the store's URL."""
+def _serve_once(tmp_path, monkeypatch, group_extra: str = "", disabled: bool = False) -> str:
+    """One `fleet serve --once` tick against the fake over HTTP (a two-instance group, no agent publishing,
+    ``disabled`` in ESS); the store's URL."""
     from fleet.testing import FakeAliyunServer
 
     with FakeAliyunServer(boot_seconds=1) as server:
         gid = server.cloud.create_group_for_tests(
             name="chat", min_size=1, max_size=4, desired_capacity=2, in_service=2, region_id="cn-chengdu"
         )
+        if disabled:
+            server.cloud.ess.disable_scaling_group(gid)
         cfg = tmp_path / "fleet.yaml"
         cfg.write_text(
             f"region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
@@ -234,6 +236,16 @@ def test_status_lists_a_group_that_has_not_scaled_and_says_its_metrics_are_incom
     assert main(["status", "--database", db]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "chat" in out and "metrics incomplete: chat" in out
+
+
+def test_status_says_a_group_is_disabled_in_ess(tmp_path, capsys, monkeypatch):
+    db = _serve_once(tmp_path, monkeypatch, disabled=True)
+    capsys.readouterr()
+    assert main(["status", "--json", "--database", db]) == 0
+    [group] = _json(capsys)["groups"]
+    assert group["ess_state"] == "Inactive" and group["paused"] is False
+    assert main(["status", "--database", db]) == 0
+    assert "ESS Inactive" in capsys.readouterr().out
 
 
 def test_status_says_a_released_lease_expired_at_its_time(tmp_path, capsys):
