@@ -237,8 +237,8 @@ def test_a_reclaim_whose_replacement_failed_to_order_is_ordered_on_the_next_tick
 ) -> None:
     group_id, victim = spot_group(fake)
     fake.post("spot-reclaim", {"instance_id": victim, "notice_s": 600})
-    # ESS answers 503 to every attempt of two ticks' RemoveInstances (the adapter's five each)
-    fault = {"action": "RemoveInstances", "code": "ServiceUnavailable", "status": 503, "count": 10}
+    # ESS refuses two ticks' RemoveInstances (a refusal the adapter does not retry, so no backoff to wait)
+    fault = {"action": "RemoveInstances", "code": "IncorrectInstanceStatus", "status": 400, "count": 2}
     fake.post("faults", fault)
     config = write_config(
         tmp_path,
