@@ -286,7 +286,8 @@ def burstiness(
 def _level_shift(diffs: list[float]) -> set[int]:
     """The differences that make the window's largest level shift: the largest difference and its same-sign
     neighbour when the pair straddles one (a step within a bucket lands in two), if no difference of the
-    other sign and at least half its size follows or precedes it within ``SHIFT_REVERT_BUCKETS``. A clump
+    other sign and at least half its size follows or precedes it within ``SHIFT_REVERT_BUCKETS``, and that
+    many have followed it (a jump younger than that may be a clump's start, and counts). A clump
     rises and falls back; a step (a failover, a launch, a batch job starting or ending) stays, and is demand
     that the level follows, not dispersion: counted as dispersion, one step read as 5-9 for the next half hour
     on Poisson arrivals, and the headroom and the scale-in window it stretches held twice the fleet."""
@@ -301,8 +302,8 @@ def _level_shift(diffs: list[float]) -> set[int]:
         near = range(max(0, i - SHIFT_REVERT_BUCKETS), min(len(diffs), i + SHIFT_REVERT_BUCKETS + 1))
         return any(diffs[j] * size < 0 and abs(diffs[j]) >= 0.5 * abs(size) for j in near)
 
-    if reverted(top):
-        return set()
+    if top >= len(diffs) - SHIFT_REVERT_BUCKETS or reverted(top):
+        return set()  # too recent to tell from a clump's start (counted until it is), or undone: a clump
     shift = {top}
     side = [i for i in (top - 1, top + 1) if 0 <= i < len(diffs) and diffs[i] * size > 0]
     if side:
