@@ -178,7 +178,6 @@ class Service:
         self.last_observation: Observation | None = None
         self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
         self._quota_noted: dict[str, datetime] = {}  # per group: when a full task quota was last audited
-        self._disabled: dict[str, str] = {}  # groups seen disabled in ESS (not Active): their state
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
         # per (shard, group), until the shard's first complete sync: whether the store says its tasks were
         # ever written (read once, not at every tick a failing first sync is tried again)
@@ -339,6 +338,7 @@ class Service:
         held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
         for manager in self.capacity_managers.values():
             result.errors.extend(manager.tick(observation, targets, now, fence, held).errors)
+        self._announce_disabled(history, plan)
         self._after(plan, observation, now)
         self._prune(shard, specs, now, fence)
 
@@ -520,20 +520,19 @@ class Service:
         except Exception:  # the store failing too must not stop the other groups either
             log.exception("could not record the failed %s of group %s", stage, group)
 
-    def _announce_disabled(self, observation: Observation) -> None:
+    def _announce_disabled(self, before: History | None, plan: Plan) -> None:
         """A log line and a notification when a group is found disabled in ESS (someone ran
-        DisableScalingGroup: the service then writes nothing to it) and when it is Active again."""
-        for name, g in observation.groups.items():
-            if g.group is None:
-                continue  # unread: no change known
-            state, was = g.group.disabled, self._disabled.get(name)
+        DisableScalingGroup: the service then writes nothing to it) and when it is Active again: its ESS
+        state in the history the tick decided from against the one it decided (a group not decided this
+        tick keeps its state, and a restart reads the last one from the store)."""
+        for name, gh in plan.history.groups.items():
+            old = before.groups.get(name) if before is not None else None
+            state, was = gh.ess_state, old.ess_state if old is not None else None
             if state == was:
                 continue
             if state is None:
-                self._disabled.pop(name, None)
                 title, text, severity = f"{name}: scaling group Active again", "scaling writes resume", "info"
             else:
-                self._disabled[name] = state
                 title = f"{name}: scaling group {state} in ESS"
                 text = (
                     f"ESS refuses every scaling write on a group that is not Active: the service observes "
@@ -765,9 +764,7 @@ class Service:
         return True
 
     def _after(self, plan: Plan, observation: Observation, now: datetime) -> None:
-        """Notifications for SLA risk and breaches (once each), a group disabled in ESS or enabled again, and
-        the Prometheus gauges."""
-        self._announce_disabled(observation)
+        """Notifications for SLA risk and breaches (once each), and the Prometheus gauges."""
         for w in plan.warnings + [w for gp in plan.groups for w in gp.warnings]:
             kind = {
                 WarningCode.SLA_RESPOND_AT_RISK: "sla_risk",
