@@ -489,12 +489,6 @@ class Predictive(_Model):
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
-
-    @property
-    def mirrors_learned_floors(self) -> bool:
-        """Whether the learned floors are written as ESS scheduled tasks (mode ``on``, learned floors)."""
-        return self.mode == PredictiveMode.ON and self.learned_floors
-
     rules_ceiling: float | None = Field(
         default=1.5,
         ge=1,
@@ -504,6 +498,11 @@ class Predictive(_Model):
             "load in instances, or the forecast's target if more (null: uncapped)"
         ),
     )
+
+    @property
+    def mirrors_learned_floors(self) -> bool:
+        """Whether the learned floors are written as ESS scheduled tasks (mode ``on``, learned floors)."""
+        return self.mode == PredictiveMode.ON and self.learned_floors
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -51,7 +51,7 @@ from fleet.service.observe import (
     scope_of,
 )
 from fleet.service.pool import CallPools
-from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, learned_enabled, sync_group
+from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
@@ -635,7 +635,7 @@ class Service:
         for spec in specs:
             g = observation.groups.get(spec.name)
             learned = None
-            if learned_enabled(spec):
+            if spec.predictive.mirrors_learned_floors:
                 gh = history.groups.get(spec.name)
                 state = gh.forecast if gh is not None else ForecastState()
                 learned = learned_floors(spec, self.demand, self.capacity_table, state, now)

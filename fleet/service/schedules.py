@@ -167,11 +167,6 @@ def desired_tasks(
     return tasks, skipped
 
 
-def learned_enabled(spec: GroupSpec) -> bool:
-    """Whether the group's learned floors are mirrored as ESS tasks (predictive ``on``, learned floors)."""
-    return spec.predictive.mirrors_learned_floors
-
-
 def _learned(name: str, group: str) -> bool:
     return name.startswith(f"{task_prefix(group)}learned-")
 
@@ -226,7 +221,7 @@ def plan_sync(
     """
     want, skipped = desired_tasks(spec, now, learned)
     mine = {t.name: t for t in existing if owned(t.name, spec.name)}
-    if learned_enabled(spec):
+    if spec.predictive.mirrors_learned_floors:
         wanted = {t.name for t in want}
         mine = {k: v for k, v in mine.items() if not _learned(k, spec.name) or k in wanted}
     changes: list[TaskChange] = [
