@@ -364,16 +364,16 @@ def test_a_full_quota_is_retried_at_the_sync_interval_and_audited_once_an_hour(f
     cloud, svc, gid = fake_world(BIZ_ONLY)
     cloud.ess.scheduled_task_quota = 0
     cloud.calls.clear()
-    for _ in range(4 * 25):  # 25 minutes of 15 s ticks: the 300 s sync ran at 0, 300, ..., 1200 s
+    for _ in range(25):  # 25 minutes of one-minute ticks: the 300 s sync ran at 0, 300, ..., 1200 s
         assert svc.tick(cloud.now()).leader
-        cloud.advance(15)
+        cloud.advance(60)
     creates = [a for _, a in cloud.calls if a == "CreateScheduledTask"]
     assert len(creates) == 5  # one call a sync (the rest would fail alike), not one a tick
     errors = [d for d in svc.store.decisions(group="chat", kind="schedule") if d.outcome == "error"]
     assert len(errors) == 1 and "QuotaExceeded.ScheduledTask" in errors[0].reason
     cloud.ess.scheduled_task_quota = 70
-    for _ in range(4 * 5):
+    for _ in range(5):
         svc.tick(cloud.now())
-        cloud.advance(15)
+        cloud.advance(60)
     names = {t.name for t in cloud.ess.scheduled_tasks.values()}
     assert {"fleet-chat-biz-start", "fleet-chat-biz-end"} <= names
