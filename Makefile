@@ -22,8 +22,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# One pytest worker per core (pytest-xdist); `pytest -n0` runs in one process, as for a single test.
 test: lint prometheus chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 # Debian's Prometheus for the tests against a real server (tests/fleet/sources); they skip where it is absent.
 # Installed only where we are root with apt-get; never fails the build.
