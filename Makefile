@@ -22,9 +22,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# One pytest worker per core (pytest-xdist); `pytest -n0` runs in one process, as for a single test.
+# One pytest worker per core (pytest-xdist), at most 8: the end-to-end tests each hold several PostgreSQL
+# connections and subprocesses, and a large machine's core count would exhaust a default server's 100.
+# `pytest` without -n runs in one process, as for a single test.
 test: lint prometheus chromium
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest -n auto --maxprocesses 8
 
 # Debian's Prometheus for the tests against a real server (tests/fleet/sources); they skip where it is absent.
 # Installed only where we are root with apt-get; never fails the build.
