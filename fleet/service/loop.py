@@ -332,14 +332,15 @@ class Service:
                 shard, now, observation, keeper.lease, fence, plan.history, specs
             )
         self._reconcile(observation, keeper.lease, result, specs)
-        self._actuate(plan, observation, now, keeper.lease, fence, paused, result)
+        # written to by nobody this tick: paused by operators, or disabled in ESS (decided and shown only)
+        held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
+        self._actuate(plan, observation, now, keeper.lease, fence, held, result)
         # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
-        held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
         for manager in self.capacity_managers.values():
             result.errors.extend(manager.tick(observation, targets, now, fence, held).errors)
         self._announce_disabled(history, plan)
-        self._after(plan, observation, now)
+        self._after(plan, observation, now, held)
         self._prune(shard, specs, now, fence)
 
     # -- snapshot -------------------------------------------------------------------------------------
@@ -550,12 +551,12 @@ class Service:
         now: datetime,
         lease: Lease,
         fence: Callable[[], bool],
-        paused: set[str],
+        held: set[str],
         result: TickResult,
     ) -> None:
         for gp in plan.groups:
             observed = observation.groups.get(gp.group)
-            if observed is None or not (observed.ok or observed.blind) or _held(observed, gp.group, paused):
+            if observed is None or not (observed.ok or observed.blind) or gp.group in held:
                 continue  # unread, or paused (operators, ESS): decided and shown, not written
             try:
                 actions = self._actuate_group(gp, plan, observed, now, lease, fence)
@@ -763,8 +764,9 @@ class Service:
                 self.store.mark_request(req.id, f"refused: {what} is not in any configured group", now, conn)
         return True
 
-    def _after(self, plan: Plan, observation: Observation, now: datetime) -> None:
-        """Notifications for SLA risk and breaches (once each), and the Prometheus gauges."""
+    def _after(self, plan: Plan, observation: Observation, now: datetime, held: set[str]) -> None:
+        """Notifications for SLA risk and breaches (once each), and the Prometheus gauges (``held``: the
+        groups nothing is written to this tick)."""
         for w in plan.warnings + [w for gp in plan.groups for w in gp.warnings]:
             kind = {
                 WarningCode.SLA_RESPOND_AT_RISK: "sla_risk",
@@ -811,10 +813,9 @@ class Service:
                     self.metrics.isolate_by.labels(**labels).set((inc.isolate_by - now).total_seconds())
         for state, n in by_state.items():
             self.metrics.incidents.labels(state=state).set(n)
-        paused = self.store.paused_groups()
         self._predictive_gauges(plan)
         for name, g in observation.groups.items():
-            self.metrics.paused.labels(group=name).set(1 if _held(g, name, paused) else 0)
+            self.metrics.paused.labels(group=name).set(1 if name in held else 0)
             for metric, age in g.staleness_s.items():
                 if age is not None:
                     self.metrics.metric_staleness.labels(group=name, metric=metric).set(age)
