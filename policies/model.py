@@ -123,6 +123,7 @@ class ReasonCode(StrEnum):
     INSTANCE_GONE = "instance_gone"
     ESCALATED = "escalated"
     REMEDIATED = "remediated"
+    RECOVERED = "recovered"  # held by the breaker or max_isolated, its condition read clear long enough
 
 
 class WarningCode(StrEnum):
@@ -423,6 +424,8 @@ class Incident(_Model):
     remove_requested_at: AwareDatetime | None = None
     remediated_at: AwareDatetime | None = None
     closed_at: AwareDatetime | None = None
+    # a held incident (never admitted): since when its condition has read clear on fresh evidence
+    clear_since: AwareDatetime | None = None
     outcome: str | None = None
     failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per step action")
     evidence: dict[str, Scalar] = Field(default_factory=dict)

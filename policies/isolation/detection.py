@@ -3,6 +3,9 @@
 A detector sees one rule and one instance (a ``Probe``) and returns a ``Detection`` or None; condition tracks
 (how long a breach has held, unbroken) advance in the group history. Kinds: metric, throttle, xid, event and
 outlier (the instance's metric against its fresh InService peers' median).
+
+A held incident (the breaker or ``max_isolated`` kept it from being admitted) whose condition then reads
+clear on fresh evidence for ``RECOVERED_AFTER_S`` closes as recovered (``close_recovered``).
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.isolation.shared import SERVING_STATES, XID_SAME_EVENT_GAP_S, Tick, note
+from policies.isolation.shared import SERVING_STATES, XID_SAME_EVENT_GAP_S, Tick, close, note
 from policies.model import (
     OPEN_STATES,
+    PRE_ISOLATION_STATES,
     EpisodeRecord,
     GroupHistory,
+    Incident,
     IncidentState,
     InstanceSnapshot,
     ReasonCode,
@@ -29,6 +34,12 @@ from policies.model import (
 )
 from policies.observe import GroupView, fresh
 from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
+
+# How long a held incident's condition must read clear before it closes as recovered. Nine agents silent
+# for two hours (a bad rollout) tripped the breaker; three were rebooted and the other six stayed open after
+# their agents came back, held until a human reset the breaker, which then isolated and rebooted six healthy
+# instances. A condition that comes back within this is the same fault: the incident stays as it was.
+RECOVERED_AFTER_S = 600.0
 
 
 @dataclass
@@ -186,7 +197,7 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
         _unknown(p)
         return None
     assert sample is not None
-    breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
+    breaching = _beyond(rule, sample.value)
     if rule.repeat > 1:
         return _episodes(rule, p, sample.value, sample.at, breaching)
     track = _track(p.gh, p.key, breaching, sample.at)
@@ -205,6 +216,11 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
             },
         )
     return None
+
+
+def _beyond(rule: IsolationRule, value: float) -> bool:
+    """A metric rule's threshold crossed: above ``above``, or below ``below``."""
+    return value > rule.above if rule.above is not None else value < (rule.below or 0.0)
 
 
 def _episodes(rule: IsolationRule, p: Probe, value: float, at: datetime, breaching: bool) -> Detection | None:
@@ -410,3 +426,55 @@ def open_or_escalate(t: Tick) -> None:
             note(
                 inc, now, ReasonCode.ESCALATED, f"{worst.rule.rule_id}: {worst.detail} -> {worst.rule.action}"
             )
+
+
+def close_recovered(t: Tick) -> None:
+    """Close each held automatic incident whose condition has read clear for ``RECOVERED_AFTER_S``.
+
+    Held: open, never admitted (the breaker or ``max_isolated`` kept it waiting), so nothing was done to its
+    instance. Only conditions that fresh evidence can read as over count: a metric threshold (without
+    ``repeat``), throttling, an absent metric. XIDs, system events and outliers, and an incident that more
+    than one rule found, stay open for their handlers or a human, as before."""
+    rules = {rule.rule_id: rule for rule in t.spec.isolation.rules}
+    for inc in t.gh.incidents:
+        if inc.state not in PRE_ISOLATION_STATES or inc.admitted_at is not None or inc.manual:
+            continue
+        rule = rules.get(inc.rule)
+        inst = t.by_id.get(inc.instance_id)
+        clear = (
+            rule is not None
+            and inst is not None
+            and inc.incident_id not in t.released
+            and _one_finding(inc)
+            and _cleared(rule, inst, t.now, t.stale_after_s)
+        )
+        if not clear:
+            inc.clear_since = None
+        elif inc.clear_since is None:
+            inc.clear_since = t.now
+        elif (t.now - inc.clear_since).total_seconds() >= RECOVERED_AFTER_S:
+            since = inc.clear_since.isoformat()
+            note(inc, t.now, ReasonCode.RECOVERED, f"{inc.rule} clear since {since}, before any action")
+            close(inc, t.now, ReasonCode.RECOVERED, "recovered")
+
+
+def _one_finding(inc: Incident) -> bool:
+    return not any(key == "also" or key.startswith("escalated_by_") for key in inc.evidence)
+
+
+def _cleared(rule: IsolationRule, inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
+    """Whether a fresh sample says the rule's condition does not hold (False: it holds, or nothing tells)."""
+    if inst.lifecycle_state not in SERVING_STATES:
+        return False
+    if rule.kind == "absent":
+        return fresh(inst.metrics.get(rule.metric or ""), now, stale_after_s)
+    if rule.kind == "throttle":
+        sample = inst.metrics.get(m.GPU_THROTTLE_REASONS)
+        mask = m.throttle_mask(rule.throttle_reasons or ())
+        return sample is not None and fresh(sample, now, stale_after_s) and int(sample.value) & mask == 0
+    if rule.kind == "metric" and rule.repeat == 1:
+        sample = inst.metrics.get(rule.metric or "")
+        if sample is None or not fresh(sample, now, stale_after_s):
+            return False
+        return not _beyond(rule, sample.value)
+    return False

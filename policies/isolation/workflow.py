@@ -11,7 +11,7 @@ from datetime import datetime
 
 from policies.isolation.admission import admit
 from policies.isolation.advance import advance_all, notify_only
-from policies.isolation.detection import open_or_escalate
+from policies.isolation.detection import close_recovered, open_or_escalate
 from policies.isolation.operator import acknowledge_notified, apply_operator_actions
 from policies.isolation.outcomes import read_outcomes
 from policies.isolation.pruning import prune, summarize
@@ -26,6 +26,7 @@ STEPS = (
     acknowledge_notified,  # operator.py: a notification to a human channel is the acknowledgment
     read_outcomes,  # outcomes.py: reboots issued, failed steps asked again
     open_or_escalate,  # detection.py: findings open incidents or escalate open ones
+    close_recovered,  # detection.py: held incidents whose condition has read clear for 10 minutes close
     admit,  # admission.py: the breaker and max_isolated, in detection order
     advance_all,  # advance.py: one handler per IncidentState
     check_clocks,  # sla.py: respond and isolate clocks, at risk and breached

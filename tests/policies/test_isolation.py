@@ -137,6 +137,80 @@ def test_breaker_stays_open_until_a_human_resets_it():
     assert not hist.groups[GROUP].breaker.open
 
 
+def _held_by_breaker(spec, world, hot):
+    for iid in hot:
+        world.nodes[iid].hot = True
+    _, hist = drive(world, spec, 4 * 60)
+    gh = hist.groups[GROUP]
+    assert gh.breaker.open
+    held = [i for i in gh.incidents if i.admitted_at is None]
+    assert len(held) == len(hot) - 1
+    return hist, held
+
+
+def test_a_held_incident_whose_condition_clears_closes_as_recovered_and_a_reset_leaves_it_alone():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
+    world = World(T0, 10)
+    hist, held = _held_by_breaker(spec, world, ("i-0001", "i-0002", "i-0003"))
+    for inc in held:
+        world.nodes[inc.instance_id].hot = False  # the fans came back: nothing was done to them
+    plans, hist = drive(world, spec, 9 * 60, history=hist)
+    assert all(i.open for i in incidents(hist) if i.incident_id in {h.incident_id for h in held})
+    plans, hist = drive(world, spec, 2 * 60, history=hist)
+    gh = hist.groups[GROUP]
+    recovered = [i for i in gh.incidents if i.incident_id in {h.incident_id for h in held}]
+    assert all(i.state == IncidentState.CLOSED and i.outcome == "recovered" for i in recovered)
+    assert all(ReasonCode.RECOVERED in [e.reason for e in i.timeline] for i in recovered)
+    assert {s.incident_id for s in steps_of(plans, StepAction.CLOSE)} >= {i.incident_id for i in recovered}
+    assert gh.breaker.open  # isolation still waits for a human
+    _, hist = drive(world, spec, 50 * 60, history=hist)  # past the window: a reset admits what it still holds
+    world.operator_actions = [OperatorAction(action_id="r1", kind="reset_breaker", at=world.now, by="ops")]
+    _, hist = drive(world, spec, 10 * 60, history=hist)
+    touched = {i for _, a, i in world.actions if a == "enter_standby"}
+    assert not touched & {i.instance_id for i in recovered}  # the reset took no healthy node out
+
+
+def test_a_held_condition_back_within_the_clear_spell_keeps_its_incident_open():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
+    world = World(T0, 10)
+    hist, held = _held_by_breaker(spec, world, ("i-0001", "i-0002"))
+    (inc,) = held
+    world.nodes[inc.instance_id].hot = False
+    _, hist = drive(world, spec, 8 * 60, history=hist)
+    world.nodes[inc.instance_id].hot = True  # back before ten clear minutes: the same fault
+    _, hist = drive(world, spec, 60, history=hist)
+    world.nodes[inc.instance_id].hot = False
+    _, hist = drive(world, spec, 8 * 60, history=hist)
+    (same,) = [i for i in incidents(hist) if i.incident_id == inc.incident_id]
+    assert same.open and same.admitted_at is None  # 8 clear minutes since it came back: not yet
+    assert len([i for i in incidents(hist) if i.instance_id == inc.instance_id]) == 1
+    _, hist = drive(world, spec, 3 * 60, history=hist)
+    (same,) = [i for i in incidents(hist) if i.incident_id == inc.incident_id]
+    assert same.outcome == "recovered"
+
+
+def test_a_held_silent_agent_that_reports_again_recovers_but_an_xid_does_not():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
+    world = World(T0, 10, demand=lambda at: 5.0)
+    for iid in ("i-0001", "i-0002"):
+        world.nodes[iid].silent = True
+    _, hist = drive(world, spec, 11 * 60)  # the first is admitted, the second trips the breaker
+    world.nodes["i-0003"].xids = [XidEvent(code=79, at=world.now)]
+    _, hist = drive(world, spec, 60, history=hist)
+    gh = hist.groups[GROUP]
+    held = {i.instance_id: i for i in gh.incidents if i.admitted_at is None}
+    assert gh.breaker.open and {i.rule for i in held.values()} == {"agent_silent", "xid_hardware"}
+    for iid in held:
+        world.nodes[iid].silent = False
+        world.nodes[iid].xids = []
+    _, hist = drive(world, spec, 12 * 60, history=hist)
+    ids = {h.incident_id for h in held.values()}
+    after = {i.instance_id: i for i in incidents(hist) if i.incident_id in ids}
+    for iid, inc in after.items():
+        expected = "recovered" if held[iid].rule == "agent_silent" else None
+        assert inc.outcome == expected, (iid, held[iid].rule)
+
+
 def test_hardware_xid_leads_to_replacement_at_once():
     spec = policy()
     world = World(T0, 6)

@@ -136,33 +136,40 @@ def test_with_the_breaker_open_scale_in_still_removes_dead_suspects():
         instances=instances,
         demand=DemandInputs(history=series(2, fn=lambda m: 2.0)),
     )
-    incidents = [
-        Incident(
-            incident_id=f"inc-{inst.instance_id}",
-            group=GROUP,
-            instance_id=inst.instance_id,
-            rule="engine_down",
-            kind="metric",
-            action="reboot",
-            detected_at=T - timedelta(minutes=5),
-            respond_by=T + timedelta(minutes=10),
-            isolate_by=T + timedelta(hours=4),
-        )
-        for inst in dead
-    ]
+
+    def incidents(on):
+        return [
+            Incident(
+                incident_id=f"inc-{inst.instance_id}",
+                group=GROUP,
+                instance_id=inst.instance_id,
+                rule="engine_down",
+                kind="metric",
+                action="reboot",
+                detected_at=T - timedelta(minutes=5),
+                respond_by=T + timedelta(minutes=10),
+                isolate_by=T + timedelta(hours=4),
+            )
+            for inst in on
+        ]
+
     breaker = BreakerState(open=True, opened_at=T - timedelta(minutes=5), reason="4 isolations")
 
-    def plan(with_incidents: bool):
-        gh = GroupHistory(last_target=20, breaker=breaker, incidents=incidents if with_incidents else [])
+    def plan(open_incidents):
+        gh = GroupHistory(last_target=20, breaker=breaker, incidents=open_incidents)
         return decide(Snapshot(taken_at=T, groups=[group]), spec(), History(groups={GROUP: gh}), T).groups[0]
 
-    gp = plan(with_incidents=True)
+    gp = plan(incidents(dead))
     assert gp.reason == ReasonCode.PREDICTIVE_SCALE_IN
     assert gp.serving_target == 18  # one bounded step (10 %), no more than the 3 dead
     assert set(gp.scale_in_order[:2]) <= {i.instance_id for i in dead}  # they go first
-    held = plan(with_incidents=False)  # dead but no suspects: the victims could be anyone, so it waits
+    held = plan(incidents(instances[:3]))  # dead but not suspects: the victims could be anyone, so it waits
     assert held.serving_target == 20
     assert any("breaker" in r.detail for r in held.reasons)
+    # every incident closed (remediated, gone or recovered): the open breaker no longer holds scale-in
+    free = plan([])
+    assert free.serving_target == 18
+    assert not any("breaker" in r.detail for r in free.reasons)
 
 
 def test_the_retry_waits_for_its_probe_to_be_judged():
