@@ -18,7 +18,7 @@ from typing import Any
 from sizing.catalog import GPU, InstanceType, ModelShape, find_gpu
 from sizing.errors import SizingInputError
 from sizing.memory import check_tp, resolve_dtype, weight_bytes_per_rank
-from sizing.search import Candidate, SearchResult
+from sizing.search import DEARER, SAME_COST, Candidate, SearchResult
 
 DEFAULT_SPOT_FRACTION = 0.3
 GPU_MEMORY_UTILIZATION = 0.90  # vLLM's default share of each GPU it may use
@@ -53,8 +53,8 @@ def spot_cost(cost: float | None, spot_fraction: float = DEFAULT_SPOT_FRACTION) 
 
 
 def _serves(c: Candidate) -> bool:
-    # The search marks every option that meets the SLOs but costs more than the best "dearer ..."
-    return c.fits and (not c.reason or c.reason.startswith("dearer")) and c.instances is not None
+    # The search marks each option that serves within the SLOs, ranked after the best, "dearer" or "same cost"
+    return c.fits and (not c.reason or c.reason.startswith((DEARER, SAME_COST))) and c.instances is not None
 
 
 def fallback_ladder(

@@ -742,10 +742,19 @@ def _cost_key(c: Candidate) -> tuple[float, int, str]:
     return (cost, c.gpus * (c.instances or 1), c.instance_type or c.gpu)
 
 
+# Costs closer than half a fen an hour are the same cost: the option lost a tie, not on price.
+SAME_COST_CNY = 0.005
+DEARER, SAME_COST = "dearer", "same cost"  # the reasons of options that serve but rank after the best
+
+
 def _dearer(c: Candidate, best: Candidate | None) -> str:
     if best is None:
         return ""
     what = best.instance_type or best.gpu
+    tie = _same_cost(c, best)
+    if tie is not None:
+        lost = _tie_break(c, best)
+        return f"{SAME_COST} as the best (CNY {tie:.2f}/h for {best.instances or 1} x {what}): {lost}"
     if c.cost_cny_per_hour is not None and best.cost_cny_per_hour is not None:
         how = "estimated " if c.estimated else ""
         return (
@@ -755,6 +764,29 @@ def _dearer(c: Candidate, best: Candidate | None) -> str:
     if c.price_cny_per_hour is not None and best.price_cny_per_hour is not None:
         return f"dearer: CNY {c.price_cny_per_hour:.2f}/h vs CNY {best.price_cny_per_hour:.2f}/h for {what}"
     return f"lost to {what}"
+
+
+def _same_cost(c: Candidate, best: Candidate) -> float | None:
+    """The hourly cost both options share (with a load: the fleet's; without: one instance's), else None."""
+    for mine, theirs in (
+        (c.cost_cny_per_hour, best.cost_cny_per_hour),
+        (c.price_cny_per_hour, best.price_cny_per_hour),
+    ):
+        if mine is not None and theirs is not None:
+            return theirs if abs(mine - theirs) < SAME_COST_CNY else None
+    return None
+
+
+def _tie_break(c: Candidate, best: Candidate) -> str:
+    """Why the best won a tie on cost: ``_cost_key``'s GPUs and name, then the search's order, which tries
+    the checkpoint's own weights before quantized ones and the smaller TP first."""
+    mine = c.plan.dtype if c.plan else None
+    theirs = best.plan.dtype if best.plan else None
+    if mine != theirs:
+        return f"{mine} weights, where the best keeps {theirs} at that cost"
+    if c.tp != best.tp:
+        return f"TP {c.tp}, where the best runs TP {best.tp} at that cost"
+    return "the best uses fewer GPUs or comes first by name"
 
 
 def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, float, int, str]:

@@ -529,10 +529,14 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
 
 def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
     """The verdict in a few words for the table (the full reason is in --json)."""
+    from sizing.search import DEARER, SAME_COST
+
     reason = j["reason"]
     if not reason:
         return "best"
-    if reason.startswith("dearer") and best is not None:
+    if reason.startswith(SAME_COST):
+        return "same cost: " + reason.split("): ", 1)[-1].split(",", 1)[0]
+    if reason.startswith(DEARER) and best is not None:
         mine, theirs = j.get("cost_cny_per_hour"), best.get("cost_cny_per_hour")
         if mine is None or theirs is None:
             mine, theirs = j.get("price_cny_per_hour"), best.get("price_cny_per_hour")

@@ -106,6 +106,14 @@ def test_the_human_table_names_the_best_option_and_its_command(capsys):
     assert "best: ecs.gn7i-c8g1.2xlarge" in out and "vllm serve Qwen/Qwen2.5-7B-Instruct" in out
 
 
+def test_the_table_says_an_option_that_tied_on_cost_lost_the_tie(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
+    assert main([*argv, "4096", "--qps", "1"]) == 0
+    rows = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    fp8 = next(r for r in rows if " fp8 " in r)
+    assert fp8.endswith("same cost: fp8 weights") and "dearer" not in fp8
+
+
 @pytest.mark.parametrize("slo, noted", [([], True), (["--slo-ttft-p99-ms", "3000"], False)])
 def test_a_load_without_a_latency_slo_is_noted_under_the_best(capsys, slo, noted):
     argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "gn7i-c8g1.2xlarge", "--qps", "0.5"]

@@ -297,6 +297,25 @@ def test_the_quantized_formats_the_gpu_supports_are_searched():
     assert {c.plan.dtype for c in res.candidates if c.plan} == {"bf16", "fp8", "awq"}
 
 
+@pytest.mark.parametrize("load", [None, Workload(qps=1.0, prompt_tokens=1000, output_tokens=200)])
+def test_an_option_that_ties_on_cost_says_what_lost_the_tie_not_that_it_is_dearer(load):
+    # One L20 serves the load in bf16, fp8 and AWQ alike: the same CNY/h, so the checkpoint's own weights win
+    # the tie, and the others say so (the table read "dearer by CNY 0.00/h").
+    res = search(
+        find_model("Qwen2.5-7B"),
+        settings=Settings(max_model_len=4096, search_quantized=True),
+        workload=load,
+        instances=[find_instance("ecs.gn8is.2xlarge")],
+        prices=price_book(),
+    )
+    assert res.best is not None and res.best.plan.dtype == "bf16"
+    others = [c for c in res.candidates if c is not res.best and c.fits]
+    assert {c.plan.dtype for c in others} == {"fp8", "awq"}
+    for c in others:
+        assert c.reason.startswith("same cost as the best"), c.reason
+        assert f"{c.plan.dtype} weights, where the best keeps bf16" in c.reason
+
+
 def test_monthly_cost_is_the_hourly_cost_over_730_hours():
     best = _l20_tpot_case(SLO()).best
     doc = best.to_json(Workload(qps=2.0, prompt_tokens=500, output_tokens=3000))
