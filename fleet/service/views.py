@@ -231,7 +231,9 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
     )
     isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
-    respond_breach = _breached(inc.respond_by, inc.acknowledged_at, now)
+    # An incident that closed before its respond deadline (recovered, its instance gone) needed no response:
+    # unacknowledged, it breaches only if it was still open when the deadline passed.
+    respond_breach = _breached(inc.respond_by, inc.acknowledged_at or inc.closed_at, now)
     # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
     closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
     isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)

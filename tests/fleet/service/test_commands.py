@@ -184,6 +184,29 @@ def test_sla_report_counts_breaches(db, capsys):
     assert report["incidents"][0]["time_to_isolate_s"] == pytest.approx(600, abs=5)
 
 
+@pytest.mark.parametrize("closed_after_min, breached", [(10, False), (20, True), (None, True)])
+def test_an_unacknowledged_incident_breaches_respond_only_if_open_at_its_deadline(closed_after_min, breached):
+    from fleet.service.views import sla_row
+
+    now = datetime.now(UTC)
+    detected = now - timedelta(minutes=30)
+    closed = None if closed_after_min is None else detected + timedelta(minutes=closed_after_min)
+    inc = IncidentRecord(
+        id="inc-2",
+        service="fleet",
+        group_name="chat",
+        instance_id="i-held",
+        state="open" if closed is None else "closed",
+        detected_at=detected,
+        updated_at=now,
+        cause="absent: agent_silent",
+        respond_by=detected + timedelta(minutes=15),
+        isolate_by=detected + timedelta(hours=4),
+        closed_at=closed,
+    )
+    assert sla_row(inc, now)["respond_breached"] is breached
+
+
 def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
     bad = tmp_path / "fleet.yaml"
     bad.write_text("region: cn-chengdu\ngroups:\n  - name: chat\n    min_size: 2\n    max_sise: 4\n")
