@@ -314,7 +314,8 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
             responded = min((r for r in responses if r is not None), default=None)
             isolated = rec.isolated_at or _dt(body.get("isolated_at"))
             remediated = _dt(body.get("remediated_at")) or rec.closed_at
-            late_response = (responded or end) - rec.detected_at > respond
+            # as the SLA report: one closed before its respond deadline needed no response
+            late_response = (responded or rec.closed_at or end) - rec.detected_at > respond
             late_isolation = (isolated or remediated or end) - rec.detected_at > isolate
             out.append(
                 {
