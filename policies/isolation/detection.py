@@ -335,11 +335,11 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
     assert sample is not None
     assert p.peers is not None  # ``detect`` reads them once per outlier rule
     peers = p.peers.without(p.inst.instance_id)
-    if len(peers) < rule.min_peers:
+    judged = _outlying(rule, sample.value, peers)
+    if judged is None:
         _unknown(p)
         return None
-    median = statistics.median(peers)
-    breaching = sample.value >= rule.min_value and sample.value > rule.peer_factor * median
+    breaching, median = judged
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
         return Detection(
@@ -354,6 +354,16 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
             },
         )
     return None
+
+
+def _outlying(rule: IsolationRule, value: float, peers: list[float]) -> tuple[bool, float] | None:
+    """Whether ``value`` stands out of its peers' median as the rule says, and that median; None: too few
+    peers to tell."""
+    assert rule.peer_factor is not None
+    if len(peers) < rule.min_peers:
+        return None
+    median = statistics.median(peers)
+    return value >= rule.min_value and value > rule.peer_factor * median, median
 
 
 def _absent(rule: IsolationRule, p: Probe) -> Detection | None:
@@ -433,8 +443,9 @@ def close_recovered(t: Tick) -> None:
 
     Held: open, never admitted (the breaker or ``max_isolated`` kept it waiting), so nothing was done to its
     instance. Only conditions that fresh evidence can read as over count: a metric threshold (without
-    ``repeat``), throttling, an absent metric. XIDs, system events and outliers, and an incident that more
-    than one rule found, stay open for their handlers or a human, as before."""
+    ``repeat``), throttling, an absent metric, an outlier back among its peers. XIDs and system events (the
+    fault stays in the hardware, or ECS ends the event once the instance is rebooted), and an incident that
+    more than one rule found, stay open for their handlers or a human, as before."""
     rules = {rule.rule_id: rule for rule in t.spec.isolation.rules}
     for inc in t.gh.incidents:
         if inc.state not in PRE_ISOLATION_STATES or inc.admitted_at is not None or inc.manual:
@@ -446,7 +457,7 @@ def close_recovered(t: Tick) -> None:
             and inst is not None
             and inc.incident_id not in t.released
             and _one_finding(inc)
-            and _cleared(rule, inst, t.now, t.stale_after_s)
+            and _cleared(rule, inst, t.view, t.now, t.stale_after_s)
         )
         if not clear:
             inc.clear_since = None
@@ -462,10 +473,19 @@ def _one_finding(inc: Incident) -> bool:
     return not any(key == "also" or key.startswith("escalated_by_") for key in inc.evidence)
 
 
-def _cleared(rule: IsolationRule, inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
+def _cleared(
+    rule: IsolationRule, inst: InstanceSnapshot, view: GroupView, now: datetime, stale_after_s: float
+) -> bool:
     """Whether a fresh sample says the rule's condition does not hold (False: it holds, or nothing tells)."""
     if inst.lifecycle_state not in SERVING_STATES:
         return False
+    if rule.kind == "outlier":
+        sample = inst.metrics.get(rule.metric or "")
+        if sample is None or not fresh(sample, now, stale_after_s):
+            return False
+        peers = Peers.of(view, rule.metric or "", now, stale_after_s).without(inst.instance_id)
+        judged = _outlying(rule, sample.value, peers)
+        return judged is not None and not judged[0]
     if rule.kind == "absent":
         return fresh(inst.metrics.get(rule.metric or ""), now, stale_after_s)
     if rule.kind == "throttle":

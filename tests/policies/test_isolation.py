@@ -211,6 +211,20 @@ def test_a_held_silent_agent_that_reports_again_recovers_but_an_xid_does_not():
         assert inc.outcome == expected, (iid, held[iid].rule)
 
 
+def test_a_held_latency_outlier_back_among_its_peers_recovers():
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
+    world = World(T0, 10)
+    world.nodes["i-0001"].hot = True
+    world.nodes["i-0005"].ttft_ms = 2500
+    _, hist = drive(world, spec, 7 * 60)
+    (held,) = [i for i in incidents(hist) if i.admitted_at is None]
+    assert held.rule == "latency_outlier" and hist.groups[GROUP].breaker.open
+    world.nodes["i-0005"].ttft_ms = None  # as fast as the others again
+    _, hist = drive(world, spec, 11 * 60, history=hist)
+    (after,) = [i for i in incidents(hist) if i.incident_id == held.incident_id]
+    assert after.outcome == "recovered"
+
+
 def test_hardware_xid_leads_to_replacement_at_once():
     spec = policy()
     world = World(T0, 6)
