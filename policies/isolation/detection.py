@@ -37,8 +37,9 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
 
 # How long a held incident's condition must read clear before it closes as recovered. Nine agents silent
 # for two hours (a bad rollout) tripped the breaker; three were rebooted and the other six stayed open after
-# their agents came back, held until a human reset the breaker, which then isolated and rebooted six healthy
-# instances. A condition that comes back within this is the same fault: the incident stays as it was.
+# their agents came back, held until a human reset the breaker, and a reset past the breaker's window then
+# took the six, healthy by then, out of traffic to reboot them. A condition that comes back within this is
+# the same fault: the incident stays as it was.
 RECOVERED_AFTER_S = 600.0
 
 
