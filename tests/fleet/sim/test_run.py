@@ -78,7 +78,7 @@ def test_a_node_rebooted_for_overheating_goes_back_once_its_engine_serves_and_on
         e["at_s"] for e in overheat_run.fault_log if e["event"] == "rebooted" and e["instance_id"] == hot
     ]
     assert len(reboots) == 1
-    assert incident["state"] == "closed"
+    assert incident["state"] == "closed" and incident["outcome"] == "rebooted"
 
 
 def _engine_crash_run(config):
