@@ -21,6 +21,9 @@ from zoneinfo import ZoneInfo
 from fleet.sim.types import MinutePoint, SimResult
 from fleet.timefmt import parse_iso
 
+# The incidents table's columns (the summary's incident fields), in order.
+INCIDENT_COLUMNS = ("instance_id", "cause", "detected_at", "responded_at", "isolated_at", "action", "outcome")
+
 W, H = 960, 200  # one plot's size in SVG user units
 ML, MR, MT, MB = 60, 20, 16, 26  # margins
 
@@ -257,14 +260,11 @@ def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
     inc_rows = (
         "".join(
             "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(inc.get(k, '')))}</td>"
-                for k in ("instance_id", "cause", "detected_at", "responded_at", "isolated_at", "action")
-            )
+            + "".join(f"<td>{html.escape(str(inc.get(k, '')))}</td>" for k in INCIDENT_COLUMNS)
             + "</tr>"
             for inc in result.incidents
         )
-        or '<tr><td colspan="6">none</td></tr>'
+        or f'<tr><td colspan="{len(INCIDENT_COLUMNS)}">none</td></tr>'
     )
     fault_rows = (
         "".join(
@@ -307,7 +307,7 @@ InService</span>
 {closeup}
 <h2>Summary</h2><table>{rows}</table>
 <h2>Incidents</h2><table><tr><th>instance</th><th>cause</th><th>detected</th><th>responded</th><th>isolated</th>
-<th>action</th></tr>{inc_rows}</table>
+<th>action</th><th>outcome</th></tr>{inc_rows}</table>
 <h2>Injected faults</h2><table><tr><th>time</th><th>instance</th><th>fault</th></tr>{fault_rows}</table>
 <h2>Invariants</h2>{inv}
 {timeline}

@@ -234,6 +234,7 @@ def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_r
     for svg in svgs:
         xml.dom.minidom.parseString(svg)  # well-formed
     assert "Incident close-up" in page
+    assert "<th>outcome</th>" in page and "<td>rebooted</td>" in page  # the overheat's incident row
     assert "Ordered capacity vs the oracle" in page and "Cost curve" in page and "Decision timeline" in page
     assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
 
