@@ -576,6 +576,42 @@ def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
             )
 
 
+# A tied option is worth a note when its P99 TTFT or TPOT is at most this share of the best's.
+FASTER_TIE_SHARE = 0.8
+
+
+def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
+    """A note when an option at the best's cost (it lost the tie on its weights or TP) has a clearly lower
+    P99 TTFT or TPOT at the offered load: the checkpoint's own weights win ties, but that speed is free."""
+    from sizing.search import SAME_COST
+
+    for c in result.candidates:
+        j = c.to_json(result.workload)
+        if not (j["reason"] or "").startswith(SAME_COST):
+            continue
+        pairs = [(j.get(k), best.get(k)) for k in ("p99_ttft_ms", "p99_tpot_ms")]
+        if any(None in pair for pair in pairs):
+            continue
+        if not any(mine <= FASTER_TIE_SHARE * theirs for mine, theirs in pairs):
+            continue
+        (ttft, best_ttft), (tpot, best_tpot) = pairs
+        quantized = j["dtype"] != best["dtype"]
+        what = f"{j['dtype']} weights" if quantized else f"TP {j['tp']}"
+        slo = result.slo
+        ranked = slo is not None and (slo.ttft_p99_ms is not None or slo.tpot_p99_ms is not None)
+        why = [] if ranked else ["a latency SLO ranks on it"]
+        if quantized:
+            why.append("check the quantized output on your own evaluation")
+        console.print(
+            f"  [yellow]note:[/] at the same cost{' and within the SLOs' if ranked else ''}, {what} give P99 "
+            f"TTFT {ttft:.0f} ms and TPOT {tpot:.1f} ms against {best_ttft:.0f} / {best_tpot:.1f}"
+            + (f" ({'; '.join(why)})" if why else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+
+
 def _context_hint(candidates: Any) -> None:
     """When the nearest miss holds the weights but not one max_model_len request: how long a context fits."""
     near = candidates[0] if candidates else None
@@ -681,5 +717,7 @@ def _render(
                 soft_wrap=True,
             )
     _render_notes(j, result.slo if has_load else None, requests)
+    if has_load:
+        _faster_at_the_same_cost(result, j)
     if plot is not None:
         console.print(f"  wrote {plot}", highlight=False)

@@ -112,6 +112,27 @@ def test_the_table_says_an_option_that_tied_on_cost_lost_the_tie(capsys):
     rows = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     fp8 = next(r for r in rows if " fp8 " in r)
     assert fp8.endswith("same cost: fp8 weights") and "dearer" not in fp8
+    # the tied FP8 option's lower tail latency is named under the best: free speed, at a quality check
+    cells = fp8.removesuffix("same cost: fp8 weights").split()
+    ttft, tpot = float(cells[-4]), float(cells[-3])  # ... P99 TTFT, P99 TPOT, CNY/h, CNY/Mtok
+    note = next(r for r in rows if r.startswith("note: at the same cost"))
+    assert f"fp8 weights give P99 TTFT {ttft:.0f} ms and TPOT {tpot:.1f} ms" in note
+    assert "a latency SLO ranks on it" in note and "check the quantized output" in note
+
+
+def test_with_an_slo_the_tie_note_says_both_meet_it(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
+    assert main([*argv, "4096", "--qps", "1", "--slo-ttft-p99-ms", "3000"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: at the same cost and within the SLOs, fp8 weights give" in out
+    assert "a latency SLO ranks on it" not in out
+
+
+def test_no_tie_note_when_one_weight_format_is_searched(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
+    assert main([*argv, "4096", "--qps", "1", "--dtype", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "same cost" not in out and "note: at the same cost" not in out
 
 
 @pytest.mark.parametrize("slo, noted", [([], True), (["--slo-ttft-p99-ms", "3000"], False)])
