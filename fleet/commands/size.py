@@ -589,8 +589,9 @@ def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
         j = c.to_json(result.workload)
         if not (j["reason"] or "").startswith(SAME_COST):
             continue
-        pairs = [(j.get(k), best.get(k)) for k in ("p99_ttft_ms", "p99_tpot_ms")]
-        if any(None in pair for pair in pairs):
+        raw = [(j.get(k), best.get(k)) for k in ("p99_ttft_ms", "p99_tpot_ms")]
+        pairs = [(float(a), float(b)) for a, b in raw if a is not None and b is not None]
+        if len(pairs) < len(raw):
             continue
         if not any(mine <= FASTER_TIE_SHARE * theirs for mine, theirs in pairs):
             continue
