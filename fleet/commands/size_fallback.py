@@ -35,7 +35,7 @@ def render_fallback(result: SearchResult) -> None:
     )
     ladder = fallback_ladder(result)
     if not ladder:
-        console.print("fallback ladder: no other instance type meets the SLOs", highlight=False)
+        console.print(f"fallback ladder: {_why_none(result)}", highlight=False)
         return
     table = Table(title=f"fallback ladder (when {best.instance_type} is sold out)")
     for col in ("instance type", "count", "TP", "CNY/h", "CNY/Mtok on-demand", "CNY/Mtok spot"):
@@ -50,6 +50,18 @@ def render_fallback(result: SearchResult) -> None:
             _fmt(r.spot_cost_cny_per_million_tokens),
         )
     wide_console(100).print(table)
+
+
+def _why_none(result: SearchResult) -> str:
+    """Why the ladder is empty: no other type was evaluated (``--instance-type``), or none serves."""
+    best = result.best
+    assert best is not None
+    if {c.instance_type for c in result.candidates} <= {best.instance_type}:
+        return f"only {best.instance_type} was evaluated (without --instance-type the search ranks others)"
+    slo = result.slo
+    if slo is None or (slo.ttft_p99_ms is None and slo.tpot_p99_ms is None):
+        return "no other instance type serves the load"
+    return "no other instance type meets the SLOs"
 
 
 def _fmt(x: float | None) -> str:

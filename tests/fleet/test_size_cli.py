@@ -128,6 +128,14 @@ def test_with_an_slo_the_tie_note_says_both_meet_it(capsys):
     assert "a latency SLO ranks on it" not in out
 
 
+def test_an_empty_fallback_ladder_after_one_instance_type_says_only_it_was_evaluated(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
+    assert main([*argv, "4096", "--qps", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fallback ladder: only ecs.gn8is.2xlarge was evaluated" in out
+    assert "no other instance type meets the SLOs" not in out  # no SLO was given, no other type searched
+
+
 def test_no_tie_note_when_one_weight_format_is_searched(capsys):
     argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
     assert main([*argv, "4096", "--qps", "1", "--dtype", "bf16"]) == 0
