@@ -735,11 +735,13 @@ def _price(c: Candidate, inst: InstanceType, prices: PriceBook | None, region: s
         c.fits = False
 
 
-def _cost_key(c: Candidate) -> tuple[float, int, str]:
+def _cost_key(c: Candidate) -> tuple[float, int, int, str]:
+    """Cheapest first; at the same cost the fewest GPUs, then the most instances (the same GPUs in more,
+    smaller instances lose less to one instance's loss), then the name."""
     cost = c.cost_cny_per_hour if c.cost_cny_per_hour is not None else math.inf
     if c.cost_cny_per_hour is None and c.instances is not None:
         cost = float(c.instances) * 1e6  # unpriced (bare GPUs): rank by count
-    return (cost, c.gpus * (c.instances or 1), c.instance_type or c.gpu)
+    return (cost, c.gpus * (c.instances or 1), -(c.instances or 1), c.instance_type or c.gpu)
 
 
 # Costs closer than half a fen an hour are the same cost: the option lost a tie, not on price.
@@ -778,15 +780,24 @@ def _same_cost(c: Candidate, best: Candidate) -> float | None:
 
 
 def _tie_break(c: Candidate, best: Candidate) -> str:
-    """Why the best won a tie on cost: ``_cost_key``'s GPUs and name, then the search's order, which tries
-    the checkpoint's own weights before quantized ones and the smaller TP first."""
+    """Why the best won a tie on cost: ``_cost_key``'s GPUs, instances and name, then the search's order,
+    which tries the checkpoint's own weights before quantized ones and the smaller TP first."""
+    mine_gpus, best_gpus = c.gpus * (c.instances or 1), best.gpus * (best.instances or 1)
+    if mine_gpus != best_gpus:
+        return f"{mine_gpus} GPUs, where the best needs {best_gpus} at that cost"
+    n, best_n = c.instances or 1, best.instances or 1
+    if n != best_n:
+        return (
+            f"in {n} instance{'s' if n > 1 else ''}, where the best spreads the same GPUs over {best_n} "
+            "(one instance's loss takes less)"
+        )
     mine = c.plan.dtype if c.plan else None
     theirs = best.plan.dtype if best.plan else None
     if mine != theirs:
         return f"{mine} weights, where the best keeps {theirs} at that cost"
     if c.tp != best.tp:
         return f"TP {c.tp}, where the best runs TP {best.tp} at that cost"
-    return "the best uses fewer GPUs or comes first by name"
+    return f"the same deployment on {c.instance_type or c.gpu}, after the best by name"
 
 
 def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, float, int, str]:

@@ -597,15 +597,17 @@ def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
             continue
         (ttft, best_ttft), (tpot, best_tpot) = pairs
         quantized = j["dtype"] != best["dtype"]
-        what = f"{j['dtype']} weights" if quantized else f"TP {j['tp']}"
+        where = (j["instance_type"] or j["gpu"]).removeprefix("ecs.")
+        what = f"{j.get('instances') or 1} x {where} at TP {j['tp']} with {j['dtype']} weights"
         slo = result.slo
         ranked = slo is not None and (slo.ttft_p99_ms is not None or slo.tpot_p99_ms is not None)
         why = [] if ranked else ["a latency SLO ranks on it"]
         if quantized:
             why.append("check the quantized output on your own evaluation")
+        within = " and within the SLOs" if ranked else ""
         console.print(
-            f"  [yellow]note:[/] at the same cost{' and within the SLOs' if ranked else ''}, {what} give P99 "
-            f"TTFT {ttft:.0f} ms and TPOT {tpot:.1f} ms against {best_ttft:.0f} / {best_tpot:.1f}"
+            f"  [yellow]note:[/] at the same cost{within}, {what} gives P99 TTFT {ttft:.0f} ms and TPOT "
+            f"{tpot:.1f} ms against {best_ttft:.0f} / {best_tpot:.1f}"
             + (f" ({'; '.join(why)})" if why else ""),
             highlight=False,
             soft_wrap=True,

@@ -116,7 +116,8 @@ def test_the_table_says_an_option_that_tied_on_cost_lost_the_tie(capsys):
     cells = fp8.removesuffix("same cost: fp8 weights").split()
     ttft, tpot = float(cells[-4]), float(cells[-3])  # ... P99 TTFT, P99 TPOT, CNY/h, CNY/Mtok
     note = next(r for r in rows if r.startswith("note: at the same cost"))
-    assert f"fp8 weights give P99 TTFT {ttft:.0f} ms and TPOT {tpot:.1f} ms" in note
+    assert "1 x gn8is.2xlarge at TP 1 with fp8 weights gives" in note
+    assert f"gives P99 TTFT {ttft:.0f} ms and TPOT {tpot:.1f} ms against" in note
     assert "a latency SLO ranks on it" in note and "check the quantized output" in note
 
 
@@ -124,7 +125,7 @@ def test_with_an_slo_the_tie_note_says_both_meet_it(capsys):
     argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
     assert main([*argv, "4096", "--qps", "1", "--slo-ttft-p99-ms", "3000"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "note: at the same cost and within the SLOs, fp8 weights give" in out
+    assert "note: at the same cost and within the SLOs, 1 x gn8is.2xlarge at TP 1 with fp8 weights" in out
     assert "a latency SLO ranks on it" not in out
 
 

@@ -316,6 +316,32 @@ def test_an_option_that_ties_on_cost_says_what_lost_the_tie_not_that_it_is_deare
         assert f"{c.plan.dtype} weights, where the best keeps bf16" in c.reason
 
 
+def test_at_the_same_cost_and_gpus_more_smaller_instances_rank_first_and_the_other_says_so():
+    # 2 x 4 A100s or 1 x 8 A100s cost the same: the pair loses half, not all, when one instance is lost
+    res = search(
+        find_model("Qwen2.5-72B"),
+        settings=Settings(max_model_len=3072, dtype="awq", tp=4),
+        workload=Workload(qps=3.0, prompt_tokens=2000, output_tokens=300),
+        slo=SLO(3000, 80),
+        instances=[find_instance("ecs.gn7-c13g1.26xlarge"), find_instance("ecs.gn7-c13g1.13xlarge")],
+        prices=price_book(),
+    )
+    assert (res.best.instance_type, res.best.instances) == ("ecs.gn7-c13g1.13xlarge", 2)
+    (single,) = [c for c in res.candidates if c.instance_type == "ecs.gn7-c13g1.26xlarge"]
+    assert single.cost_cny_per_hour == res.best.cost_cny_per_hour and single.instances == 1
+    assert "in 1 instance, where the best spreads the same GPUs over 2" in single.reason
+
+
+def test_the_cost_order_breaks_a_tie_on_gpus_by_instance_count_before_the_name():
+    from sizing.search import Candidate, _cost_key
+
+    def option(name, gpus, count):
+        return Candidate(name, "A100-40G", gpus, 4, instances=count, cost_cny_per_hour=100.0)
+
+    one_big, two_small = option("ecs.a-one-big", 8, 1), option("ecs.z-two-small", 4, 2)
+    assert sorted([one_big, two_small], key=_cost_key) == [two_small, one_big]
+
+
 def test_monthly_cost_is_the_hourly_cost_over_730_hours():
     best = _l20_tpot_case(SLO()).best
     doc = best.to_json(Workload(qps=2.0, prompt_tokens=500, output_tokens=3000))
