@@ -500,7 +500,7 @@ def _print_incidents(rows: list[dict[str, Any]]) -> None:
             r["id"],
             r["group"],
             r["instance_id"],
-            r["state"],
+            r["state"] + (f" ({r['outcome']})" if r.get("outcome") else ""),
             r["cause"],
             _left(r.get("respond_by_s_left")),
             _left(r.get("isolate_by_s_left")),

@@ -185,7 +185,8 @@ def decision_view(d: DecisionRecord) -> dict[str, Any]:
 
 def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
     def left(deadline: datetime | None, done: datetime | None) -> float | None:
-        if deadline is None or done is not None:
+        # a closed incident's clocks stopped, whatever ended it
+        if deadline is None or done is not None or inc.closed_at is not None:
             return None
         return round((deadline - now).total_seconds(), 1)
 
@@ -206,6 +207,8 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "notified_at": inc.notified_at.isoformat() if inc.notified_at else None,
         "isolated_at": inc.isolated_at.isoformat() if inc.isolated_at else None,
         "closed_at": inc.closed_at.isoformat() if inc.closed_at else None,
+        # how it ended: rebooted, replaced, released, recovered, instance_gone, ...
+        "outcome": (inc.body or {}).get("outcome") if inc.closed_at else None,
     }
 
 

@@ -132,6 +132,33 @@ def test_incidents_open_as_json(db, capsys):
     assert [i["id"] for i in _json(capsys)] == ["inc-1"]
 
 
+def test_a_closed_incident_shows_how_it_ended_and_no_running_clocks(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'closed.db'}"
+    now = datetime.now(UTC)
+    open_store(url).upsert_incident(
+        IncidentRecord(
+            id="inc-9",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-held",
+            state="closed",
+            detected_at=now - timedelta(hours=2),
+            updated_at=now,
+            cause="absent: agent_silent",
+            respond_by=now - timedelta(hours=2) + timedelta(minutes=15),
+            isolate_by=now + timedelta(hours=2),
+            closed_at=now - timedelta(minutes=30),
+            body={"outcome": "recovered"},
+        )
+    )
+    assert main(["incidents", "--json", "--database", url]) == 0
+    [inc] = _json(capsys)
+    assert inc["outcome"] == "recovered"
+    assert inc["respond_by_s_left"] is None and inc["isolate_by_s_left"] is None  # its clocks stopped
+    assert main(["incidents", "--database", url]) == 0
+    assert "closed (recovered)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_incident_show_merges_the_timeline(db, capsys):
     assert main(["incidents", "show", "inc-1", "--json", "--database", db]) == 0
     view = _json(capsys)
