@@ -53,6 +53,12 @@ def _num(value: Any) -> Safe:
     return render('<span class="num">{v}</span>', v="-" if value is None else value)
 
 
+def _closed_state(inc: IncidentRecord) -> str:
+    """A closed incident's state and how it ended (rebooted, replaced, recovered, ...), as the CLI shows."""
+    outcome = (inc.body or {}).get("outcome")
+    return f"{inc.state} ({outcome})" if outcome else inc.state
+
+
 def countdown(
     deadline: datetime | None, done: datetime | None, now: datetime, closed: datetime | None = None
 ) -> Safe:
@@ -410,7 +416,7 @@ def incidents_page(
                 render('<span id="incident-{i}">{i}</span>', i=inc.id),
                 inc.group_name,
                 inc.instance_id,
-                render("<b>{s}</b>", s=inc.state) if inc.is_open else inc.state,
+                render("<b>{s}</b>", s=inc.state) if inc.is_open else _closed_state(inc),
                 inc.cause,
                 _ts(inc.detected_at),
                 countdown(inc.respond_by, inc.acknowledged_at, now, inc.closed_at),

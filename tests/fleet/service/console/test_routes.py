@@ -106,7 +106,7 @@ def _decision(store, **kw) -> None:
     store.record_decision(DecisionRecord(**{**base, **kw}))
 
 
-def _incident(store, iid: str = "inc-1", closed: bool = False) -> None:
+def _incident(store, iid: str = "inc-1", closed: bool = False, outcome: str | None = None) -> None:
     store.upsert_incident(
         IncidentRecord(
             id=iid,
@@ -120,6 +120,7 @@ def _incident(store, iid: str = "inc-1", closed: bool = False) -> None:
             respond_by=T0 + timedelta(minutes=10),
             isolate_by=T0 + timedelta(hours=4),
             closed_at=T0 if closed else None,
+            body={"outcome": outcome} if outcome else None,
         )
     )
 
@@ -265,13 +266,14 @@ def test_redirects_after_an_action_stay_inside_the_console(client, store):
 
 
 def test_incidents_page_lists_open_incidents_first_with_countdowns(client, store):
-    _incident(store, "inc-old", closed=True)
+    _incident(store, "inc-old", closed=True, outcome="recovered")
     _incident(store, "inc-new")
     text = client.get("/console/incidents").text
     assert text.index('id="incident-inc-new"') < text.index('id="incident-inc-old"')
     deadline = (T0 + timedelta(minutes=10)).isoformat()
     assert f'data-deadline="{deadline}"' in text and ">10m 0s<" in text
     assert 'id="sla-summary"' in text
+    assert "closed (recovered)" in text  # how the closed one ended
 
 
 def test_decisions_filter_by_outcome_and_reason_code(client, store):
