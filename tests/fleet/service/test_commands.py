@@ -76,6 +76,23 @@ def _json(capsys):
     return json.loads(capsys.readouterr().out)
 
 
+def _held_incident(now, detected_ago, **fields):
+    """A held agent_silent incident of group chat detected ``detected_ago`` before ``now`` (its clocks the
+    defaults': respond within 15 minutes, isolate within 4 hours)."""
+    detected = now - detected_ago
+    base = {
+        "service": "fleet",
+        "group_name": "chat",
+        "instance_id": "i-held",
+        "detected_at": detected,
+        "updated_at": now,
+        "cause": "absent: agent_silent",
+        "respond_by": detected + timedelta(minutes=15),
+        "isolate_by": detected + timedelta(hours=4),
+    }
+    return IncidentRecord(**{**base, **fields})
+
+
 def test_decisions_since_window_as_json(db, capsys):
     assert main(["decisions", "--since", "1h", "--json", "--database", db]) == 0
     rows = _json(capsys)
@@ -135,22 +152,10 @@ def test_incidents_open_as_json(db, capsys):
 def test_a_closed_incident_shows_how_it_ended_and_no_running_clocks(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'closed.db'}"
     now = datetime.now(UTC)
-    open_store(url).upsert_incident(
-        IncidentRecord(
-            id="inc-9",
-            service="fleet",
-            group_name="chat",
-            instance_id="i-held",
-            state="closed",
-            detected_at=now - timedelta(hours=2),
-            updated_at=now,
-            cause="absent: agent_silent",
-            respond_by=now - timedelta(hours=2) + timedelta(minutes=15),
-            isolate_by=now + timedelta(hours=2),
-            closed_at=now - timedelta(minutes=30),
-            body={"outcome": "recovered"},
-        )
-    )
+    closed = now - timedelta(minutes=30)
+    done = {"outcome": "recovered"}
+    inc = _held_incident(now, timedelta(hours=2), id="inc-9", state="closed", closed_at=closed, body=done)
+    open_store(url).upsert_incident(inc)
     assert main(["incidents", "--json", "--database", url]) == 0
     [inc] = _json(capsys)
     assert inc["outcome"] == "recovered"
@@ -218,19 +223,8 @@ def test_an_unacknowledged_incident_breaches_respond_only_if_open_at_its_deadlin
     now = datetime.now(UTC)
     detected = now - timedelta(minutes=30)
     closed = None if closed_after_min is None else detected + timedelta(minutes=closed_after_min)
-    inc = IncidentRecord(
-        id="inc-2",
-        service="fleet",
-        group_name="chat",
-        instance_id="i-held",
-        state="open" if closed is None else "closed",
-        detected_at=detected,
-        updated_at=now,
-        cause="absent: agent_silent",
-        respond_by=detected + timedelta(minutes=15),
-        isolate_by=detected + timedelta(hours=4),
-        closed_at=closed,
-    )
+    state = "open" if closed is None else "closed"
+    inc = _held_incident(now, timedelta(minutes=30), id="inc-2", state=state, closed_at=closed)
     assert sla_row(inc, now)["respond_breached"] is breached
 
 
