@@ -14,7 +14,7 @@ import bisect
 import fnmatch
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from policies import metrics as m
@@ -41,6 +41,8 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
 # took the six, healthy by then, out of traffic to reboot them. A condition that comes back within this is
 # the same fault: the incident stays as it was.
 RECOVERED_AFTER_S = 600.0
+# Evidence keys naming the other rules an incident was found by: at opening, and on each escalation.
+ALSO, ESCALATED_BY = "also", "escalated_by_"
 
 
 @dataclass
@@ -94,6 +96,8 @@ class Probe:
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
     cold_start_s: float = 0.0  # the group's: how long an engine is down while it loads the weights
     suspect: bool = False  # the instance has an open incident: its restarts are the remediation's
+    # the keys whose condition a fresh sample read as not holding this tick (``close_recovered`` reads them)
+    clear: set[str] = field(default_factory=set)
 
 
 def _track(gh: GroupHistory, key: str, breaching: bool | None, sample_at: datetime) -> Track | None:
@@ -145,12 +149,16 @@ def detect(
     now: datetime,
     suspects: set[str],
     blind: bool = False,
+    clear: set[str] | None = None,
 ) -> dict[str, list[Detection]]:
     """Findings per instance for the serving and standby instances; tracks advance in ``gh``.
 
     ``blind`` (the group's instance list is the last one read): the rules that read an absence are left
-    out, since an instance that left the group meanwhile falls silent too."""
+    out, since an instance that left the group meanwhile falls silent too. ``clear`` receives the keys whose
+    condition a fresh sample read as not holding (metric rules without ``repeat``, throttle, absent and
+    outlier rules; the others cannot read as over)."""
     stale_after = spec.stabilization.stale_after_s
+    cleared: set[str] = set() if clear is None else clear
     findings: dict[str, list[Detection]] = {}
     candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
     last_detected: dict[str, datetime] = {}
@@ -168,14 +176,21 @@ def detect(
             assert rule.metric is not None  # both compare the instance's metric with its peers'
             peers = Peers.of(view, rule.metric, now, stale_after)
         for inst in candidates:
-            key = f"iso:{rule.rule_id}:{inst.instance_id}"
+            key = _key(rule.rule_id, inst.instance_id)
             last = last_detected.get(inst.instance_id)
             suspect = inst.instance_id in suspects
-            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s, suspect)
+            probe = Probe(
+                key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s, suspect, cleared
+            )
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
     return findings
+
+
+def _key(rule_id: str, instance_id: str) -> str:
+    """One rule's condition track on one instance (``GroupHistory.tracks``, ``Probe.clear``)."""
+    return f"iso:{rule_id}:{instance_id}"
 
 
 def _unknown(p: Probe) -> None:
@@ -198,9 +213,11 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
         _unknown(p)
         return None
     assert sample is not None
-    breaching = _beyond(rule, sample.value)
+    breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
     if rule.repeat > 1:
         return _episodes(rule, p, sample.value, sample.at, breaching)
+    if not breaching:
+        p.clear.add(p.key)
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= _needed_s(rule, p):
         op = ">" if rule.above is not None else "<"
@@ -217,11 +234,6 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
             },
         )
     return None
-
-
-def _beyond(rule: IsolationRule, value: float) -> bool:
-    """A metric rule's threshold crossed: above ``above``, or below ``below``."""
-    return value > rule.above if rule.above is not None else value < (rule.below or 0.0)
 
 
 def _episodes(rule: IsolationRule, p: Probe, value: float, at: datetime, breaching: bool) -> Detection | None:
@@ -275,6 +287,8 @@ def _throttle(rule: IsolationRule, p: Probe) -> Detection | None:
     assert sample is not None
     mask = m.throttle_mask(rule.throttle_reasons or ())
     bits = int(sample.value) & mask
+    if bits == 0:
+        p.clear.add(p.key)
     track = _track(p.gh, p.key, bits != 0, sample.at)
     if track and track.count >= rule.samples and (track.last_at - track.since).total_seconds() >= rule.for_s:
         names = [n for n, b in m.THROTTLE_REASON_NAMES.items() if int(b) & bits]
@@ -336,11 +350,13 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
     assert sample is not None
     assert p.peers is not None  # ``detect`` reads them once per outlier rule
     peers = p.peers.without(p.inst.instance_id)
-    judged = _outlying(rule, sample.value, peers)
-    if judged is None:
+    if len(peers) < rule.min_peers:
         _unknown(p)
         return None
-    breaching, median = judged
+    median = statistics.median(peers)
+    breaching = sample.value >= rule.min_value and sample.value > rule.peer_factor * median
+    if not breaching:
+        p.clear.add(p.key)
     track = _track(p.gh, p.key, breaching, sample.at)
     if track and (track.last_at - track.since).total_seconds() >= rule.for_s:
         return Detection(
@@ -357,16 +373,6 @@ def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
     return None
 
 
-def _outlying(rule: IsolationRule, value: float, peers: list[float]) -> tuple[bool, float] | None:
-    """Whether ``value`` stands out of its peers' median as the rule says, and that median; None: too few
-    peers to tell."""
-    assert rule.peer_factor is not None
-    if len(peers) < rule.min_peers:
-        return None
-    median = statistics.median(peers)
-    return value >= rule.min_value and value > rule.peer_factor * median, median
-
-
 def _absent(rule: IsolationRule, p: Probe) -> Detection | None:
     """No fresh ``metric`` from the instance for ``absent_for`` while at least one peer sends its own: the
     source works and this instance's agent does not. Silence everywhere (a CloudMonitor outage, every agent
@@ -374,7 +380,11 @@ def _absent(rule: IsolationRule, p: Probe) -> Detection | None:
     assert rule.metric is not None and rule.absent_for_s is not None and p.peers is not None
     sample = p.inst.metrics.get(rule.metric)
     others = [iid for iid in p.peers.own if iid != p.inst.instance_id]
-    if fresh(sample, p.now, p.stale_after_s) or not others:
+    if fresh(sample, p.now, p.stale_after_s):
+        p.clear.add(p.key)
+        _unknown(p)
+        return None
+    if not others:
         _unknown(p)
         return None
     track = _track(p.gh, p.key, True, p.now)
@@ -409,7 +419,9 @@ def open_or_escalate(t: Tick) -> None:
     """
     gh, now = t.gh, t.now
     suspects = {i.instance_id for i in gh.incidents if i.state in OPEN_STATES}
-    findings = detect(t.spec, gh, t.view, now, suspects, blind=t.group.blind) if t.iso.enabled else {}
+    findings = (
+        detect(t.spec, gh, t.view, now, suspects, blind=t.group.blind, clear=t.clear) if t.iso.enabled else {}
+    )
     for instance_id in sorted(findings):
         found = sorted(findings[instance_id], key=lambda f: -ACTION_SEVERITY[f.rule.action])
         worst = found[0]
@@ -417,7 +429,7 @@ def open_or_escalate(t: Tick) -> None:
         if inc is None:
             evidence = dict(worst.evidence)
             if len(found) > 1:
-                evidence["also"] = ",".join(f.rule.rule_id for f in found[1:])
+                evidence[ALSO] = ",".join(f.rule.rule_id for f in found[1:])
             t.new_incident(
                 instance_id,
                 worst.rule.rule_id,
@@ -433,7 +445,7 @@ def open_or_escalate(t: Tick) -> None:
             and inc.state != IncidentState.REMEDIATED
         ):
             inc.action = worst.rule.action
-            inc.evidence[f"escalated_by_{worst.rule.rule_id}"] = worst.detail
+            inc.evidence[f"{ESCALATED_BY}{worst.rule.rule_id}"] = worst.detail
             note(
                 inc, now, ReasonCode.ESCALATED, f"{worst.rule.rule_id}: {worst.detail} -> {worst.rule.action}"
             )
@@ -443,22 +455,21 @@ def close_recovered(t: Tick) -> None:
     """Close each held automatic incident whose condition has read clear for ``RECOVERED_AFTER_S``.
 
     Held: open, never admitted (the breaker or ``max_isolated`` kept it waiting), so nothing was done to its
-    instance. Only conditions that fresh evidence can read as over count: a metric threshold (without
-    ``repeat``), throttling, an absent metric, an outlier back among its peers. XIDs and system events (the
-    fault stays in the hardware, or ECS ends the event once the instance is rebooted), and an incident that
-    more than one rule found, stay open for their handlers or a human, as before."""
-    rules = {rule.rule_id: rule for rule in t.spec.isolation.rules}
+    instance. Clear: this tick's detection read the rule's condition as not holding on a fresh sample
+    (``detect``'s ``clear``: a metric threshold without ``repeat``, throttling, an absent metric, an outlier
+    back among its peers). XIDs and system events (the fault stays in the hardware, or ECS ends the event once
+    the instance is rebooted), and an incident that more than one rule found, stay open for their handlers or
+    a human, as before."""
     for inc in t.gh.incidents:
         if inc.state not in PRE_ISOLATION_STATES or inc.admitted_at is not None or inc.manual:
             continue
-        rule = rules.get(inc.rule)
         inst = t.by_id.get(inc.instance_id)
         clear = (
-            rule is not None
-            and inst is not None
+            inst is not None
+            and inst.lifecycle_state in SERVING_STATES
             and inc.incident_id not in t.released
             and _one_finding(inc)
-            and _cleared(rule, inst, t.view, t.now, t.stale_after_s)
+            and _key(inc.rule, inc.instance_id) in t.clear
         )
         if not clear:
             inc.clear_since = None
@@ -471,31 +482,4 @@ def close_recovered(t: Tick) -> None:
 
 
 def _one_finding(inc: Incident) -> bool:
-    return not any(key == "also" or key.startswith("escalated_by_") for key in inc.evidence)
-
-
-def _cleared(
-    rule: IsolationRule, inst: InstanceSnapshot, view: GroupView, now: datetime, stale_after_s: float
-) -> bool:
-    """Whether a fresh sample says the rule's condition does not hold (False: it holds, or nothing tells)."""
-    if inst.lifecycle_state not in SERVING_STATES:
-        return False
-    if rule.kind == "outlier":
-        sample = inst.metrics.get(rule.metric or "")
-        if sample is None or not fresh(sample, now, stale_after_s):
-            return False
-        peers = Peers.of(view, rule.metric or "", now, stale_after_s).without(inst.instance_id)
-        judged = _outlying(rule, sample.value, peers)
-        return judged is not None and not judged[0]
-    if rule.kind == "absent":
-        return fresh(inst.metrics.get(rule.metric or ""), now, stale_after_s)
-    if rule.kind == "throttle":
-        sample = inst.metrics.get(m.GPU_THROTTLE_REASONS)
-        mask = m.throttle_mask(rule.throttle_reasons or ())
-        return sample is not None and fresh(sample, now, stale_after_s) and int(sample.value) & mask == 0
-    if rule.kind == "metric" and rule.repeat == 1:
-        sample = inst.metrics.get(rule.metric or "")
-        if sample is None or not fresh(sample, now, stale_after_s):
-            return False
-        return not _beyond(rule, sample.value)
-    return False
+    return not any(key == ALSO or key.startswith(ESCALATED_BY) for key in inc.evidence)

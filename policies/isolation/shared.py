@@ -92,6 +92,7 @@ class Tick:
     now: datetime
     result: IsolationResult = field(default_factory=IsolationResult)
     released: set[str] = field(default_factory=set)
+    clear: set[str] = field(default_factory=set)  # condition keys detection read clear this tick
 
     def __post_init__(self) -> None:
         self.steps = StepLog(self.result)
