@@ -49,6 +49,11 @@ class SLO:
             if v is not None and not v > 0:
                 raise SizingInputError(f"SLOs must be positive milliseconds, got {v}")
 
+    @property
+    def given(self) -> bool:
+        """Whether any latency target was set (without one the search ranks on cost at the load alone)."""
+        return self.ttft_p99_ms is not None or self.tpot_p99_ms is not None
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -782,11 +787,11 @@ def _same_cost(c: Candidate, best: Candidate) -> float | None:
 def _tie_break(c: Candidate, best: Candidate) -> str:
     """Why the best won a tie on cost: ``_cost_key``'s GPUs, instances and name, then the search's order,
     which tries the checkpoint's own weights before quantized ones and the smaller TP first."""
-    mine_gpus, best_gpus = c.gpus * (c.instances or 1), best.gpus * (best.instances or 1)
-    if mine_gpus != best_gpus:
-        return f"{mine_gpus} GPUs, where the best needs {best_gpus} at that cost"
-    n, best_n = c.instances or 1, best.instances or 1
-    if n != best_n:
+    (_, gpus, fewer, _), (_, best_gpus, best_fewer, _) = _cost_key(c), _cost_key(best)
+    if gpus != best_gpus:
+        return f"{gpus} GPUs, where the best needs {best_gpus} at that cost"
+    if fewer != best_fewer:  # the key holds minus the instance count: more instances first
+        n, best_n = -fewer, -best_fewer
         return (
             f"in {n} instance{'s' if n > 1 else ''}, where the best spreads the same GPUs over {best_n} "
             "(one instance's loss takes less)"

@@ -559,7 +559,7 @@ def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
     """The best option's warnings; under a load (``slo`` given) a note when no latency SLO ranked it."""
     for w in j["warnings"]:
         console.print(f"  [yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
-    if slo is not None and slo.ttft_p99_ms is None and slo.tpot_p99_ms is None:
+    if slo is not None and not slo.given:
         console.print(
             "  [yellow]note:[/] no latency SLO given (--slo-ttft-p99-ms, --slo-tpot-p99-ms): ranked on cost "
             "at the offered load alone, whatever the latency above",
@@ -586,9 +586,9 @@ def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
     from sizing.search import SAME_COST
 
     for c in result.candidates:
-        j = c.to_json(result.workload)
-        if not (j["reason"] or "").startswith(SAME_COST):
+        if not c.reason.startswith(SAME_COST):
             continue
+        j = c.to_json(result.workload)
         raw = [(j.get(k), best.get(k)) for k in ("p99_ttft_ms", "p99_tpot_ms")]
         pairs = [(float(a), float(b)) for a, b in raw if a is not None and b is not None]
         if len(pairs) < len(raw):
@@ -599,8 +599,7 @@ def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
         quantized = j["dtype"] != best["dtype"]
         where = (j["instance_type"] or j["gpu"]).removeprefix("ecs.")
         what = f"{j.get('instances') or 1} x {where} at TP {j['tp']} with {j['dtype']} weights"
-        slo = result.slo
-        ranked = slo is not None and (slo.ttft_p99_ms is not None or slo.tpot_p99_ms is not None)
+        ranked = result.slo is not None and result.slo.given
         why = [] if ranked else ["a latency SLO ranks on it"]
         if quantized:
             why.append("check the quantized output on your own evaluation")

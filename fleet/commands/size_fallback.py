@@ -58,8 +58,7 @@ def _why_none(result: SearchResult) -> str:
     assert best is not None
     if {c.instance_type for c in result.candidates} <= {best.instance_type}:
         return f"only {best.instance_type} was evaluated (without --instance-type the search ranks others)"
-    slo = result.slo
-    if slo is None or (slo.ttft_p99_ms is None and slo.tpot_p99_ms is None):
+    if result.slo is None or not result.slo.given:
         return "no other instance type serves the load"
     return "no other instance type meets the SLOs"
 
