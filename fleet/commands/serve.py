@@ -488,6 +488,8 @@ def _since_time(text: str, option: str = "--since") -> datetime:
 def _print_incidents(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
+    from fleet.service.store import state_label
+
     if not rows:
         console.print("no open incidents")
         return
@@ -500,7 +502,7 @@ def _print_incidents(rows: list[dict[str, Any]]) -> None:
             r["id"],
             r["group"],
             r["instance_id"],
-            r["state"] + (f" ({r['outcome']})" if r.get("outcome") else ""),
+            state_label(r["state"], r.get("outcome")),
             r["cause"],
             _left(r.get("respond_by_s_left")),
             _left(r.get("isolate_by_s_left")),

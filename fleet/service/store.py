@@ -269,6 +269,16 @@ class IncidentRecord:
     def is_open(self) -> bool:
         return self.closed_at is None
 
+    @property
+    def outcome(self) -> str | None:
+        """How a closed incident ended (rebooted, replaced, released, recovered, ...); None while open."""
+        return None if self.closed_at is None else (self.body or {}).get("outcome")
+
+
+def state_label(state: str, outcome: str | None) -> str:
+    """An incident's state as operators read it: a closed one with how it ended, ``closed (recovered)``."""
+    return f"{state} ({outcome})" if outcome else state
+
 
 # Who acknowledged an incident: a person is recorded as ``human:<name>``; anything else (a channel label) is
 # the service's own acknowledgment once a human channel was reached. Built and read only through these two.

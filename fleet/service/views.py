@@ -207,8 +207,7 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "notified_at": inc.notified_at.isoformat() if inc.notified_at else None,
         "isolated_at": inc.isolated_at.isoformat() if inc.isolated_at else None,
         "closed_at": inc.closed_at.isoformat() if inc.closed_at else None,
-        # how it ended: rebooted, replaced, released, recovered, instance_gone, ...
-        "outcome": (inc.body or {}).get("outcome") if inc.closed_at else None,
+        "outcome": inc.outcome,
     }
 
 

@@ -327,7 +327,7 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
                     "action": body.get("action"),
                     "state": rec.state,
                     "closed_at": _iso(rec.closed_at),
-                    "outcome": body.get("outcome"),  # rebooted, replaced, released, recovered, ...
+                    "outcome": rec.outcome,  # rebooted, replaced, released, recovered, ...
                     "sla_breached": bool(late_response or late_isolation),
                 }
             )

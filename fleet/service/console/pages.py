@@ -17,7 +17,7 @@ from fleet.service.console import svg
 from fleet.service.console.data import CapacityPoint, DecisionFilter, ForecastPoint
 from fleet.service.console.html import Safe, esc, join, options, render, table
 from fleet.service.console.security import CSRF_FIELD
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, is_human
+from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, is_human, state_label
 from policies.model import ReasonCode
 
 # Seconds between live refreshes of a page's <main> (the script); without script, <noscript> meta refresh.
@@ -51,12 +51,6 @@ def _ts(at: datetime | None) -> str:
 
 def _num(value: Any) -> Safe:
     return render('<span class="num">{v}</span>', v="-" if value is None else value)
-
-
-def _closed_state(inc: IncidentRecord) -> str:
-    """A closed incident's state and how it ended (rebooted, replaced, recovered, ...), as the CLI shows."""
-    outcome = (inc.body or {}).get("outcome")
-    return f"{inc.state} ({outcome})" if outcome else inc.state
 
 
 def countdown(
@@ -416,7 +410,7 @@ def incidents_page(
                 render('<span id="incident-{i}">{i}</span>', i=inc.id),
                 inc.group_name,
                 inc.instance_id,
-                render("<b>{s}</b>", s=inc.state) if inc.is_open else _closed_state(inc),
+                render("<b>{s}</b>", s=inc.state) if inc.is_open else state_label(inc.state, inc.outcome),
                 inc.cause,
                 _ts(inc.detected_at),
                 countdown(inc.respond_by, inc.acknowledged_at, now, inc.closed_at),
