@@ -112,8 +112,9 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     iso = run_isolation(spec, gh, group, view, bnd.floor, now)
     # The open breaker holds scale-in while an automatic incident is open (a fleet-wide fault may be under
     # way); once every one has closed (remediated, gone or recovered) the fleet follows its load again, and
-    # the breaker still holds automatic isolation until a human resets it.
-    breaker_holds = gh.breaker.open and any(i.open and not i.manual for i in gh.incidents)
+    # the breaker still holds automatic isolation until a human resets it. An incident on a launch that never
+    # served is no fleet-wide fault of serving nodes: scale-in, which removes such an instance first, goes on.
+    breaker_holds = gh.breaker.open and any(i.open and not i.manual and not i.unserved for i in gh.incidents)
     sc = plan_scaling(
         spec, gh, group, view, bnd, now, iso.leaving_serving, iso.unreplaced, breaker_holds, iso.returned
     )

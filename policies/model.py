@@ -96,6 +96,7 @@ class ReasonCode(StrEnum):
     CLIPPED_TO_ESS_BOUNDS = "clipped_to_ess_bounds"  # the ESS group's MinSize/MaxSize are narrower (shell)
     # isolation
     RULE_BREACHED = "rule_breached"
+    UNSERVED_LAUNCH = "unserved_launch"  # found on a launch that never served: no guardrail counts it
     MANUAL_ISOLATION = "manual_isolation"
     NOTIFY_HUMAN = "notify_human"
     ACKNOWLEDGED = "acknowledged"
@@ -426,6 +427,10 @@ class Incident(_Model):
     closed_at: AwareDatetime | None = None
     # a held incident (never admitted): since when its condition has read clear on fresh evidence
     clear_since: AwareDatetime | None = None
+    unserved: bool = Field(
+        default=False,
+        description="found on a launch that had not served: neither the breaker nor max_isolated counts it",
+    )
     outcome: str | None = None
     failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per step action")
     evidence: dict[str, Scalar] = Field(default_factory=dict)

@@ -4,6 +4,13 @@ An admitted incident may take its instance out of traffic. Automatic incidents w
 open, and trip it when more of them opened within its window than it allows (only a human resets it); any
 incident, manual ones included, waits while ``max_isolated`` instances are already out. Waiting incidents
 get a WAIT step every tick, so the plan says why nothing happens.
+
+Both guardrails ration serving capacity. An incident found on a launch that never served
+(``Incident.unserved``: a dead launch, a GPU fault before the engine came up) takes none out, so it counts
+toward neither: a run of broken launches must not trip the breaker and hold a real fault on a serving node
+behind it until a human resets it. It still waits while the breaker is open, and while launches keep
+failing (``policies.launch_verdicts.failed_run``): its replacement would be launched the same way, and
+scale-in removes it first.
 """
 
 from __future__ import annotations
@@ -12,8 +19,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from policies.isolation.shared import Tick, note
-from policies.model import Incident, PlanWarning, ReasonCode, WarningCode
+from policies.launch_verdicts import failed_run, judged_by, verdict
+from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
 from policies.spec import resolve_count
+
+# How long past its due time a launch's verdict is waited for: the judge needs a fresh engine reading, and a
+# launch that no reading judges (its agent silent) is not waited for beyond this.
+_VERDICT_SLACK = timedelta(minutes=5)
 
 
 @dataclass
@@ -28,13 +40,19 @@ def admit(t: Tick) -> None:
     """Admit the open incidents the guardrails allow; warn while the breaker is open."""
     limits = _limits(t)
     ordered = t.open_in_detection_order()
-    admitted = [i for i in ordered if i.admitted_at is not None]
+    # what is out of traffic: an admitted incident on a launch that never served took no capacity out
+    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved]
+    failed = failed_run(t.gh.launches)
     for inc in ordered:
         if inc.admitted_at is not None or inc.incident_id in t.released:
             continue
         if inc.instance_id not in t.by_id:
             continue  # closed by its handler as gone
         if not inc.manual and _held_by_breaker(t, inc, limits):
+            continue
+        if inc.unserved:
+            if not _launch_waits(t, inc, failed):
+                inc.admitted_at = t.now
             continue
         if len(admitted) >= limits.max_isolated:
             _wait_for_room(t, inc, len(admitted), limits.max_isolated)
@@ -52,7 +70,7 @@ def _limits(t: Tick) -> _Limits:
     size = t.view.size
     window_start = t.now - timedelta(seconds=guard.breaker.window_s)
     recent_auto = sorted(
-        (i for i in t.gh.incidents if not i.manual and i.detected_at > window_start),
+        (i for i in t.gh.incidents if not i.manual and not i.unserved and i.detected_at > window_start),
         key=lambda i: (i.detected_at, i.incident_id),
     )
     return _Limits(
@@ -81,6 +99,26 @@ def _held_by_breaker(t: Tick, inc: Incident, limits: _Limits) -> bool:
     note(inc, t.now, ReasonCode.BREAKER_TRIPPED, breaker.reason)
     t.wait(inc, ReasonCode.BREAKER_TRIPPED, breaker.reason)
     return True
+
+
+def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
+    """Whether an incident on a launch that never served waits: for its launch's verdict, which comes while
+    the instance still runs in the group (a dead launch taken out first would never be judged, and the run of
+    failures that stops more launches would never be seen), then while launches keep failing."""
+    inst = t.by_id[inc.instance_id]
+    due = judged_by(inst, t.spec.cold_start_s)
+    if verdict(t.gh.launches, inc.instance_id) is None and due is not None and t.now < due + _VERDICT_SLACK:
+        detail = f"waits for its launch's verdict (due {due:%H:%M}Z): a dead launch is the launches' business"
+        t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)
+        return True
+    if failed:
+        detail = (
+            f"the {len(failed)} newest launches never served: a replacement would be launched the same way; "
+            "waits until a launch serves (scale-in removes this instance first)"
+        )
+        t.wait(inc, ReasonCode.LAUNCHES_FAILING, detail, failed_in_a_row=len(failed))
+        return True
+    return False
 
 
 def _wait_for_room(t: Tick, inc: Incident, isolated: int, max_isolated: int) -> None:

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.isolation.shared import SERVING_STATES, XID_SAME_EVENT_GAP_S, Tick, close, note
+from policies.isolation.shared import (
+    SERVING_STATES,
+    UNSERVED_DETAIL,
+    XID_SAME_EVENT_GAP_S,
+    Tick,
+    close,
+    note,
+)
+from policies.launch_verdicts import never_served
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -430,7 +438,7 @@ def open_or_escalate(t: Tick) -> None:
             evidence = dict(worst.evidence)
             if len(found) > 1:
                 evidence[ALSO] = ",".join(f.rule.rule_id for f in found[1:])
-            t.new_incident(
+            inc = t.new_incident(
                 instance_id,
                 worst.rule.rule_id,
                 worst.rule.kind,
@@ -440,6 +448,10 @@ def open_or_escalate(t: Tick) -> None:
                 evidence,
                 ReasonCode.RULE_BREACHED,
             )
+            inst = t.by_id[instance_id]
+            inc.unserved = never_served(gh.launches, inst, now, t.spec.cold_start_s, t.stale_after_s)
+            if inc.unserved:
+                note(inc, now, ReasonCode.UNSERVED_LAUNCH, UNSERVED_DETAIL)
         elif (
             ACTION_SEVERITY[worst.rule.action] > ACTION_SEVERITY[inc.action]
             and inc.state != IncidentState.REMEDIATED

@@ -35,6 +35,11 @@ XID_SAME_EVENT_GAP_S = 120.0
 # Lifecycle states (ESS) in which an instance takes traffic, and in which it is on its way out of the group.
 SERVING_STATES = (LifecycleState.IN_SERVICE, LifecycleState.PROTECTED)
 REMOVING_STATES = (LifecycleState.REMOVING, LifecycleState.REMOVING_WAIT)
+# An incident on a launch that never served (``Incident.unserved``): what its timeline says once.
+UNSERVED_DETAIL = (
+    "the instance has not served since its launch: taking it out takes no serving capacity, so it counts "
+    "toward neither the breaker nor max_isolated; it waits while launches keep failing"
+)
 # How many applied operator actions and seen step outcomes the history remembers (to apply each once).
 REMEMBERED_IDS = 500
 

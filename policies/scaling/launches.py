@@ -25,13 +25,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from policies import metrics as m
+from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, failed_run
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
 from policies.observe import fresh
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
 
-LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first compile is not a failure
-JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
-FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
 KEEP = 20
 
@@ -65,12 +63,8 @@ def judge(inp: ScalingInputs) -> None:
 def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:
     """The run of failed launches behind the newest verdicts (empty: launches are fine), and when it is time
     to retry: ``RETRY_S`` after the run's last failure."""
-    run: list[LaunchRecord] = []
-    for record in reversed(inp.gh.launches):
-        if record.served:
-            break
-        run.insert(0, record)
-    if len(run) < FAILED_IN_A_ROW:
+    run = failed_run(inp.gh.launches)
+    if not run:
         return [], None
     return run, max(r.judged_at for r in run) + timedelta(seconds=RETRY_S)
 

@@ -40,6 +40,7 @@ class Node:
     ttft_ms: float | None = None
     engine_down: bool = False  # vLLM exited: the agent reports vllm_up 0 until a reboot starts it again
     silent: bool = False  # the node agent stopped: no metrics at all until a reboot starts it again
+    never_serves: bool = False  # launched broken (image, model store): vLLM never comes up, a reboot or not
 
 
 class World:
@@ -69,6 +70,7 @@ class World:
         self.operator_actions: list = []
         self.removed: list[str] = []
         self.launched = 0
+        self.broken_launches = False  # while set, every instance launched never serves
         self.actions: list[tuple[datetime, str, str]] = []  # (at, action, instance) actually performed
         self.errors: list[tuple[datetime, str, str]] = []  # (at, action, instance) tried and errored
         for _ in range(n):
@@ -87,6 +89,7 @@ class World:
         self.nodes[iid] = node
         if not ready:
             self.launched += 1
+            node.never_serves = node.engine_down = self.broken_launches
         return node
 
     def counted(self) -> list[Node]:
@@ -116,7 +119,7 @@ class World:
                 node.rebooted_at = self.now
                 if self.reboot_fixes:
                     node.hot = False
-                    node.engine_down = False
+                    node.engine_down = node.never_serves
                     node.silent = False
                 node.xids = []
                 node.events = []

@@ -357,6 +357,46 @@ def test_a_node_rebooted_for_one_fault_is_not_rebooted_again_while_its_engine_lo
     assert (at["exit_standby"] - at["reboot"]).total_seconds() >= 600
 
 
+def test_dead_launches_neither_trip_the_breaker_nor_hold_a_real_fault_behind_them():
+    # A broken image: every launch runs and never serves. Their engine_down incidents take no serving
+    # capacity out, so the breaker (limit 1) does not count them; while launches keep failing they wait (a
+    # replacement would be launched the same way). A GPU overheating on a serving node is still isolated.
+    spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
+    world = World(T0, 6, demand=lambda at: 8.0)  # short of capacity: the rules scale out onto broken launches
+    world.broken_launches = True
+    plans, hist = drive(world, spec, 35 * 60)
+    gh = hist.groups[GROUP]
+    dead = [i for i in gh.incidents if i.rule == "engine_down"]
+    assert len(dead) >= 2 and all(i.unserved for i in dead)  # more than the breaker's limit
+    assert all(i.instance_id in {n.instance_id for n in world.nodes.values() if n.never_serves} for i in dead)
+    assert not gh.breaker.open
+    assert all(i.admitted_at is None for i in dead)
+    assert ReasonCode.LAUNCHES_FAILING in {s.reason for s in steps_of(plans[-1:], StepAction.WAIT)}
+    world.nodes["i-0001"].hot = True
+    _, hist = drive(world, spec, 5 * 60, history=hist)
+    assert [a for _, a, i in world.actions if i == "i-0001"][:2] == ["enter_standby", "reboot"]
+    assert not hist.groups[GROUP].breaker.open
+
+
+def test_a_dead_launch_out_for_replacement_takes_no_room_from_a_real_fault():
+    # One dead launch is a bad host: it is taken out and replaced. It never served, so it does not fill
+    # max_isolated (1 in a group of 7): a serving node overheating meanwhile is taken out beside it.
+    spec = policy(max_size=20)
+    world = World(T0, 6)
+    world.broken_launches = True
+    world.desired += 1
+    plans, hist = drive(world, spec, 15)
+    world.broken_launches = False
+    plans, hist = drive(world, spec, 10 * 60, history=hist)
+    (dead,) = incidents(hist)
+    assert dead.unserved and dead.admitted_at is not None
+    assert world.nodes[dead.instance_id].state == "Standby"
+    world.nodes["i-0001"].hot = True
+    plans, hist = drive(world, spec, 3 * 60, history=hist)
+    assert world.nodes[dead.instance_id].state == "Standby" and world.nodes["i-0001"].state == "Standby"
+    assert not any(s.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for s in steps_of(plans, StepAction.WAIT))
+
+
 def test_application_xid_once_is_tolerated():
     spec = policy()
     world = World(T0, 6)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from policies import History, decide
+from policies.launch_verdicts import LAUNCH_GRACE_S
 from policies.model import GroupHistory, LaunchRecord, ReasonCode, WarningCode
-from policies.scaling.launches import LAUNCH_GRACE_S, RETRY_S
+from policies.scaling.launches import RETRY_S
 from tests.policies.policy_builders import GROUP, MONDAY_10_SHANGHAI, instance, policy, snapshot
 
 NOW = MONDAY_10_SHANGHAI
@@ -168,6 +169,11 @@ def test_with_the_breaker_open_scale_in_still_removes_dead_suspects():
     assert any("breaker" in r.detail for r in held.reasons)
     # every incident closed (remediated, gone or recovered): the open breaker no longer holds scale-in
     free = plan([])
+    assert free.serving_target == 18
+    assert not any("breaker" in r.detail for r in free.reasons)
+    # nor while the only open ones were found on launches that never served: no fault of serving nodes
+    unserved = [i.model_copy(update={"unserved": True}) for i in incidents(instances[:3])]
+    free = plan(unserved)
     assert free.serving_target == 18
     assert not any("breaker" in r.detail for r in free.reasons)
 

@@ -1,0 +1,63 @@
+"""What the launches' verdicts say, read by scaling (no scale-out onto launches that keep failing) and by
+isolation (an incident on a launch that never served takes no serving capacity out).
+
+The verdicts themselves are written once per launch by ``policies/scaling/launches.py`` (``judge``); this
+module only reads ``GroupHistory.launches``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from policies import metrics as m
+from policies.model import InstanceSnapshot, LaunchRecord
+from policies.observe import fresh
+
+LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first compile is not a failure
+JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
+FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
+
+
+def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
+    """The run of failed launches behind the newest verdicts, oldest first; empty unless at least
+    ``FAILED_IN_A_ROW`` failed with none serving after them (launches are fine)."""
+    run: list[LaunchRecord] = []
+    for record in reversed(launches):
+        if record.served:
+            break
+        run.insert(0, record)
+    return run if len(run) >= FAILED_IN_A_ROW else []
+
+
+def verdict(launches: list[LaunchRecord], instance_id: str) -> LaunchRecord | None:
+    """The instance's launch verdict, if it was judged."""
+    return next((r for r in launches if r.instance_id == instance_id), None)
+
+
+def judged_by(inst: InstanceSnapshot, cold_start_s: float) -> datetime | None:
+    """When a launch's verdict is due at the latest (it may come sooner: served at its first fresh reading of
+    the engine up); None when the instance's launch time is unknown."""
+    if inst.created_at is None:
+        return None
+    return inst.created_at + timedelta(seconds=cold_start_s + LAUNCH_GRACE_S)
+
+
+def never_served(
+    launches: list[LaunchRecord],
+    inst: InstanceSnapshot,
+    now: datetime,
+    cold_start_s: float,
+    stale_after_s: float,
+) -> bool:
+    """Whether ``inst`` is a launch that has not served yet: judged failed, or young enough to be judged, not
+    judged served, and its engine reading down on a fresh sample. An instance the service never judged (older
+    than the judging window when first seen, or in a group without the engine metric) counts as serving."""
+    record = verdict(launches, inst.instance_id)
+    if record is not None:
+        return not record.served
+    if inst.created_at is None:
+        return False
+    if (now - inst.created_at).total_seconds() > cold_start_s + LAUNCH_GRACE_S + JUDGE_WINDOW_S:
+        return False
+    up = inst.metrics.get(m.VLLM_UP)
+    return up is not None and fresh(up, now, stale_after_s) and up.value < m.ENGINE_DOWN_BELOW
