@@ -270,7 +270,14 @@ class Actuator:
         done: dict[str, str] = {}
         for d in self.store.decisions(group=gp.group, kind="isolation", limit=500):
             done.setdefault(d.decision_id, d.outcome)  # newest first: a step's latest outcome
-        standby_now = observed.count(LifecycleState.STANDBY)
+        # out of service for isolation: an instance whose incident found it a launch that never served
+        # (Incident.unserved) took no serving capacity out, and max_isolated does not count it
+        unserved = {i.instance_id for i in gp.incidents if i.unserved}
+        standby_now = sum(
+            1
+            for i in observed.instances
+            if i.lifecycle_state == LifecycleState.STANDBY and i.instance_id not in unserved
+        )
         for step in gp.steps:
             if done.get(step.step_id) in DONE_OUTCOMES or done.get(step.step_id) == Outcome.DRY_RUN:
                 continue
@@ -289,7 +296,11 @@ class Actuator:
             )
             if res is None:
                 continue
-            if res.action == "enter_standby" and res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
+            if (
+                res.action == "enter_standby"
+                and res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)
+                and step.instance_id not in unserved
+            ):
                 standby_now += 1
             results.append(res)
             if res.outcome == Outcome.FENCED:
@@ -416,7 +427,7 @@ class Actuator:
             return "circuit breaker open: automatic isolation paused until a human resets it"
         size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
-        if standby_now + 1 > limit:
+        if (incident is None or not incident.unserved) and standby_now + 1 > limit:
             return f"max_isolated reached ({standby_now} of {limit} already out of service)"
         serving_after = observed.count(*_SERVING, *_PENDING) - 1
         if serving_after < gp.floor:

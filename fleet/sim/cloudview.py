@@ -219,7 +219,9 @@ def _schedule_floor(spec: GroupSpec, tick_s: float) -> Callable[[datetime], int]
     return floor_at
 
 
-def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: datetime, since_s: float) -> None:
+def check(
+    checker: InvariantChecker, world: World, cloud: FakeCloud, group_id: str, at: datetime, since_s: float
+) -> None:
     """Run the invariants on the group's state after a tick."""
     group = cloud.ess.groups[group_id]
     states = {
@@ -231,7 +233,8 @@ def check(checker: InvariantChecker, cloud: FakeCloud, group_id: str, at: dateti
     fresh = capacity_writes(cloud, group_id, since_s)
     if checker.max_isolated_for is not None:
         checker.max_isolated = checker.max_isolated_for(max(1, desired))
-    checker.check(at, desired, states, fresh)
+    never_served = frozenset(iid for iid, inst in world.instances.items() if inst.never_serves)
+    checker.check(at, desired, states, fresh, never_served=never_served)
 
 
 def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, start: datetime) -> MinutePoint:

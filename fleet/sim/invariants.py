@@ -39,8 +39,12 @@ class InvariantChecker:
         *,
         min_size: int | None = None,
         max_size: int | None = None,
+        never_served: frozenset[str] = frozenset(),
     ) -> None:
-        """One check after a tick: the group's desired capacity, its instances' states and new activities."""
+        """One check after a tick: the group's desired capacity, its instances' states and new activities.
+
+        ``never_served``: instances launched broken (they never served), which the guardrail's count of
+        isolated serving capacity leaves out."""
         lo = self.min_size if min_size is None else min_size
         hi = self.max_size if max_size is None else max_size
         if desired < lo:
@@ -53,7 +57,7 @@ class InvariantChecker:
             floor = self.floor_at(at)
             if desired < floor:
                 self._add("floor", at, f"desired capacity {desired} below the schedule floor {floor}")
-        standby = {iid for iid, state in lifecycle.items() if state == "Standby"}
+        standby = {iid for iid, state in lifecycle.items() if state == "Standby" and iid not in never_served}
         if self.max_isolated is not None and len(standby) > self.max_isolated:
             self._add(
                 "guardrail",

@@ -205,7 +205,7 @@ def run(
                 tick_start_s = cloud.now_s()
                 controller.tick(now)
                 cloud.tick()
-                cloudview.check(checker, cloud, group_id, now, tick_start_s)
+                cloudview.check(checker, world, cloud, group_id, now, tick_start_s)
                 next_tick += tick_s
             end = min(duration_s, next_tick, next_minute, t + options.sync_s)
             world.run_until(end)

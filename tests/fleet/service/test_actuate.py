@@ -178,6 +178,22 @@ def test_incident_admitted_before_the_breaker_tripped_still_leaves_traffic(fake_
     assert sum(1 for _, a in cloud.calls if a == "EnterStandby") == 1
 
 
+def test_a_launch_that_never_served_takes_no_room_under_max_isolated_at_actuation(fake_world):
+    """The backstop counts what is out of traffic as the policy does: a dead launch's standby neither needs
+    room under max_isolated (1 of 6 here) nor fills it; two serving nodes still meet the limit."""
+    cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    now = cloud.now()
+    dead, first, second = (i.instance_id for i in obs.instances[:3])
+    unserved = _incident("inc-d", dead, now, now).model_copy(update={"unserved": True})
+    steps = [_standby_step("inc-d", dead), _standby_step("inc-a", first), _standby_step("inc-b", second)]
+    incidents = [unserved, _incident("inc-a", first, now, now), _incident("inc-b", second, now, now)]
+    gp = GroupPlan(group="chat", floor=1, steps=steps, incidents=incidents)
+    results = svc.actuator.steps(gp, svc.policy.group("chat"), obs, None, now, 1, lambda: True, False)
+    assert [r.outcome for r in results] == ["applied", "applied", "blocked"]
+    assert "max_isolated reached (1 of 1" in (results[2].error or "")
+
+
 def test_standby_step_is_applied_once_with_a_derived_token(fake_world):
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=6)
     obs = svc.observer.observe(cloud.now()).groups["chat"]

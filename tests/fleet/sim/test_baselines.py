@@ -156,6 +156,16 @@ def test_checker_flags_floor_ceiling_guardrail_and_double_actions():
     )
 
 
+def test_checker_leaves_launches_that_never_served_out_of_the_guardrail():
+    # a broken launch out for replacement took no serving capacity: beside one isolated node, within the limit
+    states = {"i-1": "Standby", "i-2": "Standby"}
+    chk = InvariantChecker(min_size=2, max_size=10, max_isolated=1)
+    chk.check(T0, 4, states, [], never_served=frozenset({"i-2"}))
+    assert chk.violations == []
+    chk.check(T0, 4, states, [], never_served=frozenset({"i-3"}))
+    assert [v["kind"] for v in chk.violations] == ["guardrail"]
+
+
 def test_checker_accepts_a_healthy_tick():
     chk = InvariantChecker(min_size=2, max_size=10, warm_floor=2, max_isolated=1, floor_at=lambda _t: 6)
     chk.check(T0, 6, {"i-1": "InService", "i-2": "Standby"}, ["a-1"])
