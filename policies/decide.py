@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from policies.isolation import run as run_isolation
+from policies.launch_verdicts import dead_launches
 from policies.model import (
     OPEN_STATES,
     GroupHistory,
@@ -171,8 +172,14 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     if desired is not None and desired != observed:
         direction = "up" if desired > observed else "down"
 
-    # scale-in victims: suspect instances first, then ones still starting, then the newest
-    degraded = [i for i in iso.degraded if any(x.instance_id == i for x in view.serving + view.pending)]
+    # scale-in victims: launches that keep failing (they serve nothing), suspect instances, then ones still
+    # starting, then the newest
+    dead = dead_launches(gh, view)
+    degraded = dead + [
+        i
+        for i in iso.degraded
+        if i not in dead and any(x.instance_id == i for x in view.serving + view.pending)
+    ]
 
     def age_key(inst: InstanceSnapshot) -> tuple[float, str]:
         return (inst.created_at.timestamp() if inst.created_at else 0.0, inst.instance_id)

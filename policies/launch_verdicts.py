@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.model import InstanceSnapshot, LaunchRecord
-from policies.observe import fresh
+from policies.model import GroupHistory, InstanceSnapshot, LaunchRecord
+from policies.observe import GroupView, fresh
 
 LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first compile is not a failure
 JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
@@ -27,6 +27,13 @@ def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
             break
         run.insert(0, record)
     return run if len(run) >= FAILED_IN_A_ROW else []
+
+
+def dead_launches(gh: GroupHistory, view: GroupView) -> list[str]:
+    """The run's failed launches still InService, oldest first: while launches keep failing they serve
+    nothing and no replacement of theirs would (none when launches are fine)."""
+    serving = {i.instance_id for i in view.serving}
+    return [r.instance_id for r in failed_run(gh.launches) if r.instance_id in serving]
 
 
 def verdict(launches: list[LaunchRecord], instance_id: str) -> LaunchRecord | None:

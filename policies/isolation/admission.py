@@ -10,7 +10,7 @@ Both guardrails ration serving capacity. An incident found on a launch that neve
 toward neither: a run of broken launches must not trip the breaker and hold a real fault on a serving node
 behind it until a human resets it. It still waits while the breaker is open, and while launches keep
 failing (``policies.launch_verdicts.failed_run``): its replacement would be launched the same way, and
-scale-in removes it first.
+the launches' scaling step removes the instance instead (``policies/scaling/launches.py``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
     if failed:
         detail = (
             f"the {len(failed)} newest launches never served: a replacement would be launched the same way; "
-            "waits until a launch serves (scale-in removes this instance first)"
+            "the instance is removed instead (it serves nothing)"
         )
         t.wait(inc, ReasonCode.LAUNCHES_FAILING, detail, failed_in_a_row=len(failed))
         return True

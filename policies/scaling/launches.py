@@ -15,9 +15,10 @@ engine rules' business, not a launch's.
 When the ``FAILED_IN_A_ROW`` newest judged launches all failed, scale-out holds at the hold (reason and
 warning ``launches_failing``, one notification per run of failures) until a launch serves; ``RETRY_S`` after
 the run's last failure, scale-out goes one instance at a time (a probe: a fixed image serves and ends the
-run; a broken one fails, and the hold starts over). Scale-in is not held: it removes
-the suspects first. The floors still apply (the schedule's floors are mirrored as ESS scheduled tasks,
-which ESS would carry out without the service anyway).
+run; a broken one fails, and the hold starts over). Meanwhile the run's dead launches still in the group
+are removed by name: the target is the live fleet, so they go without a replacement. Scale-in is not
+held: it removes the suspects first. The floors still apply (the schedule's floors are mirrored as ESS
+scheduled tasks, which ESS would carry out without the service anyway).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, failed_run
+from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, dead_launches, failed_run
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
 from policies.observe import fresh
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
@@ -71,15 +72,24 @@ def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:
 
 def launch_hold(ctx: ScalingContext) -> Contribution | None:
     """Step: no scale-out onto launches that keep failing; once it is time to retry, one launch at a time
-    (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step)."""
+    (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step). The run's
+    dead launches still in the group are removed (``decide`` names them first among the victims): they
+    serve nothing, so the live fleet keeps its size, and they are no longer billed."""
     run, retry_at = failing(ctx.inp)
     if retry_at is None:
         return None
     retry = ctx.inp.now >= retry_at
-    allowed = ctx.hold + 1 if retry and not _probing(ctx.inp, run[-1]) else ctx.hold
+    allowed = ctx.hold
+    dead = dead_launches(ctx.inp.gh, ctx.inp.view)
+    if dead:  # the live fleet (counted from what is there, so that a removal under way counts once)
+        allowed = min(allowed, ctx.inp.view.current_serving - len(dead))
+    if retry and not _probing(ctx.inp, run[-1]):
+        allowed += 1
     then = f"no scale-out onto more of them before {retry_at:%H:%M}Z"
     if retry:
         then = "one launch at a time to retry"
+    if dead:
+        then += f"; the {len(dead)} still in the group removed (they serve nothing)"
     detail = (
         f"the {len(run)} newest launches never served (vLLM still down {LAUNCH_GRACE_S:g}s past the cold "
         f"start: {', '.join(r.instance_id for r in run[-3:])}): check the image, launch template and model "
@@ -96,7 +106,13 @@ def launch_hold(ctx: ScalingContext) -> Contribution | None:
     reason = Reason(
         code=ReasonCode.LAUNCHES_FAILING,
         detail=detail,
-        inputs={"wanted": ctx.target, "hold": ctx.hold, "failed_in_a_row": len(run), "retry": retry},
+        inputs={
+            "wanted": ctx.target,
+            "hold": ctx.hold,
+            "failed_in_a_row": len(run),
+            "retry": retry,
+            "dead_in_group": len(dead),
+        },
     )
     return Contribution(target=allowed, reason=reason, warnings=(warning,))
 

@@ -359,8 +359,9 @@ def test_a_node_rebooted_for_one_fault_is_not_rebooted_again_while_its_engine_lo
 
 def test_dead_launches_neither_trip_the_breaker_nor_hold_a_real_fault_behind_them():
     # A broken image: every launch runs and never serves. Their engine_down incidents take no serving
-    # capacity out, so the breaker (limit 1) does not count them; while launches keep failing they wait (a
-    # replacement would be launched the same way). A GPU overheating on a serving node is still isolated.
+    # capacity out, so the breaker (limit 1) does not count them; while launches keep failing they are not
+    # rebooted or replaced (a replacement would be launched the same way) but removed: they serve nothing. A
+    # GPU overheating on a serving node is still isolated.
     spec = policy(guardrails={"breaker": {"max_isolations": 1, "window": "1h"}}, max_size=20)
     world = World(T0, 6, demand=lambda at: 8.0)  # short of capacity: the rules scale out onto broken launches
     world.broken_launches = True
@@ -368,10 +369,12 @@ def test_dead_launches_neither_trip_the_breaker_nor_hold_a_real_fault_behind_the
     gh = hist.groups[GROUP]
     dead = [i for i in gh.incidents if i.rule == "engine_down"]
     assert len(dead) >= 2 and all(i.unserved for i in dead)  # more than the breaker's limit
-    assert all(i.instance_id in {n.instance_id for n in world.nodes.values() if n.never_serves} for i in dead)
+    assert {i.instance_id for i in dead} <= {n.instance_id for n in world.nodes.values() if n.never_serves}
     assert not gh.breaker.open
-    assert all(i.admitted_at is None for i in dead)
-    assert ReasonCode.LAUNCHES_FAILING in {s.reason for s in steps_of(plans[-1:], StepAction.WAIT)}
+    assert all(i.admitted_at is None and i.outcome == "instance_gone" for i in dead)
+    assert {i.instance_id for i in dead} <= set(world.removed)
+    assert not any(a == "enter_standby" for _, a, _ in world.actions)
+    assert len(world.serving()) == 6  # the live fleet kept, none of the dead billed on
     world.nodes["i-0001"].hot = True
     _, hist = drive(world, spec, 5 * 60, history=hist)
     assert [a for _, a, i in world.actions if i == "i-0001"][:2] == ["enter_standby", "reboot"]

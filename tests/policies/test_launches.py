@@ -39,13 +39,25 @@ def test_two_launches_that_never_served_hold_the_scale_out():
     plan = _decide(_fleet(dead=2))
     gp = plan.groups[0]
     assert gp.reason == ReasonCode.LAUNCHES_FAILING
-    assert gp.serving_target == 8  # the hold: no more instances launched the same way
+    # the hold, no more instances launched the same way, less the two dead ones: they serve nothing
+    assert gp.serving_target == 6
+    assert gp.scale_in_order[:2] == ["i-100", "i-101"] and gp.scale_in_suspects == 2  # removed by name
     held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
     assert held.inputs["wanted"] > 8 and "i-100" in held.detail and "i-101" in held.detail
     warning = next(w for w in gp.warnings if w.code == WarningCode.LAUNCHES_FAILING)
     assert warning.instance_id == "i-100"  # the run's first names it: one notification per run
     verdicts = {r.instance_id: r.served for r in plan.history.groups[GROUP].launches}
     assert verdicts == {"i-100": False, "i-101": False}  # the day-old serving ones are no launches
+
+
+def test_dead_launches_being_removed_are_not_taken_off_the_live_fleet_twice():
+    # The tick after: the target already left them out, and ESS has not removed them yet (still InService).
+    plan = _decide(_fleet(dead=2))
+    gh = plan.history.groups[GROUP]
+    assert gh.last_target == 6
+    again = _decide(_fleet(dead=2), gh).groups[0]
+    assert again.serving_target == 6  # the six that serve, not four
+    assert again.scale_in_order[:2] == ["i-100", "i-101"]
 
 
 def test_one_dead_launch_is_a_bad_host_and_the_rule_scales_out():

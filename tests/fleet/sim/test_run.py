@@ -452,6 +452,22 @@ def test_launches_that_never_serve_stop_the_scale_out_short_of_max_size(config):
     assert run.summary["invariant_violations"] == []
 
 
+def test_dead_launches_are_removed_and_a_real_fault_behind_them_still_isolated(config):
+    """Every launch broken from the first minute in the evening ramp, and a GPU overheating on a serving node
+    at 35 minutes: the dead launches' incidents trip no breaker (they take no serving capacity out) and
+    their instances are removed; the overheating node is taken out of traffic."""
+    faults = [parse_fault_spec("bad-launch,at=1m"), parse_fault_spec("overheat,at=35m,instance=0")]
+    workload = "servegen:m-large,day=9,peak=15,start_h=18"
+    run = simulate(config, workload, 50 / 60, faults=faults, options=SimOptions())
+    incidents = run.summary["incidents"]
+    dead = [i for i in incidents if i["cause"] == "metric: engine_down"]
+    hot = [i for i in incidents if i not in dead]  # throttled or too hot, whichever rule holds first
+    assert len(dead) >= 4  # more than the breaker's 3 an hour
+    assert all(i["outcome"] == "instance_gone" and i["isolated_at"] is None for i in dead)
+    assert len(hot) == 1 and hot[0]["isolated_at"] is not None
+    assert run.summary["invariant_violations"] == []
+
+
 def test_a_fleet_without_traffic_scales_in_on_its_rules_alone(tmp_path):
     # predictive off, so the rules decide alone, one of them on P99 TTFT: 10 minutes of requests and then
     # silence. No instance has a latency to report once idle; before, that read as missing and no rule ever
