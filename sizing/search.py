@@ -740,13 +740,25 @@ def _price(c: Candidate, inst: InstanceType, prices: PriceBook | None, region: s
         c.fits = False
 
 
-def _cost_key(c: Candidate) -> tuple[float, int, int, str]:
-    """Cheapest first; at the same cost the fewest GPUs, then the most instances (the same GPUs in more,
-    smaller instances lose less to one instance's loss), then the name."""
+def _cost_key(c: Candidate) -> tuple[float, int, int, int, str]:
+    """Cheapest first; at the same cost the fewest GPUs, then the checkpoint's own weights before quantized
+    ones (``_weights_rank``), then the most instances (the same GPUs in more, smaller instances lose less to
+    one instance's loss), then the name."""
     cost = c.cost_cny_per_hour if c.cost_cny_per_hour is not None else math.inf
     if c.cost_cny_per_hour is None and c.instances is not None:
         cost = float(c.instances) * 1e6  # unpriced (bare GPUs): rank by count
-    return (cost, c.gpus * (c.instances or 1), -(c.instances or 1), c.instance_type or c.gpu)
+    gpus = c.gpus * (c.instances or 1)
+    return (cost, gpus, _weights_rank(c), -(c.instances or 1), c.instance_type or c.gpu)
+
+
+def _weights_rank(c: Candidate) -> int:
+    """0: the checkpoint's own weights (or the format the user pinned); 1: quantized weights vLLM makes
+    online (FP8) or from a published checkpoint; 2: quantized weights from a checkpoint nobody publishes
+    (the user must make one). A quantized option also asks for a quality check the own weights do not."""
+    d = c.deployment
+    if d is None or d.dtype == "auto":
+        return 0
+    return 2 if checkpoint_note(d.model, d.dtype) else 1
 
 
 # Costs closer than half a fen an hour are the same cost: the option lost a tie, not on price.
@@ -785,19 +797,22 @@ def _same_cost(c: Candidate, best: Candidate) -> float | None:
 
 
 def _tie_break(c: Candidate, best: Candidate) -> str:
-    """Why the best won a tie on cost: ``_cost_key``'s GPUs, instances and name, then the search's order,
-    which tries the checkpoint's own weights before quantized ones and the smaller TP first."""
-    (_, gpus, fewer, _), (_, best_gpus, best_fewer, _) = _cost_key(c), _cost_key(best)
+    """Why the best won a tie on cost: ``_cost_key``'s GPUs, weights, instances and name, then the search's
+    order, which tries the checkpoint's own weights before quantized ones and the smaller TP first."""
+    (_, gpus, weights, fewer, _), (_, best_gpus, best_weights, best_fewer, _) = _cost_key(c), _cost_key(best)
+    mine = c.plan.dtype if c.plan else None
+    theirs = best.plan.dtype if best.plan else None
     if gpus != best_gpus:
         return f"{gpus} GPUs, where the best needs {best_gpus} at that cost"
+    if weights != best_weights:
+        unpublished = f"; no {mine} checkpoint of it is published" if weights == 2 else ""
+        return f"{mine} weights, where the best keeps {theirs} at that cost{unpublished}"
     if fewer != best_fewer:  # the key holds minus the instance count: more instances first
         n, best_n = -fewer, -best_fewer
         return (
             f"in {n} instance{'s' if n > 1 else ''}, where the best spreads the same GPUs over {best_n} "
             "(one instance's loss takes less)"
         )
-    mine = c.plan.dtype if c.plan else None
-    theirs = best.plan.dtype if best.plan else None
     if mine != theirs:
         return f"{mine} weights, where the best keeps {theirs} at that cost"
     if c.tp != best.tp:

@@ -583,8 +583,9 @@ FASTER_TIE_SHARE = 0.8
 def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
     """A note when an option at the best's cost (it lost the tie on its weights or TP) has a clearly lower
     P99 TTFT or TPOT at the offered load: the checkpoint's own weights win ties, but that speed is free."""
-    from sizing.search import SAME_COST
+    from sizing.search import SAME_COST, checkpoint_note
 
+    faster: list[tuple[tuple[float, float], Any, dict[str, Any], list[tuple[float, float]]]] = []
     for c in result.candidates:
         if not c.reason.startswith(SAME_COST):
             continue
@@ -595,23 +596,28 @@ def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
             continue
         if not any(mine <= FASTER_TIE_SHARE * theirs for mine, theirs in pairs):
             continue
-        (ttft, best_ttft), (tpot, best_tpot) = pairs
-        quantized = j["dtype"] != best["dtype"]
-        where = (j["instance_type"] or j["gpu"]).removeprefix("ecs.")
-        what = f"{j.get('instances') or 1} x {where} at TP {j['tp']} with {j['dtype']} weights"
-        ranked = result.slo is not None and result.slo.given
-        why = [] if ranked else ["a latency SLO ranks on it"]
-        if quantized:
-            why.append("check the quantized output on your own evaluation")
-        within = " and within the SLOs" if ranked else ""
-        console.print(
-            f"  [yellow]note:[/] at the same cost{within}, {what} gives P99 TTFT {ttft:.0f} ms and TPOT "
-            f"{tpot:.1f} ms against {best_ttft:.0f} / {best_tpot:.1f}"
-            + (f" ({'; '.join(why)})" if why else ""),
-            highlight=False,
-            soft_wrap=True,
-        )
+        ratios = [mine / theirs if theirs > 0 else 1.0 for mine, theirs in pairs]
+        faster.append(((max(ratios), sum(ratios)), c, j, pairs))
+    if not faster:
         return
+    _, c, j, pairs = min(faster, key=lambda f: f[0])  # the fastest of them: its slower latency the lowest
+    (ttft, best_ttft), (tpot, best_tpot) = pairs
+    quantized = j["dtype"] != best["dtype"]
+    where = (j["instance_type"] or j["gpu"]).removeprefix("ecs.")
+    what = f"{j.get('instances') or 1} x {where} at TP {j['tp']} with {j['dtype']} weights"
+    ranked = result.slo is not None and result.slo.given
+    why = [] if ranked else ["a latency SLO ranks on it"]
+    if quantized:
+        why.append("check the quantized output on your own evaluation")
+        if c.deployment is not None and checkpoint_note(c.deployment.model, j["dtype"]):
+            why.append(f"no {j['dtype']} checkpoint of the model is published: you would make one")
+    within = " and within the SLOs" if ranked else ""
+    console.print(
+        f"  [yellow]note:[/] at the same cost{within}, {what} gives P99 TTFT {ttft:.0f} ms and TPOT "
+        f"{tpot:.1f} ms against {best_ttft:.0f} / {best_tpot:.1f}" + (f" ({'; '.join(why)})" if why else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _context_hint(candidates: Any) -> None:

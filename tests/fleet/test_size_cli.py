@@ -129,6 +129,28 @@ def test_with_an_slo_the_tie_note_says_both_meet_it(capsys):
     assert "a latency SLO ranks on it" not in out
 
 
+def test_the_tie_note_names_the_fastest_tied_option_and_an_unpublished_checkpoint(capsys):
+    # Llama-3.1-70B: bf16 on 8 A100s is the best; of the AWQ options at its cost, TP 8 on the same instance
+    # is faster on both latencies than the 2 x 4 pair ranked first among them: the note names that one, and
+    # that nobody publishes its checkpoint
+    argv = ["size", "--model", "Llama-3.1-70B", "--max-model-len", "4096", "--qps", "5"]
+    argv += ["--slo-ttft-p99-ms", "2000", "--slo-tpot-p99-ms", "60"]
+    assert main([*argv, "--json"]) == 0
+    best, *others = json.loads(capsys.readouterr().out)["candidates"]
+    tied = [c for c in others if c["reason"].startswith("same cost")]
+
+    def slower(c):
+        return max(c["p99_ttft_ms"] / best["p99_ttft_ms"], c["p99_tpot_ms"] / best["p99_tpot_ms"])
+
+    fastest = min(tied, key=slower)
+    assert best["dtype"] == "bf16" and slower(fastest) < slower(tied[0])  # not simply the first tied one
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    where = fastest["instance_type"].removeprefix("ecs.")
+    assert f"{fastest['instances']} x {where} at TP {fastest['tp']} with awq weights gives" in out
+    assert "no awq checkpoint of the model is published" in out
+
+
 def test_an_empty_fallback_ladder_after_one_instance_type_says_only_it_was_evaluated(capsys):
     argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "ecs.gn8is.2xlarge", "--max-model-len"]
     assert main([*argv, "4096", "--qps", "1"]) == 0

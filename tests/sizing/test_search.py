@@ -332,6 +332,26 @@ def test_at_the_same_cost_and_gpus_more_smaller_instances_rank_first_and_the_oth
     assert "in 1 instance, where the best spreads the same GPUs over 2" in single.reason
 
 
+def test_at_the_same_cost_and_gpus_the_checkpoints_own_weights_rank_before_more_instances():
+    # Llama-3.1-70B: 2 x 4 A100s need AWQ weights (nobody publishes them), 1 x 8 A100s serve it in bf16 at
+    # the same cost. Spreading over more instances does not outrank a checkpoint the user would have to make.
+    res = search(
+        find_model("Llama-3.1-70B"),
+        settings=Settings(max_model_len=4096, search_quantized=True),
+        workload=Workload(qps=5.0, prompt_tokens=1000, output_tokens=200),
+        slo=SLO(2000, 60),
+        instances=[find_instance("ecs.gn7-c13g1.26xlarge"), find_instance("ecs.gn7-c13g1.13xlarge")],
+        prices=price_book(),
+    )
+    best = res.best
+    assert (best.instance_type, best.instances, best.plan.dtype) == ("ecs.gn7-c13g1.26xlarge", 1, "bf16")
+    (pair,) = [c for c in res.candidates if c.instance_type == "ecs.gn7-c13g1.13xlarge" and c.instances == 2]
+    assert pair.plan.dtype == "awq" and pair.cost_cny_per_hour == res.best.cost_cny_per_hour
+    assert "awq weights, where the best keeps bf16 at that cost; no awq checkpoint of it is published" in (
+        pair.reason
+    )
+
+
 def test_the_cost_order_breaks_a_tie_on_gpus_by_instance_count_before_the_name():
     from sizing.search import Candidate, _cost_key
 
