@@ -174,7 +174,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
 
     # scale-in victims: launches that keep failing (they serve nothing), suspect instances, then ones still
     # starting, then the newest
-    dead = dead_launches(gh, view)
+    dead = dead_launches(gh, view, now)
     degraded = dead + [
         i
         for i in iso.degraded

@@ -16,6 +16,7 @@ from policies.observe import GroupView, fresh
 LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first compile is not a failure
 JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
 FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
+REMOVE_AFTER_S = 600.0  # a failed launch of a failing run still down this long after its verdict is removed
 
 
 def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
@@ -29,11 +30,14 @@ def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
     return run if len(run) >= FAILED_IN_A_ROW else []
 
 
-def dead_launches(gh: GroupHistory, view: GroupView) -> list[str]:
-    """The run's failed launches still InService, oldest first: while launches keep failing they serve
-    nothing and no replacement of theirs would (none when launches are fine)."""
+def dead_launches(gh: GroupHistory, view: GroupView, now: datetime) -> list[str]:
+    """The run's failed launches still InService ``REMOVE_AFTER_S`` after their verdict, oldest first: while
+    launches keep failing they serve nothing and no replacement of theirs would (none when launches are
+    fine). The wait spares a launch that was only slow to load (a ``cold_start_s`` set too short): one that
+    serves after its verdict is recorded as late and ends the run."""
     serving = {i.instance_id for i in view.serving}
-    return [r.instance_id for r in failed_run(gh.launches) if r.instance_id in serving]
+    due = now - timedelta(seconds=REMOVE_AFTER_S)
+    return [r.instance_id for r in failed_run(gh.launches) if r.instance_id in serving and r.judged_at <= due]
 
 
 def verdict(launches: list[LaunchRecord], instance_id: str) -> LaunchRecord | None:

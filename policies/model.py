@@ -144,6 +144,7 @@ class WarningCode(StrEnum):
     UNKNOWN_INSTANCE = "unknown_instance"
     DEMAND_UNKNOWN = "demand_unknown"
     LAUNCHES_FAILING = "launches_failing"
+    COLD_START_EXCEEDED = "cold_start_exceeded"  # a launch served only past cold_start_s and the grace
     GROUP_DISABLED = "group_disabled"
 
 
@@ -380,6 +381,9 @@ class LaunchRecord(_Model):
     launched_at: AwareDatetime
     served: bool
     judged_at: AwareDatetime
+    late_at: AwareDatetime | None = Field(
+        default=None, description="judged failed, then served at this time: slow to load, not dead"
+    )
 
 
 class XidRecord(_Model):

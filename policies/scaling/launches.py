@@ -32,23 +32,31 @@ from policies.observe import fresh
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
 
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
+SLOW_WARN_S = timedelta(hours=1)  # a launch that served late is warned about this long
 KEEP = 20
 
 
 def judge(inp: ScalingInputs) -> None:
-    """Record this tick's verdicts on the young InService instances not judged yet."""
+    """Record this tick's verdicts on the young InService instances not judged yet; a launch judged failed
+    that serves after all was slow to load, not dead (``late_at``): it ends a run of failures."""
     gh, spec, now = inp.gh, inp.spec, inp.now
-    judged = {r.instance_id for r in gh.launches}
+    judged = {r.instance_id: r for r in gh.launches}
     deadline_s = spec.cold_start_s + LAUNCH_GRACE_S
     stale_after_s = spec.stabilization.stale_after_s
     for inst in inp.view.serving:
-        if inst.instance_id in judged or inst.created_at is None:
+        up = inst.metrics.get(m.VLLM_UP)
+        up_now = up is not None and fresh(up, now, stale_after_s) and up.value >= m.ENGINE_DOWN_BELOW
+        record = judged.get(inst.instance_id)
+        if record is not None:
+            if not record.served and up_now:
+                record.served, record.late_at = True, now
+            continue
+        if inst.created_at is None:
             continue
         age_s = (now - inst.created_at).total_seconds()
-        up = inst.metrics.get(m.VLLM_UP)
         if age_s > deadline_s + JUDGE_WINDOW_S or up is None or not fresh(up, now, stale_after_s):
             continue
-        served = up.value >= m.ENGINE_DOWN_BELOW
+        served = up_now
         if served or age_s >= deadline_s:
             gh.launches.append(
                 LaunchRecord(
@@ -70,6 +78,27 @@ def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:
     return run, max(r.judged_at for r in run) + timedelta(seconds=RETRY_S)
 
 
+def slow_launch(ctx: ScalingContext) -> Contribution | None:
+    """Step: a warning while a launch judged failed served late within the last ``SLOW_WARN_S``: the group's
+    ``cold_start_s`` is shorter than its instances take, so launches read as failing (and the forecast
+    orders too late)."""
+    inp = ctx.inp
+    late = [r for r in inp.gh.launches if r.late_at is not None and r.late_at > inp.now - SLOW_WARN_S]
+    if not late:
+        return None
+    r = late[-1]
+    took_s = (r.late_at - r.launched_at).total_seconds() if r.late_at is not None else 0.0
+    detail = (
+        f"launch {r.instance_id} served {took_s:.0f}s after it was ordered, past cold_start_s "
+        f"{inp.spec.cold_start_s:g}s and the {LAUNCH_GRACE_S:g}s grace: raise cold_start_s to what a launch "
+        "takes, or launches read as failing"
+    )
+    warning = PlanWarning(
+        code=WarningCode.COLD_START_EXCEEDED, group=inp.group.name, instance_id=r.instance_id, detail=detail
+    )
+    return Contribution(warnings=(warning,))
+
+
 def launch_hold(ctx: ScalingContext) -> Contribution | None:
     """Step: no scale-out onto launches that keep failing; once it is time to retry, one launch at a time
     (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step). The run's
@@ -80,7 +109,7 @@ def launch_hold(ctx: ScalingContext) -> Contribution | None:
         return None
     retry = ctx.inp.now >= retry_at
     allowed = ctx.hold
-    dead = dead_launches(ctx.inp.gh, ctx.inp.view)
+    dead = dead_launches(ctx.inp.gh, ctx.inp.view, ctx.inp.now)
     if dead:  # the live fleet (counted from what is there, so that a removal under way counts once)
         allowed = min(allowed, ctx.inp.view.current_serving - len(dead))
     if retry and not _probing(ctx.inp, run[-1]):

@@ -16,7 +16,7 @@ from policies.scaling.bounds import ceiling, floor, last_instance
 from policies.scaling.context import ScalingContext, ScalingInputs, ScalingResult, Step
 from policies.scaling.demand import read_demand
 from policies.scaling.hold import hold, starting_point
-from policies.scaling.launches import judge, launch_hold
+from policies.scaling.launches import judge, launch_hold, slow_launch
 from policies.scaling.predictive import predictive
 from policies.scaling.scale_in import scale_in, within_tolerance
 from policies.scaling.scale_out import scale_out
@@ -31,7 +31,8 @@ STEPS: tuple[Step, ...] = (
     scale_in,  # scale_in.py: the window's highest recommendation when nothing fired and nothing blocks
     within_tolerance,  # scale_in.py: the reason when the metrics' change is within the tolerance band
     predictive,  # predictive.py: the capacity-model target for the forecast (off: nothing)
-    launch_hold,  # launches.py: no scale-out onto launches that keep failing
+    launch_hold,  # launches.py: no scale-out onto launches that keep failing; their dead ones removed
+    slow_launch,  # launches.py: a warning when a launch served only past the cold start and its grace
     floor,  # bounds.py: up to the floor
     last_instance,  # bounds.py: never empty a group on metrics (its agents are the only demand signal)
     ceiling,  # bounds.py: down to the ceiling (never below the floor: the floor step ran first)

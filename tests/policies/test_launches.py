@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from policies import History, decide
-from policies.launch_verdicts import LAUNCH_GRACE_S
+from policies.launch_verdicts import LAUNCH_GRACE_S, REMOVE_AFTER_S
 from policies.model import GroupHistory, LaunchRecord, ReasonCode, WarningCode
 from policies.scaling.launches import RETRY_S
 from tests.policies.policy_builders import GROUP, MONDAY_10_SHANGHAI, instance, policy, snapshot
@@ -35,13 +35,18 @@ def _decide(instances: list, gh: GroupHistory | None = None):
     return decide(snapshot(NOW, instances), spec, hist, NOW)
 
 
+def _aged(gh: GroupHistory, by: timedelta) -> GroupHistory:
+    """The history with its launch verdicts made ``by`` earlier (the instances' samples stay fresh)."""
+    for r in gh.launches:
+        r.judged_at -= by
+    return gh
+
+
 def test_two_launches_that_never_served_hold_the_scale_out():
     plan = _decide(_fleet(dead=2))
     gp = plan.groups[0]
     assert gp.reason == ReasonCode.LAUNCHES_FAILING
-    # the hold, no more instances launched the same way, less the two dead ones: they serve nothing
-    assert gp.serving_target == 6
-    assert gp.scale_in_order[:2] == ["i-100", "i-101"] and gp.scale_in_suspects == 2  # removed by name
+    assert gp.serving_target == 8  # the hold: no more instances launched the same way
     held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
     assert held.inputs["wanted"] > 8 and "i-100" in held.detail and "i-101" in held.detail
     warning = next(w for w in gp.warnings if w.code == WarningCode.LAUNCHES_FAILING)
@@ -50,14 +55,32 @@ def test_two_launches_that_never_served_hold_the_scale_out():
     assert verdicts == {"i-100": False, "i-101": False}  # the day-old serving ones are no launches
 
 
-def test_dead_launches_being_removed_are_not_taken_off_the_live_fleet_twice():
-    # The tick after: the target already left them out, and ESS has not removed them yet (still InService).
-    plan = _decide(_fleet(dead=2))
-    gh = plan.history.groups[GROUP]
-    assert gh.last_target == 6
-    again = _decide(_fleet(dead=2), gh).groups[0]
+def test_dead_launches_still_down_after_their_verdict_are_removed_by_name():
+    gh = _decide(_fleet(dead=2)).history.groups[GROUP]
+    almost = _decide(_fleet(dead=2), _aged(gh.model_copy(deep=True), timedelta(seconds=REMOVE_AFTER_S - 60)))
+    assert almost.groups[0].serving_target == 8  # a launch only slow to load may still serve
+    plan = _decide(_fleet(dead=2), _aged(gh, timedelta(seconds=REMOVE_AFTER_S)))
+    gp = plan.groups[0]
+    # the hold less the two dead ones: they serve nothing, and no replacement would
+    assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 6
+    assert gp.scale_in_order[:2] == ["i-100", "i-101"] and gp.scale_in_suspects == 2  # removed by name
+    # the tick after: ESS has not removed them yet (still InService), and the target already left them out
+    again = _decide(_fleet(dead=2), plan.history.groups[GROUP]).groups[0]
     assert again.serving_target == 6  # the six that serve, not four
     assert again.scale_in_order[:2] == ["i-100", "i-101"]
+
+
+def test_a_launch_judged_failed_that_serves_late_ends_the_run_and_warns_of_the_cold_start():
+    gh = _decide(_fleet(dead=2)).history.groups[GROUP]
+    slow = _fleet(dead=2)
+    slow[-1].metrics["vllm_up"] = slow[-1].metrics["vllm_up"].model_copy(update={"value": 1.0})
+    plan = _decide(slow, _aged(gh, timedelta(seconds=REMOVE_AFTER_S)))
+    gp = plan.groups[0]
+    (late,) = [r for r in plan.history.groups[GROUP].launches if r.late_at is not None]
+    assert late.instance_id == "i-101" and late.served
+    assert gp.reason != ReasonCode.LAUNCHES_FAILING and gp.serving_target > 8  # the run ended: scale-out
+    warning = next(w for w in gp.warnings if w.code == WarningCode.COLD_START_EXCEEDED)
+    assert warning.instance_id == "i-101" and "raise cold_start_s" in warning.detail
 
 
 def test_one_dead_launch_is_a_bad_host_and_the_rule_scales_out():

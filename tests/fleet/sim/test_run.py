@@ -463,7 +463,8 @@ def test_dead_launches_are_removed_and_a_real_fault_behind_them_still_isolated(c
     dead = [i for i in incidents if i["cause"] == "metric: engine_down"]
     hot = [i for i in incidents if i not in dead]  # throttled or too hot, whichever rule holds first
     assert len(dead) >= 4  # more than the breaker's 3 an hour
-    assert all(i["outcome"] == "instance_gone" and i["isolated_at"] is None for i in dead)
+    assert all(i["isolated_at"] is None for i in dead)  # not rebooted: a replacement would be as dead
+    assert sum(1 for i in dead if i["outcome"] == "instance_gone") >= 4  # removed 10 min after the verdict
     assert len(hot) == 1 and hot[0]["isolated_at"] is not None
     assert run.summary["invariant_violations"] == []
 
