@@ -17,6 +17,9 @@ LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first c
 JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
 FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
 REMOVE_AFTER_S = 600.0  # a failed launch of a failing run still down this long after its verdict is removed
+SLOW_WARN_S = (
+    3600.0  # a launch that served only after its failed verdict marks the group's launches slow so long
+)
 
 
 def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
@@ -28,6 +31,14 @@ def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
             break
         run.insert(0, record)
     return run if len(run) >= FAILED_IN_A_ROW else []
+
+
+def late_launch(launches: list[LaunchRecord], now: datetime) -> LaunchRecord | None:
+    """The newest launch judged failed that served after all within ``SLOW_WARN_S``: launches here take
+    longer than the group's ``cold_start_s`` (None: none did)."""
+    since = now - timedelta(seconds=SLOW_WARN_S)
+    late = [r for r in launches if r.late_at is not None and r.late_at > since]
+    return max(late, key=lambda r: (r.late_at or now, r.instance_id)) if late else None
 
 
 def dead_launches(gh: GroupHistory, view: GroupView, now: datetime) -> list[str]:

@@ -195,6 +195,7 @@ class Fault:
     for_s: float = 0.0
     share: float = 0.25  # spot-reclaim: the share of the group's spot instances reclaimed
     product: str = ""  # api-outage: the cloud product whose API answers 503 (ess, ecs or cms)
+    extra_s: float = 600.0  # slow-launch: how much longer than the cold start a launch takes to serve
 
     @property
     def cloud_wide(self) -> bool:
@@ -254,6 +255,8 @@ class World:
         self.instances_seen = 0
         # bad-launch: instances launched within [from, until) never get vLLM up (a broken image or template)
         self._bad_launch: tuple[float, float] | None = None
+        # slow-launch: instances launched within [from, until) serve this much later than the cold start
+        self._slow_launch: tuple[float, float, float] | None = None
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -266,6 +269,9 @@ class World:
             inst = self.instances.get(iid)
             if inst is None:
                 ready = now if prewarmed else now + self.p.cold_start_s
+                slow = self._slow_launch
+                if not prewarmed and slow is not None and slow[0] <= now < slow[1]:
+                    ready += slow[2]
                 gpus = [GpuThermal.at_idle(self.p.thermal) for _ in range(self.p.gpus_per_instance)]
                 inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
                 if self.model_speed is not None:
@@ -596,6 +602,11 @@ class World:
             self._bad_launch = (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf)
             if f.for_s > 0:
                 entry["for_s"] = f.for_s
+        elif f.kind == "slow-launch":
+            self._slow_launch = (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf, f.extra_s)
+            entry["extra_s"] = f.extra_s
+            if f.for_s > 0:
+                entry["for_s"] = f.for_s
         elif f.kind == "stockout":
             end = datetime.fromtimestamp(self.cloud.now_s() + f.for_s, UTC)
             self.cloud.schedule_sold_out(f.instance_type, now, end, zone_id=f.zone)
@@ -698,14 +709,15 @@ FAULT_KINDS = (
     "engine-hang",
     "agent-down",
     "bad-launch",
+    "slow-launch",
     "stockout",
     "spot-reclaim",
     "api-outage",
 )
-CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage", "bad-launch")
+CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage", "bad-launch", "slow-launch")
 # api-outage: the products whose API the service calls; the world itself writes past the API
 OUTAGE_PRODUCTS = ("ess", "ecs", "cms")
-_FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share"}
+_FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share", "extra"}
 
 
 class FaultSpecError(ValueError):
@@ -730,7 +742,9 @@ def parse_fault_spec(text: str) -> Fault:
     ``agent-down,at=2h[,for=10m]`` (the node agent stops sending; vLLM serves on; the same ``for``),
     ``engine-hang,at=2h`` (vLLM's engine stops moving while its API server answers, until a reboot),
     ``api-outage:cms,at=6h,for=30m`` (the product's API answers every call with a 503 meanwhile),
-    ``bad-launch,at=6h[,for=3h]`` (every instance launched meanwhile never gets vLLM up: a broken image).
+    ``bad-launch,at=6h[,for=3h]`` (every instance launched meanwhile never gets vLLM up: a broken image),
+    ``slow-launch,at=6h[,for=3h][,extra=10m]`` (every instance launched meanwhile serves ``extra`` later than
+    the cold start: a slow model store).
 
     ``instance`` picks the Nth serving instance (oldest first, modulo their count) when the fault fires, or an
     instance id; it defaults to 0.
@@ -765,6 +779,9 @@ def parse_fault_spec(text: str) -> Fault:
     fault = Fault(kind=kind, at_s=at_s, target=params.get("instance", "0"))
     if not (fault.target.startswith("i-") or fault.target.isdigit()):
         raise FaultSpecError(f"fault {text!r}: instance must be an index (0, 1, ...) or an instance id i-...")
+    if "extra" in params and kind != "slow-launch":
+        hint = " (an overheat's is extra_c)" if kind == "overheat" else ""
+        raise FaultSpecError(f"fault {text!r}: extra is for slow-launch{hint}")
     _kind_argument(text, fault, bool(sep), arg, params)
     if "extra_c" in params:
         try:
@@ -783,8 +800,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
         _timed_node_fault(text, fault, arg, params)
     elif kind == "api-outage":
         _api_outage(text, fault, arg, params)
-    elif kind == "bad-launch":
-        _bad_launch(text, fault, arg, params)
+    elif kind in ("bad-launch", "slow-launch"):
+        _launch_fault(text, fault, arg, params)
     elif kind in CLOUD_FAULT_KINDS or {"zone", "for", "share"} & set(params):
         _capacity_fault(text, fault, arg, params)
     elif kind == "xid":
@@ -845,15 +862,28 @@ def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> 
     return for_s
 
 
-def _bad_launch(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
-    """``bad-launch,at=T[,for=D]``: every instance launched from T (for D, or to the end) never serves."""
+def _launch_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
+    """``bad-launch,at=T[,for=D]``: every instance launched from T (for D, or to the end) never serves;
+    ``slow-launch,at=T[,for=D][,extra=E]``: every one serves E (default 10m) later than the cold start."""
+    kind = fault.kind
     if arg:
-        raise FaultSpecError(f"fault {text!r}: bad-launch takes no :argument")
+        raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
     misplaced = {"zone", "share", "extra_c", "instance"} & set(params)
+    if kind == "bad-launch":
+        misplaced |= {"extra"} & set(params)
     if misplaced:
-        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to bad-launch")
+        raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to {kind}")
     if "for" in params:
         fault.for_s = _for_s(text, params, "1h, 3h", " (leave it out: to the end of the run)")
+    if "extra" in params:
+        try:
+            fault.extra_s = parse_duration_s(params["extra"])
+        except ValueError:
+            raise FaultSpecError(
+                f"fault {text!r}: extra={params['extra']!r} is not a duration like 5m, 20m"
+            ) from None
+        if not 0 < fault.extra_s <= 86400:
+            raise FaultSpecError(f"fault {text!r}: extra must be positive and at most a day")
 
 
 def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
@@ -861,7 +891,7 @@ def _capacity_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -
     if fault.kind not in CLOUD_FAULT_KINDS:
         raise FaultSpecError(
             f"fault {text!r}: zone, for and share are for stockout and spot-reclaim faults "
-            "(for also for engine-crash, agent-down, api-outage and bad-launch)"
+            "(for also for engine-crash, agent-down, api-outage, bad-launch and slow-launch)"
         )
     if fault.kind == "stockout":
         if not arg.startswith("ecs."):

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from policies.isolation.shared import Tick, note
-from policies.launch_verdicts import failed_run, judged_by, verdict
+from policies.isolation.shared import Tick, close, note
+from policies.launch_verdicts import REMOVE_AFTER_S, failed_run, judged_by, late_launch, verdict
 from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
 from policies.spec import resolve_count
 
@@ -51,6 +51,8 @@ def admit(t: Tick) -> None:
         if not inc.manual and _held_by_breaker(t, inc, limits):
             continue
         if inc.unserved:
+            if _served_after_all(t, inc):
+                continue
             if not _launch_waits(t, inc, failed):
                 inc.admitted_at = t.now
             continue
@@ -101,14 +103,37 @@ def _held_by_breaker(t: Tick, inc: Incident, limits: _Limits) -> bool:
     return True
 
 
+def _served_after_all(t: Tick, inc: Incident) -> bool:
+    """Close a held incident found on a launch that has since served (slow to load, not dead): what it was
+    opened for is gone, before any action. Without this it would be admitted once its wait ran out, and a
+    node just come into service rebooted."""
+    record = verdict(t.gh.launches, inc.instance_id)
+    if record is None or not record.served:
+        return False
+    note(inc, t.now, ReasonCode.RECOVERED, "its launch served after all: slow to load, not dead")
+    close(inc, t.now, ReasonCode.RECOVERED, "recovered")
+    return True
+
+
 def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
     """Whether an incident on a launch that never served waits: for its launch's verdict, which comes while
     the instance still runs in the group (a dead launch taken out first would never be judged, and the run of
-    failures that stops more launches would never be seen), then while launches keep failing."""
+    failures that stops more launches would never be seen); while launches here are known to be slower than
+    the cold start (one judged failed served after all), for as long as a failing run's dead launch would be
+    kept (a reboot would only start the slow load over); then while launches keep failing."""
     inst = t.by_id[inc.instance_id]
     due = judged_by(inst, t.spec.cold_start_s)
     if verdict(t.gh.launches, inc.instance_id) is None and due is not None and t.now < due + _VERDICT_SLACK:
         detail = f"waits for its launch's verdict (due {due:%H:%M}Z): a dead launch is the launches' business"
+        t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)
+        return True
+    late = late_launch(t.gh.launches, t.now)
+    if late is not None and due is not None and t.now < due + timedelta(seconds=REMOVE_AFTER_S):
+        took_s = ((late.late_at or t.now) - late.launched_at).total_seconds()
+        detail = (
+            f"launches here take longer than cold_start_s ({late.instance_id} served {took_s:.0f}s after it "
+            f"was ordered): waits for this one to load until {due + timedelta(seconds=REMOVE_AFTER_S):%H:%M}Z"
+        )
         t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)
         return True
     if failed:

@@ -26,13 +26,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from policies import metrics as m
-from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, dead_launches, failed_run
+from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, dead_launches, failed_run, late_launch
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
 from policies.observe import fresh
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
 
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
-SLOW_WARN_S = timedelta(hours=1)  # a launch that served late is warned about this long
 KEEP = 20
 
 
@@ -83,10 +82,9 @@ def slow_launch(ctx: ScalingContext) -> Contribution | None:
     ``cold_start_s`` is shorter than its instances take, so launches read as failing (and the forecast
     orders too late)."""
     inp = ctx.inp
-    late = [r for r in inp.gh.launches if r.late_at is not None and r.late_at > inp.now - SLOW_WARN_S]
-    if not late:
+    r = late_launch(inp.gh.launches, inp.now)
+    if r is None:
         return None
-    r = late[-1]
     took_s = (r.late_at - r.launched_at).total_seconds() if r.late_at is not None else 0.0
     detail = (
         f"launch {r.instance_id} served {took_s:.0f}s after it was ordered, past cold_start_s "

@@ -41,6 +41,7 @@ class Node:
     engine_down: bool = False  # vLLM exited: the agent reports vllm_up 0 until a reboot starts it again
     silent: bool = False  # the node agent stopped: no metrics at all until a reboot starts it again
     never_serves: bool = False  # launched broken (image, model store): vLLM never comes up, a reboot or not
+    loads_until: datetime | None = None  # launched slow (a slow model store): vLLM down until then
 
 
 class World:
@@ -71,6 +72,7 @@ class World:
         self.removed: list[str] = []
         self.launched = 0
         self.broken_launches = False  # while set, every instance launched never serves
+        self.slow_launch_s = 0.0  # every instance launched loads this much longer than the cold start
         self.actions: list[tuple[datetime, str, str]] = []  # (at, action, instance) actually performed
         self.errors: list[tuple[datetime, str, str]] = []  # (at, action, instance) tried and errored
         for _ in range(n):
@@ -90,6 +92,8 @@ class World:
         if not ready:
             self.launched += 1
             node.never_serves = node.engine_down = self.broken_launches
+            if self.slow_launch_s:
+                node.loads_until = node.ready_at + timedelta(seconds=self.slow_launch_s)
         return node
 
     def counted(self) -> list[Node]:
@@ -172,7 +176,8 @@ class World:
             )
             if not in_outage and node.state != "Pending" and not booting and not node.silent:
                 standby = node.state == "Standby"
-                engine_down = node.engine_down or loading
+                slow = node.loads_until is not None and now < node.loads_until
+                engine_down = node.engine_down or loading or slow
                 values = {
                     "queue_waiting": 0.0 if standby else per_instance,
                     "requests_running": 0.0 if standby else 4.0,

@@ -8,6 +8,7 @@ from policy_builders import GROUP, MONDAY_10_SHANGHAI, fleet, instance, policy, 
 from policy_world import World
 
 from policies import (
+    GroupHistory,
     History,
     IncidentState,
     OperatorAction,
@@ -19,6 +20,7 @@ from policies import (
     XidEvent,
     decide,
 )
+from policies.model import LaunchRecord
 
 T0 = MONDAY_10_SHANGHAI + timedelta(hours=14)  # 00:00 Shanghai: only the warm floor applies
 
@@ -398,6 +400,48 @@ def test_a_dead_launch_out_for_replacement_takes_no_room_from_a_real_fault():
     plans, hist = drive(world, spec, 3 * 60, history=hist)
     assert world.nodes[dead.instance_id].state == "Standby" and world.nodes["i-0001"].state == "Standby"
     assert not any(s.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for s in steps_of(plans, StepAction.WAIT))
+
+
+def test_launches_slower_than_the_cold_start_are_waited_for_not_rebooted():
+    # Every launch loads 15 minutes past the cold start (a slow model store; cold_start_s set too short). The
+    # first reads as dead and, with nothing known yet, is rebooted as a bad host; once a launch judged failed
+    # serves after all, the others' engine_down incidents wait for them to load and close as recovered when
+    # they serve, and the group is warned that cold_start_s is too short.
+    spec = policy(max_size=20)
+    world = World(T0, 6, demand=lambda at: 8.0)  # short of capacity: the rules scale out
+    world.slow_launch_s = 15 * 60
+    plans, hist = drive(world, spec, 60 * 60)
+    gh = hist.groups[GROUP]
+    slow = [i for i in gh.incidents if i.rule == "engine_down"]
+    assert slow and all(i.unserved for i in slow)
+    assert any(r.late_at is not None for r in gh.launches)
+    recovered = [i for i in slow if i.outcome == "recovered"]
+    assert len(recovered) >= 2
+    assert all(i.admitted_at is None for i in recovered)
+    rebooted = {i for _, a, i in world.actions if a == "reboot"}
+    assert len(rebooted) <= 1 and not rebooted & {i.instance_id for i in recovered}
+    warned = [w for p in plans for w in p.group(GROUP).warnings if w.code == WarningCode.COLD_START_EXCEEDED]
+    assert warned and "raise cold_start_s" in warned[-1].detail
+
+
+def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted():
+    # A launch judged failed served 10 minutes ago (launches here are slow); the one launched now loads 12
+    # minutes past the cold start. On its own it would read as a bad host and be rebooted; it is waited for.
+    spec = policy(max_size=20, min_size=7, warm_floor=7)
+    world = World(T0, 6)
+    world.slow_launch_s = 12 * 60
+    late = LaunchRecord(
+        instance_id="i-0900",
+        launched_at=T0 - timedelta(minutes=40),
+        served=True,
+        judged_at=T0 - timedelta(minutes=25),
+        late_at=T0 - timedelta(minutes=10),
+    )
+    hist = History(groups={GROUP: GroupHistory(last_target=7, launches=[late])})
+    _, hist = drive(world, spec, 30 * 60, history=hist)
+    (inc,) = [i for i in incidents(hist) if i.rule == "engine_down"]
+    assert inc.unserved and inc.admitted_at is None and inc.outcome == "recovered"
+    assert not any(a in ("enter_standby", "reboot") for _, a, _ in world.actions)
 
 
 def test_application_xid_once_is_tolerated():

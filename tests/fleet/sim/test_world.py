@@ -24,6 +24,9 @@ class StubCloud:
     def now(self) -> datetime:
         return self.t0 + timedelta(seconds=self.world.now_s if self.world else 0.0)
 
+    def now_s(self) -> float:
+        return self.now().timestamp()
+
     def put_custom_metric(self, name, dims, value, ts_ms=None):
         self.custom.append((name, dims, value))
 
@@ -334,6 +337,11 @@ def test_durations_parse(text: str, seconds: float):
         ("bad-launch:image,at=1h", "bad-launch takes no :argument"),
         ("bad-launch,at=1h,instance=2", "instance does not apply to bad-launch"),
         ("bad-launch,at=1h,for=0s", "for must be positive"),
+        ("bad-launch,at=1h,extra=5m", "extra is for slow-launch"),
+        ("overheat,at=1h,extra=5m", "an overheat's is extra_c"),
+        ("slow-launch,at=1h,extra=0s", "extra must be positive"),
+        ("slow-launch,at=1h,extra=soon", "is not a duration"),
+        ("slow-launch,at=1h,instance=2", "instance does not apply to slow-launch"),
     ],
 )
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
@@ -345,6 +353,22 @@ def test_a_bad_launch_is_cloud_wide_and_lasts_to_the_end_or_for_its_duration():
     fault = parse_fault_spec("bad-launch,at=6h")
     assert fault.cloud_wide and fault.at_s == 6 * 3600 and fault.for_s == 0
     assert parse_fault_spec("bad-launch,at=6h,for=3h").for_s == 3 * 3600
+
+
+def test_a_slow_launch_serves_its_extra_time_after_the_cold_start_while_it_lasts(factory):
+    fault = parse_fault_spec("slow-launch,at=10s,for=1m,extra=5m")
+    assert fault.cloud_wide and fault.extra_s == 300 and parse_fault_spec("slow-launch,at=1h").extra_s == 600
+    states = {"i-a": "InService"}
+    world, _ = make_world(factory, states, [], faults=[fault])
+    world.run_until(20.0)
+    states["i-b"] = "InService"
+    world.sync()
+    cold = world.p.cold_start_s
+    assert world.instances["i-b"].ready_s == pytest.approx(20.0 + cold + 300.0)
+    world.run_until(100.0)  # past its minute: launches load in the cold start again
+    states["i-c"] = "InService"
+    world.sync()
+    assert world.instances["i-c"].ready_s == pytest.approx(100.0 + cold)
 
 
 def test_instances_publish_the_demand_arriving_at_them_over_the_last_period(factory):
