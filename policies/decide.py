@@ -175,11 +175,8 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
     # scale-in victims: launches that keep failing (they serve nothing), suspect instances, then ones still
     # starting, then the newest
     dead = dead_launches(gh, view, now)
-    degraded = dead + [
-        i
-        for i in iso.degraded
-        if i not in dead and any(x.instance_id == i for x in view.serving + view.pending)
-    ]
+    present = {x.instance_id for x in view.serving + view.pending}
+    degraded = dead + [i for i in iso.degraded if i not in dead and i in present]
 
     def age_key(inst: InstanceSnapshot) -> tuple[float, str]:
         return (inst.created_at.timestamp() if inst.created_at else 0.0, inst.instance_id)

@@ -752,9 +752,10 @@ def _cost_key(c: Candidate) -> tuple[float, int, int, int, str]:
 
 
 def _weights_rank(c: Candidate) -> int:
-    """0: the checkpoint's own weights (or the format the user pinned); 1: quantized weights vLLM makes
-    online (FP8) or from a published checkpoint; 2: quantized weights from a checkpoint nobody publishes
-    (the user must make one). A quantized option also asks for a quality check the own weights do not."""
+    """0: the checkpoint's own weights; 1: quantized weights vLLM makes online (FP8) or from a published
+    checkpoint; 2: quantized weights from a checkpoint nobody publishes (the user must make one). A
+    quantized option also asks for a quality check the own weights do not. A format the user pinned ranks
+    every option alike."""
     d = c.deployment
     if d is None or d.dtype == "auto":
         return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from policies import metrics as m
 from policies.isolation.shared import Tick, close, note
 from policies.launch_verdicts import REMOVE_AFTER_S, failed_run, judged_by, late_launch, verdict
 from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
@@ -50,9 +51,9 @@ def admit(t: Tick) -> None:
             continue  # closed by its handler as gone
         if not inc.manual and _held_by_breaker(t, inc, limits):
             continue
-        if inc.unserved:
-            if _served_after_all(t, inc):
-                continue
+        if inc.unserved and _closed_as_served(t, inc):
+            continue
+        if inc.unserved:  # (still: a launch that has since served makes it one of serving capacity)
             if not _launch_waits(t, inc, failed):
                 inc.admitted_at = t.now
             continue
@@ -103,12 +104,18 @@ def _held_by_breaker(t: Tick, inc: Incident, limits: _Limits) -> bool:
     return True
 
 
-def _served_after_all(t: Tick, inc: Incident) -> bool:
-    """Close a held incident found on a launch that has since served (slow to load, not dead): what it was
-    opened for is gone, before any action. Without this it would be admitted once its wait ran out, and a
-    node just come into service rebooted."""
+def _closed_as_served(t: Tick, inc: Incident) -> bool:
+    """A held incident found on a launch that has since served (slow to load, not dead): one of the engine's
+    health closes as recovered, before any action (what it was opened for is gone; without this it would be
+    admitted once its wait ran out, and a node just come into service rebooted). Any other (a GPU's fault
+    found while the engine loaded) is a fault of serving capacity from now on, which the guardrails count."""
     record = verdict(t.gh.launches, inc.instance_id)
     if record is None or not record.served:
+        return False
+    rule = next((r for r in t.iso.rules if r.rule_id == inc.rule), None)
+    if rule is None or rule.metric not in m.ENGINE_HEALTH_METRICS:
+        inc.unserved = False
+        note(inc, t.now, ReasonCode.UNSERVED_LAUNCH, "its launch serves now: the guardrails count it")
         return False
     note(inc, t.now, ReasonCode.RECOVERED, "its launch served after all: slow to load, not dead")
     close(inc, t.now, ReasonCode.RECOVERED, "recovered")

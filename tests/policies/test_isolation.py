@@ -444,6 +444,23 @@ def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted
     assert not any(a in ("enter_standby", "reboot") for _, a, _ in world.actions)
 
 
+def test_a_gpu_fault_found_while_a_launch_loads_is_isolated_once_it_serves_not_closed():
+    # A new instance's GPU overheats while its engine still loads: found on a launch that has not served, the
+    # incident waits; once the launch serves it is a fault of serving capacity like any other, isolated and
+    # rebooted (only the engine's own health incidents close when a slow launch serves).
+    spec = policy(max_size=20, min_size=7, warm_floor=7)
+    world = World(T0, 6)
+    world.slow_launch_s = 4 * 60
+    _, hist = drive(world, spec, 15)
+    (young,) = [n for n in world.nodes.values() if n.loads_until is not None]
+    young.hot = True
+    _, hist = drive(world, spec, 20 * 60, history=hist)
+    (inc,) = [i for i in incidents(hist) if i.instance_id == young.instance_id]
+    assert inc.rule == "gpu_overheat" and not inc.unserved and inc.outcome != "recovered"
+    assert ReasonCode.UNSERVED_LAUNCH in [e.reason for e in inc.timeline]  # it was found unserved
+    assert [a for _, a, i in world.actions if i == young.instance_id][:2] == ["enter_standby", "reboot"]
+
+
 def test_application_xid_once_is_tolerated():
     spec = policy()
     world = World(T0, 6)
