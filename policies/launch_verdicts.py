@@ -42,13 +42,17 @@ def late_launch(launches: list[LaunchRecord], now: datetime) -> LaunchRecord | N
 
 
 def dead_launches(gh: GroupHistory, view: GroupView, now: datetime) -> list[str]:
-    """The run's failed launches still InService ``REMOVE_AFTER_S`` after their verdict, oldest first: while
-    launches keep failing they serve nothing and no replacement of theirs would (none when launches are
-    fine). The wait spares a launch that was only slow to load (a ``cold_start_s`` set too short): one that
-    serves after its verdict is recorded as late and ends the run."""
+    """The run's failed launches still InService ``REMOVE_AFTER_S`` after their verdict, oldest first, but
+    its newest: while launches keep failing they serve nothing and no replacement of theirs would (none when
+    launches are fine). The wait spares a launch that was only slow to load (a ``cold_start_s`` set too
+    short); the newest is kept to tell the two apart however slow the load (one that serves after its
+    verdict is recorded as late and ends the run, where removing every one would stop the group from ever
+    growing), and for a human to look into."""
     serving = {i.instance_id for i in view.serving}
     due = now - timedelta(seconds=REMOVE_AFTER_S)
-    return [r.instance_id for r in failed_run(gh.launches) if r.instance_id in serving and r.judged_at <= due]
+    return [
+        r.instance_id for r in failed_run(gh.launches)[:-1] if r.instance_id in serving and r.judged_at <= due
+    ]
 
 
 def verdict(launches: list[LaunchRecord], instance_id: str) -> LaunchRecord | None:

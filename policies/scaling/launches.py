@@ -16,7 +16,8 @@ When the ``FAILED_IN_A_ROW`` newest judged launches all failed, scale-out holds 
 warning ``launches_failing``, one notification per run of failures) until a launch serves; ``RETRY_S`` after
 the run's last failure, scale-out goes one instance at a time (a probe: a fixed image serves and ends the
 run; a broken one fails, and the hold starts over). Meanwhile the run's dead launches still in the group
-are removed by name: the target is the live fleet, so they go without a replacement. Scale-in is not
+but its newest are removed by name (``policies.launch_verdicts.dead_launches``): the target is the live
+fleet, so they go without a replacement. Scale-in is not
 held: it removes the suspects first. The floors still apply (the schedule's floors are mirrored as ESS
 scheduled tasks, which ESS would carry out without the service anyway).
 """
@@ -100,8 +101,8 @@ def slow_launch(ctx: ScalingContext) -> Contribution | None:
 def launch_hold(ctx: ScalingContext) -> Contribution | None:
     """Step: no scale-out onto launches that keep failing; once it is time to retry, one launch at a time
     (a probe: a fixed image serves and ends the run, a broken one costs one instance, not a step). The run's
-    dead launches still in the group are removed (``decide`` names them first among the victims): they
-    serve nothing, so the live fleet keeps its size, and they are no longer billed."""
+    dead launches still in the group but the newest are removed (``decide`` names them first among the
+    victims): they serve nothing, so the live fleet keeps its size, and they are no longer billed."""
     run, retry_at = failing(ctx.inp)
     if retry_at is None:
         return None

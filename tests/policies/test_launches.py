@@ -59,15 +59,22 @@ def test_dead_launches_still_down_after_their_verdict_are_removed_by_name():
     gh = _decide(_fleet(dead=2)).history.groups[GROUP]
     almost = _decide(_fleet(dead=2), _aged(gh.model_copy(deep=True), timedelta(seconds=REMOVE_AFTER_S - 60)))
     assert almost.groups[0].serving_target == 8  # a launch only slow to load may still serve
-    plan = _decide(_fleet(dead=2), _aged(gh, timedelta(seconds=REMOVE_AFTER_S)))
+    plan = _decide(_fleet(dead=3), _aged(gh, timedelta(seconds=REMOVE_AFTER_S)))
     gp = plan.groups[0]
-    # the hold less the two dead ones: they serve nothing, and no replacement would
-    assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 6
+    # the hold less the dead ones but the newest: they serve nothing, and no replacement would; the newest
+    # (judged this tick here) stays, the one that tells a slow load from a dead one
+    assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 7
     assert gp.scale_in_order[:2] == ["i-100", "i-101"] and gp.scale_in_suspects == 2  # removed by name
     # the tick after: ESS has not removed them yet (still InService), and the target already left them out
-    again = _decide(_fleet(dead=2), plan.history.groups[GROUP]).groups[0]
-    assert again.serving_target == 6  # the six that serve, not four
+    again = _decide(_fleet(dead=3), plan.history.groups[GROUP]).groups[0]
+    assert again.serving_target == 7  # the six that serve and the newest dead one, not five
     assert again.scale_in_order[:2] == ["i-100", "i-101"]
+
+
+def test_the_newest_dead_launch_is_kept():
+    gh = _decide(_fleet(dead=2)).history.groups[GROUP]
+    gp = _decide(_fleet(dead=2), _aged(gh, timedelta(seconds=REMOVE_AFTER_S))).groups[0]
+    assert gp.serving_target == 7 and gp.scale_in_order[:1] == ["i-100"]  # i-101 stays
 
 
 def test_a_launch_judged_failed_that_serves_late_ends_the_run_and_warns_of_the_cold_start():
