@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from policies.isolation import run as run_isolation
-from policies.launch_verdicts import dead_launches
 from policies.model import (
     OPEN_STATES,
     GroupHistory,
@@ -174,7 +173,7 @@ def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: 
 
     # scale-in victims: launches that keep failing (they serve nothing), suspect instances, then ones still
     # starting, then the newest
-    dead = dead_launches(gh, view, now)
+    dead = sc.dead
     present = {x.instance_id for x in view.serving + view.pending}
     degraded = dead + [i for i in iso.degraded if i not in dead and i in present]
 

@@ -17,9 +17,8 @@ LAUNCH_GRACE_S = 300.0  # past the cold start: a slow download or a long first c
 JUDGE_WINDOW_S = 1800.0  # launches not judged within this after the grace are left alone
 FAILED_IN_A_ROW = 2  # one dead instance is a bad host; two in a row with none serving between is the launch
 REMOVE_AFTER_S = 600.0  # a failed launch of a failing run still down this long after its verdict is removed
-SLOW_WARN_S = (
-    3600.0  # a launch that served only after its failed verdict marks the group's launches slow so long
-)
+# a launch that served only after its failed verdict marks the group's launches as slow this long
+SLOW_WARN_S = 3600.0
 
 
 def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
@@ -68,6 +67,24 @@ def judged_by(inst: InstanceSnapshot, cold_start_s: float) -> datetime | None:
     return inst.created_at + timedelta(seconds=cold_start_s + LAUNCH_GRACE_S)
 
 
+def engine_up(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool | None:
+    """The instance's engine on a fresh ``vllm_up`` sample: up, down, or None (no fresh sample)."""
+    up = inst.metrics.get(m.VLLM_UP)
+    if up is None or not fresh(up, now, stale_after_s):
+        return None
+    return up.value >= m.ENGINE_DOWN_BELOW
+
+
+def launch_age_s(inst: InstanceSnapshot, now: datetime, cold_start_s: float) -> float | None:
+    """How long ago ``inst`` was launched, while it is young enough to be judged as a launch; None when its
+    launch time is unknown or it is older than the cold start, the grace and ``JUDGE_WINDOW_S`` (the engine
+    rules' business, not a launch's)."""
+    if inst.created_at is None:
+        return None
+    age_s = (now - inst.created_at).total_seconds()
+    return age_s if age_s <= cold_start_s + LAUNCH_GRACE_S + JUDGE_WINDOW_S else None
+
+
 def never_served(
     launches: list[LaunchRecord],
     inst: InstanceSnapshot,
@@ -81,9 +98,4 @@ def never_served(
     record = verdict(launches, inst.instance_id)
     if record is not None:
         return not record.served
-    if inst.created_at is None:
-        return False
-    if (now - inst.created_at).total_seconds() > cold_start_s + LAUNCH_GRACE_S + JUDGE_WINDOW_S:
-        return False
-    up = inst.metrics.get(m.VLLM_UP)
-    return up is not None and fresh(up, now, stale_after_s) and up.value < m.ENGINE_DOWN_BELOW
+    return launch_age_s(inst, now, cold_start_s) is not None and engine_up(inst, now, stale_after_s) is False

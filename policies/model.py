@@ -385,6 +385,11 @@ class LaunchRecord(_Model):
         default=None, description="judged failed, then served at this time: slow to load, not dead"
     )
 
+    @property
+    def served_after_s(self) -> float | None:
+        """For a late launch, how long it took from the order to serving."""
+        return None if self.late_at is None else (self.late_at - self.launched_at).total_seconds()
+
 
 class XidRecord(_Model):
     """One XID occurrence, first seen at ``at`` and reported until ``last_at`` (a "last XID" is sticky)."""

@@ -136,10 +136,11 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
         return True
     late = late_launch(t.gh.launches, t.now)
     if late is not None and due is not None and t.now < due + timedelta(seconds=REMOVE_AFTER_S):
-        took_s = ((late.late_at or t.now) - late.launched_at).total_seconds()
+        until = due + timedelta(seconds=REMOVE_AFTER_S)
         detail = (
-            f"launches here take longer than cold_start_s ({late.instance_id} served {took_s:.0f}s after it "
-            f"was ordered): waits for this one to load until {due + timedelta(seconds=REMOVE_AFTER_S):%H:%M}Z"
+            f"launches here take longer than cold_start_s ({late.instance_id} served "
+            f"{late.served_after_s:.0f}s after it was ordered): waits for this one to load until "
+            f"{until:%H:%M}Z"
         )
         t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)
         return True

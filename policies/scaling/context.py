@@ -87,6 +87,9 @@ class ScalingContext:
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
     demand: DemandSignals | None = None  # demand.py: None when predictive scaling is off
+    # the failing run's dead launches to remove (launch_verdicts.dead_launches): launches.py sizes the target
+    # without them, and decide names them first among the victims
+    dead: list[str] = field(default_factory=list)
 
     def apply(self, c: Contribution | None) -> None:
         if c is None:
@@ -111,3 +114,4 @@ class ScalingResult:
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
     predictive: dict[str, Scalar] = field(default_factory=dict)
+    dead: list[str] = field(default_factory=list)  # ScalingContext.dead: removed by name, first

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from policies import metrics as m
-from policies.launch_verdicts import JUDGE_WINDOW_S, LAUNCH_GRACE_S, dead_launches, failed_run, late_launch
+from policies.launch_verdicts import (
+    LAUNCH_GRACE_S,
+    engine_up,
+    failed_run,
+    late_launch,
+    launch_age_s,
+)
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
-from policies.observe import fresh
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
 
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
@@ -42,28 +46,21 @@ def judge(inp: ScalingInputs) -> None:
     gh, spec, now = inp.gh, inp.spec, inp.now
     judged = {r.instance_id: r for r in gh.launches}
     deadline_s = spec.cold_start_s + LAUNCH_GRACE_S
-    stale_after_s = spec.stabilization.stale_after_s
     for inst in inp.view.serving:
-        up = inst.metrics.get(m.VLLM_UP)
-        up_now = up is not None and fresh(up, now, stale_after_s) and up.value >= m.ENGINE_DOWN_BELOW
+        up = engine_up(inst, now, spec.stabilization.stale_after_s)
         record = judged.get(inst.instance_id)
         if record is not None:
-            if not record.served and up_now:
+            if not record.served and up:
                 record.served, record.late_at = True, now
             continue
-        if inst.created_at is None:
+        age_s = launch_age_s(inst, now, spec.cold_start_s)
+        if age_s is None or up is None:
             continue
-        age_s = (now - inst.created_at).total_seconds()
-        if age_s > deadline_s + JUDGE_WINDOW_S or up is None or not fresh(up, now, stale_after_s):
-            continue
-        served = up_now
-        if served or age_s >= deadline_s:
+        if up or age_s >= deadline_s:
+            assert inst.created_at is not None  # launch_age_s knows it
             gh.launches.append(
                 LaunchRecord(
-                    instance_id=inst.instance_id,
-                    launched_at=inst.created_at,
-                    served=served,
-                    judged_at=now,
+                    instance_id=inst.instance_id, launched_at=inst.created_at, served=up, judged_at=now
                 )
             )
     gh.launches = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))[-KEEP:]
@@ -86,9 +83,8 @@ def slow_launch(ctx: ScalingContext) -> Contribution | None:
     r = late_launch(inp.gh.launches, inp.now)
     if r is None:
         return None
-    took_s = (r.late_at - r.launched_at).total_seconds() if r.late_at is not None else 0.0
     detail = (
-        f"launch {r.instance_id} served {took_s:.0f}s after it was ordered, past cold_start_s "
+        f"launch {r.instance_id} served {r.served_after_s:.0f}s after it was ordered, past cold_start_s "
         f"{inp.spec.cold_start_s:g}s and the {LAUNCH_GRACE_S:g}s grace: raise cold_start_s to what a launch "
         "takes, or launches read as failing"
     )
@@ -108,7 +104,7 @@ def launch_hold(ctx: ScalingContext) -> Contribution | None:
         return None
     retry = ctx.inp.now >= retry_at
     allowed = ctx.hold
-    dead = dead_launches(ctx.inp.gh, ctx.inp.view, ctx.inp.now)
+    dead = ctx.dead
     if dead:  # the live fleet (counted from what is there, so that a removal under way counts once)
         allowed = min(allowed, ctx.inp.view.current_serving - len(dead))
     if retry and not _probing(ctx.inp, run[-1]):

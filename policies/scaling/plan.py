@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from policies.launch_verdicts import dead_launches
 from policies.model import GroupHistory, GroupSnapshot
 from policies.observe import GroupView
 from policies.scaling.bounds import ceiling, floor, last_instance
@@ -58,11 +59,13 @@ def plan_scaling(
     judge(inp)  # the launches' verdicts
     ctx = ScalingContext(inp=inp, hold=start, signals=signals, target=start, warnings=list(signals.warnings))
     ctx.demand = demand
+    ctx.dead = dead_launches(gh, view, now)
     if demand is not None:
         ctx.warnings.extend(demand.warnings)
     for step in STEPS:
         ctx.apply(step(ctx))
     result = with_surge(ctx)
+    result.dead = ctx.dead
     if demand is not None:
         result.predictive = dict(demand.inputs)
     return result
