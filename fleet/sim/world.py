@@ -270,13 +270,13 @@ class World:
             if inst is None:
                 ready = now if prewarmed else now + self.p.cold_start_s
                 slow = self._slow_launch
-                if not prewarmed and slow is not None and slow[0] <= now < slow[1]:
+                if not prewarmed and slow is not None and _during(slow[:2], now):
                     ready += slow[2]
                 gpus = [GpuThermal.at_idle(self.p.thermal) for _ in range(self.p.gpus_per_instance)]
                 inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
                 if self.model_speed is not None:
                     inst.model_speed = self.model_speed(self.instances_seen)
-                if self._bad_launch is not None and self._bad_launch[0] <= now < self._bad_launch[1]:
+                if self._bad_launch is not None and _during(self._bad_launch, now):
                     inst.never_serves = True
                     inst.engine_down_until_s = math.inf
                 self.instances_seen += 1
@@ -862,15 +862,19 @@ def _for_s(text: str, params: dict[str, str], examples: str, hint: str = "") -> 
     return for_s
 
 
+def _during(window: tuple[float, float], now_s: float) -> bool:
+    """Whether ``now_s`` falls in a launch fault's ``[from, until)``."""
+    return window[0] <= now_s < window[1]
+
+
 def _launch_fault(text: str, fault: Fault, arg: str, params: dict[str, str]) -> None:
     """``bad-launch,at=T[,for=D]``: every instance launched from T (for D, or to the end) never serves;
     ``slow-launch,at=T[,for=D][,extra=E]``: every one serves E (default 10m) later than the cold start."""
     kind = fault.kind
     if arg:
         raise FaultSpecError(f"fault {text!r}: {kind} takes no :argument")
+    # (extra on any other kind than slow-launch is refused by parse_fault_spec)
     misplaced = {"zone", "share", "extra_c", "instance"} & set(params)
-    if kind == "bad-launch":
-        misplaced |= {"extra"} & set(params)
     if misplaced:
         raise FaultSpecError(f"fault {text!r}: {', '.join(sorted(misplaced))} does not apply to {kind}")
     if "for" in params:
