@@ -18,7 +18,7 @@ from typing import Any
 from sizing.catalog import GPU, InstanceType, ModelShape, find_gpu
 from sizing.errors import SizingInputError
 from sizing.memory import check_tp, resolve_dtype, weight_bytes_per_rank
-from sizing.search import DEARER, SAME_COST, Candidate, SearchResult
+from sizing.search import Candidate, SearchResult, Verdict
 
 DEFAULT_SPOT_FRACTION = 0.3
 GPU_MEMORY_UTILIZATION = 0.90  # vLLM's default share of each GPU it may use
@@ -52,9 +52,12 @@ def spot_cost(cost: float | None, spot_fraction: float = DEFAULT_SPOT_FRACTION) 
     return None if cost is None else cost * spot_fraction
 
 
+# the search's verdicts on options that serve the load within the SLOs
+_SERVES = (Verdict.BEST, Verdict.DEARER, Verdict.SAME_COST)
+
+
 def _serves(c: Candidate) -> bool:
-    # The search marks each option that serves within the SLOs, ranked after the best, "dearer" or "same cost"
-    return c.fits and (not c.reason or c.reason.startswith((DEARER, SAME_COST))) and c.instances is not None
+    return c.verdict in _SERVES and c.instances is not None
 
 
 def fallback_ladder(

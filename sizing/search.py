@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from sizing.calibration import Calibration
@@ -106,6 +107,25 @@ class Settings:
         )
 
 
+class Verdict(StrEnum):
+    """Where an option ranks and why, in one word (``fleet size --json``'s ``verdict``): ``reason`` says it in
+    full, ``brief`` in a few words for the table. Scripts, the table and the fallback ladder read this, never
+    the wording of the reason."""
+
+    BEST = "best"
+    DEARER = "dearer"  # serves within the SLOs, costs more than the best
+    SAME_COST = "same_cost"  # serves within the SLOs at the best's cost and lost the tie
+    NOT_VERIFIED = "not_verified"  # the simulation budget ran out before it
+    SLO_MISSED = "slo_missed"
+    SLO_FLOOR = "slo_floor"  # the SLO sits at the latency of an idle engine
+    TOO_MANY_INSTANCES = "too_many_instances"  # more than one scaling group holds
+    KV_TOO_SMALL = "kv_too_small"  # the weights fit, one max_model_len request does not
+    WEIGHTS_DO_NOT_FIT = "weights_do_not_fit"
+    IMPOSSIBLE = "impossible"  # no such deployment (a TP the GPUs or the heads do not allow, ...)
+    NO_PRICE = "no_price"
+    UNRANKED = "unranked"  # fits, not ranked (yet)
+
+
 @dataclass
 class Candidate:
     """One option and its verdict. ``to_json`` gives the documented ``fleet size --json`` fields."""
@@ -135,6 +155,12 @@ class Candidate:
     cost_cny_per_million_tokens: float | None = None
     floor_bound: bool = False  # the SLO sits at the latency of an idle engine
     warnings: list[str] = field(default_factory=list)
+    verdict: Verdict = Verdict.UNRANKED
+    brief: str = ""  # the verdict in a few words
+
+    def rule(self, verdict: Verdict, reason: str, brief: str | None = None) -> None:
+        """Set the verdict, its reason in full and in a few words (by default the reason itself)."""
+        self.verdict, self.reason, self.brief = verdict, reason, reason if brief is None else brief
 
     @property
     def cost_cny_per_month(self) -> float | None:
@@ -168,7 +194,10 @@ class Candidate:
             "decode_tpot_ms": None,
             "prefill_tokens_per_s": None,
             "vllm_args": self.vllm_args(),
+            "verdict": self.verdict.value,
             "reason": self.reason,
+            "brief": self.brief,
+            "max_model_len_that_fits": p.max_model_len_that_fits if p else None,
         }
         if p is not None and self.perf is not None and self.fits:
             ctx = int(workload.mean_prompt_tokens) if workload else 0
@@ -281,7 +310,8 @@ def vllm_command(args: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- options
-_Plans = dict[tuple[str, int, str], tuple[Deployment, MemoryPlan, PerfModel] | str]
+# a deployment's plan, or why it cannot exist: (reason, brief)
+_Plans = dict[tuple[str, int, str], tuple[Deployment, MemoryPlan, PerfModel] | tuple[str, str]]
 
 
 def _option(
@@ -296,24 +326,27 @@ def _option(
     gpus = instance.gpus if instance else tp
     cand = Candidate(instance.name if instance else None, gpu.name, gpus, tp)
     if instance is not None and (tp > instance.gpus or instance.gpus % tp):
-        cand.reason = f"impossible TP: {tp} does not divide the {instance.gpus} GPUs of {instance.name}"
+        cand.rule(
+            Verdict.IMPOSSIBLE,
+            f"impossible TP: {tp} does not divide the {instance.gpus} GPUs of {instance.name}",
+            "impossible TP",
+        )
         return cand
     key = (gpu.name, tp, dtype or settings.dtype)
     if key not in plans:
-        try:
-            check_tp(model, tp)
-            dep = settings.deployment(model, gpu, tp, dtype)
-            plan = plan_memory(dep)
-            plans[key] = (dep, plan, perf_for(dep, plan))
-        except SizingInputError as exc:
-            plans[key] = f"impossible: {exc}"
+        plans[key] = _plan(model, gpu, tp, settings, dtype)
     got = plans[key]
-    if isinstance(got, str):
-        cand.reason = got
+    if len(got) == 2:
+        cand.rule(Verdict.IMPOSSIBLE, *got)
         return cand
     cand.deployment, cand.plan, cand.perf = got
     cand.fits = cand.plan.fits
-    cand.reason = cand.plan.reason
+    if not cand.fits:
+        if cand.plan.max_model_len_that_fits > 0:
+            brief = f"KV too small; max_model_len <= {cand.plan.max_model_len_that_fits}"
+            cand.rule(Verdict.KV_TOO_SMALL, cand.plan.reason, brief)
+        else:
+            cand.rule(Verdict.WEIGHTS_DO_NOT_FIT, cand.plan.reason, "weights do not fit")
     cand.max_num_seqs = cand.plan.max_num_seqs
     cand.warnings = list(cand.plan.warnings)
     note = checkpoint_note(model, cand.plan.dtype)
@@ -325,6 +358,22 @@ def _option(
             "evaluation, or pin --dtype"
         )
     return cand
+
+
+def _plan(
+    model: ModelShape, gpu: GPU, tp: int, settings: Settings, dtype: str | None
+) -> tuple[Deployment, MemoryPlan, PerfModel] | tuple[str, str]:
+    """The deployment, its memory plan and its speed; or why it cannot exist, in full and in brief."""
+    try:
+        check_tp(model, tp)
+    except SizingInputError as exc:
+        return f"impossible: {exc}", "impossible TP"
+    try:
+        dep = settings.deployment(model, gpu, tp, dtype)
+        plan = plan_memory(dep)
+    except SizingInputError as exc:
+        return f"impossible: {exc}", f"impossible: {exc}"
+    return dep, plan, perf_for(dep, plan)
 
 
 def _seq_choices(plan: MemoryPlan, settings: Settings) -> list[int]:
@@ -374,16 +423,16 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
             best = key
     if best is None:
         tpot = cand.perf.decode_tpot_s(int(p)) * 1000
-        cand.reason = (
-            f"SLO missed: even one request decodes at {tpot:.1f} ms per token > {slo.tpot_p99_ms:g} ms"
-        )
+        why = f"even one request decodes at {tpot:.1f} ms per token > {slo.tpot_p99_ms:g} ms"
+        cand.rule(Verdict.SLO_MISSED, f"SLO missed: {why}", f"misses SLO: {why}")
         cand.meets_slo = False
         return
     _, neg_seqs, replicas, _rate = best
     if replicas > MAX_INSTANCES * cand.replicas_per_instance:
-        cand.reason = (
+        cand.rule(
+            Verdict.TOO_MANY_INSTANCES,
             f"needs more than {MAX_INSTANCES} instances (the most one ESS scaling group holds) for "
-            f"{workload.rate:.3g} req/s"
+            f"{workload.rate:.3g} req/s",
         )
         cand.meets_slo = False
         return
@@ -474,7 +523,8 @@ def _verify_count(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, max_
     cand.estimated = False
     cand.meets_slo = ok(report)
     if not cand.meets_slo:
-        cand.reason = f"SLO missed at {good} instances: {report.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)}"
+        missed = report.missed(slo.ttft_p99_ms, slo.tpot_p99_ms)
+        cand.rule(Verdict.SLO_MISSED, f"SLO missed at {good} instances: {missed}", f"misses SLO: {missed}")
     _floor_check(cand, sim, workload, slo, good)
 
 
@@ -499,9 +549,11 @@ def _floor_check(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, insta
     cand.report = idle
     cand.instances = cand.replicas = None
     cand.cost_cny_per_hour = cand.cost_cny_per_million_tokens = None
-    cand.reason = (
+    cand.rule(
+        Verdict.SLO_FLOOR,
         "SLO at the no-load floor: " + "; ".join(worst) + ": more instances cannot meet it; relax the SLO, "
-        "shorten prompts, or pick a faster GPU or higher TP"
+        "shorten prompts, or pick a faster GPU or higher TP",
+        "SLO at the idle-engine floor: more instances cannot meet it",
     )
     return True
 
@@ -554,7 +606,7 @@ class SearchResult:
     def best(self) -> Candidate | None:
         """The winning option, or None when nothing fits (or nothing meets the SLOs)."""
         first = self.candidates[0] if self.candidates else None
-        return first if first is not None and first.fits and not first.reason else None
+        return first if first is not None and first.verdict is Verdict.BEST else None
 
     def to_json(self, top: int | None = None) -> dict[str, Any]:
         cands = self.candidates if top is None else self.candidates[:top]
@@ -604,9 +656,9 @@ def search(
     else:
         cands = _instance_candidates(model, settings, prices, region, instances, plans)
     single = settings.tp is not None and gpu is None and instances is not None and len(cands) == 1
-    if single and not cands[0].plan and cands[0].reason.startswith("impossible"):
+    if single and cands[0].verdict is Verdict.IMPOSSIBLE:
         raise SizingInputError(cands[0].reason)  # the one deployment asked for cannot exist
-    fitting = [c for c in cands if c.fits and not c.reason]
+    fitting = [c for c in cands if c.fits and c.verdict is Verdict.UNRANKED]
     if workload_has_load(workload) and workload is not None:
         best, sim_count = _rank_under_load(fitting, workload, slo, settings, top, seed, progress)
         cands.sort(key=lambda c: _rank_key(c, best))
@@ -622,8 +674,8 @@ def _bare_gpu_candidate(model: ModelShape, gpu: GPU, settings: Settings, plans: 
     tp = settings.tp or 1
     check_tp(model, tp)
     c = _option(model, gpu, tp, settings, None, plans)
-    if isinstance(plans.get((gpu.name, tp, settings.dtype)), str):
-        raise SizingInputError(str(plans[(gpu.name, tp, settings.dtype)]))
+    if c.verdict is Verdict.IMPOSSIBLE:
+        raise SizingInputError(c.reason)
     return c
 
 
@@ -667,7 +719,7 @@ def _rank_under_load(
     out), and say why each other option lost: (the best, simulations run)."""
     for c in fitting:
         _estimate(c, workload, slo, settings)
-    viable = [c for c in fitting if not c.reason]
+    viable = [c for c in fitting if c.verdict is Verdict.UNRANKED]
     viable.sort(key=_cost_key)
     sim = _Sim(workload, slo, seed)
     verified = _verify_cheapest(viable, sim, workload, slo, settings, top, progress)
@@ -676,13 +728,18 @@ def _rank_under_load(
         _headroom(c, sim, workload, slo)
         _n_plus_one(c, sim, workload, slo)
     best = winners[0] if winners else None
+    if best is not None:
+        best.rule(Verdict.BEST, "", "best")
     for c in viable:
         if c is best or c.meets_slo is False:
             continue
         if best is None or (c.estimated and _cost_key(c) < _cost_key(best)):
-            c.reason = "not verified: the search's simulation budget ran out before this option"
+            c.rule(
+                Verdict.NOT_VERIFIED,
+                "not verified: the search's simulation budget ran out before this option",
+            )
         else:
-            c.reason = _dearer(c, best)
+            _lost_to(c, best)
     return best, sim.count
 
 
@@ -723,9 +780,13 @@ def _rank_by_price(fitting: list[Candidate]) -> Candidate | None:
         key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
         default=None,
     )
+    if cheapest is None:
+        return None
     for c in fitting:
-        if c is not cheapest:
-            c.reason = _dearer(c, cheapest)
+        if c is cheapest:
+            c.rule(Verdict.BEST, "", "best")
+        else:
+            _lost_to(c, cheapest)
     return cheapest
 
 
@@ -736,7 +797,7 @@ def _price(c: Candidate, inst: InstanceType, prices: PriceBook | None, region: s
     if price is not None:
         c.price_cny_per_hour, c.price_estimate = price.cny_per_hour, price.estimate
     elif c.fits:
-        c.reason = f"no price for {inst.name} in the price list"
+        c.rule(Verdict.NO_PRICE, f"no price for {inst.name} in the price list")
         c.fits = False
 
 
@@ -764,26 +825,36 @@ def _weights_rank(c: Candidate) -> int:
 
 # Costs closer than half a fen an hour are the same cost: the option lost a tie, not on price.
 SAME_COST_CNY = 0.005
-DEARER, SAME_COST = "dearer", "same cost"  # the reasons of options that serve but rank after the best
 
 
-def _dearer(c: Candidate, best: Candidate | None) -> str:
-    if best is None:
-        return ""
+def _lost_to(c: Candidate, best: Candidate) -> None:
+    """Rule an option that serves but ranks after ``best``: the same cost (and what lost it the tie), or
+    dearer by how much."""
     what = best.instance_type or best.gpu
     tie = _same_cost(c, best)
     if tie is not None:
-        lost = _tie_break(c, best)
-        return f"{SAME_COST} as the best (CNY {tie:.2f}/h for {best.instances or 1} x {what}): {lost}"
-    if c.cost_cny_per_hour is not None and best.cost_cny_per_hour is not None:
-        how = "estimated " if c.estimated else ""
-        return (
-            f"dearer: {how}{c.instances} x {c.instance_type} at CNY {c.cost_cny_per_hour:.2f}/h vs "
-            f"CNY {best.cost_cny_per_hour:.2f}/h for {best.instances} x {what}"
+        lost, why = _tie_break(c, best)
+        c.rule(
+            Verdict.SAME_COST,
+            f"same cost as the best (CNY {tie:.2f}/h for {best.instances or 1} x {what}): {lost}, {why}",
+            f"same cost: {lost}",
         )
-    if c.price_cny_per_hour is not None and best.price_cny_per_hour is not None:
-        return f"dearer: CNY {c.price_cny_per_hour:.2f}/h vs CNY {best.price_cny_per_hour:.2f}/h for {what}"
-    return f"lost to {what}"
+    elif c.cost_cny_per_hour is not None and best.cost_cny_per_hour is not None:
+        how = "estimated " if c.estimated else ""
+        c.rule(
+            Verdict.DEARER,
+            f"dearer: {how}{c.instances} x {c.instance_type} at CNY {c.cost_cny_per_hour:.2f}/h vs "
+            f"CNY {best.cost_cny_per_hour:.2f}/h for {best.instances} x {what}",
+            f"dearer by CNY {c.cost_cny_per_hour - best.cost_cny_per_hour:.2f}/h",
+        )
+    elif c.price_cny_per_hour is not None and best.price_cny_per_hour is not None:
+        c.rule(
+            Verdict.DEARER,
+            f"dearer: CNY {c.price_cny_per_hour:.2f}/h vs CNY {best.price_cny_per_hour:.2f}/h for {what}",
+            f"dearer by CNY {c.price_cny_per_hour - best.price_cny_per_hour:.2f}/h",
+        )
+    else:
+        c.rule(Verdict.DEARER, f"lost to {what}")
 
 
 def _same_cost(c: Candidate, best: Candidate) -> float | None:
@@ -797,28 +868,29 @@ def _same_cost(c: Candidate, best: Candidate) -> float | None:
     return None
 
 
-def _tie_break(c: Candidate, best: Candidate) -> str:
-    """Why the best won a tie on cost: ``_cost_key``'s GPUs, weights, instances and name, then the search's
-    order, which tries the checkpoint's own weights before quantized ones and the smaller TP first."""
+def _tie_break(c: Candidate, best: Candidate) -> tuple[str, str]:
+    """Why the best won a tie on cost, as (what lost it, in a few words; the rest of the sentence):
+    ``_cost_key``'s GPUs, weights, instances and name, then the search's order, which tries the checkpoint's
+    own weights before quantized ones and the smaller TP first."""
     (_, gpus, weights, fewer, _), (_, best_gpus, best_weights, best_fewer, _) = _cost_key(c), _cost_key(best)
     mine = c.plan.dtype if c.plan else None
     theirs = best.plan.dtype if best.plan else None
     if gpus != best_gpus:
-        return f"{gpus} GPUs, where the best needs {best_gpus} at that cost"
+        return f"{gpus} GPUs", f"where the best needs {best_gpus} at that cost"
     if weights != best_weights:
         unpublished = f"; no {mine} checkpoint of it is published" if weights == 2 else ""
-        return f"{mine} weights, where the best keeps {theirs} at that cost{unpublished}"
+        return f"{mine} weights", f"where the best keeps {theirs} at that cost{unpublished}"
     if fewer != best_fewer:  # the key holds minus the instance count: more instances first
         n, best_n = -fewer, -best_fewer
         return (
-            f"in {n} instance{'s' if n > 1 else ''}, where the best spreads the same GPUs over {best_n} "
-            "(one instance's loss takes less)"
+            f"in {n} instance{'s' if n > 1 else ''}",
+            f"where the best spreads the same GPUs over {best_n} (one instance's loss takes less)",
         )
     if mine != theirs:
-        return f"{mine} weights, where the best keeps {theirs} at that cost"
+        return f"{mine} weights", f"where the best keeps {theirs} at that cost"
     if c.tp != best.tp:
-        return f"TP {c.tp}, where the best runs TP {best.tp} at that cost"
-    return f"the same deployment on {c.instance_type or c.gpu}, after the best by name"
+        return f"TP {c.tp}", f"where the best runs TP {best.tp} at that cost"
+    return f"the same deployment on {c.instance_type or c.gpu}", "after the best by name"
 
 
 def _rank_key(c: Candidate, best: Candidate | None) -> tuple[int, float, float, int, str]:

@@ -527,34 +527,6 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _short_reason(j: dict[str, Any], best: dict[str, Any] | None) -> str:
-    """The verdict in a few words for the table (the full reason is in --json)."""
-    from sizing.search import DEARER, SAME_COST
-
-    reason = j["reason"]
-    if not reason:
-        return "best"
-    if reason.startswith(SAME_COST):
-        return "same cost: " + reason.split("): ", 1)[-1].split(",", 1)[0]
-    if reason.startswith(DEARER) and best is not None:
-        mine, theirs = j.get("cost_cny_per_hour"), best.get("cost_cny_per_hour")
-        if mine is None or theirs is None:
-            mine, theirs = j.get("price_cny_per_hour"), best.get("price_cny_per_hour")
-        if mine is not None and theirs is not None:
-            return f"dearer by CNY {mine - theirs:.2f}/h"
-    if reason.startswith("does not fit: one"):
-        return f"KV too small; max_model_len <= {reason.rsplit(' ', 1)[-1]}"
-    if reason.startswith("does not fit"):
-        return "weights do not fit"
-    if reason.startswith("impossible"):
-        return "impossible TP"
-    if reason.startswith("SLO at the no-load floor"):
-        return "SLO at the idle-engine floor: more instances cannot meet it"
-    if reason.startswith("SLO missed"):
-        return "misses SLO: " + reason.split(":", 1)[1].strip()
-    return reason
-
-
 def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
     """The best option's warnings; under a load (``slo`` given) a note when no latency SLO ranked it."""
     for w in j["warnings"]:
@@ -583,11 +555,11 @@ FASTER_TIE_SHARE = 0.8
 def _faster_at_the_same_cost(result: Any, best: dict[str, Any]) -> None:
     """A note when an option at the best's cost (it lost the tie on its weights or TP) has a clearly lower
     P99 TTFT or TPOT at the offered load: the checkpoint's own weights win ties, but that speed is free."""
-    from sizing.search import SAME_COST, checkpoint_note
+    from sizing.search import Verdict, checkpoint_note
 
     faster: list[tuple[tuple[float, float], Any, dict[str, Any], list[tuple[float, float]]]] = []
     for c in result.candidates:
-        if not c.reason.startswith(SAME_COST):
+        if c.verdict is not Verdict.SAME_COST:
             continue
         j = c.to_json(result.workload)
         raw = [(j.get(k), best.get(k)) for k in ("p99_ttft_ms", "p99_tpot_ms")]
@@ -674,7 +646,7 @@ def _render(
             ]
         else:
             cells.append(_fmt(j.get("price_cny_per_hour")))
-        cells.append(_short_reason(j, best_j))
+        cells.append(j["brief"] or j["reason"])
         table.add_row(*cells)
     # A wide table rather than rich's squeezed columns: a narrow terminal wraps lines, pipes keep them whole.
     wide_console(150).print(table)

@@ -41,5 +41,15 @@ def test_ladder_lists_other_types_that_meet_the_slo_cheapest_first_without_the_b
     assert costs == sorted(costs) and all(r.instances >= 1 for r in ladder)
 
 
+def test_the_ladder_reads_the_search_s_verdicts_not_the_wording_of_its_reasons() -> None:
+    result = search(
+        find_model("Qwen2.5-7B"), workload=Workload(qps=4.0), slo=SLO(ttft_p99_ms=2000.0), prices=price_book()
+    )
+    ladder = fallback_ladder(result)
+    for c in result.candidates:
+        c.reason = f"reworded: {c.reason}"
+    assert fallback_ladder(result) == ladder and ladder
+
+
 def test_spot_cost_is_the_fraction_of_on_demand() -> None:
     assert spot_cost(10.0, 0.3) == 3.0 and spot_cost(None) is None

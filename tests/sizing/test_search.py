@@ -6,7 +6,7 @@ import pytest
 
 from sizing import ModelShape, SizingInputError, find_gpu, find_instance, find_model, price_book
 from sizing.latency import Workload
-from sizing.search import SLO, Settings, search, vllm_command
+from sizing.search import SLO, Settings, Verdict, search, vllm_command
 
 MODEL = find_model("Qwen2.5-7B")
 LOAD = Workload(qps=4.0, prompt_tokens=1000, output_tokens=200)
@@ -26,6 +26,45 @@ def test_the_best_option_meets_both_slos_in_simulation(result):
 
 def test_every_other_option_says_why_it_lost(result):
     assert all(c.reason for c in result.candidates[1:])
+
+
+def test_every_option_carries_a_verdict_that_agrees_with_its_fate(result):
+    # Scripts, the table and the fallback ladder read the verdict, never the reason's wording.
+    best = result.best
+    assert result.candidates[0].verdict is Verdict.BEST and best is result.candidates[0]
+    assert [c for c in result.candidates if c.verdict is Verdict.BEST] == [best]
+    for c in result.candidates[1:]:
+        assert c.verdict is not Verdict.UNRANKED and c.brief, (c.verdict, c.reason)
+        if c.verdict in (Verdict.DEARER, Verdict.SAME_COST):
+            assert c.fits and c.meets_slo is not False and c.cost_cny_per_hour >= best.cost_cny_per_hour
+        if c.verdict is Verdict.DEARER:
+            gap = c.cost_cny_per_hour - best.cost_cny_per_hour
+            assert gap > 0 and c.brief == f"dearer by CNY {gap:.2f}/h"
+        if c.verdict in (Verdict.WEIGHTS_DO_NOT_FIT, Verdict.KV_TOO_SMALL, Verdict.IMPOSSIBLE):
+            assert not c.fits
+        if c.verdict is Verdict.KV_TOO_SMALL:
+            assert c.brief == f"KV too small; max_model_len <= {c.plan.max_model_len_that_fits}"
+    kinds = {c.verdict for c in result.candidates}
+    assert {Verdict.DEARER, Verdict.IMPOSSIBLE} <= kinds
+    verdicts = [c["verdict"] for c in result.to_json()["candidates"]]
+    assert verdicts == [c.verdict.value for c in result.candidates]
+
+
+def test_an_slo_miss_and_weights_that_do_not_fit_are_told_apart_from_a_short_context():
+    res = search(
+        find_model("Llama-3.1-70B"),
+        settings=Settings(max_model_len=131072),
+        workload=Workload(qps=2.0, prompt_tokens=1000, output_tokens=200),
+        slo=SLO(2000, 25),
+        prices=price_book(),
+    )
+    by: dict[Verdict, list] = {v: [] for v in Verdict}
+    for c in res.candidates:
+        by[c.verdict].append(c)
+    assert by[Verdict.WEIGHTS_DO_NOT_FIT] and by[Verdict.KV_TOO_SMALL] and by[Verdict.SLO_MISSED]
+    assert all(c.plan.max_model_len_that_fits == 0 for c in by[Verdict.WEIGHTS_DO_NOT_FIT])
+    assert all(0 < c.plan.max_model_len_that_fits < 131072 for c in by[Verdict.KV_TOO_SMALL])
+    assert all(c.meets_slo is False and c.brief.startswith("misses SLO: ") for c in by[Verdict.SLO_MISSED])
 
 
 def test_no_verified_option_that_meets_the_slos_is_cheaper_than_the_best(result):
@@ -208,7 +247,10 @@ def test_the_json_of_a_candidate_has_every_documented_field(result):
         "decode_tpot_ms",
         "prefill_tokens_per_s",
         "vllm_args",
+        "verdict",
         "reason",
+        "brief",
+        "max_model_len_that_fits",
         "instances",
         "p99_ttft_ms",
         "p99_tpot_ms",
@@ -314,6 +356,7 @@ def test_an_option_that_ties_on_cost_says_what_lost_the_tie_not_that_it_is_deare
     for c in others:
         assert c.reason.startswith("same cost as the best"), c.reason
         assert f"{c.plan.dtype} weights, where the best keeps bf16" in c.reason
+        assert c.verdict is Verdict.SAME_COST and c.brief == f"same cost: {c.plan.dtype} weights"
 
 
 def test_at_the_same_cost_and_gpus_more_smaller_instances_rank_first_and_the_other_says_so():
