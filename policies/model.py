@@ -386,9 +386,12 @@ class LaunchRecord(_Model):
     )
 
     @property
-    def served_after_s(self) -> float | None:
-        """For a late launch, how long it took from the order to serving."""
-        return None if self.late_at is None else (self.late_at - self.launched_at).total_seconds()
+    def load_s(self) -> float | None:
+        """How long it took from the order to serving, as the service saw it (its first reading of the engine
+        up, or ``late_at``); None while it has not served."""
+        if not self.served:
+            return None
+        return ((self.late_at or self.judged_at) - self.launched_at).total_seconds()
 
 
 class XidRecord(_Model):

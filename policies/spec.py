@@ -896,10 +896,15 @@ class GroupSpec(_Model):
         """How long the health check after a reboot waits: as configured; left at its default where it waits
         for the engine (a ``vllm_up`` rule), at least the cold start plus ``HEALTH_CHECK_LOAD_MARGIN_S``, so a
         model whose weights load longer than the default is not replaced after every reboot."""
+        return self.health_check_timeout_after(float(self.cold_start_s))
+
+    def health_check_timeout_after(self, load_s: float) -> float:
+        """``health_check_timeout_s`` where an engine takes ``load_s`` to load (at least the cold start: what
+        launches here were seen to take, ``policies.launch_verdicts.load_time_s``)."""
         timeout = float(self.isolation.health_check_timeout_s)
         if self._health_check_timeout_set or not self._health_check_waits_for_engine:
             return timeout
-        return max(timeout, float(self.cold_start_s) + HEALTH_CHECK_LOAD_MARGIN_S)
+        return max(timeout, max(load_s, float(self.cold_start_s)) + HEALTH_CHECK_LOAD_MARGIN_S)
 
     @property
     def base_floor(self) -> int:

@@ -20,7 +20,14 @@ from datetime import timedelta
 
 from policies import metrics as m
 from policies.isolation.shared import Tick, close, note
-from policies.launch_verdicts import REMOVE_AFTER_S, failed_run, judged_by, late_launch, verdict
+from policies.launch_verdicts import (
+    REMOVE_AFTER_S,
+    failed_run,
+    judged_by,
+    late_launch,
+    load_time_s,
+    verdict,
+)
 from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
 from policies.spec import resolve_count
 
@@ -129,7 +136,7 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
     the cold start (one judged failed served after all), for as long as a failing run's dead launch would be
     kept (a reboot would only start the slow load over); then while launches keep failing."""
     inst = t.by_id[inc.instance_id]
-    due = judged_by(inst, t.spec.cold_start_s)
+    due = judged_by(inst, load_time_s(t.gh.launches, t.spec.cold_start_s))
     if verdict(t.gh.launches, inc.instance_id) is None and due is not None and t.now < due + _VERDICT_SLACK:
         detail = f"waits for its launch's verdict (due {due:%H:%M}Z): a dead launch is the launches' business"
         t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)
@@ -139,7 +146,7 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
         until = due + timedelta(seconds=REMOVE_AFTER_S)
         detail = (
             f"launches here take longer than cold_start_s ({late.instance_id} served "
-            f"{late.served_after_s:.0f}s after it was ordered): waits for this one to load until "
+            f"{late.load_s or 0.0:.0f}s after it was ordered): waits for this one to load until "
             f"{until:%H:%M}Z"
         )
         t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)

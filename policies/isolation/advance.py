@@ -29,6 +29,7 @@ from policies.isolation.shared import (
     enter,
     note,
 )
+from policies.launch_verdicts import load_time_s
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -333,12 +334,13 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
     now = t.now
     requested_at = inc.reboot_requested_at
     assert requested_at is not None  # _remediating asks for a reboot first
+    timeout_s = t.spec.health_check_timeout_after(load_time_s(t.gh.launches, t.spec.cold_start_s))
     if inc.rebooted_at is None:
         # no outcome of the reboot yet: its write errored (ECS unreachable) and is tried again, or its record
         # is on its way. Until then the node has not been rebooted, and one resting in Standby cools down and
         # clears its throttling without a reboot: judged now, it would pass and return unmended. The step is
         # asked again under the same id (the service sends it once; a write that errored is retried).
-        if (now - requested_at).total_seconds() >= t.spec.health_check_timeout_s:
+        if (now - requested_at).total_seconds() >= timeout_s:
             _replace_unhealthy(t, inc, "the reboot was never confirmed")
         else:
             t.steps.add(inc, StepAction.REBOOT, ReasonCode.REBOOT, "ECS RebootInstance (not confirmed yet)")
@@ -349,7 +351,7 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         inc.exit_requested_at = now
         note(inc, now, ReasonCode.HEALTH_CHECK_PASSED, why)
         t.steps.add(inc, StepAction.EXIT_STANDBY, ReasonCode.HEALTH_CHECK_PASSED, why)
-    elif (now - requested_at).total_seconds() >= t.spec.health_check_timeout_s:
+    elif (now - requested_at).total_seconds() >= timeout_s:
         _replace_unhealthy(t, inc, why)
     else:
         t.steps.add(inc, StepAction.WAIT, ReasonCode.AWAITING_HEALTH, why)

@@ -26,7 +26,7 @@ from policies.isolation.shared import (
     close,
     note,
 )
-from policies.launch_verdicts import never_served
+from policies.launch_verdicts import load_time_s, never_served
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -102,7 +102,7 @@ class Probe:
     stale_after_s: float
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
-    cold_start_s: float = 0.0  # the group's: how long an engine is down while it loads the weights
+    load_s: float = 0.0  # how long an engine is down while it loads the weights here (``load_time_s``)
     suspect: bool = False  # the instance has an open incident: its restarts are the remediation's
     # the keys whose condition a fresh sample read as not holding this tick (``close_recovered`` reads them)
     clear: set[str] = field(default_factory=set)
@@ -166,6 +166,7 @@ def detect(
     condition a fresh sample read as not holding (metric rules without ``repeat``, throttle, absent and
     outlier rules; the others cannot read as over)."""
     stale_after = spec.stabilization.stale_after_s
+    load_s = load_time_s(gh.launches, spec.cold_start_s)
     cleared: set[str] = set() if clear is None else clear
     findings: dict[str, list[Detection]] = {}
     candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
@@ -187,9 +188,7 @@ def detect(
             key = _key(rule.rule_id, inst.instance_id)
             last = last_detected.get(inst.instance_id)
             suspect = inst.instance_id in suspects
-            probe = Probe(
-                key, inst, view, gh, now, stale_after, last, peers, spec.cold_start_s, suspect, cleared
-            )
+            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, load_s, suspect, cleared)
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
@@ -208,10 +207,11 @@ def _unknown(p: Probe) -> None:
 
 def _needed_s(rule: IsolationRule, p: Probe) -> float:
     """How long a metric rule's condition must hold. An engine-health rule (``vllm_up``) waits out the group's
-    cold start beyond its own ``for``: an engine starting (a new instance, a reboot by anyone, a stopped
+    load time (its cold start, or what launches here were seen to take: ``load_time_s``) beyond its own
+    ``for``: an engine starting (a new instance, a reboot by anyone, a stopped
     instance started again, a supervisor's restart) is down while it loads the weights, and nothing tells
     that from a dead one until a load's time has passed."""
-    return rule.for_s + (p.cold_start_s if rule.metric in m.ENGINE_HEALTH_METRICS else 0.0)
+    return rule.for_s + (p.load_s if rule.metric in m.ENGINE_HEALTH_METRICS else 0.0)
 
 
 def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
@@ -449,7 +449,8 @@ def open_or_escalate(t: Tick) -> None:
                 ReasonCode.RULE_BREACHED,
             )
             inst = t.by_id[instance_id]
-            inc.unserved = never_served(gh.launches, inst, now, t.spec.cold_start_s, t.stale_after_s)
+            load_s = load_time_s(gh.launches, t.spec.cold_start_s)
+            inc.unserved = never_served(gh.launches, inst, now, load_s, t.stale_after_s)
             if inc.unserved:
                 note(inc, now, ReasonCode.UNSERVED_LAUNCH, UNSERVED_DETAIL)
         elif (

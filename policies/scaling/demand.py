@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
+from policies.launch_verdicts import load_time_s
 from policies.model import (
     ForecastState,
     GroupHistory,
@@ -90,6 +91,7 @@ class DemandSignals:
     target: int | None = None
     need_now: int | None = None  # instances the observed demand needs (headroom included)
     window_target: int | None = None  # the highest target of the scale-in window: scale-in goes no lower
+    horizon_s: float = 0.0  # how far ahead the forecast looked
     inputs: dict[str, Scalar] = field(default_factory=dict)
     warnings: list[PlanWarning] = field(default_factory=list)
 
@@ -172,7 +174,8 @@ def _loading(created_at: datetime | None, inp: ScalingInputs) -> bool:
     if created_at is None:
         return False  # no age known: its silence is missing data
     age_s = (inp.now - created_at).total_seconds()
-    return 0 <= age_s < inp.spec.cold_start_s + inp.spec.stabilization.stale_after_s
+    load_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s)
+    return 0 <= age_s < load_s + inp.spec.stabilization.stale_after_s
 
 
 def staffing(load: float, beta: float, burst: float) -> int:
@@ -279,7 +282,9 @@ def read_demand(inp: ScalingInputs) -> DemandSignals | None:
         state = _correct(inp, state, d, model_rps)
     burst = fc.burstiness(series, inp.now, cap=fc.STAFFING_MAX_BURSTINESS)
     cap = model_rps * state.correction if model_rps else None
-    sig = DemandSignals(pred.mode, d, f, model_rps, cap, state.correction, state.speed, burst)
+    sig = DemandSignals(
+        pred.mode, d, f, model_rps, cap, state.correction, state.speed, burst, horizon_s=horizon
+    )
     if cap is not None and d.rps is not None and f.method != fc.Method.NONE:
         need_rps = max(f.upper_rps, d.rps)
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
@@ -343,4 +348,5 @@ def _inputs(sig: DemandSignals, gh: GroupHistory) -> dict[str, Scalar]:
         "output_tokens": _r(d.output_tokens, 1),
         "forecast_mape_pct": _r(fc.mape_pct(gh.forecast), 2),
         "forecast_coverage": _r(fc.coverage(gh.forecast)),
+        "forecast_horizon_s": _r(sig.horizon_s, 1),
     }

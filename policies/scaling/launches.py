@@ -8,7 +8,8 @@ Replacing them one by one does not help either: the replacements are launched th
 
 So each launch is judged once (``judge``, the only writes to ``GroupHistory.launches``): *served* at its
 first fresh ``vllm_up`` of 1, *failed* when it still reads 0 (a fresh sample, so that a group without the
-engine metric is never judged) ``LAUNCH_GRACE_S`` past the cold start. Only young instances are judged:
+engine metric is never judged) ``LAUNCH_GRACE_S`` past the group's load time (its cold start, or as long as
+recent launches were seen to take: ``policies.launch_verdicts.load_time_s``). Only young instances are judged:
 one older than the grace plus ``JUDGE_WINDOW_S`` when first looked at (the service started after it) is the
 engine rules' business, not a launch's.
 
@@ -30,8 +31,9 @@ from policies.launch_verdicts import (
     LAUNCH_GRACE_S,
     engine_up,
     failed_run,
-    late_launch,
     launch_age_s,
+    load_time_s,
+    slowest_launch,
 )
 from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
@@ -45,7 +47,8 @@ def judge(inp: ScalingInputs) -> None:
     that serves after all was slow to load, not dead (``late_at``): it ends a run of failures."""
     gh, spec, now = inp.gh, inp.spec, inp.now
     judged = {r.instance_id: r for r in gh.launches}
-    deadline_s = spec.cold_start_s + LAUNCH_GRACE_S
+    load_s = load_time_s(gh.launches, spec.cold_start_s)
+    deadline_s = load_s + LAUNCH_GRACE_S
     for inst in inp.view.serving:
         up = engine_up(inst, now, spec.stabilization.stale_after_s)
         record = judged.get(inst.instance_id)
@@ -53,7 +56,7 @@ def judge(inp: ScalingInputs) -> None:
             if not record.served and up:
                 record.served, record.late_at = True, now
             continue
-        age_s = launch_age_s(inst, now, spec.cold_start_s)
+        age_s = launch_age_s(inst, now, load_s)
         if age_s is None or up is None:
             continue
         if up or age_s >= deadline_s:
@@ -76,17 +79,20 @@ def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:
 
 
 def slow_launch(ctx: ScalingContext) -> Contribution | None:
-    """Step: a warning while a launch judged failed served late within the last ``SLOW_WARN_S``: the group's
-    ``cold_start_s`` is shorter than its instances take, so launches read as failing (and the forecast
-    orders too late)."""
+    """Step: a warning while recent launches took longer than the group's ``cold_start_s`` and the grace
+    (``slowest_launch``): the service waits for launches as long as they took (``load_time_s``), but the
+    schedule's floors are still raised only ``cold_start_s`` early, and until one is learned a slow launch
+    reads as failed."""
     inp = ctx.inp
-    r = late_launch(inp.gh.launches, inp.now)
-    if r is None:
+    cold_s = inp.spec.cold_start_s
+    r = slowest_launch(inp.gh.launches, cold_s)
+    if r is None or r.load_s is None:
         return None
+    waited_s = load_time_s(inp.gh.launches, cold_s)
     detail = (
-        f"launch {r.instance_id} served {r.served_after_s:.0f}s after it was ordered, past cold_start_s "
-        f"{inp.spec.cold_start_s:g}s and the {LAUNCH_GRACE_S:g}s grace: raise cold_start_s to what a launch "
-        "takes, or launches read as failing"
+        f"launch {r.instance_id} served {r.load_s:.0f}s after it was ordered, past cold_start_s {cold_s:g}s "
+        f"and the {LAUNCH_GRACE_S:g}s grace: launches are waited for {waited_s:.0f}s now; raise cold_start_s "
+        "to what a launch takes"
     )
     warning = PlanWarning(
         code=WarningCode.COLD_START_EXCEEDED, group=inp.group.name, instance_id=r.instance_id, detail=detail

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from policy_builders import GROUP, MONDAY_10_SHANGHAI, fleet, instance, policy, snapshot
@@ -20,9 +21,11 @@ from policies import (
     XidEvent,
     decide,
 )
+from policies.launch_verdicts import LAUNCH_GRACE_S, load_time_s, slowest_launch
 from policies.model import LaunchRecord
 
 T0 = MONDAY_10_SHANGHAI + timedelta(hours=14)  # 00:00 Shanghai: only the warm floor applies
+COLD_S = 180  # policy_builders' cold_start_s
 
 
 def drive(world, spec, seconds, history=None, tick=15):
@@ -426,24 +429,75 @@ def test_launches_slower_than_the_cold_start_are_waited_for_not_rebooted():
     assert warned and "raise cold_start_s" in warned[-1].detail
 
 
-def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted():
-    # A launch judged failed served 10 minutes ago (launches here are slow); the one launched now loads 12
-    # minutes past the cold start. On its own it would read as a bad host and be rebooted; it is waited for.
+@pytest.mark.parametrize("late_ago", [timedelta(minutes=10), timedelta(hours=5)])
+def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted(late_ago):
+    # A launch judged failed served after 30 minutes (launches here are slow), ten minutes or five hours ago;
+    # the one launched now loads 12 minutes past the cold start. On its own it would read as a dead launch on
+    # a bad host and be rebooted; the group's launches are now waited for as long as they took, so it is
+    # judged served and its engine, still loading, is never an incident.
     spec = policy(max_size=20, min_size=7, warm_floor=7)
     world = World(T0, 6)
     world.slow_launch_s = 12 * 60
     late = LaunchRecord(
         instance_id="i-0900",
-        launched_at=T0 - timedelta(minutes=40),
+        launched_at=T0 - late_ago - timedelta(minutes=30),
         served=True,
-        judged_at=T0 - timedelta(minutes=25),
-        late_at=T0 - timedelta(minutes=10),
+        judged_at=T0 - late_ago - timedelta(minutes=15),
+        late_at=T0 - late_ago,
     )
     hist = History(groups={GROUP: GroupHistory(last_target=7, launches=[late])})
-    _, hist = drive(world, spec, 30 * 60, history=hist)
-    (inc,) = [i for i in incidents(hist) if i.rule == "engine_down"]
-    assert inc.unserved and inc.admitted_at is None and inc.outcome == "recovered"
+    plans, hist = drive(world, spec, 30 * 60, history=hist)
+    assert not [i for i in incidents(hist) if i.rule == "engine_down"]
     assert not any(a in ("enter_standby", "reboot") for _, a, _ in world.actions)
+    (young,) = [r for r in hist.groups[GROUP].launches if r.instance_id != "i-0900"]
+    assert young.served and young.late_at is None and young.load_s > COLD_S + LAUNCH_GRACE_S
+    warned = [w for p in plans for w in p.group(GROUP).warnings if w.code == WarningCode.COLD_START_EXCEEDED]
+    assert warned and "launches are waited for 1800s" in warned[-1].detail  # until cold_start_s is raised
+
+
+def test_after_a_reboot_the_health_check_waits_for_a_load_as_slow_as_launches_were_seen_to_take():
+    # Engines here take 20 minutes to load (a launch served after 30, past its failed verdict), where
+    # cold_start_s says 3: an overheating node rebooted loads for 20 minutes, and the health check waits for
+    # it rather than replacing it at the cold start plus the margin (8 minutes).
+    spec = policy(max_size=20)
+    world = World(T0, 6, cold_start_s=20 * 60)
+    late = LaunchRecord(
+        instance_id="i-0900",
+        launched_at=T0 - timedelta(hours=2),
+        served=True,
+        judged_at=T0 - timedelta(hours=2) + timedelta(minutes=15),
+        late_at=T0 - timedelta(hours=2) + timedelta(minutes=30),
+    )
+    hist = History(groups={GROUP: GroupHistory(last_target=6, launches=[late])})
+    world.nodes["i-0001"].hot = True
+    _, hist = drive(world, spec, 40 * 60, history=hist)
+    (inc,) = incidents(hist)
+    assert [a for _, a, i in world.actions if i == "i-0001"] == ["enter_standby", "reboot", "exit_standby"]
+    assert inc.action == "reboot" and "i-0001" not in world.removed  # not replaced
+
+
+def test_launches_fast_again_are_judged_by_the_cold_start_again():
+    # Three launches served within the cold start after a slow one: what launches take here is learned
+    # from the last few that served, and a slow model store that recovered no longer delays the verdicts.
+    slow = LaunchRecord(
+        instance_id="i-0900",
+        launched_at=T0 - timedelta(hours=3),
+        served=True,
+        judged_at=T0 - timedelta(hours=3) + timedelta(minutes=15),
+        late_at=T0 - timedelta(hours=3) + timedelta(minutes=30),
+    )
+    fast = [
+        LaunchRecord(
+            instance_id=f"i-09{k}",
+            launched_at=T0 - timedelta(hours=2 - k * 0.5),
+            served=True,
+            judged_at=T0 - timedelta(hours=2 - k * 0.5) + timedelta(seconds=COLD_S + 30),
+        )
+        for k in range(1, 4)
+    ]
+    assert load_time_s([slow, *fast[:2]], COLD_S) == 1800.0
+    assert load_time_s([slow, *fast], COLD_S) == COLD_S
+    assert slowest_launch([slow, *fast], COLD_S) is None
 
 
 def test_a_gpu_fault_found_while_a_launch_loads_is_isolated_once_it_serves_not_closed():

@@ -57,6 +57,11 @@ def test_capacity_rises_ahead_of_yesterdays_ramp_before_any_rule_fires():
     assert gp.predictive["predictive_target"] == gp.serving_target
 
 
+def test_the_decision_says_how_far_ahead_the_forecast_looked():
+    gp = decide(snap(4, 2.0), spec(predictive={"horizon": "45m"}), history(4), NOW).groups[0]
+    assert gp.predictive["forecast_horizon_s"] == 2700.0
+
+
 def test_without_a_day_of_history_there_is_no_ramp_to_see():
     plan = decide(snap(4, 2.0, days=0.5), spec(), history(4), NOW)
     assert plan.groups[0].predictive["forecast_method"] == "level_trend"
