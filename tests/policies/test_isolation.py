@@ -429,6 +429,19 @@ def test_launches_slower_than_the_cold_start_are_waited_for_not_rebooted():
     assert warned and "raise cold_start_s" in warned[-1].detail
 
 
+def _served_late(served_at, after=timedelta(minutes=30)):
+    """A launch judged failed (15 minutes after it was ordered) that served at ``served_at``, ``after`` its
+    order: launches here are slower than cold_start_s."""
+    ordered = served_at - after
+    return LaunchRecord(
+        instance_id="i-0900",
+        launched_at=ordered,
+        served=True,
+        judged_at=ordered + timedelta(minutes=15),
+        late_at=served_at,
+    )
+
+
 @pytest.mark.parametrize("late_ago", [timedelta(minutes=10), timedelta(hours=5)])
 def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted(late_ago):
     # A launch judged failed served after 30 minutes (launches here are slow), ten minutes or five hours ago;
@@ -438,14 +451,7 @@ def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted
     spec = policy(max_size=20, min_size=7, warm_floor=7)
     world = World(T0, 6)
     world.slow_launch_s = 12 * 60
-    late = LaunchRecord(
-        instance_id="i-0900",
-        launched_at=T0 - late_ago - timedelta(minutes=30),
-        served=True,
-        judged_at=T0 - late_ago - timedelta(minutes=15),
-        late_at=T0 - late_ago,
-    )
-    hist = History(groups={GROUP: GroupHistory(last_target=7, launches=[late])})
+    hist = History(groups={GROUP: GroupHistory(last_target=7, launches=[_served_late(T0 - late_ago)])})
     plans, hist = drive(world, spec, 30 * 60, history=hist)
     assert not [i for i in incidents(hist) if i.rule == "engine_down"]
     assert not any(a in ("enter_standby", "reboot") for _, a, _ in world.actions)
@@ -461,13 +467,7 @@ def test_after_a_reboot_the_health_check_waits_for_a_load_as_slow_as_launches_we
     # it rather than replacing it at the cold start plus the margin (8 minutes).
     spec = policy(max_size=20)
     world = World(T0, 6, cold_start_s=20 * 60)
-    late = LaunchRecord(
-        instance_id="i-0900",
-        launched_at=T0 - timedelta(hours=2),
-        served=True,
-        judged_at=T0 - timedelta(hours=2) + timedelta(minutes=15),
-        late_at=T0 - timedelta(hours=2) + timedelta(minutes=30),
-    )
+    late = _served_late(T0 - timedelta(hours=1, minutes=30))
     hist = History(groups={GROUP: GroupHistory(last_target=6, launches=[late])})
     world.nodes["i-0001"].hot = True
     _, hist = drive(world, spec, 40 * 60, history=hist)
@@ -479,13 +479,7 @@ def test_after_a_reboot_the_health_check_waits_for_a_load_as_slow_as_launches_we
 def test_launches_fast_again_are_judged_by_the_cold_start_again():
     # Three launches served within the cold start after a slow one: what launches take here is learned
     # from the last few that served, and a slow model store that recovered no longer delays the verdicts.
-    slow = LaunchRecord(
-        instance_id="i-0900",
-        launched_at=T0 - timedelta(hours=3),
-        served=True,
-        judged_at=T0 - timedelta(hours=3) + timedelta(minutes=15),
-        late_at=T0 - timedelta(hours=3) + timedelta(minutes=30),
-    )
+    slow = _served_late(T0 - timedelta(hours=2, minutes=30))
     fast = [
         LaunchRecord(
             instance_id=f"i-09{k}",
