@@ -33,14 +33,15 @@ def slowest_launch(launches: list[LaunchRecord], cold_start_s: float) -> LaunchR
 
 
 def load_time_s(launches: list[LaunchRecord], cold_start_s: float) -> float:
-    """How long the service waits for a launch to serve, or an engine to load again, here: ``cold_start_s``,
-    unless recent launches took longer than it and the grace (``slowest_launch``: the value set too short,
-    or the model store slowed down); then what the slowest of them took, at most ``JUDGE_WINDOW_S`` past
-    the cold start. Launches are judged, a loading engine is left alone and the health check after a reboot
-    waits by this. It changes only once a launch served past its failed verdict (``late_at``), so the first
-    slow launch still reads as failed; three launches within the cold start and the grace restore it. (The
-    forecast's horizon keeps ``cold_start_s``: looking further ahead held 4-9 % more GPU-hours in the
-    simulator for no SLO-violation minute.)"""
+    """How long the service waits for a launch to serve here: ``cold_start_s``, unless recent launches took
+    longer than it and the grace (``slowest_launch``: the value set too short, or the model store slowed
+    down); then what the slowest of them took, at most ``JUDGE_WINDOW_S`` past the cold start. Launches are
+    judged by it, a launch's loading engine is left alone as long (``engine_load_s``), and the health check
+    after a reboot waits for it (a node out of traffic waiting a little long costs less than a replacement
+    ordered while it still loads). It changes only once a launch served past its failed verdict
+    (``late_at``), so the first slow launch still reads as failed; three launches within the cold start and
+    the grace restore it. (The forecast's horizon keeps ``cold_start_s``: looking further ahead held 4-9 %
+    more GPU-hours in the simulator for no SLO-violation minute.)"""
     slowest = slowest_launch(launches, cold_start_s)
     if slowest is None or slowest.load_s is None:
         return cold_start_s
@@ -56,6 +57,22 @@ def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
             break
         run.insert(0, record)
     return run if len(run) >= FAILED_IN_A_ROW else []
+
+
+def engine_load_s(
+    launches: list[LaunchRecord], inst: InstanceSnapshot, now: datetime, cold_start_s: float
+) -> float:
+    """How long an engine found down on ``inst`` may still be loading its weights: the launches' learned
+    time (``load_time_s``) while ``inst`` is a launch that has not served yet (its weights come the way every
+    launch's do); ``cold_start_s`` on a node that has served (an engine restarted there, by its supervisor or
+    a reboot, reads them back from its own disk, not from the slow store a launch waits on)."""
+    load_s = load_time_s(launches, cold_start_s)
+    if load_s <= cold_start_s:
+        return cold_start_s
+    record = verdict(launches, inst.instance_id)
+    if record is not None:
+        return cold_start_s if record.served else load_s
+    return load_s if launch_age_s(inst, now, load_s) is not None else cold_start_s
 
 
 def late_launch(launches: list[LaunchRecord], now: datetime) -> LaunchRecord | None:

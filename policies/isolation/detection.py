@@ -26,7 +26,7 @@ from policies.isolation.shared import (
     close,
     note,
 )
-from policies.launch_verdicts import load_time_s, never_served
+from policies.launch_verdicts import engine_load_s, load_time_s, never_served
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -102,7 +102,7 @@ class Probe:
     stale_after_s: float
     last_detected: datetime | None  # the instance's latest incident, answered XIDs before it do not count
     peers: Peers | None = None  # the rule's metric over the InService instances (outlier rules)
-    load_s: float = 0.0  # how long an engine is down while it loads the weights here (``load_time_s``)
+    load_s: float = 0.0  # how long its engine may be down loading the weights (``engine_load_s``)
     suspect: bool = False  # the instance has an open incident: its restarts are the remediation's
     # the keys whose condition a fresh sample read as not holding this tick (``close_recovered`` reads them)
     clear: set[str] = field(default_factory=set)
@@ -166,7 +166,6 @@ def detect(
     condition a fresh sample read as not holding (metric rules without ``repeat``, throttle, absent and
     outlier rules; the others cannot read as over)."""
     stale_after = spec.stabilization.stale_after_s
-    load_s = load_time_s(gh.launches, spec.cold_start_s)
     cleared: set[str] = set() if clear is None else clear
     findings: dict[str, list[Detection]] = {}
     candidates = view.serving + [i for i in view.standby if i.instance_id in suspects]
@@ -174,8 +173,10 @@ def detect(
     for inc in gh.incidents:
         if inc.instance_id not in last_detected or inc.detected_at > last_detected[inc.instance_id]:
             last_detected[inc.instance_id] = inc.detected_at
+    load_s: dict[str, float] = {}
     for inst in candidates:
         _record_xids(gh, inst, now, stale_after)
+        load_s[inst.instance_id] = engine_load_s(gh.launches, inst, now, spec.cold_start_s)
     for rule in spec.isolation.rules:
         if blind and rule.kind == "absent":
             continue
@@ -188,7 +189,9 @@ def detect(
             key = _key(rule.rule_id, inst.instance_id)
             last = last_detected.get(inst.instance_id)
             suspect = inst.instance_id in suspects
-            probe = Probe(key, inst, view, gh, now, stale_after, last, peers, load_s, suspect, cleared)
+            probe = Probe(
+                key, inst, view, gh, now, stale_after, last, peers, load_s[inst.instance_id], suspect, cleared
+            )
             finding = detector(rule, probe)
             if finding is not None:
                 findings.setdefault(inst.instance_id, []).append(finding)
@@ -206,9 +209,9 @@ def _unknown(p: Probe) -> None:
 
 
 def _needed_s(rule: IsolationRule, p: Probe) -> float:
-    """How long a metric rule's condition must hold. An engine-health rule (``vllm_up``) waits out the group's
-    load time (its cold start, or what launches here were seen to take: ``load_time_s``) beyond its own
-    ``for``: an engine starting (a new instance, a reboot by anyone, a stopped
+    """How long a metric rule's condition must hold. An engine-health rule (``vllm_up``) waits out a load's
+    time beyond its own ``for`` (the group's cold start; on a launch that has not served, what launches here
+    were seen to take: ``engine_load_s``): an engine starting (a new instance, a reboot by anyone, a stopped
     instance started again, a supervisor's restart) is down while it loads the weights, and nothing tells
     that from a dead one until a load's time has passed."""
     return rule.for_s + (p.load_s if rule.metric in m.ENGINE_HEALTH_METRICS else 0.0)

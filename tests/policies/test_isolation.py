@@ -476,6 +476,21 @@ def test_after_a_reboot_the_health_check_waits_for_a_load_as_slow_as_launches_we
     assert inc.action == "reboot" and "i-0001" not in world.removed  # not replaced
 
 
+def test_a_dead_engine_on_a_node_that_served_waits_the_cold_start_not_the_launches_slow_load():
+    # Launches here were seen to take 30 minutes (a slow model store); an engine that dies on a node that
+    # has served reloads from the node's own disk, so engine_down still waits the cold start, not 30 minutes.
+    spec = policy()
+    world = World(T0, 6)
+    hist = History(
+        groups={GROUP: GroupHistory(last_target=6, launches=[_served_late(T0 - timedelta(hours=1))])}
+    )
+    world.nodes["i-0004"].engine_down = True
+    _, hist = drive(world, spec, 10 * 60, history=hist)
+    (inc,) = incidents(hist)
+    detected = next(e.at for e in inc.timeline if e.state == IncidentState.DETECTED)
+    assert inc.rule == "engine_down" and 300 <= (detected - T0).total_seconds() <= 315
+
+
 def test_launches_fast_again_are_judged_by_the_cold_start_again():
     # Three launches served within the cold start after a slow one: what launches take here is learned
     # from the last few that served, and a slow model store that recovered no longer delays the verdicts.
