@@ -23,10 +23,13 @@ LEARN_FROM = 3  # the launches that served last tell how long a launch here take
 
 
 def slowest_launch(launches: list[LaunchRecord], cold_start_s: float) -> LaunchRecord | None:
-    """The slowest of the last ``LEARN_FROM`` launches that served, when it took longer than ``cold_start_s``
-    and the grace (None: launches here load within the cold start as configured)."""
+    """The slowest of the last ``LEARN_FROM`` launches that served and were seen loading past the cold start
+    and the grace (``LaunchRecord.shows_slow``); None when none of them was (launches here load within the
+    cold start as configured, or nothing shows otherwise)."""
     served = [r for r in launches if r.load_s is not None][-LEARN_FROM:]
-    slowest = max(served, key=lambda r: (r.load_s or 0.0, r.instance_id), default=None)
+    slowest = max(
+        (r for r in served if r.shows_slow), key=lambda r: (r.load_s or 0.0, r.instance_id), default=None
+    )
     if slowest is None or (slowest.load_s or 0.0) <= cold_start_s + LAUNCH_GRACE_S:
         return None
     return slowest

@@ -384,6 +384,18 @@ class LaunchRecord(_Model):
     late_at: AwareDatetime | None = Field(
         default=None, description="judged failed, then served at this time: slow to load, not dead"
     )
+    slow: bool = Field(
+        default=False,
+        description="served past cold_start_s and the grace while launches here were known to be slow: as "
+        "much a sign of it as a late launch",
+    )
+
+    @property
+    def shows_slow(self) -> bool:
+        """Whether it is evidence that launches here are slow: seen still loading past the cold start and the
+        grace (judged failed then served late, or served past them while a slow load was learned). A launch
+        merely judged late (the service, or the metrics, were out while it loaded) is not."""
+        return self.served and (self.late_at is not None or self.slow)
 
     @property
     def load_s(self) -> float | None:

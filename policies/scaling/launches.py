@@ -61,9 +61,16 @@ def judge(inp: ScalingInputs) -> None:
             continue
         if up or age_s >= deadline_s:
             assert inst.created_at is not None  # launch_age_s knows it
+            # serving only past the cold start and the grace, under a slow load already learned (a late
+            # launch before it): one more sign of it; without one, a late verdict may be a gap in watching
+            slow = up and load_s > spec.cold_start_s and age_s > spec.cold_start_s + LAUNCH_GRACE_S
             gh.launches.append(
                 LaunchRecord(
-                    instance_id=inst.instance_id, launched_at=inst.created_at, served=up, judged_at=now
+                    instance_id=inst.instance_id,
+                    launched_at=inst.created_at,
+                    served=up,
+                    judged_at=now,
+                    slow=slow,
                 )
             )
     gh.launches = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))[-KEEP:]

@@ -457,6 +457,7 @@ def test_once_a_launch_served_late_a_lone_slow_launch_is_waited_for_not_rebooted
     assert not any(a in ("enter_standby", "reboot") for _, a, _ in world.actions)
     (young,) = [r for r in hist.groups[GROUP].launches if r.instance_id != "i-0900"]
     assert young.served and young.late_at is None and young.load_s > COLD_S + LAUNCH_GRACE_S
+    assert young.shows_slow  # served past the cold start under the learned load: it keeps it learned
     warned = [w for p in plans for w in p.group(GROUP).warnings if w.code == WarningCode.COLD_START_EXCEEDED]
     assert warned and "launches are waited for 1800s" in warned[-1].detail  # until cold_start_s is raised
 

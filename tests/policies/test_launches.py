@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from policies import History, decide
-from policies.launch_verdicts import LAUNCH_GRACE_S, REMOVE_AFTER_S
+from policies.launch_verdicts import LAUNCH_GRACE_S, REMOVE_AFTER_S, load_time_s
 from policies.model import GroupHistory, LaunchRecord, ReasonCode, WarningCode
 from policies.scaling.launches import RETRY_S
 from tests.policies.policy_builders import GROUP, MONDAY_10_SHANGHAI, instance, policy, snapshot
@@ -226,3 +226,17 @@ def test_the_retry_waits_for_its_probe_to_be_judged():
     probe.created_at = NOW - timedelta(minutes=2)  # the retry's launch, still loading
     gp = _decide([*_fleet(dead=0), probe], gh).groups[0]
     assert gp.reason == ReasonCode.LAUNCHES_FAILING and gp.serving_target == 7  # no second probe meanwhile
+
+
+def test_a_launch_first_seen_serving_long_after_its_order_teaches_no_slow_load():
+    # The service was down (or the metrics were) while a launch loaded: it is judged served 35 minutes after
+    # its order, on the first look. That says when the service looked, not how long the launch took: the
+    # load time stays the cold start and nothing warns.
+    fleet = _fleet(dead=0)
+    fleet.append(instance(200, NOW, metrics={"queue_waiting": 3.0, "vllm_up": 1.0}))
+    fleet[-1].created_at = NOW - timedelta(minutes=35)
+    plan = _decide(fleet)
+    (record,) = plan.history.groups[GROUP].launches
+    assert record.served and record.load_s == 35 * 60 and not record.shows_slow
+    assert load_time_s(plan.history.groups[GROUP].launches, COLD_S) == COLD_S
+    assert not [w for w in plan.groups[0].warnings if w.code == WarningCode.COLD_START_EXCEEDED]
