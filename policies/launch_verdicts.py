@@ -25,7 +25,8 @@ LEARN_FROM = 3  # the launches that served last tell how long a launch here take
 def slowest_launch(launches: list[LaunchRecord], cold_start_s: float) -> LaunchRecord | None:
     """The slowest of the last ``LEARN_FROM`` launches that served and were seen loading past the cold start
     and the grace (``LaunchRecord.shows_slow``); None when none of them was (launches here load within the
-    cold start as configured, or nothing shows otherwise)."""
+    cold start as configured, or nothing shows otherwise), or when it took no longer than the cold start and
+    the grace configured now (``cold_start_s`` raised to what launches take)."""
     served = [r for r in launches if r.load_s is not None][-LEARN_FROM:]
     slowest = max(
         (r for r in served if r.shows_slow), key=lambda r: (r.load_s or 0.0, r.instance_id), default=None
@@ -45,7 +46,11 @@ def load_time_s(launches: list[LaunchRecord], cold_start_s: float) -> float:
     (``late_at``), so the first slow launch still reads as failed; three launches within the cold start and
     the grace restore it. (The forecast's horizon keeps ``cold_start_s``: looking further ahead held 4-9 %
     more GPU-hours in the simulator for no SLO-violation minute.)"""
-    slowest = slowest_launch(launches, cold_start_s)
+    return learned_load_s(slowest_launch(launches, cold_start_s), cold_start_s)
+
+
+def learned_load_s(slowest: LaunchRecord | None, cold_start_s: float) -> float:
+    """``load_time_s`` from its ``slowest_launch`` (already found)."""
     if slowest is None or slowest.load_s is None:
         return cold_start_s
     return min(slowest.load_s, cold_start_s + JUDGE_WINDOW_S)
@@ -63,13 +68,13 @@ def failed_run(launches: list[LaunchRecord]) -> list[LaunchRecord]:
 
 
 def engine_load_s(
-    launches: list[LaunchRecord], inst: InstanceSnapshot, now: datetime, cold_start_s: float
+    launches: list[LaunchRecord], inst: InstanceSnapshot, now: datetime, cold_start_s: float, load_s: float
 ) -> float:
     """How long an engine found down on ``inst`` may still be loading its weights: the launches' learned
-    time (``load_time_s``) while ``inst`` is a launch that has not served yet (its weights come the way every
-    launch's do); ``cold_start_s`` on a node that has served (an engine restarted there, by its supervisor or
-    a reboot, reads them back from its own disk, not from the slow store a launch waits on)."""
-    load_s = load_time_s(launches, cold_start_s)
+    time (``load_s``, from ``load_time_s``) while ``inst`` is a launch that has not served yet (its weights
+    come the way every launch's do); ``cold_start_s`` on a node that has served (an engine restarted there, by
+    its supervisor or a reboot, reads them back from its own disk, not from the slow store a launch waits
+    on)."""
     if load_s <= cold_start_s:
         return cold_start_s
     record = verdict(launches, inst.instance_id)

@@ -173,10 +173,11 @@ def detect(
     for inc in gh.incidents:
         if inc.instance_id not in last_detected or inc.detected_at > last_detected[inc.instance_id]:
             last_detected[inc.instance_id] = inc.detected_at
+    learned_s = load_time_s(gh.launches, spec.cold_start_s)
     load_s: dict[str, float] = {}
     for inst in candidates:
         _record_xids(gh, inst, now, stale_after)
-        load_s[inst.instance_id] = engine_load_s(gh.launches, inst, now, spec.cold_start_s)
+        load_s[inst.instance_id] = engine_load_s(gh.launches, inst, now, spec.cold_start_s, learned_s)
     for rule in spec.isolation.rules:
         if blind and rule.kind == "absent":
             continue

@@ -103,11 +103,12 @@ def _mean(values: list[float]) -> float | None:
 def observed_demand(inp: ScalingInputs) -> Demand:
     """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix.
 
-    An instance younger than the cold start (plus the staleness allowance) that has never reported a rate is
-    still loading its weights: the balancer sends it nothing yet, so its silence leaves the demand complete.
-    So does one whose agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never
-    came up): it serves nothing, which is known, not missing. Without that, one dead engine waiting for a
-    human held every scale-in of its group.
+    An instance younger than a launch's load time (the cold start, or what launches here were seen to take:
+    ``load_time_s``; plus the staleness allowance) that has never reported a rate is still loading its
+    weights: the balancer sends it nothing yet, so its silence leaves the demand complete. So does one whose
+    agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never came up): it serves
+    nothing, which is known, not missing. Without that, one dead engine waiting for a human held every scale-
+    in of its group.
     """
     is_fresh = freshness(inp.now, inp.spec.stabilization.stale_after_s)
     rates: list[float] = []
@@ -119,9 +120,10 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     waiting: list[float] = []
     loading = 0
     down: list[str] = []
+    loading_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s) + inp.spec.stabilization.stale_after_s
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
-        if sample is None and _loading(inst.created_at, inp):
+        if sample is None and _loading(inst.created_at, inp.now, loading_s):
             loading += 1
             continue
         if (sample is None or not is_fresh(sample)) and _engine_down(inst.metrics.get(m.VLLM_UP), is_fresh):
@@ -170,12 +172,10 @@ def _engine_down(up: MetricSample | None, is_fresh: Callable[[MetricSample | Non
     return up is not None and is_fresh(up) and up.value < m.ENGINE_DOWN_BELOW
 
 
-def _loading(created_at: datetime | None, inp: ScalingInputs) -> bool:
+def _loading(created_at: datetime | None, now: datetime, loading_s: float) -> bool:
     if created_at is None:
         return False  # no age known: its silence is missing data
-    age_s = (inp.now - created_at).total_seconds()
-    load_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s)
-    return 0 <= age_s < load_s + inp.spec.stabilization.stale_after_s
+    return 0 <= (now - created_at).total_seconds() < loading_s
 
 
 def staffing(load: float, beta: float, burst: float) -> int:

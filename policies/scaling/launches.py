@@ -32,6 +32,7 @@ from policies.launch_verdicts import (
     engine_up,
     failed_run,
     launch_age_s,
+    learned_load_s,
     load_time_s,
     slowest_launch,
 )
@@ -95,7 +96,7 @@ def slow_launch(ctx: ScalingContext) -> Contribution | None:
     r = slowest_launch(inp.gh.launches, cold_s)
     if r is None or r.load_s is None:
         return None
-    waited_s = load_time_s(inp.gh.launches, cold_s)
+    waited_s = learned_load_s(r, cold_s)
     detail = (
         f"launch {r.instance_id} served {r.load_s:.0f}s after it was ordered, past cold_start_s {cold_s:g}s "
         f"and the {LAUNCH_GRACE_S:g}s grace: launches are waited for {waited_s:.0f}s now; raise cold_start_s "
