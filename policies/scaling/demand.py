@@ -107,8 +107,8 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     ``load_time_s``; plus the staleness allowance) that has never reported a rate is still loading its
     weights: the balancer sends it nothing yet, so its silence leaves the demand complete. So does one whose
     agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never came up): it serves
-    nothing, which is known, not missing. Without that, one dead engine waiting for a human held every scale-
-    in of its group.
+    nothing, which is known, not missing. Without that, one dead engine waiting for a human held every
+    scale-in of its group.
     """
     is_fresh = freshness(inp.now, inp.spec.stabilization.stale_after_s)
     rates: list[float] = []
