@@ -310,8 +310,16 @@ def vllm_command(args: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- options
-# a deployment's plan, or why it cannot exist: (reason, brief)
-_Plans = dict[tuple[str, int, str], tuple[Deployment, MemoryPlan, PerfModel] | tuple[str, str]]
+@dataclass(frozen=True)
+class _Impossible:
+    """Why a deployment cannot exist, in full and in brief (``Candidate.rule``)."""
+
+    reason: str
+    brief: str
+
+
+# per (GPU, TP, weight format): the deployment, its memory plan and its speed, or why it cannot exist
+_Plans = dict[tuple[str, int, str], tuple[Deployment, MemoryPlan, PerfModel] | _Impossible]
 
 
 def _option(
@@ -336,8 +344,8 @@ def _option(
     if key not in plans:
         plans[key] = _plan(model, gpu, tp, settings, dtype)
     got = plans[key]
-    if len(got) == 2:
-        cand.rule(Verdict.IMPOSSIBLE, *got)
+    if isinstance(got, _Impossible):
+        cand.rule(Verdict.IMPOSSIBLE, got.reason, got.brief)
         return cand
     cand.deployment, cand.plan, cand.perf = got
     cand.fits = cand.plan.fits
@@ -362,17 +370,17 @@ def _option(
 
 def _plan(
     model: ModelShape, gpu: GPU, tp: int, settings: Settings, dtype: str | None
-) -> tuple[Deployment, MemoryPlan, PerfModel] | tuple[str, str]:
+) -> tuple[Deployment, MemoryPlan, PerfModel] | _Impossible:
     """The deployment, its memory plan and its speed; or why it cannot exist, in full and in brief."""
     try:
         check_tp(model, tp)
     except SizingInputError as exc:
-        return f"impossible: {exc}", "impossible TP"
+        return _Impossible(f"impossible: {exc}", "impossible TP")
     try:
         dep = settings.deployment(model, gpu, tp, dtype)
         plan = plan_memory(dep)
     except SizingInputError as exc:
-        return f"impossible: {exc}", f"impossible: {exc}"
+        return _Impossible(f"impossible: {exc}", f"impossible: {exc}")
     return dep, plan, perf_for(dep, plan)
 
 
