@@ -686,7 +686,10 @@ def test_a_replica_paused_past_its_ttl_writes_nothing_when_resumed(postgres_url,
     cfg = world.config(SCALE_RULES)
     a = world.serve(cfg, holder="replica-a")
     wait_for(lambda: _holder(world) == "replica-a", what="replica-a to lead")
-    b = world.serve(cfg, "--port", str(free_port()), holder="replica-b")
+    b_port = free_port()
+    b = world.serve(cfg, "--port", str(b_port), holder="replica-b")
+    # replica-b up and following first: its start (imports, store) is not what the TTL measures
+    wait_for(_replica_ticked(b_port, 1), what="replica-b ticking while replica-a holds the lease")
     a.send_signal(signal.SIGSTOP)  # frozen mid-whatever, its lease keeper thread too
     try:
         wait_for(lambda: _holder(world) == "replica-b", timeout_s=3 + 6, what="replica-b to take over")
