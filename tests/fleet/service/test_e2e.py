@@ -339,11 +339,9 @@ def test_sigkill_mid_write_and_restart_leaves_no_duplicate_activity(world):
     proc.wait(10)
     scaled_to = world.desired()
     world.cloud.clear_faults()
-    world.serve(cfg, "--port", str(free_port()), holder="replica-b")
-    wait_for(
-        lambda: any(d.outcome for d in world.store().decisions()) or world.desired() == scaled_to,
-        what="the restarted service",
-    )
+    b_port = free_port()
+    world.serve(cfg, "--port", str(b_port), holder="replica-b")
+    wait_for(_replica_ticked(b_port, 1), timeout_s=60, what="the restarted service's first tick")
     # the lease expires (3 s) and replica-b takes over, then ticks several times as the leader
     wait_for(lambda: _holder(world) == "replica-b", timeout_s=3 + 10, what="replica-b to take over")
     wait_for(_ticked(world, 4), what="several ticks of replica-b")
