@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from policies import metrics as m
-from policies.isolation.health import healthy_again
+from policies.isolation.health import healthy_again, unmended_by_reboot
 from policies.isolation.shared import (
     DAY_S,
     MAX_STEP_FAILURES,
@@ -41,6 +41,7 @@ from policies.model import (
     StepAction,
 )
 from policies.observe import fresh, idle
+from policies.spec import IsolationRule
 
 Handler = Callable[[Tick, Incident, InstanceSnapshot], None]
 
@@ -231,6 +232,11 @@ def _drained(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
 def _remediate(t: Tick, inc: Incident) -> None:
     """Start the remediation: reboot (a replacement after too many reboots in a day), replace or hold."""
     now = t.now
+    inst = t.by_id.get(inc.instance_id)
+    moved = unmended_by_reboot(_rule(t, inc), inst) if inst is not None else []
+    if inc.action == "reboot" and moved:
+        inc.action = "replace"
+        note(inc, now, ReasonCode.ESCALATED, f"{', '.join(moved)}: a reboot does not end it: replace")
     if inc.action == "reboot":
         reboots = _reboots_today(t, inc)
         if reboots >= t.iso.max_reboots:
@@ -345,8 +351,7 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         else:
             t.steps.add(inc, StepAction.REBOOT, ReasonCode.REBOOT, "ECS RebootInstance (not confirmed yet)")
         return
-    rule = {r.rule_id: r for r in t.iso.rules}.get(inc.rule)
-    ok, why = healthy_again(rule, inst, t.gh, inc.rebooted_at, now, t.stale_after_s)
+    ok, why = healthy_again(_rule(t, inc), inst, t.gh, inc.rebooted_at, now, t.stale_after_s)
     if ok:
         inc.exit_requested_at = now
         note(inc, now, ReasonCode.HEALTH_CHECK_PASSED, why)
@@ -355,6 +360,11 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         _replace_unhealthy(t, inc, why)
     else:
         t.steps.add(inc, StepAction.WAIT, ReasonCode.AWAITING_HEALTH, why)
+
+
+def _rule(t: Tick, inc: Incident) -> IsolationRule | None:
+    """The rule that opened ``inc`` (None: the config no longer has it)."""
+    return next((r for r in t.iso.rules if r.rule_id == inc.rule), None)
 
 
 def _replace_unhealthy(t: Tick, inc: Incident, why: str) -> None:

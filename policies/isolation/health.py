@@ -140,6 +140,21 @@ def _event(
     return (not active), ("event still active: " + ",".join(active)) if active else "event cleared"
 
 
+def unmended_by_reboot(rule: IsolationRule | None, inst: InstanceSnapshot) -> list[str]:
+    """The active system events of ``inst`` that ``rule`` matches and that a reboot does not end: ECS asks
+    to move the instance to other hardware (``SystemMaintenance.Redeploy``), to stop or release it, where a
+    reboot by the user on the same host changes nothing and its health check would wait out its timeout on
+    an event still active. ``*.Reboot*`` events (a reboot inside the window avoids or completes them) are
+    not among them; empty for a rule that reads no events."""
+    return [
+        e.code
+        for e in inst.events
+        if e.active
+        and any(fnmatch.fnmatchcase(e.code, p) for p in (rule.events if rule else None) or ())
+        and not e.code.partition(".")[2].startswith("Reboot")
+    ]
+
+
 _CHECKS: dict[str, Check] = {
     "metric": _metric,
     "throttle": _throttle,

@@ -126,7 +126,8 @@ class World:
                     node.engine_down = node.never_serves
                     node.silent = False
                 node.xids = []
-                node.events = []
+                # a reboot ends what a reboot was asked for; a redeploy, stop or release stays pending
+                node.events = [e for e in node.events if not e["code"].endswith(".Reboot")]
                 self.actions.append((self.now, "reboot", node.instance_id))
                 self.pending_outcomes.append(StepOutcome(step_id=step.step_id, ok=True, at=self.now))
             elif step.action == StepAction.EXIT_STANDBY and node.state == "Standby":

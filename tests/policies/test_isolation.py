@@ -573,6 +573,24 @@ def test_ecs_system_failure_event_leads_to_replacement():
     assert (inc.instance_id, inc.action) == ("i-009", "replace")
 
 
+@pytest.mark.parametrize(
+    ("code", "outcome"),
+    [("SystemMaintenance.Reboot", "rebooted"), ("SystemMaintenance.Redeploy", "replaced")],
+)
+def test_a_maintenance_event_a_reboot_does_not_end_is_answered_by_a_replacement_not_a_reboot(code, outcome):
+    spec = policy()  # the default rules: ecs_maintenance reboots on SystemMaintenance.*
+    world = World(T0, 6)
+    world.nodes["i-0003"].events = [{"code": code, "cycle_status": "Scheduled"}]
+    plans, hist = drive(world, spec, 30 * 60)
+    (inc,) = incidents(hist)
+    assert (inc.rule, inc.outcome) == ("ecs_maintenance", outcome)
+    rebooted = [iid for _, action, iid in world.actions if action == "reboot"]
+    assert rebooted == ([] if outcome == "replaced" else ["i-0003"])
+    # the replacement is ordered within minutes, not after a reboot's health check timed out
+    assert not any(e.reason == ReasonCode.HEALTH_CHECK_TIMEOUT for e in inc.timeline)
+    assert (inc.closed_at - inc.detected_at) < timedelta(minutes=spec.groups[0].cold_start_s / 60 + 5)
+
+
 def test_finished_system_events_are_ignored():
     spec = policy()
     inst = instance(9, T0, events=[SystemEvent(code="SystemFailure.Reboot", cycle_status="Executed")])
