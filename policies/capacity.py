@@ -13,7 +13,7 @@ rung's backoff has passed, the group goes back to it: a retry that, if it fails 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -69,21 +69,6 @@ class SoldOut(_Model):
     attempts: int = Field(ge=1)
 
 
-class CapacityMemory(_Model):
-    """What the service persists per group between ticks and across restarts."""
-
-    rung: int = 0
-    sold_out: tuple[SoldOut, ...] = ()
-    last_activity_id: str | None = None  # the newest activity already judged
-    moved_at: datetime | None = None  # the last move along the ladder
-
-    def is_sold_out(self, rung: Rung, now: datetime) -> bool:
-        return any(_same(s, rung) and s.until > now for s in self.sold_out)
-
-    def attempts(self, rung: Rung) -> int:
-        return max((s.attempts for s in self.sold_out if _same(s, rung)), default=0)
-
-
 def _same(s: SoldOut, rung: Rung) -> bool:
     return (s.instance_type, s.zone, s.spot) == (rung.instance_type, rung.zone, rung.spot)
 
@@ -100,6 +85,25 @@ class Move(_Model):
     to_rung: Rung
     reason: str
     target: int | None = None  # the count on the new rung, adjusted for its capacity per instance
+
+
+class CapacityMemory(_Model):
+    """What the service persists per group between ticks and across restarts."""
+
+    rung: int = 0
+    sold_out: tuple[SoldOut, ...] = ()
+    last_activity_id: str | None = None  # the newest activity already judged
+    moved_at: datetime | None = None  # the last move along the ladder
+    # a move made after the tick's capacity write (its shortfall seen only then), and the instances its new
+    # rung needs beyond the plan's count as it stood then: the next tick's write carries them
+    unfolded: Move | None = None
+    unfolded_extra: int = Field(default=0, ge=0)
+
+    def is_sold_out(self, rung: Rung, now: datetime) -> bool:
+        return any(_same(s, rung) and s.until > now for s in self.sold_out)
+
+    def attempts(self, rung: Rung) -> int:
+        return max((s.attempts for s in self.sold_out if _same(s, rung)), default=0)
 
 
 def build_ladder(
@@ -135,6 +139,17 @@ def adjusted_count(target: int, from_rung: Rung, to_rung: Rung) -> int:
     return max(1, math.ceil(target * from_rung.capacity_per_instance / to_rung.capacity_per_instance - 1e-9))
 
 
+def fallback_count(target: int, have: int, unit_capacity: float, rung: Rung) -> int:
+    """The group's count once it orders on ``rung``: the ``have`` instances it holds stay what they are, and
+    only the part of ``target`` still missing, counted in instances of capacity ``unit_capacity`` (what the
+    group's plan counts in: its capacity model's type), is ordered on the rung, adjusted for its capacity per
+    instance. Adjusting the whole target would count the instances already there as if they were of the
+    rung's type: 22 wanted with 16 held, on a type half as fast, is 28, not 44."""
+    if target <= have:
+        return target
+    return have + max(1, math.ceil((target - have) * unit_capacity / rung.capacity_per_instance - 1e-9))
+
+
 def _remember(memory: CapacityMemory, rung: Rung, now: datetime) -> tuple[SoldOut, ...]:
     attempts = memory.attempts(rung) + 1
     entry = SoldOut(
@@ -148,7 +163,7 @@ def _remember(memory: CapacityMemory, rung: Rung, now: datetime) -> tuple[SoldOu
 
 
 def _fall_back(
-    memory: CapacityMemory, ladder: Sequence[Rung], why: str, now: datetime, target: int
+    memory: CapacityMemory, ladder: Sequence[Rung], why: str, now: datetime, count: Callable[[Rung], int]
 ) -> tuple[CapacityMemory, Move]:
     current = ladder[min(memory.rung, len(ladder) - 1)]
     remembered = memory.model_copy(update={"sold_out": _remember(memory, current, now)})
@@ -159,7 +174,7 @@ def _fall_back(
                 from_rung=current,
                 to_rung=rung,
                 reason=f"{why}: {current.label()} is remembered sold out; falling back to {rung.label()}",
-                target=adjusted_count(target, current, rung),
+                target=count(rung),
             )
             return remembered.model_copy(update={"rung": index, "moved_at": now}), move
     move = Move(
@@ -173,7 +188,7 @@ def _fall_back(
 
 
 def _retry(
-    memory: CapacityMemory, ladder: Sequence[Rung], now: datetime, target: int
+    memory: CapacityMemory, ladder: Sequence[Rung], now: datetime, count: Callable[[Rung], int]
 ) -> tuple[CapacityMemory, Move] | None:
     current = ladder[min(memory.rung, len(ladder) - 1)]
     for index, rung in enumerate(ladder[: memory.rung]):
@@ -183,7 +198,7 @@ def _retry(
                 from_rung=current,
                 to_rung=rung,
                 reason=f"the backoff of {rung.label()} has passed: trying it again",
-                target=adjusted_count(target, current, rung),
+                target=count(rung),
             )
             return memory.model_copy(update={"rung": index, "moved_at": now}), move
     return None
@@ -195,14 +210,23 @@ def step(
     shortfall: str | None,
     now: datetime,
     target: int,
+    have: int = 0,
+    unit_capacity: float | None = None,
 ) -> tuple[CapacityMemory, Move | None]:
     """One tick: fall back on a shortfall (its reason given), else go back to an earlier rung whose backoff
-    has passed. ``target`` is the group's count on its current rung."""
+    has passed. ``target`` is the count the group is asked for, ``have`` the instances it holds, and
+    ``unit_capacity`` the capacity per instance its plan counts in (default: the first rung's): a move's
+    count is ``fallback_count``."""
     if not ladder:
         return memory, None
+    unit = ladder[0].capacity_per_instance if unit_capacity is None else unit_capacity
+
+    def count(rung: Rung) -> int:
+        return fallback_count(target, have, unit, rung)
+
     if shortfall is not None:
-        return _fall_back(memory, ladder, shortfall, now, target)
-    retried = _retry(memory, ladder, now, target)
+        return _fall_back(memory, ladder, shortfall, now, count)
+    retried = _retry(memory, ladder, now, count)
     return retried if retried is not None else (memory, None)
 
 

@@ -94,6 +94,8 @@ class ReasonCode(StrEnum):
     GROUP_NOT_OBSERVED = "group_not_observed"
     DECISION_FAILED = "decision_failed"  # the service could not decide the group this tick: it holds
     CLIPPED_TO_ESS_BOUNDS = "clipped_to_ess_bounds"  # the ESS group's MinSize/MaxSize are narrower (shell)
+    # the group moved along its capacity ladder to a type of another capacity per instance (shell)
+    CAPACITY_FALLBACK_COUNT = "capacity_fallback_count"
     # isolation
     RULE_BREACHED = "rule_breached"
     UNSERVED_LAUNCH = "unserved_launch"  # found on a launch that never served: no guardrail counts it

@@ -38,6 +38,7 @@ from policies.model import (
     Incident,
     IsolationStep,
     LifecycleState,
+    Plan,
     Reason,
     ReasonCode,
     StepAction,
@@ -677,6 +678,48 @@ def clip_to_ess(gp: GroupPlan, group: ScalingGroup | None) -> GroupPlan:
         "reasons": [*gp.reasons, reason],
     }
     return gp.model_copy(update=update)
+
+
+def with_fallback_count(
+    plan: Plan, gp: GroupPlan, size: int, why: str, group: ScalingGroup | None, now: datetime
+) -> GroupPlan:
+    """The plan with the count its capacity ladder's move needs (``CapacityManager.fall_back``): the group
+    now orders a type of another capacity per instance, and only the part still missing is ordered on it.
+    Folded in before the plan is recorded and written, so that the tick makes one capacity write and the
+    decision says why (a ``capacity_fallback_count`` reason with the plan's own target); the policy's
+    history takes the count as its last target, so the next decision starts from it instead of writing the
+    plan's count back over it."""
+    delta = size - gp.target_capacity
+    if delta == 0:
+        return gp
+    reason = Reason(
+        code=ReasonCode.CAPACITY_FALLBACK_COUNT,
+        detail=f"{why}: {size} instead of {gp.target_capacity}",
+        inputs={"planned_target": gp.target_capacity, "fallback_count": size},
+    )
+    current = None if group is None else group.desired_capacity
+    desired = None if gp.reason == ReasonCode.PAUSED or current == size else size
+    if current is None:
+        current = group.total_capacity if group is not None else gp.target_capacity
+    direction = "none" if desired is None or desired == current else ("up" if desired > current else "down")
+    gh = plan.history.groups.get(gp.group)
+    if gh is not None:
+        base = gh.last_target if gh.last_target is not None else gp.target_capacity
+        update: dict[str, object] = {"last_target": max(0, base + delta)}
+        if delta > 0:
+            update["last_scale_at"] = now  # a scale-out: the scale-in cooldown starts again
+        plan.history.groups[gp.group] = gh.model_copy(update=update)
+    return gp.model_copy(
+        update={
+            "target_capacity": size,
+            "serving_target": max(0, gp.serving_target + delta),
+            "desired_capacity": desired,
+            "direction": direction,
+            # the plan's own reason stays, unless it wrote nothing (a hold) and this is the write
+            "reason": ReasonCode.CAPACITY_FALLBACK_COUNT if gp.desired_capacity is None else gp.reason,
+            "reasons": [*gp.reasons, reason],
+        }
+    )
 
 
 def _reason_text(gp: GroupPlan) -> str:

@@ -7,12 +7,15 @@ Each tick, for each group that declares a capacity ladder (``instance_types``, `
    cold start, is a shortfall;
 2. ``policies.capacity.step`` moves the group along its ladder (fall back, or retry an earlier rung whose
    backoff has passed), remembering sold-out (zone, type) pairs;
-3. apply the move in the same tick: the scaling configuration's InstanceTypes (the rung's type first) and
-   SpotStrategy, the vSwitch order (the rung's zone first), and the count adjusted for the new type's
-   capacity;
-4. on a spot reclaim notice (ECS system event ``PreemptibleInstanceInterruption``) remove the instance from
-   the group without lowering the desired capacity: ESS orders the replacement at once, and the instance
-   drains through the group's scale-in lifecycle hook (if any) while it still runs until its termination time.
+3. apply the move in the same tick, before the plan is written (``fall_back``): the scaling configuration's
+   InstanceTypes (the rung's type first) and SpotStrategy, and the vSwitch order (the rung's zone first); the
+   count the new rung needs (the part still missing adjusted for the new type's capacity per instance,
+   ``policies.capacity.fallback_count``) goes back to the loop, which folds it into the plan: the tick's one
+   capacity write carries it, recorded with its decision;
+4. after the plan is written (``reclaims``), on a spot reclaim notice (ECS system event
+   ``PreemptibleInstanceInterruption``) remove the instance from the group without lowering the desired
+   capacity: ESS orders the replacement at once, and the instance drains through the group's scale-in
+   lifecycle hook (if any) while it still runs until its termination time.
 
 Each stock-out and each reclaim is a record with a timeline (``capacity_store``), shown by ``/status`` and
 ``fleet status`` and announced to the notification channels. The ladder position and the sold-out memory live
@@ -54,7 +57,6 @@ class CapacityEss(Protocol):
         self, config_id: str, *, instance_types: list[str], spot_strategy: str | None = None
     ) -> None: ...
     def set_vswitch_order(self, group_id: str, vswitch_ids: list[str]) -> None: ...
-    def scale_to(self, group_id: str, total_capacity: int, client_token: str) -> str: ...
     def remove_instances(
         self,
         group_id: str,
@@ -82,6 +84,9 @@ def capacity_per_instance(instance_type: str) -> float:
 @dataclass
 class CapacityResult:
     moves: list[Move] = field(default_factory=list)
+    # per group, the count a move needs on its new rung where it differs from the plan's target, and why:
+    # the loop folds it into this tick's plan, whose one capacity write then carries it
+    counts: dict[str, tuple[int, str]] = field(default_factory=dict)
     reclaims: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -113,32 +118,64 @@ class CapacityManager:
             )
             for s in self.specs
         }
+        # the capacity per instance each group's plan counts in: its capacity model's type (predictive), or
+        # its first instance type
+        self.units: dict[str, float] = {s.name: _unit(s, capacity_of) for s in self.specs}
 
-    def tick(
+    def fall_back(
         self,
         observation: Observation,
         targets: dict[str, int],
         now: datetime,
         fence: Callable[[], bool],
         held: Collection[str] = (),
+        *,
+        written: bool = False,
     ) -> CapacityResult:
-        """``targets``: each group's capacity as this tick's plan set it (ESS DesiredCapacity). Groups in
+        """Move each group along its ladder: its scaling configuration's type order and spot strategy, and
+        its vSwitch order, are written at once. Called twice a tick. Before the plan is written: ``counts``
+        says the count the new rung needs (``policies.capacity.fallback_count``), which the loop folds into
+        the plan, so that the tick makes one capacity write, recorded with the decision that makes it. After
+        the plan is written (``written``): a shortfall of that write seen at once (ESS refusing a type it
+        has no stock of) moves the group in the same tick, and its count goes into the next tick's write.
+        ``targets``: each group's capacity as this tick's plan sets it (ESS DesiredCapacity). Groups in
         ``held`` (paused by operators, or disabled in ESS) are left alone: nothing is written to them, and a
-        reclaim notice or a shortfall is taken up once they are resumed, if it still stands."""
+        shortfall is taken up once they are resumed, if it still stands."""
         result = CapacityResult()
-        for spec in self.specs:
-            g = observation.groups.get(spec.name)
-            if g is None or not g.ok or g.group is None or spec.name in held:
+        for spec, g, group in self._groups(observation, held):
+            if len(self.ladders[spec.name]) <= 1:
                 continue
+            target = targets.get(spec.name, group.desired_capacity or group.total_capacity)
             try:
-                self._reclaims(spec, g, g.group, now, fence, result)
-                if len(self.ladders[spec.name]) > 1:
-                    target = targets.get(spec.name, g.group.desired_capacity or g.group.total_capacity)
-                    self._ladder(spec, g, g.group, target, now, fence, result)
+                self._ladder(spec, g, group, target, now, fence, result, fold=not written)
             except CloudError as exc:
                 log.warning("capacity handling of %s failed: %s", spec.name, exc)
                 result.errors.append(f"group {spec.name} capacity: {exc}")
         return result
+
+    def reclaims(
+        self, observation: Observation, now: datetime, fence: Callable[[], bool], held: Collection[str] = ()
+    ) -> CapacityResult:
+        """After this tick's plan is written: each spot reclaim notice gets its replacement and its record
+        (groups in ``held`` are taken up once resumed, if the notice still stands)."""
+        result = CapacityResult()
+        for spec, g, group in self._groups(observation, held):
+            try:
+                self._reclaims(spec, g, group, now, fence, result)
+            except CloudError as exc:
+                log.warning("capacity handling of %s failed: %s", spec.name, exc)
+                result.errors.append(f"group {spec.name} capacity: {exc}")
+        return result
+
+    def _groups(
+        self, observation: Observation, held: Collection[str]
+    ) -> list[tuple[GroupSpec, GroupObservation, ScalingGroup]]:
+        out = []
+        for spec in self.specs:
+            g = observation.groups.get(spec.name)
+            if g is not None and g.ok and g.group is not None and spec.name not in held:
+                out.append((spec, g, g.group))
+        return out
 
     # -- the ladder -------------------------------------------------------------------------------------
     def _ladder(
@@ -150,17 +187,37 @@ class CapacityManager:
         now: datetime,
         fence: Callable[[], bool],
         result: CapacityResult,
+        *,
+        fold: bool,
     ) -> None:
         memory = cs.load_memory(self.store, spec.name)
         shortfall, newest = self._shortfall(spec, g, group, memory, now)
         if newest is not None:
             memory = memory.model_copy(update={"last_activity_id": newest})
-        memory, move = step(memory, self.ladders[spec.name], shortfall, now, target)
+        pending, extra = memory.unfolded, memory.unfolded_extra
+        unit = self.units[spec.name]
+        memory, move = step(
+            memory, self.ladders[spec.name], shortfall, now, target, group.total_capacity, unit
+        )
         if move is not None and move.kind != MoveKind.EXHAUSTED:
             if not self.dry_run and not fence():
                 return
-            self._apply(spec, group, move, target, now)
+            self._apply(spec, group, move, now)
             result.moves.append(move)
+            # The instances the new rung needs beyond the plan's count: the part still missing, adjusted
+            # (``fallback_count``), counted now, before ESS fills the group with the new type. Only more:
+            # the plan counts instances of its capacity model's type and orders the rest of a faster
+            # type's shortfall itself (a smaller count written now would be written back over at once),
+            # while a slower type's extra instances hold as its last target.
+            pending, extra = move, max(0, (move.target or target) - target)
+        if pending is not None and fold:
+            # while the plan still wants what it wanted when the move was made
+            wanted_then = (pending.target or 0) - extra
+            size = min(target + extra if target >= wanted_then else target, group.max_size)
+            if size > target:
+                result.counts[spec.name] = (size, pending.reason)
+            pending, extra = None, 0
+        memory = memory.model_copy(update={"unfolded": pending, "unfolded_extra": extra})
         cs.save_memory(self.store, spec.name, memory, now)
         if move is not None:
             self._record_move(spec, move, now)
@@ -203,7 +260,7 @@ class CapacityManager:
             return f"{len(stuck)} instance(s) Pending for over {int(stuck_after.total_seconds())} s", newest
         return None, newest
 
-    def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, target: int, now: datetime) -> None:
+    def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, now: datetime) -> None:
         rung = move.to_rung
         types = [rung.instance_type] + [t for t in spec.instance_types if t != rung.instance_type]
         spot = (
@@ -224,15 +281,6 @@ class CapacityManager:
                 if rung.vswitch_id and group.vswitch_ids:
                     order = [rung.vswitch_id] + [v for v in group.vswitch_ids if v != rung.vswitch_id]
                     self.ess.set_vswitch_order(group.group_id, order)
-                # the count on the new rung, inside max_size: a group already there has nothing to write (ESS
-                # would answer IncorrectCapacity.NoChange, and the ladder's step would never be saved)
-                size = None if move.target is None else min(move.target, group.max_size)
-                if size is not None and size != target:
-                    try:
-                        self.ess.scale_to(group.group_id, size, token)
-                    except CloudError as exc:
-                        if exc.code != "IncorrectCapacity.NoChange":  # already that size: nothing to write
-                            raise
             except CloudError as exc:
                 outcome, error = Outcome.ERROR, str(exc)
                 raise
@@ -393,6 +441,11 @@ class CapacityManager:
                 and rec.instance_id not in members
             ):
                 cs.close_record(self.store, rec.id, now, "the reclaimed instance has left the group")
+
+
+def _unit(spec: GroupSpec, capacity_of: Callable[[str], float]) -> float:
+    unit_type = spec.predictive.instance_type or next(iter(spec.instance_types), None)
+    return capacity_of(unit_type) if unit_type else 1.0
 
 
 def watches_capacity(spec: GroupSpec) -> bool:

@@ -30,7 +30,7 @@ from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import count_calls
 from fleet.cloud.types import ScalingGroup
-from fleet.service.actuate import ActionResult, Actuator, clip_to_ess
+from fleet.service.actuate import ActionResult, Actuator, clip_to_ess, with_fallback_count
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
@@ -319,8 +319,13 @@ class Service:
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
         plan.groups = [clip_to_ess(gp, _ess_group(observation, gp.group)) for gp in plan.groups]
-        result.plan = plan if result.plan is None else _merged(result.plan, plan)
         fence = keeper.held  # re-checked against the store immediately before each cloud write
+        # written to by nobody this tick: paused by operators, or disabled in ESS (decided and shown only)
+        held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
+        # Capacity that does not arrive (issue 17): fall back along the ladder now, and fold the count the
+        # new rung needs into the plan, so that this tick's one capacity write carries it.
+        self._fall_back(plan, observation, now, fence, held, result)
+        result.plan = plan if result.plan is None else _merged(result.plan, plan)
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
@@ -332,16 +337,40 @@ class Service:
                 shard, now, observation, keeper.lease, fence, plan.history, specs
             )
         self._reconcile(observation, keeper.lease, result, specs)
-        # written to by nobody this tick: paused by operators, or disabled in ESS (decided and shown only)
-        held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
         self._actuate(plan, observation, now, keeper.lease, fence, held, result)
-        # Capacity that does not arrive or is reclaimed (issue 17): fall back, replace, in this same tick.
+        # Capacity this tick's write found sold out, and spot capacity reclaimed (issue 17): the fallback
+        # and the reclaim's replacement in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
         for manager in self.capacity_managers.values():
-            result.errors.extend(manager.tick(observation, targets, now, fence, held).errors)
+            result.errors.extend(
+                manager.fall_back(observation, targets, now, fence, held, written=True).errors
+            )
+            result.errors.extend(manager.reclaims(observation, now, fence, held).errors)
         self._announce_disabled(history, plan)
         self._after(plan, observation, now, held)
         self._prune(shard, specs, now, fence)
+
+    def _fall_back(
+        self,
+        plan: Plan,
+        observation: Observation,
+        now: datetime,
+        fence: Callable[[], bool],
+        held: set[str],
+        result: TickResult,
+    ) -> None:
+        targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        counts: dict[str, tuple[int, str]] = {}
+        for manager in self.capacity_managers.values():
+            moved = manager.fall_back(observation, targets, now, fence, held)
+            result.errors.extend(moved.errors)
+            counts.update(moved.counts)
+        plan.groups = [
+            with_fallback_count(plan, gp, *counts[gp.group], _ess_group(observation, gp.group), now)
+            if gp.group in counts
+            else gp
+            for gp in plan.groups
+        ]
 
     # -- snapshot -------------------------------------------------------------------------------------
     def _add_demand(

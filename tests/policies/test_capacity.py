@@ -10,10 +10,12 @@ from policies.capacity import (
     CapacityMemory,
     CapacityMix,
     MoveKind,
+    SoldOut,
     ZoneSpec,
     adjusted_count,
     backoff_s,
     build_ladder,
+    fallback_count,
     step,
 )
 from policies.spec import GroupSpec
@@ -50,6 +52,23 @@ def test_count_is_adjusted_for_capacity_per_instance() -> None:
     _, move = step(CapacityMemory(), ladder, "stock", NOW, 4)
     assert move is not None and move.target == 3
     assert adjusted_count(3, ladder[1], ladder[0]) == 5
+
+
+def test_only_the_missing_part_is_adjusted_and_counted_in_the_plans_unit() -> None:
+    """22 wanted with 16 held: the 6 missing are ordered on the new rung, not all 22 recounted as if the
+    16 there were of its type; and the count is in the plan's unit (its first type) whichever rung the
+    group falls back from."""
+    slow, fast = "ecs.slow", "ecs.fast"
+    ladder = build_ladder([A10, slow, fast], (), None, {A10: 1.0, slow: 0.5, fast: 2.0})
+    assert fallback_count(22, 16, 1.0, ladder[1]) == 16 + 12  # not 44
+    assert fallback_count(22, 16, 1.0, ladder[2]) == 16 + 3
+    assert fallback_count(12, 16, 1.0, ladder[1]) == 12  # nothing missing: the target as it is
+    a10_out = SoldOut(instance_type=A10, zone=None, spot=False, until=NOW + timedelta(hours=1), attempts=1)
+    on_slow = CapacityMemory(rung=1, sold_out=(a10_out,))
+    _, move = step(on_slow, ladder, "stock", NOW, 22, have=16)  # slow -> fast, counted from the unit (A10)
+    assert move is not None and move.to_rung.instance_type == fast and move.target == 16 + 3
+    _, move = step(CapacityMemory(), ladder, "stock", NOW, 22, have=16, unit_capacity=2.0)
+    assert move is not None and move.to_rung.instance_type == slow and move.target == 16 + 24
 
 
 def test_every_rung_sold_out_is_exhausted_and_stays() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from fleet.cloud.clients import make_clients
@@ -12,7 +14,7 @@ from fleet.service.capacity import CapacityManager
 from fleet.service.observe import Observer
 from fleet.service.store import open_store
 from fleet.testing import mock_aliyun
-from policies.capacity import CapacityMemory, MoveKind
+from policies.capacity import CapacityMemory, Move, MoveKind, SoldOut
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
@@ -20,12 +22,12 @@ FAST = RetryPolicy(attempts=1, sleep=lambda s: None)
 A10, L20 = "ecs.gn7i-c8g1.2xlarge", "ecs.gn8is.2xlarge"
 
 
-def _setup(tmp_path, cloud, gid):
+def _setup(tmp_path, cloud, gid, types=(A10, L20)):
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f'region: {REGION}\naccount_id: "{cloud.account_id}"\ngroups:\n'
-        f"  - name: chat\n    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 4\n"
-        f"    instance_types: [{A10}, {L20}]\n"
+        f"  - name: chat\n    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 8\n"
+        f"    instance_types: [{', '.join(types)}]\n"
     )
     spec = load_config(path, env={}).groups[0]
     clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
@@ -33,7 +35,7 @@ def _setup(tmp_path, cloud, gid):
 
 
 def _manager(clients, store, spec) -> CapacityManager:
-    """The slower A10 first, then the L20 at 1.5 times its capacity per instance."""
+    """The A10, and the L20 at 1.5 times its capacity per instance."""
     return CapacityManager(
         clients.ess,
         store,
@@ -45,14 +47,10 @@ def _manager(clients, store, spec) -> CapacityManager:
     )
 
 
-@pytest.mark.parametrize("plan_target", [4, 3])
-def test_a_retry_clipped_to_max_size_at_max_size_is_nothing_to_write_and_the_ladder_moves(
-    tmp_path, plan_target
-):
-    """Back from the faster type to the slower one, the count grows (6 for 4 on the faster one), but
-    the group already holds its max_size of 4. With the plan's target at 4 nothing is written; with it at 3
-    (the plan's write did not happen, e.g. a paused group) ESS answers IncorrectCapacity.NoChange, which is
-    nothing to do. Either way the ladder's step is saved (it used to fail every tick, never saving it)."""
+def test_a_retry_back_to_the_plans_own_type_writes_no_count_and_the_ladder_moves(tmp_path):
+    """Back from the faster L20 to the A10 the plan counts in: the plan's count is already in A10s, so
+    nothing is folded and nothing is written, at max_size or not; the ladder's step is saved (it used to
+    write a count of 6 for 4, which ESS refused at max_size, failing every tick without saving the step)."""
     with mock_aliyun() as cloud:
         gid = cloud.create_group_for_tests(
             name="chat", min_size=1, max_size=4, desired_capacity=4, in_service=4, region_id=REGION
@@ -64,13 +62,46 @@ def test_a_retry_clipped_to_max_size_at_max_size_is_nothing_to_write_and_the_lad
             cs.save_memory(store, "chat", CapacityMemory(rung=1, moved_at=now), now)
             observation = Observer(clients, [spec]).observe(now)
             cloud.calls.clear()
-            result = manager.tick(observation, {"chat": plan_target}, now, fence=lambda: True)
+            result = manager.fall_back(observation, {"chat": 4}, now, fence=lambda: True)
             assert result.errors == []
-            assert [m.kind for m in result.moves] == [MoveKind.RETRY]
-            assert result.moves[0].target > 4  # 6 for 4, 5 for 3, at 1.5 times the capacity
-            writes = [a for _, a in cloud.calls if a == "ScaleWithAdjustment"]
-            assert len(writes) == (0 if plan_target == 4 else 1)
+            assert [m.kind for m in result.moves] == [MoveKind.RETRY] and result.counts == {}
+            assert not [a for _, a in cloud.calls if a == "ScaleWithAdjustment"]
             assert cs.load_memory(store, "chat").rung == 0  # the step was saved
             assert cloud.ess.groups[gid].desired_capacity == 4
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize(("plan_target", "count"), [(4, 5), (6, 7), (3, None)])
+def test_a_move_made_after_the_write_gives_its_count_to_the_next_ticks_plan(tmp_path, plan_target, count):
+    """A fall back from the L20 the plan counts in to the slower A10, made after a tick's write that asked
+    for 4 with 2 held (the 2 missing L20s are 3 A10s: 5, one more than the plan's): the next tick's pass
+    before the write says the count, the plan's target and that one more, writes no capacity itself (the
+    plan's one write carries it) and forgets the move; a plan that now wants less than then gets none."""
+    with mock_aliyun() as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=8, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        spec, clients, store = _setup(tmp_path, cloud, gid, types=(L20, A10))
+        try:
+            manager = _manager(clients, store, spec)
+            ladder = manager.ladders["chat"]
+            now = cloud.now()
+            reason = "L20 sold out"
+            move = Move(
+                kind=MoveKind.FALL_BACK, from_rung=ladder[0], to_rung=ladder[1], reason=reason, target=5
+            )
+            out = SoldOut(
+                instance_type=L20, zone=None, spot=False, until=now + timedelta(hours=1), attempts=1
+            )
+            memory = CapacityMemory(rung=1, sold_out=(out,), moved_at=now, unfolded=move, unfolded_extra=1)
+            cs.save_memory(store, "chat", memory, now)
+            observation = Observer(clients, [spec]).observe(now)
+            cloud.calls.clear()
+            result = manager.fall_back(observation, {"chat": plan_target}, now, fence=lambda: True)
+            assert result.errors == [] and result.moves == []
+            assert result.counts == ({} if count is None else {"chat": (count, "L20 sold out")})
+            assert not [a for _, a in cloud.calls if a == "ScaleWithAdjustment"]
+            assert cs.load_memory(store, "chat").unfolded is None
         finally:
             store.close()
