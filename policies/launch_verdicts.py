@@ -126,6 +126,16 @@ def engine_up(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bo
     return up.value >= m.ENGINE_DOWN_BELOW
 
 
+def serves_nothing(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
+    """Whether ``inst`` serves nothing now: its agent reads vLLM down on a fresh sample and reports no fresh
+    request rate (crashed, hung, lost with its GPU to a hardware XID, or still loading), as the demand counts
+    it. Taking it out of traffic takes no serving capacity out."""
+    rate = inst.metrics.get(m.REQUEST_RATE)
+    return engine_up(inst, now, stale_after_s) is False and (
+        rate is None or not fresh(rate, now, stale_after_s)
+    )
+
+
 def launch_age_s(inst: InstanceSnapshot, now: datetime, load_s: float) -> float | None:
     """How long ago ``inst`` was launched, while it is young enough to be judged as a launch; None when its
     launch time is unknown or it is older than the load time (``load_time_s``), the grace and

@@ -353,7 +353,8 @@ class Actuator:
             return self._record(done_before, now, epoch)
 
         if step.action == StepAction.ENTER_STANDBY:
-            blocked = self._guardrail(spec, gp, observed, incident, breaker, standby_now)
+            dead = step.inputs.get("serves_nothing") is True
+            blocked = self._guardrail(spec, gp, observed, incident, breaker, standby_now, dead)
             if blocked:
                 log.warning("isolation of %s blocked at actuation: %s", step.instance_id, blocked)
                 return self._record(replace(base, outcome=Outcome.BLOCKED, error=blocked), now, epoch)
@@ -422,10 +423,15 @@ class Actuator:
         incident: Incident | None,
         breaker: BreakerState | None,
         standby_now: int,
+        serves_nothing: bool = False,
     ) -> str | None:
-        """Why entering standby must not happen now, or None. The policy checked too; this is the backstop."""
+        """Why entering standby must not happen now, or None. The policy checked too; this is the backstop.
+        ``serves_nothing``: the policy read the instance's vLLM down (the step says so): it takes no serving
+        capacity out, so neither ``max_isolated`` nor the floor holds it back; the breaker still does."""
         if breaker is not None and breaker.open and not _admitted_before(incident, breaker.opened_at):
             return "circuit breaker open: automatic isolation paused until a human resets it"
+        if serves_nothing:
+            return None
         size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
         if (incident is None or not incident.unserved) and standby_now + 1 > limit:

@@ -457,7 +457,9 @@ class World:
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
-        up = self.now_s >= inst.ready_s and not inst.engine_down(self.now_s)
+        # a GPU lost to a hardware XID takes its engine with it (CUDA errors kill vLLM's workers): the agent
+        # reads vLLM down, as after a crash, until a reset
+        up = self.now_s >= inst.ready_s and not inst.engine_down(self.now_s) and inst.hw_fault_xid is None
         # the agent reads a hung engine (work in flight, no progress for its STALL_S) as down, and still
         # publishes what vLLM's /metrics says
         stalled = (

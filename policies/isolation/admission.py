@@ -26,6 +26,7 @@ from policies.launch_verdicts import (
     judged_by,
     late_launch,
     load_time_s,
+    serves_nothing,
     verdict,
 )
 from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
@@ -49,7 +50,7 @@ def admit(t: Tick) -> None:
     limits = _limits(t)
     ordered = t.open_in_detection_order()
     # what is out of traffic: an admitted incident on a launch that never served took no capacity out
-    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved]
+    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved and not _dead(t, i)]
     failed = failed_run(t.gh.launches)
     for inc in ordered:
         if inc.admitted_at is not None or inc.incident_id in t.released:
@@ -64,6 +65,11 @@ def admit(t: Tick) -> None:
             if not _launch_waits(t, inc, failed):
                 inc.admitted_at = t.now
             continue
+        if _dead(t, inc):
+            # its node serves nothing: taking it out takes no serving capacity, so it needs no room (a dead
+            # node waiting behind a live one that cannot be spared would be billed and serve nothing)
+            inc.admitted_at = t.now
+            continue
         if len(admitted) >= limits.max_isolated:
             _wait_for_room(t, inc, len(admitted), limits.max_isolated)
             continue
@@ -73,6 +79,12 @@ def admit(t: Tick) -> None:
         t.result.warnings.append(
             PlanWarning(code=WarningCode.BREAKER_OPEN, group=t.group.name, detail=t.gh.breaker.reason)
         )
+
+
+def _dead(t: Tick, inc: Incident) -> bool:
+    """Whether the incident's instance serves nothing now (``serves_nothing``): it counts toward no room."""
+    inst = t.by_id.get(inc.instance_id)
+    return inst is not None and serves_nothing(inst, t.now, t.stale_after_s)
 
 
 def _limits(t: Tick) -> _Limits:

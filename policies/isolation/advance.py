@@ -29,7 +29,7 @@ from policies.isolation.shared import (
     enter,
     note,
 )
-from policies.launch_verdicts import load_time_s
+from policies.launch_verdicts import failed_run, load_time_s, serves_nothing
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -126,23 +126,30 @@ def _take_out_of_traffic(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None
         return
     if state not in SERVING_STATES:
         return  # Pending instances wait until they are InService
-    t.result.leaving_serving += 1
     in_service = len(t.view.serving)
+    if serves_nothing(inst, t.now, t.stale_after_s):
+        # out of traffic, it takes no serving capacity out: no floor to keep, no replacement to wait for
+        # (its place in the desired capacity is filled once it is in Standby)
+        remaining = in_service - t.result.leaving_serving - 1
+        why = "it serves nothing (vLLM down): no capacity leaves"
+        _to_standby(t, inc, in_service, remaining, why, serves_nothing=True)
+        return
+    t.result.leaving_serving += 1
     remaining = in_service - t.result.leaving_serving
     if remaining < t.floor:
         # checked every tick, also after capacity_protected: a schedule may have raised the floor
         _surge(t, inc, in_service, remaining)
         return
+    replaced = " (replacement InService)" if inc.surge_requested_at is not None else ""
+    _to_standby(t, inc, in_service, remaining, f"{remaining} InService remain, floor {t.floor}{replaced}")
+
+
+def _to_standby(
+    t: Tick, inc: Incident, in_service: int, remaining: int, why: str, serves_nothing: bool = False
+) -> None:
     if inc.state != IncidentState.CAPACITY_PROTECTED:
         inc.capacity_protected_at = t.now
-        replaced = " (replacement InService)" if inc.surge_requested_at is not None else ""
-        enter(
-            inc,
-            IncidentState.CAPACITY_PROTECTED,
-            t.now,
-            ReasonCode.FLOOR_HOLDS,
-            f"{remaining} InService remain, floor {t.floor}{replaced}",
-        )
+        enter(inc, IncidentState.CAPACITY_PROTECTED, t.now, ReasonCode.FLOOR_HOLDS, why)
     if inc.standby_requested_at is None:
         inc.standby_requested_at = t.now
     t.steps.add(
@@ -153,6 +160,7 @@ def _take_out_of_traffic(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None
         in_service=in_service,
         remaining=remaining,
         floor=t.floor,
+        **({"serves_nothing": True} if serves_nothing else {}),
     )
 
 
@@ -254,7 +262,7 @@ def _remediate(t: Tick, inc: Incident) -> None:
                 StepAction.REMOVE,
                 ReasonCode.REPEATED_FAULT,
                 "RemoveInstances (release)",
-                decrease_desired_capacity=True,
+                decrease_desired_capacity=_decrease(t),
                 reboots_today=reboots,
             )
             return
@@ -270,7 +278,7 @@ def _remediate(t: Tick, inc: Incident) -> None:
             StepAction.REMOVE,
             ReasonCode.REPLACE,
             "RemoveInstances (release)",
-            decrease_desired_capacity=True,
+            decrease_desired_capacity=_decrease(t),
         )
     else:
         enter(inc, IncidentState.REMEDIATING, now, ReasonCode.HOLD_FOR_HUMAN)
@@ -302,7 +310,7 @@ def _remediating(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
             StepAction.REMOVE,
             ReasonCode.REPLACE,
             "RemoveInstances (release)",
-            decrease_desired_capacity=True,
+            decrease_desired_capacity=_decrease(t),
         )
     elif inc.action == "hold":
         t.steps.add(inc, StepAction.HOLD, ReasonCode.HOLD_FOR_HUMAN, "kept in Standby for diagnosis")
@@ -362,6 +370,15 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         t.steps.add(inc, StepAction.WAIT, ReasonCode.AWAITING_HEALTH, why)
 
 
+def _decrease(t: Tick) -> bool:
+    """Whether removing an isolated instance lowers the desired capacity with it: yes while the instances
+    serving, starting and ordered meet the floor without it (its replacement was surged, or is not needed),
+    or while launches keep failing (a replacement would be launched the same way); no otherwise (a node
+    serving nothing taken out without a surge, in a group at its max_size): ESS then launches its
+    replacement in its place."""
+    return t.view.current_serving >= t.floor or bool(failed_run(t.gh.launches))
+
+
 def _rule(t: Tick, inc: Incident) -> IsolationRule | None:
     """The rule that opened ``inc`` (None: the config no longer has it)."""
     return next((r for r in t.iso.rules if r.rule_id == inc.rule), None)
@@ -371,7 +388,9 @@ def _replace_unhealthy(t: Tick, inc: Incident, why: str) -> None:
     inc.action = "replace"
     note(inc, t.now, ReasonCode.HEALTH_CHECK_TIMEOUT, f"{why}: replace")
     inc.remove_requested_at = t.now
-    t.steps.add(inc, StepAction.REMOVE, ReasonCode.HEALTH_CHECK_TIMEOUT, why, decrease_desired_capacity=True)
+    t.steps.add(
+        inc, StepAction.REMOVE, ReasonCode.HEALTH_CHECK_TIMEOUT, why, decrease_desired_capacity=_decrease(t)
+    )
 
 
 def _nothing(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:

@@ -136,7 +136,8 @@ class World:
             elif step.action == StepAction.REMOVE and node.state != "Removed":
                 node.state = "Removed"
                 self.removed.append(node.instance_id)
-                self.desired -= 1  # RemoveInstances with DecreaseDesiredCapacity
+                if step.inputs.get("decrease_desired_capacity", True):  # else ESS replaces it in place
+                    self.desired -= 1
                 self.actions.append((self.now, "remove", node.instance_id))
         if gp.desired_capacity is not None:
             self.desired = gp.desired_capacity

@@ -242,6 +242,28 @@ def test_hardware_xid_leads_to_replacement_at_once():
     assert inc.state == IncidentState.CLOSED and inc.outcome == "replaced"
 
 
+def test_a_node_that_serves_nothing_goes_out_at_once_while_a_live_fault_waits_for_room():
+    """A group at its max_size and its floor: an overheating node cannot be spared (no room to surge a
+    replacement) and holds the one max_isolated slot. A GPU lost to XID 79 (its engine died with it: vLLM
+    down, no traffic) serves nothing: it needs neither the slot nor the floor, and its removal keeps the
+    desired capacity, so ESS launches its replacement in its place."""
+    spec = policy(min_size=4, max_size=4)
+    world = World(T0, 4)
+    world.nodes["i-0001"].hot = True
+    _, hist = drive(world, spec, 4 * 60)
+    (hot,) = incidents(hist)
+    assert hot.admitted_at is not None and hot.surge_requested_at is not None and hot.isolated_at is None
+    dead = world.nodes["i-0002"]
+    dead.xids, dead.engine_down = [XidEvent(code=79, at=world.now)], True
+    plans, hist = drive(world, spec, 6 * 60, hist)
+    gone = next(i for i in incidents(hist) if i.instance_id == "i-0002")
+    assert gone.outcome == "replaced" and gone.isolated_at is not None
+    assert not any(e.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for e in gone.timeline)
+    assert steps_of(plans, StepAction.REMOVE)[0].inputs["decrease_desired_capacity"] is False
+    assert world.desired == 4 and len(world.counted()) == 4  # its replacement, in its place
+    assert next(i for i in incidents(hist) if i.instance_id == "i-0001").isolated_at is None  # still waits
+
+
 def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
     spec = policy()
     world = World(T0, 6)

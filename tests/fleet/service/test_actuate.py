@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from fleet.service.actuate import client_token
 from policies.model import BreakerState, GroupPlan, Incident, IsolationStep, ReasonCode, StepAction
 
@@ -91,14 +93,22 @@ def _standby_step(incident_id, instance_id):
     )
 
 
-def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world):
+@pytest.mark.parametrize("serves_nothing", [False, True])
+def test_standby_that_would_break_the_floor_is_blocked_at_actuation(fake_world, serves_nothing):
+    """...unless the policy read the instance's vLLM down (its step says so): out of traffic, it takes no
+    serving capacity out."""
     cloud, svc, _ = fake_world(SCALE.replace("isolation: {enabled: false}", ""), in_service=3)
     obs = svc.observer.observe(cloud.now()).groups["chat"]
     target = obs.instances[0].instance_id
     step = _standby_step("inc-1", target)
+    if serves_nothing:
+        step = step.model_copy(update={"inputs": {"serves_nothing": True}})
     gp = GroupPlan(group="chat", floor=3, steps=[step])
     spec = svc.policy.group("chat")
     [res] = svc.actuator.steps(gp, spec, obs, None, cloud.now(), 1, lambda: True, False)
+    if serves_nothing:
+        assert res.outcome == "applied" and any(a == "EnterStandby" for _, a in cloud.calls)
+        return
     assert res.outcome == "blocked" and "floor" in res.error
     assert not any(a == "EnterStandby" for _, a in cloud.calls)
 

@@ -140,13 +140,15 @@ def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_
 
 def test_simultaneous_hardware_failures_are_isolated_together_without_an_invariant_violation(config):
     """Three GPUs fail in one minute: their moves into Standby (one ESS activity each, in the same tick)
-    are not capacity writes, so the run keeps no double-action violation, and each is replaced."""
+    are not capacity writes, so the run keeps no double-action violation, and each is replaced, or removed
+    by a scale-in first (the dead nodes serve nothing, and a scale-in takes suspects first)."""
     faults = [parse_fault_spec(f"xid:79,at=2m,instance={n}") for n in range(3)]
     run = simulate(config, "azure:conv,rate=2", 20 / 60, faults=faults, options=SimOptions())
     incidents = run.summary["incidents"]
     assert len(incidents) == 3
-    assert all(i["isolated_at"] is not None and i["state"] == "closed" for i in incidents)
-    assert len({i["isolated_at"] for i in incidents}) < 3  # at least two went to Standby in one tick
+    assert all(i["state"] == "closed" and i["outcome"] in ("replaced", "instance_gone") for i in incidents)
+    isolated = [i["isolated_at"] for i in incidents if i["isolated_at"] is not None]
+    assert len(isolated) >= 2 and len(set(isolated)) < len(isolated)  # at least two to Standby in one tick
     assert run.summary["invariant_violations"] == []
 
 
