@@ -457,6 +457,10 @@ class Incident(_Model):
         default=False,
         description="found on a launch that had not served: neither the breaker nor max_isolated counts it",
     )
+    served_nothing: bool = Field(
+        default=False,
+        description="its node served nothing (vLLM down, no traffic) when admitted: max_isolated omits it",
+    )
     outcome: str | None = None
     failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per step action")
     evidence: dict[str, Scalar] = Field(default_factory=dict)

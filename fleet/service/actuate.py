@@ -272,8 +272,9 @@ class Actuator:
         for d in self.store.decisions(group=gp.group, kind="isolation", limit=500):
             done.setdefault(d.decision_id, d.outcome)  # newest first: a step's latest outcome
         # out of service for isolation: an instance whose incident found it a launch that never served
-        # (Incident.unserved) took no serving capacity out, and max_isolated does not count it
-        unserved = {i.instance_id for i in gp.incidents if i.unserved}
+        # (Incident.unserved), or serving nothing (Incident.served_nothing: its vLLM down), took no serving
+        # capacity out, and max_isolated does not count it
+        unserved = {i.instance_id for i in gp.incidents if i.unserved or i.served_nothing}
         standby_now = sum(
             1
             for i in observed.instances
@@ -434,7 +435,9 @@ class Actuator:
             return None
         size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
-        if (incident is None or not incident.unserved) and standby_now + 1 > limit:
+        if (
+            incident is None or not (incident.unserved or incident.served_nothing)
+        ) and standby_now + 1 > limit:
             return f"max_isolated reached ({standby_now} of {limit} already out of service)"
         serving_after = observed.count(*_SERVING, *_PENDING) - 1
         if serving_after < gp.floor:

@@ -233,8 +233,9 @@ def check(
     fresh = capacity_writes(cloud, group_id, since_s)
     if checker.max_isolated_for is not None:
         checker.max_isolated = checker.max_isolated_for(max(1, desired))
-    never_served = frozenset(iid for iid, inst in world.instances.items() if inst.never_serves)
-    checker.check(at, desired, states, fresh, never_served=never_served)
+    # launched broken, or dead as they went out: the guardrail's count of isolated serving capacity omits them
+    served_nothing = frozenset(iid for iid, i in world.instances.items() if i.never_serves or i.out_dead)
+    checker.check(at, desired, states, fresh, never_served=served_nothing)
 
 
 def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, start: datetime) -> MinutePoint:

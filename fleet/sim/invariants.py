@@ -43,7 +43,8 @@ class InvariantChecker:
     ) -> None:
         """One check after a tick: the group's desired capacity, its instances' states and new activities.
 
-        ``never_served``: instances launched broken (they never served), which the guardrail's count of
+        ``never_served``: instances launched broken (they never served), or that served nothing as they went
+        into Standby (their engine down, their GPU lost), which the guardrail's count of
         isolated serving capacity leaves out."""
         lo = self.min_size if min_size is None else min_size
         hi = self.max_size if max_size is None else max_size

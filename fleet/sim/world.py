@@ -123,6 +123,7 @@ class SimInstance:
         self.engine_hung_s: float | None = None
         # launched from a broken image or template (bad-launch): vLLM never comes up, reboots or not
         self.never_serves = False
+        self.out_dead = False  # it served nothing when it went into Standby (engine down, GPU lost)
         # XIDs raised since the last publish: the node agent drains NVML's event set each period and sends
         # ``gpu_xid`` (the last code) only in a period that had one, so an application XID's repeat is a new
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
@@ -281,6 +282,9 @@ class World:
                     inst.engine_down_until_s = math.inf
                 self.instances_seen += 1
                 self.instances[iid] = inst
+            if state == "Standby" and inst.lifecycle != "Standby":
+                # the guardrail rations serving capacity: one that served nothing as it went out took none
+                inst.out_dead = not self._serving_engine(inst)
             if state == "Rebooting" and inst.lifecycle != "Rebooting":
                 self._reboot(inst)
             elif state == "Stopped" and inst.lifecycle != "Stopped":
@@ -453,6 +457,15 @@ class World:
         self.all_tpots_ms.append(tpot_ms)
 
     # ------------------------------------------------------------------------------------------- metrics
+
+    def _serving_engine(self, inst: SimInstance) -> bool:
+        """Whether the instance's engine can serve now: loaded, not crashed, hung or lost with its GPU."""
+        return (
+            self.now_s >= inst.ready_s
+            and not inst.engine_down(self.now_s)
+            and inst.hw_fault_xid is None
+            and inst.engine_hung_s is None
+        )
 
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""

@@ -50,7 +50,7 @@ def admit(t: Tick) -> None:
     limits = _limits(t)
     ordered = t.open_in_detection_order()
     # what is out of traffic: an admitted incident on a launch that never served took no capacity out
-    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved and not _dead(t, i)]
+    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved and not i.served_nothing]
     failed = failed_run(t.gh.launches)
     for inc in ordered:
         if inc.admitted_at is not None or inc.incident_id in t.released:
@@ -66,9 +66,9 @@ def admit(t: Tick) -> None:
                 inc.admitted_at = t.now
             continue
         if _dead(t, inc):
-            # its node serves nothing: taking it out takes no serving capacity, so it needs no room (a dead
-            # node waiting behind a live one that cannot be spared would be billed and serve nothing)
-            inc.admitted_at = t.now
+            # its node serves nothing: taking it out takes no serving capacity, so it needs no room and takes
+            # none (a dead node waiting behind a live one that cannot be spared would be billed for nothing)
+            inc.admitted_at, inc.served_nothing = t.now, True
             continue
         if len(admitted) >= limits.max_isolated:
             _wait_for_room(t, inc, len(admitted), limits.max_isolated)

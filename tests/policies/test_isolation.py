@@ -264,6 +264,45 @@ def test_a_node_that_serves_nothing_goes_out_at_once_while_a_live_fault_waits_fo
     assert next(i for i in incidents(hist) if i.instance_id == "i-0001").isolated_at is None  # still waits
 
 
+def test_a_dead_node_out_for_isolation_takes_no_room_from_a_live_fault():
+    """max_isolated (1 here) rations serving capacity: a node whose engine died served nothing as it went
+    out, so while it is rebooted an overheating node is isolated too, without waiting for the room."""
+    spec = policy(guardrails={"max_isolated": 1})
+    world = World(T0, 6)
+    for node in world.nodes.values():  # long in service: not launches that have not served yet
+        node.created_at = T0 - timedelta(days=1)
+    world.nodes["i-0002"].engine_down = True
+    _, hist = drive(world, spec, 5.5 * 60)
+    (dead,) = incidents(hist)
+    assert dead.served_nothing and dead.isolated_at is not None and dead.state != IncidentState.CLOSED
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 4 * 60, hist)
+    hot = next(i for i in incidents(hist) if i.instance_id == "i-0003")
+    assert hot.isolated_at is not None and not hot.served_nothing
+    assert not any(e.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for e in hot.timeline)
+    at = {(action, iid): when for when, action, iid in world.actions}
+    # out together: the live one went into Standby while the dead one was still there
+    assert at[("enter_standby", "i-0003")] < at.get(("exit_standby", "i-0002"), world.now + timedelta(1))
+
+
+def test_a_live_node_rebooting_for_isolation_still_takes_its_room():
+    """The other way round: a node that served when it went out takes its max_isolated room for as long as
+    it is out, though its engine reads down while the reboot reloads the weights."""
+    spec = policy(guardrails={"max_isolated": 1})
+    world = World(T0, 6, cold_start_s=600.0)
+    for node in world.nodes.values():
+        node.created_at = T0 - timedelta(days=1)
+    world.nodes["i-0002"].hot = True
+    _, hist = drive(world, spec, 4 * 60)  # detected after 2 minutes, out, rebooted: loading for 10 minutes
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 4 * 60, hist)
+    first, second = sorted(incidents(hist), key=lambda i: i.detected_at)
+    assert first.isolated_at is not None and not first.served_nothing
+    assert world.nodes["i-0002"].state == "Standby"  # still out, loading
+    assert second.admitted_at is None
+    assert any(e.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for e in second.timeline)
+
+
 def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
     spec = policy()
     world = World(T0, 6)
