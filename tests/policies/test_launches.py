@@ -240,3 +240,24 @@ def test_a_launch_first_seen_serving_long_after_its_order_teaches_no_slow_load()
     assert record.served and record.load_s == 35 * 60 and not record.shows_slow
     assert load_time_s(plan.history.groups[GROUP].launches, COLD_S) == COLD_S
     assert not [w for w in plan.groups[0].warnings if w.code == WarningCode.COLD_START_EXCEEDED]
+
+
+def test_a_failing_run_under_a_learned_slow_load_says_how_long_it_waited():
+    """Launches here were seen to take 20 minutes (one judged failed served then): the hold's reason says
+    the launches were waited for that long past, not the cold start that no longer applies."""
+    slow = LaunchRecord(
+        instance_id="i-80",
+        launched_at=NOW - timedelta(hours=3),
+        served=True,
+        judged_at=NOW - timedelta(hours=3) + timedelta(seconds=COLD_S + LAUNCH_GRACE_S),
+        late_at=NOW - timedelta(hours=3) + timedelta(minutes=20),
+    )
+    failed = _failed(2, timedelta(minutes=5))
+    assert load_time_s([slow, *failed], COLD_S) == 20 * 60
+    for launches, waited in (
+        ([slow, *failed], "past the 1200s launches here"),
+        (failed, "past the cold start"),
+    ):
+        gp = _decide(_fleet(dead=0), GroupHistory(last_target=6, launches=launches)).groups[0]
+        held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
+        assert waited in held.detail
