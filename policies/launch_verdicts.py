@@ -20,6 +20,7 @@ REMOVE_AFTER_S = 600.0  # a failed launch of a failing run still down this long 
 # a launch that served only after its failed verdict marks the group's launches as slow this long
 SLOW_WARN_S = 3600.0
 LEARN_FROM = 3  # the launches that served last tell how long a launch here takes
+IDLE_GPU_PCT = 10.0  # GPU utilization under which a node whose vLLM reads down is taken as serving nothing
 
 
 def slowest_launch(launches: list[LaunchRecord], cold_start_s: float) -> LaunchRecord | None:
@@ -128,11 +129,20 @@ def engine_up(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bo
 
 def serves_nothing(inst: InstanceSnapshot, now: datetime, stale_after_s: float) -> bool:
     """Whether ``inst`` serves nothing now: its agent reads vLLM down on a fresh sample and reports no fresh
-    request rate (crashed, hung, lost with its GPU to a hardware XID, or still loading), as the demand counts
-    it. Taking it out of traffic takes no serving capacity out."""
+    request rate (crashed, lost with its GPU to a hardware XID, or still loading), as the demand counts it,
+    and CloudMonitor's own agent, which ours does not feed, reads its GPUs idle (under ``IDLE_GPU_PCT``). The
+    second reading guards against a fault of our agent alone (a wrong vLLM address pushed to every node
+    reads every engine down, and each taken out of traffic as serving nothing would empty the fleet); a hung
+    engine, its GPUs spinning, is not taken as serving nothing either. Taking such a node out of traffic
+    takes no serving capacity out."""
     rate = inst.metrics.get(m.REQUEST_RATE)
-    return engine_up(inst, now, stale_after_s) is False and (
-        rate is None or not fresh(rate, now, stale_after_s)
+    util = inst.metrics.get(m.GPU_UTIL_PCT)
+    return (
+        engine_up(inst, now, stale_after_s) is False
+        and (rate is None or not fresh(rate, now, stale_after_s))
+        and util is not None
+        and fresh(util, now, stale_after_s)
+        and util.value < IDLE_GPU_PCT
     )
 
 

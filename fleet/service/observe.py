@@ -129,7 +129,8 @@ def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     ruled.update(iso.metric for iso in spec.isolation.rules if iso.metric is not None)
     if spec.isolation.enabled:
         ruled.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})  # a drain watches them
-    return SLOW_METRICS | (CORRECTION_METRICS - ruled)
+    # the GPUs' utilization, where only a dead engine's second reading needs it: once a minute
+    return (SLOW_METRICS | ((CORRECTION_METRICS | {pm.GPU_UTIL_PCT}) - ruled)) & needed_metrics(spec)
 
 
 def slow_refresh_s(spec: GroupSpec) -> float:
@@ -160,6 +161,10 @@ def needed_metrics(spec: GroupSpec) -> set[str]:
                 needed.add(pm.GPU_XID)
             elif iso.metric is not None:
                 needed.add(iso.metric)
+        if any(iso.metric == pm.VLLM_UP for iso in spec.isolation.rules):
+            # the second reading that a node whose vLLM reads down serves nothing: its GPUs idle, as
+            # CloudMonitor's own agent reads them (policies.launch_verdicts.serves_nothing)
+            needed.add(pm.GPU_UTIL_PCT)
     return needed & pm.INSTANCE_METRICS
 
 

@@ -42,6 +42,7 @@ class Node:
     silent: bool = False  # the node agent stopped: no metrics at all until a reboot starts it again
     never_serves: bool = False  # launched broken (image, model store): vLLM never comes up, a reboot or not
     loads_until: datetime | None = None  # launched slow (a slow model store): vLLM down until then
+    gpu_util_pct: float | None = None  # CloudMonitor's GPU utilization, if not what the engine's state gives
 
 
 class World:
@@ -187,6 +188,10 @@ class World:
                     "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else ttft_ms,
                     "gpu_throttle_reasons": 0.0,
                     "vllm_up": 0.0 if engine_down else 1.0,
+                    # CloudMonitor's own agent: idle GPUs under a dead or loading engine
+                    "gpu_util_pct": node.gpu_util_pct
+                    if node.gpu_util_pct is not None
+                    else (0.0 if engine_down else 60.0),
                 }
                 if engine_down:  # no vLLM to scrape: only the agent's GPU readings and vllm_up
                     for name in ("queue_waiting", "requests_running", "ttft_p99_ms"):

@@ -264,6 +264,23 @@ def test_a_node_that_serves_nothing_goes_out_at_once_while_a_live_fault_waits_fo
     assert next(i for i in incidents(hist) if i.instance_id == "i-0001").isolated_at is None  # still waits
 
 
+def test_vllm_read_down_on_busy_gpus_is_not_taken_as_serving_nothing():
+    """Our agent alone reading vLLM down (a wrong vLLM address pushed to the nodes, or an engine hung on
+    spinning GPUs) while CloudMonitor's own agent reads the GPUs busy: the node keeps its floor and its
+    max_isolated room like any node that serves, so a fault of the agent cannot empty the fleet."""
+    spec = policy(min_size=4, max_size=4)
+    world = World(T0, 4)
+    for node in world.nodes.values():
+        node.created_at = T0 - timedelta(days=1)
+    suspect = world.nodes["i-0002"]
+    suspect.engine_down, suspect.gpu_util_pct = True, 95.0
+    _, hist = drive(world, spec, 8 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "engine_down" and not inc.served_nothing
+    assert inc.isolated_at is None and inc.surge_requested_at is not None  # the floor: a surge first
+    assert suspect.state == "InService"
+
+
 def test_a_dead_node_out_for_isolation_takes_no_room_from_a_live_fault():
     """max_isolated (1 here) rations serving capacity: a node whose engine died served nothing as it went
     out, so while it is rebooted an overheating node is isolated too, without waiting for the room."""

@@ -95,13 +95,14 @@ def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path):
         cloud.advance(15)
         cloud.calls.clear()
         second = observer.observe(cloud.now())
-        # the mix, and the KV-cache use that no rule of this group reads, are reused
+        # the mix, and the KV-cache use and GPU utilization that no rule of this group reads, are reused
         assert slow_metrics(cfg.groups[0]) == {
             "prompt_tokens_per_request",
             "output_tokens_per_request",
             "kv_cache_usage_pct",
+            "gpu_util_pct",
         }
-        assert _calls(cloud, "DescribeMetricLast") == every - 3
+        assert _calls(cloud, "DescribeMetricLast") == every - 4
         for obs in (first, second):
             (g,) = obs.groups.values()
             assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
@@ -111,6 +112,24 @@ def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path):
         # past the refresh: read again (the request rate over the whole gap: every period since the last read)
         assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
         assert _calls(cloud, "DescribeMetricList") == 1
+
+
+def test_an_engine_rule_reads_the_gpus_utilization_and_a_predictive_group_once_a_minute(tmp_path):
+    """A node whose vLLM reads down serves nothing only if CloudMonitor's own agent reads its GPUs idle
+    (policies.launch_verdicts.serves_nothing): a group whose isolation reads vllm_up reads that too."""
+    from fleet.service.observe import slow_metrics
+    from policies.spec import GroupSpec
+
+    engine = {"name": "engine_down", "metric": "vllm_up", "below": 0.5, "for": "2m", "action": "reboot"}
+    base = {"name": "g", "min_size": 1, "max_size": 4}
+    plain = GroupSpec.model_validate({**base, "isolation": {"rules": [engine]}})
+    assert "gpu_util_pct" in needed_metrics(plain) and "gpu_util_pct" not in slow_metrics(plain)
+    predictive = {"mode": "on", "capacity_rps": 1.0}
+    seldom = GroupSpec.model_validate({**base, "isolation": {"rules": [engine]}, "predictive": predictive})
+    assert "gpu_util_pct" in slow_metrics(seldom)
+    hot = {"name": "hot", "metric": "gpu_temperature_c", "above": 85, "for": "2m", "action": "reboot"}
+    without = GroupSpec.model_validate({**base, "isolation": {"rules": [hot]}})
+    assert "gpu_util_pct" not in needed_metrics(without)
 
 
 def test_a_metric_a_rule_reads_is_read_every_tick(tmp_path):
