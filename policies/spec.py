@@ -9,6 +9,7 @@ keys so that a typo is an error naming the field, never a silently ignored setti
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import math
 import re
 from datetime import time
@@ -643,6 +644,11 @@ class IsolationRule(_Model):
     def kind(self) -> str:
         """``xid``, ``event``, ``throttle``, ``outlier``, ``absent``, or ``metric`` (a threshold)."""
         return next(iter(self._detectors_given()), "metric")
+
+    def matches_event(self, code: str) -> bool:
+        """Whether an ECS system event's code (e.g. ``SystemFailure.Reboot``) is one of ``events``' patterns;
+        never for a rule that reads no events."""
+        return any(fnmatch.fnmatchcase(code, pattern) for pattern in self.events or ())
 
     @property
     def rule_id(self) -> str:

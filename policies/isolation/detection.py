@@ -11,7 +11,6 @@ clear on fresh evidence for ``RECOVERED_AFTER_S`` closes as recovered (``close_r
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -341,11 +340,7 @@ def _xid(rule: IsolationRule, p: Probe) -> Detection | None:
 
 
 def _event(rule: IsolationRule, p: Probe) -> Detection | None:
-    active = [
-        e
-        for e in p.inst.events
-        if e.active and any(fnmatch.fnmatchcase(e.code, pat) for pat in rule.events or ())
-    ]
+    active = [e for e in p.inst.events if e.active and rule.matches_event(e.code)]
     if active:
         codes = sorted({e.code for e in active})
         return Detection(rule, f"ECS system event {', '.join(codes)}", {"events": ",".join(codes)})

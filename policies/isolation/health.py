@@ -6,7 +6,6 @@ passes once the instance reports fresh metrics newer than the reboot.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable
 from datetime import datetime
 
@@ -132,11 +131,7 @@ def _event(
     now: datetime,
     stale: float,
 ) -> tuple[bool, str]:
-    active = [
-        e.code
-        for e in inst.events
-        if e.active and any(fnmatch.fnmatchcase(e.code, p) for p in rule.events or ())
-    ]
+    active = [e.code for e in inst.events if e.active and rule.matches_event(e.code)]
     return (not active), ("event still active: " + ",".join(active)) if active else "event cleared"
 
 
@@ -146,12 +141,12 @@ def unmended_by_reboot(rule: IsolationRule | None, inst: InstanceSnapshot) -> li
     reboot by the user on the same host changes nothing and its health check would wait out its timeout on
     an event still active. ``*.Reboot*`` events (a reboot inside the window avoids or completes them) are
     not among them; empty for a rule that reads no events."""
+    if rule is None:
+        return []
     return [
         e.code
         for e in inst.events
-        if e.active
-        and any(fnmatch.fnmatchcase(e.code, p) for p in (rule.events if rule else None) or ())
-        and not e.code.partition(".")[2].startswith("Reboot")
+        if e.active and rule.matches_event(e.code) and not e.code.partition(".")[2].startswith("Reboot")
     ]
 
 
