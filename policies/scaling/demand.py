@@ -28,17 +28,15 @@ engine needs):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
-from policies.launch_verdicts import load_time_s
+from policies.launch_verdicts import engine_up, load_time_s
 from policies.model import (
     ForecastState,
     GroupHistory,
-    MetricSample,
     PlanWarning,
     Recommendation,
     Scalar,
@@ -110,7 +108,8 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     nothing, which is known, not missing. Without that, one dead engine waiting for a human held every
     scale-in of its group.
     """
-    is_fresh = freshness(inp.now, inp.spec.stabilization.stale_after_s)
+    stale_after_s = inp.spec.stabilization.stale_after_s
+    is_fresh = freshness(inp.now, stale_after_s)
     rates: list[float] = []
     prompts: list[tuple[float, float]] = []
     outputs: list[tuple[float, float]] = []
@@ -120,13 +119,13 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     waiting: list[float] = []
     loading = 0
     down: list[str] = []
-    loading_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s) + inp.spec.stabilization.stale_after_s
+    loading_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s) + stale_after_s
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
         if sample is None and _loading(inst.created_at, inp.now, loading_s):
             loading += 1
             continue
-        if (sample is None or not is_fresh(sample)) and _engine_down(inst.metrics.get(m.VLLM_UP), is_fresh):
+        if (sample is None or not is_fresh(sample)) and engine_up(inst, inp.now, stale_after_s) is False:
             down.append(inst.instance_id)  # its agent says vLLM is down: the balancer sends it nothing
             continue
         if sample is None or not is_fresh(sample):
@@ -166,10 +165,6 @@ def observed_demand(inp: ScalingInputs) -> Demand:
         waiting=sum(waiting) if len(waiting) == len(running) else None,
         down=down,
     )
-
-
-def _engine_down(up: MetricSample | None, is_fresh: Callable[[MetricSample | None], bool]) -> bool:
-    return up is not None and is_fresh(up) and up.value < m.ENGINE_DOWN_BELOW
 
 
 def _loading(created_at: datetime | None, now: datetime, loading_s: float) -> bool:
