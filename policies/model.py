@@ -470,6 +470,12 @@ class Incident(_Model):
     def open(self) -> bool:
         return self.state != IncidentState.CLOSED
 
+    @property
+    def took_no_capacity(self) -> bool:
+        """Out of traffic, its node takes no serving capacity with it (a launch that never served, or a node
+        that served nothing when admitted): ``max_isolated`` does not count it."""
+        return self.unserved or self.served_nothing
+
 
 class BreakerState(_Model):
     open: bool = False

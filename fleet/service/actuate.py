@@ -274,7 +274,7 @@ class Actuator:
         # out of service for isolation: an instance whose incident found it a launch that never served
         # (Incident.unserved), or serving nothing (Incident.served_nothing: its vLLM down), took no serving
         # capacity out, and max_isolated does not count it
-        unserved = {i.instance_id for i in gp.incidents if i.unserved or i.served_nothing}
+        unserved = {i.instance_id for i in gp.incidents if i.took_no_capacity}
         standby_now = sum(
             1
             for i in observed.instances
@@ -435,9 +435,7 @@ class Actuator:
             return None
         size = observed.count(*_SERVING, *_PENDING, LifecycleState.STANDBY)
         limit = spec.guardrails.max_isolated_for(size)
-        if (
-            incident is None or not (incident.unserved or incident.served_nothing)
-        ) and standby_now + 1 > limit:
+        if (incident is None or not incident.took_no_capacity) and standby_now + 1 > limit:
             return f"max_isolated reached ({standby_now} of {limit} already out of service)"
         serving_after = observed.count(*_SERVING, *_PENDING) - 1
         if serving_after < gp.floor:

@@ -50,7 +50,7 @@ def admit(t: Tick) -> None:
     limits = _limits(t)
     ordered = t.open_in_detection_order()
     # what is out of traffic: an admitted incident on a launch that never served took no capacity out
-    admitted = [i for i in ordered if i.admitted_at is not None and not i.unserved and not i.served_nothing]
+    admitted = [i for i in ordered if i.admitted_at is not None and not i.took_no_capacity]
     failed = failed_run(t.gh.launches)
     for inc in ordered:
         if inc.admitted_at is not None or inc.incident_id in t.released:
