@@ -25,7 +25,6 @@ from policies.launch_verdicts import (
     failed_run,
     judged_by,
     late_launch,
-    load_time_s,
     serves_nothing,
     verdict,
 )
@@ -148,7 +147,7 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
     the cold start (one judged failed served after all), for as long as a failing run's dead launch would be
     kept (a reboot would only start the slow load over); then while launches keep failing."""
     inst = t.by_id[inc.instance_id]
-    due = judged_by(inst, load_time_s(t.gh.launches, t.spec.cold_start_s))
+    due = judged_by(inst, t.load_s)
     if verdict(t.gh.launches, inc.instance_id) is None and due is not None and t.now < due + _VERDICT_SLACK:
         detail = f"waits for its launch's verdict (due {due:%H:%M}Z): a dead launch is the launches' business"
         t.wait(inc, ReasonCode.UNSERVED_LAUNCH, detail)

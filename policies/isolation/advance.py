@@ -29,7 +29,7 @@ from policies.isolation.shared import (
     enter,
     note,
 )
-from policies.launch_verdicts import failed_run, load_time_s, serves_nothing
+from policies.launch_verdicts import failed_run, serves_nothing
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -349,7 +349,7 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
     now = t.now
     requested_at = inc.reboot_requested_at
     assert requested_at is not None  # _remediating asks for a reboot first
-    timeout_s = t.spec.health_check_timeout_after(load_time_s(t.gh.launches, t.spec.cold_start_s))
+    timeout_s = t.spec.health_check_timeout_after(t.load_s)
     if inc.rebooted_at is None:
         # no outcome of the reboot yet: its write errored (ECS unreachable) and is tried again, or its record
         # is on its way. Until then the node has not been rebooted, and one resting in Standby cools down and

@@ -25,7 +25,7 @@ from policies.isolation.shared import (
     close,
     note,
 )
-from policies.launch_verdicts import engine_load_s, load_time_s, never_served
+from policies.launch_verdicts import engine_load_s, never_served
 from policies.model import (
     OPEN_STATES,
     PRE_ISOLATION_STATES,
@@ -155,12 +155,15 @@ def detect(
     view: GroupView,
     now: datetime,
     suspects: set[str],
+    learned_s: float,
     blind: bool = False,
     clear: set[str] | None = None,
 ) -> dict[str, list[Detection]]:
     """Findings per instance for the serving and standby instances; tracks advance in ``gh``.
 
-    ``blind`` (the group's instance list is the last one read): the rules that read an absence are left
+    ``learned_s``: how long launches here take to serve (``load_time_s``), which an engine-health rule
+    waits out on a launch that has not served (``engine_load_s``). ``blind`` (the group's instance list is
+    the last one read): the rules that read an absence are left
     out, since an instance that left the group meanwhile falls silent too. ``clear`` receives the keys whose
     condition a fresh sample read as not holding (metric rules without ``repeat``, throttle, absent and
     outlier rules; the others cannot read as over)."""
@@ -172,7 +175,6 @@ def detect(
     for inc in gh.incidents:
         if inc.instance_id not in last_detected or inc.detected_at > last_detected[inc.instance_id]:
             last_detected[inc.instance_id] = inc.detected_at
-    learned_s = load_time_s(gh.launches, spec.cold_start_s)
     load_s: dict[str, float] = {}
     for inst in candidates:
         _record_xids(gh, inst, now, stale_after)
@@ -427,7 +429,9 @@ def open_or_escalate(t: Tick) -> None:
     gh, now = t.gh, t.now
     suspects = {i.instance_id for i in gh.incidents if i.state in OPEN_STATES}
     findings = (
-        detect(t.spec, gh, t.view, now, suspects, blind=t.group.blind, clear=t.clear) if t.iso.enabled else {}
+        detect(t.spec, gh, t.view, now, suspects, t.load_s, blind=t.group.blind, clear=t.clear)
+        if t.iso.enabled
+        else {}
     )
     for instance_id in sorted(findings):
         found = sorted(findings[instance_id], key=lambda f: -ACTION_SEVERITY[f.rule.action])
@@ -448,8 +452,7 @@ def open_or_escalate(t: Tick) -> None:
                 ReasonCode.RULE_BREACHED,
             )
             inst = t.by_id[instance_id]
-            load_s = load_time_s(gh.launches, t.spec.cold_start_s)
-            inc.unserved = never_served(gh.launches, inst, now, load_s, t.stale_after_s)
+            inc.unserved = never_served(gh.launches, inst, now, t.load_s, t.stale_after_s)
             if inc.unserved:
                 note(inc, now, ReasonCode.UNSERVED_LAUNCH, UNSERVED_DETAIL)
         elif (

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from policies.launch_verdicts import load_time_s
 from policies.model import (
     OPEN_STATES,
     GroupHistory,
@@ -102,6 +103,8 @@ class Tick:
     def __post_init__(self) -> None:
         self.steps = StepLog(self.result)
         self.by_id: dict[str, InstanceSnapshot] = {i.instance_id: i for i in self.group.instances}
+        # how long a launch here takes to serve (isolation writes no launch verdict: one value a tick)
+        self.load_s = load_time_s(self.gh.launches, self.spec.cold_start_s)
 
     @property
     def iso(self) -> IsolationSpec:

@@ -90,6 +90,8 @@ class ScalingContext:
     # the failing run's dead launches to remove (launch_verdicts.dead_launches): launches.py sizes the target
     # without them, and decide names them first among the victims
     dead: list[str] = field(default_factory=list)
+    # how long a launch here takes to serve, once the tick judged its launches (launch_verdicts.load_time_s)
+    load_s: float = 0.0
 
     def apply(self, c: Contribution | None) -> None:
         if c is None:

@@ -128,8 +128,7 @@ def launch_hold(ctx: ScalingContext) -> Contribution | None:
         then = "one launch at a time to retry"
     if dead:
         then += f"; the {len(dead)} still in the group removed (they serve nothing)"
-    cold_s = ctx.inp.spec.cold_start_s
-    load_s = load_time_s(ctx.inp.gh.launches, cold_s)
+    cold_s, load_s = ctx.inp.spec.cold_start_s, ctx.load_s
     waited = "the cold start" if load_s <= cold_s else f"the {load_s:.0f}s launches here were seen to take"
     detail = (
         f"the {len(run)} newest launches never served (vLLM still down {LAUNCH_GRACE_S:g}s past {waited}: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from policies.launch_verdicts import dead_launches
+from policies.launch_verdicts import dead_launches, load_time_s
 from policies.model import GroupHistory, GroupSnapshot
 from policies.observe import GroupView
 from policies.scaling.bounds import ceiling, floor, last_instance
@@ -57,9 +57,16 @@ def plan_scaling(
     signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
     demand = read_demand(inp)  # the forecast's record and the capacity correction (None: predictive off)
     judge(inp)  # the launches' verdicts
-    ctx = ScalingContext(inp=inp, hold=start, signals=signals, target=start, warnings=list(signals.warnings))
-    ctx.demand = demand
-    ctx.dead = dead_launches(gh, view, now)
+    ctx = ScalingContext(
+        inp=inp,
+        hold=start,
+        signals=signals,
+        target=start,
+        warnings=list(signals.warnings),
+        demand=demand,
+        dead=dead_launches(gh, view, now),
+        load_s=load_time_s(gh.launches, spec.cold_start_s),
+    )
     if demand is not None:
         ctx.warnings.extend(demand.warnings)
     for step in STEPS:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-from policies.launch_verdicts import load_time_s
 from policies.model import OPEN_STATES, Reason, ReasonCode
 from policies.scaling.context import Contribution, ScalingContext
 from policies.scaling.demand import DemandSignals
@@ -90,7 +89,7 @@ def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Co
         ((inp.now - t.since).total_seconds() for k, t in inp.gh.tracks.items() if k.startswith("out:")),
         default=0.0,
     )
-    if covered and longest < load_time_s(inp.gh.launches, inp.spec.cold_start_s):
+    if covered and longest < ctx.load_s:
         new = max(target, ctx.hold)
         reason = Reason(
             code=ReasonCode.BURST_ABSORBED,
