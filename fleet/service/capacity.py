@@ -130,24 +130,25 @@ class CapacityManager:
         fence: Callable[[], bool],
         held: Collection[str] = (),
         *,
-        written: bool = False,
+        written: Collection[str] | None = None,
     ) -> CapacityResult:
         """Move each group along its ladder: its scaling configuration's type order and spot strategy, and
         its vSwitch order, are written at once. Called twice a tick. Before the plan is written: ``counts``
         says the count the new rung needs (``policies.capacity.fallback_count``), which the loop folds into
         the plan, so that the tick makes one capacity write, recorded with the decision that makes it. After
-        the plan is written (``written``): a shortfall of that write seen at once (ESS refusing a type it
-        has no stock of) moves the group in the same tick, and its count goes into the next tick's write.
+        the plan is written (``written``: the groups whose capacity it raised; the others have no new
+        activity to judge, and are not read again): a shortfall of that write seen at once (ESS refusing a
+        type it has no stock of) moves the group in the same tick, and its count goes into the next tick's.
         ``targets``: each group's capacity as this tick's plan sets it (ESS DesiredCapacity). Groups in
         ``held`` (paused by operators, or disabled in ESS) are left alone: nothing is written to them, and a
         shortfall is taken up once they are resumed, if it still stands."""
         result = CapacityResult()
         for spec, g, group in self._groups(observation, held):
-            if len(self.ladders[spec.name]) <= 1:
+            if len(self.ladders[spec.name]) <= 1 or (written is not None and spec.name not in written):
                 continue
             target = targets.get(spec.name, group.desired_capacity or group.total_capacity)
             try:
-                self._ladder(spec, g, group, target, now, fence, result, fold=not written)
+                self._ladder(spec, g, group, target, now, fence, result, fold=written is None)
             except CloudError as exc:
                 log.warning("capacity handling of %s failed: %s", spec.name, exc)
                 result.errors.append(f"group {spec.name} capacity: {exc}")

@@ -341,9 +341,10 @@ class Service:
         # Capacity this tick's write found sold out, and spot capacity reclaimed (issue 17): the fallback
         # and the reclaim's replacement in this same tick.
         targets = {gp.group: gp.target_capacity for gp in plan.groups}
+        raised = {gp.group for gp in plan.groups if gp.desired_capacity is not None and gp.direction == "up"}
         for manager in self.capacity_managers.values():
             result.errors.extend(
-                manager.fall_back(observation, targets, now, fence, held, written=True).errors
+                manager.fall_back(observation, targets, now, fence, held, written=raised).errors
             )
             result.errors.extend(manager.reclaims(observation, now, fence, held).errors)
         self._announce_disabled(history, plan)

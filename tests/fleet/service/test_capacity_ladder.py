@@ -105,3 +105,23 @@ def test_a_move_made_after_the_write_gives_its_count_to_the_next_ticks_plan(tmp_
             assert cs.load_memory(store, "chat").unfolded is None
         finally:
             store.close()
+
+
+def test_after_the_write_only_the_groups_it_raised_are_read_again(tmp_path):
+    """The pass after the plan's write looks for a refusal of that write: a group it did not raise has no
+    new activity to judge, and its activities are not read a second time in the tick."""
+    with mock_aliyun() as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=8, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        spec, clients, store = _setup(tmp_path, cloud, gid)
+        try:
+            manager = _manager(clients, store, spec)
+            now = cloud.now()
+            observation = Observer(clients, [spec]).observe(now)
+            for written, reads in ((set(), 0), ({"chat"}, 1)):
+                cloud.calls.clear()
+                manager.fall_back(observation, {"chat": 2}, now, fence=lambda: True, written=written)
+                assert [a for _, a in cloud.calls].count("DescribeScalingActivities") == reads
+        finally:
+            store.close()
