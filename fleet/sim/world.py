@@ -458,21 +458,19 @@ class World:
 
     # ------------------------------------------------------------------------------------------- metrics
 
+    def _engine_running(self, inst: SimInstance) -> bool:
+        """Whether the instance's vLLM runs: loaded, not crashed, and not lost with its GPU to a hardware XID
+        (CUDA errors kill vLLM's workers; it stays down until the GPU is reset)."""
+        return self.now_s >= inst.ready_s and not inst.engine_down(self.now_s) and inst.hw_fault_xid is None
+
     def _serving_engine(self, inst: SimInstance) -> bool:
-        """Whether the instance's engine can serve now: loaded, not crashed, hung or lost with its GPU."""
-        return (
-            self.now_s >= inst.ready_s
-            and not inst.engine_down(self.now_s)
-            and inst.hw_fault_xid is None
-            and inst.engine_hung_s is None
-        )
+        """Whether the instance's engine can serve now: running (``_engine_running``) and not hung."""
+        return self._engine_running(inst) and inst.engine_hung_s is None
 
     def instance_metrics(self, inst: SimInstance) -> tuple[dict[str, float], dict[str, float]]:
         """(custom, acs_ecs_dashboard) metrics of one instance now, as its agents would report them."""
         eng = inst.engine
-        # a GPU lost to a hardware XID takes its engine with it (CUDA errors kill vLLM's workers): the agent
-        # reads vLLM down, as after a crash, until a reset
-        up = self.now_s >= inst.ready_s and not inst.engine_down(self.now_s) and inst.hw_fault_xid is None
+        up = self._engine_running(inst)
         # the agent reads a hung engine (work in flight, no progress for its STALL_S) as down, and still
         # publishes what vLLM's /metrics says
         stalled = (
