@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -11,8 +15,8 @@ from fleet.cloud.retry import RetryPolicy
 from fleet.config import load_config
 from fleet.service import capacity_store as cs
 from fleet.service.capacity import CapacityManager
-from fleet.service.observe import Observer
-from fleet.service.store import open_store
+from fleet.service.observe import Observation, Observer
+from fleet.service.store import Store, open_store
 from fleet.testing import mock_aliyun
 from policies.capacity import CapacityMemory, Move, MoveKind, SoldOut
 
@@ -22,54 +26,94 @@ FAST = RetryPolicy(attempts=1, sleep=lambda s: None)
 A10, L20 = "ecs.gn7i-c8g1.2xlarge", "ecs.gn8is.2xlarge"
 
 
-def _setup(tmp_path, cloud, gid, types=(A10, L20)):
-    path = tmp_path / "fleet.yaml"
-    path.write_text(
-        f'region: {REGION}\naccount_id: "{cloud.account_id}"\ngroups:\n'
-        f"  - name: chat\n    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 8\n"
-        f"    instance_types: [{', '.join(types)}]\n"
-    )
-    spec = load_config(path, env={}).groups[0]
-    clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
-    return spec, clients, open_store(f"sqlite:///{tmp_path / 'f.db'}")
+@dataclass
+class Ladder:
+    cloud: Any
+    gid: str
+    store: Store
+    manager: CapacityManager
+    now: datetime
+    observe: Callable[[], Observation]
 
 
-def _manager(clients, store, spec) -> CapacityManager:
-    """The A10, and the L20 at 1.5 times its capacity per instance."""
-    return CapacityManager(
-        clients.ess,
-        store,
-        [spec],
-        service="fleet",
-        dry_run=False,
-        notify=lambda a: None,
-        capacity_of={A10: 1.0, L20: 1.5}.__getitem__,
-    )
+@contextmanager
+def _ladder(
+    tmp_path,
+    held: int,
+    max_size: int = 8,
+    types=(A10, L20),
+    memory: Callable[..., CapacityMemory] | None = None,
+) -> Iterator[Ladder]:
+    """A group of ``held`` InService instances laddered over ``types`` (the A10, and the L20 at 1.5 times its
+    capacity per instance), its memory saved first where ``memory(manager, now)`` gives one; the fake's
+    calls are cleared at each ``observe()``."""
+    with mock_aliyun() as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat",
+            min_size=1,
+            max_size=max_size,
+            desired_capacity=held,
+            in_service=held,
+            region_id=REGION,
+        )
+        path = tmp_path / "fleet.yaml"
+        path.write_text(
+            f'region: {REGION}\naccount_id: "{cloud.account_id}"\ngroups:\n'
+            f"  - name: chat\n    scaling_group_id: {gid}\n    min_size: 1\n    max_size: 8\n"
+            f"    instance_types: [{', '.join(types)}]\n"
+        )
+        spec = load_config(path, env={}).groups[0]
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+        try:
+            manager = CapacityManager(
+                clients.ess,
+                store,
+                [spec],
+                service="fleet",
+                dry_run=False,
+                notify=lambda a: None,
+                capacity_of={A10: 1.0, L20: 1.5}.__getitem__,
+            )
+            now = cloud.now()
+            if memory is not None:
+                cs.save_memory(store, "chat", memory(manager, now), now)
+            observer = Observer(clients, [spec])
+
+            def observe() -> Observation:
+                observation = observer.observe(now)
+                cloud.calls.clear()
+                return observation
+
+            yield Ladder(cloud, gid, store, manager, now, observe)
+        finally:
+            store.close()
+
+
+def _writes(cloud, action: str) -> int:
+    return [a for _, a in cloud.calls].count(action)
 
 
 def test_a_retry_back_to_the_plans_own_type_writes_no_count_and_the_ladder_moves(tmp_path):
     """Back from the faster L20 to the A10 the plan counts in: the plan's count is already in A10s, so
     nothing is folded and nothing is written, at max_size or not; the ladder's step is saved (it used to
     write a count of 6 for 4, which ESS refused at max_size, failing every tick without saving the step)."""
-    with mock_aliyun() as cloud:
-        gid = cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=4, desired_capacity=4, in_service=4, region_id=REGION
-        )
-        spec, clients, store = _setup(tmp_path, cloud, gid)
-        try:
-            manager = _manager(clients, store, spec)
-            now = cloud.now()
-            cs.save_memory(store, "chat", CapacityMemory(rung=1, moved_at=now), now)
-            observation = Observer(clients, [spec]).observe(now)
-            cloud.calls.clear()
-            result = manager.fall_back(observation, {"chat": 4}, now, fence=lambda: True)
-            assert result.errors == []
-            assert [m.kind for m in result.moves] == [MoveKind.RETRY] and result.counts == {}
-            assert not [a for _, a in cloud.calls if a == "ScaleWithAdjustment"]
-            assert cs.load_memory(store, "chat").rung == 0  # the step was saved
-            assert cloud.ess.groups[gid].desired_capacity == 4
-        finally:
-            store.close()
+    with _ladder(tmp_path, 4, max_size=4, memory=lambda m, now: CapacityMemory(rung=1, moved_at=now)) as w:
+        result = w.manager.fall_back(w.observe(), {"chat": 4}, w.now, fence=lambda: True)
+        assert result.errors == []
+        assert [m.kind for m in result.moves] == [MoveKind.RETRY] and result.counts == {}
+        assert _writes(w.cloud, "ScaleWithAdjustment") == 0
+        assert cs.load_memory(w.store, "chat").rung == 0  # the step was saved
+        assert w.cloud.ess.groups[w.gid].desired_capacity == 4
+
+
+def _moved_after_the_write(manager: CapacityManager, now: datetime) -> CapacityMemory:
+    ladder = manager.ladders["chat"]
+    move = Move(
+        kind=MoveKind.FALL_BACK, from_rung=ladder[0], to_rung=ladder[1], reason="L20 sold out", target=5
+    )
+    out = SoldOut(instance_type=L20, zone=None, spot=False, until=now + timedelta(hours=1), attempts=1)
+    return CapacityMemory(rung=1, sold_out=(out,), moved_at=now, unfolded=move, unfolded_extra=1)
 
 
 @pytest.mark.parametrize(("plan_target", "count"), [(4, 5), (6, 7), (3, None)])
@@ -78,50 +122,20 @@ def test_a_move_made_after_the_write_gives_its_count_to_the_next_ticks_plan(tmp_
     for 4 with 2 held (the 2 missing L20s are 3 A10s: 5, one more than the plan's): the next tick's pass
     before the write says the count, the plan's target and that one more, writes no capacity itself (the
     plan's one write carries it) and forgets the move; a plan that now wants less than then gets none."""
-    with mock_aliyun() as cloud:
-        gid = cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=8, desired_capacity=2, in_service=2, region_id=REGION
-        )
-        spec, clients, store = _setup(tmp_path, cloud, gid, types=(L20, A10))
-        try:
-            manager = _manager(clients, store, spec)
-            ladder = manager.ladders["chat"]
-            now = cloud.now()
-            reason = "L20 sold out"
-            move = Move(
-                kind=MoveKind.FALL_BACK, from_rung=ladder[0], to_rung=ladder[1], reason=reason, target=5
-            )
-            out = SoldOut(
-                instance_type=L20, zone=None, spot=False, until=now + timedelta(hours=1), attempts=1
-            )
-            memory = CapacityMemory(rung=1, sold_out=(out,), moved_at=now, unfolded=move, unfolded_extra=1)
-            cs.save_memory(store, "chat", memory, now)
-            observation = Observer(clients, [spec]).observe(now)
-            cloud.calls.clear()
-            result = manager.fall_back(observation, {"chat": plan_target}, now, fence=lambda: True)
-            assert result.errors == [] and result.moves == []
-            assert result.counts == ({} if count is None else {"chat": (count, "L20 sold out")})
-            assert not [a for _, a in cloud.calls if a == "ScaleWithAdjustment"]
-            assert cs.load_memory(store, "chat").unfolded is None
-        finally:
-            store.close()
+    with _ladder(tmp_path, 2, types=(L20, A10), memory=_moved_after_the_write) as w:
+        result = w.manager.fall_back(w.observe(), {"chat": plan_target}, w.now, fence=lambda: True)
+        assert result.errors == [] and result.moves == []
+        assert result.counts == ({} if count is None else {"chat": (count, "L20 sold out")})
+        assert _writes(w.cloud, "ScaleWithAdjustment") == 0
+        assert cs.load_memory(w.store, "chat").unfolded is None
 
 
 def test_after_the_write_only_the_groups_it_raised_are_read_again(tmp_path):
     """The pass after the plan's write looks for a refusal of that write: a group it did not raise has no
     new activity to judge, and its activities are not read a second time in the tick."""
-    with mock_aliyun() as cloud:
-        gid = cloud.create_group_for_tests(
-            name="chat", min_size=1, max_size=8, desired_capacity=2, in_service=2, region_id=REGION
-        )
-        spec, clients, store = _setup(tmp_path, cloud, gid)
-        try:
-            manager = _manager(clients, store, spec)
-            now = cloud.now()
-            observation = Observer(clients, [spec]).observe(now)
-            for written, reads in ((set(), 0), ({"chat"}, 1)):
-                cloud.calls.clear()
-                manager.fall_back(observation, {"chat": 2}, now, fence=lambda: True, written=written)
-                assert [a for _, a in cloud.calls].count("DescribeScalingActivities") == reads
-        finally:
-            store.close()
+    with _ladder(tmp_path, 2) as w:
+        observation = w.observe()
+        for written, reads in ((set(), 0), ({"chat"}, 1)):
+            w.cloud.calls.clear()
+            w.manager.fall_back(observation, {"chat": 2}, w.now, fence=lambda: True, written=written)
+            assert _writes(w.cloud, "DescribeScalingActivities") == reads
