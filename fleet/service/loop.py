@@ -52,7 +52,7 @@ from fleet.service.observe import (
 )
 from fleet.service.pool import CallPools
 from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
-from fleet.service.settings import NowFn, ServiceSettings, wall_clock
+from fleet.service.settings import NowFn, ServiceSettings
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
@@ -908,7 +908,7 @@ class Service:
     def close(self, release_lease: bool = True) -> None:
         if release_lease:
             try:
-                self.shards.release(wall_clock())
+                self.shards.release(self.clock())
             except Exception:  # the database may be gone at shutdown; the lease then simply expires
                 log.warning("could not release the lease at shutdown")
         if self.notifier is not None:

@@ -144,6 +144,32 @@ def test_a_second_replica_stands_by_while_the_first_holds_the_lease(world, tmp_p
         other.close(release_lease=False)
 
 
+def test_a_replica_on_a_clock_behind_the_wall_hands_its_lease_over_when_it_closes(world, tmp_path):
+    # a service replaying an earlier day (a simulation, a virtual clock) writes its lease in its own time:
+    # the release at shutdown too, or the lease would run until the wall clock's now in the replayed time
+    cloud, _, gid = world
+
+    def replayed():
+        return cloud.now() - timedelta(days=3)
+
+    def replica():
+        url = f"sqlite:///{tmp_path / 'replayed.db'}"
+        return build_service(
+            _config(tmp_path, gid),
+            make_clients(REGION, cloud.account_id, retry=FAST, env=ENV),
+            database_url=url,
+            clock=replayed,
+        )
+
+    first, second = replica(), replica()
+    try:
+        assert first.tick(replayed()).leader
+        first.close()
+        assert second.tick(replayed()).leader
+    finally:
+        second.close(release_lease=False)
+
+
 def test_settings_come_from_the_config_with_a_lease_longer_than_two_ticks(tmp_path):
     from fleet.service.settings import ServiceSettings
 
