@@ -344,7 +344,7 @@ def test_when_the_quota_is_full_a_windows_task_displaces_the_latest_firing_learn
 def test_learned_floors_beyond_the_quota_are_one_error_not_one_per_task(fake_world):
     from datetime import timedelta
 
-    from fleet.service.schedules import LearnedFloor, _fires_in, sync_group
+    from fleet.service.schedules import LearnedFloor, sync_group
 
     cloud, svc, gid = fake_world(BIZ_ONLY)
     cloud.ess.scheduled_task_quota = 4
@@ -359,7 +359,7 @@ def test_learned_floors_beyond_the_quota_are_one_error_not_one_per_task(fake_wor
     # day the test runs), then the learned floors that fire soonest
     assert set(made[:2]) == {"fleet-chat-biz-start", "fleet-chat-biz-end"}
     tasks = {t.name: t for t in _plain_ess(cloud, svc).describe_scheduled_tasks(gid)}
-    assert _fires_in(tasks[made[0]], now) < _fires_in(tasks[made[1]], now)
+    assert tasks[made[0]].launch_time < tasks[made[1]].launch_time
     assert made[2:] == [f"fleet-chat-learned-{(now + timedelta(hours=h)):%H%M}-start" for h in (1, 2)]
 
 
