@@ -42,7 +42,7 @@ MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
 # launch, a collection gap) is judged against forecasts near zero, whose ratios run to thousands and would
 # hold the upper band there for hours; past RATIO_CLIP's 3x the day is not like the forecast's anyway.
 MAX_JUDGED_RATIO = RATIO_CLIP[1]
-MIN_RECORD = 20  # judged forecasts before the record sets the quantiles
+MIN_RECORD = 20  # judged forecasts before the record sets the quantiles, at the least (min_record)
 LEARNED_HOURS = 24  # learned floors cover the coming day: one ESS scheduled task an hour
 MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
 # The headroom's: measured daily medians run 3-42 (calm ServeGen days ~4-7, wild ones ~40); clipped at 64, a
@@ -51,6 +51,7 @@ STAFFING_MAX_BURSTINESS = 12.0
 MIN_BURSTINESS_BUCKETS = 6  # buckets the index of dispersion needs
 BURSTINESS_LOOKBACK_S = 86400.0  # how far back a gap in the history sends it for buckets with data
 SHIFT_REVERT_BUCKETS = 5  # a jump not undone within this many minutes is a level shift, not a clump
+STEP_FIT = 0.25  # a step explains a span when a level each side of it leaves under this of a line's error
 
 
 class Method(StrEnum):
@@ -120,9 +121,48 @@ def _level_trend(idx: _Index, now_s: float) -> tuple[float | None, float]:
         return None, 0.0
     if _known(idx, now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S) < MIN_LEVEL_BUCKETS:
         return level, 0.0  # no slope from a window that hardly saw anything
+    after_step = _since_step(idx, now_s)
+    if after_step is not None:
+        return after_step, 0.0
     before = idx.mean(now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S)
     slope = 0.0 if before is None else (level - before) / LEVEL_WINDOW_S
     return level, slope
+
+
+def _since_step(idx: _Index, now_s: float) -> float | None:
+    """The level since a step inside the slope's span (the last two level windows), or None when there is
+    none: the span's largest level shift (``_level_shift``: a jump that stayed for ``SHIFT_REVERT_BUCKETS``),
+    where a level on each side of it fits the span's minutes with under ``STEP_FIT`` of the squared error a
+    line leaves. Across a step the two windows' means read as a slope, which went on adding half the level
+    for the 20 minutes after a jump from 1 to 12 req/s had ended (the forecast at 1.5x the demand); a ramp,
+    which a line fits, keeps its slope."""
+    i0 = max(0, math.ceil((now_s - 2 * LEVEL_WINDOW_S - idx.start_s) / idx.step_s - 1e-9))
+    i1 = min(len(idx.rps), math.ceil((now_s + idx.step_s - idx.start_s) / idx.step_s - 1e-9))
+    values = [v for v in idx.rps[i0:i1] if v is not None]
+    shift = _level_shift([b - a for a, b in zip(values, values[1:], strict=False)])
+    if not shift:
+        return None
+    before, after = values[: min(shift) + 1], values[max(shift) + 1 :]  # the buckets inside it in neither
+    if len(before) < 2 or len(after) < MIN_LEVEL_BUCKETS:  # (a step leaving the span: the slope's window
+        return None  # before the level's then straddles it, and the line still reads the jump as a slope)
+    sides = _sse(before) + _sse(after)
+    kept = [(float(x), v) for x, v in enumerate(values) if x <= min(shift) or x > max(shift)]
+    return sum(after) / len(after) if sides <= STEP_FIT * _line_sse(kept) else None
+
+
+def _sse(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values)
+
+
+def _line_sse(points: list[tuple[float, float]]) -> float:
+    """The squared error left by the least-squares line through ``points``."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
+    return sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
 
 
 def _seasonal(idx: _Index, now_s: float, ahead_s: float, level: float, lag_s: float) -> float | None:
@@ -160,12 +200,58 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
-def error_bands(state: ForecastState) -> tuple[float, float]:
-    """(upper, lower) multipliers of the mean from the measured ratios actual / predicted."""
-    if len(state.ratios) < MIN_RECORD:
+def surprise_run(horizon_s: float) -> int:
+    """How many judged forecasts one surprise (a step) lands in: every forecast made within one horizon
+    before it (one a minute), and those made in the minutes the level takes to see it (``MIN_LEVEL_BUCKETS``
+    after a step)."""
+    return max(1, math.ceil(horizon_s / 60.0 - 1e-9)) + 1 + MIN_LEVEL_BUCKETS
+
+
+def min_record(horizon_s: float) -> int:
+    """Judged forecasts the record needs for its quantiles' tails to hold more than one surprise's run."""
+    return max(MIN_RECORD, math.ceil(surprise_run(horizon_s) / (1.0 - UPPER_QUANTILE) - 1e-9))
+
+
+def _but_one_event(ratios: list[float], top: bool) -> list[float]:
+    """``ratios`` (in the order judged) less one event: when the tail of the quantile (the highest
+    ``1 - UPPER_QUANTILE`` of them for ``top``, else the lowest ``LOWER_QUANTILE``) is one run of consecutive
+    forecasts, that run and its shoulders (the neighbours on the same side of the median: forecasts made as
+    the level caught up); as they are when the tail is spread over several runs (bursts, or two steps)."""
+    n = len(ratios)
+    m = max(1, math.ceil((1.0 - UPPER_QUANTILE if top else LOWER_QUANTILE) * n - 1e-9))
+    tail = sorted(range(n), key=lambda k: ratios[k], reverse=top)[:m]
+    first, last = min(tail), max(tail)
+    if last - first + 1 != m:
+        return ratios
+    median = quantile(ratios, 0.5)
+
+    def beyond(k: int) -> bool:
+        return ratios[k] > median if top else ratios[k] < median
+
+    while first > 0 and beyond(first - 1):
+        first -= 1
+    while last < n - 1 and beyond(last + 1):
+        last += 1
+    return ratios[:first] + ratios[last + 1 :] or ratios
+
+
+def error_bands(state: ForecastState, horizon_s: float) -> tuple[float, float]:
+    """(upper, lower) multipliers of the mean from the measured ratios actual / predicted of the forecasts
+    over ``horizon_s``.
+
+    While the record is shorter than ``min_record``, a tail that is one run of consecutive forecasts is left
+    out of its quantile: one surprise (a step) lands in every forecast made within a horizon before it, and
+    in a short record those are the whole tail, so the band would be that one event (a step from 1 to 12
+    req/s in a service's first hour read as a 3x band, which took the fleet to its max_size for a load of
+    7). Bursts spread over the record, or a second step, and the tail speaks."""
+    n = len(state.ratios)
+    if n < MIN_RECORD:
         return DEFAULT_UPPER, DEFAULT_LOWER
-    upper = max(MIN_UPPER, quantile(state.ratios, UPPER_QUANTILE))
-    lower = min(1.0, max(0.2, quantile(state.ratios, LOWER_QUANTILE)))
+    high = low = list(state.ratios)
+    if n < min_record(horizon_s):
+        high, low = _but_one_event(high, top=True), _but_one_event(low, top=False)
+    upper = max(MIN_UPPER, quantile(high, UPPER_QUANTILE))
+    lower = min(1.0, max(0.2, quantile(low, LOWER_QUANTILE)))
     return upper, lower
 
 
@@ -195,7 +281,7 @@ def forecast(
     values = [v for _, v in points]
     mean = sum(values) / len(values)
     peak = max(max(values), level)
-    upper_k, lower_k = error_bands(state)
+    upper_k, lower_k = error_bands(state, horizon_s)
     lower = min(values) * lower_k
     method = Method.SEASONAL if seasonal_used else Method.LEVEL_TREND
     return Forecast(method, level, mean, peak, peak * upper_k, lower, tuple(points))
@@ -224,7 +310,7 @@ def remember(state: ForecastState, now: datetime, fc: Forecast, horizon_s: float
     if state.last_at is not None and (now - state.last_at).total_seconds() < 60.0:
         return state
     _, at_horizon = fc.points[-1]
-    upper_k, _ = error_bands(state)
+    upper_k, _ = error_bands(state, horizon_s)
     entry = PendingForecast(
         due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * upper_k
     )
@@ -324,7 +410,7 @@ class HourForecast:
 
 
 def hourly(
-    series: DemandSeries | None, now: datetime, hours: int, state: ForecastState
+    series: DemandSeries | None, now: datetime, hours: int, state: ForecastState, *, horizon_s: float
 ) -> list[HourForecast]:
     """The next ``hours`` whole hours from the seasonal predictor (empty with under a day of history).
 
@@ -339,7 +425,7 @@ def hourly(
     # today's level over the last hour, not the horizon's 10 minutes: the ratio scales every coming hour, and
     # a 10-minute mean swings with each clump, which moved every learned floor (and rewrote its ESS task)
     level = _level(idx, now_s, HOURLY_LEVEL_WINDOW_S)
-    upper_k, lower_k = error_bands(state)
+    upper_k, lower_k = error_bands(state, horizon_s)  # the record's: forecasts over the group's horizon
     first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     out: list[HourForecast] = []
     for h in range(hours):

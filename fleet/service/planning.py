@@ -217,7 +217,7 @@ def plan_forecast(
     near = fc.forecast(series, at, spec.horizon_s, state)
     burst = fc.burstiness(series, at, cap=fc.STAFFING_MAX_BURSTINESS)
     planned: list[PlannedHour] = []
-    for h in fc.hourly(series, at, hours, state):
+    for h in fc.hourly(series, at, hours, state, horizon_s=spec.horizon_s):
         floor = bounds(spec, h.start).floor
         want = (
             floor if rps is None else max(floor, staffing(h.upper_rps / rps, spec.predictive.headroom, burst))

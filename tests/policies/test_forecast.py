@@ -12,6 +12,7 @@ from policies import forecast as fc
 from policies.model import DemandSeries, ForecastState, PendingForecast
 
 NOW = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
+HORIZON_S = 360.0  # the example configs' 6 minutes
 
 
 def daily_ramp(minute_of_day: float) -> float:
@@ -61,13 +62,14 @@ def test_no_level_without_recent_minutes():
 
 
 def test_upper_quantile_comes_from_the_measured_ratios():
-    wide = ForecastState(ratios=[0.8 + 0.02 * i for i in range(30)])  # up to 1.38
-    narrow = ForecastState(ratios=[1.0] * 30)
+    n = fc.min_record(600)  # a record long enough to speak for the 10-minute horizon
+    wide = ForecastState(ratios=[0.8 + 0.6 * i / n for i in range(n)])  # up to 1.4
+    narrow = ForecastState(ratios=[1.0] * n)
     s = series(2)
     f_wide = fc.forecast(s, NOW, 600, wide)
     f_narrow = fc.forecast(s, NOW, 600, narrow)
     assert math.isclose(f_narrow.upper_rps, f_narrow.peak_rps * fc.MIN_UPPER, rel_tol=1e-9)
-    assert f_wide.upper_rps / f_wide.peak_rps == fc.quantile(wide.ratios, fc.UPPER_QUANTILE)
+    assert math.isclose(f_wide.upper_rps / f_wide.peak_rps, fc.quantile(wide.ratios, fc.UPPER_QUANTILE))
 
 
 def test_judge_records_mape_and_coverage_when_forecasts_come_due():
@@ -94,11 +96,80 @@ def test_demand_returning_after_a_silence_does_not_hold_the_upper_band_at_thousa
         state = state.model_copy(update={"pending": [silent]})
         state = fc.judge(state, at, 8.0)
     assert max(state.ratios) == fc.MAX_JUDGED_RATIO  # 800 each, recorded as the cap
-    upper, _ = fc.error_bands(state)
+    upper, _ = fc.error_bands(state, 60.0)  # (a record long enough to speak for a one-minute horizon)
     assert upper == fc.MAX_JUDGED_RATIO  # 12 of 72 over the 90th percentile: the band is the cap, not 800
     # an ordinary miss is recorded as it is
     state = fc.judge(ForecastState(pending=[PendingForecast(due=NOW, mean_rps=4.0, upper_rps=5.0)]), NOW, 6.0)
     assert state.ratios == [1.5]
+
+
+def _judged_step(state, start, minutes, before_rps, after_rps):
+    """``minutes`` forecasts made at ``before_rps`` judged after a step to ``after_rps`` (one a minute)."""
+    for k in range(minutes):
+        at = start + timedelta(minutes=k)
+        made = PendingForecast(due=at, mean_rps=before_rps, upper_rps=before_rps * fc.DEFAULT_UPPER)
+        state = fc.judge(state.model_copy(update={"pending": [made]}), at, after_rps)
+    return state
+
+
+def test_one_step_in_a_young_record_does_not_set_the_band():
+    # a service's first 45 minutes forecast 1 req/s well; then demand steps to 12 req/s: every forecast made
+    # within the 6-minute horizon before the step is judged 12x short (recorded as the cap)
+    run = int(HORIZON_S // 60) + 1
+    state = _judged_step(ForecastState(ratios=[1.0] * 45), NOW, run, 1.0, 12.0)
+    assert state.ratios.count(fc.MAX_JUDGED_RATIO) == run
+    assert fc.MIN_RECORD <= len(state.ratios) < fc.min_record(HORIZON_S)
+    # the record's top tenth is that one run: the band is what the rest of it says
+    assert fc.error_bands(state, HORIZON_S) == (fc.MIN_UPPER, 1.0)
+    # a second step in the young record: the tail is two events, and the band says so
+    twice = _judged_step(_ones(state, 5), NOW + timedelta(minutes=20), run, 1.0, 12.0)
+    assert fc.error_bands(twice, HORIZON_S)[0] == fc.MAX_JUDGED_RATIO
+    # bursts: the same highs spread over the record are not one event
+    spread = ForecastState(ratios=[fc.MAX_JUDGED_RATIO if k % 8 == 0 else 1.0 for k in range(52)])
+    assert fc.error_bands(spread, HORIZON_S)[0] == fc.MAX_JUDGED_RATIO
+    # a step down is left out of the lower band alike
+    down = _judged_step(ForecastState(ratios=[1.0] * 45), NOW, run, 12.0, 1.0)
+    assert fc.error_bands(down, HORIZON_S) == (fc.MIN_UPPER, 1.0)
+    # a record long enough for its tail to hold more than one surprise's run: one step is under its top
+    # tenth, two are over it
+    older = _judged_step(ForecastState(ratios=[1.0] * fc.min_record(HORIZON_S)), NOW, run, 1.0, 12.0)
+    assert fc.error_bands(older, HORIZON_S)[0] == fc.MIN_UPPER
+    again = _judged_step(_ones(older, 5), NOW + timedelta(hours=1), run, 1.0, 12.0)
+    assert fc.error_bands(again, HORIZON_S)[0] == fc.MAX_JUDGED_RATIO
+    # a longer horizon spreads one surprise over more forecasts: it needs a longer record
+    assert fc.min_record(2 * HORIZON_S) > fc.min_record(HORIZON_S) >= fc.MIN_RECORD
+
+
+def _ones(state, k):
+    """The state after ``k`` more forecasts judged right."""
+    return state.model_copy(update={"ratios": [*state.ratios, *([1.0] * k)]})
+
+
+def _poisson_minutes(rate, minutes, seed=5):
+    """Minute means of Poisson arrivals at ``rate(minutes_ago)`` req/s, the last minute at NOW."""
+    rng = random.Random(seed)
+    values = []
+    for k in range(minutes):
+        lam = rate(minutes - 1 - k) * 60
+        values.append(max(0.0, rng.gauss(lam, math.sqrt(lam))) / 60)
+    return DemandSeries(start=NOW - timedelta(minutes=minutes - 1), step_s=60, rps=values)
+
+
+@pytest.mark.parametrize("ago", [6, 9, 12, 16, 19])
+def test_a_step_that_stayed_is_the_level_not_a_slope(ago):
+    # 1 req/s for an hour, then 12 from ``ago`` minutes back (the jump within two minutes): the two level
+    # windows' means straddle it, which read as a slope adding half the level over the horizon
+    step = _poisson_minutes(lambda m: 12.0 if m < ago else (6.5 if m == ago else 1.0), 60)
+    f = fc.forecast(step, NOW, HORIZON_S, ForecastState())
+    assert f.method == fc.Method.LEVEL_TREND
+    assert 11.0 < f.mean_rps < 13.0 and f.peak_rps < 13.0
+
+
+def test_a_ramp_keeps_its_slope():
+    # the same rise spread over the last 20 minutes is a trend: the forecast runs ahead of the level
+    ramp = _poisson_minutes(lambda m: 1.0 + 11.0 * max(0.0, 20 - m) / 20, 60)
+    f = fc.forecast(ramp, NOW, HORIZON_S, ForecastState())
+    assert f.level_rps is not None and f.peak_rps > 1.2 * f.level_rps
 
 
 def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
@@ -165,8 +236,8 @@ def test_a_gap_in_the_history_does_not_read_as_poisson_arrivals():
 
 
 def test_hourly_needs_a_day_and_its_lower_quantile_stays_under_the_mean():
-    assert fc.hourly(series(0.5), NOW, 6, ForecastState()) == []
-    hours = fc.hourly(series(2, noise=0.05), NOW, 6, ForecastState())
+    assert fc.hourly(series(0.5), NOW, 6, ForecastState(), horizon_s=HORIZON_S) == []
+    hours = fc.hourly(series(2, noise=0.05), NOW, 6, ForecastState(), horizon_s=HORIZON_S)
     assert len(hours) == 6
     assert hours[0].start == NOW + timedelta(hours=1)
     for h in hours:
@@ -182,13 +253,13 @@ def _today_times(s: DemandSeries, minutes: int, factor: float) -> DemandSeries:
 
 
 def test_the_hourly_forecast_scales_by_the_last_hour_not_a_ten_minute_clump():
-    base = fc.hourly(series(2), NOW, 6, ForecastState())
+    base = fc.hourly(series(2), NOW, 6, ForecastState(), horizon_s=HORIZON_S)
     # the last 10 minutes ran at twice yesterday's rate: a clump, not a busier day
-    hours = fc.hourly(_today_times(series(2), 10, 2.0), NOW, 6, ForecastState())
+    hours = fc.hourly(_today_times(series(2), 10, 2.0), NOW, 6, ForecastState(), horizon_s=HORIZON_S)
     ratio = hours[0].mean_rps / base[0].mean_rps
     assert 1.1 < ratio < 1.25  # the last hour's mean is a sixth higher, not twice
     # a whole hour at 1.5x is a busier day, and every coming hour follows it
-    busier = fc.hourly(_today_times(series(2), 60, 1.5), NOW, 6, ForecastState())
+    busier = fc.hourly(_today_times(series(2), 60, 1.5), NOW, 6, ForecastState(), horizon_s=HORIZON_S)
     assert all(
         b.mean_rps == pytest.approx(1.5 * a.mean_rps, rel=0.02) for a, b in zip(base, busier, strict=True)
     )
