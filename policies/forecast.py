@@ -71,6 +71,7 @@ class Forecast:
     upper_rps: float
     lower_rps: float
     points: tuple[tuple[float, float], ...]  # (seconds ahead, mean rps)
+    band: float = DEFAULT_UPPER  # the upper quantile's multiplier of the mean (``error_bands``)
 
 
 class _Index:
@@ -81,13 +82,17 @@ class _Index:
         self.step_s = series.step_s
         self.rps = series.rps
 
-    def mean(self, t0_s: float, t1_s: float) -> float | None:
-        """The mean of the known buckets whose start lies in [t0, t1)."""
+    def known(self, t0_s: float, t1_s: float) -> list[float]:
+        """The known buckets whose start lies in [t0, t1), oldest first."""
         i0 = max(0, math.ceil((t0_s - self.start_s) / self.step_s - 1e-9))
         i1 = min(len(self.rps), math.ceil((t1_s - self.start_s) / self.step_s - 1e-9))
         if i1 <= i0:
-            return None  # (a negative end would slice from the other end)
-        known = [v for v in self.rps[i0:i1] if v is not None]
+            return []  # (a negative end would slice from the other end)
+        return [v for v in self.rps[i0:i1] if v is not None]
+
+    def mean(self, t0_s: float, t1_s: float) -> float | None:
+        """The mean of the known buckets whose start lies in [t0, t1)."""
+        known = self.known(t0_s, t1_s)
         return sum(known) / len(known) if known else None
 
     def known_span_s(self, now_s: float) -> float:
@@ -102,9 +107,7 @@ MIN_LEVEL_BUCKETS = 5  # known buckets in the level window before there is a lev
 
 
 def _known(idx: _Index, t0_s: float, t1_s: float) -> int:
-    i0 = max(0, math.ceil((t0_s - idx.start_s) / idx.step_s - 1e-9))
-    i1 = min(len(idx.rps), math.ceil((t1_s - idx.start_s) / idx.step_s - 1e-9))
-    return sum(1 for v in idx.rps[i0:i1] if v is not None) if i1 > i0 else 0
+    return len(idx.known(t0_s, t1_s))
 
 
 def _level(idx: _Index, now_s: float, window_s: float) -> float | None:
@@ -136,9 +139,7 @@ def _since_step(idx: _Index, now_s: float) -> float | None:
     line leaves. Across a step the two windows' means read as a slope, which went on adding half the level
     for the 20 minutes after a jump from 1 to 12 req/s had ended (the forecast at 1.5x the demand); a ramp,
     which a line fits, keeps its slope."""
-    i0 = max(0, math.ceil((now_s - 2 * LEVEL_WINDOW_S - idx.start_s) / idx.step_s - 1e-9))
-    i1 = min(len(idx.rps), math.ceil((now_s + idx.step_s - idx.start_s) / idx.step_s - 1e-9))
-    values = [v for v in idx.rps[i0:i1] if v is not None]
+    values = idx.known(now_s - 2 * LEVEL_WINDOW_S, now_s + idx.step_s)
     shift = _level_shift([b - a for a, b in zip(values, values[1:], strict=False)])
     if not shift:
         return None
@@ -247,7 +248,7 @@ def error_bands(state: ForecastState, horizon_s: float) -> tuple[float, float]:
     n = len(state.ratios)
     if n < MIN_RECORD:
         return DEFAULT_UPPER, DEFAULT_LOWER
-    high = low = list(state.ratios)
+    high = low = state.ratios
     if n < min_record(horizon_s):
         high, low = _but_one_event(high, top=True), _but_one_event(low, top=False)
     upper = max(MIN_UPPER, quantile(high, UPPER_QUANTILE))
@@ -284,7 +285,7 @@ def forecast(
     upper_k, lower_k = error_bands(state, horizon_s)
     lower = min(values) * lower_k
     method = Method.SEASONAL if seasonal_used else Method.LEVEL_TREND
-    return Forecast(method, level, mean, peak, peak * upper_k, lower, tuple(points))
+    return Forecast(method, level, mean, peak, peak * upper_k, lower, tuple(points), upper_k)
 
 
 def judge(state: ForecastState, now: datetime, actual_rps: float | None) -> ForecastState:
@@ -310,9 +311,8 @@ def remember(state: ForecastState, now: datetime, fc: Forecast, horizon_s: float
     if state.last_at is not None and (now - state.last_at).total_seconds() < 60.0:
         return state
     _, at_horizon = fc.points[-1]
-    upper_k, _ = error_bands(state, horizon_s)
     entry = PendingForecast(
-        due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * upper_k
+        due=now + timedelta(seconds=horizon_s), mean_rps=at_horizon, upper_rps=at_horizon * fc.band
     )
     pending = [*state.pending, entry][-MAX_RECORD:]
     return state.model_copy(update={"pending": pending, "last_at": now})
