@@ -134,11 +134,6 @@ def backoff_s(attempts: int) -> float:
     return min(RETRY_MAX_S, RETRY_BASE_S * float(2**doublings))
 
 
-def adjusted_count(target: int, from_rung: Rung, to_rung: Rung) -> int:
-    """The count on ``to_rung`` that serves what ``target`` instances of ``from_rung`` serve."""
-    return max(1, math.ceil(target * from_rung.capacity_per_instance / to_rung.capacity_per_instance - 1e-9))
-
-
 def fallback_count(target: int, have: int, unit_capacity: float, rung: Rung) -> int:
     """The group's count once it orders on ``rung``: the ``have`` instances it holds stay what they are, and
     only the part of ``target`` still missing, counted in instances of capacity ``unit_capacity`` (what the

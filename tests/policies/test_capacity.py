@@ -12,7 +12,6 @@ from policies.capacity import (
     MoveKind,
     SoldOut,
     ZoneSpec,
-    adjusted_count,
     backoff_s,
     build_ladder,
     fallback_count,
@@ -51,7 +50,8 @@ def test_count_is_adjusted_for_capacity_per_instance() -> None:
     ladder = build_ladder([A10, L20], (), None, {A10: 1.0, L20: 1.5})
     _, move = step(CapacityMemory(), ladder, "stock", NOW, 4)
     assert move is not None and move.target == 3
-    assert adjusted_count(3, ladder[1], ladder[0]) == 5
+    # back from the L20: what 3 of them serve, in A10s
+    assert fallback_count(3, 0, ladder[1].capacity_per_instance, ladder[0]) == 5
 
 
 def test_only_the_missing_part_is_adjusted_and_counted_in_the_plans_unit() -> None:
