@@ -130,7 +130,7 @@ def _closed_as_served(t: Tick, inc: Incident) -> bool:
     record = verdict(t.gh.launches, inc.instance_id)
     if record is None or not record.served:
         return False
-    rule = next((r for r in t.iso.rules if r.rule_id == inc.rule), None)
+    rule = t.rule_of(inc)
     if rule is None or rule.metric not in m.ENGINE_HEALTH_METRICS:
         inc.unserved = False
         note(inc, t.now, ReasonCode.UNSERVED_LAUNCH, "its launch serves now: the guardrails count it")

@@ -41,7 +41,6 @@ from policies.model import (
     StepAction,
 )
 from policies.observe import fresh, idle
-from policies.spec import IsolationRule
 
 Handler = Callable[[Tick, Incident, InstanceSnapshot], None]
 
@@ -242,7 +241,7 @@ def _remediate(t: Tick, inc: Incident) -> None:
     """Start the remediation: reboot (a replacement after too many reboots in a day), replace or hold."""
     now = t.now
     inst = t.by_id.get(inc.instance_id)
-    moved = unmended_by_reboot(_rule(t, inc), inst) if inst is not None else []
+    moved = unmended_by_reboot(t.rule_of(inc), inst) if inst is not None else []
     if inc.action == "reboot" and moved:
         inc.action = "replace"
         note(inc, now, ReasonCode.ESCALATED, f"{', '.join(moved)}: a reboot does not end it: replace")
@@ -360,7 +359,7 @@ def _health_check(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None:
         else:
             t.steps.add(inc, StepAction.REBOOT, ReasonCode.REBOOT, "ECS RebootInstance (not confirmed yet)")
         return
-    ok, why = healthy_again(_rule(t, inc), inst, t.gh, inc.rebooted_at, now, t.stale_after_s)
+    ok, why = healthy_again(t.rule_of(inc), inst, t.gh, inc.rebooted_at, now, t.stale_after_s)
     if ok:
         inc.exit_requested_at = now
         note(inc, now, ReasonCode.HEALTH_CHECK_PASSED, why)
@@ -378,11 +377,6 @@ def _decrease(t: Tick) -> bool:
     serving nothing taken out without a surge, in a group at its max_size): ESS then launches its
     replacement in its place."""
     return t.view.current_serving >= t.floor or bool(failed_run(t.gh.launches))
-
-
-def _rule(t: Tick, inc: Incident) -> IsolationRule | None:
-    """The rule that opened ``inc`` (None: the config no longer has it)."""
-    return next((r for r in t.iso.rules if r.rule_id == inc.rule), None)
 
 
 def _replace_unhealthy(t: Tick, inc: Incident, why: str) -> None:

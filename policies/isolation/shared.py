@@ -27,7 +27,7 @@ from policies.model import (
     WarningCode,
 )
 from policies.observe import GroupView
-from policies.spec import GroupSpec, IsolationAction, IsolationSpec
+from policies.spec import GroupSpec, IsolationAction, IsolationRule, IsolationSpec
 
 DAY_S = 86400.0
 MAX_STEP_FAILURES = 3  # then escalate: a reboot that keeps failing becomes a replacement
@@ -118,6 +118,10 @@ class Tick:
         return next(
             (i for i in self.gh.incidents if i.instance_id == instance_id and i.state in OPEN_STATES), None
         )
+
+    def rule_of(self, inc: Incident) -> IsolationRule | None:
+        """The rule that opened ``inc`` (None: the config no longer has it)."""
+        return next((r for r in self.iso.rules if r.rule_id == inc.rule), None)
 
     def incident(self, incident_id: str) -> Incident | None:
         return next((i for i in self.gh.incidents if i.incident_id == incident_id), None)
