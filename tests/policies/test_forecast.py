@@ -165,9 +165,24 @@ def test_a_step_that_stayed_is_the_level_not_a_slope(ago):
     assert 11.0 < f.mean_rps < 13.0 and f.peak_rps < 13.0
 
 
-def test_a_ramp_keeps_its_slope():
-    # the same rise spread over the last 20 minutes is a trend: the forecast runs ahead of the level
-    ramp = _poisson_minutes(lambda m: 1.0 + 11.0 * max(0.0, 20 - m) / 20, 60)
+@pytest.mark.parametrize("steepest_ago", [None, 8, 12])
+def test_a_ramp_keeps_its_slope(steepest_ago):
+    # the same rise spread over the last 20 minutes is a trend: the forecast runs ahead of the level; also
+    # where one minute of it rose twice as steeply as the rest, long enough ago to count as a level shift: a
+    # line still fits the span far better than a level each side of that minute
+    def rate(m):
+        bump = 0.5 if steepest_ago is not None and m < steepest_ago else 0.0
+        return 1.0 + 0.5 * max(0.0, 20 - m) + bump
+
+    if steepest_ago is None:
+        ramp = _poisson_minutes(rate, 60)
+    else:  # without noise: a noisy minute falling back by half the bump would read as a clump
+        ramp = DemandSeries(
+            start=NOW - timedelta(minutes=59), step_s=60, rps=[rate(59 - k) for k in range(60)]
+        )
+        span = ramp.rps[-21:]  # the slope's 20 minutes, the last one at NOW
+        diffs = [b - a for a, b in zip(span, span[1:], strict=False)]
+        assert fc._level_shift(diffs)  # the rule's candidate: the line's fit decides
     f = fc.forecast(ramp, NOW, HORIZON_S, ForecastState())
     assert f.level_rps is not None and f.peak_rps > 1.2 * f.level_rps
 
