@@ -34,11 +34,11 @@ from fleet.service.observe import GroupObservation
 from fleet.service.store import DecisionRecord, Outcome, Store
 from policies.model import (
     BreakerState,
+    GroupHistory,
     GroupPlan,
     Incident,
     IsolationStep,
     LifecycleState,
-    Plan,
     Reason,
     ReasonCode,
     StepAction,
@@ -687,15 +687,12 @@ def clip_to_ess(gp: GroupPlan, group: ScalingGroup | None) -> GroupPlan:
     return gp.model_copy(update=update)
 
 
-def with_fallback_count(
-    plan: Plan, gp: GroupPlan, size: int, why: str, group: ScalingGroup | None, now: datetime
-) -> GroupPlan:
-    """The plan with the count its capacity ladder's move needs (``CapacityManager.fall_back``): the group
-    now orders a type of another capacity per instance, and only the part still missing is ordered on it.
-    Folded in before the plan is recorded and written, so that the tick makes one capacity write and the
-    decision says why (a ``capacity_fallback_count`` reason with the plan's own target); the policy's
-    history takes the count as its last target, so the next decision starts from it instead of writing the
-    plan's count back over it."""
+def with_fallback_count(gp: GroupPlan, size: int, why: str, group: ScalingGroup | None) -> GroupPlan:
+    """The group plan with the count its capacity ladder's move needs (``CapacityManager.fall_back``): the
+    group now orders a type of another capacity per instance, and only the part still missing is ordered on
+    it. Folded in before the plan is recorded and written, so that the tick makes one capacity write and the
+    decision says why (a ``capacity_fallback_count`` reason with the plan's own target). The policy's history
+    takes the count too (``fallback_history``)."""
     delta = size - gp.target_capacity
     if delta == 0:
         return gp
@@ -709,13 +706,6 @@ def with_fallback_count(
     if current is None:
         current = group.total_capacity if group is not None else gp.target_capacity
     direction = "none" if desired is None or desired == current else ("up" if desired > current else "down")
-    gh = plan.history.groups.get(gp.group)
-    if gh is not None:
-        base = gh.last_target if gh.last_target is not None else gp.target_capacity
-        update: dict[str, object] = {"last_target": max(0, base + delta)}
-        if delta > 0:
-            update["last_scale_at"] = now  # a scale-out: the scale-in cooldown starts again
-        plan.history.groups[gp.group] = gh.model_copy(update=update)
     return gp.model_copy(
         update={
             "target_capacity": size,
@@ -727,6 +717,20 @@ def with_fallback_count(
             "reasons": [*gp.reasons, reason],
         }
     )
+
+
+def fallback_history(gh: GroupHistory, gp: GroupPlan, size: int, now: datetime) -> GroupHistory:
+    """The policy's history of a group whose plan ``gp`` a fallback count ``size`` replaced
+    (``with_fallback_count``): the count is its last target, so that the next decision starts from it
+    instead of writing the plan's count back over it; a count raised starts the scale-in cooldown again."""
+    delta = size - gp.target_capacity
+    if delta == 0:
+        return gh
+    base = gh.last_target if gh.last_target is not None else gp.target_capacity
+    update: dict[str, object] = {"last_target": max(0, base + delta)}
+    if delta > 0:
+        update["last_scale_at"] = now
+    return gh.model_copy(update=update)
 
 
 def _reason_text(gp: GroupPlan) -> str:

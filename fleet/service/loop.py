@@ -30,7 +30,13 @@ from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import count_calls
 from fleet.cloud.types import ScalingGroup
-from fleet.service.actuate import ActionResult, Actuator, clip_to_ess, with_fallback_count
+from fleet.service.actuate import (
+    ActionResult,
+    Actuator,
+    clip_to_ess,
+    fallback_history,
+    with_fallback_count,
+)
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors
@@ -366,12 +372,16 @@ class Service:
             moved = manager.fall_back(observation, targets, now, fence, held)
             result.errors.extend(moved.errors)
             counts.update(moved.counts)
-        plan.groups = [
-            with_fallback_count(plan, gp, *counts[gp.group], _ess_group(observation, gp.group), now)
-            if gp.group in counts
-            else gp
-            for gp in plan.groups
-        ]
+        folded = []
+        for gp in plan.groups:
+            if gp.group in counts:
+                size, why = counts[gp.group]
+                gh = plan.history.groups.get(gp.group)
+                if gh is not None:
+                    plan.history.groups[gp.group] = fallback_history(gh, gp, size, now)
+                gp = with_fallback_count(gp, size, why, _ess_group(observation, gp.group))
+            folded.append(gp)
+        plan.groups = folded
 
     # -- snapshot -------------------------------------------------------------------------------------
     def _add_demand(
