@@ -55,8 +55,10 @@ def plan_scaling(
     inp = ScalingInputs(spec, gh, group, view, bnd, now, leaving_serving, unreplaced, breaker_open, returned)
     start, _ = starting_point(inp)
     signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
+    # the launches' verdicts first: the demand's instances still loading and the steps below wait by the
+    # same load time (``load_time_s``), which a launch judged this tick can change
+    judge(inp)
     demand = read_demand(inp)  # the forecast's record and the capacity correction (None: predictive off)
-    judge(inp)  # the launches' verdicts
     ctx = ScalingContext(
         inp=inp,
         hold=start,

@@ -164,6 +164,35 @@ def test_a_dead_engine_is_a_known_zero_for_the_demand():
     assert decide(s, spec(), hist, s.taken_at).groups[0].predictive["demand_complete"] is False
 
 
+def test_a_launch_that_serves_late_this_tick_counts_for_the_demand_at_once():
+    # one launch judged failed 10 minutes ago serves this tick, 20 minutes after its order: launches here load
+    # that slowly, and an instance ordered 8 minutes ago that has reported nothing yet is still loading, for
+    # the demand as for everything else this tick (it waited by the cold start before the verdict was made)
+    from policies.launch_verdicts import slowest_launch
+    from policies.model import LaunchRecord
+    from tests.policies.test_predictive import snap, spec
+
+    s = snap(6, 6.0, days=0.5)
+    now = s.taken_at
+    late = instance(300, now, metrics={"vllm_up": 1.0, "request_rate": 1.0, "queue_waiting": 0.0})
+    late.created_at = now - timedelta(minutes=20)
+    young = instance(301, now, metrics={"queue_waiting": None, "requests_running": None})
+    young.created_at = now - timedelta(minutes=8)
+    s.groups[0].instances += [late, young]
+    s.groups[0].desired_capacity = 8
+    record = LaunchRecord(
+        instance_id=late.instance_id,
+        launched_at=late.created_at,
+        served=False,
+        judged_at=now - timedelta(minutes=10),
+    )
+    gh = GroupHistory(last_target=8, launches=[record])
+    plan = decide(s, spec(), History(groups={GROUP: gh}), now)
+    learned = slowest_launch(plan.history.groups[GROUP].launches, COLD_S)
+    assert learned is not None and learned.load_s == 20 * 60  # the verdict of this tick
+    assert plan.groups[0].predictive["demand_complete"] is True
+
+
 def test_with_the_breaker_open_scale_in_still_removes_dead_suspects():
     from policies import GroupSnapshot, Snapshot
     from policies.model import BreakerState, DemandInputs, Incident
