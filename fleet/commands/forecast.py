@@ -11,6 +11,7 @@ from rich.table import Table
 
 from fleet.commands._common import console, fail, load_config_or_exit, parse_at, print_json, write_atomically
 from fleet.service.planning import ForecastView
+from policies import forecast as fc
 
 DB_HELP = "database URL (default: $FLEET_DATABASE_URL, else sqlite:///fleet.db in the working directory)"
 
@@ -100,10 +101,18 @@ def _print(view: ForecastView) -> None:
         f"{'unknown' if cap is None else f'{cap:.3f} req/s'} ({view.capacity_source}); burstiness "
         f"{view.burstiness:.2f}"
     )
-    level = "unknown" if h.level_rps is None else f"{h.level_rps:.2f}"
-    console.print(
-        f"next {view.horizon_s:g}s: level {level} req/s, forecast {h.mean_rps:.2f}, upper {h.upper_rps:.2f}"
-    )
+    if view.horizon_unknown:
+        console.print(
+            f"next {view.horizon_s:g}s: no forecast: under {fc.MIN_LEVEL_BUCKETS} minutes of demand in the "
+            f"last {fc.LEVEL_WINDOW_S / 60:g} minutes, so no recent level (the service's predictive scaling "
+            "neither scales in nor out until it has one; its rules decide meanwhile)",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"next {view.horizon_s:g}s: level {h.level_rps:.2f} req/s, forecast {h.mean_rps:.2f}, upper "
+            f"{h.upper_rps:.2f}"
+        )
     if not view.hours:
         console.print("no hourly forecast: under a day of history (the service plans from level and trend)")
         return

@@ -178,6 +178,12 @@ class ForecastView:
     hours: list[PlannedHour]
     history: DemandSeries | None
 
+    @property
+    def horizon_unknown(self) -> bool:
+        """No forecast over the horizon: too few minutes of demand in the last ``LEVEL_WINDOW_S`` for a
+        level."""
+        return self.horizon.method == fc.Method.NONE
+
     def to_json(self) -> dict[str, Any]:
         h = self.horizon
         return {
@@ -193,8 +199,9 @@ class ForecastView:
             "burstiness": round(self.burstiness, 3),
             "horizon_s": self.horizon_s,
             "level_rps": None if h.level_rps is None else round(h.level_rps, 3),
-            "forecast_rps": round(h.mean_rps, 3),
-            "forecast_upper_rps": round(h.upper_rps, 3),
+            # no recent level, no forecast over the horizon (the service's own abstains then): unknown, not 0
+            "forecast_rps": None if self.horizon_unknown else round(h.mean_rps, 3),
+            "forecast_upper_rps": None if self.horizon_unknown else round(h.upper_rps, 3),
             "hours": [p.to_json() for p in self.hours],
         }
 

@@ -64,6 +64,24 @@ def test_hours_whose_yesterday_is_not_in_the_history_have_no_forecast(tmp_path, 
     assert out["hours"] == [] and out["method"] == "level_trend"
 
 
+def test_a_history_that_ended_minutes_ago_has_no_forecast_over_the_horizon_not_zero(tmp_path, capsys):
+    # the service was down (or the metrics out) for the last 20 minutes: no recent level, so no forecast for
+    # the next minutes, which the service's own predictive scaling treats as unknown; the hours still have one
+    hist = _history(tmp_path / "d.csv")
+    args = ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(hist), "--hours", "2"]
+    late = ["--at", (END + timedelta(minutes=20)).isoformat()]
+    assert main([*args, *late, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["level_rps"] is None and out["forecast_rps"] is None and out["forecast_upper_rps"] is None
+    assert len(out["hours"]) == 2 and out["hours"][0]["forecast_rps"] > 0
+    assert main([*args, *late]) == 0
+    text = capsys.readouterr().out
+    assert "no forecast" in text and "forecast 0.00" not in text
+    assert main([*args, "--json"]) == 0  # just after the file's newest row: a level and a forecast
+    out = json.loads(capsys.readouterr().out)
+    assert out["level_rps"] > 0 and out["forecast_upper_rps"] >= out["forecast_rps"] > 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
