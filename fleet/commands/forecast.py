@@ -50,6 +50,12 @@ def register(app: typer.Typer) -> None:
             fail(f"--group: no group {group!r} in {config}; groups: {', '.join(g.name for g in cfg.groups)}")
         pred = spec.predictive
         if pred.capacity_rps is None and not (pred.model and pred.instance_type):
+            if pred.mode == "off":
+                fail(
+                    f"{config}: groups[{group}] has predictive scaling off, so the service records no demand "
+                    "for it: give it a predictive: section (mode: forecast-only records what it would do and "
+                    "changes nothing) with model and instance_type, or capacity_rps"
+                )
             fail(f"{config}: groups[{group}].predictive: needs model and instance_type, or capacity_rps")
         problem = validate_hardware(spec)
         if problem:

@@ -98,6 +98,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert rc == 2 and message in err and "Traceback" not in err
 
 
+def test_a_group_with_predictive_scaling_off_says_so_and_how_to_turn_it_on(tmp_path, capsys):
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-hangzhou\naccount_id: '1'\ngroups:\n"
+        "  - {name: chat-7b, scaling_group_id: asg-1, min_size: 1, max_size: 6}\n"
+    )
+    assert main(["forecast", "--config", str(cfg), "--group", "chat-7b"]) == 2
+    err = capsys.readouterr().err
+    assert "predictive scaling off" in err and "records no demand" in err and "forecast-only" in err
+    assert "Traceback" not in err
+
+
 def test_a_bad_history_row_names_the_row(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("at,request_rate_rps\n2026-12-01T00:00:00Z,1\n2026-12-01T00:01:00Z,-3\n")
