@@ -165,6 +165,22 @@ def test_static_peak_pins_the_group_at_its_size(config):
     assert {p.desired for p in result.series} == {3}
 
 
+def test_runs_are_judged_by_the_slo_the_groups_policy_reads(config):
+    # the predictive section's ttft_p99_ms is the group's SLO (its capacity model sizes for it); the scale-out
+    # rule's threshold only where it gives none
+    group = config.groups[0]
+    rule_slo = next(r.above for r in group.scale_out if r.metric == "ttft_p99_ms")
+    wider = group.model_copy(
+        update={"predictive": group.predictive.model_copy(update={"ttft_p99_ms": rule_slo + 1500.0})}
+    )
+    declared = config.model_copy(update={"groups": [wider]})
+    for cfg, slo in ((config, rule_slo), (declared, rule_slo + 1500.0)):
+        result = simulate(
+            cfg, "azure:conv,rate=0.5", 2 / 60, policy="static-peak", options=SimOptions(static_size=3)
+        )
+        assert result.options.slo_ttft_ms == slo
+
+
 def test_simulate_json_via_cli(capsys, tmp_path):
     report = tmp_path / "r.html"
     code = main(
