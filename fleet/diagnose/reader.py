@@ -49,7 +49,9 @@ class ReadError(Exception):
 def context_for(
     spec: Any, *, model: str | None = None, instance_type: str | None = None, region: str | None = None
 ) -> GroupContext:
-    """The group's context from its fleet.yaml spec: SLOs from its scale-out rules, sizes, cold start."""
+    """The group's context from its fleet.yaml spec: sizes, cold start and SLOs, the ones its predictive
+    section declares (``ttft_p99_ms``, ``tpot_p99_ms``: what the policy sizes for), else the tightest of
+    its scale-out rules' thresholds on the same metric."""
     ttft = tpot = None
     for rule in getattr(spec, "scale_out", ()):
         if rule.above is None:
@@ -58,6 +60,10 @@ def context_for(
             ttft = float(rule.above) if ttft is None else min(ttft, float(rule.above))
         elif rule.metric == pm.TPOT_P99_MS:
             tpot = float(rule.above) if tpot is None else min(tpot, float(rule.above))
+    pred = getattr(spec, "predictive", None)
+    if pred is not None:
+        ttft = ttft if pred.ttft_p99_ms is None else float(pred.ttft_p99_ms)
+        tpot = tpot if pred.tpot_p99_ms is None else float(pred.tpot_p99_ms)
     return GroupContext(
         name=spec.name,
         cold_start_s=float(spec.cold_start_s),

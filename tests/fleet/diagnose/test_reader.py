@@ -44,6 +44,18 @@ def test_context_takes_the_slos_from_the_scale_out_rules():
     assert (ctx.slo_ttft_p99_ms, ctx.slo_tpot_p99_ms, ctx.cold_start_s) == (1500.0, 80.0, 240.0)
 
 
+def test_context_takes_the_slos_the_predictive_section_declares_over_the_rules():
+    # the policy sizes for these (GroupSpec.slo_ttft_p99_ms); the rules are its safety net
+    ctx = context_for(
+        spec(
+            predictive={"mode": "forecast-only", "capacity_rps": 1.0, "ttft_p99_ms": 3000, "tpot_p99_ms": 120}
+        )
+    )
+    assert (ctx.slo_ttft_p99_ms, ctx.slo_tpot_p99_ms) == (3000.0, 120.0)
+    ctx = context_for(spec(predictive={"mode": "forecast-only", "capacity_rps": 1.0, "ttft_p99_ms": 3000}))
+    assert (ctx.slo_ttft_p99_ms, ctx.slo_tpot_p99_ms) == (3000.0, 80.0)  # TPOT still from its rule
+
+
 def test_per_gpu_rows_reduce_to_the_worst_gpu_and_or_of_throttle_bits():
     t = START
     rows = [
