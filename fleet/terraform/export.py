@@ -8,7 +8,8 @@
   through), the thresholds from the rules the service acts on: the isolation rules on GPU temperature and
   GPU memory (the alarm fires when the service would start isolating), and the scale-out rules on latency and
   queue depth (the alarm fires when the breach outlasts the rule's duration by ``SLO_ALARM_HOLD_S``, i.e. when
-  scaling out did not fix it);
+  scaling out did not fix it); without a latency rule, the SLOs the predictive section declares, else
+  ``DEFAULT_LATENCY_ALARMS``;
 - scheduled tasks: the schedule floors and ceilings, as ``policies.schedule.bounds`` computes them (cold-start
   lead included), turned into ESS scheduled tasks that recur weekly in UTC, one per change of the bounds;
 - ``drain_timeout_s`` from the isolation spec's drain timeout;
@@ -286,9 +287,12 @@ def alarms_for(spec: GroupSpec) -> dict[str, dict[str, Any]]:
             "period_s": ALARM_PERIOD_S,
             "level": "warn" if out_rule.metric == m.QUEUE_WAITING_PER_INSTANCE else "critical",
         }
-    for key, (metric, threshold, hold_s) in DEFAULT_LATENCY_ALARMS.items():
+    declared = {m.TTFT_P99_MS: spec.predictive.ttft_p99_ms, m.TPOT_P99_MS: spec.predictive.tpot_p99_ms}
+    for key, (metric, default, hold_s) in DEFAULT_LATENCY_ALARMS.items():
         if key in alarms:  # a scale-out rule on that metric set it
             continue
+        # no rule on it: the SLO the group's predictive section declares, else the default
+        threshold = declared.get(metric) or default
         name, custom, _ = cloud_metric(metric)
         alarms[key] = {
             "metric": name,

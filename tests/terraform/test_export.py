@@ -227,6 +227,13 @@ def test_default_latency_alarms_are_ttft_and_tpot_and_instance_down_is_always_pr
     assert alarms["instance_down"]["metric"] == "vllm_up"
 
 
+def test_without_a_latency_rule_the_alarms_sit_at_the_slos_the_predictive_section_declares():
+    spec = group(predictive={"mode": "forecast-only", "capacity_rps": 1.0, "ttft_p99_ms": 3000})
+    alarms = build_tfvars(config(spec), now=NOW)["alarms"]
+    assert alarms["ttft_p99"]["threshold"] == 3000
+    assert alarms["tpot_p99"]["threshold"] == 100  # none declared: the default
+
+
 def test_an_e2e_rule_still_gets_its_own_alarm():
     spec = group(scale_out=[{"metric": "e2e_p99_ms", "above": 30000, "for": "2m"}])
     alarms = build_tfvars(config(spec), now=NOW)["alarms"]
