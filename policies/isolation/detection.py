@@ -161,12 +161,11 @@ def detect(
 ) -> dict[str, list[Detection]]:
     """Findings per instance for the serving and standby instances; tracks advance in ``gh``.
 
-    ``learned_s``: how long launches here take to serve (``load_time_s``), which an engine-health rule
-    waits out on a launch that has not served (``engine_load_s``). ``blind`` (the group's instance list is
-    the last one read): the rules that read an absence are left
-    out, since an instance that left the group meanwhile falls silent too. ``clear`` receives the keys whose
-    condition a fresh sample read as not holding (metric rules without ``repeat``, throttle, absent and
-    outlier rules; the others cannot read as over)."""
+    ``learned_s``: how long launches here take to serve (``load_time_s``), which an engine-health rule waits
+    out on a launch that has not served (``engine_load_s``). ``blind`` (the group's instance list is the last
+    one read): the rules that read an absence are left out, since an instance that left the group meanwhile
+    falls silent too. ``clear`` receives the keys whose condition a fresh sample read as not holding (metric
+    rules without ``repeat``, throttle, absent and outlier rules; the others cannot read as over)."""
     stale_after = spec.stabilization.stale_after_s
     cleared: set[str] = set() if clear is None else clear
     findings: dict[str, list[Detection]] = {}

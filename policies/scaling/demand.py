@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 from policies import forecast as fc
 from policies import metrics as m
-from policies.launch_verdicts import engine_up, load_time_s
+from policies.launch_verdicts import engine_up
 from policies.model import (
     ForecastState,
     GroupHistory,
@@ -98,14 +98,14 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def observed_demand(inp: ScalingInputs) -> Demand:
+def observed_demand(inp: ScalingInputs, load_s: float) -> Demand:
     """Sum of the InService instances' fresh arrival rates and their rate-weighted token mix.
 
-    An instance younger than a launch's load time (the cold start, or what launches here were seen to take:
-    ``load_time_s``; plus the staleness allowance) that has never reported a rate is still loading its
-    weights: the balancer sends it nothing yet, so its silence leaves the demand complete. So does one whose
-    agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never came up): it serves
-    nothing, which is known, not missing. Without that, one dead engine waiting for a human held every
+    An instance younger than a launch's load time (``load_s``: the cold start, or what launches here were seen
+    to take, ``load_time_s``; plus the staleness allowance) that has never reported a rate is still loading
+    its weights: the balancer sends it nothing yet, so its silence leaves the demand complete. So does one
+    whose agent reports vLLM down (a fresh ``vllm_up`` of 0: crashed, or a launch that never came up): it
+    serves nothing, which is known, not missing. Without that, one dead engine waiting for a human held every
     scale-in of its group.
     """
     stale_after_s = inp.spec.stabilization.stale_after_s
@@ -119,7 +119,7 @@ def observed_demand(inp: ScalingInputs) -> Demand:
     waiting: list[float] = []
     loading = 0
     down: list[str] = []
-    loading_s = load_time_s(inp.gh.launches, inp.spec.cold_start_s) + stale_after_s
+    loading_s = load_s + stale_after_s
     for inst in inp.view.serving:
         sample = inst.metrics.get(m.REQUEST_RATE)
         if sample is None and _loading(inst.created_at, inp.now, loading_s):
@@ -257,13 +257,14 @@ def in_service_s(curve: list[tuple[float, float]], rate: float) -> float:
     return curve[-1][1]
 
 
-def read_demand(inp: ScalingInputs) -> DemandSignals | None:
-    """The demand signals, advancing the forecast's record; None when predictive scaling is off."""
+def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
+    """The demand signals, advancing the forecast's record; None when predictive scaling is off. ``load_s``:
+    how long a launch here takes to serve, after this tick's verdicts (``load_time_s``)."""
     pred = inp.spec.predictive
     if pred.mode == PredictiveMode.OFF:
         return None
     gh = inp.gh
-    d = observed_demand(inp)
+    d = observed_demand(inp, load_s)
     dem = inp.group.demand
     if d.complete and dem is not None and dem.recent_rps is not None:
         d.rps = dem.recent_rps  # the last minute's mean: one scrape period's rate swings with every clump

@@ -58,7 +58,8 @@ def plan_scaling(
     # the launches' verdicts first: the demand's instances still loading and the steps below wait by the
     # same load time (``load_time_s``), which a launch judged this tick can change
     judge(inp)
-    demand = read_demand(inp)  # the forecast's record and the capacity correction (None: predictive off)
+    load_s = load_time_s(gh.launches, spec.cold_start_s)
+    demand = read_demand(inp, load_s)  # the forecast's record, the capacity correction (None: predictive off)
     ctx = ScalingContext(
         inp=inp,
         hold=start,
@@ -67,7 +68,7 @@ def plan_scaling(
         warnings=list(signals.warnings),
         demand=demand,
         dead=dead_launches(gh, view, now),
-        load_s=load_time_s(gh.launches, spec.cold_start_s),
+        load_s=load_s,
     )
     if demand is not None:
         ctx.warnings.extend(demand.warnings)
