@@ -46,7 +46,7 @@ def _ladder(
 ) -> Iterator[Ladder]:
     """A group of ``held`` InService instances laddered over ``types`` (the A10, and the L20 at 1.5 times its
     capacity per instance), its memory saved first where ``memory(manager, now)`` gives one; the fake's
-    calls are cleared at each ``observe()``."""
+    calls are cleared at each ``observe()``. ``max_size`` is ESS's MaxSize (the config's stays 8)."""
     with mock_aliyun() as cloud:
         gid = cloud.create_group_for_tests(
             name="chat",
