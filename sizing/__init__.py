@@ -23,7 +23,7 @@ from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
 from sizing.latency import KneeSweep, LatencyReport, Workload, knee_sweep, simulate
 from sizing.memory import Deployment, MemoryPlan, plan_memory
-from sizing.perf import PerfModel, perf_model
+from sizing.perf import PerfModel, perf_for, perf_model
 from sizing.search import SLO, Candidate, SearchResult, Settings, search
 from sizing.traces import TraceError, TraceRequest, parse_columns
 
@@ -60,6 +60,7 @@ __all__ = [
     "load_instances",
     "load_models",
     "model_from_hf_config",
+    "perf_for",
     "perf_model",
     "parse_columns",
     "plan_memory",

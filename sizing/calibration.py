@@ -263,8 +263,8 @@ def _activation(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibrat
 def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibration:
     """vLLM's own KV bytes per token, where the log gives both the pool and its size in tokens or blocks."""
     tokens = facts.kv_cache_tokens or (facts.gpu_blocks * 16 if facts.gpu_blocks else None)
-    if facts.kv_cache_gib is None or not tokens:
-        return cal
+    if facts.kv_cache_gib is None or not tokens or plan.local is not None:
+        return cal  # a hybrid model's logged tokens are derived (concurrency x max_model_len), not a pool
     implied = facts.kv_cache_gib * GIB / tokens
     if abs(implied / plan.kv_bytes_per_token - 1.0) <= KV_BYTES_TOLERANCE:
         return cal  # within the rounding of the printed GiB: the model's own figure is exact
@@ -272,9 +272,11 @@ def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibratio
     return _add(cal, term, kv_bytes_per_token=round(implied))
 
 
-def _logged_kv_gib(facts: LogFacts, kv_bytes_per_token: float) -> float | None:
+def _logged_kv_gib(facts: LogFacts, kv_bytes_per_token: float, hybrid: bool = False) -> float | None:
     if facts.kv_cache_gib is not None:
         return facts.kv_cache_gib
+    if hybrid:
+        return None  # its logged tokens do not multiply out to the pool
     tokens = facts.kv_cache_tokens or (facts.gpu_blocks * 16 if facts.gpu_blocks else None)
     return tokens * kv_bytes_per_token / GIB if tokens else None
 
@@ -284,7 +286,7 @@ def _overhead(cal: Calibration, facts: LogFacts, base: Deployment) -> Calibratio
     from sizing.memory import plan_memory
 
     plan = plan_memory(apply_calibration(base, replace(cal, overhead_residual_gib=None)))
-    kv_logged = _logged_kv_gib(facts, plan.kv_bytes_per_token)
+    kv_logged = _logged_kv_gib(facts, plan.kv_bytes_per_token, plan.local is not None)
     if kv_logged is None:
         return cal
     util = facts.gpu_memory_utilization or base.gpu_memory_utilization

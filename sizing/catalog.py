@@ -169,10 +169,12 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Local attention on some or all layers (Gemma 2/3 and Mistral v0.1's sliding window, Llama 4's
-    # chunks): the span in tokens, 0 when none. Not modelled: every layer is sized as if it attended over
-    # the whole context.
+    # Local attention on some or all layers (Gemma 2/3, gpt-oss and Mistral v0.1's sliding window, Llama 4's
+    # chunks): the span in tokens, 0 when none; and how many layers attend within a sliding window (0 for
+    # chunks, which vLLM sizes as full attention by default). vLLM's hybrid KV cache manager keeps only the
+    # window for those layers (sizing.memory).
     sliding_window: int = 0
+    sliding_layers: int = 0
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
     # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
     # beside the language model's, never read by a decode step
@@ -452,6 +454,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         shared_expert_intermediate=shared,
         dense_layers=_dense_layers(cfg, name, layers) if experts else 0,
         sliding_window=_sliding_window(cfg, max_position),
+        sliding_layers=_sliding_layers(cfg, name, layers, max_position),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
         qk_nope_head_dim=qk_nope,
@@ -563,6 +566,31 @@ def _sliding_window(cfg: dict[str, Any], max_position: int) -> int:
     if not window and isinstance(chunk, int) and not isinstance(chunk, bool):
         window = chunk
     return window if 0 < window < max_position else 0
+
+
+def _sliding_layers(cfg: dict[str, Any], name: str, layers: int, max_position: int) -> int:
+    """How many layers of a config.json attend within its sliding window (not Llama 4's chunks): those its
+    ``layer_types`` name ``sliding_attention`` (gpt-oss, newer Gemma and Qwen2 configs), all but every
+    ``sliding_window_pattern``-th (Gemma 3), the even ones (Gemma 2), those from ``max_window_layers`` on
+    (Qwen2 with ``use_sliding_window``), else all of them (Mistral v0.1)."""
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
+        return 0
+    if not 0 < window < max_position:
+        return 0
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers:
+            raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
+        return sum(1 for t in types if t == "sliding_attention")
+    pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern"))
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+        return layers - layers // pattern  # every pattern-th layer attends globally
+    if str(cfg.get("model_type", "")) == "gemma2":
+        return (layers + 1) // 2  # layers 0, 2, 4, ... slide
+    if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
+        return layers - min(layers, _count(cfg, "max_window_layers", name, below=layers + 1))
+    return layers
 
 
 def _mla_fields(cfg: dict[str, Any], pick: Callable[..., Any]) -> tuple[int, int, int, int, int]:

@@ -72,6 +72,7 @@ class _Seq:
         "order",
         "alive",
         "preemptions",
+        "local",
     )
 
     def __init__(self, rid: Hashable, arrival: float, prompt: int, output: int) -> None:
@@ -91,6 +92,7 @@ class _Seq:
         self.order = 0
         self.alive = False  # in the decoding set
         self.preemptions = 0
+        self.local = 0.0  # KV its sliding-window groups hold while running (hybrid models)
 
 
 class InstanceEngine:
@@ -124,8 +126,16 @@ class InstanceEngine:
         self._budget = self.plan.max_num_batched_tokens
         self._chunked = self.plan.chunked_prefill
         self._max_len = self.plan.max_model_len
-        self._kv_capacity = float(self.plan.kv_cache_tokens)
+        self._kv_capacity = float(self.plan.kv_context_tokens)
         self._slack = deployment.block_size / 2.0  # a sequence's last block is half empty on average
+        # A hybrid model's sliding-window groups: each running sequence holds up to the window there, in
+        # the full-attention groups' tokens (sizing.memory.LocalAttention), charged whole while it runs;
+        # its decode steps read that window in the sliding layers.
+        local = self.plan.local
+        self._local_ratio = local.kv_ratio if local else 0.0
+        self._local_window = local.window_tokens if local else 0
+        self._local_read = local.read_ratio / local.kv_ratio if local else 0.0
+        self._local_sum = 0.0
         self._now = start_s
         self._last_until = start_s
         self._busy_total = 0.0
@@ -220,7 +230,15 @@ class InstanceEngine:
     # ---------------------------------------------------------------------------------------- internals
     def _kv_used(self) -> float:
         decode_ctx = self._base_sum + self._n_dec * self._d
-        return decode_ctx + self._prefill_kv + self._slack * len(self._running)
+        return decode_ctx + self._prefill_kv + self._slack * len(self._running) + self._local_sum
+
+    def _local_of(self, seq: _Seq) -> float:
+        return self._local_ratio * min(seq.prompt + seq.output, self._local_window)
+
+    def _leave(self, seq: _Seq) -> None:
+        """A running sequence leaves (finished or preempted): its sliding-window KV is freed."""
+        self._local_sum = self._local_sum - seq.local if self._running else 0.0
+        seq.local = 0.0
 
     def _admit_arrivals(self, done: list[CompletedRequest]) -> None:
         pending, now = self._pending, self._now
@@ -276,6 +294,7 @@ class InstanceEngine:
         if not self._running:
             return False
         _, seq = self._running.popitem()
+        self._leave(seq)
         if seq.alive:
             seq.generated += self._d - (seq.finish_d - (seq.output - seq.generated))
             self._remove_decoding(seq)
@@ -295,12 +314,12 @@ class InstanceEngine:
             return False
         running = len(self._running)
         c0 = self._base_sum + n * self._d
-        free = self._kv_capacity - c0 - self._prefill_kv - self._slack * running
+        free = self._kv_capacity - c0 - self._prefill_kv - self._slack * running - self._local_sum
         can_admit = running < self._max_seqs
         if can_admit and self._waiting:
             first = self._waiting[0]
             chunk = min(first.need, self._budget) if self._chunked else first.need
-            if n + chunk + self._slack <= free:
+            if n + chunk + self._slack + self._local_of(first) <= free:
                 return False  # the next iteration admits someone
         heap = self._heap
         while heap:
@@ -327,10 +346,11 @@ class InstanceEngine:
         if target <= 0:
             return False
         half_bn = b * n / 2.0
-        cost = k * a + b * k * c0 + half_bn * k * (k - 1)
+        c_read = c0 + self._local_sum * self._local_read
+        cost = k * a + b * k * c_read + half_bn * k * (k - 1)
         if cost > target:
-            # smallest k with k*a + b*(k*c0 + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
-            qb = a + b * c0 - half_bn
+            # smallest k with k*a + b*(k*c + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
+            qb = a + b * c_read - half_bn
             if half_bn > 0:
                 kt = math.ceil((-qb + math.sqrt(qb * qb + 4 * half_bn * target)) / (2 * half_bn) - 1e-9)
             else:
@@ -339,7 +359,7 @@ class InstanceEngine:
                 k = kt
             if k < 2:
                 return False
-            cost = k * a + b * k * c0 + half_bn * k * (k - 1)
+            cost = k * a + b * k * c_read + half_bn * k * (k - 1)
         cost /= speed
         self._now += cost
         self._busy_total += cost
@@ -357,6 +377,7 @@ class InstanceEngine:
             seq.generated = seq.output
             self._remove_decoding(seq)
             del self._running[seq.order]
+            self._leave(seq)
             self._finish(seq, done)
 
     def _step(self, done: list[CompletedRequest]) -> None:
@@ -388,7 +409,7 @@ class InstanceEngine:
     def _make_decode_room(self, cap: float) -> float:
         """Decodes first: each running decoding sequence needs one more KV slot; preempt until they fit. The
         KV cache in use after."""
-        used = self._base_sum + self._n_dec * self._d + self._prefill_kv + self._slack * len(self._running)
+        used = self._kv_used()
         if self._n_dec and used + self._n_dec > cap:
             while self._n_dec and self._kv_used() + self._n_dec > cap:
                 if not self._preempt_last():
@@ -419,18 +440,21 @@ class InstanceEngine:
             c = min(seq.need, budget)
             if not self._chunked and c < seq.need:
                 break
-            if c + self._slack > kv_free:
+            local = self._local_of(seq)
+            if c + self._slack + local > kv_free:
                 break
             self._waiting.popleft()
             self._order += 1
             seq.order = self._order
             self._running[seq.order] = seq
+            seq.local = local
+            self._local_sum += local
             self._prefilling.append(seq)
             if seq.first_sched < 0:
                 seq.first_sched = self._now
             chunks.append((seq, c))
             budget -= c
-            kv_free -= c + self._slack
+            kv_free -= c + self._slack + local
 
     def _unblock(self, done: list[CompletedRequest]) -> None:
         """Nothing could be scheduled: partial prefills hold the KV cache. Free the newest, as vLLM does;
@@ -458,8 +482,10 @@ class InstanceEngine:
     def _iteration_s(self, n_dec: int, chunks: list[tuple[_Seq, int]]) -> float:
         """The iteration's time from the performance model: its tokens, context and attention pairs."""
         tokens = n_dec
-        ctx = (self._base_sum + self._n_dec * self._d) if n_dec else 0
-        pairs = float(ctx)
+        ctx = float(self._base_sum + self._n_dec * self._d) if n_dec else 0.0
+        pairs = ctx
+        if n_dec and self._local_sum:
+            ctx += self._local_sum * self._local_read  # the sliding layers read their windows
         sampled = n_dec
         for seq, c in chunks:
             tokens += c
@@ -486,6 +512,7 @@ class InstanceEngine:
                     self.first_tokens.append(self._now - seq.arrival)
             if seq.generated >= seq.output:
                 del self._running[seq.order]
+                self._leave(seq)
                 self._finish(seq, done)
                 continue
             seq.base = seq.computed - self._d

@@ -284,15 +284,17 @@ def capacity_estimate(
     """
     p, o = max(prompt_tokens, 1.0), max(output_tokens, 1.0)
     seqs = max_num_seqs or plan.max_num_seqs
-    per_seq_kv = p + o / 2 + 8
-    n_max = max(1, min(seqs, int(plan.kv_cache_tokens / per_seq_kv)))
+    per_seq_kv = p + o / 2 + 8 + plan.kv_seq_tokens(round(p + o)) - round(p + o)  # a hybrid's windows
+    n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
+    # a hybrid model's sliding layers read their window each step, beside the context the others read
+    window_read = (plan.local.read_ratio * min(p + o / 2, plan.local.window_tokens)) if plan.local else 0.0
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
     ) / perf.compute_flops + perf.comm_s_per_token
 
     def tau(n: int) -> float:
         a, b = perf.decode_affine(n)
-        return a + b * n * (p + o / 2) + c_prefill * p * n / o
+        return a + b * n * (p + o / 2 + window_read) + c_prefill * p * n / o
 
     n = n_max
     if slo_tpot_p99_ms is not None:

@@ -8,6 +8,8 @@ Follows vllm-sizing.md section 1 (vLLM's ``determine_available_memory`` and ``ge
     tokens     = 16 x blocks                                       ("GPU KV cache size")
 
 and the startup check that one request of ``max_model_len`` tokens fits, with the largest length that would.
+A model mixing sliding-window and full-attention layers (Gemma 2/3, gpt-oss) follows V1's hybrid KV cache
+manager instead (``LocalAttention``): groups of layers share a pool, a sliding layer keeps only its window.
 
 What is calibrated, and on which public log (docs/sizing-accuracy.md has every row; the tests re-check them):
 
@@ -83,6 +85,10 @@ GRAPHS_INSIDE_UTIL_SINCE = (0, 21, 0)
 # 0.6.4 logs peak at 0.06 GiB over the weights with 512-token chunks, where 256 sequences' logits alone are
 # 0.44 GiB; its 20K/29K rows fit the forward pass alone (ACT_BUFFERS).
 SAMPLER_COUNTED_SINCE = (0, 6, 5)
+# V1's hybrid KV cache manager (vllm#11382, built over 0.9) keeps only the window of a sliding-window layer
+# beside the full-attention ones; taken as on by default from 0.10. Before, or under V0, every layer of such
+# a model is sized as full attention.
+HYBRID_KV_SINCE = (0, 10, 0)
 
 # CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
 # V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
@@ -172,6 +178,100 @@ class MemoryPlan:
     terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
     cuda_graphs_fit: bool = True  # False: no room outside util for CUDA graphs (run with --enforce-eager)
     cuda_graphs_in_util: bool = False  # V1 0.21+: the graph estimate is taken out of util before the KV cache
+    # Sliding-window layers in their own KV cache groups (vLLM's hybrid manager), or None. Then
+    # kv_cache_tokens is vLLM's derived figure (max_concurrency x max_model_len) and kv_bytes_per_token
+    # covers every layer; the engine's capacity is ``local.context_tokens`` with ``local.seq_tokens``.
+    local: LocalAttention | None = None
+
+    @property
+    def kv_context_tokens(self) -> int:
+        """The KV cache in tokens of context a sequence spends one by one (with ``kv_seq_tokens``)."""
+        return self.local.context_tokens if self.local else self.kv_cache_tokens
+
+    def kv_seq_tokens(self, tokens: int) -> float:
+        """What a sequence of ``tokens`` holds of ``kv_context_tokens``."""
+        return self.local.seq_tokens(tokens) if self.local else float(tokens)
+
+
+@dataclass(frozen=True)
+class LocalAttention:
+    """How vLLM's hybrid KV cache manager lays out a model whose sliding-window layers sit beside
+    full-attention ones (``kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the layers of each type
+    are split into groups of ``group_size`` (padded), every group has its own block table, and one pool
+    block holds a page for each of the ``group_size`` slots. A sequence of ``n`` tokens holds ``cdiv(n, 16)``
+    blocks in every full-attention group and at most ``window_tokens`` worth in every sliding one."""
+
+    window: int  # the model's sliding window, tokens
+    window_tokens: int  # what a sliding group keeps per sequence: (cdiv(window - 1, 16) + 1) blocks
+    sliding_layers: int
+    full_layers: int
+    group_size: int
+    full_groups: int
+    sliding_groups: int
+    pool_tokens: int  # pool blocks x 16: token slots in one group's block table, summed over every group
+
+    @property
+    def context_tokens(self) -> int:
+        """The pool in tokens of context as the full-attention groups spend them (the engine's capacity)."""
+        return self.pool_tokens // self.full_groups
+
+    @property
+    def kv_ratio(self) -> float:
+        """A sliding group's token against the full-attention groups' (both per group count)."""
+        return self.sliding_groups / self.full_groups
+
+    @property
+    def read_ratio(self) -> float:
+        """KV read per token in the window against a context token's, per decode step (layers, not groups)."""
+        return self.sliding_layers / self.full_layers
+
+    @property
+    def full_share(self) -> float:
+        """Share of the layers that read the whole context."""
+        return self.full_layers / (self.full_layers + self.sliding_layers)
+
+    def seq_tokens(self, tokens: int) -> float:
+        """KV a sequence of ``tokens`` holds, in context tokens of the full-attention groups."""
+        return tokens + self.kv_ratio * min(tokens, self.window_tokens)
+
+
+def hybrid_kv(dep: Deployment) -> bool:
+    """Whether vLLM gives ``dep``'s sliding-window layers their own (windowed) KV cache groups: V1 from
+    HYBRID_KV_SINCE, a model mixing sliding-window and full-attention layers, no MLA."""
+    model = dep.model
+    if dep.engine != "v1" or model.mla or not 0 < model.sliding_layers < model.layers:
+        return False
+    version = version_tuple(dep.vllm_version)
+    return version is None or version >= HYBRID_KV_SINCE
+
+
+def _local_layout(dep: Deployment, layer_page_bytes: float, kv_avail_bytes: float) -> LocalAttention:
+    """vLLM's grouping for a hybrid model: the group size is the smaller layer count, or the larger where it
+    is under 1.5 times the smaller (fewer padding layers); blocks = available // (page x group size)."""
+    model, bs = dep.model, dep.block_size
+    sliding = model.sliding_layers
+    full = model.layers - sliding
+    small, large = min(full, sliding), max(full, sliding)
+    group = large if large < small * 1.5 else small
+    blocks = max(0, math.floor(kv_avail_bytes / (layer_page_bytes * group))) if kv_avail_bytes > 0 else 0
+    return LocalAttention(
+        window=model.sliding_window,
+        window_tokens=(math.ceil((model.sliding_window - 1) / bs) + 1) * bs,
+        sliding_layers=sliding,
+        full_layers=full,
+        group_size=group,
+        full_groups=math.ceil(full / group),
+        sliding_groups=math.ceil(sliding / group),
+        pool_tokens=blocks * bs,
+    )
+
+
+def _local_need_blocks(local: LocalAttention, max_model_len: int, batched_tokens: int, bs: int) -> int:
+    """Pool blocks one ``max_model_len`` request may hold (``max_memory_usage_bytes`` per group): every block
+    of it in a full group; in a sliding group the window plus one step's chunk, and one block more."""
+    full = math.ceil(max_model_len / bs)
+    sliding = math.ceil(min(local.window - 1 + batched_tokens, max_model_len) / bs) + 1
+    return local.full_groups * full + local.sliding_groups * sliding
 
 
 @dataclass(frozen=True)
@@ -468,8 +568,16 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     inside = graphs_inside_util(dep)
     kv_avail = usable - weights - act - non_torch - (graphs if inside else 0.0)
     block_bytes = dep.block_size * per_token
-    blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
-    kv_tokens = blocks * dep.block_size
+    local = None
+    if hybrid_kv(dep):
+        local = _local_layout(dep, block_bytes / model.layers, kv_avail * GIB)
+        blocks = local.pool_tokens // dep.block_size
+        max_concurrency = blocks / _local_need_blocks(local, max_model_len, tokens, dep.block_size)
+        kv_tokens = int(max_concurrency * max_model_len)  # vLLM's own report for a hybrid model
+    else:
+        blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
+        kv_tokens = blocks * dep.block_size
+        max_concurrency = kv_tokens / max_model_len
     terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
     graph_src = _SRC_GRAPHS_V0 if dep.engine != "v1" else (_SRC_GRAPHS_V1_IN if inside else _SRC_GRAPHS_V1)
     terms.append(MemoryTerm("CUDA graphs", graphs, graph_src))
@@ -481,8 +589,8 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"{headroom:.1f} GiB is left: lower --gpu-memory-utilization or add --enforce-eager"
         )
     graphs_fit = not warnings
-    need_blocks = math.ceil(max_model_len / dep.block_size)
-    fits = blocks >= need_blocks and blocks > 0
+    need_gib = _need_gib(dep, block_bytes, max_model_len, tokens)
+    fits = blocks > 0 and need_gib <= max(0.0, kv_avail)
     if fits and kv_tokens < max_model_len * (1 + REFUSAL_MARGIN):
         warnings.append(
             f"one {max_model_len}-token request fits with under {REFUSAL_MARGIN:.0%} to spare "
@@ -503,13 +611,22 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
             "leave headroom, or bound it with --limit-mm-per-prompt"
         )
-    if model.sliding_window:
+    if local is not None:
+        warnings.append(
+            f"sliding-window attention on {local.sliding_layers} of {model.layers} layers "
+            f"({local.window:,} tokens): vLLM's hybrid KV cache manager keeps only the window for them, so "
+            f"a token of context costs the {local.full_layers} full-attention layers' KV; the KV tokens "
+            "shown are vLLM's own derived figure (max concurrency x max_model_len)"
+        )
+    elif model.sliding_window:
         warnings.append(
             f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "
             "every layer is sized as if it attended over the whole context, so the KV capacity and "
             "concurrency here are a lower bound (vLLM keeps only the window for those layers)"
         )
-    fit_len = min(model.max_position, kv_tokens)
+    fit_len = (
+        _longest_fit(dep, block_bytes, tokens, kv_avail) if local else min(model.max_position, kv_tokens)
+    )
     if kv_avail <= 0:
         graph_part = f" + CUDA graphs {graphs:.2f}" if inside else ""
         reason = (
@@ -519,7 +636,6 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         )
         fit_len = 0
     elif not fits:
-        need_gib = need_blocks * block_bytes / GIB
         reason = (
             f"does not fit: one {max_model_len}-token request needs {need_gib:.2f} GiB of KV cache but "
             f"{kv_avail:.2f} GiB is left; the largest max_model_len that fits is {fit_len}"
@@ -542,7 +658,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
         chunked_prefill=chunked,
-        max_concurrency=kv_tokens / max_model_len,
+        max_concurrency=max_concurrency,
         cuda_graph_gib=graphs,
         fits=fits,
         reason=reason,
@@ -551,4 +667,31 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         terms=tuple(terms),
         cuda_graphs_fit=graphs_fit,
         cuda_graphs_in_util=inside,
+        local=local,
     )
+
+
+def _need_gib(dep: Deployment, block_bytes: float, max_model_len: int, batched_tokens: int) -> float:
+    """KV cache one ``max_model_len`` request needs (vLLM's ``check_enough_kv_cache_memory``: the layers'
+    ``max_memory_usage_bytes`` summed; a sliding-window layer under the hybrid manager needs its window
+    plus one step's chunk, and a block more)."""
+    bs, model = dep.block_size, dep.model
+    full_blocks = math.ceil(max_model_len / bs)
+    if not hybrid_kv(dep):
+        return full_blocks * block_bytes / GIB
+    window = math.ceil(min(model.sliding_window - 1 + batched_tokens, max_model_len) / bs) + 1
+    sliding = model.sliding_layers
+    layer_blocks = (model.layers - sliding) * full_blocks + sliding * window
+    return layer_blocks * block_bytes / model.layers / GIB
+
+
+def _longest_fit(dep: Deployment, block_bytes: float, batched_tokens: int, kv_avail: float) -> int:
+    """The largest max_model_len whose request fits ``kv_avail`` GiB (vLLM's ``estimate_max_model_len``)."""
+    lo, hi = 0, dep.model.max_position
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _need_gib(dep, block_bytes, mid, batched_tokens) <= kv_avail:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -40,7 +40,7 @@ docs/sizing-accuracy.md compares the result with further public measurements.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sizing.calibration import Calibration
 from sizing.catalog import GPU, ModelShape
@@ -202,7 +202,14 @@ def perf_model(
 
 
 def perf_for(dep: Deployment, plan: MemoryPlan) -> PerfModel:
-    """The perf model of a deployment as planned (its calibration included)."""
-    return perf_model(
+    """The perf model of a deployment as planned (its calibration included). Under vLLM's hybrid KV cache
+    manager a context token is read by the full-attention layers alone (``kv_bytes_per_token``); the
+    sliding-window layers read their window, which the engine adds per sequence (``LocalAttention``). The
+    prefill's attention FLOPs still count every layer over the whole prompt (a bound: past the window a
+    sliding layer attends to fewer tokens)."""
+    perf = perf_model(
         dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype, calibration=dep.calibration
     )
+    if plan.local is None:
+        return perf
+    return replace(perf, kv_bytes_per_token=perf.kv_bytes_per_token * plan.local.full_share)

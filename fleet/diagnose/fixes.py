@@ -51,7 +51,7 @@ def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
         find_gpu,
         find_instance,
         find_model,
-        perf_model,
+        perf_for,
         plan_memory,
     )
 
@@ -69,7 +69,7 @@ def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
         plan = plan_memory(dep)
         if not plan.fits:
             return None
-        perf = perf_model(dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype)
+        perf = perf_for(dep, plan)  # no calibration here: the catalog's own figures
     except (SizingInputError, ValueError, KeyError):
         return None
     return Deploy(
@@ -77,7 +77,7 @@ def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
         instance_type=inst.name,
         gpu=inst.gpu,
         gpus=inst.gpus,
-        kv_cache_tokens=plan.kv_cache_tokens,
+        kv_cache_tokens=plan.kv_context_tokens,  # a hybrid model's in context tokens, as sequences spend it
         max_num_seqs=plan.max_num_seqs,
         max_model_len=plan.max_model_len,
         plan=plan,

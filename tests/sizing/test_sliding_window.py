@@ -1,0 +1,175 @@
+"""Sliding-window models under vLLM's hybrid KV cache manager: which layers slide (from config.json), the
+pool vLLM lays out for them, its startup check, and what a running sequence holds in the engine."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sizing import Deployment, InstanceEngine, SizingInputError, find_gpu, model_from_hf_config, plan_memory
+from sizing.catalog import GIB
+from sizing.latency import capacity_estimate
+from sizing.perf import perf_for
+
+# Gemma 3 27B's config.json (google/gemma-3-27b-it): the language model in text_config, every sixth layer
+# global
+GEMMA3_27B = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+    },
+}
+# gpt-oss-20b's attention (openai/gpt-oss-20b): layer_types alternate a 128-token window with full attention
+GPT_OSS_LAYERS = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)]
+GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "num_hidden_layers": 24,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "vocab_size": 201088,
+    "max_position_embeddings": 131072,
+    "sliding_window": 128,
+    "layer_types": GPT_OSS_LAYERS,
+}
+DENSE = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "sliding"),
+    [
+        (GEMMA3_27B, 52),  # 62 layers, every sixth global: 10 global
+        (GPT_OSS_20B, 12),
+        ({**DENSE, "model_type": "gemma2", "num_hidden_layers": 46, "sliding_window": 4096}, 23),
+        (
+            {**DENSE, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 20},
+            8,  # Qwen2: the layers from max_window_layers on slide
+        ),
+        ({**DENSE, "sliding_window": 4096}, 28),  # Mistral v0.1: every layer
+        ({**DENSE, "attention_chunk_size": 8192}, 0),  # Llama 4's chunks: sized as full attention
+        ({**DENSE, "sliding_window": 4096, "use_sliding_window": False}, 0),
+    ],
+)
+def test_the_sliding_layers_are_read_from_the_config(config, sliding):
+    assert model_from_hf_config(config).sliding_layers == sliding
+
+
+def test_layer_types_that_do_not_name_every_layer_are_refused():
+    with pytest.raises(SizingInputError, match="layer_types"):
+        model_from_hf_config({**GPT_OSS_20B, "layer_types": GPT_OSS_LAYERS[:-1]})
+
+
+def _plan(config, **kw):
+    base = dict(model=model_from_hf_config(config), gpu=find_gpu("L20"), max_model_len=32768)
+    base.update(kw)
+    return plan_memory(Deployment(**base))
+
+
+def _vllm_layout(plan, model, max_model_len):
+    """vLLM's arithmetic for a hybrid model, written out from kv_cache_utils: groups of the smaller layer
+    count, a pool block of one page per group slot, a sliding layer needing window - 1 + the step's tokens."""
+    full, sliding = model.layers - model.sliding_layers, model.sliding_layers
+    group = min(full, sliding) if max(full, sliding) >= 1.5 * min(full, sliding) else max(full, sliding)
+    page = 16 * plan.kv_bytes_per_token / model.layers
+    blocks = math.floor(plan.kv_cache_gib * GIB / (page * group))
+    window_tokens = min(model.sliding_window - 1 + plan.max_num_batched_tokens, max_model_len)
+    window_blocks = math.ceil(window_tokens / 16) + 1
+    full_blocks = math.ceil(max_model_len / 16)
+    per_request = math.ceil(full / group) * full_blocks + math.ceil(sliding / group) * window_blocks
+    need_bytes = (full * full_blocks + sliding * window_blocks) * page
+    return blocks, blocks / per_request, need_bytes
+
+
+@pytest.mark.parametrize("config", [GEMMA3_27B, GPT_OSS_20B])
+def test_a_hybrid_model_gets_vllms_pool_concurrency_and_startup_check(config):
+    plan = _plan(config, dtype="fp8")
+    blocks, concurrency, need_bytes = _vllm_layout(plan, model_from_hf_config(config), 32768)
+    assert plan.local is not None
+    assert plan.kv_cache_blocks == blocks
+    assert plan.max_concurrency == pytest.approx(concurrency)
+    assert plan.kv_cache_tokens == int(concurrency * 32768)
+    assert plan.fits == (need_bytes <= plan.kv_cache_gib * GIB)
+
+
+def test_gemma3_27b_in_fp8_fits_32k_on_one_l20_only_with_the_hybrid_manager():
+    hybrid = _plan(GEMMA3_27B, dtype="fp8")
+    full = _plan(GEMMA3_27B, dtype="fp8", vllm_version="0.9.2")  # before the hybrid manager: every layer full
+    assert hybrid.fits and hybrid.max_concurrency > 1.5
+    assert not full.fits and full.local is None
+    assert full.max_model_len_that_fits < 32768 < hybrid.max_model_len_that_fits
+    assert any("52 of 62 layers" in w for w in hybrid.warnings)
+    assert any("lower bound" in w for w in full.warnings)
+
+
+def test_the_longest_max_model_len_that_fits_is_the_last_one_the_check_passes():
+    plan = _plan(GEMMA3_27B, dtype="fp8", max_model_len=131072)
+    longest = plan.max_model_len_that_fits
+    assert not plan.fits and 32768 < longest < 131072
+    assert _plan(GEMMA3_27B, dtype="fp8", max_model_len=longest).fits
+    assert not _plan(GEMMA3_27B, dtype="fp8", max_model_len=longest + 16).fits
+
+
+def test_every_layer_sliding_or_the_v0_engine_is_sized_as_full_attention():
+    mistral = {**DENSE, "sliding_window": 4096}
+    assert _plan(mistral).local is None
+    assert _plan(GEMMA3_27B, dtype="fp8", engine="v0", max_model_len=16384).local is None
+
+
+def test_a_running_sequence_holds_its_context_and_the_window_in_the_sliding_groups():
+    plan = _plan(GEMMA3_27B, dtype="fp8")
+    model = model_from_hf_config(GEMMA3_27B)
+    dep = Deployment(model=model, gpu=find_gpu("L20"), dtype="fp8", max_model_len=32768)
+    engine = InstanceEngine(dep)
+    engine.submit("long", 0.0, 8000, 400)
+    engine.advance(5.0)  # prefilled, decoding
+    assert engine.num_running == 1
+    local = plan.local
+    held = engine.kv_usage * plan.kv_context_tokens
+    # the context so far (8,000 prompt tokens and some output) plus six sliding groups' 1,040-token windows
+    window = local.kv_ratio * local.window_tokens
+    assert 8000 + window < held < 8400 + window + 16
+
+
+def test_long_prompts_batch_more_and_decode_faster_under_the_hybrid_manager():
+    def served(version):
+        dep = Deployment(
+            model=model_from_hf_config(GEMMA3_27B),
+            gpu=find_gpu("H20"),
+            max_model_len=32768,
+            vllm_version=version,
+        )
+        plan = plan_memory(dep)
+        return capacity_estimate(plan, perf_for(dep, plan), 16000, 400)
+
+    (rate_hybrid, batch_hybrid), (rate_full, batch_full) = served(None), served("0.9.2")
+    assert batch_hybrid > 2 * batch_full
+    assert rate_hybrid > rate_full
