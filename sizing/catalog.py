@@ -175,7 +175,7 @@ class ModelShape:
     # window for those layers (sizing.memory).
     sliding_window: int = 0
     sliding_layers: int = 0
-    quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8)
+    quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8, int8, mxfp4)
     # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
     # beside the language model's, never read by a decode step
     vision_params: int = 0
@@ -419,9 +419,20 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     quantization = None
     if isinstance(quant_cfg, dict) and quant_cfg.get("quant_method"):
         method = str(quant_cfg["quant_method"]).lower()
-        quantization = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "compressed-tensors": "int8"}.get(method)
+        quantization = {
+            "awq": "awq",
+            "gptq": "gptq",
+            "fp8": "fp8",
+            "compressed-tensors": "int8",
+            "mxfp4": "mxfp4",
+        }.get(method)
         if quantization is None:
-            raise SizingInputError(f"{name}: quantization method {method!r} is not one of awq, gptq, fp8")
+            raise SizingInputError(
+                f"{name}: quantization method {method!r} is not one of awq, gptq, fp8, "
+                "compressed-tensors (int8), mxfp4"
+            )
+        if quantization == "mxfp4" and not experts:
+            raise SizingInputError(f"{name}: an mxfp4 checkpoint is modelled for MoE models (gpt-oss) only")
     model_type = str(cfg.get("model_type", ""))
     qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias")) or model_type in {
         "qwen2",

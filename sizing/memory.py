@@ -113,12 +113,17 @@ WEIGHT_BYTES = {
     "int8": 1.0,
     "awq": 0.5 + 2.5 / 128,
     "gptq": 0.5 + 2.5 / 128,
+    # MXFP4 (OCP microscaling: 4-bit e2m1 values and one 8-bit e8m0 scale per 32); gpt-oss's checkpoints
+    # quantize the routed experts alone, attention and routers stay 16-bit (weight_bytes_per_rank)
+    "mxfp4": 0.5 + 1.0 / 32,
 }
-DTYPES = ("auto", "bf16", "fp16", "fp8", "int8", "awq", "gptq")
+DTYPES = ("auto", "bf16", "fp16", "fp8", "int8", "awq", "gptq", "mxfp4")
 KV_CACHE_DTYPES = ("auto", "fp8")
 
 # Minimum compute capability per weight format in vLLM (quantization configs' get_min_capability).
-_MIN_CAPABILITY = {"bf16": 8.0, "fp8": 8.0, "int8": 7.5, "awq": 7.5, "gptq": 6.0, "fp16": 6.0}
+# MXFP4 runs natively on Blackwell, elsewhere from 8.0 as weight-only FP4 through Marlin (vLLM warns "Your GPU
+# does not have native support for FP4 computation ... leveraging the Marlin kernel")
+_MIN_CAPABILITY = {"bf16": 8.0, "fp8": 8.0, "int8": 7.5, "awq": 7.5, "gptq": 6.0, "fp16": 6.0, "mxfp4": 8.0}
 
 
 @dataclass(frozen=True)
@@ -292,6 +297,11 @@ def resolve_dtype(model: ModelShape, gpu: GPU, dtype: str = "auto") -> str:
         dtype = model.quantization or model.dtype
         if dtype == "bf16" and not gpu.supports_bf16:
             dtype = "fp16"  # vLLM casts bf16 checkpoints to fp16 on pre-Ampere GPUs (with a warning)
+    elif dtype == "mxfp4" and model.quantization != "mxfp4":
+        raise SizingInputError(
+            f"dtype mxfp4 needs an MXFP4 checkpoint (gpt-oss publishes its weights so); {model.name}'s is "
+            f"{model.quantization or model.dtype}, and vLLM does not quantize to MXFP4 online"
+        )
     need = _MIN_CAPABILITY.get(dtype, 0.0)
     if gpu.compute_capability < need:
         raise SizingInputError(
@@ -323,7 +333,10 @@ def _kv_ok(model: ModelShape, tp: int) -> bool:
 
 def weight_bytes_per_rank(model: ModelShape, dtype: str, tp: int) -> float:
     """Weights one rank holds: linear layers in ``dtype``, embeddings/lm_head and norms in 16 bit."""
-    linear = model.linear_params * WEIGHT_BYTES[dtype]
+    if dtype == "mxfp4":  # the routed experts in MXFP4, the rest of the linear layers 16-bit
+        linear = model.expert_params * WEIGHT_BYTES[dtype] + (model.linear_params - model.expert_params) * 2.0
+    else:
+        linear = model.linear_params * WEIGHT_BYTES[dtype]
     # embedding and lm_head are vocab-parallel (split over TP); norms are replicated; a vision encoder stays
     # in 16 bit (quantized checkpoints leave it out) and is split over TP like the language model
     return (linear + (model.embedding_params + model.vision_params) * 2.0) / tp + model.norm_params * 2.0

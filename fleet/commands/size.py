@@ -48,7 +48,9 @@ def size(
     config: Path | None = typer.Option(
         None, "--config", help="A Hugging Face config.json for any other model."
     ),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, bf16, fp16, fp8, int8, awq or gptq (4-bit)."),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto, bf16, fp16, fp8, int8, awq or gptq (4-bit), mxfp4 (gpt-oss)."
+    ),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8."),
     gpu: str | None = typer.Option(None, "--gpu", help="Evaluate this GPU (no instance type, no price)."),
     instance_type: str | None = typer.Option(

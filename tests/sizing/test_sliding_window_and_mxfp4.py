@@ -1,5 +1,6 @@
 """Sliding-window models under vLLM's hybrid KV cache manager: which layers slide (from config.json), the
-pool vLLM lays out for them, its startup check, and what a running sequence holds in the engine."""
+pool vLLM lays out for them, its startup check, and what a running sequence holds in the engine; and
+gpt-oss's MXFP4 checkpoints (routed experts in 4 bits, the rest 16-bit)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import math
 
 import pytest
 
-from sizing import Deployment, InstanceEngine, SizingInputError, find_gpu, model_from_hf_config, plan_memory
+from sizing import (
+    Deployment,
+    InstanceEngine,
+    SizingInputError,
+    find_gpu,
+    model_from_hf_config,
+    perf_for,
+    plan_memory,
+)
 from sizing.catalog import GIB
 from sizing.latency import capacity_estimate
-from sizing.perf import perf_for
+from sizing.memory import weight_bytes_per_rank
+from sizing.search import vllm_args
 
 # Gemma 3 27B's config.json (google/gemma-3-27b-it): the language model in text_config, every sixth layer
 # global
@@ -173,3 +183,45 @@ def test_long_prompts_batch_more_and_decode_faster_under_the_hybrid_manager():
     (rate_hybrid, batch_hybrid), (rate_full, batch_full) = served(None), served("0.9.2")
     assert batch_hybrid > 2 * batch_full
     assert rate_hybrid > rate_full
+
+
+GPT_OSS_20B_MXFP4 = {
+    **GPT_OSS_20B,
+    "quantization_config": {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "lm_head"],
+    },
+}
+
+
+def test_an_mxfp4_checkpoint_holds_its_experts_in_four_bits_and_the_rest_in_sixteen():
+    model = model_from_hf_config(GPT_OSS_20B_MXFP4)
+    assert model.quantization == "mxfp4"
+    weights = weight_bytes_per_rank(model, "mxfp4", 1)
+    dense = (model.linear_params - model.expert_params + model.embedding_params + model.norm_params) * 2.0
+    assert weights == pytest.approx(model.expert_params * (4 + 8 / 32) / 8 + dense)
+    # OpenAI's model card gives gpt-oss-20b's checkpoint as 12.8 GiB
+    assert weights / GIB == pytest.approx(12.8, rel=0.02)
+
+
+def test_an_mxfp4_model_is_served_from_its_own_checkpoint_on_ampere_and_later():
+    model = model_from_hf_config(GPT_OSS_20B_MXFP4, name="gpt-oss-20b")
+    dep = Deployment(model=model, gpu=find_gpu("A10"), max_model_len=32768)
+    plan = plan_memory(dep)
+    assert plan.fits and plan.dtype == "mxfp4"
+    args = vllm_args(dep, plan)
+    assert "quantization" not in args and "dtype" not in args  # the checkpoint's config says mxfp4
+    with pytest.raises(SizingInputError, match="compute capability 8.0"):
+        plan_memory(dep.with_(gpu=find_gpu("T4")))
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        (DENSE, "needs an MXFP4 checkpoint"),  # --dtype mxfp4 on a 16-bit model
+        ({**DENSE, "quantization_config": {"quant_method": "mxfp4"}}, "MoE models"),
+    ],
+)
+def test_mxfp4_where_there_is_no_moe_checkpoint_in_it_is_refused(config, match):
+    with pytest.raises(SizingInputError, match=match):
+        plan_memory(Deployment(model=model_from_hf_config(config), gpu=find_gpu("L20"), dtype="mxfp4"))
