@@ -305,6 +305,8 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         shared_expert_intermediate=int(row.get("shared_expert_intermediate", 0)),
         dense_layers=int(row.get("dense_layers", 0)),
         quantization=row.get("quantization"),
+        sliding_window=int(row.get("sliding_window", 0)),
+        sliding_layers=int(row.get("sliding_layers", 0)),
         kv_lora_rank=int(row.get("kv_lora_rank", 0)),
         q_lora_rank=int(row.get("q_lora_rank", 0)),
         qk_nope_head_dim=int(row.get("qk_nope_head_dim", 0)),

@@ -225,3 +225,15 @@ def test_an_mxfp4_model_is_served_from_its_own_checkpoint_on_ampere_and_later():
 def test_mxfp4_where_there_is_no_moe_checkpoint_in_it_is_refused(config, match):
     with pytest.raises(SizingInputError, match=match):
         plan_memory(Deployment(model=model_from_hf_config(config), gpu=find_gpu("L20"), dtype="mxfp4"))
+
+
+def test_the_catalogs_gpt_oss_models_are_mxfp4_with_alternating_windows():
+    from sizing import find_model
+
+    big = find_model("openai/gpt-oss-120b")
+    assert big.name == "gpt-oss-120b" and big.quantization == "mxfp4"
+    assert (big.sliding_window, big.sliding_layers) == (128, big.layers // 2)
+    # OpenAI's model card: the 120b checkpoint is 60.8 GiB, so it fits one 80 GB GPU
+    assert weight_bytes_per_rank(big, "mxfp4", 1) / GIB == pytest.approx(60.8, rel=0.02)
+    plan = plan_memory(Deployment(model=big, gpu=find_gpu("A100-80G"), max_model_len=32768))
+    assert plan.fits and plan.local is not None and plan.local.group_size == 18
