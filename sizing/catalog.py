@@ -175,6 +175,17 @@ class ModelShape:
     # window for those layers (sizing.memory).
     sliding_window: int = 0
     sliding_layers: int = 0
+    # Linear-attention layers (Qwen3-Next's Gated DeltaNet, three in four layers): a fixed recurrent state
+    # per sequence instead of a KV cache: conv state (key/query/value channels x (kernel - 1)) and the
+    # delta rule's value_heads x key_dim x value_dim matrix (vLLM's gated_delta_net_state_shape).
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    # State-space (Mamba) layers of another family (Jamba, Nemotron-H, Falcon-H1, Granite 4): not modelled
+    state_space: bool = False
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8, int8, mxfp4)
     # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
     # beside the language model's, never read by a decode step
@@ -199,6 +210,27 @@ class ModelShape:
         return self.layers - self.dense_layers if self.experts else 0
 
     # Parameter counts (GQA or MLA attention + SwiGLU MLP or experts).
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a linear-attention layer's short convolution: queries, keys and values."""
+        return (
+            2 * self.linear_key_heads * self.linear_key_head_dim
+            + self.linear_value_heads * self.linear_value_head_dim
+        )
+
+    @property
+    def linear_attention_params_per_layer(self) -> int:
+        """A Gated DeltaNet layer: q/k/v/z and the b/a gates in, the short convolution, the output out."""
+        value = self.linear_value_heads * self.linear_value_head_dim
+        inp = self.hidden * (self.linear_conv_dim + value + 2 * self.linear_value_heads)
+        return inp + self.linear_conv_dim * self.linear_conv_kernel + value * self.hidden
+
+    @property
+    def _attention_params(self) -> int:
+        """Every layer's attention (or linear-attention) weights."""
+        full = (self.layers - self.linear_layers) * self.attention_params_per_layer
+        return full + self.linear_layers * self.linear_attention_params_per_layer
+
     @property
     def attention_params_per_layer(self) -> int:
         if self.mla:
@@ -254,7 +286,7 @@ class ModelShape:
     @property
     def linear_params(self) -> int:
         """Weights of the quantisable linear layers (attention, MLP, experts)."""
-        attention = self.layers * self.attention_params_per_layer
+        attention = self._attention_params
         return attention + self._always_read_mlp_params + self.expert_params
 
     @property
@@ -265,7 +297,7 @@ class ModelShape:
     def active_linear_params(self) -> int:
         """Linear weights one token multiplies through (top-k experts only)."""
         active_experts = self.moe_layers * self.experts_per_token * 3 * self.hidden * self.moe_intermediate
-        return self.layers * self.attention_params_per_layer + self._always_read_mlp_params + active_experts
+        return self._attention_params + self._always_read_mlp_params + active_experts
 
     @property
     def attention_flops_per_pair(self) -> float:
@@ -409,6 +441,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
+    linear = _linear_attention(cfg, name, layers, pick)
     if kv_lora:
         head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
     dtype_raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
@@ -468,6 +501,13 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         dense_layers=_dense_layers(cfg, name, layers) if experts else 0,
         sliding_window=_sliding_window(cfg, max_position),
         sliding_layers=_sliding_layers(cfg, name, layers, max_position),
+        linear_layers=linear[0],
+        linear_key_heads=linear[1],
+        linear_value_heads=linear[2],
+        linear_key_head_dim=linear[3],
+        linear_value_head_dim=linear[4],
+        linear_conv_kernel=linear[5],
+        state_space=_state_space(cfg),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
         qk_nope_head_dim=qk_nope,
@@ -604,6 +644,50 @@ def _sliding_layers(cfg: dict[str, Any], name: str, layers: int, max_position: i
     if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
         return layers - min(layers, _count(cfg, "max_window_layers", name, below=layers + 1))
     return layers
+
+
+_SSM_KEYS = (
+    "mamba_d_state",
+    "ssm_state_size",
+    "mamba_n_heads",
+    "hybrid_override_pattern",
+    "layers_block_type",
+)
+
+
+def _state_space(cfg: dict[str, Any]) -> bool:
+    """Whether a config.json has state-space layers other than Gated DeltaNet (sized as attention, warned)."""
+    if cfg.get("linear_num_value_heads"):
+        return False
+    types = cfg.get("layer_types")
+    named = isinstance(types, list) and any(str(t) in ("mamba", "linear_attention", "mamba2") for t in types)
+    return named or any(cfg.get(k) for k in _SSM_KEYS)
+
+
+def _linear_attention(
+    cfg: dict[str, Any], name: str, layers: int, pick: Callable[..., Any]
+) -> tuple[int, int, int, int, int, int]:
+    """A Gated DeltaNet hybrid's (Qwen3-Next) linear-attention layers, those ``layer_types`` names
+    ``linear_attention``, else all but every ``full_attention_interval``-th; and their key heads, value
+    heads, key and value head widths and convolution kernel. All 0 for other models."""
+    if not cfg.get("linear_num_value_heads"):
+        return 0, 0, 0, 0, 0, 0
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers:
+            raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
+        linear = sum(1 for t in types if t == "linear_attention")
+    else:
+        interval = _count(cfg, "full_attention_interval", name, below=layers + 1) or 1
+        linear = layers - layers // interval
+    return (
+        linear,
+        pick("linear_num_key_heads"),
+        pick("linear_num_value_heads"),
+        pick("linear_key_head_dim"),
+        pick("linear_value_head_dim"),
+        pick("linear_conv_kernel_dim"),
+    )
 
 
 def _mla_fields(cfg: dict[str, Any], pick: Callable[..., Any]) -> tuple[int, int, int, int, int]:

@@ -92,7 +92,7 @@ class _Seq:
         self.order = 0
         self.alive = False  # in the decoding set
         self.preemptions = 0
-        self.local = 0.0  # KV its sliding-window groups hold while running (hybrid models)
+        self.local = 0.0  # KV its local (sliding-window or linear) groups hold while running (hybrid models)
 
 
 class InstanceEngine:
@@ -127,15 +127,14 @@ class InstanceEngine:
         self._chunked = self.plan.chunked_prefill
         self._max_len = self.plan.max_model_len
         self._kv_capacity = float(self.plan.kv_context_tokens)
-        self._slack = deployment.block_size / 2.0  # a sequence's last block is half empty on average
-        # A hybrid model's sliding-window groups: each running sequence holds up to the window there, in
-        # the full-attention groups' tokens (sizing.memory.LocalAttention), charged whole while it runs;
-        # its decode steps read that window in the sliding layers.
-        local = self.plan.local
-        self._local_ratio = local.kv_ratio if local else 0.0
-        self._local_window = local.window_tokens if local else 0
-        self._local_read = local.read_ratio / local.kv_ratio if local else 0.0
+        # A hybrid model's local groups (sizing.memory.LocalAttention): each running sequence holds up to the
+        # window there (or one block of linear-attention state), in the full-attention groups' tokens,
+        # charged whole while it runs; its decode steps read that window (or state) in the local layers.
+        self._local = local = self.plan.local
+        self._local_read = local.read_per_held if local else 0.0
         self._local_sum = 0.0
+        block = local.block_size if local else deployment.block_size
+        self._slack = block / 2.0  # a sequence's last block is half empty on average
         self._now = start_s
         self._last_until = start_s
         self._busy_total = 0.0
@@ -233,7 +232,7 @@ class InstanceEngine:
         return decode_ctx + self._prefill_kv + self._slack * len(self._running) + self._local_sum
 
     def _local_of(self, seq: _Seq) -> float:
-        return self._local_ratio * min(seq.prompt + seq.output, self._local_window)
+        return self._local.local_tokens(seq.prompt + seq.output) if self._local else 0.0
 
     def _leave(self, seq: _Seq) -> None:
         """A running sequence leaves (finished or preempted): its sliding-window KV is freed."""

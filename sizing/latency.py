@@ -287,7 +287,8 @@ def capacity_estimate(
     per_seq_kv = p + o / 2 + 8 + plan.kv_seq_tokens(round(p + o)) - round(p + o)  # a hybrid's windows
     n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
     # a hybrid model's sliding layers read their window each step, beside the context the others read
-    window_read = (plan.local.read_ratio * min(p + o / 2, plan.local.window_tokens)) if plan.local else 0.0
+    local = plan.local
+    window_read = local.read_per_held * local.local_tokens(round(p + o / 2)) if local else 0.0
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
     ) / perf.compute_flops + perf.comm_s_per_token

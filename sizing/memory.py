@@ -200,20 +200,25 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class LocalAttention:
-    """How vLLM's hybrid KV cache manager lays out a model whose sliding-window layers sit beside
-    full-attention ones (``kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the layers of each type
-    are split into groups of ``group_size`` (padded), every group has its own block table, and one pool
-    block holds a page for each of the ``group_size`` slots. A sequence of ``n`` tokens holds ``cdiv(n, 16)``
-    blocks in every full-attention group and at most ``window_tokens`` worth in every sliding one."""
+    """How vLLM's hybrid KV cache manager lays out a model whose local layers (a sliding window, or a
+    linear-attention state) sit beside full-attention ones (``kv_cache_utils``'s uniform-page-size grouping):
+    the layers of each kind are split into groups of ``group_size`` (padded), every group has its own block
+    table, and one pool block holds a page for each of the ``group_size`` slots. A sequence of ``n`` tokens
+    holds ``cdiv(n, block_size)`` blocks in every full-attention group and in every local group at most
+    ``window_tokens`` worth (a sliding window), or exactly one block (a linear layer's recurrent state,
+    vLLM's MambaSpec without prefix caching, the attention block enlarged until its page holds the state)."""
 
-    window: int  # the model's sliding window, tokens
-    window_tokens: int  # what a sliding group keeps per sequence: (cdiv(window - 1, 16) + 1) blocks
-    sliding_layers: int
+    kind: str  # "sliding" or "linear"
+    window: int  # the sliding window, tokens (0 for linear attention)
+    window_tokens: int  # what a local group keeps per sequence: (cdiv(window - 1, bs) + 1) blocks, or one
+    block_size: int
+    local_layers: int
     full_layers: int
     group_size: int
     full_groups: int
-    sliding_groups: int
-    pool_tokens: int  # pool blocks x 16: token slots in one group's block table, summed over every group
+    local_groups: int
+    pool_tokens: int  # pool blocks x block_size
+    read_per_held: float  # a decode step's local read per token it holds, in full-attention context tokens
 
     @property
     def context_tokens(self) -> int:
@@ -222,61 +227,112 @@ class LocalAttention:
 
     @property
     def kv_ratio(self) -> float:
-        """A sliding group's token against the full-attention groups' (both per group count)."""
-        return self.sliding_groups / self.full_groups
-
-    @property
-    def read_ratio(self) -> float:
-        """KV read per token in the window against a context token's, per decode step (layers, not groups)."""
-        return self.sliding_layers / self.full_layers
+        """A local group's token against the full-attention groups' (both per group count)."""
+        return self.local_groups / self.full_groups
 
     @property
     def full_share(self) -> float:
         """Share of the layers that read the whole context."""
-        return self.full_layers / (self.full_layers + self.sliding_layers)
+        return self.full_layers / (self.full_layers + self.local_layers)
+
+    def local_tokens(self, tokens: int) -> float:
+        """What the local groups of a sequence of ``tokens`` hold, in the full-attention groups' tokens."""
+        held = self.window_tokens if self.kind == "linear" else min(tokens, self.window_tokens)
+        return self.kv_ratio * held
 
     def seq_tokens(self, tokens: int) -> float:
         """KV a sequence of ``tokens`` holds, in context tokens of the full-attention groups."""
-        return tokens + self.kv_ratio * min(tokens, self.window_tokens)
+        return tokens + self.local_tokens(tokens)
 
 
 def hybrid_kv(dep: Deployment) -> bool:
-    """Whether vLLM gives ``dep``'s sliding-window layers their own (windowed) KV cache groups: V1 from
-    HYBRID_KV_SINCE, a model mixing sliding-window and full-attention layers, no MLA."""
+    """Whether vLLM gives ``dep``'s local layers their own KV cache groups: V1, a model mixing full
+    attention with linear attention, or with a sliding window from HYBRID_KV_SINCE; no MLA."""
     model = dep.model
-    if dep.engine != "v1" or model.mla or not 0 < model.sliding_layers < model.layers:
+    if dep.engine != "v1" or model.mla:
+        return False
+    if 0 < model.linear_layers < model.layers:
+        return True
+    if not 0 < model.sliding_layers < model.layers:
         return False
     version = version_tuple(dep.vllm_version)
     return version is None or version >= HYBRID_KV_SINCE
 
 
-def _local_layout(dep: Deployment, layer_page_bytes: float, kv_avail_bytes: float) -> LocalAttention:
+def _attn_token_bytes(dep: Deployment) -> int:
+    """One full-attention layer's KV for one token on one rank."""
+    model = dep.model
+    elem = 1 if dep.kv_cache_dtype == "fp8" else 2
+    return 2 * max(1, model.kv_heads // dep.tp) * model.head_dim * elem
+
+
+def linear_state_bytes(model: ModelShape, tp: int) -> int:
+    """One linear-attention layer's recurrent state for one sequence on one rank (16-bit, as vLLM's
+    ``mamba_ssm_cache_dtype: auto``): the convolution's last kernel - 1 inputs and the value_heads x
+    key_dim x value_dim delta-rule matrix (``gated_delta_net_state_shape``)."""
+    conv = model.linear_conv_dim // tp * (model.linear_conv_kernel - 1)
+    ssm = model.linear_value_heads // tp * model.linear_key_head_dim * model.linear_value_head_dim
+    return 2 * (conv + ssm)
+
+
+def hybrid_block_size(dep: Deployment) -> int:
+    """The block size vLLM runs a hybrid model at: the configured one, or for linear attention the smallest
+    multiple of 16 tokens whose attention page holds a layer's state (``HybridAttentionMambaModelConfig``:
+    Qwen3-Next at TP 1 gets 544)."""
+    if not dep.model.linear_layers:
+        return dep.block_size
+    per_token = _attn_token_bytes(dep)
+    need = math.ceil(linear_state_bytes(dep.model, dep.tp) / (16 * per_token)) * 16
+    return max(dep.block_size, need)
+
+
+def _local_layout(dep: Deployment, kv_avail_bytes: float) -> LocalAttention:
     """vLLM's grouping for a hybrid model: the group size is the smaller layer count, or the larger where it
     is under 1.5 times the smaller (fewer padding layers); blocks = available // (page x group size)."""
-    model, bs = dep.model, dep.block_size
-    sliding = model.sliding_layers
-    full = model.layers - sliding
-    small, large = min(full, sliding), max(full, sliding)
+    model = dep.model
+    bs = hybrid_block_size(dep)
+    linear = model.linear_layers > 0
+    local = model.linear_layers if linear else model.sliding_layers
+    full = model.layers - local
+    small, large = min(full, local), max(full, local)
     group = large if large < small * 1.5 else small
-    blocks = max(0, math.floor(kv_avail_bytes / (layer_page_bytes * group))) if kv_avail_bytes > 0 else 0
+    per_token = _attn_token_bytes(dep)
+    page = bs * per_token
+    blocks = max(0, math.floor(kv_avail_bytes / (page * group))) if kv_avail_bytes > 0 else 0
+    full_groups, local_groups = math.ceil(full / group), math.ceil(local / group)
+    if linear:
+        window_tokens = bs
+        # a step reads and writes every linear layer's state once per sequence
+        read = 2.0 * local * linear_state_bytes(model, dep.tp) / (full * per_token)
+        read_per_held = read / (local_groups / full_groups * bs)
+    else:
+        window_tokens = (math.ceil((model.sliding_window - 1) / bs) + 1) * bs
+        read_per_held = (local / full) / (local_groups / full_groups)
     return LocalAttention(
-        window=model.sliding_window,
-        window_tokens=(math.ceil((model.sliding_window - 1) / bs) + 1) * bs,
-        sliding_layers=sliding,
+        kind="linear" if linear else "sliding",
+        window=0 if linear else model.sliding_window,
+        window_tokens=window_tokens,
+        block_size=bs,
+        local_layers=local,
         full_layers=full,
         group_size=group,
-        full_groups=math.ceil(full / group),
-        sliding_groups=math.ceil(sliding / group),
+        full_groups=full_groups,
+        local_groups=local_groups,
         pool_tokens=blocks * bs,
+        read_per_held=read_per_held,
     )
 
 
-def _local_need_blocks(local: LocalAttention, max_model_len: int, batched_tokens: int, bs: int) -> int:
+def _local_need_blocks(local: LocalAttention, max_model_len: int, batched_tokens: int) -> int:
     """Pool blocks one ``max_model_len`` request may hold (``max_memory_usage_bytes`` per group): every block
-    of it in a full group; in a sliding group the window plus one step's chunk, and one block more."""
+    of it in a full group; in a sliding group the window plus one step's chunk, and one block more; in a
+    linear group one block."""
+    bs = local.block_size
     full = math.ceil(max_model_len / bs)
+    if local.kind == "linear":
+        return local.full_groups * full + local.local_groups
     sliding = math.ceil(min(local.window - 1 + batched_tokens, max_model_len) / bs) + 1
-    return local.full_groups * full + local.sliding_groups * sliding
+    return local.full_groups * full + local.local_groups * sliding
 
 
 @dataclass(frozen=True)
@@ -583,9 +639,9 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     block_bytes = dep.block_size * per_token
     local = None
     if hybrid_kv(dep):
-        local = _local_layout(dep, block_bytes / model.layers, kv_avail * GIB)
-        blocks = local.pool_tokens // dep.block_size
-        max_concurrency = blocks / _local_need_blocks(local, max_model_len, tokens, dep.block_size)
+        local = _local_layout(dep, kv_avail * GIB)
+        blocks = local.pool_tokens // local.block_size
+        max_concurrency = blocks / _local_need_blocks(local, max_model_len, tokens)
         kv_tokens = int(max_concurrency * max_model_len)  # vLLM's own report for a hybrid model
     else:
         blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
@@ -624,14 +680,26 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
             "leave headroom, or bound it with --limit-mm-per-prompt"
         )
-    if local is not None:
+    if local is not None and local.kind == "linear":
         warnings.append(
-            f"sliding-window attention on {local.sliding_layers} of {model.layers} layers "
+            f"linear attention on {local.local_layers} of {model.layers} layers: each keeps a fixed state "
+            f"per sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without "
+            f"prefix caching), so a token of context costs the {local.full_layers} full-attention layers' "
+            "KV; the KV tokens shown are vLLM's own derived figure (max concurrency x max_model_len)"
+        )
+    elif local is not None:
+        warnings.append(
+            f"sliding-window attention on {local.local_layers} of {model.layers} layers "
             f"({local.window:,} tokens): vLLM's hybrid KV cache manager keeps only the window for them, so "
             f"a token of context costs the {local.full_layers} full-attention layers' KV; the KV tokens "
             "shown are vLLM's own derived figure (max concurrency x max_model_len)"
         )
-    elif model.sliding_window:
+    if model.state_space:
+        warnings.append(
+            "state-space (Mamba) layers are not modelled: every layer is sized as attention, so the KV "
+            "capacity here is a lower bound and the weights an estimate; calibrate from your own vLLM log"
+        )
+    if local is None and model.sliding_window:
         warnings.append(
             f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "
             "every layer is sized as if it attended over the whole context, so the KV capacity and "
@@ -686,16 +754,20 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
 
 def _need_gib(dep: Deployment, block_bytes: float, max_model_len: int, batched_tokens: int) -> float:
     """KV cache one ``max_model_len`` request needs (vLLM's ``check_enough_kv_cache_memory``: the layers'
-    ``max_memory_usage_bytes`` summed; a sliding-window layer under the hybrid manager needs its window
-    plus one step's chunk, and a block more)."""
-    bs, model = dep.block_size, dep.model
-    full_blocks = math.ceil(max_model_len / bs)
+    ``max_memory_usage_bytes`` summed; under the hybrid manager a sliding-window layer needs its window plus
+    one step's chunk and a block more, a linear-attention layer one block)."""
+    model = dep.model
     if not hybrid_kv(dep):
-        return full_blocks * block_bytes / GIB
-    window = math.ceil(min(model.sliding_window - 1 + batched_tokens, max_model_len) / bs) + 1
-    sliding = model.sliding_layers
-    layer_blocks = (model.layers - sliding) * full_blocks + sliding * window
-    return layer_blocks * block_bytes / model.layers / GIB
+        return math.ceil(max_model_len / dep.block_size) * block_bytes / GIB
+    bs = hybrid_block_size(dep)
+    page = bs * _attn_token_bytes(dep)
+    full_blocks = math.ceil(max_model_len / bs)
+    if model.linear_layers:
+        local, local_blocks = model.linear_layers, 1
+    else:
+        local = model.sliding_layers
+        local_blocks = math.ceil(min(model.sliding_window - 1 + batched_tokens, max_model_len) / bs) + 1
+    return ((model.layers - local) * full_blocks + local * local_blocks) * page / GIB
 
 
 def _longest_fit(dep: Deployment, block_bytes: float, batched_tokens: int, kv_avail: float) -> int:

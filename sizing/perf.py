@@ -203,13 +203,21 @@ def perf_model(
 
 def perf_for(dep: Deployment, plan: MemoryPlan) -> PerfModel:
     """The perf model of a deployment as planned (its calibration included). Under vLLM's hybrid KV cache
-    manager a context token is read by the full-attention layers alone (``kv_bytes_per_token``); the
-    sliding-window layers read their window, which the engine adds per sequence (``LocalAttention``). The
-    prefill's attention FLOPs still count every layer over the whole prompt (a bound: past the window a
-    sliding layer attends to fewer tokens)."""
+    manager a context token is read by the full-attention layers alone (``kv_bytes_per_token``); the local
+    layers read their window or state, which the engine adds per sequence (``LocalAttention``). The
+    prefill's attention FLOPs leave linear-attention layers out; they still count every sliding-window
+    layer over the whole prompt (a bound: past the window such a layer attends to fewer tokens)."""
     perf = perf_model(
         dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype, calibration=dep.calibration
     )
-    if plan.local is None:
+    local = plan.local
+    if local is None:
         return perf
-    return replace(perf, kv_bytes_per_token=perf.kv_bytes_per_token * plan.local.full_share)
+    share = local.full_share
+    if local.kind == "linear":  # linear attention attends to no pairs: its cost is in its projections
+        return replace(
+            perf,
+            kv_bytes_per_token=perf.kv_bytes_per_token * share,
+            attn_flops_per_pair=perf.attn_flops_per_pair * share,
+        )
+    return replace(perf, kv_bytes_per_token=perf.kv_bytes_per_token * share)

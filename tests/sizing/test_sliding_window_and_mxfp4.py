@@ -19,7 +19,7 @@ from sizing import (
 )
 from sizing.catalog import GIB
 from sizing.latency import capacity_estimate
-from sizing.memory import weight_bytes_per_rank
+from sizing.memory import hybrid_block_size, weight_bytes_per_rank
 from sizing.search import vllm_args
 
 # Gemma 3 27B's config.json (google/gemma-3-27b-it): the language model in text_config, every sixth layer
@@ -237,3 +237,86 @@ def test_the_catalogs_gpt_oss_models_are_mxfp4_with_alternating_windows():
     assert weight_bytes_per_rank(big, "mxfp4", 1) / GIB == pytest.approx(60.8, rel=0.02)
     plan = plan_memory(Deployment(model=big, gpu=find_gpu("A100-80G"), max_model_len=32768))
     assert plan.fits and plan.local is not None and plan.local.group_size == 18
+
+
+# Qwen3-Next-80B-A3B's config.json (Qwen/Qwen3-Next-80B-A3B-Instruct): Gated DeltaNet linear attention on
+# three layers in four, full attention on every fourth
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "intermediate_size": 5120,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "full_attention_interval": 4,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+}
+
+
+def test_a_gated_deltanet_hybrid_has_its_linear_layers_and_its_published_size():
+    model = model_from_hf_config(QWEN3_NEXT)
+    listed = model_from_hf_config(
+        {
+            **QWEN3_NEXT,
+            "layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(48)],
+        }
+    )
+    assert model.linear_layers == listed.linear_layers == 36
+    # the model card: 80B parameters in total, 3B activated (its multi-token-prediction layer left out)
+    assert model.params / 1e9 == pytest.approx(80, rel=0.015)
+    assert model.active_linear_params / 1e9 == pytest.approx(3, rel=0.1)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_linear_attention_state_sets_the_block_size_and_takes_one_block_a_sequence(tp):
+    plan = _plan(QWEN3_NEXT, gpu=find_gpu("H20"), tp=tp, max_model_len=65536)
+    local = plan.local
+    assert local is not None and local.kind == "linear"
+    token = 2 * max(1, 2 // tp) * 256 * 2  # one full-attention layer's K and V on a rank, bf16, one token
+    conv = (2 * 16 * 128 + 32 * 128) // tp * 3  # the convolution's last kernel - 1 inputs
+    state = 2 * (conv + 32 // tp * 128 * 128)  # and the delta rule's matrix per value head
+    block = 16 * math.ceil(state / (16 * token))
+    assert local.block_size == block
+    assert (local.group_size, local.full_groups, local.local_groups) == (12, 1, 3)
+    blocks = math.floor(plan.kv_cache_gib * GIB / (block * token * 12))
+    assert plan.kv_cache_blocks == blocks
+    assert plan.max_concurrency == pytest.approx(blocks / (math.ceil(65536 / block) + 3))
+    assert any("linear attention on 36 of 48 layers" in w for w in plan.warnings)
+
+
+def test_qwen3_next_runs_at_vllms_544_token_blocks_on_one_gpu():
+    dep = Deployment(model=model_from_hf_config(QWEN3_NEXT), gpu=find_gpu("H20"), tp=1)
+    assert hybrid_block_size(dep) == 544  # vLLM logs "Setting attention block size to 544 tokens"
+
+
+def test_a_sequence_of_a_linear_hybrid_holds_its_context_and_three_state_blocks():
+    dep = Deployment(model=model_from_hf_config(QWEN3_NEXT), gpu=find_gpu("H20"), tp=2, max_model_len=65536)
+    plan = plan_memory(dep)
+    engine = InstanceEngine(dep)
+    engine.submit("short", 0.0, 200, 400)  # a short one still holds a whole state block per linear group
+    engine.advance(0.5)
+    assert engine.num_running == 1
+    held = engine.kv_usage * plan.kv_context_tokens
+    states = 3 * plan.local.block_size
+    assert 200 + states < held < 600 + states + plan.local.block_size
+
+
+def test_other_state_space_hybrids_are_sized_as_attention_with_a_warning():
+    jamba_like = {**DENSE, "layers_block_type": ["mamba", "attention"] * 14, "mamba_d_state": 16}
+    plan = _plan(jamba_like, max_model_len=8192)
+    assert plan.local is None
+    assert any("state-space (Mamba) layers are not modelled" in w for w in plan.warnings)
+    assert not any("state-space" in w for w in _plan(DENSE, max_model_len=8192).warnings)
