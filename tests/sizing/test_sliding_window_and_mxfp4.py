@@ -320,3 +320,13 @@ def test_other_state_space_hybrids_are_sized_as_attention_with_a_warning():
     assert plan.local is None
     assert any("state-space (Mamba) layers are not modelled" in w for w in plan.warnings)
     assert not any("state-space" in w for w in _plan(DENSE, max_model_len=8192).warnings)
+
+
+def test_the_catalogs_qwen3_next_is_the_same_shape_as_its_config():
+    from sizing import find_model
+
+    catalog = find_model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    config = model_from_hf_config(QWEN3_NEXT, name=catalog.name)
+    assert catalog.params == config.params and catalog.linear_layers == config.linear_layers
+    dep = Deployment(model=catalog, gpu=find_gpu("H20"), tp=2, max_model_len=65536)
+    assert plan_memory(dep).local == plan_memory(dep.with_(model=config)).local
