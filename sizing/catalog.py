@@ -621,6 +621,9 @@ def _sliding_window(cfg: dict[str, Any], max_position: int) -> int:
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
         window = 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and "sliding_attention" not in types:
+        window = 0  # named, but every layer the config lists attends in full
     chunk = cfg.get("attention_chunk_size")
     if not window and isinstance(chunk, int) and not isinstance(chunk, bool):
         window = chunk

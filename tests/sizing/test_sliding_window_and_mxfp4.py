@@ -87,10 +87,14 @@ DENSE = {
         ({**DENSE, "sliding_window": 4096}, 28),  # Mistral v0.1: every layer
         ({**DENSE, "attention_chunk_size": 8192}, 0),  # Llama 4's chunks: sized as full attention
         ({**DENSE, "sliding_window": 4096, "use_sliding_window": False}, 0),
+        ({**DENSE, "sliding_window": 4096, "layer_types": ["full_attention"] * 28}, 0),
     ],
 )
 def test_the_sliding_layers_are_read_from_the_config(config, sliding):
-    assert model_from_hf_config(config).sliding_layers == sliding
+    model = model_from_hf_config(config)
+    assert model.sliding_layers == sliding
+    if "layer_types" in config and not sliding:
+        assert model.sliding_window == 0  # a window no layer uses is none
 
 
 def test_layer_types_that_do_not_name_every_layer_are_refused():
