@@ -21,6 +21,7 @@ from sizing.catalog import GIB
 from sizing.latency import capacity_estimate
 from sizing.memory import hybrid_block_size, weight_bytes_per_rank
 from sizing.search import vllm_args
+from tests.sizing.test_catalog import QWEN2_CONFIG
 
 # Gemma 3 27B's config.json (google/gemma-3-27b-it): the language model in text_config, every sixth layer
 # global
@@ -61,17 +62,7 @@ GPT_OSS_20B = {
     "sliding_window": 128,
     "layer_types": GPT_OSS_LAYERS,
 }
-DENSE = {
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_attention_heads": 28,
-    "num_hidden_layers": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
-    "torch_dtype": "bfloat16",
-}
+DENSE = QWEN2_CONFIG
 
 
 @pytest.mark.parametrize(
