@@ -198,6 +198,7 @@ class Candidate:
             "reason": self.reason,
             "brief": self.brief,
             "max_model_len_that_fits": p.max_model_len_that_fits if p else None,
+            "kv_layout": _kv_layout(p),
         }
         if p is not None and self.perf is not None and self.fits:
             ctx = int(workload.mean_prompt_tokens) if workload else 0
@@ -236,6 +237,22 @@ class Candidate:
 
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
+def _kv_layout(plan: MemoryPlan | None) -> dict[str, Any] | None:
+    """A hybrid model's KV cache layout for ``--json`` (vLLM's hybrid manager); None for a uniform one."""
+    local = plan.local if plan else None
+    if local is None:
+        return None
+    return {
+        "kind": local.kind,
+        "block_size": local.block_size,
+        "full_attention_layers": local.full_layers,
+        "local_layers": local.local_layers,
+        "window_tokens": local.window or None,
+        "group_size": local.group_size,
+        "context_tokens": local.context_tokens,
+    }
 
 
 def workload_has_load(workload: Workload | None) -> bool:

@@ -27,6 +27,7 @@ CANDIDATE_FIELDS = {
     "prefill_tokens_per_s",
     "vllm_args",
     "reason",
+    "kv_layout",
 }
 LOAD_FIELDS = {"instances", "p99_ttft_ms", "p99_tpot_ms", "cost_cny_per_hour", "cost_cny_per_million_tokens"}
 
@@ -50,6 +51,18 @@ def test_evaluating_a_gpu_gives_the_documented_fields_and_null_instance_type(cap
     assert set(c) >= CANDIDATE_FIELDS
     assert c["instance_type"] is None and c["gpu"] == "A10" and c["tp"] == 1 and c["fits"] is True
     assert c["vllm_args"]["max_model_len"] == 8192
+
+
+def test_a_hybrid_models_kv_layout_is_in_the_json(capsys):
+    code, doc = _json(capsys, ["size", "--model", "Qwen3-Next-80B-A3B", "--gpu", "H20", "--tp", "2"])
+    assert code == 0
+    [c] = doc["candidates"]
+    layout = c["kv_layout"]
+    assert layout["kind"] == "linear" and layout["block_size"] % 16 == 0 and layout["block_size"] > 16
+    assert (layout["full_attention_layers"], layout["local_layers"]) == (12, 36)
+    assert layout["context_tokens"] > c["kv_cache_tokens"]  # vLLM's report counts the states in
+    _, dense = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192"])
+    assert dense["candidates"][0]["kv_layout"] is None
 
 
 def test_a_search_with_a_load_adds_the_load_fields_best_first(capsys):
