@@ -235,7 +235,7 @@ class InstanceEngine:
         return self._local.local_tokens(seq.prompt + seq.output) if self._local else 0.0
 
     def _leave(self, seq: _Seq) -> None:
-        """A running sequence leaves (finished or preempted): its sliding-window KV is freed."""
+        """A running sequence leaves (finished or preempted): what its local groups held is freed."""
         self._local_sum = self._local_sum - seq.local if self._running else 0.0
         seq.local = 0.0
 
@@ -484,7 +484,7 @@ class InstanceEngine:
         ctx = float(self._base_sum + self._n_dec * self._d) if n_dec else 0.0
         pairs = ctx
         if n_dec and self._local_sum:
-            ctx += self._local_sum * self._local_read  # the sliding layers read their windows
+            ctx += self._local_sum * self._local_read  # the local layers read their windows or states
         sampled = n_dec
         for seq, c in chunks:
             tokens += c

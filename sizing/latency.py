@@ -284,10 +284,11 @@ def capacity_estimate(
     """
     p, o = max(prompt_tokens, 1.0), max(output_tokens, 1.0)
     seqs = max_num_seqs or plan.max_num_seqs
-    per_seq_kv = p + o / 2 + 8 + plan.kv_seq_tokens(round(p + o)) - round(p + o)  # a hybrid's windows
-    n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
-    # a hybrid model's sliding layers read their window each step, beside the context the others read
+    # a hybrid model's local groups hold a window (or a state) per sequence and read it every step, beside
+    # the context its full-attention layers hold and read
     local = plan.local
+    per_seq_kv = p + o / 2 + 8 + (local.local_tokens(round(p + o)) if local else 0.0)
+    n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
     window_read = local.read_per_held * local.local_tokens(round(p + o / 2)) if local else 0.0
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2

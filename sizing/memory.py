@@ -183,19 +183,16 @@ class MemoryPlan:
     terms: tuple[MemoryTerm, ...] = field(default=())  # the breakdown, term by term, with sources
     cuda_graphs_fit: bool = True  # False: no room outside util for CUDA graphs (run with --enforce-eager)
     cuda_graphs_in_util: bool = False  # V1 0.21+: the graph estimate is taken out of util before the KV cache
-    # Sliding-window layers in their own KV cache groups (vLLM's hybrid manager), or None. Then
-    # kv_cache_tokens is vLLM's derived figure (max_concurrency x max_model_len) and kv_bytes_per_token
-    # covers every layer; the engine's capacity is ``local.context_tokens`` with ``local.seq_tokens``.
+    # Sliding-window or linear-attention layers in their own KV cache groups (vLLM's hybrid manager), or
+    # None. Then kv_cache_tokens is vLLM's derived figure (max_concurrency x max_model_len) and
+    # kv_bytes_per_token covers every layer as if it attended in full; the engine's capacity is
+    # ``kv_context_tokens``, of which a sequence holds its context plus ``local.local_tokens``.
     local: LocalAttention | None = None
 
     @property
     def kv_context_tokens(self) -> int:
-        """The KV cache in tokens of context a sequence spends one by one (with ``kv_seq_tokens``)."""
+        """The KV cache in tokens of context as sequences spend it (a hybrid's local groups aside)."""
         return self.local.context_tokens if self.local else self.kv_cache_tokens
-
-    def kv_seq_tokens(self, tokens: int) -> float:
-        """What a sequence of ``tokens`` holds of ``kv_context_tokens``."""
-        return self.local.seq_tokens(tokens) if self.local else float(tokens)
 
 
 @dataclass(frozen=True)
@@ -239,10 +236,6 @@ class LocalAttention:
         """What the local groups of a sequence of ``tokens`` hold, in the full-attention groups' tokens."""
         held = self.window_tokens if self.kind == "linear" else min(tokens, self.window_tokens)
         return self.kv_ratio * held
-
-    def seq_tokens(self, tokens: int) -> float:
-        """KV a sequence of ``tokens`` holds, in context tokens of the full-attention groups."""
-        return tokens + self.local_tokens(tokens)
 
 
 def hybrid_kv(dep: Deployment) -> bool:
