@@ -73,6 +73,7 @@ class _Seq:
         "alive",
         "preemptions",
         "local",
+        "cached",
     )
 
     def __init__(self, rid: Hashable, arrival: float, prompt: int, output: int) -> None:
@@ -93,6 +94,7 @@ class _Seq:
         self.alive = False  # in the decoding set
         self.preemptions = 0
         self.local = 0.0  # KV its local (sliding-window or linear) groups hold while running (hybrid models)
+        self.cached = 0  # prompt tokens in vLLM's prefix cache: never computed, held in the KV cache
 
 
 class InstanceEngine:
@@ -186,13 +188,23 @@ class InstanceEngine:
 
     utilization = busy_fraction
 
-    def submit(self, request_id: Hashable, arrival_s: float, prompt_tokens: int, output_tokens: int) -> bool:
+    def submit(
+        self,
+        request_id: Hashable,
+        arrival_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+    ) -> bool:
         """Queue a request arriving at ``arrival_s``. Returns False when it can never run
         (rejected at arrival: prompt longer than max_model_len); output is capped at max_model_len, like
-        vLLM's max_tokens check."""
+        vLLM's max_tokens check. ``cached_tokens`` of its prompt are found in the prefix cache when it is
+        scheduled (whole blocks, never the last token): not computed, but held in the KV cache like the rest
+        (a block shared with another running request is counted for each)."""
         prompt = max(1, int(prompt_tokens))
         output = max(1, int(output_tokens))
         seq = _Seq(request_id, float(arrival_s), prompt, output)
+        seq.cached = max(0, int(cached_tokens))
         if prompt >= self._max_len:
             seq.output = 0  # marks "reject at arrival"
         else:
@@ -233,6 +245,14 @@ class InstanceEngine:
 
     def _local_of(self, seq: _Seq) -> float:
         return self._local.local_tokens(seq.prompt + seq.output) if self._local else 0.0
+
+    def _cached_of(self, seq: _Seq) -> int:
+        """Prompt tokens of ``seq`` found in the prefix cache at admission: whole blocks short of its last
+        token, which vLLM always computes for the logits (``max_cache_hit_length = prompt - 1``)."""
+        if not seq.cached:
+            return 0
+        block = self._local.block_size if self._local else self.deployment.block_size
+        return min(seq.cached, seq.need - 1) // block * block
 
     def _leave(self, seq: _Seq) -> None:
         """A running sequence leaves (finished or preempted): what its local groups held is freed."""
@@ -317,8 +337,9 @@ class InstanceEngine:
         can_admit = running < self._max_seqs
         if can_admit and self._waiting:
             first = self._waiting[0]
-            chunk = min(first.need, self._budget) if self._chunked else first.need
-            if n + chunk + self._slack + self._local_of(first) <= free:
+            hit = self._cached_of(first)
+            chunk = min(first.need - hit, self._budget) if self._chunked else first.need - hit
+            if n + chunk + self._slack + self._local_of(first) + hit <= free:
                 return False  # the next iteration admits someone
         heap = self._heap
         while heap:
@@ -436,11 +457,12 @@ class InstanceEngine:
         """New prompts from the head of the queue while the budget, the KV cache and max_num_seqs allow."""
         while self._waiting and budget > 0 and len(self._running) < self._max_seqs:
             seq = self._waiting[0]
-            c = min(seq.need, budget)
-            if not self._chunked and c < seq.need:
+            hit = self._cached_of(seq)
+            c = min(seq.need - hit, budget)
+            if not self._chunked and c < seq.need - hit:
                 break
             local = self._local_of(seq)
-            if c + self._slack + local > kv_free:
+            if c + hit + self._slack + local > kv_free:
                 break
             self._waiting.popleft()
             self._order += 1
@@ -448,12 +470,14 @@ class InstanceEngine:
             self._running[seq.order] = seq
             seq.local = local
             self._local_sum += local
+            seq.computed = hit  # found in the prefix cache: held, never computed
+            self._prefill_kv += hit
             self._prefilling.append(seq)
             if seq.first_sched < 0:
                 seq.first_sched = self._now
             chunks.append((seq, c))
             budget -= c
-            kv_free -= c + self._slack + local
+            kv_free -= c + hit + self._slack + local
 
     def _unblock(self, done: list[CompletedRequest]) -> None:
         """Nothing could be scheduled: partial prefills hold the KV cache. Free the newest, as vLLM does;

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sizing.engine import CompletedRequest, InstanceEngine
 from sizing.errors import SizingInputError
@@ -36,6 +36,9 @@ class Workload:
     output_tokens: int = 200
     length_cv: float = 0.0
     trace: tuple[TraceRequest, ...] = ()
+    # share of each prompt vLLM finds in its prefix cache (automatic prefix caching, on by default in V1):
+    # vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total of a running fleet; 0 sizes for none
+    prefix_hit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.qps is not None and not (self.qps > 0 and math.isfinite(self.qps)):
@@ -46,6 +49,8 @@ class Workload:
             raise SizingInputError(f"length cv must be >= 0, got {self.length_cv}")
         if self.trace and len(self.trace) < 2:
             raise SizingInputError("a trace needs at least two requests")
+        if not (0.0 <= self.prefix_hit < 1.0):
+            raise SizingInputError(f"prefix hit must be in [0, 1), got {self.prefix_hit}")
 
     @property
     def trace_rate(self) -> float:
@@ -76,7 +81,7 @@ class Workload:
         return float(self.output_tokens)
 
     def with_qps(self, qps: float) -> Workload:
-        return Workload(qps, self.prompt_tokens, self.output_tokens, self.length_cv, self.trace)
+        return replace(self, qps=qps)
 
     def stream(self, num_requests: int, seed: int = 0, replicas: int = 1) -> list[TraceRequest]:
         """The requests one of ``replicas`` round-robin instances sees, ``num_requests`` of them."""
@@ -253,8 +258,9 @@ def simulate(
     """
     engine = InstanceEngine(deployment, max_waiting=max_waiting, plan=plan, perf=perf)
     reqs = workload.stream(num_requests, seed=seed, replicas=replicas)
+    hit = prefix_hit(engine.plan, workload.prefix_hit)
     for i, r in enumerate(reqs):
-        engine.submit(i, r.arrival_s, r.prompt_tokens, r.output_tokens)
+        engine.submit(i, r.arrival_s, r.prompt_tokens, r.output_tokens, int(r.prompt_tokens * hit))
     end = reqs[-1].arrival_s
     done = engine.advance(end)
     busy = engine.busy_fraction
@@ -267,6 +273,12 @@ def simulate(
 
 
 # -------------------------------------------------------------------------------------------- capacity
+def prefix_hit(plan: MemoryPlan, share: float) -> float:
+    """The prefix-cache hit share a deployment gets of ``share``: none for a linear-attention hybrid, which
+    vLLM runs without prefix caching (its recurrent state is not cached per block)."""
+    return 0.0 if plan.local is not None and plan.local.kind == "linear" else share
+
+
 def capacity_estimate(
     plan: MemoryPlan,
     perf: PerfModel,
@@ -274,6 +286,7 @@ def capacity_estimate(
     output_tokens: float,
     slo_tpot_p99_ms: float | None = None,
     max_num_seqs: int | None = None,
+    prefix_hit_share: float = 0.0,
 ) -> tuple[float, int]:
     """Closed-form steady state of one instance: (requests/s it sustains, the batch size it runs at).
 
@@ -293,6 +306,7 @@ def capacity_estimate(
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
     ) / perf.compute_flops + perf.comm_s_per_token
+    c_prefill *= 1.0 - prefix_hit(plan, prefix_hit_share)  # cached prompt tokens are not computed
 
     def tau(n: int) -> float:
         a, b = perf.decode_affine(n)
@@ -373,7 +387,8 @@ def knee_sweep(
     engine = InstanceEngine(deployment, plan=plan, perf=perf)
     plan, perf = engine.plan, engine.perf
     if rates is None:
-        cap, _ = capacity_estimate(plan, perf, workload.mean_prompt_tokens, workload.mean_output_tokens)
+        p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
+        cap, _ = capacity_estimate(plan, perf, p, o, prefix_hit_share=workload.prefix_hit)
         rates = [cap * (0.05 + 1.25 * i / (points - 1)) for i in range(points)]
     reports = tuple(
         simulate(deployment, workload.with_qps(r), num_requests=num_requests, seed=seed, plan=plan, perf=perf)

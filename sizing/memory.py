@@ -677,7 +677,8 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         warnings.append(
             f"linear attention on {local.local_layers} of {model.layers} layers: each keeps a fixed state "
             f"per sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without "
-            f"prefix caching), so a token of context costs the {local.full_layers} full-attention layers' "
+            f"prefix caching: a prefix hit does not apply), so a token of context costs the "
+            f"{local.full_layers} full-attention layers' "
             "KV; the KV tokens shown are vLLM's own derived figure (max concurrency x max_model_len)"
         )
     elif local is not None:

@@ -437,7 +437,7 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
     best: tuple[float, int, int, float] | None = None  # (cost, -seqs, replicas, rate)
     p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
     for seqs in _seq_choices(cand.plan, settings):
-        rate, _ = capacity_estimate(cand.plan, cand.perf, p, o, slo.tpot_p99_ms, seqs)
+        rate, _ = capacity_estimate(cand.plan, cand.perf, p, o, slo.tpot_p99_ms, seqs, workload.prefix_hit)
         if rate <= 0:
             continue
         replicas = max(1, math.ceil(workload.rate / rate))
@@ -647,6 +647,7 @@ class SearchResult:
                 "prompt_tokens": round(wl.mean_prompt_tokens, 1),
                 "output_tokens": round(wl.mean_output_tokens, 1),
                 "trace_requests": len(wl.trace) or None,
+                "prefix_hit": wl.prefix_hit,
             },
             "simulations": self.simulations,
         }

@@ -101,6 +101,12 @@ def size(
     prices: Path | None = typer.Option(
         None, "--prices", help="prices.yaml overriding the shipped estimates."
     ),
+    prefix_hit: float = typer.Option(
+        0.0,
+        "--prefix-hit",
+        help="Share of each prompt found in vLLM's prefix cache (a running fleet's "
+        "prefix_cache_hits / prefix_cache_queries); 0 = none.",
+    ),
     length_cv: float = typer.Option(
         0.0, "--length-cv", help="Token-length spread (lognormal CV; 0 = fixed)."
     ),
@@ -142,6 +148,7 @@ def size(
             "--gpu-memory-gib": gpu_memory_gib,
         },
         length_cv=length_cv,
+        prefix_hit=prefix_hit,
     )
     if plot is not None:
         if plot.suffix.lower() != ".svg":
@@ -162,6 +169,7 @@ def size(
             output_tokens=output_tokens or 200,
             length_cv=length_cv,
             trace=requests,
+            prefix_hit=prefix_hit,
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
         evaluating = gpu is not None or instance_type is not None
@@ -271,9 +279,14 @@ def _check_exclusive(
 
 
 def _check_ranges(
-    top: int | None, *, counts: dict[str, int | None], positives: dict[str, float | None], length_cv: float
+    top: int | None,
+    *,
+    counts: dict[str, int | None],
+    positives: dict[str, float | None],
+    length_cv: float,
+    prefix_hit: float = 0.0,
 ) -> None:
-    """Counts at least 1, positive finite numbers, a finite spread >= 0."""
+    """Counts at least 1, positive finite numbers, a finite spread >= 0, a prefix hit share in [0, 1)."""
     if top is not None and top < 1:
         fail(f"--top must be at least 1, got {top}")
     for name, value in counts.items():
@@ -289,6 +302,8 @@ def _check_ranges(
         fail(f"--length-cv must be a number >= 0, got {length_cv:g}")
     if length_cv > MAX_LENGTH_CV:
         fail(f"--length-cv must be at most {MAX_LENGTH_CV:g}, got {length_cv:g}")
+    if not (0.0 <= prefix_hit < 1.0):
+        fail(f"--prefix-hit must be a share in [0, 1), got {prefix_hit:g}")
 
 
 def _read_model_config(path: Path) -> Any:

@@ -807,3 +807,18 @@ def test_when_no_option_holds_the_context_the_table_says_how_long_one_fits(capsy
     assert code == 1 and "no option fits" in out
     assert "one 10,485,760-token request (max_model_len) fits no option; the longest that fits is" in out
     assert "--max-model-len" in out
+
+
+def test_a_prefix_hit_is_in_the_workload_and_buys_less(capsys):
+    argv = ["size", "--model", "Qwen2.5-14B", "--qps", "5", "--prompt-tokens", "4000"]
+    argv += ["--output-tokens", "300", "--slo-ttft-p99-ms", "2000", "--top", "1"]
+    _, cold = _json(capsys, argv)
+    code, warm = _json(capsys, argv + ["--prefix-hit", "0.5"])
+    assert code == 0 and warm["workload"]["prefix_hit"] == 0.5 and cold["workload"]["prefix_hit"] == 0.0
+    assert warm["candidates"][0]["cost_cny_per_hour"] < cold["candidates"][0]["cost_cny_per_hour"]
+
+
+@pytest.mark.parametrize("share", ["1", "-0.2", "nan"])
+def test_a_prefix_hit_outside_zero_to_one_is_one_line(capsys, share):
+    code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--qps", "1", "--prefix-hit", share])
+    assert code == 2 and "--prefix-hit must be a share in [0, 1)" in err and "Traceback" not in err
