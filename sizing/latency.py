@@ -39,6 +39,9 @@ class Workload:
     # share of each prompt vLLM finds in its prefix cache (automatic prefix caching, on by default in V1):
     # vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total of a running fleet; 0 sizes for none
     prefix_hit: float = 0.0
+    # the trace's own prompts: the share of their tokens in a prefix an earlier one had (Mooncake's hash_ids),
+    # an upper bound on prefix_hit; None when the trace does not say
+    trace_prefix_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.qps is not None and not (self.qps > 0 and math.isfinite(self.qps)):

@@ -648,6 +648,7 @@ class SearchResult:
                 "output_tokens": round(wl.mean_output_tokens, 1),
                 "trace_requests": len(wl.trace) or None,
                 "prefix_hit": wl.prefix_hit,
+                "trace_prefix_share": _r(wl.trace_prefix_share),
             },
             "simulations": self.simulations,
         }

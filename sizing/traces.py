@@ -150,6 +150,36 @@ def parse_azure_csv(text: str, source: str) -> list[TraceRequest]:
     return [TraceRequest((ts - t0).total_seconds(), max(1, p), max(1, o)) for ts, p, o in stamps]
 
 
+MOONCAKE_HASH_BLOCK = 512  # tokens per hash_ids entry in the Mooncake traces (their README)
+
+
+def prefix_share(text: str) -> float | None:
+    """The share of a JSONL trace's prompt tokens that repeat a prefix some earlier request already had
+    (Mooncake's ``hash_ids``: one id per 512-token prefix block, equal ids for equal prefixes), with an
+    unbounded cache: an upper bound on the prefix-cache hit share; None when the rows carry no hash_ids."""
+    seen: set[object] = set()
+    hit = total = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ids, length = row["hash_ids"], int(row["input_length"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(ids, list):
+            return None
+        run = 0
+        for block in ids:
+            if not isinstance(block, (int, str)) or block not in seen:
+                break
+            run += 1
+        hit += min(run * MOONCAKE_HASH_BLOCK, length)
+        total += length
+        seen.update(b for b in ids if isinstance(b, (int, str)))
+    return hit / total if total else None
+
+
 def parse_mooncake_jsonl(text: str, source: str) -> list[TraceRequest]:
     """Mooncake FAST'25 trace (``timestamp`` in ms from the start, ``input_length``, ``output_length``)."""
     out: list[TraceRequest] = []

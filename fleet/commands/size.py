@@ -162,7 +162,7 @@ def size(
         book = sizing.price_book(_read_yaml(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
             book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
-        requests = _read_trace(trace) if trace is not None else ()
+        requests, shared = _read_trace(trace) if trace is not None else ((), None)
         workload = Workload(
             qps=qps,
             prompt_tokens=prompt_tokens or 1000,
@@ -170,6 +170,7 @@ def size(
             length_cv=length_cv,
             trace=requests,
             prefix_hit=prefix_hit,
+            trace_prefix_share=shared,
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
         evaluating = gpu is not None or instance_type is not None
@@ -231,20 +232,32 @@ def size(
     else:
         _render(result, shape, top, has_load, requests, plot)
         render_fallback(result)
-        if cal is not None:
-            note = _calibration_note(cal, best)
-            console.print(f"  calibration: {calibration} ({note})", highlight=False, soft_wrap=True)
-        if sized_len is not None:
-            console.print(
-                f"  max_model_len {sized_len:,} sized from the workload's token lengths "
-                "(--max-model-len sets it)",
-                highlight=False,
-                soft_wrap=True,
-            )
+        for line in _notes(cal, calibration, best, sized_len, workload):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
         if explained is not None:
             render_explanation(explained)
     if best is None:
         raise typer.Exit(EXIT_NO_FIT)
+
+
+def _notes(cal: Any, calibration: Path | None, best: Any, sized_len: int | None, workload: Any) -> list[str]:
+    """Lines under the table: the calibration used, a max_model_len sized from the workload, and what share
+    of a trace's prompts its prefix cache could serve."""
+    out = []
+    if cal is not None:
+        out.append(f"calibration: {calibration} ({_calibration_note(cal, best)})")
+    if sized_len is not None:
+        out.append(
+            f"max_model_len {sized_len:,} sized from the workload's token lengths (--max-model-len sets it)"
+        )
+    shared = workload.trace_prefix_share
+    if shared is not None and workload.prefix_hit == 0.0:
+        out.append(
+            f"prefix cache: {shared:.0%} of this trace's prompt tokens repeat an earlier request's prefix; "
+            f"sized for no hit (--prefix-hit {shared:.2f} is the most a cache holding them all and a router "
+            "keeping prefixes together could give)"
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -340,9 +353,10 @@ def _read_yaml(path: Path) -> Any:
         fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
 
 
-def _read_trace(path: Path) -> tuple[TraceRequest, ...]:
-    """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake."""
-    from sizing.traces import TraceError, parse_columns
+def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
+    """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake; and the
+    share of its prompt tokens in a prefix seen before, where its rows say (Mooncake's hash_ids)."""
+    from sizing.traces import TraceError, parse_columns, prefix_share
 
     try:
         with path.open(encoding="utf-8", newline="") as handle:
@@ -352,7 +366,8 @@ def _read_trace(path: Path) -> tuple[TraceRequest, ...]:
     except UnicodeDecodeError as exc:
         fail(f"{path}: cannot parse the trace ({exc})")
     try:
-        return parse_columns(text, str(path), jsonl=path.suffix in {".jsonl", ".json"})
+        jsonl = path.suffix in {".jsonl", ".json"}
+        return parse_columns(text, str(path), jsonl=jsonl), prefix_share(text) if jsonl else None
     except TraceError as exc:
         fail(str(exc))
 

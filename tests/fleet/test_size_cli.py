@@ -822,3 +822,23 @@ def test_a_prefix_hit_is_in_the_workload_and_buys_less(capsys):
 def test_a_prefix_hit_outside_zero_to_one_is_one_line(capsys, share):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--qps", "1", "--prefix-hit", share])
     assert code == 2 and "--prefix-hit must be a share in [0, 1)" in err and "Traceback" not in err
+
+
+def test_a_mooncake_trace_says_what_share_of_its_prompts_a_prefix_cache_could_serve(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    rows = [(0, 2048, [1, 2, 3, 4]), (1000, 2048, [1, 2, 3, 5]), (2000, 1024, [6, 7]), (3000, 1024, [6, 7])]
+    trace.write_text(
+        "\n".join(
+            json.dumps({"timestamp": t, "input_length": n, "output_length": 50, "hash_ids": ids})
+            for t, n, ids in rows
+        )
+    )
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--trace", str(trace), "--qps", "1"]
+    code, doc = _json(capsys, argv)
+    share = (3 * 512 + 1024) / (2048 + 2048 + 1024 + 1024)
+    assert code == 0 and doc["workload"]["trace_prefix_share"] == round(share, 3)
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"prefix cache: {share:.0%} of this trace's prompt tokens" in out
+    assert main(argv + ["--prefix-hit", "0.3"]) == 0
+    assert "prefix cache:" not in capsys.readouterr().out  # a hit given: nothing to suggest

@@ -69,3 +69,16 @@ def test_a_linear_attention_hybrid_gets_no_prefix_hit():
 def test_a_hit_share_outside_zero_to_one_is_refused(share):
     with pytest.raises(SizingInputError, match="prefix hit"):
         Workload(qps=1.0, prefix_hit=share)
+
+
+def test_a_traces_prefix_share_counts_the_blocks_an_earlier_prompt_began_with():
+    from sizing.traces import prefix_share
+
+    rows = [
+        '{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]}',
+        '{"timestamp": 1, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]}',  # 1024 repeat
+        '{"timestamp": 2, "input_length": 700, "output_length": 5, "hash_ids": [4, 2]}',  # a new first block
+        '{"timestamp": 3, "input_length": 300, "output_length": 5, "hash_ids": [1]}',  # 300 of its 300
+    ]
+    assert prefix_share("\n".join(rows)) == pytest.approx((1024 + 300) / (1024 + 1500 + 700 + 300))
+    assert prefix_share('{"timestamp": 0, "input_length": 10, "output_length": 5}') is None
