@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from sizing.latency import LatencyReport, Workload, simulate
 from sizing.memory import Deployment, plan_memory
-from sizing.perf import perf_model
+from sizing.perf import perf_for
 
 DEFAULT_LENGTH_CV = 1.0
 CAPACITY_REQUESTS = 1500  # simulated requests per probe: enough for a P99, fast enough to tabulate online
@@ -47,7 +47,7 @@ def _probe(
     plan = plan_memory(deployment)
     if not plan.fits:
         return None
-    perf = perf_model(deployment.model, deployment.gpu, deployment.tp, plan.dtype, plan.kv_cache_dtype)
+    perf = perf_for(deployment, plan)  # a hybrid model reads its full-attention layers per context token
     p = max(1, round(prompt_tokens))
     o = max(1, round(output_tokens))
     if deployment.max_model_len:

@@ -238,7 +238,7 @@ def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> S
         find_gpu,
         find_instance,
         find_model,
-        perf_model,
+        perf_for,
         plan_memory,
     )
 
@@ -261,7 +261,7 @@ def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> S
         max_num_seqs=sc.max_num_seqs,
     )
     plan = plan_memory(dep)
-    perf = perf_model(dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype)
+    perf = perf_for(dep, plan)
 
     def factory(start_s: float, max_waiting: int) -> Any:
         return InstanceEngine(dep, max_waiting=max_waiting, start_s=start_s, plan=plan, perf=perf)

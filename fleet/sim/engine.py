@@ -54,7 +54,7 @@ def make_engine_factory(hw: Hardware) -> Callable[[float, int], Any]:
         SizingInputError,
         find_gpu,
         find_model,
-        perf_model,
+        perf_for,
         plan_memory,
     )
 
@@ -65,7 +65,7 @@ def make_engine_factory(hw: Hardware) -> Callable[[float, int], Any]:
         raise HardwareError(str(exc)) from None
     if not plan.fits:
         raise HardwareError(f"{hw.model} does not fit on {hw.tp} x {hw.gpu}: {plan.reason}")
-    perf = perf_model(dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype)
+    perf = perf_for(dep, plan)
 
     def factory(start_s: float, max_waiting: int) -> Any:
         return InstanceEngine(dep, max_waiting=max_waiting, start_s=start_s, plan=plan, perf=perf)

@@ -325,3 +325,23 @@ def test_the_catalogs_qwen3_next_is_the_same_shape_as_its_config():
     assert catalog.params == config.params and catalog.linear_layers == config.linear_layers
     dep = Deployment(model=catalog, gpu=find_gpu("H20"), tp=2, max_model_len=65536)
     assert plan_memory(dep).local == plan_memory(dep.with_(model=config)).local
+
+
+def test_the_simulated_world_and_the_capacity_test_read_a_hybrids_kv_as_fleet_size_does():
+    from fleet.sim.engine import make_engine_factory, resolve_hardware
+    from sizing import find_model
+    from sizing.capacity import capacity_rps
+
+    hw = resolve_hardware("gpt-oss-20b", "ecs.gn7i-c8g1.2xlarge")
+    engine = make_engine_factory(hw)(0.0, 64)
+    dep = Deployment(
+        model=find_model("gpt-oss-20b"), gpu=find_gpu("A10"), tp=1, max_model_len=hw.max_model_len
+    )
+    plan = plan_memory(dep)
+    assert engine.perf == perf_for(dep, plan)  # the full-attention layers' KV per context token
+    assert engine.perf.kv_bytes_per_token == pytest.approx(plan.kv_bytes_per_token / 2)
+    # the capacity test runs the same engine: at long prompts it serves what the hybrid's reads allow
+    full = dep.with_(vllm_version="0.9.2")  # every layer sized and read as full attention
+    assert capacity_rps(dep, 6000, 300, 3000, num_requests=300) > capacity_rps(
+        full, 6000, 300, 3000, num_requests=300
+    )
