@@ -474,6 +474,15 @@ class Predictive(_Model):
         default=None, gt=0, description="P99 TTFT SLO; default the ttft_p99_ms scale-out threshold"
     )
     tpot_p99_ms: float | None = Field(default=None, gt=0, description="P99 TPOT SLO (optional)")
+    prefix_hit: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description=(
+            "share of each prompt vLLM finds in its prefix cache (prefix_cache_hits / prefix_cache_queries of"
+            " the running fleet), as `fleet size --prefix-hit`: held in the KV cache, not computed"
+        ),
+    )
     scale_in_margin: float = Field(
         default=0.1, ge=0, lt=1, description="scale in only when the forecast fits in fewer with this margin"
     )

@@ -42,6 +42,7 @@ def _probe(
     length_cv: float,
     seed: int,
     num_requests: int,
+    prefix_hit: float = 0.0,
 ) -> Callable[[float], LatencyReport] | None:
     """The instance's latency report at a Poisson rate for this mix; None when the model does not fit."""
     plan = plan_memory(deployment)
@@ -54,7 +55,7 @@ def _probe(
         p = min(p, max(1, deployment.max_model_len - o - 1))
 
     def report(rate: float) -> LatencyReport:
-        wl = Workload(qps=rate, prompt_tokens=p, output_tokens=o, length_cv=length_cv)
+        wl = Workload(qps=rate, prompt_tokens=p, output_tokens=o, length_cv=length_cv, prefix_hit=prefix_hit)
         return simulate(deployment, wl, num_requests=num_requests, seed=seed, plan=plan, perf=perf)
 
     return report
@@ -71,9 +72,11 @@ def capacity_rps(
     seed: int = 0,
     iterations: int = 10,
     num_requests: int = CAPACITY_REQUESTS,
+    prefix_hit: float = 0.0,
 ) -> float:
-    """Highest Poisson rate (req/s) one instance of ``deployment`` serves within the SLOs; 0 if none."""
-    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests)
+    """Highest Poisson rate (req/s) one instance of ``deployment`` serves within the SLOs; 0 if none.
+    ``prefix_hit``: the share of each prompt found in the prefix cache (``Workload.prefix_hit``)."""
+    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests, prefix_hit)
     if report is None:
         return 0.0
 
@@ -95,11 +98,12 @@ def in_service_curve(
     length_cv: float = DEFAULT_LENGTH_CV,
     seed: int = 0,
     num_requests: int = CAPACITY_REQUESTS,
+    prefix_hit: float = 0.0,
 ) -> tuple[tuple[float, float], ...]:
     """(rate, mean seconds a request spends admitted) at each Poisson rate: by Little's law an instance
     serving ``rate`` holds ``rate x seconds`` requests running. What the online correction compares the
     fleet's running requests with (an engine slower than the model holds more at the same rate)."""
-    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests)
+    report = _probe(deployment, prompt_tokens, output_tokens, length_cv, seed, num_requests, prefix_hit)
     if report is None:
         return ()
     return tuple((r, report(r).in_service_mean_s) for r in rates if r > 0)

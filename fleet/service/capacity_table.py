@@ -82,6 +82,8 @@ class CapacityTable:
         # the next, and the scale-in window holds the highest target that flicker gives.
         rps = _interpolated(lambda p, o: self._rps(spec, p, o), p_mean, o_mean)
         source = f"sizing {pred.model} on {pred.instance_type} at {p_mean:.0f}/{o_mean:.0f} tokens"
+        if pred.prefix_hit:
+            source += f", {pred.prefix_hit:.0%} of each prompt from the prefix cache"
         if rps <= 0:
             return Capacity(None, source + ": misses the SLO", p_mean, o_mean)
         return Capacity(rps, source, p_mean, o_mean)
@@ -133,7 +135,15 @@ class CapacityTable:
         """What a group's capacity depends on besides the token mix: its engine and its SLOs."""
         pred = spec.predictive
         slo = spec.slo_ttft_p99_ms
-        return (pred.model, pred.instance_type, pred.tp, pred.max_model_len, slo, pred.tpot_p99_ms)
+        return (
+            pred.model,
+            pred.instance_type,
+            pred.tp,
+            pred.max_model_len,
+            slo,
+            pred.tpot_p99_ms,
+            pred.prefix_hit,
+        )
 
     def _key(self, spec: GroupSpec, p: float, o: float) -> tuple[object, ...]:
         return (*self._hardware(spec), p, o)
@@ -171,7 +181,8 @@ class CapacityTable:
 
         def per_instance(dep: Deployment, engines: int, cv: float) -> float:
             pred = spec.predictive
-            return engines * capacity_rps(dep, p, o, spec.slo_ttft_p99_ms, pred.tpot_p99_ms, length_cv=cv)
+            slo_ttft, hit = spec.slo_ttft_p99_ms, pred.prefix_hit
+            return engines * capacity_rps(dep, p, o, slo_ttft, pred.tpot_p99_ms, length_cv=cv, prefix_hit=hit)
 
         return self._sized(spec, p, o, "capacity", per_instance, 0.0)
 
@@ -182,7 +193,7 @@ class CapacityTable:
 
         def per_instance(dep: Deployment, engines: int, cv: float) -> tuple[tuple[float, float], ...]:
             rates = [share * rps / engines for share in IN_SERVICE_LOADS]
-            curve = in_service_curve(dep, p, o, rates, length_cv=cv)
+            curve = in_service_curve(dep, p, o, rates, length_cv=cv, prefix_hit=spec.predictive.prefix_hit)
             return tuple((rate * engines, seconds) for rate, seconds in curve)
 
         return self._sized(spec, p, o, "time in service", per_instance, ())

@@ -128,3 +128,22 @@ def test_the_capacity_is_continuous_across_a_buckets_edge_in_both_token_counts(m
         assert above == pytest.approx(smooth(p, o), rel=0.02)
     centre = bucket(200.0)
     assert table.lookup(spec, bucket(1150.0), centre).rps == pytest.approx(smooth(bucket(1150.0), centre))
+
+
+def test_a_declared_prefix_hit_gives_long_prompts_more_capacity_and_says_so():
+    from fleet.service.capacity_table import CapacityTable
+
+    table = CapacityTable()
+    cold = table.lookup(_spec(), 4000, 200)
+    warm = table.lookup(_spec(prefix_hit=0.5), 4000, 200)
+    assert cold.rps is not None and warm.rps is not None
+    assert warm.rps > 1.2 * cold.rps  # half of each prompt is not prefilled
+    assert "50% of each prompt from the prefix cache" in warm.source and "prefix" not in cold.source
+
+
+@pytest.mark.parametrize("hit", [-0.1, 1.0])
+def test_a_prefix_hit_outside_zero_to_one_is_refused_by_the_config(hit):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="prefix_hit"):
+        _spec(prefix_hit=hit)
