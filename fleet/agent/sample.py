@@ -123,6 +123,7 @@ def instance_values(sample: Sample) -> dict[str, float]:
         "vllm_request_rate": v.arrival_rate_per_s,
         "vllm_prompt_tokens_per_request": v.prompt_tokens_per_request,
         "vllm_output_tokens_per_request": v.output_tokens_per_request,
+        "vllm_prefix_cache_hit_ratio": v.prefix_cache_hit_ratio,
         "vllm_generation_tokens_per_s": v.generation_tokens_per_s,
         "vllm_preemptions": v.preemptions,
     }

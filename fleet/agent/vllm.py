@@ -43,6 +43,10 @@ STALL_S = 60.0
 # Per-request token histograms (observed when a request finishes): their _sum/_count give tokens per request.
 PROMPT_TOKENS_HIST = ("vllm:request_prompt_tokens",)
 OUTPUT_TOKENS_HIST = ("vllm:request_generation_tokens",)
+# Automatic prefix caching (V1): prompt tokens looked up in the prefix cache and those found, as counters;
+# their window's ratio is the share of prompts the cache served (``fleet size --prefix-hit``).
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 
 # vLLM's histogram bucket bounds (s) of the three latencies (vLLM V1, ``vllm/v1/metrics/loggers.py``): the
 # agent interpolates inside a bucket, so a P99 between 2.5 s and 5 s reads wherever the bucket's counts put
@@ -236,6 +240,7 @@ class VllmReading:
     arrival_rate_per_s: float | None = None
     prompt_tokens_per_request: float | None = None
     output_tokens_per_request: float | None = None
+    prefix_cache_hit_ratio: float | None = None  # cached / looked-up prompt tokens in the window
     generation_tokens_per_s: float | None = None
     preemptions: float | None = None  # in the window
     window_s: float | None = None  # None on the first scrape: there is nothing to difference yet
@@ -291,6 +296,8 @@ class VllmCollector:
             "prompt": parsed.total(PROMPT_TOKENS),
             "preemptions": parsed.total(preempt_name) if preempt_name else None,
             "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
+            "prefix_queries": parsed.total(PREFIX_CACHE_QUERIES),
+            "prefix_hits": parsed.total(PREFIX_CACHE_HITS),
         }
         for key, names in (("prompt", PROMPT_TOKENS_HIST), ("output", OUTPUT_TOKENS_HIST)):
             name = parsed.first_present(names, "_sum")
@@ -388,7 +395,7 @@ def combine(readings: Sequence[VllmReading]) -> VllmReading:
                     count=sum(q.count for q in parts),
                 ),
             )
-    for name in ("prompt_tokens_per_request", "output_tokens_per_request"):
+    for name in ("prompt_tokens_per_request", "output_tokens_per_request", "prefix_cache_hit_ratio"):
         # weighted by each server's completions: the instance's mean over its requests
         pairs = [(getattr(r, name), r.request_rate_per_s or 0.0) for r in up if getattr(r, name) is not None]
         if not pairs:
@@ -435,3 +442,7 @@ def _demand(
         count = counter_delta(now.get(f"{key}_count"), before.get(f"{key}_count"), reset)
         if total is not None and count:
             setattr(reading, attr, total / count)
+    queries = counter_delta(now.get("prefix_queries"), before.get("prefix_queries"), reset)
+    hits = counter_delta(now.get("prefix_hits"), before.get("prefix_hits"), reset)
+    if queries and hits is not None:
+        reading.prefix_cache_hit_ratio = min(1.0, hits / queries)

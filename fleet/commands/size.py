@@ -105,7 +105,7 @@ def size(
         0.0,
         "--prefix-hit",
         help="Share of each prompt found in vLLM's prefix cache (a running fleet's "
-        "prefix_cache_hits / prefix_cache_queries); 0 = none.",
+        "vllm_prefix_cache_hit_ratio from the node agent); 0 = none.",
     ),
     length_cv: float = typer.Option(
         0.0, "--length-cv", help="Token-length spread (lognormal CV; 0 = fixed)."

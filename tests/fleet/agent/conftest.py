@@ -53,6 +53,8 @@ class FakeVllmState:
     generation_tokens: float = 0.0
     prompt_tokens: float = 0.0
     preemptions: float = 0.0
+    prefix_queries: float | None = None  # prompt tokens looked up in the prefix cache (None: not exported)
+    prefix_hits: float = 0.0
     status: int = 200
     body_override: str | None = None
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS_S))
@@ -84,6 +86,8 @@ class FakeVllmState:
             Histogram(E2E_BUCKETS_S),
         )
         self.success = self.generation_tokens = self.prompt_tokens = self.preemptions = 0.0
+        if self.prefix_queries is not None:
+            self.prefix_queries = self.prefix_hits = 0.0
 
     def render(self) -> str:
         if self.body_override is not None:
@@ -107,6 +111,13 @@ class FakeVllmState:
             "# TYPE vllm:num_preemptions_total counter",
             f"vllm:num_preemptions_total{{{labels}}} {self.preemptions}",
         ]
+        if self.prefix_queries is not None:
+            lines += [
+                "# TYPE vllm:prefix_cache_queries counter",
+                f"vllm:prefix_cache_queries_total{{{labels}}} {self.prefix_queries}",
+                "# TYPE vllm:prefix_cache_hits counter",
+                f"vllm:prefix_cache_hits_total{{{labels}}} {self.prefix_hits}",
+            ]
         for name, total in (
             ("vllm:request_prompt_tokens", self.prompt_tokens),
             ("vllm:request_generation_tokens", self.generation_tokens),

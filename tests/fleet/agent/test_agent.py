@@ -60,6 +60,18 @@ def test_every_name_the_service_reads_is_published_when_available(vllm_server):
     assert set(INSTANCE_METRICS_READ_BY_SERVICE) <= names
 
 
+def test_the_prefix_cache_hit_ratio_is_published_where_vllm_exports_it(vllm_server):
+    clock = ManualAgentClock()
+    agent = make_agent(vllm_server.url, nvml=FakeNvml([FakeGpu()]), clock=clock)
+    vllm_server.state.prefix_queries, vllm_server.state.prefix_hits = 0.0, 0.0
+    agent.prime()
+    vllm_server.state.prefix_queries, vllm_server.state.prefix_hits = 4000.0, 1000.0
+    clock.advance(15)
+    assert instance_values(agent.step())["vllm_prefix_cache_hit_ratio"] == pytest.approx(0.25)
+    clock.advance(15)  # nothing looked up since: no value, rather than a zero that reads "no hits"
+    assert "vllm_prefix_cache_hit_ratio" not in instance_values(agent.step())
+
+
 def test_instance_aggregates_over_gpus(vllm_server):
     gpus = [
         FakeGpu(clock_event_reasons=HW_THERMAL, mem_util_pct=40, sm_clock_mhz=1980),

@@ -216,3 +216,19 @@ def test_an_idle_engine_or_one_finishing_requests_never_reads_stalled(vllm_serve
         vllm_server.state.finish_requests(1, ttft_s=0.2, tpot_s=0.02, e2e_s=1.0)
         r = collector.read(15.0 * k)
         assert r.up and r.stalled_s is None
+
+
+def test_the_prefix_cache_hit_ratio_is_the_windows_hits_over_its_lookups(vllm_server):
+    from fleet.agent.vllm import VllmCollector
+
+    state = vllm_server.state
+    collector = VllmCollector(vllm_server.url)
+    assert collector.read(0.0).prefix_cache_hit_ratio is None  # not exported: nothing published
+    state.prefix_queries, state.prefix_hits = 10_000.0, 2_000.0
+    collector.read(15.0)
+    state.prefix_queries, state.prefix_hits = 18_000.0, 8_000.0  # 6,000 of 8,000 looked up in the window
+    assert collector.read(30.0).prefix_cache_hit_ratio == pytest.approx(0.75)
+    assert collector.read(45.0).prefix_cache_hit_ratio is None  # no lookup in the window: unknown, not 0
+    state.restart()
+    state.prefix_queries, state.prefix_hits = 1_000.0, 100.0
+    assert collector.read(60.0).prefix_cache_hit_ratio == pytest.approx(0.1)  # counted from the restart
