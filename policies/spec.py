@@ -479,8 +479,9 @@ class Predictive(_Model):
         ge=0,
         lt=1,
         description=(
-            "share of each prompt vLLM finds in its prefix cache (the node agent's vllm_prefix_cache_hit_ratio"
-            " on the running fleet), as `fleet size --prefix-hit`: held in the KV cache, not computed"
+            "share of each prompt vLLM finds in its prefix cache (the node agent's"
+            " vllm_prefix_cache_hit_ratio on the running fleet), as `fleet size --prefix-hit`: held in the KV"
+            " cache, not computed"
         ),
     )
     scale_in_margin: float = Field(
