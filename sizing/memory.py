@@ -693,6 +693,11 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "state-space (Mamba) layers are not modelled: every layer is sized as attention, so the KV "
             "capacity here is a lower bound and the weights an estimate; calibrate from your own vLLM log"
         )
+    if local is None and model.linear_layers:
+        warnings.append(
+            f"linear attention on {model.linear_layers} of {model.layers} layers is sized as full attention "
+            "under the V0 engine (which does not run such models): the KV capacity here is a lower bound"
+        )
     if local is None and model.sliding_window:
         warnings.append(
             f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "

@@ -292,6 +292,12 @@ def test_linear_attention_state_sets_the_block_size_and_takes_one_block_a_sequen
     assert any("linear attention on 36 of 48 layers" in w for w in plan.warnings)
 
 
+def test_a_linear_hybrid_under_v0_is_sized_as_full_attention_and_says_so():
+    plan = _plan(QWEN3_NEXT, gpu=find_gpu("H20"), tp=2, max_model_len=16384, engine="v0")
+    assert plan.local is None
+    assert any("linear attention on 36 of 48 layers is sized as full attention" in w for w in plan.warnings)
+
+
 def test_qwen3_next_runs_at_vllms_544_token_blocks_on_one_gpu():
     dep = Deployment(model=model_from_hf_config(QWEN3_NEXT), gpu=find_gpu("H20"), tp=1)
     assert hybrid_block_size(dep) == 544  # vLLM logs "Setting attention block size to 544 tokens"
