@@ -687,7 +687,13 @@ def _linear_attention(
             raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
         linear = sum(1 for t in types if t == "linear_attention")
     else:
-        interval = _count(cfg, "full_attention_interval", name, below=layers + 1) or 1
+        if cfg.get("full_attention_interval") is None:
+            raise SizingInputError(
+                f"{name}: a linear-attention config.json needs layer_types or full_attention_interval"
+            )
+        interval = _count(cfg, "full_attention_interval", name, below=layers + 1)
+        if interval < 1:
+            raise SizingInputError(f"{name}: config.json field 'full_attention_interval' must be at least 1")
         linear = layers - layers // interval
     return (
         linear,

@@ -275,6 +275,19 @@ def test_a_gated_deltanet_hybrid_has_its_linear_layers_and_its_published_size():
     assert model.active_linear_params / 1e9 == pytest.approx(3, rel=0.1)
 
 
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"full_attention_interval": 0}, "full_attention_interval' must be at least 1"),
+        ({"full_attention_interval": None}, "needs layer_types or full_attention_interval"),
+        ({"layer_types": "linear"}, "layer_types"),
+    ],
+)
+def test_a_linear_hybrid_whose_layers_cannot_be_told_apart_is_refused(change, match):
+    with pytest.raises(SizingInputError, match=match):
+        model_from_hf_config({**QWEN3_NEXT, **change})
+
+
 @pytest.mark.parametrize("tp", [2, 4])
 def test_linear_attention_state_sets_the_block_size_and_takes_one_block_a_sequence(tp):
     plan = _plan(QWEN3_NEXT, gpu=find_gpu("H20"), tp=tp, max_model_len=65536)
