@@ -210,6 +210,13 @@ def test_an_mxfp4_model_is_served_from_its_own_checkpoint_on_ampere_and_later():
         plan_memory(dep.with_(gpu=find_gpu("T4")))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "awq"])
+def test_an_mxfp4_checkpoint_is_not_sized_in_another_format(dtype):
+    model = model_from_hf_config(GPT_OSS_20B_MXFP4)
+    with pytest.raises(SizingInputError, match="checkpoint is MXFP4"):
+        plan_memory(Deployment(model=model, gpu=find_gpu("H20"), dtype=dtype, max_model_len=8192))
+
+
 @pytest.mark.parametrize(
     ("config", "match"),
     [
