@@ -346,11 +346,12 @@ def resolve_dtype(model: ModelShape, gpu: GPU, dtype: str = "auto") -> str:
         dtype = model.quantization or model.dtype
         if dtype == "bf16" and not gpu.supports_bf16:
             dtype = "fp16"  # vLLM casts bf16 checkpoints to fp16 on pre-Ampere GPUs (with a warning)
-    elif model.quantization == "mxfp4" and dtype != "mxfp4":
+    elif model.quantization is not None and dtype != model.quantization:
+        fmt = model.quantization.upper()
         raise SizingInputError(
-            f"{model.name}'s checkpoint is MXFP4 and vLLM serves it so (it loads MXFP4 whatever --dtype says "
-            f"and refuses another --quantization): leave the dtype auto, or size a {dtype} checkpoint's own "
-            "config.json"
+            f"{model.name}'s checkpoint is {fmt} and vLLM serves it so (it loads {fmt} weights whatever "
+            f"--dtype says and refuses another --quantization): leave the dtype auto, or size a {dtype} "
+            "checkpoint"
         )
     elif dtype == "mxfp4" and model.quantization != "mxfp4":
         raise SizingInputError(

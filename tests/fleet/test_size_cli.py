@@ -842,3 +842,11 @@ def test_a_mooncake_trace_says_what_share_of_its_prompts_a_prefix_cache_could_se
     assert f"prefix cache: {share:.0%} of this trace's prompt tokens" in out
     assert main(argv + ["--prefix-hit", "0.3"]) == 0
     assert "prefix cache:" not in capsys.readouterr().out  # a hit given: nothing to suggest
+
+
+@pytest.mark.parametrize(("model", "dtype"), [("Qwen2.5-7B-Instruct-AWQ", "fp16"), ("gpt-oss-20b", "bf16")])
+def test_a_quantized_checkpoint_sized_in_another_format_is_one_line(capsys, model, dtype):
+    """vLLM loads a quantized checkpoint in its own format whatever --dtype says: sizing it as 16-bit
+    weights printed a command that runs with a quarter of the memory it was sized for."""
+    code, err = _error(capsys, ["size", "--model", model, "--gpu", "A100-80G", "--dtype", dtype])
+    assert code == 2 and "checkpoint is" in err and "leave the dtype auto" in err and "Traceback" not in err
