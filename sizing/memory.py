@@ -550,7 +550,10 @@ def _check_budgets(tokens: int, seqs: int, chunked: bool, max_model_len: int) ->
         )
 
 
-_SRC_WEIGHTS = "parameters from config.json x bytes of the dtype; AWQ/GPTQ group scales; embeddings 16-bit"
+_SRC_WEIGHTS = (
+    "parameters from config.json x bytes of the dtype; AWQ/GPTQ group scales; MXFP4 experts with per-32"
+    " scales; embeddings 16-bit"
+)
 _SRC_ACT = (
     "1.70 x T x (hidden + 2 x intermediate / TP) x 2 B; fitted on vllm#10517 (20K/29K), checked on its 35K"
 )
@@ -647,7 +650,15 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         blocks = max(0, math.floor(kv_avail * GIB / block_bytes)) if kv_avail > 0 else 0
         kv_tokens = blocks * dep.block_size
         max_concurrency = kv_tokens / max_model_len
-    terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), "the rest of util x visible; 16-token blocks"))
+    kv_src = "the rest of util x visible; 16-token blocks"
+    if local is not None:
+        groups = local.full_groups + local.local_groups
+        kv_src = (
+            f"the rest of util x visible; vLLM's hybrid layout: {groups} groups of {local.group_size} layers"
+            f" ({local.full_groups} full-attention, {local.local_groups} {local.kind}),"
+            f" {local.block_size}-token blocks"
+        )
+    terms.append(MemoryTerm("KV cache", max(0.0, kv_avail), kv_src))
     graph_src = _SRC_GRAPHS_V0 if dep.engine != "v1" else (_SRC_GRAPHS_V1_IN if inside else _SRC_GRAPHS_V1)
     terms.append(MemoryTerm("CUDA graphs", graphs, graph_src))
     warnings: list[str] = []
