@@ -345,6 +345,7 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         linear_key_head_dim=int(row.get("linear_key_head_dim", 0)),
         linear_value_head_dim=int(row.get("linear_value_head_dim", 0)),
         linear_conv_kernel=int(row.get("linear_conv_kernel", 0)),
+        vision_params=int(row.get("vision_params", 0)),
         kv_lora_rank=int(row.get("kv_lora_rank", 0)),
         q_lora_rank=int(row.get("q_lora_rank", 0)),
         qk_nope_head_dim=int(row.get("qk_nope_head_dim", 0)),

@@ -371,3 +371,24 @@ def test_the_simulated_world_and_the_capacity_test_read_a_hybrids_kv_as_fleet_si
     assert capacity_rps(dep, 6000, 300, 3000, num_requests=300) > capacity_rps(
         full, 6000, 300, 3000, num_requests=300
     )
+
+
+def test_the_catalogs_gemma_3_is_the_same_shape_as_its_config():
+    from sizing import find_model
+
+    catalog = find_model("google/gemma-3-27b-it")
+    vision = {  # its SigLIP tower, as google/gemma-3-27b-it's vision_config gives it
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 896,
+    }
+    config = model_from_hf_config(
+        {**GEMMA3_27B, "tie_word_embeddings": True, "vision_config": vision}, name=catalog.name
+    )
+    assert catalog.params == config.params and catalog.vision_params == config.vision_params
+    assert (catalog.sliding_window, catalog.sliding_layers) == (config.sliding_window, config.sliding_layers)
+    # the card's 27.4B: the language model and its vision encoder
+    assert (catalog.params + catalog.vision_params) / 1e9 == pytest.approx(27.4, rel=0.01)
