@@ -685,6 +685,12 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "rates, not on a calibration: measure with `vllm bench serve` and correct it with "
             "`fleet size calibrate --bench`"
         )
+    if dtype == "mxfp4":
+        warnings.append(
+            "MXFP4 weights: the step time rests on the generic bandwidth model (no public gpt-oss row "
+            "calibrates it; its expert kernels dequantize on the fly below Blackwell): measure with "
+            "`vllm bench serve` and correct it with `fleet size calibrate --bench`"
+        )
     if model.vision_params:
         warnings.append(
             f"vision encoder: its {model.vision_params / 1e9:.2f}B parameters are counted in the weights; "

@@ -204,6 +204,7 @@ def test_an_mxfp4_model_is_served_from_its_own_checkpoint_on_ampere_and_later():
     dep = Deployment(model=model, gpu=find_gpu("A10"), max_model_len=32768)
     plan = plan_memory(dep)
     assert plan.fits and plan.dtype == "mxfp4"
+    assert any("MXFP4 weights: the step time rests on the generic" in w for w in plan.warnings)
     args = vllm_args(dep, plan)
     assert "quantization" not in args and "dtype" not in args  # the checkpoint's config says mxfp4
     with pytest.raises(SizingInputError, match="compute capability 8.0"):
