@@ -232,6 +232,14 @@ class LocalAttention:
         """Share of the layers that read the whole context."""
         return self.full_layers / (self.full_layers + self.local_layers)
 
+    def local_blocks_max(self, max_model_len: int, batched_tokens: int) -> int:
+        """Blocks a local layer (or group) holds at most for one ``max_model_len`` request (vLLM's
+        ``max_memory_usage_bytes``): a sliding window's window - 1 tokens plus one step's chunk, and a block
+        more; a linear layer's state, one block."""
+        if self.kind == "linear":
+            return 1
+        return math.ceil(min(self.window - 1 + batched_tokens, max_model_len) / self.block_size) + 1
+
     def local_tokens(self, tokens: int) -> float:
         """What the local groups of a sequence of ``tokens`` hold, in the full-attention groups' tokens."""
         held = self.window_tokens if self.kind == "linear" else min(tokens, self.window_tokens)
@@ -317,15 +325,12 @@ def _local_layout(dep: Deployment, kv_avail_bytes: float) -> LocalAttention:
 
 
 def _local_need_blocks(local: LocalAttention, max_model_len: int, batched_tokens: int) -> int:
-    """Pool blocks one ``max_model_len`` request may hold (``max_memory_usage_bytes`` per group): every block
-    of it in a full group; in a sliding group the window plus one step's chunk, and one block more; in a
-    linear group one block."""
-    bs = local.block_size
-    full = math.ceil(max_model_len / bs)
-    if local.kind == "linear":
-        return local.full_groups * full + local.local_groups
-    sliding = math.ceil(min(local.window - 1 + batched_tokens, max_model_len) / bs) + 1
-    return local.full_groups * full + local.local_groups * sliding
+    """Pool blocks one ``max_model_len`` request may hold: every block of it in each full-attention group, a
+    local group's most (``local_blocks_max``) in each local one."""
+    full = math.ceil(max_model_len / local.block_size)
+    return local.full_groups * full + local.local_groups * local.local_blocks_max(
+        max_model_len, batched_tokens
+    )
 
 
 @dataclass(frozen=True)
@@ -669,7 +674,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"{headroom:.1f} GiB is left: lower --gpu-memory-utilization or add --enforce-eager"
         )
     graphs_fit = not warnings
-    need_gib = _need_gib(dep, block_bytes, max_model_len, tokens)
+    need_gib = _need_gib(dep, local, block_bytes, max_model_len, tokens)
     fits = blocks > 0 and need_gib <= max(0.0, kv_avail)
     if fits and kv_tokens < max_model_len * (1 + REFUSAL_MARGIN):
         warnings.append(
@@ -729,7 +734,9 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "concurrency here are a lower bound (vLLM keeps only the window for those layers)"
         )
     fit_len = (
-        _longest_fit(dep, block_bytes, tokens, kv_avail) if local else min(model.max_position, kv_tokens)
+        _longest_fit(dep, local, block_bytes, tokens, kv_avail)
+        if local
+        else min(model.max_position, kv_tokens)
     )
     if kv_avail <= 0:
         graph_part = f" + CUDA graphs {graphs:.2f}" if inside else ""
@@ -775,30 +782,26 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     )
 
 
-def _need_gib(dep: Deployment, block_bytes: float, max_model_len: int, batched_tokens: int) -> float:
+def _need_gib(
+    dep: Deployment, local: LocalAttention | None, block_bytes: float, max_model_len: int, batched_tokens: int
+) -> float:
     """KV cache one ``max_model_len`` request needs (vLLM's ``check_enough_kv_cache_memory``: the layers'
-    ``max_memory_usage_bytes`` summed; under the hybrid manager a sliding-window layer needs its window plus
-    one step's chunk and a block more, a linear-attention layer one block)."""
-    model = dep.model
-    if not hybrid_kv(dep):
+    ``max_memory_usage_bytes`` summed, each local layer of a hybrid its ``local_blocks_max``)."""
+    if local is None:
         return math.ceil(max_model_len / dep.block_size) * block_bytes / GIB
-    bs = hybrid_block_size(dep)
-    page = bs * _attn_token_bytes(dep)
-    full_blocks = math.ceil(max_model_len / bs)
-    if model.linear_layers:
-        local, local_blocks = model.linear_layers, 1
-    else:
-        local = model.sliding_layers
-        local_blocks = math.ceil(min(model.sliding_window - 1 + batched_tokens, max_model_len) / bs) + 1
-    return ((model.layers - local) * full_blocks + local * local_blocks) * page / GIB
+    page = local.block_size * _attn_token_bytes(dep)
+    full = local.full_layers * math.ceil(max_model_len / local.block_size)
+    return (full + local.local_layers * local.local_blocks_max(max_model_len, batched_tokens)) * page / GIB
 
 
-def _longest_fit(dep: Deployment, block_bytes: float, batched_tokens: int, kv_avail: float) -> int:
+def _longest_fit(
+    dep: Deployment, local: LocalAttention | None, block_bytes: float, batched_tokens: int, kv_avail: float
+) -> int:
     """The largest max_model_len whose request fits ``kv_avail`` GiB (vLLM's ``estimate_max_model_len``)."""
     lo, hi = 0, dep.model.max_position
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _need_gib(dep, block_bytes, mid, batched_tokens) <= kv_avail:
+        if _need_gib(dep, local, block_bytes, mid, batched_tokens) <= kv_avail:
             lo = mid
         else:
             hi = mid - 1
