@@ -135,8 +135,9 @@ class InstanceEngine:
         self._local = local = self.plan.local
         self._local_read = local.read_per_held if local else 0.0
         self._local_sum = 0.0
-        block = local.block_size if local else deployment.block_size
-        self._slack = block / 2.0  # a sequence's last block is half empty on average
+        self._block = local.block_size if local else deployment.block_size
+        self._slack = self._block / 2.0  # a sequence's last block is half empty on average
+        self._prefix_caching = self.plan.prefix_caching
         self._now = start_s
         self._last_until = start_s
         self._busy_total = 0.0
@@ -200,7 +201,8 @@ class InstanceEngine:
         (rejected at arrival: prompt longer than max_model_len); output is capped at max_model_len, like
         vLLM's max_tokens check. ``cached_tokens`` of its prompt are found in the prefix cache when it is
         scheduled (whole blocks, never the last token): not computed, but held in the KV cache like the rest
-        (a block shared with another running request is counted for each)."""
+        (a block shared with another running request is counted for each); none where the plan has no prefix
+        caching (``MemoryPlan.prefix_caching``)."""
         prompt = max(1, int(prompt_tokens))
         output = max(1, int(output_tokens))
         seq = _Seq(request_id, float(arrival_s), prompt, output)
@@ -249,10 +251,9 @@ class InstanceEngine:
     def _cached_of(self, seq: _Seq) -> int:
         """Prompt tokens of ``seq`` found in the prefix cache at admission: whole blocks short of its last
         token, which vLLM always computes for the logits (``max_cache_hit_length = prompt - 1``)."""
-        if not seq.cached:
+        if not seq.cached or not self._prefix_caching:
             return 0
-        block = self._local.block_size if self._local else self.deployment.block_size
-        return min(seq.cached, seq.need - 1) // block * block
+        return min(seq.cached, seq.need - 1) // self._block * self._block
 
     def _leave(self, seq: _Seq) -> None:
         """A running sequence leaves (finished or preempted): what its local groups held is freed."""

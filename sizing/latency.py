@@ -261,7 +261,7 @@ def simulate(
     """
     engine = InstanceEngine(deployment, max_waiting=max_waiting, plan=plan, perf=perf)
     reqs = workload.stream(num_requests, seed=seed, replicas=replicas)
-    hit = prefix_hit(engine.plan, workload.prefix_hit)
+    hit = workload.prefix_hit
     for i, r in enumerate(reqs):
         engine.submit(i, r.arrival_s, r.prompt_tokens, r.output_tokens, int(r.prompt_tokens * hit))
     end = reqs[-1].arrival_s
@@ -276,12 +276,6 @@ def simulate(
 
 
 # -------------------------------------------------------------------------------------------- capacity
-def prefix_hit(plan: MemoryPlan, share: float) -> float:
-    """The prefix-cache hit share a deployment gets of ``share``: none for a linear-attention hybrid, which
-    vLLM runs without prefix caching (its recurrent state is not cached per block)."""
-    return 0.0 if plan.local is not None and plan.local.kind == "linear" else share
-
-
 def capacity_estimate(
     plan: MemoryPlan,
     perf: PerfModel,
@@ -309,7 +303,8 @@ def capacity_estimate(
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
     ) / perf.compute_flops + perf.comm_s_per_token
-    c_prefill *= 1.0 - prefix_hit(plan, prefix_hit_share)  # cached prompt tokens are not computed
+    if plan.prefix_caching:
+        c_prefill *= 1.0 - prefix_hit_share  # cached prompt tokens are not computed
 
     def tau(n: int) -> float:
         a, b = perf.decode_affine(n)

@@ -190,6 +190,12 @@ class MemoryPlan:
     local: LocalAttention | None = None
 
     @property
+    def prefix_caching(self) -> bool:
+        """Whether vLLM caches prompt prefixes here: not for a linear-attention hybrid, whose recurrent
+        state is not kept per block (vLLM runs it without prefix caching)."""
+        return self.local is None or self.local.kind != "linear"
+
+    @property
     def kv_context_tokens(self) -> int:
         """The KV cache in tokens of context as sequences spend it (a hybrid's local groups aside)."""
         return self.local.context_tokens if self.local else self.kv_cache_tokens
