@@ -449,6 +449,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     linear = _linear_attention(cfg, name, layers, pick)
+    window, sliding = _local_attention(cfg, name, layers, max_position)
     if kv_lora:
         head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
     dtype_raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
@@ -506,8 +507,8 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         moe_intermediate=moe_intermediate,
         shared_expert_intermediate=shared,
         dense_layers=_dense_layers(cfg, name, layers) if experts else 0,
-        sliding_window=_sliding_window(cfg, max_position),
-        sliding_layers=_sliding_layers(cfg, name, layers, max_position),
+        sliding_window=window,
+        sliding_layers=sliding,
         linear_layers=linear[0],
         linear_key_heads=linear[1],
         linear_value_heads=linear[2],
@@ -616,44 +617,47 @@ def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
     return layers - len(sparse)
 
 
-def _sliding_window(cfg: dict[str, Any], max_position: int) -> int:
-    """The local attention span of a config.json that uses one, or 0: a sliding window (Qwen2's configs name
-    a window they switch off with use_sliding_window: false), or Llama 4's chunks (attention_chunk_size)."""
-    window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
-        window = 0
+def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | None:
+    """A config.json's ``layer_types``: one entry per layer, or None where it has none."""
     types = cfg.get("layer_types")
-    if isinstance(types, list) and "sliding_attention" not in types:
-        window = 0  # named, but every layer the config lists attends in full
-    chunk = cfg.get("attention_chunk_size")
-    if not window and isinstance(chunk, int) and not isinstance(chunk, bool):
-        window = chunk
-    return window if 0 < window < max_position else 0
+    if types is not None and (not isinstance(types, list) or len(types) != layers):
+        raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
+    return types
 
 
-def _sliding_layers(cfg: dict[str, Any], name: str, layers: int, max_position: int) -> int:
-    """How many layers of a config.json attend within its sliding window (not Llama 4's chunks): those its
-    ``layer_types`` name ``sliding_attention`` (gpt-oss, newer Gemma and Qwen2 configs), all but every
+def _local_attention(cfg: dict[str, Any], name: str, layers: int, max_position: int) -> tuple[int, int]:
+    """(span, sliding layers) of a config.json's local attention; (0, 0) without one.
+
+    A sliding window (Qwen2's configs name one they switch off with ``use_sliding_window: false``; one as long
+    as the context, or on no layer that ``layer_types`` lists, is none) slides on the layers ``layer_types``
+    names ``sliding_attention`` (gpt-oss, newer Gemma and Qwen2 configs), else all but every
     ``sliding_window_pattern``-th (Gemma 3), the even ones (Gemma 2), those from ``max_window_layers`` on
-    (Qwen2 with ``use_sliding_window``), else all of them (Mistral v0.1)."""
+    (Qwen2 with ``use_sliding_window``), else all of them (Mistral v0.1). Without one, Llama 4's chunks
+    (``attention_chunk_size``) give the span on no sliding layer: vLLM sizes them as full attention."""
     window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False or isinstance(window, bool) or not isinstance(window, int):
-        return 0
-    if not 0 < window < max_position:
-        return 0
-    types = cfg.get("layer_types")
+    raw_types = cfg.get("layer_types")
+    if (
+        cfg.get("use_sliding_window") is False
+        or isinstance(window, bool)
+        or not isinstance(window, int)
+        or not 0 < window < max_position
+        or (isinstance(raw_types, list) and "sliding_attention" not in raw_types)
+    ):
+        chunk = cfg.get("attention_chunk_size")
+        if isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk < max_position:
+            return chunk, 0
+        return 0, 0
+    types = _layer_types(cfg, name, layers)
     if types is not None:
-        if not isinstance(types, list) or len(types) != layers:
-            raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
-        return sum(1 for t in types if t == "sliding_attention")
+        return window, sum(1 for t in types if t == "sliding_attention")
     pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern"))
     if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
-        return layers - layers // pattern  # every pattern-th layer attends globally
+        return window, layers - layers // pattern  # every pattern-th layer attends globally
     if str(cfg.get("model_type", "")) == "gemma2":
-        return (layers + 1) // 2  # layers 0, 2, 4, ... slide
+        return window, (layers + 1) // 2  # layers 0, 2, 4, ... slide
     if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
-        return layers - min(layers, _count(cfg, "max_window_layers", name, below=layers + 1))
-    return layers
+        return window, layers - min(layers, _count(cfg, "max_window_layers", name, below=layers + 1))
+    return window, layers
 
 
 _SSM_KEYS = (
@@ -682,10 +686,8 @@ def _linear_attention(
     heads, key and value head widths and convolution kernel. All 0 for other models."""
     if not cfg.get("linear_num_value_heads"):
         return 0, 0, 0, 0, 0, 0
-    types = cfg.get("layer_types")
+    types = _layer_types(cfg, name, layers)
     if types is not None:
-        if not isinstance(types, list) or len(types) != layers:
-            raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
         linear = sum(1 for t in types if t == "linear_attention")
     else:
         if cfg.get("full_attention_interval") is None:
