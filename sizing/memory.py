@@ -708,37 +708,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
             "leave headroom, or bound it with --limit-mm-per-prompt"
         )
-    if local is not None and local.kind == "linear":
-        warnings.append(
-            f"linear attention on {local.local_layers} of {model.layers} layers: each keeps a fixed state "
-            f"per sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without "
-            f"prefix caching: a prefix hit does not apply), so a token of context costs the "
-            f"{local.full_layers} full-attention layers' "
-            "KV; the KV tokens shown are vLLM's own derived figure (max concurrency x max_model_len)"
-        )
-    elif local is not None:
-        warnings.append(
-            f"sliding-window attention on {local.local_layers} of {model.layers} layers "
-            f"({local.window:,} tokens): vLLM's hybrid KV cache manager keeps only the window for them, so "
-            f"a token of context costs the {local.full_layers} full-attention layers' KV; the KV tokens "
-            "shown are vLLM's own derived figure (max concurrency x max_model_len)"
-        )
-    if model.state_space:
-        warnings.append(
-            "state-space (Mamba) layers are not modelled: every layer is sized as attention, so the KV "
-            "capacity here is a lower bound and the weights an estimate; calibrate from your own vLLM log"
-        )
-    if local is None and model.linear_layers:
-        warnings.append(
-            f"linear attention on {model.linear_layers} of {model.layers} layers is sized as full attention "
-            "under the V0 engine (which does not run such models): the KV capacity here is a lower bound"
-        )
-    if local is None and model.sliding_window:
-        warnings.append(
-            f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "
-            "every layer is sized as if it attended over the whole context, so the KV capacity and "
-            "concurrency here are a lower bound (vLLM keeps only the window for those layers)"
-        )
+    warnings += _layer_warnings(model, local)
     fit_len = (
         _longest_fit(dep, local, block_bytes, tokens, kv_avail)
         if local
@@ -786,6 +756,53 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         cuda_graphs_in_util=inside,
         local=local,
     )
+
+
+def _layer_warnings(model: ModelShape, local: LocalAttention | None) -> list[str]:
+    """What the sizing says about a model's local, linear and state-space layers: how the hybrid KV cache
+    manager lays them out, or that they are sized as full attention and the KV capacity is a lower bound."""
+    out: list[str] = []
+    if local is not None and local.kind == "linear":
+        out.append(
+            f"linear attention on {local.local_layers} of {model.layers} layers: each keeps a fixed state "
+            f"per sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without "
+            f"prefix caching: a prefix hit does not apply), so a token of context costs the "
+            f"{local.full_layers} full-attention layers' "
+            "KV; the KV tokens shown are vLLM's own derived figure (max concurrency x max_model_len)"
+        )
+    elif local is not None:
+        out.append(
+            f"sliding-window attention on {local.local_layers} of {model.layers} layers "
+            f"({local.window:,} tokens): vLLM's hybrid KV cache manager keeps only the window for them, so "
+            f"a token of context costs the {local.full_layers} full-attention layers' KV; the KV tokens "
+            "shown are vLLM's own derived figure (max concurrency x max_model_len)"
+        )
+    if model.state_space:
+        out.append(
+            "state-space (Mamba) layers are not modelled: every layer is sized as attention, so the KV "
+            "capacity here is a lower bound and the weights an estimate; calibrate from your own vLLM log"
+        )
+    if local is None and model.linear_layers:
+        out.append(
+            f"linear attention on {model.linear_layers} of {model.layers} layers is sized as full attention "
+            "under the V0 engine (which does not run such models): the KV capacity here is a lower bound"
+        )
+    if local is None and model.sliding_window and not model.sliding_layers:
+        # Llama 4: vLLM turned the hybrid manager off for chunked attention by default in 0.10.1
+        # (vllm#21761) and on in a later release (vllm#29627), the switch named below
+        out.append(
+            f"chunked local attention ({model.sliding_window:,}-token chunks) is sized as full attention on "
+            "every layer, as vLLM runs it with VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (its "
+            "default from 0.10.1 until a later release turned it on); with it on, the chunked layers keep "
+            "only each request's current chunk, and the KV capacity and concurrency here are a lower bound"
+        )
+    elif local is None and model.sliding_window:
+        out.append(
+            f"sliding-window or chunked local attention ({model.sliding_window:,} tokens) is not modelled: "
+            "every layer is sized as if it attended over the whole context, so the KV capacity and "
+            "concurrency here are a lower bound (vLLM keeps only the window for those layers)"
+        )
+    return out
 
 
 def _need_gib(

@@ -801,10 +801,15 @@ def _verify_cheapest(
 
 
 def _rank_by_price(fitting: list[Candidate]) -> Candidate | None:
-    """No load to simulate: the cheapest fitting option wins (then the fewest GPUs); the rest are dearer."""
+    """No load to simulate: the cheapest fitting option wins (then the fewest GPUs, then the checkpoint's own
+    weights before quantized ones, as under load); the rest are dearer or lost the tie."""
     cheapest = min(
         (c for c in fitting),
-        key=lambda c: (c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf, c.gpus),
+        key=lambda c: (
+            c.price_cny_per_hour if c.price_cny_per_hour is not None else math.inf,
+            c.gpus,
+            _weights_rank(c),
+        ),
         default=None,
     )
     if cheapest is None:

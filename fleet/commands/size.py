@@ -56,7 +56,9 @@ def size(
     instance_type: str | None = typer.Option(
         None, "--instance-type", help="Evaluate this Alibaba instance type."
     ),
-    tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (default 1 when evaluating)."),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Tensor parallel size (default: every size the instance's GPUs allow; 1 on --gpu)."
+    ),
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Default: the model's limit."),
     gpu_memory_utilization: float = typer.Option(
         0.90, "--gpu-memory-utilization", help="Share of the device."
@@ -173,7 +175,6 @@ def size(
             trace_prefix_share=shared,
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
-        evaluating = gpu is not None or instance_type is not None
         _check_lengths(shape, workload, max_model_len, requests)
         sized_len = None
         if max_model_len is None and (prompt_tokens or output_tokens or requests):
@@ -183,7 +184,7 @@ def size(
         settings = Settings(
             dtype=dtype,
             kv_cache_dtype=kv_cache_dtype,
-            tp=(tp or 1) if evaluating else tp,
+            tp=(tp or 1) if gpu is not None else tp,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             max_num_seqs=max_num_seqs,
@@ -197,7 +198,7 @@ def size(
         pool = [sizing.find_instance(instance_type)] if instance_type is not None else None
         _check_settings(shape, settings, the_gpu, pool)
         has_load = qps is not None or trace is not None
-        with _progress(enabled=has_load and not evaluating and not as_json) as report:
+        with _progress(enabled=has_load and gpu is None and not as_json) as report:
             result = search(
                 shape,
                 settings=settings,

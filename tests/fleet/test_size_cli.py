@@ -203,6 +203,21 @@ def test_an_unknown_instance_type_exits_2(capsys):
     assert code == 2 and "unknown instance type" in err and "gn7i-c8g1.2xlarge" in err
 
 
+def test_an_instance_type_is_evaluated_at_every_tp_its_gpus_allow_and_keeps_the_models_weights(capsys):
+    # Qwen2.5-72B's 16-bit weights (145 GB) need two of the four H20s: evaluated at TP 1 only, the instance
+    # was answered with FP8 weights nobody asked for
+    argv = ["size", "--model", "Qwen2.5-72B", "--instance-type", "ecs.gn8v-4x.8xlarge"]
+    code, doc = _json(capsys, argv)
+    assert code == 0
+    assert {c["tp"] for c in doc["candidates"]} == {1, 2, 4}
+    best = doc["candidates"][0]
+    assert best["verdict"] == "best" and (best["tp"], best["dtype"]) == (2, "bf16")
+    assert best["vllm_args"]["tensor_parallel_size"] == 2
+    # a bare GPU is still one GPU unless --tp says otherwise
+    _, bare = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "H20"])
+    assert [c["tp"] for c in bare["candidates"]] == [1]
+
+
 def test_a_tp_that_does_not_divide_the_heads_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "8"])
     assert code == 2 and "does not divide" in err and "valid: 1, 2, 4" in err

@@ -181,6 +181,17 @@ def test_a_sliding_window_model_is_sized_with_a_warning_that_its_kv_capacity_is_
     assert not any("sliding" in w for w in warnings(QWEN2_CONFIG))
 
 
+def test_llama4s_chunked_attention_is_sized_as_full_with_the_vllm_switch_named():
+    from sizing.memory import Deployment, plan_memory
+
+    model = model_from_hf_config(LLAMA4_SCOUT)
+    plan = plan_memory(Deployment(model=model, gpu=find_gpu("H20"), tp=4, max_model_len=131072))
+    [warning] = [w for w in plan.warnings if "chunk" in w]
+    assert "8,192-token chunks" in warning and "sized as full attention" in warning
+    assert "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE" in warning and "lower bound" in warning
+    assert "sliding-window" not in warning
+
+
 # Llama 4 Scout's config.json (meta-llama/Llama-4-Scout-17B-16E-Instruct): the language model in text_config
 LLAMA4_SCOUT = {
     "model_type": "llama4",
