@@ -89,6 +89,8 @@ SAMPLER_COUNTED_SINCE = (0, 6, 5)
 # beside the full-attention ones; taken as on by default from 0.10. Before, or under V0, every layer of such
 # a model is sized as full attention.
 HYBRID_KV_SINCE = (0, 10, 0)
+# vLLM 0.8.0 made the V1 engine the default (VLLM_USE_V1=1); a release before it runs V0 unless told.
+V1_DEFAULT_SINCE = (0, 8, 0)
 
 # CUDA graphs are captured after the KV cache is allocated, out of the (1 - util) headroom.
 # V0 (0.5-0.10, 35 captured batch sizes up to 256): 0.5 GiB plus 0.03 GiB per layer, matched to vllm#7553
@@ -477,6 +479,12 @@ def version_tuple(version: str | None) -> tuple[int, int, int] | None:
         return int(parts[0]), int(parts[1]), patch
     except (IndexError, ValueError):
         raise SizingInputError(f"vLLM version {version!r} is not of the form 0.19.0") from None
+
+
+def default_engine(vllm_version: str | None) -> str:
+    """The engine a vLLM release runs by default: V1 from V1_DEFAULT_SINCE (VLLM_USE_V1=1), V0 before."""
+    version = version_tuple(vllm_version)
+    return "v0" if version is not None and version < V1_DEFAULT_SINCE else "v1"
 
 
 def sampler_counted(dep: Deployment) -> bool:

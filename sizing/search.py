@@ -26,7 +26,7 @@ from sizing.calibration import Calibration
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
 from sizing.latency import LatencyReport, Workload, capacity_estimate, simulate
-from sizing.memory import Deployment, MemoryPlan, check_tp, plan_memory
+from sizing.memory import Deployment, MemoryPlan, check_tp, default_engine, plan_memory
 from sizing.perf import PerfModel, perf_for
 
 TP_CHOICES = (1, 2, 4, 8)
@@ -100,8 +100,11 @@ class Settings:
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            # a calibration describes the vLLM the user runs: its engine profiles memory its own way
-            engine=self.calibration.engine if self.calibration is not None else "v1",
+            # a calibration describes the vLLM the user runs: its engine profiles memory its own way; else
+            # the release's default engine (V0 before 0.8)
+            engine=self.calibration.engine
+            if self.calibration is not None
+            else default_engine(self.vllm_version),
             calibration=self.calibration,
             vllm_version=self.vllm_version,
         )

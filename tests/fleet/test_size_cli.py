@@ -218,6 +218,20 @@ def test_an_instance_type_is_evaluated_at_every_tp_its_gpus_allow_and_keeps_the_
     assert [c["tp"] for c in bare["candidates"]] == [1]
 
 
+def test_a_release_before_0_8_is_sized_with_the_v0_engine_it_runs_by_default(capsys):
+    # vllm#10517: Llama-3.1-8B-Instruct on an RTX 3090 at 20,000 tokens, vLLM 0.6.4 (V0) logged 31,232 tokens
+    # of KV cache; V1's sizing said 47,520 and a 2,048-token budget V0 refuses without chunked prefill
+    argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "--max-model-len", "20000"]
+    _, old = _json(capsys, [*argv, "--vllm-version", "0.6.4"])
+    [c] = old["candidates"]
+    assert c["kv_cache_tokens"] == pytest.approx(31232, rel=0.05)
+    assert c["vllm_args"]["max_num_batched_tokens"] >= 20000 and c["vllm_args"]["max_num_seqs"] == 256
+    _, new = _json(capsys, [*argv, "--vllm-version", "0.8.0"])
+    assert (
+        new["candidates"][0]["kv_cache_tokens"] > 1.3 * c["kv_cache_tokens"]
+    )  # V1 profiles 2,048-token chunks
+
+
 def test_a_tp_that_does_not_divide_the_heads_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "8"])
     assert code == 2 and "does not divide" in err and "valid: 1, 2, 4" in err
