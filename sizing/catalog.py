@@ -446,6 +446,9 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
+    # Gemma 3 states its context already scaled (vLLM skips its factor)
+    rope = None if "gemma3" in str(cfg.get("model_type", "")) else cfg.get("rope_scaling")
+    context = _scaled_context(rope, max_position, name)
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     linear = _linear_attention(cfg, name, layers, pick)
@@ -496,7 +499,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         head_dim=head_dim,
         intermediate=intermediate,
         vocab=vocab,
-        max_position=max_position,
+        max_position=context,
         tie=bool(cfg.get("tie_word_embeddings", False)),
         dtype=dtype,
         qkv_bias=qkv_bias,
@@ -623,6 +626,35 @@ def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | Non
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
     return types
+
+
+# RoPE scalings whose factor vLLM does not apply to the context limit (their configs state the scaled one)
+_UNSCALED_ROPE = ("su", "longrope", "llama3")
+
+
+def _scaled_context(rope: Any, max_position: int, name: str) -> int:  # Any: a config.json value
+    """The longest context vLLM allows (``_get_and_verify_max_len``): ``max_position_embeddings`` times a
+    ``rope_scaling`` factor (linear, dynamic, YaRN: YaRN from its ``original_max_position_embeddings``, as
+    Qwen's long-context recipe sets it), except for the scalings in _UNSCALED_ROPE and mRoPE (no factor)."""
+    if not isinstance(rope, dict):
+        return max_position
+    kind = str(rope.get("rope_type", rope.get("type", "default")))
+    if kind in _UNSCALED_ROPE or kind == "mrope":
+        return max_position
+    factor = rope.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < 1e4:
+        raise SizingInputError(
+            f"{name}: config.json rope_scaling factor must be a positive number, got {factor!r}"
+        )
+    base = max_position
+    if kind == "yarn" and rope.get("original_max_position_embeddings") is not None:
+        base = rope["original_max_position_embeddings"]
+        if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
+            raise SizingInputError(
+                f"{name}: config.json rope_scaling original_max_position_embeddings must be a positive "
+                f"integer, got {base!r}"
+            )
+    return int(base * factor)
 
 
 def _local_attention(cfg: dict[str, Any], name: str, layers: int, max_position: int) -> tuple[int, int]:

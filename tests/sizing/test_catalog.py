@@ -126,6 +126,36 @@ QWEN2_CONFIG = {
 }
 
 
+@pytest.mark.parametrize(
+    ("rope", "model_type", "context"),
+    [
+        # Qwen2.5's long-context recipe: YaRN x4 from 32,768 (vLLM's default max_model_len becomes 131,072)
+        ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, "qwen2", 131072),
+        ({"rope_type": "linear", "factor": 2.0}, "qwen2", 65536),
+        ({"rope_type": "dynamic", "factor": 2.0}, "qwen2", 65536),
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, "qwen2", 32768),
+        ({"rope_type": "longrope", "factor": 4.0}, "qwen2", 32768),
+        ({"type": "mrope", "mrope_section": [16, 24, 24]}, "qwen2_vl", 32768),  # Qwen2-VL: no factor
+        ({"rope_type": "linear", "factor": 8.0}, "gemma3_text", 32768),  # Gemma 3 states the scaled length
+    ],
+)
+def test_rope_scaling_sets_the_context_limit_as_vllm_derives_it(rope, model_type, context):
+    config = {**QWEN2_CONFIG, "model_type": model_type, "rope_scaling": rope}
+    assert model_from_hf_config(config).max_position == context
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "linear", "factor": "x"},
+        {"type": "yarn", "factor": 4, "original_max_position_embeddings": 0},
+    ],
+)
+def test_a_malformed_rope_scaling_is_refused_in_one_line(rope):
+    with pytest.raises(SizingInputError, match="rope_scaling"):
+        model_from_hf_config({**QWEN2_CONFIG, "rope_scaling": rope}, name="cfg")
+
+
 def test_a_hf_config_gives_the_same_shape_as_the_catalog():
     custom = model_from_hf_config(QWEN2_CONFIG, name="my-qwen")
     assert custom.params == find_model("Qwen2.5-7B").params
