@@ -461,24 +461,9 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         raise SizingInputError(
             f"{name}: config.json torch_dtype {dtype_raw!r} is not bfloat16/float16/float32"
         )
-    quant_cfg = cfg.get("quantization_config") or {}
-    quantization = None
-    if isinstance(quant_cfg, dict) and quant_cfg.get("quant_method"):
-        method = str(quant_cfg["quant_method"]).lower()
-        quantization = {
-            "awq": "awq",
-            "gptq": "gptq",
-            "fp8": "fp8",
-            "compressed-tensors": "int8",
-            "mxfp4": "mxfp4",
-        }.get(method)
-        if quantization is None:
-            raise SizingInputError(
-                f"{name}: quantization method {method!r} is not one of awq, gptq, fp8, "
-                "compressed-tensors (int8), mxfp4"
-            )
-        if quantization == "mxfp4" and not experts:
-            raise SizingInputError(f"{name}: an mxfp4 checkpoint is modelled for MoE models (gpt-oss) only")
+    quantization = _quantization(cfg.get("quantization_config"), name)
+    if quantization == "mxfp4" and not experts:
+        raise SizingInputError(f"{name}: an mxfp4 checkpoint is modelled for MoE models (gpt-oss) only")
     model_type = str(cfg.get("model_type", ""))
     qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias")) or model_type in {
         "qwen2",
@@ -626,6 +611,59 @@ def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | Non
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
     return types
+
+
+# (bits, type) of a checkpoint's weights -> the weight format sized: 4-bit integers with group scales as
+# GPTQ/AWQ, 8-bit integers as int8, 8-bit floats as FP8
+_QUANT_BY_BITS = {(4, "int"): "gptq", (8, "int"): "int8", (8, "float"): "fp8"}
+
+
+def _quantization(quant: Any, name: str) -> str | None:  # Any: a config.json value
+    """The weight format of a config.json's ``quantization_config`` (None: not quantized), from its method and
+    where the method has several, its bit width: GPTQ's ``bits``, compressed-tensors' ``config_groups``
+    weights (``num_bits``, ``type``); ModelOpt's ``quant_algo``. One that is not modelled raises."""
+    if not quant:
+        return None
+    if not isinstance(quant, dict) or not quant.get("quant_method"):
+        raise SizingInputError(
+            f"{name}: config.json quantization_config must be an object with a quant_method"
+        )
+    method = str(quant["quant_method"]).lower()
+    if method in ("fp8", "mxfp4"):
+        return method
+    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
+        return "fp8"
+    if method in ("awq", "gptq"):
+        bits = quant.get("bits", quant.get("w_bit", 4))
+        fmt = (
+            {4: method, 8: "int8" if method == "gptq" else None}.get(bits) if isinstance(bits, int) else None
+        )
+        if fmt is None:
+            raise SizingInputError(
+                f"{name}: {method} with {bits!r}-bit weights is not modelled (4-bit, or GPTQ 8-bit)"
+            )
+        return fmt
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        if not isinstance(groups, dict) or not groups:
+            return "int8"  # the W8A8 default of llm-compressor's older checkpoints
+        shapes: set[tuple[Any, str]] = set()
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict):
+                shapes.add((weights.get("num_bits"), str(weights.get("type", "int")).lower()))
+        fmts = {_QUANT_BY_BITS.get(shape) for shape in shapes}
+        if len(fmts) != 1 or None in fmts:
+            found = ", ".join(f"{b}-bit {t}" for b, t in sorted(shapes, key=str)) or "no weights"
+            raise SizingInputError(
+                f"{name}: compressed-tensors weights of {found} are not modelled "
+                "(4-bit int, 8-bit int or float)"
+            )
+        return fmts.pop()
+    raise SizingInputError(
+        f"{name}: quantization method {method!r} is not one of awq, gptq, fp8, compressed-tensors, modelopt "
+        "(FP8), mxfp4"
+    )
 
 
 # RoPE scalings whose factor vLLM does not apply to the context limit (their configs state the scaled one)

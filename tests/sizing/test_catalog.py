@@ -178,9 +178,57 @@ def test_a_config_that_is_not_an_object_is_refused():
         model_from_hf_config([1, 2, 3])
 
 
-def test_a_quantized_config_sets_the_format():
-    cfg = {**QWEN2_CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4}}
-    assert model_from_hf_config(cfg).quantization == "awq"
+def _ct(*weights):
+    """A compressed-tensors quantization_config with one config group per (num_bits, type) of weights."""
+    groups = {
+        f"group_{i}": {"targets": ["Linear"], "weights": {"num_bits": b, "type": t}}
+        for i, (b, t) in enumerate(weights)
+    }
+    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": groups}
+
+
+@pytest.mark.parametrize(
+    ("quant", "fmt"),
+    [
+        ({"quant_method": "awq", "bits": 4}, "awq"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq"),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),  # was sized as 4-bit
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+        (_ct((4, "int")), "gptq"),  # W4A16 (Kimi-K2-Thinking's INT4): was sized as 8-bit
+        (_ct((8, "int")), "int8"),  # W8A8
+        (_ct((8, "float")), "fp8"),  # FP8 dynamic: needs FP8 hardware, not int8's
+        ({"quant_method": "compressed-tensors"}, "int8"),  # no config groups: llm-compressor's W8A8 default
+    ],
+)
+def test_a_quantized_config_sets_the_format_from_its_method_and_bits(quant, fmt):
+    cfg = {**QWEN2_CONFIG, "quantization_config": quant}
+    assert model_from_hf_config(cfg).quantization == fmt
+
+
+@pytest.mark.parametrize(
+    ("quant", "named"),
+    [
+        ({"quant_method": "gptq", "bits": 3}, "3-bit"),
+        (_ct((4, "float")), "4-bit float"),  # NVFP4
+        (_ct((4, "int"), (8, "float")), "4-bit int, 8-bit float"),
+        ({"quant_method": "bitsandbytes"}, "'bitsandbytes'"),
+        ("awq", "must be an object"),
+        ({"bits": 4}, "quant_method"),
+    ],
+)
+def test_a_quantization_that_is_not_modelled_is_refused_naming_it(quant, named):
+    with pytest.raises(SizingInputError, match="cfg: .*") as err:
+        model_from_hf_config({**QWEN2_CONFIG, "quantization_config": quant}, name="cfg")
+    assert named in str(err.value)
+
+
+def test_a_compressed_tensors_fp8_checkpoint_is_refused_on_a_t4():
+    from sizing.memory import Deployment, plan_memory
+
+    model = model_from_hf_config({**QWEN2_CONFIG, "quantization_config": _ct((8, "float"))})
+    with pytest.raises(SizingInputError, match="7.5"):
+        plan_memory(Deployment(model=model, gpu=find_gpu("T4"), max_model_len=4096))
 
 
 @pytest.mark.parametrize(
