@@ -187,6 +187,9 @@ class ModelShape:
     # State-space (Mamba) layers of another family (Jamba, Nemotron-H, Falcon-H1, Granite 4): not modelled
     state_space: bool = False
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8, int8, mxfp4)
+    # The checkpoint's quantization group (AWQ/GPTQ/compressed-tensors group_size) or block (FP8's
+    # weight_block_size) along the MLP's width: a tensor-parallel slice of it must hold whole groups. 0: none
+    quant_group: int = 0
     # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
     # beside the language model's, never read by a decode step
     vision_params: int = 0
@@ -461,7 +464,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         raise SizingInputError(
             f"{name}: config.json torch_dtype {dtype_raw!r} is not bfloat16/float16/float32"
         )
-    quantization = _quantization(cfg.get("quantization_config"), name)
+    quantization, quant_group = _quantization(cfg.get("quantization_config"), name)
     if quantization == "mxfp4" and not experts:
         raise SizingInputError(f"{name}: an mxfp4 checkpoint is modelled for MoE models (gpt-oss) only")
     model_type = str(cfg.get("model_type", ""))
@@ -510,6 +513,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         qk_rope_head_dim=qk_rope,
         v_head_dim=v_dim,
         quantization=quantization,
+        quant_group=quant_group,
         vision_params=_vision_params(vision, hidden) if isinstance(vision, dict) else 0,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
@@ -618,21 +622,24 @@ def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | Non
 _QUANT_BY_BITS = {(4, "int"): "gptq", (8, "int"): "int8", (8, "float"): "fp8"}
 
 
-def _quantization(quant: Any, name: str) -> str | None:  # Any: a config.json value
+def _quantization(quant: Any, name: str) -> tuple[str | None, int]:  # Any: a config.json value
     """The weight format of a config.json's ``quantization_config`` (None: not quantized), from its method and
     where the method has several, its bit width: GPTQ's ``bits``, compressed-tensors' ``config_groups``
-    weights (``num_bits``, ``type``); ModelOpt's ``quant_algo``. One that is not modelled raises."""
+    weights (``num_bits``, ``type``); ModelOpt's ``quant_algo``. One that is not modelled raises. With it,
+    the quantization group or block along a weight's input (0: per tensor or per channel)."""
     if not quant:
-        return None
+        return None, 0
     if not isinstance(quant, dict) or not quant.get("quant_method"):
         raise SizingInputError(
             f"{name}: config.json quantization_config must be an object with a quant_method"
         )
     method = str(quant["quant_method"]).lower()
-    if method in ("fp8", "mxfp4"):
-        return method
+    if method == "fp8":
+        return "fp8", _group(quant.get("weight_block_size"))
+    if method == "mxfp4":
+        return "mxfp4", 0
     if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
-        return "fp8"
+        return "fp8", 0
     if method in ("awq", "gptq"):
         bits = quant.get("bits", quant.get("w_bit", 4))
         fmt = (
@@ -642,16 +649,18 @@ def _quantization(quant: Any, name: str) -> str | None:  # Any: a config.json va
             raise SizingInputError(
                 f"{name}: {method} with {bits!r}-bit weights is not modelled (4-bit, or GPTQ 8-bit)"
             )
-        return fmt
+        return fmt, _group(quant.get("group_size", quant.get("q_group_size")))
     if method == "compressed-tensors":
         groups = quant.get("config_groups")
         if not isinstance(groups, dict) or not groups:
-            return "int8"  # the W8A8 default of llm-compressor's older checkpoints
+            return "int8", 0  # the W8A8 default of llm-compressor's older checkpoints
         shapes: set[tuple[Any, str]] = set()
+        sizes = set()
         for group in groups.values():
             weights = group.get("weights") if isinstance(group, dict) else None
             if isinstance(weights, dict):
                 shapes.add((weights.get("num_bits"), str(weights.get("type", "int")).lower()))
+                sizes.add(_group(weights.get("group_size")) or _group(weights.get("block_structure")))
         fmts = {_QUANT_BY_BITS.get(shape) for shape in shapes}
         if len(fmts) != 1 or None in fmts:
             found = ", ".join(f"{b}-bit {t}" for b, t in sorted(shapes, key=str)) or "no weights"
@@ -659,11 +668,23 @@ def _quantization(quant: Any, name: str) -> str | None:  # Any: a config.json va
                 f"{name}: compressed-tensors weights of {found} are not modelled "
                 "(4-bit int, 8-bit int or float)"
             )
-        return fmts.pop()
+        return fmts.pop(), max(sizes, default=0)
     raise SizingInputError(
         f"{name}: quantization method {method!r} is not one of awq, gptq, fp8, compressed-tensors, modelopt "
         "(FP8), mxfp4"
     )
+
+
+def _group(value: Any) -> int:  # Any: a config.json value
+    """A quantization group size (``128``) or block (``[128, 128]``: its larger side) as a positive int; 0 for
+    none (-1, null, per tensor)."""
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        value = max(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 # RoPE scalings whose factor vLLM does not apply to the context limit (their configs state the scaled one)

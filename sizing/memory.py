@@ -394,6 +394,25 @@ def check_tp(model: ModelShape, tp: int) -> None:
             f"tensor parallel size {tp} neither divides nor is a multiple of "
             f"{model.name}'s {model.kv_heads} KV heads"
         )
+    split = _split_group(model, tp)
+    if split:
+        valid = [t for t in (1, 2, 4, 8, 16) if not _split_group(model, t) and model.heads % t == 0]
+        raise SizingInputError(
+            f"tensor parallel size {tp} cuts {model.name}'s {split}-wide MLP into slices of {split / tp:g} "
+            f"weights, not whole {model.quant_group}-weight groups of its {model.quantization} checkpoint "
+            f"(vLLM refuses to load it); valid: {', '.join(map(str, valid)) or 'none'}"
+        )
+
+
+def _split_group(model: ModelShape, tp: int) -> int:
+    """The MLP width (dense, routed expert or shared expert) a TP of ``tp`` cuts across the checkpoint's
+    quantization groups (vLLM's per-partition checks of block FP8 and grouped 4-bit weights); 0: none."""
+    if not model.quant_group:
+        return 0
+    widths = [model.moe_intermediate, model.shared_expert_intermediate] if model.experts else []
+    if not model.experts or model.dense_layers:
+        widths.append(model.intermediate)
+    return next((w for w in widths if w and (w % tp or (w // tp) % model.quant_group)), 0)
 
 
 def _kv_ok(model: ModelShape, tp: int) -> bool:

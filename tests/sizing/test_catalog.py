@@ -223,6 +223,68 @@ def test_a_quantization_that_is_not_modelled_is_refused_naming_it(quant, named):
     assert named in str(err.value)
 
 
+# Qwen3-30B-A3B-FP8's config.json: 128 experts 768 wide, FP8 in 128 x 128 blocks
+QWEN3_MOE_FP8 = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_hidden_layers": 48,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "activation_scheme": "dynamic",
+    },
+}
+
+
+def _grouped(config, quant, group):
+    """``config`` with ``quant`` (awq, or compressed-tensors W4A16) in groups of ``group`` weights."""
+    if quant == "awq":
+        return {**config, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": group}}
+    ct = _ct((4, "int"))
+    ct["config_groups"]["group_0"]["weights"].update(group_size=group, strategy="group")
+    return {**config, "quantization_config": ct}
+
+
+@pytest.mark.parametrize(
+    ("config", "tp", "width"),
+    [
+        (QWEN3_MOE_FP8, 4, 768),  # 192 weights a GPU: vllm#25292
+        (_grouped({**QWEN2_CONFIG, "intermediate_size": 29568}, "awq", 128), 2, 29568),  # vllm#13640
+        (_grouped({**QWEN2_CONFIG, "intermediate_size": 11008}, "ct", 128), 4, 11008),
+    ],
+)
+def test_a_tp_that_cuts_the_checkpoints_quantization_groups_is_refused_with_the_valid_sizes(
+    config, tp, width
+):
+    from sizing.memory import check_tp
+
+    model = model_from_hf_config(config, name="cfg")
+    with pytest.raises(SizingInputError, match=f"cuts cfg's {width}-wide MLP") as err:
+        check_tp(model, tp)
+    valid = [int(t) for t in str(err.value).rsplit("valid: ", 1)[1].split(", ")]
+    for ok in valid:
+        check_tp(model, ok)  # each size it names is one vLLM loads
+    assert tp not in valid and 1 in valid
+
+
+def test_a_tp_is_not_checked_against_groups_a_checkpoint_does_not_have():
+    from sizing.memory import check_tp
+
+    per_tensor = {**QWEN3_MOE_FP8, "quantization_config": {"quant_method": "fp8"}}
+    check_tp(model_from_hf_config(per_tensor), 4)  # online or per-tensor FP8: no blocks to cut
+    check_tp(find_model("Qwen2.5-72B-Instruct-AWQ"), 2)  # the published AWQ pads its width for TP
+
+
 def test_a_compressed_tensors_fp8_checkpoint_is_refused_on_a_t4():
     from sizing.memory import Deployment, plan_memory
 
