@@ -187,6 +187,9 @@ class ModelShape:
     # State-space (Mamba) layers of another family (Jamba, Nemotron-H, Falcon-H1, Granite 4): not modelled
     state_space: bool = False
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8, int8, mxfp4)
+    # vLLM refuses float16 for this architecture (_FLOAT16_NOT_SUPPORTED_MODELS: Gemma 2 and 3, GLM-4,
+    # PLaMo 2): on a GPU without bf16 it runs in float32
+    no_fp16: bool = False
     # The checkpoint's quantization group (AWQ/GPTQ/compressed-tensors group_size) or block (FP8's
     # weight_block_size) along the MLP's width: a tensor-parallel slice of it must hold whole groups. 0: none
     quant_group: int = 0
@@ -340,6 +343,7 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         shared_expert_intermediate=int(row.get("shared_expert_intermediate", 0)),
         dense_layers=int(row.get("dense_layers", 0)),
         quantization=row.get("quantization"),
+        no_fp16=bool(row.get("no_fp16", False)),
         sliding_window=int(row.get("sliding_window", 0)),
         sliding_layers=int(row.get("sliding_layers", 0)),
         linear_layers=int(row.get("linear_layers", 0)),
@@ -459,7 +463,8 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     if kv_lora:
         head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
     dtype_raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
-    dtype = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp16"}.get(dtype_raw)
+    # vLLM serves a float32 checkpoint in the platform's first 16-bit type: bf16 where the GPU has it
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "bf16"}.get(dtype_raw)
     if dtype is None:
         raise SizingInputError(
             f"{name}: config.json torch_dtype {dtype_raw!r} is not bfloat16/float16/float32"
@@ -514,6 +519,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         v_head_dim=v_dim,
         quantization=quantization,
         quant_group=quant_group,
+        no_fp16=bool(_NO_FP16 & {model_type, str(config.get("model_type", ""))}),
         vision_params=_vision_params(vision, hidden) if isinstance(vision, dict) else 0,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
@@ -616,6 +622,9 @@ def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | Non
         raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
     return types
 
+
+# Architectures vLLM refuses to run in float16 (vllm/config: _FLOAT16_NOT_SUPPORTED_MODELS)
+_NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4", "plamo2"})
 
 # (bits, type) of a checkpoint's weights -> the weight format sized: 4-bit integers with group scales as
 # GPTQ/AWQ, 8-bit integers as int8, 8-bit floats as FP8

@@ -358,7 +358,17 @@ def resolve_dtype(model: ModelShape, gpu: GPU, dtype: str = "auto") -> str:
     if dtype == "auto":
         dtype = model.quantization or model.dtype
         if dtype == "bf16" and not gpu.supports_bf16:
+            if model.no_fp16:
+                raise SizingInputError(
+                    f"{gpu.name} has no bf16 and vLLM refuses float16 for {model.name}'s architecture: it "
+                    "would run in float32, which is not sized here; choose a GPU with bf16 (compute "
+                    "capability 8.0+)"
+                )
             dtype = "fp16"  # vLLM casts bf16 checkpoints to fp16 on pre-Ampere GPUs (with a warning)
+    elif dtype == "fp16" and model.no_fp16:
+        raise SizingInputError(
+            f"vLLM refuses float16 for {model.name}'s architecture (Gemma 2/3, GLM-4): use bf16"
+        )
     elif model.quantization is not None and dtype != model.quantization:
         fmt = model.quantization.upper()
         raise SizingInputError(

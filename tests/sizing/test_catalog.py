@@ -285,6 +285,29 @@ def test_a_tp_is_not_checked_against_groups_a_checkpoint_does_not_have():
     check_tp(find_model("Qwen2.5-72B-Instruct-AWQ"), 2)  # the published AWQ pads its width for TP
 
 
+@pytest.mark.parametrize("model_type", ["gemma2", "gemma3_text", "glm4"])
+def test_float16_is_never_chosen_for_an_architecture_vllm_refuses_it_for(model_type):
+    from sizing.memory import resolve_dtype
+
+    model = model_from_hf_config({**QWEN2_CONFIG, "model_type": model_type}, name="cfg")
+    assert resolve_dtype(model, find_gpu("H20")) == "bf16"
+    with pytest.raises(SizingInputError, match="refuses float16"):
+        resolve_dtype(model, find_gpu("V100-32G"))  # no bf16: vLLM would run it in float32
+    with pytest.raises(SizingInputError, match="refuses float16"):
+        resolve_dtype(model, find_gpu("H20"), "fp16")
+    qwen = model_from_hf_config(QWEN2_CONFIG)
+    assert resolve_dtype(qwen, find_gpu("V100-32G")) == "fp16"  # the others are cast, as before
+    assert find_model("gemma-3-27b").no_fp16
+
+
+def test_a_float32_checkpoint_is_served_in_bf16_where_the_gpu_has_it():
+    from sizing.memory import resolve_dtype
+
+    model = model_from_hf_config({**QWEN2_CONFIG, "torch_dtype": "float32"})
+    assert resolve_dtype(model, find_gpu("H20")) == "bf16"
+    assert resolve_dtype(model, find_gpu("T4")) == "fp16"
+
+
 def test_a_compressed_tensors_fp8_checkpoint_is_refused_on_a_t4():
     from sizing.memory import Deployment, plan_memory
 
