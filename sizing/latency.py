@@ -174,12 +174,30 @@ class LatencyReport:
     in_service_mean_s: float = (
         0.0  # mean time a served request spends admitted (first scheduled to last token)
     )
+    # the requests the engine can run at once (max_num_seqs, or its KV cache over a mean request's tokens)
+    concurrency_limit: float = math.inf
+    # the most requests/s the engine serves at this mix, at its fullest batch (capacity_estimate, no SLO)
+    throughput_limit_rps: float = math.inf
+
+    @property
+    def concurrency_needed(self) -> float:
+        """Requests in service at once in the steady state of this load (Little's law: rate x time in
+        service); above ``concurrency_limit`` the engine cannot hold them."""
+        return self.rate_rps * self.in_service_mean_s
 
     @property
     def stable(self) -> bool:
         """The instance keeps up: an overloaded one ends the arrivals with a backlog that grew all along
-        (more than 5% of the requests; a steady queue stays far below that)."""
-        return self.backlog_at_end <= max(5, 0.05 * self.requests)
+        (more than 5% of the requests; a steady queue stays far below that), or needs more requests in service
+        than it holds. A heavy-tailed mix shows the second before the first: its few long requests are still
+        running when a short run's arrivals stop, the short ones have flowed past them, nothing waits yet."""
+        return self.backlog_at_end <= max(5, 0.05 * self.requests) and not self.over_limits
+
+    @property
+    def over_limits(self) -> bool:
+        """The load needs more requests in service than the engine holds, or more than its fullest batch
+        serves: overloaded in the steady state however calm a short run looks."""
+        return self.concurrency_needed > self.concurrency_limit or self.rate_rps > self.throughput_limit_rps
 
     def meets(self, slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> bool:
         """Both SLOs (when given) hold at P99, and the instance is not overloaded."""
@@ -194,13 +212,28 @@ class LatencyReport:
             parts.append(f"P99 TTFT {self.ttft_p99_ms:.0f} ms > {slo_ttft_p99_ms:g} ms")
         if slo_tpot_p99_ms is not None and self.tpot_p99_ms > slo_tpot_p99_ms:
             parts.append(f"P99 TPOT {self.tpot_p99_ms:.1f} ms > {slo_tpot_p99_ms:g} ms")
-        if not self.stable:
+        if self.rate_rps > self.throughput_limit_rps:
+            parts.append(
+                f"overloaded: {self.rate_rps:.3g} req/s is above the {self.throughput_limit_rps:.3g} its "
+                "fullest batch serves"
+            )
+        elif self.concurrency_needed > self.concurrency_limit:
+            parts.append(
+                f"overloaded: {self.concurrency_needed:.0f} requests in service at once in the steady state, "
+                f"it holds {self.concurrency_limit:.0f}"
+            )
+        elif not self.stable:
             parts.append(f"overloaded: {self.backlog_at_end} requests still waiting when arrivals stop")
         return ", ".join(parts)
 
 
 def summarize(
-    done: Sequence[CompletedRequest], rate_rps: float, busy_fraction: float, backlog_at_end: int = 0
+    done: Sequence[CompletedRequest],
+    rate_rps: float,
+    busy_fraction: float,
+    backlog_at_end: int = 0,
+    concurrency_limit: float = math.inf,
+    throughput_limit_rps: float = math.inf,
 ) -> LatencyReport:
     served = [r for r in done if not r.rejected]
     ms = 1000.0
@@ -236,6 +269,8 @@ def summarize(
         busy_fraction=busy_fraction,
         backlog_at_end=backlog_at_end,
         in_service_mean_s=sum(r.e2e_s - r.queue_s for r in served) / len(served) if served else 0.0,
+        concurrency_limit=concurrency_limit,
+        throughput_limit_rps=throughput_limit_rps,
     )
 
 
@@ -272,7 +307,26 @@ def simulate(
     skip = int(len(reqs) * warmup_fraction)
     # ignored: the engine's ids are Hashable; this simulator submits ints (the requests' indices)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
-    return summarize(kept, workload.rate / replicas, busy, backlog)
+    n = max(1, len(reqs))
+    most, _ = capacity_estimate(
+        engine.plan,
+        engine.perf,
+        sum(r.prompt_tokens for r in reqs) / n,
+        sum(r.output_tokens for r in reqs) / n,
+        prefix_hit_share=hit,
+    )
+    limit = _concurrency_limit(engine.plan, reqs)
+    return summarize(kept, workload.rate / replicas, busy, backlog, limit, most or math.inf)
+
+
+def _concurrency_limit(plan: MemoryPlan, reqs: Sequence[TraceRequest]) -> float:
+    """How many of these requests the engine holds at once: max_num_seqs, or its KV cache over a mean
+    request's tokens mid-decode (its prompt, half its output and, on a hybrid, its windows or state)."""
+    held = sum(r.prompt_tokens + r.output_tokens / 2 for r in reqs) / max(1, len(reqs))
+    local = plan.local
+    if local is not None:
+        held += local.local_tokens(round(held))
+    return min(float(plan.max_num_seqs), plan.kv_context_tokens / max(held, 1.0))
 
 
 # -------------------------------------------------------------------------------------------- capacity

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -146,3 +148,26 @@ def test_an_overloaded_instance_is_flagged_even_without_slos():
     under = simulate(DEP, Workload(qps=cap * 0.5), num_requests=600)
     assert not over.stable and not over.meets(None, None) and "overloaded" in over.missed(None, None)
     assert under.stable and under.meets(None, None)
+
+
+def test_a_heavy_tailed_overload_is_flagged_though_a_short_run_drains_calm():
+    # Qwen2.5-7B FP8 on one L20 at 50 req/s of 1,000 / 200 tokens, lengths lognormal with CV 10, prefix hit
+    # 0.99: 1,000 requests end with 2 waiting and a 51 ms P99 TTFT (the few long ones still running, the
+    # short ones past them), 20,000 with 6,000 waiting; the engine's fullest batch serves about 46 req/s
+    dep = Deployment(find_model("Qwen2.5-7B"), find_gpu("L20"), dtype="fp8")
+    wl = Workload(qps=50, prompt_tokens=1000, output_tokens=200, length_cv=10, prefix_hit=0.99)
+    short = simulate(dep, wl, num_requests=1000)
+    assert short.backlog_at_end <= 5 and short.ttft_p99_ms < 500  # what the short run alone shows
+    assert short.throughput_limit_rps < 50 and not short.stable
+    assert not short.meets(500, 50) and "fullest batch" in short.missed(500, 50)
+    calm = simulate(
+        dep, Workload(qps=25, prompt_tokens=1000, output_tokens=200, length_cv=10, prefix_hit=0.99)
+    )
+    assert calm.stable and not calm.over_limits
+
+
+def test_in_service_concurrency_beyond_what_the_engine_holds_is_an_overload():
+    report = simulate(DEP, Workload(qps=0.5), num_requests=300)
+    assert report.stable
+    assert not replace(report, concurrency_limit=report.concurrency_needed * 0.9).stable
+    assert "requests in service at once" in replace(report, concurrency_limit=1.0).missed(None, None)
