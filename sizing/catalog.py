@@ -594,7 +594,8 @@ def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
     """How many layers of a MoE config.json have a dense MLP instead of the experts, from the fields the
     modelling code places them by: an explicit ``moe_layers`` list; else every
     ``interleave_moe_layer_step``-th (Llama 4) or ``decoder_sparse_step``-th (Qwen MoE) layer is sparse,
-    less the leading ``first_k_dense_replace`` (DeepSeek) and the ``mlp_only_layers`` (Qwen MoE)."""
+    less the leading ``first_k_dense_replace`` (DeepSeek) and the ``mlp_only_layers`` (Qwen MoE); or every
+    ``expert_layer_period``-th from ``expert_layer_offset`` (Jamba)."""
     listed = cfg.get("moe_layers")
     if isinstance(listed, list) and listed:
         if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in listed):
@@ -602,6 +603,10 @@ def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
                 f"{name}: config.json field 'moe_layers' must list layer indices from 0 to {layers - 1}"
             )
         return layers - len(set(listed))
+    if cfg.get("expert_layer_period") is not None:  # Jamba: the experts on every period-th layer from offset
+        period = _count(cfg, "expert_layer_period", name, below=layers + 1)
+        offset = _count(cfg, "expert_layer_offset", name, below=layers)
+        return layers - len(range(offset, layers, max(1, period)))
     step = max(
         1,
         _count(cfg, "interleave_moe_layer_step", name, below=layers + 1),
@@ -770,12 +775,15 @@ _SSM_KEYS = (
 
 
 def _state_space(cfg: dict[str, Any]) -> bool:
-    """Whether a config.json has state-space layers other than Gated DeltaNet (sized as attention, warned)."""
+    """Whether a config.json has state-space or linear-attention layers other than Gated DeltaNet (Mamba,
+    MiniMax's lightning attention: sized as attention, warned)."""
     if cfg.get("linear_num_value_heads"):
         return False
     types = cfg.get("layer_types")
     named = isinstance(types, list) and any(str(t) in ("mamba", "linear_attention", "mamba2") for t in types)
-    return named or any(cfg.get(k) for k in _SSM_KEYS)
+    attn = cfg.get("attn_type_list")  # MiniMax: 0 marks a lightning (linear) attention layer
+    lightning = isinstance(attn, list) and 0 in attn
+    return named or lightning or any(cfg.get(k) for k in _SSM_KEYS)
 
 
 def _linear_attention(

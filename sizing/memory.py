@@ -816,8 +816,9 @@ def _layer_warnings(model: ModelShape, local: LocalAttention | None) -> list[str
         )
     if model.state_space:
         out.append(
-            "state-space (Mamba) layers are not modelled: every layer is sized as attention, so the KV "
-            "capacity here is a lower bound and the weights an estimate; calibrate from your own vLLM log"
+            "state-space (Mamba) or lightning-attention layers are not modelled: every layer is sized as "
+            "attention, so the KV capacity here is a lower bound and the weights an estimate; calibrate from "
+            "your own vLLM log"
         )
     if local is None and model.linear_layers:
         out.append(

@@ -413,6 +413,8 @@ def test_llama4_counts_its_shared_expert_and_its_interleaved_dense_layers(config
         ({"decoder_sparse_step": 2}, 14),  # Qwen MoE: every second layer sparse
         ({"mlp_only_layers": [0, 27]}, 2),  # Qwen MoE: these layers dense
         ({"moe_layers": list(range(0, 28, 4))}, 21),  # an explicit list wins
+        ({"expert_layer_period": 2, "expert_layer_offset": 1}, 14),  # Jamba: experts on the odd layers
+        ({"expert_layer_period": 4}, 21),
     ],
 )
 def test_the_dense_layers_of_a_moe_follow_its_config(extra, dense_layers):

@@ -340,8 +340,12 @@ def test_other_state_space_hybrids_are_sized_as_attention_with_a_warning():
     jamba_like = {**DENSE, "layers_block_type": ["mamba", "attention"] * 14, "mamba_d_state": 16}
     plan = _plan(jamba_like, max_model_len=8192)
     assert plan.local is None
-    assert any("state-space (Mamba) layers are not modelled" in w for w in plan.warnings)
+    assert any(
+        "state-space (Mamba) or lightning-attention layers are not modelled" in w for w in plan.warnings
+    )
     assert not any("state-space" in w for w in _plan(DENSE, max_model_len=8192).warnings)
+    minimax_like = {**DENSE, "attn_type_list": [0] * 7 + [1]}  # MiniMax-M1: seven lightning, one softmax
+    assert any("lightning-attention" in w for w in _plan(minimax_like, max_model_len=8192).warnings)
 
 
 def test_the_catalogs_qwen3_next_is_the_same_shape_as_its_config():
