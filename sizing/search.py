@@ -455,6 +455,22 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
         cand.rule(Verdict.SLO_MISSED, f"SLO missed: {why}", f"misses SLO: {why}")
         cand.meets_slo = False
         return
+    if slo.ttft_p99_ms is not None:
+        # a mean prompt's prefill on an idle engine, its cached share skipped: a TTFT SLO under it is a floor
+        # no count meets (the simulation would only say so after spending the budget on it)
+        computed = max(1, round(p * (1.0 - workload.prefix_hit if cand.plan.prefix_caching else 1.0)))
+        idle_ms = cand.perf.prefill_s(computed, cand.plan.max_num_batched_tokens) * 1000
+        if idle_ms >= slo.ttft_p99_ms:
+            why = f"a mean {p:,.0f}-token prompt prefills in {idle_ms:.0f} ms on an idle engine"
+            cand.rule(
+                Verdict.SLO_FLOOR,
+                f"SLO at the no-load floor: {why} vs the TTFT SLO {slo.ttft_p99_ms:g} ms: more instances "
+                "cannot meet it; relax the SLO, shorten prompts, or pick a faster GPU or higher TP",
+                "SLO at the idle-engine floor: more instances cannot meet it",
+            )
+            cand.meets_slo = False
+            cand.floor_bound = True
+            return
     _, neg_seqs, replicas, _rate = best
     if replicas > MAX_INSTANCES * cand.replicas_per_instance:
         cand.rule(

@@ -232,6 +232,15 @@ def test_a_release_before_0_8_is_sized_with_the_v0_engine_it_runs_by_default(cap
     )  # V1 profiles 2,048-token chunks
 
 
+def test_a_ttft_slo_below_an_idle_prefill_is_a_floor_for_every_option_without_a_simulation(capsys):
+    # it was "not verified: the search's simulation budget ran out" on the cheapest 190 options
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-7B", "--qps", "5", "--slo-ttft-p99-ms", "1"])
+    assert code == 1 and doc["simulations"] == 0
+    fitting = [c for c in doc["candidates"] if c["fits"]]
+    assert fitting and {c["verdict"] for c in fitting} == {"slo_floor"}
+    assert "prefills in" in fitting[0]["reason"]
+
+
 def test_a_tp_that_does_not_divide_the_heads_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "8"])
     assert code == 2 and "does not divide" in err and "valid: 1, 2, 4" in err
