@@ -374,7 +374,11 @@ def _option(
             brief = f"KV too small; max_model_len <= {cand.plan.max_model_len_that_fits}"
             cand.rule(Verdict.KV_TOO_SMALL, cand.plan.reason, brief)
         else:
-            cand.rule(Verdict.WEIGHTS_DO_NOT_FIT, cand.plan.reason, "weights do not fit")
+            # the verdict keeps its name for scripts; the brief says what does not fit where the weights do
+            plan = cand.plan
+            alone = plan.weights_gib < plan.usable_gib
+            brief = "weights + activations do not fit" if alone else "weights do not fit"
+            cand.rule(Verdict.WEIGHTS_DO_NOT_FIT, plan.reason, brief)
     cand.max_num_seqs = cand.plan.max_num_seqs
     cand.warnings = list(cand.plan.warnings)
     note = checkpoint_note(model, cand.plan.dtype)

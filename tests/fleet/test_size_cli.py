@@ -241,6 +241,16 @@ def test_a_ttft_slo_below_an_idle_prefill_is_a_floor_for_every_option_without_a_
     assert "prefills in" in fitting[0]["reason"]
 
 
+def test_a_budget_whose_activations_do_not_fit_says_so_beside_weights_that_do(capsys):
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "H20", "--max-num-batched-tokens", "10000000"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 1 and "weights + activations do not fit" in out
+    assert main(["size", "--model", "Qwen2.5-72B", "--gpu", "A10"]) == 1
+    out = capsys.readouterr().out
+    assert "weights do not fit" in out and "activations do not fit" not in out
+
+
 def test_a_tp_that_does_not_divide_the_heads_exits_2(capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "8"])
     assert code == 2 and "does not divide" in err and "valid: 1, 2, 4" in err
