@@ -49,6 +49,8 @@ def _open(database: str | None, service: str | None, *, existing: bool = False):
             "with --database (or FLEET_DATABASE_URL)"
         )
     name = _service_name(service)
+    if existing:
+        _check_is_store(url)
     try:
         store = open_store(url, service=name)
     except Exception as exc:  # bad URL, unreachable server, unwritable file: one line, exit 2
@@ -60,6 +62,28 @@ def _open(database: str | None, service: str | None, *, existing: bool = False):
             "(give one with --service or FLEET_SERVICE_NAME)"
         )
     return store
+
+
+def _check_is_store(url: str) -> None:
+    """A read or an operator request goes to a fleet store a service has written, never into another
+    application's database: migrating would add the fleet's tables to it and read back nothing."""
+    from fleet.service.store import existing_tables, known_tables
+
+    try:
+        tables = existing_tables(url)
+    except Exception as exc:  # bad URL, unreachable server, unreadable file: one line, exit 2
+        fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    if not tables:
+        fail(
+            f"database {_safe_url(url)} is empty: no service has run against it; give the service's store "
+            "with --database (or FLEET_DATABASE_URL)"
+        )
+    if not set(tables) & set(known_tables()):
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        fail(
+            f"database {_safe_url(url)} is not a fleet store (it holds {shown}); nothing was written to it: "
+            "give the service's store with --database (or FLEET_DATABASE_URL)"
+        )
 
 
 def _safe_url(url: str) -> str:

@@ -812,3 +812,13 @@ def open_store(url: str, service: str = "fleet") -> Store:
 
 def known_tables() -> Sequence[str]:
     return sorted(metadata.tables)
+
+
+def existing_tables(url: str) -> list[str]:
+    """The tables a database holds, read without migrating or configuring it (a plain connection: no WAL
+    switch on a SQLite file that may not be ours)."""
+    engine = sa.create_engine(url)
+    try:
+        return sorted(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()

@@ -347,3 +347,24 @@ def test_release_without_an_instance_id_queues_nothing_exit_2(db, capsys):
     assert main(["release", " ", "--database", db]) == 2
     assert "instance id" in capsys.readouterr().err
     assert open_store(db).pending_requests() == []
+
+
+@pytest.mark.parametrize("command", [["status"], ["decisions"], ["sla-report"], ["incidents"]])
+def test_a_read_of_a_database_that_is_not_a_fleet_store_is_refused_and_writes_nothing(
+    tmp_path, capsys, command
+):
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("create table users (id integer)")
+    before = other.read_bytes()
+    assert main([*command, "--database", f"sqlite:///{other}"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is not a fleet store (it holds users)" in err and "nothing was written" in err
+    assert other.read_bytes() == before  # no migration, no WAL switch
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert main([*command, "--database", f"sqlite:///{empty}"]) == 2
+    assert "is empty: no service has run against it" in " ".join(capsys.readouterr().err.split())
+    assert empty.stat().st_size == 0
