@@ -870,11 +870,114 @@ class PriceBook:
         return Price(round(value * mult, 4), estimate, "composed from per-GPU/vCPU/GiB rates (prices.yaml)")
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+# The one currency prices.yaml documents (its header: "CNY per instance-hour"); every figure prints as CNY.
+CURRENCY = "CNY"
+
+
+def _replace_entries(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """The shipped data with a user's file laid over it: a section's entries are replaced whole (as the
+    shipped prices.yaml says: "a file's entries replace these"), so a user's price is never left marked
+    with the shipped estimate's flag and source."""
     out = dict(base)
     for k, v in override.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def _number(value: Any, where: str, source_name: str, *, positive: bool = False) -> float:
+    """A price, rate or multiplier: a YAML number (not true/false, not text), finite, >= 0 (> 0 when
+    ``positive``). ``true`` would read as 1.0 and ``.nan`` would print as CNY nan."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SizingInputError(f"{source_name}: {where} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        what = "finite and positive" if positive else "finite and non-negative"
+        raise SizingInputError(f"{source_name}: {where} must be {what}, got {value}")
+    return float(value)
+
+
+def _fields(entry: dict[str, Any], allowed: tuple[str, ...], where: str, source_name: str) -> None:
+    """An entry's keys: a misspelt one (``multiplyer``, ``estimated``) would be ignored without a word."""
+    extra = sorted(str(k) for k in entry if k not in allowed)
+    if extra:
+        raise SizingInputError(
+            f"{source_name}: {where}: unknown key(s) {', '.join(extra)}; valid keys: {', '.join(allowed)}"
+        )
+
+
+def _flag(entry: dict[str, Any], where: str, source_name: str) -> bool:
+    value = entry.get("estimate", False)
+    if not isinstance(value, bool):
+        raise SizingInputError(f"{source_name}: {where}.estimate must be true or false, got {value!r}")
+    return value
+
+
+def _section(data: dict[str, Any], key: str, source_name: str) -> dict[Any, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise SizingInputError(f"{source_name}: {key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _canonical_keys(override: dict[str, Any], source_name: str) -> dict[str, Any]:
+    """A user's file with its GPU and instance type keys under their catalog names: a misspelt one (``t4``
+    for T4 resolves; ``H200`` is not in the catalog) would otherwise be a price nothing ever reads."""
+    out = dict(override)
+    for key, find in (("gpu_cny_per_hour", find_gpu), ("types", find_instance)):
+        if key not in override:
+            continue
+        entries: dict[str, Any] = {}
+        for name, value in _section(override, key, source_name).items():
+            try:
+                canonical = find(str(name)).name
+            except SizingInputError as exc:
+                raise SizingInputError(f"{source_name}: {key}: {exc}") from None
+            if canonical in entries:
+                raise SizingInputError(f"{source_name}: {key}: two entries name {canonical}")
+            entries[canonical] = value
+        out[key] = entries
+    return out
+
+
+def _gpu_rates(data: dict[str, Any], source_name: str) -> dict[str, tuple[float, bool]]:
+    rates: dict[str, tuple[float, bool]] = {}
+    for gpu, rate in _section(data, "gpu_cny_per_hour", source_name).items():
+        where = f"gpu_cny_per_hour.{gpu}"
+        if isinstance(rate, dict):
+            _fields(rate, ("value", "estimate", "basis"), where, source_name)
+            if "value" not in rate:
+                raise SizingInputError(f"{source_name}: {where} needs a value (CNY per GPU-hour)")
+            value = _number(rate["value"], f"{where}.value", source_name)
+            rates[str(gpu)] = (value, _flag(rate, where, source_name))
+        else:
+            rates[str(gpu)] = (_number(rate, where, source_name), False)
+    return rates
+
+
+def _type_prices(data: dict[str, Any], source_name: str) -> dict[str, Price]:
+    types: dict[str, Price] = {}
+    for name, p in _section(data, "types", source_name).items():
+        full = name if str(name).startswith("ecs.") else f"ecs.{name}"
+        where = f"types.{full}"
+        if isinstance(p, dict):
+            _fields(p, ("cny_per_hour", "estimate", "source"), where, source_name)
+            if "cny_per_hour" not in p:
+                raise SizingInputError(f"{source_name}: {where} needs cny_per_hour")
+            value = _number(p["cny_per_hour"], f"{where}.cny_per_hour", source_name)
+            types[full] = Price(value, _flag(p, where, source_name), str(p.get("source", "")))
+        else:
+            types[full] = Price(_number(p, where, source_name), False, source_name)
+    return types
+
+
+def _region_multipliers(data: dict[str, Any], source_name: str) -> dict[str, float]:
+    regions: dict[str, float] = {}
+    for region, v in _section(data, "regions", source_name).items():
+        where = f"regions.{region}.multiplier"
+        if isinstance(v, dict):
+            _fields(v, ("multiplier",), f"regions.{region}", source_name)
+        value = v.get("multiplier", 1.0) if isinstance(v, dict) else 1.0 if v is None else v
+        regions[str(region)] = _number(value, where, source_name, positive=True)
+    return regions
 
 
 # Any: parsed YAML from the user's prices file, checked before use
@@ -890,44 +993,20 @@ def price_book(override: Any = None, source_name: str = "prices file") -> PriceB
             raise SizingInputError(
                 f"{source_name}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(data)}"
             )
-        data = _merge(data, override)
-    try:
-        gpu_rates: dict[str, tuple[float, bool]] = {}
-        for gpu, rate in (data.get("gpu_cny_per_hour") or {}).items():
-            if isinstance(rate, dict):
-                gpu_rates[gpu] = (float(rate["value"]), bool(rate.get("estimate", False)))
-            else:
-                gpu_rates[gpu] = (float(rate), False)
-        types: dict[str, Price] = {}
-        for name, p in (data.get("types") or {}).items():
-            full = name if name.startswith("ecs.") else f"ecs.{name}"
-            if isinstance(p, dict):
-                types[full] = Price(
-                    float(p["cny_per_hour"]), bool(p.get("estimate", False)), str(p.get("source", ""))
-                )
-            else:
-                types[full] = Price(float(p), False, source_name)
-        regions = {
-            r: float((v or {}).get("multiplier", 1.0)) if isinstance(v, dict) else float(v)
-            for r, v in (data.get("regions") or {}).items()
-        }
-        book = PriceBook(
-            currency=str(data.get("currency", "CNY")),
-            default_region=str(data.get("default_region", "cn-hangzhou")),
-            cny_per_vcpu_hour=float(data.get("cny_per_vcpu_hour", 0.0)),
-            cny_per_gib_hour=float(data.get("cny_per_gib_hour", 0.0)),
-            gpu_cny_per_hour=gpu_rates,
-            types=types,
-            region_multipliers=regions,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SizingInputError(f"{source_name}: malformed price entry ({exc})") from None
-    for value in [p.cny_per_hour for p in types.values()] + [r for r, _ in gpu_rates.values()]:
-        if not math.isfinite(value) or value < 0:
-            raise SizingInputError(f"{source_name}: prices must be finite and non-negative, got {value}")
-    for region, mult in regions.items():
-        if not math.isfinite(mult) or mult <= 0:
-            raise SizingInputError(
-                f"{source_name}: regions.{region}.multiplier must be finite and positive, got {mult}"
-            )
-    return book
+        data = _replace_entries(data, _canonical_keys(override, source_name))
+    currency = data.get("currency", CURRENCY)
+    if currency != CURRENCY:
+        # nothing converts: a USD file would be printed as CNY
+        raise SizingInputError(f"{source_name}: currency must be {CURRENCY}, got {currency!r}")
+    region = data.get("default_region", "cn-hangzhou")
+    if not isinstance(region, str):
+        raise SizingInputError(f"{source_name}: default_region must be a region name, got {region!r}")
+    return PriceBook(
+        currency=CURRENCY,
+        default_region=region,
+        cny_per_vcpu_hour=_number(data.get("cny_per_vcpu_hour", 0.0), "cny_per_vcpu_hour", source_name),
+        cny_per_gib_hour=_number(data.get("cny_per_gib_hour", 0.0), "cny_per_gib_hour", source_name),
+        gpu_cny_per_hour=_gpu_rates(data, source_name),
+        types=_type_prices(data, source_name),
+        region_multipliers=_region_multipliers(data, source_name),
+    )

@@ -365,6 +365,15 @@ def test_a_malformed_prices_file_exits_2(capsys, tmp_path):
     assert code == 2 and "prices.yaml" in err
 
 
+def test_a_nan_rate_in_a_prices_file_exits_2_instead_of_printing_nan_json(capsys, tmp_path):
+    # gn7i-c16g1.4xlarge is not listed: its price is composed from the per-GiB rate
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("cny_per_gib_hour: .nan\n")
+    argv = ["size", "--model", "Qwen2.5-7B", "--instance-type", "gn7i-c16g1.4xlarge", "--json"]
+    code, err = _error(capsys, argv + ["--prices", str(prices)])
+    assert code == 2 and "prices.yaml: cny_per_gib_hour must be finite and non-negative, got nan" in err
+
+
 @pytest.mark.parametrize("multiplier", [".inf", ".nan", "-1", "0"])
 def test_a_region_multiplier_that_is_not_a_finite_positive_number_exits_2(capsys, tmp_path, multiplier):
     prices = tmp_path / "prices.yaml"

@@ -503,3 +503,62 @@ def test_a_malformed_price_file_is_refused():
 def test_a_price_override_with_a_misspelt_section_is_refused():
     with pytest.raises(SizingInputError, match=r"prices.yaml: unknown key\(s\) type; valid keys: .*types"):
         price_book({"type": {"gn7i-c8g1.2xlarge": 9.9}}, "prices.yaml")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"cny_per_vcpu_hour": -5}, "cny_per_vcpu_hour must be finite and non-negative, got -5"),
+        ({"cny_per_gib_hour": float("nan")}, "cny_per_gib_hour must be finite and non-negative, got nan"),
+        (
+            {"types": {"ecs.gn7i-c8g1.2xlarge": {"cny_per_hour": True}}},
+            "types.ecs.gn7i-c8g1.2xlarge.cny_per_hour must be a number, got True",
+        ),
+        ({"gpu_cny_per_hour": {"A10": "9.5"}}, "gpu_cny_per_hour.A10 must be a number"),
+        (
+            {"gpu_cny_per_hour": {"A10": {"value": 9.5, "estimate": "no"}}},
+            "gpu_cny_per_hour.A10.estimate must be true or false",
+        ),
+        (
+            {"regions": {"cn-hangzhou": {"multiplier": 0}}},
+            "regions.cn-hangzhou.multiplier must be finite and positive, got 0",
+        ),
+        ({"regions": {"cn-hangzhou": {"multiplyer": 2}}}, "regions.cn-hangzhou: unknown key.s. multiplyer"),
+        (
+            {"types": {"gn7i-c8g1.2xlarge": {"cny_per_hour": 1, "estimated": True}}},
+            "types.ecs.gn7i-c8g1.2xlarge: unknown key.s. estimated",
+        ),
+        ({"currency": "USD"}, "currency must be CNY, got 'USD'"),
+    ],
+)
+def test_a_price_file_with_a_value_the_book_cannot_use_is_refused_naming_the_field(override, message):
+    with pytest.raises(SizingInputError, match=f"^prices.yaml: {message}"):
+        price_book(override, "prices.yaml")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            {"types": {"ecs.gn7i-c8g1.2xlarg": 3}},
+            "types: unknown instance type .*nearest: ecs.gn7i-c8g1.2xlarge",
+        ),
+        ({"gpu_cny_per_hour": {"H200": 30}}, "gpu_cny_per_hour: unknown GPU 'H200'; nearest: H20"),
+    ],
+)
+def test_a_price_for_an_unknown_instance_type_or_gpu_is_refused_with_the_nearest_names(override, message):
+    with pytest.raises(SizingInputError, match=f"^prices.yaml: {message}"):
+        price_book(override, "prices.yaml")
+
+
+def test_a_gpu_price_keyed_by_an_alias_or_another_case_prices_the_catalog_gpu():
+    book = price_book({"gpu_cny_per_hour": {"t4": 1.0}})
+    assert book.gpu_cny_per_hour["T4"] == (1.0, False) and "t4" not in book.gpu_cny_per_hour
+
+
+def test_a_user_price_entry_replaces_the_shipped_one_whole():
+    # the shipped entry is an estimate with a third-party source; the user's figure is neither
+    price = price_book({"types": {"ecs.gn7i-c8g1.2xlarge": {"cny_per_hour": 5.0}}}).price(
+        find_instance("gn7i-c8g1.2xlarge")
+    )
+    assert price is not None and price.cny_per_hour == 5.0 and not price.estimate and price.source == ""
