@@ -387,17 +387,19 @@ def _speed(cal: Calibration, bench: BenchResult, dep: Deployment) -> Calibration
 
 
 # ------------------------------------------------------------------------------------------ file format
-_FLOATS = (
-    "visible_gib",
-    "non_torch_gib",
-    "bw_eff",
+_GPU_TERMS = ("visible_gib", "non_torch_gib", "bw_eff")
+_DEPLOYMENT_TERMS = (
     "weights_gib",
     "activation_scale",
     "sampler_scale",
     "overhead_residual_gib",
+    "kv_bytes_per_token",
     "decode_time_scale",
     "prefill_time_scale",
 )
+# A scale on one of the model's terms outside this range corrects nothing the model gets wrong: the log
+# measured something else (and 1e300 overflowed the decode step time, 1e-300 zeroed it).
+SCALE_RANGE = (0.01, 100.0)
 
 
 def calibration_to_dict(cal: Calibration) -> dict[str, object]:
@@ -412,19 +414,8 @@ def calibration_to_dict(cal: Calibration) -> dict[str, object]:
         "vllm_version": cal.vllm_version,
         "source": cal.source,
     }
-    gpu_terms = {k: getattr(cal, k) for k in ("visible_gib", "non_torch_gib", "bw_eff")}
-    dep_terms = {
-        k: getattr(cal, k)
-        for k in (
-            "weights_gib",
-            "activation_scale",
-            "sampler_scale",
-            "overhead_residual_gib",
-            "kv_bytes_per_token",
-            "decode_time_scale",
-            "prefill_time_scale",
-        )
-    }
+    gpu_terms = {k: getattr(cal, k) for k in _GPU_TERMS}
+    dep_terms = {k: getattr(cal, k) for k in _DEPLOYMENT_TERMS}
     out["gpu_terms"] = {k: _round(v) for k, v in gpu_terms.items() if v is not None}
     out["deployment_terms"] = {k: _round(v) for k, v in dep_terms.items() if v is not None}
     out["report"] = [
@@ -447,11 +438,21 @@ def _round(value: float | int) -> float | int:
 
 def calibration_from_dict(data: object) -> Calibration:
     """Validate a calibration file's parsed content; a bad one raises naming the field."""
+    from sizing.catalog import find_gpu
+    from sizing.memory import DTYPES
+
     if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
         raise SizingInputError(f"not a calibration file: expected 'schema: {SCHEMA}'")
     for key in ("model", "gpu", "dtype"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise SizingInputError(f"calibration file: {key!r} must be a non-empty string")
+    try:
+        # its terms are bounded by this card; a name it never matches would leave them unused without a word
+        gpu = find_gpu(data["gpu"])
+    except SizingInputError as exc:
+        raise SizingInputError(f"calibration file: 'gpu': {exc}") from None
+    if data["dtype"] not in DTYPES[1:]:  # the weight format the log ran, never "auto"
+        raise SizingInputError(f"calibration file: 'dtype' must be one of {', '.join(DTYPES[1:])}")
     tp = data.get("tp")
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise SizingInputError("calibration file: 'tp' must be a positive integer")
@@ -461,14 +462,14 @@ def calibration_from_dict(data: object) -> Calibration:
         if not isinstance(terms, Mapping):
             raise SizingInputError(f"calibration file: {group!r} must be a mapping")
         for key, value in terms.items():
-            values[str(key)] = _term_value(group, str(key), value)
+            values[str(key)] = _term_value(group, str(key), value, gpu)
     engine = data.get("engine", "v1")
     if engine not in ("v0", "v1"):
         raise SizingInputError("calibration file: 'engine' must be v0 or v1")
     version = data.get("vllm_version")
     return Calibration(
         model=str(data["model"]),
-        gpu=str(data["gpu"]),
+        gpu=gpu.name,
         tp=tp,
         dtype=str(data["dtype"]),
         engine=str(engine),
@@ -478,15 +479,43 @@ def calibration_from_dict(data: object) -> Calibration:
     )
 
 
-def _term_value(group: str, key: str, value: object) -> float | int:
-    if key not in (*_FLOATS, "kv_bytes_per_token"):
+def _term_value(group: str, key: str, value: object, gpu: GPU) -> float | int:
+    """One term of the file, within what a startup log of ``gpu`` can give (see :func:`_term_range`)."""
+    where = f"calibration file: {group}.{key}"
+    if key not in (_GPU_TERMS if group == "gpu_terms" else _DEPLOYMENT_TERMS):
+        if key in (*_GPU_TERMS, *_DEPLOYMENT_TERMS):
+            other = "deployment_terms" if group == "gpu_terms" else "gpu_terms"
+            raise SizingInputError(f"{where} belongs under {other}")
         raise SizingInputError(f"calibration file: unknown term {group}.{key}")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise SizingInputError(f"calibration file: {group}.{key} must be a finite number")
-    if key not in ("overhead_residual_gib", "sampler_scale") and value <= 0:
-        raise SizingInputError(f"calibration file: {group}.{key} must be positive")
-    if key == "sampler_scale" and value < 0:
-        raise SizingInputError(f"calibration file: {group}.sampler_scale must be at least 0")
-    if key == "bw_eff" and value > 1:
-        raise SizingInputError(f"calibration file: {group}.bw_eff must be at most 1")
-    return int(value) if key == "kv_bytes_per_token" else float(value)
+        raise SizingInputError(f"{where} must be a finite number")
+    if key == "kv_bytes_per_token":
+        # vLLM allocates whole bytes; a fraction was cast to int 0 and divided by
+        if value < 1 or not float(value).is_integer():
+            raise SizingInputError(f"{where} must be a whole number of bytes, at least 1, got {value:g}")
+        return int(value)
+    low, high, why = _term_range(key, gpu)
+    if key in ("non_torch_gib", "weights_gib") and value <= 0:
+        raise SizingInputError(f"{where} must be positive, got {value:g}")
+    if not low <= value <= high:
+        raise SizingInputError(f"{where} must be in [{low:g}, {high:g}] ({why}), got {value:g}")
+    return float(value)
+
+
+def _term_range(key: str, gpu: GPU) -> tuple[float, float, str]:
+    """The closed range a term may take on ``gpu``, and why: what ``fleet size calibrate`` can derive from
+    a log of that card. A figure beyond it would size a card that does not exist (visible_gib 100000 on an A10
+    gave 737 million KV tokens)."""
+    card = round(gpu.visible_gib * (1 + VISIBLE_SPREAD), 2)
+    if key == "visible_gib":
+        low = round(gpu.visible_gib * (1 - VISIBLE_SPREAD), 2)
+        return low, card, f"the {gpu.name} shows CUDA {gpu.visible_gib:g} GiB"
+    if key in ("non_torch_gib", "weights_gib"):
+        return 0.0, card, f"at most what the {gpu.name} holds"
+    if key == "overhead_residual_gib":
+        return -card, card, f"at most what the {gpu.name} holds, either way"
+    if key == "bw_eff":
+        return BW_EFF_RANGE[0], BW_EFF_RANGE[1], "the achievable share of datasheet bandwidth"
+    if key == "sampler_scale":
+        return 0.0, SCALE_RANGE[1], "0 for a release whose profile counts no sampler"
+    return SCALE_RANGE[0], SCALE_RANGE[1], "a correction, not another measurement"

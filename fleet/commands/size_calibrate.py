@@ -54,7 +54,7 @@ def calibrate(
 ) -> None:
     """Calibrate the sizing model on one vLLM startup log; prints each corrected term and by how much."""
     import sizing
-    from sizing.calibration import bench_from_json, calibration_to_dict
+    from sizing.calibration import bench_from_json, calibration_from_dict, calibration_to_dict
     from sizing.calibration import calibrate as derive
     from sizing.vllm_log import parse_startup_log
 
@@ -94,6 +94,10 @@ def calibrate(
     except sizing.SizingInputError as exc:
         fail(str(exc))
     doc = calibration_to_dict(cal)
+    try:
+        calibration_from_dict(doc)  # never write a file that `fleet size --calibration` would refuse
+    except sizing.SizingInputError as exc:
+        fail(f"{log}: its figures give a calibration out of range ({exc})")
     try:
         write_atomically(out, yaml.safe_dump(doc, sort_keys=False))
     except OSError as exc:

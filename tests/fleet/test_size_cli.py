@@ -676,7 +676,17 @@ def test_a_bad_calibration_file_exits_2_with_one_line(tmp_path, capsys):
         "schema: fleet-sizing-calibration/1\nmodel: x\ngpu: A10\ndtype: bf16\ntp: 1\ngpu_terms: {bw_eff: 7}\n"
     )
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--calibration", str(bad)])
-    assert code == 2 and "bw_eff must be at most 1" in err
+    assert code == 2 and "bw_eff must be in [0.5, 0.95]" in err
+
+
+def test_a_calibration_with_a_fractional_kv_bytes_per_token_exits_2_not_a_zero_division(tmp_path, capsys):
+    _, out, _ = _calibrate(tmp_path, capsys)
+    out.write_text(
+        out.read_text().replace("deployment_terms:\n", "deployment_terms:\n  kv_bytes_per_token: 0.5\n")
+    )
+    argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "--max-model-len", "8192"]
+    code, err = _error(capsys, [*argv, "--calibration", str(out)])
+    assert code == 2 and "deployment_terms.kv_bytes_per_token must be a whole number" in err
 
 
 def test_explain_prints_every_term_with_its_source(capsys):

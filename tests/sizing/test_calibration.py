@@ -176,7 +176,22 @@ def test_the_file_format_round_trips():
         ({"schema": "other"}, "not a calibration file"),
         ({"tp": 0}, "'tp' must be a positive integer"),
         ({"gpu_terms": {"bogus": 1.0}}, "unknown term gpu_terms.bogus"),
-        ({"gpu_terms": {"bw_eff": 1.5}}, "bw_eff must be at most 1"),
+        ({"gpu_terms": {"bw_eff": 1.5}}, r"bw_eff must be in \[0.5, 0.95\]"),
+        ({"deployment_terms": {"kv_bytes_per_token": 0.5}}, "kv_bytes_per_token must be a whole number"),
+        ({"deployment_terms": {"kv_bytes_per_token": 1234.5}}, "kv_bytes_per_token must be a whole number"),
+        ({"gpu_terms": {"visible_gib": 100000}}, r"visible_gib must be in \[21.22, 25.94\] \(the RTX3090"),
+        ({"deployment_terms": {"overhead_residual_gib": -1000}}, "overhead_residual_gib must be in"),
+        ({"deployment_terms": {"weights_gib": 1e300}}, "weights_gib must be in"),
+        ({"gpu_terms": {"non_torch_gib": 1e300}}, "non_torch_gib must be in"),
+        ({"deployment_terms": {"activation_scale": 1e300}}, r"activation_scale must be in \[0.01, 100\]"),
+        ({"deployment_terms": {"decode_time_scale": 1e-300}}, "decode_time_scale must be in"),
+        ({"deployment_terms": {"sampler_scale": -0.5}}, r"sampler_scale must be in \[0, 100\]"),
+        (
+            {"gpu_terms": {"kv_bytes_per_token": 20000}},
+            "gpu_terms.kv_bytes_per_token belongs under deployment",
+        ),
+        ({"gpu": "RTX3O90"}, "'gpu': unknown GPU 'RTX3O90'; nearest: RTX3090"),
+        ({"dtype": "bfloat16"}, "'dtype' must be one of bf16"),
         ({"deployment_terms": {"weights_gib": -1}}, "must be positive"),
         ({"deployment_terms": {"weights_gib": float("nan")}}, "finite number"),
         ({"engine": "v2"}, "'engine' must be v0 or v1"),
@@ -186,6 +201,17 @@ def test_a_bad_calibration_file_is_refused_naming_the_field(change, message):
     doc = calibration_to_dict(_cal_20k()) | change
     with pytest.raises(SizingInputError, match=message):
         calibration_from_dict(doc)
+
+
+def test_a_whole_kv_bytes_per_token_written_as_a_float_is_read_as_the_integer():
+    doc = calibration_to_dict(_cal_20k())
+    doc["deployment_terms"]["kv_bytes_per_token"] = 131072.0
+    assert calibration_from_dict(doc).kv_bytes_per_token == 131072
+
+
+def test_a_calibration_file_naming_its_gpu_by_an_alias_applies_to_that_gpu():
+    doc = calibration_to_dict(_cal_20k()) | {"gpu": "rtx3090"}
+    assert calibration_from_dict(doc).gpu == "RTX3090"
 
 
 @pytest.mark.parametrize(
