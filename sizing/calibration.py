@@ -56,6 +56,8 @@ VISIBLE_MATCH = 0.05  # a catalog GPU whose visible memory is this close to what
 # A logged total_gpu_memory this far from the given GPU's visible memory is another card's (one card's figure
 # varies by well under this between drivers and variants: see OVERHEAD_SLACK_SHARE).
 VISIBLE_SPREAD = 0.1
+# vLLM 0.11.0's release notes: "This release completes the removal of V0 engine."
+V0_REMOVED_IN = (0, 11, 0)
 
 
 class Scope(StrEnum):
@@ -125,6 +127,18 @@ def apply_calibration(dep: Deployment, cal: Calibration | None) -> Deployment:
     return replace(dep, gpu=gpu, engine=cal.engine, calibration=cal, vllm_version=version)
 
 
+def check_engine(engine: str, version: str | None) -> None:
+    """Refuse the V0 engine with a release that no longer has it: a log or file saying both is of neither
+    (V0 and V1 profile memory differently). A main-branch build's version says nothing and passes."""
+    from sizing.memory import version_tuple
+
+    readable = _readable_version(version)
+    if engine == "v0" and readable is not None and (version_tuple(readable) or (0, 0, 0)) >= V0_REMOVED_IN:
+        raise SizingInputError(
+            f"engine v0 with vLLM {version}: vLLM removed the V0 engine in 0.11.0 (it runs V1 only)"
+        )
+
+
 def _readable_version(version: str | None) -> str | None:
     """A logged release the memory rules can read ("0.19.0"); a main-branch build ("0.1.dev20073+g...")
     is the current release (None)."""
@@ -192,6 +206,7 @@ def calibrate(
     """Corrections that make the model reproduce ``facts`` for ``dep`` (the deployment the log ran)."""
     from sizing.memory import plan_memory
 
+    check_engine(dep.engine, facts.vllm_version)
     version = dep.vllm_version or _readable_version(facts.vllm_version)
     base = replace(dep, calibration=None, vllm_version=version)
     plan = plan_memory(base)
@@ -467,6 +482,10 @@ def calibration_from_dict(data: object) -> Calibration:
     if engine not in ("v0", "v1"):
         raise SizingInputError("calibration file: 'engine' must be v0 or v1")
     version = data.get("vllm_version")
+    try:
+        check_engine(engine, None if version is None else str(version))
+    except SizingInputError as exc:
+        raise SizingInputError(f"calibration file: {exc}") from None
     return Calibration(
         model=str(data["model"]),
         gpu=gpu.name,

@@ -408,11 +408,28 @@ def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:
                 f"impossible TP: {pool[0].name} has {pool[0].gpus} GPU(s), --tp is {settings.tp}"
             )
     _check_visible_gib(settings.gpu_memory_gib, the_gpu or (sizing.find_gpu(pool[0].gpu) if pool else None))
+    _check_calibrated_engine(settings.calibration, settings.vllm_version)
     if the_gpu is not None or pool:
         from sizing.memory import resolve_dtype
 
         g = the_gpu or sizing.find_gpu(pool[0].gpu)
         resolve_dtype(shape, g, settings.dtype)
+
+
+def _check_calibrated_engine(cal: Any, vllm_version: str | None) -> None:
+    """A calibration keeps its log's engine: a V0 one cannot size a release that has only V1."""
+    import sizing
+    from sizing.calibration import check_engine
+
+    if cal is None or vllm_version is None:
+        return
+    try:
+        check_engine(cal.engine, vllm_version)
+    except sizing.SizingInputError:
+        raise sizing.SizingInputError(
+            f"--vllm-version {vllm_version}: the --calibration file is of vLLM's V0 engine, which vLLM "
+            "removed in 0.11.0; calibrate on a log of that release"
+        ) from None
 
 
 MAX_QPS = 1e6  # far beyond any fleet: larger values are typos or overflow probes (issue 14)

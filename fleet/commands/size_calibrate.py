@@ -70,6 +70,16 @@ def calibrate(
         facts = parse_startup_log(text)
     except sizing.SizingInputError as exc:
         fail(f"{log}: {exc}")
+    _check_against_log(
+        facts,
+        {
+            "--tp": (tp, facts.tp),
+            "--max-model-len": (max_model_len, facts.max_model_len),
+            "--gpu-memory-utilization": (gpu_memory_utilization, facts.gpu_memory_utilization),
+            "--max-num-seqs": (max_num_seqs, facts.max_num_seqs),
+            "--max-num-batched-tokens": (max_num_batched_tokens, facts.max_num_batched_tokens),
+        },
+    )
     result = _read_json(bench) if bench is not None else None
     try:
         shape = _model(model, config, facts)
@@ -131,6 +141,15 @@ def _check_flags(
     util = gpu_memory_utilization
     if util is not None and not (math.isfinite(util) and 0 < util <= 1):
         fail(f"--gpu-memory-utilization must be in (0, 1], got {util:g}")
+
+
+def _check_against_log(facts: Any, flags: dict[str, tuple[Any, Any]]) -> None:
+    """The flags fill in what the log does not state; one that says otherwise than the log would calibrate a
+    deployment that never ran (--tp 2 on a TP 1 log halved the model's KV bytes per token and wrote the
+    log's pool against them)."""
+    for name, (given, logged) in flags.items():
+        if given is not None and logged is not None and given != logged:
+            fail(f"{name} {given}: the log ran with {logged}; drop {name} (the log states it)")
 
 
 def _given(flag: Any, default: Any) -> Any:

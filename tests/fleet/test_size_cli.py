@@ -808,6 +808,58 @@ def test_calibrate_refuses_a_zero_tp_and_two_gpus(tmp_path, capsys, extra, messa
     assert code == 2 and message in err and not out.exists()
 
 
+# the same log with vLLM 0.6.4's config line, which states the run's settings
+LOG_10517_20K_CONFIG = (
+    "INFO 12-02 llm_engine.py:232] Initializing an LLM engine (v0.6.4) with config: "
+    "model='meta-llama/Llama-3.1-8B-Instruct', dtype=torch.bfloat16, max_seq_len=20000, "
+    "tensor_parallel_size=1\n" + LOG_10517_20K
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tp", "2"], "--tp 2: the log ran with 1; drop --tp (the log states it)"),
+        (["--max-model-len", "8192"], "--max-model-len 8192: the log ran with 20000"),
+        (["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization 0.8: the log ran with 0.9"),
+    ],
+)
+def test_calibrate_refuses_a_flag_that_contradicts_the_log_and_writes_nothing(
+    tmp_path, capsys, extra, message
+):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K_CONFIG)
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "-o", str(out)]
+    code, err = _error(capsys, [*argv, *extra])
+    assert code == 2 and message in err and not out.exists()
+
+
+def test_calibrate_takes_a_flag_that_agrees_with_the_log(tmp_path, capsys):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K_CONFIG)
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--gpu", "RTX3090", "--tp", "1", "-o", str(out)]
+    assert main(argv) == 0 and out.exists()
+
+
+def test_calibrate_refuses_the_v0_engine_of_a_release_without_it(tmp_path, capsys):
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K_CONFIG.replace("(v0.6.4)", "(v0.19.0)"))
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--gpu", "RTX3090", "--engine", "v0", "-o", str(out)]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "engine v0 with vLLM 0.19.0: vLLM removed the V0 engine in 0.11.0" in err
+    assert not out.exists()
+
+
+def test_a_v0_calibration_cannot_size_a_release_without_the_v0_engine(tmp_path, capsys):
+    _, out, _ = _calibrate(tmp_path, capsys)  # vllm#10517's log is V0
+    argv = ["size", "--model", "Llama-3.1-8B", "--gpu", "RTX3090", "--calibration", str(out)]
+    code, err = _error(capsys, [*argv, "--vllm-version", "0.19.0"])
+    assert code == 2 and "--vllm-version 0.19.0: the --calibration file is of vLLM's V0 engine" in err
+
+
 def test_size_refuses_a_zero_tp_and_a_plot_that_is_not_svg(tmp_path, capsys):
     code, err = _error(capsys, ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--tp", "0"])
     assert code == 2 and "--tp must be at least 1, got 0" in err

@@ -203,6 +203,25 @@ def test_a_bad_calibration_file_is_refused_naming_the_field(change, message):
         calibration_from_dict(doc)
 
 
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("0.19.0", True), ("0.11.0", True), ("0.10.2", False), ("0.1.dev9000+gabc", False), (None, False)],
+)
+def test_a_calibration_file_of_the_v0_engine_is_refused_with_a_release_that_has_none(version, refused):
+    doc = calibration_to_dict(_cal_20k()) | {"engine": "v0", "vllm_version": version}
+    if refused:
+        with pytest.raises(SizingInputError, match="engine v0 with vLLM .*removed the V0 engine in 0.11.0"):
+            calibration_from_dict(doc)
+    else:
+        assert calibration_from_dict(doc).engine == "v0"
+
+
+def test_calibrating_a_v0_deployment_on_a_log_of_a_v1_only_release_is_refused():
+    facts = replace(parse_startup_log(logs.V0_064_20K), vllm_version="0.19.0")
+    with pytest.raises(SizingInputError, match="engine v0 with vLLM 0.19.0"):
+        calibrate(facts, _rtx3090(20000))
+
+
 def test_a_whole_kv_bytes_per_token_written_as_a_float_is_read_as_the_integer():
     doc = calibration_to_dict(_cal_20k())
     doc["deployment_terms"]["kv_bytes_per_token"] = 131072.0
