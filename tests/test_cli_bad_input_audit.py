@@ -172,7 +172,22 @@ def test_size_refuses_a_gpu_memory_no_card_has(capsys, value, expected):
 
 def test_size_refuses_more_gpu_memory_than_the_evaluated_card_has(capsys):
     assert main(["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--gpu-memory-gib", "30"]) == 2
-    assert "--gpu-memory-gib 30 is more than A10 has (24 GB)" in _one_error(capsys)
+    assert "--gpu-memory-gib 30 is more than the A10 shows CUDA (22.07 GiB" in _one_error(capsys)
+
+
+def test_size_refuses_the_gpu_memory_label_where_cuda_sees_less(capsys):
+    # an A10's 24 GB label: CUDA reports 22.07 GiB of it (gpus.yaml visible_gib, from vLLM logs)
+    assert main(["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--gpu-memory-gib", "24"]) == 2
+    assert "--gpu-memory-gib 24 is more than the A10 shows CUDA (22.07 GiB" in _one_error(capsys)
+    assert main(["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--gpu-memory-gib", "22.07"]) == 0
+
+
+def test_size_refuses_gpu_memory_for_a_search_over_every_card(capsys):
+    # it was given to every GPU kind: a T4 sized with 60 GiB
+    assert main(["size", "--model", "Qwen2.5-7B", "--gpu-memory-gib", "60"]) == 2
+    assert "--gpu-memory-gib is the memory of one card: give it with --gpu or --instance-type" in _one_error(
+        capsys
+    )
 
 
 def test_size_refuses_a_length_spread_that_overflows(capsys):

@@ -76,7 +76,8 @@ def size(
     gpu_memory_gib: float | None = typer.Option(
         None,
         "--gpu-memory-gib",
-        help="Memory CUDA sees per GPU, GiB (for cards reporting less than the label).",
+        help="Memory CUDA sees per GPU of the --gpu or --instance-type, GiB (for cards reporting less "
+        "than the catalog's).",
     ),
     qps: float | None = typer.Option(None, "--qps", help="Target load, requests per second (fleet-wide)."),
     prompt_tokens: int | None = typer.Option(
@@ -439,16 +440,23 @@ MAX_LENGTH_CV = 10.0
 
 
 def _check_visible_gib(visible_gib: float | None, gpu: Any) -> None:
-    """--gpu-memory-gib is what CUDA sees of a card: never more than the card has (the one evaluated, else
-    the largest in the catalog); a larger figure is a typo (1e308 overflowed the KV-cache token count)."""
+    """--gpu-memory-gib is what CUDA sees of the card evaluated: never more than the catalog's visible memory
+    of it (its GB label is more than CUDA ever reports: an A10's 24 GB show as 22.07 GiB; 1e308 overflowed the
+    KV-cache token count), and only with --gpu or --instance-type (a search gave every GPU kind that memory,
+    60 GiB to a T4)."""
     import sizing
 
     if visible_gib is None:
         return
-    card = gpu or max(sizing.load_gpus().values(), key=lambda g: g.memory_gb)
-    if visible_gib > card.memory_gb:
+    if gpu is None:
         raise sizing.SizingInputError(
-            f"--gpu-memory-gib {visible_gib:g} is more than {card.name} has ({card.memory_gb:g} GB)"
+            "--gpu-memory-gib is the memory of one card: give it with --gpu or --instance-type "
+            "(a search would give every GPU kind that much)"
+        )
+    if visible_gib > gpu.visible_gib:
+        raise sizing.SizingInputError(
+            f"--gpu-memory-gib {visible_gib:g} is more than the {gpu.name} shows CUDA "
+            f"({gpu.visible_gib:g} GiB; the flag is for cards reporting less)"
         )
 
 
