@@ -51,6 +51,8 @@ def _json_line(source: str, number: int, line: str) -> object:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{source}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:  # the parser recurses per level: 100,000 nested '[' exhaust the stack
+        raise TraceError(f"{source}: line {number}: nested too deeply to be a trace row") from None
 
 
 # Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read

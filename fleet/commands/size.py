@@ -334,6 +334,8 @@ def _read_model_config(path: Path) -> Any:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
+    except RecursionError:  # the parser recurses per level: 100,000 nested '[' exhaust the stack
+        fail(f"{path}: nested too deeply to be a config.json")
     name = (path.parent.name if path.name == "config.json" and path.parent.name else path.stem) or str(path)
     try:
         return sizing.model_from_hf_config(data, name=name)
@@ -353,6 +355,8 @@ def _read_yaml(path: Path) -> Any:
         fail(f"{path}: not UTF-8 text (byte {exc.start})")
     except yaml.YAMLError as exc:
         fail(f"{path}: not valid YAML ({str(exc).splitlines()[0]})")
+    except RecursionError:  # PyYAML composes nested collections recursively
+        fail(f"{path}: nested too deeply to read as YAML")
 
 
 def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:

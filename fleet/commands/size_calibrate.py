@@ -192,6 +192,8 @@ def _read_json(path: Path) -> Any:
         fail(f"{path}: {exc.strerror or exc}")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(f"{path}: not a vllm bench serve result JSON ({exc})")
+    except RecursionError:  # the parser recurses per level: 100,000 nested '[' exhaust the stack
+        fail(f"{path}: nested too deeply to be a vllm bench serve result JSON")
 
 
 def _render(cal: Any, facts: Any, before: Any, after: Any, out: Path) -> None:

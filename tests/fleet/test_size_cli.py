@@ -495,6 +495,44 @@ def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path, capsys, flag):
     assert code == 2 and str(binary) in err and "not UTF-8" in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--config", "{deep}"], "nested too deeply to be a config.json"),
+        (["--model", "Qwen2.5-7B", "--prices", "{deep}"], "nested too deeply to read as YAML"),
+        (["--model", "Qwen2.5-7B", "--calibration", "{deep}"], "nested too deeply to read as YAML"),
+        (["--model", "Qwen2.5-7B", "--gpu", "A10", "--trace", "{deep}l"], "line 1: nested too deeply"),
+    ],
+)
+def test_a_file_nested_too_deeply_exits_2_in_one_line(tmp_path, capsys, flags, message):
+    # json and PyYAML recurse per level: 100,000 '[' were a RecursionError traceback
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "\n")
+    code, err = _error(capsys, ["size", *(f.format(deep=deep) for f in flags)])
+    assert code == 2 and f"{tmp_path}/deep.json" in err and message in err and "Traceback" not in err
+
+
+def test_a_bench_json_nested_too_deeply_exits_2_in_one_line(tmp_path, capsys):
+    deep = tmp_path / "bench.json"
+    deep.write_text("[" * 100_000)
+    log = tmp_path / "vllm.log"
+    log.write_text(LOG_10517_20K)
+    argv = [
+        "size",
+        "calibrate",
+        str(log),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "RTX3090",
+        "--bench",
+        str(deep),
+    ]
+    code, err = _error(capsys, [*argv, "-o", str(tmp_path / "cal.yaml")])
+    assert code == 2 and "bench.json: nested too deeply to be a vllm bench serve result JSON" in err
+
+
 def _knee_plot_args(plot) -> list[str]:
     return [
         "size",
