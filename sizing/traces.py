@@ -43,6 +43,9 @@ _TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
 _PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
 _OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+# The byte-order mark Excel writes at the start of a UTF-8 CSV: read as text it is glued to the first column's
+# name ("\ufeffTIMESTAMP"), so a reader that decodes with plain utf-8 passes it on; the parsers drop it.
+BOM = "\ufeff"
 
 
 # ------------------------------------------------------------------------------------ any trace, by columns
@@ -93,7 +96,7 @@ def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest,
     """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
 
     Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail."""
-    rows, millis = _rows(text, source, jsonl=jsonl)
+    rows, millis = _rows(text.removeprefix(BOM), source, jsonl=jsonl)
     if not rows or not isinstance(rows[0], dict):
         raise TraceError(f"{source}: the trace has no request rows")
     tkey, pkey, okey = _columns(source, rows[0])
@@ -132,7 +135,8 @@ def _parse_azure_timestamp(text: str) -> datetime:
 
 def parse_azure_csv(text: str, source: str) -> list[TraceRequest]:
     """Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``); arrivals from the first."""
-    rows = list(csv.reader(text.splitlines()))  # no trailing newline in the published files: splitlines copes
+    # no trailing newline in the published files: splitlines copes
+    rows = list(csv.reader(text.removeprefix(BOM).splitlines()))
     if not rows or [c.strip() for c in rows[0]] != AZURE_HEADER:
         raise TraceError(f"{source}: expected the header TIMESTAMP,ContextTokens,GeneratedTokens")
     stamps: list[tuple[datetime, int, int]] = []
@@ -185,7 +189,7 @@ def prefix_share(text: str) -> float | None:
 def parse_mooncake_jsonl(text: str, source: str) -> list[TraceRequest]:
     """Mooncake FAST'25 trace (``timestamp`` in ms from the start, ``input_length``, ``output_length``)."""
     out: list[TraceRequest] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(text.removeprefix(BOM).splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -325,7 +325,7 @@ def _read_model_config(path: Path) -> Any:
     import sizing
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # json refuses a byte-order mark (Notepad writes one)
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
     except UnicodeDecodeError as exc:
@@ -365,7 +365,9 @@ def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
     from sizing.traces import TraceError, parse_columns, prefix_share
 
     try:
-        with path.open(encoding="utf-8", newline="") as handle:
+        # utf-8-sig: Excel and Notepad save CSV with a byte-order mark, which would stick to the first
+        # column's name ("\ufefftimestamp") and hide the time column
+        with path.open(encoding="utf-8-sig", newline="") as handle:
             text = handle.read()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")

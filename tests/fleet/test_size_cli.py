@@ -533,6 +533,33 @@ def test_a_bench_json_nested_too_deeply_exits_2_in_one_line(tmp_path, capsys):
     assert code == 2 and "bench.json: nested too deeply to be a vllm bench serve result JSON" in err
 
 
+def test_a_csv_trace_saved_by_excel_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    rows = "timestamp,input_tokens,output_tokens\n0,500,100\n1,600,120\n2,400,80\n"
+    trace.write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--trace", str(trace)]
+    code, doc = _json(capsys, argv)
+    assert code in (0, 1) and doc["candidates"][0]["fits"] is True
+
+
+def test_a_config_json_saved_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    good = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    config.write_bytes(b"\xef\xbb\xbf" + json.dumps(good).encode())
+    code, doc = _json(capsys, ["size", "--config", str(config), "--gpu", "A10", "--max-model-len", "8192"])
+    assert code == 0 and doc["candidates"][0]["fits"] is True
+
+
 def _knee_plot_args(plot) -> list[str]:
     return [
         "size",

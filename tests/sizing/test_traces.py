@@ -57,6 +57,20 @@ def test_columns_refuse_bad_text_in_one_line(text: str, jsonl: bool, message: st
         parse_columns(text, "m.csv", jsonl=jsonl)
 
 
+@pytest.mark.parametrize(
+    ("text", "jsonl"),
+    [(AZURE + "\n2023-11-16 18:15:47.6805900,10,5", False), (BURSTGPT, False), (MOONCAKE, True)],
+)
+def test_columns_read_a_trace_saved_with_a_byte_order_mark(text: str, jsonl: bool) -> None:
+    # Excel's "CSV UTF-8" starts with U+FEFF: it was glued to the first column's name ("\ufefftimestamp")
+    assert parse_columns("\ufeff" + text, "t", jsonl=jsonl) == parse_columns(text, "t", jsonl=jsonl)
+
+
+def test_the_simulators_formats_read_a_trace_saved_with_a_byte_order_mark() -> None:
+    assert parse_azure_csv("\ufeff" + AZURE, "t.csv") == parse_azure_csv(AZURE, "t.csv")
+    assert parse_mooncake_jsonl("\ufeff" + MOONCAKE, "t.jsonl") == parse_mooncake_jsonl(MOONCAKE, "t.jsonl")
+
+
 def test_azure_format_keeps_zero_token_rows_at_one_token_and_drops_the_seventh_digit() -> None:
     assert parse_azure_csv(AZURE, "a.csv") == [TraceRequest(0.0, 374, 44), TraceRequest(4.314579, 396, 1)]
 
