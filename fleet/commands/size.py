@@ -176,7 +176,7 @@ def size(
             trace_prefix_share=shared,
         )
         slo = SLO(slo_ttft_p99_ms, slo_tpot_p99_ms)
-        _check_lengths(shape, workload, max_model_len, requests)
+        _check_lengths(shape, workload, max_model_len, (prompt_tokens, output_tokens), qps is not None)
         sized_len = None
         if max_model_len is None and (prompt_tokens or output_tokens or requests):
             from sizing.latency import workload_max_model_len
@@ -466,19 +466,27 @@ def _check_visible_gib(visible_gib: float | None, gpu: Any) -> None:
         )
 
 
-def _check_lengths(shape: Any, workload: Any, max_model_len: int | None, requests: Any) -> None:
-    """A request longer than the context is refused by vLLM: size nothing for it (it reported TTFT 0 ms)."""
+def _check_lengths(
+    shape: Any, workload: Any, max_model_len: int | None, given: tuple[int | None, int | None], load: bool
+) -> None:
+    """A request longer than the context is refused by vLLM: size nothing for it (it reported TTFT 0 ms).
+
+    Only requests there are: the lengths given, or the default mix a --qps load runs. Without either nothing
+    is sent, and a short --max-model-len for a memory-only look was refused over lengths nobody gave."""
     import sizing
 
-    if requests:
+    prompt_given, output_given = given
+    if workload.trace or not (load or prompt_given or output_given):
         return  # a trace's over-long requests are counted and warned about after the search
     limit = max_model_len or shape.max_position
     total = workload.prompt_tokens + workload.output_tokens
     if total > limit:
         what = f"--max-model-len {max_model_len}" if max_model_len else f"{shape.name}'s context of {limit}"
+        default = " (the default)"
         raise sizing.SizingInputError(
-            f"--prompt-tokens {workload.prompt_tokens} + --output-tokens {workload.output_tokens} = {total} "
-            f"tokens exceed {what} tokens: vLLM would refuse every request"
+            f"--prompt-tokens {workload.prompt_tokens}{'' if prompt_given else default} + --output-tokens "
+            f"{workload.output_tokens}{'' if output_given else default} = {total} tokens exceed {what} "
+            "tokens: vLLM would refuse every request"
         )
 
 

@@ -792,6 +792,18 @@ def test_a_prompt_beyond_the_given_max_model_len_is_refused(capsys):
     assert code == 2 and "exceed --max-model-len 4096" in err
 
 
+def test_a_short_context_without_a_load_or_lengths_is_evaluated(capsys):
+    # the default mix (1000 + 200 tokens) is no request the user sends: nothing to refuse for it
+    code, doc = _json(capsys, ["size", "--model", "Qwen2.5-0.5B", "--gpu", "T4", "--max-model-len", "1024"])
+    assert code == 0 and doc["candidates"][0]["vllm_args"]["max_model_len"] == 1024
+
+
+def test_a_load_of_the_default_mix_beyond_the_context_is_refused_naming_the_defaults(capsys):
+    argv = ["size", "--model", "Qwen2.5-0.5B", "--gpu", "T4", "--max-model-len", "1024", "--qps", "1"]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "--prompt-tokens 1000 (the default) + --output-tokens 200 (the default)" in err
+
+
 def test_max_model_len_is_sized_from_the_workloads_token_lengths(capsys):
     argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10"]
     argv += ["--prompt-tokens", "500", "--output-tokens", "3000"]
