@@ -393,13 +393,20 @@ _QUANT_SUFFIXES = {
 
 def find_model(name: str) -> ModelShape:
     """A catalog model by name, alias or HF id; ``-Instruct``/``-Chat`` variants and ``-AWQ``/``-GPTQ``
-    packagings of a catalog model resolve to its shape (the packaging sets ``quantization``)."""
+    packagings of a catalog model resolve to its shape (the packaging sets ``quantization``), and so does
+    every published quantized checkpoint the catalog names (``Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4``)."""
     models = load_models()
     index: dict[str, ModelShape] = {}
+    published: dict[str, tuple[ModelShape, str, str]] = {}
     for m in models.values():
         for alias in (m.name, m.hf_id, *m.aliases):
             if alias:
                 index[_key(alias)] = m
+        for dtype, repo in m.checkpoints:
+            published[_key(repo)] = (m, dtype, repo)
+    if _key(name) in published:  # a name the tool itself prints in a vllm serve line resolves back
+        found, dtype, repo = published[_key(name)]
+        return replace(found, quantization=dtype, hf_id=name.strip() if "/" in name else repo)
     parts = [p for p in name.strip().rsplit("/", 1)[-1].split("-") if p]
     quant: str | None = None
     while parts:
@@ -412,7 +419,11 @@ def find_model(name: str) -> ModelShape:
             repo = name.strip() if "/" in name else (found.checkpoint(quant) or "")
             return replace(found, quantization=quant, hf_id=repo)
         tail = _key(parts[-1])
-        if tail in _QUANT_SUFFIXES and quant is None:
+        pair = _key("".join(parts[-2:])) if len(parts) > 2 else ""
+        if pair in _QUANT_SUFFIXES and quant is None:  # a tag of two parts: -GPTQ-Int4
+            quant = _QUANT_SUFFIXES[pair]
+            parts.pop()
+        elif tail in _QUANT_SUFFIXES and quant is None:
             quant = _QUANT_SUFFIXES[tail]
         elif tail not in _VARIANT_SUFFIXES and not tail.startswith("v0") and not tail.isdigit():
             break

@@ -562,3 +562,23 @@ def test_a_user_price_entry_replaces_the_shipped_one_whole():
         find_instance("gn7i-c8g1.2xlarge")
     )
     assert price is not None and price.cny_per_hour == 5.0 and not price.estimate and price.source == ""
+
+
+@pytest.mark.parametrize(
+    ("model", "dtype", "repo"),
+    [(m.name, dtype, repo) for m in load_models().values() for dtype, repo in m.checkpoints],
+)
+def test_every_published_checkpoint_the_catalog_prints_resolves_back_to_its_model(model, dtype, repo):
+    # the vllm serve line names these repos: Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4 was an unknown model
+    for name in (repo, repo.rsplit("/", 1)[-1]):
+        found = find_model(name)
+        assert (found.name, found.quantization, found.hf_id) == (model, dtype, repo)
+
+
+def test_a_two_part_quantization_tag_of_another_publisher_resolves_to_the_catalog_shape():
+    found = find_model("someone/Qwen2.5-14B-Instruct-GPTQ-Int4")
+    assert (found.name, found.quantization, found.hf_id) == (
+        "Qwen2.5-14B",
+        "gptq",
+        "someone/Qwen2.5-14B-Instruct-GPTQ-Int4",
+    )
