@@ -227,7 +227,7 @@ def size(
     from fleet.commands.size_fallback import fallback_json, render_fallback  # issue 17: spot and the ladder
 
     if as_json:
-        doc = {**result.to_json(top), **fallback_json(result)}
+        doc = {**_with_trace_warnings(result.to_json(top), requests), **fallback_json(result)}
         if explain:
             doc["explain"] = explained.to_json() if explained is not None else None
         print_json(doc)
@@ -610,14 +610,29 @@ def _render_notes(j: dict[str, Any], slo: Any, requests: Any) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    if requests:
-        too_long = sum(1 for r in requests if r.prompt_tokens >= (j["max_model_len"] or 0))
-        if too_long:
-            console.print(
-                f"  [yellow]warning:[/] {too_long} of {len(requests)} trace requests are longer than "
-                "max_model_len and would be refused",
-                highlight=False,
-            )
+    too_long = _too_long_warning(requests, j["max_model_len"])
+    if too_long is not None:
+        console.print(f"  [yellow]warning:[/] {too_long}", highlight=False)
+
+
+def _too_long_warning(requests: Any, max_model_len: int | None) -> str | None:
+    """How many of a trace's requests vLLM would refuse at ``max_model_len``, or None when none (or no plan).
+    The table prints it under the best option; --json carries it in each option's warnings."""
+    if not requests or max_model_len is None:
+        return None
+    too_long = sum(1 for r in requests if r.prompt_tokens >= max_model_len)
+    if not too_long:
+        return None
+    return f"{too_long} of {len(requests)} trace requests are longer than max_model_len and would be refused"
+
+
+def _with_trace_warnings(doc: dict[str, Any], requests: Any) -> dict[str, Any]:
+    """--json's options with the same trace-length warning the table prints (the search does not see it)."""
+    for cand in doc["candidates"]:
+        line = _too_long_warning(requests, cand.get("max_model_len"))
+        if line is not None:
+            cand["warnings"].append(line)
+    return doc
 
 
 # A tied option is worth a note when its P99 TTFT or TPOT is at most this share of the best's.

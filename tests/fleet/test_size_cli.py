@@ -560,6 +560,17 @@ def test_a_config_json_saved_with_a_byte_order_mark_is_read(tmp_path, capsys):
     assert code == 0 and doc["candidates"][0]["fits"] is True
 
 
+def test_json_carries_the_warning_of_trace_requests_longer_than_max_model_len(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,input_tokens,output_tokens\n0,500,100\n1,600,120\n2,9000,80\n3,400,50\n")
+    argv = ["size", "--model", "Qwen2.5-7B", "--gpu", "A10", "--max-model-len", "8192", "--trace", str(trace)]
+    warning = "1 of 4 trace requests are longer than max_model_len and would be refused"
+    main(argv)
+    assert warning in " ".join(capsys.readouterr().out.split())
+    _, doc = _json(capsys, argv)
+    assert warning in doc["candidates"][0]["warnings"]
+
+
 def _knee_plot_args(plot) -> list[str]:
     return [
         "size",
