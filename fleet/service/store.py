@@ -327,16 +327,20 @@ _MIGRATION_LOCK = threading.Lock()
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``: SQLite gets a busy timeout (replicas share the file), in-memory one pool.
-    Another database is refused by name (its driver may be importable, its SQL is not what the
-    migrations were tested on)."""
+def _check_backend(url: str) -> None:
     backend = sa.engine.make_url(url).get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ValueError(
             f"a {backend} database is not supported: give sqlite:///FILE (the default) or "
             "postgresql+psycopg://USER@HOST:PORT/DB"
         )
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite gets a busy timeout (replicas share the file), in-memory one pool.
+    Another database is refused by name (its driver may be importable, its SQL is not what the
+    migrations were tested on)."""
+    _check_backend(url)
     if url.startswith("sqlite"):
         memory = url in ("sqlite://", "sqlite:///:memory:") or ":memory:" in url
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
@@ -817,6 +821,7 @@ def known_tables() -> Sequence[str]:
 def existing_tables(url: str) -> list[str]:
     """The tables a database holds, read without migrating or configuring it (a plain connection: no WAL
     switch on a SQLite file that may not be ours)."""
+    _check_backend(url)
     engine = sa.create_engine(url)
     try:
         return sorted(sa.inspect(engine).get_table_names())
