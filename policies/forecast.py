@@ -50,6 +50,8 @@ MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are 
 STAFFING_MAX_BURSTINESS = 12.0
 MIN_BURSTINESS_BUCKETS = 6  # buckets the index of dispersion needs
 BURSTINESS_LOOKBACK_S = 86400.0  # how far back a gap in the history sends it for buckets with data
+# A past window's largest minute over this many times the mean of the others is a lone outlier (_Index)
+LONE_OUTLIER = 8.0
 SHIFT_REVERT_BUCKETS = 5  # a jump not undone within this many minutes is a level shift, not a clump
 STEP_FIT = 0.25  # a step explains a span when a level each side of it leaves under this of a line's error
 
@@ -94,6 +96,21 @@ class _Index:
         """The mean of the known buckets whose start lies in [t0, t1)."""
         known = self.known(t0_s, t1_s)
         return sum(known) / len(known) if known else None
+
+    def past_mean(self, t0_s: float, t1_s: float) -> float | None:
+        """``mean`` of a past window with a lone outlier left out: its largest bucket, where it is over
+        ``LONE_OUTLIER`` times the mean of the others (one bad minute yesterday, a sample of 1e6 req/s among
+        minutes of 12, must not make the seasonal forecast 4,000 times the demand). Two such minutes are
+        demand; the recent level keeps every minute (a step must show at once)."""
+        known = self.known(t0_s, t1_s)
+        if not known:
+            return None
+        if len(known) >= 3:
+            top = max(known)
+            rest = (sum(known) - top) / (len(known) - 1)
+            if rest > 0 and top > LONE_OUTLIER * rest and sorted(known)[-2] <= LONE_OUTLIER * rest:
+                return rest
+        return sum(known) / len(known)
 
     def known_span_s(self, now_s: float) -> float:
         """How far back the oldest known bucket lies."""
@@ -169,8 +186,8 @@ def _line_sse(points: list[tuple[float, float]]) -> float:
 def _seasonal(idx: _Index, now_s: float, ahead_s: float, level: float, lag_s: float) -> float | None:
     """Today's level times the change the day ``lag_s`` ago saw from now to now + ahead."""
     half = SEASON_WINDOW_S / 2
-    then_now = idx.mean(now_s - lag_s - LEVEL_WINDOW_S, now_s - lag_s)
-    then_ahead = idx.mean(now_s - lag_s + ahead_s - half, now_s - lag_s + ahead_s + half)
+    then_now = idx.past_mean(now_s - lag_s - LEVEL_WINDOW_S, now_s - lag_s)
+    then_ahead = idx.past_mean(now_s - lag_s + ahead_s - half, now_s - lag_s + ahead_s + half)
     if then_now is None or then_ahead is None:
         return None
     floor = max(then_now, 1e-6)
@@ -448,12 +465,15 @@ def _hour_then(
     idx: _Index, t0_s: float, then_now_s: float, level: float | None
 ) -> tuple[float, float] | None:
     """(mean, lowest 5-minute mean) of the hour starting at ``t0_s``, rescaled to today's level."""
-    parts = [idx.mean(t0_s + k * 300.0, t0_s + (k + 1) * 300.0) for k in range(12)]
+    parts = [idx.past_mean(t0_s + k * 300.0, t0_s + (k + 1) * 300.0) for k in range(12)]
     known = [p for p in parts if p is not None]
-    if len(known) < 6:
+    # half the hour's 5-minute parts, or a sparser history that still spans it (a 15-minute export fills 4)
+    filled = [k for k, p in enumerate(parts) if p is not None]
+    spans = len(filled) >= 3 and filled[0] < 6 <= filled[-1]
+    if len(known) < 6 and not spans:
         return None
     ratio = 1.0
-    then_level = idx.mean(then_now_s - HOURLY_LEVEL_WINDOW_S, then_now_s)
+    then_level = idx.past_mean(then_now_s - HOURLY_LEVEL_WINDOW_S, then_now_s)
     if level is not None and then_level is not None and then_level > 1e-6:
         ratio = min(RATIO_CLIP[1], max(RATIO_CLIP[0], level / then_level))
     mean = sum(known) / len(known) * ratio

@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
                 fail(str(exc))
         else:
             rows = _store_rows(database, service, group, float(pred.history_s))
-        when = at_given if at_given is not None else _default_at(rows, history is not None)
+        # in UTC: the table's hours are whole UTC hours, labelled so, whatever offset the rows or --at carry
+        when = (at_given if at_given is not None else _default_at(rows, history is not None)).astimezone(UTC)
         rows = [r for r in rows if r.at <= when]
         view = plan_forecast(spec, rows, when, hours)
         if plot is not None:

@@ -278,3 +278,37 @@ def test_the_hourly_forecast_scales_by_the_last_hour_not_a_ten_minute_clump():
     assert all(
         b.mean_rps == pytest.approx(1.5 * a.mean_rps, rel=0.02) for a, b in zip(base, busier, strict=True)
     )
+
+
+def _with(s: DemandSeries, ago_min: int, value: float | None) -> DemandSeries:
+    """``s`` with the minute ``ago_min`` minutes before its last one set to ``value``."""
+    rps = list(s.rps)
+    rps[-1 - ago_min] = value
+    return DemandSeries(start=s.start, step_s=s.step_s, rps=rps)
+
+
+def test_one_bad_minute_yesterday_does_not_make_the_seasonal_forecast():
+    base = fc.forecast(series(2), NOW, HORIZON_S, ForecastState())
+    # 1e6 req/s recorded once, 24 h ago (under the history's rejection limit): the forecast was 4,000x
+    spiked = fc.forecast(_with(series(2), 1440, 1e6), NOW, HORIZON_S, ForecastState())
+    assert spiked.mean_rps == pytest.approx(base.mean_rps, rel=0.05)
+    # two such minutes are demand the seasonal part follows
+    twice = _with(_with(series(2), 1440, 1e6), 1439, 1e6)
+    assert fc.forecast(twice, NOW, HORIZON_S, ForecastState()).mean_rps > 10 * base.mean_rps
+    hours = fc.hourly(_with(series(2), 1380, 1e6), NOW, 3, ForecastState(), horizon_s=HORIZON_S)
+    base_hours = fc.hourly(series(2), NOW, 3, ForecastState(), horizon_s=HORIZON_S)
+    assert hours[0].mean_rps == pytest.approx(base_hours[0].mean_rps, rel=0.05)
+
+
+def test_a_history_exported_every_15_minutes_still_gives_the_hourly_forecast():
+    s = series(2)
+    sparse = DemandSeries(
+        start=s.start, step_s=60, rps=[v if i % 15 == 0 else None for i, v in enumerate(s.rps)]
+    )
+    hours = fc.hourly(sparse, NOW, 3, ForecastState(), horizon_s=HORIZON_S)
+    assert len(hours) == 3 and hours[0].mean_rps > 8.0  # 07:00-08:00, the top of yesterday's ramp
+    # an hour with a few minutes of data in one half of it is not an hour known
+    s_half = DemandSeries(
+        start=s.start, step_s=60, rps=[v if (i % 60) in (1, 2, 3) else None for i, v in enumerate(s.rps)]
+    )
+    assert fc.hourly(s_half, NOW, 3, ForecastState(), horizon_s=HORIZON_S) == []
