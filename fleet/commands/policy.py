@@ -69,6 +69,13 @@ def register(app: typer.Typer) -> None:
         too_far = outside_calendar(now)
         if too_far is not None:  # a snapshot dated 9999-12-31 overflowed inside the policy
             fail(f"{snapshot}: taken_at: {too_far}; the policy's windows and timers could not be computed")
+        for where, why in _drop_bad_samples(snap, now):
+            err_console.print(
+                f"[yellow]warning:[/] {escape(str(snapshot))}: {escape(where)}: {escape(why)}: read as "
+                "unknown, as the service drops it",
+                highlight=False,
+                soft_wrap=True,
+            )
         spec = cfg.policy()
         _with_capacity(snap, spec, now)
         result = decide(snap, spec, hist, now)
@@ -107,6 +114,25 @@ def register(app: typer.Typer) -> None:
             )
         names = ", ".join(g.name for g in cfg.groups)
         console.print(escape(f"{config}: valid ({len(cfg.groups)} group(s): {names})"), highlight=False)
+
+
+def _drop_bad_samples(snap: Any, now: Any) -> list[tuple[str, str]]:
+    """Drop the samples the service's boundary check refuses (a negative queue, a share above 100 %, a point
+    from the future: ``fleet.service.sanitize``) from a snapshot file, as the service never lets them reach
+    the policy: (where, why) of each. A queue of -50 read "below 0.5" and scaled in."""
+    from fleet.service.sanitize import problem
+
+    dropped: list[tuple[str, str]] = []
+    for g in snap.groups:
+        places = [(f"groups[{g.name}].group_metrics", g.group_metrics)]
+        places += [(f"groups[{g.name}].instances[{i.instance_id}].metrics", i.metrics) for i in g.instances]
+        for where, metrics in places:
+            for name, sample in list(metrics.items()):
+                why = problem(name, sample.value, sample.at, now)
+                if why is not None:
+                    del metrics[name]
+                    dropped.append((f"{where}.{name}", why))
+    return dropped
 
 
 def _with_capacity(snap: Any, spec: Any, now: Any) -> None:

@@ -59,6 +59,8 @@ def problem(canonical: str, value: float | None, at: datetime, now: datetime) ->
         return f"value {v:g} is negative"
     if v > MAX_VALUE.get(canonical, MAX_GAUGE_VALUE):
         return f"value {v:g} is beyond any real reading"
+    if canonical.endswith("_pct") and v > 100.0 + 1e-9:
+        return f"value {v:g} is above 100 %"
     if canonical in INTEGRAL_METRICS and not v.is_integer():
         return f"value {v:g} is not an integer"
     if at > now + timedelta(seconds=FUTURE_TOLERANCE_S):

@@ -213,3 +213,25 @@ def test_plan_sizes_the_capacity_per_instance_as_the_service_does(tmp_path, caps
     assert Plan.model_validate_json(capsys.readouterr().out).group("chat-7b").predictive[
         "capacity_model_rps"
     ] == pytest.approx(0.42)
+
+
+def test_plan_drops_the_samples_the_service_would_and_says_so(tmp_path, capsys):
+    # a queue of -50 read "below 0.5" and scaled in; a KV cache at 195 % is no reading either
+    doc = json.loads((SNAPSHOTS / "business-hours-steady.json").read_text())
+    clean = json.loads(json.dumps(doc))
+    first, second = doc["groups"][0]["instances"][:2]
+    first["metrics"]["queue_waiting"]["value"] = -50
+    second["metrics"]["kv_cache_usage_pct"] = {"value": 195, "at": doc["taken_at"]}
+    del clean["groups"][0]["instances"][0]["metrics"]["queue_waiting"]
+    clean["groups"][0]["instances"][1]["metrics"].pop("kv_cache_usage_pct", None)
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    bad.write_text(json.dumps(doc))
+    good.write_text(json.dumps(clean))
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(good), "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(bad), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out) == expected
+    err = " ".join(out.err.split())
+    assert f"instances[{first['instance_id']}].metrics.queue_waiting: value -50 is negative" in err
+    assert "kv_cache_usage_pct: value 195 is above 100 %" in err
