@@ -381,14 +381,25 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
     """
     if not spec.schedules:
         return {}
+    for schedule in spec.schedules:
+        # a cron that names days of the month or months fires on dates, which no sample of weeks can judge
+        # (a monthly window falls in none of the weeks checked: it was exported as no task at all)
+        fields = schedule.cron.split() if schedule.cron else []
+        if len(fields) >= 5 and (fields[2] != "*" or fields[3] != "*"):
+            raise ExportError(
+                f"group {spec.name!r}: schedule {schedule.name!r}: cron {schedule.cron!r} fires on days of "
+                "the month or in months, not every week: ESS weekly and daily scheduled tasks cannot repeat "
+                "it (the service holds its floor itself); give it by weekday (days/start/end, or a cron "
+                "whose day-of-month and month are *)"
+            )
     reference = _week_start(now)
     patterns = {w: _weekly_changes(spec, reference + timedelta(weeks=w)) for w in _WEEKS_CHECKED}
     if len({tuple((c.weekday, c.minute, c.floor, c.ceiling) for c in p) for p in patterns.values()}) != 1:
         zones = sorted({s.timezone for s in spec.schedules})
         raise ExportError(
             f"group {spec.name!r}: the schedules do not repeat every week in UTC (daylight saving time in "
-            f"{', '.join(zones)}, or a cron window that is not weekly); ESS scheduled tasks recur in UTC, so "
-            "they cannot hold these floors"
+            f"{', '.join(zones)} moves them); ESS scheduled tasks recur in UTC, so they cannot hold these "
+            "floors"
         )
     grouped: dict[tuple[int, int, int], list[_Change]] = {}
     for change in patterns[0]:

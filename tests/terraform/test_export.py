@@ -123,6 +123,17 @@ def test_daylight_saving_zone_cannot_be_mirrored_as_weekly_utc_tasks():
         scheduled_tasks_for(group(schedules=[berlin]), NOW)
 
 
+@pytest.mark.parametrize("at_day", [7, 29])  # the week after --at held no 1st of the month on the 7th: {}
+@pytest.mark.parametrize("cron", ["0 9 1 * *", "0 9 * 1-6 *", "0 9 1-7 * 1"])
+def test_a_cron_on_days_of_the_month_or_months_is_refused_whatever_the_date(at_day, cron):
+    monthly = {"name": "monthly", "timezone": "Asia/Shanghai", "cron": cron, "duration": "2h", "min": 10}
+    with pytest.raises(ExportError, match=r"schedule 'monthly': cron .* not every week") as err:
+        scheduled_tasks_for(group(schedules=[monthly]), NOW.replace(day=at_day))
+    assert "daylight" not in str(err.value)  # Shanghai has none
+    weekly = {**monthly, "cron": "0 9 * * 1-5"}
+    assert scheduled_tasks_for(group(schedules=[weekly]), NOW.replace(day=at_day))
+
+
 def _ess_state(tasks: dict, at: datetime, base: tuple[int, int]) -> tuple[int, int]:
     """(MinSize, MaxSize) as ESS leaves them: the latest task occurrence at or before ``at`` decides."""
     latest: tuple[datetime, int, int] | None = None
