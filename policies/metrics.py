@@ -95,6 +95,11 @@ GROUP_METRICS: dict[str, tuple[str, str]] = {
 
 AGGREGATIONS = ("per_instance", "mean", "max", "min", "sum")
 
+# Metrics that are a share in percent (0-100): a threshold at or beyond 100 never holds (above) or always does
+PERCENT_METRICS: frozenset[str] = frozenset(
+    name for name in (*INSTANCE_METRICS, *GROUP_METRICS) if name.endswith("_pct")
+) | frozenset({GPU_UTIL_AVG, GPU_MEM_BW_UTIL})
+
 
 class ThrottleReason(IntFlag):
     """NVML clock-event (throttle) reason bits, as nvmlDeviceGetCurrentClocksEventReasons reports them."""

@@ -13,8 +13,8 @@ import fnmatch
 import math
 import re
 from datetime import time
-from enum import StrEnum
-from typing import Annotated, Any, Literal
+from enum import Enum, StrEnum
+from typing import Annotated, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -244,6 +245,37 @@ class _Model(BaseModel):
     # NaN and infinity are never a setting: a NaN threshold never fires, an infinite one breaks the JSON out
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yaml_booleans(cls, value: Any, info: ValidationInfo) -> Any:  # Any: raw input, passed on
+        # YAML 1.1 reads yes/no/on/off as booleans, and pydantic would take True as the number 1
+        # (`min_size: yes` was a floor of one); a boolean is only a boolean where the field is one
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if not _admits_bool(annotation):
+                raise ValueError(f"{str(value).lower()} (a YAML yes/no/on/off) is not a value of this field")
+        return value
+
+
+def _admits_bool(annotation: Any) -> bool:  # Any: a type annotation
+    """Whether a field's type takes a boolean as itself (bool, an optional bool, Any) or converts one itself
+    (an enum: predictive ``mode: on``)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return True
+    return any(_admits_bool(arg) for arg in get_args(annotation))
+
+
+def _check_share(metric: str | None, above: float | None, below: float | None) -> None:
+    """A threshold on a percentage that no share can cross: above 100 never holds, below it always does."""
+    if metric not in m.PERCENT_METRICS:
+        return
+    if above is not None and above >= 100:
+        raise ValueError(f"above {above:g}: {metric} is a share in percent (0-100), so the rule never fires")
+    if below is not None and below > 100:
+        raise ValueError(f"below {below:g}: {metric} is a share in percent (0-100), so the rule always holds")
+
 
 class Schedule(_Model):
     """A recurring window that raises the floor (and may cap the group) while it is active.
@@ -369,6 +401,11 @@ class MetricRule(_Model):
             )
         return value
 
+    @model_validator(mode="after")
+    def _share_within_100(self) -> MetricRule:
+        _check_share(self.metric, self.above, self.below)
+        return self
+
     @property
     def threshold(self) -> float:
         # ignored: the validator requires exactly one of above and below, so this is never None
@@ -429,7 +466,13 @@ class Stabilization(_Model):
     )
     panic_hold_s: Duration = Field(default=180.0, alias="panic_hold", description="no scale-in after a panic")
     stale_after_s: Duration = Field(
-        default=120.0, alias="stale_after", description="a metric sample older than this is unknown"
+        default=120.0,
+        alias="stale_after",
+        ge=15,
+        description=(
+            "a metric sample older than this is unknown; at least 15 s, the finest period of CloudMonitor "
+            "and of the node agent (below it every sample reads stale between two points: nothing scales)"
+        ),
     )
 
 
@@ -642,6 +685,8 @@ class IsolationRule(_Model):
                 raise ValueError(_ONE_DETECTOR)
             if (self.above is None) == (self.below is None):
                 raise ValueError("a metric rule needs exactly one of above or below")
+        if self.metric is not None and self.kind == "metric":
+            _check_share(self.metric, self.above, self.below)
         if self.metric is not None and self.metric not in _INSTANCE_THRESHOLD_METRICS:
             raise ValueError(
                 f"unknown instance metric {self.metric!r}"

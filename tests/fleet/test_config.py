@@ -272,3 +272,39 @@ def test_a_mapping_where_a_list_belongs_says_list(tmp_path):
         load_config(path, env={})
     expected = f"{path}: groups[0].scale_out: must be a list (- item lines or [a, b]), got dict"
     assert info.value.problems == [expected]
+
+
+@pytest.mark.parametrize(
+    ("group", "named"),
+    [
+        # YAML reads yes as true, and pydantic took true as 1: a floor of one nobody wrote
+        ("{name: g, min_size: yes, max_size: 4}", r"groups\[0\]\.min_size: true \(a YAML yes/no/on/off\)"),
+        ("{name: g, min_size: 1, max_size: 4, cold_start_s: on}", r"cold_start_s: true"),
+        # every sample stale between two 15 s points: nothing would ever scale
+        ("{name: g, min_size: 1, max_size: 4, stabilization: {stale_after: 5s}}", r"stale_after: .*15"),
+        (
+            "{name: g, min_size: 1, max_size: 4,"
+            " isolation: {rules: [{metric: gpu_mem_used_pct, above: 195}]}}",
+            r"above 195: gpu_mem_used_pct is a share in percent .* never fires",
+        ),
+        (
+            "{name: g, min_size: 1, max_size: 4,"
+            " scale_in: [{metric: kv_cache_usage_pct, below: 150, for: 5m}]}",
+            r"below 150: kv_cache_usage_pct .* always holds",
+        ),
+    ],
+)
+def test_a_value_no_config_means_is_refused_naming_the_field(tmp_path, group, named):
+    path = write(tmp_path, f"region: r\ngroups:\n  - {group}\n")
+    with pytest.raises(ConfigError, match=named):
+        load_config(path, env={})
+
+
+def test_yaml_booleans_still_set_the_fields_that_are_booleans_or_modes(tmp_path):
+    group = (
+        "{name: g, min_size: 1, max_size: 4, predictive: {mode: on, capacity_rps: 2, learned_floors: no},"
+        " scale_out: [{metric: gpu_util_avg, above: 99}]}"
+    )
+    cfg = load_config(write(tmp_path, f"region: r\ngroups:\n  - {group}\n"), env={})
+    pred = cfg.groups[0].predictive
+    assert pred.mode == "on" and pred.learned_floors is False

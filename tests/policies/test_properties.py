@@ -95,6 +95,10 @@ def specs(draw):
     ]
     # A scale-in threshold above the scale-out one on the same metric is refused (flapping): keep the drawn
     # scale-in thresholds at or below it, as every valid config does.
+    for rule in out_rules + in_rules:  # a share never crosses 100 %: such a rule is refused (never, always)
+        if rule["metric"] in m.PERCENT_METRICS:
+            key = "above" if "above" in rule else "below"
+            rule[key] = min(rule[key], 95)
     above = {r["metric"]: r["above"] for r in out_rules}
     for rule in in_rules:
         rule["below"] = min(rule["below"], above.get(rule["metric"], rule["below"]))
