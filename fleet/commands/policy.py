@@ -177,6 +177,16 @@ def _check_profiles(cfg: Any, config: Path) -> None:
             )
 
 
+def _serving_cell(g: Any) -> str:
+    """InService + Pending, the capacity ESS was asked for and has not launched yet, and Standby."""
+    ordered = g.current_serving - g.in_service - g.pending
+    return (
+        f"{g.in_service}+{g.pending} pending"
+        + (f"+{ordered} ordered" if ordered > 0 else "")
+        + (f" ({g.standby} standby)" if g.standby else "")
+    )
+
+
 def _render(plan: Any) -> None:
     table = Table(title=f"plan at {plan.at.isoformat()}")
     for col in ("group", "serving", "target", "desired", "floor", "ceiling", "schedules", "reason"):
@@ -184,7 +194,7 @@ def _render(plan: Any) -> None:
     for g in plan.groups:
         table.add_row(
             escape(g.group),
-            f"{g.in_service}+{g.pending} pending" + (f" ({g.standby} standby)" if g.standby else ""),
+            _serving_cell(g),
             str(g.serving_target),
             "-" if g.desired_capacity is None else str(g.desired_capacity),
             str(g.floor),

@@ -235,3 +235,16 @@ def test_plan_drops_the_samples_the_service_would_and_says_so(tmp_path, capsys):
     err = " ".join(out.err.split())
     assert f"instances[{first['instance_id']}].metrics.queue_waiting: value -50 is negative" in err
     assert "kv_cache_usage_pct: value 195 is above 100 %" in err
+
+
+def test_plan_table_shows_capacity_ordered_and_not_yet_launched(tmp_path, capsys):
+    doc = json.loads((SNAPSHOTS / "business-hours-steady.json").read_text())
+    group = doc["groups"][0]
+    serving = sum(
+        1 for i in group["instances"] if i.get("lifecycle_state", "InService") in ("InService", "Pending")
+    )
+    group["desired_capacity"] = serving + 4  # ESS accepted 4 more and has not created them yet
+    path = tmp_path / "ordered.json"
+    path.write_text(json.dumps(doc))
+    assert main(["plan", "--config", EXAMPLE, "--snapshot", str(path)]) == 0
+    assert "+4 ordered" in capsys.readouterr().out
