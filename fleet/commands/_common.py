@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -125,7 +126,19 @@ def parse_at(value: str, option: str = "--at", *, naive_as_utc: bool = False) ->
 
 def print_json(obj: Any) -> None:
     """Write ``obj`` as JSON on stdout (pydantic models and dataclasses are welcome)."""
-    sys.stdout.write(json.dumps(_jsonable(obj), indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json.dumps(_finite(_jsonable(obj)), indent=2, sort_keys=False, default=str) + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities as null: ``json.dumps`` writes them as bare NaN/Infinity, which strict parsers
+    (Go, JavaScript's JSON.parse, jq) refuse, and a ``--json`` output must always parse."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _jsonable(obj: Any) -> Any:

@@ -128,7 +128,7 @@ class _StatusApi:
             return {}
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # 64 KiB of '[' nests deeper than the parser goes
             return {"__invalid__": True}
         return data if isinstance(data, dict) else {"__invalid__": True}
 

@@ -83,9 +83,11 @@ class RateCurve:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8-sig")  # a trace saved by Excel starts with a byte-order mark
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start}): not a trace") from None
 
 
 def load_azure_csv(path: Path | str) -> list[Request]:

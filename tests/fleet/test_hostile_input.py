@@ -143,11 +143,16 @@ def test_plan_with_a_queue_of_minus_1e308_decides(tmp_path, capsys):
     assert plan["groups"][0]["serving_target"] >= 1
 
 
-def test_plan_with_a_queue_of_1e308_is_capped_at_the_ceiling(tmp_path, capsys):
+def test_plan_with_a_queue_of_1e308_reads_it_unknown_as_the_service_does(tmp_path, capsys):
+    # the policy core caps such a desire at the ceiling (tests/policies/test_hostile_values.py); the service
+    # never lets it reach the core, and the shadow plan now drops it the same way instead of scaling to max
     cfg = _write(tmp_path, PLAN_CFG)
     snap = _snapshot(tmp_path, "2026-12-01T08:00:00Z", 1e308)
     assert main(["plan", "--config", cfg, "--snapshot", snap, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["groups"][0]["serving_target"] == 4
+    out = capsys.readouterr()
+    group = json.loads(out.out)["groups"][0]
+    assert group["serving_target"] == group["in_service"] + group["pending"] and group["direction"] == "none"
+    assert "queue_waiting: value 1e+308 is beyond any real reading" in " ".join(out.err.split())
 
 
 def test_plan_refuses_a_snapshot_with_an_instance_listed_twice(tmp_path, capsys):
@@ -358,3 +363,16 @@ def test_a_predictive_model_its_instance_type_cannot_hold_is_refused_by_validate
     assert "predictive.instance_type ecs.gn7i-c16g1.4xlarge cannot hold Llama-3.1-70B" in _one_error(capsys)
     fits = _write(tmp_path, text.replace("Llama-3.1-70B", "Qwen2.5-7B"), "fits.yaml")
     assert main(["validate", "--config", fits]) == 0
+
+
+def test_json_output_writes_nan_and_infinity_as_null_so_strict_parsers_read_it(capsys):
+    from fleet.commands._common import print_json
+
+    print_json({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf")}, "e": 2.5})
+    out = capsys.readouterr().out
+    assert json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in --json output")) == {
+        "a": None,
+        "b": [1.0, None],
+        "c": {"d": None},
+        "e": 2.5,
+    }

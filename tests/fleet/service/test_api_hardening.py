@@ -142,6 +142,13 @@ def test_isolate_text_the_store_cannot_hold_is_a_400(served, body, expected):
     assert store.requests() == []
 
 
+def test_a_body_nested_deeper_than_the_parser_goes_is_a_400_not_a_500(served):
+    client, store, _ = served()
+    body = b"[" * 60000  # under the body limit, deeper than json.loads recurses
+    r = client.post("/isolate", headers={**AUTH, "content-type": "application/json"}, content=body)
+    assert r.status_code == 400 and store.requests() == []
+
+
 class _FailingService:
     """Just enough of a Service for run_forever: every tick fails with a reason."""
 

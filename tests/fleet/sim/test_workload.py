@@ -46,6 +46,16 @@ def test_azure_timestamps_keep_microseconds_and_last_row_without_newline(tmp_pat
     assert reqs == [Request(0.0, 374, 44), Request(pytest.approx(0.500001), 10, 2)]
 
 
+def test_a_trace_saved_with_a_byte_order_mark_loads_and_one_not_text_is_named(tmp_path: Path):
+    f = tmp_path / "excel.csv"
+    f.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n")
+    assert load_azure_csv(f) == [Request(0.0, 374, 44)]
+    g = tmp_path / "binary.csv"
+    g.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(WorkloadError, match="binary.csv: not UTF-8 text"):
+        load_azure_csv(g)
+
+
 def test_azure_loader_names_the_file_and_line_of_a_bad_row(tmp_path: Path):
     f = tmp_path / "bad.csv"
     f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,1")
