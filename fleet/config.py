@@ -389,6 +389,10 @@ _SAFETY_RULE_KINDS = {
 GPU_MEM_AT_REST_PCT = 93.0
 
 
+# CloudMonitor's finest period, and the node agent's default publish period
+MIN_METRIC_PERIOD_S = 15.0
+
+
 def _policy_warnings(g: GroupSpec) -> list[str]:
     """Valid but risky policy choices: no dead band between scale-in and scale-out thresholds, and a custom
     isolation rule list without the default XID and system-event rules."""
@@ -410,6 +414,12 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         and r.above is not None
         and r.above < GPU_MEM_AT_REST_PCT
     )
+    if g.stabilization.stale_after_s < MIN_METRIC_PERIOD_S:
+        out.append(
+            f"stabilization.stale_after {g.stabilization.stale_after_s:g}s is under the "
+            f"{MIN_METRIC_PERIOD_S:g}s period of CloudMonitor and of the node agent: every sample reads "
+            "stale between two points and nothing scales, unless the agent publishes faster"
+        )
     if "rules" in g.isolation.model_fields_set and g.isolation.enabled:
         defaults = {r.name: r for r in default_isolation_rules()}
         have_xids = {x for r in g.isolation.rules if r.kind == "xid" for x in r.xids or ()}

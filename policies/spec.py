@@ -468,11 +468,8 @@ class Stabilization(_Model):
     stale_after_s: Duration = Field(
         default=120.0,
         alias="stale_after",
-        ge=15,
-        description=(
-            "a metric sample older than this is unknown; at least 15 s, the finest period of CloudMonitor "
-            "and of the node agent (below it every sample reads stale between two points: nothing scales)"
-        ),
+        gt=0,
+        description="a metric sample older than this is unknown (0 would make every sample unknown)",
     )
 
 

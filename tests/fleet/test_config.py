@@ -281,7 +281,10 @@ def test_a_mapping_where_a_list_belongs_says_list(tmp_path):
         ("{name: g, min_size: yes, max_size: 4}", r"groups\[0\]\.min_size: true \(a YAML yes/no/on/off\)"),
         ("{name: g, min_size: 1, max_size: 4, cold_start_s: on}", r"cold_start_s: true"),
         # every sample stale between two 15 s points: nothing would ever scale
-        ("{name: g, min_size: 1, max_size: 4, stabilization: {stale_after: 5s}}", r"stale_after: .*15"),
+        (
+            "{name: g, min_size: 1, max_size: 4, stabilization: {stale_after: 0s}}",
+            r"stale_after: .*greater than 0",
+        ),
         (
             "{name: g, min_size: 1, max_size: 4,"
             " isolation: {rules: [{metric: gpu_mem_used_pct, above: 195}]}}",
@@ -308,3 +311,10 @@ def test_yaml_booleans_still_set_the_fields_that_are_booleans_or_modes(tmp_path)
     cfg = load_config(write(tmp_path, f"region: r\ngroups:\n  - {group}\n"), env={})
     pred = cfg.groups[0].predictive
     assert pred.mode == "on" and pred.learned_floors is False
+
+
+def test_a_stale_after_shorter_than_a_metric_period_is_warned(tmp_path):
+    group = "{name: g, min_size: 1, max_size: 4, stabilization: {stale_after: 5s}}"
+    cfg = load_config(write(tmp_path, f"region: r\ngroups:\n  - {group}\n"), env={})
+    assert any("stale_after 5s is under the 15s period" in w for w in cfg.warnings())
+    assert not any("stale_after" in w for w in load_config(write(tmp_path, MINIMAL), env={}).warnings())
