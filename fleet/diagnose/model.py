@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleet.timefmt import isoformat, parse_iso_utc
+from fleet.timefmt import EARLIEST, LATEST, isoformat, outside_calendar, parse_iso_utc
 from policies.model import LifecycleState
+from policies.spec import MAX_DURATION_S
 
 SNAPSHOT_VERSION = 1
 
@@ -171,16 +172,30 @@ def window_to_json(w: Window) -> dict[str, Any]:
 
 
 def parse_time(value: Any, where: str) -> datetime:
-    """An ISO 8601 time (``Z`` or an offset; naive means UTC) or epoch seconds / milliseconds."""
+    """An ISO 8601 time (``Z`` or an offset; naive means UTC) or epoch seconds / milliseconds, in UTC and
+    within the calendar the shell plans around (:data:`fleet.timefmt.EARLIEST` .. :data:`LATEST`)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = value / 1000.0 if value > 1e11 else float(value)
-        return datetime.fromtimestamp(seconds, UTC)
+        return _epoch_time(value, where)
     if isinstance(value, str):
         try:
-            return parse_iso_utc(value)
-        except ValueError:
+            at = parse_iso_utc(value)
+            too_far = outside_calendar(at)
+        except (ValueError, OverflowError):
             raise SnapshotError(f"{where}: {value!r} is not an ISO 8601 time") from None
+        if too_far is not None:
+            raise SnapshotError(f"{where}: {too_far}")
+        return at.astimezone(UTC)
     raise SnapshotError(f"{where}: expected a time (ISO 8601 string or epoch number), got {value!r}")
+
+
+def _epoch_time(value: float, where: str) -> datetime:
+    """Epoch seconds, or milliseconds when above 1e11 (year 5138 in seconds, 1973 in milliseconds)."""
+    if not math.isfinite(value):
+        raise SnapshotError(f"{where}: {value!r} is not a time (epoch seconds must be a finite number)")
+    seconds = value / 1000.0 if value > 1e11 else float(value)
+    if not EARLIEST.timestamp() <= seconds <= LATEST.timestamp():
+        raise SnapshotError(f"{where}: epoch {value!r} is outside {EARLIEST.year}..{LATEST.year - 1}")
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 _GROUP_FIELDS = {f for f in GroupContext.__dataclass_fields__}
@@ -200,6 +215,8 @@ def _check_group_field(key: str, value: Any, where: str) -> None:
         raise SnapshotError(f"{where}: expected a non-negative number, got {value!r}")
     if kind.startswith("int") and value != int(value):
         raise SnapshotError(f"{where}: expected a whole number, got {value!r}")
+    if key.endswith("_s") and value > MAX_DURATION_S:  # the rules step through time by these
+        raise SnapshotError(f"{where}: {value!r} s is longer than {MAX_DURATION_S / 86400:.0f} days")
 
 
 def window_from_json(data: Any, where: str = "snapshot") -> Window:
@@ -291,10 +308,25 @@ def _series_from_json(points: Any, where: str) -> Series:
     return series
 
 
+# No scaling group comes near this many instances (ESS caps MaxSize far lower); a bound keeps the counts
+# integers the rules can do arithmetic on.
+MAX_INSTANCE_COUNT = 100_000
+
+
 def _scale_out_from_json(raw: Any, at: str) -> tuple[datetime, int, int]:
     if not isinstance(raw, Mapping) or "at" not in raw:
         raise SnapshotError(f"{at}: expected an object with at, from, to")
-    return (parse_time(raw["at"], f"{at}.at"), int(raw.get("from", 0)), int(raw.get("to", 0)))
+    counts = [_instance_count(raw.get(key, 0), f"{at}.{key}") for key in ("from", "to")]
+    return (parse_time(raw["at"], f"{at}.at"), counts[0], counts[1])
+
+
+def _instance_count(value: Any, where: str) -> int:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_INSTANCE_COUNT or value != int(value):
+        raise SnapshotError(
+            f"{where}: expected a whole number of instances 0..{MAX_INSTANCE_COUNT}, got {value!r}"
+        )
+    return int(value)
 
 
 def windows_from_json(data: Any, where: str = "snapshot") -> list[Window]:

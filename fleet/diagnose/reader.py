@@ -242,7 +242,7 @@ def load_snapshot(path: Path) -> list[Window]:
         raise SnapshotError(f"{path}: not JSON: {exc.msg} at line {exc.lineno}") from None
     try:
         return windows_from_json(data, where=path.name)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         # "file.json.group.x: reason" -> "path/file.json: group.x: reason" (the file named once, as given)
         message = str(exc)
         for prefix in (f"{path.name}.", f"{path.name}: "):

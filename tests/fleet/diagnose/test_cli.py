@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -242,3 +243,51 @@ def test_a_snapshot_group_field_of_the_wrong_type_is_one_line_naming_file_and_fi
     assert main(["diagnose", "--snapshot", str(path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"error: {path}: {named}" in err and "Traceback" not in err
+
+
+def _healthy_with(tmp_path: Path, change: Any) -> Path:
+    window = json.loads((EXAMPLES / "healthy-steady.json").read_text())
+    change(window)
+    path = tmp_path / "window.json"
+    path.write_text(json.dumps(window))
+    return path
+
+
+def _set_first_sample_time(value: Any) -> Any:
+    def change(window: dict) -> None:
+        window["instances"][0]["metrics"]["queue_waiting"][0][0] = value
+
+    return change
+
+
+def _set(key: str, value: Any) -> Any:
+    return lambda window: window.__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (_set_first_sample_time(1e300), "metrics.queue_waiting[0]: epoch 1e+300 is outside 1970..8999"),
+        (_set_first_sample_time(float("inf")), "metrics.queue_waiting[0]: inf is not a time"),
+        (_set_first_sample_time(float("nan")), "metrics.queue_waiting[0]: nan is not a time"),
+        (_set_first_sample_time(-1e12), "metrics.queue_waiting[0]: epoch -1000000000000.0 is outside"),
+        (_set("start", "0001-01-01T00:00:00Z"), "start: 0001-01-01T00:00:00+00:00 is outside 1970..8999"),
+        (_set("start", -62135596800), "start: epoch -62135596800 is outside 1970..8999"),
+        (_set("end", "9999-12-31T23:59:59-01:00"), "end: 9999-12-31T23:59:59-01:00 is outside 1970..8999"),
+        (
+            _set("scale_outs", [{"at": "2026-03-02T02:07:00Z", "from": 1, "to": float("inf")}]),
+            "scale_outs[0].to: expected a whole number of instances",
+        ),
+        (
+            _set("scale_outs", [{"at": "2026-03-02T02:07:00Z", "from": None, "to": 2}]),
+            "scale_outs[0].from: expected a whole number of instances",
+        ),
+        (lambda w: w["group"].__setitem__("cold_start_s", 1e308), "group.cold_start_s: 1e+308 s is longer"),
+        (lambda w: w["group"].__setitem__("publish_period_s", 1e300), "group.publish_period_s: 1e+300 s"),
+    ],
+)
+def test_a_snapshot_time_or_number_out_of_range_is_one_line_naming_the_field(tmp_path, capsys, change, named):
+    path = _healthy_with(tmp_path, change)
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert named in " ".join(err.split()) and "Traceback" not in err and len(err.strip().splitlines()) == 1
