@@ -61,6 +61,14 @@ def test_save_writes_a_snapshot_that_diagnoses_the_same(tmp_path, capsys):
         (["--snapshot", "/no/such/file.json"], "cannot read"),
         (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--group", "nope"], "no group 'nope'"),
         (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--since", "5x"], "--since"),
+        (
+            ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--since", "367d"],
+            "--since: '367d': a duration cannot be longer than 366d",
+        ),
+        (
+            ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--since", "-5m"],
+            "--since: '-5m' must be positive",
+        ),
         (["--since", "30m"], "--config"),
         (["--config", "/no/such/fleet.yaml"], "fleet.yaml"),
         (

@@ -314,6 +314,16 @@ def test_sla_report_bad_since_suggests_days_exit_2(db, capsys):
     assert "--since: 'a week' is not a duration" in err and "7d" in err
 
 
+@pytest.mark.parametrize(
+    ("since", "reason"),
+    [("99999d", "'99999d': a duration cannot be longer than 366d"), ("-5m", "'-5m' must be positive")],
+)
+def test_decisions_and_sla_report_say_why_a_since_is_refused(db, capsys, since, reason):
+    for command in ("decisions", "sla-report"):
+        assert main([command, "--since", since, "--database", db]) == 2
+        assert f"--since: {reason}" in " ".join(capsys.readouterr().err.split())
+
+
 def test_sla_report_never_shows_a_negative_time_to_respond(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'manual.db'}"
     store = open_store(url)
