@@ -24,6 +24,7 @@ from fleet.commands._common import (
     quiet_credential_logs,
     write_atomically,
 )
+from fleet.timefmt import isoformat
 
 
 def register(app: typer.Typer) -> None:
@@ -166,7 +167,7 @@ def _json_report(results: list[tuple[Any, list[Any]]]) -> dict[str, Any]:
         "groups": [
             {
                 "group": w.group.name,
-                "window": {"start": w.start.isoformat(), "end": w.end.isoformat()},
+                "window": {"start": isoformat(w.start), "end": isoformat(w.end)},
                 "source": w.source,
                 "instances": len(w.instances),
                 "errors": w.errors,
@@ -232,9 +233,8 @@ def _print(results: list[tuple[Any, list[Any]]]) -> None:
     from rich.table import Table
 
     for w, findings in results:
-        title = (
-            f"{w.group.name}: {w.start:%Y-%m-%d %H:%M} - {w.end:%H:%M} UTC, {len(w.instances)} instance(s)"
-        )
+        start, end = w.start.astimezone(UTC), w.end.astimezone(UTC)  # --until may carry an offset
+        title = f"{w.group.name}: {start:%Y-%m-%d %H:%M} - {end:%H:%M} UTC, {len(w.instances)} instance(s)"
         if not findings:
             console.print(f"[green]{title}: no latency problem found[/]")
             continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,17 @@ def test_end_to_end_finds_the_hot_gpu_in_published_metrics(fake_cloud, tmp_path,
     data = run_json(capsys, "--config", str(_config(tmp_path)), "--since", "10m", "--until", until)
     assert [(f["kind"], f["scope"]) for f in data["findings"]] == [("thermal_throttling", [ids[1]])]
     assert data["groups"][0]["instances"] == 3 and data["groups"][0]["errors"] == []
+
+
+def test_end_to_end_window_with_an_offset_is_printed_in_utc(fake_cloud, tmp_path, capsys):
+    ids = _group(fake_cloud)
+    _publish(fake_cloud, ids, hot=ids[1])
+    end = fake_cloud.now().astimezone(UTC)
+    until = end.astimezone(timezone(timedelta(hours=8))).isoformat()
+    data = run_json(capsys, "--config", str(_config(tmp_path)), "--since", "10m", "--until", until)
+    assert data["groups"][0]["window"]["end"] == end.isoformat().replace("+00:00", "Z")
+    assert main(["diagnose", "--config", str(_config(tmp_path)), "--since", "10m", "--until", until]) == 0
+    assert f"- {end:%H:%M} UTC" in capsys.readouterr().out
 
 
 def test_end_to_end_without_metrics_reports_metrics_missing(fake_cloud, tmp_path, capsys):
