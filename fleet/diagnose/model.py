@@ -238,6 +238,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
     if not isinstance(raw_instances, list):
         raise SnapshotError(f"{where}.instances: expected a list")
     instances = [_instance_from_json(raw, f"{where}.instances[{n}]") for n, raw in enumerate(raw_instances)]
+    _refuse_repeats([i.instance_id for i in instances], f"{where}.instances", "instance_id")
     scale_outs = [
         _scale_out_from_json(raw, f"{where}.scale_outs[{n}]")
         for n, raw in enumerate(data.get("scale_outs", []) or [])
@@ -268,7 +269,24 @@ def _group_from_json(raw_group: Any, where: str) -> GroupContext:
         )
     for key, value in raw_group.items():
         _check_group_field(key, value, f"{where}.{key}")
+    _check_catalog_names(raw_group, where)
     return GroupContext(**dict(raw_group))
+
+
+def _check_catalog_names(raw_group: Mapping[str, Any], where: str) -> None:
+    """``model`` and ``instance_type`` must be in the sizing catalog, as ``--model`` and ``--instance-type``
+    must: an unknown one would silently drop the fixes' numbers."""
+    from sizing.catalog import find_instance, find_model
+    from sizing.errors import SizingInputError
+
+    for key, find in (("model", find_model), ("instance_type", find_instance)):
+        value = raw_group.get(key)
+        if value is None:
+            continue
+        try:
+            find(value)
+        except SizingInputError as exc:
+            raise SnapshotError(f"{where}.{key}: {exc}") from None
 
 
 def _instance_from_json(raw: Any, at: str) -> InstanceWindow:
@@ -335,5 +353,18 @@ def windows_from_json(data: Any, where: str = "snapshot") -> list[Window]:
         raw = data["windows"]
         if not isinstance(raw, list) or not raw:
             raise SnapshotError(f"{where}.windows: expected a non-empty list of windows")
-        return [window_from_json(w, f"{where}.windows[{n}]") for n, w in enumerate(raw)]
+        windows = [window_from_json(w, f"{where}.windows[{n}]") for n, w in enumerate(raw)]
+        _refuse_repeats([w.group.name for w in windows], f"{where}.windows", "group.name")
+        return windows
     return [window_from_json(data, where)]
+
+
+def _refuse_repeats(names: list[str], where: str, key: str) -> None:
+    """One entry per instance in a window and one window per group: a repeat would be counted twice."""
+    first: dict[str, int] = {}
+    for n, name in enumerate(names):
+        if name in first:
+            raise SnapshotError(
+                f"{where}[{n}].{key}: {name!r} repeats {where.rsplit('.', 1)[-1]}[{first[name]}]"
+            )
+        first[name] = n

@@ -310,3 +310,38 @@ def test_a_snapshot_time_or_number_out_of_range_is_one_line_naming_the_field(tmp
     assert main(["diagnose", "--snapshot", str(path)]) == 2
     err = capsys.readouterr().err
     assert named in " ".join(err.split()) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            lambda w: w["group"].__setitem__("model", "Qwen2.5-14b-typo"),
+            "group.model: unknown model 'Qwen2.5-14b-typo'; nearest: Qwen2.5-14B",
+        ),
+        (
+            lambda w: w["group"].__setitem__("instance_type", "ecs.gn7i-2x.8xlarg"),
+            "group.instance_type: unknown instance type 'ecs.gn7i-2x.8xlarg'; nearest: ecs.gn7i-2x.8xlarge",
+        ),
+        (
+            lambda w: w["instances"][1].__setitem__("instance_id", w["instances"][0]["instance_id"]),
+            "instances[1].instance_id: ",
+        ),
+    ],
+)
+def test_a_snapshot_naming_an_unknown_model_or_a_repeated_instance_is_refused(
+    tmp_path, capsys, change, named
+):
+    path = _healthy_with(tmp_path, change)
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert named in err and "Traceback" not in err
+
+
+def test_a_snapshot_with_two_windows_of_one_group_is_refused(tmp_path, capsys):
+    window = json.loads((EXAMPLES / "healthy-steady.json").read_text())
+    path = tmp_path / "windows.json"
+    path.write_text(json.dumps({"windows": [window, window]}))
+    assert main(["diagnose", "--snapshot", str(path)]) == 2
+    name = window["group"]["name"]
+    assert f"windows[1].group.name: '{name}' repeats windows[0]" in " ".join(capsys.readouterr().err.split())

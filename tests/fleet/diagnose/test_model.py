@@ -18,7 +18,9 @@ def test_window_round_trips_through_json():
 
 
 def test_several_windows_under_windows_key():
-    data = {"windows": [window_to_json(make_window()), window_to_json(make_window(ids=("i-x",)))]}
+    other = make_window(ids=("i-x",))
+    other.group.name = "batch"
+    data = {"windows": [window_to_json(make_window()), window_to_json(other)]}
     assert [len(w.instances) for w in windows_from_json(data)] == [4, 1]
 
 
