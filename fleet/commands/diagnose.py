@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from fleet.commands._common import (
     console,
@@ -237,6 +238,7 @@ def _print(results: list[tuple[Any, list[Any]]]) -> None:
         title = f"{w.group.name}: {start:%Y-%m-%d %H:%M} - {end:%H:%M} UTC, {len(w.instances)} instance(s)"
         if not findings:
             console.print(f"[green]{title}: no latency problem found[/]")
+            _print_errors(w.errors)
             continue
         table = Table(title=title, show_lines=True)
         table.add_column("severity", no_wrap=True)
@@ -252,8 +254,14 @@ def _print(results: list[tuple[Any, list[Any]]]) -> None:
                 why += f"\n[dim]{brief}[/]"
             table.add_row(f"[{style}]{f.severity}[/]", f.kind, "\n".join(f.scope), why, f.fix)
         console.print(table)
-        if w.errors:
-            console.print(f"[yellow]read errors:[/] {'; '.join(w.errors[:5])}")
+        _print_errors(w.errors)
+
+
+def _print_errors(errors: list[str], limit: int = 5) -> None:
+    """The window's failed reads and dropped samples, a few of them (``--json`` has them all)."""
+    if errors:
+        more = f" (and {len(errors) - limit} more; --json lists them)" if len(errors) > limit else ""
+        console.print(f"[yellow]window errors:[/] {escape('; '.join(errors[:limit]))}{more}")
 
 
 def _evidence_brief(evidence: dict[str, Any], limit: int = 5) -> str:

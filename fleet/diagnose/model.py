@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleet.timefmt import EARLIEST, LATEST, isoformat, outside_calendar, parse_iso_utc
+from policies import metrics as pm
 from policies.model import LifecycleState
 from policies.spec import MAX_DURATION_S
 
@@ -39,6 +40,15 @@ EXTRA_METRICS: dict[str, str] = {
 }
 
 SEVERITIES = ("critical", "warning", "info")
+
+# What a sample of each known metric can be: none is below zero (counts, latencies, rates, power, NVML's
+# clock ratio, reason mask and XID code; NVML reports the temperature as an unsigned integer too), and a
+# percentage is at most 100. A sample outside is a broken exporter or an edited file, not data: the snapshot
+# loader drops it and says so in the window's errors.
+KNOWN_METRICS = frozenset(pm.INSTANCE_METRICS) | frozenset(EXTRA_METRICS)
+VALID_RANGE: dict[str, tuple[float, float]] = {
+    m: (0.0, 100.0 if m.endswith("_pct") else math.inf) for m in KNOWN_METRICS
+}
 
 # Instance lifecycle states that serve traffic (ESS names; Protected instances serve too).
 SERVING_STATES = frozenset({LifecycleState.IN_SERVICE, LifecycleState.PROTECTED})
@@ -239,6 +249,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
         raise SnapshotError(f"{where}.instances: expected a list")
     instances = [_instance_from_json(raw, f"{where}.instances[{n}]") for n, raw in enumerate(raw_instances)]
     _refuse_repeats([i.instance_id for i in instances], f"{where}.instances", "instance_id")
+    notes = _drop_invalid(instances)
     scale_outs = [
         _scale_out_from_json(raw, f"{where}.scale_outs[{n}]")
         for n, raw in enumerate(data.get("scale_outs", []) or [])
@@ -254,7 +265,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
         instances=instances,
         scale_outs=scale_outs,
         decisions=list(decisions),
-        errors=[str(e) for e in errors],
+        errors=[str(e) for e in errors] + notes,
         source=str(data.get("source", "snapshot")),
     )
 
@@ -324,6 +335,24 @@ def _series_from_json(points: Any, where: str) -> Series:
         series.append((parse_time(point[0], f"{where}[{k}]"), float(value)))
     series.sort(key=lambda p: p[0])
     return series
+
+
+def _drop_invalid(instances: list[InstanceWindow]) -> list[str]:
+    """Remove the samples outside their metric's :data:`VALID_RANGE`; one note per instance and metric."""
+    notes: list[str] = []
+    for inst in instances:
+        for metric, series in inst.metrics.items():
+            low, high = VALID_RANGE.get(metric, (-math.inf, math.inf))
+            bad = [(t, v) for t, v in series if not low <= v <= high and math.isfinite(v)]
+            if not bad:
+                continue
+            inst.metrics[metric] = [p for p in series if p not in bad]
+            allowed = f"outside {low:g}..{high:g}" if math.isfinite(high) else f"below {low:g}"
+            notes.append(
+                f"{inst.instance_id} {metric}: {len(bad)} sample(s) {allowed} dropped as invalid "
+                f"(the first: {bad[0][1]:g} at {isoformat(bad[0][0])})"
+            )
+    return notes
 
 
 # No scaling group comes near this many instances (ESS caps MaxSize far lower); a bound keeps the counts

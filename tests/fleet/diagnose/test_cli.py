@@ -345,3 +345,14 @@ def test_a_snapshot_with_two_windows_of_one_group_is_refused(tmp_path, capsys):
     assert main(["diagnose", "--snapshot", str(path)]) == 2
     name = window["group"]["name"]
     assert f"windows[1].group.name: '{name}' repeats windows[0]" in " ".join(capsys.readouterr().err.split())
+
+
+def test_dropped_samples_are_printed_even_without_findings(tmp_path, capsys):
+    def negative_queue(window: dict) -> None:
+        for point in window["instances"][0]["metrics"]["queue_waiting"]:
+            point[1] = -5
+
+    path = _healthy_with(tmp_path, negative_queue)
+    assert main(["diagnose", "--snapshot", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no latency problem found" in out and "window errors:" in out and "queue_waiting" in out

@@ -57,3 +57,38 @@ def test_bad_snapshot_names_where(data, field):
     with pytest.raises(SnapshotError, match=None) as exc:
         window_from_json(data)
     assert field in str(exc.value)
+
+
+def _one_instance(metrics: dict) -> dict:
+    return {
+        "group": {"name": "g"},
+        "start": 1_700_000_000,
+        "end": 1_700_000_600,
+        "instances": [{"instance_id": "i-1", "metrics": metrics}],
+    }
+
+
+def test_samples_a_metric_cannot_take_are_dropped_and_listed_in_errors():
+    w = window_from_json(
+        _one_instance(
+            {
+                "queue_waiting": [[1_700_000_015, -5], [1_700_000_030, 3]],
+                "gpu_util_pct": [[1_700_000_015, 140], [1_700_000_030, 97]],
+                "gpu_temperature_c": [[1_700_000_015, -40], [1_700_000_030, 70]],
+            }
+        )
+    )
+    inst = w.instances[0]
+    assert inst.values("queue_waiting") == [3.0] and inst.values("gpu_util_pct") == [97.0]
+    assert inst.values("gpu_temperature_c") == [70.0]
+    at = "(the first: {} at 2023-11-14T22:13:35Z)"
+    assert w.errors == [
+        f"i-1 queue_waiting: 1 sample(s) below 0 dropped as invalid {at.format(-5)}",
+        f"i-1 gpu_util_pct: 1 sample(s) outside 0..100 dropped as invalid {at.format(140)}",
+        f"i-1 gpu_temperature_c: 1 sample(s) below 0 dropped as invalid {at.format(-40)}",
+    ]
+
+
+def test_a_metric_diagnosis_does_not_know_keeps_its_negative_samples():
+    w = window_from_json(_one_instance({"my_gauge": [[1_700_000_015, -5]]}))
+    assert w.instances[0].values("my_gauge") == [-5.0] and w.errors == []
