@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleet.timefmt import EARLIEST, LATEST, isoformat, outside_calendar, parse_iso_utc
@@ -249,7 +249,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
         raise SnapshotError(f"{where}.instances: expected a list")
     instances = [_instance_from_json(raw, f"{where}.instances[{n}]") for n, raw in enumerate(raw_instances)]
     _refuse_repeats([i.instance_id for i in instances], f"{where}.instances", "instance_id")
-    notes = _drop_invalid(instances)
+    notes = _drop_outside(instances, start, end, group.publish_period_s) + _drop_invalid(instances)
     scale_outs = [
         _scale_out_from_json(raw, f"{where}.scale_outs[{n}]")
         for n, raw in enumerate(data.get("scale_outs", []) or [])
@@ -335,6 +335,31 @@ def _series_from_json(points: Any, where: str) -> Series:
         series.append((parse_time(point[0], f"{where}[{k}]"), float(value)))
     series.sort(key=lambda p: p[0])
     return series
+
+
+def _drop_outside(
+    instances: list[InstanceWindow], start: datetime, end: datetime, period_s: float
+) -> list[str]:
+    """Remove the samples outside ``[start, end]`` give or take one period (a sample stamped at the end of its
+    period, a clock a little off): evidence must lie in the window the report names. One note for them all."""
+    slack = timedelta(seconds=max(1.0, period_s))
+    low, high = start - slack, end + slack
+    dropped = 0
+    where: set[str] = set()
+    for inst in instances:
+        for metric, series in inst.metrics.items():
+            kept = [(t, v) for t, v in series if low <= t <= high]
+            if len(kept) < len(series):
+                dropped += len(series) - len(kept)
+                where.add(inst.instance_id)
+                inst.metrics[metric] = kept
+    if not dropped:
+        return []
+    return [
+        f"{dropped} sample(s) of {len(where)} instance(s) ({', '.join(sorted(where)[:3])}"
+        f"{', ...' if len(where) > 3 else ''}) outside the window {isoformat(start)} - {isoformat(end)} "
+        "dropped"
+    ]
 
 
 def _drop_invalid(instances: list[InstanceWindow]) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from diagnose_windows import make_window
 
@@ -92,3 +94,24 @@ def test_samples_a_metric_cannot_take_are_dropped_and_listed_in_errors():
 def test_a_metric_diagnosis_does_not_know_keeps_its_negative_samples():
     w = window_from_json(_one_instance({"my_gauge": [[1_700_000_015, -5]]}))
     assert w.instances[0].values("my_gauge") == [-5.0] and w.errors == []
+
+
+def test_samples_outside_the_window_are_dropped_and_counted_in_errors():
+    day = 86_400
+    w = window_from_json(
+        _one_instance(
+            {
+                "gpu_temperature_c": [
+                    [1_700_000_015 + day, 95],
+                    [1_700_000_030 + day, 95],
+                    [1_700_000_300, 70],
+                ],
+                "queue_waiting": [[1_700_000_610, 1]],  # within one 15 s period of the end: kept
+            }
+        )
+    )
+    assert w.instances[0].metrics["gpu_temperature_c"] == [(w.start + timedelta(seconds=300), 70.0)]
+    assert w.instances[0].values("queue_waiting") == [1.0]
+    span = "2023-11-14T22:13:20Z - 2023-11-14T22:23:20Z"
+    assert w.errors == [f"2 sample(s) of 1 instance(s) (i-1) outside the window {span} dropped"]
+    assert "thermal_throttling" not in [f.kind for f in diagnose(w)]
