@@ -9,8 +9,8 @@ Root causes before symptoms. Several causes show the same symptoms (a queue, a h
 an order and later ones skip what an earlier one explains:
 
 1. ``metrics_missing``: an instance without the agent's metrics is left out of every other rule.
-2. ``thermal_throttling`` / ``power_throttling``: a throttled node is slow; ``node_outlier`` does not repeat
-   it.
+2. ``gpu_xid_error``, then ``thermal_throttling`` / ``power_throttling`` (skipping a node an XID explains): a
+   broken or throttled node is slow; ``node_outlier`` does not repeat it.
 3. ``cold_start``: the backlog while new instances load is theirs; queue rules look only after they are up.
 4. ``kv_cache_pressure``: a batch held small by a full KV cache queues requests; when it does, the queue is
    reported as KV pressure (its fix sizes the instances too), not as ``queue_backlog`` or

@@ -223,6 +223,8 @@ def _throttling(st: _State) -> list[Finding]:
     out: list[Finding] = []
     tpot_peers = {i.instance_id: _median(i.values(pm.TPOT_P99_MS)) for i in st.measured}
     for inst in st.measured:
+        if inst.instance_id in st.explained:  # a broken GPU (XID) is slow and hot for that reason
+            continue
         temps = _by_time(inst, pm.GPU_TEMPERATURE_C)
         masks = _by_time(inst, pm.GPU_THROTTLE_REASONS)
         clocks = _by_time(inst, pm.GPU_SM_CLOCK_RATIO)

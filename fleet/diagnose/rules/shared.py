@@ -43,8 +43,10 @@ THERMAL_BITS = int(pm.ThrottleReason.SW_THERMAL | pm.ThrottleReason.HW_THERMAL)
 POWER_BITS = int(pm.ThrottleReason.SW_POWER_CAP | pm.ThrottleReason.HW_POWER_BRAKE)
 HW_SLOWDOWN_BIT = int(pm.ThrottleReason.HW_SLOWDOWN)
 
-# Most important first: severity, then how much of the picture the kind explains.
+# Most important first: severity, then how much of the picture the kind explains. A hardware XID leads: the
+# GPU is gone (its requests fail, its agent often stops), and it explains the node's other symptoms.
 KIND_ORDER = (
+    "gpu_xid_error",
     "metrics_missing",
     "undersized_fleet",
     "cold_start",
@@ -54,7 +56,6 @@ KIND_ORDER = (
     "power_throttling",
     "node_outlier",
     "memory_bandwidth_bound",
-    "gpu_xid_error",
 )
 KINDS = KIND_ORDER
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}

@@ -390,3 +390,16 @@ def test_context_defaults_do_not_need_a_model():
     )
     assert isinstance(w.group, GroupContext) and w.group.model is None
     assert kinds(w) == ["kv_cache_pressure"]
+
+
+HOT = {"gpu_temperature_c": 95.0, "gpu_sm_clock_ratio": 0.5, "gpu_throttle_reasons": 0x20}
+
+
+def test_an_xid_explains_the_same_nodes_throttling():
+    w = make_window(changes={"i-b": {**HOT, "gpu_xid": lambda k: 79.0 if k >= 4 else 0.0}})
+    assert kinds(w) == ["gpu_xid_error"]
+
+
+def test_an_xid_is_reported_before_another_nodes_throttling():
+    w = make_window(changes={"i-a": {"gpu_xid": 79.0}, "i-b": HOT})
+    assert kinds(w) == ["gpu_xid_error", "thermal_throttling"]
