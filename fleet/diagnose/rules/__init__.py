@@ -8,9 +8,10 @@ where it has them (:mod:`fleet.diagnose.fixes`). Rules read the canonical policy
 Root causes before symptoms. Several causes show the same symptoms (a queue, a high P99), so the rules run in
 an order and later ones skip what an earlier one explains:
 
-1. ``metrics_missing``: an instance without the agent's metrics is left out of every other rule.
-2. ``gpu_xid_error``, then ``thermal_throttling`` / ``power_throttling`` (skipping a node an XID explains): a
-   broken or throttled node is slow; ``node_outlier`` does not repeat it.
+1. ``gpu_xid_error``, then ``thermal_throttling`` / ``power_throttling`` (skipping a node an XID explains), on
+   every serving instance's samples: a broken or throttled node is slow; ``node_outlier`` does not repeat it.
+2. ``metrics_missing``: an instance without the agent's metrics is left out of every later rule; one whose
+   agent stopped after a node fault began is reported in that fault's finding instead.
 3. ``cold_start``: the backlog while new instances load is theirs; queue rules look only after they are up.
 4. ``kv_cache_pressure``: a batch held small by a full KV cache queues requests; when it does, the queue is
    reported as KV pressure (its fix sizes the instances too), not as ``queue_backlog`` or
@@ -34,7 +35,14 @@ from dataclasses import replace
 
 from fleet.diagnose.model import SERVING_STATES, Finding, Window
 from fleet.diagnose.rules.load import _cold_start, _kv_pressure, _queue_and_capacity
-from fleet.diagnose.rules.nodes import _bandwidth, _metrics_missing, _outliers, _throttling, _xid_errors
+from fleet.diagnose.rules.nodes import (
+    _agent_coverage,
+    _bandwidth,
+    _metrics_missing,
+    _outliers,
+    _throttling,
+    _xid_errors,
+)
 from fleet.diagnose.rules.shared import (
     _SEVERITY_RANK,
     DEFAULT_SLO_TTFT_MS,
@@ -52,17 +60,19 @@ def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
     w = _finite(window)
     serving = [i for i in w.instances if i.state in SERVING_STATES]
     findings: list[Finding] = []
-    missing, measured = _metrics_missing(w, serving)
-    findings.extend(missing)
+    coverage = _agent_coverage(w, serving)
     st = _State(
         w,
         serving,
-        measured,
+        coverage.measured,
+        agent_stopped={**coverage.stopped, **dict.fromkeys(coverage.no_agent)},
         slo_ttft_ms=w.group.slo_ttft_p99_ms or DEFAULT_SLO_TTFT_MS,
     )
+    findings.extend(_xid_errors(st))
+    findings.extend(_throttling(st))
+    # after the node rules: an agent that stopped after a node fault is that fault's consequence
+    findings.extend(_metrics_missing(st, coverage))
     for rule in (
-        _xid_errors,
-        _throttling,
         _cold_start,
         _kv_pressure,
         _queue_and_capacity,

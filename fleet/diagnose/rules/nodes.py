@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,30 +47,47 @@ from policies import metrics as pm
 
 
 # ---- metrics_missing ---------------------------------------------------------------------------------------
-def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Finding], list[InstanceWindow]]:
+@dataclass
+class AgentCoverage:
+    """Which serving instances the node agent covered: ``measured`` published through the window, the others
+    never did (``no_agent``, past their cold start) or stopped (``stopped``: when, the last sample)."""
+
+    measured: list[InstanceWindow] = field(default_factory=list)
+    no_agent: list[str] = field(default_factory=list)
+    stopped: dict[str, datetime] = field(default_factory=dict)
+    no_dashboard: list[str] = field(default_factory=list)
+
+
+def _agent_coverage(w: Window, serving: list[InstanceWindow]) -> AgentCoverage:
     """Instances that should be publishing and are not (or stopped); the rest are measured."""
     g = w.group
     period = max(1.0, g.publish_period_s)
     settle = timedelta(seconds=g.cold_start_s + 4 * period)  # still loading: not publishing yet is normal
     stale_after = timedelta(seconds=STALE_PERIODS * period)
-    no_agent: list[str] = []
-    stale: dict[str, str] = {}
-    no_dashboard: list[str] = []
-    measured: list[InstanceWindow] = []
+    cov = AgentCoverage()
     for inst in serving:
         agent_series = [inst.metrics.get(m) or [] for m in AGENT_METRICS]
         last = max((s[-1][0] for s in agent_series if s), default=None)
         settled = inst.created_at is None or w.end - inst.created_at >= settle
         if last is None:
             if settled:
-                no_agent.append(inst.instance_id)
+                cov.no_agent.append(inst.instance_id)
             continue
         if w.end - last > stale_after and settled:
-            stale[inst.instance_id] = isoformat(last)
+            cov.stopped[inst.instance_id] = last
         else:
-            measured.append(inst)
+            cov.measured.append(inst)
         if settled and not any(inst.metrics.get(m) for m in DASHBOARD_METRICS):
-            no_dashboard.append(inst.instance_id)
+            cov.no_dashboard.append(inst.instance_id)
+    return cov
+
+
+def _metrics_missing(st: _State, cov: AgentCoverage) -> list[Finding]:
+    """The agent's and CloudMonitor's metrics that are missing. An agent that stopped after a node fault the
+    node rules reported (``st.stopped_by_fault``) is that finding's consequence, not a missing agent."""
+    w = st.window
+    g = w.group
+    serving = st.serving
     throttled = [e for e in w.errors if "throttl" in e.lower()]
     out: list[Finding] = []
     if not serving and not [i for i in w.instances if i.state.startswith("Pending")]:
@@ -84,45 +102,13 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
                 "nothing to diagnose until instances serve.",
             )
         )
-        return out, measured
-    blind = no_agent + list(stale)
-    if blind:
-        share = len(blind) / max(1, len(serving))
-        reason = "CloudMonitor reads were throttled" if throttled and not stale else "the node agent is not"
-        explanation = (
-            f"{len(blind)} of {len(serving)} serving instance(s) published none of the node agent's metrics"
-            + (f" ({len(stale)} stopped during the window)" if stale else "")
-            + f"; {reason}{' reporting' if reason.endswith('not') else ''}, so queue, KV-cache and latency "
-            "causes cannot be seen there."
-        )
-        fix = (
-            "Install and start the node agent on those instances (deploy/fleet-agent.service: "
-            "`systemctl enable --now fleet-agent`; `fleet agent --once --json` shows one sample), give the "
-            "instance RAM role cms:PutCustomMetric, and check that vLLM serves /metrics on the port "
-            "the agent scrapes."
-        )
-        if throttled:
-            fix += (
-                " CloudMonitor throttled our reads: lower the read rate (fewer groups per tick, --since "
-                "shorter)."
-            )
-        out.append(
-            Finding(
-                "metrics_missing",
-                "critical" if share >= 0.5 else "warning",
-                sorted(blind),
-                {
-                    "window": _span(w),
-                    "missing": {m: sorted(no_agent) for m in AGENT_METRICS} if no_agent else {},
-                    "stopped_at": stale,
-                    "serving_instances": len(serving),
-                    "errors": (throttled or w.errors)[:5],
-                },
-                explanation,
-                fix,
-            )
-        )
-    elif throttled and not measured:
+        return out
+    blind = cov.no_agent + list(cov.stopped)
+    no_agent = [i for i in cov.no_agent if i not in st.stopped_by_fault]
+    stopped = {i: t for i, t in cov.stopped.items() if i not in st.stopped_by_fault}
+    if no_agent or stopped:
+        out.append(_blind_finding(st, no_agent, stopped, throttled))
+    elif throttled and not cov.measured:
         out.append(
             Finding(
                 "metrics_missing",
@@ -135,6 +121,7 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
         )
     if not blind and not out:
         out.extend(_nothing_published(w, serving))
+    no_dashboard = cov.no_dashboard
     if no_dashboard and len(no_dashboard) == len([i for i in serving if i.instance_id not in blind]):
         out.append(
             Finding(
@@ -149,7 +136,62 @@ def _metrics_missing(w: Window, serving: list[InstanceWindow]) -> tuple[list[Fin
                 "exporter.",
             )
         )
-    return out, measured
+    return out
+
+
+def _blind_finding(
+    st: _State, no_agent: list[str], stopped: dict[str, datetime], throttled: list[str]
+) -> Finding:
+    """Instances without the agent's metrics: those that never published them, those that stopped."""
+    w = st.window
+    serving = len(st.serving)
+    parts = []
+    if no_agent:
+        parts.append(f"{len(no_agent)} published none of the node agent's metrics")
+    if stopped:
+        when = ", ".join(f"{i} at {isoformat(t)}" for i, t in sorted(stopped.items())[:3])
+        parts.append(f"{len(stopped)} stopped publishing them during the window ({when})")
+    if throttled and not stopped:
+        reason = "CloudMonitor reads were throttled"
+    else:
+        reason = "the node agent stopped reporting" if not no_agent else "the node agent is not reporting"
+    explanation = (
+        f"Of {serving} serving instance(s), {' and '.join(parts)}; {reason}, so queue, KV-cache and latency "
+        "causes cannot be seen there."
+    )
+    fix = ""
+    if no_agent:
+        fix = (
+            "Install and start the node agent on those instances (deploy/fleet-agent.service: "
+            "`systemctl enable --now fleet-agent`; `fleet agent --once --json` shows one sample), give the "
+            "instance RAM role cms:PutCustomMetric, and check that vLLM serves /metrics on the port "
+            "the agent scrapes."
+        )
+    if stopped:
+        fix += (
+            (" " if fix else "")
+            + "Where the agent stopped, find out why (`systemctl status fleet-agent`, `journalctl -u "
+            "fleet-agent`; a vLLM or GPU failure stops its samples too) and restart it."
+        )
+    if throttled:
+        fix += (
+            " CloudMonitor throttled our reads: lower the read rate (fewer groups per tick, --since shorter)."
+        )
+    blind = [*no_agent, *stopped]
+    return Finding(
+        "metrics_missing",
+        "critical" if len(blind) / max(1, serving) >= 0.5 else "warning",
+        sorted(blind),
+        {
+            "window": _span(w),
+            "missing": {m: sorted(no_agent) for m in AGENT_METRICS} if no_agent else {},
+            "stopped_at": {i: isoformat(t) for i, t in stopped.items()},
+            "serving_instances": serving,
+            "errors": (throttled or w.errors)[:5],
+        },
+        explanation,
+        fix,
+    )
 
 
 def _nothing_published(w: Window, serving: list[InstanceWindow]) -> list[Finding]:
@@ -192,12 +234,13 @@ def _nothing_published(w: Window, serving: list[InstanceWindow]) -> list[Finding
 def _xid_errors(st: _State) -> list[Finding]:
     """A hardware or reset-class XID (policies.metrics.HARDWARE_XIDS): the GPU is unusable until reset."""
     out: list[Finding] = []
-    for inst in st.measured:
+    for inst in st.serving:
         seen = [(t, int(v)) for t, v in inst.metrics.get(pm.GPU_XID, ()) if int(v) in pm.HARDWARE_XIDS]
         if not seen:
             continue
         st.explained.add(inst.instance_id)
         codes = sorted({c for _, c in seen})
+        stopped = _agent_stopped_after(st, inst, seen[0][0])
         out.append(
             Finding(
                 "gpu_xid_error",
@@ -208,9 +251,11 @@ def _xid_errors(st: _State) -> list[Finding]:
                     "xids": codes,
                     "samples": len(seen),
                     "gpu_util_pct_mean": _r(_mean(_after(inst.metrics.get(pm.GPU_UTIL_PCT, ()), seen[0][0]))),
+                    **stopped,
                 },
                 f"{inst.instance_id} reported hardware XID {', '.join(map(str, codes))} (NVIDIA's catalogue: "
-                "the GPU needs a reset or replacement); it serves nothing or fails the requests it gets.",
+                "the GPU needs a reset or replacement); it serves nothing or fails the requests it gets."
+                + _stopped_text(stopped),
                 f"Replace {inst.instance_id} (the isolation policy's xid_hardware rule: replace), or take it "
                 "out of service now with fleet isolate; check the host's GPU before it returns.",
             )
@@ -221,8 +266,8 @@ def _xid_errors(st: _State) -> list[Finding]:
 # ---- thermal and power throttling --------------------------------------------------------------------------
 def _throttling(st: _State) -> list[Finding]:
     out: list[Finding] = []
-    tpot_peers = {i.instance_id: _median(i.values(pm.TPOT_P99_MS)) for i in st.measured}
-    for inst in st.measured:
+    tpot_peers = {i.instance_id: _median(i.values(pm.TPOT_P99_MS)) for i in st.serving}
+    for inst in st.serving:
         if inst.instance_id in st.explained:  # a broken GPU (XID) is slow and hot for that reason
             continue
         temps = _by_time(inst, pm.GPU_TEMPERATURE_C)
@@ -252,6 +297,7 @@ def _throttling(st: _State) -> list[Finding]:
                 int(masks.get(t, 0)) & THERMAL_BITS for t in thermal_t
             )
             st.explained.add(inst.instance_id)
+            stopped = _agent_stopped_after(st, inst, thermal_t[0])
             out.append(
                 Finding(
                     "thermal_throttling",
@@ -266,17 +312,19 @@ def _throttling(st: _State) -> list[Finding]:
                         "throttle_reasons": _names(masks.values()),
                         "sm_clock_ratio_min": _r(min_clock, 2),
                         **tpot,
+                        **stopped,
                     },
                     f"{inst.instance_id}'s GPU ran at or above {HOT_C:.0f} C"
                     + (" and the driver cut its SM clock" if throttling else "")
                     + ", so every request on it runs slower; the card or its cooling is at fault, not the "
-                    "load.",
+                    "load." + _stopped_text(stopped),
                     thermal_fix(inst.instance_id),
                 )
             )
         elif len(power_t) >= 2:
             powers = _by_time(inst, pm.GPU_POWER_W)
             st.explained.add(inst.instance_id)
+            stopped = _agent_stopped_after(st, inst, power_t[0])
             out.append(
                 Finding(
                     "power_throttling",
@@ -291,9 +339,10 @@ def _throttling(st: _State) -> list[Finding]:
                         "power_w_max": _r(max(powers.values()) if powers else None),
                         "temperature_max_c": _r(max(temps.values()) if temps else None),
                         **tpot,
+                        **stopped,
                     },
                     f"{inst.instance_id}'s GPU hit its power limit and the driver lowered its SM clock "
-                    "while it was cool enough, so it serves slower than its peers.",
+                    "while it was cool enough, so it serves slower than its peers." + _stopped_text(stopped),
                     f"Check {inst.instance_id}'s enforced power limit (`nvidia-smi -q -d POWER`) and restore "
                     "the default (`nvidia-smi -pl <default>`); if it cannot be raised (the host's power is "
                     "Alibaba Cloud's), isolate it per the isolation policy and replace or redeploy it to "
@@ -301,6 +350,45 @@ def _throttling(st: _State) -> list[Finding]:
                 )
             )
     return out
+
+
+# The node agent's own GPU metrics (NVML, fleet/agent): present, they show the agent runs even when vLLM's are
+# absent.
+_AGENT_GPU_METRICS = (pm.GPU_XID, pm.GPU_THROTTLE_REASONS, pm.GPU_SM_CLOCK_RATIO, pm.GPU_MEM_BW_UTIL_PCT)
+
+
+def _agent_stopped_after(st: _State, inst: InstanceWindow, fault_start: datetime) -> dict[str, str]:
+    """``{"vllm_metrics_stopped_at": ...}`` when the instance's vLLM metrics (the agent's queue, running, KV)
+    stopped after the fault began (within a period of it), or were absent all window while the agent itself
+    reported GPU metrics: the fault's consequence, reported with it rather than as a missing agent."""
+    iid = inst.instance_id
+    if iid not in st.agent_stopped:
+        return {}
+    last = st.agent_stopped[iid]
+    if last is None:
+        if not any(inst.metrics.get(m) for m in _AGENT_GPU_METRICS):
+            return {}  # no agent at all: CloudMonitor's metrics showed the fault, the agent is missing too
+        st.stopped_by_fault.add(iid)
+        return {"vllm_metrics_stopped_at": "before the window"}
+    if fault_start > last + timedelta(seconds=max(1.0, st.window.group.publish_period_s)):
+        return {}
+    st.stopped_by_fault.add(iid)
+    return {"vllm_metrics_stopped_at": isoformat(last)}
+
+
+def _stopped_text(stopped: dict[str, str]) -> str:
+    at = stopped.get("vllm_metrics_stopped_at")
+    if at is None:
+        return ""
+    if at == "before the window":
+        return (
+            " Its agent reported the GPU but no vLLM metrics (queue, running, KV cache) all window: vLLM "
+            "most likely went down with the GPU; the agent is not missing."
+        )
+    return (
+        f" Its vLLM metrics (queue, running, KV cache) stopped at {at}, after the fault began: most likely a "
+        "consequence (a failing GPU takes vLLM, often the node agent too, down), not a missing agent."
+    )
 
 
 def _names(masks: Iterable[float]) -> list[str]:

@@ -68,6 +68,11 @@ class _State:
     window: Window
     serving: list[InstanceWindow]
     measured: list[InstanceWindow]  # serving and publishing the agent's metrics
+    # the node rules (XID, throttling) read every serving instance, the samples it has: a node fault often
+    # stops the agent, and CloudMonitor's own GPU metrics keep coming
+    # instances without vLLM's metrics from the agent: the last sample when they stopped, None when absent
+    agent_stopped: dict[str, datetime | None] = field(default_factory=dict)
+    stopped_by_fault: set[str] = field(default_factory=set)  # ... because of a node fault: its consequence
     explained: set[str] = field(default_factory=set)  # instances whose slowness a node finding explains
     steady_from: datetime | None = None  # queue rules look from here (after cold starts)
     kv_bound: set[str] = field(default_factory=set)

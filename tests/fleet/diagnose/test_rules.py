@@ -6,7 +6,7 @@ import math
 from datetime import timedelta
 
 import pytest
-from diagnose_windows import IDS, T0, make_window
+from diagnose_windows import HEALTHY, IDS, T0, make_window
 
 from fleet.diagnose.model import GroupContext, Window
 from fleet.diagnose.rules import KINDS, diagnose
@@ -403,3 +403,64 @@ def test_an_xid_explains_the_same_nodes_throttling():
 def test_an_xid_is_reported_before_another_nodes_throttling():
     w = make_window(changes={"i-a": {"gpu_xid": 79.0}, "i-b": HOT})
     assert kinds(w) == ["gpu_xid_error", "thermal_throttling"]
+
+
+# What the node agent publishes (policies.metrics.CUSTOM_METRIC_NAMES); CloudMonitor's own GPU metrics go on.
+AGENT_PUBLISHED = (
+    "queue_waiting",
+    "requests_running",
+    "kv_cache_usage_pct",
+    "ttft_p99_ms",
+    "tpot_p99_ms",
+    "e2e_p99_ms",
+    "latency_p95_ms",
+    "gpu_throttle_reasons",
+    "gpu_xid",
+    "gpu_mem_bw_util_pct",
+    "gpu_sm_clock_ratio",
+    "request_rate_rps",
+)
+
+
+def _agent_stops_at(k_stop: int, **values: float) -> dict:
+    """The agent's metrics (``values`` over the healthy ones) until sample ``k_stop``, none after."""
+    return {
+        name: (lambda k, v=values.get(name, HEALTHY[name]): v if k < k_stop else None)
+        for name in AGENT_PUBLISHED
+        if name in HEALTHY
+    }
+
+
+def test_an_xid_before_the_agent_stopped_is_reported_and_the_stop_is_its_consequence():
+    w = make_window(changes={"i-b": _agent_stops_at(8, gpu_xid=79.0)})
+    found = diagnose(w)
+    assert [f.kind for f in found] == ["gpu_xid_error"]
+    assert found[0].evidence["vllm_metrics_stopped_at"] and "consequence" in found[0].explanation
+
+
+def test_a_hot_gpu_whose_agent_stopped_is_reported_as_thermal_throttling():
+    changes = {
+        **_agent_stops_at(8, gpu_sm_clock_ratio=0.6, gpu_throttle_reasons=0x20),
+        "gpu_temperature_c": 95.0,
+    }
+    assert kinds(make_window(changes={"i-b": changes})) == ["thermal_throttling"]
+
+
+def test_an_xid_with_vllm_metrics_absent_all_window_is_not_a_missing_agent():
+    w = make_window(
+        changes={"i-b": {"gpu_xid": 79.0}},
+        drop={"i-b": ("queue_waiting", "requests_running", "kv_cache_usage_pct")},
+    )
+    assert kinds(w) == ["gpu_xid_error"]
+
+
+def test_a_hot_gpu_without_any_agent_is_reported_and_so_is_the_missing_agent():
+    w = make_window(changes={"i-b": {"gpu_temperature_c": 95.0}}, drop={"i-b": AGENT_PUBLISHED})
+    assert sorted(kinds(w)) == ["metrics_missing", "thermal_throttling"]
+
+
+def test_an_agent_that_stopped_is_not_said_to_have_published_none():
+    found = diagnose(make_window(changes={"i-b": _agent_stops_at(8)}))
+    assert [f.kind for f in found] == ["metrics_missing"]
+    assert "1 stopped publishing them during the window (i-b at" in found[0].explanation
+    assert "published none" not in found[0].explanation
