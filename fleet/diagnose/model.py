@@ -250,6 +250,7 @@ def window_from_json(data: Any, where: str = "snapshot") -> Window:
     instances = [_instance_from_json(raw, f"{where}.instances[{n}]") for n, raw in enumerate(raw_instances)]
     _refuse_repeats([i.instance_id for i in instances], f"{where}.instances", "instance_id")
     notes = _drop_outside(instances, start, end, group.publish_period_s) + _drop_invalid(instances)
+    notes += _kv_fraction_as_percent(instances)
     scale_outs = [
         _scale_out_from_json(raw, f"{where}.scale_outs[{n}]")
         for n, raw in enumerate(data.get("scale_outs", []) or [])
@@ -378,6 +379,25 @@ def _drop_invalid(instances: list[InstanceWindow]) -> list[str]:
                 f"(the first: {bad[0][1]:g} at {isoformat(bad[0][0])})"
             )
     return notes
+
+
+def _kv_fraction_as_percent(instances: list[InstanceWindow]) -> list[str]:
+    """``kv_cache_usage_pct`` written as vLLM's 0-1 fraction (``gpu_cache_usage_perc``) instead of the
+    canonical 0-100: read as a fraction when every sample of the window is at most 1 while requests were
+    preempted (vLLM preempts only with its KV cache full, so "under 1%" cannot be meant); a note says so."""
+    kv = [v for i in instances for v in i.values(pm.KV_CACHE_USAGE_PCT)]
+    preempted = any(v > 0 for i in instances for v in i.values(PREEMPTIONS))
+    if not kv or not preempted or max(kv) > 1.0:
+        return []
+    for inst in instances:
+        if pm.KV_CACHE_USAGE_PCT in inst.metrics:
+            inst.metrics[pm.KV_CACHE_USAGE_PCT] = [
+                (t, v * 100.0) for t, v in inst.metrics[pm.KV_CACHE_USAGE_PCT]
+            ]
+    return [
+        "kv_cache_usage_pct: every sample is at most 1 while requests were preempted, so it was read as a "
+        f"0-1 fraction and scaled to the canonical 0-100; max {max(kv):g} -> {100 * max(kv):g}%"
+    ]
 
 
 # No scaling group comes near this many instances (ESS caps MaxSize far lower); a bound keeps the counts

@@ -464,3 +464,25 @@ def test_an_agent_that_stopped_is_not_said_to_have_published_none():
     assert [f.kind for f in found] == ["metrics_missing"]
     assert "1 stopped publishing them during the window (i-b at" in found[0].explanation
     assert "published none" not in found[0].explanation
+
+
+def test_kv_usage_given_as_a_fraction_with_preemptions_is_read_as_percent():
+    from fleet.diagnose.model import window_from_json, window_to_json
+
+    data = window_to_json(
+        make_window(
+            changes={"*": {"kv_cache_usage_pct": 0.97, "queue_waiting": 12.0, "requests_running": 9.0}}
+        )
+    )
+    for inst in data["instances"]:
+        inst["metrics"]["preemptions"] = [[t, 3.0] for t, _ in inst["metrics"]["queue_waiting"]]
+    w = window_from_json(data)
+    assert kinds(w) == ["kv_cache_pressure"]
+    assert any("read as a 0-1 fraction" in e for e in w.errors)
+
+
+def test_kv_usage_under_one_percent_without_preemptions_stays_as_given():
+    from fleet.diagnose.model import window_from_json, window_to_json
+
+    w = window_from_json(window_to_json(make_window(changes={"*": {"kv_cache_usage_pct": 0.5}})))
+    assert w.instances[0].values("kv_cache_usage_pct")[0] == 0.5 and w.errors == []
