@@ -239,3 +239,18 @@ def _option(c: Candidate) -> dict[str, object]:
         "max_num_seqs": c.max_num_seqs,
         "cost_cny_per_hour": None if c.cost_cny_per_hour is None else round(c.cost_cny_per_hour, 1),
     }
+
+
+def idle_latency_ms(ctx: GroupContext) -> dict[str, float] | None:
+    """What the sizing model says one request of the group's mean size takes on an idle instance: the prompt's
+    prefill (``prefill_ms``, the floor of TTFT) and batch-1 time per output token (``tpot_ms``, of TPOT)."""
+    d = deployment(ctx)
+    if d is None:
+        return None
+    prompt, _ = request_sizes(ctx)
+    tokens = max(1, round(prompt))
+    return {
+        "prompt_tokens": float(tokens),
+        "prefill_ms": d.perf.prefill_s(tokens, d.plan.max_num_batched_tokens) * 1000,
+        "tpot_ms": d.perf.decode_tpot_s(tokens) * 1000,
+    }

@@ -20,6 +20,8 @@ an order and later ones skip what an earlier one explains:
    gateway's limit); else ``queue_backlog``: saturated GPUs with a standing queue at a load the fleet can
    carry on average ("falsely busy": the GPU looks full, the latency is waiting time).
 6. ``memory_bandwidth_bound``, ``node_outlier``.
+7. ``slo_violated_unexplained``: P99 TTFT or TPOT over its SLO in most samples and none of the above explains
+   it: the time goes where these metrics do not look (prompt length, API server, network).
 
 Thresholds name their source next to them; they are module constants so tests and docs can quote them.
 
@@ -51,6 +53,7 @@ from fleet.diagnose.rules.shared import (
     _State,
     parse_scale_out,
 )
+from fleet.diagnose.rules.slo import _slo_unexplained
 
 __all__ = ["KINDS", "diagnose", "parse_scale_out"]
 
@@ -80,6 +83,7 @@ def diagnose(window: Window, instance: str | None = None) -> list[Finding]:
         _outliers,
     ):
         findings.extend(rule(st))
+    findings.extend(_slo_unexplained(st, findings))  # last: what no rule above explains
     for f in findings:
         f.group = w.group.name
         f.fix = f.fix[:1].upper() + f.fix[1:]

@@ -56,6 +56,7 @@ KIND_ORDER = (
     "power_throttling",
     "node_outlier",
     "memory_bandwidth_bound",
+    "slo_violated_unexplained",
 )
 KINDS = KIND_ORDER
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}

@@ -167,6 +167,11 @@ FIRING: list[tuple[str, str, dict]] = [
             }
         },
     ),
+    (
+        "P99 TTFT three times its SLO on busy GPUs without a queue",
+        "slo_violated_unexplained",
+        {"changes": {"*": {"gpu_util_pct": 100.0, "ttft_p99_ms": 6000.0}}},
+    ),
 ]
 
 FIRING.append(
@@ -232,6 +237,11 @@ QUIET: list[tuple[str, str, dict]] = [
             "created": {"i-new": T0 + timedelta(minutes=6)},
             "first_sample": {"i-new": 10_000},
         },
+    ),
+    (
+        "P99 TTFT a little over its SLO, nothing else wrong",
+        "slo_violated_unexplained",
+        {"changes": {"*": {"ttft_p99_ms": 2500.0}}},
     ),
 ]
 
@@ -486,3 +496,14 @@ def test_kv_usage_under_one_percent_without_preemptions_stays_as_given():
 
     w = window_from_json(window_to_json(make_window(changes={"*": {"kv_cache_usage_pct": 0.5}})))
     assert w.instances[0].values("kv_cache_usage_pct")[0] == 0.5 and w.errors == []
+
+
+def test_an_unexplained_ttft_names_the_sizing_models_idle_prefill():
+    from fleet.diagnose.fixes import idle_latency_ms
+
+    w = make_window(changes={"*": {"ttft_p99_ms": 6000.0}}, group=SIZED)
+    f = diagnose(w)[0]
+    idle = idle_latency_ms(w.group)
+    assert f.kind == "slo_violated_unexplained" and idle is not None
+    assert f"prefills a mean 1000-token prompt in {idle['prefill_ms']:.0f} ms" in f.fix
+    assert "API server" in f.fix and f.evidence["ttft_p99_ms"]["samples_over"] == 1.0

@@ -1,0 +1,99 @@
+"""The last rule: P99 latency over its SLO that no earlier rule explains.
+
+Every other rule names a cause it can see in the metrics (a queue, a full KV cache, a slow or broken node, a
+cold start, saturated bandwidth). When the group's P99 TTFT or TPOT is over its SLO in most samples and none
+of them fired, the time goes where these metrics do not look: the prompt itself, the API server, the network.
+The report says so rather than "no problem found", with what the sizing model says an idle instance needs.
+"""
+
+from __future__ import annotations
+
+from fleet.diagnose import fixes
+from fleet.diagnose.model import Finding
+from fleet.diagnose.rules.shared import SUSTAINED, _after, _frac, _mean, _median, _r, _span, _State
+from policies import metrics as pm
+
+# Findings that explain a group's high latency; node findings explain only their own instances.
+GROUP_CAUSES = frozenset(
+    {"cold_start", "kv_cache_pressure", "undersized_fleet", "queue_backlog", "memory_bandwidth_bound"}
+)
+MIN_SAMPLES = 4  # a latency "over the SLO" in fewer samples than this is noise
+# A clear miss only: a P99 a little over its SLO is within a short window's noise and below what the other
+# rules' thresholds see (the simulator's healthy control sits at ~1.15x its TTFT SLO); half again over it, in
+# at least half the samples, is not.
+SLO_MARGIN = 1.5
+
+
+def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
+    """P99 TTFT (or TPOT, with a TPOT SLO) over :data:`SLO_MARGIN` x its SLO in at least half the samples of
+    the instances no finding covers."""
+    if any(f.kind in GROUP_CAUSES for f in findings):
+        return []
+    covered = st.explained | {i for f in findings if f.kind == "node_outlier" for i in f.scope}
+    pool = [i for i in st.measured if i.instance_id not in covered]
+    g = st.window.group
+    over: dict[str, dict[str, float | None]] = {}
+    for metric, slo in ((pm.TTFT_P99_MS, st.slo_ttft_ms), (pm.TPOT_P99_MS, g.slo_tpot_p99_ms)):
+        values = [v for i in pool for v in _after(i.metrics.get(metric, ()), st.steady_from)]
+        if slo is None or len(values) < MIN_SAMPLES:
+            continue
+        share = _frac(values, lambda v, s=slo: v > s)
+        if _frac(values, lambda v, s=slo: v > SLO_MARGIN * s) >= SUSTAINED:
+            over[metric] = {"slo_ms": slo, "median_ms": _r(_median(values)), "samples_over": round(share, 2)}
+    if not over:
+        return []
+    idle = fixes.idle_latency_ms(g)
+    evidence = {
+        "window": _span(st.window),
+        **over,
+        "instances": sorted(i.instance_id for i in pool),
+        "gpu_util_pct_mean": _r(_mean(v for i in pool for v in i.values(pm.GPU_UTIL_PCT))),
+        "queue_waiting_mean": _r(_mean(v for i in pool for v in i.values(pm.QUEUE_WAITING))),
+        "kv_cache_usage_pct_mean": _r(_mean(v for i in pool for v in i.values(pm.KV_CACHE_USAGE_PCT))),
+        "idle_instance": {k: round(v, 1) for k, v in idle.items()} if idle else None,
+    }
+    said = " and ".join(
+        f"P99 {m.split('_')[0].upper()} (median {v['median_ms']:g} ms) was over its {v['slo_ms']:g} ms SLO "
+        f"in {100 * (v['samples_over'] or 0):.0f}% of the samples"
+        for m, v in over.items()
+    )
+    return [
+        Finding(
+            "slo_violated_unexplained",
+            "warning",
+            [g.name],
+            evidence,
+            f"{said} on {len(pool)} instance(s), and no rule explains it (a queue over busy GPUs, a full KV "
+            "cache, a throttled or broken GPU, a cold start, saturated memory bandwidth): the time goes "
+            "where these metrics do not look.",
+            _next_steps(over, idle, g.instance_type),
+        )
+    ]
+
+
+def _next_steps(
+    over: dict[str, dict[str, float | None]], idle: dict[str, float] | None, itype: str | None
+) -> str:
+    steps = []
+    if pm.TTFT_P99_MS in over:
+        slo = over[pm.TTFT_P99_MS]["slo_ms"] or 0.0
+        if idle:
+            steps.append(
+                f"compare prompt lengths with the TTFT SLO: the sizing model prefills a mean "
+                f"{idle['prompt_tokens']:.0f}-token prompt in {idle['prefill_ms']:.0f} ms on an idle {itype} "
+                f"({100 * idle['prefill_ms'] / slo:.0f}% of the SLO), so only prompts that much longer reach "
+                "the SLO on their own"
+            )
+        else:
+            steps.append(
+                "compare prompt lengths with the TTFT SLO (with the group's model and instance type known, "
+                "the sizing model gives a mean prompt's prefill time on an idle instance)"
+            )
+    if pm.TPOT_P99_MS in over and idle:
+        steps.append(f"the sizing model decodes one request alone at {idle['tpot_ms']:.1f} ms per token")
+    steps.append(
+        "check the tokenizer and API server (CPU on the host, vLLM's --api-server-count, detokenization of "
+        "long outputs) and the network between the gateway and the instances: compare vLLM's own latency "
+        "histograms with the gateway's"
+    )
+    return "Look at what these metrics do not show: " + "; ".join(steps) + "."
