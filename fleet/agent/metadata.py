@@ -7,6 +7,7 @@ pointed elsewhere with ``FLEET_ECS_METADATA_URL`` (tests use a local server; not
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -29,6 +30,6 @@ def fetch_metadata(
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (fixed link-local URL)
             text = resp.read(4096).decode("utf-8", errors="replace").strip()
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):  # not HTTP at all too
         return None
     return text or None

@@ -11,6 +11,7 @@ are left out rather than published as zero: a missing point is honest, a zero wo
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from fleet.agent.clock import StampResult
 from fleet.agent.nvml import THROTTLE_MASK, GpuReading, GpuSnapshot
 from fleet.agent.vllm import VllmReading
+from policies.metrics import HARDWARE_XIDS
 
 # Instance-level custom metric names the service maps to policy metrics (keep them: issue 5, brief contract).
 INSTANCE_METRICS_READ_BY_SERVICE = (
@@ -133,7 +135,9 @@ def instance_values(sample: Sample) -> dict[str, float]:
     if g.xid_events:
         # Published with NVML down too: the kernel log still reports XIDs then (a GPU off the bus can take
         # the driver's NVML side with it).
-        out["gpu_xid"] = float(g.xid_events[-1].xid)
+        # One value a period: the hardware XID the default rules replace a node for (79 fallen off the bus, 48
+        # double-bit ECC) outranks an application one logged after it, which would have hidden it.
+        out["gpu_xid"] = float(max(reversed(g.xid_events), key=lambda e: e.xid in HARDWARE_XIDS).xid)
     if g.nvml_ok:
         live = [r for r in g.gpus if not r.lost]
         out["gpu_count"] = float(len(g.gpus))
@@ -185,7 +189,9 @@ def to_points(sample: Sample) -> list[Point]:
         for reading in sample.gpu.gpus:
             dims = {**base, "gpu": str(reading.index)}
             points += [Point(name, dict(dims), value, ts) for name, value in gpu_values(reading).items()]
-    return points
+    # a NaN or an infinity is no reading (a page's +Inf gauge), and PutCustomMetric's Values is JSON, which
+    # has neither: left out, as any value the agent does not know
+    return [p for p in points if math.isfinite(p.value)]
 
 
 def sample_to_json(sample: Sample) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import math
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -45,8 +46,9 @@ PROMPT_TOKENS_HIST = ("vllm:request_prompt_tokens",)
 OUTPUT_TOKENS_HIST = ("vllm:request_generation_tokens",)
 # Automatic prefix caching (V1): prompt tokens looked up in the prefix cache and those found, as counters;
 # their window's ratio is the share of prompts the cache served (``fleet size --prefix-hit``).
-PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
-PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+# vLLM 0.8-0.9 named them gpu_prefix_cache_* (renamed by vllm#18354, the old names kept a while as deprecated)
+PREFIX_CACHE_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 
 # vLLM's histogram bucket bounds (s) of the three latencies (vLLM V1, ``vllm/v1/metrics/loggers.py``): the
 # agent interpolates inside a bucket, so a P99 between 2.5 s and 5 s reads wherever the bucket's counts put
@@ -67,6 +69,10 @@ QUANTILES = (0.50, 0.95, 0.99)
 # mode (several API servers), where the ``_created`` stamps are absent too: only a decrease shows a restart.
 PROCESS_START = "process_start_time_seconds"
 SCRAPE_TIMEOUT_S = 2.0
+# The whole answer, however it trickles in: well inside the shortest period (5 s), so a scrape never
+# overruns it; vLLM serves its page in milliseconds
+SCRAPE_DEADLINE_S = 4.0
+SCRAPE_CHUNK_BYTES = 64 * 1024
 # vLLM's page is tens of KiB; anything far larger is not it, and must not eat the agent's memory.
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 
@@ -75,18 +81,40 @@ class ScrapeError(Exception):
     """The metrics endpoint could not be read or parsed."""
 
 
-def fetch_metrics_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
-    """GET ``url`` and return its body; ScrapeError for anything but a 2xx with a body."""
+def fetch_metrics_text(
+    url: str, timeout_s: float = SCRAPE_TIMEOUT_S, deadline_s: float = SCRAPE_DEADLINE_S
+) -> str:
+    """GET ``url`` and return its body; ScrapeError for anything but a whole 2xx body within ``deadline_s``.
+
+    ``timeout_s`` bounds each socket read; ``deadline_s`` the whole answer: a server that drips its page a few
+    bytes a second never trips the first, and held the agent (and its signals) for nine minutes. A body
+    shorter than its Content-Length (the server closed mid-page) is refused: its missing histograms were read
+    as absent, and the next window then published their lifetime percentiles."""
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (operator-given local URL)
-            body = resp.read(MAX_METRICS_BYTES + 1)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= MAX_METRICS_BYTES:
+                # read1: what one read gives (read(n) waits for n bytes or the end, past any deadline)
+                chunk = resp.read1(min(SCRAPE_CHUNK_BYTES, MAX_METRICS_BYTES + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() - started > deadline_s:
+                    raise ScrapeError(f"{url}: the answer took longer than {deadline_s:g} s; not read")
+            declared = resp.headers.get("Content-Length")
     except urllib.error.HTTPError as exc:
         raise ScrapeError(f"{url}: HTTP {exc.code}") from exc
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ScrapeError(f"{url}: {reason}") from exc
+    body = b"".join(chunks)
     if len(body) > MAX_METRICS_BYTES:
         raise ScrapeError(f"{url}: answer larger than {MAX_METRICS_BYTES} bytes; not vLLM's /metrics")
+    if declared is not None and declared.isdigit() and len(body) < int(declared):
+        raise ScrapeError(f"{url}: the answer ended after {len(body)} of its {declared} bytes")
     return body.decode("utf-8", errors="replace")
 
 
@@ -122,7 +150,7 @@ class ParsedMetrics:
                 upper = float(labels.get("le", "nan"))
             except ValueError:
                 continue
-            if math.isnan(upper):
+            if math.isnan(upper) or not math.isfinite(value):
                 continue
             out[upper] = out.get(upper, 0.0) + value
         return out
@@ -151,9 +179,14 @@ def restarted(
 def parse_metrics(text: str) -> ParsedMetrics:
     """Parse Prometheus text exposition; ScrapeError when it is not that."""
     parsed = ParsedMetrics()
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
+                series = (sample.name, tuple(sorted(sample.labels.items())))
+                if series in seen:  # Prometheus refuses such a scrape; summed, it doubled the queue
+                    raise ScrapeError(f"not a valid exposition: series {sample.name} is listed twice")
+                seen.add(series)
                 parsed.samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     except (ValueError, TypeError, IndexError) as exc:
         raise ScrapeError(f"not Prometheus text: {exc}") from exc
@@ -296,8 +329,8 @@ class VllmCollector:
             "prompt": parsed.total(PROMPT_TOKENS),
             "preemptions": parsed.total(preempt_name) if preempt_name else None,
             "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
-            "prefix_queries": parsed.total(PREFIX_CACHE_QUERIES),
-            "prefix_hits": parsed.total(PREFIX_CACHE_HITS),
+            "prefix_queries": _first_total(parsed, PREFIX_CACHE_QUERIES),
+            "prefix_hits": _first_total(parsed, PREFIX_CACHE_HITS),
         }
         for key, names in (("prompt", PROMPT_TOKENS_HIST), ("output", OUTPUT_TOKENS_HIST)):
             name = parsed.first_present(names, "_sum")
@@ -315,6 +348,8 @@ class VllmCollector:
         reading.window_s = window_s
         reset = restarted(marks, previous.marks)
         for key, current in histograms.items():
+            if key not in previous.histograms and not reset:
+                continue  # no baseline (the last scrape lacked it): its lifetime counts are not this window's
             delta = bucket_delta(current, previous.histograms.get(key), reset)
             p50, p95, p99 = (_ms(histogram_quantile(q, delta)) for q in QUANTILES)
             total = max(delta.values()) if delta else 0.0
@@ -405,6 +440,12 @@ def combine(readings: Sequence[VllmReading]) -> VllmReading:
             pairs, weight = [(v, 1.0) for v, _ in pairs], float(len(pairs))
         setattr(out, name, sum(v * w for v, w in pairs) / weight)
     return out
+
+
+def _first_total(parsed: ParsedMetrics, names: Sequence[str]) -> float | None:
+    """The total of the first of ``names`` the page has (the current name before an older one)."""
+    name = parsed.first_present(names)
+    return parsed.total(name) if name is not None else None
 
 
 def _max_known(*values: float | None) -> float | None:
