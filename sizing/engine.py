@@ -142,6 +142,11 @@ class InstanceEngine:
         self._last_until = start_s
         self._busy_total = 0.0
         self._busy_fraction = 0.0
+        # the part of the busy time the iterations spent streaming memory (weights and KV cache): what DCGM's
+        # DRAM-active ratio reads, high on bandwidth-bound decode, low on compute-bound prefill
+        self._memory_total = 0.0
+        self._memory_fraction = 0.0
+        self._affine_read: dict[int, float] = {}
         self._pending: list[tuple[float, int, _Seq]] = []
         self._submitted = 0
         self._waiting: deque[_Seq] = deque()
@@ -189,6 +194,11 @@ class InstanceEngine:
 
     utilization = busy_fraction
 
+    @property
+    def memory_busy_fraction(self) -> float:
+        """Share of the last ``advance`` window the memory interface spent streaming weights and KV (0..1)."""
+        return self._memory_fraction
+
     def submit(
         self,
         request_id: Hashable,
@@ -220,6 +230,7 @@ class InstanceEngine:
         done: list[CompletedRequest] = []
         window_start = self._last_until
         busy_start = self._busy_total
+        memory_start = self._memory_total
         pending = self._pending
         while True:
             if pending and pending[0][0] <= self._now:
@@ -237,6 +248,7 @@ class InstanceEngine:
                 self._step(done)
         span = until_s - window_start
         self._busy_fraction = min(1.0, (self._busy_total - busy_start) / span) if span > 0 else 0.0
+        self._memory_fraction = min(1.0, (self._memory_total - memory_start) / span) if span > 0 else 0.0
         self._last_until = max(self._last_until, until_s)
         return done
 
@@ -381,12 +393,22 @@ class InstanceEngine:
             if k < 2:
                 return False
             cost = k * a + b * k * c_read + half_bn * k * (k - 1)
+        memory = self._jump_memory(n, k, b * k * c_read + half_bn * k * (k - 1))
         cost /= speed
         self._now += cost
         self._busy_total += cost
+        self._memory_total += min(cost, memory / speed)
         self._d += k
         self._complete_decodes(done)
         return True
+
+    def _jump_memory(self, n: int, k: int, context_cost: float) -> float:
+        """The memory-streaming part of ``k`` decode iterations of ``n`` sequences whose context costs
+        ``context_cost`` in all: the weights each reads, and that context where they are bandwidth-bound."""
+        read = self._affine_read.get(n)
+        if read is None:
+            read = self._affine_read[n] = self.perf.decode_read_s(n, 0.0)
+        return k * read + context_cost if read > 0 else 0.0
 
     def _complete_decodes(self, done: list[CompletedRequest]) -> None:
         heap, d = self._heap, self._d
@@ -419,9 +441,10 @@ class InstanceEngine:
         if not chunks and n_dec == 0:
             self._unblock(done)
             return
-        dt = self._iteration_s(n_dec, chunks)
+        dt, read = self._iteration_s(n_dec, chunks)
         self._now += dt
         self._busy_total += dt
+        self._memory_total += min(dt, read)
         if n_dec:
             self._d += 1
             self._complete_decodes(done)
@@ -503,8 +526,9 @@ class InstanceEngine:
             )
         )
 
-    def _iteration_s(self, n_dec: int, chunks: list[tuple[_Seq, int]]) -> float:
-        """The iteration's time from the performance model: its tokens, context and attention pairs."""
+    def _iteration_s(self, n_dec: int, chunks: list[tuple[_Seq, int]]) -> tuple[float, float]:
+        """The iteration's time from the performance model (its tokens, context and attention pairs), and the
+        part of it the memory spends streaming the weights and the context's KV."""
         tokens = n_dec
         ctx = float(self._base_sum + self._n_dec * self._d) if n_dec else 0.0
         pairs = ctx
@@ -517,7 +541,9 @@ class InstanceEngine:
             pairs += c * (seq.computed + (c + 1) / 2.0)
             if seq.computed + c >= seq.need:
                 sampled += 1
-        return self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
+        step = self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
+        scale = self.perf.prefill_time_scale if tokens > sampled else self.perf.decode_time_scale
+        return step, self.perf.read_s(tokens, ctx) * scale / self.speed_factor
 
     def _advance_prefills(self, chunks: list[tuple[_Seq, int]], done: list[CompletedRequest]) -> None:
         """Apply the iteration's prefill chunks; a prompt done samples its first token and starts decoding."""

@@ -100,7 +100,7 @@ class PerfModel:
             + self.lm_head_flops_per_token * sampled
             + attn_pairs * self.attn_flops_per_pair
         )
-        read = self.weights_read_s(num_tokens) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+        read = self.read_s(num_tokens, context_tokens)
         gpu = (
             self.overhead_s
             + max(read, flops / self.compute_flops)
@@ -110,13 +110,18 @@ class PerfModel:
         t = max(self.floor_s, gpu)
         return t * (self.prefill_time_scale if num_tokens > sampled else self.decode_time_scale)
 
+    def read_s(self, num_tokens: int, context_tokens: float) -> float:
+        """The iteration's memory reads at the effective bandwidth: the weights its tokens touch and the KV of
+        ``context_tokens``."""
+        return self.weights_read_s(num_tokens) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+
     def decode_step_s(self, n: int, context_tokens: float) -> float:
         """A decode-only iteration of ``n`` sequences holding ``context_tokens`` in all."""
         return self.step_s(n, context_tokens, context_tokens, n)
 
     def decode_read_s(self, n: int, context_tokens: float) -> float:
         """The memory-read part of that iteration (zero when compute bounds it)."""
-        read = self.weights_read_s(n) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+        read = self.read_s(n, context_tokens)
         flops = (
             self.linear_flops_per_token * n
             + self.lm_head_flops_per_token * n

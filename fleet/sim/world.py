@@ -63,6 +63,9 @@ class ServingEngine(Protocol):
     @property
     def busy_fraction(self) -> float: ...
 
+    @property
+    def memory_busy_fraction(self) -> float: ...
+
 
 # Builds a fresh engine whose clock starts at the given simulated second, rejecting beyond ``max_waiting``.
 EngineFactory = Callable[[float, int], ServingEngine]
@@ -131,10 +134,12 @@ class SimInstance:
         self.outstanding = 0
         self.inflight: dict[int, int] = {}  # request id -> output tokens
         self.busy_s = 0.0  # engine busy time since the last publish
+        self.memory_s = 0.0  # of it, the time its iterations spent streaming weights and KV
         self.engine_start_s = appeared_s
         self.drain_until_s = 0.0
         self.last_advance_s = appeared_s
         self.util = 0.0  # GPU utilization over the last publish period, 0..1
+        self.memory_util = 0.0  # memory-bandwidth (DRAM active) share over the last publish period, 0..1
         self.completed = 0
         # How much faster (>1) or slower than the sizing engine this instance's engine runs (--model-error).
         self.model_speed = 1.0
@@ -428,7 +433,9 @@ class World:
                 firsts = eng.first_tokens  # type: ignore[attr-defined]
                 inst.latency["ttft"].extend(firsts)
                 firsts.clear()
-            inst.busy_s += eng.busy_fraction * (step_end - max(inst.last_advance_s, inst.engine_start_s))
+            span = step_end - max(inst.last_advance_s, inst.engine_start_s)
+            inst.busy_s += eng.busy_fraction * span
+            inst.memory_s += eng.memory_busy_fraction * span
             inst.last_advance_s = step_end
 
     def _finished(self, inst: SimInstance, done: Any) -> None:
@@ -483,8 +490,9 @@ class World:
             "vllm_up": 0.0 if stalled or not up else 1.0,
             "gpu_throttle_reasons": float(max(g.throttle_reasons for g in inst.gpus)),
             "gpu_sm_clock_ratio": inst.speed(),
-            # Decode streams the weights and the KV cache, so bandwidth use tracks the busy share.
-            "gpu_mem_bw_util": 100.0 * inst.util * min(1.0, 0.55 + 0.45 * eng.kv_usage) if up else 0.0,
+            # the share of the period the engine's iterations spent streaming weights and KV (DCGM's DRAM
+            # active): high while decode is bandwidth-bound, low under compute-bound prefill
+            "gpu_mem_bw_util": 100.0 * inst.memory_util if up else 0.0,
         }
         if up:  # with no vLLM to scrape the agent sends only its GPU readings: no queue, latency or demand
             custom.update(
@@ -555,9 +563,11 @@ class World:
         period = self.p.publish_period_s
         for inst in self.instances.values():
             inst.util = min(1.0, inst.busy_s / period) if inst.hw_fault_xid is None else 0.0
+            inst.memory_util = min(1.0, inst.memory_s / period) if inst.hw_fault_xid is None else 0.0
             if inst.engine_hung_s is not None:
                 inst.util = 1.0  # a hung collective spins: the GPUs read busy while nothing moves
-            inst.busy_s = 0.0
+                inst.memory_util = 0.0  # on the interconnect, not on memory
+            inst.busy_s = inst.memory_s = 0.0
             # Utilization is constant over the period, so one exponential step per period is exact.
             for g in inst.gpus:
                 g.step(period, inst.util)

@@ -155,6 +155,31 @@ def test_busy_fraction_is_zero_when_idle_and_near_one_when_saturated():
     assert engine.busy_fraction > 0.95
 
 
+def test_the_memory_share_is_the_reads_of_the_iterations_stepped_or_jumped(monkeypatch):
+    # a lone decode-only request: every step reads the weights and its context, and only that streams memory
+    engine = InstanceEngine(_deployment())
+    engine.submit("a", 0.0, 16, 2000)
+    engine.advance(1.0)  # past its prefill, into decode
+    engine.advance(11.0)
+    perf = engine.perf
+    share = perf.decode_read_s(1, 1000.0) / perf.decode_step_s(1, 1000.0)
+    assert engine.busy_fraction == pytest.approx(1.0, abs=0.01)
+    assert engine.memory_busy_fraction == pytest.approx(share, rel=0.02) and share < 1.0
+    # the closed-form jumps count the same reads as stepping every iteration
+    fast, slow = InstanceEngine(_deployment()), InstanceEngine(_deployment())
+    monkeypatch.setattr(slow, "_try_jump", lambda until_s, done: False)
+    for engine in (fast, slow):
+        _poisson_load(engine, 2.0, 60.0)
+        engine.advance(60.0)
+    assert fast.memory_busy_fraction == pytest.approx(slow.memory_busy_fraction, rel=1e-3)
+    # prefill is compute-bound: a saturated engine of long prompts streams memory a small share of its time
+    prefill = InstanceEngine(_deployment())
+    for i in range(50):
+        prefill.submit(i, 0.0, 6000, 1)
+    prefill.advance(2.0)
+    assert prefill.busy_fraction > 0.95 and prefill.memory_busy_fraction < 0.5
+
+
 def test_requests_arriving_later_wait_for_their_arrival_time():
     engine = InstanceEngine(_deployment())
     engine.submit("later", 50.0, 100, 10)
