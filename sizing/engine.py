@@ -541,9 +541,9 @@ class InstanceEngine:
             pairs += c * (seq.computed + (c + 1) / 2.0)
             if seq.computed + c >= seq.need:
                 sampled += 1
-        step = self.perf.step_s(tokens, ctx, pairs, sampled) / self.speed_factor
-        scale = self.perf.prefill_time_scale if tokens > sampled else self.perf.decode_time_scale
-        return step, self.perf.read_s(tokens, ctx) * scale / self.speed_factor
+        step, read = self.perf.step_parts(tokens, ctx, pairs, sampled)
+        speed = self.speed_factor
+        return step / speed, read / speed
 
     def _advance_prefills(self, chunks: list[tuple[_Seq, int]], done: list[CompletedRequest]) -> None:
         """Apply the iteration's prefill chunks; a prompt done samples its first token and starts decoding."""

@@ -93,8 +93,14 @@ class PerfModel:
 
     def step_s(self, num_tokens: int, context_tokens: float, attn_pairs: float, sampled: int) -> float:
         """One iteration: ``num_tokens`` new tokens, ``context_tokens`` KV read, ``attn_pairs`` QK pairs."""
+        return self.step_parts(num_tokens, context_tokens, attn_pairs, sampled)[0]
+
+    def step_parts(
+        self, num_tokens: int, context_tokens: float, attn_pairs: float, sampled: int
+    ) -> tuple[float, float]:
+        """``step_s`` and the part of it spent streaming memory (its reads, at the same time scale)."""
         if num_tokens <= 0:
-            return 0.0
+            return 0.0, 0.0
         flops = (
             self.linear_flops_per_token * num_tokens
             + self.lm_head_flops_per_token * sampled
@@ -107,8 +113,8 @@ class PerfModel:
             + self.comm_latency_s
             + self.comm_s_per_token * num_tokens
         )
-        t = max(self.floor_s, gpu)
-        return t * (self.prefill_time_scale if num_tokens > sampled else self.decode_time_scale)
+        scale = self.prefill_time_scale if num_tokens > sampled else self.decode_time_scale
+        return max(self.floor_s, gpu) * scale, read * scale
 
     def read_s(self, num_tokens: int, context_tokens: float) -> float:
         """The iteration's memory reads at the effective bandwidth: the weights its tokens touch and the KV of
