@@ -8,6 +8,7 @@ faults, system events."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,9 @@ from fleet.testing.core.errors import AliyunError
 from fleet.testing.core.params import parse_time_s
 
 CONTROL_PREFIX = "/_fake/"
+# The most one POST /_fake/clock may move the clock: a year (a leap one) covers every schedule the fake
+# models (Monthly tasks, 91-day metric retention); more is a typo, and enough of it overflows datetime.
+MAX_ADVANCE_S = 366 * 86400.0
 
 
 class ControlError(ValueError):
@@ -79,7 +83,7 @@ class FakeControl:
             return 400, {"error": str(err)}
         except AliyunError as err:  # e.g. /_fake/groups with MinSize above MaxSize: the API's own refusal
             return err.status, {"error": str(err), "code": err.code}
-        except (ValueError, TypeError, KeyError) as err:
+        except (ValueError, TypeError, KeyError, OverflowError) as err:
             return 400, {"error": f"{type(err).__name__}: {err}"}
 
     def reset(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -92,9 +96,14 @@ class FakeControl:
 
     def clock(self, body: dict[str, Any]) -> dict[str, Any]:
         seconds = _number(body, "advance_s", required=True)
-        assert seconds is not None
+        if not math.isfinite(seconds):
+            raise ControlError(f"advance_s must be a finite number of seconds, got {seconds}")
         if seconds < 0:
             raise ControlError("advance_s must not be negative: the fake clock never goes backwards")
+        if seconds > MAX_ADVANCE_S:
+            raise ControlError(
+                f"advance_s must be at most {MAX_ADVANCE_S:g} (366 days) per call, got {seconds:g}"
+            )
         now = self.cloud.advance(seconds)
         return {"now": now.isoformat(), "now_ms": int(now.timestamp() * 1000)}
 

@@ -5,6 +5,7 @@ and only needed when the fake itself is asked to move time (``FakeCloud.advance`
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,26 @@ from typing import Protocol, runtime_checkable
 @runtime_checkable
 class Clock(Protocol):
     def now(self) -> datetime: ...
+
+
+def _checked_step(seconds: float) -> timedelta:
+    """``seconds`` as a step forward, refused (ValueError) unless it is finite and not negative: a clock that
+    took NaN or infinity would answer every later ``now()`` with an error."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"cannot move the clock by {seconds} s: not a finite number")
+    if seconds < 0:
+        raise ValueError(f"cannot move the clock backwards ({seconds} s)")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"cannot move the clock by {seconds} s: too far") from None
+
+
+def _moved(now: datetime, step: timedelta) -> datetime:
+    try:
+        return now + step
+    except OverflowError:
+        raise ValueError(f"cannot move the clock {step} past {now.isoformat()}: beyond year 9999") from None
 
 
 class ManualClock:
@@ -30,10 +51,10 @@ class ManualClock:
         return self._now
 
     def advance(self, seconds: float) -> datetime:
-        if seconds < 0:
-            raise ValueError(f"cannot move the clock backwards ({seconds} s)")
+        """Move forward by ``seconds``; a refused step (ValueError) leaves the clock where it was."""
+        step = _checked_step(seconds)
         with self._lock:
-            self._now = self._now + timedelta(seconds=seconds)
+            self._now = _moved(self._now, step)
             return self._now
 
     def set(self, when: datetime) -> None:
@@ -62,8 +83,10 @@ class ScaledClock:
         return self._start + timedelta(seconds=elapsed_s + self._offset_s)
 
     def advance(self, seconds: float) -> datetime:
-        if seconds < 0:
-            raise ValueError(f"cannot move the clock backwards ({seconds} s)")
+        """Move forward by ``seconds``; a refused step (ValueError) leaves the clock where it was. The new
+        time is computed before the offset changes, so an overflow cannot break every later ``now()``."""
+        step = _checked_step(seconds)
         with self._lock:
+            _moved(self.now(), step)
             self._offset_s += seconds
         return self.now()

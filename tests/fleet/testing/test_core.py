@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -57,6 +58,19 @@ def test_manual_clock_moves_only_when_advanced() -> None:
 def test_manual_clock_refuses_to_go_backwards() -> None:
     with pytest.raises(ValueError, match="backwards"):
         ManualClock(START).advance(-1)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: ManualClock(START), lambda: ScaledClock(start=START)], ids=["manual", "scaled"]
+)
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 1e12, 1e308])
+def test_a_clock_refuses_an_unusable_advance_and_keeps_its_time(
+    make: Callable[[], ManualClock | ScaledClock], seconds: float
+) -> None:
+    clock = make()
+    with pytest.raises(ValueError, match="cannot move the clock"):
+        clock.advance(seconds)
+    assert clock.now() - START < timedelta(minutes=1)
 
 
 def test_scaled_clock_adds_explicit_advances() -> None:

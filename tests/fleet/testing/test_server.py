@@ -6,6 +6,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -59,6 +60,19 @@ def test_clock_advance_boots_instances(server: FakeAliyunServer) -> None:
 def test_negative_advance_is_refused(server: FakeAliyunServer) -> None:
     status, body = call(server, "POST", "clock", {"advance_s": -5})
     assert status == 400 and "negative" in body["error"]
+
+
+@pytest.mark.parametrize("advance_s", [float("nan"), float("inf"), 1e12, 1e308, 366 * 86400 + 1])
+def test_an_unusable_advance_is_refused_and_the_server_keeps_working(
+    server: FakeAliyunServer, advance_s: float
+) -> None:
+    before = server.cloud.now()
+    status, body = call(server, "POST", "clock", {"advance_s": advance_s})
+    groups = EssClient(sdk_config(server.endpoint)).describe_scaling_groups(
+        m.DescribeScalingGroupsRequest(region_id=REGION)
+    )
+    assert status == 400 and "advance_s" in body["error"]
+    assert groups.body.scaling_groups == [] and server.cloud.now() - before < timedelta(minutes=1)
 
 
 def test_published_metrics_read_back_through_the_sdk(server: FakeAliyunServer) -> None:
