@@ -48,6 +48,40 @@ def _number(
     return float(value)
 
 
+@overload
+def _text(body: dict[str, Any], key: str, default: str) -> str: ...
+@overload
+def _text(body: dict[str, Any], key: str, *, required: Literal[True]) -> str: ...
+def _text(
+    body: dict[str, Any], key: str, default: str | None = None, *, required: bool = False
+) -> str | None:
+    """A string field: absent or null gives ``default``; anything but a string is refused (a number stored as
+    an event code would break every later read of it)."""
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise ControlError(f"{key} is required (a non-empty string)")
+        return default
+    if not isinstance(value, str) or (required and not value):
+        raise ControlError(f"{key} must be a {'non-empty ' if required else ''}string, got {value!r}")
+    return value
+
+
+def _time(body: dict[str, Any], key: str) -> datetime | None:
+    """A time field: ISO 8601 or ``YYYY-MM-DD hh:mm:ss`` (UTC) text, or epoch milliseconds; null is None."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ControlError(f"{key} must be an ISO 8601 time or epoch milliseconds, got {value!r}")
+    try:
+        return datetime.fromtimestamp(parse_time_s(str(value), key), UTC)
+    except AliyunError as err:
+        raise ControlError(err.message) from None
+    except (OverflowError, ValueError, OSError):
+        raise ControlError(f"{key} is out of range: {value!r}") from None
+
+
 class FakeControl:
     """The ``/_fake/`` endpoints, independent of the HTTP server so they can be tested directly."""
 
@@ -171,18 +205,14 @@ class FakeControl:
         }
 
     def events(self, body: dict[str, Any]) -> dict[str, Any]:
-        instance_id, code = body.get("instance_id"), body.get("code")
-        if not instance_id or not code:
-            raise ControlError("instance_id and code are required")
+        instance_id = _text(body, "instance_id", required=True)
+        code = _text(body, "code", required=True)
+        cycle_status = _text(body, "cycle_status", "Executing")
+        reason = _text(body, "reason", "")
+        when = _time(body, "not_before")
         if instance_id not in self.cloud.ecs.instances:
             raise ControlError(f"no instance {instance_id!r}")
-        not_before = body.get("not_before")
-        when = None
-        if not_before is not None:
-            when = datetime.fromtimestamp(parse_time_s(str(not_before), "not_before"), UTC)
-        event_id = self.cloud.add_system_event(
-            instance_id, code, body.get("cycle_status", "Executing"), when, body.get("reason", "")
-        )
+        event_id = self.cloud.add_system_event(instance_id, code, cycle_status, when, reason)
         return {"event_id": event_id}
 
     def state(self, body: dict[str, Any]) -> dict[str, Any]:

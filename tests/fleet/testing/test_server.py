@@ -144,6 +144,31 @@ def test_event_for_an_unknown_instance_is_refused(server: FakeAliyunServer) -> N
     assert status == 400 and "i-ghost" in body["error"]
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"code": 123},
+        {"code": ""},
+        {"code": ["SystemFailure.Reboot"]},
+        {"cycle_status": 1},
+        {"reason": {"why": "x"}},
+        {"not_before": 1.5},
+        {"not_before": "9" * 400},
+        {"not_before": "yesterday"},
+    ],
+)
+def test_an_event_with_a_field_of_the_wrong_type_is_refused_and_stores_nothing(
+    server: FakeAliyunServer, fields: dict[str, Any]
+) -> None:
+    iid = server.cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", region_id=REGION).instance_id
+    status, body = call(
+        server, "POST", "events", {"instance_id": iid, "code": "SystemFailure.Reboot", **fields}
+    )
+    state_status, _ = call(server, "GET", "state")
+    assert status == 400 and next(iter(fields)) in body["error"]
+    assert server.cloud.ecs.events == {} and state_status == 200
+
+
 def test_state_dumps_groups_and_instances(server: FakeAliyunServer) -> None:
     group_id = server.cloud.create_group_for_tests(in_service=2)
     status, body = call(server, "GET", "state")
