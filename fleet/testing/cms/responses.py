@@ -4,6 +4,7 @@ string; lists are wrapped (``Alarms.Alarm``)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fleet.testing.cms.models import (
@@ -15,7 +16,7 @@ from fleet.testing.cms.models import (
     parse_dimension_filter,
 )
 from fleet.testing.core.errors import AliyunError, invalid
-from fleet.testing.core.params import parse_time_ms
+from fleet.testing.core.params import loads_json, parse_time_ms
 from fleet.testing.core.responses import BaseResponse
 
 MAX_CUSTOM_METRICS_PER_CALL = 21  # PutCustomMetric MetricList.N, N <= 21 (aliyun-api.md section 2)
@@ -69,16 +70,16 @@ class CmsResponse(BaseResponse):
                 )
             dims = _json_obj(item.get("Dimensions"), f"MetricList.{i}.Dimensions")
             values = _json_obj(item.get("Values"), f"MetricList.{i}.Values")
-            value = values.get("value", values.get("Average", values.get("Sum")))
-            if not isinstance(value, int | float):
-                raise invalid(f'MetricList.{i}.Values needs a numeric "value".')
+            value = _finite(values.get("value", values.get("Average", values.get("Sum"))))
+            if value is None:
+                raise invalid(f'MetricList.{i}.Values needs a finite numeric "value".')
             ts = item.get("Time")
             parsed.append(
                 (
                     name,
                     str(item.get("GroupId", "0")),
                     dims,
-                    float(value),
+                    value,
                     None if ts in (None, "") else parse_time_ms(str(ts), f"MetricList.{i}.Time"),
                 )
             )
@@ -314,11 +315,23 @@ class CmsResponse(BaseResponse):
         return _ok(AlertLogList=logs[(number - 1) * size : number * size], PageNumber=number, PageSize=size)
 
 
+def _finite(value: Any) -> float | None:
+    """A JSON number as a float, or None for anything else: a bool, a string, or a number beyond float's
+    range (``1e999`` parses as infinity), which a Datapoints string could only print as invalid JSON."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _json_obj(raw: Any, name: str) -> dict[str, Any]:
     if raw in (None, ""):
         return {}
     try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
+        value = loads_json(raw) if isinstance(raw, str) else raw
     except ValueError:
         raise invalid(f"{name} is not valid JSON.") from None
     if not isinstance(value, dict):

@@ -25,6 +25,16 @@ def parse_query(query: str, body: bytes | str | None = None) -> dict[str, str]:
     return params
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` without Python's extensions ``NaN``, ``Infinity`` and ``-Infinity``: they are not JSON
+    (RFC 8259) and the real API, which parses JSON, refuses them. Raises ValueError."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 class Params:
     """Typed access to one request's parameters; errors use the real
     ``InvalidParameter``/``MissingParameter``.
@@ -153,7 +163,7 @@ class Params:
         if value is None:
             return default
         try:
-            return json.loads(value)
+            return loads_json(value)
         except ValueError:
             raise invalid(f'The specified parameter "{name}" is not valid JSON.') from None
 

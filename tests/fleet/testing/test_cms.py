@@ -75,6 +75,24 @@ def test_more_than_21_custom_metrics_per_call_is_invalid(cms: CmsClient) -> None
     assert (info.value.code, info.value.status_code) == ("InvalidParameter", 400)
 
 
+@pytest.mark.parametrize(
+    "values",
+    ['{"value": NaN}', '{"value": Infinity}', '{"value": -Infinity}', '{"value": 1e999}', '{"value": true}'],
+)
+def test_a_custom_metric_value_that_is_not_a_finite_json_number_is_invalid(
+    cms: CmsClient, cloud: FakeCloud, values: str
+) -> None:
+    item = cm.PutCustomMetricRequestMetricList(
+        metric_name="m", group_id="0", dimensions='{"instanceId": "i-1"}', type="0", values=values
+    )
+    with pytest.raises(ClientException) as info:
+        cms.put_custom_metric(cm.PutCustomMetricRequest(metric_list=[item]))
+    body = cms.describe_metric_list(
+        cm.DescribeMetricListRequest(namespace=cloud.custom_namespace, metric_name="m")
+    ).body
+    assert (info.value.code, info.value.status_code) == ("InvalidParameter", 400) and points(body) == []
+
+
 def test_custom_metric_list_names_each_series(cms: CmsClient, cloud: FakeCloud) -> None:
     put_custom(cms, "vllm_ttft_p99_ms", {"instanceId": "i-1"}, 200)
     body = cms.describe_custom_metric_list(

@@ -12,6 +12,7 @@ from alibabacloud_ess20220222.client import Client as EssClient
 from alibabacloud_tea_openapi.exceptions import ClientException, ServerException, ThrottlingException
 
 from fleet.testing import FakeCloud, ManualClock, ScaledClock, mock_aliyun
+from fleet.testing.core.errors import AliyunError
 from fleet.testing.core.params import Params, parse_query
 from fleet.testing.core.timers import TimerQueue
 
@@ -43,6 +44,13 @@ def test_booleans_are_parsed_case_insensitively(raw: str, expected: bool) -> Non
 
 def test_json_string_parameters_are_decoded() -> None:
     assert Params(parse_query("InstanceIds=%5B%22i-1%22%5D")).json_list("InstanceIds") == ["i-1"]
+
+
+@pytest.mark.parametrize("raw", ["[NaN]", '{"v": Infinity}', "-Infinity"])
+def test_json_string_parameters_refuse_python_constants_that_are_not_json(raw: str) -> None:
+    with pytest.raises(AliyunError) as info:
+        Params({"X": raw}).json("X")
+    assert (info.value.code, info.value.status) == ("InvalidParameter", 400)
 
 
 def test_times_accept_epoch_ms_and_date_strings() -> None:
