@@ -37,6 +37,37 @@ def test_nested_models_are_read_as_dicts() -> None:
     assert params.nested("Escalations") == {"Critical": {"Threshold": "90", "Times": "3"}}
 
 
+@pytest.mark.parametrize(("raw", "expected"), [("4", 4), ("-3", -3), ("4.0", 4), ("2147483647", 2**31 - 1)])
+def test_integer_parameters_read_whole_numbers(raw: str, expected: int) -> None:
+    assert Params({"N": raw}).int("N") == expected
+
+
+@pytest.mark.parametrize(
+    "raw", ["1.5", "1.9", "9" * 400 + ".0", "9" * 400, "2147483648", "1e3", "NaN", "inf", "1_000", " 4", "x"]
+)
+def test_an_integer_parameter_that_is_not_an_integer_is_invalid(raw: str) -> None:
+    with pytest.raises(AliyunError) as info:
+        Params({"N": raw}).int("N")
+    assert (info.value.code, info.value.status) == ("InvalidParameter", 400)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Action=CreateScalingGroup&ScalingGroupName=g&MinSize=" + "9" * 400 + ".0&MaxSize=2",
+        "Action=CreateScalingGroup&ScalingGroupName=g&MinSize=1.5&MaxSize=2",
+        "Action=DescribeScalingGroups&PageNumber=" + "9" * 400 + ".0",
+        "Action=DescribeScalingGroups&PageSize=1.9",
+    ],
+)
+def test_a_request_with_a_non_integer_count_is_invalid_and_creates_nothing(
+    cloud: FakeCloud, query: str
+) -> None:
+    response = requests.post(f"https://ess.aliyuncs.com/?RegionId=cn-chengdu&{query}", timeout=5)
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert cloud.ess.groups == {}
+
+
 @pytest.mark.parametrize(("raw", "expected"), [("True", True), ("false", False), ("1", True)])
 def test_booleans_are_parsed_case_insensitively(raw: str, expected: bool) -> None:
     assert Params({"Flag": raw}).bool("Flag") is expected
