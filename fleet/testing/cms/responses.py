@@ -17,7 +17,7 @@ from fleet.testing.cms.models import (
 )
 from fleet.testing.core.errors import AliyunError, invalid
 from fleet.testing.core.params import loads_json, parse_time_ms
-from fleet.testing.core.responses import BaseResponse
+from fleet.testing.core.responses import BaseResponse, page_bounds
 
 MAX_CUSTOM_METRICS_PER_CALL = 21  # PutCustomMetric MetricList.N, N <= 21 (aliyun-api.md section 2)
 MAX_HYBRID_METRICS_PER_CALL = 100
@@ -132,7 +132,7 @@ class CmsResponse(BaseResponse):
 
     def _page(self, rows: list[dict[str, Any]], period_s: int | None) -> dict[str, Any]:
         p = self.params
-        length = p.int("Length", DEFAULT_LENGTH) or DEFAULT_LENGTH
+        length = p.int("Length", DEFAULT_LENGTH)
         if not 1 <= length <= MAX_LENGTH:
             raise invalid(f"Length must be within 1-{MAX_LENGTH}.")
         token = p.str("NextToken")
@@ -177,7 +177,7 @@ class CmsResponse(BaseResponse):
     def describe_custom_metric_list(self) -> dict[str, Any]:
         p = self.params
         items = self.cms.custom_metric_list(p.str("GroupId"), p.str("MetricName"), p.str("Dimension"))
-        number, size = p.int("PageNumber", 1) or 1, p.int("PageSize", 10) or 10
+        number, size = page_bounds(p, 10, None)
         chunk = items[(number - 1) * size : number * size]
         return {
             "Code": "200",
@@ -266,7 +266,7 @@ class CmsResponse(BaseResponse):
                 rules = [r for r in rules if getattr(r, attr) == p.str(key)]
         if p.bool("EnableState") is not None:
             rules = [r for r in rules if r.enabled == p.bool("EnableState")]
-        number, size = p.int("Page", 1) or 1, p.int("PageSize", 100) or 100
+        number, size = page_bounds(p, 100, None, "Page")
         chunk = rules[(number - 1) * size : number * size]
         return {
             "Code": 200,
@@ -311,7 +311,7 @@ class CmsResponse(BaseResponse):
             if p.str(key):
                 logs = [x for x in logs if x.get(key) == p.str(key)]
         logs.reverse()  # newest first
-        number, size = p.int("PageNumber", 1) or 1, p.int("PageSize", 10) or 10
+        number, size = page_bounds(p, 10, None)
         return _ok(AlertLogList=logs[(number - 1) * size : number * size], PageNumber=number, PageSize=size)
 
 

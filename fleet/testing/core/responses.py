@@ -43,9 +43,22 @@ def page(
     number_key: str = "PageNumber",
     size_key: str = "PageSize",
 ) -> tuple[list[Any], int, int]:
-    number = params.int(number_key, 1) or 1
-    size = params.int(size_key, default_size) or default_size
-    if number < 1 or size < 1 or size > max_size:
-        raise AliyunError("InvalidParameter", f"{number_key}/{size_key} out of range ({number}/{size}).", 400)
+    number, size = page_bounds(params, default_size, max_size, number_key, size_key)
     start = (number - 1) * size
     return items[start : start + size], number, size
+
+
+def page_bounds(
+    params: Params,
+    default_size: int,
+    max_size: int | None,
+    number_key: str = "PageNumber",
+    size_key: str = "PageSize",
+) -> tuple[int, int]:
+    """The page number (from 1) and size (1 to ``max_size``; None: no upper bound documented), or
+    ``InvalidParameter``: 0 is out of range, not "the default"."""
+    number = params.int(number_key, 1)
+    size = params.int(size_key, default_size)
+    if number < 1 or size < 1 or (max_size is not None and size > max_size):
+        raise AliyunError("InvalidParameter", f"{number_key}/{size_key} out of range ({number}/{size}).", 400)
+    return number, size

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.testing.core.errors import AliyunError, invalid
-from fleet.testing.core.responses import BaseResponse
+from fleet.testing.core.responses import BaseResponse, page_bounds
 from fleet.testing.ecs.instance_types import INSTANCE_TYPES
 from fleet.testing.ecs.models import ACTIVE_CYCLE_STATUSES, EcsBackend, Instance, SystemEvent
 
@@ -53,7 +53,7 @@ class EcsResponse(BaseResponse):
         """MaxResults/NextToken when either is given, else PageNumber/PageSize."""
         p = self.params
         if "MaxResults" in p or "NextToken" in p:
-            size = p.int("MaxResults", default_size) or default_size
+            size = p.int("MaxResults", default_size)
             if not 1 <= size <= max_size:
                 raise invalid(f"MaxResults must be within 1-{max_size}.")
             token = p.str("NextToken")
@@ -64,10 +64,7 @@ class EcsResponse(BaseResponse):
             chunk = items[offset : offset + size]
             next_token = f"fake-{offset + size}" if offset + size < len(items) else ""
             return chunk, {"TotalCount": len(items), "NextToken": next_token, "MaxResults": size}
-        number = p.int("PageNumber", 1) or 1
-        size = p.int("PageSize", default_size) or default_size
-        if number < 1 or not 1 <= size <= max_size:
-            raise invalid(f"PageNumber/PageSize out of range ({number}/{size}).")
+        number, size = page_bounds(p, default_size, max_size)
         chunk = items[(number - 1) * size : number * size]
         return chunk, {"TotalCount": len(items), "PageNumber": number, "PageSize": size, "NextToken": ""}
 
@@ -130,7 +127,7 @@ class EcsResponse(BaseResponse):
             types = [t for t in types if t.gpu_amount >= low]
         if high is not None:
             types = [t for t in types if t.gpu_amount <= high]
-        size = p.int("MaxResults", 1600) or 1600
+        size = p.int("MaxResults", 1600)
         if not 1 <= size <= 1600:
             raise invalid("MaxResults must be within 1-1600.")
         token = p.str("NextToken")

@@ -161,6 +161,28 @@ def test_action_query_parameter_is_dispatched_too(cloud: FakeCloud) -> None:
     assert response.status_code == 200 and response.json()["ScalingGroups"] == []
 
 
+@pytest.mark.parametrize(
+    ("host", "query"),
+    [
+        ("metrics.cn-chengdu", "DescribeMetricList&Namespace=acs_ecs_dashboard&MetricName=m&Length=0"),
+        ("metrics.cn-chengdu", "DescribeMetricList&Namespace=acs_ecs_dashboard&MetricName=m&Length=1441"),
+        ("metrics.cn-chengdu", "DescribeCustomMetricList&PageNumber=0"),
+        ("metrics.cn-chengdu", "DescribeCustomMetricList&PageNumber=-1"),
+        ("metrics.cn-chengdu", "DescribeMetricRuleList&Page=0"),
+        ("metrics.cn-chengdu", "DescribeAlertLogList&PageSize=0"),
+        ("ecs.cn-chengdu", "DescribeInstances&MaxResults=0"),
+        ("ecs.cn-chengdu", "DescribeInstances&MaxResults=101"),
+        ("ecs.cn-chengdu", "DescribeInstances&PageNumber=0"),
+        ("ecs.cn-chengdu", "DescribeInstanceTypes&MaxResults=0"),
+        ("ess", "DescribeScalingGroups&PageNumber=0"),
+        ("ess", "DescribeScalingGroups&PageSize=0"),
+    ],
+)
+def test_a_page_size_or_number_out_of_range_is_invalid(cloud: FakeCloud, host: str, query: str) -> None:
+    response = requests.post(f"https://{host}.aliyuncs.com/?RegionId=cn-chengdu&Action={query}", timeout=5)
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+
+
 def test_injected_throttling_with_retry_after_raises_throttling_exception(
     ess: EssClient, cloud: FakeCloud
 ) -> None:
