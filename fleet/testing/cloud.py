@@ -420,7 +420,14 @@ class FakeCloud:
         default_cooldown_s: int = 300,
     ) -> str:
         """Create a group with one scaling configuration, optionally enabled and with ``in_service`` instances
-        already InService (booted at once, no activity left in progress). Returns the group id."""
+        already InService (booted at once, no activity left in progress). Returns the group id.
+
+        Raises ValueError, creating nothing, when ``in_service`` is negative, above ``max_size`` or given
+        for a group left disabled (the scale-out would otherwise stop short of it without a word)."""
+        if not 0 <= in_service <= max_size:
+            raise ValueError(f"in_service must be from 0 to max_size ({max_size}), got {in_service}")
+        if in_service and not enable:
+            raise ValueError("in_service needs an enabled group (enable: true)")
         with self.lock:
             self._run_timers()
             return self.ess.create_group_for_tests(

@@ -82,6 +82,25 @@ def _time(body: dict[str, Any], key: str) -> datetime | None:
         raise ControlError(f"{key} is out of range: {value!r}") from None
 
 
+def _check_group(body: dict[str, Any]) -> None:
+    """The types of a ``/_fake/groups`` body, checked before anything is created (``in_service`` against
+    ``max_size`` is FakeCloud.create_group_for_tests's check; MinSize <= MaxSize and such, the API's)."""
+    for key in ("name", "instance_type", "scaling_policy"):
+        if key in body:
+            _text(body, key, required=True)
+    if body.get("region_id") is not None:
+        _text(body, "region_id", required=True)
+    if "enable" in body and not isinstance(body["enable"], bool):
+        raise ControlError(f"enable must be true or false, got {body['enable']!r}")
+    counts = ("min_size", "max_size", "desired_capacity", "in_service", "default_cooldown_s")
+    for key in counts:
+        value = body.get(key)
+        if key == "desired_capacity" and value is None:
+            continue  # null: the group has no desired capacity
+        if key in body and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ControlError(f"{key} must be a whole number, got {value!r}")
+
+
 class FakeControl:
     """The ``/_fake/`` endpoints, independent of the HTTP server so they can be tested directly."""
 
@@ -235,6 +254,7 @@ class FakeControl:
         unknown = set(body) - allowed
         if unknown:
             raise ControlError(f"unknown group field(s) {sorted(unknown)}; expected {sorted(allowed)}")
+        _check_group(body)
         return {"group_id": self.cloud.create_group_for_tests(**body)}
 
     def stock(self, body: dict[str, Any]) -> dict[str, Any]:

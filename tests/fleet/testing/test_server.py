@@ -193,6 +193,28 @@ def test_groups_endpoint_answers_an_invalid_group_with_the_api_error(server: Fak
     assert server.cloud.ess.groups == {}
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"max_size": 2, "in_service": 5},
+        {"in_service": -3},
+        {"in_service": 1, "enable": False},
+        {"in_service": 1.5},
+        {"min_size": True},
+        {"desired_capacity": "2"},
+        {"name": 5},
+        {"region_id": 7},
+        {"enable": "no"},
+    ],
+)
+def test_groups_endpoint_refuses_a_bad_body_and_creates_nothing(
+    server: FakeAliyunServer, fields: dict[str, Any]
+) -> None:
+    status, body = call(server, "POST", "groups", fields)
+    assert status == 400 and next(iter(reversed(fields))) in body["error"]
+    assert server.cloud.ess.groups == {} and server.cloud.ecs.instances == {}
+
+
 def test_unknown_control_endpoint_is_404(server: FakeAliyunServer) -> None:
     assert call(server, "POST", "teleport", {})[0] == 404
 
