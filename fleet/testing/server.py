@@ -45,7 +45,13 @@ def _number(
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ControlError(f"{key} must be a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float's range
+        number = math.inf
+    if not math.isfinite(number):  # JSON has no NaN or Infinity; Python's json module reads them anyway
+        raise ControlError(f"{key} must be a finite number, got {value!r}")
+    return number
 
 
 @overload
@@ -149,8 +155,6 @@ class FakeControl:
 
     def clock(self, body: dict[str, Any]) -> dict[str, Any]:
         seconds = _number(body, "advance_s", required=True)
-        if not math.isfinite(seconds):
-            raise ControlError(f"advance_s must be a finite number of seconds, got {seconds}")
         if seconds < 0:
             raise ControlError("advance_s must not be negative: the fake clock never goes backwards")
         if seconds > MAX_ADVANCE_S:
@@ -293,11 +297,12 @@ class FakeControl:
         instance_type = body.get("instance_type")
         if not isinstance(instance_type, str) or not instance_type:
             raise ControlError("instance_type is required (a non-empty string)")
-        self.cloud.set_price(
-            instance_type,
-            on_demand_cny_per_hour=_number(body, "on_demand_cny_per_hour"),
-            spot_cny_per_hour=_number(body, "spot_cny_per_hour"),
-        )
+        on_demand = _number(body, "on_demand_cny_per_hour")
+        spot = _number(body, "spot_cny_per_hour")
+        for key, price in (("on_demand_cny_per_hour", on_demand), ("spot_cny_per_hour", spot)):
+            if price is not None and price < 0:
+                raise ControlError(f"{key} must not be negative, got {price:g}")
+        self.cloud.set_price(instance_type, on_demand_cny_per_hour=on_demand, spot_cny_per_hour=spot)
         return {"ok": True}
 
     def limits(self, body: dict[str, Any]) -> dict[str, Any]:

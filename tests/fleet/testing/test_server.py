@@ -215,6 +215,39 @@ def test_groups_endpoint_refuses_a_bad_body_and_creates_nothing(
     assert server.cloud.ess.groups == {} and server.cloud.ecs.instances == {}
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"on_demand_cny_per_hour": -1.0},
+        {"spot_cny_per_hour": -0.5},
+        {"on_demand_cny_per_hour": float("nan")},
+        {"spot_cny_per_hour": float("inf")},
+        {"on_demand_cny_per_hour": 12.0, "spot_cny_per_hour": float("nan")},
+    ],
+)
+def test_prices_endpoint_refuses_a_negative_or_non_finite_price_and_sets_nothing(
+    server: FakeAliyunServer, fields: dict[str, float]
+) -> None:
+    status, body = call(server, "POST", "prices", {"instance_type": "ecs.gn7i-c8g1.2xlarge", **fields})
+    assert status == 400 and "cny_per_hour" in body["error"]
+    assert (server.cloud.prices.on_demand, server.cloud.prices.spot) == ({}, {})
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("metrics", {"namespace": "ns", "metric": "m", "value": float("nan")}),
+        ("metrics", {"namespace": "ns", "metric": "m", "value": 1.0, "maximum": float("inf")}),
+        ("faults", {"action": "DescribeScalingGroups", "latency_s": float("inf")}),
+        ("faults", {"action": "DescribeScalingGroups", "retry_after_s": float("nan")}),
+    ],
+)
+def test_control_numbers_must_be_finite(server: FakeAliyunServer, path: str, fields: dict[str, Any]) -> None:
+    status, body = call(server, "POST", path, fields)
+    assert status == 400 and "finite" in body["error"]
+    assert server.cloud.cms.state()["series"] == [] and server.cloud.faults.rules == []
+
+
 def test_unknown_control_endpoint_is_404(server: FakeAliyunServer) -> None:
     assert call(server, "POST", "teleport", {})[0] == 404
 
