@@ -149,6 +149,10 @@ class ScalingGroup:
     spot_instance_remedy: bool = False
     compensate_with_on_demand: bool = False
     retry_not_before_s: float = 0.0  # after a stock failure, the reconcile waits until then
+    # Created with DesiredCapacity: only such a group may set it again after DisableDesiredCapacity
+    # (aliyun-api.md section 1.2, "enabled only at CreateScalingGroup"; the SDK's ModifyScalingGroup notes
+    # that re-enabling needs DesiredCapacity again).
+    created_with_desired: bool = False
 
     @property
     def desired_enabled(self) -> bool:

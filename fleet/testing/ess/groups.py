@@ -64,6 +64,7 @@ class GroupsMixin(EssBase):
             min_size=min_size,
             max_size=max_size,
             desired_capacity=desired_capacity,
+            created_with_desired=desired_capacity is not None,
             default_cooldown_s=default_cooldown_s,
             scaling_policy=scaling_policy,
             removal_policies=removal_policies or ["OldestScalingConfiguration", "OldestInstance"],
@@ -168,6 +169,7 @@ class GroupsMixin(EssBase):
         group = self.group(group_id)
         new_min = group.min_size if min_size is None else min_size
         new_max = group.max_size if max_size is None else max_size
+        _check_desired_allowed(group, desired_capacity, disable_desired_capacity)
         new_desired = group.desired_capacity if desired_capacity is None else desired_capacity
         if disable_desired_capacity:
             new_desired = None
@@ -319,3 +321,14 @@ class GroupsMixin(EssBase):
             if config.group_id == group.group_id:
                 config.lifecycle_state = "Active" if config.config_id == config_id else "Inactive"
         group.active_config_id = config_id
+
+
+def _check_desired_allowed(group: ScalingGroup, desired: int | None, disable: bool | None) -> None:
+    """A DesiredCapacity for a group created without one is refused, not taken as a switch: desired capacity
+    is enabled only at CreateScalingGroup (aliyun-api.md section 1.2). What the real API answers is not
+    documented [INF: InvalidParameter]; a group created with it may set it again after disabling it."""
+    if desired is not None and not disable and not group.created_with_desired:
+        raise invalid(
+            f"The scaling group {group.group_id} was created without DesiredCapacity: the expected "
+            "number of instances can be enabled only by CreateScalingGroup."
+        )

@@ -88,6 +88,36 @@ def test_desired_outside_bounds_is_invalid_parameter_conflict(h: EssHelper, ess:
     assert code == ("InvalidParameter.Conflict", 400)
 
 
+@pytest.mark.parametrize("disable", [None, False])
+def test_desired_capacity_on_a_group_created_without_it_is_invalid_and_changes_nothing(
+    h: EssHelper, ess: EssClient, cloud: FakeCloud, disable: bool | None
+) -> None:
+    group_id = h.make_group(max_size=5)
+    code = error_code(
+        lambda: ess.modify_scaling_group(
+            m.ModifyScalingGroupRequest(
+                scaling_group_id=group_id, desired_capacity=4, disable_desired_capacity=disable
+            )
+        )
+    )
+    cloud.advance(60)
+    g = h.group(group_id)
+    assert code == ("InvalidParameter", 400)
+    assert (g.enable_desired_capacity, g.desired_capacity, g.total_capacity) == (False, None, 0)
+
+
+def test_a_group_created_with_desired_capacity_can_disable_and_set_it_again(
+    h: EssHelper, ess: EssClient
+) -> None:
+    group_id = h.make_group(max_size=5, desired=1)
+    ess.modify_scaling_group(
+        m.ModifyScalingGroupRequest(scaling_group_id=group_id, disable_desired_capacity=True)
+    )
+    ess.modify_scaling_group(m.ModifyScalingGroupRequest(scaling_group_id=group_id, desired_capacity=2))
+    g = h.group(group_id)
+    assert (g.enable_desired_capacity, g.desired_capacity) == (True, 2)
+
+
 def test_lowering_max_below_desired_works_when_desired_changes_in_the_same_call(
     h: EssHelper, ess: EssClient
 ) -> None:
