@@ -106,8 +106,13 @@ class CmsResponse(BaseResponse):
                 for _, lab in sorted(labels.items(), key=lambda kv: int(kv[0]))
                 if isinstance(lab, dict)
             }
+            value = _finite_text(item["Value"])
+            if value is None:
+                raise invalid(f"MetricList.{i}.Value must be a finite number, got {item['Value']!r}.")
             ts = item.get("TS")
-            parsed.append((name, dims, float(item["Value"]), None if ts in (None, "") else int(float(ts))))
+            if ts not in (None, "") and not (isinstance(ts, str) and ts.isascii() and ts.isdigit()):
+                raise invalid(f"MetricList.{i}.TS must be epoch milliseconds, got {ts!r}.")
+            parsed.append((name, dims, value, None if ts in (None, "") else int(ts)))
         for name, dims, value, ts_ms in parsed:
             self.cms.put_point(namespace, name, dims, value, ts_ms)
         return {"Code": "Success", "Success": True, "ErrorDetail": []}
@@ -323,6 +328,15 @@ def _finite(value: Any) -> float | None:
     try:
         number = float(value)
     except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _finite_text(raw: Any) -> float | None:
+    """A number sent as text (``str()`` of a float), or None when it is not one or not finite ("nan")."""
+    try:
+        number = float(raw)
+    except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
 

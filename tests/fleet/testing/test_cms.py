@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 from alibabacloud_cms20190101 import models as cm
 from alibabacloud_cms20190101.client import Client as CmsClient
 from alibabacloud_tea_openapi.exceptions import ClientException
@@ -91,6 +92,20 @@ def test_a_custom_metric_value_that_is_not_a_finite_json_number_is_invalid(
         cm.DescribeMetricListRequest(namespace=cloud.custom_namespace, metric_name="m")
     ).body
     assert (info.value.code, info.value.status_code) == ("InvalidParameter", 400) and points(body) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "ts"), [("nan", ""), ("inf", ""), ("abc", ""), ("1", "abc"), ("1", "1e999")]
+)
+def test_hybrid_data_with_a_value_or_time_that_is_not_a_finite_number_is_invalid(
+    cloud: FakeCloud, value: str, ts: str
+) -> None:
+    query = f"Namespace=ns&MetricList.1.Name=q&MetricList.1.Value={value}&MetricList.1.TS={ts}"
+    response = requests.post(
+        f"https://metrics.cn-chengdu.aliyuncs.com/?Action=PutHybridMonitorMetricData&{query}", timeout=5
+    )
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert cloud.cms.state()["series"] == []
 
 
 def test_custom_metric_list_names_each_series(cms: CmsClient, cloud: FakeCloud) -> None:
