@@ -953,15 +953,21 @@ def _gpu_rates(data: dict[str, Any], source_name: str) -> dict[str, tuple[float,
     rates: dict[str, tuple[float, bool]] = {}
     for gpu, rate in _section(data, "gpu_cny_per_hour", source_name).items():
         where = f"gpu_cny_per_hour.{gpu}"
-        if isinstance(rate, dict):
-            _fields(rate, ("value", "estimate", "basis"), where, source_name)
-            if "value" not in rate:
-                raise SizingInputError(f"{source_name}: {where} needs a value (CNY per GPU-hour)")
-            value = _number(rate["value"], f"{where}.value", source_name)
-            rates[str(gpu)] = (value, _flag(rate, where, source_name))
-        else:
-            rates[str(gpu)] = (_number(rate, where, source_name), False)
+        rates[str(gpu)] = _priced(rate, where, ("value", "basis"), "a value (CNY per GPU-hour)", source_name)
     return rates
+
+
+def _priced(
+    raw: Any, where: str, keys: tuple[str, str], needs: str, source_name: str
+) -> tuple[float, bool]:  # Any: a YAML value
+    """(figure, estimate) of a price entry: a bare number, or a mapping of ``keys`` (the figure's key and a
+    note's) and ``estimate``; one line naming the entry for anything else."""
+    if not isinstance(raw, dict):
+        return _number(raw, where, source_name), False
+    _fields(raw, (keys[0], "estimate", keys[1]), where, source_name)
+    if keys[0] not in raw:
+        raise SizingInputError(f"{source_name}: {where} needs {needs}")
+    return _number(raw[keys[0]], f"{where}.{keys[0]}", source_name), _flag(raw, where, source_name)
 
 
 def _type_prices(data: dict[str, Any], source_name: str) -> dict[str, Price]:
@@ -969,14 +975,8 @@ def _type_prices(data: dict[str, Any], source_name: str) -> dict[str, Price]:
     for name, p in _section(data, "types", source_name).items():
         full = name if str(name).startswith("ecs.") else f"ecs.{name}"
         where = f"types.{full}"
-        if isinstance(p, dict):
-            _fields(p, ("cny_per_hour", "estimate", "source"), where, source_name)
-            if "cny_per_hour" not in p:
-                raise SizingInputError(f"{source_name}: {where} needs cny_per_hour")
-            value = _number(p["cny_per_hour"], f"{where}.cny_per_hour", source_name)
-            types[full] = Price(value, _flag(p, where, source_name), str(p.get("source", "")))
-        else:
-            types[full] = Price(_number(p, where, source_name), False, source_name)
+        value, estimate = _priced(p, where, ("cny_per_hour", "source"), "cny_per_hour", source_name)
+        types[full] = Price(value, estimate, str(p.get("source", "")) if isinstance(p, dict) else source_name)
     return types
 
 
