@@ -86,7 +86,7 @@ class GroupsMixin(EssBase):
                 hook.get("LifecycleHookName"),
                 hook.get("LifecycleTransition"),
                 hook.get("DefaultResult"),
-                _opt_int(hook.get("HeartbeatTimeout")),
+                _opt_int(hook.get("HeartbeatTimeout"), "HeartbeatTimeout"),
                 hook.get("NotificationArn"),
                 hook.get("NotificationMetadata"),
             )

@@ -55,9 +55,9 @@ class RulesMixin(EssBase):
             for step in step_adjustments:
                 steps.append(
                     {
-                        "lower": _opt_float(step.get("MetricIntervalLowerBound")),
-                        "upper": _opt_float(step.get("MetricIntervalUpperBound")),
-                        "adjustment": _opt_int(step.get("ScalingAdjustment")),
+                        "lower": _opt_float(step.get("MetricIntervalLowerBound"), "MetricIntervalLowerBound"),
+                        "upper": _opt_float(step.get("MetricIntervalUpperBound"), "MetricIntervalUpperBound"),
+                        "adjustment": _opt_int(step.get("ScalingAdjustment"), "ScalingAdjustment"),
                     }
                 )
         elif rule_type == "TargetTrackingScalingRule" and metric_name and "Gpu" in metric_name:

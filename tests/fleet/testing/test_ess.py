@@ -736,3 +736,21 @@ def test_alarm_on_an_unknown_system_metric_is_refused(h: EssHelper, ess: EssClie
         )
     )
     assert code == ("InvalidParameter", 400)
+
+
+def test_a_step_rules_numbers_are_checked_like_every_other_parameter(h: EssHelper, ess: EssClient) -> None:
+    group_id = h.make_group()
+
+    def create(**step) -> tuple[str, int]:
+        request = m.CreateScalingRuleRequest(
+            scaling_group_id=group_id,
+            scaling_rule_type="StepScalingRule",
+            adjustment_type="QuantityChangeInCapacity",
+            step_adjustments=[m.CreateScalingRuleRequestStepAdjustments(**step)],
+        )
+        return error_code(lambda: ess.create_scaling_rule(request))
+
+    # a fractional adjustment was truncated to 1, junk answered with a 500
+    assert create(metric_interval_lower_bound=0, scaling_adjustment=1.5) == ("InvalidParameter", 400)
+    assert create(metric_interval_lower_bound="junk", scaling_adjustment=1) == ("InvalidParameter", 400)
+    assert create(metric_interval_lower_bound=float("nan"), scaling_adjustment=1) == ("InvalidParameter", 400)
