@@ -227,6 +227,8 @@ def _check_group_field(key: str, value: Any, where: str) -> None:
         raise SnapshotError(f"{where}: expected a whole number, got {value!r}")
     if key.endswith("_s") and value > MAX_DURATION_S:  # the rules step through time by these
         raise SnapshotError(f"{where}: {value!r} s is longer than {MAX_DURATION_S / 86400:.0f} days")
+    if key == "publish_period_s" and value <= 0:  # the window's slack and the rules' sample spacing
+        raise SnapshotError(f"{where}: the agent's period must be positive, got {value!r}")
 
 
 def window_from_json(data: Any, where: str = "snapshot") -> Window:
@@ -409,6 +411,8 @@ def _scale_out_from_json(raw: Any, at: str) -> tuple[datetime, int, int]:
     if not isinstance(raw, Mapping) or "at" not in raw:
         raise SnapshotError(f"{at}: expected an object with at, from, to")
     counts = [_instance_count(raw.get(key, 0), f"{at}.{key}") for key in ("from", "to")]
+    if counts[1] <= counts[0]:  # the cold-start rule reads the instances a scale-out added
+        raise SnapshotError(f"{at}: a scale-out goes up; from {counts[0]} to {counts[1]} does not")
     return (parse_time(raw["at"], f"{at}.at"), counts[0], counts[1])
 
 

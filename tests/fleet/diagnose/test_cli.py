@@ -303,6 +303,14 @@ def _set(key: str, value: Any) -> Any:
         ),
         (lambda w: w["group"].__setitem__("cold_start_s", 1e308), "group.cold_start_s: 1e+308 s is longer"),
         (lambda w: w["group"].__setitem__("publish_period_s", 1e300), "group.publish_period_s: 1e+300 s"),
+        (
+            lambda w: w["group"].__setitem__("publish_period_s", 0),
+            "group.publish_period_s: the agent's period",
+        ),
+        (
+            _set("scale_outs", [{"at": "2026-03-02T02:07:00Z", "from": 4, "to": 2}]),
+            "scale_outs[0]: a scale-out goes up; from 4 to 2 does not",
+        ),
     ],
 )
 def test_a_snapshot_time_or_number_out_of_range_is_one_line_naming_the_field(tmp_path, capsys, change, named):
