@@ -203,12 +203,20 @@ class FakeControl:
         unknown = set(body) - allowed
         if unknown:
             raise ControlError(f"unknown fault field(s) {sorted(unknown)}; expected {sorted(allowed)}")
-        count = body.get("count")
+        status = _number(body, "status", 400.0)
+        rate = _number(body, "rate", 1.0)
+        count = _number(body, "count")
+        if status is None or status != int(status) or not 400 <= status <= 599:
+            raise ControlError(f"status must be an HTTP error status 400-599, got {body.get('status')!r}")
+        if rate is None or not 0.0 < rate <= 1.0:
+            raise ControlError(f"rate must be a share above 0 and at most 1, got {body.get('rate')!r}")
+        if count is not None and (count != int(count) or count < 1):
+            raise ControlError(f"count must be a whole number of calls from 1, got {body.get('count')!r}")
         rule = self.cloud.inject_fault(
             body.get("action"),
             code=body.get("code", "Throttling.User"),
-            status=int(body.get("status", 400)),
-            rate=float(body.get("rate", 1.0)),
+            status=int(status),
+            rate=rate,
             count=None if count is None else int(count),
             retry_after_s=_number(body, "retry_after_s"),
             latency_s=_number(body, "latency_s", 0.0) or 0.0,

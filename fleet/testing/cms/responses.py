@@ -231,7 +231,7 @@ class CmsResponse(BaseResponse):
             except ValueError:
                 raise invalid(f"Escalations.{level}.Threshold/Times must be numbers.") from None
         contact_groups = p.req("ContactGroups")
-        period_s = p.int("Period", 60) or 60
+        period_s = _at_least_one(p.int("Period", 60), "Period")
         now_ms = int(self.cloud.now_s() * 1000)
         rule = MetricRule(
             rule_id=rule_id,
@@ -242,8 +242,8 @@ class CmsResponse(BaseResponse):
             contact_groups=contact_groups,
             escalations=escalations,
             period_s=period_s,
-            interval_s=p.int("Interval") or period_s,
-            silence_time_s=p.int("SilenceTime", 86400) or 86400,
+            interval_s=_at_least_one(p.int("Interval", period_s), "Interval"),
+            silence_time_s=_at_least_one(p.int("SilenceTime", 86400), "SilenceTime"),
             no_data_policy=p.str("NoDataPolicy", "KEEP_LAST_STATE") or "KEEP_LAST_STATE",
             webhook=p.str("Webhook"),
             send_ok=bool(p.bool("SendOK", False)),
@@ -310,7 +310,7 @@ class CmsResponse(BaseResponse):
         end_ms = p.time_ms("EndTime") or now_ms
         start_ms = p.time_ms("StartTime")
         if start_ms is None:
-            start_ms = end_ms - (p.int("LastMin") or 60) * 60 * 1000
+            start_ms = end_ms - _at_least_one(p.int("LastMin", 60), "LastMin") * 60 * 1000
         logs = [x for x in self.cms.alert_logs if start_ms <= int(x["AlertTime"]) <= end_ms]
         for key in ("Namespace", "MetricName", "RuleId", "RuleName", "Level", "SendStatus"):
             if p.str(key):
@@ -350,4 +350,11 @@ def _json_obj(raw: Any, name: str) -> dict[str, Any]:
         raise invalid(f"{name} is not valid JSON.") from None
     if not isinstance(value, dict):
         raise invalid(f"{name} must be a JSON object.")
+    return value
+
+
+def _at_least_one(value: int | None, name: str) -> int:
+    """A count of seconds or minutes the API takes from 1 (0 was read as the default, a negative as is)."""
+    if value is None or value < 1:
+        raise invalid(f"{name} must be at least 1, got {value}.")
     return value

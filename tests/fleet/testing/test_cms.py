@@ -312,6 +312,16 @@ def test_rule_without_escalations_is_refused(cms: CmsClient) -> None:
     assert info.value.code == "MissingParameter.Escalations"
 
 
+@pytest.mark.parametrize("field", ["period", "silence_time", "interval"])
+def test_a_rule_period_of_zero_is_refused_not_read_as_the_default(cms: CmsClient, field: str) -> None:
+    request = rule_request("r-3")
+    setattr(request, field, 0)
+    with pytest.raises(ClientException) as info:
+        cms.put_resource_metric_rule(request)
+    assert info.value.code == "InvalidParameter"
+    assert cms.describe_metric_rule_list(cm.DescribeMetricRuleListRequest()).body.alarms.alarm == []
+
+
 def test_rule_alerts_after_times_consecutive_breaches(cms: CmsClient, cloud: FakeCloud) -> None:
     cms.put_resource_metric_rule(rule_request("r-1", threshold=85, times=2))
     for _ in range(3):

@@ -125,6 +125,21 @@ def test_unknown_fault_field_is_refused(server: FakeAliyunServer) -> None:
     assert status == 400 and "probability" in body["error"]
 
 
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"action": "X", "status": 200}, "status must be an HTTP error status"),
+        ({"action": "X", "rate": 5}, "rate must be a share"),
+        ({"action": "X", "count": -1}, "count must be a whole number"),
+        ({"action": "X", "count": 1.5}, "count must be a whole number"),
+    ],
+)
+def test_a_fault_with_a_status_rate_or_count_no_fault_can_have_is_refused(server, body, named) -> None:
+    status, answer = call(server, "POST", "faults", body)
+    assert status == 400 and named in answer["error"]
+    assert call(server, "GET", "faults", None)[1].get("faults", []) == []
+
+
 def test_system_event_shows_in_full_status(server: FakeAliyunServer) -> None:
     iid = server.cloud.ecs.create_instance("ecs.gn7i-c8g1.2xlarge", region_id=REGION).instance_id
     status, body = call(server, "POST", "events", {"instance_id": iid, "code": "SystemFailure.Reboot"})
