@@ -269,10 +269,8 @@ def hybrid_kv(dep: Deployment) -> bool:
 
 
 def _attn_token_bytes(dep: Deployment) -> int:
-    """One full-attention layer's KV for one token on one rank."""
-    model = dep.model
-    elem = 1 if dep.kv_cache_dtype == "fp8" else 2
-    return 2 * max(1, model.kv_heads // dep.tp) * model.head_dim * elem
+    """One full-attention layer's KV for one token on one rank (a hybrid has no MLA: every layer alike)."""
+    return kv_bytes_per_token(dep.model, dep.tp, dep.kv_cache_dtype, dep.dtype) // dep.model.layers
 
 
 def linear_state_bytes(model: ModelShape, tp: int) -> int:
