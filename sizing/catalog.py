@@ -464,8 +464,9 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
+    model_type = str(cfg.get("model_type", ""))
     # Gemma 3 states its context already scaled (vLLM skips its factor)
-    rope = None if "gemma3" in str(cfg.get("model_type", "")) else cfg.get("rope_scaling")
+    rope = None if "gemma3" in model_type else cfg.get("rope_scaling")
     context = _scaled_context(rope, max_position, name)
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
@@ -483,7 +484,6 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     quantization, quant_group = _quantization(cfg.get("quantization_config"), name)
     if quantization == "mxfp4" and not experts:
         raise SizingInputError(f"{name}: an mxfp4 checkpoint is modelled for MoE models (gpt-oss) only")
-    model_type = str(cfg.get("model_type", ""))
     qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias")) or model_type in {
         "qwen2",
         "qwen2_moe",
