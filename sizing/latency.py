@@ -357,8 +357,7 @@ def capacity_estimate(
     c_prefill = (
         perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
     ) / perf.compute_flops + perf.comm_s_per_token
-    if plan.prefix_caching:
-        c_prefill *= 1.0 - prefix_hit_share  # cached prompt tokens are not computed
+    c_prefill *= plan.computed_share(prefix_hit_share)  # cached prompt tokens are not computed
 
     def tau(n: int) -> float:
         a, b = perf.decode_affine(n)

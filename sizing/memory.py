@@ -197,6 +197,11 @@ class MemoryPlan:
         state is not kept per block (vLLM runs it without prefix caching)."""
         return self.local is None or self.local.kind != "linear"
 
+    def computed_share(self, prefix_hit: float) -> float:
+        """The share of a prompt vLLM computes when ``prefix_hit`` of it is in the prefix cache: the rest,
+        or all of it where nothing is cached here."""
+        return 1.0 - prefix_hit if self.prefix_caching else 1.0
+
     @property
     def kv_context_tokens(self) -> int:
         """The KV cache in tokens of context as sequences spend it (a hybrid's local groups aside)."""

@@ -462,7 +462,7 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
     if slo.ttft_p99_ms is not None:
         # a mean prompt's prefill on an idle engine, its cached share skipped: a TTFT SLO under it is a floor
         # no count meets (the simulation would only say so after spending the budget on it)
-        computed = max(1, round(p * (1.0 - workload.prefix_hit if cand.plan.prefix_caching else 1.0)))
+        computed = max(1, round(p * cand.plan.computed_share(workload.prefix_hit)))
         idle_ms = cand.perf.prefill_s(computed, cand.plan.max_num_batched_tokens) * 1000
         if idle_ms >= slo.ttft_p99_ms:
             why = f"a mean {p:,.0f}-token prompt prefills in {idle_ms:.0f} ms on an idle engine"
