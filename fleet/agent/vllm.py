@@ -322,12 +322,11 @@ class VllmCollector:
             name = parsed.first_present(names, "_bucket")
             if name is not None:
                 histograms[key] = parsed.buckets(name)
-        preempt_name = parsed.first_present(PREEMPTIONS)
         counters = {
             "success": parsed.total(REQUEST_SUCCESS),
             "generation": parsed.total(GENERATION_TOKENS),
             "prompt": parsed.total(PROMPT_TOKENS),
-            "preemptions": parsed.total(preempt_name) if preempt_name else None,
+            "preemptions": _first_total(parsed, PREEMPTIONS),
             "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
             "prefix_queries": _first_total(parsed, PREFIX_CACHE_QUERIES),
             "prefix_hits": _first_total(parsed, PREFIX_CACHE_HITS),

@@ -69,9 +69,9 @@ class _State:
     window: Window
     serving: list[InstanceWindow]
     measured: list[InstanceWindow]  # serving and publishing the agent's metrics
-    # the node rules (XID, throttling) read every serving instance, the samples it has: a node fault often
-    # stops the agent, and CloudMonitor's own GPU metrics keep coming
     # instances without vLLM's metrics from the agent: the last sample when they stopped, None when absent
+    # (the node rules still read their samples: a node fault often stops the agent, and CloudMonitor's own
+    # GPU metrics keep coming)
     agent_stopped: dict[str, datetime | None] = field(default_factory=dict)
     stopped_by_fault: set[str] = field(default_factory=set)  # ... because of a node fault: its consequence
     explained: set[str] = field(default_factory=set)  # instances whose slowness a node finding explains
