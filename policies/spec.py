@@ -68,13 +68,18 @@ def parse_duration(value: Any) -> float:
 MAX_DURATION_S = 366 * 86400.0  # no window, hold or history of this tool is longer than a year
 
 
+class DurationRangeError(ValueError):
+    """A duration that reads as one, out of range (infinite, negative, longer than MAX_DURATION_S); a plain
+    ValueError from :func:`parse_duration` is text that is no duration at all."""
+
+
 def _checked_duration(seconds: float) -> float:
     if not math.isfinite(seconds):
-        raise ValueError("a duration must be a finite number of seconds")
+        raise DurationRangeError("a duration must be a finite number of seconds")
     if seconds < 0:
-        raise ValueError("a duration cannot be negative")
+        raise DurationRangeError("a duration cannot be negative")
     if seconds > MAX_DURATION_S:
-        raise ValueError("a duration cannot be longer than 366d")
+        raise DurationRangeError("a duration cannot be longer than 366d")
     return seconds
 
 

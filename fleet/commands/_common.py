@@ -95,16 +95,16 @@ def parse_window(text: str, option: str) -> float:
     """A positive duration given on the command line (``30m``, ``4h``, ``7d``, ``1h30m``, plain seconds) in
     seconds, or one clear line and exit 2 that says what is wrong: not a duration, negative or zero (a window
     of zero length holds nothing to report), or longer than the 366 days any window of this tool may be."""
-    from policies.spec import parse_duration
+    from policies.spec import DurationRangeError, parse_duration
 
     body = text.strip()
     negative = body.startswith("-")
     try:
         seconds = parse_duration(body[1:] if negative else body)
-    except ValueError as exc:
-        if repr(body[1:] if negative else body) in str(exc):  # its syntax, not its size
-            fail(f"{option}: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
+    except DurationRangeError as exc:  # its size, not its syntax
         fail(f"{option}: {text!r}: {exc}")
+    except ValueError:
+        fail(f"{option}: {text!r} is not a duration; write e.g. 30m, 4h or 7d")
     if negative or not seconds > 0:
         fail(f"{option}: {text!r} must be positive")
     return seconds
