@@ -308,21 +308,16 @@ def simulate(
     # ignored: the engine's ids are Hashable; this simulator submits ints (the requests' indices)
     kept = [r for r in done if r.request_id >= skip]  # type: ignore[operator]
     n = max(1, len(reqs))
-    most, _ = capacity_estimate(
-        engine.plan,
-        engine.perf,
-        sum(r.prompt_tokens for r in reqs) / n,
-        sum(r.output_tokens for r in reqs) / n,
-        prefix_hit_share=hit,
-    )
-    limit = _concurrency_limit(engine.plan, reqs)
+    prompt = sum(r.prompt_tokens for r in reqs) / n
+    output = sum(r.output_tokens for r in reqs) / n
+    most, _ = capacity_estimate(engine.plan, engine.perf, prompt, output, prefix_hit_share=hit)
+    limit = _concurrency_limit(engine.plan, prompt + output / 2)
     return summarize(kept, workload.rate / replicas, busy, backlog, limit, most or math.inf)
 
 
-def _concurrency_limit(plan: MemoryPlan, reqs: Sequence[TraceRequest]) -> float:
-    """How many of these requests the engine holds at once: max_num_seqs, or its KV cache over a mean
-    request's tokens mid-decode (its prompt, half its output and, on a hybrid, its windows or state)."""
-    held = sum(r.prompt_tokens + r.output_tokens / 2 for r in reqs) / max(1, len(reqs))
+def _concurrency_limit(plan: MemoryPlan, held: float) -> float:
+    """How many requests the engine holds at once: max_num_seqs, or its KV cache over a mean request's
+    tokens mid-decode (``held``: its prompt and half its output; on a hybrid, its windows or state too)."""
     local = plan.local
     if local is not None:
         held += local.local_tokens(round(held))
