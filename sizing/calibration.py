@@ -132,8 +132,8 @@ def check_engine(engine: str, version: str | None) -> None:
     (V0 and V1 profile memory differently). A main-branch build's version says nothing and passes."""
     from sizing.memory import version_tuple
 
-    readable = _readable_version(version)
-    if engine == "v0" and readable is not None and (version_tuple(readable) or (0, 0, 0)) >= V0_REMOVED_IN:
+    release = version_tuple(_readable_version(version))
+    if engine == "v0" and release is not None and release >= V0_REMOVED_IN:
         raise SizingInputError(
             f"engine v0 with vLLM {version}: vLLM removed the V0 engine in 0.11.0 (it runs V1 only)"
         )
