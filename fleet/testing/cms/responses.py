@@ -16,7 +16,7 @@ from fleet.testing.cms.models import (
     parse_dimension_filter,
 )
 from fleet.testing.core.errors import AliyunError, invalid
-from fleet.testing.core.params import loads_json, parse_time_ms
+from fleet.testing.core.params import loads_json, parse_float, parse_time_ms
 from fleet.testing.core.responses import BaseResponse, page_bounds
 
 MAX_CUSTOM_METRICS_PER_CALL = 21  # PutCustomMetric MetricList.N, N <= 21 (aliyun-api.md section 2)
@@ -106,9 +106,7 @@ class CmsResponse(BaseResponse):
                 for _, lab in sorted(labels.items(), key=lambda kv: int(kv[0]))
                 if isinstance(lab, dict)
             }
-            value = _finite_text(item["Value"])
-            if value is None:
-                raise invalid(f"MetricList.{i}.Value must be a finite number, got {item['Value']!r}.")
+            value = parse_float(item["Value"], f"MetricList.{i}.Value")
             ts = item.get("TS")
             if ts not in (None, "") and not (isinstance(ts, str) and ts.isascii() and ts.isdigit()):
                 raise invalid(f"MetricList.{i}.TS must be epoch milliseconds, got {ts!r}.")
@@ -328,15 +326,6 @@ def _finite(value: Any) -> float | None:
     try:
         number = float(value)
     except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _finite_text(raw: Any) -> float | None:
-    """A number sent as text (``str()`` of a float), or None when it is not one or not finite ("nan")."""
-    try:
-        number = float(raw)
-    except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -42,6 +43,19 @@ def parse_int(value: str, name: str) -> int:
     if number is None or not INT32_MIN <= number <= INT32_MAX:
         shown = value if len(value) <= 40 else value[:37] + "..."
         raise invalid(f'The specified parameter "{name}" is not a valid integer: {shown!r}.')
+    return number
+
+
+def parse_float(value: Any, name: str) -> float:
+    """A number parameter sent as text (``str()`` of a float), or ``InvalidParameter``: junk, NaN and the
+    infinities are no number the API would take."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number):
+        shown = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
+        raise invalid(f'The specified parameter "{name}" is not a valid number: {shown!r}.')
     return number
 
 
@@ -126,10 +140,7 @@ class Params:
         value = self.str(name, required=required)
         if value is None:
             return default
-        try:
-            return float(value)
-        except ValueError:
-            raise invalid(f'The specified parameter "{name}" is not valid: {value!r}.') from None
+        return parse_float(value, name)
 
     def bool(self, name: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
         value = self.str(name)

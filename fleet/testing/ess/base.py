@@ -6,12 +6,11 @@ so the split makes no import circle; ``models.EssBackend`` composes them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleet.testing.core.errors import AliyunError, invalid, not_found
-from fleet.testing.core.params import parse_int
+from fleet.testing.core.params import parse_float, parse_int
 from fleet.testing.core.timeutil import iso_min, iso_s
 
 if TYPE_CHECKING:
@@ -675,12 +674,4 @@ def _opt_int(value: Any, name: str) -> int | None:
 
 def _opt_float(value: Any, name: str) -> float | None:
     """An optional finite number of a repeated parameter, or ``InvalidParameter``."""
-    if value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise invalid(f'The specified parameter "{name}" is not a valid number: {str(value)[:40]!r}.')
-    return number
+    return None if value is None or value == "" else parse_float(value, name)

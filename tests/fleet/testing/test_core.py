@@ -51,6 +51,20 @@ def test_an_integer_parameter_that_is_not_an_integer_is_invalid(raw: str) -> Non
     assert (info.value.code, info.value.status) == ("InvalidParameter", 400)
 
 
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-Infinity", "1e999", "x", "1,5"])
+def test_a_number_parameter_that_is_not_a_finite_number_is_invalid(raw: str) -> None:
+    # TargetValue=nan made a target-tracking rule no metric ever meets; every number the fake reads is finite
+    with pytest.raises(AliyunError) as info:
+        Params({"TargetValue": raw}).float("TargetValue")
+    assert (info.value.code, info.value.status) == ("InvalidParameter", 400)
+    assert "TargetValue" in info.value.message
+
+
+def test_a_number_parameter_reads_what_str_makes_of_a_float() -> None:
+    assert Params({"T": "0.75", "U": "-3", "V": "1e-3"}).float("T") == 0.75
+    assert Params({"U": "-3"}).float("U") == -3.0 and Params({"V": "1e-3"}).float("V") == 0.001
+
+
 @pytest.mark.parametrize(
     "query",
     [
