@@ -96,7 +96,17 @@ def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest,
     """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
 
     Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail."""
+    return _requests(source, *_rows(text.removeprefix(BOM), source, jsonl=jsonl))
+
+
+def parse_trace(text: str, source: str, *, jsonl: bool) -> tuple[tuple[TraceRequest, ...], float | None]:
+    """``parse_columns``'s requests, and from the same rows the share of the prompt tokens in a prefix seen
+    before (``prefix_share``; None for CSV, which carries no prefix ids)."""
     rows, millis = _rows(text.removeprefix(BOM), source, jsonl=jsonl)
+    return _requests(source, rows, millis), prefix_share(rows) if jsonl else None
+
+
+def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest, ...]:
     if not rows or not isinstance(rows[0], dict):
         raise TraceError(f"{source}: the trace has no request rows")
     tkey, pkey, okey = _columns(source, rows[0])
@@ -159,17 +169,15 @@ def parse_azure_csv(text: str, source: str) -> list[TraceRequest]:
 MOONCAKE_HASH_BLOCK = 512  # tokens per hash_ids entry in the Mooncake traces (their README)
 
 
-def prefix_share(text: str) -> float | None:
-    """The share of a JSONL trace's prompt tokens that repeat a prefix some earlier request already had
-    (Mooncake's ``hash_ids``: one id per 512-token prefix block, equal ids for equal prefixes), with an
-    unbounded cache: an upper bound on the prefix-cache hit share; None when the rows carry no hash_ids."""
+def prefix_share(rows: list[Any]) -> float | None:
+    """The share of a JSONL trace's prompt tokens (its rows, as JSON read them) that repeat a prefix some
+    earlier request already had (Mooncake's ``hash_ids``: one id per 512-token prefix block, equal ids for
+    equal prefixes), with an unbounded cache: an upper bound on the prefix-cache hit share; None when the rows
+    carry no hash_ids."""
     seen: set[object] = set()
     hit = total = 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for row in rows:
         try:
-            row = json.loads(line)
             ids, length = row["hash_ids"], int(row["input_length"])
         except (ValueError, KeyError, TypeError):
             return None

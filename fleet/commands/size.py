@@ -362,7 +362,7 @@ def _read_yaml(path: Path) -> Any:
 def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
     """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake; and the
     share of its prompt tokens in a prefix seen before, where its rows say (Mooncake's hash_ids)."""
-    from sizing.traces import TraceError, parse_columns, prefix_share
+    from sizing.traces import TraceError, parse_trace
 
     try:
         # utf-8-sig: Excel and Notepad save CSV with a byte-order mark, which would stick to the first
@@ -374,8 +374,7 @@ def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
     except UnicodeDecodeError as exc:
         fail(f"{path}: cannot parse the trace ({exc})")
     try:
-        jsonl = path.suffix in {".jsonl", ".json"}
-        return parse_columns(text, str(path), jsonl=jsonl), prefix_share(text) if jsonl else None
+        return parse_trace(text, str(path), jsonl=path.suffix in {".jsonl", ".json"})
     except TraceError as exc:
         fail(str(exc))
 

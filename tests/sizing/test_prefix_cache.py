@@ -72,7 +72,7 @@ def test_a_hit_share_outside_zero_to_one_is_refused(share):
 
 
 def test_a_traces_prefix_share_counts_the_blocks_an_earlier_prompt_began_with():
-    from sizing.traces import prefix_share
+    from sizing.traces import parse_trace
 
     rows = [
         '{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]}',
@@ -80,5 +80,8 @@ def test_a_traces_prefix_share_counts_the_blocks_an_earlier_prompt_began_with():
         '{"timestamp": 2, "input_length": 700, "output_length": 5, "hash_ids": [4, 2]}',  # a new first block
         '{"timestamp": 3, "input_length": 300, "output_length": 5, "hash_ids": [1]}',  # 300 of its 300
     ]
-    assert prefix_share("\n".join(rows)) == pytest.approx((1024 + 300) / (1024 + 1500 + 700 + 300))
-    assert prefix_share('{"timestamp": 0, "input_length": 10, "output_length": 5}') is None
+    assert parse_trace("\n".join(rows), "m", jsonl=True)[1] == pytest.approx(
+        (1024 + 300) / (1024 + 1500 + 700 + 300)
+    )
+    plain = '{"timestamp": 0, "input_length": 10, "output_length": 5}'
+    assert parse_trace(plain + "\n" + plain, "m", jsonl=True)[1] is None
