@@ -360,14 +360,13 @@ def _read_yaml(path: Path) -> Any:
 
 
 def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
-    """Requests of a trace file (sizing.traces.parse_columns): Azure LLM, BurstGPT or Mooncake; and the
-    share of its prompt tokens in a prefix seen before, where its rows say (Mooncake's hash_ids)."""
+    """Requests of a trace file (sizing.traces.parse_trace): Azure LLM, BurstGPT or Mooncake; and the
+    share of its prompt tokens in a prefix seen before, where its rows say (Mooncake's hash_ids). The parser
+    drops the byte-order mark Excel and Notepad put before a CSV's first column name."""
     from sizing.traces import TraceError, parse_trace
 
     try:
-        # utf-8-sig: Excel and Notepad save CSV with a byte-order mark, which would stick to the first
-        # column's name ("\ufefftimestamp") and hide the time column
-        with path.open(encoding="utf-8-sig", newline="") as handle:
+        with path.open(encoding="utf-8", newline="") as handle:
             text = handle.read()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
