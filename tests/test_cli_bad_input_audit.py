@@ -140,6 +140,23 @@ def test_a_database_the_store_does_not_support_is_named(capsys, command):
     assert "postgresql+psycopg://" in error
 
 
+@pytest.mark.parametrize("command", ["status", "decisions", "sla-report"])
+def test_a_postgresql_driver_that_is_not_installed_is_named(capsys, command):
+    # was "ModuleNotFoundError: No module named 'pg8000'": the driver comes with the postgres extra
+    assert main([command, "--database", "postgresql+pg8000://fleet@127.0.0.1/fleet"]) == 2
+    error = _one_error(capsys)
+    assert "the PostgreSQL driver 'pg8000' is not installed" in error
+    assert "gpu-fleet[postgres]" in error
+
+
+def test_the_container_image_installs_the_driver_of_the_store_it_documents():
+    # the Containerfile's own example points the service at postgresql+psycopg://, which a plain
+    # `pip install .` cannot open
+    text = (Path(__file__).resolve().parents[1] / "Containerfile").read_text()
+    install = next(line for line in text.splitlines() if "pip install" in line)
+    assert "postgresql+psycopg://" in text and "[postgres]" in install
+
+
 def test_diagnose_until_before_the_calendar_is_one_line(tmp_path, capsys):
     config = _write(tmp_path, GROUP)
     assert main(["diagnose", "--config", config, "--until", "0001-01-01T00:00:00Z"]) == 2  # was OverflowError

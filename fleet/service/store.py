@@ -10,6 +10,7 @@ pass ``now``.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -328,12 +329,23 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 
 
 def _check_backend(url: str) -> None:
-    backend = sa.engine.make_url(url).get_backend_name()
+    parsed = sa.engine.make_url(url)
+    backend = parsed.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ValueError(
             f"a {backend} database is not supported: give sqlite:///FILE (the default) or "
             "postgresql+psycopg://USER@HOST:PORT/DB"
         )
+    if backend == "postgresql":
+        # the driver is the "postgres" extra, not a dependency of a plain install; without it SQLAlchemy
+        # says "No module named 'psycopg'", which reads as a broken install
+        driver = parsed.get_dialect().driver
+        if importlib.util.find_spec(driver) is None:
+            raise ValueError(
+                f"the PostgreSQL driver {driver!r} is not installed: install the postgres extra "
+                "(pip install 'gpu-fleet[postgres]', which brings psycopg) and give "
+                "postgresql+psycopg://USER@HOST:PORT/DB"
+            )
 
 
 def make_engine(url: str) -> Engine:
