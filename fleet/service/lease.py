@@ -11,6 +11,11 @@ thread every third of the TTL while the tick runs, each renewal again a compare-
 epoch, so a replica that lost the lease can never extend someone else's. Once a renewal fails the keeper
 says so for the rest of the tick and every fence refuses.
 
+A lease is renewed only by the manager (the process) that took it, never by another one that happens to carry
+the same holder id: two replicas started with the same ``--holder`` would otherwise both renew one lease and
+both act. A process that finds its holder id on a valid lease it did not take waits for it to expire (a
+restart after a crash waits one TTL, as with any other id), and says so once in the log.
+
 Replicas compare expiry against their own clock; keep their clocks within a small fraction of the TTL (NTP).
 """
 
@@ -53,25 +58,36 @@ class LeaseManager:
         self.name = name
         self.holder = holder
         self.ttl = timedelta(seconds=ttl_s)
+        # The epoch this manager took and holds: renewals and the release are conditional on it, so a
+        # second process under the same holder id can neither renew nor release this one's lease.
+        self.epoch: int | None = None
+        self._warned_twin = False
 
     def acquire(self, now: datetime) -> Lease | None:
         """Renew our valid lease, or take an expired (or missing) one; None while someone else holds it."""
         expires = now + self.ttl
         with self.engine.begin() as c:
-            renewed = c.execute(
-                sa.update(leases)
-                .where(leases.c.name == self.name, leases.c.holder == self.holder, leases.c.expires_at > now)
-                .values(expires_at=expires)
-            )
-            if renewed.rowcount == 1:
-                return self._read(c)
+            if self.epoch is not None:
+                renewed = c.execute(
+                    sa.update(leases)
+                    .where(
+                        leases.c.name == self.name,
+                        leases.c.holder == self.holder,
+                        leases.c.epoch == self.epoch,
+                        leases.c.expires_at > now,
+                    )
+                    .values(expires_at=expires)
+                )
+                if renewed.rowcount == 1:
+                    return self._read(c)
             taken = c.execute(
                 sa.update(leases)
                 .where(leases.c.name == self.name, leases.c.expires_at <= now)
                 .values(holder=self.holder, epoch=leases.c.epoch + 1, acquired_at=now, expires_at=expires)
             )
             if taken.rowcount == 1:
-                return self._read(c)
+                return self._took(self._read(c))
+            self._note_twin(self._read(c))
         try:
             with self.engine.begin() as c:
                 c.execute(
@@ -79,9 +95,29 @@ class LeaseManager:
                         name=self.name, holder=self.holder, epoch=1, acquired_at=now, expires_at=expires
                     )
                 )
-                return self._read(c)
+                return self._took(self._read(c))
         except sa.exc.IntegrityError:  # the row exists and is someone else's, valid lease
             return None
+
+    def _took(self, lease: Lease | None) -> Lease | None:
+        self.epoch = lease.epoch if lease is not None else None
+        self._warned_twin = False
+        return lease
+
+    def _note_twin(self, current: Lease | None) -> None:
+        """Once: a valid lease carries our holder id but was not taken by this manager (another process
+        started with the same id, or this replica before a restart): wait for it to expire, never share it."""
+        if current is None or current.holder != self.holder or self._warned_twin:
+            return
+        self._warned_twin = True
+        log.warning(
+            "lease %s (epoch %d) is held under this replica's id %r by another process, or by this replica "
+            "before a restart: waiting for it to expire (until %s); give every replica its own --holder",
+            self.name,
+            current.epoch,
+            self.holder,
+            current.expires_at.isoformat(),
+        )
 
     def renew(self, lease: Lease, now: datetime) -> Lease | None:
         """Extend our still-valid lease of this epoch to ``now + ttl``; None when it is no longer ours."""
@@ -114,12 +150,17 @@ class LeaseManager:
 
     def release(self, now: datetime) -> None:
         """Give the lease up at once (graceful shutdown) so another replica need not wait for the expiry."""
+        if self.epoch is None:
+            return  # this manager holds nothing: a lease under our holder id is another process's
         with self.engine.begin() as c:
             c.execute(
                 sa.update(leases)
-                .where(leases.c.name == self.name, leases.c.holder == self.holder)
+                .where(
+                    leases.c.name == self.name, leases.c.holder == self.holder, leases.c.epoch == self.epoch
+                )
                 .values(expires_at=now)
             )
+        self.epoch = None
 
     def current(self) -> Lease | None:
         with self.engine.connect() as c:

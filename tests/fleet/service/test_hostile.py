@@ -439,7 +439,7 @@ def test_a_kill_between_the_write_and_its_audit_is_reconciled_on_restart(fake_wo
     (intent,) = svc.store.decisions(kind="scale")
     assert intent.outcome == Outcome.INTENDED and intent.client_token and intent.target == 8
 
-    cloud.advance(5)
+    cloud.advance(svc.settings.lease_ttl_s + 1)  # the killed replica's lease runs out first
     _, again, _ = fake_world(SCALE_YAML, holder_id="replica-1")  # the restarted replica, same store
     _busy(cloud, again)
     result = again.tick(cloud.now())
@@ -461,7 +461,7 @@ def test_a_kill_before_the_write_reached_ess_is_retried_with_the_same_token(fake
         svc.tick(cloud.now())
     (intent,) = svc.store.decisions(kind="scale")
 
-    cloud.advance(5)
+    cloud.advance(svc.settings.lease_ttl_s + 1)
     _, again, _ = fake_world(SCALE_YAML, holder_id="replica-1")
     _busy(cloud, again)
     result = again.tick(cloud.now())
@@ -517,7 +517,7 @@ def test_a_kill_between_enter_standby_and_its_audit_is_reconciled_on_restart(fak
     (intent,) = _enter_standby_rows(svc)
     assert (intent.outcome, intent.instance_id) == (Outcome.INTENDED, hot) and intent.client_token
 
-    cloud.advance(5)
+    cloud.advance(svc.settings.lease_ttl_s + 1)  # the killed replica's lease runs out first
     _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")  # the restarted replica, same store
     _run(cloud, again, {hot}, ticks=1)
     rows = _enter_standby_rows(again)
@@ -539,7 +539,7 @@ def test_a_kill_before_enter_standby_reached_ess_is_retried_with_the_same_token(
     (intent,) = _enter_standby_rows(svc)
     assert intent.outcome == Outcome.INTENDED
 
-    cloud.advance(5)
+    cloud.advance(svc.settings.lease_ttl_s + 1)
     _, again, _ = fake_world(HOT_RULE, holder_id="replica-1")
     _run(cloud, again, {hot}, ticks=1)
     rows = _enter_standby_rows(again)

@@ -84,3 +84,39 @@ def test_concurrent_acquire_has_exactly_one_winner(database_url):
     for t in threads:
         t.join()
     assert sum(r is not None for r in results) == 1
+
+
+def _twins(url, ttl_s=10.0):
+    """Two processes started with the same holder id (the same --holder)."""
+    store = open_store(url)
+    return (
+        LeaseManager(store.engine, "fleet", "replica-a", ttl_s),
+        LeaseManager(store.engine, "fleet", "replica-a", ttl_s),
+    )
+
+
+def test_a_second_process_with_the_same_holder_id_does_not_share_the_lease(database_url, caplog):
+    first, twin = _twins(database_url)
+    lease = first.acquire(T0)
+    assert twin.acquire(T0 + timedelta(seconds=1)) is None  # before: it renewed the first one's lease
+    assert "held under this replica's id 'replica-a' by another process" in caplog.text
+    assert first.acquire(T0 + timedelta(seconds=8)).epoch == lease.epoch
+    assert twin.acquire(T0 + timedelta(seconds=12)) is None
+
+
+def test_a_twin_takes_over_only_after_expiry_and_fences_the_first(database_url):
+    first, twin = _twins(database_url)
+    old = first.acquire(T0)
+    taken = twin.acquire(T0 + timedelta(seconds=10))
+    assert taken is not None and taken.epoch == old.epoch + 1
+    assert first.still_held(old, T0 + timedelta(seconds=11)) is False
+    assert first.acquire(T0 + timedelta(seconds=11)) is None
+
+
+def test_a_twins_release_leaves_the_holders_lease(database_url):
+    first, twin = _twins(database_url)
+    _, rival = _pair(database_url)
+    lease = first.acquire(T0)
+    twin.release(T0 + timedelta(seconds=1))
+    assert first.still_held(lease, T0 + timedelta(seconds=2)) is True
+    assert rival.acquire(T0 + timedelta(seconds=2)) is None
