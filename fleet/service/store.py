@@ -373,6 +373,37 @@ def make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+@contextmanager
+def _migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction around every migration step, committed or rolled back whole.
+
+    PostgreSQL's DDL is transactional as it is. Python's sqlite3 driver, left to itself, opens a transaction
+    only before INSERT/UPDATE/DELETE and runs CREATE TABLE and ALTER in autocommit: a start-up killed (or
+    failing) between a migration's DDL and alembic's version stamp left the new tables in place under the old
+    revision, and every later start failed on ``table ... already exists``. Here the driver's own transaction
+    handling is switched off for this connection and the transaction is opened by hand (IMMEDIATE: the write
+    lock at once, so a second replica starting beside this one waits instead of reading a half-migrated file).
+    """
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        saved = raw.isolation_level  # type: ignore[union-attr]  # sqlite3.Connection on this dialect
+        raw.isolation_level = None  # type: ignore[union-attr]
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        finally:
+            raw.isolation_level = saved  # type: ignore[union-attr]
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest alembic revision (idempotent; safe with several replicas starting)."""
     from alembic import command
@@ -383,7 +414,7 @@ def migrate(engine: Engine) -> None:
     with _MIGRATION_LOCK:
         for attempt in range(5):
             try:
-                with engine.begin() as conn:
+                with _migration_transaction(engine) as conn:
                     if conn.dialect.name == "postgresql":
                         # Serialise concurrent start-ups of replicas: the lock ends with the transaction.
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(7315001)"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from fleet.service.store import (
@@ -163,3 +164,27 @@ def test_default_database_url_prefers_the_environment():
         == "postgresql+psycopg://h/db"
     )
     assert default_database_url({}) == "sqlite:///fleet.db"
+
+
+def test_a_migration_that_fails_before_its_version_stamp_leaves_nothing_behind(tmp_path, monkeypatch):
+    """SQLite ran the migrations' DDL in autocommit: a start-up that died between a migration's CREATE TABLE
+    and alembic's version stamp left the tables under the old revision, and every later start failed with
+    ``table leases already exists``."""
+    from alembic.runtime.migration import HeadMaintainer
+
+    from fleet.service.store import make_engine, migrate
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+
+    def killed(*_args, **_kwargs):
+        raise RuntimeError("killed before the version stamp")
+
+    with monkeypatch.context() as m:
+        m.setattr(HeadMaintainer, "update_to_step", killed)
+        engine = make_engine(url)
+        with pytest.raises(RuntimeError, match="version stamp"):
+            migrate(engine)
+        engine.dispose()
+    assert sa.inspect(make_engine(url)).get_table_names() == []
+    store = open_store(url)  # the next start migrates from scratch
+    assert "leases" in sa.inspect(store.engine).get_table_names()
