@@ -53,6 +53,12 @@ def build_service(
         # let it take the lease from the acting replica and overwrite the history the real one resumes from.
         settings = replace(settings, service_name=settings.service_name + DRY_RUN_SUFFIX)
     store = open_store(database_url, service=settings.service_name)
+    try:
+        # read-only (a file owned by another user, a standby server): refused here, not at every tick
+        store.check_writable()
+    except Exception:
+        store.close()
+        raise
     specs: list[GroupSpec] = list(config.groups)
     holder = holder_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     service = Service(

@@ -449,6 +449,10 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database).resolve()
 
 
+class StoreNotWritable(RuntimeError):
+    """The store can be read but not written (a read-only file or mount, a read-only PostgreSQL replica)."""
+
+
 class Store:
     """Typed reads and writes over the service tables; every method is one short transaction."""
 
@@ -478,6 +482,19 @@ class Store:
             raise StoreFileGone(
                 f"database file {self.sqlite_path} was replaced by another file while the service ran"
             )
+
+    def check_writable(self) -> None:
+        """Raise StoreNotWritable unless a write transaction can be opened: an UPDATE that matches no row,
+        which SQLite refuses on a read-only file and PostgreSQL in a read-only transaction (a standby)."""
+        try:
+            with self.begin() as c:
+                c.execute(sa.update(leases).where(sa.false()).values(holder=leases.c.holder))
+        except (sa.exc.OperationalError, sa.exc.InternalError, sa.exc.ProgrammingError) as exc:
+            reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+            raise StoreNotWritable(
+                f"the store cannot be written ({reason}): the service writes its lease, history and "
+                "decisions there; give a writable database"
+            ) from None
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:

@@ -378,3 +378,21 @@ def test_a_read_of_a_database_that_is_not_a_fleet_store_is_refused_and_writes_no
     assert main([*command, "--database", f"sqlite:///{empty}"]) == 2
     assert "is empty: no service has run against it" in " ".join(capsys.readouterr().err.split())
     assert empty.stat().st_size == 0
+
+
+def test_serve_refuses_a_read_only_store_at_start_exit_2(tmp_path, capsys, monkeypatch):
+    """Before, a read-only store (a file another user owns, a standby server) started a service whose every
+    tick failed on the lease's UPDATE, for as long as it ran."""
+    path = tmp_path / "fleet.db"
+    open_store(f"sqlite:///{path}").close()  # a store at head: nothing to migrate, nothing written at start
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
+    )
+    monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", "127.0.0.1:9")  # never reached
+    read_only = f"sqlite:///file:{path}?mode=ro&uri=true"
+    assert main(["serve", "--config", str(cfg), "--once", "--database", read_only]) == 2
+    out, err = capsys.readouterr()
+    assert "the store cannot be written (attempt to write a readonly database)" in " ".join(err.split())
+    assert "tick at" not in out
