@@ -9,11 +9,12 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.cloud.clients import CloudClients
 from fleet.config import FleetConfig
@@ -25,9 +26,51 @@ from fleet.service.settings import NowFn, ServiceSettings, wall_clock
 from fleet.service.store import open_store
 from policies.spec import GroupSpec
 
+if TYPE_CHECKING:
+    from apscheduler.schedulers.base import BaseScheduler
+
 log = logging.getLogger("fleet.service")
 
 DRY_RUN_SUFFIX = "-dry-run"
+TICK_JOB_ID = "fleet-tick"
+# How long past two intervals the tick job may stay silent before its schedule is rebuilt (TickWatch).
+STALL_SLACK_S = 1.0
+
+
+class TickWatch:
+    """Notices the interval job no longer firing, by the monotonic clock.
+
+    APScheduler 3 schedules by the wall clock: when it steps back (an NTP step at boot, a VM restored from a
+    snapshot, a clock set by hand), the next run lies that far ahead and the service would stall as long (an
+    hour back: an hour without a tick, the lease lost, nothing scaled or isolated). The monotonic clock
+    never steps: no tick started or ended for two intervals and :data:`STALL_SLACK_S` means the schedule is
+    to be rebuilt from the wall clock as it reads now. A tick still running is never a stall (a slow cloud:
+    the job's ``max_instances`` skips the runs meanwhile).
+    """
+
+    def __init__(self, interval_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._monotonic = monotonic
+        self._last = monotonic()
+        self._running = False
+        self._lock = threading.Lock()
+
+    def started(self) -> None:
+        with self._lock:
+            self._running, self._last = True, self._monotonic()
+
+    def finished(self) -> None:
+        with self._lock:
+            self._running, self._last = False, self._monotonic()
+
+    def stalled_s(self) -> float | None:
+        """Seconds without a tick when that is a stall (then counted afresh), else None."""
+        with self._lock:
+            idle = self._monotonic() - self._last
+            if self._running or idle <= 2 * self.interval_s + STALL_SLACK_S:
+                return None
+            self._last = self._monotonic()
+            return idle
 
 
 def build_service(
@@ -89,6 +132,7 @@ def run_forever(
     stop: threading.Event | None = None,
     install_signals: bool = True,
     on_hangup: Callable[[], bool] | None = None,
+    scheduler: BaseScheduler | None = None,
 ) -> str | None:
     """Tick every ``interval_s`` with an APScheduler interval job until SIGTERM/SIGINT (or ``stop``).
 
@@ -96,7 +140,9 @@ def run_forever(
     the lease is released so another replica can take over at once. A fatal tick (the database file gone)
     stops the loop too; its reason is returned (None after a normal stop). SIGHUP calls ``on_hangup`` (in
     this thread, between ticks): when it returns True the loop stops as for SIGTERM (the caller restarts
-    with the new configuration), else it goes on.
+    with the new configuration), else it goes on. When the job stops firing (the wall clock stepped back:
+    :class:`TickWatch`) the schedule is rebuilt from now. ``scheduler``: a not yet started APScheduler (a
+    test's), else a BackgroundScheduler in UTC.
     """
     fatal: list[str] = []
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -114,9 +160,18 @@ def run_forever(
         if on_hangup is not None and hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, lambda _signum, _frame: hangup.set())
 
+    watch = TickWatch(interval_s)
+
     def job() -> None:
         if stop.is_set():
             return
+        watch.started()
+        try:
+            tick()
+        finally:
+            watch.finished()
+
+    def tick() -> None:
         result = service.tick(service.clock())
         log.info(
             "tick leader=%s actions=%d errors=%d calls=%d %.3fs",
@@ -134,7 +189,7 @@ def run_forever(
             fatal.append(result.fatal)
             stop.set()
 
-    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler = scheduler or BackgroundScheduler(timezone=UTC)
     scheduler.add_job(
         job,
         "interval",
@@ -143,7 +198,7 @@ def run_forever(
         max_instances=1,
         coalesce=True,
         misfire_grace_time=max(1, int(interval_s)),
-        id="fleet-tick",
+        id=TICK_JOB_ID,
     )
     scheduler.start()
     try:
@@ -152,6 +207,17 @@ def run_forever(
                 hangup.clear()
                 if on_hangup():
                     stop.set()
+            idle = watch.stalled_s()
+            if idle is not None:
+                log.warning(
+                    "no tick for %.0f s (one every %.1f s expected; did the wall clock step back?): "
+                    "ticking now and every %.1f s from now",
+                    idle,
+                    interval_s,
+                    interval_s,
+                )
+                scheduler.reschedule_job(TICK_JOB_ID, trigger="interval", seconds=interval_s)
+                scheduler.modify_job(TICK_JOB_ID, next_run_time=datetime.now(UTC))
     finally:
         scheduler.shutdown(wait=True)  # waits for a running tick to finish
         service.close(release_lease=not fatal)

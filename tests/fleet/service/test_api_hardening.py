@@ -7,13 +7,14 @@ import logging
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleet.service.api import MAX_BODY_BYTES, ApiServer, create_app
-from fleet.service.app import run_forever
+from fleet.service.app import TICK_JOB_ID, TickWatch, run_forever
 from fleet.service.loop import TickResult
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.store import open_store
@@ -176,3 +177,60 @@ def test_a_failed_tick_in_serve_logs_its_reason(caplog):
     assert any("errors=1" in m for m in messages)
     assert any("decide failed: ValueError: boom" in m for m in messages)
     assert svc.closed
+
+
+class _JumpingClockService:
+    """Its first tick sees the wall clock step back an hour: APScheduler's next run lies an hour ahead."""
+
+    def __init__(self, scheduler: BackgroundScheduler, stop: threading.Event) -> None:
+        self.scheduler = scheduler
+        self.stop = stop
+        self.ticks = 0
+
+    def clock(self) -> datetime:
+        return datetime.now(UTC)
+
+    def tick(self, now: datetime) -> TickResult:
+        self.ticks += 1
+        if self.ticks == 1:
+            ahead = datetime.now(UTC) + timedelta(hours=1)  # what a clock stepped back an hour leaves
+            self.scheduler.modify_job(TICK_JOB_ID, next_run_time=ahead)
+        else:
+            self.stop.set()
+        return TickResult(at=now, leader=True)
+
+    def close(self, release_lease: bool = True) -> None:
+        pass
+
+
+def test_the_loop_goes_on_ticking_when_the_wall_clock_steps_back(caplog):
+    """Before, APScheduler's next run lay an hour ahead and the service ticked no more for that hour."""
+    stop = threading.Event()
+    scheduler = BackgroundScheduler(timezone=UTC)
+    svc = _JumpingClockService(scheduler, stop)
+    loop = threading.Thread(
+        target=lambda: run_forever(svc, 0.1, stop=stop, install_signals=False, scheduler=scheduler),  # type: ignore[arg-type]
+        daemon=True,
+    )
+    with caplog.at_level(logging.WARNING, logger="fleet.service"):
+        loop.start()
+        loop.join(timeout=10)
+        ran = svc.ticks
+        stop.set()
+        loop.join(timeout=5)
+    assert ran == 2
+    assert any("no tick for" in r.getMessage() for r in caplog.records)
+
+
+def test_a_running_tick_is_never_taken_for_a_stall():
+    now = [0.0]
+    watch = TickWatch(1.0, monotonic=lambda: now[0])
+    watch.started()
+    now[0] = 100.0
+    assert watch.stalled_s() is None  # a slow tick, not a stalled schedule
+    watch.finished()
+    now[0] = 102.0
+    assert watch.stalled_s() is None
+    now[0] = 103.5
+    assert watch.stalled_s() == pytest.approx(3.5)
+    assert watch.stalled_s() is None  # counted afresh from the rescheduling
