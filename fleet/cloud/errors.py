@@ -8,7 +8,7 @@
     ├── AuthError            Forbidden*, SignatureDoesNotMatch, InvalidAccessKeyId*, missing credentials
     ├── InvalidRequest       every other 4xx (parameter errors: never retried)
     └── ServerError          5xx (retried where the call is idempotent)
-        └── NetworkError     no HTTP answer at all: refused, reset, timed out
+        └── NetworkError     no usable HTTP answer: refused, reset, timed out, or cut off mid-body
 
 The SDKs raise `alibabacloud_tea_openapi.exceptions.{ThrottlingException, ClientException, ServerException}`
 for HTTP errors (ThrottlingException when the answer carries `x-acs-retry-after`, whatever the status), and a
@@ -35,6 +35,10 @@ CONFLICT_CODES = frozenset({"ScalingActivityInProgress", "IncorrectScalingGroupS
 IDEMPOTENCY_CODES = frozenset({"IdempotentParameterMismatch"})
 AUTH_CODES = frozenset({"SignatureDoesNotMatch", "InvalidCredentials", "IncompleteSignature"})
 AUTH_PREFIXES = ("Forbidden", "InvalidAccessKeyId", "InvalidSecurityToken", "NoPermission")
+# What the SDK (alibabacloud_tea_util, darabonba) raises, as a bare RuntimeError, when an answer's body is not
+# JSON: an empty or cut-off body (a connection closed mid-answer by a proxy or load balancer). There is no
+# class to tell it by, only this text.
+UNPARSEABLE_BODY = "Failed to parse the value as json format"
 
 
 class CloudError(Exception):
@@ -223,5 +227,8 @@ def _no_answer(exc: BaseException | None, action: str | None) -> CloudError:
     ):
         text = str(getattr(exc, "message", None) or exc) or name
         return NetworkError("NetworkError", text, None, None, action)
+    if isinstance(exc, RuntimeError) and str(exc).startswith(UNPARSEABLE_BODY):
+        # A cut-off answer is a lost answer: retried like one (a write only under its ClientToken).
+        return NetworkError("NetworkError", f"the answer could not be read: {exc}", None, None, action)
     # Anything else (a validation error inside the SDK, a bug) is not known to be transient: not retried.
     return CloudError(name, str(exc) if exc is not None else "unknown failure", None, None, action)

@@ -35,6 +35,10 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class Raw(str):
+    """A body sent as it is, not as JSON (an empty or cut-off answer)."""
+
+
 def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, body, headers or {})
 
@@ -100,7 +104,8 @@ class Stub:
         body = dict(result.body) if isinstance(result.body, dict) else result.body
         if isinstance(body, dict):
             body.setdefault("RequestId", f"RID-{action}-{len(self.calls)}")
-        return result.status, {"content-type": "application/json", **result.headers}, json.dumps(body)
+        text = body if isinstance(body, Raw) else json.dumps(body)
+        return result.status, {"content-type": "application/json", **result.headers}, text
 
 
 class Sleeps(list):

@@ -19,7 +19,7 @@ from fleet.cloud import (
     Throttled,
 )
 
-from .conftest import error
+from .conftest import Raw, error, reply
 
 GROUPS = {"ScalingGroups": [], "TotalCount": 0}
 
@@ -138,3 +138,12 @@ def test_each_call_logs_action_and_request_id_at_debug(stub, clients, caplog):
 def test_policy_rejects_zero_attempts():
     with pytest.raises(ValueError, match="attempts"):
         RetryPolicy(attempts=0)
+
+
+@pytest.mark.parametrize("body", ["", '{"ScalingGroups": [', '{"Scal'])
+def test_an_answer_cut_off_mid_body_is_retried_like_a_lost_one(stub, clients, body):
+    """Before, the SDK's RuntimeError on an empty or truncated body (a connection closed mid-answer) was an
+    unknown error: the read failed for the tick at its first attempt."""
+    stub.sequence("DescribeScalingGroups", reply(200, Raw(body)), GROUPS)
+    assert clients.ess.describe_scaling_groups() == []
+    assert len(stub.calls) == 2
