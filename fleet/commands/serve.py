@@ -137,7 +137,8 @@ def serve(
 
     cfg = load_config_or_exit(config)
     _check_serve_options(cfg, port, interval, log_level, holder)
-    settings = ServiceSettings.from_config(cfg)
+    # the name every other command reads the store under (their --service default): the service runs under it
+    settings = replace(ServiceSettings.from_config(cfg), service_name=_serve_name(dry_run))
     if port is not None:
         settings = replace(settings, api_port=port)
     if interval is not None:
@@ -172,11 +173,12 @@ def serve(
     except Exception as exc:
         fail(f"database {_safe_url(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     log.info(
-        "fleet serve: %d group(s), tick %.1fs, lease %.0fs, database %s%s, holder %s",
+        "fleet serve: %d group(s), tick %.1fs, lease %.0fs, database %s, service %s%s, holder %s",
         len(service.specs),
         settings.tick_interval_s,
         settings.lease_ttl_s,
         _safe_url(url),
+        service.settings.service_name,
         " (dry run)" if dry_run else "",
         service.holder_id,
     )
@@ -258,9 +260,28 @@ def _reload_ok(config: Path, log: logging.Logger, reload: list[bool]) -> bool:
     return True
 
 
+def _serve_name(dry_run: bool) -> str:
+    """The service's name in the store: ``$FLEET_SERVICE_NAME``, else 'fleet' (one line and exit 2 when the
+    variable cannot name a service)."""
+    from fleet.service.app import DRY_RUN_SUFFIX
+
+    name = _service_name(None)
+    problem = text_problem(name, MAX_SERVICE_CHARS)
+    if problem:
+        fail(f"environment FLEET_SERVICE_NAME: {problem}")
+    if name.endswith(DRY_RUN_SUFFIX) and not dry_run:
+        fail(
+            f"environment FLEET_SERVICE_NAME: {name!r} names a dry run's store; a service that acts needs "
+            f"another name (fleet serve --dry-run adds {DRY_RUN_SUFFIX} itself)"
+        )
+    return name
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # Column widths of the store (fleet/service/store.py): longer values would fail the insert on PostgreSQL.
 MAX_HOLDER_CHARS = 200
+# leases.name and the services' keys are 100 characters: room for the "-dry-run" and "/shard-N" suffixes
+MAX_SERVICE_CHARS = 64
 MAX_INSTANCE_ID_CHARS = 64
 
 

@@ -396,3 +396,28 @@ def test_serve_refuses_a_read_only_store_at_start_exit_2(tmp_path, capsys, monke
     out, err = capsys.readouterr()
     assert "the store cannot be written (attempt to write a readonly database)" in " ".join(err.split())
     assert "tick at" not in out
+
+
+def test_serve_runs_under_the_service_name_the_other_commands_read(tmp_path, capsys, monkeypatch):
+    """Before, fleet serve ignored FLEET_SERVICE_NAME and wrote under 'fleet', while `fleet status`,
+    `isolate` and the rest, reading the same variable, answered that no service of that name had run."""
+    monkeypatch.setenv("FLEET_SERVICE_NAME", "chat-prod")
+    db = _serve_once(tmp_path, monkeypatch)
+    assert open_store(db, service="chat-prod").load_history() is not None
+    assert open_store(db).services() == ["chat-prod"]
+    capsys.readouterr()
+    assert main(["status", "--database", db]) == 0
+    assert "chat" in capsys.readouterr().out
+
+
+def test_serve_refuses_an_acting_service_named_as_a_dry_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FLEET_SERVICE_NAME", "fleet-dry-run")
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
+    )
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 2
+    assert "FLEET_SERVICE_NAME: 'fleet-dry-run' names a dry run's store" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()
