@@ -357,9 +357,19 @@ async def _form(request: Request) -> dict[str, str]:
     fails), one over the limit is refused."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return {}
-    raw = await request.body()
-    if len(raw) > MAX_FORM_BYTES:
+    # Read in chunks and stop at the limit: the sign-in form reads its body before any credential is
+    # checked, so a body read whole first let anyone make the service hold gigabytes.
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
         raise Refused(413, "form too large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise Refused(413, "form too large")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     parsed = parse_qs(raw.decode("utf-8", errors="replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}
 

@@ -381,3 +381,40 @@ def test_sparklines_are_thinned_to_a_bounded_number_of_points_keeping_the_ends()
     assert len(kept) <= SPARK_POINTS + 1
     assert kept[0] is pts[0] and kept[-1] is pts[-1]
     assert [p.at for p in kept] == sorted(p.at for p in kept)
+
+
+def test_an_oversized_sign_in_form_is_refused_before_it_is_read_whole():
+    """Before, the form's body was read whole and only then measured: anyone could post gigabytes to
+    /console/signin (no credential is checked before the form is read) and the service held them."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from fleet.service.console.routes import MAX_FORM_BYTES, Refused, _form
+
+    chunk = b"x" * 4096
+    sent = [0]
+
+    async def receive() -> dict:
+        sent[0] += 1
+        return {"type": "http.request", "body": chunk, "more_body": sent[0] < 10_000}  # 40 MB in all
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/console/signin",
+        "headers": [(b"content-type", b"application/x-www-form-urlencoded")],  # chunked: no length
+    }
+    with pytest.raises(Refused) as refused:
+        asyncio.run(_form(Request(scope, receive)))
+    assert refused.value.status == 413
+    assert sent[0] <= MAX_FORM_BYTES // len(chunk) + 1
+
+
+def test_a_declared_oversized_sign_in_form_is_refused_unread(client):
+    r = client.post(
+        "/console/signin",
+        content=b"name=alice&token=" + b"x" * (16 * 1024),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 413
