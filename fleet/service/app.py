@@ -53,11 +53,19 @@ class TickWatch:
         self._monotonic = monotonic
         self._last = monotonic()
         self._running = False
+        self._overran = False
         self._lock = threading.Lock()
 
     def started(self) -> None:
         with self._lock:
-            self._running, self._last = True, self._monotonic()
+            self._running, self._last, self._overran = True, self._monotonic(), False
+
+    def overran(self) -> bool:
+        """A run came due while the tick is still running: True the first time for that tick."""
+        with self._lock:
+            first = self._running and not self._overran
+            self._overran = self._overran or self._running
+            return first
 
     def finished(self) -> None:
         with self._lock:
@@ -125,6 +133,14 @@ def build_service(
     return service
 
 
+class _SkippedRunLines(logging.Filter):
+    """Drops APScheduler's warning for each run skipped while the tick still runs (one per interval, naming
+    ``run_forever.<locals>.job``); ``run_forever`` says it once per long tick in its own words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances" not in str(record.msg)
+
+
 def run_forever(
     service: Service,
     interval_s: float,
@@ -189,7 +205,20 @@ def run_forever(
             fatal.append(result.fatal)
             stop.set()
 
+    from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+
+    def skipped(_event: object) -> None:
+        if watch.overran():
+            log.warning(
+                "tick still running after its %.1f s interval (a slow cloud or store?): no second tick "
+                "starts beside it; the next one starts when it ends",
+                interval_s,
+            )
+
     scheduler = scheduler or BackgroundScheduler(timezone=UTC)
+    scheduler.add_listener(skipped, EVENT_JOB_MAX_INSTANCES)
+    quiet = _SkippedRunLines()
+    logging.getLogger("apscheduler.scheduler").addFilter(quiet)
     scheduler.add_job(
         job,
         "interval",
@@ -220,5 +249,6 @@ def run_forever(
                 scheduler.modify_job(TICK_JOB_ID, next_run_time=datetime.now(UTC))
     finally:
         scheduler.shutdown(wait=True)  # waits for a running tick to finish
+        logging.getLogger("apscheduler.scheduler").removeFilter(quiet)
         service.close(release_lease=not fatal)
     return fatal[0] if fatal else None

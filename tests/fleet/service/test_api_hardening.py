@@ -234,3 +234,36 @@ def test_a_running_tick_is_never_taken_for_a_stall():
     now[0] = 103.5
     assert watch.stalled_s() == pytest.approx(3.5)
     assert watch.stalled_s() is None  # counted afresh from the rescheduling
+
+
+class _SlowService:
+    """Ticks that each outlast several intervals; the second one stops the loop."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.ticks = 0
+
+    def clock(self) -> datetime:
+        return datetime.now(UTC)
+
+    def tick(self, now: datetime) -> TickResult:
+        self.ticks += 1
+        time.sleep(0.5)
+        if self.ticks == 2:
+            self.stop.set()
+        return TickResult(at=now, leader=True)
+
+    def close(self, release_lease: bool = True) -> None:
+        pass
+
+
+def test_a_tick_longer_than_its_interval_is_said_once_not_at_every_skipped_run(caplog):
+    """Before, APScheduler warned at every interval the tick overran ('Execution of job
+    "run_forever.<locals>.job ..." skipped: maximum number of running instances reached (1)')."""
+    stop = threading.Event()
+    svc = _SlowService(stop)
+    with caplog.at_level(logging.INFO):
+        run_forever(svc, 0.1, stop=stop, install_signals=False)  # type: ignore[arg-type]
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "maximum number of running instances" in m]
+    assert len([m for m in messages if "tick still running after its 0.1 s interval" in m]) == 2
