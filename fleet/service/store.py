@@ -865,6 +865,12 @@ def _new_id(result: Any) -> int:
 
 def open_store(url: str, service: str = "fleet") -> Store:
     """Connect, migrate to head, and return the store (what the service and every CLI command call)."""
+    path = sqlite_file(url)
+    if path is not None and not path.parent.is_dir():
+        # SQLite says only "unable to open database file" (after the migration's five tries): name the cause
+        raise FileNotFoundError(
+            f"the folder {path.parent} of the SQLite store does not exist; create it first"
+        )
     engine = make_engine(url)
     try:
         migrate(engine)

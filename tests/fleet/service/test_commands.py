@@ -421,3 +421,18 @@ def test_serve_refuses_an_acting_service_named_as_a_dry_run(tmp_path, capsys, mo
     assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 2
     assert "FLEET_SERVICE_NAME: 'fleet-dry-run' names a dry run's store" in capsys.readouterr().err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_serve_names_a_missing_folder_of_the_sqlite_store(tmp_path, capsys, monkeypatch):
+    """Before: 'OperationalError: unable to open database file', after five migration tries."""
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
+    )
+    monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", "127.0.0.1:9")  # never reached
+    db = f"sqlite:///{tmp_path / 'missing' / 'fleet.db'}"
+    assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the folder {tmp_path / 'missing'} of the SQLite store does not exist" in err
+    assert not (tmp_path / "missing").exists()
