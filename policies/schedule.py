@@ -4,12 +4,17 @@ Floors start ``lead_s`` early (the group's cold start: an instance ordered at th
 only cold_start_s later). Ceilings apply only while the window itself is active, never early. Overlapping
 windows: the highest floor wins; the lowest ceiling wins, but a ceiling never goes below the effective floor
 (the floor is the promise, the ceiling a cost cap).
+
+Windows are computed as UTC instants, and every length and lead is elapsed time: in a zone with daylight
+saving time an aware datetime in the zone adds and compares by its wall clock (03:00 less 3 minutes is 02:57,
+which the spring-forward day skips, read an hour late), so nothing here does arithmetic in the zone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
@@ -23,8 +28,41 @@ class Window:
     end: datetime
 
 
+def wall_start(day: date, clock: time, zone: ZoneInfo) -> datetime:
+    """The UTC instant a window starting at ``clock`` on ``day`` opens: when the clock in ``zone`` first reads
+    it (an 01:30 that the fall-back day shows twice opens at the first). A time the spring-forward day skips
+    (02:30, when the clocks go from 02:00 to 03:00) opens at the jump, 03:00 new time, as cron starts the jobs
+    of a skipped hour: Python reads it at the old offset, 03:30 new time, which would make the floor late."""
+    naive = datetime.combine(day, clock)
+    at = naive.replace(tzinfo=zone).astimezone(UTC)
+    if at.astimezone(zone).replace(tzinfo=None) == naive:
+        return at
+    # skipped: the jump lies between the time read at the offset after it and the one before it
+    lo, hi = sorted((at, naive.replace(tzinfo=zone, fold=1).astimezone(UTC)))
+    while (hi - lo) > timedelta(seconds=1):
+        mid = lo + (hi - lo) / 2
+        if mid.astimezone(zone).replace(tzinfo=None) >= naive:
+            hi = mid
+        else:
+            lo = mid
+    return hi.replace(microsecond=0)
+
+
+def day_window(schedule: Schedule, day: date) -> tuple[datetime, datetime]:
+    """The UTC start and end of a ``days`` + ``start`` + ``end`` window on ``day`` (a local date; ``end``
+    read as Python reads a local time: the first of a repeated one, at the old offset in a skipped one)."""
+    assert schedule.start is not None and schedule.end is not None
+    zone = schedule.zone
+    end_day = day if schedule.end > schedule.start else day + timedelta(days=1)
+    w_end = datetime.combine(end_day, schedule.end, tzinfo=zone).astimezone(UTC)
+    return wall_start(day, schedule.start, zone), w_end
+
+
 def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[Window]:
-    """Occurrences of ``schedule`` overlapping [start, end) (aware datetimes, any zone)."""
+    """Occurrences of ``schedule`` overlapping [start, end) (aware datetimes, any zone), in UTC.
+
+    A cron window lasts ``duration`` of elapsed time, on a day with a daylight-saving change as on any other
+    (the same length that decides how far back a still-open window can have started)."""
     zone = schedule.zone
     out: list[Window] = []
     if schedule.cron is not None:
@@ -33,7 +71,7 @@ def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[
         base = (start - duration).astimezone(zone) - timedelta(seconds=1)
         it = croniter(schedule.cron, base)
         for _ in range(10_000):  # a bound, not an expectation: minutely crons over long spans
-            fire = it.get_next(datetime)
+            fire = it.get_next(datetime).astimezone(UTC)
             if fire >= end:
                 break
             w_end = fire + duration
@@ -46,9 +84,7 @@ def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[
     day = first
     while day <= last:
         if day.weekday() in schedule.weekdays:
-            w_start = datetime.combine(day, schedule.start, tzinfo=zone)
-            end_day = day if schedule.end > schedule.start else day + timedelta(days=1)
-            w_end = datetime.combine(end_day, schedule.end, tzinfo=zone)
+            w_start, w_end = day_window(schedule, day)
             if w_start < end and w_end > start:
                 out.append(Window(schedule.name, w_start, w_end))
         day += timedelta(days=1)

@@ -15,19 +15,21 @@ they are created, updated and deleted to match the config; every other task is l
 not mirrored (ESS cron runs in UTC and a local cron plus a lead does not translate in general): they are
 reported as skipped.
 
-The weekly days and time are computed from the window's next occurrence, so DST zones are right until their
-offset changes; the periodic re-sync then moves the tasks.
+The weekly days and time are computed from the window's next occurrence (every weekday of the schedule at
+that occurrence's UTC offset), so DST zones are right until their offset changes; the periodic re-sync moves
+the tasks as soon as the next occurrence is past the change, a day ahead of it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
+from policies.schedule import day_window
 from policies.spec import GroupSpec, Schedule
 
 log = logging.getLogger(__name__)
@@ -85,25 +87,24 @@ def _weekly(
     sched: Schedule, now: datetime, lead_s: float = 0.0, at_end: bool = False
 ) -> tuple[datetime, str]:
     """The next UTC occurrence after ``now`` of a window's start (less ``lead_s``) or end, and the UTC
-    weekdays (ESS numbering, 0 = Sunday) on which it recurs at that same UTC time."""
-    assert sched.start is not None and sched.end is not None
-    zone = sched.zone
-    today = now.astimezone(zone).date()
-    occurrences = []
-    for offset in range(-2, 12):  # two weeks: every weekday appears, whatever the UTC shift
+    weekdays (ESS numbering, 0 = Sunday) on which it recurs at that same UTC time.
+
+    The weekdays are every weekday of the schedule at the UTC offset of that next occurrence: a
+    daylight-saving change in the coming days moves the later ones by an hour (the re-sync after it moves the
+    task), and leaving them out would lose those days' floors altogether while the service is down."""
+    today = now.astimezone(sched.zone).date()
+    occurrences: list[tuple[datetime, date]] = []
+    for offset in range(-2, 12):  # every weekday after ``now``, whatever the UTC shift
         day = today + timedelta(days=offset)
         if day.weekday() not in sched.weekdays:
             continue
-        if at_end:
-            end_day = day if sched.end > sched.start else day + timedelta(days=1)
-            local = datetime.combine(end_day, sched.end, tzinfo=zone)
-        else:
-            local = datetime.combine(day, sched.start, tzinfo=zone) - timedelta(seconds=lead_s)
+        w_start, w_end = day_window(sched, day)
+        edge = w_end if at_end else w_start - timedelta(seconds=lead_s)
         # ESS launch times have minute resolution: round down, never late.
-        occurrences.append(local.astimezone(now.tzinfo).replace(second=0, microsecond=0))
-    nxt = min(o for o in occurrences if o > now)
-    same_time = [o for o in occurrences if (o.hour, o.minute) == (nxt.hour, nxt.minute)]
-    days = sorted({(o.weekday() + 1) % 7 for o in same_time})  # Python: Monday = 0; ESS: Sunday = 0
+        occurrences.append((edge.astimezone(now.tzinfo).replace(second=0, microsecond=0), day))
+    nxt, local_day = min(o for o in occurrences if o[0] > now)
+    shift = (nxt.astimezone(UTC).date() - local_day).days  # the edge's UTC date against its window's day
+    days = sorted({(d + shift + 1) % 7 for d in sched.weekdays})  # Python: Monday = 0; ESS: Sunday = 0
     return nxt, ",".join(str(d) for d in days)
 
 

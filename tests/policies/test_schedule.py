@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from policy_builders import group_spec
 
-from policies.schedule import bounds, is_active
+from policies.schedule import bounds, is_active, windows_between
 from policies.spec import Schedule
 
 BIZ = Schedule.model_validate(
@@ -83,6 +83,67 @@ def test_cron_window_with_duration():
 def test_cron_window_longer_than_a_day_apart_from_start():
     sched = Schedule.model_validate({"name": "c", "cron": "0 20 * * *", "duration": "12h", "min": 4})
     assert is_active(sched, shanghai(8, 7, 0))  # the previous evening's window is still on
+
+
+# America/New_York in 2026: the clocks go 02:00 -> 03:00 on Sunday March 8 (EST UTC-5 -> EDT UTC-4) and
+# 02:00 -> 01:00 on Sunday November 1.
+SPRING = datetime(2026, 3, 8, tzinfo=UTC)
+FALL = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_a_start_the_spring_forward_day_skips_opens_at_the_jump():
+    # 02:30 never shows on March 8: the clock passes it at 03:00 EDT (07:00 UTC), not at 03:30 EDT
+    spec = group_spec(
+        cold_start_s=0,
+        schedules=[
+            {
+                "name": "n",
+                "timezone": "America/New_York",
+                "days": "daily",
+                "start": "02:30",
+                "end": "04:00",
+                "min": 6,
+            }
+        ],
+    )
+    assert bounds(spec, SPRING + timedelta(hours=6, minutes=59)).floor == 2
+    assert bounds(spec, SPRING + timedelta(hours=7)).floor == 6
+    assert bounds(spec, SPRING + timedelta(hours=7, minutes=59)).floor == 6  # until 04:00 EDT
+    assert bounds(spec, SPRING + timedelta(hours=8)).floor == 2
+
+
+def test_a_start_the_fall_back_day_shows_twice_opens_at_the_first():
+    sched = Schedule.model_validate(
+        {
+            "name": "n",
+            "timezone": "America/New_York",
+            "days": "sun",
+            "start": "01:30",
+            "end": "03:00",
+            "min": 6,
+        }
+    )
+    (window,) = windows_between(sched, FALL, FALL + timedelta(days=1))
+    assert window.start == FALL + timedelta(hours=5, minutes=30)  # 01:30 EDT
+    assert window.end == FALL + timedelta(hours=8)  # 03:00 EST: the repeated hour is inside
+
+
+@pytest.mark.parametrize("day", [SPRING, FALL])
+def test_a_cron_window_lasts_its_duration_across_a_daylight_saving_change(day):
+    # midnight + 3 h: the clock change falls inside the window; the floor holds three hours, and the window
+    # that the schedule lists is the one the floor follows
+    sched = Schedule.model_validate(
+        {"name": "c", "timezone": "America/New_York", "cron": "0 0 * * *", "duration": "3h", "min": 4}
+    )
+    windows = windows_between(sched, day, day + timedelta(days=1))
+    assert [w.end - w.start for w in windows] == [timedelta(hours=3)] * len(windows)
+    for minute in range(0, 24 * 60, 10):
+        at = day + timedelta(minutes=minute)
+        listed = any(
+            w.start <= at < w.end
+            for w in windows_between(sched, at - timedelta(days=1), at + timedelta(days=1))
+        )
+        assert is_active(sched, at) == listed, at
 
 
 def test_floor_starts_early_by_the_cold_start():

@@ -380,3 +380,49 @@ def test_a_full_quota_is_retried_at_the_sync_interval_and_audited_once_an_hour(f
         cloud.advance(60)
     names = {t.name for t in cloud.ess.scheduled_tasks.values()}
     assert {"fleet-chat-biz-start", "fleet-chat-biz-end"} <= names
+
+
+def _new_york(start: str, end: str, days: str = "daily", cold_start_s: float = 180):
+    return _spec(
+        cold_start_s=cold_start_s,
+        schedules=[
+            {"name": "ny", "timezone": "America/New_York", "days": days, "start": start, "end": end, "min": 6}
+        ],
+    )
+
+
+def test_start_task_lead_is_elapsed_time_on_the_spring_forward_day():
+    # 03:00 EDT on Sunday March 8 2026 is 07:00 UTC; three minutes earlier is 06:57 UTC, whatever the wall
+    # clock in New York read then (02:57 is a time it skips: it was read an hour late, 07:57 UTC)
+    tasks, _ = desired_tasks(_new_york("03:00", "05:00"), datetime(2026, 3, 7, 12, tzinfo=UTC))
+    start = next(t for t in tasks if t.name.endswith("-start"))
+    assert start.launch_time == datetime(2026, 3, 8, 6, 57, tzinfo=UTC)
+    assert start.recurrence_value == "0,1,2,3,4,5,6"
+
+
+def test_start_task_lead_is_elapsed_time_on_the_fall_back_day():
+    tasks, _ = desired_tasks(
+        _new_york("02:00", "05:00", cold_start_s=1800), datetime(2026, 10, 31, 12, tzinfo=UTC)
+    )
+    start = next(t for t in tasks if t.name.endswith("-start"))
+    assert start.launch_time == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)  # 02:00 EST less 30 min
+
+
+def test_weekly_tasks_keep_every_weekday_when_daylight_saving_changes_within_the_week():
+    # Thursday March 5 2026, 10:00 EST: Friday's 09:00 is 14:00 UTC, next week's 13:00 UTC. The tasks recur
+    # Monday to Friday at Friday's time until the re-sync after the change moves them: a Monday left out would
+    # lose Monday's floor while the service is down.
+    tasks, _ = desired_tasks(
+        _new_york("09:00", "17:00", days="mon-fri"), datetime(2026, 3, 5, 15, tzinfo=UTC)
+    )
+    by = {t.name.rsplit("-", 1)[1]: t for t in tasks}
+    assert (by["start"].launch_time, by["start"].recurrence_value) == (
+        datetime(2026, 3, 6, 13, 57, tzinfo=UTC),
+        "1,2,3,4,5",
+    )
+    assert (by["end"].hhmm, by["end"].recurrence_value) == ("22:00", "1,2,3,4,5")
+    after, _ = desired_tasks(
+        _new_york("09:00", "17:00", days="mon-fri"), datetime(2026, 3, 6, 23, tzinfo=UTC)
+    )
+    assert {t.hhmm for t in after} == {"12:57", "21:00"}  # past Friday's window: the new offset
+    assert {t.recurrence_value for t in after} == {"1,2,3,4,5"}
