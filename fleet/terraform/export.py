@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from policies import metrics as m
 from policies.schedule import bounds, windows_between
@@ -395,11 +396,15 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
     reference = _week_start(now)
     patterns = {w: _weekly_changes(spec, reference + timedelta(weeks=w)) for w in _WEEKS_CHECKED}
     if len({tuple((c.weekday, c.minute, c.floor, c.ceiling) for c in p) for p in patterns.values()}) != 1:
+        starts = [reference + timedelta(weeks=w) for w in _WEEKS_CHECKED]
         zones = sorted({s.timezone for s in spec.schedules})
+        # name the zones whose offset moves, not every zone of the group (Asia/Shanghai has no DST)
+        moving = [z for z in zones if len({t.astimezone(ZoneInfo(z)).utcoffset() for t in starts}) > 1]
         raise ExportError(
             f"group {spec.name!r}: the schedules do not repeat every week in UTC (daylight saving time in "
-            f"{', '.join(zones)} moves them); ESS scheduled tasks recur in UTC, so they cannot hold these "
-            "floors"
+            f"{', '.join(moving or zones)} moves them); ESS scheduled tasks recur in UTC, so they cannot "
+            "hold these floors: export with --no-scheduled-tasks and let the service mirror them (it moves "
+            "its tasks when the offset changes)"
         )
     grouped: dict[tuple[int, int, int], list[_Change]] = {}
     for change in patterns[0]:

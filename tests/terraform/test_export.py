@@ -123,6 +123,14 @@ def test_daylight_saving_zone_cannot_be_mirrored_as_weekly_utc_tasks():
         scheduled_tasks_for(group(schedules=[berlin]), NOW)
 
 
+def test_the_daylight_saving_refusal_names_only_the_zones_that_move_and_the_way_out():
+    berlin = {**BUSINESS_HOURS, "name": "eu", "timezone": "Europe/Berlin"}
+    with pytest.raises(ExportError) as err:
+        scheduled_tasks_for(group(schedules=[BUSINESS_HOURS, berlin]), NOW)
+    assert "daylight saving time in Europe/Berlin moves them" in str(err.value)  # not Asia/Shanghai
+    assert "--no-scheduled-tasks" in str(err.value)
+
+
 @pytest.mark.parametrize("at_day", [7, 29])  # the week after --at held no 1st of the month on the 7th: {}
 @pytest.mark.parametrize("cron", ["0 9 1 * *", "0 9 * 1-6 *", "0 9 1-7 * 1"])
 def test_a_cron_on_days_of_the_month_or_months_is_refused_whatever_the_date(at_day, cron):
