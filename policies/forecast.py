@@ -7,10 +7,14 @@ for the same reason):
   ``LEVEL_WINDOW_S`` to the same minutes then), so that a day busier than yesterday keeps yesterday's shape;
 - **level and trend**: the mean of the last minutes plus a damped slope.
 
-With under a day of history only the second one speaks. The upper quantile is the mean times the
-``UPPER_QUANTILE`` of the forecast's own measured ratios (actual / predicted), never below ``MIN_UPPER``; the
-lower quantile (the learned floor) likewise with the ``LOWER_QUANTILE`` ratio. ``judge`` keeps that record:
-each forecast is judged when its time comes, giving the MAPE and the upper quantile's coverage.
+With under a day of history only the second one speaks. "The same time" is the same time on the clock of
+``predictive.timezone`` when the group names one (demand that follows New York's or Berlin's clock is 23
+hours after yesterday's on the spring-forward day, 25 on the fall-back day), else whole days of 86,400 s.
+
+The upper quantile is the mean times the ``UPPER_QUANTILE`` of the forecast's own measured ratios (actual /
+predicted), never below ``MIN_UPPER``; the lower quantile (the learned floor) likewise with the
+``LOWER_QUANTILE`` ratio. ``judge`` keeps that record: each forecast is judged when its time comes, giving the
+MAPE and the upper quantile's coverage.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from zoneinfo import ZoneInfo
 
 from policies.model import DemandSeries, ForecastState, PendingForecast
 
@@ -197,12 +202,24 @@ def _seasonal(idx: _Index, now_s: float, ahead_s: float, level: float, lag_s: fl
     return then_ahead * ratio
 
 
-def _blend(idx: _Index, now_s: float, ahead_s: float, level: float, slope: float) -> tuple[float, bool]:
+def lag_s(at_s: float, days: int, zone: ZoneInfo | None) -> float:
+    """Seconds from the same time ``days`` days before ``at_s`` (epoch seconds) to it: on the clock of
+    ``zone`` (a day across a daylight-saving change is 23 or 25 hours), else ``days`` x 86,400 s."""
+    if zone is None:
+        return days * DAY_S
+    local = datetime.fromtimestamp(at_s, zone).replace(tzinfo=None)
+    then = (local - timedelta(days=days)).replace(tzinfo=zone)  # a time the clock skipped or repeated: fold 0
+    return at_s - then.timestamp()
+
+
+def _blend(
+    idx: _Index, now_s: float, ahead_s: float, level: float, slope: float, lags: tuple[float, float]
+) -> tuple[float, bool]:
     damped = TREND_DAMPING_S * (1 - math.exp(-ahead_s / TREND_DAMPING_S))
     # a slope never more than halves or adds half of the level within the horizon: noise is not a trend
     trend = level + max(-0.5 * level, min(0.5 * level, slope * damped))
-    day = _seasonal(idx, now_s, ahead_s, level, DAY_S)
-    week = _seasonal(idx, now_s, ahead_s, level, WEEK_S)
+    day = _seasonal(idx, now_s, ahead_s, level, lags[0])
+    week = _seasonal(idx, now_s, ahead_s, level, lags[1])
     if day is None and week is None:
         return trend, False
     if day is not None and week is not None:
@@ -279,8 +296,10 @@ def forecast(
     horizon_s: float,
     state: ForecastState,
     step_s: float = 60.0,
+    zone: ZoneInfo | None = None,
 ) -> Forecast:
-    """Demand over the next ``horizon_s`` from ``series`` (history up to ``now``)."""
+    """Demand over the next ``horizon_s`` from ``series`` (history up to ``now``); ``zone``: the clock whose
+    yesterday and last week the seasonal part reads (``lag_s``)."""
     if series is None or not series.rps:
         return Forecast(Method.NONE, None, 0.0, 0.0, 0.0, 0.0, ())
     idx = _Index(series)
@@ -291,9 +310,10 @@ def forecast(
     points: list[tuple[float, float]] = []
     seasonal_used = False
     steps = max(1, math.ceil(horizon_s / step_s))
+    lags = (lag_s(now_s, 1, zone), lag_s(now_s, 7, zone))
     for k in range(1, steps + 1):
         ahead = min(horizon_s, k * step_s)
-        value, used = _blend(idx, now_s, ahead, level, slope)
+        value, used = _blend(idx, now_s, ahead, level, slope, lags)
         seasonal_used = seasonal_used or used
         points.append((ahead, value))
     values = [v for _, v in points]
@@ -427,7 +447,13 @@ class HourForecast:
 
 
 def hourly(
-    series: DemandSeries | None, now: datetime, hours: int, state: ForecastState, *, horizon_s: float
+    series: DemandSeries | None,
+    now: datetime,
+    hours: int,
+    state: ForecastState,
+    *,
+    horizon_s: float,
+    zone: ZoneInfo | None = None,
 ) -> list[HourForecast]:
     """The next ``hours`` whole hours from the seasonal predictor (empty with under a day of history).
 
@@ -449,8 +475,13 @@ def hourly(
         start = first + timedelta(hours=h)
         weighted: list[tuple[float, float]] = []
         lows: list[float] = []
-        for lag, share in ((DAY_S, 1 - WEEK_SHARE), (WEEK_S, WEEK_SHARE)):
-            got = _hour_then(idx, start.timestamp() - lag, now_s - lag, level)
+        for days, share in ((1, 1 - WEEK_SHARE), (7, WEEK_SHARE)):
+            got = _hour_then(
+                idx,
+                start.timestamp() - lag_s(start.timestamp(), days, zone),
+                now_s - lag_s(now_s, days, zone),
+                level,
+            )
             if got is not None:
                 weighted.append((got[0], share))
                 lows.append(got[1])

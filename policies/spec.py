@@ -282,6 +282,14 @@ def _check_share(metric: str | None, above: float | None, below: float | None) -
         raise ValueError(f"below {below:g}: {metric} is a share in percent (0-100), so the rule always holds")
 
 
+def _known_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
+    return value
+
+
 class Schedule(_Model):
     """A recurring window that raises the floor (and may cap the group) while it is active.
 
@@ -316,11 +324,7 @@ class Schedule(_Model):
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
-        return value
+        return _known_zone(value)
 
     @field_validator("cron")
     @classmethod
@@ -545,6 +549,13 @@ class Predictive(_Model):
     learned_floors: bool = Field(
         default=True, description="mirror the forecast's lower-quantile floor as ESS scheduled tasks"
     )
+    timezone: str | None = Field(
+        default=None,
+        description=(
+            "IANA zone whose clock the demand follows: the forecast's 'same time yesterday and a week ago' is"
+            " read on it (23 or 25 hours back across a daylight-saving change); default whole days in UTC"
+        ),
+    )
     rules_ceiling: float | None = Field(
         default=1.5,
         ge=1,
@@ -554,6 +565,15 @@ class Predictive(_Model):
             "load in instances, or the forecast's target if more (null: uncapped)"
         ),
     )
+
+    @property
+    def seasonal_zone(self) -> ZoneInfo | None:
+        return ZoneInfo(self.timezone) if self.timezone is not None else None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str | None) -> str | None:
+        return None if value is None else _known_zone(value)
 
     @property
     def mirrors_learned_floors(self) -> bool:

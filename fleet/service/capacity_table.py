@@ -275,7 +275,14 @@ def learned_floors(
     forecast: the learned tasks are left as they are)."""
     from fleet.service.schedules import LearnedFloor
 
-    hours = fc.hourly(demand.series(spec.name, now), now, fc.LEARNED_HOURS, state, horizon_s=spec.horizon_s)
+    hours = fc.hourly(
+        demand.series(spec.name, now),
+        now,
+        fc.LEARNED_HOURS,
+        state,
+        horizon_s=spec.horizon_s,
+        zone=spec.predictive.seasonal_zone,
+    )
     if not hours:
         return None
     prompt, output = demand.mix(spec.name, now)

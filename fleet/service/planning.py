@@ -221,10 +221,12 @@ def plan_forecast(
     prompt, output = mix_of(rows, at)
     cap = table.lookup(spec, prompt, output)
     rps = None if cap.rps is None else cap.rps * state.correction
-    near = fc.forecast(series, at, spec.horizon_s, state)
+    near = fc.forecast(series, at, spec.horizon_s, state, zone=spec.predictive.seasonal_zone)
     burst = fc.burstiness(series, at, cap=fc.STAFFING_MAX_BURSTINESS)
     planned: list[PlannedHour] = []
-    for h in fc.hourly(series, at, hours, state, horizon_s=spec.horizon_s):
+    for h in fc.hourly(
+        series, at, hours, state, horizon_s=spec.horizon_s, zone=spec.predictive.seasonal_zone
+    ):
         floor = bounds(spec, h.start).floor
         want = (
             floor if rps is None else max(floor, staffing(h.upper_rps / rps, spec.predictive.headroom, burst))

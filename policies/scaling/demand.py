@@ -271,7 +271,7 @@ def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
     series = dem.history if dem else None
     horizon = inp.spec.horizon_s
     state = fc.judge(gh.forecast, inp.now, d.rps if d.complete else None)
-    f = fc.forecast(series, inp.now, horizon, state)
+    f = fc.forecast(series, inp.now, horizon, state, zone=pred.seasonal_zone)
     state = fc.remember(state, inp.now, f, horizon)
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
     if model_rps:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -312,3 +313,52 @@ def test_a_history_exported_every_15_minutes_still_gives_the_hourly_forecast():
         start=s.start, step_s=60, rps=[v if (i % 60) in (1, 2, 3) else None for i, v in enumerate(s.rps)]
     )
     assert fc.hourly(s_half, NOW, 3, ForecastState(), horizon_s=HORIZON_S) == []
+
+
+# Demand that follows New York's clock: 5 req/s, 40 from 09:00 to 17:00 local. On Sunday March 8 2026 the
+# clocks go 02:00 -> 03:00 (EST UTC-5 -> EDT UTC-4), so 09:00 is 13:00 UTC that day, 14:00 UTC the day before.
+NEW_YORK = "America/New_York"
+
+
+def _office_hours(until: datetime, days: int = 8) -> DemandSeries:
+    zone = ZoneInfo(NEW_YORK)
+    start = until - timedelta(days=days)
+    rps: list[float | None] = []
+    t = start
+    while t < until:
+        rps.append(40.0 if 9 <= t.astimezone(zone).hour < 17 else 5.0)
+        t += timedelta(minutes=1)
+    return DemandSeries(start=start, step_s=60.0, rps=rps)
+
+
+@pytest.mark.parametrize(
+    ("at", "zone", "hours"),
+    [
+        (
+            datetime(2026, 3, 8, 13, tzinfo=UTC),
+            NEW_YORK,
+            23,
+        ),  # spring forward: yesterday's 09:00 is 23 h back
+        (datetime(2026, 11, 1, 14, tzinfo=UTC), NEW_YORK, 25),  # fall back
+        (datetime(2026, 3, 9, 13, tzinfo=UTC), NEW_YORK, 24),
+        (datetime(2026, 3, 8, 13, tzinfo=UTC), "Asia/Shanghai", 24),
+        (datetime(2026, 3, 8, 13, tzinfo=UTC), None, 24),
+    ],
+)
+def test_yesterday_is_the_same_time_on_the_demands_clock(at, zone, hours):
+    assert fc.lag_s(at.timestamp(), 1, ZoneInfo(zone) if zone else None) == hours * 3600.0
+
+
+def test_the_hour_after_spring_forward_is_forecast_from_yesterdays_same_local_hour():
+    now = datetime(2026, 3, 8, 12, 50, tzinfo=UTC)  # 08:50 EDT: the office opens in 10 minutes
+    hist = _office_hours(now)
+    utc_days = {h.start.hour: h.mean_rps for h in fc.hourly(hist, now, 2, fc.ForecastState(), horizon_s=300)}
+    local = {
+        h.start.hour: h.mean_rps
+        for h in fc.hourly(hist, now, 2, fc.ForecastState(), horizon_s=300, zone=ZoneInfo(NEW_YORK))
+    }
+    assert local[13] == pytest.approx(40.0)  # 09:00 EDT
+    assert utc_days[13] == pytest.approx(5.0)  # whole UTC days read yesterday's 08:00 EST: an hour late
+    near = fc.forecast(hist, now, 900.0, fc.ForecastState(), zone=ZoneInfo(NEW_YORK))
+    assert near.peak_rps > 20.0  # the ramp at 13:00 UTC is within the next 15 minutes
+    assert fc.forecast(hist, now, 900.0, fc.ForecastState()).peak_rps < 10.0

@@ -80,6 +80,16 @@ def test_schedule_rejects_unknown_timezone_and_bad_cron():
         Schedule.model_validate({"name": "s", "cron": "every morning", "duration": "1h"})
 
 
+def test_predictive_timezone_is_an_iana_zone():
+    from policies.spec import Predictive
+
+    with pytest.raises(ValidationError, match="unknown timezone"):
+        Predictive.model_validate({"capacity_rps": 2, "timezone": "Mars/Olympus"})
+    assert Predictive.model_validate({"capacity_rps": 2}).seasonal_zone is None
+    zone = Predictive.model_validate({"capacity_rps": 2, "timezone": "Europe/Berlin"}).seasonal_zone
+    assert zone is not None and zone.key == "Europe/Berlin"
+
+
 def test_schedule_ceiling_below_its_floor_is_rejected():
     with pytest.raises(ValidationError, match="below min"):
         Schedule.model_validate({"name": "s", "start": "09:00", "end": "10:00", "min": 5, "max": 3})
