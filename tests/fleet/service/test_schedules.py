@@ -426,3 +426,52 @@ def test_weekly_tasks_keep_every_weekday_when_daylight_saving_changes_within_the
     )
     assert {t.hhmm for t in after} == {"12:57", "21:00"}  # past Friday's window: the new offset
     assert {t.recurrence_value for t in after} == {"1,2,3,4,5"}
+
+
+NY_NIGHT = """\
+min_size: 1
+max_size: 20
+cold_start_s: 180
+schedules:
+  - {name: ny, timezone: America/New_York, days: daily, start: "03:00", end: "05:00", min: 6}
+"""
+
+
+def _next_offset_change(after: datetime, zone: str) -> datetime:
+    """The UTC midnight of the first day after ``after`` whose noon offset in ``zone`` differs from the
+    previous day's (the day the clocks change)."""
+    from datetime import timedelta
+    from zoneinfo import ZoneInfo
+
+    z = ZoneInfo(zone)
+    day = after.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    for _ in range(400):
+        noon = day + timedelta(hours=12)
+        if noon.astimezone(z).utcoffset() != (noon - timedelta(days=1)).astimezone(z).utcoffset():
+            return day
+        day += timedelta(days=1)
+    raise AssertionError(f"no offset change in {zone} within 400 days")
+
+
+def test_the_mirrored_floor_rises_a_cold_start_before_03_00_on_a_dst_change_day_with_the_service_down(
+    fake_world,
+):
+    from datetime import time, timedelta
+    from zoneinfo import ZoneInfo
+
+    from fleet.service.schedules import sync_group
+
+    # six InService: the fake refuses a MinSize above the DesiredCapacity (InvalidParameter.Conflict)
+    cloud, svc, gid = fake_world(NY_NIGHT, in_service=6)
+
+    def at(when: datetime) -> int:  # the fake's clock moved to ``when``: the group's MinSize then
+        cloud.advance((when - cloud.now()).total_seconds())
+        return cloud.ess.groups[gid].min_size
+
+    change = _next_offset_change(cloud.now(), "America/New_York")  # spring forward or fall back, whichever
+    at(change - timedelta(hours=12))  # the day before, at noon UTC: the last sync before the service stops
+    changes = sync_group(_plain_ess(cloud, svc), svc.specs[0], gid, cloud.now())
+    assert not any(c.op == "error" for c in changes)
+    # 03:00 shows once on both change days (the clocks change at 02:00)
+    opens = datetime.combine(change.date(), time(3), ZoneInfo("America/New_York")).astimezone(UTC)
+    assert (at(opens - timedelta(seconds=240)), at(opens - timedelta(seconds=150))) == (1, 6)
