@@ -437,9 +437,9 @@ schedules:
 """
 
 
-def _next_offset_change(after: datetime, zone: str) -> datetime:
-    """The UTC midnight of the first day after ``after`` whose noon offset in ``zone`` differs from the
-    previous day's (the day the clocks change)."""
+def _next_offset_change(after: datetime, zone: str, *, spring: bool) -> datetime:
+    """The UTC midnight of the first day after ``after`` whose noon offset in ``zone`` is larger (``spring``:
+    the clocks spring forward) or smaller (they fall back) than the previous day's."""
     from datetime import timedelta
     from zoneinfo import ZoneInfo
 
@@ -447,14 +447,17 @@ def _next_offset_change(after: datetime, zone: str) -> datetime:
     day = after.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     for _ in range(400):
         noon = day + timedelta(hours=12)
-        if noon.astimezone(z).utcoffset() != (noon - timedelta(days=1)).astimezone(z).utcoffset():
+        today, before = noon.astimezone(z).utcoffset(), (noon - timedelta(days=1)).astimezone(z).utcoffset()
+        assert today is not None and before is not None
+        if (today > before) if spring else (today < before):
             return day
         day += timedelta(days=1)
     raise AssertionError(f"no offset change in {zone} within 400 days")
 
 
+@pytest.mark.parametrize("spring", [True, False], ids=["spring-forward", "fall-back"])
 def test_the_mirrored_floor_rises_a_cold_start_before_03_00_on_a_dst_change_day_with_the_service_down(
-    fake_world,
+    fake_world, spring
 ):
     from datetime import time, timedelta
     from zoneinfo import ZoneInfo
@@ -468,7 +471,7 @@ def test_the_mirrored_floor_rises_a_cold_start_before_03_00_on_a_dst_change_day_
         cloud.advance((when - cloud.now()).total_seconds())
         return cloud.ess.groups[gid].min_size
 
-    change = _next_offset_change(cloud.now(), "America/New_York")  # spring forward or fall back, whichever
+    change = _next_offset_change(cloud.now(), "America/New_York", spring=spring)
     at(change - timedelta(hours=12))  # the day before, at noon UTC: the last sync before the service stops
     changes = sync_group(_plain_ess(cloud, svc), svc.specs[0], gid, cloud.now())
     assert not any(c.op == "error" for c in changes)
