@@ -282,9 +282,12 @@ def capacity_writes(cloud: FakeCloud, group_id: str, since_s: float) -> list[str
     ]
 
 
-def scale_actions(cloud: FakeCloud, group_id: str, since_s: float) -> int:
-    """Capacity writes the controller made: ESS capacity-change activities it started through the API."""
-    return len(capacity_writes(cloud, group_id, since_s))
+def scale_actions(
+    cloud: FakeCloud, group_id: str, since_s: float, prewarm: frozenset[str] = frozenset()
+) -> int:
+    """Capacity writes the controller made: ESS capacity-change activities it started through the API, less
+    ``prewarm`` (the creation of the start fleet, at the run's first instant, is nobody's decision)."""
+    return len([a for a in capacity_writes(cloud, group_id, since_s) if a not in prewarm])
 
 
 def _iso(dt: Any) -> str | None:

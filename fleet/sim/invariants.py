@@ -27,6 +27,10 @@ class InvariantChecker:
     violations: list[dict[str, Any]] = field(default_factory=list)
     _seen_activities: set[str] = field(default_factory=set)
 
+    def known(self, activities: frozenset[str]) -> None:
+        """Activities that are no tick's: the start fleet's creation, before the first tick."""
+        self._seen_activities.update(activities)
+
     def _add(self, kind: str, at: datetime, detail: str) -> None:
         self.violations.append({"kind": kind, "at": at.isoformat(), "detail": detail})
 

@@ -190,6 +190,10 @@ def run(
         demand_log = getattr(controller, "demand", None)
         if history and demand_log is not None:
             demand_log.write(spec.name, history)  # days of production, as the store would hold them
+        # The start fleet's creation is an activity of the group's first instant, nobody's decision: neither a
+        # scale action nor, beside the first tick's write, a second write in one tick.
+        prewarm = frozenset(cloud.ess.activities)
+        checker.known(prewarm)
         # Baselines tick at their own documented period; ours at the service's tick.
         tick_s = float(getattr(controller, "period_s", options.tick_s))
 
@@ -237,7 +241,7 @@ def run(
             slo_ttft_ms=options.slo_ttft_ms,
             gpu_hours=billing.gpu_hours,
             cost_cny=billing.cost_cny,
-            scale_actions=cloudview.scale_actions(cloud, group_id, t0_s),
+            scale_actions=cloudview.scale_actions(cloud, group_id, t0_s, prewarm),
             max_instances=max_instances,
             incidents=incidents,
             sla_breaches=sum(1 for i in incidents if i.get("sla_breached")),

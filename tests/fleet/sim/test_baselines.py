@@ -170,3 +170,11 @@ def test_checker_accepts_a_healthy_tick():
     chk = InvariantChecker(min_size=2, max_size=10, warm_floor=2, max_isolated=1, floor_at=lambda _t: 6)
     chk.check(T0, 6, {"i-1": "InService", "i-2": "Standby"}, ["a-1"])
     assert chk.violations == []
+
+
+def test_checker_does_not_count_activities_from_before_the_first_tick():
+    # the start fleet's creation beside the first tick's write is one write in that tick, not two
+    chk = InvariantChecker(min_size=2, max_size=10)
+    chk.known(frozenset({"a-prewarm"}))
+    chk.check(T0, 4, {}, ["a-prewarm", "a-1"])
+    assert chk.violations == []

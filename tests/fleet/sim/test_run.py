@@ -165,6 +165,15 @@ def test_static_peak_pins_the_group_at_its_size(config):
     assert {p.desired for p in result.series} == {3}
 
 
+def test_the_start_fleets_creation_is_not_counted_as_a_scale_action(config):
+    # static provisioning never writes a capacity: the activity that created the pre-warmed fleet at the run's
+    # first instant is nobody's decision (it was counted, so every run showed one scale action too many)
+    result = simulate(
+        config, "azure:conv,rate=0.5", 3 / 60, policy="static-peak", options=SimOptions(static_size=3)
+    )
+    assert result.summary["scale_actions"] == 0
+
+
 def test_runs_are_judged_by_the_slo_the_groups_policy_reads(config):
     # the predictive section's ttft_p99_ms is the group's SLO (its capacity model sizes for it); the scale-out
     # rule's threshold only where it gives none
