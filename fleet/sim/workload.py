@@ -546,14 +546,14 @@ def build_workload(
         loop=p.get("loop", "true").lower() == "true",
         seed=spec.seed,
     )
-    if max_prompt_tokens is not None:
-        reqs = [
-            r
-            if r.prompt_tokens <= max_prompt_tokens
-            else Request(r.arrival_s, max_prompt_tokens, r.output_tokens)
-            for r in reqs
-        ]
-    return reqs
+    return reqs if max_prompt_tokens is None else cut_prompts(reqs, max_prompt_tokens)
+
+
+def cut_prompts(requests: Sequence[Request], max_prompt_tokens: int) -> list[Request]:
+    """The requests with each prompt longer than ``max_prompt_tokens`` cut to it (vLLM rejects a prompt past
+    ``max_model_len``; the simulated gateway truncates it instead)."""
+    cap = max_prompt_tokens
+    return [r if r.prompt_tokens <= cap else Request(r.arrival_s, cap, r.output_tokens) for r in requests]
 
 
 def peak_rate_rps(requests: Sequence[Request], window_s: float = 60.0) -> float:

@@ -541,3 +541,15 @@ def test_a_node_ecs_cannot_reboot_is_not_returned_unmended_but_replaced(config):
     steps = [d for d in run.decisions if d["kind"] == "isolation"]
     assert not any(d["action"] == "exit_standby" for d in steps)
     assert any(d["action"] == "reboot" and d["outcome"] == "error" for d in steps)
+
+
+def test_the_capacity_test_measures_prompts_cut_as_the_run_cuts_them(config, tmp_path):
+    # a tenth of the prompts past max_model_len: the run cuts them (docs/simulator.md), and so must the
+    # capacity test, which sized each instance at its floor of 0.05 req/s when it fed them whole (the engine
+    # rejects them, a P99 over them is a miss at any rate): the start fleet was 25 instances for 1 req/s
+    rows = [f"{i},{100_000 if i % 10 == 0 else 200},50" for i in range(40)]
+    trace = tmp_path / "long.csv"
+    trace.write_text("timestamp,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    result = simulate(config, f"trace:{trace}", 2 / 60, policy="static-peak")
+    assert result.summary["capacity_rps_per_instance"] > 0.3  # 0.05 before: the bisection's floor
+    assert result.summary["max_instances"] <= 6  # the business-hours floor, not the collapsed capacity
