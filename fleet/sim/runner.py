@@ -52,6 +52,7 @@ def summarize(
         "completed": world.total_completed,
         "rejected": world.total_rejected,
         "dropped": world.total_dropped,
+        "unfinished": world.total_unfinished,
         "slo_violation_minutes": sum(1 for m in late if m >= warmup),
         "warmup_minutes": warmup,
         "warmup_violation_minutes": sum(1 for m in late if m < warmup),

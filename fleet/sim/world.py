@@ -252,6 +252,8 @@ class World:
         self.total_rejected = 0
         self.total_dropped = 0
         self.total_completed = 0
+        # still in flight when the run (and its drain) ended: a hung engine's, or one past the drain
+        self.total_unfinished = 0
         self.all_ttfts_ms: list[float] = []
         self.all_tpots_ms: list[float] = []
         self.fault_log: list[dict[str, Any]] = []
@@ -711,6 +713,7 @@ class World:
                     self._finished(inst, done)
             for rid in inst.inflight:
                 self._minute(self._arrival[rid]).ttfts_ms.append(math.inf)
+                self.total_unfinished += 1
 
 
 _OUTSTANDING = operator.attrgetter("outstanding")

@@ -128,6 +128,15 @@ def test_a_hung_engine_whose_server_still_answers_is_read_down_and_rebooted(conf
     assert run.summary["invariant_violations"] == []
 
 
+def test_every_request_is_accounted_for_with_what_a_hung_engine_held_at_the_end(config):
+    # the engine hangs a minute before the end: what it holds never finishes, and the summary says so
+    # (requests was more than completed + rejected + dropped, with no field for the difference)
+    fault = parse_fault_spec("engine-hang,at=3m,instance=0")
+    s = simulate(config, "azure:conv,rate=0.5", 4 / 60, faults=[fault], options=SimOptions()).summary
+    assert s["unfinished"] > 0
+    assert s["requests"] == s["completed"] + s["rejected"] + s["dropped"] + s["unfinished"]
+
+
 def test_without_the_engine_rule_the_dead_engine_stays_in_the_group(config, tmp_path):
     text = DEFAULT_CONFIG.read_text()
     assert "name: engine_down" in text
@@ -390,6 +399,7 @@ def test_minutes_before_a_first_order_can_serve_are_counted_apart():
         total_completed=100,
         total_rejected=0,
         total_dropped=0,
+        total_unfinished=0,
     )
     warmup = warmup_minutes(240.0)
     assert warmup == 5  # minutes 0-4 start before an instance ordered at 0 s serves (240 s + up to a minute)
