@@ -24,6 +24,7 @@ from fleet.sim.workload import (
     Request,
     WorkloadSpec,
     build_workload,
+    check_loopable,
     cut_prompts,
     load_trace,
     parse_workload_spec,
@@ -371,6 +372,8 @@ def requests_upper_bound(spec: WorkloadSpec, hours: float) -> float:
     trace = load_trace(spec.kind, spec.name)
     if len(trace) < 2:
         return float(len(trace))
+    if p.get("loop", "true").lower() == "true":
+        check_loopable(trace, spec.name)  # a span of 0 would bound the run at an absurd number of requests
     span_s = max(1e-9, trace[-1].arrival_s - trace[0].arrival_s)
     copies = float(p.get("rate", "1")) + 1.0  # floor(rate) copies and one more at most
     total = len(trace) / span_s * float(p.get("speed", "1")) * copies * duration_s

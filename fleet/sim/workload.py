@@ -239,6 +239,8 @@ def replay(
         raise WorkloadError("replay: speed and rate must be positive")
     if not trace:
         return []
+    if loop:
+        check_loopable(trace)
     rng = random.Random(seed)
     # One pass lasts the trace's span plus the mean gap, so a loop does not put two arrivals at the seam.
     span_s = trace[-1].arrival_s - trace[0].arrival_s
@@ -260,6 +262,16 @@ def replay(
         offset += period_s
     out.sort(key=lambda r: r.arrival_s)
     return [r for r in out if r.arrival_s < duration_s]
+
+
+def check_loopable(trace: Sequence[Request], name: str = "the trace") -> None:
+    """A looped replay repeats the trace every span: a trace whose requests all arrive at one instant has
+    none (the loop would never advance), and says so in one line."""
+    if len(trace) > 1 and trace[-1].arrival_s <= trace[0].arrival_s:
+        raise WorkloadError(
+            f"{name}: its {len(trace)} requests all arrive at the same instant: a loop has no span to repeat "
+            "(add loop=false to play them once)"
+        )
 
 
 def from_rate_curve(
@@ -538,12 +550,15 @@ def build_workload(
             max_prompt_tokens=max_prompt_tokens,
         )
     trace = load_trace(spec.kind, spec.name, directory)
+    loop = p.get("loop", "true").lower() == "true"
+    if loop:
+        check_loopable(trace, spec.name)
     reqs = replay(
         trace,
         duration_s,
         speed=float(p.get("speed", "1")),
         rate=float(p.get("rate", "1")),
-        loop=p.get("loop", "true").lower() == "true",
+        loop=loop,
         seed=spec.seed,
     )
     return reqs if max_prompt_tokens is None else cut_prompts(reqs, max_prompt_tokens)

@@ -59,6 +59,15 @@ def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_trace_that_cannot_loop_is_one_line_naming_it_not_an_absurd_size(tmp_path, capsys):
+    path = tmp_path / "burst.csv"
+    path.write_text("timestamp,prompt_tokens,output_tokens\n5,100,50\n5,200,60\n")
+    assert main(["simulate", "--workload", f"trace:{path}", "--hours", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "all arrive at the same instant" in err and str(path) in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def _max_3(doc):
     doc["groups"][0].update(max_size=3)
     doc["groups"][0]["schedules"][0]["min"] = 3

@@ -189,3 +189,14 @@ def test_a_trace_that_cannot_be_replayed_names_the_file(tmp_path: Path, text, fr
     with pytest.raises(WorkloadError, match=fragment) as err:
         build_workload(f"trace:{path}", 60.0)
     assert str(path) in str(err.value)
+
+
+def test_a_trace_whose_requests_all_arrive_at_once_cannot_loop_and_says_so(tmp_path: Path):
+    # a looped replay repeats the trace every span: with a span of 0 it never advanced (a hang), and the CLI's
+    # size bound called the run one of 1.4e12 requests; played once it is fine
+    path = tmp_path / "burst.csv"
+    path.write_text("timestamp,prompt_tokens,output_tokens\n5,100,50\n5,200,60\n")
+    with pytest.raises(WorkloadError, match="all arrive at the same instant.*loop=false") as err:
+        build_workload(f"trace:{path}", 60.0)
+    assert str(path) in str(err.value)
+    assert len(build_workload(f"trace:{path},loop=false", 60.0)) == 2
