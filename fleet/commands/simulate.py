@@ -582,7 +582,7 @@ def print_bench_tables(results: dict[str, dict[str, dict[str, Any]]], out: Any =
                 f"{s['gpu_hours_vs_oracle']:.2f}" if "gpu_hours_vs_oracle" in s else "-",
                 f"{s['cost_cny']:.0f}",
                 str(s["scale_actions"]),
-                f"{s['ttft_p99_ms']:.0f}",
+                "-" if s["ttft_p99_ms"] is None else f"{s['ttft_p99_ms']:.0f}",
                 str(s["rejected"]),
                 str(s["max_instances"]),
             )

@@ -56,8 +56,9 @@ def summarize(
         "slo_violation_minutes": sum(1 for m in late if m >= warmup),
         "warmup_minutes": warmup,
         "warmup_violation_minutes": sum(1 for m in late if m < warmup),
-        "ttft_p99_ms": round(nearest_rank(ttfts, 99), 1),
-        "tpot_p99_ms": round(nearest_rank(tpots, 99), 2),
+        # over the completed requests: with none there is no percentile (0.0 read as the best run there is)
+        "ttft_p99_ms": round(nearest_rank(ttfts, 99), 1) if ttfts else None,
+        "tpot_p99_ms": round(nearest_rank(tpots, 99), 2) if tpots else None,
         "gpu_hours": round(gpu_hours, 2),
         "cost_cny": round(cost_cny, 2),
         "scale_actions": scale_actions,

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from fleet.cli import main
 from fleet.config import load_config
@@ -442,6 +443,29 @@ def test_bench_tables_show_the_start_fleets_minutes_apart_and_say_why():
     buf = io.StringIO()
     print_bench_tables({"w": {"ours": s(3, 0)}}, out=Console(file=buf, width=140))
     assert "not judged" not in buf.getvalue()
+
+
+def test_a_run_that_completed_nothing_has_no_p99_not_a_perfect_one(tmp_path, capsys):
+    # the only instance loses its GPU at once: every request is rejected, and the P99 TTFT over the completed
+    # ones was reported as 0.0 ms (the best run there is); now it is null, and the bench table shows "-"
+    import io
+
+    from rich.console import Console
+
+    from fleet.commands.simulate import print_bench_tables
+
+    doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    doc["groups"][0].update(min_size=1, max_size=1, warm_floor=1, schedules=[], predictive={"mode": "off"})
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["simulate", "--config", str(path), "--workload", "azure:conv,rate=0.1", "--hours", "0.05"]
+    assert main([*args, "--fault", "xid:79,at=0", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["completed"] == 0 and s["rejected"] == s["requests"] > 0
+    assert s["ttft_p99_ms"] is None and s["tpot_p99_ms"] is None
+    buf = io.StringIO()
+    print_bench_tables({"w": {"ours": s}}, out=Console(file=buf, width=140))
+    assert "ours" in buf.getvalue()
 
 
 def test_simulate_gives_the_fake_group_the_spot_mix_and_economical_mode_of_the_config(tmp_path):
