@@ -109,9 +109,11 @@ def _check_size(spec: Any, hours: float) -> None:
         )
 
 
-def _declared_hardware(spec: Any, model: str | None, instance_type: str | None) -> tuple[str, str]:
-    """The flags, else what the group's capacity model says it runs (``predictive.model`` and
-    ``instance_type``: simulating a config simulates its hardware), else the simulator's defaults."""
+def _declared_hardware(
+    spec: Any, model: str | None, instance_type: str | None
+) -> tuple[str, str, int | None]:
+    """The flags, else what the group's capacity model says it runs (``predictive.model``, ``instance_type``
+    and ``max_model_len``: simulating a config simulates its deployment), else the simulator's defaults."""
     from fleet.sim.types import Hardware
 
     pred = spec.predictive
@@ -119,18 +121,35 @@ def _declared_hardware(spec: Any, model: str | None, instance_type: str | None) 
     return (
         model or pred.model or default.model,
         instance_type or pred.instance_type or default.instance_type,
+        pred.max_model_len,
     )
 
 
-def _hardware(model: str, instance_type: str, region: str) -> Any:
+def _hardware(model: str, instance_type: str, max_model_len: int | None, region: str) -> Any:
     from fleet.sim.engine import HardwareError, make_engine_factory, resolve_hardware
 
     try:
-        hardware = resolve_hardware(model, instance_type, region)
+        hardware = resolve_hardware(model, instance_type, region, max_model_len)
         make_engine_factory(hardware)  # the model must fit before anything is simulated
     except HardwareError as exc:
-        fail(f"--model/--instance-type: {exc}")
+        what = f" at predictive.max_model_len {max_model_len}" if max_model_len else ""
+        fail(f"--model/--instance-type{what}: {exc}")
     return hardware
+
+
+def _warn_tp(spec: Any, hardware: Any) -> None:
+    """The world runs one engine over all of an instance's GPUs: a group that declares a smaller
+    ``predictive.tp`` (several engines per instance) is simulated as something else than it runs."""
+    tp = spec.predictive.tp
+    if tp is not None and tp != hardware.tp:
+        err_console.print(
+            f"[yellow]warning:[/] predictive.tp {tp}: the simulator runs one engine over all "
+            f"{hardware.gpus_per_instance} GPUs of {hardware.instance_type} (tensor parallel {hardware.tp}), "
+            f"not {hardware.gpus_per_instance // tp} engines of tensor parallel {tp}: its capacity per "
+            "instance is not the deployment's",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def simulate(
@@ -214,8 +233,8 @@ def simulate(
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
-    model, instance_type = _declared_hardware(cfg.groups[index], model, instance_type)
-    hw = _hardware(model, instance_type, cfg.region)
+    hw = _hardware(*_declared_hardware(cfg.groups[index], model, instance_type), cfg.region)
+    _warn_tp(cfg.groups[index], hw)
     if report is not None:
         _check_report_path(report)
     opts = replace(
@@ -402,6 +421,7 @@ def bench_autoscale(
     cfg = _load(config)
     _one_group(cfg, config, "autoscaling")
     hw = _hardware(*_declared_hardware(cfg.groups[0], None, None), cfg.region)  # as fleet simulate runs it
+    _warn_tp(cfg.groups[0], hw)
     if sweep is not None:
         if sweep not in {s.value for s in Sweep}:
             fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")

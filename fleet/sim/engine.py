@@ -23,9 +23,11 @@ def price_cny_per_hour(instance_type: str, region: str | None = None) -> float |
     return None if price is None else price.cny_per_hour
 
 
-def resolve_hardware(model: str, instance_type: str, region: str | None = None) -> Hardware:
+def resolve_hardware(
+    model: str, instance_type: str, region: str | None = None, max_model_len: int | None = None
+) -> Hardware:
     """Hardware for ``model`` on ``instance_type``: its GPU, GPU count (tensor parallel over all of them) and
-    price from the sizing catalog."""
+    price from the sizing catalog; ``max_model_len`` the deployment's (default: the simulator's 8192)."""
     from sizing import SizingInputError, find_instance, find_model
 
     try:
@@ -41,6 +43,7 @@ def resolve_hardware(model: str, instance_type: str, region: str | None = None) 
         gpus_per_instance=inst.gpus,
         tp=inst.gpus,
         price_cny_per_hour=price if price is not None else Hardware().price_cny_per_hour,
+        max_model_len=max_model_len or Hardware().max_model_len,
     )
 
 

@@ -246,7 +246,8 @@ def simulate(
     opts = replace(opts, start=run_start(spec_w, opts.start))
     if opts.group_setup is None:
         opts = replace(opts, group_setup=terraform_setup(group))
-    key = (hardware.model + "/" + hardware.instance_type, spec_w.params.get("sizes", spec_w.name), str(slo))
+    deployment = f"{hardware.model}/{hardware.instance_type}/{hardware.max_model_len}"
+    key = (deployment, spec_w.params.get("sizes", spec_w.name), str(slo))
     test = (capacity_cache or {}).get(key)
     if test is None:
         test = capacity_test(factory, sizes_for(spec_w, max_prompt), slo, seed=opts.seed)

@@ -312,6 +312,34 @@ def test_simulate_runs_the_hardware_the_group_declares_unless_told_otherwise(tmp
     assert "(Qwen2.5-14B on ecs.gn7i-2x.8xlarge)" in " ".join(capsys.readouterr().err.split())
 
 
+def test_simulate_serves_the_max_model_len_the_group_declares_and_warns_of_its_tp(
+    tmp_path, capsys, monkeypatch
+):
+    # predictive.max_model_len 16384 was replaced by the simulator's 8192 (prompts cut at 7680, the capacity
+    # model told 8192), and predictive.tp 1 on two GPUs (two engines per instance) ran as one engine of tp 2
+    # without a word
+    import fleet.sim.scenario as scenario
+
+    seen = []
+    real = scenario.simulate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["hardware"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scenario, "simulate", spy)
+    doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    doc["groups"][0]["predictive"].update(model="Qwen2.5-7B", max_model_len=16384, tp=1)
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    argv = ["simulate", "--config", str(config), "--workload", "azure:conv,rate=0.3", "--hours", "0.05"]
+    assert main([*argv, "--json"]) == 0
+    (hw,) = seen
+    assert hw.max_model_len == 16384 and hw.tp == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "predictive.tp 1: the simulator runs one engine over all 2 GPUs" in err
+
+
 def test_bench_runs_the_hardware_the_group_declares(tmp_path, capsys):
     from fleet.sim.engine import resolve_hardware
 
