@@ -95,7 +95,9 @@ def _is_number(text: str) -> bool:
 def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest, ...]:
     """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
 
-    Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail."""
+    Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail.
+    Numeric times are seconds, in JSON lines milliseconds (Mooncake's ``timestamp``), except a column named
+    ``arrival_s``: its name says seconds, in either format."""
     return _requests(source, *_rows(text.removeprefix(BOM), source, jsonl=jsonl))
 
 
@@ -110,6 +112,7 @@ def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest,
     if not rows or not isinstance(rows[0], dict):
         raise TraceError(f"{source}: the trace has no request rows")
     tkey, pkey, okey = _columns(source, rows[0])
+    millis = millis and tkey.strip().lower() != "arrival_s"
     out: list[TraceRequest] = []
     t0: datetime | None = None
     for n, row in enumerate(rows, start=2):

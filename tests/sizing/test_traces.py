@@ -42,6 +42,19 @@ def test_columns_of_mooncake_read_milliseconds_sorted() -> None:
     )
 
 
+def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
+    # JSON lines read numeric times as milliseconds (Mooncake's timestamp); an export whose key says seconds
+    # was read as milliseconds too, a thousand times the load
+    rows = (
+        '{"arrival_s": 0.5, "input_tokens": 100, "output_tokens": 20}\n'
+        '{"arrival_s": 30, "input_tokens": 9, "output_tokens": 2}\n'
+    )
+    assert parse_columns(rows, "mine.jsonl", jsonl=True) == (
+        TraceRequest(0.5, 100, 20),
+        TraceRequest(30.0, 9, 2),
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "jsonl", "message"),
     [
