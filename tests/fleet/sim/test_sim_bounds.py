@@ -14,6 +14,7 @@ from fleet.config import load_config
 from fleet.sim.scenario import DEFAULT_CONFIG, bench_autoscale, run_start, simulate
 from fleet.sim.types import DEFAULT_START, SimOptions
 from fleet.sim.workload import parse_workload_spec, traces_dir
+from fleet.sim.world import parse_fault_spec
 
 needs_traces = pytest.mark.skipif(
     not (traces_dir() / "azure2023_conv.csv").exists(), reason=f"shared traces not found at {traces_dir()}"
@@ -344,3 +345,14 @@ def test_sweep_days_reach_the_sweep_and_its_progress_count(monkeypatch, capsys):
     # the embedded config's group declares the simulator's default hardware
     assert seen == {"days": [2, 3, 4], "jobs": 1, "hardware": ("Qwen2.5-14B", "ecs.gn7i-2x.8xlarge")}
     assert json.loads(capsys.readouterr().out)["sweep"] == "servegen"
+
+
+@needs_traces
+@pytest.mark.parametrize("policy", ["ess-alarm", "target-tracking", "kpa", "oracle"])
+def test_a_baseline_rides_out_an_api_outage_and_the_summary_counts_its_failed_ticks(config, policy):
+    # docs: an api-outage fails the baselines' calls as the service's; a baseline's failed read ended the
+    # whole run in a traceback (ServerError: DescribeScalingGroups ... gave up after 5 attempts)
+    fault = parse_fault_spec("api-outage:ess,at=1m,for=2m")
+    s = simulate(config, "azure:conv,rate=0.3", 4 / 60, faults=[fault], policy=policy).summary
+    assert s["failed_ticks"] >= 1 and s["requests"] > 0
+    assert s["invariant_violations"] == []
