@@ -329,7 +329,9 @@ def _warn_missed(result: Any, spec: Any, instance_type: str) -> None:
 
 
 def _warn_unfired(result: Any, asked: int) -> None:
-    fired = sum(1 for entry in result.fault_log if entry["event"] != "rebooted")
+    from fleet.sim.world import injected
+
+    fired = len(injected(result.fault_log))
     if fired < asked:
         # a fault waits for its target; an instance id that never appears means it never fired
         err_console.print(

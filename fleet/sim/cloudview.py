@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fleet.sim.baselines import EssAlarmRule, StaticPeak, TargetTracking
 from fleet.sim.invariants import InvariantChecker
 from fleet.sim.types import Hardware, MinutePoint, SimOptions
-from fleet.sim.world import World
+from fleet.sim.world import NODE_FAULT_KINDS, World, injected
 from fleet.timefmt import parse_iso
 
 if TYPE_CHECKING:
@@ -339,9 +339,9 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
                 }
             )
         return out
-    for f in world.fault_log:
-        if f["event"] == "rebooted":
-            continue
+    for f in injected(world.fault_log):
+        if f["event"] not in NODE_FAULT_KINDS:
+            continue  # a stock-out, a spot reclaim, an API outage, a bad image: no node to isolate
         at = options.start + timedelta(seconds=f["at_s"])
         out.append(
             {
@@ -368,7 +368,9 @@ def _fault_cause(f: dict[str, Any]) -> str:
         return f"xid_{f.get('xid')}"
     if f["event"] == "event":
         return str(f.get("code"))
-    return "gpu_overheat"
+    if f["event"] == "overheat":
+        return "gpu_overheat"
+    return str(f["event"])  # engine-crash, engine-hang, agent-down
 
 
 def decisions(controller: Any) -> list[dict[str, Any]]:

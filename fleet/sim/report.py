@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from fleet.sim.types import MinutePoint, SimResult
+from fleet.sim.world import injected
 from fleet.timefmt import parse_iso
 
 # The incidents table's columns (the summary's incident fields), in order.
@@ -181,7 +182,7 @@ def _markers(result: SimResult, plots: Sequence[_Plot]) -> None:
 
 def _closeup(result: SimResult, start_local: datetime) -> str:
     """Forty minutes around the first injected fault: the hottest GPU, the instances serving and isolated."""
-    faults = [f for f in result.fault_log if f["event"] != "rebooted"]
+    faults = injected(result.fault_log)
     if not faults or not result.series:
         return ""
     m0 = max(0.0, faults[0]["at_s"] / 60.0 - 10.0)

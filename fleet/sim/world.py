@@ -741,6 +741,16 @@ FAULT_KINDS = (
     "api-outage",
 )
 CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage", "bad-launch", "slow-launch")
+# The faults that strike one instance: what a baseline, which isolates nothing, leaves as an open incident.
+NODE_FAULT_KINDS = tuple(k for k in FAULT_KINDS if k not in CLOUD_FAULT_KINDS)
+
+
+def injected(fault_log: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fault log's injected faults, one entry each, without what the world notes beside them (an ECS
+    reboot, a stopped instance started again, the end of an API outage)."""
+    return [entry for entry in fault_log if entry["event"] in FAULT_KINDS]
+
+
 # api-outage: the products whose API the service calls; the world itself writes past the API
 OUTAGE_PRODUCTS = ("ess", "ecs", "cms")
 _FAULT_KEYS = {"at", "instance", "extra_c", "zone", "for", "share", "extra"}

@@ -394,6 +394,19 @@ def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned)
     assert ("1 of 1 fault(s) never fired" in capsys.readouterr().err) is warned
 
 
+def test_what_the_world_notes_beside_the_faults_is_neither_a_fired_fault_nor_an_incident(capsys):
+    # an API outage's end is noted in the fault log: it was counted as a fault that fired (hiding the one
+    # that never did), and a baseline reported it, and the outage itself, as gpu_overheat incidents with
+    # SLA breaches; an engine crash was a gpu_overheat too
+    argv = ["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.35", "--json", "--policy"]
+    faults = ["api-outage:cms,at=1m,for=2m", "engine-crash,at=2m", "overheat,at=3m,instance=i-never-existed"]
+    assert main([*argv, "static-peak", *(a for f in faults for a in ("--fault", f))]) == 0
+    captured = capsys.readouterr()
+    assert "1 of 3 fault(s) never fired" in captured.err
+    incidents = json.loads(captured.out)["incidents"]
+    assert [i["cause"] for i in incidents] == ["engine-crash"]
+
+
 def test_bench_verdicts_hold_servegen_days_to_the_oracle_and_static_targets():
     from fleet.sim.scenario import verdicts
 
