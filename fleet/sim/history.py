@@ -20,6 +20,7 @@ from fleet.sim.workload import (
     RateCurve,
     WorkloadError,
     WorkloadSpec,
+    curve_offset_s,
     fills_gaps,
     load_servegen,
     load_trace,
@@ -56,7 +57,7 @@ def history_rows(
     p = spec.params
     day = int(float(p.get("day", "0")))
     offset_s = float(p.get("start_h", "0")) * 3600.0
-    scale = _scale(full.day(day) if day else full, duration_s, float(p.get("peak", "20")), offset_s)
+    scale = _scale(full, duration_s, float(p.get("peak", "20")), curve_offset_s(spec))
     kind, name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
     sizes = load_trace(kind, name, directory)
     prompt = sum(r.prompt_tokens for r in sizes) / len(sizes)

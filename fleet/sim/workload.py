@@ -513,6 +513,13 @@ def servegen_path(name: str, directory: Path | None = None) -> Path:
     return (directory or traces_dir()) / "servegen" / f"servegen_{name}_aggregate_600s.csv"
 
 
+def curve_offset_s(spec: WorkloadSpec) -> float:
+    """Where a ``servegen`` run starts on its trace's curve: ``start_h`` hours into day ``day``. The run goes
+    on into the days after it, as the clock does (the curve repeats only past the trace's last day)."""
+    p = spec.params
+    return float(p.get("day", "0")) * 86400.0 + float(p.get("start_h", "0")) * 3600.0
+
+
 def fills_gaps(spec: WorkloadSpec) -> bool:
     """Whether a ``servegen`` spec fills the trace's collection gaps (``gaps=fill``, the default)."""
     return spec.params.get("gaps", "fill").lower() == "fill"
@@ -533,8 +540,7 @@ def build_workload(
     if spec.kind == "servegen":
         curve = load_servegen(servegen_path(spec.name, directory), fill_gaps=fills_gaps(spec))
         day = int(float(p.get("day", "0")))
-        if day:
-            curve = curve.day(day)
+        curve.day(day)  # a day past the trace's end is refused here
         size_kind, size_name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
         sizes = load_trace(size_kind, size_name, directory)
         cv_text = p.get("cv_cap", "8")
@@ -545,7 +551,7 @@ def build_workload(
             peak_rps=float(p.get("peak", "20")),
             sizes=sizes,
             seed=spec.seed,
-            start_offset_s=float(p.get("start_h", "0")) * 3600.0,
+            start_offset_s=curve_offset_s(spec),
             cv_cap=cv_cap,
             max_prompt_tokens=max_prompt_tokens,
         )

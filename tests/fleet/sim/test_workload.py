@@ -200,3 +200,20 @@ def test_a_trace_whose_requests_all_arrive_at_once_cannot_loop_and_says_so(tmp_p
         build_workload(f"trace:{path}", 60.0)
     assert str(path) in str(err.value)
     assert len(build_workload(f"trace:{path},loop=false", 60.0)) == 2
+
+
+def test_a_servegen_run_from_a_later_day_goes_on_into_the_next_day(tmp_path: Path):
+    # day=1 from 20:00 for 8 h: its last 4 h are day 2's night, not day 1's own 00:00-04:00 again (as day=0
+    # already went on; a later day was cut out alone and repeated)
+    (tmp_path / "servegen").mkdir()
+    rows = ["window_start_s,total_rate_rps,active_clients,rate_weighted_iat_cv"]
+    for w in range(3 * 144):
+        rows.append(f"{w * 600},{10.0 if w // 144 == 1 else 1.0},5,1.0")
+    (tmp_path / "servegen" / "servegen_language_m-small_aggregate_600s.csv").write_text("\n".join(rows))
+    (tmp_path / "azure2023_conv.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,100,10\n"
+    )
+    reqs = build_workload("servegen:m-small,day=1,start_h=20,peak=0.5", 8 * 3600.0, directory=tmp_path)
+    day1 = sum(1 for r in reqs if r.arrival_s < 4 * 3600)
+    day2 = len(reqs) - day1
+    assert day1 == pytest.approx(7200, rel=0.1) and day2 == pytest.approx(720, rel=0.2)
