@@ -242,6 +242,7 @@ def run(
                         world, cloud, group_id, int(round(next_minute / 60)) - 1, options.start
                     )
                 )
+                series[-1].cost_cny = billing.cost_cny
                 next_minute += 60.0
                 if progress is not None:
                     progress(t / duration_s)

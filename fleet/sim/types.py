@@ -104,6 +104,7 @@ class MinutePoint:
     temperature_max_c: float
     gpu_util_avg_pct: float
     billed: int = 0  # instances billed at the minute's end: in the group (any state) or draining out of it
+    cost_cny: float = 0.0  # the run's cost so far at the minute's end, as the summary's cost_cny bills it
 
 
 @dataclass

@@ -542,6 +542,25 @@ def test_simulate_gives_the_fake_group_the_spot_mix_and_economical_mode_of_the_c
     )
 
 
+def test_the_reports_cost_curve_ends_at_the_summarys_cost_for_a_spot_fleet(tmp_path):
+    from fleet.sim.report_planning import run_cost_curve
+
+    text = DEFAULT_CONFIG.read_text()
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        text.replace(
+            "    predictive:",
+            "    capacity_mix: {on_demand_base: 2, spot_percentage_above_base: 70}\n    predictive:",
+            1,
+        )
+    )
+    result = simulate(load_config(path, env={}), "azure:conv,rate=1", 10 / 60)
+    assert result.summary.get("spot_instance_hours")
+    curve = run_cost_curve(result)
+    assert len(curve) == len(result.series) and curve == sorted(curve)
+    assert curve[-1] == pytest.approx(result.summary["cost_cny"], abs=0.01)
+
+
 def test_launches_that_never_serve_stop_the_scale_out_short_of_max_size(config):
     """Every instance launched from the first minute never gets vLLM up (a broken image), in the evening
     ramp: the rules read the dead ones as capacity and used to order the group to its max_size of 40 within
