@@ -84,6 +84,12 @@ def _columns(source: str, first: dict[str, object]) -> tuple[str, str, str]:
     return tkey, pkey, okey
 
 
+# A numeric time above this is epoch milliseconds, whatever the format says (year 5138 in seconds, 1973 in
+# milliseconds): a gateway log's epoch-ms column read as seconds replayed a thousand times too slowly. The
+# same rule as the CLI's other epoch inputs (fleet/diagnose/model.py).
+EPOCH_MS_ABOVE = 1e11
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -97,7 +103,8 @@ def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest,
 
     Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail.
     Numeric times are seconds, in JSON lines milliseconds (Mooncake's ``timestamp``), except a column named
-    ``arrival_s``: its name says seconds, in either format."""
+    ``arrival_s``: its name says seconds, in either format; and a number above ``EPOCH_MS_ABOVE`` is epoch
+    milliseconds in either."""
     return _requests(source, *_rows(text.removeprefix(BOM), source, jsonl=jsonl))
 
 
@@ -120,7 +127,8 @@ def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest,
             prompt, output = int(float(row[pkey])), int(float(row[okey]))
             raw = row[tkey]
             if isinstance(raw, int | float) or _is_number(str(raw)):
-                t = float(raw) / (1000.0 if millis else 1.0)
+                t = float(raw)
+                t = t / 1000.0 if millis or abs(t) > EPOCH_MS_ABOVE else t
             else:
                 stamp = datetime.fromisoformat(str(raw).strip())
                 t0 = t0 or stamp

@@ -42,6 +42,17 @@ def test_columns_of_mooncake_read_milliseconds_sorted() -> None:
     )
 
 
+def test_epoch_milliseconds_in_a_csv_are_read_as_milliseconds() -> None:
+    # a gateway log's epoch-ms column was read as seconds: three requests a second apart lasted 2000 s
+    text = "timestamp,prompt_tokens,output_tokens\n1700000000000,100,50\n1700000001000,200,60\n"
+    assert parse_columns(text, "gw.csv", jsonl=False) == (
+        TraceRequest(1.7e9, 100, 50),
+        TraceRequest(1.7e9 + 1, 200, 60),
+    )
+    seconds = "timestamp,prompt_tokens,output_tokens\n1700000000,100,50\n1700000001,200,60\n"
+    assert parse_columns(seconds, "gw.csv", jsonl=False)[1].arrival_s == 1700000001.0
+
+
 def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
     # JSON lines read numeric times as milliseconds (Mooncake's timestamp); an export whose key says seconds
     # was read as milliseconds too, a thousand times the load
