@@ -259,7 +259,7 @@ def simulate(
     _warn_capped(result.summary)
     _warn_oracle(result.summary)
     if report is not None:
-        _write_report(report, result)
+        _write_report(report, result, cfg.groups[index])
     if json_out:
         print_json(result.summary)
     else:
@@ -342,11 +342,11 @@ def _warn_unfired(result: Any, asked: int) -> None:
         )
 
 
-def _write_report(report: Path, result: Any) -> None:
-    from fleet.sim.report import render_html
+def _write_report(report: Path, result: Any, spec: Any) -> None:
+    from fleet.sim.report import render_html, report_timezone
 
     try:
-        write_atomically(report, render_html(result))
+        write_atomically(report, render_html(result, report_timezone(spec)))
     except OSError as exc:
         fail(f"--report: cannot write {report}: {exc.strerror or exc}")
 

@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from fleet.sim.types import MinutePoint, SimResult
@@ -210,6 +211,13 @@ def _closeup(result: SimResult, start_local: datetime) -> str:
             "Instances serving (cyan), in Standby (purple), desired (blue)", start_local, "instances"
         )
     )
+
+
+def report_timezone(spec: Any, default: str = "Asia/Shanghai") -> str:
+    """The clock the report reads in: the group's schedules' (their first one's timezone), so that a floor
+    from 09:00 shows at 09:00; a group without schedules gets ``default``."""
+    schedules = getattr(spec, "schedules", None) or ()
+    return str(schedules[0].timezone) if schedules else default
 
 
 def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:

@@ -276,6 +276,21 @@ def test_report_is_self_contained_with_plots_and_the_incident_closeup(overheat_r
     assert "<script" not in page and "<link" not in page and " src=" not in page  # nothing external
 
 
+def test_the_report_reads_the_clock_of_the_groups_schedules(tmp_path):
+    # the report's axes and times were always Shanghai's: a group scheduled in London time saw its floor's
+    # 09:00 drawn at 17:00
+    doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    doc["groups"][0]["schedules"][0]["timezone"] = "Europe/London"
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    report = tmp_path / "r.html"
+    argv = ["simulate", "--config", str(path), "--workload", "azure:conv,rate=0.3", "--hours", "0.05"]
+    assert main([*argv, "--json", "--report", str(report)]) == 0
+    page = report.read_text()
+    # replays start at 10:00 Shanghai time, 02:00 in London (GMT in March)
+    assert "Mon 2026-03-02 02:00 (Europe/London)" in page
+
+
 def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path, capsys):
     not_a_dir = tmp_path / "file.txt"
     not_a_dir.write_text("x")
