@@ -262,9 +262,9 @@ class World:
         self.model_speed = model_speed
         self.instances_seen = 0
         # bad-launch: instances launched within [from, until) never get vLLM up (a broken image or template)
-        self._bad_launch: tuple[float, float] | None = None
+        self._bad_launch: list[tuple[float, float]] = []
         # slow-launch: instances launched within [from, until) serve this much later than the cold start
-        self._slow_launch: tuple[float, float, float] | None = None
+        self._slow_launch: list[tuple[float, float, float]] = []
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -277,14 +277,14 @@ class World:
             inst = self.instances.get(iid)
             if inst is None:
                 ready = now if prewarmed else now + self.p.cold_start_s
-                slow = self._slow_launch
-                if not prewarmed and slow is not None and _during(slow[:2], now):
-                    ready += slow[2]
+                if not prewarmed:
+                    # overlapping slow-launch windows: the slowest of those in force
+                    ready += max((w[2] for w in self._slow_launch if _during(w[:2], now)), default=0.0)
                 gpus = [GpuThermal.at_idle(self.p.thermal) for _ in range(self.p.gpus_per_instance)]
                 inst = SimInstance(iid, now, ready, self.engine_factory(now, self.p.queue_limit), gpus)
                 if self.model_speed is not None:
                     inst.model_speed = self.model_speed(self.instances_seen)
-                if self._bad_launch is not None and _during(self._bad_launch, now):
+                if any(_during(w, now) for w in self._bad_launch):
                     inst.never_serves = True
                     inst.engine_down_until_s = math.inf
                 self.instances_seen += 1
@@ -624,11 +624,14 @@ class World:
             self._outages.append((self.now_s + f.for_s, rule))
             entry.update(product=f.product, for_s=f.for_s)
         elif f.kind == "bad-launch":
-            self._bad_launch = (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf)
+            # a window of its own: an overlapping one neither cuts it short nor stretches it
+            self._bad_launch.append((self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf))
             if f.for_s > 0:
                 entry["for_s"] = f.for_s
         elif f.kind == "slow-launch":
-            self._slow_launch = (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf, f.extra_s)
+            self._slow_launch.append(
+                (self.now_s, self.now_s + f.for_s if f.for_s > 0 else math.inf, f.extra_s)
+            )
             entry["extra_s"] = f.extra_s
             if f.for_s > 0:
                 entry["for_s"] = f.for_s

@@ -371,6 +371,26 @@ def test_a_slow_launch_serves_its_extra_time_after_the_cold_start_while_it_lasts
     assert world.instances["i-c"].ready_s == pytest.approx(100.0 + cold)
 
 
+def test_overlapping_launch_faults_each_keep_their_own_window(factory):
+    # a second bad-launch (or slow-launch) replaced the first one's window: a short one inside a long one
+    # ended both, and launches after it served (or loaded in the plain cold start)
+    faults = [
+        parse_fault_spec("bad-launch,at=10s,for=10m"),
+        parse_fault_spec("bad-launch,at=20s,for=20s"),
+        parse_fault_spec("slow-launch,at=10s,for=10m,extra=5m"),
+        parse_fault_spec("slow-launch,at=20s,for=20s,extra=1m"),
+    ]
+    states = {"i-a": "InService"}
+    world, _ = make_world(factory, states, [], faults=faults)
+    cold = world.p.cold_start_s
+    for at, iid in ((30.0, "i-b"), (60.0, "i-c")):
+        world.run_until(at)
+        states[iid] = "InService"
+        world.sync()
+        assert world.instances[iid].never_serves
+        assert world.instances[iid].ready_s == pytest.approx(at + cold + 300.0)  # the slowest in force
+
+
 def test_instances_publish_the_demand_arriving_at_them_over_the_last_period(factory):
     states = {"i-a": "InService", "i-b": "InService"}
     # 4 req/s with prompts of 300 and outputs of 50 for the first 60 s: each instance gets about 2 req/s.
