@@ -31,8 +31,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
-def _check_report_path(report: Path) -> None:
-    """Before the run, so a long simulation never ends on a report it cannot write."""
+def _check_report_path(report: Path, inputs: tuple[Path, ...] = ()) -> None:
+    """Before the run, so a long simulation never ends on a report it cannot write, nor writes it over one
+    of its own ``inputs`` (the config, the trace)."""
     if report.is_dir():
         fail(f"--report: {report} is a directory")
     blocker = next((p for p in report.parents if p.exists()), None)
@@ -42,6 +43,9 @@ def _check_report_path(report: Path) -> None:
         report.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"--report: cannot create {report.parent}: {exc.strerror or exc}")
+    for source in inputs:  # after the folders exist, so that a path through one of them resolves
+        if report.exists() and source.exists() and os.path.samefile(report, source):
+            fail(f"--report: {report} is the run's own input {source}: the report would overwrite it")
     if not os.access(report.parent, os.W_OK) or (report.exists() and not os.access(report, os.W_OK)):
         fail(f"--report: cannot write {report}: permission denied")
 
@@ -236,7 +240,8 @@ def simulate(
     hw = _hardware(*_declared_hardware(cfg.groups[index], model, instance_type), cfg.region)
     _warn_tp(cfg.groups[index], hw)
     if report is not None:
-        _check_report_path(report)
+        trace = (Path(spec.name),) if spec.kind == "trace" else ()
+        _check_report_path(report, (*((config,) if config else ()), *trace))
     opts = replace(
         SimOptions(), seed=seed, tick_s=tick_s, model_error_pct=model_error, history_days=history_days
     )

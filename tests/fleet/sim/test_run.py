@@ -303,6 +303,22 @@ def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path
     assert "simulating" not in captured.err  # refused before the run, not after it
 
 
+@pytest.mark.parametrize("victim", ["config", "trace"])
+def test_simulate_refuses_a_report_over_its_own_config_or_trace(tmp_path, capsys, victim):
+    # --report fleet.yaml (or the trace) replaced the run's input with the HTML report, silently
+    config = tmp_path / "fleet.yaml"
+    config.write_text(DEFAULT_CONFIG.read_text())
+    trace = tmp_path / "mine.csv"
+    trace.write_text("timestamp,prompt_tokens,output_tokens\n0,100,50\n1,200,60\n")
+    before = {config: config.read_text(), trace: trace.read_text()}
+    target = config if victim == "config" else trace
+    report = tmp_path / "sub" / ".." / target.name  # the same file by another path
+    argv = ["simulate", "--config", str(config), "--workload", f"trace:{trace}", "--hours", "0.02"]
+    assert main([*argv, "--report", str(report)]) == 2
+    assert "the report would overwrite it" in capsys.readouterr().err
+    assert {p: p.read_text() for p in before} == before
+
+
 def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys):
     config = tmp_path / "fleet.yaml"
     config.write_text("region: r\ngroups:\n  - {name: chat, min_size: x, max_size: 3, bogus: 1}\n")
