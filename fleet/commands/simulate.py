@@ -261,6 +261,7 @@ def simulate(
         err_console.print(str(result.extra["history"]))
     _warn_unfired(result, len(faults))
     _warn_missed(result, cfg.groups[index], hw.instance_type)
+    _warn_default_slo(cfg.groups[index], result.summary)
     _warn_capped(result.summary)
     _warn_oracle(result.summary)
     if report is not None:
@@ -289,6 +290,17 @@ def _faults(texts: list[str], embedded: bool, hours: float) -> list[Any]:
         if parsed.at_s >= hours * 3600:
             fail(f"--fault: fault {text!r} is at {parsed.at_s / 3600:g} h, after the run's end ({hours:g} h)")
     return faults
+
+
+def _warn_default_slo(spec: Any, summary: dict[str, Any]) -> None:
+    """A group that states no P99 TTFT SLO is judged by the simulator's default: say so, and at what."""
+    if spec.slo_ttft_p99_ms is None:
+        err_console.print(
+            f"[yellow]warning:[/] the group states no P99 TTFT SLO (predictive.ttft_p99_ms, or a ttft_p99_ms "
+            f"scale-out rule): its minutes are judged at {summary['slo_ttft_p99_ms']:g} ms",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _warn_capped(summary: dict[str, Any]) -> None:

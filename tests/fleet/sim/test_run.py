@@ -319,6 +319,26 @@ def test_simulate_refuses_a_report_over_its_own_config_or_trace(tmp_path, capsys
     assert {p: p.read_text() for p in before} == before
 
 
+def test_a_group_without_a_ttft_slo_is_told_what_it_was_judged_by(tmp_path, capsys):
+    # no predictive ttft_p99_ms and no ttft_p99_ms rule: the minutes were judged at the simulator's 800 ms
+    # without a word, and the JSON never said by what SLO its slo_violation_minutes were counted
+    doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    group = doc["groups"][0]
+    group["scale_out"] = [r for r in group["scale_out"] if r["metric"] != "ttft_p99_ms"]
+    group["scale_in"] = [r for r in group["scale_in"] if r["metric"] != "ttft_p99_ms"]
+    group["predictive"] = {"mode": "off"}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    argv = ["simulate", "--config", str(path), "--workload", "azure:conv,rate=0.3", "--hours", "0.03"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["slo_ttft_p99_ms"] == 800.0
+    assert "states no P99 TTFT SLO" in captured.err and "judged at 800 ms" in " ".join(captured.err.split())
+    assert main(["simulate", "--workload", "azure:conv,rate=0.3", "--hours", "0.03", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["slo_ttft_p99_ms"] == 3000.0 and "states no" not in captured.err
+
+
 def test_simulate_lists_each_config_problem_on_its_own_error_line(tmp_path, capsys):
     config = tmp_path / "fleet.yaml"
     config.write_text("region: r\ngroups:\n  - {name: chat, min_size: x, max_size: 3, bogus: 1}\n")
