@@ -355,9 +355,11 @@ def _print_tick(result: Any) -> None:
         highlight=False,
     )
     for a in result.actions:
-        console.print(f"  {a.group} {a.action} {a.instance_id or a.target}: {a.outcome}", highlight=False)
+        console.print(
+            escape(f"  {a.group} {a.action} {a.instance_id or a.target}: {a.outcome}"), highlight=False
+        )
     for e in result.errors:
-        err_console.print(f"  error: {e}", highlight=False, soft_wrap=True)
+        err_console.print(escape(f"  error: {e}"), highlight=False, soft_wrap=True)
 
 
 def status(
@@ -382,7 +384,9 @@ def status(
         console.print("leader: none (no replica has run against this database)")
     else:
         state = "held until" if lease["valid"] else "expired at"  # a released lease expires at once
-        console.print(f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} {lease['expires_at']})")
+        console.print(
+            escape(f"leader: {lease['holder']} (epoch {lease['epoch']}, {state} {lease['expires_at']})")
+        )
     _print_shards(view.get("shards", []))
     table = Table()
     table.add_column("group", no_wrap=True)
@@ -400,7 +404,7 @@ def status(
         if decided and known is None:
             incomplete.append(g["name"])
         table.add_row(
-            g["name"],
+            escape(g["name"]),
             "yes" if g["paused"] else (f"ESS {g['ess_state']}" if g.get("ess_state") else ""),
             "-" if not decided else str(g["serving_target"]),
             known[:19] if known else ("[yellow]incomplete[/]" if decided else "-"),
@@ -411,9 +415,9 @@ def status(
     console.print(table)
     if incomplete:
         console.print(
-            f"[yellow]metrics incomplete:[/] {', '.join(incomplete)}: at the last tick some serving instance "
-            "lacked a rule's metric (or it was stale), so nothing scales in; is the node agent publishing? "
-            "GET /status names the metric and the instances",
+            f"[yellow]metrics incomplete:[/] {escape(', '.join(incomplete))}: at the last tick some serving "
+            "instance lacked a rule's metric (or it was stale), so nothing scales in; is the node agent "
+            "publishing? GET /status names the metric and the instances",
             highlight=False,
             soft_wrap=True,
         )
@@ -465,7 +469,7 @@ def _print_shards(shards: list[dict[str, Any]]) -> None:
     for s in shards:
         table.add_row(
             str(s["shard"]),
-            s["holder"],
+            escape(s["holder"]),
             str(s["epoch"]),
             "held" if s["valid"] else "expired",
             (s["last_tick"] or "-")[:19],
@@ -506,14 +510,19 @@ def decisions(
         table.add_column(col)
     for d in rows:
         table.add_row(
-            d["at"][:19],
-            d["group"],
-            d["kind"],
-            d["action"],
-            str(d["instance_id"] or d["target"] or ""),
-            d["outcome"] + (" (dry run)" if d["dry_run"] else ""),
-            d["error"] or d["reason"] or "",
-            d["request_id"] or "",
+            *map(
+                escape,
+                (
+                    d["at"][:19],
+                    d["group"],
+                    d["kind"],
+                    d["action"],
+                    str(d["instance_id"] or d["target"] or ""),
+                    d["outcome"] + (" (dry run)" if d["dry_run"] else ""),
+                    d["error"] or d["reason"] or "",
+                    d["request_id"] or "",
+                ),
+            )
         )
     console.print(table)
     if not rows:
@@ -544,14 +553,19 @@ def _print_incidents(rows: list[dict[str, Any]]) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["id"],
-            r["group"],
-            r["instance_id"],
-            state_label(r["state"], r.get("outcome")),
-            r["cause"],
-            _left(r.get("respond_by_s_left")),
-            _left(r.get("isolate_by_s_left")),
-            r.get("acknowledged_by") or "-",
+            *map(
+                escape,
+                (
+                    r["id"],
+                    r["group"],
+                    r["instance_id"],
+                    state_label(r["state"], r.get("outcome")),
+                    r["cause"],
+                    _left(r.get("respond_by_s_left")),
+                    _left(r.get("isolate_by_s_left")),
+                    r.get("acknowledged_by") or "-",
+                ),
+            )
         )
     console.print(table)
 
@@ -634,14 +648,17 @@ def incidents_show(
     if as_json:
         print_json(view)
         return
-    console.print(f"[bold]{inc.id}[/] {inc.group_name}/{inc.instance_id}: {inc.state} ({inc.cause})")
+    console.print(
+        f"[bold]{escape(inc.id)}[/] "
+        + escape(f"{inc.group_name}/{inc.instance_id}: {inc.state} ({inc.cause})")
+    )
     console.print(
         f"respond by {view['respond_by']} ({_left(view['respond_by_s_left'])}), "
         f"isolate by {view['isolate_by']} ({_left(view['isolate_by_s_left'])})",
         highlight=False,
     )
     for e in timeline:
-        console.print(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}", highlight=False)
+        console.print(escape(f"  {e['at'][:19]}  {e['what']:<22} {e['detail']}"), highlight=False)
 
 
 @incidents_app.command("ack")
@@ -659,7 +676,7 @@ def incidents_ack(
     if not store.acknowledge_incident(incident_id, by, now):
         fail(f"unknown incident {incident_id!r}")
     store.add_request("ack", now, incident_id=incident_id, actor=human_actor(by))
-    console.print(f"{incident_id} acknowledged by {by}")
+    console.print(escape(f"{incident_id} acknowledged by {by}"), highlight=False)
 
 
 def isolate(
@@ -675,7 +692,10 @@ def isolate(
     _check_request_text(instance_id, reason, by)
     store = _open(database, service, existing=True)
     rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
-    console.print(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick")
+    console.print(
+        escape(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick"),
+        highlight=False,
+    )
 
 
 def release(
@@ -690,7 +710,10 @@ def release(
     _check_request_text(instance_id, "", by)
     store = _open(database, service, existing=True)
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
-    console.print(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick")
+    console.print(
+        escape(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick"),
+        highlight=False,
+    )
 
 
 def _check_request_text(instance_id: str, reason: str, by: str) -> None:
@@ -730,9 +753,9 @@ def sla_report(
     for r in rows:
         breach = ",".join(k for k in ("respond", "isolate") if r[f"{k}_breached"]) or "-"
         table.add_row(
-            r["id"],
-            r["instance_id"],
-            r["state"],
+            escape(r["id"]),
+            escape(r["instance_id"]),
+            escape(r["state"]),
             _dur(r["time_to_respond_s"]),
             _dur(r["time_to_isolate_s"]),
             breach,

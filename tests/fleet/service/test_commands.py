@@ -436,3 +436,42 @@ def test_serve_names_a_missing_folder_of_the_sqlite_store(tmp_path, capsys, monk
     err = " ".join(capsys.readouterr().err.split())
     assert f"the folder {tmp_path / 'missing'} of the SQLite store does not exist" in err
     assert not (tmp_path / "missing").exists()
+
+
+def test_text_from_operators_and_the_cloud_is_printed_as_written_never_as_markup(tmp_path, capsys):
+    """A reason or a cloud message with square brackets (`[/]`, `[bold]`) is shown as it is: rich read it as
+    markup and `fleet incidents`, `incidents show`, `status` and `decisions` died with a MarkupError."""
+    url = f"sqlite:///{tmp_path / 'markup.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    cause = "manual: fan [/] noise [bold red]x"
+    store.upsert_incident(
+        _held_incident(
+            now,
+            timedelta(minutes=5),
+            id="inc-m",
+            state="acknowledged",
+            cause=cause,
+            acknowledged_by="[/]ops",
+            body={"timeline": [{"at": now.isoformat(), "state": "detected", "detail": "[/red] hot"}]},
+        )
+    )
+    store.record_decision(
+        DecisionRecord(
+            service="fleet",
+            at=now,
+            group_name="chat",
+            kind="isolation",
+            action="enter_standby",
+            decision_id="chat:iso:0",
+            outcome="error",
+            instance_id="i-held",
+            error="Throttling [/] try again",
+        )
+    )
+    for argv in (["incidents"], ["incidents", "show", "inc-m"], ["status"], ["decisions"]):
+        assert main([*argv, "--database", url]) == 0, argv
+        out = " ".join(capsys.readouterr().out.split())
+        assert "[/]" in out, argv
+    assert main(["incidents", "--database", url]) == 0
+    assert "[bold red]x" in capsys.readouterr().out
