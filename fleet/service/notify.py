@@ -253,7 +253,9 @@ class Notifier:
     def _deliver(self, job: _Job) -> bool:
         url, body = render(job.channel, job.note, self.wall_time())
         try:
-            resp = self.session.post(url, json=body, timeout=self.timeout_s)
+            # Never follow a redirect: requests turns a redirected POST into a GET without the body, whose
+            # 200 read as delivered (and acknowledged the incident) though nobody got the message.
+            resp = self.session.post(url, json=body, timeout=self.timeout_s, allow_redirects=False)
             try:
                 payload = resp.json()
             except ValueError:
@@ -261,6 +263,14 @@ class Notifier:
             ok = delivered(job.channel, resp.status_code, payload)
         except requests.RequestException as exc:
             log.warning("notification to %s failed: %s", job.channel.label, type(exc).__name__)
+            return False
+        if resp.is_redirect:
+            log.warning(
+                "notification to %s refused: HTTP %s redirects to %s; configure the URL it redirects to",
+                job.channel.label,
+                resp.status_code,
+                urlsplit(resp.headers.get("location", "")).hostname or "the same host",
+            )
             return False
         if not ok:
             log.warning("notification to %s refused (HTTP %s)", job.channel.label, resp.status_code)

@@ -67,6 +67,7 @@ class Receiver:
     def __init__(self, answers=None):
         self.requests: list[dict] = []
         self.answers = list(answers or [])  # (status, json body) per request, then 200 {"errcode":0,"code":0}
+        self.location = "/moved"  # where a 3xx answer points
         self._lock = threading.Lock()
         receiver = self
 
@@ -78,16 +79,25 @@ class Receiver:
                 with receiver._lock:
                     body = json.loads(raw or b"null")
                     receiver.requests.append(
-                        {"path": parts.path, "query": parse_qs(parts.query), "body": body}
+                        {
+                            "method": self.command,
+                            "path": parts.path,
+                            "query": parse_qs(parts.query),
+                            "body": body,
+                        }
                     )
                     ok = (200, {"errcode": 0, "code": 0})
                     status, body = receiver.answers.pop(0) if receiver.answers else ok
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("location", receiver.location)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            do_GET = do_POST  # noqa: N815 - a redirected POST arrives as a GET without a body
 
             def log_message(self, *args):
                 pass

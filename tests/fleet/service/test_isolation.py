@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
+import requests
+import urllib3
+
 from fleet.service.notify import Channel, Notifier
 
 HOT_RULE = """\
@@ -59,23 +64,22 @@ def test_overheating_instance_is_isolated_rebooted_and_returned_without_breaking
     assert inc.instance_id == hot and inc.isolated_at is not None
 
 
+def _answer(status: int) -> requests.Response:
+    resp = requests.Response()
+    resp.status_code = status
+    resp.raw = urllib3.HTTPResponse(body=io.BytesIO(b"{}"), preload_content=False)
+    return resp
+
+
 class _Accepting:
     """A transport for the notifier that accepts every post (mock_aliyun intercepts all of ``requests``)."""
 
     def __init__(self):
         self.bodies = []
 
-    def post(self, url, json, timeout):
+    def post(self, url, json, timeout, **kwargs):
         self.bodies.append(json)
-
-        class _Resp:
-            status_code = 200
-
-            @staticmethod
-            def json():
-                return {}
-
-        return _Resp()
+        return _answer(200)
 
 
 def test_incident_is_acknowledged_once_a_human_channel_was_notified(fake_world):
@@ -248,19 +252,11 @@ def test_a_request_not_taken_up_within_an_hour_expires(fake_world):
 class _RefusingIncidents(_Accepting):
     """Accepts every notification except the incident itself, so nobody acknowledges it."""
 
-    def post(self, url, json, timeout):
+    def post(self, url, json, timeout, **kwargs):
         if json["kind"] == "incident":
             self.bodies.append(json)
-
-            class _Down:
-                status_code = 503
-
-                @staticmethod
-                def json():
-                    return {}
-
-            return _Down()
-        return super().post(url, json, timeout)
+            return _answer(503)
+        return super().post(url, json, timeout, **kwargs)
 
 
 def test_sla_risk_and_breach_are_notified_once_each_and_counted(fake_world):

@@ -139,3 +139,24 @@ def test_dingtalk_without_secret_keeps_url_unsigned():
 def test_from_config_accepts_a_mapping():
     ch = Channel.from_config({"type": "feishu", "url": "http://h/", "secret": "s"})
     assert (ch.type, ch.secret) == ("feishu", "s")
+
+
+@pytest.mark.parametrize("channel_type", ["webhook", "dingtalk", "wecom", "feishu"])
+def test_a_redirect_is_a_failed_delivery_never_a_bodiless_get(receiver, channel_type, caplog):
+    """requests followed a 302 as a GET without the message, and the GET's 200 counted as delivered: the
+    incident was acknowledged though nobody was told. A redirect is now refused, with the target's host."""
+    delivered = []
+    with receiver([(302, {})] * 2) as rx:
+        rx.location = rx.url.replace("127.0.0.1", "localhost") + "/moved"  # the same receiver, by name
+        notifier = Notifier(
+            [Channel(channel_type, rx.url + "/hook")],
+            backoff_s=0.01,
+            max_attempts=2,
+            on_delivered=lambda note, ch: delivered.append(ch),
+        ).start()
+        notifier.send(NOTE)
+        assert notifier.flush(10)
+        notifier.stop()
+    assert [r["method"] for r in rx.requests] == ["POST", "POST"]
+    assert delivered == [] and notifier.sent == 0 and notifier.failed == 1
+    assert "redirects to localhost" in caplog.text
