@@ -19,6 +19,7 @@ import hashlib
 import heapq
 import hmac
 import itertools
+import json
 import logging
 import threading
 import time
@@ -28,10 +29,18 @@ from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
 import requests
+import urllib3
 
 log = logging.getLogger(__name__)
 
 CHANNEL_TYPES = ("webhook", "dingtalk", "wecom", "feishu")
+# Robots answer a few dozen bytes of JSON; an answer is read up to this much (nothing bigger is held).
+MAX_ANSWER_BYTES = 64 * 1024
+READ_CHUNK_BYTES = 4096
+
+
+class AnswerTooSlow(Exception):
+    """The receiver took longer than the delivery's timeout to answer in full."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,27 @@ def delivered(channel: Channel, status: int, payload: Any) -> bool:
     return payload.get("code", payload.get("StatusCode")) == 0
 
 
+def _read_answer(resp: requests.Response, deadline: float) -> bytes:
+    """The answer's body, at most MAX_ANSWER_BYTES of it, read by whatever each socket read brings so that
+    the deadline is checked between reads; AnswerTooSlow once it has passed."""
+    data = bytearray()
+    while len(data) < MAX_ANSWER_BYTES:
+        if time.monotonic() > deadline:
+            raise AnswerTooSlow
+        chunk = resp.raw.read1(READ_CHUNK_BYTES, decode_content=True)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data[:MAX_ANSWER_BYTES])
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:  # not JSON (an HTML error page, a truncated answer): no payload to read
+        return None
+
+
 @dataclass(order=True)
 class _Job:
     due_s: float
@@ -230,8 +260,11 @@ class Notifier:
                     return
                 job = heapq.heappop(self._heap)
                 self._busy += 1
+            ok = False
             try:
                 ok = self._deliver(job)
+            except Exception:  # a bug in one delivery must not end the thread that carries every other one
+                log.exception("notification %s to %s failed", job.note.kind, job.channel.label)
             finally:
                 with self._cond:
                     self._busy -= 1
@@ -255,13 +288,20 @@ class Notifier:
         try:
             # Never follow a redirect: requests turns a redirected POST into a GET without the body, whose
             # 200 read as delivered (and acknowledged the incident) though nobody got the message.
-            resp = self.session.post(url, json=body, timeout=self.timeout_s, allow_redirects=False)
-            try:
-                payload = resp.json()
-            except ValueError:
-                payload = None
-            ok = delivered(job.channel, resp.status_code, payload)
-        except requests.RequestException as exc:
+            # ``timeout`` bounds each socket read only: a receiver that trickles its answer a byte at a time
+            # held the one delivery thread (every channel's messages) for as long as it liked, so the answer
+            # is read here against one deadline for the whole delivery.
+            deadline = time.monotonic() + self.timeout_s
+            with self.session.post(
+                url, json=body, timeout=self.timeout_s, allow_redirects=False, stream=True
+            ) as resp:
+                ok = delivered(job.channel, resp.status_code, _json_or_none(_read_answer(resp, deadline)))
+        except AnswerTooSlow:
+            log.warning(
+                "notification to %s failed: no full answer within %g s", job.channel.label, self.timeout_s
+            )
+            return False
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("notification to %s failed: %s", job.channel.label, type(exc).__name__)
             return False
         if resp.is_redirect:

@@ -160,3 +160,56 @@ def test_a_redirect_is_a_failed_delivery_never_a_bodiless_get(receiver, channel_
     assert [r["method"] for r in rx.requests] == ["POST", "POST"]
     assert delivered == [] and notifier.sent == 0 and notifier.failed == 1
     assert "redirects to localhost" in caplog.text
+
+
+def _trickling_receiver(gap_s: float, body: bytes) -> tuple[socket.socket, str]:
+    """A receiver that answers 200 at once, then its body one byte every ``gap_s`` seconds."""
+    import threading
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+            conn.sendall(f"content-length: {len(body)}\r\n\r\n".encode())
+            for byte in body:
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:  # the notifier hung up: what this test waits for
+                    return
+                time.sleep(gap_s)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+
+
+def test_an_answer_trickled_slower_than_the_timeout_fails_the_delivery_in_time():
+    """Each byte comes well within the socket timeout, the whole answer well past it: the timeout bounded
+    every read, not the delivery, and the one delivery thread waited out the trickle (every channel's
+    messages behind it). Now the answer must be complete within ``timeout_s``."""
+    server, url = _trickling_receiver(0.05, b'{"errcode": 0}' + b" " * 26)  # 2 s in all
+    notifier = Notifier([Channel("dingtalk", url)], timeout_s=0.3, max_attempts=1).start()
+    notifier.send(NOTE)
+    assert notifier.flush(timeout_s=1.2)  # before: still reading at 2 s
+    assert notifier.sent == 0 and notifier.failed == 1
+    notifier.stop()
+    server.close()
+
+
+def test_a_note_that_cannot_be_sent_does_not_stop_the_deliveries_after_it(receiver):
+    """A field the JSON encoder refuses raised out of the delivery thread and ended it: every later
+    notification stayed queued forever. It is now a failed delivery of that note alone."""
+    bad = Announcement(kind="scale", title="t", text="x", fields={"at": object()})
+    with receiver() as rx:
+        notifier = Notifier([Channel("webhook", rx.url)], backoff_s=0.01, max_attempts=1).start()
+        notifier.send(bad)
+        notifier.send(NOTE)
+        assert notifier.flush(5)
+        notifier.stop()
+    assert [r["body"]["title"] for r in rx.requests] == [NOTE.title]
+    assert notifier.sent == 1 and notifier.failed == 1
