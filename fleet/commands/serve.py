@@ -669,12 +669,17 @@ def incidents_ack(
     service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
 ) -> None:
     """Acknowledge an incident as a human (stops the respond-by clock)."""
-    from fleet.service.store import human_actor
+    from fleet.service.store import AckOutcome, human_actor
 
     store = _open(database, service, existing=True)
     now = _now()
-    if not store.acknowledge_incident(incident_id, by, now):
+    found = store.acknowledge_incident(incident_id, by, now)
+    if found == AckOutcome.UNKNOWN:
         fail(f"unknown incident {incident_id!r}")
+    if found == AckOutcome.CLOSED:
+        fail(
+            f"incident {incident_id!r} is closed: nothing to acknowledge (fleet incidents show {incident_id})"
+        )
     store.add_request("ack", now, incident_id=incident_id, actor=human_actor(by))
     console.print(escape(f"{incident_id} acknowledged by {by}"), highlight=False)
 

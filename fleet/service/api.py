@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import Store, human_actor
+from fleet.service.store import AckOutcome, Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +169,11 @@ class _StatusApi:
         if (bad := _text_problem("actor", actor, MAX_ACTOR_CHARS)) is not None:
             return _json({"error": bad}, 400)
         now = self.clock()
-        if not await run_in_threadpool(self.store.acknowledge_incident, incident_id, actor, now):
+        found = await run_in_threadpool(self.store.acknowledge_incident, incident_id, actor, now)
+        if found == AckOutcome.UNKNOWN:
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
+        if found == AckOutcome.CLOSED:
+            return _json({"error": f"incident {incident_id!r} is closed: nothing to acknowledge"}, 409)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
         await run_in_threadpool(
             partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(actor))

@@ -202,6 +202,14 @@ instance_lists = sa.Table(
 )
 
 
+class AckOutcome(StrEnum):
+    """What a human acknowledgment found (``Store.acknowledge_incident``)."""
+
+    ACKNOWLEDGED = "acknowledged"
+    UNKNOWN = "unknown"  # no incident has that id
+    CLOSED = "closed"  # it ended before the acknowledgment: nothing is written
+
+
 class Outcome(StrEnum):
     """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""
 
@@ -729,16 +737,20 @@ class Store:
             out.setdefault(event.incident_id, []).append(event)
         return out
 
-    def acknowledge_incident(self, incident_id: str, actor: str, now: datetime) -> bool:
-        """Mark a human acknowledgment; False when the incident is unknown. Idempotent (first ack wins)."""
+    def acknowledge_incident(self, incident_id: str, actor: str, now: datetime) -> AckOutcome:
+        """Mark a human acknowledgment. Idempotent (first ack wins). A closed incident is left as it ended:
+        an acknowledgment after the close would read as a response that came (late) and turn an incident
+        that needed none into a respond breach in the SLA report."""
         with self.begin() as c:
             row = c.execute(
-                sa.select(incidents.c.acknowledged_at, incidents.c.acknowledged_by).where(
-                    incidents.c.id == incident_id
-                )
+                sa.select(
+                    incidents.c.acknowledged_at, incidents.c.acknowledged_by, incidents.c.closed_at
+                ).where(incidents.c.id == incident_id)
             ).first()
             if row is None:
-                return False
+                return AckOutcome.UNKNOWN
+            if row[2] is not None:
+                return AckOutcome.CLOSED
             if row[0] is None or not is_human(row[1]):
                 c.execute(
                     sa.update(incidents)
@@ -750,7 +762,7 @@ class Store:
                     incident_id=incident_id, at=now, kind="acknowledged", detail="", actor=actor
                 )
             )
-        return True
+        return AckOutcome.ACKNOWLEDGED
 
     def mark_notified(self, incident_id: str, channel: str, now: datetime) -> None:
         """A human channel received the incident: the service's own acknowledgment now counts."""

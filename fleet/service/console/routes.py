@@ -26,7 +26,7 @@ from starlette.routing import Route
 from fleet.service.console import data, pages, security
 from fleet.service.console.html import Safe
 from fleet.service.console.static import CSS, FAVICON_SVG, JS
-from fleet.service.store import Store, human_actor
+from fleet.service.store import AckOutcome, Store, human_actor
 from fleet.service.views import sla_report
 from policies.spec import parse_duration
 
@@ -292,8 +292,11 @@ class Console:
     async def _ack(self, request: Request, act: Action) -> str:
         incident_id = request.path_params["incident_id"]
         name, now = act.session.name, self.clock()
-        if not await run_in_threadpool(self.store.acknowledge_incident, incident_id, name, now):
+        found = await run_in_threadpool(self.store.acknowledge_incident, incident_id, name, now)
+        if found == AckOutcome.UNKNOWN:
             raise Refused(404, f"unknown incident {incident_id!r}")
+        if found == AckOutcome.CLOSED:
+            raise Refused(409, f"incident {incident_id} is closed: nothing to acknowledge")
         # As the API does: the policy learns of it on the leader's next tick (respond-by stops there).
         await run_in_threadpool(
             partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(name))

@@ -121,6 +121,25 @@ def test_ack_unknown_incident_is_404(store, client):
     assert client().post("/incidents/nope/ack", headers=AUTH).status_code == 404
 
 
+def test_ack_of_a_closed_incident_is_409_and_writes_nothing(store, client):
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-1",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-1",
+            state="closed",
+            detected_at=T0,
+            updated_at=T0,
+            respond_by=T0 + timedelta(minutes=15),
+            closed_at=T0 + timedelta(minutes=5),
+        )
+    )
+    r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "alice"})
+    assert r.status_code == 409 and "closed" in r.json()["error"]
+    assert store.incident("inc-1").acknowledged_at is None and store.requests() == []
+
+
 def test_isolate_queues_an_operator_request(store, client):
     r = client().post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "ECC storm"})
     assert r.status_code == 202

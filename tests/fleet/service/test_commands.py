@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -475,3 +476,27 @@ def test_text_from_operators_and_the_cloud_is_printed_as_written_never_as_markup
         assert "[/]" in out, argv
     assert main(["incidents", "--database", url]) == 0
     assert "[bold red]x" in capsys.readouterr().out
+
+
+def test_acking_a_closed_incident_is_refused_and_queues_nothing(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'closed.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    gone = _held_incident(now, timedelta(hours=1), id="inc-c", state="closed", body={"outcome": "recovered"})
+    store.upsert_incident(replace(gone, closed_at=now - timedelta(minutes=50)))
+    store.record_decision(
+        DecisionRecord(
+            service="fleet",
+            at=now,
+            group_name="chat",
+            kind="scale",
+            action="scale_to",
+            decision_id="d",
+            outcome="noop",
+        )
+    )
+    assert main(["incidents", "ack", "inc-c", "--by", "alice", "--database", url]) == 2
+    assert "is closed: nothing to acknowledge" in capsys.readouterr().err
+    assert store.incident("inc-c").acknowledged_at is None and store.requests() == []
+    assert main(["sla-report", "--json", "--database", url]) == 0
+    assert _json(capsys)["summary"]["respond_breaches"] == 0

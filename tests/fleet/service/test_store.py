@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from fleet.service.store import (
+    AckOutcome,
     DecisionRecord,
     IncidentEvent,
     IncidentRecord,
@@ -125,7 +126,19 @@ def test_service_update_keeps_a_human_acknowledgment(database_url):
 
 
 def test_acknowledging_an_unknown_incident_says_so(database_url):
-    assert open_store(database_url).acknowledge_incident("nope", "alice", T0) is False
+    assert open_store(database_url).acknowledge_incident("nope", "alice", T0) == AckOutcome.UNKNOWN
+
+
+def test_acknowledging_a_closed_incident_changes_nothing(database_url):
+    """An ack after the close was written as the response time: an incident that recovered unanswered
+    before its respond-by became a respond breach in the SLA report once someone acked it late."""
+    store = open_store(database_url)
+    closed = T0 + timedelta(minutes=5)
+    store.upsert_incident(_incident(state="closed", closed_at=closed, body={"outcome": "recovered"}))
+    assert store.acknowledge_incident("inc-1", "alice", T0 + timedelta(hours=2)) == AckOutcome.CLOSED
+    got = store.incident("inc-1")
+    assert got.acknowledged_at is None and got.acknowledged_by is None
+    assert store.incident_events("inc-1") == []
 
 
 def test_open_only_excludes_closed_incidents(database_url):
