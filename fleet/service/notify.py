@@ -15,6 +15,7 @@ URLs of robots carry their access token, so logs name only the channel type and 
 from __future__ import annotations
 
 import base64
+import email.utils
 import hashlib
 import heapq
 import hmac
@@ -159,6 +160,23 @@ def _read_answer(resp: requests.Response, deadline: float) -> bytes:
     return bytes(data[:MAX_ANSWER_BYTES])
 
 
+def retry_after_s(resp: requests.Response, wall_time_s: float) -> float:
+    """Seconds a throttled (429) or unavailable (503) receiver asks to wait (RFC 9110 Retry-After: seconds or
+    an HTTP date); 0 when it asks nothing, or in anything else."""
+    value = (resp.headers.get("retry-after") or "").strip()
+    if resp.status_code not in (429, 503) or not value:
+        return 0.0
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return 0.0
+    if when.tzinfo is None:  # an HTTP date is GMT; one without a zone is not one
+        return 0.0
+    return max(0.0, when.timestamp() - wall_time_s)
+
+
 def _json_or_none(raw: bytes) -> Any:
     try:
         return json.loads(raw)
@@ -173,6 +191,7 @@ class _Job:
     attempt: int = field(compare=False)
     channel: Channel = field(compare=False)
     note: Announcement = field(compare=False)
+    wait_s: float = field(default=0.0, compare=False)  # what the receiver asked (Retry-After)
 
 
 class Notifier:
@@ -269,7 +288,9 @@ class Notifier:
                 with self._cond:
                     self._busy -= 1
                     if not ok and job.attempt < self.max_attempts:
-                        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (job.attempt - 1))
+                        # a throttled receiver's Retry-After: retried sooner, the attempt is refused again
+                        backoff = max(self.backoff_s * 2 ** (job.attempt - 1), job.wait_s)
+                        delay = min(self.max_backoff_s, backoff)
                         due_s = time.monotonic() + delay
                         retry = _Job(due_s, next(self._seq), job.attempt + 1, job.channel, job.note)
                         heapq.heappush(self._heap, retry)
@@ -313,7 +334,15 @@ class Notifier:
             )
             return False
         if not ok:
-            log.warning("notification to %s refused (HTTP %s)", job.channel.label, resp.status_code)
+            wait_s = retry_after_s(resp, self.wall_time())
+            if wait_s:
+                job.wait_s = wait_s
+            log.warning(
+                "notification to %s refused (HTTP %s)%s",
+                job.channel.label,
+                resp.status_code,
+                f"; it asks to retry after {wait_s:g} s" if wait_s else "",
+            )
             return False
         self.sent += 1
         if self.on_delivered is not None:

@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,7 +67,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> str:
 class Receiver:
     def __init__(self, answers=None):
         self.requests: list[dict] = []
-        self.answers = list(answers or [])  # (status, json body) per request, then 200 {"errcode":0,"code":0}
+        # (status, json body) or (status, json body, headers) per request, then 200 {"errcode":0,"code":0}
+        self.answers = list(answers or [])
         self.location = "/moved"  # where a 3xx answer points
         self._lock = threading.Lock()
         receiver = self
@@ -84,12 +86,15 @@ class Receiver:
                             "path": parts.path,
                             "query": parse_qs(parts.query),
                             "body": body,
+                            "at": time.monotonic(),
                         }
                     )
                     ok = (200, {"errcode": 0, "code": 0})
-                    status, body = receiver.answers.pop(0) if receiver.answers else ok
+                    status, body, *more = receiver.answers.pop(0) if receiver.answers else ok
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                for name, value in (more[0] if more else {}).items():
+                    self.send_header(name, value)
                 if 300 <= status < 400:
                     self.send_header("location", receiver.location)
                 self.send_header("content-type", "application/json")

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from fleet.service.notify import Announcement, Channel, Notifier, render
+from fleet.service.notify import Announcement, Channel, Notifier, render, retry_after_s
 
 NOTE = Announcement(
     kind="incident",
@@ -213,3 +213,30 @@ def test_a_note_that_cannot_be_sent_does_not_stop_the_deliveries_after_it(receiv
         notifier.stop()
     assert [r["body"]["title"] for r in rx.requests] == [NOTE.title]
     assert notifier.sent == 1 and notifier.failed == 1
+
+
+def test_a_throttled_receiver_is_retried_no_sooner_than_it_asks(deliver):
+    """A 429's Retry-After was ignored: the retries came 1, 2, 4 and 8 s apart whatever the receiver asked,
+    each refused again, and the message was given up inside the window the receiver had named."""
+    reqs, notifier = deliver("webhook", answers=[(429, {}, {"Retry-After": "1"})])
+    assert len(reqs) == 2 and notifier.sent == 1
+    assert reqs[1]["at"] - reqs[0]["at"] >= 1.0  # backoff_s is 0.01
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "expected_s"),
+    [
+        (429, "30", 30.0),
+        (503, "Tue, 01 Jan 2026 00:01:00 GMT", 60.0),  # WALL_S is 2026-01-01T00:00:00Z
+        (429, "Tue, 01 Jan 2025 00:00:00 GMT", 0.0),  # in the past
+        (429, "soon", 0.0),
+        (500, "30", 0.0),  # only a throttled or unavailable receiver asks
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date(status, header, expected_s):
+    import requests
+
+    resp = requests.Response()
+    resp.status_code = status
+    resp.headers["Retry-After"] = header
+    assert retry_after_s(resp, WALL_S) == expected_s
