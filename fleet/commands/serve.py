@@ -712,8 +712,16 @@ def release(
     """Return an isolated instance to service (ExitStandby) and close its incident."""
     if not instance_id.strip():
         fail("release needs an instance id, e.g. fleet release i-...")
+    from fleet.service.store import NOT_RELEASABLE
+
     _check_request_text(instance_id, "", by)
     store = _open(database, service, existing=True)
+    if not store.releasable(instance_id):
+        # queued anyway, the leader would find nothing to act on and the instance would stay where it is
+        fail(
+            f"{instance_id} {NOT_RELEASABLE} (fleet incidents --open lists what fleet isolated; an instance "
+            "put in Standby outside fleet is returned with ESS ExitStandby)"
+        )
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
     console.print(
         escape(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick"),

@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import AckOutcome, Store, human_actor
+from fleet.service.store import NOT_RELEASABLE, AckOutcome, Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +199,8 @@ class _StatusApi:
             )
             if bad is not None:
                 return _json({"error": bad}, 400)
+            if kind == "release" and not await run_in_threadpool(self.store.releasable, instance_id):
+                return _json({"error": f"{instance_id} {NOT_RELEASABLE}"}, 409)
             now = self.clock()
             fields = {"instance_id": instance_id, "reason": reason, "actor": actor}
             rid = await run_in_threadpool(partial(self.store.add_request, kind, now, **fields))

@@ -202,6 +202,10 @@ instance_lists = sa.Table(
 )
 
 
+# Why a release is refused when ``Store.releasable`` is False (the CLI, the API and the console say it alike).
+NOT_RELEASABLE = "has no open incident and no queued isolation: nothing to release"
+
+
 class AckOutcome(StrEnum):
     """What a human acknowledgment found (``Store.acknowledge_incident``)."""
 
@@ -837,6 +841,25 @@ class Store:
             names = set(conn.execute(sa.select(decisions.c.service).distinct()).scalars())
             names.update(conn.execute(sa.select(policy_state.c.service).distinct()).scalars())
         return sorted(names)
+
+    def releasable(self, instance_id: str) -> bool:
+        """Whether a release of ``instance_id`` has something to act on: an open incident of this service
+        for it, or an isolation of it still queued (the leader takes requests in order)."""
+        open_incident = sa.select(incidents.c.id).where(
+            incidents.c.service == self.service,
+            incidents.c.instance_id == instance_id,
+            incidents.c.closed_at.is_(None),
+        )
+        queued = sa.select(operator_requests.c.id).where(
+            operator_requests.c.service == self.service,
+            operator_requests.c.instance_id == instance_id,
+            operator_requests.c.kind == "isolate",
+            operator_requests.c.handled_at.is_(None),
+        )
+        with self.engine.connect() as c:
+            return c.execute(open_incident.limit(1)).first() is not None or (
+                c.execute(queued.limit(1)).first() is not None
+            )
 
     def pending_requests(self) -> list[OperatorRequest]:
         q = (

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from fleet.service.console import data, pages, security
 from fleet.service.console.html import Safe
 from fleet.service.console.static import CSS, FAVICON_SVG, JS
-from fleet.service.store import AckOutcome, Store, human_actor
+from fleet.service.store import NOT_RELEASABLE, AckOutcome, Store, human_actor
 from fleet.service.views import sla_report
 from policies.spec import parse_duration
 
@@ -327,6 +327,8 @@ class Console:
         instance_id = act.field("instance_id")
         if not _INSTANCE.match(instance_id):
             raise Refused(400, "release needs an instance id")
+        if not await run_in_threadpool(self.store.releasable, instance_id):
+            raise Refused(409, f"{instance_id} {NOT_RELEASABLE}")
         rid = await run_in_threadpool(
             partial(
                 self.store.add_request,

@@ -157,6 +157,16 @@ def test_release_without_token_is_refused(store, client):
     assert store.pending_requests() == []
 
 
+def test_release_of_an_instance_with_nothing_to_release_is_409(store, client):
+    r = client().post("/release", headers=AUTH, json={"instance_id": "i-7"})
+    assert r.status_code == 409 and "nothing to release" in r.json()["error"]
+    assert store.pending_requests() == []
+    assert (
+        client().post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "x"}).status_code == 202
+    )
+    assert client().post("/release", headers=AUTH, json={"instance_id": "i-7"}).status_code == 202
+
+
 def test_metrics_parse_with_the_prometheus_text_parser(store, client):
     metrics = ServiceMetrics()
     metrics.ticks.labels(outcome="acted").inc()

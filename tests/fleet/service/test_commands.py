@@ -195,7 +195,7 @@ def test_a_request_under_a_service_name_no_service_uses_is_refused(db, capsys):
     err = capsys.readouterr().err
     assert "no service named 'flet'" in err and "it holds fleet" in err
     assert open_store(db, service="flet").pending_requests() == []
-    assert main(["release", "i-7", "--service", "fleet", "--database", db]) == 0
+    assert main(["release", "i-hot", "--service", "fleet", "--database", db]) == 0
 
 
 def test_isolate_without_reason_is_refused(db, capsys):
@@ -204,8 +204,22 @@ def test_isolate_without_reason_is_refused(db, capsys):
 
 
 def test_release_queues_a_request(db, capsys):
-    assert main(["release", "i-7", "--database", db]) == 0
+    assert main(["release", "i-hot", "--database", db]) == 0
     assert [r.kind for r in open_store(db).pending_requests()] == ["release"]
+
+
+def test_release_of_an_instance_fleet_has_not_isolated_is_refused(db, capsys):
+    """It was queued ("the leader acts on its next tick") and taken up as done, while nothing happened:
+    an instance put in Standby outside fleet stayed there, with nobody told."""
+    assert main(["release", "i-7", "--database", db]) == 2
+    assert "i-7 has no open incident and no queued isolation" in capsys.readouterr().err
+    assert open_store(db).pending_requests() == []
+
+
+def test_release_right_after_an_isolate_is_queued_behind_it(db, capsys):
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--database", db]) == 0
+    assert main(["release", "i-7", "--database", db]) == 0
+    assert [r.kind for r in open_store(db).pending_requests()] == ["isolate", "release"]
 
 
 def test_sla_report_counts_breaches(db, capsys):

@@ -246,6 +246,12 @@ def test_ack_isolate_and_release_reach_the_store_under_the_operators_name(client
     ]
 
 
+def test_release_of_an_instance_with_nothing_to_release_is_refused(client, store):
+    csrf = sign_in(client, "carol")
+    r = client.post("/console/release", data={"csrf": csrf, "instance_id": "i-idle"})
+    assert r.status_code == 409 and store.requests() == []
+
+
 def test_isolate_without_a_reason_is_refused(client, store):
     csrf = sign_in(client)
     r = client.post("/console/isolate", data={"csrf": csrf, "instance_id": "i-1"})
