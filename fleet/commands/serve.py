@@ -697,9 +697,29 @@ def isolate(
     _check_request_text(instance_id, reason, by)
     store = _open(database, service, existing=True)
     rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
+    _warn_if_unknown(store, instance_id)
     console.print(
         escape(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick"),
         highlight=False,
+    )
+
+
+def _warn_if_unknown(store: Any, instance_id: str) -> None:
+    """Say at once when no group held the instance at the service's last read: the leader refuses such a
+    request (a typo, another region's instance), and nothing shows that refusal to the operator."""
+    lists = store.instance_lists()
+    known = {row.get("instance_id") for _, rows in lists.values() for row in rows if isinstance(row, dict)}
+    if not lists or instance_id in known:
+        return
+    read_at = max(at for at, _ in lists.values())
+    err_console.print(
+        escape(
+            f"warning: {instance_id} was in none of the groups ({', '.join(sorted(lists))}) at the service's "
+            f"last read ({read_at.isoformat(timespec='seconds')}): unless it has joined one since, the "
+            "leader refuses the request: check the id"
+        ),
+        highlight=False,
+        soft_wrap=True,
     )
 
 

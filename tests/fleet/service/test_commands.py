@@ -514,3 +514,17 @@ def test_acking_a_closed_incident_is_refused_and_queues_nothing(tmp_path, capsys
     assert store.incident("inc-c").acknowledged_at is None and store.requests() == []
     assert main(["sla-report", "--json", "--database", url]) == 0
     assert _json(capsys)["summary"]["respond_breaches"] == 0
+
+
+def test_isolating_an_instance_no_group_held_at_the_last_read_is_warned_about_at_once(db, capsys):
+    """The leader refuses it (a typo, another region's instance) and nothing shows that refusal: the
+    command said "queued" and the operator waited for an isolation that never came."""
+    store = open_store(db)
+    with store.begin() as conn:
+        store.save_instance_list("chat", datetime.now(UTC), [{"instance_id": "i-hot"}], conn)
+    assert main(["isolate", "i-hto", "--reason", "typo", "--database", db]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "i-hto was in none of the groups (chat)" in err and "refuses the request" in err
+    assert main(["isolate", "i-hot", "--reason", "real", "--database", db]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert [r.instance_id for r in store.pending_requests()] == ["i-hto", "i-hot"]  # queued all the same
