@@ -63,8 +63,19 @@ class NotificationChannel(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
+        # The URL carries the robot's token: problems are named, the URL is never repeated.
         if not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
+        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("must not contain spaces or control characters")
+        try:
+            parts = urlsplit(value)
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError as exc:  # a bracket left open, a port that is no number or out of range
+            raise ValueError(f"is not a valid URL ({str(exc).split(':')[0]})") from None
+        if not parts.hostname or not port_ok:
+            # accepted before, every notification then failed at delivery (InvalidURL), only logged
+            raise ValueError("names no host (or port 0): give the robot's or receiver's full URL")
         return value
 
 

@@ -147,6 +147,27 @@ def test_secrets_never_show(tmp_path):
     assert "tok-12345" not in shown and "s3" not in shown.replace("https", "")
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("https://", "names no host"),
+        ("https://?access_token=SECRETTOKEN", "names no host"),
+        ("https:// oapi.dingtalk.com/robot/send?access_token=SECRETTOKEN", "spaces or control characters"),
+        ("https://oapi.dingtalk.com:99999/robot/send?access_token=SECRETTOKEN", "is not a valid URL"),
+        ("http://[::1/hook?access_token=SECRETTOKEN", "is not a valid URL"),
+    ],
+)
+def test_a_notification_url_that_names_no_reachable_host_is_refused(tmp_path, url, problem):
+    """Accepted before: the service started, and every notification failed at delivery (InvalidURL),
+    logged only, so an incident's notice never went out and nothing acknowledged it."""
+    text = MINIMAL + f"notifications:\n  - {{type: dingtalk, url: '{url}'}}\n"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text), env={})
+    [line] = err.value.problems
+    assert "notifications[0].url:" in line and problem in line
+    assert "SECRETTOKEN" not in line
+
+
 def test_cross_field_problems_are_reported(tmp_path):
     path = write(tmp_path, "region: r\ngroups:\n  - {name: a, min_size: 9, max_size: 3}\n")
     with pytest.raises(ConfigError, match=r"groups\[0\]: min_size \(9\) is above max_size \(3\)"):
