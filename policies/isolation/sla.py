@@ -1,8 +1,11 @@
 """SLA clocks: the response clock (acknowledge within ``respond_within``, 15 min by default) and the isolation
 clock (out of traffic within ``isolate_within``, 4 h), each warned about at risk and when breached.
 
-The two run side by side: isolation never waits for a human. A closed incident nobody was told about still
-owes its response for one more window.
+The two run side by side: isolation never waits for a human. Both stop when the incident closes: one closed
+before its respond-by (recovered, its instance gone, remediated) needed no response, as the SLA report judges
+it (``fleet/service/views.py``, ``sla_row``), and one that could no longer be acknowledged was warned about
+as at risk and breached for one more window (a critical page, and a breach counted on ``/metrics`` that
+the report did not count).
 """
 
 from __future__ import annotations
@@ -14,14 +17,12 @@ from policies.model import OPEN_STATES, Incident, WarningCode
 
 
 def check_clocks(t: Tick) -> None:
-    iso, gh = t.iso, t.gh
+    gh = t.gh
     for inc in gh.incidents:
         if inc.state in OPEN_STATES:
             _respond_clock(t, inc)
             blocked = inc.admitted_at is None and gh.breaker.open and not inc.manual
             _isolate_clock(t, inc, blocked)
-        elif t.now <= inc.respond_by + timedelta(seconds=iso.respond_within_s):
-            _respond_clock(t, inc)
 
 
 def _respond_clock(t: Tick, inc: Incident) -> None:

@@ -710,8 +710,13 @@ def test_power_cap_throttling_is_not_a_fault_by_default():
     assert not plan.group(GROUP).incidents
 
 
+HOLD_HOT = {
+    "rules": [{"name": "hot", "metric": "gpu_temperature_c", "above": 85, "for": "2m", "action": "hold"}]
+}
+
+
 def test_sla_risk_is_flagged_before_the_breach():
-    spec = policy()
+    spec = policy(isolation=HOLD_HOT)  # held for a human: still open at its respond-by
     world = World(T0, 6, notify=False)
     world.nodes["i-0003"].hot = True
     plans, _ = drive(world, spec, 20 * 60)
@@ -719,6 +724,20 @@ def test_sla_risk_is_flagged_before_the_breach():
     risk = min(at for at, c in codes if c == WarningCode.SLA_RESPOND_AT_RISK)
     breach = min(at for at, c in codes if c == WarningCode.SLA_RESPOND_BREACHED)
     assert risk < breach
+
+
+def test_an_incident_closed_before_its_respond_by_is_never_warned_as_breached():
+    """It needed no response (the SLA report counts no breach), yet the clock ran on for one more window
+    after the close: a critical "sla respond breached" page and a breach on /metrics for an incident that
+    could no longer be acknowledged."""
+    spec = policy()  # reboot: the node is back and the incident closed well within 15 minutes
+    world = World(T0, 6, notify=False)
+    world.nodes["i-0003"].hot = True
+    plans, hist = drive(world, spec, 40 * 60)
+    (inc,) = incidents(hist)
+    assert inc.state == IncidentState.CLOSED and inc.closed_at is not None and inc.closed_at < inc.respond_by
+    warned = {w.code for p in plans for w in p.warnings if w.incident_id == inc.incident_id}
+    assert not warned & {WarningCode.SLA_RESPOND_AT_RISK, WarningCode.SLA_RESPOND_BREACHED}
 
 
 def test_isolation_does_not_wait_for_a_human():
