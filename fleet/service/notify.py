@@ -95,11 +95,17 @@ def feishu_sign(secret: str, timestamp_s: int) -> str:
     return base64.b64encode(digest).decode()
 
 
+def _details(note: Announcement) -> list[str]:
+    """The note's fields, one ``- key: value`` line each, with its incident id (what an on-call engineer types
+    into `fleet incidents ack`) when no field carries it."""
+    fields = dict(note.fields)
+    if note.incident_id and note.incident_id not in {str(v) for v in fields.values()}:
+        fields["incident"] = note.incident_id
+    return [f"- {key}: {value}" for key, value in fields.items()]
+
+
 def _markdown(note: Announcement) -> str:
-    lines = [f"**{note.title}**", "", note.text]
-    for key, value in note.fields.items():
-        lines.append(f"- {key}: {value}")
-    return "\n".join(lines)
+    return "\n".join([f"**{note.title}**", "", note.text, *_details(note)])
 
 
 def render(channel: Channel, note: Announcement, wall_time_s: float) -> tuple[str, dict[str, Any]]:
@@ -126,7 +132,8 @@ def render(channel: Channel, note: Announcement, wall_time_s: float) -> tuple[st
     if channel.type == "wecom":
         return channel.url, {"msgtype": "markdown", "markdown": {"content": _markdown(note)}}
     # feishu
-    message: dict[str, Any] = {"msg_type": "text", "content": {"text": f"{note.title}\n{note.text}"}}
+    text = "\n".join([note.title, note.text, *_details(note)])
+    message: dict[str, Any] = {"msg_type": "text", "content": {"text": text}}
     if channel.secret:
         ts_s = int(wall_time_s)
         message = {"timestamp": str(ts_s), "sign": feishu_sign(channel.secret, ts_s), **message}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import socket
 
 import pytest
@@ -240,3 +241,31 @@ def test_retry_after_reads_seconds_or_an_http_date(status, header, expected_s):
     resp.status_code = status
     resp.headers["Retry-After"] = header
     assert retry_after_s(resp, WALL_S) == expected_s
+
+
+SLA_NOTE = Announcement(
+    kind="sla_breach",
+    title="chat: sla respond breached",
+    text="not acknowledged by 2026-01-01T00:15:00+00:00",
+    severity="critical",
+    group="chat",
+    incident_id="chat:i-1:20260101T000000Z",
+    fields={"instance": "i-1"},
+)
+
+
+@pytest.mark.parametrize("channel_type", ["dingtalk", "wecom", "feishu"])
+def test_a_robot_message_names_the_incident_to_acknowledge(channel_type):
+    """The robots' text left out the incident id of an SLA page (and Feishu's every field): the engineer
+    paged had to look it up before `fleet incidents ack` could stop the clock."""
+    _, body = render(Channel(channel_type, "https://robot.invalid/send"), SLA_NOTE, WALL_S)
+    text = body["content"]["text"] if channel_type == "feishu" else json.dumps(body["markdown"])
+    assert "incident: chat:i-1:20260101T000000Z" in text and "instance: i-1" in text
+
+
+def test_an_incident_id_already_in_the_fields_is_not_repeated():
+    note = Announcement(
+        kind="incident", title="t", text="x", incident_id="inc-1", fields={"incident": "inc-1"}
+    )
+    _, body = render(Channel("wecom", "https://robot.invalid/send"), note, WALL_S)
+    assert body["markdown"]["content"].count("inc-1") == 1
