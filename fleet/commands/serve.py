@@ -669,8 +669,11 @@ def incidents_ack(
     service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
 ) -> None:
     """Acknowledge an incident as a human (stops the respond-by clock)."""
-    from fleet.service.store import AckOutcome, human_actor
+    from fleet.service.store import MAX_HUMAN_NAME_CHARS, AckOutcome, human_actor
 
+    problem = text_problem(by, MAX_HUMAN_NAME_CHARS)
+    if problem:
+        fail(f"--by: {problem}")
     store = _open(database, service, existing=True)
     now = _now()
     found = store.acknowledge_incident(incident_id, by, now)

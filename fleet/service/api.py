@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import NOT_RELEASABLE, AckOutcome, Store, human_actor
+from fleet.service.store import MAX_HUMAN_NAME_CHARS, NOT_RELEASABLE, AckOutcome, Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class _StatusApi:
         incident_id = request.path_params["incident_id"]
         body = await self.body_of(request)
         actor = str(body.get("actor") or "api")
-        if (bad := _text_problem("actor", actor, MAX_ACTOR_CHARS)) is not None:
+        if (bad := _text_problem("actor", actor, MAX_HUMAN_NAME_CHARS)) is not None:
             return _json({"error": bad}, 400)
         now = self.clock()
         found = await run_in_threadpool(self.store.acknowledge_incident, incident_id, actor, now)

@@ -296,6 +296,9 @@ def state_label(state: str, outcome: str | None) -> str:
 # Who acknowledged an incident: a person is recorded as ``human:<name>``; anything else (a channel label) is
 # the service's own acknowledgment once a human channel was reached. Built and read only through these two.
 HUMAN_ACTOR_PREFIX = "human:"
+# The actor columns hold 200 characters (``acknowledged_by``, ``operator_requests.actor``), and a person's
+# name is kept behind HUMAN_ACTOR_PREFIX: a longer name was refused by PostgreSQL with a traceback.
+MAX_HUMAN_NAME_CHARS = 200 - len(HUMAN_ACTOR_PREFIX)
 
 
 def human_actor(name: str) -> str:

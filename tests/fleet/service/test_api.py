@@ -121,6 +121,24 @@ def test_ack_unknown_incident_is_404(store, client):
     assert client().post("/incidents/nope/ack", headers=AUTH).status_code == 404
 
 
+def test_ack_by_a_name_too_long_to_keep_behind_the_human_prefix_is_400(store, client):
+    store.upsert_incident(
+        IncidentRecord(
+            id="inc-1",
+            service="fleet",
+            group_name="chat",
+            instance_id="i-1",
+            state="detected",
+            detected_at=T0,
+            updated_at=T0,
+            respond_by=T0 + timedelta(minutes=15),
+        )
+    )
+    r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "y" * 199})
+    assert r.status_code == 400 and "actor" in r.json()["error"]
+    assert store.incident("inc-1").acknowledged_at is None
+
+
 def test_ack_of_a_closed_incident_is_409_and_writes_nothing(store, client):
     store.upsert_incident(
         IncidentRecord(

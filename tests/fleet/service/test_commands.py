@@ -528,3 +528,26 @@ def test_isolating_an_instance_no_group_held_at_the_last_read_is_warned_about_at
     assert main(["isolate", "i-hot", "--reason", "real", "--database", db]) == 0
     assert "warning" not in capsys.readouterr().err
     assert [r.instance_id for r in store.pending_requests()] == ["i-hto", "i-hot"]  # queued all the same
+
+
+@pytest.mark.parametrize("by", ["y" * 199, "a\x01b", "a\x00b"])
+def test_an_ack_by_a_name_the_store_cannot_hold_is_one_line_exit_2(database_url, capsys, by):
+    """--by was not checked: kept behind "human:", a name of 195-200 characters (which isolate accepts) made
+    PostgreSQL refuse the write with a traceback, and control characters went into the store."""
+    store = open_store(database_url)
+    now = datetime.now(UTC)
+    store.upsert_incident(_held_incident(now, timedelta(minutes=1), id="inc-n", state="detected"))
+    store.record_decision(
+        DecisionRecord(
+            service="fleet",
+            at=now,
+            group_name="chat",
+            kind="scale",
+            action="scale_to",
+            decision_id="d",
+            outcome="noop",
+        )
+    )
+    assert main(["incidents", "ack", "inc-n", "--by", by, "--database", database_url]) == 2
+    assert capsys.readouterr().err.startswith("error: --by:")
+    assert store.incident("inc-n").acknowledged_at is None and store.requests() == []
