@@ -752,6 +752,33 @@ def release(
     )
 
 
+def reset_breaker(
+    group: str = typer.Argument(..., help="the group's name in fleet.yaml"),
+    reason: str = typer.Option(..., "--reason", help="why automatic isolation may go on (recorded)"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Reset a group's isolation circuit breaker: only a human ends it (docs/policies.md, guardrails)."""
+    if not reason.strip():
+        fail("reset-breaker needs a non-empty --reason")
+    problem = text_problem(group, MAX_HOLDER_CHARS)
+    if problem:
+        fail(f"group: {problem}")
+    _check_request_text("-", reason, by)
+    from fleet.service.views import status_from_store
+
+    store = _open(database, service, existing=True)
+    known = sorted({g["name"] for g in status_from_store(store, _now(), [])["groups"]})
+    if group not in known:  # a typo would be refused by the leader, in a record nobody reads
+        fail(f"group {group!r}: this service has decided no such group; it has: {', '.join(known) or 'none'}")
+    rid = store.add_request("reset_breaker", _now(), group_name=group, reason=reason, actor=by)
+    console.print(
+        escape(f"breaker reset of {group} queued (request {rid}); the leader acts on its next tick"),
+        highlight=False,
+    )
+
+
 def _check_request_text(instance_id: str, reason: str, by: str) -> None:
     """An operator request's text as the store can hold it (PostgreSQL refuses NUL and long ids)."""
     problem = text_problem(instance_id, MAX_INSTANCE_ID_CHARS)
@@ -816,4 +843,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(incidents_app, name="incidents")
     app.command("isolate")(isolate)
     app.command("release")(release)
+    app.command("reset-breaker")(reset_breaker)
     app.command("sla-report")(sla_report)

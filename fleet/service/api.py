@@ -92,6 +92,7 @@ class _StatusApi:
             Route("/metrics", self.metrics_view, methods=["GET"]),
             Route("/groups/{name}/pause", self.pause_or_resume(True), methods=["POST"]),
             Route("/groups/{name}/resume", self.pause_or_resume(False), methods=["POST"]),
+            Route("/groups/{name}/reset-breaker", self.reset_breaker, methods=["POST"]),
             Route("/incidents/{incident_id}/ack", self.ack, methods=["POST"]),
             Route("/isolate", self.operator_request("isolate"), methods=["POST"]),
             Route("/release", self.operator_request("release"), methods=["POST"]),
@@ -159,6 +160,29 @@ class _StatusApi:
             return _json({"group": name, "paused": paused})
 
         return handler
+
+    async def reset_breaker(self, request: Request) -> Response:
+        """Queue a human's reset of a group's isolation breaker (only a human ends it: docs/policies.md)."""
+        if (denied := self.authorized(request)) is not None:
+            return denied
+        name = request.path_params["name"]
+        known = self.groups()
+        if name not in known:
+            return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
+        body = await self.body_of(request)
+        reason, actor = str(body.get("reason") or ""), str(body.get("actor") or "api")
+        if body.get("__invalid__") or not reason.strip():
+            return _json({"error": "body must be JSON with a non-empty string field reason"}, 400)
+        bad = _text_problem("actor", actor, MAX_ACTOR_CHARS) or (
+            "reason must not contain NUL characters" if "\x00" in reason else None
+        )
+        if bad is not None:
+            return _json({"error": bad}, 400)
+        fields = {"group_name": name, "reason": reason, "actor": actor}
+        rid = await run_in_threadpool(
+            partial(self.store.add_request, "reset_breaker", self.clock(), **fields)
+        )
+        return _json({"request": rid, "kind": "reset_breaker", "group": name, "queued": True}, 202)
 
     async def ack(self, request: Request) -> Response:
         if (denied := self.authorized(request)) is not None:

@@ -800,8 +800,11 @@ class Service:
                     # The policy never took it up (e.g. a release for an instance with no incident).
                     self.store.mark_request(req.id, "expired: not applicable", now, conn)
             for req in unmatched:
-                what = req.instance_id or req.incident_id
-                self.store.mark_request(req.id, f"refused: {what} is not in any configured group", now, conn)
+                if req.group_name is not None:
+                    why = f"refused: group {req.group_name} is not configured"
+                else:
+                    why = f"refused: {req.instance_id or req.incident_id} is not in any configured group"
+                self.store.mark_request(req.id, why, now, conn)
         return True
 
     def _after(self, plan: Plan, observation: Observation, now: datetime, held: set[str]) -> None:

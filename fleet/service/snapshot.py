@@ -128,8 +128,11 @@ def operator_actions(
     ops: dict[str, list[OperatorAction]] = {}
     unmatched = []
     for req in requests:
-        group = where.get(req.instance_id or "") or incident_group.get(req.incident_id or "")
-        if group is None and req.incident_id:
+        if req.group_name is not None:  # a request on a group (reset_breaker) names it
+            group = req.group_name if req.group_name in observation.groups else None
+        else:
+            group = where.get(req.instance_id or "") or incident_group.get(req.incident_id or "")
+        if group is None and req.incident_id and req.group_name is None:
             row = stored.get(req.incident_id)
             group = row.group_name if row else None
         if group is None:

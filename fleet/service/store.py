@@ -162,6 +162,7 @@ operator_requests = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("handled_at", UtcDateTime, nullable=True),
     sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("group_name", sa.String(200), nullable=True),  # a request on a group (reset_breaker)
 )
 
 # Demand history (issue 16): one row per group and minute, the mean arrival rate and token mix of that minute.
@@ -326,7 +327,7 @@ class OperatorRequest:
 
     id: int
     service: str
-    kind: str  # isolate | release | ack
+    kind: str  # isolate | release | ack | reset_breaker
     created_at: datetime
     instance_id: str | None = None
     incident_id: str | None = None
@@ -334,6 +335,7 @@ class OperatorRequest:
     actor: str = ""
     handled_at: datetime | None = None
     outcome: str | None = None
+    group_name: str | None = None  # what a request on a group names (reset_breaker)
 
 
 # Threads of one process (tests, the API beside the loop) never migrate concurrently.
@@ -823,6 +825,7 @@ class Store:
         incident_id: str | None = None,
         reason: str = "",
         actor: str = "",
+        group_name: str | None = None,
     ) -> int:
         with self.begin() as c:
             res = c.execute(
@@ -831,6 +834,7 @@ class Store:
                     kind=kind,
                     instance_id=instance_id,
                     incident_id=incident_id,
+                    group_name=group_name,
                     reason=reason,
                     actor=actor,
                     created_at=now,

@@ -82,6 +82,22 @@ def test_mutation_refused_when_no_token_is_configured(store, client):
     assert r.status_code == 403
 
 
+def test_reset_breaker_queues_a_request_naming_the_group(store, client):
+    c = client()
+    assert c.post("/groups/chat/reset-breaker", json={"reason": "x"}).status_code == 401
+    assert c.post("/groups/nope/reset-breaker", headers=AUTH, json={"reason": "x"}).status_code == 404
+    assert c.post("/groups/chat/reset-breaker", headers=AUTH, json={}).status_code == 400
+    r = c.post("/groups/chat/reset-breaker", headers=AUTH, json={"reason": "fans replaced", "actor": "alice"})
+    assert r.status_code == 202
+    [req] = store.pending_requests()
+    assert (req.kind, req.group_name, req.reason, req.actor) == (
+        "reset_breaker",
+        "chat",
+        "fans replaced",
+        "alice",
+    )
+
+
 def test_pause_and_resume_with_token(store, client):
     c = client()
     assert c.post("/groups/chat/pause", headers=AUTH).status_code == 200

@@ -349,6 +349,33 @@ def test_incidents_within_the_breaker_limit_are_isolated_when_one_past_it_trips_
     assert svc.last_tick.plan.history.groups["chat"].breaker.open
 
 
+def test_fleet_reset_breaker_lets_the_held_incident_be_isolated(fake_world, capsys):
+    """Only a human ends an open breaker, and nothing let a human do it: no command, endpoint or page
+    queued a reset, so automatic isolation stayed stopped (and scale-in blocked) until someone wrote
+    the request into the database by hand."""
+    from fleet.cli import main
+
+    config = HOT_RULE.replace("warm_floor: 3", "warm_floor: 2") + (
+        "guardrails: {max_isolated: 5, breaker: {max_isolations: 2, window: 1m}}\n"
+    )
+    cloud, svc, _ = fake_world(config, in_service=10)
+    hot = set(_ids(svc, cloud)[:3])
+    _run(cloud, svc, hot, ticks=16)  # tripped at detection; its window has passed since: a reset admits
+    assert svc.last_tick.plan.history.groups["chat"].breaker.open
+    db = str(svc.store.engine.url)
+    assert main(["reset-breaker", "chta", "--reason", "x", "--database", db]) == 2  # a typo: refused at once
+    assert "no such group; it has: chat" in capsys.readouterr().err
+    assert (
+        main(["reset-breaker", "chat", "--reason", "fans replaced", "--by", "alice", "--database", db]) == 0
+    )
+    _run(cloud, svc, hot, ticks=4)
+    breaker = svc.last_tick.plan.history.groups["chat"].breaker
+    assert breaker.reason.startswith("reset by alice") and "fans replaced" in breaker.reason
+    assert all(i.isolated_at is not None for i in svc.store.incidents())  # the held one went too
+    [req] = [r for r in svc.store.requests() if r.kind == "reset_breaker"]
+    assert req.outcome == "applied" and req.group_name == "chat"
+
+
 def test_a_replica_started_while_ess_is_down_watches_the_instances_the_last_one_read(fake_world):
     cloud, svc, _ = fake_world(HOT_RULE)
     ids = _ids(svc, cloud)
