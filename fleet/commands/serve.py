@@ -752,6 +752,29 @@ def release(
     )
 
 
+def replace(
+    instance_id: str = typer.Argument(..., help="ECS instance id"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Replace an instance under an open incident (one held for diagnosis, say): RemoveInstances, and ESS
+    launches its replacement."""
+    if not instance_id.strip():
+        fail("replace needs an instance id, e.g. fleet replace i-...")
+    from fleet.service.store import NO_INCIDENT
+
+    _check_request_text(instance_id, "", by)
+    store = _open(database, service, existing=True)
+    if not store.releasable(instance_id):
+        fail(f"{instance_id} {NO_INCIDENT}: nothing to replace (fleet isolate it first)")
+    rid = store.add_request("replace", _now(), instance_id=instance_id, actor=by)
+    console.print(
+        escape(f"replacement of {instance_id} queued (request {rid}); the leader acts on its next tick"),
+        highlight=False,
+    )
+
+
 def reset_breaker(
     group: str = typer.Argument(..., help="the group's name in fleet.yaml"),
     reason: str = typer.Option(..., "--reason", help="why automatic isolation may go on (recorded)"),
@@ -843,5 +866,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(incidents_app, name="incidents")
     app.command("isolate")(isolate)
     app.command("release")(release)
+    app.command("replace")(replace)
     app.command("reset-breaker")(reset_breaker)
     app.command("sla-report")(sla_report)

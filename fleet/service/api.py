@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from fleet.service.console import Console
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import MAX_HUMAN_NAME_CHARS, NOT_RELEASABLE, AckOutcome, Store, human_actor
+from fleet.service.store import MAX_HUMAN_NAME_CHARS, NO_INCIDENT, AckOutcome, Store, human_actor
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class _StatusApi:
             Route("/incidents/{incident_id}/ack", self.ack, methods=["POST"]),
             Route("/isolate", self.operator_request("isolate"), methods=["POST"]),
             Route("/release", self.operator_request("release"), methods=["POST"]),
+            Route("/replace", self.operator_request("replace"), methods=["POST"]),
         ]
 
     def authorized(self, request: Request) -> Response | None:
@@ -223,8 +224,10 @@ class _StatusApi:
             )
             if bad is not None:
                 return _json({"error": bad}, 400)
-            if kind == "release" and not await run_in_threadpool(self.store.releasable, instance_id):
-                return _json({"error": f"{instance_id} {NOT_RELEASABLE}"}, 409)
+            if kind in ("release", "replace") and not await run_in_threadpool(
+                self.store.releasable, instance_id
+            ):
+                return _json({"error": f"{instance_id} {NO_INCIDENT}: nothing to {kind}"}, 409)
             now = self.clock()
             fields = {"instance_id": instance_id, "reason": reason, "actor": actor}
             rid = await run_in_threadpool(partial(self.store.add_request, kind, now, **fields))

@@ -203,8 +203,10 @@ instance_lists = sa.Table(
 )
 
 
-# Why a release is refused when ``Store.releasable`` is False (the CLI, the API and the console say it alike).
-NOT_RELEASABLE = "has no open incident and no queued isolation: nothing to release"
+# Why a release or a replacement is refused when ``Store.releasable`` is False (the CLI, the API and the
+# console say it alike).
+NO_INCIDENT = "has no open incident and no queued isolation"
+NOT_RELEASABLE = f"{NO_INCIDENT}: nothing to release"
 
 
 class AckOutcome(StrEnum):

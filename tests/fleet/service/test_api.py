@@ -82,6 +82,15 @@ def test_mutation_refused_when_no_token_is_configured(store, client):
     assert r.status_code == 403
 
 
+def test_replace_queues_a_request_for_an_instance_under_an_incident(store, client):
+    c = client()
+    r = c.post("/replace", headers=AUTH, json={"instance_id": "i-7"})
+    assert r.status_code == 409 and "nothing to replace" in r.json()["error"]
+    assert c.post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "x"}).status_code == 202
+    assert c.post("/replace", headers=AUTH, json={"instance_id": "i-7"}).status_code == 202
+    assert [r.kind for r in store.pending_requests()] == ["isolate", "replace"]
+
+
 def test_reset_breaker_queues_a_request_naming_the_group(store, client):
     c = client()
     assert c.post("/groups/chat/reset-breaker", json={"reason": "x"}).status_code == 401

@@ -407,3 +407,24 @@ def test_a_kept_instance_list_survives_the_store_and_a_damaged_row_is_left_out()
     assert instance_from_json({"instance_id": 7}) is None
     assert instance_from_json({**instance_json(inst), "created_at": "yesterday"}) is None
     assert instance_from_json("i-1") is None
+
+
+def test_fleet_replace_removes_an_instance_held_for_diagnosis(fake_world, capsys):
+    """A held node stays in Standby "until an operator releases it or asks to replace it", and nothing let
+    an operator ask: no command or endpoint queued a replace."""
+    from fleet.cli import main
+
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[1]
+    db = str(svc.store.engine.url)
+    assert main(["replace", target, "--database", db]) == 2  # nothing isolated it: nothing to replace
+    assert "nothing to replace" in capsys.readouterr().err
+    svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="ECC storm", actor="alice")
+    _run(cloud, svc, set(), ticks=6)
+    [inc] = svc.store.incidents()
+    assert inc.state == "remediating" and target in _ids(svc, cloud, "Standby")  # held for a human
+    assert main(["replace", target, "--by", "alice", "--database", db]) == 0
+    _run(cloud, svc, set(), ticks=4)
+    [inc] = svc.store.incidents()
+    assert inc.outcome == "replaced" and target not in _ids(svc, cloud)
+    assert {("remove", "applied")} <= {(d.action, d.outcome) for d in svc.store.decisions(kind="isolation")}
