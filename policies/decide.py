@@ -56,6 +56,8 @@ def decide(snapshot: Snapshot, spec: PolicySpec, history: History | None, now: d
     for gspec in specs:
         gh = hist.groups.setdefault(gspec.name, GroupHistory())
         group = snapshot.group(gspec.name)
+        if group is not None:
+            _adopt_orphaned_incidents(hist, known, gh, group)
         if group is None or group.blind:
             plan = _held(gspec, group, gh, now)
             plans.append(plan)
@@ -94,6 +96,20 @@ def _held(spec: GroupSpec, group: GroupSnapshot | None, gh: GroupHistory, now: d
         incidents=[i for i in gh.incidents if i.state in OPEN_STATES],
         warnings=[w, *warnings],
     )
+
+
+def _adopt_orphaned_incidents(hist: History, known: set[str], gh: GroupHistory, group: GroupSnapshot) -> None:
+    """Open incidents kept under a group the config no longer names (renamed in fleet.yaml) whose instance is
+    in ``group`` now move to it, so that their workflow goes on. Left behind, nobody decided them: a node in
+    Standby stayed there for good, and a release reached a history with no incident for it."""
+    members = {inst.instance_id for inst in group.instances}
+    for name, other in hist.groups.items():
+        if name in known:
+            continue
+        moving = [inc for inc in other.incidents if inc.open and inc.instance_id in members]
+        if moving:
+            other.incidents = [inc for inc in other.incidents if inc not in moving]
+            gh.incidents.extend(moving)
 
 
 def _decide_group(spec: GroupSpec, group: GroupSnapshot, gh: GroupHistory, now: datetime) -> GroupPlan:

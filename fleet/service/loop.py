@@ -494,9 +494,15 @@ class Service:
         merged = old.model_copy(update={"updated_at": now, "groups": dict(old.groups)})
         plan = Plan(at=now, history=merged)
         observed = {g.name: g for g in snapshot.groups}  # one lookup per group, not a scan
+        # groups the config no longer names (renamed in fleet.yaml): each decision sees them, so that a group
+        # now holding one of their open incidents' instances takes the incident over (policies.decide)
+        configured = {s.name for s in self.specs}
+        orphans = [name for name in old.groups if name not in configured]
         for spec in self.specs if specs is None else specs:  # a shard's groups, or all
             one = PolicySpec(groups=(spec,))
-            own = {spec.name: old.groups[spec.name]} if spec.name in old.groups else {}
+            own = {name: merged.groups[name] for name in orphans}
+            if spec.name in old.groups:
+                own[spec.name] = old.groups[spec.name]
             mine = old.model_copy(update={"groups": own})
             seen = [observed[spec.name]] if spec.name in observed else []
             part: Plan | None
@@ -506,6 +512,7 @@ class Service:
                 part = self._decision_failed(spec.name, one, mine, now, exc, lease, result)
             else:
                 merged.groups[spec.name] = part.history.groups[spec.name]
+                merged.groups.update({name: part.history.groups[name] for name in orphans})
             if part is None:
                 continue
             plan.groups.extend(part.groups)

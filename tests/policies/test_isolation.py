@@ -1016,3 +1016,31 @@ def test_a_reboot_never_confirmed_within_the_health_timeout_replaces_the_node():
     world, inc = _hot_node_with_ecs_down(timedelta(hours=2), 30 * 60)
     assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "remove"]
     assert inc.outcome == "replaced"
+
+
+def test_a_group_renamed_in_the_config_takes_over_the_open_incidents_of_its_instances():
+    """Renaming a group in fleet.yaml left its open incidents under the old name, decided by nobody: the
+    node stayed in Standby for good, listed as an open incident, and a release reached the new group's
+    history, which had no incident for it, and did nothing."""
+    from policies import GroupSnapshot, OperatorAction, Snapshot
+
+    def snap(name, at, state, ops=()):
+        instances = [instance(i, at, state=state if i == 1 else "InService") for i in range(4)]
+        group = GroupSnapshot(name=name, desired_capacity=4, instances=instances, operator_actions=list(ops))
+        return Snapshot(taken_at=at, groups=[group])
+
+    old = policy(name="chat-old")
+    at = MONDAY_10_SHANGHAI
+    isolate = OperatorAction(action_id="r1", kind="isolate", at=at, instance_id="i-001", by="al")
+    hist = decide(snap("chat-old", at, "InService", [isolate]), old, None, at).history
+    at += timedelta(seconds=15)
+    hist = decide(snap("chat-old", at, "Standby"), old, hist, at).history
+    [inc] = hist.groups["chat-old"].incidents
+    assert inc.open and inc.isolated_at is not None
+    at += timedelta(seconds=15)  # the same scaling group, now named "chat" in the config
+    release = OperatorAction(action_id="r2", kind="release", at=at, instance_id="i-001", by="al")
+    plan = decide(snap(GROUP, at, "Standby", [release]), policy(), hist, at)
+    assert [i.incident_id for i in plan.history.groups[GROUP].incidents] == [inc.incident_id]
+    assert not any(i.open for i in plan.history.groups["chat-old"].incidents)
+    steps = [s.action for s in plan.group(GROUP).steps if s.instance_id == "i-001"]
+    assert steps == [StepAction.EXIT_STANDBY]

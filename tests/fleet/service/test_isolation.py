@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import requests
 import urllib3
@@ -428,3 +429,25 @@ def test_fleet_replace_removes_an_instance_held_for_diagnosis(fake_world, capsys
     [inc] = svc.store.incidents()
     assert inc.outcome == "replaced" and target not in _ids(svc, cloud)
     assert {("remove", "applied")} <= {(d.action, d.outcome) for d in svc.store.decisions(kind="isolation")}
+
+
+def test_a_group_renamed_in_the_config_goes_on_with_its_isolated_node(fake_world):
+    """The history and the store kept the open incident under the old name, which no tick decided any
+    more: the node stayed in Standby for good and `fleet release` did nothing. The group now holding the
+    node takes the incident over."""
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[1]
+    svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="fans", actor="alice")
+    _run(cloud, svc, set(), ticks=4)
+    [inc] = svc.store.incidents()
+    assert inc.isolated_at is not None and target in _ids(svc, cloud, "Standby")
+    # as if the config had named this scaling group "chat-old" until now
+    history = svc.store.load_history()
+    history["groups"]["chat-old"] = history["groups"].pop("chat")
+    svc.store.save_history(history, cloud.now(), svc.last_tick.lease_epoch)
+    svc.store.upsert_incident(replace(inc, group_name="chat-old"))
+    _run(cloud, svc, set(), ticks=1)
+    assert svc.store.incident(inc.id).group_name == "chat"
+    svc.store.add_request("release", cloud.now(), instance_id=target, actor="alice")
+    _run(cloud, svc, set(), ticks=3)
+    assert svc.store.incident(inc.id).outcome == "released" and target in _ids(svc, cloud, "InService")
