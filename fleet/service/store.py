@@ -438,6 +438,7 @@ def migrate(engine: Engine) -> None:
                         # Serialise concurrent start-ups of replicas: the lock ends with the transaction.
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(7315001)"))
                     cfg.attributes["connection"] = conn
+                    _refuse_unknown_revision(conn, cfg)
                     command.upgrade(cfg, "head")
                 return
             except sa.exc.OperationalError as exc:  # SQLite: another replica holds the write lock
@@ -449,6 +450,26 @@ def migrate(engine: Engine) -> None:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+
+
+class StoreTooNew(RuntimeError):
+    """The store's schema is at a revision this version does not know: a newer fleet migrated it."""
+
+
+def _refuse_unknown_revision(conn: Connection, cfg: Any) -> None:
+    """A store a newer fleet has migrated is refused by name (alembic would say only "Can't locate revision
+    identified by ..."): nothing is changed, and its own version, or a newer one, reads it."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    known = {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+    unknown = sorted(set(MigrationContext.configure(conn).get_current_heads()) - known)
+    if unknown:
+        newest = ScriptDirectory.from_config(cfg).get_current_head()
+        raise StoreTooNew(
+            f"the store's schema is at revision {', '.join(unknown)}, which this fleet version does not know "
+            f"(its newest is {newest}): a newer fleet has migrated it; run that version or a newer one"
+        )
 
 
 class StoreFileGone(RuntimeError):

@@ -44,6 +44,22 @@ def test_open_store_applies_migrations_to_head(database_url):
     assert {"leases", "decisions", "policy_state", "incidents", "incident_events", "alembic_version"} <= names
 
 
+def test_a_store_a_newer_version_migrated_is_refused_by_name_and_left_as_it_is(database_url):
+    # was alembic's "Can't locate revision identified by '0099_future'", which names no cause
+    from fleet.service.store import StoreTooNew
+
+    store = open_store(database_url)
+    with store.engine.begin() as c:
+        c.execute(sa.text("UPDATE alembic_version SET version_num = '0099_future'"))
+    store.close()
+    with pytest.raises(StoreTooNew, match="revision 0099_future, which this fleet version does not know"):
+        open_store(database_url)
+    engine = sa.create_engine(database_url)
+    with engine.connect() as c:
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0099_future"
+    engine.dispose()
+
+
 def test_open_store_twice_is_idempotent(database_url):
     open_store(database_url).close()
     store = open_store(database_url)
