@@ -78,6 +78,17 @@ class NotificationChannel(_Section):
             raise ValueError("names no host (or port 0): give the robot's or receiver's full URL")
         return value
 
+    @model_validator(mode="after")
+    def _secret_is_signed(self) -> NotificationChannel:
+        # only DingTalk and Feishu robots sign with a secret: on another channel it was silently ignored,
+        # and a receiver that checks a signature refused every message
+        if self.secret is not None and self.type not in ("dingtalk", "feishu"):
+            raise ValueError(
+                f"secret: a {self.type} channel sends no signature (only dingtalk and feishu robots sign "
+                "with a secret); leave it out, or put the receiver's token in the URL"
+            )
+        return self
+
 
 # A bearer token shorter than this is guessable, and too short for the log redactor to tell from other text.
 MIN_API_TOKEN_LENGTH = 8

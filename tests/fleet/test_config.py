@@ -168,6 +168,18 @@ def test_a_notification_url_that_names_no_reachable_host_is_refused(tmp_path, ur
     assert "SECRETTOKEN" not in line
 
 
+@pytest.mark.parametrize("kind", ["webhook", "wecom"])
+def test_a_secret_on_a_channel_that_signs_nothing_is_refused(tmp_path, kind):
+    """Accepted before and silently ignored: the operator believed the messages signed."""
+    channel = f"{{type: {kind}, url: 'https://hooks.invalid/x', secret: S3CRETVALUE}}"
+    text = MINIMAL + f"notifications:\n  - {channel}\n"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text), env={})
+    [line] = err.value.problems
+    assert f"notifications[0]: secret: a {kind} channel sends no signature" in line
+    assert "S3CRETVALUE" not in line
+
+
 def test_cross_field_problems_are_reported(tmp_path):
     path = write(tmp_path, "region: r\ngroups:\n  - {name: a, min_size: 9, max_size: 3}\n")
     with pytest.raises(ConfigError, match=r"groups\[0\]: min_size \(9\) is above max_size \(3\)"):
