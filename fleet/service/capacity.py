@@ -222,7 +222,9 @@ class CapacityManager:
         cs.save_memory(self.store, spec.name, memory, now)
         if move is not None:
             self._record_move(spec, move, now)
-        elif memory.rung == 0:
+        elif memory.rung == 0 and not memory.is_sold_out(self.ladders[spec.name][0], now):
+            # back on the primary rung, and it is not the rung every other one fell back to: a group that
+            # stays on it with the whole ladder sold out has no new failure to judge between ESS's retries
             self._close_stockouts(spec, g, now)
 
     def _shortfall(
@@ -327,7 +329,13 @@ class CapacityManager:
             if r.group_name == spec.name and r.kind == cs.RecordKind.STOCKOUT
         ]
         if open_ones:
-            cs.add_event(self.store, open_ones[0].id, now, move.kind.value, move.reason)
+            record_id = open_ones[0].id
+            timeline = self.store.incident_events(record_id)
+            again = move.kind == MoveKind.EXHAUSTED and bool(timeline) and timeline[-1].kind == move.kind
+            if not again:  # one event per run of exhaustion: ESS retries what stock refused every minute
+                cs.add_event(self.store, record_id, now, move.kind.value, move.reason)
+            if move.kind == MoveKind.EXHAUSTED and not again:
+                self._announce(spec, move, record_id)
             return
         if move.kind == MoveKind.RETRY:
             return
@@ -344,14 +352,21 @@ class CapacityManager:
             detail=move.reason,
         )
         cs.open_record(self.store, rec, move.kind.value, move.reason)
+        self._announce(spec, move, rec.id)
+
+    def _announce(self, spec: GroupSpec, move: Move, record_id: str) -> None:
+        exhausted = move.kind == MoveKind.EXHAUSTED
         self.notify(
             Announcement(
                 kind="capacity",
-                title=f"{spec.name}: {move.from_rung.label()} sold out",
+                title=f"{spec.name}: "
+                + (
+                    "every rung of the ladder sold out" if exhausted else f"{move.from_rung.label()} sold out"
+                ),
                 text=move.reason,
-                severity="critical" if move.kind == MoveKind.EXHAUSTED else "warning",
+                severity="critical" if exhausted else "warning",
                 group=spec.name,
-                incident_id=rec.id,
+                incident_id=record_id,
             )
         )
 

@@ -15,6 +15,7 @@ from fleet.cloud.retry import RetryPolicy
 from fleet.config import load_config
 from fleet.service import capacity_store as cs
 from fleet.service.capacity import CapacityManager
+from fleet.service.notify import Announcement
 from fleet.service.observe import Observation, Observer
 from fleet.service.store import Store, open_store
 from fleet.testing import mock_aliyun
@@ -34,6 +35,8 @@ class Ladder:
     manager: CapacityManager
     now: datetime
     observe: Callable[[], Observation]
+    notes: list[Announcement]
+    ess: Any  # the ESS adapter, for writes the test makes itself
 
 
 @contextmanager
@@ -65,6 +68,7 @@ def _ladder(
         spec = load_config(path, env={}).groups[0]
         clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
         store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+        notes: list[Announcement] = []
         try:
             manager = CapacityManager(
                 clients.ess,
@@ -72,7 +76,7 @@ def _ladder(
                 [spec],
                 service="fleet",
                 dry_run=False,
-                notify=lambda a: None,
+                notify=notes.append,
                 capacity_of={A10: 1.0, L20: 1.5}.__getitem__,
             )
             now = cloud.now()
@@ -85,7 +89,7 @@ def _ladder(
                 cloud.calls.clear()
                 return observation
 
-            yield Ladder(cloud, gid, store, manager, now, observe)
+            yield Ladder(cloud, gid, store, manager, now, observe, notes, clients.ess)
         finally:
             store.close()
 
@@ -139,3 +143,78 @@ def test_after_the_write_only_the_groups_it_raised_are_read_again(tmp_path):
             w.cloud.calls.clear()
             w.manager.fall_back(observation, {"chat": 2}, w.now, fence=lambda: True, written=written)
             assert _writes(w.cloud, "DescribeScalingActivities") == reads
+
+
+def _sold_out(*types: str) -> Callable[[CapacityManager, datetime], CapacityMemory]:
+    """Memory of a group back on its first rung with ``types`` remembered sold out for the next 10 min."""
+
+    def memory(manager: CapacityManager, now: datetime) -> CapacityMemory:
+        until = now + timedelta(minutes=10)
+        return CapacityMemory(
+            sold_out=tuple(
+                SoldOut(instance_type=t, zone=None, spot=False, until=until, attempts=2) for t in types
+            )
+        )
+
+    return memory
+
+
+def _open_stockout(w: Ladder) -> str:
+    rec = cs.CapacityRecord(
+        id="stockout-chat-1",
+        service="fleet",
+        group_name="chat",
+        kind=cs.RecordKind.STOCKOUT,
+        state=cs.RecordState.OPEN,
+        opened_at=w.now,
+        updated_at=w.now,
+        instance_type=A10,
+        detail="A10 sold out",
+    )
+    cs.open_record(w.store, rec, "fall_back", rec.detail)
+    return rec.id
+
+
+def test_a_group_left_on_its_first_rung_with_every_rung_sold_out_keeps_its_stockout_open(tmp_path):
+    """Every rung sold out, the group stays on the first one and ESS retries it every minute: a tick without
+    a new failure to judge is no sign of stock. It used to close the record ("back on the primary rung") and
+    open a new one, with a critical notification, at each of ESS's retries."""
+    with _ladder(tmp_path, 1, memory=_sold_out(A10, L20)) as w:
+        record_id = _open_stockout(w)
+        result = w.manager.fall_back(w.observe(), {"chat": 3}, w.now, fence=lambda: True)
+        assert result.errors == [] and result.moves == []
+        (record,) = cs.records(w.store)
+        assert (record.id, record.state) == (record_id, cs.RecordState.OPEN)
+
+
+def test_the_first_rung_closes_its_stockout_once_its_backoff_has_passed_with_nothing_pending(tmp_path):
+    with _ladder(tmp_path, 3, memory=_sold_out(L20)) as w:
+        _open_stockout(w)
+        w.manager.fall_back(w.observe(), {"chat": 3}, w.now, fence=lambda: True)
+        (record,) = cs.records(w.store)
+        assert record.state == cs.RecordState.CLOSED
+
+
+def test_running_out_of_rungs_is_announced_once_per_run_of_exhaustion(tmp_path):
+    """A10 sold out took the group to the L20, which sells out too: the open record says the whole ladder is
+    sold out, once, with a critical notification (it used to add an event at each of ESS's retries and never
+    announce it, the record being open already)."""
+
+    def on_l20(manager: CapacityManager, now: datetime) -> CapacityMemory:
+        out = SoldOut(instance_type=A10, zone=None, spot=False, until=now + timedelta(hours=1), attempts=1)
+        return CapacityMemory(rung=1, sold_out=(out,), moved_at=now - timedelta(hours=1))
+
+    with _ladder(tmp_path, 1, memory=on_l20) as w:
+        record_id = _open_stockout(w)
+        w.cloud.set_stock(A10, 0)
+        w.cloud.set_stock(L20, 0)
+        w.ess.scale_to(w.gid, 3, "scale-out")
+        for _ in range(2):
+            w.manager.fall_back(w.observe(), {"chat": 3}, w.now, fence=lambda: True)
+            assert cs.load_memory(w.store, "chat").rung == 1  # stays: nowhere to go
+            w.cloud.advance(61)  # ESS tries again what stock refused, and fails again
+        events = [e.kind for e in w.store.incident_events(record_id)]
+        assert events == ["fall_back", "exhausted"]
+        assert [(n.severity, n.title) for n in w.notes] == [
+            ("critical", "chat: every rung of the ladder sold out")
+        ]
