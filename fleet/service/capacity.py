@@ -417,10 +417,14 @@ class CapacityManager:
                 return
             token = client_token(spec.name, "reclaim", instance_id)
             outcome, error = Outcome.DRY_RUN if self.dry_run else Outcome.APPLIED, None
+            # An isolated instance (Standby) has its replacement already: the plan counts it inside the
+            # desired capacity beside the surge made for it, so it leaves with its place. Keeping desired
+            # would launch a second replacement that the next plan scales in at random.
+            isolated = member.lifecycle_state == "Standby"
             try:
                 if not self.dry_run:
                     self.ess.remove_instances(
-                        group.group_id, [instance_id], decrease_desired_capacity=False, client_token=token
+                        group.group_id, [instance_id], decrease_desired_capacity=isolated, client_token=token
                     )
             except CloudError as exc:
                 outcome, error = Outcome.ERROR, str(exc)
@@ -433,7 +437,13 @@ class CapacityManager:
                     spec, "reclaim_replace", rec.detail, now, outcome, token, error, instance_id=instance_id
                 )
             cs.add_event(
-                self.store, record_id, now, "replacement_ordered", "desired capacity kept: ESS adds one"
+                self.store,
+                record_id,
+                now,
+                "replacement_ordered",
+                "isolated in Standby: its replacement was surged already, desired capacity lowered by one"
+                if isolated
+                else "desired capacity kept: ESS adds one",
             )
             cs.add_event(
                 self.store, record_id, now, "draining", "removed from the group; it drains until released"
