@@ -197,9 +197,10 @@ class CapacityManager:
             memory = memory.model_copy(update={"last_activity_id": newest})
         pending, extra = memory.unfolded, memory.unfolded_extra
         unit = self.units[spec.name]
-        memory, move = step(
-            memory, self.ladders[spec.name], shortfall, now, target, group.total_capacity, unit
-        )
+        # held: what serves or is on its way; ESS's TotalCapacity also counts the Stopped instances of
+        # economical mode (a start that fails for stock releases them) and those leaving the group
+        held = max(0, group.total_capacity - group.stopped_capacity - group.removing_capacity)
+        memory, move = step(memory, self.ladders[spec.name], shortfall, now, target, held, unit)
         if move is not None and move.kind != MoveKind.EXHAUSTED:
             if not self.dry_run and not fence():
                 return

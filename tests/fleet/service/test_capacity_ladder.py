@@ -218,3 +218,22 @@ def test_running_out_of_rungs_is_announced_once_per_run_of_exhaustion(tmp_path):
         assert [(n.severity, n.title) for n in w.notes] == [
             ("critical", "chat: every rung of the ladder sold out")
         ]
+
+
+def test_stopped_instances_of_economical_mode_are_not_counted_as_held_when_the_count_is_adjusted(tmp_path):
+    """Economical mode: 2 L20s serve and 4 sit Stopped when the tick observes the group. Its plan's scale-out
+    to 5 gets none (the L20 sold out: the starts fail, and so do new instances), which the pass after the
+    write sees: on the slower A10 the 3 missing L20s are 5 A10s, 7 in all. The Stopped instances (in ESS's
+    TotalCapacity) used to count as held, 6 of the 5 wanted, and no more were ordered than the plan's 5."""
+    with _ladder(tmp_path, 6, types=(L20, A10)) as w:
+        w.cloud.ess.groups[w.gid].scaling_policy = "recycle"
+        w.ess.scale_to(w.gid, 2, "scale-in")
+        w.cloud.advance(600)
+        observation = w.observe()
+        assert observation.groups["chat"].group.stopped_capacity == 4
+        w.cloud.set_stock(A10, 0)  # what the fake's group is made of: the ladder's L20
+        w.ess.scale_to(w.gid, 5, "the plan's write")
+        now = w.cloud.now()
+        result = w.manager.fall_back(observation, {"chat": 5}, now, fence=lambda: True, written={"chat"})
+        assert [(m.kind, m.target) for m in result.moves] == [(MoveKind.FALL_BACK, 7)]
+        assert cs.load_memory(w.store, "chat").unfolded_extra == 2
