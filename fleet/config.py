@@ -296,6 +296,14 @@ class FleetConfig(BaseSettings):
                 + "; ".join(shared)
             )
         for g in self.groups:
+            region = g.region or self.region
+            elsewhere = [z.zone for z in g.zones if not z.zone.startswith(region)]
+            if elsewhere:
+                # zone ids extend their region's (cn-hangzhou-h, ap-southeast-1a): one that does not is a
+                # copy from another region, whose vSwitch the group cannot have either
+                raise ValueError(
+                    f"groups[{g.name}].zones: {', '.join(elsewhere)} not in the group's region {region}"
+                )
             if g.account is not None and g.account not in self.accounts:
                 known = ", ".join(sorted(self.accounts)) or "none"
                 raise ValueError(

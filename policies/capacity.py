@@ -226,10 +226,20 @@ def step(
 
 
 def duplicates(instance_types: Sequence[str], zones: Sequence[ZoneSpec]) -> list[str]:
-    """Problems with a group's capacity keys: a type or zone listed twice."""
+    """Problems with a group's capacity keys: a type or zone listed twice, or one vSwitch given to two zones
+    (a vSwitch lies in one zone: a fall back from one of them to the other would change nothing)."""
     problems = []
     for label, values in (("instance_types", list(instance_types)), ("zones", [z.zone for z in zones])):
         dupes = sorted({v for v in values if values.count(v) > 1})
         if dupes:
             problems.append(f"{label} lists {', '.join(dupes)} more than once")
+    if not problems:
+        by_vswitch: dict[str, list[str]] = {}
+        for z in zones:
+            by_vswitch.setdefault(z.vswitch_id, []).append(z.zone)
+        for vswitch, names in sorted(by_vswitch.items()):
+            if len(names) > 1:
+                problems.append(
+                    f"zones give vSwitch {vswitch} to {' and '.join(names)}: a vSwitch lies in one zone"
+                )
     return problems

@@ -186,6 +186,21 @@ def test_cross_field_problems_are_reported(tmp_path):
         load_config(path, env={})
 
 
+@pytest.mark.parametrize(
+    ("region", "where"), [("region: cn-chengdu\n", ""), ("region: r\n", "    region: cn-chengdu\n")]
+)
+def test_a_zone_of_another_region_is_refused(tmp_path, region, where):
+    """The zone only labels the ladder's rungs (the vSwitch is what ESS is given), so a zone copied from
+    another region used to pass and be shown in every stock-out record as if the group were there."""
+    zones = "    zones: [{zone: cn-chengdu-a, vswitch_id: vsw-a}, {zone: cn-hangzhou-h, vswitch_id: vsw-h}]\n"
+    text = region + "groups:\n  - name: a\n    min_size: 1\n    max_size: 3\n" + where + zones
+    with pytest.raises(
+        ConfigError, match=r"groups\[a\]\.zones: cn-hangzhou-h not in the group's region cn-chengdu"
+    ):
+        load_config(write(tmp_path, text), env={})
+    load_config(write(tmp_path, text.replace("cn-hangzhou-h", "cn-chengdu-b")), env={})
+
+
 def test_duplicate_group_names_are_rejected(tmp_path):
     group = "  - {name: a, min_size: 1, max_size: 3}\n"
     text = "region: r\ngroups:\n" + group + group

@@ -170,7 +170,7 @@ def test_validate_refuses_an_instance_type_that_cannot_hold_the_model(tmp_path, 
 def test_validate_accepts_capacity_keys_that_hold_the_model(tmp_path, capsys):
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text(
-        "region: r\ngroups:\n  - name: a\n    min_size: 1\n    max_size: 3\n    model: Qwen2.5-7B\n"
+        "region: cn-hangzhou\ngroups:\n  - name: a\n    min_size: 1\n    max_size: 3\n    model: Qwen2.5-7B\n"
         "    instance_types: [ecs.gn7i-c8g1.2xlarge, ecs.gn8is.2xlarge]\n"
         "    zones: [{zone: cn-hangzhou-h, vswitch_id: vsw-h}, {zone: cn-hangzhou-i, vswitch_id: vsw-i}]\n"
         "    capacity_mix: {on_demand_base: 2, spot_percentage_above_base: 70, spot_price_limit: 6.5}\n"

@@ -110,6 +110,10 @@ def test_memory_round_trips_through_json() -> None:
         ({"instance_types": [A10, A10]}, "more than once"),
         ({"capacity_mix": {"spot_percentage_above_base": 120}}, "less than or equal to 100"),
         ({"zones": [{"zone": "cn-a"}]}, "vswitch_id"),
+        (
+            {"zones": [{"zone": "cn-a", "vswitch_id": "vsw-1"}, {"zone": "cn-b", "vswitch_id": "vsw-1"}]},
+            "vSwitch vsw-1 to cn-a and cn-b",
+        ),
     ],
 )
 def test_group_spec_refuses_bad_capacity_keys(fields: dict[str, object], fragment: str) -> None:
