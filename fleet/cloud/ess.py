@@ -7,7 +7,7 @@ Writes that start an activity carry the caller's ClientToken, so a retried call 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -277,14 +277,25 @@ class EssAdapter:
         self._call("ModifyScalingGroup", lambda: self._client.modify_scaling_group(req))
 
     def modify_scaling_configuration(
-        self, config_id: str, *, instance_types: Sequence[str], spot_strategy: str | None = None
+        self,
+        config_id: str,
+        *,
+        instance_types: Sequence[str],
+        spot_strategy: str | None = None,
+        spot_price_limits: Mapping[str, float] | None = None,
     ) -> None:
-        """The configuration's instance types in priority order (and its SpotStrategy): how the service moves
-        a group along its capacity ladder. Absolute values, so retried like a read."""
+        """The configuration's instance types in priority order (and its SpotStrategy, with SpotPriceLimits
+        per type for SpotWithPriceLimit): how the service moves a group along its capacity ladder. Absolute
+        values, so retried like a read."""
+        limits = [
+            m.ModifyScalingConfigurationRequestSpotPriceLimits(instance_type=t, price_limit=price)
+            for t, price in (spot_price_limits or {}).items()
+        ]
         req = m.ModifyScalingConfigurationRequest(
             scaling_configuration_id=config_id,
             instance_types=list(instance_types),
             spot_strategy=spot_strategy,
+            spot_price_limits=limits or None,
         )
         self._call("ModifyScalingConfiguration", lambda: self._client.modify_scaling_configuration(req))
 

@@ -54,7 +54,12 @@ class CapacityEss(Protocol):
         self, group_id: str, status_code: str | None = None, limit: int = 20
     ) -> list[ScalingActivity]: ...
     def modify_scaling_configuration(
-        self, config_id: str, *, instance_types: list[str], spot_strategy: str | None = None
+        self,
+        config_id: str,
+        *,
+        instance_types: list[str],
+        spot_strategy: str | None = None,
+        spot_price_limits: dict[str, float] | None = None,
     ) -> None: ...
     def set_vswitch_order(self, group_id: str, vswitch_ids: list[str]) -> None: ...
     def remove_instances(
@@ -267,11 +272,12 @@ class CapacityManager:
     def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, now: datetime) -> None:
         rung = move.to_rung
         types = [rung.instance_type] + [t for t in spec.instance_types if t != rung.instance_type]
-        spot = (
-            "SpotWithPriceLimit"
-            if spec.capacity_mix and spec.capacity_mix.spot_price_limit
-            else "SpotAsPriceGo"
-        )
+        limit = spec.capacity_mix.spot_price_limit if spec.capacity_mix else None
+        spot = "SpotWithPriceLimit" if limit else "SpotAsPriceGo"
+        # SpotWithPriceLimit needs a limit per type (MissingParameter.SpotPriceLimits otherwise): the
+        # config's, for every type, as the Terraform module sets them; a configuration made without them
+        # (or before the limit was changed) would refuse every move to a spot rung
+        limits = {t: limit for t in types} if rung.spot and limit else None
         token = client_token(spec.name, "capacity", move.kind.value, rung.label(), now.isoformat())
         outcome, error = Outcome.DRY_RUN if self.dry_run else Outcome.APPLIED, None
         if not self.dry_run:
@@ -281,6 +287,7 @@ class CapacityManager:
                         group.active_configuration_id,
                         instance_types=types,
                         spot_strategy=spot if rung.spot else "NoSpot",
+                        spot_price_limits=limits,
                     )
                 if rung.vswitch_id and group.vswitch_ids:
                     order = [rung.vswitch_id] + [v for v in group.vswitch_ids if v != rung.vswitch_id]

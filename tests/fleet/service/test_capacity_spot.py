@@ -1,5 +1,5 @@
-"""Spot reclaim notices against the in-process fake through the real ESS SDK: the replacement the capacity
-manager orders for each, by the state the reclaimed instance is in."""
+"""Spot capacity against the in-process fake through the real ESS SDK: the replacement the capacity manager
+orders for each reclaim notice, by the state the reclaimed instance is in, and moves between spot rungs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fleet.testing import mock_aliyun
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
-A10 = "ecs.gn7i-c8g1.2xlarge"
+A10, L20 = "ecs.gn7i-c8g1.2xlarge", "ecs.gn8is.2xlarge"
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Spot:
     store: Store
     manager: CapacityManager
     observer: Observer
+    clients: Any
 
     def members(self) -> dict[str, str]:
         return {i: m.lifecycle_state for i, m in self.cloud.ess.instances.items() if m.group_id == self.gid}
@@ -68,7 +69,7 @@ def spot(tmp_path) -> Iterator[Spot]:
             manager = CapacityManager(
                 clients.ess, store, [spec], service="fleet", dry_run=False, notify=lambda a: None
             )
-            yield Spot(cloud, gid, clients.ess, store, manager, Observer(clients, [spec]))
+            yield Spot(cloud, gid, clients.ess, store, manager, Observer(clients, [spec]), clients)
         finally:
             store.close()
 
@@ -101,3 +102,31 @@ def test_an_isolated_spot_instance_leaves_with_its_place_its_replacement_being_s
     events = spot.store.incident_events(record.id)
     assert [e.kind for e in events] == ["notice", "replacement_ordered", "draining"]
     assert "desired capacity lowered by one" in events[1].detail
+
+
+def test_a_fall_back_to_a_spot_rung_carries_the_configs_spot_price_limit(spot, tmp_path):
+    """The group's scaling configuration was made SpotAsPriceGo (by hand, or before fleet.yaml set a limit):
+    the move to the L20's spot rung with SpotWithPriceLimit used to send no SpotPriceLimits, which ESS
+    refuses (MissingParameter.SpotPriceLimits), so every tick failed and the ladder never moved."""
+    path = tmp_path / "limit.yaml"
+    path.write_text(
+        f'region: {REGION}\naccount_id: "{spot.cloud.account_id}"\ngroups:\n'
+        f"  - name: chat\n    scaling_group_id: {spot.gid}\n    min_size: 0\n    max_size: 8\n"
+        f"    instance_types: [{A10}, {L20}]\n"
+        "    capacity_mix: {spot_percentage_above_base: 100, spot_price_limit: 50}\n"
+    )
+    spec = load_config(path, env={}).groups[0]
+    manager = CapacityManager(
+        spot.ess, spot.store, [spec], service="fleet", dry_run=False, notify=lambda a: None
+    )
+    spot.cloud.set_stock(A10, 0, spot=True)
+    spot.ess.scale_to(spot.gid, 5, "scale-out")
+    now = spot.cloud.now()
+    result = manager.fall_back(
+        Observer(spot.clients, [spec]).observe(now), {"chat": 5}, now, fence=lambda: True
+    )
+    assert result.errors == []
+    assert [(m.to_rung.instance_type, m.to_rung.spot) for m in result.moves] == [(L20, True)]
+    config = spot.cloud.ess.configurations[spot.cloud.ess.groups[spot.gid].active_config_id]
+    assert (config.instance_types, config.spot_strategy) == ([L20, A10], "SpotWithPriceLimit")
+    assert config.spot_price_limits == {L20: 50.0, A10: 50.0}
