@@ -98,6 +98,8 @@ class CapacityMemory(_Model):
     # rung needs beyond the plan's count as it stood then: the next tick's write carries them
     unfolded: Move | None = None
     unfolded_extra: int = Field(default=0, ge=0)
+    # the ESS quota (``QuotaExceeded.*``) that refused the newest judged scale-out, announced once per run
+    quota_refused: str | None = None
 
     def is_sold_out(self, rung: Rung, now: datetime) -> bool:
         return any(_same(s, rung) and s.until > now for s in self.sold_out)

@@ -44,6 +44,10 @@ log = logging.getLogger("fleet.service.capacity")
 
 SPOT_RECLAIM_CODE = "PreemptibleInstanceInterruption"  # ECS system event (CloudMonitor Instance:...)
 SHORTFALL_MARKERS = ("NoStock", "QuotaExceed", "sold out")
+# ESS's own limits (``QuotaExceeded.ScalingInstance``: the instances scaling groups may hold): no other
+# instance type, zone or market changes them, so they are no shortfall the ladder answers (ECS's per-type
+# ``QuotaExceed.*`` quotas are: another type's quota may have room)
+ESS_QUOTA_MARKER = "QuotaExceeded."
 FAILED_STATUSES = ("Warning", "Failed")
 
 
@@ -197,9 +201,10 @@ class CapacityManager:
         fold: bool,
     ) -> None:
         memory = cs.load_memory(self.store, spec.name)
-        shortfall, newest = self._shortfall(spec, g, group, memory, now)
-        if newest is not None:
-            memory = memory.model_copy(update={"last_activity_id": newest})
+        shortfall, newest, quota = self._shortfall(spec, g, group, memory, now)
+        if newest is not None and newest != memory.last_activity_id:  # activities judged now
+            self._quota_refusal(spec, memory, quota)
+            memory = memory.model_copy(update={"last_activity_id": newest, "quota_refused": quota})
         pending, extra = memory.unfolded, memory.unfolded_extra
         unit = self.units[spec.name]
         # held: what serves or is on its way; ESS's TotalCapacity also counts the Stopped instances of
@@ -240,8 +245,9 @@ class CapacityManager:
         group: ScalingGroup,
         memory: CapacityMemory,
         now: datetime,
-    ) -> tuple[str | None, str | None]:
-        """(why capacity is short, or None; the newest finished activity id)."""
+    ) -> tuple[str | None, str | None, str | None]:
+        """(why capacity is short, or None; the newest finished activity id; the ESS quota that refused the
+        newest of the activities judged now, or None)."""
         finished = [
             a
             for a in self.ess.describe_scaling_activities(group.group_id, limit=10)
@@ -249,13 +255,20 @@ class CapacityManager:
         ]
         finished.sort(key=lambda a: a.end_time or a.start_time or now, reverse=True)
         newest = finished[0].activity_id if finished else None
-        for activity in finished:
+        quota: str | None = None
+        for n, activity in enumerate(finished):
             if activity.activity_id == memory.last_activity_id:
                 break
             text = f"{activity.error_code or ''} {activity.status_message or ''}"
-            if activity.status_code in FAILED_STATUSES and any(m in text for m in SHORTFALL_MARKERS):
-                code = activity.error_code or "no stock"
-                return f"scale-out {activity.activity_id} ended {activity.status_code} ({code})", newest
+            if activity.status_code not in FAILED_STATUSES:
+                continue
+            if ESS_QUOTA_MARKER in text:
+                if n == 0:
+                    quota = activity.error_code or text.strip()
+                continue
+            if any(m in text for m in SHORTFALL_MARKERS):
+                why = f"scale-out {activity.activity_id} ended {activity.status_code}"
+                return f"{why} ({activity.error_code or 'no stock'})", newest, quota
         stuck_after = timedelta(seconds=2 * spec.cold_start_s)
         settled = memory.moved_at is None or now - memory.moved_at > stuck_after
         stuck = [
@@ -266,8 +279,27 @@ class CapacityManager:
             and now - i.created_at > stuck_after
         ]
         if stuck and settled:
-            return f"{len(stuck)} instance(s) Pending for over {int(stuck_after.total_seconds())} s", newest
-        return None, newest
+            waited = int(stuck_after.total_seconds())
+            return f"{len(stuck)} instance(s) Pending for over {waited} s", newest, quota
+        return None, newest, quota
+
+    def _quota_refusal(self, spec: GroupSpec, memory: CapacityMemory, quota: str | None) -> None:
+        """Say once, when a run of scale-outs refused by an ESS quota starts: no fallback answers it, a quota
+        raise in Quota Center does (the ladder stays where it is)."""
+        if quota is None or memory.quota_refused is not None:
+            return
+        log.warning("%s: scale-out refused by the ESS quota %s; no fallback changes it", spec.name, quota)
+        self.notify(
+            Announcement(
+                kind="capacity",
+                title=f"{spec.name}: scale-out refused by an ESS quota ({quota})",
+                text="no other instance type, zone or market changes an ESS quota, so the group stays where "
+                "it is; raise the quota in Quota Center",
+                severity="critical",
+                group=spec.name,
+                fields={"quota": quota},
+            )
+        )
 
     def _apply(self, spec: GroupSpec, group: ScalingGroup, move: Move, now: datetime) -> None:
         rung = move.to_rung

@@ -12,6 +12,7 @@ import pytest
 
 from fleet.cloud.clients import make_clients
 from fleet.cloud.retry import RetryPolicy
+from fleet.cloud.types import ScalingActivity
 from fleet.config import load_config
 from fleet.service import capacity_store as cs
 from fleet.service.capacity import CapacityManager
@@ -237,3 +238,42 @@ def test_stopped_instances_of_economical_mode_are_not_counted_as_held_when_the_c
         result = w.manager.fall_back(observation, {"chat": 5}, now, fence=lambda: True, written={"chat"})
         assert [(m.kind, m.target) for m in result.moves] == [(MoveKind.FALL_BACK, 7)]
         assert cs.load_memory(w.store, "chat").unfolded_extra == 2
+
+
+class _Refusing:
+    """The ESS adapter, with the scale-outs in ``refused`` listed before the fake's own activities."""
+
+    def __init__(self, ess: Any) -> None:
+        self._ess = ess
+        self.refused: list[ScalingActivity] = []
+
+    def describe_scaling_activities(self, group_id: str, status_code: str | None = None, limit: int = 20):
+        return self.refused + self._ess.describe_scaling_activities(group_id, status_code, limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ess, name)
+
+
+def _ended(w: Ladder, n: int, status: str, code: str | None) -> ScalingActivity:
+    at = w.now + timedelta(minutes=n)
+    message = f"error code: {code}, msg: refused" if code else None
+    return ScalingActivity(f"asa-{n}", w.gid, status, "scale-out", at, at, 3, message, code)
+
+
+def test_a_scale_out_refused_by_an_ess_quota_moves_no_rung_and_is_announced_once_per_run(tmp_path):
+    """ESS's own limit on the instances of scaling groups (QuotaExceeded.ScalingInstance) read as a stock-out
+    (it holds the "QuotaExceed" marker): the group walked its whole ladder, then paged "every rung sold out",
+    though no type, zone or market changes an ESS quota."""
+    with _ladder(tmp_path, 1) as w:
+        ess = _Refusing(w.manager.ess)
+        w.manager.ess = ess
+        quota = "QuotaExceeded.ScalingInstance"
+        for n, (status, code) in enumerate(
+            [("Failed", quota), ("Failed", quota), ("Successful", None), ("Failed", quota)], start=1
+        ):
+            ess.refused.insert(0, _ended(w, n, status, code))
+            result = w.manager.fall_back(w.observe(), {"chat": 3}, w.now, fence=lambda: True)
+            assert result.moves == [] and cs.load_memory(w.store, "chat").rung == 0
+        titles = [n.title for n in w.notes]
+        assert titles == [f"chat: scale-out refused by an ESS quota ({quota})"] * 2  # once a run, two runs
+        assert cs.records(w.store) == []  # no stock-out recorded
