@@ -423,6 +423,25 @@ GPU_MEM_AT_REST_PCT = 93.0
 MIN_METRIC_PERIOD_S = 15.0
 
 
+def _capacity_mix_warnings(g: GroupSpec) -> list[str]:
+    """A ``capacity_mix`` part that can never apply: valid, but not what its author expects."""
+    mix = g.capacity_mix
+    if mix is None:
+        return []
+    out = []
+    if mix.buys_spot and mix.on_demand_base >= g.max_size:
+        out.append(
+            f"capacity_mix.on_demand_base ({mix.on_demand_base}) is not below max_size ({g.max_size}): every "
+            "instance the group may hold is on demand, so spot_percentage_above_base never buys spot"
+        )
+    if mix.spot_price_limit is not None and not mix.buys_spot:
+        out.append(
+            "capacity_mix.spot_price_limit is set but spot_percentage_above_base is 0: the group buys no "
+            "spot, so the limit is never used"
+        )
+    return out
+
+
 def _policy_warnings(g: GroupSpec) -> list[str]:
     """Valid but risky policy choices: no dead band between scale-in and scale-out thresholds, and a custom
     isolation rule list without the default XID and system-event rules."""
@@ -444,6 +463,7 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         and r.above is not None
         and r.above < GPU_MEM_AT_REST_PCT
     )
+    out.extend(_capacity_mix_warnings(g))
     if g.stabilization.stale_after_s < MIN_METRIC_PERIOD_S:
         out.append(
             f"stabilization.stale_after {g.stabilization.stale_after_s:g}s is under the "

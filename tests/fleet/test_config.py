@@ -241,6 +241,21 @@ def test_no_notification_channel_is_a_warning_not_an_error(tmp_path):
     assert not any("notification" in w for w in load_config(EXAMPLE, env={}).warnings())
 
 
+@pytest.mark.parametrize(
+    ("mix", "warned"),
+    [
+        ("{on_demand_base: 4, spot_percentage_above_base: 70}", "never buys spot"),
+        ("{on_demand_base: 2, spot_price_limit: 9.5}", "the limit is never used"),
+        ("{on_demand_base: 3, spot_percentage_above_base: 70, spot_price_limit: 9.5}", None),
+    ],
+)
+def test_a_capacity_mix_part_that_can_never_apply_is_warned_of(tmp_path, mix, warned):
+    """Both passed silently: a base at max_size leaves no instance for spot; a price limit without spot."""
+    text = MINIMAL.replace("max_size: 4}", f"max_size: 4, capacity_mix: {mix}}}")
+    warnings = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "capacity_mix" in w]
+    assert [warned in w for w in warnings] == ([True] if warned else [])
+
+
 @pytest.mark.parametrize(("above", "warned"), [(90, True), (92.5, True), (93, False), (95, False)])
 def test_a_gpu_memory_rule_that_healthy_vllm_engines_breach_is_warned(tmp_path, above, warned):
     text = MINIMAL.replace(
