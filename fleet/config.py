@@ -163,8 +163,9 @@ def validate_hardware(spec: GroupSpec) -> str | None:
     pred = spec.predictive
     if pred.capacity_rps is not None or not (pred.model or pred.instance_type):
         return None
-    from sizing import SizingInputError, find_instance, find_model
+    from sizing import Deployment, SizingInputError, find_gpu, find_instance, find_model
     from sizing.fallback import cannot_hold
+    from sizing.memory import plan_memory
 
     try:
         model = find_model(pred.model) if pred.model else None
@@ -175,6 +176,18 @@ def validate_hardware(spec: GroupSpec) -> str | None:
             why = None if model is None else cannot_hold(model, inst)
             if why is not None:
                 return f"predictive.instance_type {inst.name} cannot hold {pred.model}: {why}"
+            if model is not None and pred.max_model_len is not None:
+                # sized at every tick, where a refusal left the capacity unknown (predictive scaling off)
+                dep = Deployment(
+                    model, find_gpu(inst.gpu), tp=pred.tp or inst.gpus, max_model_len=pred.max_model_len
+                )
+                memory = plan_memory(dep)
+                if not memory.fits:
+                    return (
+                        f"predictive.max_model_len {pred.max_model_len}: vLLM cannot start {pred.model} on "
+                        f"{inst.name} with it (its KV cache holds no such request); at most "
+                        f"{memory.max_model_len_that_fits} tokens fit"
+                    )
     except SizingInputError as exc:
         return str(exc)
     return None

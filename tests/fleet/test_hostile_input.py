@@ -365,6 +365,28 @@ def test_a_predictive_model_its_instance_type_cannot_hold_is_refused_by_validate
     assert main(["validate", "--config", fits]) == 0
 
 
+@pytest.mark.parametrize(
+    ("model", "max_model_len", "problem"),
+    [
+        ("Qwen2.5-7B", 131072, "max_model_len 131072 is above Qwen2.5-7B's limit of 32768"),
+        ("Llama-3.1-8B", 131072, "vLLM cannot start Llama-3.1-8B on ecs.gn7i-c16g1.4xlarge with it"),
+        ("Llama-3.1-8B", 16384, None),
+    ],
+)
+def test_a_predictive_max_model_len_the_deployment_cannot_serve_is_refused_by_validate(
+    tmp_path, capsys, model, max_model_len, problem
+):
+    """Accepted before: the service's capacity model was refused at every tick (a warning in the log) and the
+    group's predictive scaling never knew its capacity."""
+    text = GROUP + (
+        f"    predictive: {{mode: on, model: {model}, instance_type: ecs.gn7i-c16g1.4xlarge, "
+        f"max_model_len: {max_model_len}}}\n"
+    )
+    assert main(["validate", "--config", _write(tmp_path, text)]) == (2 if problem else 0)
+    if problem:
+        assert problem in _one_error(capsys)
+
+
 def test_json_output_writes_nan_and_infinity_as_null_so_strict_parsers_read_it(capsys):
     from fleet.commands._common import print_json
 
