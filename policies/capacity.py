@@ -91,6 +91,9 @@ class CapacityMemory(_Model):
     """What the service persists per group between ticks and across restarts."""
 
     rung: int = 0
+    # the rung ``rung`` points at when it was saved: fleet.yaml may reorder or shorten the ladder between
+    # runs (``reconcile``); None in a memory saved before this was kept
+    on: Rung | None = None
     sold_out: tuple[SoldOut, ...] = ()
     last_activity_id: str | None = None  # the newest activity already judged
     moved_at: datetime | None = None  # the last move along the ladder
@@ -173,7 +176,7 @@ def _fall_back(
                 reason=f"{why}: {current.label()} is remembered sold out; falling back to {rung.label()}",
                 target=count(rung),
             )
-            return remembered.model_copy(update={"rung": index, "moved_at": now}), move
+            return remembered.model_copy(update={"rung": index, "on": rung, "moved_at": now}), move
     move = Move(
         kind=MoveKind.EXHAUSTED,
         from_rung=current,
@@ -197,8 +200,41 @@ def _retry(
                 reason=f"the backoff of {rung.label()} has passed: trying it again",
                 target=count(rung),
             )
-            return memory.model_copy(update={"rung": index, "moved_at": now}), move
+            return memory.model_copy(update={"rung": index, "on": rung, "moved_at": now}), move
     return None
+
+
+def _place(rung: Rung) -> tuple[str, str | None, bool]:
+    return rung.instance_type, rung.zone, rung.spot
+
+
+def reconcile(
+    memory: CapacityMemory, ladder: Sequence[Rung], now: datetime
+) -> tuple[CapacityMemory, Move | None]:
+    """The memory against the ladder as fleet.yaml declares it now, which may have changed since the memory
+    was saved: the rung the group stands on is found again by its place (type, zone, market) in a reordered
+    ladder; one the ladder no longer has (a type or zone taken out of the config) sends the group back to the
+    first rung, a move to write, since the scaling configuration still puts the old type first. A memory
+    saved without its rung keeps its index where the ladder still has it."""
+    if not ladder:
+        return memory, None
+    if memory.on is None:
+        if memory.rung < len(ladder):
+            return memory.model_copy(update={"on": ladder[memory.rung]}), None
+        gone = ladder[-1]  # its place is not known: the last rung stands in for it in the move's record
+    else:
+        places = [_place(r) for r in ladder]
+        if _place(memory.on) in places:
+            index = places.index(_place(memory.on))
+            return memory.model_copy(update={"rung": index, "on": ladder[index]}), None
+        gone = memory.on
+    move = Move(
+        kind=MoveKind.RETRY,
+        from_rung=gone,
+        to_rung=ladder[0],
+        reason=f"the configuration no longer lists {gone.label()}: back to {ladder[0].label()}",
+    )
+    return memory.model_copy(update={"rung": 0, "on": ladder[0], "moved_at": now}), move
 
 
 def step(

@@ -37,7 +37,7 @@ from fleet.service.actuate import client_token
 from fleet.service.notify import Announcement
 from fleet.service.observe import GroupObservation, Observation
 from fleet.service.store import DecisionRecord, Outcome, Store
-from policies.capacity import CapacityMemory, Move, MoveKind, Rung, build_ladder, step
+from policies.capacity import CapacityMemory, Move, MoveKind, Rung, build_ladder, reconcile, step
 from policies.spec import GroupSpec
 
 log = logging.getLogger("fleet.service.capacity")
@@ -130,6 +130,8 @@ class CapacityManager:
         # the capacity per instance each group's plan counts in: its capacity model's type (predictive), or
         # its first instance type
         self.units: dict[str, float] = {s.name: _unit(s, capacity_of) for s in self.specs}
+        # groups whose stored ladder position was checked against the ladder this configuration declares
+        self._reconciled: set[str] = set()
 
     def fall_back(
         self,
@@ -153,6 +155,13 @@ class CapacityManager:
         shortfall is taken up once they are resumed, if it still stands."""
         result = CapacityResult()
         for spec, g, group in self._groups(observation, held):
+            if spec.name not in self._reconciled:
+                try:
+                    self._reconcile(spec, group, now, fence, result)
+                except CloudError as exc:
+                    log.warning("capacity handling of %s failed: %s", spec.name, exc)
+                    result.errors.append(f"group {spec.name} capacity: {exc}")
+                    continue
             if len(self.ladders[spec.name]) <= 1 or (written is not None and spec.name not in written):
                 continue
             target = targets.get(spec.name, group.desired_capacity or group.total_capacity)
@@ -237,6 +246,29 @@ class CapacityManager:
             # back on the primary rung, and it is not the rung every other one fell back to: a group that
             # stays on it with the whole ladder sold out has no new failure to judge between ESS's retries
             self._close_stockouts(spec, g, now)
+
+    def _reconcile(
+        self,
+        spec: GroupSpec,
+        group: ScalingGroup,
+        now: datetime,
+        fence: Callable[[], bool],
+        result: CapacityResult,
+    ) -> None:
+        """Once per configuration: the stored position on the ladder against the ladder fleet.yaml declares
+        now (``policies.capacity.reconcile``); a rung the configuration dropped is left for its first rung,
+        written to the scaling configuration, even where the ladder is now that one rung."""
+        memory = cs.load_memory(self.store, spec.name)
+        reconciled, move = reconcile(memory, self.ladders[spec.name], now)
+        if move is not None:
+            if not self.dry_run and not fence():
+                return  # not ours to write: the next tick checks again
+            self._apply(spec, group, move, now)
+            result.moves.append(move)
+            self._record_move(spec, move, now)
+        if reconciled != memory:
+            cs.save_memory(self.store, spec.name, reconciled, now)
+        self._reconciled.add(spec.name)
 
     def _shortfall(
         self,

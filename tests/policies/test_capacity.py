@@ -15,6 +15,7 @@ from policies.capacity import (
     backoff_s,
     build_ladder,
     fallback_count,
+    reconcile,
     step,
 )
 from policies.spec import GroupSpec
@@ -125,3 +126,30 @@ def test_exhausted_ladder_restarts_the_settling_time_of_stuck_instances() -> Non
     ladder = build_ladder([A10], (), None, {})
     memory, _ = step(CapacityMemory(), ladder, "stock", NOW, 2)
     assert memory.moved_at == NOW
+
+
+def test_a_move_keeps_the_rung_it_moved_to_beside_its_index() -> None:
+    ladder = build_ladder([A10, L20], (), None, {})
+    memory, move = step(CapacityMemory(), ladder, "no stock", NOW, target=3)
+    assert move is not None and (memory.rung, memory.on) == (1, ladder[1])
+
+
+@pytest.mark.parametrize(
+    ("saved", "types", "rung", "moves"),
+    [
+        (CapacityMemory(rung=1, on=build_ladder([L20], (), None, {})[0]), [L20, A10], 0, False),  # reordered
+        (CapacityMemory(rung=1, on=build_ladder([L20], (), None, {})[0]), [A10], 0, True),  # L20 dropped
+        (CapacityMemory(rung=1), [A10, L20], 1, False),  # saved before ``on``: the index stands
+        (CapacityMemory(rung=2), [A10, L20], 0, True),  # ... unless the ladder no longer reaches it
+        (CapacityMemory(), [A10], 0, False),
+    ],
+)
+def test_reconcile_finds_the_rung_again_in_the_ladder_the_config_declares_now(
+    saved, types, rung, moves
+) -> None:
+    ladder = build_ladder(types, (), None, {})
+    memory, move = reconcile(saved, ladder, NOW)
+    assert (memory.rung, memory.on) == (rung, ladder[rung])
+    assert (move is not None) == moves
+    if move is not None:
+        assert (move.kind, move.to_rung) == (MoveKind.RETRY, ladder[0])

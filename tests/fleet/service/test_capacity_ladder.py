@@ -20,7 +20,7 @@ from fleet.service.notify import Announcement
 from fleet.service.observe import Observation, Observer
 from fleet.service.store import Store, open_store
 from fleet.testing import mock_aliyun
-from policies.capacity import CapacityMemory, Move, MoveKind, SoldOut
+from policies.capacity import CapacityMemory, Move, MoveKind, Rung, SoldOut
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
@@ -277,3 +277,44 @@ def test_a_scale_out_refused_by_an_ess_quota_moves_no_rung_and_is_announced_once
         titles = [n.title for n in w.notes]
         assert titles == [f"chat: scale-out refused by an ESS quota ({quota})"] * 2  # once a run, two runs
         assert cs.records(w.store) == []  # no stock-out recorded
+
+
+def _fell_back_to(rung_type: str) -> Callable[[CapacityManager, datetime], CapacityMemory]:
+    """Memory of a group that fell back to ``rung_type`` (its second rung when it was saved)."""
+
+    def memory(manager: CapacityManager, now: datetime) -> CapacityMemory:
+        return CapacityMemory(rung=1, on=Rung(instance_type=rung_type), moved_at=now - timedelta(hours=1))
+
+    return memory
+
+
+def _configured_types(w: Ladder) -> list[str]:
+    config = w.cloud.ess.configurations[w.cloud.ess.groups[w.gid].active_config_id]
+    return list(config.instance_types)
+
+
+def test_a_ladder_shortened_to_one_type_in_the_config_writes_that_type_back_first(tmp_path):
+    """The group fell back to the L20; fleet.yaml now lists the A10 alone. A one-rung ladder was never looked
+    at again, so the scaling configuration kept launching L20s (and the stored position pointed past the
+    ladder's end)."""
+    with _ladder(tmp_path, 2, types=(A10,), memory=_fell_back_to(L20)) as w:
+        w.ess.modify_scaling_configuration(
+            w.cloud.ess.groups[w.gid].active_config_id, instance_types=[L20, A10], spot_strategy="NoSpot"
+        )
+        result = w.manager.fall_back(w.observe(), {"chat": 2}, w.now, fence=lambda: True)
+        assert [(m.kind, m.to_rung.instance_type) for m in result.moves] == [(MoveKind.RETRY, A10)]
+        assert _configured_types(w)[0] == A10
+        memory = cs.load_memory(w.store, "chat")
+        assert (memory.rung, memory.on and memory.on.instance_type) == (0, A10)
+        again = w.manager.fall_back(w.observe(), {"chat": 2}, w.now, fence=lambda: True)
+        assert again.moves == []  # once per configuration
+
+
+def test_a_reordered_ladder_keeps_the_group_on_the_type_it_fell_back_to(tmp_path):
+    """The group fell back to the L20, its second rung; fleet.yaml now lists the L20 first. The stored index
+    (1) now pointed at the A10, which the group was never on."""
+    with _ladder(tmp_path, 2, types=(L20, A10), memory=_fell_back_to(L20)) as w:
+        result = w.manager.fall_back(w.observe(), {"chat": 2}, w.now, fence=lambda: True)
+        assert result.moves == []
+        memory = cs.load_memory(w.store, "chat")
+        assert (memory.rung, memory.on and memory.on.instance_type) == (0, L20)
