@@ -467,7 +467,7 @@ class CapacityManager:
         for instance_id, events in g.events.items():
             notice = next((e for e in events if e.code == SPOT_RECLAIM_CODE), None)
             member = members.get(instance_id)
-            if notice is None or member is None or member.lifecycle_state.startswith("Removing"):
+            if notice is None or member is None:
                 continue
             record_id = f"reclaim-{instance_id}"
             when = notice.not_before.isoformat() if notice.not_before else "soon"
@@ -483,6 +483,15 @@ class CapacityManager:
                 zone_id=member.zone_id,
                 detail=f"spot instance to be reclaimed at {when}",
             )
+            if member.lifecycle_state.startswith("Removing"):
+                # removed before this service acted: ESS's own SpotInstanceRemedy (which the Terraform module
+                # turns on) or a person; recorded and announced all the same, nothing to write
+                if cs.open_record(self.store, rec, "notice", rec.detail):
+                    what = "ESS removed it (SpotInstanceRemedy) and orders its replacement itself"
+                    cs.add_event(self.store, record_id, now, "removed_by_ess", what)
+                    result.reclaims.append(instance_id)
+                    self._announce_reclaim(spec, rec, what)
+                continue
             if not cs.open_record(self.store, rec, "notice", rec.detail) and self._ordered(record_id):
                 continue  # handled; a notice whose write failed (an ESS error) is tried again each tick
             if not self.dry_run and not fence():
@@ -521,17 +530,7 @@ class CapacityManager:
                 self.store, record_id, now, "draining", "removed from the group; it drains until released"
             )
             result.reclaims.append(instance_id)
-            self.notify(
-                Announcement(
-                    kind="capacity",
-                    title=f"{spec.name}: spot instance {instance_id} reclaimed",
-                    text=f"{rec.detail}; a replacement is ordered and the instance drains",
-                    severity="warning",
-                    group=spec.name,
-                    incident_id=record_id,
-                    fields={"instance": instance_id},
-                )
-            )
+            self._announce_reclaim(spec, rec, "a replacement is ordered and the instance drains")
         for rec in cs.records(self.store, open_only=True):
             if (
                 rec.kind == cs.RecordKind.SPOT_RECLAIM
@@ -539,6 +538,19 @@ class CapacityManager:
                 and rec.instance_id not in members
             ):
                 cs.close_record(self.store, rec.id, now, "the reclaimed instance has left the group")
+
+    def _announce_reclaim(self, spec: GroupSpec, rec: cs.CapacityRecord, what: str) -> None:
+        self.notify(
+            Announcement(
+                kind="capacity",
+                title=f"{spec.name}: spot instance {rec.instance_id} reclaimed",
+                text=f"{rec.detail}; {what}",
+                severity="warning",
+                group=spec.name,
+                incident_id=rec.id,
+                fields={"instance": rec.instance_id},
+            )
+        )
 
 
 def _unit(spec: GroupSpec, capacity_of: Callable[[str], float]) -> float:

@@ -130,3 +130,22 @@ def test_a_fall_back_to_a_spot_rung_carries_the_configs_spot_price_limit(spot, t
     config = spot.cloud.ess.configurations[spot.cloud.ess.groups[spot.gid].active_config_id]
     assert (config.instance_types, config.spot_strategy) == ([L20, A10], "SpotWithPriceLimit")
     assert config.spot_price_limits == {L20: 50.0, A10: 50.0}
+
+
+def test_a_reclaim_ess_replaced_itself_is_recorded_and_announced_without_a_write(spot):
+    """SpotInstanceRemedy (the Terraform module turns it on) moves the reclaimed instance to Removing at the
+    notice, before the service's tick: it was skipped, so no record, no notification and nothing in `fleet
+    status` for the reclaim."""
+    notes: list = []
+    spot.manager.notify = notes.append
+    spot.cloud.ess.groups[spot.gid].spot_instance_remedy = True
+    victim = sorted(spot.members())[0]
+    spot.cloud.reclaim_spot(victim, 300)
+    assert spot.members()[victim] == "Removing"
+    spot.cloud.calls.clear()
+    assert spot.reclaims() == [victim]
+    assert "RemoveInstances" not in [a for _, a in spot.cloud.calls]
+    (record,) = cs.records(spot.store)
+    assert [e.kind for e in spot.store.incident_events(record.id)] == ["notice", "removed_by_ess"]
+    assert [n.title for n in notes] == [f"chat: spot instance {victim} reclaimed"]
+    assert spot.reclaims() == []  # once
