@@ -69,7 +69,12 @@ def register(app: typer.Typer) -> None:
         too_far = outside_calendar(now)
         if too_far is not None:  # a snapshot dated 9999-12-31 overflowed inside the policy
             fail(f"{snapshot}: taken_at: {too_far}; the policy's windows and timers could not be computed")
+        # one line a reason: a snapshot dated far from --at gave a line for every metric of every instance
+        by_reason: dict[str, list[str]] = {}
         for where, why in _drop_bad_samples(snap, now):
+            by_reason.setdefault(why, []).append(where)
+        for why, wheres in by_reason.items():
+            where = wheres[0] + (f" and {len(wheres) - 1} more sample(s)" if len(wheres) > 1 else "")
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(snapshot))}: {escape(where)}: {escape(why)}: read as "
                 "unknown, as the service drops it",

@@ -248,3 +248,16 @@ def test_plan_table_shows_capacity_ordered_and_not_yet_launched(tmp_path, capsys
     path.write_text(json.dumps(doc))
     assert main(["plan", "--config", EXAMPLE, "--snapshot", str(path)]) == 0
     assert "+4 ordered" in capsys.readouterr().out
+
+
+def test_plan_says_each_reason_for_dropping_samples_once(capsys):
+    """A snapshot dated long after --at: every sample of every instance is in the future. It gave one warning
+    per metric per instance (48 lines for the example); one line now, with the count."""
+    snapshot = SNAPSHOTS / "business-hours-steady.json"
+    doc = json.loads(snapshot.read_text())
+    samples = sum(len(i["metrics"]) for g in doc["groups"] for i in g["instances"])
+    argv = ["plan", "--config", EXAMPLE, "--snapshot", str(snapshot), "--at", "2020-01-01T00:00:00Z"]
+    assert main(argv) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"and {samples - 1} more sample(s)" in warnings[0]
+    assert "in the future" in warnings[0]
