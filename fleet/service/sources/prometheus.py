@@ -83,6 +83,20 @@ def regex_alternation(values: Sequence[str]) -> str:
     return "|".join("".join("\\" + c if c in _REGEX_SPECIALS else c for c in v) for v in sorted(set(values)))
 
 
+def _labels(row: Mapping[str, Any]) -> dict[str, str]:
+    """A series' labels, which Prometheus sends as strings; anything else is a malformed answer."""
+    labels = row.get("metric") or {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise TypeError(f"labels must map strings to strings, got {labels!r:.100}")
+    return dict(labels)
+
+
+# what parsing a malformed answer raises: a missing key, a wrong type, a time no datetime can hold
+_PARSE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError, OSError)
+
+
 def _malformed(endpoint: str, exc: Exception) -> ServerError:
     return ServerError(
         "Prometheus.BadResponse", f"malformed result: {type(exc).__name__}: {exc}", action=endpoint
@@ -109,13 +123,13 @@ class PrometheusClient:
         try:
             return [
                 Sample(
-                    labels=dict(row.get("metric") or {}),
+                    labels=_labels(row),
                     value=_number(row["value"][1]),
                     at=_utc(float(row["value"][0])),
                 )
                 for row in data.get("result") or []
             ]
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except _PARSE_ERRORS as exc:
             raise _malformed("query", exc) from None
 
     def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
@@ -138,12 +152,12 @@ class PrometheusClient:
         try:
             return [
                 Series(
-                    labels=dict(row.get("metric") or {}),
+                    labels=_labels(row),
                     points=[(_utc(float(ts)), _number(text)) for ts, text in row.get("values") or []],
                 )
                 for row in data.get("result") or []
             ]
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except _PARSE_ERRORS as exc:
             raise _malformed("query_range", exc) from None
 
     def _call(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
@@ -253,11 +267,7 @@ class PrometheusSource:
             return self._read_xids(ids)
         mapping = self._mapping(canonical)
         samples = self.client.query(self.expression(canonical, ids))
-        fresh = {
-            s.labels.get(self.instance_label): _utc(s.value)
-            for s in self.client.query(self.freshness_expression(canonical, ids))
-            if math.isfinite(s.value)
-        }
+        fresh = self._newest_samples(canonical, ids)
         wanted = set(ids)
         points = []
         for s in samples:
@@ -266,6 +276,17 @@ class PrometheusSource:
                 continue  # NaN: no requests in the window; +Inf: beyond the top bucket. Unknown.
             points.append(self._point(canonical, mapping, iid, s.labels, s.value, fresh.get(iid, s.at)))
         return points
+
+    def _newest_samples(self, canonical: str, ids: list[str]) -> dict[str | None, datetime]:
+        """Per instance, its newest raw sample's time (the freshness query)."""
+        try:
+            return {
+                s.labels.get(self.instance_label): _utc(s.value)
+                for s in self.client.query(self.freshness_expression(canonical, ids))
+                if math.isfinite(s.value)
+            }
+        except _PARSE_ERRORS as exc:  # a time no datetime can hold
+            raise _malformed("query", exc) from None
 
     def read_range(
         self, canonical: str, instance_ids: Sequence[str], start: datetime, end: datetime, step_s: int = 15
