@@ -135,6 +135,11 @@ class MetricsSource(_Section):
     url: str | None = None
     labels: dict[str, str] = Field(default_factory=dict, description="extra label matchers (prometheus)")
     instance_label: str = Field(default="instance_id", description="the label holding the ECS instance id")
+    bearer_token_env: str | None = Field(
+        default=None,
+        description="environment variable holding a bearer token sent to Prometheus (prometheus); basic auth "
+        "goes in the url as user:password@host",
+    )
 
     @model_validator(mode="after")
     def _prometheus_needs_url(self) -> MetricsSource:
@@ -146,9 +151,17 @@ class MetricsSource(_Section):
             raise ValueError(
                 "url must be an http:// or https:// URL with a host, e.g. http://prometheus:9090"
             )
+        if self.bearer_token_env is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*", self.bearer_token_env
+        ):
+            raise ValueError(
+                f"bearer_token_env {self.bearer_token_env!r} is not an environment variable name"
+            )
         if self.type == "cloudmonitor" and (self.url is not None or self.labels):
             # these only mean something to a prometheus source: set here, they would be silently ignored
             raise ValueError("url and labels apply to type: prometheus only; add it or drop them")
+        if self.type == "cloudmonitor" and self.bearer_token_env is not None:
+            raise ValueError("bearer_token_env applies to type: prometheus only; add it or drop it")
         # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
         for name in (self.instance_label, *self.labels):
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):

@@ -712,7 +712,8 @@ def _source_key(spec: GroupSpec) -> tuple[object, ...]:
     kind = getattr(config, "type", None) or "cloudmonitor"
     if kind == "prometheus":
         labels = tuple(sorted((getattr(config, "labels", None) or {}).items()))
-        return (kind, str(config.url), labels, getattr(config, "instance_label", None))
+        token_env = getattr(config, "bearer_token_env", None)
+        return (kind, str(config.url), labels, getattr(config, "instance_label", None), token_env)
     return (kind,)
 
 

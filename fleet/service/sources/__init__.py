@@ -11,6 +11,7 @@ series through PromQL. A group picks one in fleet.yaml::
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
@@ -42,5 +43,16 @@ def source_for(spec: Any, clients: CloudClients) -> MetricSource:
             str(config.url),
             labels=dict(getattr(config, "labels", None) or {}),
             instance_label=getattr(config, "instance_label", None) or "instance_id",
+            bearer_token=bearer_token(getattr(config, "bearer_token_env", None)),
         )
     raise ValueError(f"unknown metrics_source type {kind!r}; valid: cloudmonitor, prometheus")
+
+
+def bearer_token(env: str | None) -> str | None:
+    """The token in environment variable ``env`` (config ``bearer_token_env``): no secret in fleet.yaml."""
+    if not env:
+        return None
+    token = os.environ.get(env, "").strip()
+    if not token:
+        raise ValueError(f"metrics_source bearer_token_env: environment variable {env} is not set or empty")
+    return token

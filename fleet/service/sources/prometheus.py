@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -83,6 +84,16 @@ def regex_alternation(values: Sequence[str]) -> str:
     return "|".join("".join("\\" + c if c in _REGEX_SPECIALS else c for c in v) for v in sorted(set(values)))
 
 
+def redacted(url: str) -> str:
+    """``url`` without the password of its user info (``http://user:pass@host`` -> ``http://user:***@host``),
+    for messages and logs: basic-auth credentials ride in the URL and must not be written anywhere."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@" + parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _labels(row: Mapping[str, Any]) -> dict[str, str]:
     """A series' labels, which Prometheus sends as strings; anything else is a malformed answer."""
     labels = row.get("metric") or {}
@@ -106,10 +117,19 @@ def _malformed(endpoint: str, exc: Exception) -> ServerError:
 class PrometheusClient:
     """The two HTTP API calls this source needs; requests.Session underneath (tests swap the session)."""
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0, session: requests.Session | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 10.0,
+        session: requests.Session | None = None,
+        bearer_token: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
+        if bearer_token:  # Thanos, Mimir, Grafana Cloud and proxies in front of Prometheus
+            self.session.headers["Authorization"] = f"Bearer {bearer_token}"
 
     def query(self, promql: str) -> list[Sample]:
         """Evaluate ``promql`` now; the result must be an instant vector."""
@@ -163,22 +183,44 @@ class PrometheusClient:
     def _call(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
         # POST with a form body: a group's instance-id regex can outgrow a URL
         url = f"{self.url}/api/v1/{endpoint}"
+        shown = redacted(url)
         try:
-            resp = self.session.post(url, data=form, timeout=self.timeout_s)
+            # never followed: a 301/302/303 turns the POST into a GET without the query (answered with a
+            # baffling "invalid parameter query"), and any redirect would be taken again at every query
+            resp = self.session.post(url, data=form, timeout=self.timeout_s, allow_redirects=False)
         except requests.RequestException as exc:
             raise NetworkError(
-                "Prometheus.Unreachable", f"{url}: {type(exc).__name__}: {exc}", action=endpoint
+                "Prometheus.Unreachable", f"{shown}: {type(exc).__name__}: {exc}", action=endpoint
             ) from None
+        if resp.is_redirect:
+            target = redacted(str(resp.headers.get("location")))
+            raise InvalidRequest(
+                "Prometheus.Redirected",
+                f"{shown} redirects (HTTP {resp.status_code}) to {target}: set the metrics_source url to the "
+                "address Prometheus answers at (its base URL, without /api/v1)",
+                status=resp.status_code,
+                action=endpoint,
+            )
         try:
             body = resp.json()
         except ValueError:
             body = None
+        if resp.status_code in (401, 403):
+            reason = "no or wrong credentials" if resp.status_code == 401 else "forbidden"
+            raise InvalidRequest(
+                f"Prometheus.HTTP{resp.status_code}",
+                f"{shown} refused the request (HTTP {resp.status_code}, {reason}): {_why(body, resp)}; "
+                "for basic auth put them in the url (https://user:password@host), "
+                "for a token set the metrics_source bearer_token_env",
+                status=resp.status_code,
+                action=endpoint,
+            )
         if not isinstance(body, dict):
             cls: type[CloudError] = ServerError if resp.status_code >= 500 or resp.ok else InvalidRequest
             code = "Prometheus.BadResponse" if resp.ok else f"Prometheus.HTTP{resp.status_code}"
             raise cls(
                 code,
-                f"{url}: not a Prometheus API answer: {resp.text[:200]!r}",
+                f"{shown}: not a Prometheus API answer: {resp.text[:200]!r}",
                 status=resp.status_code,
                 action=endpoint,
             )
@@ -191,8 +233,15 @@ class PrometheusClient:
             log.warning("prometheus %s warning: %s", endpoint, warning)
         data = body.get("data")
         if not isinstance(data, dict):
-            raise ServerError("Prometheus.BadResponse", f"{url}: answer without data", action=endpoint)
+            raise ServerError("Prometheus.BadResponse", f"{shown}: answer without data", action=endpoint)
         return data
+
+
+def _why(body: object, resp: requests.Response) -> str:
+    """The error a refusing server gave: Prometheus' JSON ``error``, else the start of its text."""
+    if isinstance(body, dict) and body.get("error"):
+        return str(body["error"])[:200]
+    return repr(resp.text[:200])
 
 
 class PrometheusSource:
@@ -211,6 +260,7 @@ class PrometheusSource:
         xid_step_s: int = 30,
         timeout_s: float = 10.0,
         session: requests.Session | None = None,
+        bearer_token: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         labels = dict(labels or {})
@@ -219,7 +269,7 @@ class PrometheusSource:
                 raise ValueError(f"{name!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
         if instance_label in labels:
             raise ValueError(f"labels must not set the instance label {instance_label!r}")
-        self.client = PrometheusClient(url, timeout_s=timeout_s, session=session)
+        self.client = PrometheusClient(url, timeout_s=timeout_s, session=session, bearer_token=bearer_token)
         self.labels = labels
         self.instance_label = instance_label
         self.rate_window = rate_window

@@ -70,11 +70,13 @@ def aliyun_server() -> Iterator[FakeAliyunServer]:
 
 # ---- a scripted Prometheus HTTP API ------------------------------------------------------------------------
 class FakePromApi:
-    """Answers ``/api/v1/query`` and ``/query_range`` with ``answer(endpoint, form) -> (status, body)``."""
+    """Answers ``/api/v1/query`` and ``/query_range`` with ``answer(endpoint, form) -> (status, body)``, or
+    ``(status, body, headers)``; ``authorizations`` keeps each request's Authorization header."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str]]] = []
-        self.answer: Callable[[str, dict[str, str]], tuple[int, object]] = lambda e, f: (200, vector([]))
+        self.authorizations: list[str | None] = []
+        self.answer: Callable[[str, dict[str, str]], tuple] = lambda e, f: (200, vector([]))
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,10 +85,13 @@ class FakePromApi:
                 form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
                 endpoint = self.path.rsplit("/", 1)[-1]
                 api.requests.append((endpoint, form))
-                status, body = api.answer(endpoint, form)
+                api.authorizations.append(self.headers.get("authorization"))
+                status, body, *headers = api.answer(endpoint, form)
                 raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)

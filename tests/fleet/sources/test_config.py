@@ -88,3 +88,15 @@ def test_a_prometheus_url_without_a_host_is_refused(tmp_path):
 def test_prometheus_settings_on_a_cloudmonitor_source_are_refused_not_ignored(tmp_path, extra):
     problems = _problems(tmp_path, f"metrics_source: {{{extra}}}\n")
     assert "groups[0].metrics_source: url and labels apply to type: prometheus only" in problems
+
+
+def test_bearer_token_env_must_name_an_environment_variable(tmp_path):
+    problems = _problems(
+        tmp_path, "metrics_source: {type: prometheus, url: 'http://p:9090', bearer_token_env: 'my token'}\n"
+    )
+    assert "groups[0].metrics_source: bearer_token_env 'my token' is not an environment variable" in problems
+
+
+def test_bearer_token_env_on_a_cloudmonitor_source_is_refused(tmp_path):
+    problems = _problems(tmp_path, "metrics_source: {bearer_token_env: PROM_TOKEN}\n")
+    assert "bearer_token_env applies to type: prometheus only" in problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +20,7 @@ from policies.spec import GroupSpec
 from .conftest import ENV, REGION, free_port, matrix, vector
 
 FAST = RetryPolicy(attempts=1, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+TOKEN_ENV = "FLEET_TEST_PROM_TOKEN"
 EVAL_AT = 1_700_000_100.0  # the evaluation time the fake stamps instant results with
 
 
@@ -244,3 +246,73 @@ def test_observer_records_a_failed_prometheus_read_and_goes_on(aliyun_server):
     assert [e.code for e in errors] == ["Prometheus.Unreachable"]
     assert g.metrics == {} and g.staleness_s[pm.QUEUE_WAITING] is None
     assert not [c for c in cloud.calls if c[0] == "cms"]  # a Prometheus group never reads CloudMonitor
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_named_with_its_target_not_followed(prom_api, status):
+    # a reverse proxy serving Prometheus under /prometheus/: a 302 used to turn the POST into a GET without
+    # the query, answered "invalid parameter query"
+    prom_api.answer = lambda e, f: (status, "", {"location": f"/prometheus/api/v1/{e}"})
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.Redirected"
+    assert "/prometheus/api/v1/query" in info.value.message and "url" in info.value.message
+    assert len(prom_api.requests) == 1
+
+
+def test_basic_auth_credentials_in_the_url_are_sent_and_never_shown(prom_api):
+    url = prom_api.url.replace("http://", "http://fleet:s3cret-pw@")
+    prom_api.answer = lambda e, f: (401, "<html>401 Authorization Required</html>")
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert prom_api.authorizations[0] == "Basic " + base64.b64encode(b"fleet:s3cret-pw").decode()
+    assert "s3cret-pw" not in str(info.value) and "fleet:***@" in info.value.message
+    assert info.value.code == "Prometheus.HTTP401" and "credentials" in info.value.message
+
+
+def test_an_unreachable_url_with_credentials_does_not_show_the_password():
+    src = PrometheusSource(f"http://fleet:s3cret-pw@127.0.0.1:{free_port()}", timeout_s=2)
+    with pytest.raises(NetworkError) as info:
+        src.read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert "s3cret-pw" not in str(info.value)
+
+
+def test_a_refusal_says_how_to_give_credentials(prom_api):
+    prom_api.answer = lambda e, f: (403, {"status": "error", "errorType": "forbidden", "error": "no tenant"})
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert "no tenant" in info.value.message and "bearer_token_env" in info.value.message
+
+
+def test_the_bearer_token_from_the_named_environment_variable_is_sent(prom_api, monkeypatch):
+    monkeypatch.setenv("FLEET_TEST_PROM_TOKEN", "tok-123")
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id="asg-1",
+        min_size=1,
+        max_size=2,
+        metrics_source={
+            "type": "prometheus",
+            "url": prom_api.url,
+            "bearer_token_env": "FLEET_TEST_PROM_TOKEN",
+        },
+    )
+    source_for(spec, clients=None).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert prom_api.authorizations and set(prom_api.authorizations) == {"Bearer tok-123"}
+
+
+def test_an_unset_bearer_token_variable_is_one_clear_error(monkeypatch):
+    monkeypatch.delenv("FLEET_TEST_PROM_TOKEN", raising=False)
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id="asg-1",
+        min_size=1,
+        max_size=2,
+        metrics_source={
+            "type": "prometheus",
+            "url": "http://p:9090",
+            "bearer_token_env": "FLEET_TEST_PROM_TOKEN",
+        },
+    )
+    with pytest.raises(ValueError, match="FLEET_TEST_PROM_TOKEN is not set"):
+        source_for(spec, clients=None)
