@@ -351,12 +351,19 @@ class FleetConfig(BaseSettings):
     def service_problems(self) -> list[str]:
         """What keeps ``fleet serve`` from running this config (``fleet terraform`` creates the groups and
         needs no ids, so these are not errors of the file itself)."""
-        return [
+        out = [
             f"groups[{g.name}]: give scaling_group_id or scaling_group_name: fleet serve cannot find the "
             "ESS scaling group otherwise"
             for g in self.groups
             if not g.scaling_group_id and not g.scaling_group_name
         ]
+        out += [
+            f"groups[{g.name}].metrics_source.bearer_token_env: environment variable {env} is not set "
+            "or empty"
+            for g in self.groups
+            if (env := g.metrics_source.bearer_token_env) and not os.environ.get(env, "").strip()
+        ]
+        return out
 
     def _task_quota_warnings(self) -> list[str]:
         by_scope: dict[tuple[str | None, str], list[GroupConfig]] = {}

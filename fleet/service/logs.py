@@ -11,6 +11,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from fleet.cloud.retry import RETRY_MESSAGE
 from fleet.config import FleetConfig
@@ -134,6 +135,10 @@ def config_secrets(config: FleetConfig, token: str | None) -> list[str]:
     out = [token or ""]
     for item in config.notifications:
         out.append(item.secret.get_secret_value() if item.secret is not None else "")
+    for g in config.groups:  # a Prometheus source's basic-auth password and bearer token
+        source = g.metrics_source
+        out.append(urlsplit(source.url).password or "" if source.url else "")
+        out.append(os.environ.get(source.bearer_token_env, "") if source.bearer_token_env else "")
     for var in ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN", "FLEET_API_TOKEN"):
         out.append(os.environ.get(var, ""))
     return out

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from fleet.config import ConfigError, load_config
+from fleet.service.logs import config_secrets
 from fleet.service.sources import CloudMonitorSource, PrometheusSource, source_for
 
 
@@ -100,3 +101,28 @@ def test_bearer_token_env_must_name_an_environment_variable(tmp_path):
 def test_bearer_token_env_on_a_cloudmonitor_source_is_refused(tmp_path):
     problems = _problems(tmp_path, "metrics_source: {bearer_token_env: PROM_TOKEN}\n")
     assert "bearer_token_env applies to type: prometheus only" in problems
+
+
+def test_fleet_serve_refuses_an_unset_bearer_token_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLEET_TEST_PROM_TOKEN", raising=False)
+    cfg = _load(
+        tmp_path,
+        "metrics_source: {type: prometheus, url: 'http://p:9090', bearer_token_env: FLEET_TEST_PROM_TOKEN}\n",
+    )
+    assert cfg.service_problems() == [
+        "groups[chat].metrics_source.bearer_token_env: environment variable FLEET_TEST_PROM_TOKEN is not set "
+        "or empty"
+    ]
+    monkeypatch.setenv("FLEET_TEST_PROM_TOKEN", "tok-123")
+    assert cfg.service_problems() == []
+
+
+def test_the_prometheus_password_and_token_are_redacted_from_log_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEET_TEST_PROM_TOKEN", "tok-secret-123")
+    cfg = _load(
+        tmp_path,
+        "metrics_source: {type: prometheus, url: 'http://fleet:pw-secret-9@p:9090', "
+        "bearer_token_env: FLEET_TEST_PROM_TOKEN}\n",
+    )
+    secrets = config_secrets(cfg, None)
+    assert "pw-secret-9" in secrets and "tok-secret-123" in secrets
