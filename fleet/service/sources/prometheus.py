@@ -184,6 +184,9 @@ class PrometheusClient:
         # POST with a form body: a group's instance-id regex can outgrow a URL
         url = f"{self.url}/api/v1/{endpoint}"
         shown = redacted(url)
+        # a complete answer or an error: Thanos would otherwise drop an unreachable store's series and say so
+        # only in a warning (Prometheus ignores the parameter)
+        form = {**form, "partial_response": "false"}
         try:
             # never followed: a 301/302/303 turns the POST into a GET without the query (answered with a
             # baffling "invalid parameter query"), and any redirect would be taken again at every query
@@ -229,6 +232,15 @@ class PrometheusClient:
             cls = ServerError if resp.status_code >= 500 else InvalidRequest
             message = str(body.get("error") or "query failed")
             raise cls(code, message, status=resp.status_code, action=endpoint)
+        if body.get("isPartial") is True:
+            # VictoriaMetrics cluster: some vmstorage nodes did not answer; a sum over an instance's servers
+            # or a percentile could be computed from part of its series, so nothing of it is used
+            raise ServerError(
+                "Prometheus.PartialResponse",
+                f"{shown}: partial answer (isPartial: some storage nodes did not answer)",
+                status=resp.status_code,
+                action=endpoint,
+            )
         for warning in body.get("warnings") or []:
             log.warning("prometheus %s warning: %s", endpoint, warning)
         data = body.get("data")

@@ -316,3 +316,17 @@ def test_an_unset_bearer_token_variable_is_one_clear_error(monkeypatch):
     )
     with pytest.raises(ValueError, match="FLEET_TEST_PROM_TOKEN is not set"):
         source_for(spec, clients=None)
+
+
+def test_a_partial_answer_is_an_error_not_a_smaller_sum(prom_api):
+    # VictoriaMetrics cluster with a vmstorage node down: the sum over an instance's vLLM servers is short
+    answer = vector([({"instance_id": "i-a"}, 3)])
+    prom_api.answer = lambda e, f: (200, {**answer, "isPartial": True})
+    with pytest.raises(ServerError) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.PartialResponse"
+
+
+def test_thanos_is_asked_for_a_complete_answer_or_an_error(prom_api):
+    PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert {form.get("partial_response") for _, form in prom_api.requests} == {"false"}
