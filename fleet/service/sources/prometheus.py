@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError
+from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError, Throttled
 from fleet.cloud.types import MetricPoint
 from fleet.service.sources.mappings import DEFAULT_RATE_WINDOW, GPU_LABEL, PROMQL_MAPPINGS, PromMapping
 from policies import metrics as pm
@@ -218,6 +218,14 @@ class PrometheusClient:
                 status=resp.status_code,
                 action=endpoint,
             )
+        if resp.status_code == 429:  # Mimir, Cortex and proxies in front of Prometheus limit query rates
+            raise Throttled(
+                "Prometheus.HTTP429",
+                f"{shown} throttled the query (HTTP 429): {_why(body, resp)}",
+                status=429,
+                action=endpoint,
+                retry_after_s=_retry_after(resp.headers.get("retry-after")),
+            )
         if not isinstance(body, dict):
             cls: type[CloudError] = ServerError if resp.status_code >= 500 or resp.ok else InvalidRequest
             code = "Prometheus.BadResponse" if resp.ok else f"Prometheus.HTTP{resp.status_code}"
@@ -247,6 +255,15 @@ class PrometheusClient:
         if not isinstance(data, dict):
             raise ServerError("Prometheus.BadResponse", f"{shown}: answer without data", action=endpoint)
         return data
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A Retry-After of seconds (the form these servers send); None for a date or junk."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _why(body: object, resp: requests.Response) -> str:

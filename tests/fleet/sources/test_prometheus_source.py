@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fleet.cloud.clients import make_clients
-from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError
+from fleet.cloud.errors import CloudError, InvalidRequest, NetworkError, ServerError, Throttled
 from fleet.cloud.retry import RetryPolicy
 from fleet.config import GroupConfig
 from fleet.service.observe import Observer
@@ -282,6 +282,17 @@ def test_a_refusal_says_how_to_give_credentials(prom_api):
     with pytest.raises(InvalidRequest) as info:
         PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
     assert "no tenant" in info.value.message and "bearer_token_env" in info.value.message
+
+
+@pytest.mark.parametrize(("retry_after", "expected"), [("7", 7.0), (None, None), ("Wed, 21 Oct 2026", None)])
+def test_a_rate_limited_query_is_throttling_with_the_wait_asked(prom_api, retry_after, expected):
+    """Mimir and proxies answer 429 with a text body: it read as "not a Prometheus API answer", an invalid
+    request, where the server only asked the caller to slow down."""
+    headers = {"retry-after": retry_after} if retry_after else {}
+    prom_api.answer = lambda e, f: (429, "too many outstanding requests", headers)
+    with pytest.raises(Throttled) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.HTTP429" and info.value.retry_after_s == expected
 
 
 def test_the_bearer_token_from_the_named_environment_variable_is_sent(prom_api, monkeypatch):
