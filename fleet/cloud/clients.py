@@ -170,7 +170,6 @@ def known_profiles(env: Mapping[str, str]) -> set[str]:
     ``credentials.ini`` (``ALIBABA_CLOUD_CREDENTIALS_FILE`` or ``~/.alibabacloud/credentials.ini``) and the
     ``profiles[].name`` of the aliyun CLI's ``~/.aliyun/config.json``."""
     import configparser
-    import json
 
     home = Path(env.get("HOME") or Path.home())
     names: set[str] = set()
@@ -182,35 +181,52 @@ def known_profiles(env: Mapping[str, str]) -> set[str]:
             except configparser.Error:
                 continue
             names.update(parser.sections())
+    return names | _cli_profile_names(home)
+
+
+def _cli_profile_names(home: Path) -> set[str]:
+    """``profiles[].name`` of the aliyun CLI's ``~/.aliyun/config.json`` (none when it is unreadable)."""
+    import json
+
     cli = home / ".aliyun" / "config.json"
-    if cli.is_file():
-        try:
-            data = json.loads(cli.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        for profile in data.get("profiles", []) if isinstance(data, dict) else []:
-            if isinstance(profile, dict) and profile.get("name"):
-                names.add(str(profile["name"]))
-    return names
+    if not cli.is_file():
+        return set()
+    try:
+        data = json.loads(cli.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    profiles = data.get("profiles", []) if isinstance(data, dict) else []
+    return {str(p["name"]) for p in profiles if isinstance(p, dict) and p.get("name")}
 
 
 def profile_credential(profile: str, env: Mapping[str, str]) -> CredentialClient | None:
-    """Access keys of an INI credentials profile (``access_key`` type), or None to use the default chain."""
+    """The credentials of a named profile, of any type the Alibaba credentials chain knows (``access_key``,
+    ``ram_role_arn``, ``ecs_ram_role``, ``oidc_role_arn``, ...): an INI section first (as `known_profiles`
+    reads them), else an aliyun CLI profile of ``~/.aliyun/config.json``. None when no file names it.
+
+    The profile's own provider signs every call, so a role is assumed (and its STS token refreshed before it
+    expires) for that account alone; never the default chain, which would sign with another account's keys.
+    """
     import configparser
+
+    from alibabacloud_credentials.provider import CLIProfileCredentialsProvider, ProfileCredentialsProvider
 
     home = Path(env.get("HOME") or Path.home())
     for ini in (env.get("ALIBABA_CLOUD_CREDENTIALS_FILE"), home / ".alibabacloud" / "credentials.ini"):
         if not ini or not Path(ini).is_file():
             continue
         parser = configparser.ConfigParser()
-        parser.read(str(ini), encoding="utf-8")
+        try:
+            parser.read(str(ini), encoding="utf-8")
+        except configparser.Error:
+            continue
         if parser.has_section(profile):
-            section = parser[profile]
-            key_id, secret = section.get("access_key_id"), section.get("access_key_secret")
-            if key_id and secret:
-                return CredentialClient(
-                    credential_models.Config(
-                        type="access_key", access_key_id=key_id, access_key_secret=secret
-                    )
-                )
+            return CredentialClient(
+                provider=ProfileCredentialsProvider(profile_file=str(ini), profile_name=profile)
+            )
+    if profile in _cli_profile_names(home):
+        cli = home / ".aliyun" / "config.json"
+        return CredentialClient(
+            provider=CLIProfileCredentialsProvider(profile_name=profile, profile_file=str(cli))
+        )
     return None

@@ -83,6 +83,24 @@ def capacity_problems(cfg: FleetConfig) -> list[str]:
     ]
 
 
+def check_profiles(cfg: FleetConfig, config: Path | str) -> None:
+    """Every account a group names must be a profile the credentials chain can find: one line, exit 2.
+    (`fleet serve` would otherwise sign that account's calls with the default chain: another account's
+    keys.)"""
+    from fleet.cloud.clients import known_profiles
+
+    if not any(g.account for g in cfg.groups):
+        return
+    known = known_profiles(os.environ)
+    for g in cfg.groups:
+        if g.account and g.account not in known:
+            fail(
+                f"{config}: groups[{g.name}].account: profile {g.account!r} is not in the Alibaba Cloud "
+                "credentials (~/.alibabacloud/credentials.ini, $ALIBABA_CLOUD_CREDENTIALS_FILE, "
+                "~/.aliyun/config.json)"
+            )
+
+
 def quiet_credential_logs() -> None:
     """alibabacloud_credentials logs each failed refresh with its traceback on the "credentials" logger; the
     cloud adapters turn the same failure into a NoCredentials error that the command reports in one line."""

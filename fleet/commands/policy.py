@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleet.commands._common import (
+    check_profiles,
     console,
     err_console,
     fail,
@@ -108,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if config is None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)  # instance_types checked there too (issue 17)
-        _check_profiles(cfg, config)
+        check_profiles(cfg, config)
         from fleet.config import unknown_env_vars
 
         for warning in [*cfg.warnings(), *unknown_env_vars()]:
@@ -161,25 +162,6 @@ def _with_capacity(snap: Any, spec: Any, now: Any) -> None:
         reading = read_demand(serving, metrics, now, group.stabilization.stale_after_s)
         mix = (reading.prompt_tokens, reading.output_tokens) if reading else (None, None)
         gs.demand = demand.model_copy(update=table.demand_fields(group, *mix))
-
-
-def _check_profiles(cfg: Any, config: Path) -> None:
-    """Every account a group names must be a profile the credentials chain can find: one line, exit 2."""
-    import os
-
-    from fleet.cloud.clients import known_profiles
-
-    wanted = sorted({g.account for g in cfg.groups if g.account})
-    if not wanted:
-        return
-    known = known_profiles(os.environ)
-    for g in cfg.groups:
-        if g.account and g.account not in known:
-            fail(
-                f"{config}: groups[{g.name}].account: profile {g.account!r} is not in the Alibaba Cloud "
-                "credentials (~/.alibabacloud/credentials.ini, $ALIBABA_CLOUD_CREDENTIALS_FILE, "
-                "~/.aliyun/config.json)"
-            )
 
 
 def _serving_cell(g: Any) -> str:

@@ -19,6 +19,7 @@ import typer
 from rich.markup import escape
 
 from fleet.commands._common import (
+    check_profiles,
     console,
     err_console,
     fail,
@@ -137,6 +138,7 @@ def serve(
 
     cfg = load_config_or_exit(config)
     _check_serve_options(cfg, port, interval, log_level, holder)
+    check_profiles(cfg, config)  # an account without its profile would be signed by another's keys
     # the name every other command reads the store under (their --service default): the service runs under it
     settings = replace(ServiceSettings.from_config(cfg), service_name=_serve_name(dry_run))
     if port is not None:
@@ -438,8 +440,9 @@ def _print_capacity(records: list[dict[str, Any]]) -> None:
 
 
 def scoped_clients(cfg: Any, default: Any) -> Any:
-    """Clients per (account, region) a group names: the profile's keys (or the default chain) and the
-    account's id for its custom metric namespace; groups naming neither share ``default``."""
+    """Clients per (account, region) a group names: the profile's credentials (any type: keys, a RAM role
+    to assume, the CLI's profiles) and the account's id for its custom metric namespace; groups naming
+    neither share ``default``. `fleet serve` refuses an account no profile names before it gets here."""
     import os
 
     from fleet.cloud.clients import make_clients, profile_credential

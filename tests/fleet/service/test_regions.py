@@ -4,9 +4,13 @@ account's own custom-metric namespace, and `fleet validate` refusing a profile t
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import textwrap
 from collections.abc import Iterator
 from typing import Any
+
+import responses
 
 from fleet.cli import main
 from fleet.cloud.clients import make_clients
@@ -135,3 +139,57 @@ def test_capacity_fallbacks_drains_and_reconciles_write_through_the_groups_own_r
         assert svc.drainer_for((None, None)).clients is default
         result = svc.tick(cloud.now())
         assert result.ok, result.errors
+
+
+def _cfg_for_team_b(tmp_path) -> Any:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        'region: cn-chengdu\naccount_id: "1"\naccounts:\n  team-b: {account_id: "2"}\ngroups:\n'
+        "  - {name: b, region: cn-beijing, account: team-b, scaling_group_id: asg-1,"
+        " min_size: 1, max_size: 2}\n"
+    )
+    return load_config(str(path), env={})
+
+
+def _signing_key(clients: Any) -> str:
+    return clients.ess._client._credential.get_credential().access_key_id
+
+
+def test_an_aliyun_cli_profile_signs_its_accounts_calls_not_the_default_keys(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".aliyun").mkdir(parents=True)
+    profile = {"name": "team-b", "mode": "AK", "access_key_id": "id-team-b", "access_key_secret": "s-b"}
+    (home / ".aliyun" / "config.json").write_text(json.dumps({"current": "team-b", "profiles": [profile]}))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("ALIBABA_CLOUD_CREDENTIALS_FILE", raising=False)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "id-default-account")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "s-default")
+    scoped = scoped_clients(_cfg_for_team_b(tmp_path), None)(("team-b", "cn-beijing"))
+    assert _signing_key(scoped) == "id-team-b"
+
+
+def test_a_ram_role_profile_assumes_its_role_for_its_account(tmp_path, monkeypatch):
+    _credentials(tmp_path, monkeypatch)  # HOME with an empty credentials.ini
+    ini = tmp_path / "home" / ".alibabacloud" / "credentials.ini"
+    ini.write_text(
+        "[team-b]\ntype = ram_role_arn\naccess_key_id = id-base\naccess_key_secret = s-base\n"
+        "role_arn = acs:ram::9876543210:role/fleet\nrole_session_name = fleet\n"
+    )
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "id-default-account")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "s-default")
+    assumed = {"AccessKeyId": "STS.team-b", "AccessKeySecret": "x", "SecurityToken": "t"}
+    assumed["Expiration"] = "2999-01-01T00:00:00Z"
+    scoped = scoped_clients(_cfg_for_team_b(tmp_path), None)(("team-b", "cn-beijing"))
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as stub:
+        stub.add(responses.GET, re.compile(r"https?://sts\..*"), json={"Credentials": assumed})
+        stub.add(responses.POST, re.compile(r"https?://sts\..*"), json={"Credentials": assumed})
+        assert _signing_key(scoped) == "STS.team-b"
+        assert "AssumeRole" in stub.calls[0].request.url
+
+
+def test_serve_refuses_an_account_whose_profile_is_missing(tmp_path, monkeypatch, capsys):
+    _credentials(tmp_path, monkeypatch, "someone-else")
+    path = _yaml(tmp_path, "asg-1", "asg-2", "123")
+    assert main(["serve", "-c", path, "--once", "--no-api", "--database", "sqlite://"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "groups[beijing].account" in err and "team-b" in err
