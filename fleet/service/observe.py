@@ -22,11 +22,13 @@ can refuse to scale in on it. Staleness is tracked per group and metric as the a
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -345,14 +347,51 @@ class Observer:
             by_scope: dict[Scope, list[GroupSpec]] = {}
             for spec in specs:
                 by_scope.setdefault(scope_of(spec), []).append(spec)
-            for scope, scoped in by_scope.items():
-                self._observe_scope(scope, scoped, now, obs)
+            for part in self._observe_scopes(list(by_scope.items()), now):
+                obs.groups.update(part.groups)
+                obs.errors.extend(part.errors)
         obs.calls_by_action = dict(counts)
         obs.api_calls = sum(counts.values())
         obs.groups = {s.name: obs.groups[s.name] for s in specs}  # configuration order
         return obs
 
     # -- internals ------------------------------------------------------------------------------------
+    def _observe_scopes(
+        self, scopes: list[tuple[Scope, list[GroupSpec]]], now: datetime
+    ) -> list[Observation]:
+        """Each (account, region)'s observation, on a thread of its own when there are several: a region
+        whose calls hang or are retried (a black-holed endpoint times out 5 times, a throttle honours
+        Retry-After up to a minute per retry) delays the tick by its own wait, not by the sum of every
+        region's, and the healthy regions' reads are not queued behind it. An unexpected exception (a
+        malformed answer, a bug) fails its own scope's groups only; their other regions are decided as
+        usual. Each scope writes into its own part, merged in order, so the result does not depend on
+        which thread finished first."""
+        parts = [Observation(at=now, groups={}) for _ in scopes]
+
+        def one(index: int) -> None:
+            scope, specs = scopes[index]
+            try:
+                self._observe_scope(scope, specs, now, parts[index])
+            except Exception as exc:  # one scope's failure must not blind the others
+                log.exception(
+                    "observing %s failed: its groups are not observed this tick", _scope_label(scope)
+                )
+                text = f"observation of {_scope_label(scope)} failed: {type(exc).__name__}: {exc}"
+                for spec in specs:
+                    parts[index].groups[spec.name] = GroupObservation(name=spec.name, ok=False, errors=[text])
+
+        if len(scopes) <= 1:
+            for index in range(len(scopes)):
+                one(index)
+            return parts
+        with ThreadPoolExecutor(max_workers=len(scopes), thread_name_prefix="fleet-scope") as threads:
+            # in a copy of this context each, so the per-tick call counters see the calls of every scope
+            for future in [
+                threads.submit(contextvars.copy_context().run, one, i) for i in range(len(scopes))
+            ]:
+                future.result()
+        return parts
+
     def _observe_scope(self, scope: Scope, specs: list[GroupSpec], now: datetime, obs: Observation) -> None:
         clients = self.clients_for(scope)
         groups = self._describe_groups(clients, specs, obs)
@@ -637,6 +676,13 @@ class Observer:
             return False
         age_s = (now - self._slow[key][0]).total_seconds()
         return 0 <= age_s < refresh_s
+
+
+def _scope_label(scope: Scope) -> str:
+    account, region = scope
+    if account is None and region is None:
+        return "the default account and region"
+    return f"region {region or '(default)'}, account {account or '(default)'}"
 
 
 def _buys_spot(spec: GroupSpec) -> bool:

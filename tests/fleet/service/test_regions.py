@@ -4,9 +4,11 @@ account's own custom-metric namespace, and `fleet validate` refusing a profile t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import textwrap
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -193,3 +195,54 @@ def test_serve_refuses_an_account_whose_profile_is_missing(tmp_path, monkeypatch
     assert main(["serve", "-c", path, "--once", "--no-api", "--database", "sqlite://"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "groups[beijing].account" in err and "team-b" in err
+
+
+class _Waiting:
+    """An ESS adapter whose DescribeScalingGroups waits (at most 2 s) for `other` to be set first."""
+
+    def __init__(self, ess: Any, other: threading.Event, mine: threading.Event) -> None:
+        self._ess, self.other, self.mine, self.waited_in_vain = ess, other, mine, False
+
+    def describe_scaling_groups(self, *args: Any, **kwargs: Any) -> Any:
+        self.mine.set()
+        self.waited_in_vain = not self.other.wait(2.0)
+        return self._ess.describe_scaling_groups(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ess, name)
+
+
+def test_a_slow_region_does_not_hold_up_the_reads_of_another(tmp_path, monkeypatch):
+    """Regions are read side by side: a region whose calls hang (a black-holed endpoint, Retry-After waits)
+    costs the tick its own delay, not the sum of every region's."""
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, default, clients_for, _beijing):
+        chengdu_read, beijing_read = threading.Event(), threading.Event()
+        slow = _Waiting(default.ess, beijing_read, chengdu_read)  # Chengdu, read first, hangs on Beijing
+        fast = _Waiting(clients_for(("team-b", "cn-beijing")).ess, threading.Event(), beijing_read)
+        fast.other.set()
+        wrapped = {
+            (None, None): dataclasses.replace(default, ess=slow),
+            ("team-b", "cn-beijing"): dataclasses.replace(clients_for(("team-b", "cn-beijing")), ess=fast),
+        }
+        svc.observer.clients_for = wrapped.__getitem__
+        obs = svc.observer.observe(cloud.now())
+        assert not slow.waited_in_vain  # Beijing was read while Chengdu hung
+        assert obs.groups["chengdu"].ok and obs.groups["beijing"].ok
+        assert list(obs.groups) == ["chengdu", "beijing"]
+
+
+def test_an_unexpected_failure_in_one_region_leaves_the_others_observed(tmp_path, monkeypatch):
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, default, clients_for, _beijing):
+        beijing = clients_for(("team-b", "cn-beijing"))
+
+        def broken(*_args: Any, **_kwargs: Any) -> Any:
+            raise ValueError("invalid literal for int() with base 10: 'n/a'")  # a malformed answer
+
+        monkeypatch.setattr(beijing.ess, "describe_scaling_instances", broken)
+        svc.observer.invalidate("beijing")
+        obs = svc.observer.observe(cloud.now())
+        assert obs.groups["chengdu"].ok
+        assert not obs.groups["beijing"].ok
+        assert any("ValueError" in e and "n/a" in e for e in obs.groups["beijing"].errors)
+        result = svc.tick(cloud.now())
+        assert "chengdu" in result.observed_groups and "beijing" not in result.observed_groups
