@@ -197,6 +197,10 @@ class GroupObservation:
         return sum(1 for i in self.instances if i.lifecycle_state in states)
 
 
+# Scope of an observation: (account profile or None for the default, region or None for the fleet's).
+Scope = tuple[str | None, str | None]
+
+
 @dataclass
 class Observation:
     at: datetime
@@ -204,10 +208,10 @@ class Observation:
     errors: list[CloudError] = field(default_factory=list)
     api_calls: int = 0  # wire requests, retries and pages included
     calls_by_action: dict[str, int] = field(default_factory=dict)
+    # the (account, region) a part of the observation covers, named in its failures; None: every scope
+    scope: Scope | None = None
 
 
-# Scope of an observation: (account profile or None for the default, region or None for the fleet's).
-Scope = tuple[str | None, str | None]
 ClientsFor = Callable[[Scope], CloudClients]
 
 
@@ -366,7 +370,7 @@ class Observer:
         malformed answer, a bug) fails its own scope's groups only; their other regions are decided as
         usual. Each scope writes into its own part, merged in order, so the result does not depend on
         which thread finished first."""
-        parts = [Observation(at=now, groups={}) for _ in scopes]
+        parts = [Observation(at=now, groups={}, scope=scope) for scope, _ in scopes]
 
         def one(index: int) -> None:
             scope, specs = scopes[index]
@@ -404,7 +408,9 @@ class Observer:
                 g = GroupObservation(name=spec.name, ok=False)
                 wanted = spec.scaling_group_id or spec.scaling_group_name
                 g.errors.append(
-                    "scaling groups not readable" if groups is None else f"scaling group {wanted!r} not found"
+                    f"scaling groups not readable: {obs.errors[-1]}"
+                    if groups is None and obs.errors
+                    else f"scaling group {wanted!r} not found"
                 )
                 obs.groups[spec.name] = g
                 if groups is None and self._blind(g, now):
@@ -455,6 +461,10 @@ class Observer:
         return True
 
     def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
+        if obs.scope is not None and obs.scope != (None, None):
+            # Which region and account failed: two regions failing one Action are two failures, each
+            # logged, never one held back behind the other's.
+            where = f"{where} ({_scope_label(obs.scope)})"
         obs.errors.append(exc)
         self.failures.failed(where, exc, obs.at)
         if self.on_error is not None:

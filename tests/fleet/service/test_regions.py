@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import textwrap
 import threading
@@ -246,3 +247,18 @@ def test_an_unexpected_failure_in_one_region_leaves_the_others_observed(tmp_path
         assert any("ValueError" in e and "n/a" in e for e in obs.groups["beijing"].errors)
         result = svc.tick(cloud.now())
         assert "chengdu" in result.observed_groups and "beijing" not in result.observed_groups
+
+
+def test_two_regions_refused_by_ram_are_each_logged_with_region_and_cause(tmp_path, monkeypatch, caplog):
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, _default, _clients_for, _beijing):
+        cloud.inject_fault(
+            "DescribeScalingGroups", code="Forbidden.RAM", status=403, message="You are not authorized."
+        )
+        with caplog.at_level(logging.WARNING, logger="fleet.service.observe"):
+            obs = svc.observer.observe(cloud.now())
+        lines = [r.getMessage() for r in caplog.records if "DescribeScalingGroups" in r.getMessage()]
+        assert len(lines) == 2  # one per region: neither held back behind the other's
+        assert sum("cn-beijing" in line and "team-b" in line for line in lines) == 1
+        for name in ("chengdu", "beijing"):
+            assert not obs.groups[name].ok
+            assert any("Forbidden.RAM" in e for e in obs.groups[name].errors)
