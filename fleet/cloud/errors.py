@@ -1,7 +1,8 @@
 """One error tree for every cloud call, and the mapping from the SDKs' exceptions into it.
 
     CloudError(code, message, request_id, status, action)
-    ├── Throttled            Throttling, Throttling.User, Throttling.Api (retried; carries retry_after_s)
+    ├── Throttled            Throttling, Throttling.* (.User, .Api, ECS's .Resource), any HTTP 429
+    │                        (retried; carries retry_after_s)
     ├── Conflict             ScalingActivityInProgress, IncorrectScalingGroupStatus (retried)
     ├── IdempotencyMismatch  IdempotentParameterMismatch: a ClientToken reused with other parameters
     ├── NotFound             any *.NotFound code
@@ -31,6 +32,11 @@ from requests import RequestException
 from Tea.exceptions import TeaException, UnretryableException
 
 THROTTLING_CODES = frozenset({"Throttling", "Throttling.User", "Throttling.Api"})
+# ECS adds Throttling.Resource (one resource asked about too often) and others: every Throttling.* is flow
+# control. HTTP 429 is flow control whatever the code (a gateway's TooManyRequests) when no Retry-After came
+# with it (with one, the SDK raises ThrottlingException): a request refused unprocessed, safe to repeat.
+THROTTLING_PREFIX = "Throttling."
+TOO_MANY_REQUESTS = 429
 CONFLICT_CODES = frozenset({"ScalingActivityInProgress", "IncorrectScalingGroupStatus"})
 IDEMPOTENCY_CODES = frozenset({"IdempotentParameterMismatch"})
 AUTH_CODES = frozenset({"SignatureDoesNotMatch", "InvalidCredentials", "IncompleteSignature"})
@@ -143,7 +149,7 @@ class AuthError(CloudError):
 
 def classify(code: str, status: int | None) -> type[CloudError]:
     """The error class for a wire code and HTTP status (the code wins over the status)."""
-    if code in THROTTLING_CODES:
+    if code in THROTTLING_CODES or code.startswith(THROTTLING_PREFIX):
         return Throttled
     if code in CONFLICT_CODES:
         return Conflict
@@ -153,6 +159,8 @@ def classify(code: str, status: int | None) -> type[CloudError]:
         return AuthError
     if code.endswith(".NotFound"):
         return NotFound
+    if status == TOO_MANY_REQUESTS:
+        return Throttled
     if status is not None and status >= 500:
         return ServerError
     if status == 403:
@@ -202,7 +210,7 @@ def from_sdk(exc: BaseException, action: str | None = None) -> CloudError:
         status = exc.status_code
         request_id = exc.request_id if exc.request_id not in (None, "None") else None
         message = _wire_message(exc)
-        if isinstance(exc, ThrottlingException) or code in THROTTLING_CODES:
+        if isinstance(exc, ThrottlingException) or classify(code, status) is Throttled:
             return Throttled(code, message, request_id, status, action, retry_after_s=_retry_after_s(exc))
         if status is None and isinstance(exc, ClientException):
             # Raised by the SDK before sending anything (e.g. InvalidCredentials when no credential is set).

@@ -31,6 +31,12 @@ from .conftest import error
         (400, "Throttling", Throttled),
         (400, "Throttling.User", Throttled),
         (400, "Throttling.Api", Throttled),
+        # ECS's per-resource and concurrency flow control, and a 429 without Retry-After under any code
+        # (a gateway's): retried after a wait, never a parameter error that fails the read at once
+        (400, "Throttling.Resource", Throttled),
+        (400, "Throttling.Concurrent", Throttled),
+        (429, "TooManyRequests", Throttled),
+        (429, "ServiceUnavailable", Throttled),
         (400, "ScalingActivityInProgress", Conflict),
         (400, "IncorrectScalingGroupStatus", Conflict),
         (400, "IdempotentParameterMismatch", IdempotencyMismatch),
