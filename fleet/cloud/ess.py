@@ -48,6 +48,10 @@ ACTIONS: tuple[str, ...] = (
 PAGE_SIZE = 50  # ESS's maximum PageSize
 MAX_GROUP_FILTER = 20  # ScalingGroupIds.N / ScalingGroupNames.N accept at most 20 values [DOC]
 MAX_INSTANCES_PER_WRITE = 20  # EnterStandby/ExitStandby/RemoveInstances/SetInstancesProtection [DOC]
+# MinSize and MaxSize range over 0..2000 (CreateScalingGroup / ModifyScalingGroup) [DOC]. A group answer
+# lacking one reads as these widest bounds, never as 0: a MaxSize read as 0 clipped every plan to nothing.
+ESS_MIN_GROUP_SIZE = 0
+ESS_MAX_GROUP_SIZE = 2000
 
 T = TypeVar("T")
 
@@ -565,8 +569,8 @@ def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
         group_id=g.scaling_group_id,
         name=g.scaling_group_name or "",
         lifecycle_state=g.lifecycle_state or "",
-        min_size=_int(g.min_size),
-        max_size=_int(g.max_size),
+        min_size=_int(g.min_size, ESS_MIN_GROUP_SIZE),
+        max_size=_int(g.max_size, ESS_MAX_GROUP_SIZE),
         desired_capacity=_opt_int(g.desired_capacity),
         total_capacity=_int(g.total_capacity),
         active_capacity=_int(g.active_capacity),

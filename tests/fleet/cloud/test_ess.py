@@ -264,3 +264,18 @@ def test_delete_scheduled_task_names_the_task(stub, clients):
     stub.on("DeleteScheduledTask", {})
     clients.ess.delete_scheduled_task("st-3")
     assert stub.calls[0].params["ScheduledTaskId"] == "st-3"
+
+
+def test_a_group_answer_without_its_bounds_never_clips_a_plan_to_zero(stub, clients):
+    """MinSize/MaxSize missing (or null) in a DescribeScalingGroups answer are unknown, not 0: read as 0,
+    the plan was clipped to 'MaxSize 0' and the group scaled in to nothing."""
+    from fleet.service.actuate import clip_to_ess
+    from policies.model import GroupPlan
+
+    stub.on(
+        "DescribeScalingGroups", {"ScalingGroups": [_group(1, MinSize=None, MaxSize=None)], "TotalCount": 1}
+    )
+    [group] = clients.ess.describe_scaling_groups(group_ids=["asg-1"])
+    gp = GroupPlan(group="chat", serving_target=4, target_capacity=4, desired_capacity=4, direction="up")
+    assert clip_to_ess(gp, group) is gp
+    assert (group.min_size, group.max_size) == (0, 2000)  # ESS's own limits on MinSize and MaxSize
