@@ -152,7 +152,8 @@ def test_plan_with_a_queue_of_1e308_reads_it_unknown_as_the_service_does(tmp_pat
     out = capsys.readouterr()
     group = json.loads(out.out)["groups"][0]
     assert group["serving_target"] == group["in_service"] + group["pending"] and group["direction"] == "none"
-    assert "queue_waiting: value 1e+308 is beyond any real reading" in " ".join(out.err.split())
+    err = " ".join(out.err.split())
+    assert "metrics.queue_waiting" in err and "value 1e+308 is beyond any real reading" in err
 
 
 def test_plan_refuses_a_snapshot_with_an_instance_listed_twice(tmp_path, capsys):
