@@ -47,6 +47,11 @@ MAX_RECORD = 288  # judged forecasts kept (one a minute: the last ~5 hours)
 # launch, a collection gap) is judged against forecasts near zero, whose ratios run to thousands and would
 # hold the upper band there for hours; past RATIO_CLIP's 3x the day is not like the forecast's anyway.
 MAX_JUDGED_RATIO = RATIO_CLIP[1]
+# A forecast is judged against the demand of the tick that finds it due. One found due longer ago than this
+# (the service was down at its time, or the demand unknown: a restart, a takeover, a metrics outage) is
+# dropped unjudged: the demand now is not the demand it was for. Judged hours late, the forecasts made
+# before a night's outage were set against the morning's load and recorded as misses at the cap.
+MAX_JUDGE_DELAY_S = 300.0
 MIN_RECORD = 20  # judged forecasts before the record sets the quantiles, at the least (min_record)
 LEARNED_HOURS = 24  # learned floors cover the coming day: one ESS scheduled task an hour
 MAX_BURSTINESS = 3.0  # the scale-in window's stretch: beyond it the swings are demand the forecast follows
@@ -326,7 +331,11 @@ def forecast(
 
 
 def judge(state: ForecastState, now: datetime, actual_rps: float | None) -> ForecastState:
-    """Judge the forecasts due by ``now`` against ``actual_rps`` (the demand observed now); a new state."""
+    """Judge the forecasts due by ``now`` against ``actual_rps`` (the demand observed now); a new state.
+    Those due more than ``MAX_JUDGE_DELAY_S`` ago are dropped unjudged, whether the demand is known or not."""
+    late = now - timedelta(seconds=MAX_JUDGE_DELAY_S)
+    if any(p.due < late for p in state.pending):
+        state = state.model_copy(update={"pending": [p for p in state.pending if p.due >= late]})
     due = [p for p in state.pending if p.due <= now]
     if not due or actual_rps is None:
         return state

@@ -362,3 +362,18 @@ def test_the_hour_after_spring_forward_is_forecast_from_yesterdays_same_local_ho
     near = fc.forecast(hist, now, 900.0, fc.ForecastState(), zone=ZoneInfo(NEW_YORK))
     assert near.peak_rps > 20.0  # the ramp at 13:00 UTC is within the next 15 minutes
     assert fc.forecast(hist, now, 900.0, fc.ForecastState()).peak_rps < 10.0
+
+
+def test_forecasts_found_due_long_after_their_time_are_dropped_unjudged():
+    # forecasts made before a service outage (or while the demand was unknown) for a night's 1 req/s: the
+    # tick that finds them, hours later, sees the morning's 12 req/s, which is not the demand they were for
+    made = [PendingForecast(due=NOW + timedelta(minutes=k), mean_rps=1.0, upper_rps=1.2) for k in range(10)]
+    state = ForecastState(ratios=[1.0] * 40, covered=[True] * 40, pending=made)
+    unknown = fc.judge(state, NOW + timedelta(hours=1), None)  # the demand still unknown: nothing to keep
+    assert unknown.pending == [] and unknown.ratios == state.ratios
+    back = fc.judge(state, NOW + timedelta(hours=6), 12.0)
+    assert back.pending == []
+    assert back.ratios == state.ratios and back.covered == state.covered
+    # a forecast found due within a few minutes of its time is still judged against the demand then
+    recent = fc.judge(state, NOW + timedelta(minutes=9, seconds=30), 1.5)
+    assert recent.ratios[-1] == 1.5 and len(recent.ratios) == 40 + 5
