@@ -515,6 +515,13 @@ class ForecastState(_Model):
         default=0.0, ge=0, description="moving mean of those observed, same ticks"
     )
     speed_at: AwareDatetime | None = None
+    engine: str | None = Field(
+        default=None,
+        description=(
+            "what the correction was learned on (model, instance type, TP, max_model_len, or the measured"
+            " capacity): another starts it again from the model"
+        ),
+    )
     targets: list[Recommendation] = Field(
         default_factory=list, description="the scale-in window's predictive targets (scale-in: to their max)"
     )

@@ -44,7 +44,7 @@ from policies.model import (
 )
 from policies.observe import freshness
 from policies.scaling.context import ScalingInputs
-from policies.spec import PredictiveMode
+from policies.spec import Predictive, PredictiveMode
 
 CORRECTION_DOWN = 0.98  # per tick with the SLO broken under load
 CORRECTION_UP = 1.005  # per tick with slack at the modelled capacity
@@ -200,6 +200,35 @@ def _correct(inp: ScalingInputs, state: ForecastState, d: Demand, model_rps: flo
     return state.model_copy(update={"correction": state.speed * _clip(feedback, bound)})
 
 
+def engine_of(pred: Predictive) -> str:
+    """What the capacity per instance is of: the engine the sizing engine models, or the measured value."""
+    if pred.capacity_rps is not None:
+        return f"measured {pred.capacity_rps:g}"
+    return f"{pred.model} on {pred.instance_type} tp={pred.tp} max_model_len={pred.max_model_len}"
+
+
+def _for_engine(state: ForecastState, pred: Predictive) -> ForecastState:
+    """The state with the correction started again from the model when the group's engine changed (another
+    model, instance type, TP or context, or a new measured capacity): the speed and the feedback learned on
+    the old one say nothing of the new, and held it below its capacity (or above) until the slow feedback
+    wore them off. The forecast's record is of the demand and stays."""
+    engine = engine_of(pred)
+    if state.engine == engine:
+        return state
+    if state.engine is None:  # a state from before the field: the engine it was learned on is unknown
+        return state.model_copy(update={"engine": engine})
+    return state.model_copy(
+        update={
+            "engine": engine,
+            "correction": 1.0,
+            "speed": 1.0,
+            "running_expected": 0.0,
+            "running_observed": 0.0,
+            "speed_at": None,
+        }
+    )
+
+
 def _clip(x: float, bound: float) -> float:
     return min(1.0 + bound, max(1.0 - bound, x))
 
@@ -270,7 +299,7 @@ def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
         d.rps = dem.recent_rps  # the last minute's mean: one scrape period's rate swings with every clump
     series = dem.history if dem else None
     horizon = inp.spec.horizon_s
-    state = fc.judge(gh.forecast, inp.now, d.rps if d.complete else None)
+    state = fc.judge(_for_engine(gh.forecast, pred), inp.now, d.rps if d.complete else None)
     f = fc.forecast(series, inp.now, horizon, state, zone=pred.seasonal_zone)
     state = fc.remember(state, inp.now, f, horizon)
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)

@@ -178,3 +178,23 @@ def test_instances_still_loading_do_not_dilute_the_load_into_blaming_the_engines
     plans, _ = run(30, 1.5, 40.0, waiting=30.0, ttft=9000.0, slo_ms=2000.0, loading=N)
     assert plans[-1].predictive["demand_complete"] is True
     assert plans[-1].predictive["capacity_correction"] == pytest.approx(1.0)
+
+
+def test_a_new_engine_starts_the_correction_again_from_the_model():
+    # two hours on engines 20 % slower than modelled: the correction at its bound
+    _, (hist, k) = run(120, 0.6, 2.0 * 0.6 * in_service_s(CURVE, 0.6), bound=0.2)
+    assert hist.groups[GROUP].forecast.correction == pytest.approx(0.8)
+    at = NOW + timedelta(seconds=k * 60.0)
+    snap = tick(at, 0.6, 0.6 * in_service_s(CURVE, 0.6))
+
+    def with_capacity(rps: float) -> PolicySpec:
+        g = spec(0.2).groups[0]
+        pred = g.predictive.model_copy(update={"capacity_rps": rps})
+        return PolicySpec(groups=(g.model_copy(update={"predictive": pred}),))
+
+    # the same engine: the correction learned stays
+    same = decide(snap, with_capacity(1.0), hist, at).groups[0].predictive
+    assert same["capacity_correction"] < 0.85
+    # a new measured capacity (the group moved to another instance type): what the old one learned is gone
+    new = decide(snap, with_capacity(1.3), hist, at).groups[0].predictive
+    assert new["capacity_correction"] == pytest.approx(1.0) and new["capacity_speed"] == pytest.approx(1.0)
