@@ -351,10 +351,12 @@ def judge(state: ForecastState, now: datetime, actual_rps: float | None) -> Fore
 
 
 def remember(state: ForecastState, now: datetime, fc: Forecast, horizon_s: float) -> ForecastState:
-    """Keep this forecast's value at the horizon to judge it then (at most one a minute)."""
+    """Keep this forecast's value at the horizon to judge it then (at most one a minute, unless the clock
+    stepped back)."""
     if fc.method == Method.NONE or not fc.points:
         return state
-    if state.last_at is not None and (now - state.last_at).total_seconds() < 60.0:
+    # (one made "later" than now is from before the clock stepped back: it does not stop this one)
+    if state.last_at is not None and 0.0 <= (now - state.last_at).total_seconds() < 60.0:
         return state
     _, at_horizon = fc.points[-1]
     entry = PendingForecast(

@@ -297,12 +297,16 @@ class DemandLog:
         return glog
 
     def recent(self, group: str, now: datetime) -> float | None:
-        """The mean of the readings of the last ``RECENT_WINDOW_S`` (None: no reading in it)."""
+        """The mean of the readings of the last ``RECENT_WINDOW_S`` (None: no reading in it). Each is
+        checked against the window, not only the oldest: after the clock stepped back, the readings taken
+        before the step lie in the future and the ones after it behind them, so popping from the front stops
+        early (the "last minute" was the mean of every reading since the step, an hour of them for an
+        hour's step)."""
         glog = self._log(group, now)
         start = now - timedelta(seconds=RECENT_WINDOW_S)
         while glog.readings and glog.readings[0][0] <= start:
             glog.readings.popleft()
-        values = [rps for at, rps in glog.readings if at <= now]
+        values = [rps for at, rps in glog.readings if start < at <= now]
         return sum(values) / len(values) if values else None
 
     def mix(self, group: str, now: datetime) -> tuple[float | None, float | None]:

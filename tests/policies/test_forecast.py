@@ -377,3 +377,12 @@ def test_forecasts_found_due_long_after_their_time_are_dropped_unjudged():
     # a forecast found due within a few minutes of its time is still judged against the demand then
     recent = fc.judge(state, NOW + timedelta(minutes=9, seconds=30), 1.5)
     assert recent.ratios[-1] == 1.5 and len(recent.ratios) == 40 + 5
+
+
+def test_a_forecast_is_remembered_after_the_clock_steps_back():
+    f = fc.forecast(series(2), NOW, 600, ForecastState())
+    state = fc.remember(ForecastState(), NOW, f, 600)
+    earlier = NOW - timedelta(hours=1)  # the clock stepped back an hour
+    stepped = fc.remember(state, earlier, f, 600)
+    assert len(stepped.pending) == 2 and stepped.last_at == earlier
+    assert fc.remember(stepped, earlier + timedelta(seconds=30), f, 600) == stepped  # one a minute again

@@ -306,3 +306,19 @@ def test_pruning_goes_in_bounded_batches_oldest_first_and_stops_when_the_lease_i
 
 def test_the_retention_is_the_forecasts_history_and_a_day():
     assert retention_s(7 * 86400) == 8 * 86400
+
+
+def test_the_recent_level_after_the_clock_steps_back_is_the_last_minute(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        log = DemandLog(store, {"chat": 86400})
+        for k in range(8):  # two minutes at 100 req/s
+            at = NOW + timedelta(seconds=15 * k)
+            log.record("chat", DemandReading(at, 100.0, as_of=at))
+        back = NOW - timedelta(hours=1)  # the clock steps back an hour
+        for k in range(40):  # ten minutes: 50 req/s, then 2 req/s for the last one
+            at = back + timedelta(seconds=15 * k)
+            log.record("chat", DemandReading(at, 2.0 if k >= 36 else 50.0, as_of=at))
+        assert log.recent("chat", back + timedelta(seconds=15 * 39)) == 2.0
+    finally:
+        store.close()
