@@ -284,9 +284,10 @@ def sync_group(
                 try:
                     task_id = _create(ess, group_id, t, end)
                 except CloudError as exc:
-                    if exc.code != QUOTA_CODE or _learned(t.name, spec.name) or not spare:
+                    if exc.code != QUOTA_CODE or not _displaces(t, spare, now, _learned(t.name, spec.name)):
                         raise
-                    # a window of the config outranks a learned floor: the latest-firing one makes room
+                    # a window of the config outranks a learned floor, and a learned floor firing sooner one
+                    # that fires later: the latest-firing one makes room
                     room = spare.pop()
                     assert room.task_id is not None
                     ess.delete_scheduled_task(room.task_id)
@@ -330,6 +331,19 @@ def sync_group(
             log.warning("scheduled task %s %s failed: %s", ch.op, ch.name, exc)
             applied.append(TaskChange(ch.group, "error", ch.name, f"{ch.op}: {exc}", ch.task_id, exc.code))
     return applied
+
+
+def _displaces(t: DesiredTask, spare: list[ScheduledTask], now: datetime, learned: bool) -> bool:
+    """Whether ``t``, refused by a full quota, takes the place of the latest-firing of the group's learned
+    tasks (``spare``, latest last): a window's task always does; a learned one when it fires sooner. With
+    the quota leaving room for only some hours, the ones the first sync created were kept for good, so after
+    a few hours the group's learned tasks were the hours just past, the next to fire a day away, and the
+    coming ones (what a service that goes down needs) never written."""
+    if not spare:
+        return False
+    if not learned:
+        return True
+    return _fires_in(spare[-1], now) > (t.launch_time - now).total_seconds() + 60.0
 
 
 def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime) -> str:

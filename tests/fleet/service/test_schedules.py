@@ -478,3 +478,35 @@ def test_the_mirrored_floor_rises_a_cold_start_before_03_00_on_a_dst_change_day_
     # 03:00 shows once on both change days (the clocks change at 02:00)
     opens = datetime.combine(change.date(), time(3), ZoneInfo("America/New_York")).astimezone(UTC)
     assert (at(opens - timedelta(seconds=240)), at(opens - timedelta(seconds=150))) == (1, 6)
+
+
+def test_with_the_quota_full_the_learned_floors_kept_are_the_coming_hours_not_the_ones_past(fake_world):
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor, sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    cloud.ess.scheduled_task_quota = 4  # the window's two tasks and two learned floors
+    ess = _plain_ess(cloud, svc)
+    spec = _learning(schedules=svc.specs[0].schedules)
+    start = cloud.now()
+
+    def learned_names() -> set[str]:
+        return {t.name for t in ess.describe_scheduled_tasks(gid) if "-learned-" in t.name}
+
+    def hour(at) -> str:
+        return f"fleet-chat-learned-{at:%H%M}-start"
+
+    sync_group(
+        ess, spec, gid, start, learned=[LearnedFloor(start + timedelta(hours=h), 3) for h in range(1, 25)]
+    )
+    assert learned_names() == {hour(start + timedelta(hours=h)) for h in (1, 2)}
+    later = start + timedelta(hours=3, minutes=10)  # those two have fired: the next to fire are hours 4 and 5
+    learned = [LearnedFloor(start + timedelta(hours=h), 3) for h in range(4, 28)]
+    changes = sync_group(ess, spec, gid, later, learned=learned)
+    assert learned_names() == {hour(start + timedelta(hours=h)) for h in (4, 5)}
+    assert len([c for c in changes if c.op == "error" and c.quota_full]) == 1
+    # and a sync with nothing new to fire sooner changes nothing
+    again = sync_group(ess, spec, gid, later, learned=learned)
+    assert not [c for c in again if c.op in ("create", "delete")]
+    assert learned_names() == {hour(start + timedelta(hours=h)) for h in (4, 5)}
