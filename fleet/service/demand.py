@@ -1,11 +1,12 @@
 """The demand history of each group: recorded every tick, kept per minute in the store, read as a series.
 
 The service records what its InService instances report (the sum of ``request_rate``, the rate-weighted
-token mix) when every one of them reported a fresh value: a partial or stale reading is not demand, and a
-minute without one stays a hole (unknown, not zero). Each minute's mean becomes one row of
-``demand_samples``; the series the policy reads is held in memory, loaded from the store on the first tick
-(so a restart or a takeover resumes from what the last leader wrote) and appended to thereafter, so a tick
-costs one small write a minute rather than a read of days of rows.
+token mix) when at least half of those serving reported a fresh value (``read_demand``: the silent ones are
+counted at their peers' mean rate); a minute without such a reading stays a hole (unknown, not zero).
+Each minute's mean becomes one row of ``demand_samples``; the series the policy reads is held in memory,
+loaded from the store on the first tick (so a restart or a takeover resumes from what the last leader
+wrote) and appended to thereafter, so a tick costs one small write a minute rather than a read of days
+of rows.
 """
 
 from __future__ import annotations
@@ -67,15 +68,22 @@ def read_demand(
     metrics: Mapping[str, Mapping[str, MetricSample]],
     now: datetime,
     stale_after_s: float,
+    loading: Iterable[str] = (),
 ) -> DemandReading | None:
     """The group's demand: the sum of its InService instances' fresh arrival rates; None unless at least half
-    of them reported. The sum is not scaled up for the silent ones: they are fresh instances that the load
-    balancer has only begun to send to, and the arrivals are counted where they landed."""
+    of the serving ones reported.
+
+    Two kinds of silent instance serve nothing and are not counted: those still ``loading`` their weights
+    (the balancer has only begun to send to them, and the arrivals are counted where they landed) and those
+    whose agent reads vLLM down on a fresh ``vllm_up``. Any other silent one (its agent or CloudMonitor's
+    points late or lost) is serving the balancer's share all the same: it is counted at the mean rate of the
+    ones that reported. Left out, the minutes recorded while a third of the agents were silent held two
+    thirds of the demand, and the next day's forecast and learned floors for that hour with them."""
     ids = list(instances_in_service)
-    if not ids:
-        return None
+    skip = set(loading)
     total = 0.0
     known = 0
+    serving = 0
     newest: datetime | None = None
     mix: dict[str, list[tuple[float, float]]] = {
         pm.PROMPT_TOKENS_PER_REQUEST: [],
@@ -85,8 +93,12 @@ def read_demand(
         m = metrics.get(iid, {})
         rate = m.get(pm.REQUEST_RATE)
         if rate is None or not _fresh(rate, now, stale_after_s):
+            up = m.get(pm.VLLM_UP)
+            down = up is not None and _fresh(up, now, stale_after_s) and up.value < pm.ENGINE_DOWN_BELOW
+            serving += 0 if (iid in skip and rate is None) or down else 1
             continue
         known += 1
+        serving += 1
         total += rate.value
         newest = rate.at if newest is None or rate.at > newest else newest
         for name, pairs in mix.items():
@@ -98,11 +110,11 @@ def read_demand(
         w = sum(x for _, x in pairs)
         return sum(v * x for v, x in pairs) / w if pairs and w > 0 else None
 
-    if known * 2 < len(ids):
+    if not known or known * 2 < serving:
         return None
     return DemandReading(
         now,
-        total,
+        total * serving / known,
         weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
         weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
         as_of=newest,

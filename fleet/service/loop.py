@@ -64,6 +64,7 @@ from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
 from policies import decide
+from policies.launch_verdicts import load_time_s
 from policies.model import (
     DemandInputs,
     ForecastState,
@@ -317,7 +318,7 @@ class Service:
         key = history_key(self.settings.service_name, shard, self.shards.shards)
         history = self._load_history(key)
         snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
-        self._add_demand(snapshot, observation, now, specs)
+        self._add_demand(snapshot, observation, now, specs, history)
         if self.shards.shards > 1:
             # A request naming another shard's instance is that shard's to apply: only the matched ones here.
             taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
@@ -385,7 +386,12 @@ class Service:
 
     # -- snapshot -------------------------------------------------------------------------------------
     def _add_demand(
-        self, snapshot: Snapshot, observation: Observation, now: datetime, specs: list[GroupSpec]
+        self,
+        snapshot: Snapshot,
+        observation: Observation,
+        now: datetime,
+        specs: list[GroupSpec],
+        history: History | None = None,
     ) -> None:
         """Record each predictive group's demand and give the policy its history and capacity table value."""
         for spec in specs:
@@ -396,11 +402,21 @@ class Service:
             if g is None or gs is None or gs.blind:
                 continue
             serving = LifecycleState.IN_SERVICE
-            in_service = [i.instance_id for i in g.instances if i.lifecycle_state == serving]
-            reading = read_group_demand(in_service, g.metrics, now, spec.stabilization.stale_after_s)
+            in_service = [i for i in g.instances if i.lifecycle_state == serving]
+            stale_s = spec.stabilization.stale_after_s
+            # still loading its weights, as the policy counts it: younger than a launch takes here
+            gh = history.groups.get(spec.name) if history is not None else None
+            load_s = load_time_s(gh.launches, spec.cold_start_s) if gh is not None else spec.cold_start_s
+            loading = [
+                i.instance_id
+                for i in in_service
+                if i.created_at is not None and 0 <= (now - i.created_at).total_seconds() < load_s + stale_s
+            ]
+            ids = [i.instance_id for i in in_service]
+            reading = read_group_demand(ids, g.metrics, now, stale_s, loading)
             if reading is not None:
                 per_instance = self._capacity_rps.get(spec.name)  # the last tick's: no lookup of its own
-                serves = None if per_instance is None else per_instance * len(in_service)
+                serves = None if per_instance is None else per_instance * len(ids)
                 self.demand.record(spec.name, reading, serves)
             prompt, output = self.demand.mix(spec.name, now)
             fields = self.capacity_table.demand_fields(spec, prompt, output)

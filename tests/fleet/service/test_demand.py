@@ -322,3 +322,18 @@ def test_the_recent_level_after_the_clock_steps_back_is_the_last_minute(tmp_path
         assert log.recent("chat", back + timedelta(seconds=15 * 39)) == 2.0
     finally:
         store.close()
+
+
+def test_silent_serving_instances_count_at_their_peers_rate_not_as_zero():
+    metrics = {"a": _metrics(1.0), "b": _metrics(1.0), "c": _metrics(1.0, age_s=600), "d": {}}
+    # c's agent went quiet ten minutes ago, d never reported: both serve their share all the same
+    r = read_demand(["a", "b", "c", "d"], metrics, NOW, 120)
+    assert r is not None and r.rps == 4.0
+    # an instance still loading its weights, or one whose agent reads vLLM down, serves nothing
+    metrics["c"] = {pm.VLLM_UP: MetricSample(value=0.0, at=NOW)}
+    r = read_demand(["a", "b", "c", "d"], metrics, NOW, 120, loading=["d"])
+    assert r is not None and r.rps == 2.0
+    # one that reported before is serving, loading or not
+    metrics["d"] = _metrics(1.0, age_s=600)
+    r = read_demand(["a", "b", "c", "d"], metrics, NOW, 120, loading=["d"])
+    assert r is not None and r.rps == 3.0

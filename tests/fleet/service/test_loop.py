@@ -344,6 +344,25 @@ def _steady_then(cloud, svc, spike, ticks=40, at=(36,)):
     return DemandLog(svc.store, {"chat": 86400}).rows("chat", cloud.now() - timedelta(hours=1))
 
 
+def test_agents_going_quiet_do_not_take_their_instances_demand_out_of_the_history(tmp_path):
+    from fleet.service.demand import DemandLog
+
+    with _predictive_world(tmp_path, "forecast-only", in_service=4) as (cloud, svc):
+        ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
+        start = cloud.now()
+        for tick in range(40):  # 10 minutes of 1 req/s an instance; one agent falls silent after 2
+            for iid in ids if tick < 8 else ids[1:]:
+                cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 1.0)
+                # (a queue between the rules' thresholds: no scale-in, no scale-out)
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 1.0)
+            assert svc.tick(cloud.now()).ok
+            cloud.advance(15)
+        rows = DemandLog(svc.store, {"chat": 86400}).rows("chat", start - timedelta(minutes=1))
+        assert _desired(svc) == 4
+        # the balancer still sends the silent one its share: the group's demand is still 4 req/s
+        assert len(rows) >= 8 and all(r.rps == 4.0 for r in rows), [r.rps for r in rows]
+
+
 def test_one_reading_far_above_what_the_fleet_serves_waits_for_the_next_to_confirm_it(tmp_path, caplog):
     # 5,000 req/s passes the boundary's bound (10,000 per instance) but is over 10x the 3 instances' 3 req/s:
     # held, then dropped when the next agent period reads 1 req/s again
