@@ -21,10 +21,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from prometheus_client import Gauge
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
@@ -892,29 +894,15 @@ class Service:
                 self.metrics.in_service.labels(group=name).set(g.count(LifecycleState.IN_SERVICE))
 
     def _predictive_gauges(self, plan: Plan) -> None:
+        """Each predictive input of the plan on ``/metrics``; one that is unknown this tick (the demand
+        unknown, no forecast yet, predictive scaling turned off) is removed, not left at its last value:
+        a dashboard or an alert read an hour-old demand and target as the current ones."""
         for gp in plan.groups:
-            inputs = gp.predictive
-            if not inputs:
-                continue
-            for key in (
-                "demand_rps",
-                "forecast_rps",
-                "forecast_upper_rps",
-                "forecast_lower_rps",
-                "capacity_per_instance_rps",
-                "capacity_correction",
-                "capacity_speed",
-                "predictive_target",
-                "burstiness",
-            ):
-                value = inputs.get(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self.metrics.predictive.labels(group=gp.group, field=key).set(value)
-            mape, cover = inputs.get("forecast_mape_pct"), inputs.get("forecast_coverage")
-            if isinstance(mape, int | float):
-                self.metrics.forecast_mape.labels(group=gp.group).set(mape)
-            if isinstance(cover, int | float):
-                self.metrics.forecast_coverage.labels(group=gp.group).set(cover)
+            inputs = gp.predictive or {}
+            for key in PREDICTIVE_GAUGE_FIELDS:
+                _set_or_remove(self.metrics.predictive, inputs.get(key), group=gp.group, field=key)
+            _set_or_remove(self.metrics.forecast_mape, inputs.get("forecast_mape_pct"), group=gp.group)
+            _set_or_remove(self.metrics.forecast_coverage, inputs.get("forecast_coverage"), group=gp.group)
 
     def _notify(self, note: Announcement) -> None:
         if self.notifier is not None and self.notifier.has_channels:
@@ -989,6 +977,28 @@ def _ess_group(observation: Observation, name: str) -> ScalingGroup | None:
     """The ESS group as observed this tick (None when it was not read)."""
     g = observation.groups.get(name)
     return g.group if g is not None and g.ok else None
+
+
+PREDICTIVE_GAUGE_FIELDS = (
+    "demand_rps",
+    "forecast_rps",
+    "forecast_upper_rps",
+    "forecast_lower_rps",
+    "capacity_per_instance_rps",
+    "capacity_correction",
+    "capacity_speed",
+    "predictive_target",
+    "burstiness",
+)
+
+
+def _set_or_remove(gauge: Gauge, value: object, **labels: str) -> None:
+    """The gauge's series at ``value``, or gone when it is not a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        gauge.labels(**labels).set(value)
+        return
+    with suppress(KeyError):  # never exported
+        gauge.remove(*labels.values())
 
 
 def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:

@@ -310,6 +310,29 @@ def test_predictive_group_records_its_demand_and_exports_the_forecast_on_metrics
         assert _desired(svc) == 2  # forecast-only: nothing written
 
 
+def test_predictive_gauges_that_become_unknown_leave_metrics_rather_than_freeze(tmp_path):
+    from prometheus_client import generate_latest
+
+    with _predictive_world(tmp_path, "forecast-only", in_service=2) as (cloud, svc):
+        ids = [i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances]
+        for _ in range(24):  # 3 req/s for 6 minutes (the forecast's level needs 5), then every agent stops
+            for iid in ids:
+                cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 1.5)
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 1.0)
+            assert svc.tick(cloud.now()).ok
+            cloud.advance(15)
+        text = generate_latest(svc.metrics.registry).decode()
+        assert 'fleet_predictive{field="demand_rps",group="chat"} 3.0' in text
+        assert 'field="predictive_target",group="chat"' in text
+        for _ in range(60):  # 15 minutes without a rate: the demand, the forecast and the target unknown
+            svc.tick(cloud.now())
+            cloud.advance(15)
+        text = generate_latest(svc.metrics.registry).decode()
+        for field in ("demand_rps", "forecast_rps", "predictive_target"):
+            assert f'field="{field}",group="chat"' not in text, field
+        assert 'field="capacity_per_instance_rps",group="chat"} 1.0' in text  # still known
+
+
 def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_demand_history(tmp_path):
     from fleet.service.demand import DemandLog
 
