@@ -177,6 +177,12 @@ class DemandLog:
         self.history_s = dict(history_s)
         self._groups: dict[str, _GroupLog] = {}
 
+    def forget(self, group: str) -> None:
+        """Drop what is held of ``group`` in memory: the next read loads it from the store again. Called when
+        this replica takes the group's shard (back): another leader may have written minutes meanwhile,
+        which the memory of an earlier leadership lacks (it is loaded from the store only once)."""
+        self._groups.pop(group, None)
+
     # -- writes ----------------------------------------------------------------------------------------
     def record(self, group: str, reading: DemandReading, serves_rps: float | None = None) -> None:
         """Add one tick's reading; a finished minute is written to the store. A reading of the same rate

@@ -269,6 +269,12 @@ class Service:
             return now + timedelta(seconds=time.monotonic() - tick_started)
 
         held = self.shards.acquire(now)
+        for spec in self.specs:
+            # a shard taken (back) under a new epoch: another replica may have led it meanwhile, so its
+            # groups' demand is read from the store again, not from this replica's memory of before
+            k = shard_of(spec.name, self.shards.shards)
+            if k in held and self.owned.get(k) != held[k].epoch:
+                self.demand.forget(spec.name)
         self.owned = {k: lease.epoch for k, lease in held.items()}
         # a shard taken (again) is synced at once: another replica may have changed its tasks meanwhile
         self._last_schedule_sync = {k: t for k, t in self._last_schedule_sync.items() if k in held}

@@ -265,6 +265,10 @@ def test_a_dry_run_replica_never_takes_the_real_lease_or_history(fake_world):
     assert shadow.store.service == "fleet-dry-run" and real.store.service == "fleet"
 
 
+# (a column-0 comment keeps the group key's indentation through _config's dedent)
+PREDICTIVE_EXTRA = "# predictive\n    predictive: {{mode: {mode}, capacity_rps: 1.0, horizon: 2m}}\n"
+
+
 @contextmanager
 def _predictive_world(tmp_path, mode, in_service):
     """(cloud, service) over a group of ``in_service`` instances whose predictive mode is ``mode``, with a
@@ -279,8 +283,7 @@ def _predictive_world(tmp_path, mode, in_service):
             region_id=REGION,
         )
         clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
-        # (a column-0 comment keeps the group key's indentation through _config's dedent)
-        extra = f"# predictive\n    predictive: {{mode: {mode}, capacity_rps: 1.0, horizon: 2m}}\n"
+        extra = PREDICTIVE_EXTRA.format(mode=mode)
         cfg = _config(tmp_path, gid, extra=extra)
         svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
         try:
@@ -331,6 +334,47 @@ def test_predictive_gauges_that_become_unknown_leave_metrics_rather_than_freeze(
         for field in ("demand_rps", "forecast_rps", "predictive_target"):
             assert f'field="{field}",group="chat"' not in text, field
         assert 'field="capacity_per_instance_rps",group="chat"} 1.0' in text  # still known
+
+
+def test_a_replica_taking_the_lease_back_reads_the_demand_the_other_leader_recorded(tmp_path):
+    from fleet.service.demand import minute_of
+
+    with _predictive_world(tmp_path, "forecast-only", in_service=2) as (cloud, a):
+        cfg = _config(
+            tmp_path, a.specs[0].scaling_group_id, extra=PREDICTIVE_EXTRA.format(mode="forecast-only")
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        b = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            ids = [i.instance_id for i in a.observer.observe(cloud.now()).groups["chat"].instances]
+
+            def run(svc, minutes: int, rps: float) -> None:
+                for _ in range(minutes * 4):
+                    for iid in ids:
+                        cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, rps / len(ids))
+                        cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 1.0)
+                    svc.tick(cloud.now())
+                    cloud.advance(15)
+
+            run(a, 5, 2.0)  # a leads
+            cloud.advance(a.settings.lease_ttl_s)  # a stalls past its lease; b takes over
+            handover = minute_of(cloud.now())
+            run(b, 10, 6.0)
+            assert b.last_tick is not None and b.last_tick.leader
+            b.close()
+            cloud.advance(b.settings.lease_ttl_s)  # b goes; a takes its lease back
+            run(a, 2, 6.0)
+            assert a.last_tick is not None and a.last_tick.leader
+            series = a.demand.series("chat", cloud.now())
+            assert series is not None
+            led_by_b = [
+                v
+                for k, v in enumerate(series.rps)
+                if handover < series.start + timedelta(minutes=k) < handover + timedelta(minutes=9)
+            ]
+            assert led_by_b and all(v == 6.0 for v in led_by_b), series.rps  # a hole in a's memory before
+        finally:
+            b.close()
 
 
 def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_demand_history(tmp_path):
