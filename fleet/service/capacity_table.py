@@ -219,6 +219,24 @@ class CapacityTable:
             return fallback
 
 
+def served_context(spec: GroupSpec) -> int | None:
+    """The most tokens (prompt and output) one request of the group can hold: its ``max_model_len``, else
+    the model's longest context (what vLLM allows it); None for a measured capacity (the mix does not set
+    it) or a model the catalog does not know. vLLM refuses a longer request, so no instance serving the
+    group can report a mean above it."""
+    from sizing import SizingInputError, find_model
+
+    pred = spec.predictive
+    if pred.capacity_rps is not None or not pred.model:
+        return None
+    if pred.max_model_len:
+        return pred.max_model_len
+    try:
+        return find_model(pred.model).max_position
+    except SizingInputError:
+        return None
+
+
 def _around(prompt_tokens: float) -> tuple[float, float, float]:
     """The prompt buckets either side of a mean and the mean's place between them (0 at the lower)."""
     k = math.log(max(prompt_tokens, 1.0)) / math.log(MIX_STEP)

@@ -57,6 +57,8 @@ class DemandReading:
     # the newest arrival-rate point it sums: a tick that finds no newer point (an agent's point late or
     # lost) repeats the last reading, and a repeat is not recorded again
     as_of: datetime | None = None
+    # instances whose token mean was left out of the mix: longer than any request the group can serve
+    refused_mix: tuple[str, ...] = ()
 
 
 def _fresh(s: MetricSample | None, now: datetime, stale_s: float) -> bool:
@@ -69,6 +71,7 @@ def read_demand(
     now: datetime,
     stale_after_s: float,
     loading: Iterable[str] = (),
+    max_tokens: float | None = None,
 ) -> DemandReading | None:
     """The group's demand: the sum of its InService instances' fresh arrival rates; None unless at least half
     of the serving ones reported.
@@ -78,13 +81,19 @@ def read_demand(
     whose agent reads vLLM down on a fresh ``vllm_up``. Any other silent one (its agent or CloudMonitor's
     points late or lost) is serving the balancer's share all the same: it is counted at the mean rate of the
     ones that reported. Left out, the minutes recorded while a third of the agents were silent held two
-    thirds of the demand, and the next day's forecast and learned floors for that hour with them."""
+    thirds of the demand, and the next day's forecast and learned floors for that hour with them.
+
+    A token mean above ``max_tokens`` (the most one request of the group can hold, ``served_context``) is
+    no served request's: that instance's mean is left out of the mix (its rate still counts). Weighted in,
+    one agent's 50,000-token prompts among 1,000-token ones put the mix past the context, where the capacity
+    model reads a hundredth of the capacity, or none, for the half hour the mix spans."""
     ids = list(instances_in_service)
     skip = set(loading)
     total = 0.0
     known = 0
     serving = 0
     newest: datetime | None = None
+    refused: list[str] = []
     mix: dict[str, list[tuple[float, float]]] = {
         pm.PROMPT_TOKENS_PER_REQUEST: [],
         pm.OUTPUT_TOKENS_PER_REQUEST: [],
@@ -103,8 +112,12 @@ def read_demand(
         newest = rate.at if newest is None or rate.at > newest else newest
         for name, pairs in mix.items():
             tok = m.get(name)
-            if tok is not None and _fresh(tok, now, stale_after_s):
-                pairs.append((tok.value, max(rate.value, 1e-6)))
+            if tok is None or not _fresh(tok, now, stale_after_s):
+                continue
+            if max_tokens is not None and tok.value > max_tokens:
+                refused.append(iid)
+                continue
+            pairs.append((tok.value, max(rate.value, 1e-6)))
 
     def weighted(pairs: list[tuple[float, float]]) -> float | None:
         w = sum(x for _, x in pairs)
@@ -118,6 +131,7 @@ def read_demand(
         weighted(mix[pm.PROMPT_TOKENS_PER_REQUEST]),
         weighted(mix[pm.OUTPUT_TOKENS_PER_REQUEST]),
         as_of=newest,
+        refused_mix=tuple(dict.fromkeys(refused)),
     )
 
 

@@ -41,8 +41,8 @@ from fleet.service.actuate import (
 )
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
-from fleet.service.capacity_table import CapacityTable, learned_floors
-from fleet.service.demand import DemandLog, prune, record_forecasts, retention_s
+from fleet.service.capacity_table import CapacityTable, learned_floors, served_context
+from fleet.service.demand import DemandLog, DemandReading, prune, record_forecasts, retention_s
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -197,6 +197,8 @@ class Service:
         self.demand = DemandLog(store, {s.name: float(s.predictive.history_s) for s in specs})
         self.capacity_table = CapacityTable()
         self._capacity_rps: dict[str, float] = {}  # per group, the capacity per instance last looked up
+        self._context: dict[str, int | None] = {}  # per group, the most tokens a request can hold
+        self._mix_refused: dict[str, set[str]] = {}  # per group, instances whose token mix is left out
         self._last_prune: dict[int, datetime] = {}  # shard -> when this replica last pruned its groups
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
@@ -421,7 +423,9 @@ class Service:
                 if i.created_at is not None and 0 <= (now - i.created_at).total_seconds() < load_s + stale_s
             ]
             ids = [i.instance_id for i in in_service]
-            reading = read_group_demand(ids, g.metrics, now, stale_s, loading)
+            context = self._context.setdefault(spec.name, served_context(spec))
+            reading = read_group_demand(ids, g.metrics, now, stale_s, loading, context)
+            self._note_refused_mix(spec.name, reading, context)
             if reading is not None:
                 per_instance = self._capacity_rps.get(spec.name)  # the last tick's: no lookup of its own
                 serves = None if per_instance is None else per_instance * len(ids)
@@ -438,6 +442,20 @@ class Service:
                     **fields,
                 }
             )
+
+    def _note_refused_mix(self, group: str, reading: DemandReading | None, context: int | None) -> None:
+        """Warn once of each instance whose token mean is left out of the group's mix, until it is back."""
+        refused = set(reading.refused_mix) if reading is not None else set()
+        for iid in sorted(refused - self._mix_refused.get(group, set())):
+            log.warning(
+                "group %s: instance %s reports requests longer than the %d tokens one can hold: its token "
+                "mix is left out of the capacity model",
+                group,
+                iid,
+                context,
+                extra={"group": group, "instance_id": iid},
+            )
+        self._mix_refused[group] = refused
 
     def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
         """At most once per ``prune_interval_s`` per shard, after the tick's writes: delete the shard's

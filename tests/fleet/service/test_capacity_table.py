@@ -8,6 +8,7 @@ import math
 import pytest
 
 from fleet.service.capacity_table import FIT_Z, fitting_length_cv
+from policies.spec import GroupSpec
 from sizing.capacity import DEFAULT_LENGTH_CV
 
 
@@ -147,3 +148,24 @@ def test_a_prefix_hit_outside_zero_to_one_is_refused_by_the_config(hit):
 
     with pytest.raises(ValidationError, match="prefix_hit"):
         _spec(prefix_hit=hit)
+
+
+def test_the_served_context_bounds_a_requests_tokens():
+    from fleet.service.capacity_table import served_context
+    from sizing import find_model
+
+    def spec(**pred):
+        return GroupSpec.model_validate(
+            {
+                "name": "chat",
+                "scaling_group_id": "asg-1",
+                "min_size": 1,
+                "max_size": 4,
+                "predictive": {"mode": "on", **pred},
+            }
+        )
+
+    sized = {"model": "Qwen2.5-14B", "instance_type": "ecs.gn7i-2x.8xlarge"}
+    assert served_context(spec(**sized, max_model_len=8192)) == 8192
+    assert served_context(spec(**sized)) == find_model("Qwen2.5-14B").max_position
+    assert served_context(spec(capacity_rps=1.0)) is None  # a measured capacity: the mix sets nothing

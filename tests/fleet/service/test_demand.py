@@ -337,3 +337,14 @@ def test_silent_serving_instances_count_at_their_peers_rate_not_as_zero():
     metrics["d"] = _metrics(1.0, age_s=600)
     r = read_demand(["a", "b", "c", "d"], metrics, NOW, 120, loading=["d"])
     assert r is not None and r.rps == 3.0
+
+
+def test_a_token_mean_longer_than_any_request_the_group_serves_is_left_out_of_the_mix():
+    metrics = {"a": _metrics(3.0), "b": _metrics(1.0), "c": _metrics(1.0)}
+    metrics["c"][pm.PROMPT_TOKENS_PER_REQUEST] = MetricSample(value=50_000.0, at=NOW)
+    r = read_demand(["a", "b", "c"], metrics, NOW, 120, max_tokens=8192)
+    assert r is not None and r.rps == 5.0  # its arrivals still count
+    assert r.prompt_tokens == 1000.0 and r.output_tokens == 100.0
+    assert r.refused_mix == ("c",)
+    unbounded = read_demand(["a", "b", "c"], metrics, NOW, 120)
+    assert unbounded is not None and unbounded.prompt_tokens == (4 * 1000 + 50_000) / 5

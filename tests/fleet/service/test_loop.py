@@ -377,6 +377,39 @@ def test_a_replica_taking_the_lease_back_reads_the_demand_the_other_leader_recor
             b.close()
 
 
+def test_one_agents_impossible_prompt_length_does_not_take_the_capacity_model_away(tmp_path, caplog):
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=4, in_service=4, region_id=REGION
+        )
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        pred = "{mode: forecast-only, model: Qwen2.5-14B, instance_type: ecs.gn7i-2x.8xlarge, "
+        pred += "max_model_len: 8192}"
+        cfg = _config(tmp_path, gid, extra=f"# predictive\n    predictive: {pred}\n")
+        svc = build_service(cfg, clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now)
+        try:
+            ids = sorted(i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances)
+            for _ in range(8):
+                for iid in ids:
+                    # one agent says its requests average 50,000 prompt tokens: no request of 8,192 can
+                    prompt = 50_000.0 if iid == ids[0] else 1000.0
+                    cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 0.25)
+                    cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": iid}, prompt)
+                    cloud.put_custom_metric("vllm_output_tokens_per_request", {"instanceId": iid}, 200.0)
+                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 1.0)
+                assert svc.tick(cloud.now()).ok
+                cloud.advance(15)
+            inputs = svc.last_tick.plan.groups[0].predictive
+            # weighted in, the mix read 12,750-token prompts: the capacity model a seventh of its 1.4 req/s
+            assert (
+                inputs["capacity_per_instance_rps"] is not None and inputs["capacity_per_instance_rps"] > 0.5
+            )
+        finally:
+            svc.close()
+    said = [r.getMessage() for r in caplog.records if "longer than the 8192 tokens" in r.getMessage()]
+    assert len(said) == 1 and ids[0] in said[0]
+
+
 def test_one_agents_absurd_request_rate_neither_buys_max_size_nor_enters_the_demand_history(tmp_path):
     from fleet.service.demand import DemandLog
 
