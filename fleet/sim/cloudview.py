@@ -114,17 +114,23 @@ def _sim_retry(policy_cls: Any) -> Any:
         return policy_cls()
 
 
-def service_settings(config: FleetConfig) -> Any:
-    """Our service's settings in a simulation: the config's, observing inline (no threads) and unthrottled.
+def service_settings(config: FleetConfig, tick_s: float | None = None) -> Any:
+    """Our service's settings in a simulation: the config's, observing inline (no threads) and unthrottled,
+    with a lease that outlives the simulation's tick (``tick_s``, 60 s by default where the config's is 15).
 
     The in-process fake has no request budget and no wall time passes inside a tick: the pools' wall-clock
-    token bucket would only sleep, and did, for more than half of a simulated day's wall time.
+    token bucket would only sleep, and did, for more than half of a simulated day's wall time. The lease is
+    the config's, at least two ticks long as in production (``ServiceSettings.from_config``): sized for the
+    config's 15 s tick, it lapsed between the simulation's 60 s ticks, and every tick took it again under a
+    new epoch, as a replica taking over from another does.
     """
     from dataclasses import replace
 
     from fleet.service.settings import ServiceSettings
 
-    return replace(ServiceSettings.from_config(config), observe_workers=1, call_rate_limit=False)
+    settings = ServiceSettings.from_config(config)
+    ttl_s = settings.lease_ttl_s if tick_s is None else max(settings.lease_ttl_s, 2 * tick_s + 1.0)
+    return replace(settings, observe_workers=1, call_rate_limit=False, lease_ttl_s=ttl_s)
 
 
 def make_controller(
@@ -150,7 +156,7 @@ def make_controller(
             clock=clock.now,
             dry_run=False,
             notifier=Notifier([]),
-            settings=service_settings(config),
+            settings=service_settings(config, options.tick_s),
         )
         checker = InvariantChecker(
             min_size=spec.min_size,

@@ -260,8 +260,32 @@ def test_simulated_service_observes_inline_and_unthrottled(tmp_path):
     with mock_aliyun() as cloud:
         cfg = _world(tmp_path, cloud, groups=1, instances=1)
     assert ServiceSettings.from_config(cfg).call_rate_limit is True  # production keeps the budget
-    settings = cloudview.service_settings(cfg)
+    settings = cloudview.service_settings(cfg, tick_s=60.0)
     assert settings.call_rate_limit is False and settings.observe_workers == 1
+
+
+def test_the_simulated_service_keeps_its_lease_between_the_simulations_ticks(tmp_path):
+    """The simulation ticks every 60 s where the config's lease was sized for its 15 s tick: the lease lapsed
+    between ticks, and each tick took it again under a new epoch, as a replica taking over would (its groups'
+    demand read again from the store, its scheduled tasks synced again)."""
+    from fleet.service import build_service
+    from fleet.service.notify import Notifier
+    from fleet.sim import cloudview
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=1)
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        settings = cloudview.service_settings(cfg, tick_s=60.0)
+        svc = build_service(cfg, clients, clock=cloud.now, notifier=Notifier([]), settings=settings)
+        epochs = []
+        try:
+            for _ in range(3):
+                svc.tick(cloud.now())
+                epochs.append(dict(svc.owned))
+                cloud.advance(60)
+        finally:
+            svc.close()
+    assert epochs == [{0: 1}] * 3
 
 
 def test_count_calls_nests():
