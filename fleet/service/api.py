@@ -145,14 +145,20 @@ class _StatusApi:
     def metrics_view(self, request: Request) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def unknown_group(self, name: str) -> Response | None:
+        """A 404 naming the groups there are, for a group name this service does not decide."""
+        known = self.groups()
+        if name in known:
+            return None
+        return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
+
     def pause_or_resume(self, paused: bool) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
             if (denied := self.authorized(request)) is not None:
                 return denied
             name = request.path_params["name"]
-            known = self.groups()
-            if name not in known:
-                return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
+            if (unknown := self.unknown_group(name)) is not None:
+                return unknown
             body = await self.body_of(request)
             reason = str(body.get("reason", ""))
             pause = partial(self.store.set_paused, name, paused, "api", self.clock(), reason=reason)
@@ -167,9 +173,8 @@ class _StatusApi:
         if (denied := self.authorized(request)) is not None:
             return denied
         name = request.path_params["name"]
-        known = self.groups()
-        if name not in known:
-            return _json({"error": f"unknown group {name!r}; known: {', '.join(sorted(known))}"}, 404)
+        if (unknown := self.unknown_group(name)) is not None:
+            return unknown
         body = await self.body_of(request)
         reason, actor = str(body.get("reason") or ""), str(body.get("actor") or "api")
         if body.get("__invalid__") or not reason.strip():

@@ -67,19 +67,8 @@ class LeaseManager:
         """Renew our valid lease, or take an expired (or missing) one; None while someone else holds it."""
         expires = now + self.ttl
         with self.engine.begin() as c:
-            if self.epoch is not None:
-                renewed = c.execute(
-                    sa.update(leases)
-                    .where(
-                        leases.c.name == self.name,
-                        leases.c.holder == self.holder,
-                        leases.c.epoch == self.epoch,
-                        leases.c.expires_at > now,
-                    )
-                    .values(expires_at=expires)
-                )
-                if renewed.rowcount == 1:
-                    return self._read(c)
+            if self.epoch is not None and c.execute(self._renewal(self.epoch, now)).rowcount == 1:
+                return self._read(c)
             taken = c.execute(
                 sa.update(leases)
                 .where(leases.c.name == self.name, leases.c.expires_at <= now)
@@ -122,17 +111,21 @@ class LeaseManager:
     def renew(self, lease: Lease, now: datetime) -> Lease | None:
         """Extend our still-valid lease of this epoch to ``now + ttl``; None when it is no longer ours."""
         with self.engine.begin() as c:
-            renewed = c.execute(
-                sa.update(leases)
-                .where(
-                    leases.c.name == self.name,
-                    leases.c.holder == self.holder,
-                    leases.c.epoch == lease.epoch,
-                    leases.c.expires_at > now,
-                )
-                .values(expires_at=now + self.ttl)
+            return self._read(c) if c.execute(self._renewal(lease.epoch, now)).rowcount == 1 else None
+
+    def _renewal(self, epoch: int, now: datetime) -> sa.Update:
+        """Extend this holder's still-valid lease of ``epoch`` to ``now + ttl``: a compare-and-set that
+        changes no row once another replica (or process) holds the lease."""
+        return (
+            sa.update(leases)
+            .where(
+                leases.c.name == self.name,
+                leases.c.holder == self.holder,
+                leases.c.epoch == epoch,
+                leases.c.expires_at > now,
             )
-            return self._read(c) if renewed.rowcount == 1 else None
+            .values(expires_at=now + self.ttl)
+        )
 
     def still_held(self, lease: Lease, now: datetime, conn: Connection | None = None) -> bool:
         """Fencing check before a write: same holder, same epoch, not expired."""
