@@ -77,6 +77,12 @@ def _json(capsys):
     return json.loads(capsys.readouterr().out)
 
 
+def _service_ran(store, now) -> None:
+    """A decision of the service `fleet`, as its first tick leaves: the commands then know it has run."""
+    fields = {"group_name": "chat", "kind": "scale", "action": "scale_to", "decision_id": "d"}
+    store.record_decision(DecisionRecord(service="fleet", at=now, outcome="noop", **fields))
+
+
 def _held_incident(now, detected_ago, **fields):
     """A held agent_silent incident of group chat detected ``detected_ago`` before ``now`` (its clocks the
     defaults': respond within 15 minutes, isolate within 4 hours)."""
@@ -498,17 +504,7 @@ def test_acking_a_closed_incident_is_refused_and_queues_nothing(tmp_path, capsys
     now = datetime.now(UTC)
     gone = _held_incident(now, timedelta(hours=1), id="inc-c", state="closed", body={"outcome": "recovered"})
     store.upsert_incident(replace(gone, closed_at=now - timedelta(minutes=50)))
-    store.record_decision(
-        DecisionRecord(
-            service="fleet",
-            at=now,
-            group_name="chat",
-            kind="scale",
-            action="scale_to",
-            decision_id="d",
-            outcome="noop",
-        )
-    )
+    _service_ran(store, now)
     assert main(["incidents", "ack", "inc-c", "--by", "alice", "--database", url]) == 2
     assert "is closed: nothing to acknowledge" in capsys.readouterr().err
     assert store.incident("inc-c").acknowledged_at is None and store.requests() == []
@@ -537,17 +533,7 @@ def test_an_ack_by_a_name_the_store_cannot_hold_is_one_line_exit_2(database_url,
     store = open_store(database_url)
     now = datetime.now(UTC)
     store.upsert_incident(_held_incident(now, timedelta(minutes=1), id="inc-n", state="detected"))
-    store.record_decision(
-        DecisionRecord(
-            service="fleet",
-            at=now,
-            group_name="chat",
-            kind="scale",
-            action="scale_to",
-            decision_id="d",
-            outcome="noop",
-        )
-    )
+    _service_ran(store, now)
     assert main(["incidents", "ack", "inc-n", "--by", by, "--database", database_url]) == 2
     assert capsys.readouterr().err.startswith("error: --by:")
     assert store.incident("inc-n").acknowledged_at is None and store.requests() == []
