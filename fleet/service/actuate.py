@@ -212,6 +212,8 @@ class Actuator:
         if victims:
             base = replace(base, inputs={**inputs, "removed": victims})
         intent = self._intend(base, now, epoch)
+        if not fence():
+            return self._fenced_after_intent(base, now, epoch, intent)
         try:
             if victims:
                 # a DesiredCapacity write lets ESS pick by its removal policy (the module's: the oldest
@@ -372,6 +374,8 @@ class Actuator:
         # As for scale writes: the intent is on record before the call; a crash between the call and its
         # audit leaves an ``intended`` row that the next leader settles from the instance's observed state.
         intent = self._intend(base, now, epoch)
+        if not fence():
+            return self._fenced_after_intent(base, now, epoch, intent)
         try:
             _, rid = self._write_step(step, group.group_id, token)
         except CloudError as exc:
@@ -477,6 +481,16 @@ class Actuator:
 
     def _cloud_error(self, exc: CloudError) -> None:
         self.metrics.cloud_errors.labels(code=exc.code or "unknown").inc()
+
+    def _fenced_after_intent(
+        self, base: ActionResult, now: datetime, epoch: int | None, intent: int
+    ) -> ActionResult:
+        """The fence asked again once the intent is on record, as near the cloud call as it can be: a process
+        stopped between the first check and the call (SIGSTOP, a paused VM, a long GC) resumed past its lease
+        and wrote beside the new leader. The tick's clock runs on through such a stop, so the lease reads
+        expired here."""
+        fenced = replace(base, outcome=Outcome.FENCED, error="lease lost before the write")
+        return self._record(fenced, now, epoch, intent=intent)
 
     def _intend(self, res: ActionResult, now: datetime, epoch: int | None) -> int:
         """Record a write about to be sent (outcome ``intended``); returns the row to settle after it."""

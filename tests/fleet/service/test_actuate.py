@@ -83,6 +83,23 @@ def test_a_lost_lease_fences_the_write(fake_world):
     assert not any(a == "ScaleWithAdjustment" for _, a in cloud.calls)
 
 
+def test_a_lease_lost_while_the_intent_is_recorded_fences_the_write(fake_world):
+    """The lease held at the first check, then the process was stopped (SIGSTOP, a paused VM) past its TTL
+    before the call: it resumed and wrote beside the new leader. The fence is asked again once the intent is
+    on record, just before the call, and the intent is settled as fenced."""
+    cloud, svc, _ = fake_world(SCALE, in_service=2)
+    svc.tick(cloud.now())
+    obs = svc.observer.observe(cloud.now()).groups["chat"]
+    cloud.calls.clear()
+    answers = iter([True, False])
+    gp = GroupPlan(group="chat", desired_capacity=5, target_capacity=5)
+    res = svc.actuator.scale(gp, obs, cloud.now(), epoch=1, fence=lambda: next(answers))
+    assert res.outcome == "fenced"
+    assert not any(a in ("ScaleWithAdjustment", "ModifyScalingGroup") for _, a in cloud.calls)
+    (decision,) = [d for d in svc.store.decisions(kind="scale") if d.target == 5]
+    assert decision.outcome == "fenced"  # the intent's row, settled: no "intended" left to reconcile
+
+
 def _standby_step(incident_id, instance_id):
     return IsolationStep(
         step_id=f"{incident_id}:enter_standby:0",
