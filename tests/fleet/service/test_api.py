@@ -115,24 +115,20 @@ def test_pause_and_resume_with_token(store, client):
     assert store.paused_groups() == set()
 
 
+def _incident(store, **fields) -> None:
+    """Incident inc-1 of instance i-1 in group chat, detected at T0 (``fields`` override)."""
+    base = dict(id="inc-1", service="fleet", group_name="chat", instance_id="i-1", state="detected")
+    times = dict(detected_at=T0, updated_at=T0, respond_by=T0 + timedelta(minutes=15))
+    store.upsert_incident(IncidentRecord(**{**base, **times, **fields}))
+
+
 def test_pause_of_unknown_group_is_404_naming_known_ones(store, client):
     r = client().post("/groups/nope/pause", headers=AUTH)
     assert r.status_code == 404 and "chat" in r.json()["error"]
 
 
 def test_ack_records_a_human_acknowledgment(store, client):
-    store.upsert_incident(
-        IncidentRecord(
-            id="inc-1",
-            service="fleet",
-            group_name="chat",
-            instance_id="i-1",
-            state="detected",
-            detected_at=T0,
-            updated_at=T0,
-            respond_by=T0 + timedelta(minutes=15),
-        )
-    )
+    _incident(store)
     r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "alice"})
     assert r.status_code == 200
     assert store.incident("inc-1").acknowledged_by == "human:alice"
@@ -147,37 +143,14 @@ def test_ack_unknown_incident_is_404(store, client):
 
 
 def test_ack_by_a_name_too_long_to_keep_behind_the_human_prefix_is_400(store, client):
-    store.upsert_incident(
-        IncidentRecord(
-            id="inc-1",
-            service="fleet",
-            group_name="chat",
-            instance_id="i-1",
-            state="detected",
-            detected_at=T0,
-            updated_at=T0,
-            respond_by=T0 + timedelta(minutes=15),
-        )
-    )
+    _incident(store)
     r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "y" * 199})
     assert r.status_code == 400 and "actor" in r.json()["error"]
     assert store.incident("inc-1").acknowledged_at is None
 
 
 def test_ack_of_a_closed_incident_is_409_and_writes_nothing(store, client):
-    store.upsert_incident(
-        IncidentRecord(
-            id="inc-1",
-            service="fleet",
-            group_name="chat",
-            instance_id="i-1",
-            state="closed",
-            detected_at=T0,
-            updated_at=T0,
-            respond_by=T0 + timedelta(minutes=15),
-            closed_at=T0 + timedelta(minutes=5),
-        )
-    )
+    _incident(store, state="closed", closed_at=T0 + timedelta(minutes=5))
     r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "alice"})
     assert r.status_code == 409 and "closed" in r.json()["error"]
     assert store.incident("inc-1").acknowledged_at is None and store.requests() == []

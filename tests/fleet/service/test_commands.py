@@ -259,6 +259,16 @@ def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
     assert "max_sise" in err and "Traceback" not in err
 
 
+def _one_group_config(tmp_path):
+    """A fleet.yaml of one group, chat on asg-1 (1-4 instances), for commands that stop before the cloud."""
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(
+        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
+        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
+    )
+    return cfg
+
+
 def _serve_once(tmp_path, monkeypatch, group_extra: str = "", disabled: bool = False) -> str:
     """One `fleet serve --once` tick against the fake over HTTP (a two-instance group, no agent publishing,
     ``disabled`` in ESS); the store's URL."""
@@ -406,11 +416,7 @@ def test_serve_refuses_a_read_only_store_at_start_exit_2(tmp_path, capsys, monke
     tick failed on the lease's UPDATE, for as long as it ran."""
     path = tmp_path / "fleet.db"
     open_store(f"sqlite:///{path}").close()  # a store at head: nothing to migrate, nothing written at start
-    cfg = tmp_path / "fleet.yaml"
-    cfg.write_text(
-        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
-        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
-    )
+    cfg = _one_group_config(tmp_path)
     monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", "127.0.0.1:9")  # never reached
     read_only = f"sqlite:///file:{path}?mode=ro&uri=true"
     assert main(["serve", "--config", str(cfg), "--once", "--database", read_only]) == 2
@@ -433,11 +439,7 @@ def test_serve_runs_under_the_service_name_the_other_commands_read(tmp_path, cap
 
 def test_serve_refuses_an_acting_service_named_as_a_dry_run(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FLEET_SERVICE_NAME", "fleet-dry-run")
-    cfg = tmp_path / "fleet.yaml"
-    cfg.write_text(
-        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
-        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
-    )
+    cfg = _one_group_config(tmp_path)
     db = f"sqlite:///{tmp_path / 'x.db'}"
     assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 2
     assert "FLEET_SERVICE_NAME: 'fleet-dry-run' names a dry run's store" in capsys.readouterr().err
@@ -446,11 +448,7 @@ def test_serve_refuses_an_acting_service_named_as_a_dry_run(tmp_path, capsys, mo
 
 def test_serve_names_a_missing_folder_of_the_sqlite_store(tmp_path, capsys, monkeypatch):
     """Before: 'OperationalError: unable to open database file', after five migration tries."""
-    cfg = tmp_path / "fleet.yaml"
-    cfg.write_text(
-        "region: cn-chengdu\naccount_id: '1234567890'\ngroups:\n  - name: chat\n"
-        "    scaling_group_id: asg-1\n    min_size: 1\n    max_size: 4\n"
-    )
+    cfg = _one_group_config(tmp_path)
     monkeypatch.setenv("FLEET_ALIYUN_ENDPOINT", "127.0.0.1:9")  # never reached
     db = f"sqlite:///{tmp_path / 'missing' / 'fleet.db'}"
     assert main(["serve", "--config", str(cfg), "--once", "--database", db]) == 2
