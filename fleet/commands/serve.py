@@ -682,12 +682,23 @@ def incidents_ack(
     found = store.acknowledge_incident(incident_id, by, now)
     if found == AckOutcome.UNKNOWN:
         fail(f"unknown incident {incident_id!r}")
+    if found == AckOutcome.OTHER_SERVICE:
+        fail(_other_service(store, incident_id))
     if found == AckOutcome.CLOSED:
         fail(
             f"incident {incident_id!r} is closed: nothing to acknowledge (fleet incidents show {incident_id})"
         )
     store.add_request("ack", now, incident_id=incident_id, actor=human_actor(by))
     console.print(escape(f"{incident_id} acknowledged by {by}"), highlight=False)
+
+
+def _other_service(store: Any, incident_id: str) -> str:
+    """Why an ack of another service's incident is refused, in one line naming that service."""
+    owner = store.incident_owner(incident_id)
+    return (
+        f"incident {incident_id!r} belongs to service {owner!r}, not {store.service!r}: "
+        f"acknowledge it with --service {owner} (or FLEET_SERVICE_NAME={owner})"
+    )
 
 
 def isolate(

@@ -204,6 +204,9 @@ class _StatusApi:
             return _json({"error": f"unknown incident {incident_id!r}"}, 404)
         if found == AckOutcome.CLOSED:
             return _json({"error": f"incident {incident_id!r} is closed: nothing to acknowledge"}, 409)
+        if found == AckOutcome.OTHER_SERVICE:
+            owner = await run_in_threadpool(self.store.incident_owner, incident_id)
+            return _json({"error": f"incident {incident_id!r} belongs to service {owner!r}"}, 409)
         # The policy learns of it on the leader's next tick (the respond-by clock stops there too).
         await run_in_threadpool(
             partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(actor))

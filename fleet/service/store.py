@@ -215,6 +215,7 @@ class AckOutcome(StrEnum):
     ACKNOWLEDGED = "acknowledged"
     UNKNOWN = "unknown"  # no incident has that id
     CLOSED = "closed"  # it ended before the acknowledgment: nothing is written
+    OTHER_SERVICE = "other_service"  # another service's (``Store.incident_owner``): nothing is written
 
 
 class Outcome(StrEnum):
@@ -724,6 +725,11 @@ class Store:
             row = c.execute(sa.select(incidents).where(incidents.c.id == incident_id)).first()
         return None if row is None else IncidentRecord(**dict(row._mapping))
 
+    def incident_owner(self, incident_id: str) -> str | None:
+        """The service an incident belongs to (None: no incident has that id)."""
+        rec = self.incident(incident_id)
+        return rec.service if rec is not None else None
+
     def incidents_by_id(self, incident_ids: Iterable[str]) -> dict[str, IncidentRecord]:
         """Several incidents in one read, by id (as ``incident``); unknown ids are absent."""
         ids = sorted(set(incident_ids))
@@ -772,15 +778,21 @@ class Store:
     def acknowledge_incident(self, incident_id: str, actor: str, now: datetime) -> AckOutcome:
         """Mark a human acknowledgment. Idempotent (first ack wins). A closed incident is left as it ended:
         an acknowledgment after the close would read as a response that came (late) and turn an incident
-        that needed none into a respond breach in the SLA report."""
+        that needed none into a respond breach in the SLA report. Another service's incident is refused: its
+        own service's policy acts on it, and this one would queue an ack that no policy of its holds."""
         with self.begin() as c:
             row = c.execute(
                 sa.select(
-                    incidents.c.acknowledged_at, incidents.c.acknowledged_by, incidents.c.closed_at
+                    incidents.c.acknowledged_at,
+                    incidents.c.acknowledged_by,
+                    incidents.c.closed_at,
+                    incidents.c.service,
                 ).where(incidents.c.id == incident_id)
             ).first()
             if row is None:
                 return AckOutcome.UNKNOWN
+            if row[3] != self.service:
+                return AckOutcome.OTHER_SERVICE
             if row[2] is not None:
                 return AckOutcome.CLOSED
             if row[0] is None or not is_human(row[1]):

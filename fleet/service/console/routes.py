@@ -297,6 +297,9 @@ class Console:
             raise Refused(404, f"unknown incident {incident_id!r}")
         if found == AckOutcome.CLOSED:
             raise Refused(409, f"incident {incident_id} is closed: nothing to acknowledge")
+        if found == AckOutcome.OTHER_SERVICE:
+            owner = await run_in_threadpool(self.store.incident_owner, incident_id)
+            raise Refused(409, f"incident {incident_id} belongs to service {owner!r}")
         # As the API does: the policy learns of it on the leader's next tick (respond-by stops there).
         await run_in_threadpool(
             partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(name))

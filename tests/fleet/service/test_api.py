@@ -156,6 +156,13 @@ def test_ack_of_a_closed_incident_is_409_and_writes_nothing(store, client):
     assert store.incident("inc-1").acknowledged_at is None and store.requests() == []
 
 
+def test_ack_of_another_services_incident_is_409_naming_it_and_writes_nothing(store, client):
+    _incident(store, service="batch")
+    r = client().post("/incidents/inc-1/ack", headers=AUTH, json={"actor": "alice"})
+    assert r.status_code == 409 and "belongs to service 'batch'" in r.json()["error"]
+    assert store.incident("inc-1").acknowledged_at is None and store.requests() == []
+
+
 def test_isolate_queues_an_operator_request(store, client):
     r = client().post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "ECC storm"})
     assert r.status_code == 202

@@ -535,3 +535,27 @@ def test_an_ack_by_a_name_the_store_cannot_hold_is_one_line_exit_2(database_url,
     assert main(["incidents", "ack", "inc-n", "--by", by, "--database", database_url]) == 2
     assert capsys.readouterr().err.startswith("error: --by:")
     assert store.incident("inc-n").acknowledged_at is None and store.requests() == []
+
+
+def test_acking_another_services_incident_is_refused_naming_its_service(tmp_path, capsys):
+    """Incidents are kept per service, yet an ack found any service's incident by id: it was marked
+    acknowledged by a human (stopping a respond clock another service's team was on) and an ack was queued
+    for a service whose policy has no such incident."""
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC)
+    _service_ran(store, now)
+    other = open_store(url, service="batch")
+    fields = {"group_name": "b", "kind": "scale", "action": "scale_to", "decision_id": "d"}
+    other.record_decision(DecisionRecord(service="batch", at=now, outcome="noop", **fields))
+    theirs = _held_incident(now, timedelta(minutes=1), id="inc-b", service="batch", state="detected")
+    other.upsert_incident(theirs)
+    assert main(["incidents", "ack", "inc-b", "--by", "alice", "--database", url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "belongs to service 'batch'" in err and "--service batch" in err
+    assert store.incident("inc-b").acknowledged_at is None
+    assert store.requests() == [] and other.requests() == []
+    # under its own service the ack goes through
+    assert main(["incidents", "ack", "inc-b", "--by", "alice", "--service", "batch", "--database", url]) == 0
+    assert other.incident("inc-b").acknowledged_by == "human:alice"
