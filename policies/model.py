@@ -127,6 +127,8 @@ class ReasonCode(StrEnum):
     ESCALATED = "escalated"
     REMEDIATED = "remediated"
     RECOVERED = "recovered"  # held by the breaker or max_isolated, its condition read clear long enough
+    # a system event ECS scheduled further ahead than isolate_within: recorded now, isolated as it nears
+    EVENT_SCHEDULED = "event_scheduled"
 
 
 class WarningCode(StrEnum):
@@ -438,6 +440,11 @@ class Incident(_Model):
     isolate_by: AwareDatetime
     acknowledged_at: AwareDatetime | None = None
     acknowledged_by: str | None = None
+    due_at: AwareDatetime | None = Field(
+        default=None,
+        description="when its isolation is due, if not at detection: a system event ECS scheduled further "
+        "ahead than isolate_within waits until its NotBefore less isolate_within (isolate_by: its NotBefore)",
+    )
     admitted_at: AwareDatetime | None = None
     surge_requested_at: AwareDatetime | None = None
     capacity_protected_at: AwareDatetime | None = None
@@ -469,6 +476,16 @@ class Incident(_Model):
     @property
     def open(self) -> bool:
         return self.state != IncidentState.CLOSED
+
+    @property
+    def isolate_from(self) -> datetime:
+        """When its isolate clock started: at detection, or when its isolation fell due (``due_at``)."""
+        due = self.due_at
+        return due if due is not None and due > self.detected_at else self.detected_at
+
+    def scheduled_ahead(self, now: datetime) -> bool:
+        """Whether its isolation is not due yet (a system event ECS scheduled ahead: ``due_at``)."""
+        return self.due_at is not None and now < self.due_at
 
     @property
     def took_no_capacity(self) -> bool:

@@ -232,7 +232,9 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
     respond_s = (
         max(0.0, (inc.acknowledged_at - inc.detected_at).total_seconds()) if inc.acknowledged_at else None
     )
-    isolate_s = (inc.isolated_at - inc.detected_at).total_seconds() if inc.isolated_at else None
+    # the isolate clock starts when the isolation fell due: at detection, or for a system event ECS
+    # scheduled ahead, isolate_within before its NotBefore (the incident's ``due_at``)
+    isolate_s = (inc.isolated_at - _isolate_from(inc)).total_seconds() if inc.isolated_at else None
     # An incident that closed before its respond deadline (recovered, its instance gone) needed no response:
     # unacknowledged, it breaches only if it was still open when the deadline passed.
     respond_breach = _breached(inc.respond_by, inc.acknowledged_at or inc.closed_at, now)
@@ -252,6 +254,17 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "isolate_breached": isolate_breach,
         "human_acknowledged": is_human(inc.acknowledged_by),
     }
+
+
+def _isolate_from(inc: IncidentRecord) -> datetime:
+    due = (inc.body or {}).get("due_at")
+    if not isinstance(due, str):
+        return inc.detected_at
+    try:
+        at = datetime.fromisoformat(due)
+    except ValueError:
+        return inc.detected_at
+    return at if at.tzinfo is not None and at > inc.detected_at else inc.detected_at
 
 
 def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:

@@ -16,6 +16,7 @@ Where each decision is made:
 - ``operator.py``   operator actions (one handler per kind) and notifications as acknowledgments
 - ``outcomes.py``   outcomes of actuated steps: reboots issued, failed steps asked again
 - ``detection.py``  one detector per rule kind; incidents open or escalate
+- ``events.py``     system events ECS scheduled ahead: recorded at once, isolated as their NotBefore nears
 - ``health.py``     the health check after a reboot, one check per rule kind
 - ``admission.py``  guardrails: the breaker and ``max_isolated``
 - ``advance.py``    one handler per ``IncidentState``, dispatched from ``HANDLERS``

@@ -1,6 +1,8 @@
 """Admission under the guardrails, in detection order: the breaker, then ``max_isolated``.
 
-An admitted incident may take its instance out of traffic. Automatic incidents wait while the breaker is
+An admitted incident may take its instance out of traffic. One whose isolation is not due yet (a system
+event ECS scheduled ahead, ``events.py``) waits for it and counts toward neither guardrail. Automatic
+incidents wait while the breaker is
 open, and trip it when more of them opened within its window than it allows (only a human resets it); any
 incident, manual ones included, waits while ``max_isolated`` instances are already out. Waiting incidents
 get a WAIT step every tick, so the plan says why nothing happens.
@@ -28,7 +30,7 @@ from policies.launch_verdicts import (
     serves_nothing,
     verdict,
 )
-from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, WarningCode
+from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, StepAction, WarningCode
 from policies.spec import resolve_count
 
 # How long past its due time a launch's verdict is waited for: the judge needs a fresh engine reading, and a
@@ -56,6 +58,9 @@ def admit(t: Tick) -> None:
             continue
         if inc.instance_id not in t.by_id:
             continue  # closed by its handler as gone
+        if inc.scheduled_ahead(t.now):
+            _wait_for_event(t, inc)
+            continue
         if not inc.manual and _held_by_breaker(t, inc, limits):
             continue
         if inc.unserved and _closed_as_served(t, inc):
@@ -90,9 +95,14 @@ def _limits(t: Tick) -> _Limits:
     guard = t.spec.guardrails
     size = t.view.size
     window_start = t.now - timedelta(seconds=guard.breaker.window_s)
+    # an incident counts from when its isolation fell due (a system event ECS scheduled ahead: ``due_at``)
     recent_auto = sorted(
-        (i for i in t.gh.incidents if not i.manual and not i.unserved and i.detected_at > window_start),
-        key=lambda i: (i.detected_at, i.incident_id),
+        (
+            i
+            for i in t.gh.incidents
+            if not i.manual and not i.unserved and window_start < i.isolate_from <= t.now
+        ),
+        key=lambda i: (i.isolate_from, i.incident_id),
     )
     return _Limits(
         max_isolated=guard.max_isolated_for(size),
@@ -170,6 +180,14 @@ def _launch_waits(t: Tick, inc: Incident, failed: list[LaunchRecord]) -> bool:
         t.wait(inc, ReasonCode.LAUNCHES_FAILING, detail, failed_in_a_row=len(failed))
         return True
     return False
+
+
+def _wait_for_event(t: Tick, inc: Incident) -> None:
+    """A system event ECS scheduled ahead (``events.py``): nothing is done to the node until it is due."""
+    assert inc.due_at is not None
+    detail = f"isolation due at {inc.due_at.isoformat()}, before ECS acts at {inc.isolate_by.isoformat()}"
+    # the timeline has it once already (``events.py``): a step only, for the plan to say why nothing happens
+    t.steps.add(inc, StepAction.WAIT, ReasonCode.EVENT_SCHEDULED, detail, due_at=inc.due_at.isoformat())
 
 
 def _wait_for_room(t: Tick, inc: Incident, isolated: int, max_isolated: int) -> None:

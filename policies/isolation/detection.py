@@ -36,6 +36,7 @@ from policies.model import (
     InstanceSnapshot,
     ReasonCode,
     Scalar,
+    SystemEvent,
     Track,
     XidRecord,
 )
@@ -50,6 +51,8 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
 RECOVERED_AFTER_S = 600.0
 # Evidence keys naming the other rules an incident was found by: at opening, and on each escalation.
 ALSO, ESCALATED_BY = "also", "escalated_by_"
+# The evidence key of an event finding whose events ECS scheduled ahead: their earliest NotBefore.
+NOT_BEFORE = "not_before"
 
 
 @dataclass
@@ -342,10 +345,28 @@ def _xid(rule: IsolationRule, p: Probe) -> Detection | None:
 
 def _event(rule: IsolationRule, p: Probe) -> Detection | None:
     active = [e for e in p.inst.events if e.active and rule.matches_event(e.code)]
-    if active:
-        codes = sorted({e.code for e in active})
-        return Detection(rule, f"ECS system event {', '.join(codes)}", {"events": ",".join(codes)})
-    return None
+    if not active:
+        return None
+    codes = sorted({e.code for e in active})
+    evidence: dict[str, Scalar] = {"events": ",".join(codes)}
+    ids = sorted({e.event_id for e in active if e.event_id})
+    if ids:
+        evidence["event_ids"] = ",".join(ids)
+    detail = f"ECS system event {', '.join(codes)}"
+    ahead = scheduled_not_before(active, p.now)
+    if ahead is not None:
+        evidence[NOT_BEFORE] = ahead.isoformat()
+        detail += f" (Scheduled, not before {ahead:%Y-%m-%d %H:%M}Z)"
+    return Detection(rule, detail, evidence)
+
+
+def scheduled_not_before(events: list[SystemEvent], now: datetime) -> datetime | None:
+    """The earliest NotBefore of ``events`` when every one is Scheduled with a NotBefore still ahead: what
+    ECS does then can be waited for; None when any one is executing, inquiring or due already."""
+    times = [e.not_before for e in events if e.cycle_status == "Scheduled" and e.not_before is not None]
+    if not times or len(times) < len(events) or min(times) <= now:
+        return None
+    return min(times)
 
 
 def _outlier(rule: IsolationRule, p: Probe) -> Detection | None:
@@ -435,6 +456,7 @@ def open_or_escalate(t: Tick) -> None:
     for instance_id in sorted(findings):
         found = sorted(findings[instance_id], key=lambda f: -ACTION_SEVERITY[f.rule.action])
         worst = found[0]
+        t.found[instance_id] = _waits_until(found)
         inc = t.open_incident(instance_id)
         if inc is None:
             evidence = dict(worst.evidence)
@@ -463,6 +485,15 @@ def open_or_escalate(t: Tick) -> None:
             note(
                 inc, now, ReasonCode.ESCALATED, f"{worst.rule.rule_id}: {worst.detail} -> {worst.rule.action}"
             )
+
+
+def _waits_until(found: list[Detection]) -> datetime | None:
+    """The NotBefore an instance's isolation may wait for: every finding a system event ECS scheduled
+    ahead (``scheduled_not_before``); None when any finding asks for it now."""
+    times = [f.evidence.get(NOT_BEFORE) for f in found]
+    if not all(isinstance(at, str) for at in times):
+        return None
+    return min(datetime.fromisoformat(str(at)) for at in times)
 
 
 def close_recovered(t: Tick) -> None:

@@ -99,6 +99,9 @@ class Tick:
     result: IsolationResult = field(default_factory=IsolationResult)
     released: set[str] = field(default_factory=set)
     clear: set[str] = field(default_factory=set)  # condition keys detection read clear this tick
+    # instances with findings this tick -> the NotBefore their isolation may wait for (every finding a
+    # system event ECS scheduled ahead), or None (a finding asks for it now); ``events.py`` reads it
+    found: dict[str, datetime | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.steps = StepLog(self.result)

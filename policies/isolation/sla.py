@@ -6,6 +6,10 @@ before its respond-by (recovered, its instance gone, remediated) needed no respo
 it (``fleet/service/views.py``, ``sla_row``), and one that could no longer be acknowledged was warned about
 as at risk and breached for one more window (a critical page, and a breach counted on ``/metrics`` that
 the report did not count).
+
+The isolate clock of a system event ECS scheduled ahead (``events.py``) starts when its isolation falls due,
+``isolate_within`` before the event's NotBefore, and ends at the NotBefore (``isolate_by``): before that
+nothing is asked of the isolation, so nothing is at risk. Its respond clock runs from detection as any other.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ def check_clocks(t: Tick) -> None:
     for inc in gh.incidents:
         if inc.state in OPEN_STATES:
             _respond_clock(t, inc)
+            if inc.scheduled_ahead(t.now):
+                continue  # its isolate clock starts when its isolation falls due (``events.py``)
             blocked = inc.admitted_at is None and gh.breaker.open and not inc.manual
             _isolate_clock(t, inc, blocked)
 
@@ -41,7 +47,7 @@ def _isolate_clock(t: Tick, inc: Incident, blocked: bool) -> None:
         return
     if t.now > inc.isolate_by:
         t.warn_about(WarningCode.SLA_ISOLATE_BREACHED, inc, f"not isolated by {inc.isolate_by.isoformat()}")
-    elif blocked or t.now >= inc.detected_at + timedelta(
+    elif blocked or t.now >= inc.isolate_from + timedelta(
         seconds=t.iso.isolate_within_s * t.iso.at_risk_fraction
     ):
         why = " (blocked: breaker open)" if blocked else ""

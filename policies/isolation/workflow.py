@@ -12,6 +12,7 @@ from datetime import datetime
 from policies.isolation.admission import admit
 from policies.isolation.advance import advance_all, notify_only
 from policies.isolation.detection import close_recovered, open_or_escalate
+from policies.isolation.events import schedule_events
 from policies.isolation.operator import acknowledge_notified, apply_operator_actions
 from policies.isolation.outcomes import read_outcomes
 from policies.isolation.pruning import prune, summarize
@@ -27,6 +28,7 @@ STEPS = (
     read_outcomes,  # outcomes.py: reboots issued, failed steps asked again
     open_or_escalate,  # detection.py: findings open incidents or escalate open ones
     close_recovered,  # detection.py: held incidents whose condition has read clear for 10 minutes close
+    schedule_events,  # events.py: system events ECS scheduled ahead are isolated as their NotBefore nears
     admit,  # admission.py: the breaker and max_isolated, in detection order
     advance_all,  # advance.py: one handler per IncidentState
     check_clocks,  # sla.py: respond and isolate clocks, at risk and breached
@@ -40,6 +42,7 @@ BLIND_STEPS = (
     acknowledge_notified,
     read_outcomes,
     open_or_escalate,
+    schedule_events,
     admit,
     notify_only,  # advance.py: the notification of each incident, nothing else
     check_clocks,

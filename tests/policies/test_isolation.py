@@ -669,6 +669,66 @@ def test_a_maintenance_event_a_reboot_does_not_end_is_answered_by_a_replacement_
     assert (inc.closed_at - inc.detected_at) < timedelta(minutes=spec.groups[0].cold_start_s / 60 + 5)
 
 
+def _maintenance(node, not_before, event_id="e-1", code="SystemMaintenance.Reboot"):
+    node.events = [
+        {"code": code, "cycle_status": "Scheduled", "event_id": event_id, "not_before": not_before}
+    ]
+
+
+def test_a_maintenance_event_weeks_ahead_is_recorded_at_once_and_isolated_only_as_its_window_nears():
+    """ECS announces maintenance (here 14 days ahead): the node was taken out and rebooted at once, two
+    weeks of capacity lost for nothing. Now the incident opens and is notified at once (the respond clock),
+    and the isolation starts isolate_within before NotBefore, so that it is done before ECS acts."""
+    spec = policy(min_size=6)  # the node stays in the group for the two weeks (no scale-in takes it)
+    world = World(T0, 6)
+    not_before = T0 + timedelta(days=14)
+    _maintenance(world.nodes["i-0003"], not_before)
+    plans, hist = drive(world, spec, 30 * 60)
+    (inc,) = incidents(hist)
+    assert inc.state == IncidentState.ACKNOWLEDGED and inc.acknowledged_by == "dingtalk"
+    assert world.actions == [] and inc.admitted_at is None
+    isolate_within = timedelta(seconds=spec.groups[0].isolation.isolate_within_s)
+    assert inc.isolate_by == not_before and inc.due_at == not_before - isolate_within
+    assert steps_of(plans[-1:], StepAction.WAIT)[0].reason == ReasonCode.EVENT_SCHEDULED
+    warned = {w.code for p in plans for w in p.warnings}
+    assert not warned & {WarningCode.SLA_ISOLATE_AT_RISK, WarningCode.SLA_ISOLATE_BREACHED}
+    # half an hour before the isolation is due, nothing yet; then out of traffic, rebooted and back in time
+    world.advance((inc.due_at - world.now - timedelta(minutes=30)).total_seconds())
+    plans, hist = drive(world, spec, 60 * 60, hist)
+    (inc,) = incidents(hist)
+    assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "reboot", "exit_standby"]
+    assert world.actions[0][0] >= inc.due_at
+    assert inc.outcome == "rebooted" and inc.isolated_at <= inc.isolate_by < not_before + timedelta(seconds=1)
+    assert inc.closed_at < not_before
+    assert not {w.code for p in plans for w in p.warnings} & {WarningCode.SLA_ISOLATE_BREACHED}
+
+
+def test_maintenance_announced_for_many_nodes_neither_trips_the_breaker_nor_waits_a_fault_behind_it():
+    spec = policy(min_size=8)
+    world = World(T0, 8)
+    for iid in ("i-0001", "i-0002", "i-0004", "i-0005", "i-0006"):
+        _maintenance(world.nodes[iid], T0 + timedelta(days=3), event_id=f"e-{iid}")
+    plans, hist = drive(world, spec, 10 * 60)
+    assert not hist.groups[GROUP].breaker.open and world.actions == []
+    # the deferred node overheats: that fault does not wait for the event's window
+    world.nodes["i-0001"].hot = True
+    plans, hist = drive(world, spec, 10 * 60, hist)
+    (inc,) = [i for i in incidents(hist) if i.instance_id == "i-0001"]
+    assert inc.isolated_at is not None and inc.isolate_from > inc.detected_at
+    assert ReasonCode.EVENT_SCHEDULED in [e.reason for e in inc.timeline]
+    assert [i for _, a, i in world.actions if a == "enter_standby"] == ["i-0001"]
+
+
+def test_a_maintenance_event_due_within_the_isolate_window_is_isolated_at_once():
+    spec = policy()
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(hours=2))
+    _, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.isolated_at is not None and inc.due_at is None
+    assert inc.isolate_by == inc.detected_at + timedelta(seconds=spec.groups[0].isolation.isolate_within_s)
+
+
 def test_finished_system_events_are_ignored():
     spec = policy()
     inst = instance(9, T0, events=[SystemEvent(code="SystemFailure.Reboot", cycle_status="Executed")])

@@ -249,6 +249,26 @@ def test_an_unacknowledged_incident_breaches_respond_only_if_open_at_its_deadlin
     assert sla_row(inc, now)["respond_breached"] is breached
 
 
+def test_a_scheduled_events_time_to_isolate_counts_from_when_its_isolation_fell_due():
+    """Announced two weeks ahead and isolated ten minutes after it fell due (4 h before NotBefore): the
+    report said two weeks to isolate."""
+    from fleet.service.views import sla_row
+
+    now = datetime.now(UTC)
+    due = now - timedelta(hours=1)
+    inc = _held_incident(
+        now,
+        timedelta(days=14),
+        id="inc-e",
+        state="isolated",
+        isolate_by=due + timedelta(hours=4),
+        isolated_at=due + timedelta(minutes=10),
+        body={"due_at": due.isoformat()},
+    )
+    row = sla_row(inc, now)
+    assert row["time_to_isolate_s"] == pytest.approx(600) and row["isolate_breached"] is False
+
+
 def test_serve_with_an_invalid_config_lists_problems_exit_2(tmp_path, capsys):
     bad = tmp_path / "fleet.yaml"
     bad.write_text("region: cn-chengdu\ngroups:\n  - name: chat\n    min_size: 2\n    max_sise: 4\n")
