@@ -127,6 +127,8 @@ class ReasonCode(StrEnum):
     ESCALATED = "escalated"
     REMEDIATED = "remediated"
     RECOVERED = "recovered"  # held by the breaker or max_isolated, its condition read clear long enough
+    # the scheduled system event an incident waited for is no longer active (ECS canceled or avoided it)
+    EVENT_ENDED = "event_ended"
     # a system event ECS scheduled further ahead than isolate_within: recorded now, isolated as it nears
     EVENT_SCHEDULED = "event_scheduled"
 
@@ -324,6 +326,11 @@ class GroupSnapshot(_Model):
         default=False,
         description="ESS unreadable: instances are the last list read; isolation detects and notifies only, "
         "nothing scales",
+    )
+    events_unread: bool = Field(
+        default=False,
+        description="ECS health and system events could not be read this tick: an event not listed may "
+        "still be there",
     )
     instances: list[InstanceSnapshot] = Field(default_factory=list)
     group_metrics: dict[str, MetricSample] = Field(

@@ -192,6 +192,8 @@ class GroupObservation:
     xids: dict[str, list[XidEvent]] = field(default_factory=dict)
     staleness_s: dict[str, float | None] = field(default_factory=dict)  # canonical -> newest sample's age
     errors: list[str] = field(default_factory=list)
+    # ECS health and system events could not be read: an instance with no event listed may have one
+    events_unread: bool = False
 
     def count(self, *states: str) -> int:
         return sum(1 for i in self.instances if i.lifecycle_state in states)
@@ -555,6 +557,7 @@ class Observer:
             self._fail(obs, exc, "DescribeInstancesFullStatus")
             for g in groups:
                 g.errors.append(str(exc))
+                g.events_unread = True
             return
         for h in healths:
             holder = owner.get(h.instance_id)

@@ -18,12 +18,15 @@ from datetime import datetime, timedelta
 
 from policies import metrics as m
 from policies.isolation.shared import (
+    ALSO,
+    ESCALATED_BY,
     SERVING_STATES,
     UNSERVED_DETAIL,
     XID_SAME_EVENT_GAP_S,
     Tick,
     close,
     note,
+    one_finding,
 )
 from policies.launch_verdicts import engine_load_s, never_served
 from policies.model import (
@@ -31,7 +34,6 @@ from policies.model import (
     PRE_ISOLATION_STATES,
     EpisodeRecord,
     GroupHistory,
-    Incident,
     IncidentState,
     InstanceSnapshot,
     ReasonCode,
@@ -49,8 +51,6 @@ from policies.spec import ACTION_SEVERITY, GroupSpec, IsolationRule
 # took the six, healthy by then, out of traffic to reboot them. A condition that comes back within this is
 # the same fault: the incident stays as it was.
 RECOVERED_AFTER_S = 600.0
-# Evidence keys naming the other rules an incident was found by: at opening, and on each escalation.
-ALSO, ESCALATED_BY = "also", "escalated_by_"
 # The evidence key of an event finding whose events ECS scheduled ahead: their earliest NotBefore.
 NOT_BEFORE = "not_before"
 
@@ -513,7 +513,7 @@ def close_recovered(t: Tick) -> None:
             inst is not None
             and inst.lifecycle_state in SERVING_STATES
             and inc.incident_id not in t.released
-            and _one_finding(inc)
+            and one_finding(inc)
             and _key(inc.rule, inc.instance_id) in t.clear
         )
         if not clear:
@@ -524,7 +524,3 @@ def close_recovered(t: Tick) -> None:
             since = inc.clear_since.isoformat()
             note(inc, t.now, ReasonCode.RECOVERED, f"{inc.rule} clear since {since}, before any action")
             close(inc, t.now, ReasonCode.RECOVERED, "recovered")
-
-
-def _one_finding(inc: Incident) -> bool:
-    return not any(key == ALSO or key.startswith(ESCALATED_BY) for key in inc.evidence)

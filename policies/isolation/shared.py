@@ -41,6 +41,8 @@ UNSERVED_DETAIL = (
     "the instance has not served since its launch: taking it out takes no serving capacity, so it counts "
     "toward neither the breaker nor max_isolated; it waits while launches keep failing"
 )
+# Evidence keys naming the other rules an incident was found by: at opening, and on each escalation.
+ALSO, ESCALATED_BY = "also", "escalated_by_"
 # How many applied operator actions and seen step outcomes the history remembers (to apply each once).
 REMEMBERED_IDS = 500
 
@@ -202,3 +204,8 @@ def close(inc: Incident, now: datetime, reason: ReasonCode, outcome: str) -> Non
     inc.outcome = outcome
     inc.closed_at = now
     enter(inc, IncidentState.CLOSED, now, reason, outcome)
+
+
+def one_finding(inc: Incident) -> bool:
+    """Whether only the rule that opened ``inc`` found it (no other rule at opening, none escalated it)."""
+    return not any(key == ALSO or key.startswith(ESCALATED_BY) for key in inc.evidence)

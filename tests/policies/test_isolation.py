@@ -719,6 +719,54 @@ def test_maintenance_announced_for_many_nodes_neither_trips_the_breaker_nor_wait
     assert [i for _, a, i in world.actions if a == "enter_standby"] == ["i-0001"]
 
 
+def test_a_scheduled_event_ecs_cancels_closes_its_incident_and_the_node_is_left_alone():
+    """The incident stayed open for good (scale-in and the SLA report counted it) and, at its due time,
+    the node was taken out and rebooted for maintenance ECS no longer planned."""
+    spec = policy(min_size=6)
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(days=14))
+    _, hist = drive(world, spec, 10 * 60)
+    world.nodes["i-0003"].events = []  # Canceled: no longer among the instance's active events
+    _, hist = drive(world, spec, 2 * 60, hist)
+    (inc,) = incidents(hist)
+    assert inc.state == IncidentState.CLOSED and inc.outcome == "event_ended"
+    assert inc.timeline[-2].reason == ReasonCode.EVENT_ENDED and "e-1" in inc.timeline[-2].detail
+    assert world.actions == []
+
+
+def test_a_node_isolated_for_a_scheduled_event_ecs_cancels_is_returned_to_service_not_rebooted():
+    spec = policy()
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(hours=2))  # within isolate_within: out at once
+    hist = None
+    for _ in range(20):
+        _, hist = drive(world, spec, 15, hist)
+        (inc,) = incidents(hist)
+        if inc.state == IncidentState.ISOLATED:
+            break
+    assert inc.state == IncidentState.ISOLATED
+    world.nodes["i-0003"].events = []
+    _, hist = drive(world, spec, 3 * 60, hist)
+    (inc,) = incidents(hist)
+    assert inc.outcome == "released" and ReasonCode.EVENT_ENDED in [e.reason for e in inc.timeline]
+    assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "exit_standby"]
+
+
+def test_an_event_missing_because_ecs_was_unreadable_closes_nothing():
+    spec = policy(min_size=6)
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(days=14))
+    _, hist = drive(world, spec, 60)
+    at = world.now
+    snap = world.observe()
+    blank = snap.groups[0].model_copy(update={"events_unread": True})
+    for inst in blank.instances:
+        inst.events = []
+    plan = decide(snap.model_copy(update={"groups": [blank]}), spec, hist, at)
+    (inc,) = incidents(plan.history)
+    assert inc.state != IncidentState.CLOSED
+
+
 def test_a_maintenance_event_due_within_the_isolate_window_is_isolated_at_once():
     spec = policy()
     world = World(T0, 6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
+from datetime import timedelta
 
 import requests
 import urllib3
@@ -451,3 +452,39 @@ def test_a_group_renamed_in_the_config_goes_on_with_its_isolated_node(fake_world
     svc.store.add_request("release", cloud.now(), instance_id=target, actor="alice")
     _run(cloud, svc, set(), ticks=3)
     assert svc.store.incident(inc.id).outcome == "released" and target in _ids(svc, cloud, "InService")
+
+
+MAINTENANCE_RULE = """\
+min_size: 3
+max_size: 20
+warm_floor: 3
+isolation:
+  rules:
+    - {name: ecs_maintenance, events: ["SystemMaintenance.*"], action: reboot}
+"""
+
+
+def test_maintenance_ecs_schedules_weeks_ahead_then_cancels_opens_and_closes_an_incident_untouched(
+    fake_world,
+):
+    cloud, svc, _ = fake_world(MAINTENANCE_RULE)
+    node = _ids(svc, cloud)[1]
+    event = cloud.add_system_event(
+        node, "SystemMaintenance.Reboot", "Scheduled", not_before=cloud.now() + timedelta(days=21)
+    )
+    _run(cloud, svc, set(), ticks=4)
+    [inc] = svc.store.incidents()
+    assert inc.instance_id == node and inc.closed_at is None and inc.isolated_at is None
+    assert inc.isolate_by > cloud.now() + timedelta(days=20)  # the NotBefore: isolated as it nears
+    # ECS's FullStatus unreadable for a tick: the event is not listed, and that is no cancellation
+    fault = cloud.inject_fault("DescribeInstancesFullStatus", code="ServiceUnavailable", status=503)
+    _run(cloud, svc, set(), ticks=2)
+    cloud.remove_fault(fault)
+    assert svc.store.incident(inc.id).closed_at is None
+    cloud.ecs.set_event_status(event, "Canceled")
+    _run(cloud, svc, set(), ticks=2)
+    done = svc.store.incident(inc.id)
+    assert done.closed_at is not None and (done.body or {}).get("outcome") == "event_ended"
+    touched = {"enter_standby", "reboot", "remove", "exit_standby", "surge"}
+    assert not [d for d in svc.store.decisions(kind="isolation") if d.action in touched]
+    assert _ids(svc, cloud, "InService").count(node) == 1
