@@ -361,9 +361,14 @@ def _event(rule: IsolationRule, p: Probe) -> Detection | None:
 
 
 def scheduled_not_before(events: list[SystemEvent], now: datetime) -> datetime | None:
-    """The earliest NotBefore of ``events`` when every one is Scheduled with a NotBefore still ahead: what
-    ECS does then can be waited for; None when any one is executing, inquiring or due already."""
-    times = [e.not_before for e in events if e.cycle_status == "Scheduled" and e.not_before is not None]
+    """The earliest NotBefore of ``events`` when every one is planned work (maintenance, an expiry: not a
+    ``*Failure.*``, a fault found now whose fix ECS only scheduled) Scheduled with a NotBefore still ahead:
+    what ECS does then can be waited for; None when any one is a failure, executing, inquiring or due."""
+    times = [
+        e.not_before
+        for e in events
+        if e.cycle_status == "Scheduled" and e.not_before is not None and "Failure." not in e.code
+    ]
     if not times or len(times) < len(events) or min(times) <= now:
         return None
     return min(times)

@@ -17,9 +17,11 @@ goes on as it was. Only an incident its event rule alone found ends so, and only
 answered (``GroupSnapshot.events_unread``) with ESS readable. An event last seen executing has been acted on
 by ECS: its incident goes on as before (the handlers, or a human).
 
-It falls due at once when any other finding concerns the instance (an overheat, an XID: those do not wait),
-or when ECS moves the event within ``isolate_within`` of now or starts executing it; a NotBefore moved
-further out (the event rescheduled, or announced again under a new id) moves the due time with it.
+A failure (``SystemFailure.*``, ``InstanceFailure.*``) is a fault found now, whatever its NotBefore: it is
+never deferred. A deferred one falls due at once when any other finding concerns the instance (an overheat,
+an XID: those do not wait), or when ECS moves the event within ``isolate_within`` of now or starts executing
+it; a NotBefore moved further out (the event rescheduled, or announced again under a new id) moves the due
+time with it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def _follow_status(t: Tick, inc: Incident) -> None:
     mine = [e for e in inst.events if e.active and rule.matches_event(e.code)]
     if mine:
         inc.evidence[EVENT_STATUS] = ",".join(sorted({e.cycle_status for e in mine}))
+        ids = ",".join(sorted({e.event_id for e in mine if e.event_id}))
+        if ids and inc.evidence.get("event_ids") != ids:  # announced again under a new id: named as it is
+            inc.evidence["event_ids"] = ids
         return
     if inc.evidence.get(EVENT_STATUS) != SCHEDULED or t.group.blind or not one_finding(inc):
         return

@@ -767,6 +767,44 @@ def test_an_event_missing_because_ecs_was_unreadable_closes_nothing():
     assert inc.state != IncidentState.CLOSED
 
 
+@pytest.mark.parametrize("code", ["SystemFailure.Redeploy", "InstanceFailure.Reboot"])
+def test_a_failure_event_scheduled_ahead_is_isolated_at_once(code):
+    """A failure is a fault now (ECS found the host failing and only scheduled its fix): it does not wait."""
+    spec = policy(
+        isolation={"rules": [{"name": "ecs_failure", "events": ["*Failure.*"], "action": "replace"}]}
+    )
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(days=2), code=code)
+    _, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.due_at is None and inc.isolated_at is not None
+
+
+def test_an_event_announced_again_under_a_new_id_moves_the_due_time_and_is_named_when_canceled():
+    spec = policy(min_size=6)
+    world = World(T0, 6)
+    node = world.nodes["i-0003"]
+    _maintenance(node, T0 + timedelta(days=3))
+    _, hist = drive(world, spec, 60)
+    _maintenance(node, T0 + timedelta(days=5), event_id="e-2")  # e-1 canceled, e-2 issued in its place
+    _, hist = drive(world, spec, 60, hist)
+    (inc,) = incidents(hist)
+    assert inc.isolate_by == T0 + timedelta(days=5) and inc.state != IncidentState.CLOSED
+    node.events = []
+    _, hist = drive(world, spec, 60, hist)
+    (inc,) = incidents(hist)
+    assert inc.outcome == "event_ended" and "e-2" in inc.timeline[-2].detail and world.actions == []
+
+
+def test_an_event_whose_not_before_passed_when_first_seen_is_isolated_at_once():
+    spec = policy()
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 - timedelta(hours=1))  # still Scheduled: ECS is late
+    _, hist = drive(world, spec, 5 * 60)
+    (inc,) = incidents(hist)
+    assert inc.due_at is None and inc.isolated_at is not None
+
+
 def test_a_maintenance_event_due_within_the_isolate_window_is_isolated_at_once():
     spec = policy()
     world = World(T0, 6)
