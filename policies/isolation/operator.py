@@ -8,6 +8,7 @@ open incident (named by id, or the instance's open one) and are ignored when the
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from policies.isolation.shared import REMEMBERED_IDS, Tick, enter, note
 from policies.model import (
@@ -75,7 +76,13 @@ def _isolate(t: Tick, op: OperatorAction) -> None:
                 detail=f"isolate requested by {op.by} for an instance not in the group: ignored",
             )
         )
-    elif op.instance_id and _target(t, op) is None:
+    elif (open_one := _target(t, op)) is not None:
+        if open_one.scheduled_ahead(t.now):
+            # its system event was scheduled ahead (``events.py``): a human asks for it now
+            open_one.due_at = t.now
+            open_one.isolate_by = t.now + timedelta(seconds=t.iso.isolate_within_s)
+            note(open_one, t.now, ReasonCode.EVENT_SCHEDULED, f"isolation requested now by {op.by}")
+    elif op.instance_id:
         inc = t.new_incident(
             op.instance_id,
             "manual",

@@ -805,6 +805,22 @@ def test_an_event_whose_not_before_passed_when_first_seen_is_isolated_at_once():
     assert inc.due_at is None and inc.isolated_at is not None
 
 
+def test_a_human_isolating_a_node_whose_maintenance_is_weeks_ahead_takes_it_out_now():
+    """The isolate request found the node's open incident and did nothing: the node stayed in traffic."""
+    spec = policy()
+    world = World(T0, 6)
+    _maintenance(world.nodes["i-0003"], T0 + timedelta(days=14))
+    _, hist = drive(world, spec, 60)
+    world.operator_actions = [
+        OperatorAction(
+            action_id="m1", kind="isolate", instance_id="i-0003", reason="now", at=world.now, by="bob"
+        )
+    ]
+    _, hist = drive(world, spec, 5 * 60, hist)
+    (inc,) = incidents(hist)
+    assert inc.isolated_at is not None and "bob" in " ".join(e.detail for e in inc.timeline)
+
+
 def test_a_maintenance_event_due_within_the_isolate_window_is_isolated_at_once():
     spec = policy()
     world = World(T0, 6)
