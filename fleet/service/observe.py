@@ -122,6 +122,21 @@ class FailureLog:
                 exc,
             )
 
+    def crashed(self, where: str, exc: Exception, now: datetime) -> None:
+        """A read that raised what no source should (a bug): one line at error, thinned as ``failed``
+        thins, and the traceback at debug every time."""
+        log.debug("observe %s raised", where, exc_info=exc)
+        verdict = self.held.seen(where, now.timestamp())
+        if verdict.write:
+            held = f" ({verdict.held} more since the last line)" if verdict.held else ""
+            log.error(
+                "observe %s raised %s: %s%s; the metric is unknown, the tick goes on (traceback at debug)",
+                where,
+                type(exc).__name__,
+                exc,
+                held,
+            )
+
 
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     """The metrics of ``needed_metrics(spec)`` that are read once a minute for this group."""
@@ -462,15 +477,24 @@ class Observer:
         g.blind, g.instances = True, list(cached.instances)
         return True
 
-    def _fail(self, obs: Observation, exc: CloudError, where: str) -> None:
+    def _fail(self, obs: Observation, exc: CloudError, where: str, *, logged: bool = False) -> None:
         if obs.scope is not None and obs.scope != (None, None):
             # Which region and account failed: two regions failing one Action are two failures, each
             # logged, never one held back behind the other's.
             where = f"{where} ({_scope_label(obs.scope)})"
         obs.errors.append(exc)
-        self.failures.failed(where, exc, obs.at)
+        if not logged:
+            self.failures.failed(where, exc, obs.at)
         if self.on_error is not None:
             self.on_error(exc)
+
+    def _unexpected(self, where: str, exc: Exception, obs: Observation) -> CloudError:
+        """A source's read that raised no CloudError (a bug in it), logged, as the failure the tick records
+        and counts (``Source.UnexpectedError``)."""
+        if obs.scope is not None and obs.scope != (None, None):
+            where = f"{where} ({_scope_label(obs.scope)})"
+        self.failures.crashed(where, exc, obs.at)
+        return CloudError("Source.UnexpectedError", f"{type(exc).__name__}: {exc}", action=where)
 
     def _describe_groups(
         self, clients: CloudClients, specs: list[GroupSpec], obs: Observation
@@ -603,14 +627,16 @@ class Observer:
             for g, measured in reads[key].groups:
                 apply_samples(g, key[1], measured, samples, now)
         for read, got in zip(batches, self.pools.run("cms", fetch, batches), strict=True):
-            if isinstance(got, CloudError):
-                self._fail(obs, got, f"{read.source.describe(read.canonical)}")
+            if isinstance(got, Exception):
+                # a source's bug (anything but a CloudError) fails its own read, never the scope's other
+                # groups and metrics: unknown, like a failed call
+                where = read.source.describe(read.canonical)
+                failure = got if isinstance(got, CloudError) else self._unexpected(where, got, obs)
+                self._fail(obs, failure, where, logged=failure is not got)
                 for g, _ in read.groups:
-                    g.errors.append(str(got))
+                    g.errors.append(str(failure))
                     g.staleness_s[read.canonical] = None
                 continue
-            if isinstance(got, Exception):
-                raise got
             self._apply_read(read, got, now)
 
     def _apply_read(self, read: _Metric, got: list[MetricPoint], now: datetime) -> None:

@@ -5,7 +5,9 @@ dimensions), each stamped with when it was measured, so that the Observer's redu
 throttle bits), its staleness tracking and the policies' "unknown is never zero" apply to every source alike.
 An instance without a point is unknown. A failed read raises a ``fleet.cloud.errors.CloudError`` (its
 subclasses ``NetworkError``, ``ServerError`` or ``InvalidRequest`` for a source that is not a cloud API),
-which the Observer records and counts by code as it does every cloud error, and the tick goes on.
+which the Observer records and counts by code as it does every cloud error, and the tick goes on. Anything
+else a read raises is a bug in the source: the Observer fails that read alone the same way (code
+``Source.UnexpectedError``; one line at error, the traceback at debug), never the other groups or metrics.
 """
 
 from __future__ import annotations

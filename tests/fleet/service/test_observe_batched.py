@@ -477,3 +477,54 @@ def test_with_ess_unreadable_a_group_is_watched_on_its_last_instance_list_while_
         cloud.advance(BLIND_MAX_AGE_S - 4.5 * 3600)
         late = observer.observe(cloud.now()).groups["g0"]
         assert not late.ok and not late.blind and not late.instances  # too old a list to stand for the group
+
+
+class _Buggy:
+    """A metric source with a bug in one metric's read: it raises something that is no ``CloudError``."""
+
+    kind = "buggy"
+
+    def __init__(self, inner, broken: str) -> None:
+        self.inner = inner
+        self.broken = broken
+
+    def describe(self, canonical: str) -> str:
+        return f"buggy {canonical}"
+
+    def read_last(self, canonical, instance_ids):
+        if canonical == self.broken:
+            raise KeyError("resultType")  # a bug, not a failed call
+        return self.inner.read_last(canonical, instance_ids)
+
+    def read_range(self, canonical, instance_ids, start, end, step_s=15):
+        return self.inner.read_range(canonical, instance_ids, start, end, step_s)
+
+
+def test_a_bug_in_one_sources_read_leaves_that_metric_unknown_not_the_scope_unobserved(tmp_path, caplog):
+    """A source raising something other than a CloudError used to end the whole scope's observation: every
+    group of the region went unobserved, and its traceback was logged each tick."""
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=2, instances=2)
+        for group in cloud.ess.groups.values():
+            for iid in group.instance_ids:
+                cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 7.0)
+        errors: list[CloudError] = []
+        observer = Observer(
+            make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups, on_error=errors.append
+        )
+        observer.sources["g0"] = _Buggy(observer.sources["g0"], "queue_waiting")
+        with caplog.at_level(logging.DEBUG, logger="fleet.service.observe"):
+            obs = observer.observe(cloud.now())
+            again = observer.observe(cloud.now() + timedelta(seconds=15))
+        for o in (obs, again):
+            g0, g1 = o.groups["g0"], o.groups["g1"]
+            assert g0.ok and g1.ok
+            assert g0.staleness_s["queue_waiting"] is None
+            assert not any("queue_waiting" in m for m in g0.metrics.values())
+            assert any("KeyError" in e for e in g0.errors)
+            assert all(m["queue_waiting"].value == 7.0 for m in g1.metrics.values()) and g1.metrics
+        assert [e.code for e in errors] == ["Source.UnexpectedError"] * 2
+        lines = [r for r in caplog.records if "buggy queue_waiting" in r.getMessage()]
+        errors_logged = [r for r in lines if r.levelno >= logging.ERROR]
+        assert len(errors_logged) == 1 and errors_logged[0].exc_info is None  # one line, once
+        assert any(r.levelno == logging.DEBUG and r.exc_info for r in lines)  # the traceback, at debug
