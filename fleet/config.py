@@ -130,6 +130,11 @@ class ObserveConfig(_Section):
     )
 
 
+# How long the service waits for each Prometheus answer by default (the source's own default); a hung
+# Prometheus delays the tick by at least this much.
+PROMETHEUS_TIMEOUT_S = 10.0
+
+
 class MetricsSource(_Section):
     type: Literal["cloudmonitor", "prometheus"] = "cloudmonitor"
     url: str | None = None
@@ -139,6 +144,13 @@ class MetricsSource(_Section):
         default=None,
         description="environment variable holding a bearer token sent to Prometheus (prometheus); basic auth "
         "goes in the url as user:password@host",
+    )
+    timeout_s: float = Field(
+        default=PROMETHEUS_TIMEOUT_S,
+        gt=0,
+        le=120,
+        description="seconds to wait for each Prometheus answer (prometheus); a slower one fails the read as "
+        "Prometheus.Unreachable and the metric is unknown that tick",
     )
 
     @model_validator(mode="after")
@@ -162,6 +174,8 @@ class MetricsSource(_Section):
             raise ValueError("url and labels apply to type: prometheus only; add it or drop them")
         if self.type == "cloudmonitor" and self.bearer_token_env is not None:
             raise ValueError("bearer_token_env applies to type: prometheus only; add it or drop it")
+        if self.type == "cloudmonitor" and "timeout_s" in self.model_fields_set:
+            raise ValueError("timeout_s applies to type: prometheus only; add it or drop it")
         # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
         for name in (self.instance_label, *self.labels):
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):

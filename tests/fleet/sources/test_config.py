@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -126,3 +127,30 @@ def test_the_prometheus_password_and_token_are_redacted_from_log_lines(tmp_path,
     )
     secrets = config_secrets(cfg, None)
     assert "pw-secret-9" in secrets and "tok-secret-123" in secrets
+
+
+def test_the_prometheus_timeout_is_configurable_and_defaults_to_ten_seconds(tmp_path):
+    cfg = _load(tmp_path, "metrics_source: {type: prometheus, url: 'http://p:9090', timeout_s: 2.5}\n")
+    assert source_for(cfg.group("chat"), clients=None).client.timeout_s == 2.5
+    cfg = _load(tmp_path, "metrics_source: {type: prometheus, url: 'http://p:9090'}\n")
+    assert source_for(cfg.group("chat"), clients=None).client.timeout_s == 10.0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "600", "'soon'"])
+def test_a_prometheus_timeout_out_of_range_names_the_field(tmp_path, value):
+    problems = _problems(
+        tmp_path, f"metrics_source: {{type: prometheus, url: 'http://p:9090', timeout_s: {value}}}\n"
+    )
+    assert "groups[0].metrics_source.timeout_s" in problems
+
+
+def test_a_timeout_on_a_cloudmonitor_source_is_refused_not_ignored(tmp_path):
+    problems = _problems(tmp_path, "metrics_source: {timeout_s: 5}\n")
+    assert "timeout_s applies to type: prometheus only" in problems
+
+
+def test_the_config_schema_documents_the_prometheus_timeout():
+    from fleet.config import config_json_schema
+
+    text = json.dumps(config_json_schema())
+    assert '"timeout_s"' in text and "Prometheus" in text

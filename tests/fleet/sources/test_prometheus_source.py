@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -341,3 +342,26 @@ def test_a_partial_answer_is_an_error_not_a_smaller_sum(prom_api):
 def test_thanos_is_asked_for_a_complete_answer_or_an_error(prom_api):
     PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a"])
     assert {form.get("partial_response") for _, form in prom_api.requests} == {"false"}
+
+
+def test_a_prometheus_slower_than_the_configured_timeout_is_a_network_error(prom_api):
+    released = threading.Event()
+
+    def slow(endpoint, form):
+        released.wait(5)  # far beyond the timeout below; released as soon as the read gave up
+        return 200, vector([])
+
+    prom_api.answer = slow
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id="asg-1",
+        min_size=1,
+        max_size=2,
+        metrics_source={"type": "prometheus", "url": prom_api.url, "timeout_s": 0.2},
+    )
+    try:
+        with pytest.raises(NetworkError) as info:
+            source_for(spec, clients=None).read_last(pm.QUEUE_WAITING, ["i-a"])
+    finally:
+        released.set()
+    assert info.value.code == "Prometheus.Unreachable" and "timed out" in info.value.message.lower()
