@@ -133,6 +133,10 @@ class ObserveConfig(_Section):
 # How long the service waits for each Prometheus answer by default (the source's own default); a hung
 # Prometheus delays the tick by at least this much.
 PROMETHEUS_TIMEOUT_S = 10.0
+# The most of one Prometheus answer the service reads. A group's queries answer a few hundred bytes per
+# series; the largest, the XID range query over an hour at a 30 s step, about 3 kB per GPU (1,000 8-GPU
+# instances: about 24 MiB). A query matching far more (a lost matcher, a huge Prometheus) is refused.
+PROMETHEUS_MAX_ANSWER_MIB = 64
 
 
 class MetricsSource(_Section):
@@ -151,6 +155,14 @@ class MetricsSource(_Section):
         le=120,
         description="seconds to wait for each Prometheus answer (prometheus); a slower one fails the read as "
         "Prometheus.Unreachable and the metric is unknown that tick",
+    )
+
+    max_answer_mib: int = Field(
+        default=PROMETHEUS_MAX_ANSWER_MIB,
+        gt=0,
+        le=1024,
+        description="the largest Prometheus answer read, MiB (prometheus); a larger one fails the read as "
+        "Prometheus.AnswerTooLarge and the metric is unknown that tick",
     )
 
     @model_validator(mode="after")
@@ -174,8 +186,9 @@ class MetricsSource(_Section):
             raise ValueError("url and labels apply to type: prometheus only; add it or drop them")
         if self.type == "cloudmonitor" and self.bearer_token_env is not None:
             raise ValueError("bearer_token_env applies to type: prometheus only; add it or drop it")
-        if self.type == "cloudmonitor" and "timeout_s" in self.model_fields_set:
-            raise ValueError("timeout_s applies to type: prometheus only; add it or drop it")
+        for name in ("timeout_s", "max_answer_mib"):
+            if self.type == "cloudmonitor" and name in self.model_fields_set:
+                raise ValueError(f"{name} applies to type: prometheus only; add it or drop it")
         # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
         for name in (self.instance_label, *self.labels):
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):

@@ -798,8 +798,8 @@ def _source_key(spec: GroupSpec) -> tuple[object, ...]:
     if kind == "prometheus":
         labels = tuple(sorted((getattr(config, "labels", None) or {}).items()))
         token_env = getattr(config, "bearer_token_env", None)
-        timeout_s = getattr(config, "timeout_s", None)
-        return (kind, str(config.url), labels, getattr(config, "instance_label", None), token_env, timeout_s)
+        limits = (getattr(config, "timeout_s", None), getattr(config, "max_answer_mib", None))
+        return (kind, str(config.url), labels, getattr(config, "instance_label", None), token_env, limits)
     return (kind,)
 
 

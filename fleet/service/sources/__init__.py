@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from fleet.cloud.clients import CloudClients
-from fleet.config import PROMETHEUS_TIMEOUT_S
+from fleet.config import PROMETHEUS_MAX_ANSWER_MIB, PROMETHEUS_TIMEOUT_S
 from fleet.service.sources.base import MetricSource
 from fleet.service.sources.cloudmonitor import CloudMonitorSource
 from fleet.service.sources.mappings import PROMQL_MAPPINGS, PromMapping, exporter_series
@@ -46,6 +46,8 @@ def source_for(spec: Any, clients: CloudClients) -> MetricSource:
             instance_label=getattr(config, "instance_label", None) or "instance_id",
             bearer_token=bearer_token(getattr(config, "bearer_token_env", None)),
             timeout_s=float(getattr(config, "timeout_s", None) or PROMETHEUS_TIMEOUT_S),
+            max_answer_bytes=int(getattr(config, "max_answer_mib", None) or PROMETHEUS_MAX_ANSWER_MIB)
+            * 2**20,
         )
     raise ValueError(f"unknown metrics_source type {kind!r}; valid: cloudmonitor, prometheus")
 

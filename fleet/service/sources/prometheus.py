@@ -24,6 +24,7 @@ service's ``CloudError`` subclasses (``NetworkError``, ``ServerError``, ``Invali
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -44,6 +45,7 @@ from policies import metrics as pm
 log = logging.getLogger(__name__)
 
 NAMESPACE = "prometheus"  # MetricPoint.namespace of every point this source returns
+MAX_ANSWER_BYTES = 64 * 2**20  # the most of one answer read (config metrics_source.max_answer_mib)
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _REGEX_SPECIALS = set(r"\.^$*+?()[]{}|")
 
@@ -124,9 +126,11 @@ class PrometheusClient:
         timeout_s: float = 10.0,
         session: requests.Session | None = None,
         bearer_token: str | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
         self.session = session or requests.Session()
         if bearer_token:  # Thanos, Mimir, Grafana Cloud and proxies in front of Prometheus
             self.session.headers["Authorization"] = f"Bearer {bearer_token}"
@@ -190,11 +194,44 @@ class PrometheusClient:
         try:
             # never followed: a 301/302/303 turns the POST into a GET without the query (answered with a
             # baffling "invalid parameter query"), and any redirect would be taken again at every query
-            resp = self.session.post(url, data=form, timeout=self.timeout_s, allow_redirects=False)
+            resp = self.session.post(
+                url, data=form, timeout=self.timeout_s, allow_redirects=False, stream=True
+            )
+            with resp:
+                text = self._read(resp, shown, endpoint, form["query"])
         except requests.RequestException as exc:
             raise NetworkError(
                 "Prometheus.Unreachable", f"{shown}: {type(exc).__name__}: {exc}", action=endpoint
             ) from None
+        return self._answer(resp, text, shown, endpoint)
+
+    def _read(self, resp: requests.Response, shown: str, endpoint: str, promql: str) -> str:
+        """The answer's text, read up to ``max_answer_bytes`` (decompressed): a larger answer is refused
+        before it is held whole in memory, by its Content-Length where it sends one."""
+        limit = self.max_answer_bytes
+
+        def too_large(size: str) -> InvalidRequest:
+            return InvalidRequest(
+                "Prometheus.AnswerTooLarge",
+                f"{shown}: the answer to {promql[:300]} is {size} the {limit} bytes "
+                "metrics_source.max_answer_mib allows: does the query match far more series than the group's "
+                "(the instance_label and labels)?",
+                status=resp.status_code,
+                action=endpoint,
+            )
+
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
+            raise too_large(f"{declared} bytes, over")
+        raw = bytearray()
+        for chunk in resp.iter_content(chunk_size=64 * 1024):
+            raw += chunk
+            if len(raw) > limit:
+                raise too_large("over")
+        return raw.decode(resp.encoding or "utf-8", errors="replace")
+
+    def _answer(self, resp: requests.Response, text: str, shown: str, endpoint: str) -> dict[str, Any]:
+        """The ``data`` of a successful answer; every other answer as the CloudError it stands for."""
         if resp.is_redirect:
             target = redacted(str(resp.headers.get("location")))
             raise InvalidRequest(
@@ -205,14 +242,14 @@ class PrometheusClient:
                 action=endpoint,
             )
         try:
-            body = resp.json()
+            body = json.loads(text)
         except ValueError:
             body = None
         if resp.status_code in (401, 403):
             reason = "no or wrong credentials" if resp.status_code == 401 else "forbidden"
             raise InvalidRequest(
                 f"Prometheus.HTTP{resp.status_code}",
-                f"{shown} refused the request (HTTP {resp.status_code}, {reason}): {_why(body, resp)}; "
+                f"{shown} refused the request (HTTP {resp.status_code}, {reason}): {_why(body, text)}; "
                 "for basic auth put them in the url (https://user:password@host), "
                 "for a token set the metrics_source bearer_token_env",
                 status=resp.status_code,
@@ -221,7 +258,7 @@ class PrometheusClient:
         if resp.status_code == 429:  # Mimir, Cortex and proxies in front of Prometheus limit query rates
             raise Throttled(
                 "Prometheus.HTTP429",
-                f"{shown} throttled the query (HTTP 429): {_why(body, resp)}",
+                f"{shown} throttled the query (HTTP 429): {_why(body, text)}",
                 status=429,
                 action=endpoint,
                 retry_after_s=_retry_after(resp.headers.get("retry-after")),
@@ -231,7 +268,7 @@ class PrometheusClient:
             code = "Prometheus.BadResponse" if resp.ok else f"Prometheus.HTTP{resp.status_code}"
             raise cls(
                 code,
-                f"{shown}: not a Prometheus API answer: {resp.text[:200]!r}",
+                f"{shown}: not a Prometheus API answer: {text[:200]!r}",
                 status=resp.status_code,
                 action=endpoint,
             )
@@ -266,11 +303,11 @@ def _retry_after(value: str | None) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _why(body: object, resp: requests.Response) -> str:
+def _why(body: object, text: str) -> str:
     """The error a refusing server gave: Prometheus' JSON ``error``, else the start of its text."""
     if isinstance(body, dict) and body.get("error"):
         return str(body["error"])[:200]
-    return repr(resp.text[:200])
+    return repr(text[:200])
 
 
 class PrometheusSource:
@@ -291,6 +328,7 @@ class PrometheusSource:
         session: requests.Session | None = None,
         bearer_token: str | None = None,
         clock: Callable[[], float] = time.time,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         labels = dict(labels or {})
         for name in (instance_label, *labels):
@@ -298,7 +336,13 @@ class PrometheusSource:
                 raise ValueError(f"{name!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
         if instance_label in labels:
             raise ValueError(f"labels must not set the instance label {instance_label!r}")
-        self.client = PrometheusClient(url, timeout_s=timeout_s, session=session, bearer_token=bearer_token)
+        self.client = PrometheusClient(
+            url,
+            timeout_s=timeout_s,
+            session=session,
+            bearer_token=bearer_token,
+            max_answer_bytes=max_answer_bytes,
+        )
         self.labels = labels
         self.instance_label = instance_label
         self.rate_window = rate_window

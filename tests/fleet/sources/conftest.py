@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,6 +78,7 @@ class FakePromApi:
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.authorizations: list[str | None] = []
         self.answer: Callable[[str, dict[str, str]], tuple] = lambda e, f: (200, vector([]))
+        self.send_length = True  # False: no Content-Length, the body ends when the connection closes
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,9 +94,14 @@ class FakePromApi:
                 self.send_header("content-type", "application/json")
                 for name, value in (headers[0] if headers else {}).items():
                     self.send_header(name, value)
-                self.send_header("content-length", str(len(raw)))
+                if api.send_length:
+                    self.send_header("content-length", str(len(raw)))
+                else:
+                    self.close_connection = True
                 self.end_headers()
-                self.wfile.write(raw)
+                # a client may stop reading (an answer over its size limit)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(raw)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -365,3 +365,64 @@ def test_a_prometheus_slower_than_the_configured_timeout_is_a_network_error(prom
     finally:
         released.set()
     assert info.value.code == "Prometheus.Unreachable" and "timed out" in info.value.message.lower()
+
+
+@pytest.mark.parametrize("send_length", [True, False])
+def test_an_answer_over_the_size_limit_is_refused_naming_the_query_and_the_limit(prom_api, send_length):
+    """A query matching far more series than a group has (a dropped matcher, a huge Prometheus) was read
+    whole into memory, however large."""
+    prom_api.send_length = send_length
+    rows = [({"instance_id": f"i-{n}", "pod": "x" * 40}, n) for n in range(2000)]  # ~150 kB
+    prom_api.answer = lambda e, f: (200, vector(rows))
+    src = PrometheusSource(prom_api.url, max_answer_bytes=64 * 1024)
+    with pytest.raises(CloudError) as info:
+        src.read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.AnswerTooLarge"
+    assert "vllm:num_requests_waiting" in info.value.message and "65536 bytes" in info.value.message
+    assert "max_answer_mib" in info.value.message
+
+
+def test_an_answer_within_the_size_limit_is_read(prom_api):
+    prom_api.send_length = False
+    prom_api.answer = _answer_by_kind([({"instance_id": "i-a"}, 3)], [({"instance_id": "i-a"}, EVAL_AT)])
+    points = PrometheusSource(prom_api.url, max_answer_bytes=64 * 1024).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert [p.value for p in points] == [3.0]
+
+
+def test_the_answer_size_limit_is_configured_in_mib():
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id="asg-1",
+        min_size=1,
+        max_size=2,
+        metrics_source={"type": "prometheus", "url": "http://p:9090", "max_answer_mib": 8},
+    )
+    assert source_for(spec, clients=None).client.max_answer_bytes == 8 * 2**20
+    plain = GroupConfig.model_validate(
+        {
+            **spec.model_dump(exclude={"metrics_source"}),
+            "metrics_source": {"type": "prometheus", "url": "http://p"},
+        }
+    )
+    assert source_for(plain, clients=None).client.max_answer_bytes == 64 * 2**20
+
+
+def test_a_too_large_answer_leaves_the_metric_unknown_and_the_tick_goes_on(aliyun_server, prom_api):
+    rows = [({"instance_id": f"i-{n}", "pod": "x" * 40}, 1) for n in range(30000)]  # ~2 MB: over 1 MiB
+    prom_api.answer = lambda e, f: (200, vector(rows))
+    cloud = aliyun_server.cloud
+    gid = cloud.create_group_for_tests(name="chat", desired_capacity=1, in_service=1, region_id=REGION)
+    clients = make_clients(REGION, cloud.account_id, endpoint=aliyun_server.endpoint, retry=FAST, env=ENV)
+    spec = GroupConfig(
+        name="chat",
+        scaling_group_id=gid,
+        min_size=1,
+        max_size=2,
+        scale_out=[{"metric": "queue_waiting_per_instance", "above": 2, "for": "30s"}],
+        isolation={"enabled": False},
+        metrics_source={"type": "prometheus", "url": prom_api.url, "max_answer_mib": 1},
+    )
+    errors: list[CloudError] = []
+    g = Observer(clients, [spec], on_error=errors.append).observe(cloud.now()).groups["chat"]
+    assert g.ok and g.metrics == {} and g.staleness_s[pm.QUEUE_WAITING] is None
+    assert {e.code for e in errors} == {"Prometheus.AnswerTooLarge"}
