@@ -8,7 +8,8 @@ matchers to every selector (a cluster or environment label, say).
 Times. An instant query's result is stamped with the evaluation time, which says nothing about how old the
 data is; so each read also asks for the newest raw sample's own time per instance (``timestamp()`` of the
 series the expression reads), and that is the point's time: a target that stopped being scraped ages like a
-CloudMonitor metric that stopped arriving, and goes stale under the policies' ``stale_after``.
+CloudMonitor metric that stopped arriving, and goes stale under the policies' ``stale_after``. An instance
+that this second query leaves out has no point: its value's age is unknown.
 
 XIDs. ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the last XID code, not an event stream: the same value is
 scraped again and again. The policies count XID events by (instance, code, time), so an XID is dated by when
@@ -397,7 +398,12 @@ class PrometheusSource:
             iid = s.labels.get(self.instance_label)
             if iid not in wanted or not math.isfinite(s.value):
                 continue  # NaN: no requests in the window; +Inf: beyond the top bucket. Unknown.
-            points.append(self._point(canonical, mapping, iid, s.labels, s.value, fresh.get(iid, s.at)))
+            at = fresh.get(iid)
+            if at is None:
+                # no raw sample time (it went between the two queries, or a series the row does not name):
+                # a value of unknown age is unknown, never dated by the evaluation as if fresh
+                continue
+            points.append(self._point(canonical, mapping, iid, s.labels, s.value, at))
         return points
 
     def _newest_samples(self, canonical: str, ids: list[str]) -> dict[str | None, datetime]:

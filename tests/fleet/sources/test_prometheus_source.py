@@ -426,3 +426,13 @@ def test_a_too_large_answer_leaves_the_metric_unknown_and_the_tick_goes_on(aliyu
     g = Observer(clients, [spec], on_error=errors.append).observe(cloud.now()).groups["chat"]
     assert g.ok and g.metrics == {} and g.staleness_s[pm.QUEUE_WAITING] is None
     assert {e.code for e in errors} == {"Prometheus.AnswerTooLarge"}
+
+
+def test_an_instance_the_freshness_query_leaves_out_is_unknown_not_dated_now(prom_api):
+    """Its point used to be dated at the evaluation time: a value of unknown age read as fresh."""
+    prom_api.answer = _answer_by_kind(
+        [({"instance_id": "i-a"}, 3), ({"instance_id": "i-b"}, 5)],
+        [({"instance_id": "i-a"}, EVAL_AT - 2)],
+    )
+    points = PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a", "i-b"])
+    assert [(p.instance_id, p.value) for p in points] == [("i-a", 3.0)]
