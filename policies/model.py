@@ -152,6 +152,9 @@ class WarningCode(StrEnum):
     LAUNCHES_FAILING = "launches_failing"
     COLD_START_EXCEEDED = "cold_start_exceeded"  # a launch served only past cold_start_s and the grace
     GROUP_DISABLED = "group_disabled"
+    # added by the service, not the policy: a metric source answered a read and warned of something (e.g.
+    # Prometheus' `warnings`); the data was used
+    METRIC_SOURCE_WARNING = "metric_source_warning"
 
 
 class StepAction(StrEnum):

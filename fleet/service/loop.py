@@ -75,6 +75,7 @@ from policies.model import (
     Incident,
     LifecycleState,
     Plan,
+    PlanWarning,
     Reason,
     ReasonCode,
     Snapshot,
@@ -336,6 +337,7 @@ class Service:
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
         plan.groups = [clip_to_ess(gp, _ess_group(observation, gp.group)) for gp in plan.groups]
+        _add_source_warnings(plan, observation)
         fence = keeper.held  # re-checked against the store immediately before each cloud write
         # written to by nobody this tick: paused by operators, or disabled in ESS (decided and shown only)
         held = {name for name, g in observation.groups.items() if _held(g, name, paused)}
@@ -1023,6 +1025,21 @@ def _set_or_remove(gauge: Gauge, value: object, **labels: str) -> None:
         return
     with suppress(KeyError):  # never exported
         gauge.remove(*labels.values())
+
+
+def _add_source_warnings(plan: Plan, observation: Observation) -> None:
+    """What a metric source warned of while answering (Prometheus' ``warnings``), with each group's plan
+    warnings: where /status shows an operator its stale and missing metrics."""
+    for gp in plan.groups:
+        g = observation.groups.get(gp.group)
+        if g is None:
+            continue
+        for canonical, text in dict.fromkeys(g.source_warnings):
+            gp.warnings.append(
+                PlanWarning(
+                    code=WarningCode.METRIC_SOURCE_WARNING, group=gp.group, metric=canonical, detail=text
+                )
+            )
 
 
 def _part(observation: Observation, names: Sequence[str], *, first: bool) -> Observation:

@@ -209,6 +209,8 @@ class GroupObservation:
     errors: list[str] = field(default_factory=list)
     # ECS health and system events could not be read: an instance with no event listed may have one
     events_unread: bool = False
+    # (canonical, what its source warned of) for reads that answered: shown with the plan's warnings
+    source_warnings: list[tuple[str, str]] = field(default_factory=list)
 
     def count(self, *states: str) -> int:
         return sum(1 for i in self.instances if i.lifecycle_state in states)
@@ -617,11 +619,13 @@ class Observer:
         for read in batches:
             read.since = self._span_start((id(read.source), read.canonical), read, now)
 
-        def fetch(read: _Metric) -> list[MetricPoint]:
+        def fetch(read: _Metric) -> tuple[list[MetricPoint], list[str]]:
             ids = [iid for _, measured in read.groups for iid in measured]
             if read.since is not None:
-                return read.source.read_range(read.canonical, ids, read.since, now)
-            return read.source.read_last(read.canonical, ids)
+                points = read.source.read_range(read.canonical, ids, read.since, now)
+            else:
+                points = read.source.read_last(read.canonical, ids)
+            return points, read.source.take_warnings(read.canonical)  # in the thread that read
 
         for key, samples in reused.items():
             for g, measured in reads[key].groups:
@@ -637,7 +641,10 @@ class Observer:
                     g.errors.append(str(failure))
                     g.staleness_s[read.canonical] = None
                 continue
-            self._apply_read(read, got, now)
+            points, warnings = got
+            for g, _ in read.groups:
+                g.source_warnings += [(read.canonical, f"{read.source.kind}: {w}") for w in warnings]
+            self._apply_read(read, points, now)
 
     def _apply_read(self, read: _Metric, got: list[MetricPoint], now: datetime) -> None:
         """A read's points, sanitized, to each of its groups; a slow or spanned metric's remembered."""

@@ -33,6 +33,11 @@ class MetricSource(Protocol):
         """The newest point(s) of ``canonical`` for each of ``instance_ids`` that has one."""
         ...
 
+    def take_warnings(self, canonical: str) -> list[str]:
+        """What the source warned of in this thread's last read of ``canonical`` though it answered (one line
+        each: Prometheus' ``warnings``), shown with the group's warnings in /status; cleared once taken."""
+        ...
+
     def read_range(
         self, canonical: str, instance_ids: Sequence[str], start: datetime, end: datetime, step_s: int = 15
     ) -> list[MetricPoint]:

@@ -30,6 +30,9 @@ class CloudMonitorSource:
     def describe(self, canonical: str) -> str:
         return self.cloud_metric(canonical)[1]
 
+    def take_warnings(self, canonical: str) -> list[str]:
+        return []  # CloudMonitor answers or fails: it has nothing else to say
+
     def read_last(self, canonical: str, instance_ids: Sequence[str]) -> list[MetricPoint]:
         namespace, name, statistic = self.cloud_metric(canonical)
         return self.cms.metric_last(namespace, name, list(instance_ids), statistic=statistic)

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,9 +137,10 @@ class PrometheusClient:
         if bearer_token:  # Thanos, Mimir, Grafana Cloud and proxies in front of Prometheus
             self.session.headers["Authorization"] = f"Bearer {bearer_token}"
 
-    def query(self, promql: str) -> list[Sample]:
-        """Evaluate ``promql`` now; the result must be an instant vector."""
-        data = self._call("query", {"query": promql})
+    def query(self, promql: str, notes: list[str] | None = None) -> list[Sample]:
+        """Evaluate ``promql`` now; the result must be an instant vector. The answer's warnings are added to
+        ``notes``."""
+        data = self._call("query", {"query": promql}, notes)
         if data.get("resultType") != "vector":
             raise InvalidRequest(
                 "Prometheus.BadResultType",
@@ -157,7 +159,9 @@ class PrometheusClient:
         except _PARSE_ERRORS as exc:
             raise _malformed("query", exc) from None
 
-    def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
+    def query_range(
+        self, promql: str, start: datetime, end: datetime, step_s: float, notes: list[str] | None = None
+    ) -> list[Series]:
         """Evaluate ``promql`` at every ``step_s`` from ``start`` to ``end`` (a range vector per series)."""
         data = self._call(
             "query_range",
@@ -167,6 +171,7 @@ class PrometheusClient:
                 "end": f"{end.timestamp():.3f}",
                 "step": f"{step_s:g}",
             },
+            notes,
         )
         if data.get("resultType") != "matrix":
             raise InvalidRequest(
@@ -185,7 +190,7 @@ class PrometheusClient:
         except _PARSE_ERRORS as exc:
             raise _malformed("query_range", exc) from None
 
-    def _call(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
+    def _call(self, endpoint: str, form: dict[str, str], notes: list[str] | None = None) -> dict[str, Any]:
         # POST with a form body: a group's instance-id regex can outgrow a URL
         url = f"{self.url}/api/v1/{endpoint}"
         shown = redacted(url)
@@ -204,7 +209,10 @@ class PrometheusClient:
             raise NetworkError(
                 "Prometheus.Unreachable", f"{shown}: {type(exc).__name__}: {exc}", action=endpoint
             ) from None
-        return self._answer(resp, text, shown, endpoint)
+        data, warnings = self._answer(resp, text, shown, endpoint)
+        if notes is not None:
+            notes += [w for w in warnings if w not in notes]
+        return data
 
     def _read(self, resp: requests.Response, shown: str, endpoint: str, promql: str) -> str:
         """The answer's text, read up to ``max_answer_bytes`` (decompressed): a larger answer is refused
@@ -231,8 +239,11 @@ class PrometheusClient:
                 raise too_large("over")
         return raw.decode(resp.encoding or "utf-8", errors="replace")
 
-    def _answer(self, resp: requests.Response, text: str, shown: str, endpoint: str) -> dict[str, Any]:
-        """The ``data`` of a successful answer; every other answer as the CloudError it stands for."""
+    def _answer(
+        self, resp: requests.Response, text: str, shown: str, endpoint: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The ``data`` and ``warnings`` of a successful answer; every other answer as the CloudError it
+        stands for."""
         if resp.is_redirect:
             target = redacted(str(resp.headers.get("location")))
             raise InvalidRequest(
@@ -287,12 +298,15 @@ class PrometheusClient:
                 status=resp.status_code,
                 action=endpoint,
             )
-        for warning in body.get("warnings") or []:
+        # a complete answer with something to say (a Thanos store that was skipped, PromQL's note that a
+        # rate() reads a series that is no counter): the data is used, and the warning shown in /status
+        warnings = [" ".join(str(w).split())[:300] for w in body.get("warnings") or []]
+        for warning in warnings:
             log.warning("prometheus %s warning: %s", endpoint, warning)
         data = body.get("data")
         if not isinstance(data, dict):
             raise ServerError("Prometheus.BadResponse", f"{shown}: answer without data", action=endpoint)
-        return data
+        return data, warnings
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -350,6 +364,9 @@ class PrometheusSource:
         self.xid_lookback_s = xid_lookback_s
         self.xid_step_s = xid_step_s
         self.clock = clock
+        # the warnings of each thread's last read of a metric, until take_warnings (reads run in parallel)
+        self._warnings: dict[tuple[int, str], list[str]] = {}
+        self._warnings_lock = threading.Lock()
 
     # -- PromQL ---------------------------------------------------------------------------------------
     def matchers(self, instance_ids: Sequence[str]) -> str:
@@ -383,15 +400,26 @@ class PrometheusSource:
             raise ValueError(f"no PromQL mapping for metric {canonical!r}") from None
 
     # -- reads ----------------------------------------------------------------------------------------
+    def take_warnings(self, canonical: str) -> list[str]:
+        """What Prometheus warned of in this thread's last read of ``canonical`` (forgotten once taken)."""
+        with self._warnings_lock:
+            return self._warnings.pop((threading.get_ident(), canonical), [])
+
+    def _noted(self, canonical: str, notes: list[str]) -> None:
+        with self._warnings_lock:
+            self._warnings[(threading.get_ident(), canonical)] = notes
+
     def read_last(self, canonical: str, instance_ids: Sequence[str]) -> list[MetricPoint]:
+        notes: list[str] = []
+        self._noted(canonical, notes)  # filled as the queries answer; a failed read leaves what it had
         ids = [i for i in instance_ids if i]
         if not ids:
             return []
         if canonical == pm.GPU_XID:
-            return self._read_xids(ids)
+            return self._read_xids(ids, notes)
         mapping = self._mapping(canonical)
-        samples = self.client.query(self.expression(canonical, ids))
-        fresh = self._newest_samples(canonical, ids)
+        samples = self.client.query(self.expression(canonical, ids), notes)
+        fresh = self._newest_samples(canonical, ids, notes)
         wanted = set(ids)
         points = []
         for s in samples:
@@ -406,12 +434,12 @@ class PrometheusSource:
             points.append(self._point(canonical, mapping, iid, s.labels, s.value, at))
         return points
 
-    def _newest_samples(self, canonical: str, ids: list[str]) -> dict[str | None, datetime]:
+    def _newest_samples(self, canonical: str, ids: list[str], notes: list[str]) -> dict[str | None, datetime]:
         """Per instance, its newest raw sample's time (the freshness query)."""
         try:
             return {
                 s.labels.get(self.instance_label): _utc(s.value)
-                for s in self.client.query(self.freshness_expression(canonical, ids))
+                for s in self.client.query(self.freshness_expression(canonical, ids), notes)
                 if math.isfinite(s.value)
             }
         except _PARSE_ERRORS as exc:  # a time no datetime can hold
@@ -420,13 +448,15 @@ class PrometheusSource:
     def read_range(
         self, canonical: str, instance_ids: Sequence[str], start: datetime, end: datetime, step_s: int = 15
     ) -> list[MetricPoint]:
+        notes: list[str] = []
+        self._noted(canonical, notes)
         ids = [i for i in instance_ids if i]
         if not ids:
             return []
         mapping = self._mapping(canonical)
         wanted = set(ids)
         points = []
-        for series in self.client.query_range(self.expression(canonical, ids), start, end, step_s):
+        for series in self.client.query_range(self.expression(canonical, ids), start, end, step_s, notes):
             iid = series.labels.get(self.instance_label)
             if iid not in wanted:
                 continue
@@ -437,7 +467,7 @@ class PrometheusSource:
             ]
         return points
 
-    def _read_xids(self, ids: list[str]) -> list[MetricPoint]:
+    def _read_xids(self, ids: list[str], notes: list[str]) -> list[MetricPoint]:
         """Per GPU, the current XID code dated by when the gauge took it (see the module docstring)."""
         mapping = self._mapping(pm.GPU_XID)
         step = self.xid_step_s
@@ -446,7 +476,7 @@ class PrometheusSource:
         wanted = set(ids)
         points = []
         for series in self.client.query_range(
-            self.expression(pm.GPU_XID, ids), _utc(start_ts), _utc(end_ts), step
+            self.expression(pm.GPU_XID, ids), _utc(start_ts), _utc(end_ts), step, notes
         ):
             iid = series.labels.get(self.instance_label)
             values = [(at, v) for at, v in series.points if math.isfinite(v)]

@@ -122,6 +122,9 @@ class _Without:
     def describe(self, canonical: str) -> str:
         return self.inner.describe(canonical)
 
+    def take_warnings(self, canonical: str) -> list[str]:
+        return self.inner.take_warnings(canonical)
+
     def read_last(self, canonical: str, instance_ids: Sequence[str]) -> list[MetricPoint]:
         points = self.inner.read_last(canonical, instance_ids)
         return [p for p in points if (p.instance_id, canonical) != self.hidden]

@@ -499,6 +499,9 @@ class _Buggy:
     def read_range(self, canonical, instance_ids, start, end, step_s=15):
         return self.inner.read_range(canonical, instance_ids, start, end, step_s)
 
+    def take_warnings(self, canonical):
+        return self.inner.take_warnings(canonical)
+
 
 def test_a_bug_in_one_sources_read_leaves_that_metric_unknown_not_the_scope_unobserved(tmp_path, caplog):
     """A source raising something other than a CloudError used to end the whole scope's observation: every

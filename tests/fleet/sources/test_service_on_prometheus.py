@@ -144,3 +144,54 @@ def test_prometheus_down_is_counted_as_an_api_error_and_never_scales_in(tmp_path
         assert not [d for d in svc.store.decisions(kind="scale") if d.outcome == "applied"]
     finally:
         svc.close()
+
+
+def test_a_prometheus_warning_on_a_good_answer_is_shown_in_the_status_view(tmp_path, aliyun_server, prom_api):
+    """Prometheus' ``warnings`` (a Thanos store that did not answer, PromQL info about a counter that is not
+    one) only reached the log: the operator looking at /status saw the metric as fine."""
+    from .conftest import vector
+
+    cloud = aliyun_server.cloud
+    gid = cloud.create_group_for_tests(
+        name="chat", min_size=1, max_size=6, desired_capacity=1, in_service=1, region_id=REGION
+    )
+    [iid] = cloud.ess.groups[gid].instance_ids
+
+    def answer(endpoint, form):
+        at = time.time()
+        value = at - 1 if "timestamp(" in form["query"] else 0
+        body = vector([({"instance_id": iid}, value)], at=at)
+        if "vllm:num_requests_waiting" in form["query"] and "timestamp(" not in form["query"]:
+            body["warnings"] = ["store 10.0.0.7:10901 is unavailable"]
+        return 200, body
+
+    prom_api.answer = answer
+    clients = make_clients(REGION, cloud.account_id, endpoint=aliyun_server.endpoint, retry=FAST, env=ENV)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        textwrap.dedent(f"""
+            region: {REGION}
+            groups:
+              - name: chat
+                scaling_group_id: {gid}
+                min_size: 1
+                max_size: 6
+                scale_out:
+                  - {{metric: queue_waiting_per_instance, above: 2, for: 30s}}
+                isolation: {{enabled: false}}
+                metrics_source: {{type: prometheus, url: "{prom_api.url}"}}
+        """)
+    )
+    svc = build_service(
+        load_config(path, env={}), clients, database_url=f"sqlite:///{tmp_path / 'fleet.db'}", clock=cloud.now
+    )
+    try:
+        assert svc.tick(cloud.now()).leader
+        [group] = svc.status()["groups"]
+        warned = [w for w in group["warnings"] if w["code"] == "metric_source_warning"]
+        assert [(w["metric"], w["detail"]) for w in warned] == [
+            ("queue_waiting", "prometheus: store 10.0.0.7:10901 is unavailable")
+        ]
+        assert svc.last_observation.groups["chat"].metrics[iid]["queue_waiting"].value == 0  # still used
+    finally:
+        svc.close()
