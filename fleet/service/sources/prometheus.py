@@ -9,7 +9,9 @@ Times. An instant query's result is stamped with the evaluation time, which says
 data is; so each read also asks for the newest raw sample's own time per instance (``timestamp()`` of the
 series the expression reads), and that is the point's time: a target that stopped being scraped ages like a
 CloudMonitor metric that stopped arriving, and goes stale under the policies' ``stale_after``. An instance
-that this second query leaves out has no point: its value's age is unknown.
+that this second query leaves out has no point: its value's age is unknown. The age is measured on
+Prometheus' clock (its evaluation time less the sample's) and the point dated that long before the answer
+came, on the service's clock: a skew between the two clocks neither ages nor freshens a point.
 
 XIDs. ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the last XID code, not an event stream: the same value is
 scraped again and again. The policies count XID events by (instance, code, time), so an XID is dated by when
@@ -435,11 +437,17 @@ class PrometheusSource:
         return points
 
     def _newest_samples(self, canonical: str, ids: list[str], notes: list[str]) -> dict[str | None, datetime]:
-        """Per instance, its newest raw sample's time (the freshness query)."""
+        """Per instance, its newest raw sample's time (the freshness query), on this service's clock.
+
+        The sample's age is read on Prometheus' clock alone (the evaluation time it answered with, less the
+        sample's): dated by Prometheus' clock and aged by ours, a Prometheus a minute ahead put every point
+        in the future (dropped: every metric unknown) and one a minute behind made every point stale."""
+        stamps = self.client.query(self.freshness_expression(canonical, ids), notes)
+        answered_at = self.clock()
         try:
             return {
-                s.labels.get(self.instance_label): _utc(s.value)
-                for s in self.client.query(self.freshness_expression(canonical, ids), notes)
+                s.labels.get(self.instance_label): _utc(answered_at - (s.at.timestamp() - s.value))
+                for s in stamps
                 if math.isfinite(s.value)
             }
         except _PARSE_ERRORS as exc:  # a time no datetime can hold

@@ -67,7 +67,7 @@ def test_a_configured_instance_label_is_used_to_select_group_and_match(prom_api)
 def test_point_time_is_the_newest_raw_sample_not_the_evaluation_time(prom_api):
     scraped_at = EVAL_AT - 42.5
     prom_api.answer = _answer_by_kind([({"instance_id": "i-a"}, 70)], [({"instance_id": "i-a"}, scraped_at)])
-    [point] = PrometheusSource(prom_api.url).read_last(pm.GPU_TEMPERATURE_C, ["i-a"])
+    [point] = PrometheusSource(prom_api.url, clock=lambda: EVAL_AT).read_last(pm.GPU_TEMPERATURE_C, ["i-a"])
     assert point.timestamp == datetime.fromtimestamp(scraped_at, UTC)
 
 
@@ -436,3 +436,18 @@ def test_an_instance_the_freshness_query_leaves_out_is_unknown_not_dated_now(pro
     )
     points = PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ["i-a", "i-b"])
     assert [(p.instance_id, p.value) for p in points] == [("i-a", 3.0)]
+
+
+@pytest.mark.parametrize("skew_s", [-90.0, 0.0, 90.0])
+def test_a_points_age_is_measured_on_prometheus_clock_whatever_its_skew(prom_api, skew_s):
+    """The point was dated by Prometheus' clock and aged by the service's: a Prometheus 90 s ahead made
+    every point 'in the future' (dropped: every metric unknown), 90 s behind made them all look stale."""
+    service_now = 1_800_000_000.0
+    prom_now = service_now + skew_s
+    prom_api.answer = lambda e, f: (
+        200,
+        vector([({"instance_id": "i-a"}, prom_now - 4 if "timestamp(" in f["query"] else 7)], at=prom_now),
+    )
+    src = PrometheusSource(prom_api.url, clock=lambda: service_now)
+    [point] = src.read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert point.value == 7 and point.timestamp == datetime.fromtimestamp(service_now - 4, UTC)
