@@ -175,6 +175,12 @@ class MetricsSource(_Section):
             raise ValueError(
                 "url must be an http:// or https:// URL with a host, e.g. http://prometheus:9090"
             )
+        parts = urlsplit(self.url or "")
+        # the source adds /api/v1/query to the url: it must be Prometheus' base URL, path prefix and all
+        if parts.path.rstrip("/").endswith("/api/v1"):
+            raise ValueError(f"url {self.url!r}: give Prometheus' base URL, without /api/v1")
+        if parts.query or parts.fragment:
+            raise ValueError(f"url {self.url!r}: give Prometheus' base URL, with no query string or fragment")
         if self.bearer_token_env is not None and not re.fullmatch(
             r"[A-Za-z_][A-Za-z0-9_]*", self.bearer_token_env
         ):

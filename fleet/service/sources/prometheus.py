@@ -280,9 +280,11 @@ class PrometheusClient:
         if not isinstance(body, dict):
             cls: type[CloudError] = ServerError if resp.status_code >= 500 or resp.ok else InvalidRequest
             code = "Prometheus.BadResponse" if resp.ok else f"Prometheus.HTTP{resp.status_code}"
+            # a 404 page: the url is not where Prometheus' API answers (a path prefix missing or extra)
+            hint = "; is the metrics_source url Prometheus' base URL?" if resp.status_code == 404 else ""
             raise cls(
                 code,
-                f"{shown}: not a Prometheus API answer: {text[:200]!r}",
+                f"{shown}: not a Prometheus API answer: {text[:200]!r}{hint}",
                 status=resp.status_code,
                 action=endpoint,
             )

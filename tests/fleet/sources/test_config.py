@@ -154,3 +154,24 @@ def test_the_config_schema_documents_the_prometheus_timeout():
 
     text = json.dumps(config_json_schema())
     assert '"timeout_s"' in text and "Prometheus" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://p:9090/api/v1", "without /api/v1"),
+        ("http://p:9090/prometheus/api/v1/", "without /api/v1"),
+        ("http://p:9090/?tenant=a", "no query string"),
+        ("http://p:9090/#x", "no query string"),
+    ],
+)
+def test_a_prometheus_url_that_is_not_its_base_url_is_refused(tmp_path, url, why):
+    """The API paths are added to the url: these became .../api/v1/api/v1/query (a 404 read as 'not a
+    Prometheus API answer') or put the path inside the query string."""
+    problems = _problems(tmp_path, f"metrics_source: {{type: prometheus, url: '{url}'}}\n")
+    assert "groups[0].metrics_source" in problems and why in problems
+
+
+def test_a_prometheus_url_with_a_path_prefix_is_kept(tmp_path):
+    cfg = _load(tmp_path, "metrics_source: {type: prometheus, url: 'https://proxy.internal/prometheus/'}\n")
+    assert source_for(cfg.group("chat"), clients=None).client.url == "https://proxy.internal/prometheus"

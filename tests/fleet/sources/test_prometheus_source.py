@@ -451,3 +451,11 @@ def test_a_points_age_is_measured_on_prometheus_clock_whatever_its_skew(prom_api
     src = PrometheusSource(prom_api.url, clock=lambda: service_now)
     [point] = src.read_last(pm.QUEUE_WAITING, ["i-a"])
     assert point.value == 7 and point.timestamp == datetime.fromtimestamp(service_now - 4, UTC)
+
+
+def test_a_404_says_the_url_may_not_be_prometheus_base_url(prom_api):
+    prom_api.answer = lambda e, f: (404, "404 page not found")
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(prom_api.url + "/prom").read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.HTTP404" and "base URL" in info.value.message
+    assert prom_api.url + "/prom/api/v1/query" in info.value.message
