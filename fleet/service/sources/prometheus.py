@@ -368,9 +368,9 @@ class PrometheusSource:
         self.xid_lookback_s = xid_lookback_s
         self.xid_step_s = xid_step_s
         self.clock = clock
-        # the warnings of each thread's last read of a metric, until take_warnings (reads run in parallel)
-        self._warnings: dict[tuple[int, str], list[str]] = {}
-        self._warnings_lock = threading.Lock()
+        # per thread (reads run in parallel), the warnings of its last read of each metric until taken;
+        # thread-local, so a read nobody takes the warnings of (a drain's, a diagnosis') goes with its thread
+        self._local = threading.local()
 
     # -- PromQL ---------------------------------------------------------------------------------------
     def matchers(self, instance_ids: Sequence[str]) -> str:
@@ -406,12 +406,13 @@ class PrometheusSource:
     # -- reads ----------------------------------------------------------------------------------------
     def take_warnings(self, canonical: str) -> list[str]:
         """What Prometheus warned of in this thread's last read of ``canonical`` (forgotten once taken)."""
-        with self._warnings_lock:
-            return self._warnings.pop((threading.get_ident(), canonical), [])
+        kept: dict[str, list[str]] = getattr(self._local, "warnings", {})
+        return kept.pop(canonical, [])
 
     def _noted(self, canonical: str, notes: list[str]) -> None:
-        with self._warnings_lock:
-            self._warnings[(threading.get_ident(), canonical)] = notes
+        if not hasattr(self._local, "warnings"):
+            self._local.warnings = {}
+        self._local.warnings[canonical] = notes
 
     def read_last(self, canonical: str, instance_ids: Sequence[str]) -> list[MetricPoint]:
         notes: list[str] = []

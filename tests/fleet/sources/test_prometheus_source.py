@@ -459,3 +459,17 @@ def test_a_404_says_the_url_may_not_be_prometheus_base_url(prom_api):
         PrometheusSource(prom_api.url + "/prom").read_last(pm.QUEUE_WAITING, ["i-a"])
     assert info.value.code == "Prometheus.HTTP404" and "base URL" in info.value.message
     assert prom_api.url + "/prom/api/v1/query" in info.value.message
+
+
+def test_a_reads_warnings_are_taken_once_by_the_thread_that_read(prom_api):
+    answer = _answer_by_kind([({"instance_id": "i-a"}, 1)], [({"instance_id": "i-a"}, EVAL_AT)])
+    prom_api.answer = lambda e, f: (200, {**answer(e, f)[1], "warnings": ["PromQL info: not a counter"]})
+    src = PrometheusSource(prom_api.url, clock=lambda: EVAL_AT)
+    src.read_last(pm.QUEUE_WAITING, ["i-a"])
+    elsewhere: list[list[str]] = []
+    other = threading.Thread(target=lambda: elsewhere.append(src.take_warnings(pm.QUEUE_WAITING)))
+    other.start()
+    other.join()
+    assert elsewhere == [[]]  # another thread's read is not this one's
+    assert src.take_warnings(pm.QUEUE_WAITING) == ["PromQL info: not a counter"]  # once, for both queries
+    assert src.take_warnings(pm.QUEUE_WAITING) == []
