@@ -122,6 +122,14 @@ class FailureLog:
                 exc,
             )
 
+    def warned(self, where: str, warning: str, now: datetime) -> None:
+        """A source's warning on a read it answered: logged when it starts, then as ``failed`` thins (it is
+        shown in /status with the group's warnings every tick it goes on)."""
+        verdict = self.held.seen((where, warning), now.timestamp())
+        if verdict.write:
+            held = f" ({verdict.held} more since the last line)" if verdict.held else ""
+            log.warning("observe %s: the source warned: %s%s", where, warning, held)
+
     def crashed(self, where: str, exc: Exception, now: datetime) -> None:
         """A read that raised what no source should (a bug): one line at error, thinned as ``failed``
         thins, and the traceback at debug every time."""
@@ -642,6 +650,8 @@ class Observer:
                     g.staleness_s[read.canonical] = None
                 continue
             points, warnings = got
+            for warning in warnings:
+                self.failures.warned(read.source.describe(read.canonical), warning, now)
             for g, _ in read.groups:
                 g.source_warnings += [(read.canonical, f"{read.source.kind}: {w}") for w in warnings]
             self._apply_read(read, points, now)

@@ -303,10 +303,11 @@ class PrometheusClient:
                 action=endpoint,
             )
         # a complete answer with something to say (a Thanos store that was skipped, PromQL's note that a
-        # rate() reads a series that is no counter): the data is used, and the warning shown in /status
+        # rate() reads a series that is no counter): the data is used; the Observer logs the warning (once
+        # while it repeats) and shows it in /status
         warnings = [" ".join(str(w).split())[:300] for w in body.get("warnings") or []]
         for warning in warnings:
-            log.warning("prometheus %s warning: %s", endpoint, warning)
+            log.debug("prometheus %s warning: %s", endpoint, warning)
         data = body.get("data")
         if not isinstance(data, dict):
             raise ServerError("Prometheus.BadResponse", f"{shown}: answer without data", action=endpoint)

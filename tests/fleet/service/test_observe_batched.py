@@ -531,3 +531,28 @@ def test_a_bug_in_one_sources_read_leaves_that_metric_unknown_not_the_scope_unob
         errors_logged = [r for r in lines if r.levelno >= logging.ERROR]
         assert len(errors_logged) == 1 and errors_logged[0].exc_info is None  # one line, once
         assert any(r.levelno == logging.DEBUG and r.exc_info for r in lines)  # the traceback, at debug
+
+
+class _Warning(_Buggy):
+    """A metric source that answers every read and warns of the same thing each time."""
+
+    def read_last(self, canonical, instance_ids):
+        return self.inner.read_last(canonical, instance_ids)
+
+    def take_warnings(self, canonical):
+        return ["store 10.0.0.7:10901 is unavailable"] if canonical == self.broken else []
+
+
+def test_a_source_warning_repeated_every_tick_is_logged_once_and_kept_for_status(tmp_path, caplog):
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=1)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        observer.sources["g0"] = _Warning(observer.sources["g0"], "queue_waiting")
+        with caplog.at_level(logging.WARNING):
+            seen = [observer.observe(cloud.now() + timedelta(seconds=15 * k)).groups["g0"] for k in range(4)]
+        assert all(
+            g.source_warnings == [("queue_waiting", "buggy: store 10.0.0.7:10901 is unavailable")]
+            for g in seen
+        )
+        lines = [r.getMessage() for r in caplog.records if "10.0.0.7" in r.getMessage()]
+        assert len(lines) == 1 and "buggy queue_waiting" in lines[0]
