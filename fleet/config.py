@@ -156,7 +156,6 @@ class MetricsSource(_Section):
         description="seconds to wait for each Prometheus answer (prometheus); a slower one fails the read as "
         "Prometheus.Unreachable and the metric is unknown that tick",
     )
-
     max_answer_mib: int = Field(
         default=PROMETHEUS_MAX_ANSWER_MIB,
         gt=0,

@@ -239,7 +239,10 @@ class PrometheusClient:
             raw += chunk
             if len(raw) > limit:
                 raise too_large("over")
-        return raw.decode(resp.encoding or "utf-8", errors="replace")
+        try:
+            return raw.decode(resp.encoding or "utf-8", errors="replace")
+        except LookupError:  # a charset no codec knows: Prometheus' API is UTF-8 JSON
+            return raw.decode("utf-8", errors="replace")
 
     def _answer(
         self, resp: requests.Response, text: str, shown: str, endpoint: str

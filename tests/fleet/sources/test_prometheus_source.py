@@ -473,3 +473,10 @@ def test_a_reads_warnings_are_taken_once_by_the_thread_that_read(prom_api):
     assert elsewhere == [[]]  # another thread's read is not this one's
     assert src.take_warnings(pm.QUEUE_WAITING) == ["PromQL info: not a counter"]  # once, for both queries
     assert src.take_warnings(pm.QUEUE_WAITING) == []
+
+
+def test_an_answer_in_a_charset_no_codec_knows_is_read_as_utf8(prom_api):
+    answer = _answer_by_kind([({"instance_id": "i-a"}, 2)], [({"instance_id": "i-a"}, EVAL_AT)])
+    prom_api.answer = lambda e, f: (*answer(e, f), {"content-type": "application/json; charset=x-bogus"})
+    points = PrometheusSource(prom_api.url, clock=lambda: EVAL_AT).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert [p.value for p in points] == [2.0]
