@@ -110,6 +110,15 @@ def _labels(row: Mapping[str, Any]) -> dict[str, str]:
     return dict(labels)
 
 
+_LONG_REGEX = re.compile(r'=~"(?:[^"\\]|\\.){60,}"')
+
+
+def _brief(promql: str) -> str:
+    """A query for a message: the instance regex (the fleet's every id) elided, at most 300 characters."""
+    short = _LONG_REGEX.sub('=~"..."', promql)
+    return short if len(short) <= 300 else short[:297] + "..."
+
+
 # what parsing a malformed answer raises: a missing key, a wrong type, a time no datetime can hold
 _PARSE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError, OSError)
 
@@ -146,7 +155,7 @@ class PrometheusClient:
         if data.get("resultType") != "vector":
             raise InvalidRequest(
                 "Prometheus.BadResultType",
-                f"expected an instant vector, got {data.get('resultType')!r} for {promql}",
+                f"expected an instant vector, got {data.get('resultType')!r} for {_brief(promql)}",
                 action="query",
             )
         try:
@@ -178,7 +187,7 @@ class PrometheusClient:
         if data.get("resultType") != "matrix":
             raise InvalidRequest(
                 "Prometheus.BadResultType",
-                f"expected a range vector, got {data.get('resultType')!r} for {promql}",
+                f"expected a range vector, got {data.get('resultType')!r} for {_brief(promql)}",
                 action="query_range",
             )
         try:
@@ -224,7 +233,7 @@ class PrometheusClient:
         def too_large(size: str) -> InvalidRequest:
             return InvalidRequest(
                 "Prometheus.AnswerTooLarge",
-                f"{shown}: the answer to {promql[:300]} is {size} the {limit} bytes "
+                f"{shown}: the answer to {_brief(promql)} is {size} the {limit} bytes "
                 "metrics_source.max_answer_mib allows: does the query match far more series than the group's "
                 "(the instance_label and labels)?",
                 status=resp.status_code,

@@ -480,3 +480,15 @@ def test_an_answer_in_a_charset_no_codec_knows_is_read_as_utf8(prom_api):
     prom_api.answer = lambda e, f: (*answer(e, f), {"content-type": "application/json; charset=x-bogus"})
     points = PrometheusSource(prom_api.url, clock=lambda: EVAL_AT).read_last(pm.QUEUE_WAITING, ["i-a"])
     assert [p.value for p in points] == [2.0]
+
+
+def test_a_matrix_where_a_vector_is_expected_names_the_query_in_one_short_line(prom_api):
+    """The message carried the whole query, every instance id of the fleet in its regex: a line of tens of
+    kilobytes in the log and the tick's errors at every tick."""
+    ids = [f"i-2ze{n:017d}" for n in range(1000)]
+    prom_api.answer = lambda e, f: (200, matrix([({"instance_id": ids[0]}, [(1.0, 1.0)])]))
+    with pytest.raises(InvalidRequest) as info:
+        PrometheusSource(prom_api.url).read_last(pm.QUEUE_WAITING, ids)
+    assert info.value.code == "Prometheus.BadResultType"
+    assert "'matrix'" in info.value.message and "vllm:num_requests_waiting" in info.value.message
+    assert len(info.value.message) < 500
