@@ -214,16 +214,20 @@ class InstanceEngine:
         (a block shared with another running request is counted for each); none where the plan has no prefix
         caching (``MemoryPlan.prefix_caching``)."""
         prompt = max(1, int(prompt_tokens))
-        output = max(1, int(output_tokens))
-        seq = _Seq(request_id, float(arrival_s), prompt, output)
-        seq.cached = max(0, int(cached_tokens))
-        if prompt >= self._max_len:
-            seq.output = 0  # marks "reject at arrival"
-        else:
-            seq.output = min(output, self._max_len - prompt)
+        seq = _Seq(request_id, float(arrival_s), prompt, self.output_tokens_for(prompt, output_tokens))
+        seq.cached = max(0, int(cached_tokens))  # an output of 0 marks "reject at arrival"
         self._submitted += 1
         heapq.heappush(self._pending, (seq.arrival, self._submitted, seq))
         return seq.output > 0
+
+    def output_tokens_for(self, prompt_tokens: int, output_tokens: int) -> int:
+        """The output tokens this engine produces for a request of these sizes: at least one, and no more than
+        ``max_model_len`` leaves after the prompt (vLLM stops a sequence there); 0 for a prompt it rejects at
+        arrival (one that fills ``max_model_len`` by itself)."""
+        prompt = max(1, int(prompt_tokens))
+        if prompt >= self._max_len:
+            return 0
+        return min(max(1, int(output_tokens)), self._max_len - prompt)
 
     def advance(self, until_s: float) -> list[CompletedRequest]:
         """Run every iteration that starts before ``until_s``; return the requests completed meanwhile."""

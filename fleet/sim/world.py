@@ -49,6 +49,8 @@ class ServingEngine(Protocol):
 
     def submit(self, request_id: Any, arrival_s: float, prompt_tokens: int, output_tokens: int) -> bool: ...
 
+    def output_tokens_for(self, prompt_tokens: int, output_tokens: int) -> int: ...
+
     def advance(self, until_s: float) -> list[Any]: ...
 
     @property
@@ -132,7 +134,7 @@ class SimInstance:
         # sample (a hardware one keeps being reported while its GPU stays unusable: ``instance_metrics``)
         self.xids: list[int] = []
         self.outstanding = 0
-        self.inflight: dict[int, int] = {}  # request id -> output tokens
+        self.inflight: dict[int, int] = {}  # request id -> the output tokens its engine will produce
         self.busy_s = 0.0  # engine busy time since the last publish
         self.memory_s = 0.0  # of it, the time its iterations spent streaming weights and KV
         self.engine_start_s = appeared_s
@@ -411,13 +413,16 @@ class World:
             self._req_seq += 1
             rid = self._req_seq
             self._arrival[rid] = r.arrival_s
-            best.engine.submit(rid, max(r.arrival_s, now), r.prompt_tokens, r.output_tokens)
-            best.inflight[rid] = r.output_tokens
+            # what the engine will produce: a request stops where prompt + output reach max_model_len
+            output = best.engine.output_tokens_for(r.prompt_tokens, r.output_tokens)
+            accepted = best.engine.submit(rid, max(r.arrival_s, now), r.prompt_tokens, r.output_tokens)
+            best.inflight[rid] = output
             best.outstanding += 1
-            arrived = best.arrived
-            arrived[0] += 1
-            arrived[1] += r.prompt_tokens
-            arrived[2] += r.output_tokens
+            if accepted:  # a prompt past max_model_len is refused at vLLM's API: none of its counters see it
+                arrived = best.arrived
+                arrived[0] += 1
+                arrived[1] += r.prompt_tokens
+                arrived[2] += output
         self.next_req = i
 
     def _advance_instance(self, inst: SimInstance, step_end: float) -> None:
@@ -541,7 +546,8 @@ class World:
     def demand_metrics(self, inst: SimInstance) -> dict[str, float]:
         """The node agent's demand signals over the last period, as it derives them from the difference of
         vLLM's counters between two scrapes (``fleet.agent.vllm``): arrivals per second at this instance and,
-        when any arrived, the mean prompt and output tokens per request (a mean of nothing is not sent)."""
+        when any arrived, the mean prompt and output tokens per request (a mean of nothing is not sent). The
+        output is what the engine produces (stopped at ``max_model_len``), not the trace's nominal length."""
         if inst.demand is None:
             return {}
         n, prompt, output = inst.demand

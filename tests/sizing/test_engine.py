@@ -145,6 +145,16 @@ def test_a_prompt_longer_than_max_model_len_is_refused():
     assert r.rejected and r.request_id == "long"
 
 
+@pytest.mark.parametrize(("prompt", "output"), [(1500, 1000), (1500, 100), (100, 0), (2048, 10), (3000, 5)])
+def test_the_output_an_engine_says_it_produces_is_what_the_request_completes_with(prompt, output):
+    # vLLM stops a sequence at max_model_len: the world reports the demand the engine serves from this
+    engine = InstanceEngine(_deployment(max_model_len=2048))
+    engine.submit("r", 0.0, prompt, output)
+    (done,) = engine.advance(1e6)
+    assert engine.output_tokens_for(prompt, output) == done.output_tokens
+    assert prompt + done.output_tokens <= 2048 or done.rejected
+
+
 def test_busy_fraction_is_zero_when_idle_and_near_one_when_saturated():
     engine = InstanceEngine(_deployment())
     engine.advance(10.0)

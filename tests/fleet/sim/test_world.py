@@ -405,6 +405,28 @@ def test_instances_publish_the_demand_arriving_at_them_over_the_last_period(fact
     assert cloud.last("vllm_output_tokens_per_request", "i-b") == pytest.approx(50.0)
 
 
+def test_demand_counts_the_output_an_engine_produces_not_the_traces_nominal_one(factory):
+    # max_model_len 8192: a 7,000-token prompt leaves room for 1,192 output tokens, and vLLM stops there; the
+    # world published the trace's 3,000, a demand the engines never served
+    world, cloud = make_world(
+        factory, {"i-a": "InService"}, [Request(1.0, 7000, 3000), Request(2.0, 500, 100)]
+    )
+    world.run_until(15.0)
+    assert cloud.last("vllm_output_tokens_per_request", "i-a") == pytest.approx((8192 - 7000 + 100) / 2)
+    assert cloud.last("vllm_prompt_tokens_per_request", "i-a") == pytest.approx(3750.0)
+
+
+def test_a_prompt_past_max_model_len_is_refused_and_counted_in_no_demand(factory):
+    # vLLM answers such a request 400 at its API: its counters, and so the agent's demand, never see it
+    requests = [Request(1.0, 9000, 100), Request(2.0, 500, 100)]
+    world, cloud = make_world(factory, {"i-a": "InService"}, requests)
+    world.run_until(15.0)
+    assert world.total_rejected == 1
+    assert cloud.last("vllm_request_rate", "i-a") == pytest.approx(1 / 15.0)
+    assert cloud.last("vllm_prompt_tokens_per_request", "i-a") == pytest.approx(500.0)
+    assert cloud.last("vllm_output_tokens_per_request", "i-a") == pytest.approx(100.0)
+
+
 def test_demand_rate_falls_to_zero_once_arrivals_stop_and_token_means_are_not_sent(factory):
     world, cloud = make_world(factory, {"i-a": "InService"}, steady(2.0, 30.0))
     world.run_until(30.0)
