@@ -360,10 +360,10 @@ def _warn_unfired(result: Any, asked: int) -> None:
 
 
 def _write_report(report: Path, result: Any, spec: Any) -> None:
-    from fleet.sim.report import render_html, report_timezone
+    from fleet.sim.report import render_html, report_timezone, temperature_limits_c
 
     try:
-        write_atomically(report, render_html(result, report_timezone(spec)))
+        write_atomically(report, render_html(result, report_timezone(spec), temperature_limits_c(spec)))
     except OSError as exc:
         fail(f"--report: cannot write {report}: {exc.strerror or exc}")
 

@@ -181,7 +181,31 @@ def _markers(result: SimResult, plots: Sequence[_Plot]) -> None:
                     )
 
 
-def _closeup(result: SimResult, start_local: datetime) -> str:
+def temperature_limits_c(spec: Any) -> tuple[float, ...]:
+    """The GPU temperatures the group's isolation rules act above (``gpu_temperature_c`` rules with ``above``;
+    none when isolation is off): the lines the temperature plots draw."""
+    from policies.metrics import GPU_TEMPERATURE_C
+
+    isolation = getattr(spec, "isolation", None)
+    if isolation is None or not isolation.enabled:
+        return ()
+    limits = {
+        float(rule.above)
+        for rule in isolation.rules
+        if rule.metric == GPU_TEMPERATURE_C and rule.above is not None and rule.peer_factor is None
+    }
+    return tuple(sorted(limits))
+
+
+def _temperature_plot(minutes: int, limits_c: Sequence[float], x0: float = 0.0) -> _Plot:
+    """A temperature plot (20 C up) with a line at each isolation threshold, room left above the hottest."""
+    plot = _Plot(minutes, max([110.0, *(t + 15.0 for t in limits_c)]), y_min=20.0, x0=x0)
+    for t in limits_c:
+        plot.hline(t, "#ff7f0e", f"{t:g} C isolation rule")
+    return plot
+
+
+def _closeup(result: SimResult, start_local: datetime, limits_c: Sequence[float] = ()) -> str:
     """Forty minutes around the first injected fault: the hottest GPU, the instances serving and isolated."""
     faults = injected(result.fault_log)
     if not faults or not result.series:
@@ -191,8 +215,7 @@ def _closeup(result: SimResult, start_local: datetime) -> str:
     pts = [p for p in result.series if m0 <= p.minute <= m0 + span]
     if not pts:
         return ""
-    temp = _Plot(span, 110.0, y_min=20.0, x0=m0)
-    temp.hline(85.0, "#ff7f0e", "85 C isolation rule")
+    temp = _temperature_plot(span, limits_c, x0=m0)
     temp.polyline([(p.minute + 1, p.temperature_max_c) for p in pts], "#d62728", 2.0)
     cap = _Plot(span, max(max(p.in_service + p.pending + p.standby for p in pts), 1) * 1.2, x0=m0)
     cap.polyline([(p.minute + 1, float(p.serving)) for p in pts], "#17becf", 2.0, step=True)
@@ -220,8 +243,11 @@ def report_timezone(spec: Any, default: str = "Asia/Shanghai") -> str:
     return str(schedules[0].timezone) if schedules else default
 
 
-def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
-    """The whole report as one HTML string."""
+def render_html(
+    result: SimResult, timezone: str = "Asia/Shanghai", temperature_limits: Sequence[float] = ()
+) -> str:
+    """The whole report as one HTML string; ``temperature_limits`` (C) are the group's isolation thresholds
+    (:func:`temperature_limits_c`), drawn on the temperature plots."""
     s: Sequence[MinutePoint] = result.series
     n = len(s)
     start_local = result.options.start.astimezone(ZoneInfo(timezone))
@@ -248,13 +274,12 @@ def render_html(result: SimResult, timezone: str = "Asia/Shanghai") -> str:
             f'<rect x="{_fmt(x)}" y="{MT}" width="{_fmt(max(0.5, (W - ML - MR) / max(1, n)))}" '
             f'height="6" fill="#d62728"/>'
         )
-    temp = _Plot(n, 110.0, y_min=20.0)
-    temp.hline(85.0, "#ff7f0e", "85 C isolation rule")
+    temp = _temperature_plot(n, temperature_limits)
     temp.polyline([(p.minute + 1, p.temperature_max_c) for p in s], "#d62728", 1.5)
     temp.polyline([(p.minute + 1, p.gpu_util_avg_pct) for p in s], "#1f77b4", 1.0, dash="2 2")
     plots = [load, cap, ttft, temp]
     _markers(result, plots)
-    closeup = _closeup(result, start_local)
+    closeup = _closeup(result, start_local, temperature_limits)
     from fleet.sim.report_planning import planning_sections, timeline_section
 
     planning = planning_sections(result, start_local)

@@ -291,6 +291,38 @@ def test_the_report_reads_the_clock_of_the_groups_schedules(tmp_path):
     assert "Mon 2026-03-02 02:00 (Europe/London)" in page
 
 
+def test_the_reports_temperature_plots_draw_the_configured_isolation_threshold(
+    overheat_run, config, tmp_path
+):
+    # the temperature plot and the close-up drew "85 C isolation rule" whatever the config's rule said
+    from fleet.commands.simulate import _write_report
+
+    spec = config.groups[0]
+    rules = tuple(
+        r.model_copy(update={"above": 92.0}) if r.metric == "gpu_temperature_c" else r
+        for r in spec.isolation.rules
+    )
+    spec = spec.model_copy(update={"isolation": spec.isolation.model_copy(update={"rules": rules})})
+    report = tmp_path / "r.html"
+    _write_report(report, overheat_run, spec)
+    page = report.read_text()
+    assert page.count("92 C isolation rule") == 2  # the run's plot and the incident close-up
+    assert "85 C" not in page
+
+
+def test_a_group_without_a_temperature_rule_gets_no_threshold_line():
+    from fleet.sim.report import temperature_limits_c
+
+    spec = load_config(DEFAULT_CONFIG, env={}).groups[0]
+    assert temperature_limits_c(spec) == (85.0,)
+    no_temp = spec.isolation.model_copy(
+        update={"rules": tuple(r for r in spec.isolation.rules if r.metric != "gpu_temperature_c")}
+    )
+    assert temperature_limits_c(spec.model_copy(update={"isolation": no_temp})) == ()
+    off = spec.isolation.model_copy(update={"enabled": False})
+    assert temperature_limits_c(spec.model_copy(update={"isolation": off})) == ()
+
+
 def test_simulate_refuses_a_report_path_it_cannot_create_before_running(tmp_path, capsys):
     not_a_dir = tmp_path / "file.txt"
     not_a_dir.write_text("x")
