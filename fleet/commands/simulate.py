@@ -31,23 +31,47 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
-def _check_report_path(report: Path, inputs: tuple[Path, ...] = ()) -> None:
+def _check_report_path(report: Path, inputs: tuple[Path, ...] = ()) -> Path:
     """Before the run, so a long simulation never ends on a report it cannot write, nor writes it over one
-    of its own ``inputs`` (the config, the trace)."""
-    if report.is_dir():
+    of its own ``inputs`` (the config, the trace); nothing is created here, so a refused run leaves nothing.
+    Returns where the report will be written (:func:`_report_target`)."""
+    target = _report_target(report)
+    if _exists(target) and target.is_dir():
         fail(f"--report: {report} is a directory")
-    blocker = next((p for p in report.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        fail(f"--report: {blocker} is a file, not a directory")
-    try:
-        report.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        fail(f"--report: cannot create {report.parent}: {exc.strerror or exc}")
-    for source in inputs:  # after the folders exist, so that a path through one of them resolves
-        if report.exists() and source.exists() and os.path.samefile(report, source):
+    for source in inputs:
+        if _exists(target) and source.exists() and os.path.samefile(target, source):
             fail(f"--report: {report} is the run's own input {source}: the report would overwrite it")
-    if not os.access(report.parent, os.W_OK) or (report.exists() and not os.access(report, os.W_OK)):
+    folder = next(p for p in (target.parent, *target.parent.parents) if _exists(p))
+    # the folder the report (or its first missing folder) goes in: written to, and gone through
+    writable = os.access(folder, os.W_OK | os.X_OK)
+    if not writable or (_exists(target) and not os.access(target, os.W_OK)):
         fail(f"--report: cannot write {report}: permission denied")
+    return target
+
+
+def _report_target(report: Path) -> Path:
+    """The file ``report`` names once its missing folders exist: its existing part as the system resolves it
+    (links followed), the rest read as written, since folders still to be made hold no links (so ``sub/..``
+    is the folder ``sub`` would be made in, and ``sub`` need not be made). A path through a file is refused.
+    """
+    existing = Path(report.anchor) if report.is_absolute() else Path(".")
+    parts = report.parts[1:] if report.is_absolute() else report.parts
+    for i, part in enumerate(parts):
+        step = existing / part
+        if not _exists(step):
+            if not existing.is_dir():
+                fail(f"--report: {existing} is a file, not a directory")
+            return Path(os.path.normpath(Path(os.path.realpath(existing)).joinpath(*parts[i:])))
+        existing = step
+    return report
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists, False where the system will not say (a folder that cannot be gone through)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _load(config: Path | None) -> Any:
@@ -239,9 +263,10 @@ def simulate(
     index = _group_index(cfg, config, group)
     hw = _hardware(*_declared_hardware(cfg.groups[index], model, instance_type), cfg.region)
     _warn_tp(cfg.groups[index], hw)
+    report_to: Path | None = None
     if report is not None:
         trace = (Path(spec.name),) if spec.kind == "trace" else ()
-        _check_report_path(report, (*((config,) if config else ()), *trace))
+        report_to = _check_report_path(report, (*((config,) if config else ()), *trace))
     opts = replace(
         SimOptions(), seed=seed, tick_s=tick_s, model_error_pct=model_error, history_days=history_days
     )
@@ -264,8 +289,8 @@ def simulate(
     _warn_default_slo(cfg.groups[index], result.summary)
     _warn_capped(result.summary)
     _warn_oracle(result.summary)
-    if report is not None:
-        _write_report(report, result, cfg.groups[index])
+    if report is not None and report_to is not None:
+        _write_report(report_to, result, cfg.groups[index], shown=report)
     if json_out:
         print_json(result.summary)
     else:
@@ -359,13 +384,17 @@ def _warn_unfired(result: Any, asked: int) -> None:
         )
 
 
-def _write_report(report: Path, result: Any, spec: Any) -> None:
+def _write_report(report: Path, result: Any, spec: Any, shown: Path | None = None) -> None:
+    """Write the report to ``report`` (its missing folders made now, after the run), errors naming ``shown``
+    (the path as the user gave it)."""
     from fleet.sim.report import render_html, report_timezone, temperature_limits_c
 
+    shown = shown or report
     try:
+        report.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(report, render_html(result, report_timezone(spec), temperature_limits_c(spec)))
     except OSError as exc:
-        fail(f"--report: cannot write {report}: {exc.strerror or exc}")
+        fail(f"--report: cannot write {shown}: {exc.strerror or exc}")
 
 
 def _print_summary(result: Any) -> None:

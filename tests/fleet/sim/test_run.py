@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -349,6 +350,27 @@ def test_simulate_refuses_a_report_over_its_own_config_or_trace(tmp_path, capsys
     assert main([*argv, "--report", str(report)]) == 2
     assert "the report would overwrite it" in capsys.readouterr().err
     assert {p: p.read_text() for p in before} == before
+    assert not (tmp_path / "sub").exists()  # the check made the folder to resolve the path, then refused
+
+
+def test_a_report_path_through_a_missing_folder_is_checked_without_making_it(tmp_path, monkeypatch):
+    from fleet.commands.simulate import _check_report_path
+
+    monkeypatch.chdir(tmp_path)
+    assert _check_report_path(Path("sub") / ".." / "x.html").resolve() == tmp_path / "x.html"
+    assert _check_report_path(Path("a") / "b" / ".." / "r.html").resolve() == tmp_path / "a" / "r.html"
+    assert list(tmp_path.iterdir()) == []  # made when the report is written, after the run
+
+
+def test_the_report_is_written_where_its_path_leads_making_only_the_folders_it_needs(
+    overheat_run, config, tmp_path
+):
+    from fleet.commands.simulate import _check_report_path, _write_report
+
+    report = tmp_path / "sub" / ".." / "out" / "r.html"
+    _write_report(_check_report_path(report), overheat_run, config.groups[0], shown=report)
+    assert (tmp_path / "out" / "r.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no "sub" made on the way
 
 
 def test_a_group_without_a_ttft_slo_is_told_what_it_was_judged_by(tmp_path, capsys):
