@@ -14,6 +14,7 @@ from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
 from fleet.service.shards import SHARD_INFIX
 from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human, leases, policy_state
+from policies.isolation.sla import respond_breached
 from policies.model import LifecycleState, Plan
 
 
@@ -237,7 +238,9 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
     isolate_s = (inc.isolated_at - _isolate_from(inc)).total_seconds() if inc.isolated_at else None
     # An incident that closed before its respond deadline (recovered, its instance gone) needed no response:
     # unacknowledged, it breaches only if it was still open when the deadline passed.
-    respond_breach = _breached(inc.respond_by, inc.acknowledged_at or inc.closed_at, now)
+    respond_breach = inc.respond_by is not None and respond_breached(
+        inc.respond_by, inc.acknowledged_at, inc.closed_at, now
+    )
     # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
     closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
     isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)

@@ -16,6 +16,7 @@ from fleet.sim.invariants import InvariantChecker
 from fleet.sim.types import Hardware, MinutePoint, SimOptions
 from fleet.sim.world import NODE_FAULT_KINDS, World, injected
 from fleet.timefmt import parse_iso
+from policies.isolation.sla import respond_breached
 
 if TYPE_CHECKING:
     from fleet.cloud.clients import CloudClients
@@ -327,8 +328,9 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
             responded = min((r for r in responses if r is not None), default=None)
             isolated = rec.isolated_at or _dt(body.get("isolated_at"))
             remediated = _dt(body.get("remediated_at")) or rec.closed_at
-            # as the SLA report: one closed before its respond deadline needed no response
-            late_response = (responded or rec.closed_at or end) - rec.detected_at > respond
+            # the SLA report's rule: one closed before its respond deadline needed no response
+            respond_by = rec.respond_by or rec.detected_at + respond
+            late_response = respond_breached(respond_by, responded, rec.closed_at, end)
             late_isolation = (isolated or remediated or end) - rec.detected_at > isolate
             out.append(
                 {

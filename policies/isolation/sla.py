@@ -2,10 +2,10 @@
 clock (out of traffic within ``isolate_within``, 4 h), each warned about at risk and when breached.
 
 The two run side by side: isolation never waits for a human. Both stop when the incident closes: one closed
-before its respond-by (recovered, its instance gone, remediated) needed no response, as the SLA report judges
-it (``fleet/service/views.py``, ``sla_row``), and one that could no longer be acknowledged was warned about
-as at risk and breached for one more window (a critical page, and a breach counted on ``/metrics`` that
-the report did not count).
+before its respond-by (recovered, its instance gone, remediated) needed no response (``respond_breached``,
+the rule the SLA report, ``fleet/service/views.py``, and the simulator's incident list judge by), and one that
+could no longer be acknowledged was warned about as at risk and breached for one more window (a critical
+page, and a breach counted on ``/metrics`` that the report did not count).
 
 The isolate clock of a system event ECS scheduled ahead (``events.py``) starts when its isolation falls due,
 ``isolate_within`` before the event's NotBefore, and ends at the NotBefore (``isolate_by``): before that
@@ -14,10 +14,21 @@ nothing is asked of the isolation, so nothing is at risk. Its respond clock runs
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from policies.isolation.shared import Tick
 from policies.model import OPEN_STATES, Incident, WarningCode
+
+
+def respond_breached(
+    respond_by: datetime, responded_at: datetime | None, closed_at: datetime | None, now: datetime
+) -> bool:
+    """Whether an incident breached its response clock, judged at ``now``: nobody responded by ``respond_by``
+    while it was open. One that closed before the deadline (recovered, its instance gone, remediated)
+    needed no response; one still open and unanswered is judged by ``now``. The SLA report and the
+    simulator's incident list both judge by this rule."""
+    stopped = min((t for t in (responded_at, closed_at) if t is not None), default=now)
+    return stopped > respond_by
 
 
 def check_clocks(t: Tick) -> None:

@@ -484,3 +484,49 @@ def test_model_error_makes_each_instance_slower_or_faster_than_the_sizing_engine
     assert len(world.all_ttfts_ms) == len(exact.all_ttfts_ms) == 30
     assert ratio == pytest.approx(2.0, rel=0.1)
     assert ModelError.draw(0.0, 1).speed(3) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("body", "closed_min", "respond_by_min", "breached"),
+    [
+        ({}, 10, 15, False),  # closed before its deadline, nobody responded: no breach
+        ({}, 20, 15, True),  # closed after it: a breach
+        ({}, None, 15, True),  # open at the run's end, past it
+        ({"admitted_at": "2026-03-02T00:05:00+00:00"}, None, 15, False),  # the service responded in time
+        ({}, 10, 5, True),  # the incident's own respond_by (set when it opened), not today's config's
+    ],
+)
+def test_the_simulators_incidents_judge_the_response_clock_as_the_sla_report(
+    body, closed_min, respond_by_min, breached
+):
+    from types import SimpleNamespace
+
+    from fleet.config import load_config
+    from fleet.service.store import IncidentRecord
+    from fleet.service.views import sla_row
+    from fleet.sim.cloudview import incidents
+    from fleet.sim.scenario import DEFAULT_CONFIG
+    from fleet.sim.types import SimOptions
+
+    start = datetime(2026, 3, 2, tzinfo=UTC)
+    opts = SimOptions(hours=0.5, start=start)
+    closed = None if closed_min is None else start + timedelta(minutes=closed_min)
+    rec = IncidentRecord(
+        id="inc-1",
+        service="fleet",
+        group_name="chat",
+        instance_id="i-a",
+        state="open" if closed is None else "closed",
+        detected_at=start,
+        updated_at=start,
+        respond_by=start + timedelta(minutes=respond_by_min),
+        isolate_by=start + timedelta(hours=4),
+        closed_at=closed,
+        body=body,
+    )
+    controller = SimpleNamespace(store=SimpleNamespace(incidents=lambda: [rec]))
+    spec = load_config(DEFAULT_CONFIG, env={}).groups[0]
+    (row,) = incidents(controller, None, opts, spec)
+    if not body:  # the report reads acknowledgments, the simulator every response step: the same when none
+        assert row["sla_breached"] is sla_row(rec, start + timedelta(hours=0.5))["respond_breached"]
+    assert row["sla_breached"] is breached
