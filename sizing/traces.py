@@ -139,7 +139,13 @@ def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest,
             continue
         out.append(TraceRequest(t, prompt, output))
     if len(out) < 2:
-        raise TraceError(f"{source}: fewer than two usable requests")
+        skipped = len(rows) - len(out)
+        why = (
+            f" ({skipped} of {len(rows)} rows skipped: no prompt or output tokens, or no finite time)"
+            if skipped
+            else ""
+        )
+        raise TraceError(f"{source}: fewer than two usable requests{why}")
     out.sort(key=lambda r: r.arrival_s)
     return tuple(out)
 

@@ -73,7 +73,13 @@ def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
         ("", False, "m.csv: the trace has no request rows"),
         ('{"timestamp": 1}\nnot json\n', True, "m.csv: line 2: not valid JSON"),
         ("time,prompt_tokens,output_tokens\n1,x,3\n2,4,5\n", False, "m.csv: row 2:"),
-        ("time,prompt_tokens,output_tokens\n1,2,3\n", False, "m.csv: fewer than two usable requests"),
+        ("time,prompt_tokens,output_tokens\n1,2,3\n", False, "m.csv: fewer than two usable requests$"),
+        # every row a failed request (no output): the line said "fewer than two usable" of a 3-row trace
+        (
+            "time,prompt_tokens,output_tokens\n1,2,0\n2,4,0\n3,5,0\n",
+            False,
+            r"m.csv: fewer than two usable requests \(3 of 3 rows skipped: no prompt or output tokens",
+        ),
     ],
 )
 def test_columns_refuse_bad_text_in_one_line(text: str, jsonl: bool, message: str) -> None:
