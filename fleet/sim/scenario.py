@@ -36,6 +36,9 @@ from sizing.capacity import largest_passing
 from sizing.stats import nearest_rank
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
+# Prompts are cut to leave this many tokens of max_model_len for the output (vLLM refuses a prompt that fills
+# it), or half of a max_model_len shorter than twice that.
+OUTPUT_ROOM_TOKENS = 512
 # ServeGen's m-small language model, day 2: a night trough at ~45 % of the peak, a ramp from 06:00 and the
 # peak
 # at 09:00, scaled so that the default fleet (Qwen2.5-14B on 2 x A10) needs about twenty instances at the top.
@@ -202,6 +205,12 @@ def initial_fleet_size(requests: Sequence[Request], capacity_rps: float, window_
     return max(1, math.ceil(first / window_s / max(1e-9, capacity_rps * START_UTILIZATION)))
 
 
+def prompt_cap_tokens(max_model_len: int) -> int:
+    """The longest prompt the simulated gateway passes on: ``max_model_len`` less the room kept for the output
+    (``OUTPUT_ROOM_TOKENS``, or half of a short one: 256 of 512), so that every prompt can be answered."""
+    return max_model_len - min(OUTPUT_ROOM_TOKENS, max_model_len // 2)
+
+
 def sizes_for(spec: WorkloadSpec, max_prompt_tokens: int | None = None) -> Sequence[Request]:
     """The request-size mix a workload draws from (for calibration), with its prompts cut to
     ``max_prompt_tokens`` as the run's are: the capacity test must measure the requests the world serves (an
@@ -237,7 +246,7 @@ def simulate(
     spec_w = parse_workload_spec(workload)
     config = with_predictive_hardware(config, group_index, hardware)
     group = config.groups[group_index]
-    max_prompt = hardware.max_model_len - 512
+    max_prompt = prompt_cap_tokens(hardware.max_model_len)
     requests = build_workload(spec_w, hours * 3600.0, max_prompt_tokens=max_prompt)
     factory = engine_factory or make_engine_factory(hardware)
     slo = slo_ttft_ms(group)

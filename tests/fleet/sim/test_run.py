@@ -752,3 +752,12 @@ def test_the_capacity_test_measures_prompts_cut_as_the_run_cuts_them(config, tmp
     result = simulate(config, f"trace:{trace}", 2 / 60, policy="static-peak")
     assert result.summary["capacity_rps_per_instance"] > 0.3  # 0.05 before: the bisection's floor
     assert result.summary["max_instances"] <= 6  # the business-hours floor, not the collapsed capacity
+
+
+@pytest.mark.parametrize(("max_model_len", "cap"), [(8192, 7680), (1024, 512), (512, 256), (300, 150)])
+def test_prompts_are_cut_to_leave_room_for_an_answer_even_on_a_short_context(max_model_len, cap):
+    # a group at predictive.max_model_len 512 had every prompt cut to 0 tokens (8192 less 512 for the rest),
+    # and one at 300 to -212, which its instances then published as their demand
+    from fleet.sim.scenario import prompt_cap_tokens
+
+    assert prompt_cap_tokens(max_model_len) == cap
