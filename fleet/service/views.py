@@ -14,7 +14,7 @@ from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
 from fleet.service.shards import SHARD_INFIX
 from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human, leases, policy_state
-from policies.isolation.sla import respond_breached
+from policies.isolation.sla import isolate_breached, respond_breached
 from policies.model import LifecycleState, Plan
 
 
@@ -241,9 +241,11 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
     respond_breach = inc.respond_by is not None and respond_breached(
         inc.respond_by, inc.acknowledged_at, inc.closed_at, now
     )
-    # An incident closed without isolation (released, resolved) cannot breach the isolation clock.
-    closed_unisolated = inc.closed_at is not None and inc.isolated_at is None
-    isolate_breach = False if closed_unisolated else _breached(inc.isolate_by, inc.isolated_at, now)
+    # As the live clock: one closed without isolation (recovered, released) breached only if it was still open
+    # and in traffic when the deadline passed.
+    isolate_breach = inc.isolate_by is not None and isolate_breached(
+        inc.isolate_by, inc.isolated_at, inc.closed_at, now
+    )
     return {
         "id": inc.id,
         "group": inc.group_name,
@@ -268,12 +270,6 @@ def _isolate_from(inc: IncidentRecord) -> datetime:
     except ValueError:
         return inc.detected_at
     return at if at.tzinfo is not None and at > inc.detected_at else inc.detected_at
-
-
-def _breached(deadline: datetime | None, done: datetime | None, now: datetime) -> bool:
-    if deadline is None:
-        return False
-    return (done or now) > deadline
 
 
 def _median(values: Sequence[float | None]) -> float | None:

@@ -16,7 +16,7 @@ from fleet.sim.invariants import InvariantChecker
 from fleet.sim.types import Hardware, MinutePoint, SimOptions
 from fleet.sim.world import NODE_FAULT_KINDS, World, injected
 from fleet.timefmt import parse_iso
-from policies.isolation.sla import respond_breached
+from policies.isolation.sla import isolate_breached, respond_breached
 
 if TYPE_CHECKING:
     from fleet.cloud.clients import CloudClients
@@ -327,11 +327,12 @@ def incidents(controller: Any, world: World, options: SimOptions, spec: GroupSpe
             responses = [_dt(body.get(k)) for k in _RESPONSE_FIELDS]
             responded = min((r for r in responses if r is not None), default=None)
             isolated = rec.isolated_at or _dt(body.get("isolated_at"))
-            remediated = _dt(body.get("remediated_at")) or rec.closed_at
+            remediated = _dt(body.get("remediated_at"))
             # the SLA report's rule: one closed before its respond deadline needed no response
             respond_by = rec.respond_by or rec.detected_at + respond
             late_response = respond_breached(respond_by, responded, rec.closed_at, end)
-            late_isolation = (isolated or remediated or end) - rec.detected_at > isolate
+            isolate_by = rec.isolate_by or rec.detected_at + isolate
+            late_isolation = isolate_breached(isolate_by, isolated or remediated, rec.closed_at, end)
             out.append(
                 {
                     "instance_id": rec.instance_id,

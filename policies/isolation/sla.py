@@ -31,6 +31,18 @@ def respond_breached(
     return stopped > respond_by
 
 
+def isolate_breached(
+    isolate_by: datetime, isolated_at: datetime | None, closed_at: datetime | None, now: datetime
+) -> bool:
+    """Whether an incident breached its isolate clock, judged at ``now``: its node was neither out of traffic
+    nor its incident closed (recovered, released, its node replaced) by ``isolate_by``. One that stayed open
+    and unisolated past the deadline breached it even if it closed later, as the live clock warned then
+    (``_isolate_clock``: ``sla_isolate_breached`` on ``/metrics``). The SLA report and the simulator's
+    incident list both judge by this rule."""
+    stopped = min((t for t in (isolated_at, closed_at) if t is not None), default=now)
+    return stopped > isolate_by
+
+
 def check_clocks(t: Tick) -> None:
     gh = t.gh
     for inc in gh.incidents:

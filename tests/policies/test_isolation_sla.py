@@ -1,4 +1,5 @@
-"""The SLA rule for the response clock, which the SLA report and the simulator's incident list share."""
+"""The SLA rules for the response and isolate clocks, which the SLA report and the simulator's incident list
+share."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from policies.isolation.sla import respond_breached
+from policies.isolation.sla import isolate_breached, respond_breached
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 DEADLINE = T0 + timedelta(minutes=15)
@@ -34,4 +35,25 @@ def test_the_response_clock_stops_at_the_first_response_or_the_close(
     responded_min, closed_min, now_min, breached
 ):
     got = respond_breached(DEADLINE, _at(responded_min), _at(closed_min), _at(now_min) or T0)
+    assert got is breached
+
+
+ISOLATE_BY = T0 + timedelta(hours=4)
+
+
+@pytest.mark.parametrize(
+    ("isolated_min", "closed_min", "now_min", "breached"),
+    [
+        (30, None, 600, False),  # isolated in time
+        (300, None, 600, True),  # isolated late
+        (None, 60, 600, False),  # recovered (closed) before the deadline, never isolated
+        (None, 300, 600, True),  # in traffic past the deadline, then recovered: the live clock warned then
+        (None, None, 120, False),  # open, not isolated, the deadline not reached yet
+        (None, None, 241, True),  # open and in traffic past it
+        (30, 300, 600, False),  # isolated in time, closed (rebooted, released) later
+        (None, 240, 600, False),  # closed exactly at the deadline: not past it
+    ],
+)
+def test_the_isolate_clock_stops_at_the_isolation_or_the_close(isolated_min, closed_min, now_min, breached):
+    got = isolate_breached(ISOLATE_BY, _at(isolated_min), _at(closed_min), _at(now_min) or T0)
     assert got is breached

@@ -249,6 +249,20 @@ def test_an_unacknowledged_incident_breaches_respond_only_if_open_at_its_deadlin
     assert sla_row(inc, now)["respond_breached"] is breached
 
 
+@pytest.mark.parametrize("closed_after_h, breached", [(1, False), (5, True), (None, True)])
+def test_an_unisolated_incident_breaches_isolate_if_it_was_open_at_its_deadline(closed_after_h, breached):
+    """As the live clock (``sla_isolate_breached``): one closed without isolation after it had stayed in
+    traffic past isolate_by breached it; the report counted none that closed unisolated."""
+    from fleet.service.views import sla_row
+
+    now = datetime.now(UTC)
+    detected = now - timedelta(hours=6)
+    closed = None if closed_after_h is None else detected + timedelta(hours=closed_after_h)
+    state = "open" if closed is None else "closed"
+    inc = _held_incident(now, timedelta(hours=6), id="inc-3", state=state, closed_at=closed)
+    assert sla_row(inc, now)["isolate_breached"] is breached
+
+
 def test_a_scheduled_events_time_to_isolate_counts_from_when_its_isolation_fell_due():
     """Announced two weeks ahead and isolated ten minutes after it fell due (4 h before NotBefore): the
     report said two weeks to isolate."""
