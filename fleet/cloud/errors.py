@@ -9,7 +9,8 @@
     ├── AuthError            Forbidden*, SignatureDoesNotMatch, InvalidAccessKeyId*, missing credentials
     ├── InvalidRequest       every other 4xx (parameter errors: never retried)
     └── ServerError          5xx (retried where the call is idempotent)
-        └── NetworkError     no usable HTTP answer: refused, reset, timed out, or cut off mid-body
+        ├── NetworkError     no usable HTTP answer: refused, reset, timed out, or cut off mid-body
+        └── IncompleteListing  a paged list whose pages did not add up to its TotalCount, twice running
 
 The SDKs raise `alibabacloud_tea_openapi.exceptions.{ThrottlingException, ClientException, ServerException}`
 for HTTP errors (ThrottlingException when the answer carries `x-acs-retry-after`, whatever the status), and a
@@ -141,6 +142,12 @@ class ServerError(CloudError):
 
 class NetworkError(ServerError):
     """No HTTP answer came back (connection refused, reset, timed out)."""
+
+
+class IncompleteListing(ServerError):
+    """A paged list that ended short of its TotalCount (a page answered fewer items than PageSize while the
+    count said more remained), or whose TotalCount moved between its pages, on two walks running: the
+    caller has part of a list and must not act on it as the whole. Raised by the adapter, not the wire."""
 
 
 class AuthError(CloudError):

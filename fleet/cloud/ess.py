@@ -7,13 +7,16 @@ Writes that start an activity carry the caller's ClientToken, so a retried call 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ess20220222 import models as m
 
+from fleet.cloud.errors import IncompleteListing
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import (
     LifecycleAction,
@@ -44,6 +47,8 @@ ACTIONS: tuple[str, ...] = (
     "CompleteLifecycleAction",
     "ModifyScalingConfiguration",  # the capacity ladder (issue 17)
 )
+
+log = logging.getLogger(__name__)
 
 PAGE_SIZE = 50  # ESS's maximum PageSize
 MAX_GROUP_FILTER = 20  # ScalingGroupIds.N / ScalingGroupNames.N accept at most 20 values [DOC]
@@ -210,25 +215,24 @@ class EssAdapter:
     def describe_scaling_activities(
         self, group_id: str, status_code: str | None = None, limit: int = 20
     ) -> list[ScalingActivity]:
-        out: list[ScalingActivity] = []
         if limit <= 0:
-            return out
-        for raw in self._pages(
-            "DescribeScalingActivities",
-            lambda page: m.DescribeScalingActivitiesRequest(
-                region_id=self._region,
-                scaling_group_id=group_id,
-                status_code=status_code,
-                page_number=page,
-                page_size=min(PAGE_SIZE, limit),
-            ),
-            self._client.describe_scaling_activities,
-            lambda body: body.scaling_activities,
-        ):
-            out.append(_activity(raw, group_id))
-            if len(out) >= limit:
-                break
-        return out
+            return []
+        return [
+            _activity(raw, group_id)
+            for raw in self._pages(
+                "DescribeScalingActivities",
+                lambda page: m.DescribeScalingActivitiesRequest(
+                    region_id=self._region,
+                    scaling_group_id=group_id,
+                    status_code=status_code,
+                    page_number=page,
+                    page_size=min(PAGE_SIZE, limit),
+                ),
+                self._client.describe_scaling_activities,
+                lambda body: body.scaling_activities,
+                limit=limit,
+            )
+        ]
 
     def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]:
         return [
@@ -478,21 +482,78 @@ class EssAdapter:
         make_request: Callable[[int], Any],
         method: Callable[[Any], Any],
         items: Callable[[Any], list[Any] | None],
-    ) -> Iterator[Any]:
-        """Walk PageNumber 1, 2, ... until TotalCount items were seen or a page comes back short."""
-        page = 1
-        seen = 0
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Every item of a paged list (or its first ``limit``), walked again once when the walk did not add
+        up, and ``IncompleteListing`` when the second walk did not either.
+
+        A page shorter than PageSize ends a walk; when the items seen by then fall short of TotalCount, or
+        TotalCount moved between pages (the list shifted under the walk: an instance leaving page 1 moves one
+        of page 2 onto it, unseen), what came back is part of the list. Taken as the whole, a partial
+        instance list reads as a fleet missing instances (or as fewer than it runs): the caller must not
+        act on it, so it is an error, not a short answer."""
+        first = self._walk(action, make_request, method, items, limit)
+        if first.complete:
+            return first.items
+        log.debug("%s: %s; listing it again", action, first.describe())
+        second = self._walk(action, make_request, method, items, limit)
+        if second.complete:
+            return second.items
+        raise IncompleteListing(
+            "IncompleteListing",
+            f"{second.describe()} on two walks running (the first: {first.describe()})",
+            action=action,
+        )
+
+    def _walk(
+        self,
+        action: str,
+        make_request: Callable[[int], Any],
+        method: Callable[[Any], Any],
+        items: Callable[[Any], list[Any] | None],
+        limit: int | None,
+    ) -> _Walk:
+        """Walk PageNumber 1, 2, ... until TotalCount items were seen, ``limit`` were, or a page came back
+        short."""
+        walk = _Walk()
         while True:
-            req = make_request(page)
+            req = make_request(walk.pages + 1)
             resp = self._call(action, partial(method, req))
             batch = items(resp.body) or []
-            yield from batch
-            seen += len(batch)
-            total = resp.body.total_count
+            walk.items.extend(batch)
+            walk.pages += 1
+            if resp.body.total_count is not None:
+                walk.totals.append(int(resp.body.total_count))
+            if limit is not None and len(walk.items) >= limit:
+                del walk.items[limit:]
+                walk.limited = True
+                return walk
             size = req.page_size or PAGE_SIZE
-            if not batch or len(batch) < size or (total is not None and seen >= total):
-                return
-            page += 1
+            if not batch or len(batch) < size or (walk.totals and len(walk.items) >= walk.totals[-1]):
+                return walk
+
+
+@dataclass
+class _Walk:
+    """One walk through a paged list: its items and the TotalCount each page answered."""
+
+    items: list[Any] = field(default_factory=list)
+    totals: list[int] = field(default_factory=list)
+    pages: int = 0
+    limited: bool = False  # stopped at the caller's limit: the rest was not wanted
+
+    @property
+    def complete(self) -> bool:
+        if self.limited or not self.totals:
+            return True
+        return len(set(self.totals)) == 1 and len(self.items) >= self.totals[-1]
+
+    def describe(self) -> str:
+        if len(set(self.totals)) > 1:
+            counts = "TotalCount moving " + " -> ".join(map(str, self.totals))
+        else:
+            counts = f"TotalCount {self.totals[-1] if self.totals else '?'}"
+        return f"{len(self.items)} items in {self.pages} page(s) against {counts}"
 
 
 def _chunks(values: list[str], size: int) -> Iterator[list[str]]:

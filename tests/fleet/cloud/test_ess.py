@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fleet.cloud import ScalingGroup
+from fleet.cloud import IncompleteListing, ScalingGroup
 
 
 def _group(i: int, **over) -> dict:
@@ -279,3 +279,61 @@ def test_a_group_answer_without_its_bounds_never_clips_a_plan_to_zero(stub, clie
     gp = GroupPlan(group="chat", serving_target=4, target_capacity=4, desired_capacity=4, direction="up")
     assert clip_to_ess(gp, group) is gp
     assert (group.min_size, group.max_size) == (0, 2000)  # ESS's own limits on MinSize and MaxSize
+
+
+def _instances_answer(ids, total, short_on_page=None, cut=0):
+    """A DescribeScalingInstances handler over ``ids``: page ``short_on_page`` answers ``cut`` fewer items
+    than it holds while TotalCount still counts them all."""
+
+    def page(params):
+        n, size = int(params["PageNumber"]), int(params["PageSize"])
+        rows = ids[(n - 1) * size : n * size]
+        if n == short_on_page:
+            rows = rows[: len(rows) - cut]
+        return {
+            "ScalingInstances": [
+                {"InstanceId": i, "ScalingGroupId": "asg-1", "LifecycleState": "InService"} for i in rows
+            ],
+            "TotalCount": total,
+        }
+
+    return page
+
+
+def test_a_short_page_mid_listing_is_an_error_not_part_of_the_fleet(stub, clients):
+    ids = [f"i-{n:03d}" for n in range(120)]
+    # page 2 answers 30 of its 50 while TotalCount says 120: page 3 is never asked for
+    stub.on("DescribeScalingInstances", _instances_answer(ids, 120, short_on_page=2, cut=20))
+    with pytest.raises(IncompleteListing) as info:
+        clients.ess.describe_scaling_instances("asg-1")
+    assert info.value.action == "DescribeScalingInstances"
+    assert "80 items in 2 page(s) against TotalCount 120" in str(info.value)
+    # read once more before giving up
+    assert [c.params["PageNumber"] for c in stub.calls] == ["1", "2", "1", "2"]
+
+
+def test_a_listing_short_once_is_read_again_whole(stub, clients):
+    ids = [f"i-{n:03d}" for n in range(120)]
+    short = _instances_answer(ids, 120, short_on_page=2, cut=20)
+    whole = _instances_answer(ids, 120)
+    answers = iter([short, short, whole, whole, whole])
+    stub.on("DescribeScalingInstances", lambda params: next(answers)(params))
+    found = clients.ess.describe_scaling_instances("asg-1")
+    assert [i.instance_id for i in found] == ids
+
+
+def test_a_total_count_moving_between_pages_reads_the_list_again(stub, clients):
+    # an instance left page 1 between the pages: page 2 counts one less, and one of its rows moved unseen
+    before = [f"i-{n:03d}" for n in range(60)]
+    after = before[1:]
+    answers = iter(
+        [
+            _instances_answer(before, 60),  # page 1 of the first walk
+            _instances_answer(after, 59),  # page 2 of the first walk
+            _instances_answer(after, 59),
+            _instances_answer(after, 59),
+        ]
+    )
+    stub.on("DescribeScalingInstances", lambda params: next(answers)(params))
+    found = clients.ess.describe_scaling_instances("asg-1")
+    assert [i.instance_id for i in found] == after

@@ -556,3 +556,49 @@ def test_a_source_warning_repeated_every_tick_is_logged_once_and_kept_for_status
         )
         lines = [r.getMessage() for r in caplog.records if "10.0.0.7" in r.getMessage()]
         assert len(lines) == 1 and "buggy queue_waiting" in lines[0]
+
+
+def _short_second_pages(clients, monkeypatch, walks: int | None = None):
+    """ESS answers page 2 of DescribeScalingInstances ten rows short (TotalCount unchanged), for the first
+    ``walks`` walks (None: always), as an answer cut short in the middle of a listing would."""
+    sdk = clients.ess._client
+    real = sdk.describe_scaling_instances
+    shorted = []
+
+    def answer(req):
+        resp = real(req)
+        if req.page_number == 2 and (walks is None or len(shorted) < walks):
+            shorted.append(req.page_number)
+            resp.body.scaling_instances = resp.body.scaling_instances[:-10]
+        return resp
+
+    monkeypatch.setattr(sdk, "describe_scaling_instances", answer)
+
+
+def test_a_listing_cut_short_leaves_the_group_unread_not_smaller(tmp_path, monkeypatch, caplog):
+    """A partial instance list taken for the fleet reads as instances gone (or a fleet smaller than it
+    runs): the group is unreadable this tick, logged with the counts, and nothing is decided on it."""
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=70)
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        _short_second_pages(clients, monkeypatch)
+        observer = Observer(clients, cfg.groups)
+        with caplog.at_level(logging.WARNING, logger="fleet.service.observe"):
+            obs = observer.observe(cloud.now())
+        (g,) = obs.groups.values()
+        assert not g.ok and g.instances == []
+        assert (
+            "IncompleteListing" in g.errors[0]
+            and "60 items in 2 page(s) against TotalCount 70" in g.errors[0]
+        )
+        assert [r.getMessage() for r in caplog.records if "IncompleteListing" in r.getMessage()] != []
+
+
+def test_a_listing_cut_short_once_is_read_again_whole(tmp_path, monkeypatch):
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=70)
+        clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+        _short_second_pages(clients, monkeypatch, walks=1)
+        obs = Observer(clients, cfg.groups).observe(cloud.now())
+        (g,) = obs.groups.values()
+        assert g.ok and len(g.instances) == 70
