@@ -117,6 +117,7 @@ class EssApi(Protocol):
         desired_capacity: int | None = None,
         recurrence_end_time: datetime | str | None = None,
         enabled: bool = True,
+        description: str | None = None,
     ) -> str: ...
     def modify_scheduled_task(
         self,
@@ -132,6 +133,7 @@ class EssApi(Protocol):
         desired_capacity: int | None = None,
         recurrence_end_time: datetime | str | None = None,
         enabled: bool | None = None,
+        description: str | None = None,
     ) -> None: ...
     def delete_scheduled_task(self, task_id: str) -> None: ...
     def enter_standby(self, group_id: str, instance_ids: Sequence[str], client_token: str) -> str: ...
@@ -688,4 +690,5 @@ def _task(t: m.DescribeScheduledTasksResponseBodyScheduledTasks) -> ScheduledTas
         max_value=_opt_int(t.max_value),
         desired_capacity=_opt_int(t.desired_capacity),
         enabled=bool(t.task_enabled) if t.task_enabled is not None else True,
+        description=t.description or None,
     )

@@ -89,6 +89,7 @@ class ScheduledTask:
     max_value: int | None
     desired_capacity: int | None
     enabled: bool
+    description: str | None = None  # who wrote it, for the service's own tasks (service/schedules.py)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,8 @@ class Service:
         self._last_schedule_sync: dict[int, datetime] = {}  # per shard: its last complete schedule sync
         self._quota_noted: dict[str, datetime] = {}  # per group: when a full task quota was last audited
         self._learned_refreshed: dict[str, datetime] = {}  # per group: the last sync that rewrote far floors
+        # (group, task, writer) of the tasks under a group's prefix that another service wrote: warned once
+        self._foreign_noted: set[tuple[str, str, str | None]] = set()
         # per (shard, group), until the shard's first complete sync: whether the store says its tasks were
         # ever written (read once, not at every tick a failing first sync is tried again)
         self._mirrored: dict[tuple[int, str], bool] = {}
@@ -750,13 +752,14 @@ class Service:
                     dry_run=self.dry_run,
                     learned=learned,
                     refresh_far=refresh_far,
+                    service=self.settings.service_name,
                 )
             except CloudError as exc:
                 self._count_error(exc)
                 log.warning("schedule sync of %s failed: %s", spec.name, exc)
                 complete = False
                 continue
-            for ch in group_changes:
+            for ch in self._without_foreign(group_changes):
                 if ch.quota_full:
                     # not transient: tried again at the next sync, and audited (and logged) once an hour
                     noted = self._quota_noted.get(spec.name)
@@ -798,6 +801,23 @@ class Service:
         if complete:
             self._last_schedule_sync[shard] = now
         return changes
+
+    def _without_foreign(self, changes: list[TaskChange]) -> list[TaskChange]:
+        """The changes less the tasks under a group's prefix that another service wrote (left alone, never
+        audited): each is logged once."""
+        for ch in changes:
+            key = (ch.group, ch.name, ch.writer)
+            if ch.op != "foreign" or key in self._foreign_noted:
+                continue
+            self._foreign_noted.add(key)
+            log.warning(
+                "schedule sync of %s: scheduled task %s %s (another service mirrors a group of this name on "
+                "the same scaling group?)",
+                ch.group,
+                ch.name,
+                ch.detail,
+            )
+        return [ch for ch in changes if ch.op != "foreign"]
 
     def _mirrored_before(self, shard: int, group: str) -> bool:
         """At the shard's first sync only: whether this service ever wrote the group's scheduled tasks (its

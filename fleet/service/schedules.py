@@ -11,7 +11,12 @@ Learned floors (predictive scaling, issue 16): for each coming hour the forecast
 a daily task ``fleet-<group>-learned-HHMM-start`` at the hour less the cold start, setting MinValue.
 
 Only tasks whose names carry the ``fleet-<group>-`` prefix and a ``-start``/``-end`` suffix are the service's:
-they are created, updated and deleted to match the config; every other task is left alone. Cron windows are
+they are created, updated and deleted to match the config; every other task is left alone. A name is not
+enough when two services (another ``FLEET_SERVICE_NAME``, another config) have a group of the same name on
+one scaling group: each task carries its writer in its Description (``fleet-service:<service name>``), and a
+service edits and deletes only its own and those with no Description (written before the mark, adopted and
+marked at the next sync). Tasks under its prefix that another service marked are left alone and reported
+(``foreign``): the other's learned floors are no longer deleted as no longer configured. Cron windows are
 not mirrored (ESS cron runs in UTC and a local cron plus a lead does not translate in general): they are
 reported as skipped.
 
@@ -48,8 +53,31 @@ LEARNED_DEADBAND = 1
 QUOTA_CODE = "QuotaExceeded.ScheduledTask"
 
 
+# The writer's mark in a task's Description (CreateScheduledTask: 2 to 200 characters, [DOC] ROS
+# ALIYUN::ESS::ScheduledTask, https://www.alibabacloud.com/help/doc-detail/107114.html).
+OWNER_PREFIX = "fleet-service:"
+DESCRIPTION_MAX = 200
+DEFAULT_SERVICE = "fleet"  # ServiceSettings.service_name's default
+
+
 def task_prefix(group: str) -> str:
     return f"{TASK_PREFIX}{group}-"
+
+
+def owner_mark(service: str) -> str:
+    """The Description the service writes on its tasks (cut to ESS's 200 characters)."""
+    return f"{OWNER_PREFIX}{service}"[:DESCRIPTION_MAX]
+
+
+def writer(task: ScheduledTask) -> str | None:
+    """The mark of the service that wrote a task, or None for one with no Description (a version before the
+    mark wrote it). A Description that is not a mark is someone's own note: a writer, not this service."""
+    return task.description or None
+
+
+def mine(task: ScheduledTask, service: str) -> bool:
+    """Whether ``service`` may edit or delete a task its name makes the service's (``owned``)."""
+    return writer(task) in (None, owner_mark(service))
 
 
 def owned(task_name: str, group: str) -> bool:
@@ -72,11 +100,12 @@ class DesiredTask:
 @dataclass(frozen=True)
 class TaskChange:
     group: str
-    op: str  # create | modify | delete | skip | error
+    op: str  # create | modify | delete | skip | error | foreign (another writer's: left alone)
     name: str
     detail: str = ""
     task_id: str | None = None
     code: str | None = None  # an error's cloud code
+    writer: str | None = None  # foreign: the Description of the task another service (or a person) wrote
 
     @property
     def quota_full(self) -> bool:
@@ -188,8 +217,10 @@ def _left_as_is(have: ScheduledTask, want: DesiredTask, now: datetime, refresh_f
     return abs(have.min_value - want.min_value) <= LEARNED_DEADBAND
 
 
-def _differs(have: ScheduledTask, want: DesiredTask, now: datetime) -> list[str]:
+def _differs(have: ScheduledTask, want: DesiredTask, now: datetime, service: str) -> list[str]:
     diffs = []
+    if have.description != owner_mark(service):
+        diffs.append("owner")  # written before the mark: adopted
     if have.recurrence_type != "Weekly" or (have.recurrence_value or "") != want.recurrence_value:
         diffs.append("recurrence")
     if have.launch_time is None or have.launch_time.strftime("%H:%M") != want.hhmm:
@@ -211,8 +242,12 @@ def plan_sync(
     now: datetime,
     learned: list[LearnedFloor] | None = None,
     refresh_far: bool = True,
+    service: str = DEFAULT_SERVICE,
 ) -> tuple[list[TaskChange], list[DesiredTask]]:
     """What to change so that the owned tasks match the config (pure: tested without a cloud).
+
+    Tasks under the group's prefix that another writer marked (``mine``) are reported as ``foreign`` and
+    neither changed nor deleted, and a task of the config whose name one of them holds is not created.
 
     Learned-floor tasks, while the group's learned floors are on: ``learned`` None (no forecast this time)
     leaves them all as they are, and an hour missing from ``learned`` (its day-ago hour not yet seen) keeps
@@ -221,22 +256,36 @@ def plan_sync(
     deleted like any task the config dropped.
     """
     want, skipped = desired_tasks(spec, now, learned)
-    mine = {t.name: t for t in existing if owned(t.name, spec.name)}
+    named = [t for t in existing if owned(t.name, spec.name)]
+    ours = {t.name: t for t in named if mine(t, service)}
+    others = {t.name: t for t in named if not mine(t, service)}
+    want = [t for t in want if t.name not in others]
     if spec.predictive.mirrors_learned_floors:
         wanted = {t.name for t in want}
-        mine = {k: v for k, v in mine.items() if not _learned(k, spec.name) or k in wanted}
+        ours = {k: v for k, v in ours.items() if not _learned(k, spec.name) or k in wanted}
     changes: list[TaskChange] = [
         TaskChange(spec.name, "skip", name, "cron windows are not mirrored as ESS tasks") for name in skipped
     ]
+    changes += [
+        TaskChange(
+            spec.name,
+            "foreign",
+            name,
+            f"written by {writer(t)!r}, not {owner_mark(service)!r}: left alone",
+            t.task_id,
+            writer=writer(t),
+        )
+        for name, t in sorted(others.items())
+    ]
     creates: list[TaskChange] = []
     for task in want:
-        have = mine.pop(task.name, None)
+        have = ours.pop(task.name, None)
         if have is None:
             creates.append(
                 TaskChange(spec.name, "create", task.name, f"weekly {task.recurrence_value} {task.hhmm}Z")
             )
             continue
-        diffs = _differs(have, task, now)
+        diffs = _differs(have, task, now, service)
         if diffs == ["min"] and _learned(task.name, spec.name) and _left_as_is(have, task, now, refresh_far):
             continue
         if diffs:
@@ -245,7 +294,7 @@ def plan_sync(
     # learned floors, and of those the soonest first: what the quota leaves out is the least needed
     deletes = [
         TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id)
-        for name, have in sorted(mine.items())
+        for name, have in sorted(ours.items())
     ]
     fires = {t.name: t.launch_time for t in want}
     creates.sort(key=lambda c: (_learned(c.name, spec.name), fires[c.name]))
@@ -260,29 +309,31 @@ def sync_group(
     dry_run: bool = False,
     learned: list[LearnedFloor] | None = None,
     refresh_far: bool = True,
+    service: str = DEFAULT_SERVICE,
 ) -> list[TaskChange]:
     """Read the group's tasks and apply ``plan_sync``; returns the changes (made, or that would be made)."""
     existing = ess.describe_scheduled_tasks(group_id)
-    changes, want = plan_sync(spec, existing, now, learned, refresh_far)
+    changes, want = plan_sync(spec, existing, now, learned, refresh_far, service)
+    mark = owner_mark(service)
     by_name = {t.name: t for t in want}
     end = now + RECURRENCE_SPAN
     applied: list[TaskChange] = []
     # the group's learned tasks that a window's task may displace when the quota is full, latest first
     spare = sorted(
-        (t for t in existing if _learned(t.name, spec.name) and t.task_id),
+        (t for t in existing if _learned(t.name, spec.name) and t.task_id and mine(t, service)),
         key=lambda t: _fires_in(t, now),
     )
     deleted = {ch.task_id for ch in changes if ch.op == "delete"}
     spare = [t for t in spare if t.task_id not in deleted]
     for k, ch in enumerate(changes):
-        if dry_run or ch.op == "skip":
+        if dry_run or ch.op in ("skip", "foreign"):
             applied.append(ch)
             continue
         try:
             if ch.op == "create":
                 t = by_name[ch.name]
                 try:
-                    task_id = _create(ess, group_id, t, end)
+                    task_id = _create(ess, group_id, t, end, mark)
                 except CloudError as exc:
                     if exc.code != QUOTA_CODE or not _displaces(t, spare, now, _learned(t.name, spec.name)):
                         raise
@@ -300,7 +351,7 @@ def sync_group(
                             room.task_id,
                         )
                     )
-                    task_id = _create(ess, group_id, t, end)
+                    task_id = _create(ess, group_id, t, end, mark)
                 applied.append(TaskChange(ch.group, ch.op, ch.name, ch.detail, task_id))
             elif ch.op == "modify":
                 t = by_name[ch.name]
@@ -314,6 +365,7 @@ def sync_group(
                     max_value=t.max_value,
                     recurrence_end_time=end,
                     enabled=True,
+                    description=mark,
                 )
                 applied.append(ch)
             elif ch.op == "delete":
@@ -346,7 +398,7 @@ def _displaces(t: DesiredTask, spare: list[ScheduledTask], now: datetime, learne
     return _fires_in(spare[-1], now) > (t.launch_time - now).total_seconds() + 60.0
 
 
-def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime) -> str:
+def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime, mark: str) -> str:
     return ess.create_scheduled_task(
         group_id,
         t.name,
@@ -357,6 +409,7 @@ def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime) -> str:
         max_value=t.max_value,
         recurrence_end_time=end,
         enabled=True,
+        description=mark,
     )
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fleet.cloud.types import ScheduledTask
-from fleet.service.schedules import desired_tasks, owned, plan_sync
+from fleet.service.schedules import desired_tasks, owned, owner_mark, plan_sync
 from policies.spec import GroupSpec
 
 # A Monday, 00:00 UTC = 08:00 Asia/Shanghai.
@@ -50,6 +50,7 @@ def _task(name, **kw):
         max_value=None,
         desired_capacity=None,
         enabled=True,
+        description=owner_mark("fleet"),
     )
     base.update(kw)
     return ScheduledTask(**base)
@@ -141,6 +142,92 @@ def test_tasks_the_service_does_not_own_are_never_touched():
     foreign = [_task("nightly-backup"), _task("fleet-other-biz-start"), _task("fleet-chat-manual")]
     changes, _ = plan_sync(_spec(schedules=[]), foreign, NOW)
     assert changes == []
+
+
+def test_a_task_another_service_marked_is_neither_changed_nor_deleted_but_reported():
+    theirs = [
+        _task("fleet-chat-learned-0800-start", description=owner_mark("fleet-eu")),
+        _task("fleet-chat-biz-start", description=owner_mark("fleet-eu"), min_value=9),
+    ]
+    changes, want = plan_sync(_spec(), theirs, NOW, service="fleet")
+    assert sorted((c.op, c.name) for c in changes) == [
+        ("create", "fleet-chat-biz-end"),  # not held by the other: written as usual
+        ("foreign", "fleet-chat-biz-start"),  # held by the other: not modified, and not created beside it
+        ("foreign", "fleet-chat-learned-0800-start"),  # not this service's to delete
+    ]
+    assert {c.writer for c in changes if c.op == "foreign"} == {"fleet-service:fleet-eu"}
+    assert [t.name for t in want] == ["fleet-chat-biz-end"]
+
+
+def test_a_task_written_before_the_mark_is_adopted_and_marked():
+    _, want = plan_sync(_spec(), [], NOW)
+    legacy = [
+        _task(
+            t.name,
+            launch_time=t.launch_time,
+            recurrence_value=t.recurrence_value,
+            min_value=t.min_value,
+            description=None,
+        )
+        for t in want
+    ]
+    changes, _ = plan_sync(_spec(), legacy, NOW, service="fleet-eu")
+    assert sorted((c.op, c.name, c.detail) for c in changes) == [
+        ("modify", "fleet-chat-biz-end", "owner"),
+        ("modify", "fleet-chat-biz-start", "owner"),
+    ]
+    assert plan_sync(_spec(schedules=[]), legacy, NOW, service="fleet-eu")[0][0].op == "delete"
+
+
+def test_two_services_on_one_scaling_group_leave_each_others_learned_floors(fake_world):
+    """One service in forecast-only mode (no learned floors mirrored) and one mirroring them, both with a
+    group named chat on one scaling group: the first deleted the second's floors as no longer configured."""
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor, sync_group
+
+    cloud, svc, gid = fake_world(SCALE_ONLY)
+    ess = _plain_ess(cloud, svc)
+    now = cloud.now()
+    learning = _learning(schedules=[])
+    hour = (now + timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    made = sync_group(ess, learning, gid, now, learned=[LearnedFloor(hour, 5)], service="fleet-a")
+    assert [c.op for c in made] == ["create"]
+    [task] = cloud.ess.scheduled_tasks.values()
+    assert task.description == "fleet-service:fleet-a"
+
+    plain = _spec(schedules=[])  # forecast-only: no learned floors to mirror, no schedule
+    seen = sync_group(ess, plain, gid, now, service="fleet-b")
+    assert [(c.op, c.name) for c in seen] == [("foreign", task.name)]
+    assert [t.name for t in cloud.ess.scheduled_tasks.values()] == [task.name]  # still there
+    # and its writer still keeps it
+    assert sync_group(ess, learning, gid, now, learned=[LearnedFloor(hour, 5)], service="fleet-a") == []
+
+
+def test_the_service_warns_once_about_a_task_another_service_wrote(fake_world, caplog):
+    import logging
+    from datetime import timedelta
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    _plain_ess(cloud, svc).create_scheduled_task(
+        gid,
+        "fleet-chat-biz-start",
+        cloud.now() + timedelta(hours=1),
+        "Weekly",
+        "1",
+        min_value=4,
+        description="fleet-service:fleet-eu",
+    )
+    with caplog.at_level(logging.WARNING, logger="fleet.service.loop"):
+        for _ in range(3):
+            assert svc.tick(cloud.now()).leader
+            cloud.advance(svc.settings.schedule_sync_interval_s + 1)
+    warned = [r.getMessage() for r in caplog.records if "fleet-service:fleet-eu" in r.getMessage()]
+    assert len(warned) == 1 and "fleet-chat-biz-start" in warned[0]
+    task = next(t for t in cloud.ess.scheduled_tasks.values() if t.name == "fleet-chat-biz-start")
+    assert (task.min_value, task.description) == (4, "fleet-service:fleet-eu")  # left as the other wrote it
+    ends = [t for t in cloud.ess.scheduled_tasks.values() if t.name == "fleet-chat-biz-end"]
+    assert [t.description for t in ends] == [f"fleet-service:{svc.settings.service_name}"]
 
 
 def test_ownership_needs_prefix_and_suffix():
