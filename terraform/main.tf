@@ -8,13 +8,11 @@ locals {
   service_role_name       = coalesce(var.service_role_name, "${var.name}-fleet-service")
   robot_contact_name      = "${var.name}-robot"
 
-  # Exactly the API Actions the service calls: the union of ACTIONS in fleet/cloud/ess.py, cms.py and ecs.py.
-  # tests/terraform keeps this list equal to the adapters'; never add a wildcard.
+  # Exactly the API Actions the service's code calls (fleet.cloud.permissions.SERVICE, which tests derive from
+  # the source); tests/terraform keeps this list equal to it. Never add a wildcard.
   service_actions = [
     "cms:DescribeMetricLast",
     "cms:DescribeMetricList",
-    "cms:PutCustomMetric",
-    "ecs:DescribeInstanceHistoryEvents",
     "ecs:DescribeInstances",
     "ecs:DescribeInstancesFullStatus",
     "ecs:RebootInstance",
@@ -33,8 +31,10 @@ locals {
     "ess:ModifyScheduledTask",
     "ess:RemoveInstances",
     "ess:ScaleWithAdjustment",
-    "ess:SetInstancesProtection",
   ]
+
+  # What the node agent calls under the GPU instances' role (fleet.cloud.permissions.AGENT).
+  node_agent_actions = ["cms:PutCustomMetric"]
 
   service_principal = merge(
     length(var.service_trusted_services) > 0 ? { Service = var.service_trusted_services } : {},
@@ -301,5 +301,32 @@ resource "alicloud_ram_policy" "service" {
 resource "alicloud_ram_role_policy_attachment" "service" {
   role_name   = alicloud_ram_role.service.role_name
   policy_name = alicloud_ram_policy.service.policy_name
+  policy_type = "Custom"
+}
+
+# The node agent publishes its custom metrics under the GPU instances' own role (instance_ram_role_name, made
+# outside this module): it is granted that Action alone, and the service role never publishes metrics.
+resource "alicloud_ram_policy" "node_agent" {
+  count = var.instance_ram_role_name == null ? 0 : 1
+
+  policy_name = "${var.name}-node-agent-policy"
+  description = "Exactly the API Actions the node agent of ${var.name} calls"
+  policy_document = jsonencode({
+    Version = "1"
+    Statement = [{
+      Effect = "Allow"
+      Action = local.node_agent_actions
+      # CloudMonitor has no resource-level authorization: "*" is the only resource it accepts.
+      Resource = ["*"]
+    }]
+  })
+  tags = var.tags
+}
+
+resource "alicloud_ram_role_policy_attachment" "node_agent" {
+  count = var.instance_ram_role_name == null ? 0 : 1
+
+  role_name   = var.instance_ram_role_name
+  policy_name = alicloud_ram_policy.node_agent[0].policy_name
   policy_type = "Custom"
 }

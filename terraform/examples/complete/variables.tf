@@ -180,7 +180,7 @@ variable "system_disk_size_gib" {
 
 variable "instance_ram_role_name" {
   type        = string
-  description = "RAM role attached to the GPU instances (the node agent needs cms:PutCustomMetric); null for none."
+  description = "RAM role attached to the GPU instances; the module grants it cms:PutCustomMetric (the node agent). null for none."
   default     = null
 }
 

@@ -6,11 +6,13 @@ ACTIONS tuples, and every public method must be in the table below, so neither l
 
 from __future__ import annotations
 
+import ast
 import inspect
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from fleet.cloud import CustomMetric, cms, ecs, ess
+from fleet.cloud import CustomMetric, cms, ecs, ess, permissions
 from fleet.cloud.clients import CloudClients
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -94,3 +96,64 @@ def test_actions_tuples_equal_the_actions_sent(stub, clients):
     )
     assert sent == declared
     assert len(ess.ACTIONS + cms.ACTIONS + ecs.ACTIONS) == len(declared)  # no duplicates
+
+
+FLEET = Path(__file__).resolve().parents[3] / "fleet"
+# Who runs what: the agent's code runs under the instances' role; the fake cloud, the simulator (which drives
+# the fake) and the adapters themselves run under no role of the fleet's; everything else runs as the service.
+AGENT_CODE = ("agent", "commands/agent.py")
+NO_ROLE_CODE = ("cloud", "testing", "sim")
+
+
+def names_used(files: list[Path]) -> set[str]:
+    """Every attribute name and string constant in the files: a method called, passed on or looked up."""
+    used: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                used.add(node.value)
+    return used
+
+
+def code_of(kind: str) -> list[Path]:
+    files = sorted(FLEET.rglob("*.py"))
+    rel = {f: f.relative_to(FLEET).as_posix() for f in files}
+    agent = [f for f in files if rel[f].startswith(AGENT_CODE)]
+    if kind == "agent":
+        return agent
+    return [f for f in files if f not in agent and not rel[f].startswith(NO_ROLE_CODE)]
+
+
+def method_permissions(stub, clients) -> dict[str, set[str]]:
+    """'product.method' -> the RAM permissions its wire calls need."""
+    for action in ess.ACTIONS + cms.ACTIONS + ecs.ACTIONS:
+        stub.on(action, ANY_ANSWER)
+    products = {"ess": "ess", "metrics": "cms", "ecs": "ecs"}
+    needs = {}
+    for key, call in calls_for(clients).items():
+        stub.calls.clear()
+        call()
+        needs[key] = {permissions.permission(products[c.host.split(".")[0]], c.action) for c in stub.calls}
+    return needs
+
+
+def test_each_identity_needs_exactly_the_permissions_its_code_calls(stub, clients):
+    needs = method_permissions(stub, clients)
+    for kind, declared in (("service", permissions.SERVICE), ("agent", permissions.AGENT)):
+        used = names_used(code_of(kind))
+        called = set().union(*(needs[key] for key in needs if key.split(".")[1] in used))
+        assert called == declared, (kind, sorted(called ^ declared))
+
+
+def test_the_audit_sees_a_method_passed_by_name(stub, clients, tmp_path):
+    # observe.py reaches describe_full_status_exceptions through getattr: a string counts as a use.
+    source = tmp_path / "m.py"
+    source.write_text('scan = getattr(clients.ecs, "describe_full_status_exceptions", None)\n')
+    used = names_used([source])
+    needs = method_permissions(stub, clients)
+    assert needs["ecs.describe_full_status_exceptions"] <= {
+        p for key in needs if key.split(".")[1] in used for p in needs[key]
+    }
+    assert "ecs:DescribeInstancesFullStatus" in needs["ecs.describe_full_status_exceptions"]
