@@ -29,6 +29,7 @@ from fleet.testing.core.clock import Clock, ManualClock
 from fleet.testing.core.errors import AliyunError, not_implemented
 from fleet.testing.core.faults import FaultInjector, FaultRule
 from fleet.testing.core.params import Params, parse_query
+from fleet.testing.core.ram import RamDenied, RamRules
 from fleet.testing.core.responses import BaseResponse
 from fleet.testing.core.timers import TimerQueue
 from fleet.testing.core.timeutil import iso_s, to_dt
@@ -108,6 +109,7 @@ class FakeCloud:
         self.prices = PriceBook()
         self.vswitch_zones: dict[str, str] = {}
         self.faults = FaultInjector(random.Random(f"faults-{self.seed}"))
+        self.ram = RamRules()
         self.calls.clear()
         self.writes.clear()
         self.call_counts.clear()
@@ -184,6 +186,9 @@ class FakeCloud:
                     raise not_implemented(f"{product.upper()} action {action!r}")
                 self.calls.append((product, action))
                 self.call_counts[action] += 1
+                denied = self.ram.check(product, action, _caller(params, lowered))
+                if denied is not None:
+                    raise denied
                 if not action.startswith(("Describe", "List", "Get")):
                     self.writes.append(
                         (
@@ -213,6 +218,8 @@ class FakeCloud:
                     "HostId": host,
                     "Recommend": "",
                 }
+                if isinstance(err, RamDenied):
+                    payload["AccessDeniedDetail"] = err.detail
             except Exception as exc:
                 # A bug in the fake. In-process it propagates (loudly, to the test); over HTTP it becomes a
                 # 500 naming the bug, so that clients see more than a dropped connection.
@@ -327,6 +334,31 @@ class FakeCloud:
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
+
+    def deny(self, *permissions: str, access_key_id: str | None = None) -> None:
+        """Refuse these Actions (``"ess:ScaleWithAdjustment"``) as an explicit RAM Deny would: to the caller
+        signing with ``access_key_id``, or to everyone; answered 403 with the product's denial code."""
+        with self.lock:
+            self.ram.deny(self.checked_permissions(list(permissions)), access_key_id)
+
+    def allow_only(self, permissions: list[str], access_key_id: str | None = None) -> None:
+        """Confine a caller (or everyone) to these Actions, as a RAM policy holding only them does."""
+        with self.lock:
+            self.ram.allow_only(self.checked_permissions(list(permissions)), access_key_id)
+
+    def clear_ram(self) -> None:
+        """Every Action allowed to everyone again (the recorded denials are kept)."""
+        with self.lock:
+            self.ram.clear()
+
+    @staticmethod
+    def checked_permissions(permissions: list[str]) -> list[str]:
+        for p in permissions:
+            product, _, action = str(p).partition(":")
+            handler = _HANDLERS.get(product)
+            if handler is not None and action not in handler.ACTIONS:
+                raise ValueError(f"{p}: the fake's {product.upper()} has no Action {action!r}")
+        return permissions
 
     def add_system_event(
         self,
@@ -452,6 +484,7 @@ class FakeCloud:
                 "ess": self.ess.state(),
                 "cms": self.cms.state(),
                 "faults": [r.as_dict() for r in self.faults.rules],
+                "ram": self.ram.state(),
                 "stock": self.stock.state(),
                 "timers": [
                     {"due": to_dt(due).isoformat(), "what": label}

@@ -18,6 +18,7 @@ from fleet.testing.cloud import DEFAULT_ACCOUNT_ID, FakeCloud
 from fleet.testing.core.clock import Clock, ScaledClock
 from fleet.testing.core.errors import AliyunError
 from fleet.testing.core.params import parse_time_s
+from fleet.testing.core.ram import RamRules
 
 CONTROL_PREFIX = "/_fake/"
 # The most one POST /_fake/clock may move the clock: a year (a leap one) covers every schedule the fake
@@ -131,6 +132,9 @@ class FakeControl:
             ("POST", "prices"): self.prices,
             ("POST", "spot-reclaim"): self.spot_reclaim,
             ("POST", "limits"): self.limits,
+            ("POST", "ram"): self.ram,
+            ("GET", "ram"): self.get_ram,
+            ("DELETE", "ram"): self.clear_ram,
         }.get((method, name))
         if route is None and method == "GET" and name.startswith("metadata/"):
             return self.metadata(name)
@@ -224,6 +228,41 @@ class FakeControl:
             product=body.get("product"),
         )
         return {"fault_id": rule.fault_id}
+
+    def ram(self, body: dict[str, Any]) -> dict[str, Any]:
+        allowed = {"deny", "allow_only", "access_key_id"}
+        unknown = set(body) - allowed
+        if unknown:
+            raise ControlError(f"unknown ram field(s) {sorted(unknown)}; expected {sorted(allowed)}")
+        if "deny" not in body and "allow_only" not in body:
+            raise ControlError(
+                "give deny or allow_only: a list of permissions such as 'ess:ScaleWithAdjustment'"
+            )
+        caller = body.get("access_key_id")
+        if caller is not None and (not isinstance(caller, str) or not caller):
+            raise ControlError("access_key_id must be a non-empty string, or null for every caller")
+        for key in ("deny", "allow_only"):
+            value = body.get(key)
+            if key in body and (not isinstance(value, list) or not all(isinstance(p, str) for p in value)):
+                raise ControlError(f"{key} must be a list of strings such as 'ess:ScaleWithAdjustment'")
+        # Both checked before either applies: a bad list changes nothing.
+        checked = RamRules()
+        for key in ("deny", "allow_only"):
+            if key in body:
+                getattr(checked, key)(self.cloud.checked_permissions(body[key]), caller)
+        if "deny" in body:
+            self.cloud.deny(*body["deny"], access_key_id=caller)
+        if "allow_only" in body:
+            self.cloud.allow_only(body["allow_only"], access_key_id=caller)
+        return {"ok": True}
+
+    def get_ram(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.cloud.lock:
+            return self.cloud.ram.state()
+
+    def clear_ram(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.cloud.clear_ram()
+        return {"ok": True}
 
     def clear(self, body: dict[str, Any]) -> dict[str, Any]:
         self.cloud.clear_faults()

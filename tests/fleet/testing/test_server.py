@@ -16,7 +16,7 @@ from alibabacloud_ecs20140526 import models as em
 from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_ess20220222 import models as m
 from alibabacloud_ess20220222.client import Client as EssClient
-from alibabacloud_tea_openapi.exceptions import ServerException
+from alibabacloud_tea_openapi.exceptions import ClientException, ServerException
 
 from fleet.cli import main
 from fleet.testing import FakeAliyunServer
@@ -372,3 +372,62 @@ def test_spot_reclaim_endpoint_and_the_metadata_termination_time(server: FakeAli
     code, meta = call(server, "GET", f"metadata/{inst.instance_id}/instance/spot/termination-time")
     assert status == 200 and body["event_id"].startswith("e-")
     assert code == 200 and meta["termination_time"].endswith("Z")
+
+
+def test_a_denied_action_reaches_the_sdk_as_a_ram_denial(server: FakeAliyunServer) -> None:
+    ess = EssClient(sdk_config(server.endpoint))
+    group_id = server.cloud.create_group_for_tests(min_size=0, region_id=REGION)
+    assert call(server, "POST", "ram", {"deny": ["ess:ScaleWithAdjustment"]}) == (200, {"ok": True})
+    request = m.ScaleWithAdjustmentRequest(
+        scaling_group_id=group_id, adjustment_type="TotalCapacity", adjustment_value=2
+    )
+    with pytest.raises(ClientException) as info:
+        ess.scale_with_adjustment(request)
+    assert (info.value.status_code, info.value.code) == (403, "Forbidden.Unauthorized")
+    assert info.value.access_denied_detail["AuthAction"] == "ess:ScaleWithAdjustment"
+    assert info.value.access_denied_detail["NoPermissionType"] == "ExplicitDeny"
+    assert ess.describe_scaling_groups(m.DescribeScalingGroupsRequest(region_id=REGION)).body.scaling_groups
+    status, body = call(server, "GET", "ram")
+    assert status == 200 and body["denials"] == [
+        {"caller": "test-ak", "permission": "ess:ScaleWithAdjustment"}
+    ]
+    assert call(server, "DELETE", "ram") == (200, {"ok": True})
+    assert ess.scale_with_adjustment(request).body.scaling_activity_id
+
+
+def test_allow_only_confines_one_access_key(server: FakeAliyunServer) -> None:
+    body = {"allow_only": ["ecs:DescribeInstances"], "access_key_id": "test-ak"}
+    assert call(server, "POST", "ram", body)[0] == 200
+    ecs = EcsClient(sdk_config(server.endpoint))
+    assert ecs.describe_instances(em.DescribeInstancesRequest(region_id=REGION)).body is not None
+    with pytest.raises(ClientException) as info:
+        ecs.describe_instances_full_status(em.DescribeInstancesFullStatusRequest(region_id=REGION))
+    assert (info.value.code, info.value.access_denied_detail["NoPermissionType"]) == (
+        "Forbidden.RAM",
+        "ImplicitDeny",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({}, "deny or allow_only"),
+        ({"deny": "ess:ScaleWithAdjustment"}, "deny must be a list"),
+        ({"deny": ["ess:*"]}, "ess:*"),
+        ({"deny": ["ScaleWithAdjustment"]}, "ScaleWithAdjustment"),
+        ({"deny": ["ess:ScaleWithAdjustmen"]}, "no Action 'ScaleWithAdjustmen'"),
+        ({"deny": ["ess:ScaleWithAdjustment"], "allow_only": ["rds:X"]}, "rds:X"),
+        ({"deny": ["ess:ScaleWithAdjustment"], "access_key_id": 5}, "access_key_id"),
+        ({"deny": ["ess:ScaleWithAdjustment"], "who": "me"}, "who"),
+    ],
+)
+def test_a_bad_ram_body_is_refused_and_changes_nothing(server: FakeAliyunServer, body, named) -> None:
+    status, answer = call(server, "POST", "ram", body)
+    assert status == 400 and named in answer["error"]
+    assert call(server, "GET", "ram")[1] == {"denied": [], "allow_only": [], "denials": []}
+
+
+def test_reset_lifts_the_ram_rules(server: FakeAliyunServer) -> None:
+    call(server, "POST", "ram", {"deny": ["cms:DescribeMetricList"]})
+    call(server, "POST", "reset", {})
+    assert call(server, "GET", "ram")[1]["denied"] == []
