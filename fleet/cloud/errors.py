@@ -6,7 +6,9 @@
     ├── Conflict             ScalingActivityInProgress, IncorrectScalingGroupStatus (retried)
     ├── IdempotencyMismatch  IdempotentParameterMismatch: a ClientToken reused with other parameters
     ├── NotFound             any *.NotFound code
-    ├── AuthError            Forbidden*, SignatureDoesNotMatch, InvalidAccessKeyId*, missing credentials
+    ├── AuthError            Forbidden*, NoPermission*, NotAuthorized*, SignatureDoesNotMatch,
+    │                        InvalidAccessKeyId*, missing credentials (never retried). A RAM denial (the
+    │                        identity lacks the Action) names the permission to grant (`permission`)
     ├── InvalidRequest       every other 4xx (parameter errors: never retried)
     └── ServerError          5xx (retried where the call is idempotent)
         ├── NetworkError     no usable HTTP answer: refused, reset, timed out, or cut off mid-body
@@ -21,6 +23,7 @@ Nothing here ever includes request headers or credentials: only the server's cod
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from alibabacloud_tea_openapi.exceptions import (
@@ -32,6 +35,8 @@ from alibabacloud_tea_openapi.exceptions import (
 from requests import RequestException
 from Tea.exceptions import TeaException, UnretryableException
 
+from fleet.cloud import permissions
+
 THROTTLING_CODES = frozenset({"Throttling", "Throttling.User", "Throttling.Api"})
 # ECS adds Throttling.Resource (one resource asked about too often) and others: every Throttling.* is flow
 # control. HTTP 429 is flow control whatever the code (a gateway's TooManyRequests) when no Retry-After came
@@ -41,7 +46,24 @@ TOO_MANY_REQUESTS = 429
 CONFLICT_CODES = frozenset({"ScalingActivityInProgress", "IncorrectScalingGroupStatus"})
 IDEMPOTENCY_CODES = frozenset({"IdempotentParameterMismatch"})
 AUTH_CODES = frozenset({"SignatureDoesNotMatch", "InvalidCredentials", "IncompleteSignature"})
-AUTH_PREFIXES = ("Forbidden", "InvalidAccessKeyId", "InvalidSecurityToken", "NoPermission")
+AUTH_PREFIXES = ("Forbidden", "InvalidAccessKeyId", "InvalidSecurityToken", "NoPermission", "NotAuthorized")
+# The codes a RAM denial comes back with (the identity is valid but not allowed the Action): ECS and most
+# products answer 403 Forbidden.RAM ("User not authorized to operate on the specified resource, or this API
+# doesn't support RAM."), ESS Forbidden(.Unauthorized) (aliyun-api.md section 1.4); RAM's troubleshooting
+# guide names NoPermission and NotAuthorized for API calls. An answer carrying AccessDeniedDetail is one too,
+# whatever its code. Credential failures (SignatureDoesNotMatch, InvalidAccessKeyId.*) are not.
+PERMISSION_CODES = frozenset(
+    {
+        "Forbidden",
+        "Forbidden.RAM",
+        "Forbidden.Unauthorized",
+        "Forbidden.NotAuthorized",
+        "Forbidden.NoPermission",
+        "Forbidden.SubUser",
+        "NoPermission",
+        "NotAuthorized",
+    }
+)
 # What the SDK (alibabacloud_tea_util, darabonba) raises, as a bare RuntimeError, when an answer's body is not
 # JSON: an empty or cut-off body (a connection closed mid-answer by a proxy or load balancer). There is no
 # class to tell it by, only this text.
@@ -68,6 +90,7 @@ class CloudError(Exception):
         self.request_id = request_id
         self.status = status
         self.action = action
+        self.product: str | None = None  # the adapter's product (ess, cms, ecs), set by the retry loop
         self.attempts = 1  # set by the retry loop to how many calls were made before giving up
 
     @property
@@ -95,7 +118,14 @@ class CloudError(Exception):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.code, self.message, self.request_id, self.status, self.action))
+        return (
+            type(self),
+            (self.code, self.message, self.request_id, self.status, self.action),
+            self._state(),
+        )
+
+    def _state(self) -> dict[str, Any]:
+        return {"product": self.product}
 
 
 class Throttled(CloudError):
@@ -117,6 +147,7 @@ class Throttled(CloudError):
         return (
             type(self),
             (self.code, self.message, self.request_id, self.status, self.action, self.retry_after_s),
+            self._state(),
         )
 
 
@@ -151,7 +182,59 @@ class IncompleteListing(ServerError):
 
 
 class AuthError(CloudError):
-    """Credentials missing, wrong, or without the permission for this Action."""
+    """Credentials missing, wrong, or without the permission for this Action.
+
+    A RAM denial (`denied`) names the permission an operator must grant, as a policy writes it: the
+    server's own AccessDeniedDetail.AuthAction when it sent one, else `<product>:<Action>`; the one-line
+    text then ends with it and the policy of the module that grants it, e.g. `ScaleWithAdjustment: HTTP 403
+    Forbidden.RAM: ...; missing RAM permission ess:ScaleWithAdjustment: grant it in the service role's
+    policy (terraform/ module: alicloud_ram_policy.service)`."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        request_id: str | None = None,
+        status: int | None = None,
+        action: str | None = None,
+        auth_action: str | None = None,
+    ) -> None:
+        super().__init__(code, message, request_id, status, action)
+        self.auth_action = auth_action  # AccessDeniedDetail.AuthAction of the answer, when it had one
+
+    @property
+    def denied(self) -> bool:
+        """The identity is valid but not allowed the Action (not a credential failure)."""
+        return self.auth_action is not None or self.code in PERMISSION_CODES
+
+    @property
+    def permission(self) -> str | None:
+        """The permission to grant (`ess:ScaleWithAdjustment`), for a RAM denial whose Action is known."""
+        if not self.denied:
+            return None
+        if self.auth_action:
+            return self.auth_action
+        if self.product and self.action:
+            return permissions.permission(self.product, self.action)
+        return None
+
+    @property
+    def failure(self) -> str:
+        text = super().failure
+        if not self.denied:
+            return text
+        needed = self.permission
+        if needed is None:
+            return f"{text}; {permissions.denial_hint(self.product, self.action)}"
+        product, _, action = needed.partition(":")
+        return f"{text}; {permissions.denial_hint(product, action)}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.code, self.message, self.request_id, self.status, self.action, self.auth_action),
+            self._state(),
+        )
 
 
 def classify(code: str, status: int | None) -> type[CloudError]:
@@ -200,9 +283,42 @@ def _retry_after_s(exc: Exception) -> float | None:
     return ms / 1000.0 if ms > 0 else None
 
 
-def from_sdk(exc: BaseException, action: str | None = None) -> CloudError:
+def _auth_action(exc: TeaException) -> str | None:
+    """AccessDeniedDetail.AuthAction of a RAM denial's body (an object, or a JSON string of one)."""
+    detail = getattr(exc, "access_denied_detail", None)
+    data = getattr(exc, "data", None)
+    if detail is None and isinstance(data, dict):
+        detail = data.get("AccessDeniedDetail") or data.get("accessDeniedDetail")
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail)
+        except ValueError:
+            return None
+    action = detail.get("AuthAction") if isinstance(detail, dict) else None
+    return action if isinstance(action, str) and action.strip() else None
+
+
+def _build(
+    cls: type[CloudError], code: str, message: str, request_id: str | None, status: int | None, **kw: Any
+) -> CloudError:
+    auth_action = kw.pop("auth_action", None)
+    if auth_action is not None and cls is not Throttled:
+        cls = AuthError  # an access-denied detail is a denial whatever the code says
+    if cls is AuthError:
+        return AuthError(code, message, request_id, status, kw["action"], auth_action)
+    return cls(code, message, request_id, status, kw["action"])
+
+
+def from_sdk(exc: BaseException, action: str | None = None, product: str | None = None) -> CloudError:
     """Map any exception raised by an SDK call into the error tree (an unknown one becomes a plain
-    CloudError, which is never retried)."""
+    CloudError, which is never retried). `product` (ess, cms, ecs) names the permission of a RAM denial."""
+    error = _from_sdk(exc, action)
+    if error.product is None:
+        error.product = product
+    return error
+
+
+def _from_sdk(exc: BaseException, action: str | None) -> CloudError:
     if isinstance(exc, CloudError):
         if exc.action is None:
             exc.action = action
@@ -210,7 +326,7 @@ def from_sdk(exc: BaseException, action: str | None = None) -> CloudError:
     if isinstance(exc, UnretryableException):
         inner = exc.inner_exception
         if isinstance(inner, TeaException) and not isinstance(inner, UnretryableException):
-            return from_sdk(inner, action)
+            return _from_sdk(inner, action)
         return _no_answer(inner, action)
     if isinstance(exc, AlibabaCloudException):
         code = str(exc.code) if exc.code not in (None, "None") else "Unknown"
@@ -219,16 +335,27 @@ def from_sdk(exc: BaseException, action: str | None = None) -> CloudError:
         message = _wire_message(exc)
         if isinstance(exc, ThrottlingException) or classify(code, status) is Throttled:
             return Throttled(code, message, request_id, status, action, retry_after_s=_retry_after_s(exc))
+        denied = _auth_action(exc)
         if status is None and isinstance(exc, ClientException):
             # Raised by the SDK before sending anything (e.g. InvalidCredentials when no credential is set).
-            return classify(code, 400)(code, message, request_id, None, action)
+            return _build(classify(code, 400), code, message, request_id, None, action=action)
         if status is None and isinstance(exc, ServerException):
             status = 500
-        return classify(code, status)(code, message, request_id, status, action)
+        return _build(
+            classify(code, status), code, message, request_id, status, action=action, auth_action=denied
+        )
     if isinstance(exc, TeaException):
         code = str(exc.code) if exc.code else "Unknown"
         status = getattr(exc, "statusCode", None)
-        return classify(code, status)(code, _wire_message(exc), None, status, action)
+        return _build(
+            classify(code, status),
+            code,
+            _wire_message(exc),
+            None,
+            status,
+            action=action,
+            auth_action=_auth_action(exc),
+        )
     return _no_answer(exc, action)
 
 

@@ -128,9 +128,11 @@ def call(
         except CloudError as exc:  # raised by an adapter check on a 200 answer (CMS Success:false)
             if exc.action is None:
                 exc.action = action
+            if exc.product is None:
+                exc.product = product
             raise
         except Exception as exc:
-            raise from_sdk(exc, action) from exc
+            raise from_sdk(exc, action, product) from exc
         log.debug("%s %s ok request_id=%s", product, action, _request_id(result))
         return result
 

@@ -22,7 +22,7 @@ from fleet.cloud import (
 )
 from fleet.cloud.errors import classify, from_sdk
 
-from .conftest import error
+from .conftest import error, reply
 
 
 @pytest.mark.parametrize(
@@ -121,3 +121,57 @@ def test_str_is_one_clear_line():
 def test_errors_pickle_with_their_fields():
     err = pickle.loads(pickle.dumps(Throttled("Throttling", "m", "r", 400, "A", retry_after_s=1.5)))
     assert (type(err), err.code, err.request_id, err.retry_after_s) == (Throttled, "Throttling", "r", 1.5)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (403, "Forbidden.RAM"),
+        (403, "Forbidden.Unauthorized"),
+        (403, "Forbidden"),
+        (400, "NoPermission"),
+        (403, "NotAuthorized"),
+        (403, "Forbidden.NotAuthorized"),
+    ],
+)
+def test_a_ram_denial_names_the_permission_to_grant(stub, clients, status, code):
+    stub.on("ScaleWithAdjustment", error(status, code, "User not authorized.", request_id="RID-9"))
+    with pytest.raises(AuthError) as info:
+        clients.ess.scale_to("asg-1", 3, client_token="t")
+    err = info.value
+    assert (err.denied, err.product, err.permission) == (True, "ess", "ess:ScaleWithAdjustment")
+    assert str(err) == (
+        f"ScaleWithAdjustment: HTTP {status} {code}: User not authorized.; missing RAM permission "
+        "ess:ScaleWithAdjustment: grant it in the service role's policy (terraform/ module: "
+        "alicloud_ram_policy.service) (request id RID-9)"
+    )
+    assert len(stub.calls) == 1  # not transient: never retried
+
+
+def test_the_server_s_access_denied_detail_names_the_permission(stub, clients):
+    body = {
+        "RequestId": "RID-1",
+        "Code": "Forbidden.RAM",
+        "Message": "User not authorized to operate on the specified resource.",
+        "AccessDeniedDetail": {"AuthAction": "ecs:DescribeInstances", "NoPermissionType": "ImplicitDeny"},
+    }
+    stub.on("DescribeInstances", reply(403, body))
+    with pytest.raises(AuthError) as info:
+        clients.ecs.describe_instances(["i-1"])
+    assert info.value.permission == "ecs:DescribeInstances"
+    assert "missing RAM permission ecs:DescribeInstances" in str(info.value)
+
+
+def test_a_credential_failure_is_no_ram_denial(stub, clients):
+    stub.on("DescribeScalingGroups", error(400, "SignatureDoesNotMatch", "bad signature"))
+    with pytest.raises(AuthError) as info:
+        clients.ess.describe_scaling_groups()
+    assert (info.value.denied, info.value.permission) == (False, None)
+    assert "RAM permission" not in str(info.value)
+
+
+def test_a_denial_pickles_with_its_permission():
+    err = AuthError("Forbidden.RAM", "m", "r", 403, "RebootInstance")
+    err.product = "ecs"
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), back.permission, str(back)) == (AuthError, "ecs:RebootInstance", str(err))

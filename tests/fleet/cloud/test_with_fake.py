@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.cloud import (
+    AuthError,
     CustomMetric,
     IdempotencyMismatch,
     RetryPolicy,
@@ -224,3 +225,75 @@ def test_over_http_with_endpoint_env_and_no_secret_in_logs(tmp_path, caplog, sle
     assert any("ScaleWithAdjustment" in r.getMessage() for r in caplog.records)
     assert SECRET not in caplog.text
     assert SECRET not in str(info.value) and SECRET not in repr(info.value)
+
+
+# -- RAM denials: the fake refuses an Action as RAM would, the real SDK raises, the adapter names the grant
+
+
+def test_a_denied_write_names_the_permission_and_the_policy_and_is_not_retried(cloud, clients, sleeps):
+    group_id = cloud.create_group_for_tests(min_size=0, max_size=4, region_id=REGION)
+    cloud.deny("ess:ScaleWithAdjustment")
+    with pytest.raises(AuthError) as info:
+        clients.ess.scale_to(group_id, 2, client_token="denied-1")
+    err = info.value
+    assert (err.code, err.status, err.permission) == (
+        "Forbidden.Unauthorized",
+        403,
+        "ess:ScaleWithAdjustment",
+    )
+    assert str(err).startswith("ScaleWithAdjustment: HTTP 403 Forbidden.Unauthorized: ")
+    assert (
+        "; missing RAM permission ess:ScaleWithAdjustment: grant it in the service role's policy "
+        "(terraform/ module: alicloud_ram_policy.service)"
+    ) in str(err)
+    assert cloud.call_counts["ScaleWithAdjustment"] == 1 and sleeps == []  # never retried
+    assert cloud.ram.denials[-1]["permission"] == "ess:ScaleWithAdjustment"
+    assert clients.ess.describe_scaling_groups(group_ids=[group_id])[0].total_capacity == 0  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("permission", "code", "call", "policy"),
+    [
+        (
+            "cms:DescribeMetricList",
+            "NoPermission",
+            lambda c, t: c.cms.metric_list("acs_ecs_dashboard", "m", ["i-1"], t - timedelta(minutes=5), t),
+            "alicloud_ram_policy.service",
+        ),
+        (
+            "ecs:DescribeInstancesFullStatus",
+            "Forbidden.RAM",
+            lambda c, t: c.ecs.describe_full_status(["i-1"]),
+            "alicloud_ram_policy.service",
+        ),
+        (
+            "cms:PutCustomMetric",
+            "NoPermission",
+            lambda c, t: c.cms.put_custom_metrics([CustomMetric("m", {"instanceId": "i-1"}, 1.0, t)]),
+            "alicloud_ram_policy.node_agent",
+        ),
+    ],
+)
+def test_every_product_s_denial_names_its_permission(cloud, clients, sleeps, permission, code, call, policy):
+    cloud.deny(permission)
+    with pytest.raises(AuthError) as info:
+        call(clients, cloud.now())
+    assert (info.value.code, info.value.permission) == (code, permission)
+    assert f"missing RAM permission {permission}: grant it in " in str(info.value)
+    assert policy in str(info.value)
+    assert sleeps == []
+
+
+def test_a_policy_confining_one_caller_leaves_the_others_alone(cloud, clients, tmp_path):
+    cloud.allow_only(["ess:DescribeScalingGroups"], access_key_id="LTAI-fake")
+    group_id = cloud.create_group_for_tests(min_size=0, max_size=4, region_id=REGION)
+    assert clients.ess.describe_scaling_groups(group_ids=[group_id])
+    with pytest.raises(AuthError, match="missing RAM permission ess:DescribeScalingInstances"):
+        clients.ess.describe_scaling_instances(group_id)
+    other = make_clients(
+        REGION,
+        ACCOUNT,
+        retry=RetryPolicy(attempts=1),
+        env={"ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAI-other", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s"},
+    )
+    assert other.ess.describe_scaling_instances(group_id) == []
