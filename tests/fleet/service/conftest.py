@@ -126,6 +126,35 @@ def receiver() -> type[Receiver]:
     return Receiver
 
 
+# -- the service role's policy: every in-process fake cloud grants only what the Terraform module grants ----
+
+
+@pytest.fixture(autouse=True)
+def service_role_policy(monkeypatch):
+    """Each fake cloud a service test makes serves every caller only the Actions of the module's service
+    policy (``fleet.cloud.permissions.SERVICE``, which tests/terraform keeps equal to
+    ``alicloud_ram_policy.service``), as a service running under that role is served. A call path needing
+    an Action the policy lacks is refused as RAM refuses it, and fails its test here at teardown (unless the
+    test denied that Action itself, to test a denial)."""
+    from fleet.cloud import permissions
+    from fleet.testing.cloud import FakeCloud
+
+    clouds: list[FakeCloud] = []
+    init_state = FakeCloud._init_state
+
+    def confined(self: FakeCloud) -> None:
+        init_state(self)
+        self.ram.allow_only(sorted(permissions.SERVICE))
+        clouds.append(self)
+
+    monkeypatch.setattr(FakeCloud, "_init_state", confined)
+    yield
+    refused = sorted(
+        {d["permission"] for c in clouds for d in c.ram.denials if d["permission"] not in c.ram.denied}
+    )
+    assert not refused, f"the service called {refused}, which the module's service RAM policy does not grant"
+
+
 # -- an in-process world: the fake cloud (mock_aliyun) and a service over it ------------------------------
 
 SERVICE_REGION = "cn-chengdu"
