@@ -415,6 +415,15 @@ def status(
             last.get("outcome", "-"),
         )
     console.print(table)
+    for g in view["groups"]:
+        last = g["last_scale"] or {}
+        if last.get("error") and last.get("outcome") != "applied":
+            # why the write failed: a RAM denial names the permission to grant and the policy holding it
+            console.print(
+                escape(f"{g['name']}: the last scale write failed ({last['outcome']}): {last['error']}"),
+                highlight=False,
+                soft_wrap=True,
+            )
     if incomplete:
         console.print(
             f"[yellow]metrics incomplete:[/] {escape(', '.join(incomplete))}: at the last tick some serving "

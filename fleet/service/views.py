@@ -90,7 +90,12 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
                 "ess_state": gh.get("ess_state"),  # not Active in ESS at the last tick: nothing written
                 "last_scale": None
                 if last is None
-                else {"at": last.at.isoformat(), "target": last.target, "outcome": last.outcome},
+                else {
+                    "at": last.at.isoformat(),
+                    "target": last.target,
+                    "outcome": last.outcome,
+                    "error": last.error,
+                },
                 "serving_target": gh.get("last_target"),
                 "metrics_known_since": gh.get("known_since"),
             }

@@ -262,3 +262,39 @@ def test_two_regions_refused_by_ram_are_each_logged_with_region_and_cause(tmp_pa
         for name in ("chengdu", "beijing"):
             assert not obs.groups[name].ok
             assert any("Forbidden.RAM" in e for e in obs.groups[name].errors)
+
+
+def test_a_write_ram_denies_in_one_region_names_its_permission_and_the_other_region_scales(
+    tmp_path, monkeypatch, capsys
+):
+    """team-b's role lacks ess:ScaleWithAdjustment: Beijing's scale-out fails once a tick, never retried,
+    its audit, log and `fleet status` naming the permission and the policy; Chengdu scales as usual."""
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, _default, _clients_for, beijing):
+        cloud.deny("ess:ScaleWithAdjustment", access_key_id="id-team-b")
+        for _ in range(4):
+            obs = svc.observer.observe(cloud.now())
+            for name in ("chengdu", "beijing"):
+                for inst in obs.groups[name].instances:
+                    cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": inst.instance_id}, 9)
+            result = svc.tick(cloud.now())
+            cloud.advance(15)
+        groups = {g.name: g for g in svc.observer.observe(cloud.now()).groups.values()}
+        assert groups["chengdu"].group.desired_capacity > 1
+        assert groups["beijing"].group.desired_capacity == 1
+        failed = [d for d in svc.store.decisions(group="beijing", kind="scale") if d.outcome == "failed"]
+        assert failed, [(d.group_name, d.outcome, d.error) for d in svc.store.decisions(kind="scale")]
+        hint = (
+            "missing RAM permission ess:ScaleWithAdjustment: grant it in the service role's policy "
+            "(terraform/ module: alicloud_ram_policy.service)"
+        )
+        assert all(hint in (d.error or "") for d in failed)
+        # one refused call per failed decision: a denial is not retried
+        refused = [d for d in cloud.ram.denials if d["permission"] == "ess:ScaleWithAdjustment"]
+        assert len(refused) == len(failed)
+        assert result.leader
+        db = f"sqlite:///{tmp_path / 'f.db'}"
+        capsys.readouterr()
+        assert main(["status", "--database", db]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "beijing: the last scale write failed" in out and "ess:ScaleWithAdjustment" in out
+        assert "chengdu: the last scale write failed" not in out
