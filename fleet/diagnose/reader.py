@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from fleet.cloud.errors import CloudError
+from fleet.cloud import permissions
+from fleet.cloud.errors import AuthError, CloudError
 from fleet.cloud.types import MetricPoint
 from fleet.diagnose.model import (
     EXTRA_METRICS,
@@ -119,7 +120,7 @@ def read_window(
             if infos and infos[0].instance_type:
                 ctx.instance_type = infos[0].instance_type
         except CloudError as exc:
-            errors.append(f"{exc.code}: DescribeInstances")
+            errors.append(_read_error(exc, "DescribeInstances"))
     windows = {
         i.instance_id: InstanceWindow(i.instance_id, i.lifecycle_state, i.created_at) for i in measured
     }
@@ -138,6 +139,15 @@ def read_window(
         errors=errors,
         source=getattr(source, "kind", "cloud"),
     )
+
+
+def _read_error(exc: CloudError, what: str) -> str:
+    """`<code>: <what was read>`; a RAM denial adds the permission to grant and the policy holding it."""
+    if isinstance(exc, AuthError) and exc.denied:
+        needed = exc.permission or ""
+        product, _, action = needed.partition(":")
+        return f"{exc.code}: {what} ({permissions.denial_hint(product or exc.product, action or exc.action)})"
+    return f"{exc.code}: {what}"
 
 
 def _group_instances(ess: Any, spec: Any) -> tuple[str, list[Any]]:
@@ -167,7 +177,7 @@ def _scale_outs(
             if change and when is not None and since <= when <= end:
                 scale_outs.append((when, change[0], change[1]))
     except CloudError as exc:
-        errors.append(f"{exc.code}: DescribeScalingActivities")
+        errors.append(_read_error(exc, "DescribeScalingActivities"))
     scale_outs.sort()
     return scale_outs
 
@@ -187,7 +197,7 @@ def _read_metrics(
         try:
             points = source.read_range(canonical, ids, start, end, step_s=period_s)
         except CloudError as exc:
-            errors.append(f"{exc.code}: {source.describe(canonical)}")
+            errors.append(_read_error(exc, source.describe(canonical)))
             continue
         _merge(windows, canonical, combine_points(canonical, points))
     if getattr(source, "kind", "") == "cloudmonitor":
@@ -196,7 +206,7 @@ def _read_metrics(
             try:
                 points = cms.metric_list(cms.custom_namespace, name, ids, start, end, period_s=period_s)
             except CloudError as exc:
-                errors.append(f"{exc.code}: {name}")
+                errors.append(_read_error(exc, name))
                 continue
             _merge(windows, canonical, combine_points(canonical, points))
 

@@ -106,3 +106,23 @@ def test_throttled_cloudmonitor_is_recorded_and_reported_not_raised():
     assert w.errors and all(e.startswith("Throttling") for e in w.errors)
     found = diagnose(w)
     assert [f.kind for f in found] == ["metrics_missing"] and "throttled" in found[0].explanation
+
+
+def test_a_read_ram_denies_names_the_permission_to_grant():
+    with mock_aliyun(account_id=ACCOUNT, start=START) as cloud:
+        cloud.create_group_for_tests(name="chat-prod", max_size=8, desired_capacity=2, in_service=2)
+        cloud.advance(900)
+        cloud.deny("ecs:DescribeInstances", "ess:DescribeScalingActivities")
+        now = cloud.now()
+        w = read_window(clients(), spec(), start=now - timedelta(minutes=5), end=now)
+    assert (
+        "Forbidden.RAM: DescribeInstances (missing RAM permission ecs:DescribeInstances: grant it in the "
+        "service role's policy (terraform/ module: alicloud_ram_policy.service))"
+    ) in w.errors
+    assert any(
+        e.startswith(
+            "Forbidden.Unauthorized: DescribeScalingActivities (missing RAM permission "
+            "ess:DescribeScalingActivities"
+        )
+        for e in w.errors
+    )
