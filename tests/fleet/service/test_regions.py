@@ -298,3 +298,33 @@ def test_a_write_ram_denies_in_one_region_names_its_permission_and_the_other_reg
         out = " ".join(capsys.readouterr().out.split())
         assert "beijing: the last scale write failed" in out and "ess:ScaleWithAdjustment" in out
         assert "chengdu: the last scale write failed" not in out
+
+
+def test_a_region_whose_reconcile_ram_denies_leaves_the_other_regions_writes_settled(tmp_path, monkeypatch):
+    """Writes left `intended` by a crash in both regions: Chengdu's role may not read scaling activities
+    (the group goes unobserved, the error names the permission), Beijing's intent is settled all the same."""
+    from fleet.service.store import DecisionRecord
+
+    with _two_regions(tmp_path, monkeypatch) as (cloud, svc, _default, _clients_for, _beijing):
+        for name in ("chengdu", "beijing"):
+            svc.store.record_decision(
+                DecisionRecord(
+                    service=svc.settings.service_name,
+                    at=cloud.now(),
+                    group_name=name,
+                    kind="scale",
+                    action="scale_to",
+                    decision_id=f"{name}:crashed",
+                    outcome="intended",
+                    target=3,
+                    client_token=f"{name}-crashed-1",
+                )
+            )
+        cloud.deny("ess:DescribeScalingActivities", access_key_id=ENV["ALIBABA_CLOUD_ACCESS_KEY_ID"])
+        result = svc.tick(cloud.now())
+        scale = svc.store.decisions(kind="scale")
+        rows = {d.group_name: d for d in scale if d.decision_id.endswith("crashed")}
+        assert rows["beijing"].outcome == "error"  # settled: no activity shows it, retried with its token
+        assert rows["chengdu"].outcome == "intended"  # left for a tick that can read its activities
+        assert any("missing RAM permission ess:DescribeScalingActivities" in e for e in result.errors)
+        assert result.observed_groups == ["beijing"]
