@@ -139,11 +139,14 @@ def build_tfvars(
     spec = select_group(list(config.groups), group)
     if not _NAME_RE.match(spec.name):
         raise ExportError(f"group {spec.name!r}: Terraform names need 2-40 letters, digits, '.', '_' or '-'")
-    account_id = getattr(config, "account_id", None)
+    # A group of another region or account (fleet.yaml's per-group region/account) lives there: its scaling
+    # group is made in its region, and its alarms watch its account's custom namespace.
+    account = getattr(spec, "account", None)
+    account_id = config.accounts[account].account_id if account else getattr(config, "account_id", None)
     if not account_id:
         raise ExportError("account_id is required: the agent's metrics live in acs_customMetric_<account_id>")
     tfvars: dict[str, Any] = {
-        "region": config.region,
+        "region": getattr(spec, "region", None) or config.region,
         "name": spec.name,
         "account_id": str(account_id),
         "min_size": spec.min_size,

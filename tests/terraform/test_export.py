@@ -19,6 +19,7 @@ from fleet.terraform.export import (
     ALARM_PERIOD_S,
     SLO_ALARM_HOLD_S,
     ExportError,
+    build_all_tfvars,
     build_tfvars,
     scheduled_tasks_for,
 )
@@ -542,3 +543,33 @@ def test_capacity_values_pass_the_schema_check_and_the_example_types(schema, mod
 def test_a_group_without_capacity_keys_exports_none_of_them():
     tfvars = build_tfvars(config(group()), now=NOW)
     assert not {"instance_types", "vswitch_ids", "spot_strategy", "scaling_policy"} & set(tfvars)
+
+
+# --- several regions and accounts -------------------------------------------------------------------------
+
+
+def test_a_group_of_another_region_and_account_exports_its_own_region_and_namespace():
+    cfg = FleetConfig.model_validate(
+        {
+            "region": "cn-chengdu",
+            "account_id": "1234567890",
+            "accounts": {"team-b": {"account_id": "9876543210"}},
+            "groups": [
+                {"name": "chat", "min_size": 1, "max_size": 4},
+                {
+                    "name": "chat-bj",
+                    "region": "cn-beijing",
+                    "account": "team-b",
+                    "min_size": 1,
+                    "max_size": 4,
+                },
+                {"name": "chat-sh", "region": "cn-shanghai", "min_size": 1, "max_size": 4},
+            ],
+        }
+    )
+    by_group = build_all_tfvars(cfg, now=NOW)
+    assert {n: (t["region"], t["account_id"]) for n, t in by_group.items()} == {
+        "chat": ("cn-chengdu", "1234567890"),
+        "chat-bj": ("cn-beijing", "9876543210"),
+        "chat-sh": ("cn-shanghai", "1234567890"),
+    }
