@@ -5,8 +5,12 @@
 locals {
   custom_metric_namespace = "acs_customMetric_${var.account_id}"
   contact_group_name      = coalesce(var.alarm_contact_group_name, "${var.name}-oncall")
-  service_role_name       = coalesce(var.service_role_name, "${var.name}-fleet-service")
-  robot_contact_name      = "${var.name}-robot"
+  # RAM refuses other characters in names: a role name takes letters, digits, '.' and '-', a policy name
+  # letters, digits and '-' only; var.name may also hold '_' (and '.'), which become '-' here.
+  ram_name            = replace(var.name, "/[^A-Za-z0-9-]/", "-")
+  service_role_name   = coalesce(var.service_role_name, "${local.ram_name}-fleet-service")
+  service_policy_name = "${replace(local.service_role_name, "/[^A-Za-z0-9-]/", "-")}-policy"
+  robot_contact_name  = "${var.name}-robot"
 
   # Exactly the API Actions the service's code calls (fleet.cloud.permissions.SERVICE, which tests derive from
   # the source); tests/terraform keeps this list equal to it. Never add a wildcard.
@@ -283,7 +287,7 @@ resource "alicloud_ram_role" "service" {
 }
 
 resource "alicloud_ram_policy" "service" {
-  policy_name = "${local.service_role_name}-policy"
+  policy_name = local.service_policy_name
   description = "Exactly the API Actions the fleet service of ${var.name} calls"
   policy_document = jsonencode({
     Version = "1"
@@ -309,7 +313,7 @@ resource "alicloud_ram_role_policy_attachment" "service" {
 resource "alicloud_ram_policy" "node_agent" {
   count = var.instance_ram_role_name == null ? 0 : 1
 
-  policy_name = "${var.name}-node-agent-policy"
+  policy_name = "${local.ram_name}-node-agent-policy"
   description = "Exactly the API Actions the node agent of ${var.name} calls"
   policy_document = jsonencode({
     Version = "1"

@@ -490,8 +490,13 @@ variable "drain_notification_arn" {
 
 variable "service_role_name" {
   type        = string
-  description = "Name of the RAM role the fleet service assumes; null means \"<name>-fleet-service\"."
+  description = "Name of the RAM role the fleet service assumes; null means \"<name>-fleet-service\" (with any '_' or '.' of name as '-')."
   default     = null
+
+  validation {
+    condition     = var.service_role_name == null || can(regex("^[A-Za-z0-9.-]{1,64}$", var.service_role_name))
+    error_message = "service_role_name must be 1-64 letters, digits, '.' or '-' (what RAM accepts in a role name)."
+  }
 }
 
 variable "service_trusted_services" {

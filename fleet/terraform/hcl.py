@@ -509,7 +509,29 @@ def _evaluate_call(node: Call, scope: Mapping[str, Any]) -> Any:
         return _coalesce(args)
     if node.name == "jsonencode" and len(args) == 1 and args[0] is not UNKNOWN:
         return [json.dumps(v, separators=(",", ":")) for v in args[0]]
+    if node.name == "replace" and len(args) == 3 and all(a is not UNKNOWN for a in args):
+        return _replace(args)
     return UNKNOWN
+
+
+def _replace(args: list[list[Any]]) -> Any:
+    """replace(string, substring, replacement); a substring in slashes is a regular expression (RE2, read
+    here as Python's re, which agrees on the simple classes the module uses; a replacement naming a capture
+    group, `$1`, is not worked out)."""
+    out: list[Any] = []
+    for text in args[0]:
+        for sub in args[1]:
+            for rep in args[2]:
+                if not all(isinstance(v, str) for v in (text, sub, rep)) or "$" in rep:
+                    return UNKNOWN
+                if len(sub) > 1 and sub.startswith("/") and sub.endswith("/"):
+                    try:
+                        out.append(re.sub(sub[1:-1], rep.replace("\\", "\\\\"), text))
+                    except re.error:
+                        return UNKNOWN
+                else:
+                    out.append(text.replace(sub, rep))
+    return out
 
 
 def _tostring(value: Any) -> Any:

@@ -5,6 +5,7 @@ role what fleet.cloud.permissions.SERVICE lists, the instances' role (the node a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,44 @@ def test_sync_check_catches_a_wildcard_and_a_missing_action():
     assert granted != permissions.SERVICE
     assert granted - permissions.SERVICE == {"ess:*"}
     assert permissions.SERVICE - granted == {sorted(permissions.SERVICE)[0]}
+
+
+# RAM's own name rules (CreateRole: letters, digits, '.' and '-', 1-64; CreatePolicy: letters, digits and '-',
+# 1-128), which the module's `name` (letters, digits, '.', '_', '-') does not imply.
+RAM_ROLE_NAME = re.compile(r"^[A-Za-z0-9.-]{1,64}$")
+RAM_POLICY_NAME = re.compile(r"^[A-Za-z0-9-]{1,128}$")
+
+
+@pytest.mark.parametrize("name", ["chat-7b", "chat_7b.v2", "Chat.Prod", "9" + "x" * 39, "a_b"])
+def test_ram_names_are_ones_ram_accepts_for_every_name_the_module_accepts(module_dir, name):
+    config = load_dir(module_dir)
+    scope = ModuleScope(config, {"name": [name], "instance_ram_role_name": ["nodes"]})
+    named = {}
+    for block in config.resources():
+        kind, label = block.labels
+        attribute = {"alicloud_ram_role": "role_name", "alicloud_ram_policy": "policy_name"}.get(kind)
+        if attribute is None:
+            continue
+        values = scope.value_of(block.body[attribute], scope.scope())
+        assert isinstance(values, list) and len(values) == 1, (kind, label, values)
+        named[(kind, label)] = values[0]
+    assert set(named) == {
+        ("alicloud_ram_role", "service"),
+        ("alicloud_ram_policy", "service"),
+        ("alicloud_ram_policy", "node_agent"),
+    }
+    assert RAM_ROLE_NAME.match(named[("alicloud_ram_role", "service")]), named
+    assert RAM_POLICY_NAME.match(named[("alicloud_ram_policy", "service")]), named
+    assert RAM_POLICY_NAME.match(named[("alicloud_ram_policy", "node_agent")]), named
+    if name == "chat-7b":
+        assert named[("alicloud_ram_role", "service")] == "chat-7b-fleet-service"
+        assert named[("alicloud_ram_policy", "service")] == "chat-7b-fleet-service-policy"
+
+
+def test_a_given_service_role_name_keeps_its_dots_and_its_policy_drops_them(module_dir):
+    config = load_dir(module_dir)
+    scope = ModuleScope(config, {"name": ["chat"], "service_role_name": ["fleet.svc-b"]})
+    [policy] = [b for b in config.resources() if b.labels == ("alicloud_ram_policy", "service")]
+    [role] = [b for b in config.resources() if b.labels == ("alicloud_ram_role", "service")]
+    assert scope.value_of(role.body["role_name"], scope.scope()) == ["fleet.svc-b"]
+    assert scope.value_of(policy.body["policy_name"], scope.scope()) == ["fleet-svc-b-policy"]
