@@ -182,3 +182,23 @@ def test_agent_process_publishes_over_http_to_the_fake_server(vllm_server, tmp_p
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_an_instance_role_without_put_custom_metric_names_the_grant_and_keeps_the_points():
+    from fleet.agent.sample import Point
+
+    with mock_aliyun(account_id=ACCOUNT) as cloud:
+        cloud.allow_only(["cms:DescribeMetricLast"], access_key_id=KEYS["ALIBABA_CLOUD_ACCESS_KEY_ID"])
+        publisher = CmsPublisher(cms_adapter())
+        at = int(cloud.now().timestamp() * 1000)
+        status = publisher.publish([Point("vllm_up", {"instanceId": INSTANCE}, 1.0, at)])
+        assert status.buffered_points == 1 and status.sent_points == 0  # kept for when the grant lands
+        assert status.last_error is not None
+        assert (
+            "missing RAM permission cms:PutCustomMetric: grant it in the instance role's policy "
+            "(terraform/ module: alicloud_ram_policy.node_agent)"
+        ) in status.last_error
+        assert cloud.call_counts["PutCustomMetric"] == 1  # a denial is not retried
+        cloud.clear_ram()
+        assert publisher.publish([]).sent_points == 1
+        assert last_value(cms_adapter(), "vllm_up") == 1.0
