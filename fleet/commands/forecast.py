@@ -65,10 +65,12 @@ def register(app: typer.Typer) -> None:
                 rows = read_history_file(history)
             except HistoryFileError as exc:
                 fail(str(exc))
+            when = at_given if at_given is not None else _after_newest(rows)
         else:
-            rows = _store_rows(database, service, group, float(pred.history_s))
+            when = at_given if at_given is not None else datetime.now(UTC)
+            rows = _store_rows(database, service, group, float(pred.history_s), when)
         # in UTC: the table's hours are whole UTC hours, labelled so, whatever offset the rows or --at carry
-        when = (at_given if at_given is not None else _default_at(rows, history is not None)).astimezone(UTC)
+        when = when.astimezone(UTC)
         rows = [r for r in rows if r.at <= when]
         view = plan_forecast(spec, rows, when, hours)
         if plot is not None:
@@ -82,20 +84,23 @@ def register(app: typer.Typer) -> None:
         _print(view)
 
 
-def _default_at(rows: list, from_file: bool) -> datetime:
-    if from_file and rows:
-        return rows[-1].at + timedelta(minutes=1)  # just after the file's newest row
-    return datetime.now(UTC)
+def _after_newest(rows: list) -> datetime:
+    """A history file's default --at: just after its newest row (now when it has none)."""
+    return rows[-1].at + timedelta(minutes=1) if rows else datetime.now(UTC)
 
 
-def _store_rows(database: str | None, service: str | None, group: str, history_s: float) -> list:
+def _store_rows(
+    database: str | None, service: str | None, group: str, history_s: float, until: datetime
+) -> list:
+    """The group's rows of the ``history_s`` (and a day) up to ``until``: a forecast as of a past instant
+    reads the history before it, never rows written after it."""
     from fleet.commands.serve import _open
     from fleet.service.demand import DemandLog
 
     store = _open(database, service, existing=True)  # a read: never create an empty store
     try:
         log = DemandLog(store, {group: history_s})
-        return log.rows(group, datetime.now(UTC) - timedelta(seconds=history_s + 86400))
+        return log.rows(group, until - timedelta(seconds=history_s + 86400), until)
     finally:
         store.close()
 

@@ -194,3 +194,24 @@ def test_a_history_file_of_the_wrong_shape_says_what_is_wrong(tmp_path, capsys, 
     assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_forecast_at_a_past_instant_reads_the_history_up_to_it_from_the_store(tmp_path, capsys):
+    """--at 20 days ago: the rows are the day and more before it (not the last days before now, which
+    left it with nothing), and no row after it counts."""
+    from fleet.service.demand import DemandLog, DemandReading
+    from fleet.service.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = open_store(url)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    at = now - timedelta(days=20)
+    dlog = DemandLog(store, {"chat-14b": 7 * 86400})
+    dlog.write("chat-14b", [DemandReading(at - timedelta(minutes=k), 3.0, 900, 200) for k in range(0, 1500)])
+    # after --at: a level it must not know
+    dlog.write("chat-14b", [DemandReading(at + timedelta(minutes=k), 50.0, 900, 200) for k in range(1, 60)])
+    store.close()
+    args = ["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--database", url, "--json"]
+    assert main([*args, "--at", (at + timedelta(seconds=30)).isoformat()]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "seasonal" and out["level_rps"] == pytest.approx(3.0)
