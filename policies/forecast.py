@@ -5,6 +5,8 @@ for the same reason):
 
 - **seasonal**: the same time yesterday and a week ago, rescaled to today's level (the ratio of the last
   ``LEVEL_WINDOW_S`` to the same minutes then), so that a day busier than yesterday keeps yesterday's shape;
+  the week ago's share grows where the history shows the days differ by weekday (``_week_share``: an
+  office's Monday after a quiet weekend is last Monday's, not Sunday's);
 - **level and trend**: the mean of the last minutes plus a damped slope.
 
 With under a day of history only the second one speaks. "The same time" is the same time on the clock of
@@ -34,7 +36,11 @@ LEVEL_WINDOW_S = 600.0  # the recent level: the last 10 minutes
 HOURLY_LEVEL_WINDOW_S = 3600.0  # today's level against then, for whole coming hours: the last hour
 SEASON_WINDOW_S = 900.0  # yesterday's value at a time: the mean of the 15 minutes around it
 SEASONAL_WEIGHT = 0.75  # the seasonal predictor's share when it has data; the rest is level and trend
-WEEK_SHARE = 0.35  # of the seasonal part, when both yesterday and last week are known
+# Of the seasonal part, when both yesterday and last week are known: at the least (``_week_share`` raises it
+# where the history shows the days differ by weekday)
+WEEK_SHARE = 0.35
+DAY_TYPE_HOURS = 24  # the hours around a time whose errors tell whether its days differ by weekday
+SIGNIFICANT = 2.0  # standard errors (the usual 95 %) the references' mean hourly errors must differ by
 TREND_DAMPING_S = 1800.0  # a slope is trusted for about half an hour, then it flattens
 RATIO_CLIP = (0.33, 3.0)  # today's level against yesterday's, outside this the day is not like yesterday
 UPPER_QUANTILE = 0.9
@@ -217,8 +223,75 @@ def lag_s(at_s: float, days: int, zone: ZoneInfo | None) -> float:
     return at_s - then.timestamp()
 
 
+def _back(at_s: float, days: int, zone: ZoneInfo | None) -> float:
+    """The same time ``days`` days before ``at_s`` (``lag_s``)."""
+    return at_s - lag_s(at_s, days, zone)
+
+
+def _share(day_err: float, week_err: float) -> float:
+    """The week-ago reference's share of the seasonal part from the two references' measured errors: each
+    one's ``WEEK_SHARE`` part over its own error, so the one that missed less speaks more (alike errors:
+    ``WEEK_SHARE`` as before), and never under ``WEEK_SHARE``: where yesterday was the better reference the
+    blend keeps the week ago's part, whose errors are not yesterday's (measured: lowering it made the hourly
+    forecast of the 14-day ServeGen traces worse, docs/simulator.md)."""
+    if day_err + week_err <= 1e-9:
+        return WEEK_SHARE
+    day_w, week_w = (1 - WEEK_SHARE) * week_err, WEEK_SHARE * day_err
+    return max(WEEK_SHARE, week_w / (day_w + week_w))
+
+
+def _week_share(idx: _Index, at_s: float, zone: ZoneInfo | None) -> float:
+    """The week-ago reference's share of the seasonal part for the demand at ``at_s``, from what each
+    reference missed the last times it could be judged around that time of day: the hourly means of the
+    ``DAY_TYPE_HOURS`` around it a week ago as the day before foretold them (the day-ago reference's
+    error), and the same hours yesterday as a week before foretold them (the week-ago one's). Traffic whose
+    days differ by weekday (an office's Monday after a quiet Sunday) finds that Sunday foretold last Monday
+    badly and last Sunday foretold yesterday well, and the week ago speaks for this Monday; traffic alike
+    every day finds the two about alike, and they share as ``WEEK_SHARE`` says, as they do unless the two
+    differ by ``SIGNIFICANT`` standard errors of the hours' differences (one day's noise is no weekday).
+    Each reference is rescaled to the hours it foretold first (``_shape_errors``). Needs 8 days of history
+    and half those hours known (``history: 8d`` or more); with less, ``WEEK_SHARE``."""
+    half = DAY_TYPE_HOURS // 2
+    rows: list[tuple[float, float, float, float]] = []
+    for k in range(-half, DAY_TYPE_HOURS - half):
+        t = at_s + k * 3600.0
+        week_ago, yesterday = _back(t, 7, zone), _back(t, 1, zone)
+        hours = [
+            idx.past_mean(x, x + 3600.0)
+            for x in (week_ago, _back(week_ago, 1, zone), yesterday, _back(yesterday, 7, zone))
+        ]
+        if all(h is not None for h in hours):
+            rows.append(tuple(hours))  # type: ignore[arg-type]  # none is None
+    if len(rows) < half:
+        return WEEK_SHARE
+    day = _shape_errors([(r[0], r[1]) for r in rows])
+    week = _shape_errors([(r[2], r[3]) for r in rows])
+    diffs = [d - w for d, w in zip(day, week, strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1))
+    if abs(mean) <= SIGNIFICANT * sd / math.sqrt(n):
+        return WEEK_SHARE  # no difference the hours' own spread would not make: days alike, as far as known
+    return _share(sum(day), sum(week))
+
+
+def _shape_errors(pairs: list[tuple[float, float]]) -> list[float]:
+    """The absolute error of each (actual, reference) pair's reference rescaled to the actuals' total, as the
+    seasonal predictor rescales its reference to today's level: what is left is the difference in shape (a
+    day busier than the one before is not a day of another type)."""
+    actual, ref = sum(a for a, _ in pairs), sum(r for _, r in pairs)
+    k = actual / ref if ref > 1e-9 else 1.0
+    return [abs(a - k * r) for a, r in pairs]
+
+
 def _blend(
-    idx: _Index, now_s: float, ahead_s: float, level: float, slope: float, lags: tuple[float, float]
+    idx: _Index,
+    now_s: float,
+    ahead_s: float,
+    level: float,
+    slope: float,
+    lags: tuple[float, float],
+    week_share: float = WEEK_SHARE,
 ) -> tuple[float, bool]:
     damped = TREND_DAMPING_S * (1 - math.exp(-ahead_s / TREND_DAMPING_S))
     # a slope never more than halves or adds half of the level within the horizon: noise is not a trend
@@ -228,7 +301,7 @@ def _blend(
     if day is None and week is None:
         return trend, False
     if day is not None and week is not None:
-        seasonal = (1 - WEEK_SHARE) * day + WEEK_SHARE * week
+        seasonal = (1 - week_share) * day + week_share * week
     else:
         seasonal = day if day is not None else week  # type: ignore[assignment]  # one of them is known
     return SEASONAL_WEIGHT * seasonal + (1 - SEASONAL_WEIGHT) * trend, True
@@ -316,9 +389,10 @@ def forecast(
     seasonal_used = False
     steps = max(1, math.ceil(horizon_s / step_s))
     lags = (lag_s(now_s, 1, zone), lag_s(now_s, 7, zone))
+    share = _week_share(idx, now_s, zone)
     for k in range(1, steps + 1):
         ahead = min(horizon_s, k * step_s)
-        value, used = _blend(idx, now_s, ahead, level, slope, lags)
+        value, used = _blend(idx, now_s, ahead, level, slope, lags, share)
         seasonal_used = seasonal_used or used
         points.append((ahead, value))
     values = [v for _, v in points]
@@ -486,7 +560,8 @@ def hourly(
         start = first + timedelta(hours=h)
         weighted: list[tuple[float, float]] = []
         lows: list[float] = []
-        for days, share in ((1, 1 - WEEK_SHARE), (7, WEEK_SHARE)):
+        week = _week_share(idx, start.timestamp() + 1800.0, zone)
+        for days, share in ((1, 1 - week), (7, week)):
             got = _hour_then(
                 idx,
                 start.timestamp() - lag_s(start.timestamp(), days, zone),

@@ -386,3 +386,41 @@ def test_a_forecast_is_remembered_after_the_clock_steps_back():
     stepped = fc.remember(state, earlier, f, 600)
     assert len(stepped.pending) == 2 and stepped.last_at == earlier
     assert fc.remember(stepped, earlier + timedelta(seconds=30), f, 600) == stepped  # one a minute again
+
+
+def _business(t: datetime) -> float:
+    """Office traffic: 10 req/s on weekdays 09:00-18:00 (UTC), 0.5 on weekday nights, 0.2 all weekend."""
+    if t.weekday() >= 5:
+        return 0.2
+    return 10.0 if 9 <= t.hour < 18 else 0.5
+
+
+def _weeks(days: float, now: datetime, fn=_business) -> DemandSeries:
+    n = int(days * 1440)
+    start = now - timedelta(minutes=n - 1)
+    return DemandSeries(start=start, step_s=60, rps=[fn(start + timedelta(minutes=i)) for i in range(n)])
+
+
+def test_monday_morning_after_a_quiet_weekend_is_forecast_as_last_monday_ran():
+    """NOW is a Monday 06:00: yesterday (a Sunday) ran 0.2 at 09:00, last Monday 10. The history shows the
+    days differ by weekday (Sunday did not foretell last Monday; last Sunday foretold yesterday), so the
+    week-ago reference speaks for Monday's office hours, where a fixed 35 % share forecast 3.6."""
+    assert NOW.weekday() == 0
+    hours = fc.hourly(_weeks(15, NOW), NOW, 6, ForecastState(), horizon_s=HORIZON_S)
+    nine = next(h for h in hours if h.start.hour == 9)
+    assert nine.mean_rps == pytest.approx(10.0, rel=0.1)
+    early = next(h for h in hours if h.start.hour == 7)
+    assert early.mean_rps == pytest.approx(0.5, rel=0.2)
+    # the near-term forecast at 08:55 climbs to Monday's 10 too, not to a Sunday's blend
+    at = NOW.replace(hour=8, minute=55)
+    f = fc.forecast(_weeks(15, at), at, 1800, ForecastState())
+    assert f.points[-1][1] > 0.75 * 10.0
+
+
+def test_without_a_weekly_pattern_the_references_share_as_before():
+    """Every day alike (a daily ramp with noise): the measured errors of yesterday and a week ago are alike,
+    so the week-ago reference keeps about the share it had, and the forecast what it was."""
+    noisy = series(15, noise=0.05)
+    hours = fc.hourly(noisy, NOW, 6, ForecastState(), horizon_s=HORIZON_S)
+    for h in hours:
+        assert h.mean_rps == pytest.approx(daily_ramp(h.start.hour * 60 + 30), rel=0.1)
