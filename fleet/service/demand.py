@@ -472,6 +472,16 @@ def prune(
     return done
 
 
+def stored_groups(store: Store) -> set[str]:
+    """The groups with demand minutes or forecasts in the store (of this service)."""
+    with store.engine.connect() as conn:
+        names: set[str] = set()
+        for table in (demand_samples, forecasts):
+            q = sa.select(table.c.group_name).where(table.c.service == store.service).distinct()
+            names.update(r.group_name for r in conn.execute(q))
+    return names
+
+
 # -- forecasts: what was predicted, kept to be set against what came -------------------------------------
 def record_forecasts(
     store: Store, groups: Mapping[str, GroupHistory], now: datetime, conn: Connection

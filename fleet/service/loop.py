@@ -42,7 +42,7 @@ from fleet.service.actuate import (
 from fleet.service.capacity import CapacityManager
 from fleet.service.capacity_store import view as capacity_view
 from fleet.service.capacity_table import CapacityTable, learned_floors, served_context
-from fleet.service.demand import DemandLog, DemandReading, prune, record_forecasts, retention_s
+from fleet.service.demand import DemandLog, DemandReading, prune, record_forecasts, retention_s, stored_groups
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
 from fleet.service.lease import Lease, LeaseKeeper
@@ -81,7 +81,7 @@ from policies.model import (
     Snapshot,
     WarningCode,
 )
-from policies.spec import GroupSpec, PolicySpec
+from policies.spec import GroupSpec, PolicySpec, Predictive
 
 log = logging.getLogger("fleet.service")
 
@@ -464,23 +464,37 @@ class Service:
     def _prune(self, shard: int, specs: list[GroupSpec], now: datetime, fence: Callable[[], bool]) -> None:
         """At most once per ``prune_interval_s`` per shard, after the tick's writes: delete the shard's
         groups' demand minutes and forecasts older than their retention (``predictive.history`` plus a
-        day), in bounded batches. Groups no longer configured are left as they are. A failure is logged and
+        day), in bounded batches. Those of groups no longer configured (renamed or removed in fleet.yaml),
+        whose shard this is by their name, after the longest retention of any group (the default history's
+        at the least); kept for good, a removed group's rows grew without end. A failure is logged and
         tried again at the next interval; it never fails the tick."""
         last = self._last_prune.get(shard)
         if last is not None and (now - last).total_seconds() < self.settings.prune_interval_s:
             return
         self._last_prune[shard] = now
-        for spec in specs:
-            before = now - timedelta(seconds=retention_s(float(spec.predictive.history_s)))
+        todo = [(spec.name, retention_s(float(spec.predictive.history_s))) for spec in specs]
+        configured = {s.name for s in self.specs}
+        longest = max(
+            [retention_s(float(Predictive.model_fields["history_s"].default))]
+            + [retention_s(float(s.predictive.history_s)) for s in self.specs]
+        )
+        try:
+            gone = sorted(stored_groups(self.store) - configured)
+        except Exception:
+            log.warning("listing the groups of the demand history failed", exc_info=True)
+            gone = []
+        todo += [(name, longest) for name in gone if shard_of(name, self.shards.shards) == shard]
+        for name, keep_s in todo:
+            before = now - timedelta(seconds=keep_s)
             try:
-                done = prune(self.store, spec.name, before, fence)
+                done = prune(self.store, name, before, fence)
             except Exception:
-                log.warning("pruning the demand history of group %s failed", spec.name, exc_info=True)
+                log.warning("pruning the demand history of group %s failed", name, exc_info=True)
                 continue
             if any(done.values()):
                 log.info(
                     "group %s: pruned %d demand minutes and %d forecasts before %s",
-                    spec.name,
+                    name,
                     done["demand_samples"],
                     done["forecasts"],
                     before.isoformat(),

@@ -498,8 +498,10 @@ def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_int
             log = DemandLog(svc.store, {})
             ages = [timedelta(days=3), timedelta(days=2, minutes=1), timedelta(days=2) - timedelta(minutes=1)]
             ages.append(timedelta(hours=1))
-            for group in ("chat", "gone"):  # "gone" is no longer configured: its rows are left alone
+            for group in ("chat", "gone"):  # "gone" is no longer configured (renamed or removed)
                 log.write(group, [DemandReading(now - age, 1.0) for age in ages])
+            # past the default history's retention (7 days and a day), the longest of any group here
+            log.write("gone", [DemandReading(now - timedelta(days=9), 1.0)])
 
             def minutes(group):
                 return sorted(now - r.at for r in log.rows(group, now - timedelta(days=30)))
@@ -507,6 +509,7 @@ def test_the_leader_prunes_demand_and_forecasts_past_their_retention_once_an_int
             assert svc.tick(cloud.now()).ok
             # retention: the group's history (1 day) and a day; the rows within it stay
             assert minutes("chat") == sorted(ages[2:])
+            # an unconfigured group's rows are kept for the longest retention, then pruned: not for good
             assert minutes("gone") == sorted(ages)
             log.write("chat", [DemandReading(now - timedelta(days=5), 1.0)])
             cloud.advance(15)
