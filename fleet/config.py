@@ -192,7 +192,9 @@ class MetricsSource(_Section):
         if self.type == "cloudmonitor" and self.bearer_token_env is not None:
             raise ValueError("bearer_token_env applies to type: prometheus only; add it or drop it")
         for name in ("timeout_s", "max_answer_mib"):
-            if self.type == "cloudmonitor" and name in self.model_fields_set:
+            # a value other than the default: the default itself is what a config read back carries
+            # (``model_validate(config.model_dump())``), and ignoring it changes nothing
+            if self.type == "cloudmonitor" and getattr(self, name) != type(self).model_fields[name].default:
                 raise ValueError(f"{name} applies to type: prometheus only; add it or drop it")
         # Prometheus label names: [a-zA-Z_][a-zA-Z0-9_]* (names starting with __ are reserved)
         for name in (self.instance_label, *self.labels):

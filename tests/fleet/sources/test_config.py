@@ -149,6 +149,16 @@ def test_a_timeout_on_a_cloudmonitor_source_is_refused_not_ignored(tmp_path):
     assert "timeout_s applies to type: prometheus only" in problems
 
 
+def test_a_config_read_back_from_its_own_dump_is_still_valid(tmp_path):
+    """``model_validate(config.model_dump())`` (the simulator's variants, tests) carries the sources' defaults
+    as set values: a cloudmonitor source's default timeout and answer limit are not refused as set."""
+    from fleet.config import FleetConfig
+
+    cfg = _load(tmp_path, "")
+    again = FleetConfig.model_validate(cfg.model_dump())
+    assert again.group("chat").metrics_source == cfg.group("chat").metrics_source
+
+
 def test_the_config_schema_documents_the_prometheus_timeout():
     from fleet.config import config_json_schema
 
