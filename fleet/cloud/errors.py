@@ -118,14 +118,14 @@ class CloudError(Exception):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            type(self),
-            (self.code, self.message, self.request_id, self.status, self.action),
-            self._state(),
-        )
+        return (type(self), self._args(), self._state())
+
+    def _args(self) -> tuple[Any, ...]:
+        """What ``__init__`` takes, in order (a subclass with a field of its own adds it)."""
+        return (self.code, self.message, self.request_id, self.status, self.action)
 
     def _state(self) -> dict[str, Any]:
-        return {"product": self.product}
+        return {"product": self.product, "attempts": self.attempts}
 
 
 class Throttled(CloudError):
@@ -143,12 +143,8 @@ class Throttled(CloudError):
         super().__init__(code, message, request_id, status, action)
         self.retry_after_s = retry_after_s
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            type(self),
-            (self.code, self.message, self.request_id, self.status, self.action, self.retry_after_s),
-            self._state(),
-        )
+    def _args(self) -> tuple[Any, ...]:
+        return (*super()._args(), self.retry_after_s)
 
 
 class Conflict(CloudError):
@@ -229,12 +225,8 @@ class AuthError(CloudError):
         product, _, action = needed.partition(":")
         return f"{text}; {permissions.denial_hint(product, action)}"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            type(self),
-            (self.code, self.message, self.request_id, self.status, self.action, self.auth_action),
-            self._state(),
-        )
+    def _args(self) -> tuple[Any, ...]:
+        return (*super()._args(), self.auth_action)
 
 
 def classify(code: str, status: int | None) -> type[CloudError]:

@@ -121,6 +121,15 @@ def test_str_is_one_clear_line():
 def test_errors_pickle_with_their_fields():
     err = pickle.loads(pickle.dumps(Throttled("Throttling", "m", "r", 400, "A", retry_after_s=1.5)))
     assert (type(err), err.code, err.request_id, err.retry_after_s) == (Throttled, "Throttling", "r", 1.5)
+    denied = AuthError("Forbidden.RAM", "m", "r", 403, "ScaleWithAdjustment", auth_action="ess:Scale")
+    denied.product, denied.attempts = "ess", 3
+    back = pickle.loads(pickle.dumps(denied))
+    assert (back.auth_action, back.permission, back.product, str(back)) == (
+        "ess:Scale",
+        "ess:Scale",
+        "ess",
+        str(denied),
+    )
 
 
 @pytest.mark.parametrize(
