@@ -30,10 +30,12 @@ A start with no KV block at all (``# cuda blocks: 0``, a negative remainder, vll
 
 Logs as they are kept: a file (``journalctl``, a container's log) often holds several starts of the server, a
 refused one and then the one that ran, or the starts before and after a change of flags; only the last start
-that got as far as sizing its KV cache is read (a start is the ``vLLM API server version`` line, or without
-one the ``Initializing ... LLM engine`` line), so that figures of different starts are never mixed. Terminal
-colour codes are removed first. A number that runs into the end of the text is not read: a log cut mid-line
-(``'max_num_seqs': 12`` of 128) would otherwise give a wrong figure rather than none.
+that got as far as sizing its KV cache is read (a start is the server's first line: ``vLLM API server
+version X`` in earlier releases, later (0.23 in vllm#46169) a logo with ``version X`` beside it or, with
+``VLLM_DISABLE_LOG_LOGO=1``, ``vLLM server version X, serving model M``; without one, the ``Initializing ...
+LLM engine`` line), so that figures of different starts are never mixed. Terminal colour codes are removed
+first. A number that runs into the end of the text is not read: a log cut mid-line (``'max_num_seqs': 12`` of
+128) would otherwise give a wrong figure rather than none.
 """
 
 from __future__ import annotations
@@ -169,9 +171,14 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
 
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"\s*x")
 _ENGINE = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([0-9][0-9A-Za-z.+_-]*)\)")
-_VERSION = re.compile(r"vLLM API server version ([0-9][0-9A-Za-z.+_-]*)")
+# The server's first line: "vLLM API server version X" in earlier releases, later (0.23 in vllm#46169) a logo
+# with "version X" and "model M" beside it, or (VLLM_DISABLE_LOG_LOGO=1) "vLLM server version X, serving
+# model M" (api_utils.py).
+_SERVER_LINE = r"(?:vLLM API server version |vLLM server version |\u2580\u2584\u2580 \u2588\s+version )"
+_VERSION = re.compile(_SERVER_LINE + r"([0-9][0-9A-Za-z.+_-]*)")
 _MODEL = re.compile(r"with config: model='([^']+)'")
 _MODEL_ARG = re.compile(r"'model': '([^']+)'")
+_MODEL_BANNER = re.compile(r"(?:, serving model |\u2588\s+model\s+)(\S+)")
 _DTYPE = re.compile(r"dtype=torch\.(bfloat16|float16|float32)")
 _REFUSED = re.compile(
     r"is larger than the maximum number of tokens that can be stored in KV cache|"
@@ -181,7 +188,7 @@ _REFUSED = re.compile(
 )
 _GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
 # One start of the server: the API server's first line, or (offline, no API server) the engine's.
-_SERVER_START = re.compile(r"^.*vLLM API server version ", re.M)
+_SERVER_START = re.compile(r"^.*" + _SERVER_LINE, re.M)
 _ENGINE_START = re.compile(r"^.*Initializing an? (?:V[01] )?LLM engine", re.M)
 # ECMA-48 control sequences: the colours of vLLM's own formatter (0.11+) and of most terminals' captures.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -293,7 +300,7 @@ def _read_start(text: str) -> LogFacts:
         formats.append("concurrency")
     _version_and_engine(text, values)
     _v064_activation(values)
-    model = _MODEL.search(text) or _MODEL_ARG.search(text)
+    model = _MODEL.search(text) or _MODEL_ARG.search(text) or _MODEL_BANNER.search(text)
     if model:
         values["model"] = model.group(1)
     dtype = _DTYPE.search(text)
