@@ -149,6 +149,27 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         re.compile(r"Estimated CUDA graph memory: " + _NUM + r"\s*GiB"),
         "f",
     ),
+    (
+        "cuda_graph_gib",
+        "v1-graphs",
+        re.compile(r"CUDA graph pool memory: " + _NUM + r"\s*GiB \(actual\)"),
+        "f",
+    ),
+    # gpu_worker.py's summary once the graphs are captured: "Actual usage is X GiB for weight, Y GiB for peak
+    # activation, Z GiB for non-torch memory, and W GiB for CUDAGraph memory" (0.10-0.11, DEBUG in some),
+    # later "X GiB for consumed memory (weights + non-torch), Y GiB for peak activation, and W GiB for
+    # CUDAGraph memory" (0.27, INFO); "... Current kv cache memory in use is K GiB."
+    ("weights_gib", "v1-usage", re.compile(r"Actual usage is " + _NUM + r"\s*GiB for weight,"), "f"),
+    ("activation_gib", "v1-usage", re.compile(_NUM + r"\s*GiB for peak activation"), "f"),
+    ("non_torch_gib", "v1-usage", re.compile(_NUM + r"\s*GiB for non-torch memory"), "max"),
+    (
+        "consumed",
+        "v1-usage",
+        re.compile(r"Actual usage is " + _NUM + r"\s*GiB for consumed memory \(weights \+ non-torch\)"),
+        "max",
+    ),
+    ("cuda_graph_gib", "v1-usage", re.compile(_NUM + r"\s*GiB for CUDAGraph memory"), "f"),
+    ("kv_cache_gib", "v1-usage", re.compile(r"Current kv cache memory in use is " + _NUM + r"\s*GiB"), "min"),
     ("total_gib", "v1-free", re.compile(r"Free memory on device \([0-9.]+/" + _NUM + r"\s*GiB\)"), "f"),
     (
         "gpu_memory_utilization",
@@ -300,6 +321,7 @@ def _read_start(text: str) -> LogFacts:
         formats.append("concurrency")
     _version_and_engine(text, values)
     _v064_activation(values)
+    _consumed_non_torch(values)
     model = _MODEL.search(text) or _MODEL_ARG.search(text) or _MODEL_BANNER.search(text)
     if model:
         values["model"] = model.group(1)
@@ -340,6 +362,17 @@ def _v064_activation(values: dict[str, object]) -> None:
     weights = values.get("weights_gib")
     if isinstance(peak, float) and isinstance(weights, float) and "activation_gib" not in values:
         values["activation_gib"] = max(0.0, peak - weights)
+
+
+def _consumed_non_torch(values: dict[str, object]) -> None:
+    """The later V1 summary gives weights and non-torch memory together; the weights line splits them (the
+    largest over ranks, less one rank's weights: TP ranks hold equal shares)."""
+    consumed = values.pop("consumed", None)
+    weights = values.get("weights_gib")
+    if not (isinstance(consumed, float) and isinstance(weights, float)) or "non_torch_gib" in values:
+        return
+    if consumed >= weights:
+        values["non_torch_gib"] = round(consumed - weights, 4)
 
 
 def _missing_kv(facts: LogFacts) -> bool:

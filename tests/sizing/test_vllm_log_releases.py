@@ -58,3 +58,56 @@ def test_a_restart_under_the_later_banner_reads_the_last_start_with_its_own_flag
         _start(0.95, 60.0, "437,000", coloured=coloured) + _start(0.85, 48.91, "356,160", coloured=coloured)
     )
     assert (facts.gpu_memory_utilization, facts.kv_cache_gib, facts.kv_cache_tokens) == (0.85, 48.91, 356_160)
+
+
+# -- gpu_worker.py's memory summary after the graphs are captured ----------------------------------------------
+
+
+def _usage_tp2(consumed: tuple[float, float]) -> str:
+    """0.27-0.28 (INFO, one line per rank): weights and non-torch memory together."""
+    out = ""
+    for rank, used in enumerate(consumed):
+        p = f"(Worker_TP{rank} pid={1159 + rank}) INFO 09-04 11:00:17"
+        out += (
+            f"{p} [gpu_model_runner.py:4216] Model loading took 7.63 GiB memory and 12.1 seconds\n"
+            f"{p} [gpu_worker.py:624] Available KV cache memory: {17.79 - rank * 0.02:.2f} GiB\n"
+            f"{p} [gpu_model_runner.py:5120] Graph capturing finished in 18 secs, took 0.25 GiB\n"
+            f"{p} [gpu_model_runner.py:5122] CUDA graph pool memory: 0.25 GiB (actual), 0.64 GiB (estimated), difference: 0.39 GiB (156.0%).\n"
+            f"{p} [gpu_worker.py:855] Free memory on device (91.64/94.97 GiB) on startup. Desired GPU memory utilization is (0.91, 86.42 GiB). Actual usage is {used} GiB for consumed memory (weights + non-torch), 4.19 GiB for peak activation, and 0.25 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=18676332626` (17.39 GiB) to fit into requested memory, or `--kv-cache-memory=24274632704` (22.61 GiB) to fully utilize gpu memory. Current kv cache memory in use is 17.79 GiB.\n"
+        )
+    return (
+        out
+        + "(EngineCore pid=1000) INFO 09-04 11:00:18 [kv_cache_utils.py:1307] GPU KV cache size: 291,456 tokens\n"
+    )
+
+
+def test_the_v1_memory_summary_gives_non_torch_memory_and_activation_peak():
+    facts = parse_startup_log(_usage_tp2((8.41, 8.53)))
+    assert (facts.total_gib, facts.gpu_memory_utilization) == (94.97, 0.91)
+    assert facts.weights_gib == 7.63 and facts.activation_gib == 4.19 and facts.cuda_graph_gib == 0.25
+    # the tightest rank: the most non-torch memory (8.53 - 7.63), as for V0's per-rank summaries
+    assert facts.non_torch_gib == pytest.approx(0.90)
+    assert facts.kv_cache_gib == 17.77 and facts.kv_cache_tokens == 291_456
+
+
+def test_the_earlier_v1_memory_summary_names_each_term():
+    # 0.10-0.11 wording (at DEBUG in some releases: VLLM_LOGGING_LEVEL=DEBUG)
+    text = (
+        "(EngineCore_0 pid=200) INFO 10-01 10:00:31 [gpu_model_runner.py:2007] Model loading took 15.27 GiB and 4.4 seconds\n"
+        "(EngineCore_0 pid=200) INFO 10-01 10:00:51 [gpu_worker.py:276] Available KV cache memory: 48.91 GiB\n"
+        "(EngineCore_0 pid=200) DEBUG 10-01 10:01:00 [gpu_worker.py:396] Free memory on device (78.6/79.19 GiB) on startup. Desired GPU memory utilization is (0.85, 67.31 GiB). Actual usage is 15.27 GiB for weight, 2.36 GiB for peak activation, 0.54 GiB for non-torch memory, and 0.61 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=52252094464` (48.66 GiB) to fit into requested memory, or `--kv-cache-memory=63802707968` (59.42 GiB) to fully utilize gpu memory. Current kv cache memory in use is 48.91 GiB.\n"
+    )
+    facts = parse_startup_log(text)
+    assert (facts.weights_gib, facts.activation_gib, facts.non_torch_gib, facts.cuda_graph_gib) == (
+        15.27,
+        2.36,
+        0.54,
+        0.61,
+    )
+
+
+def test_a_memory_summary_without_a_weights_line_gives_no_non_torch_figure():
+    # consumed memory is weights and non-torch together: without the weights it cannot be split
+    line = _usage_tp2((8.41, 8.53)).splitlines()[4] + "\n"
+    facts = parse_startup_log(line)
+    assert facts.non_torch_gib is None and facts.activation_gib == 4.19
