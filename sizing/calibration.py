@@ -207,6 +207,11 @@ def calibrate(
     from sizing.memory import plan_memory
 
     check_engine(dep.engine, facts.vllm_version)
+    if facts.kv_cache_memory_given:
+        raise SizingInputError(
+            "the log's KV cache was sized by --kv-cache-memory (vLLM skipped its memory profiling), so it "
+            "says nothing of the memory vLLM needs besides: calibrate on a start without --kv-cache-memory"
+        )
     version = dep.vllm_version or _readable_version(facts.vllm_version)
     base = replace(dep, calibration=None, vllm_version=version)
     plan = plan_memory(base)

@@ -77,6 +77,7 @@ class LogFacts:
     cuda_graph_gib: float | None = None
     cuda_graph_estimated: bool = False  # graphs subtracted before the KV cache (vLLM 0.21+ default)
     refused: bool = False  # vLLM said the model's max seq len does not fit the KV cache
+    kv_cache_memory_given: bool = False  # --kv-cache-memory: the pool was set by hand, not by profiling
     formats: tuple[str, ...] = ()  # the wordings recognised, for the report
 
     def found(self) -> list[str]:
@@ -208,6 +209,11 @@ _REFUSED = re.compile(
     r"# (?:GPU|cuda|gpu) blocks: 0\b"
 )
 _GRAPH_PROFILE = re.compile(r"CUDA graph memory profiling is enabled")
+# --kv-cache-memory (about 0.11): vLLM skips profiling and says so; its advice to use the flag is not this.
+_KV_GIVEN = re.compile(
+    r"as specified by kv_cache_memory_bytes config and skipped memory profiling|"
+    r"'kv_cache_memory_bytes': [0-9]|\bkv_cache_memory_bytes=[0-9]"
+)
 # One start of the server: the API server's first line, or (offline, no API server) the engine's.
 _SERVER_START = re.compile(r"^.*" + _SERVER_LINE, re.M)
 _ENGINE_START = re.compile(r"^.*Initializing an? (?:V[01] )?LLM engine", re.M)
@@ -333,6 +339,7 @@ def _read_start(text: str) -> LogFacts:
         **values,  # type: ignore[arg-type]  # keys are LogFacts fields by construction of _PATTERNS
         cuda_graph_estimated=bool(_GRAPH_PROFILE.search(text)),
         refused=bool(_REFUSED.search(text)),
+        kv_cache_memory_given=bool(_KV_GIVEN.search(text)),
         formats=tuple(formats),
     )
     return facts

@@ -1057,3 +1057,19 @@ def test_a_quantized_checkpoint_sized_in_another_format_is_one_line(capsys, mode
     weights printed a command that runs with a quarter of the memory it was sized for."""
     code, err = _error(capsys, ["size", "--model", model, "--gpu", "A100-80G", "--dtype", dtype])
     assert code == 2 and "checkpoint is" in err and "leave the dtype auto" in err and "Traceback" not in err
+
+
+def test_calibrate_refuses_a_log_whose_kv_cache_was_given_by_hand(tmp_path, capsys):
+    log = tmp_path / "vllm.log"
+    p = "(EngineCore pid=83) INFO 07-26 12:29:34"
+    log.write_text(
+        "(APIServer pid=1) INFO 07-26 12:28:00 [api_utils.py:273] non-default args: "
+        "{'model': 'Qwen/Qwen2.5-7B', 'max_model_len': 16384, 'kv_cache_memory_bytes': 10737418240}\n"
+        f"{p} [gpu_model_runner.py:4216] Model loading took 14.25 GiB memory and 12.1 seconds\n"
+        f"{p} [kv_cache_utils.py:1307] GPU KV cache size: 187,248 tokens\n"
+    )
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--gpu", "L20", "--model", "Qwen2.5-7B", "-o", str(out)]
+    code, err = _error(capsys, argv)
+    assert code == 2 and "sized by --kv-cache-memory" in err and "does not fit this GPU" not in err
+    assert not out.exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from sizing import SizingInputError
 from sizing.vllm_log import parse_startup_log
 
 ESC = "\x1b"
@@ -111,3 +112,30 @@ def test_a_memory_summary_without_a_weights_line_gives_no_non_torch_figure():
     line = _usage_tp2((8.41, 8.53)).splitlines()[4] + "\n"
     facts = parse_startup_log(line)
     assert facts.non_torch_gib is None and facts.activation_gib == 4.19
+
+
+# -- a KV cache of a size given by hand ------------------------------------------------------------------------
+
+KV_GIVEN_ARGS = "(APIServer pid=1) INFO 07-26 12:28:00 [api_utils.py:273] non-default args: {'model': 'Qwen/Qwen2.5-7B-Instruct', 'max_model_len': 16384, 'kv_cache_memory_bytes': 10737418240}\n"
+KV_GIVEN_RESERVED = "(EngineCore pid=83) INFO 07-26 12:29:34 [gpu_worker.py:479] Initial free memory 44.1 GiB, reserved 10.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does not respect the gpu_memory_utilization config.\n"
+KV_GIVEN_REST = (
+    "(EngineCore pid=83) INFO 07-26 12:29:20 [gpu_model_runner.py:4216] Model loading took 14.25 GiB memory and 12.1 seconds\n"
+    "(EngineCore pid=83) INFO 07-26 12:29:34 [kv_cache_utils.py:1307] GPU KV cache size: 187,248 tokens\n"
+)
+
+
+@pytest.mark.parametrize("line", [KV_GIVEN_ARGS, KV_GIVEN_RESERVED], ids=["args", "reserved"])
+def test_a_kv_cache_given_by_kv_cache_memory_is_recognised(line):
+    assert parse_startup_log(line + KV_GIVEN_REST).kv_cache_memory_given
+    # vLLM's own advice names the flag without it having been given
+    advice = _usage_tp2((8.41, 8.53))
+    assert not parse_startup_log(advice).kv_cache_memory_given
+
+
+def test_a_kv_cache_given_by_kv_cache_memory_cannot_calibrate():
+    import sizing
+    from sizing.calibration import calibrate
+
+    dep = sizing.Deployment(sizing.find_model("Qwen2.5-7B"), sizing.find_gpu("L20"), 1, max_model_len=16384)
+    with pytest.raises(SizingInputError, match="--kv-cache-memory"):
+        calibrate(parse_startup_log(KV_GIVEN_ARGS + KV_GIVEN_RESERVED + KV_GIVEN_REST), dep)
