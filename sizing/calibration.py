@@ -207,6 +207,11 @@ def calibrate(
     from sizing.memory import plan_memory
 
     check_engine(dep.engine, facts.vllm_version)
+    if facts.pp is not None and facts.pp > 1:
+        raise SizingInputError(
+            f"the log ran with pipeline_parallel_size={facts.pp}: each rank held some of the layers, and the "
+            "model sizes tensor parallelism only; calibrate on a start with --pipeline-parallel-size 1"
+        )
     if facts.kv_cache_memory_given:
         raise SizingInputError(
             "the log's KV cache was sized by --kv-cache-memory (vLLM skipped its memory profiling), so it "

@@ -60,6 +60,7 @@ class LogFacts:
     engine: str | None = None  # "v0" or "v1"
     model: str | None = None
     tp: int | None = None
+    pp: int | None = None  # pipeline stages: each rank holds some of the layers
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
@@ -189,6 +190,8 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("max_model_len", "config", re.compile(r"max_seq_len=" + _NUM), "i"),
     ("tp", "config", re.compile(r"tensor_parallel_size=" + _NUM), "i"),
     ("tp", "args", re.compile(r"'tensor_parallel_size': " + _NUM), "i"),
+    ("pp", "config", re.compile(r"pipeline_parallel_size=" + _NUM), "i"),
+    ("pp", "args", re.compile(r"'pipeline_parallel_size': " + _NUM), "i"),
 )
 
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"\s*x")

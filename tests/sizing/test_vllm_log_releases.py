@@ -139,3 +139,18 @@ def test_a_kv_cache_given_by_kv_cache_memory_cannot_calibrate():
     dep = sizing.Deployment(sizing.find_model("Qwen2.5-7B"), sizing.find_gpu("L20"), 1, max_model_len=16384)
     with pytest.raises(SizingInputError, match="--kv-cache-memory"):
         calibrate(parse_startup_log(KV_GIVEN_ARGS + KV_GIVEN_RESERVED + KV_GIVEN_REST), dep)
+
+
+# -- pipeline parallelism: each rank holds some of the layers ----------------------------------------------
+
+
+def test_a_pipeline_parallel_start_cannot_calibrate_a_tensor_parallel_model():
+    import sizing
+    from sizing.calibration import calibrate
+
+    text = _start(0.9, 20.5, "383,000").replace("pipeline_parallel_size=1", "pipeline_parallel_size=2")
+    facts = parse_startup_log(text)
+    assert facts.pp == 2
+    dep = sizing.Deployment(sizing.find_model("Qwen2.5-7B"), sizing.find_gpu("L20"), 1, max_model_len=16384)
+    with pytest.raises(SizingInputError, match="pipeline_parallel_size=2"):
+        calibrate(facts, dep)
