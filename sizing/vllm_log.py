@@ -41,7 +41,7 @@ first. A number that runs into the end of the text is not read: a log cut mid-li
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from sizing.errors import SizingInputError
 
@@ -80,10 +80,13 @@ class LogFacts:
     refused: bool = False  # vLLM said the model's max seq len does not fit the KV cache
     kv_cache_memory_given: bool = False  # --kv-cache-memory: the pool was set by hand, not by profiling
     formats: tuple[str, ...] = ()  # the wordings recognised, for the report
+    starts: int = 1  # starts of the server in the log (a restart, a changed flag)
+    start_read: int = 1  # which of them these facts are of, from 1
 
     def found(self) -> list[str]:
+        skip = ("formats", "starts", "start_read")
         return [
-            f.name for f in fields(self) if f.name != "formats" and getattr(self, f.name) not in (None, False)
+            f.name for f in fields(self) if f.name not in skip and getattr(self, f.name) not in (None, False)
         ]
 
 
@@ -286,11 +289,11 @@ def read_startup_log(text: str) -> LogFacts:
     Of several starts in one log, the last that states its KV cache (or was refused) is read; when none does,
     the last start."""
     starts = _starts(_ANSI.sub("", text))
-    for start in reversed(starts):
-        facts = _read_start(start)
+    for index in range(len(starts), 0, -1):
+        facts = _read_start(starts[index - 1])
         if facts.refused or not _missing_kv(facts):
-            return facts
-    return _read_start(starts[-1])
+            return replace(facts, starts=len(starts), start_read=index)
+    return replace(_read_start(starts[-1]), starts=len(starts), start_read=len(starts))
 
 
 def _starts(text: str) -> list[str]:

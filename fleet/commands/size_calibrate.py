@@ -98,7 +98,10 @@ def calibrate(
             engine=engine or facts.engine or "v1",
         )
         bench_result = bench_from_json(result) if result is not None else None
-        cal = derive(facts, dep, bench_result, source="<stdin>" if str(log) == "-" else log.name)
+        source = "<stdin>" if str(log) == "-" else log.name
+        if facts.starts > 1:
+            source += f" (start {facts.start_read} of {facts.starts})"
+        cal = derive(facts, dep, bench_result, source=source)
         before = sizing.plan_memory(dep)
         after = sizing.plan_memory(sizing.calibration.apply_calibration(dep, cal))
     except sizing.SizingInputError as exc:
@@ -221,4 +224,16 @@ def _render(cal: Any, facts: Any, before: Any, after: Any, out: Path) -> None:
     if logged:
         line += f" (the log: {logged:,})"
     console.print(line, highlight=False)
+    if facts.starts > 1:
+        console.print(f"  {_starts_note(facts)}", highlight=False)
     console.print(f"  wrote {out}: use it with `fleet size --calibration {out}`", highlight=False)
+
+
+def _starts_note(facts: Any) -> str:
+    """Which start of a log with several (a restart, a changed flag) the calibration is of."""
+    note = f"the log holds {facts.starts} starts of vLLM: calibrated on start {facts.start_read}"
+    if facts.start_read == facts.starts:
+        return note + " (the last)"
+    later = facts.starts - facts.start_read
+    plural = "s" if later > 1 else ""
+    return note + f", the last that sized its KV cache ({later} later start{plural} stopped before it)"

@@ -1073,3 +1073,20 @@ def test_calibrate_refuses_a_log_whose_kv_cache_was_given_by_hand(tmp_path, caps
     code, err = _error(capsys, argv)
     assert code == 2 and "sized by --kv-cache-memory" in err and "does not fit this GPU" not in err
     assert not out.exists()
+
+
+def test_calibrate_says_which_start_of_a_restarted_log_it_read(tmp_path, capsys):
+    import yaml
+
+    log = tmp_path / "vllm.log"
+    # the start that ran, then a restart that stopped before sizing its KV cache
+    log.write_text(LOG_10517_20K_CONFIG + LOG_10517_20K_CONFIG.split("Memory profiling")[0])
+    out = tmp_path / "cal.yaml"
+    argv = ["size", "calibrate", str(log), "--gpu", "RTX3090", "-o", str(out)]
+    assert main(argv) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "the log holds 2 starts of vLLM: calibrated on start 1, the last that sized its KV cache" in printed
+    )
+    assert "(1 later start stopped before it)" in printed
+    assert yaml.safe_load(out.read_text())["source"] == "vllm.log (start 1 of 2)"

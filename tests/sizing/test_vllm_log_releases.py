@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sizing import SizingInputError
-from sizing.vllm_log import parse_startup_log
+from sizing.vllm_log import parse_startup_log, read_startup_log
 
 ESC = "\x1b"
 
@@ -154,3 +154,16 @@ def test_a_pipeline_parallel_start_cannot_calibrate_a_tensor_parallel_model():
     dep = sizing.Deployment(sizing.find_model("Qwen2.5-7B"), sizing.find_gpu("L20"), 1, max_model_len=16384)
     with pytest.raises(SizingInputError, match="pipeline_parallel_size=2"):
         calibrate(facts, dep)
+
+
+# -- which start of several -----------------------------------------------------------------------------
+
+
+def test_the_facts_say_how_many_starts_the_log_holds_and_which_was_read():
+    first, second = _start(0.95, 60.0, "437,000"), _start(0.85, 48.91, "356,160")
+    cut = second.split("(EngineCore pid=83) INFO 06-19 15:35:40")[0]
+    assert (read_startup_log(first).starts, read_startup_log(first).start_read) == (1, 1)
+    facts = read_startup_log(first + second)
+    assert (facts.starts, facts.start_read, facts.gpu_memory_utilization) == (2, 2, 0.85)
+    facts = read_startup_log(first + second + cut)
+    assert (facts.starts, facts.start_read, facts.gpu_memory_utilization) == (3, 2, 0.85)
