@@ -288,12 +288,37 @@ def read_startup_log(text: str) -> LogFacts:
 
     Of several starts in one log, the last that states its KV cache (or was refused) is read; when none does,
     the last start."""
-    starts = _starts(_ANSI.sub("", text))
+    starts = _starts(_one_server(_ANSI.sub("", text)))
     for index in range(len(starts), 0, -1):
         facts = _read_start(starts[index - 1])
         if facts.refused or not _missing_kv(facts):
             return replace(facts, starts=len(starts), start_read=index)
     return replace(_read_start(starts[-1]), starts=len(starts), start_read=len(starts))
+
+
+# The source before each line when one file gathers several: `kubectl logs --prefix` ("[pod/NAME/CONTAINER] ")
+# and `docker compose logs` ("SERVICE-1  | ").
+_SOURCE = re.compile(r"\[(pod/[^\]\s]+)\] |([A-Za-z][\w.-]*) +\| ")
+
+
+def _one_server(text: str) -> str:
+    """The lines of the one server in a file that gathers several sources' logs: the sources that state no KV
+    cache (a sidecar, a proxy) are left out. Raises :class:`SizingInputError` naming them when several servers
+    do: their figures would mix."""
+    groups: dict[str, list[str]] = {}
+    for line in text.splitlines(keepends=True):
+        match = _SOURCE.match(line)
+        key = (match.group(1) or match.group(2)) if match else ""
+        groups.setdefault(key, []).append(line[match.end() :] if match else line)
+    if len([key for key in groups if key]) < 2:
+        return text
+    servers = [key for key, lines in groups.items() if key and not _missing_kv(_read_start("".join(lines)))]
+    if len(servers) > 1:
+        raise SizingInputError(
+            f"the log gathers {len(servers)} servers ({', '.join(servers)}), whose figures would mix: give "
+            "one server's log (kubectl logs POD -c CONTAINER, docker compose logs SERVICE)"
+        )
+    return "".join(groups[servers[0]]) if servers else text
 
 
 def _starts(text: str) -> list[str]:

@@ -167,3 +167,43 @@ def test_the_facts_say_how_many_starts_the_log_holds_and_which_was_read():
     assert (facts.starts, facts.start_read, facts.gpu_memory_utilization) == (2, 2, 0.85)
     facts = read_startup_log(first + second + cut)
     assert (facts.starts, facts.start_read, facts.gpu_memory_utilization) == (3, 2, 0.85)
+
+
+# -- several servers in one file: `kubectl logs -l app=vllm --prefix`, `docker compose logs` -------------------
+
+
+def _prefixed(prefix: str, text: str) -> list[str]:
+    return [prefix + line for line in text.splitlines(keepends=True)]
+
+
+def _interleave(*groups: list[str]) -> str:
+    out: list[str] = []
+    for i in range(max(len(g) for g in groups)):
+        out += [g[i] for g in groups if i < len(g)]
+    return "".join(out)
+
+
+def test_the_servers_of_several_pods_in_one_file_are_refused_naming_them():
+    a = _prefixed("[pod/vllm-0/vllm] ", _start(0.90, 20.5, "383,000"))
+    b = _prefixed("[pod/vllm-1/vllm] ", _start(0.85, 18.0, "336,000"))
+    with pytest.raises(SizingInputError, match=r"2 servers .*pod/vllm-0/vllm, pod/vllm-1/vllm"):
+        parse_startup_log(_interleave(a, b))
+
+
+def test_a_sidecar_beside_the_server_is_left_out():
+    sidecar = [
+        f"[pod/vllm-0/proxy] 2025/09/01 10:00:{i:02d} [info] upstream vllm:8000 is down\n" for i in range(9)
+    ]
+    server = _start(0.85, 48.91, "356,160")
+    facts = parse_startup_log(_interleave(sidecar, _prefixed("[pod/vllm-0/vllm] ", server)))
+    assert facts == parse_startup_log(server)
+
+
+def test_compose_logs_of_one_server_read_as_its_own_log():
+    server = _start(0.85, 48.91, "356,160")
+    coloured = f"{ESC}[36mvllm-1  |{ESC}[0m "
+    facts = parse_startup_log("".join(_prefixed(coloured, server)))
+    assert facts == parse_startup_log(server)
+    two = _interleave(_prefixed("vllm-a-1  | ", server), _prefixed("vllm-b-1  | ", server))
+    with pytest.raises(SizingInputError, match="vllm-a-1, vllm-b-1"):
+        parse_startup_log(two)
