@@ -136,7 +136,8 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("weights_gib", "v0-weights", re.compile(r"Loading model weights took " + _NUM + r"\s*GB"), "f"),
     # "GB" in V0 and V1 0.7-0.9 (GiB in fact, as above), "GiB" from about 0.10
     ("weights_gib", "v1-weights", re.compile(r"Model loading took " + _NUM + r"\s*Gi?B\b"), "f"),
-    ("kv_cache_gib", "v1-kv", re.compile(r"Available KV cache memory: " + _NUM + r"\s*GiB"), "min"),
+    # a rank whose activation peak took the rest prints a negative figure (V1, TP ranks)
+    ("kv_cache_gib", "v1-kv", re.compile(r"Available KV cache memory: " + _SIGNED + r"\s*GiB"), "min"),
     ("kv_cache_tokens", "v1-kv", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "imin"),
     # V0's refusal names the engine-wide KV tokens (vllm#10517, vllm#13061): "... stored in KV cache (81536)"
     ("kv_cache_tokens", "v0-refusal", re.compile(r"can be stored in KV cache \(" + _NUM + r"\)"), "imin"),
@@ -369,7 +370,7 @@ def _read_start(text: str) -> LogFacts:
     facts = LogFacts(
         **values,  # type: ignore[arg-type]  # keys are LogFacts fields by construction of _PATTERNS
         cuda_graph_estimated=bool(_GRAPH_PROFILE.search(text)),
-        refused=bool(_REFUSED.search(text)),
+        refused=bool(_REFUSED.search(text)) or _no_room(values.get("kv_cache_gib")),
         kv_cache_memory_given=bool(_KV_GIVEN.search(text)),
         formats=tuple(formats),
     )
@@ -411,6 +412,11 @@ def _consumed_non_torch(values: dict[str, object]) -> None:
         return
     if consumed >= weights:
         values["non_torch_gib"] = round(consumed - weights, 4)
+
+
+def _no_room(kv_cache_gib: object) -> bool:
+    """A KV figure of zero or below: vLLM cannot start (it says so next, if the log goes on that far)."""
+    return isinstance(kv_cache_gib, float) and kv_cache_gib <= 0
 
 
 def _missing_kv(facts: LogFacts) -> bool:

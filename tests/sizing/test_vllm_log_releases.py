@@ -207,3 +207,18 @@ def test_compose_logs_of_one_server_read_as_its_own_log():
     two = _interleave(_prefixed("vllm-a-1  | ", server), _prefixed("vllm-b-1  | ", server))
     with pytest.raises(SizingInputError, match="vllm-a-1, vllm-b-1"):
         parse_startup_log(two)
+
+
+# -- a rank with no room left -----------------------------------------------------------------------------
+
+
+def test_a_rank_with_a_negative_kv_remainder_is_the_tightest_and_a_refusal():
+    # V1 prints each rank's figure; one rank's can be below zero (its activation peak took the rest), and the
+    # log may end there (the ValueError goes to another stream or the copy was cut)
+    text = (
+        "(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 0.24 GiB\n"
+        "(Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: -1.42 GiB\n"
+    )
+    facts = parse_startup_log(text)
+    assert facts.kv_cache_gib == -1.42 and facts.refused
+    assert not parse_startup_log(text.replace("-1.42", "0.31")).refused
