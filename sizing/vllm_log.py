@@ -224,6 +224,8 @@ _KV_GIVEN = re.compile(
 # One start of the server: the API server's first line, or (offline, no API server) the engine's.
 _SERVER_START = re.compile(r"^.*" + _SERVER_LINE, re.M)
 _ENGINE_START = re.compile(r"^.*Initializing an? (?:V[01] )?LLM engine", re.M)
+# The data-parallel rank in an engine process's prefix: "(EngineCore_DP1 pid=N)", "(EngineCore_1 pid=N)".
+_DP_RANK = re.compile(r"^.*?\(EngineCore_(?:DP)?([0-9]+)\b")
 # ECMA-48 control sequences: the colours of vLLM's own formatter (0.11+) and of most terminals' captures.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -326,14 +328,29 @@ def _starts(text: str) -> list[str]:
     """The text of each start of the server in the log, oldest first (the whole text when it holds one).
 
     The engine's line marks a start only when no API server line does and it appears more than once: behind
-    an API server it comes after the server's own lines (its arguments), which belong to the same start."""
+    an API server it comes after the server's own lines (its arguments), which belong to the same start. The
+    data-parallel engines of one start each print it (``(EngineCore_DP1 pid=N)``): an engine's line begins a
+    new start only when that engine has already started in the current one."""
     marks = [m.start() for m in _SERVER_START.finditer(text)]
     if not marks:
-        marks = [m.start() for m in _ENGINE_START.finditer(text)]
+        marks = _engine_marks(text)
         if len(marks) < 2:
             return [text]
     bounds = [0, *marks[1:], len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _engine_marks(text: str) -> list[int]:
+    marks: list[int] = []
+    seen: set[str] = set()
+    for match in _ENGINE_START.finditer(text):
+        rank = _DP_RANK.match(match.group(0))
+        key = rank.group(1) if rank else ""
+        if not marks or key in seen or not key:
+            marks.append(match.start())
+            seen = set()
+        seen.add(key)
+    return marks
 
 
 def _read_start(text: str) -> LogFacts:

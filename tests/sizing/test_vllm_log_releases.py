@@ -222,3 +222,29 @@ def test_a_rank_with_a_negative_kv_remainder_is_the_tightest_and_a_refusal():
     facts = parse_startup_log(text)
     assert facts.kv_cache_gib == -1.42 and facts.refused
     assert not parse_startup_log(text.replace("-1.42", "0.31")).refused
+
+
+# -- data-parallel engines without an API server (`vllm serve --headless`, `LLM(data_parallel_size=2)`) --------
+
+
+def _engine(dp: int, kv_gib: float, tokens: str, tag: str = "EngineCore_DP{dp}") -> list[str]:
+    p = f"({tag.format(dp=dp)} pid={100 + dp}) INFO 09-01 10:00:1{dp}"
+    return [
+        f"{p} [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=16384, tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=2\n",
+        f"{p} [gpu_model_runner.py:2007] Model loading took 15.27 GiB and 4.4 seconds\n",
+        f"{p} [gpu_worker.py:276] Available KV cache memory: {kv_gib} GiB\n",
+        f"{p} [kv_cache_utils.py:849] GPU KV cache size: {tokens} tokens\n",
+    ]
+
+
+@pytest.mark.parametrize("tag", ["EngineCore_DP{dp}", "EngineCore_{dp}"])
+@pytest.mark.parametrize("order", ["interleaved", "one-after-the-other"])
+def test_the_engines_of_one_data_parallel_start_are_one_start(tag, order):
+    dp0, dp1 = _engine(0, 48.10, "350,000", tag), _engine(1, 48.50, "353,000", tag)
+    lines = [x for pair in zip(dp0, dp1, strict=True) for x in pair] if order == "interleaved" else dp0 + dp1
+    facts = read_startup_log("".join(lines))
+    assert (facts.starts, facts.kv_cache_gib, facts.kv_cache_tokens) == (1, 48.10, 350_000)
+    # a restart of both engines is a second start
+    again = _engine(0, 40.0, "290,000", tag) + _engine(1, 40.2, "291,000", tag)
+    facts = read_startup_log("".join(lines + again))
+    assert (facts.starts, facts.start_read, facts.kv_cache_gib) == (2, 2, 40.0)
