@@ -441,9 +441,19 @@ def _missing_kv(facts: LogFacts) -> bool:
 
 
 def _require(facts: LogFacts) -> None:
-    if _missing_kv(facts):
-        weights = "" if facts.weights_gib is not None else " (nor a 'Model loading took X GiB' weights line)"
+    if not _missing_kv(facts):
+        return
+    lines = (
+        "found no KV cache line ('Available KV cache memory', 'GPU KV cache size', '# GPU blocks' or "
+        "'the rest of the memory reserved for KV Cache')"
+    )
+    if facts.weights_gib is None:
         raise SizingInputError(
-            "not a vLLM startup log I can read: found no KV cache line ('Available KV cache memory', "
-            "'GPU KV cache size', '# GPU blocks' or 'the rest of the memory reserved for KV Cache')" + weights
+            f"not a vLLM startup log I can read: {lines} (nor a 'Model loading took X GiB' weights line)"
         )
+    # vLLM's own log of a start that failed (out of memory in the profile run) or a copy cut short
+    version = f"vLLM {facts.vllm_version}" if facts.vllm_version else "vLLM"
+    raise SizingInputError(
+        f"{version} loaded the model ({facts.weights_gib:g} GiB) but the log stops before it sized its KV "
+        f"cache: {lines}; give the log of a start that got that far"
+    )

@@ -248,3 +248,18 @@ def test_the_engines_of_one_data_parallel_start_are_one_start(tag, order):
     again = _engine(0, 40.0, "290,000", tag) + _engine(1, 40.2, "291,000", tag)
     facts = read_startup_log("".join(lines + again))
     assert (facts.starts, facts.start_read, facts.kv_cache_gib) == (2, 2, 40.0)
+
+
+def test_a_start_that_stopped_after_loading_the_model_is_not_called_no_vllm_log():
+    # the engine died after loading the weights (a CUDA out-of-memory error in the profile run)
+    text = _start(0.9, 20.0, "1").split("(EngineCore pid=83) INFO 06-19 15:36:00")[0] + (
+        "(EngineCore pid=83) ERROR 06-19 15:35:50 [core.py:700] torch.OutOfMemoryError: CUDA out of memory.\n"
+    )
+    with pytest.raises(SizingInputError) as err:
+        parse_startup_log(text)
+    message = str(err.value)
+    assert "not a vLLM startup log" not in message
+    assert (
+        "vLLM 0.23.0 loaded the model (15.27 GiB) but the log stops before it sized its KV cache" in message
+    )
+    assert "found no KV cache line" in message
