@@ -20,7 +20,9 @@ versions of the last two years; each wording is one small pattern below, named f
   ``Available KV cache memory: 18.38 GiB``, ``GPU KV cache size: 42,656 tokens`` (early V1:
   ``# GPU blocks: N``, vllm PR#13596), ``Maximum concurrency for 32,768 tokens per request: 1.30x``,
   ``Graph capturing finished in 5 secs, took 0.53 GiB``, and from 0.21 ``Estimated CUDA graph memory: 0.36
-  GiB total`` (gpustack/runner#251).
+  GiB total`` (gpustack/runner#251); the summary ``Free memory on device (F/T GiB) on startup. ... Actual
+  usage is ...`` (non-torch memory, activation peak, CUDA graphs), and ``Available KV cache memory: -1.42
+  GiB`` on a rank with no room left.
 * Settings: ``Initializing a V0|V1 LLM engine (v0.8.1) with config: model='...', ... max_seq_len=6600, ...,
   tensor_parallel_size=1``, ``non-default args: {...}``, ``--gpu-memory-utilization=0.8200``.
 
@@ -162,7 +164,7 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         "f",
     ),
     # gpu_worker.py's summary once the graphs are captured: "Actual usage is X GiB for weight, Y GiB for peak
-    # activation, Z GiB for non-torch memory, and W GiB for CUDAGraph memory" (0.10-0.11, DEBUG in some),
+    # activation, Z GiB for non-torch memory, and W GiB for CUDAGraph memory" (earlier; DEBUG in some),
     # later "X GiB for consumed memory (weights + non-torch), Y GiB for peak activation, and W GiB for
     # CUDAGraph memory" (0.27, INFO); "... Current kv cache memory in use is K GiB."
     ("weights_gib", "v1-usage", re.compile(r"Actual usage is " + _NUM + r"\s*GiB for weight,"), "f"),

@@ -92,7 +92,7 @@ def test_the_v1_memory_summary_gives_non_torch_memory_and_activation_peak():
 
 
 def test_the_earlier_v1_memory_summary_names_each_term():
-    # 0.10-0.11 wording (at DEBUG in some releases: VLLM_LOGGING_LEVEL=DEBUG)
+    # the earlier wording (at DEBUG in some releases: VLLM_LOGGING_LEVEL=DEBUG)
     text = (
         "(EngineCore_0 pid=200) INFO 10-01 10:00:31 [gpu_model_runner.py:2007] Model loading took 15.27 GiB and 4.4 seconds\n"
         "(EngineCore_0 pid=200) INFO 10-01 10:00:51 [gpu_worker.py:276] Available KV cache memory: 48.91 GiB\n"
