@@ -6,7 +6,8 @@
 1. take or renew the lease; a replica without it records nothing and touches nothing (standby);
 2. load the policy history and the operator's controls and requests from the store (so a takeover or a
    restart resumes from exactly what the last leader persisted);
-3. observe the cloud and build the ``policies.Snapshot``;
+3. observe the cloud and build the ``policies.Snapshot`` (a group renamed in fleet.yaml, first seen, takes
+   over its former name's demand, forecasts and capacity memory first: ``fleet.service.renames``);
 4. ``policies.decide`` -> Plan, its targets clipped to the ESS group's own MinSize..MaxSize;
 5. persist the new history (write-ahead), the incidents and their timeline, and mark handled requests;
 6. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
@@ -59,6 +60,7 @@ from fleet.service.observe import (
     scope_of,
 )
 from fleet.service.pool import CallPools
+from fleet.service.renames import Identity, adopt, record_identity
 from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
@@ -203,6 +205,7 @@ class Service:
         self._context: dict[str, int | None] = {}  # per group, the most tokens a request can hold
         self._mix_refused: dict[str, set[str]] = {}  # per group, instances whose token mix is left out
         self._last_prune: dict[int, datetime] = {}  # shard -> when this replica last pruned its groups
+        self._identities: dict[str, Identity] = {}  # per group, the scaling group this replica recorded
         self._lock = threading.Lock()  # one tick at a time, whoever calls
 
     def actuator_for(self, scope: Scope) -> Actuator:
@@ -329,6 +332,8 @@ class Service:
     ) -> None:
         """Decide, persist and actuate one shard's groups, every write fenced by that shard's lease."""
         key = history_key(self.settings.service_name, shard, self.shards.shards)
+        # before the history is read and the demand recorded (or pruned): a renamed group takes its rows over
+        self._follow_renames(keeper, specs, observation, now)
         history = self._load_history(key)
         snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
         self._add_demand(snapshot, observation, now, specs, history)
@@ -446,6 +451,59 @@ class Service:
                     **fields,
                 }
             )
+
+    def _follow_renames(
+        self, keeper: LeaseKeeper, specs: list[GroupSpec], observation: Observation, now: datetime
+    ) -> None:
+        """Record the scaling group each of the shard's groups is observed as, once per replica (and again
+        should it change), and, for a group so seen for the first time, take over the rows of its former
+        name (``fleet.service.renames``): one transaction, fenced by the shard's lease. A failure is logged
+        and tried again at the next tick; it never fails the tick."""
+        todo: dict[str, Identity] = {}
+        for spec in specs:
+            g = observation.groups.get(spec.name)
+            if g is None or not g.ok or g.blind or g.group is None:
+                continue
+            account, region = scope_of(spec)
+            identity = Identity(g.group.group_id, account or "", region or "")
+            if self._identities.get(spec.name) != identity:
+                todo[spec.name] = identity
+        if not todo:
+            return
+        configured = {s.name for s in self.specs}
+        lease = keeper.lease
+        service, shards = self.settings.service_name, self.shards.shards
+
+        def key_of(name: str) -> str:
+            return history_key(service, shard_of(name, shards), shards)
+
+        try:
+            with self.store.begin() as conn:
+                if keeper.lost or not keeper.manager.still_held(lease, keeper.now(), conn):
+                    return
+                adopted = []
+                for name, identity in todo.items():
+                    if name not in self._identities:  # seen first by this replica: at start or a reload
+                        done = adopt(
+                            self.store,
+                            name,
+                            identity,
+                            configured,
+                            conn,
+                            history_key=key_of,
+                            now=now,
+                            epoch=lease.epoch,
+                        )
+                        if done is not None:
+                            adopted.append(done)
+                    record_identity(self.store, name, identity, now, conn)
+        except Exception:
+            log.warning("following the groups renamed in fleet.yaml failed", exc_info=True)
+            return
+        self._identities.update(todo)
+        for done in adopted:
+            self.demand.forget(done.group)
+            log.info(done.describe(), extra={"group": done.group})
 
     def _note_refused_mix(self, group: str, reading: DemandReading | None, context: int | None) -> None:
         """Warn once of each instance whose token mean is left out of the group's mix, until it is back."""

@@ -203,6 +203,21 @@ instance_lists = sa.Table(
 )
 
 
+# Each group name's ESS scaling group as last observed (account and region as fleet.yaml gives them, "" for
+# the top level's): a group renamed in fleet.yaml is known by its scaling group (fleet/service/renames.py).
+group_identities = sa.Table(
+    "group_identities",
+    metadata,
+    sa.Column("service", sa.String(100), primary_key=True),
+    sa.Column("group_name", sa.String(200), primary_key=True),
+    sa.Column("scaling_group_id", sa.String(64), nullable=False),
+    sa.Column("account", sa.String(200), nullable=False),
+    sa.Column("region", sa.String(64), nullable=False),
+    sa.Column("seen_at", UtcDateTime, nullable=False),
+    sa.Index("ix_group_identities_scaling_group", "service", "scaling_group_id"),
+)
+
+
 # Why a release or a replacement is refused when ``Store.releasable`` is False (the CLI, the API and the
 # console say it alike).
 NO_INCIDENT = "has no open incident and no queued isolation"

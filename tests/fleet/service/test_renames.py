@@ -1,0 +1,233 @@
+"""A group renamed in fleet.yaml (same scaling group, new name) keeps its demand history, forecasts, capacity
+memory and learned forecast state: the store's rules (``fleet.service.renames``), the migration that adds
+the names' scaling groups, and the service taking the rows over at its first tick."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from fleet.cloud.clients import make_clients
+from fleet.cloud.retry import RetryPolicy
+from fleet.config import load_config
+from fleet.service import capacity_store as cs
+from fleet.service.app import build_service
+from fleet.service.demand import DemandLog, DemandReading, minute_of
+from fleet.service.renames import Identity, adopt, record_identity
+from fleet.service.store import Store, forecasts, make_engine, open_store
+from fleet.testing import mock_aliyun
+from policies.capacity import CapacityMemory
+from policies.model import ForecastState, GroupHistory, History
+
+T0 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
+ASG = Identity("asg-chat", "", "cn-chengdu")
+REGION = "cn-chengdu"
+ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test-ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret-value"}
+FAST = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+
+
+def _rows(store: Store, group: str) -> int:
+    return len(DemandLog(store, {}).rows(group, T0 - timedelta(days=30)))
+
+
+def _seed(store: Store, group: str, identity: Identity = ASG, minutes: int = 3) -> None:
+    """``group`` seen as ``identity``, with demand minutes, a forecast and capacity memory."""
+    DemandLog(store, {}).write(group, [DemandReading(T0 - timedelta(minutes=m), 2.0) for m in range(minutes)])
+    with store.begin() as conn:
+        record_identity(store, group, identity, T0, conn)
+        row = {"service": store.service, "group_name": group, "made_at": T0, "at": T0, "forecast_rps": 3}
+        conn.execute(sa.insert(forecasts).values(**row))
+    cs.save_memory(store, group, CapacityMemory(rung=1), T0)
+
+
+def _adopt(store: Store, group: str, configured: set[str], identity: Identity = ASG):
+    with store.begin() as conn:
+        return adopt(
+            store, group, identity, configured, conn, history_key=lambda _n: store.service, now=T0, epoch=1
+        )
+
+
+def test_a_renamed_group_takes_over_the_demand_forecasts_and_capacity_memory_of_its_former_name(database_url):
+    store = open_store(database_url)
+    try:
+        _seed(store, "chat")
+        done = _adopt(store, "chat-v2", {"chat-v2"})
+        assert done is not None and done.former == "chat"
+        assert done.rows == {"demand_samples": 3, "forecasts": 1, "capacity_memory": 1}
+        assert _rows(store, "chat-v2") == 3 and _rows(store, "chat") == 0
+        assert cs.load_memory(store, "chat-v2").rung == 1
+        assert cs.load_memory(store, "chat") == CapacityMemory()
+        assert "adopted 3 demand minutes, 1 forecasts, its capacity memory of chat" in done.describe()
+    finally:
+        store.close()
+
+
+def test_nothing_is_merged_into_a_group_that_has_rows_of_its_own(database_url):
+    store = open_store(database_url)
+    try:
+        _seed(store, "chat")
+        DemandLog(store, {}).write("chat-v2", [DemandReading(T0, 1.0)])
+        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
+        assert _rows(store, "chat") == 3 and _rows(store, "chat-v2") == 1
+    finally:
+        store.close()
+
+
+def test_a_former_name_still_configured_keeps_its_rows(database_url):
+    store = open_store(database_url)
+    try:
+        _seed(store, "chat")
+        assert _adopt(store, "chat-v2", {"chat", "chat-v2"}) is None
+        assert _rows(store, "chat") == 3 and _rows(store, "chat-v2") == 0
+    finally:
+        store.close()
+
+
+def test_a_name_of_another_scaling_group_account_or_region_is_not_taken_over(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        _seed(store, "other-id", Identity("asg-other", "", "cn-chengdu"))
+        _seed(store, "other-region", Identity("asg-chat", "", "cn-beijing"))
+        _seed(store, "other-account", Identity("asg-chat", "prod", "cn-chengdu"))
+        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
+        assert _rows(store, "chat-v2") == 0
+    finally:
+        store.close()
+
+
+def test_two_former_names_of_one_scaling_group_with_rows_are_left_alone(tmp_path):
+    # which one was meant cannot be told: neither is taken
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        _seed(store, "chat")
+        _seed(store, "chat-old")
+        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
+        assert _rows(store, "chat") == 3 and _rows(store, "chat-old") == 3
+    finally:
+        store.close()
+
+
+def test_the_learned_forecast_state_moves_and_the_former_names_is_reset(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        _seed(store, "chat")
+        learned = ForecastState(correction=0.8, ratios=[1.1, 0.9])
+        held = GroupHistory(forecast=learned, last_target=4)
+        store.save_history(History(groups={"chat": held}).model_dump(mode="json"), T0, 1)
+        done = _adopt(store, "chat-v2", {"chat-v2"})
+        assert done is not None and done.learned
+        saved = History.model_validate(store.load_history())
+        assert saved.groups["chat-v2"].forecast == learned
+        assert saved.groups["chat"].forecast == ForecastState()
+        assert saved.groups["chat"].last_target == 4  # the rest stays (incidents go by their instances)
+    finally:
+        store.close()
+
+
+def test_a_store_at_the_previous_revision_migrates_with_its_rows_and_then_follows_a_rename(database_url):
+    from alembic import command
+    from alembic.config import Config
+
+    from fleet.service.store import MIGRATIONS_DIR, _migration_transaction
+
+    engine = make_engine(database_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with _migration_transaction(engine) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0006_request_group")
+    with engine.begin() as conn:
+        assert "group_identities" not in sa.inspect(conn).get_table_names()
+        conn.execute(
+            sa.text(
+                "INSERT INTO demand_samples (service, group_name, at, request_rate_rps) "
+                "VALUES ('fleet', 'chat', :at, 2.0)"
+            ),
+            {"at": T0.replace(tzinfo=None)},
+        )
+    engine.dispose()
+    store = open_store(database_url)
+    try:
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == (
+                "0007_group_identities"
+            )
+        assert _rows(store, "chat") == 1
+        # a name seen before the upgrade is recorded once the service observes it again, then followed
+        with store.begin() as conn:
+            record_identity(store, "chat", ASG, T0, conn)
+        assert _adopt(store, "chat-v2", {"chat-v2"}) is not None
+        assert _rows(store, "chat-v2") == 1
+    finally:
+        store.close()
+
+
+# -- the service: the first tick after a restart (or a SIGHUP reload) on the renamed fleet.yaml ------------
+
+
+def _service(tmp_path, cloud, gid, name):
+    text = textwrap.dedent(f"""
+        region: {REGION}
+        account_id: "1234567890"
+        groups:
+          - name: {name}
+            scaling_group_id: {gid}
+            min_size: 1
+            max_size: 10
+            warm_floor: 2
+            predictive: {{mode: forecast-only, capacity_rps: 1.0, history: 1d}}
+    """)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    clients = make_clients(REGION, cloud.account_id, retry=FAST, env=ENV)
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    return build_service(load_config(path, env={}), clients, database_url=url, clock=cloud.now)
+
+
+def test_the_service_renamed_in_fleet_yaml_resumes_from_its_former_names_history(tmp_path, caplog):
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        svc = _service(tmp_path, cloud, gid, "chat")
+        try:
+            assert svc.tick(cloud.now()).ok  # observed as "chat": its scaling group is recorded
+            now = minute_of(cloud.now())
+            # within the group's retention (1 day of history and a day), and one past it
+            ages = [timedelta(hours=30), timedelta(hours=2), timedelta(minutes=5)]
+            DemandLog(svc.store, {}).write("chat", [DemandReading(now - age, 2.0) for age in ages])
+            DemandLog(svc.store, {}).write("chat", [DemandReading(now - timedelta(days=3), 2.0)])
+            cs.save_memory(svc.store, "chat", CapacityMemory(rung=1), now)
+            saved = History.model_validate(svc.store.load_history())
+            learned = saved.groups["chat"].forecast.model_copy(update={"correction": 0.8})
+            saved.groups["chat"].forecast = learned
+            svc.store.save_history(saved.model_dump(mode="json"), now, None)
+        finally:
+            svc.close()
+        cloud.advance(60)
+        svc = _service(tmp_path, cloud, gid, "chat-v2")
+        try:
+            with caplog.at_level(logging.INFO, logger="fleet.service"):
+                assert svc.tick(cloud.now()).ok
+            log = DemandLog(svc.store, {})
+            moved = sorted(now - r.at for r in log.rows("chat-v2", now - timedelta(days=30)))
+            # taken over before the prune: the rows within the renamed group's retention stay, under it
+            assert moved == sorted(ages)
+            assert log.rows("chat", now - timedelta(days=30)) == []
+            assert cs.load_memory(svc.store, "chat-v2").rung == 1
+            history = History.model_validate(svc.store.load_history())
+            assert history.groups["chat-v2"].forecast.correction == 0.8
+            said = [r.getMessage() for r in caplog.records if "adopted" in r.getMessage()]
+            assert said == [
+                f"group chat-v2: adopted 4 demand minutes, 0 forecasts, its capacity memory, its forecast "
+                f"state and launch times of chat, the former name of scaling group {gid} (renamed in "
+                "fleet.yaml)"
+            ]
+            cloud.advance(15)
+            assert svc.tick(cloud.now()).ok
+            assert len([r for r in caplog.records if "adopted" in r.getMessage()]) == 1  # once
+        finally:
+            svc.close()
