@@ -127,6 +127,41 @@ def test_the_learned_forecast_state_moves_and_the_former_names_is_reset(tmp_path
         store.close()
 
 
+def test_the_learned_state_of_a_former_name_in_another_shard_is_copied_and_left_to_its_leader(tmp_path):
+    # another shard's history is written by that shard's leader only: copied from, never rewritten
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        _seed(store, "chat")
+        learned = ForecastState(correction=0.8)
+        old = History(groups={"chat": GroupHistory(forecast=learned)}).model_dump(mode="json")
+        store.save_history(old, T0, 1, key="fleet#shard-a")
+        with store.begin() as conn:
+            keys = {"chat": "fleet#shard-a", "chat-v2": "fleet#shard-b"}
+            done = adopt(store, "chat-v2", ASG, {"chat-v2"}, conn, history_key=keys.get, now=T0, epoch=2)
+        assert done is not None and done.learned
+        assert (
+            History.model_validate(store.load_history("fleet#shard-b")).groups["chat-v2"].forecast == learned
+        )
+        assert store.load_history("fleet#shard-a") == old
+    finally:
+        store.close()
+
+
+def test_a_renamed_group_with_learned_state_of_its_own_keeps_it(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        _seed(store, "chat")
+        own = GroupHistory(forecast=ForecastState(correction=1.2))
+        groups = {"chat": GroupHistory(forecast=ForecastState(correction=0.8)), "chat-v2": own}
+        store.save_history(History(groups=groups).model_dump(mode="json"), T0, 1)
+        done = _adopt(store, "chat-v2", {"chat-v2"})
+        assert done is not None and not done.learned  # the rows move; the learned state is not merged
+        saved = History.model_validate(store.load_history())
+        assert saved.groups["chat-v2"] == own and saved.groups["chat"].forecast.correction == 0.8
+    finally:
+        store.close()
+
+
 def test_a_store_at_the_previous_revision_migrates_with_its_rows_and_then_follows_a_rename(database_url):
     from alembic import command
     from alembic.config import Config
