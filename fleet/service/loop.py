@@ -12,7 +12,8 @@
 5. persist the new history (write-ahead), the incidents and their timeline, and mark handled requests;
 6. mirror schedule floors as ESS scheduled tasks (at start and every ``schedule_sync_interval_s``);
 7. actuate (each write fenced by the lease and carrying a derived ClientToken), auditing each write;
-8. notify (SLA at risk or breached, breaker) and update the Prometheus metrics;
+8. notify (SLA at risk or breached, breaker, scale writes that keep failing) and update the Prometheus
+   metrics;
 9. prune demand minutes and forecasts past their retention (at most once per ``prune_interval_s``).
 """
 
@@ -67,6 +68,7 @@ from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
 from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
 from fleet.service.views import replica_health, service_status
+from fleet.service.write_alerts import ScaleWriteAlerts
 from policies import decide
 from policies.launch_verdicts import load_time_s
 from policies.model import (
@@ -184,6 +186,14 @@ class Service:
             for scope, scoped in scopes.items()
         }
         self._drainers: dict[Scope, Drainer] = {}
+        # a scale write that keeps failing pages the notification channels (fleet/service/write_alerts.py)
+        self.write_alerts = ScaleWriteAlerts(
+            store,
+            self._notify,
+            after_attempts=settings.scale_failure_notify_after_attempts,
+            after_s=settings.scale_failure_notify_after_s,
+            repeat_s=settings.scale_failure_renotify_s,
+        )
         self._retried = RetriedErrorCounter(metrics)
         logging.getLogger("fleet.cloud").addHandler(self._retried)
         self.last_tick: TickResult | None = None
@@ -730,6 +740,7 @@ class Service:
                 self._record_failure(gp.group, "actuate", now, exc, lease, result)
                 continue
             result.actions.extend(actions)
+            self.write_alerts.observe(gp.group, actions, now)
             if any(a.outcome == Outcome.FENCED for a in actions):
                 result.errors.append("lease lost before a write")
                 return

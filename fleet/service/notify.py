@@ -48,7 +48,8 @@ class AnswerTooSlow(Exception):
 class Announcement:
     """What people should know: a scale action, an incident, an SLA at risk or breached, the breaker."""
 
-    kind: str  # scale | incident | sla_risk | sla_breach | breaker | launch | lease | capacity | group
+    # scale | scale_failure | incident | sla_risk | sla_breach | breaker | launch | lease | capacity | group
+    kind: str
     title: str
     text: str
     severity: str = "info"  # info | warning | critical

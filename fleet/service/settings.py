@@ -34,6 +34,12 @@ class ServiceSettings:
     # How often the leader prunes demand minutes and forecasts past their retention (service/demand.py)
     prune_interval_s: float = 3600.0
     notify_scale_min_change: int = 1
+    # A run of failed scale writes pages once it counts this many writes and its first is this old, again
+    # every renotify interval while it lasts (fleet/service/write_alerts.py): no single transient failure
+    # pages, a group that cannot scale does within minutes.
+    scale_failure_notify_after_attempts: int = 3
+    scale_failure_notify_after_s: float = 300.0
+    scale_failure_renotify_s: float = 7200.0
     api_host: str = "127.0.0.1"
     api_port: int = 8780
     api_token: str | None = field(default=None, repr=False)
