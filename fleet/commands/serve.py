@@ -559,27 +559,35 @@ def _print_incidents(rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no open incidents")
         return
+    # a deferred isolation (a system event ECS scheduled ahead) says when it falls due
+    deferred = any(r.get("due_in_s") is not None for r in rows)
     table = Table()
     table.add_column("id", no_wrap=True)  # people copy it into `fleet incidents show`
-    for col in ("group", "instance", "state", "cause", "respond in", "isolate in", "ack"):
+    cols = ("group", "instance", "state", "cause", "respond in", "isolate in")
+    for col in (*cols, *(("isolation due (UTC)",) if deferred else ()), "ack"):
         table.add_column(col)
     for r in rows:
-        table.add_row(
-            *map(
-                escape,
-                (
-                    r["id"],
-                    r["group"],
-                    r["instance_id"],
-                    state_label(r["state"], r.get("outcome")),
-                    r["cause"],
-                    _left(r.get("respond_by_s_left")),
-                    _left(r.get("isolate_by_s_left")),
-                    r.get("acknowledged_by") or "-",
-                ),
-            )
-        )
+        cells = [
+            r["id"],
+            r["group"],
+            r["instance_id"],
+            state_label(r["state"], r.get("outcome")),
+            r["cause"],
+            _left(r.get("respond_by_s_left")),
+            _left(r.get("isolate_by_s_left")),
+        ]
+        if deferred:
+            cells.append(_due(r))
+        table.add_row(*map(escape, [*cells, r.get("acknowledged_by") or "-"]))
     console.print(table)
+
+
+def _due(row: dict[str, Any]) -> str:
+    """When a deferred isolation falls due, and how long until then; ``-`` when it is due already."""
+    left = row.get("due_in_s")
+    if left is None:
+        return "-"
+    return f"{str(row['due_at'])[:16].replace('T', ' ')} (in {_left(left)})"
 
 
 def _left(seconds: float | None) -> str:

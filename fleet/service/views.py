@@ -196,6 +196,7 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
             return None
         return round((deadline - now).total_seconds(), 1)
 
+    due = _due_at(inc)
     return {
         "id": inc.id,
         "group": inc.group_name,
@@ -203,6 +204,9 @@ def incident_view(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
         "state": inc.state,
         "cause": inc.cause,
         "detected_at": inc.detected_at.isoformat(),
+        # a system event ECS scheduled ahead: the isolation is deferred until then (None: due at detection)
+        "due_at": due.isoformat() if due is not None else None,
+        "due_in_s": left(due, inc.isolated_at) if due is not None and due > now else None,
         "respond_by": inc.respond_by.isoformat() if inc.respond_by else None,
         "isolate_by": inc.isolate_by.isoformat() if inc.isolate_by else None,
         "respond_by_s_left": left(inc.respond_by, inc.acknowledged_at),
@@ -267,14 +271,21 @@ def sla_row(inc: IncidentRecord, now: datetime) -> dict[str, Any]:
 
 
 def _isolate_from(inc: IncidentRecord) -> datetime:
+    due = _due_at(inc)
+    return due if due is not None else inc.detected_at
+
+
+def _due_at(inc: IncidentRecord) -> datetime | None:
+    """When a deferred isolation falls due (the incident's ``due_at``: a system event ECS scheduled ahead),
+    or None when it was due at detection."""
     due = (inc.body or {}).get("due_at")
     if not isinstance(due, str):
-        return inc.detected_at
+        return None
     try:
         at = datetime.fromisoformat(due)
     except ValueError:
-        return inc.detected_at
-    return at if at.tzinfo is not None and at > inc.detected_at else inc.detected_at
+        return None
+    return at if at.tzinfo is not None and at > inc.detected_at else None
 
 
 def _median(values: Sequence[float | None]) -> float | None:

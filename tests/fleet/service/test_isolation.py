@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import requests
 import urllib3
@@ -488,3 +489,27 @@ def test_maintenance_ecs_schedules_weeks_ahead_then_cancels_opens_and_closes_an_
     touched = {"enter_standby", "reboot", "remove", "exit_standby", "surge"}
     assert not [d for d in svc.store.decisions(kind="isolation") if d.action in touched]
     assert _ids(svc, cloud, "InService").count(node) == 1
+
+
+def test_incidents_list_shows_when_a_deferred_isolation_falls_due(fake_world, tmp_path, capsys):
+    """A maintenance ECS scheduled three weeks ahead: `fleet incidents` (table and --json) says when its
+    isolation falls due (``due_at``); before, the list showed only the time left to the NotBefore."""
+    from fleet.cli import main
+
+    cloud, svc, _ = fake_world(MAINTENANCE_RULE)
+    node = _ids(svc, cloud)[1]
+    cloud.add_system_event(
+        node, "SystemMaintenance.Reboot", "Scheduled", not_before=cloud.now() + timedelta(days=21)
+    )
+    _run(cloud, svc, set(), ticks=2)
+    [inc] = svc.store.incidents()
+    due = datetime.fromisoformat(inc.body["due_at"])
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    capsys.readouterr()
+    assert main(["incidents", "--json", "--database", db]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert datetime.fromisoformat(row["due_at"]) == due
+    assert 20 * 86400 < row["due_in_s"] < 21 * 86400
+    assert main(["incidents", "--database", db]) == 0
+    out = capsys.readouterr().out
+    assert "isolation due" in out and due.strftime("%Y-%m-%d %H:%M") in out
