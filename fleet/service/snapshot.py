@@ -25,6 +25,9 @@ from policies.model import (
 from policies.model import Notification as PolicyNotification
 from policies.spec import GroupSpec
 
+# the operator requests a group ESS cannot be read for takes all the same: none of them writes to ESS
+WITHOUT_ESS = frozenset({"ack", "reset_breaker"})
+
 
 def build_snapshot(
     store: Store,
@@ -53,6 +56,9 @@ def build_snapshot(
                     events_unread=seen.events_unread,
                     instances=_instances(seen, gh),
                     notifications=notified.get(spec.name, []),
+                    # an ack or a breaker reset needs no ESS: taken at once (a human's ack stops the respond
+                    # clock); isolate, release and replace wait for ESS to answer
+                    operator_actions=[op for op in ops.get(spec.name, []) if op.kind in WITHOUT_ESS],
                     outcomes=outcomes.get(spec.name, []),
                 )
             )

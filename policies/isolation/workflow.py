@@ -36,9 +36,11 @@ STEPS = (
     prune,  # pruning.py: the history kept to its retention
 )
 # ESS unreadable (the group's instance list is the last one read): detect, admit (the guardrails on that
-# list; the actuator checks them again before its write) and notify; operator actions and every step that
-# needs ESS wait for it to answer again.
+# list; the actuator checks them again before its write) and notify; the operator actions the shell passes
+# (those that need no ESS: an ack, a breaker reset) are applied, and every step that needs ESS waits for it
+# to answer again.
 BLIND_STEPS = (
+    apply_operator_actions,
     acknowledge_notified,
     read_outcomes,
     open_or_escalate,
