@@ -432,8 +432,34 @@ def status(
             highlight=False,
             soft_wrap=True,
         )
+    for g in view["groups"]:
+        if g.get("ess_unreadable"):
+            down = g["ess_unreadable"]
+            console.print(
+                escape(
+                    f"{g['name']}: ESS cannot be read since {down['since'][:19]} ({down['error']}): "
+                    "nothing is written to it, and isolate, release and replace requests wait"
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+    _print_requests(view.get("requests", []))
     _print_incidents(view["incidents"])
     _print_capacity(view["capacity"])
+
+
+def _print_requests(rows: list[dict[str, Any]]) -> None:
+    """Operator requests the leader has not applied yet, and why one waits."""
+    for r in rows:
+        what = r["instance_id"] or r["incident_id"] or r["group"] or ""
+        why = r["waiting"] or "the leader takes it on its next tick"
+        console.print(
+            escape(
+                f"request {r['id']} ({r['kind']} {what}, by {r['by']}, queued {r['queued_at'][:19]}): {why}"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_capacity(records: list[dict[str, Any]]) -> None:
@@ -732,10 +758,7 @@ def isolate(
     store = _open(database, service, existing=True)
     rid = store.add_request("isolate", _now(), instance_id=instance_id, reason=reason, actor=by)
     _warn_if_unknown(store, instance_id)
-    console.print(
-        escape(f"isolation of {instance_id} queued (request {rid}); the leader acts on its next tick"),
-        highlight=False,
-    )
+    _queued(store, f"isolation of {instance_id}", rid, instance_id)
 
 
 def _warn_if_unknown(store: Any, instance_id: str) -> None:
@@ -777,10 +800,7 @@ def release(
             "put in Standby outside fleet is returned with ESS ExitStandby)"
         )
     rid = store.add_request("release", _now(), instance_id=instance_id, actor=by)
-    console.print(
-        escape(f"release of {instance_id} queued (request {rid}); the leader acts on its next tick"),
-        highlight=False,
-    )
+    _queued(store, f"release of {instance_id}", rid, instance_id)
 
 
 def replace(
@@ -800,9 +820,33 @@ def replace(
     if not store.releasable(instance_id):
         fail(f"{instance_id} {NO_INCIDENT}: nothing to replace (fleet isolate it first)")
     rid = store.add_request("replace", _now(), instance_id=instance_id, actor=by)
+    _queued(store, f"replacement of {instance_id}", rid, instance_id)
+
+
+def _queued(store: Any, what: str, rid: int, instance_id: str) -> None:
+    """Say a request is queued, and when ESS could not be read for the instance's group at the leader's
+    last tick, that it waits for ESS and why (it is applied once ESS answers)."""
+    from fleet.service.ess_reach import outages
+
+    groups = {inc.group_name for inc in store.incidents(open_only=True) if inc.instance_id == instance_id}
+    for name, (_, rows) in store.instance_lists().items():
+        if any(isinstance(row, dict) and row.get("instance_id") == instance_id for row in rows):
+            groups.add(name)
+    down = outages(store, groups)
+    if not down:
+        console.print(
+            escape(f"{what} queued (request {rid}); the leader acts on its next tick"), highlight=False
+        )
+        return
+    outage = down[sorted(down)[0]]
     console.print(
-        escape(f"replacement of {instance_id} queued (request {rid}); the leader acts on its next tick"),
+        escape(
+            f"{what} queued (request {rid}), and it waits: ESS cannot be read for group {outage.group} "
+            f"since {outage.since.isoformat(timespec='seconds')} ({outage.error}); the leader applies it "
+            "once ESS answers (fleet status shows it queued)"
+        ),
         highlight=False,
+        soft_wrap=True,
     )
 
 

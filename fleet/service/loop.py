@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import Gauge
+from sqlalchemy import Connection
 
 from fleet.cloud.clients import CloudClients
 from fleet.cloud.errors import CloudError
@@ -47,6 +48,7 @@ from fleet.service.capacity_table import CapacityTable, learned_floors, served_c
 from fleet.service.demand import DemandLog, DemandReading, prune, record_forecasts, retention_s, stored_groups
 from fleet.service.demand import read_demand as read_group_demand
 from fleet.service.drain import Drainer
+from fleet.service.ess_reach import EssReach, Unreadable
 from fleet.service.lease import Lease, LeaseKeeper
 from fleet.service.metrics import RetriedErrorCounter, ServiceMetrics
 from fleet.service.notify import Announcement, Channel, Notifier
@@ -66,7 +68,15 @@ from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
 from fleet.service.snapshot import build_snapshot
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, Outcome, Store, StoreFileGone
+from fleet.service.store import (
+    DecisionRecord,
+    IncidentEvent,
+    IncidentRecord,
+    OperatorRequest,
+    Outcome,
+    Store,
+    StoreFileGone,
+)
 from fleet.service.views import replica_health, service_status
 from fleet.service.write_alerts import ScaleWriteAlerts
 from policies import decide
@@ -91,6 +101,9 @@ log = logging.getLogger("fleet.service")
 
 # An operator request the policy has not applied within this time is closed as not applicable.
 REQUEST_EXPIRY = timedelta(hours=1)
+# One that waits for ESS to answer (its group unreadable) waits up to a day, as long as the last instance list
+# read is watched (observe.BLIND_MAX_AGE_S): an isolation asked a day before is not applied out of the blue.
+REQUEST_WAIT_MAX = timedelta(days=1)
 QUOTA_NOTE_S = 3600.0  # a full scheduled-task quota is audited once an hour while it lasts
 
 
@@ -186,6 +199,8 @@ class Service:
             for scope, scoped in scopes.items()
         }
         self._drainers: dict[Scope, Drainer] = {}
+        # each group's ESS reach, kept for the commands: why an operator request waits
+        self.ess_reach = EssReach(store)
         # a scale write that keeps failing pages the notification channels (fleet/service/write_alerts.py)
         self.write_alerts = ScaleWriteAlerts(
             store,
@@ -347,9 +362,11 @@ class Service:
         history = self._load_history(key)
         snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
         self._add_demand(snapshot, observation, now, specs, history)
+        self.ess_reach.update(observation, [s.name for s in specs], now)
+        taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
+        waiting = self._waiting(requests, taken, unmatched, observation, specs)
         if self.shards.shards > 1:
             # A request naming another shard's instance is that shard's to apply: only the matched ones here.
-            taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
             requests = [r for r in requests if f"req-{r.id}" in taken]
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
@@ -365,7 +382,7 @@ class Service:
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
-        if not self._persist(plan, keeper, requests, unmatched, now, key):
+        if not self._persist(plan, keeper, requests, unmatched, now, key, waiting):
             result.errors.append("lease lost before the history was saved: nothing written")
             return
         if self._schedule_sync_due(shard, now):
@@ -916,8 +933,39 @@ class Service:
         return self._mirrored[key]
 
     # -- recording ------------------------------------------------------------------------------------
+    def _waiting(
+        self,
+        requests: list[OperatorRequest],
+        taken: set[str],
+        unmatched: list[OperatorRequest],
+        observation: Observation,
+        specs: list[GroupSpec],
+    ) -> dict[int, list[Unreadable]]:
+        """Why each request the policy was not given this tick waits: its group (or, for an instance in
+        no group read, any of the shard's groups) could not be read from ESS."""
+        down = [o for s in specs if (o := self.ess_reach.outage(s.name)) is not None]
+        if not down:
+            return {}
+        where = {i.instance_id: n for n, g in observation.groups.items() for i in g.instances}
+        refused = {r.id for r in unmatched}
+        out: dict[int, list[Unreadable]] = {}
+        for req in requests:
+            if f"req-{req.id}" in taken or req.id in refused:
+                continue
+            group = req.group_name or where.get(req.instance_id or "")
+            mine = [o for o in down if o.group == group] or down
+            out[req.id] = mine
+        return out
+
     def _persist(
-        self, plan: Plan, keeper: LeaseKeeper, requests: list, unmatched: list, now: datetime, key: str
+        self,
+        plan: Plan,
+        keeper: LeaseKeeper,
+        requests: list[OperatorRequest],
+        unmatched: list[OperatorRequest],
+        now: datetime,
+        key: str,
+        waiting: dict[int, list[Unreadable]] | None = None,
     ) -> bool:
         """Save the plan's history, incidents and handled requests in one transaction, fenced by the lease."""
         lease = keeper.lease
@@ -947,19 +995,44 @@ class Service:
                     self.store.add_incident_event(
                         IncidentEvent(inc.incident_id, inc.detected_at, "detected", inc.rule), conn
                     )
-            for req in requests:
-                if f"req-{req.id}" in applied_ops:
-                    self.store.mark_request(req.id, "applied", now, conn)
-                elif now - req.created_at > REQUEST_EXPIRY:
-                    # The policy never took it up (e.g. a release for an instance with no incident).
-                    self.store.mark_request(req.id, "expired: not applicable", now, conn)
-            for req in unmatched:
-                if req.group_name is not None:
-                    why = f"refused: group {req.group_name} is not configured"
-                else:
-                    why = f"refused: {req.instance_id or req.incident_id} is not in any configured group"
-                self.store.mark_request(req.id, why, now, conn)
+            self._settle_requests(requests, unmatched, applied_ops, waiting or {}, now, conn)
         return True
+
+    def _settle_requests(
+        self,
+        requests: list[OperatorRequest],
+        unmatched: list[OperatorRequest],
+        applied_ops: set[str],
+        waits: dict[int, list[Unreadable]],
+        now: datetime,
+        conn: Connection,
+    ) -> None:
+        """Mark the requests the policy applied, expired or refused; note why the others wait."""
+        for req in requests:
+            if f"req-{req.id}" in applied_ops:
+                self.store.mark_request(req.id, "applied", now, conn)
+            elif req.id in waits and now - req.created_at <= REQUEST_WAIT_MAX:
+                # ESS cannot be read for its group: it waits, and says why
+                note = "; ".join(o.why() for o in waits[req.id])[:2000]
+                if req.outcome != note:
+                    self.store.note_request(req.id, note, conn)
+            elif req.id in waits:
+                groups = ", ".join(o.group for o in waits[req.id])
+                why = (
+                    f"expired: ESS could not be read for group {groups} for a day: ask again once it answers"
+                )
+                self.store.mark_request(req.id, why, now, conn)
+            elif now - req.created_at > REQUEST_EXPIRY:
+                # The policy never took it up (e.g. a release for an instance with no incident).
+                self.store.mark_request(req.id, "expired: not applicable", now, conn)
+            elif req.outcome is not None:
+                self.store.note_request(req.id, None, conn)  # ESS answers again: no longer waiting
+        for req in unmatched:
+            if req.group_name is not None:
+                why = f"refused: group {req.group_name} is not configured"
+            else:
+                why = f"refused: {req.instance_id or req.incident_id} is not in any configured group"
+            self.store.mark_request(req.id, why, now, conn)
 
     def _after(self, plan: Plan, observation: Observation, now: datetime, held: set[str]) -> None:
         """Notifications for SLA risk and breaches (once each), and the Prometheus gauges (``held``: the

@@ -933,6 +933,14 @@ class Store:
             rows = c.execute(q.order_by(operator_requests.c.id))
             return [OperatorRequest(**dict(r._mapping)) for r in rows]
 
+    def note_request(self, request_id: int, note: str | None, conn: Connection) -> None:
+        """Why a queued request still waits (kept in ``outcome`` while ``handled_at`` is unset), or None."""
+        conn.execute(
+            sa.update(operator_requests)
+            .where(operator_requests.c.id == request_id, operator_requests.c.handled_at.is_(None))
+            .values(outcome=note)
+        )
+
     def mark_request(
         self, request_id: int, outcome: str, now: datetime, conn: Connection | None = None
     ) -> None:

@@ -10,10 +10,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from fleet.service.ess_reach import Unreadable, outages
 from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
 from fleet.service.shards import SHARD_INFIX
-from fleet.service.store import DecisionRecord, IncidentRecord, Store, is_human, leases, policy_state
+from fleet.service.store import (
+    DecisionRecord,
+    IncidentRecord,
+    OperatorRequest,
+    Store,
+    is_human,
+    leases,
+    policy_state,
+)
 from policies.isolation.sla import isolate_breached, respond_breached
 from policies.model import LifecycleState, Plan
 
@@ -78,9 +87,11 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
     shards = shard_views(store, now)
     decided = {name: gh for s in shards for name, gh in s.pop("histories").items()}
     groups = []
+    names = group_names or sorted({d.group_name for d in decisions} | set(decided))
+    down = outages(store, names)
     # the groups a tick decided (its history) as well as those with decisions: a group that has not scaled
     # yet is listed too, with whether its metrics were ever complete
-    for name in group_names or sorted({d.group_name for d in decisions} | set(decided)):
+    for name in names:
         last = last_by_group.get(name)
         gh = decided.get(name) or {}
         groups.append(
@@ -98,6 +109,8 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
                 },
                 "serving_target": gh.get("last_target"),
                 "metrics_known_since": gh.get("known_since"),
+                # ESS could not be read for it at the leader's last tick: nothing written, requests wait
+                "ess_unreadable": _outage_view(down.get(name)),
             }
         )
     incidents = []
@@ -118,7 +131,26 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
         "groups": groups,
         "decisions": [decision_view(d) for d in decisions[:20]],
         "incidents": incidents,
+        "requests": [request_view(r) for r in store.pending_requests()],
     }
+
+
+def request_view(req: OperatorRequest) -> dict[str, Any]:
+    """A queued operator request, and why it waits (``waiting``: None when the next tick takes it)."""
+    return {
+        "id": req.id,
+        "kind": req.kind,
+        "instance_id": req.instance_id,
+        "incident_id": req.incident_id,
+        "group": req.group_name,
+        "by": req.actor,
+        "queued_at": req.created_at.isoformat(),
+        "waiting": req.outcome,
+    }
+
+
+def _outage_view(outage: Unreadable | None) -> dict[str, Any] | None:
+    return None if outage is None else {"since": outage.since.isoformat(), "error": outage.error}
 
 
 def shard_views(store: Store, now: datetime) -> list[dict[str, Any]]:

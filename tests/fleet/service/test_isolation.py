@@ -238,18 +238,25 @@ def test_repeated_application_xids_open_an_incident(fake_world):
     assert [i.instance_id for i in svc.store.incidents()] == [bad]
 
 
-def test_a_request_not_taken_up_within_an_hour_expires(fake_world):
+def test_a_request_waiting_for_ess_waits_past_an_hour_and_expires_after_a_day(fake_world):
+    """The group cannot be read, so the policy never sees the request: it waits for ESS and says why; before,
+    it expired after an hour as not applicable (test_requests_while_blind.py). After a day (as long as the
+    service watches the last instance list read) it expires, saying why: an isolation asked a day ago is
+    not applied out of the blue."""
     cloud, svc, _ = fake_world(HOT_RULE)
     target = _ids(svc, cloud)[0]
     svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="x", actor="alice")
-    # The group cannot be read, so the policy never sees the request.
     cloud.inject_fault("DescribeScalingInstances", code="InternalError", status=500)
     svc.tick(cloud.now())
-    assert len(svc.store.pending_requests()) == 1
     cloud.advance(3700)
     svc.tick(cloud.now())
+    [req] = svc.store.pending_requests()
+    assert req.outcome.startswith("waiting: ESS cannot be read for group chat")
+    cloud.advance(86400)
+    svc.tick(cloud.now())
     [req] = svc.store.requests()
-    assert req.outcome.startswith("expired")
+    assert req.handled_at is not None
+    assert req.outcome.startswith("expired: ESS could not be read for group chat for a day")
 
 
 class _RefusingIncidents(_Accepting):

@@ -1,6 +1,9 @@
-"""Operator requests while ESS cannot be read (against the fake, ESS's reads failing)."""
+"""Operator requests while ESS cannot be read: they wait, the operator is told so and why, and they are
+applied once ESS answers again (against the fake, ESS's reads failing)."""
 
 from __future__ import annotations
+
+import json
 
 from fleet.cli import main
 
@@ -28,6 +31,45 @@ def _ticks(cloud, svc, n, step_s=15):
 
 def _ess_down(cloud):
     return [cloud.inject_fault(a, code="ServiceUnavailable", status=503) for a in ESS_READS]
+
+
+def _out(capsys):
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_an_isolation_asked_during_a_long_ess_outage_waits_says_why_and_is_applied_once_ess_answers(
+    fake_world, tmp_path, capsys
+):
+    cloud, svc, _ = fake_world(RULES)
+    node = _ids(svc, cloud)[0]
+    _ticks(cloud, svc, 2)  # ESS answers: the instance list is kept
+    faults = _ess_down(cloud)
+    _ticks(cloud, svc, 1)
+    assert svc.last_observation.groups["chat"].blind
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    capsys.readouterr()
+    assert main(["isolate", node, "--reason", "fan noise", "--by", "alice", "--database", db]) == 0
+    said = _out(capsys)
+    assert "queued" in said and "ESS" in said and "chat" in said  # why it waits, at once
+    _ticks(cloud, svc, 8, step_s=900)  # two hours of outage: past an hour
+    [req] = svc.store.requests()
+    assert req.handled_at is None, req.outcome  # still queued: never expired as not applicable
+    assert main(["status", "--json", "--database", db]) == 0
+    [queued] = json.loads(capsys.readouterr().out)["requests"]
+    assert queued["id"] == req.id and queued["kind"] == "isolate" and queued["instance_id"] == node
+    assert "ESS" in queued["waiting"] and "chat" in queued["waiting"]
+    assert main(["status", "--database", db]) == 0
+    text = _out(capsys)
+    assert f"request {req.id}" in text and "isolate" in text and "waiting" in text
+    for fault in faults:
+        cloud.remove_fault(fault)
+    _ticks(cloud, svc, 2)
+    [req] = svc.store.requests()
+    assert req.outcome == "applied"
+    [inc] = svc.store.incidents()
+    assert inc.instance_id == node and inc.cause == "manual: fan noise"
+    assert main(["status", "--json", "--database", db]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == []
 
 
 def test_an_ack_during_an_ess_outage_stops_the_respond_clock_at_once(fake_world, tmp_path, capsys):
