@@ -826,19 +826,14 @@ def replace(
 def _queued(store: Any, what: str, rid: int, instance_id: str) -> None:
     """Say a request is queued, and when ESS could not be read for the instance's group at the leader's
     last tick, that it waits for ESS and why (it is applied once ESS answers)."""
-    from fleet.service.ess_reach import outages
+    from fleet.service.ess_reach import outage_for_instance
 
-    groups = {inc.group_name for inc in store.incidents(open_only=True) if inc.instance_id == instance_id}
-    for name, (_, rows) in store.instance_lists().items():
-        if any(isinstance(row, dict) and row.get("instance_id") == instance_id for row in rows):
-            groups.add(name)
-    down = outages(store, groups)
-    if not down:
+    outage = outage_for_instance(store, instance_id)
+    if outage is None:
         console.print(
             escape(f"{what} queued (request {rid}); the leader acts on its next tick"), highlight=False
         )
         return
-    outage = down[sorted(down)[0]]
     console.print(
         escape(
             f"{what} queued (request {rid}), and it waits: ESS cannot be read for group {outage.group} "

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fleet.service.console import Console
+from fleet.service.ess_reach import outage_for_instance
 from fleet.service.metrics import ServiceMetrics
 from fleet.service.store import MAX_HUMAN_NAME_CHARS, NO_INCIDENT, AckOutcome, Store, human_actor
 
@@ -239,7 +240,10 @@ class _StatusApi:
             now = self.clock()
             fields = {"instance_id": instance_id, "reason": reason, "actor": actor}
             rid = await run_in_threadpool(partial(self.store.add_request, kind, now, **fields))
-            return _json({"request": rid, "kind": kind, "instance_id": instance_id, "queued": True}, 202)
+            # while ESS cannot be read for its group it waits: say why (None: the next tick takes it)
+            outage = await run_in_threadpool(partial(outage_for_instance, self.store, instance_id))
+            answer = {"request": rid, "kind": kind, "instance_id": instance_id, "queued": True}
+            return _json({**answer, "waiting": outage.why() if outage is not None else None}, 202)
 
         return handler
 

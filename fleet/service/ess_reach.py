@@ -56,6 +56,17 @@ def outages(store: Store, groups: Iterable[str]) -> dict[str, Unreadable]:
     return out
 
 
+def outage_for_instance(store: Store, instance_id: str) -> Unreadable | None:
+    """Why a request on an instance waits: the outage of the group holding it (its open incident's, or
+    the group whose last instance list read names it), or None when ESS answered for it."""
+    groups = {inc.group_name for inc in store.incidents(open_only=True) if inc.instance_id == instance_id}
+    for name, (_, rows) in store.instance_lists().items():
+        if any(isinstance(row, dict) and row.get("instance_id") == instance_id for row in rows):
+            groups.add(name)
+    down = outages(store, groups)
+    return down[min(down)] if down else None
+
+
 class EssReach:
     """The leader's side: records each group's change of ESS reach (module docstring), and says why a
     request waits."""

@@ -210,3 +210,21 @@ def test_server_refuses_a_port_already_taken(store, client):
         sock.listen(1)
         with pytest.raises(RuntimeError, match="could not listen"):
             ApiServer(_app(store), "127.0.0.1", sock.getsockname()[1]).start()
+
+
+def test_isolate_of_an_instance_whose_group_ess_cannot_read_says_it_waits_and_why(store, client):
+    from fleet.service.ess_reach import UNREADABLE, event_key
+    from fleet.service.store import IncidentEvent
+
+    with store.begin() as conn:
+        store.save_instance_list("chat", T0 - timedelta(minutes=5), [{"instance_id": "i-7"}], conn)
+    error = "DescribeScalingGroups: HTTP 503 ServiceUnavailable"
+    store.add_incident_event(IncidentEvent(event_key("chat"), T0 - timedelta(minutes=2), UNREADABLE, error))
+    r = client().post("/isolate", headers=AUTH, json={"instance_id": "i-7", "reason": "ECC storm"})
+    assert r.status_code == 202 and r.json()["queued"] is True
+    waiting = r.json()["waiting"]
+    assert waiting.startswith("waiting: ESS cannot be read for group chat") and error in waiting
+    assert (
+        client().post("/isolate", headers=AUTH, json={"instance_id": "i-8", "reason": "x"}).json()["waiting"]
+        is None
+    )  # in no group ESS cannot read
