@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,15 +61,25 @@ def _json_line(source: str, number: int, line: str) -> object:
 
 
 # Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read
-def _rows(text: str, source: str, *, jsonl: bool) -> tuple[list[Any], bool]:
-    """The rows, and whether times are milliseconds (Mooncake's timestamp is milliseconds from the start)."""
-    lines = io.StringIO(text, newline="")  # lines as a file opened with newline="" gives them
+def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
+    """The rows one at a time, as the lines come (a file of a million rows is never held whole)."""
+    lines = _without_bom(lines)
     if jsonl:
-        return [_json_line(source, n, line) for n, line in enumerate(lines, start=1) if line.strip()], True
+        for n, line in enumerate(lines, start=1):
+            if line.strip():
+                yield _json_line(source, n, line)
+        return
     try:
-        return list(csv.DictReader(lines)), False
+        yield from csv.DictReader(lines)
     except csv.Error as exc:
         raise TraceError(f"{source}: cannot parse the trace ({exc})") from None
+
+
+def _without_bom(lines: Iterable[str]) -> Iterator[str]:
+    first = True
+    for line in lines:
+        yield line.removeprefix(BOM) if first else line
+        first = False
 
 
 def _columns(source: str, first: dict[str, object]) -> tuple[str, str, str]:
@@ -105,24 +117,60 @@ def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest,
     Numeric times are seconds, in JSON lines milliseconds (Mooncake's ``timestamp``), except a column named
     ``arrival_s``: its name says seconds, in either format; and a number above ``EPOCH_MS_ABOVE`` is epoch
     milliseconds in either."""
-    return _requests(source, *_rows(text.removeprefix(BOM), source, jsonl=jsonl))
+    return read_trace(io.StringIO(text, newline=""), source, jsonl=jsonl).requests
 
 
 def parse_trace(text: str, source: str, *, jsonl: bool) -> tuple[tuple[TraceRequest, ...], float | None]:
     """``parse_columns``'s requests, and from the same rows the share of the prompt tokens in a prefix seen
     before (``prefix_share``; None for CSV, which carries no prefix ids)."""
-    rows, millis = _rows(text.removeprefix(BOM), source, jsonl=jsonl)
-    return _requests(source, rows, millis), prefix_share(rows) if jsonl else None
+    got = read_trace(io.StringIO(text, newline=""), source, jsonl=jsonl)
+    return got.requests, got.prefix_share
 
 
-def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest, ...]:
-    if not rows or not isinstance(rows[0], dict):
+@dataclass(frozen=True, slots=True)
+class TraceRead:
+    """What :func:`read_trace` read: the requests sorted by arrival, and the prefix share of a JSONL trace
+    with Mooncake's ``hash_ids`` (None otherwise)."""
+
+    requests: tuple[TraceRequest, ...]
+    prefix_share: float | None = None
+
+
+def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
+    """:func:`parse_columns` over lines as a file gives them (opened with ``newline=""``), read one row at a
+    time: the shell hands over an open file, plain or gzip, and only the requests are kept."""
+    rows = _rows(lines, source, jsonl=jsonl)
+    first = next(rows, None)
+    if not isinstance(first, dict):
         raise TraceError(f"{source}: the trace has no request rows")
-    tkey, pkey, okey = _columns(source, rows[0])
+    shares = _PrefixShare() if jsonl else None
+    requests, seen = _requests(source, itertools.chain((first,), rows), jsonl, shares)
+    out = tuple(sorted(requests, key=lambda r: r.arrival_s))
+    if len(out) < 2:
+        skipped = seen - len(out)
+        why = (
+            f" ({skipped} of {seen} rows skipped: no prompt or output tokens, or no finite time)"
+            if skipped
+            else ""
+        )
+        raise TraceError(f"{source}: fewer than two usable requests{why}")
+    return TraceRead(out, shares.value() if shares is not None else None)
+
+
+def _requests(
+    source: str, rows: Iterator[Any], millis: bool, shares: _PrefixShare | None
+) -> tuple[list[TraceRequest], int]:
+    """The usable requests of the rows, in file order, and how many rows there were."""
+    first = next(rows)
+    tkey, pkey, okey = _columns(source, first)
     millis = millis and tkey.strip().lower() != "arrival_s"
     out: list[TraceRequest] = []
     t0: datetime | None = None
-    for n, row in enumerate(rows, start=2):
+    seen = 0
+    for n, row in enumerate(itertools.chain((first,), rows), start=2):
+        seen += 1
+        if shares is not None:
+            shares.add(row)
         try:
             prompt, output = int(float(row[pkey])), int(float(row[okey]))
             raw = row[tkey]
@@ -138,16 +186,7 @@ def _requests(source: str, rows: list[Any], millis: bool) -> tuple[TraceRequest,
         if prompt <= 0 or output <= 0 or not math.isfinite(t):
             continue
         out.append(TraceRequest(t, prompt, output))
-    if len(out) < 2:
-        skipped = len(rows) - len(out)
-        why = (
-            f" ({skipped} of {len(rows)} rows skipped: no prompt or output tokens, or no finite time)"
-            if skipped
-            else ""
-        )
-        raise TraceError(f"{source}: fewer than two usable requests{why}")
-    out.sort(key=lambda r: r.arrival_s)
-    return tuple(out)
+    return out, seen
 
 
 # --------------------------------------------------------------------------- the simulator's two formats
@@ -186,29 +225,47 @@ def parse_azure_csv(text: str, source: str) -> list[TraceRequest]:
 MOONCAKE_HASH_BLOCK = 512  # tokens per hash_ids entry in the Mooncake traces (their README)
 
 
-def prefix_share(rows: list[Any]) -> float | None:
+def prefix_share(rows: Iterable[Any]) -> float | None:
     """The share of a JSONL trace's prompt tokens (its rows, as JSON read them) that repeat a prefix some
     earlier request already had (Mooncake's ``hash_ids``: one id per 512-token prefix block, equal ids for
     equal prefixes), with an unbounded cache: an upper bound on the prefix-cache hit share; None when the rows
     carry no hash_ids."""
-    seen: set[object] = set()
-    hit = total = 0
+    shares = _PrefixShare()
     for row in rows:
+        shares.add(row)
+    return shares.value()
+
+
+class _PrefixShare:
+    """:func:`prefix_share` one row at a time, so a trace is read once."""
+
+    def __init__(self) -> None:
+        self.seen: set[object] = set()
+        self.hit = self.total = 0
+        self.valid = True
+
+    def add(self, row: Any) -> None:
+        if not self.valid:
+            return
         try:
             ids, length = row["hash_ids"], int(row["input_length"])
         except (ValueError, KeyError, TypeError):
-            return None
+            self.valid = False
+            return
         if not isinstance(ids, list):
-            return None
+            self.valid = False
+            return
         run = 0
         for block in ids:
-            if not isinstance(block, (int, str)) or block not in seen:
+            if not isinstance(block, (int, str)) or block not in self.seen:
                 break
             run += 1
-        hit += min(run * MOONCAKE_HASH_BLOCK, length)
-        total += length
-        seen.update(b for b in ids if isinstance(b, (int, str)))
-    return hit / total if total else None
+        self.hit += min(run * MOONCAKE_HASH_BLOCK, length)
+        self.total += length
+        self.seen.update(b for b in ids if isinstance(b, (int, str)))
+
+    def value(self) -> float | None:
+        return self.hit / self.total if self.valid and self.total else None
 
 
 def parse_mooncake_jsonl(text: str, source: str) -> list[TraceRequest]:

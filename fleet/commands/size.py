@@ -360,22 +360,17 @@ def _read_yaml(path: Path) -> Any:
 
 
 def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
-    """Requests of a trace file (sizing.traces.parse_trace): Azure LLM, BurstGPT or Mooncake; and the
-    share of its prompt tokens in a prefix seen before, where its rows say (Mooncake's hash_ids). The parser
-    drops the byte-order mark Excel and Notepad put before a CSV's first column name."""
-    from sizing.traces import TraceError, parse_trace
+    """Requests of a trace file (sizing.traces.read_trace, row by row, plain or ``.gz``): Azure LLM,
+    BurstGPT, Mooncake or a gateway's log; and the share of its prompt tokens in a prefix seen before, where
+    its rows say (Mooncake's hash_ids). The byte-order mark Excel and Notepad put before a CSV's first column
+    name is dropped."""
+    from fleet.sim.workload import WorkloadError, read_trace_file
 
     try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            text = handle.read()
-    except OSError as exc:
-        fail(f"{path}: {exc.strerror or exc}")
-    except UnicodeDecodeError as exc:
-        fail(f"{path}: cannot parse the trace ({exc})")
-    try:
-        return parse_trace(text, str(path), jsonl=path.suffix in {".jsonl", ".json"})
-    except TraceError as exc:
+        got = read_trace_file(path)
+    except WorkloadError as exc:
         fail(str(exc))
+    return got.requests, got.prefix_share
 
 
 def _check_settings(shape: Any, settings: Any, the_gpu: Any, pool: Any) -> None:

@@ -16,14 +16,24 @@ trace.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import os
 import random
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
-from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_columns, parse_mooncake_jsonl
+from sizing.traces import (
+    TraceError,
+    TraceRead,
+    TraceRequest,
+    parse_azure_csv,
+    parse_mooncake_jsonl,
+    read_trace,
+)
 
 # The shared traces sit next to the repository (../shared from the root) in development and in CI.
 TRACES_ENV = "FLEET_TRACES_DIR"
@@ -108,14 +118,44 @@ def load_mooncake_jsonl(path: Path | str) -> list[Request]:
         raise WorkloadError(str(exc)) from None
 
 
-def load_columns(path: Path | str) -> list[Request]:
-    """Any per-request trace whose time and token columns ``fleet size --trace`` finds by name (Azure LLM,
-    BurstGPT, Mooncake, or the user's own CSV / JSONL): rows with zero tokens skipped, restarted at 0 s."""
+def trace_is_jsonl(path: Path) -> bool:
+    """Whether a trace file holds JSON lines: its name ends in ``.jsonl`` or ``.json``, before any ``.gz``."""
+    suffixes = [x.lower() for x in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    return bool(suffixes) and suffixes[-1] in {".jsonl", ".json"}
+
+
+def _open_trace(path: Path) -> IO[str]:
+    """The file as text lines, through gzip when its name ends in ``.gz``; the byte-order mark Excel writes
+    before a CSV's first column name is dropped."""
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return path.open(encoding="utf-8-sig", newline="")
+
+
+def read_trace_file(path: Path | str) -> TraceRead:
+    """A per-request trace file read row by row (a file of millions of rows is never held whole), plain or
+    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``)."""
     path = Path(path)
     try:
-        got = parse_columns(_read_text(path), str(path), jsonl=path.suffix in {".jsonl", ".json"})
+        with _open_trace(path) as handle:
+            return read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start}): not a trace") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise WorkloadError(f"{path}: not a readable gzip file ({exc or 'cut short'})") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def load_columns(path: Path | str) -> list[Request]:
+    """Any per-request trace whose time and token columns ``fleet size --trace`` finds by name (Azure LLM,
+    BurstGPT, Mooncake, or the user's own CSV / JSONL, plain or ``.gz``): rows with zero tokens skipped,
+    restarted at 0 s."""
+    got = read_trace_file(path).requests
     t0 = got[0].arrival_s
     return [TraceRequest(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in got]
 

@@ -71,7 +71,11 @@ def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
     [
         ("a,b,c\n1,2,3\n", False, "m.csv: needs a time column"),
         ("", False, "m.csv: the trace has no request rows"),
-        ('{"timestamp": 1}\nnot json\n', True, "m.csv: line 2: not valid JSON"),
+        (
+            '{"timestamp": 1, "input_length": 1, "output_length": 1}\nnot json\n',
+            True,
+            "m.csv: line 2: not valid JSON",
+        ),
         ("time,prompt_tokens,output_tokens\n1,x,3\n2,4,5\n", False, "m.csv: row 2:"),
         ("time,prompt_tokens,output_tokens\n1,2,3\n", False, "m.csv: fewer than two usable requests$"),
         # every row a failed request (no output): the line said "fewer than two usable" of a 3-row trace
