@@ -100,6 +100,24 @@ def _columns(source: str, first: dict[str, object]) -> tuple[str, str, str]:
 # milliseconds): a gateway log's epoch-ms column read as seconds replayed a thousand times too slowly. The
 # same rule as the CLI's other epoch inputs (fleet/diagnose/model.py).
 EPOCH_MS_ABOVE = 1e11
+# Above these, epoch microseconds (1973 in us, year 5138 in ms) and nanoseconds (1973 in ns): Go and Java
+# gateways and OpenTelemetry exports write them, and read as milliseconds they replayed 1000 x too slowly.
+EPOCH_US_ABOVE = 1e14
+EPOCH_NS_ABOVE = 1e17
+# In JSON lines a number is milliseconds from the start (Mooncake), except from here up: epoch seconds (2001
+# on; 11.6 days of milliseconds), as an OpenAI-style ``created`` is; read as milliseconds it replayed a log
+# 1000 x too fast.
+EPOCH_S_ABOVE = 1e9
+
+
+def _time_divisor(first: float, millis: bool) -> float:
+    """What a trace's numeric times are divided by to give seconds, from the magnitude of its first one (so a
+    file keeps one unit): epoch ns, us or ms by size, epoch seconds, else the format's unit."""
+    size = abs(first)
+    for above, divisor in ((EPOCH_NS_ABOVE, 1e9), (EPOCH_US_ABOVE, 1e6), (EPOCH_MS_ABOVE, 1000.0)):
+        if size > above:
+            return divisor
+    return 1000.0 if millis and size < EPOCH_S_ABOVE else 1.0
 
 
 def _is_number(text: str) -> bool:
@@ -115,8 +133,8 @@ def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest,
 
     Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail.
     Numeric times are seconds, in JSON lines milliseconds (Mooncake's ``timestamp``), except a column named
-    ``arrival_s``: its name says seconds, in either format; and a number above ``EPOCH_MS_ABOVE`` is epoch
-    milliseconds in either."""
+    ``arrival_s``: its name says seconds, in either format; and epoch times in either, whose unit the first
+    row's size tells (:func:`_time_divisor`: seconds, milliseconds, microseconds or nanoseconds)."""
     return read_trace(io.StringIO(text, newline=""), source, jsonl=jsonl).requests
 
 
@@ -166,6 +184,7 @@ def _requests(
     millis = millis and tkey.strip().lower() != "arrival_s"
     out: list[TraceRequest] = []
     t0: datetime | None = None
+    divisor: float | None = None
     seen = 0
     for n, row in enumerate(itertools.chain((first,), rows), start=2):
         seen += 1
@@ -176,7 +195,8 @@ def _requests(
             raw = row[tkey]
             if isinstance(raw, int | float) or _is_number(str(raw)):
                 t = float(raw)
-                t = t / 1000.0 if millis or abs(t) > EPOCH_MS_ABOVE else t
+                divisor = divisor or _time_divisor(t, millis)
+                t = t / divisor if divisor != 1.0 else t
             else:
                 stamp = datetime.fromisoformat(str(raw).strip())
                 t0 = t0 or stamp

@@ -120,3 +120,26 @@ def test_mooncake_format_restarts_at_zero_and_names_a_bad_line() -> None:
         parse_mooncake_jsonl(
             '{"timestamp": 1, "input_length": 1, "output_length": 1}\n{"timestamp": 2}', "m.jsonl"
         )
+
+
+@pytest.mark.parametrize("jsonl", [False, True])
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("1733500000", "1733500002"),  # epoch seconds: read as milliseconds in JSON lines, 1000 x too fast
+        ("1733500000.25", "1733500002.25"),
+        ("1733500000000", "1733500002000"),  # milliseconds
+        ("1733500000000000", "1733500002000000"),  # microseconds: read as milliseconds, 1000 x too slow
+        ("1733500000000000000", "1733500002000000000"),  # nanoseconds: a million times too slow
+    ],
+)
+def test_epoch_times_in_any_unit_give_seconds(first: str, second: str, jsonl: bool) -> None:
+    if jsonl:
+        text = "".join(
+            f'{{"timestamp": {t}, "prompt_tokens": 10, "completion_tokens": 2}}\n' for t in (first, second)
+        )
+    else:
+        text = f"timestamp,prompt_tokens,completion_tokens\n{first},10,2\n{second},10,2\n"
+    got = parse_columns(text, "gw", jsonl=jsonl)
+    assert got[1].arrival_s - got[0].arrival_s == pytest.approx(2.0)
+    assert got[0].arrival_s == pytest.approx(1733500000.0, abs=1.0)
