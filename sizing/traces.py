@@ -3,9 +3,11 @@
 Pure like the rest of ``sizing``: the shell reads the file and hands over its text and a name for messages.
 Two readers, for two jobs:
 
-* :func:`parse_columns` finds the time and token columns by name in any of the published per-request traces
-  (Azure LLM CSV with datetimes, BurstGPT CSV with seconds, Mooncake JSONL with milliseconds) and skips rows
-  with zero tokens (BurstGPT's failed requests): what ``fleet size --trace`` sizes for;
+* :func:`parse_columns` (and :func:`read_trace`, row by row) finds the time and token columns by name in any
+  of the published per-request traces (Azure LLM CSV with datetimes, BurstGPT CSV with seconds, Mooncake
+  JSONL with milliseconds) and in gateways' logs (OpenAI-style usage, nested or not; LiteLLM spend logs;
+  Alibaba Cloud SLS exports) and skips rows with zero tokens (BurstGPT's failed requests): what ``fleet size
+  --trace`` sizes for and ``fleet simulate --workload trace:FILE`` replays;
 * :func:`parse_azure_csv` and :func:`parse_mooncake_jsonl` read the two formats the simulator replays,
   strictly (the exact header or keys), sorted and restarted at 0 s, every request at least one token each way.
 
@@ -40,8 +42,20 @@ class TraceError(SizingInputError):
     """A trace that cannot be read; the message names the source (and the row) in one line."""
 
 
-# Column names as the published traces spell them, lower-cased.
-_TIME_KEYS = ("timestamp", "arrival_s", "arrival_time", "time")
+# Column names as the published traces and the gateways' logs spell them, lower-cased: LiteLLM's spend logs
+# (startTime), Alibaba Cloud SLS exports (__time__), OpenAI-style responses (created), others' created_at.
+_TIME_KEYS = (
+    "timestamp",
+    "arrival_s",
+    "arrival_time",
+    "time",
+    "starttime",
+    "start_time",
+    "__time__",
+    "created",
+    "created_at",
+    "request_time",
+)
 _PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
 _OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
@@ -82,18 +96,92 @@ def _without_bom(lines: Iterable[str]) -> Iterator[str]:
         first = False
 
 
-def _columns(source: str, first: dict[str, object]) -> tuple[str, str, str]:
-    keys = {k.strip().lower(): k for k in first}
-    tkey = next((keys[k] for k in _TIME_KEYS if k in keys), None)
-    pkey = next((keys[k] for k in _PROMPT_KEYS if k in keys), None)
-    okey = next((keys[k] for k in _OUTPUT_KEYS if k in keys), None)
-    if tkey is None or pkey is None or okey is None:
-        raise TraceError(
-            f"{source}: needs a time column ({'/'.join(_TIME_KEYS)}), "
-            f"prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
-            f"and output tokens ({'/'.join(_OUTPUT_KEYS)}); found {', '.join(keys) or 'none'}"
-        )
-    return tkey, pkey, okey
+# How many rows the column search reads ahead for token counts nested in an object that the first rows lack
+# (an OpenAI-style log whose failed requests come first with "usage": null).
+LOOKAHEAD_ROWS = 1000
+_NESTED_DEPTH = 3  # usage.prompt_tokens; response.body.usage.prompt_tokens (an OpenAI batch output)
+
+# A column: its name, or the path to it through objects nested in a row (``("usage", "prompt_tokens")``).
+Column = tuple[str, ...]
+
+
+def _as_object(value: object, json_text: bool) -> dict[str, Any] | None:
+    """A nested object of a row: a JSON object, or in a CSV (``json_text``) a cell holding one as text (an SLS
+    export quotes a JSON field so)."""
+    if isinstance(value, dict):
+        return value
+    if json_text and isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            got = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+        return got if isinstance(got, dict) else None
+    return None
+
+
+def _find(row: dict[str, Any], names: tuple[str, ...], json_text: bool, depth: int = 0) -> Column | None:
+    """The first of ``names`` in the row (case and spaces around ignored), else in objects nested in it."""
+    keys = {k.strip().lower(): k for k in row if isinstance(k, str)}
+    for name in names:
+        if name in keys:
+            return (keys[name],)
+    if depth >= _NESTED_DEPTH:
+        return None
+    for key, value in row.items():
+        inner = _as_object(value, json_text)
+        if inner is not None and isinstance(key, str):
+            found = _find(inner, names, False, depth + 1)
+            if found is not None:
+                return (key, *found)
+    return None
+
+
+def _get(row: dict[str, Any], column: Column, json_text: bool) -> Any:
+    """The row's value at ``column``; None where the row lacks it."""
+    value: Any = row.get(column[0])
+    for key in column[1:]:
+        inner = _as_object(value, json_text)
+        if inner is None:
+            return None
+        value = inner.get(key)
+    return value
+
+
+def _names(row: dict[str, Any], json_text: bool) -> list[str]:
+    """The row's column names, with those of its nested objects as ``usage.prompt_tokens``."""
+    out: list[str] = []
+    for key, value in row.items():
+        if not isinstance(key, str):
+            continue
+        out.append(key.strip().lower())
+        inner = _as_object(value, json_text)
+        if inner is not None:
+            out.extend(f"{key.strip().lower()}.{k.strip().lower()}" for k in inner if isinstance(k, str))
+    return out
+
+
+def _columns(
+    source: str, rows: Iterator[Any], json_text: bool
+) -> tuple[tuple[Column, Column, Column], list[Any]]:
+    """The time, prompt and output columns, from the first row that has all three (within
+    ``LOOKAHEAD_ROWS``), and the rows read to find them."""
+    read: list[Any] = []
+    for row in rows:
+        read.append(row)
+        if not isinstance(row, dict):
+            break
+        found = [_find(row, keys, json_text) for keys in (_TIME_KEYS, _PROMPT_KEYS, _OUTPUT_KEYS)]
+        if found[0] is not None and found[1] is not None and found[2] is not None:
+            return (found[0], found[1], found[2]), read
+        if len(read) >= LOOKAHEAD_ROWS:
+            break
+    names = _names(read[0], json_text) if read and isinstance(read[0], dict) else []
+    raise TraceError(
+        f"{source}: needs a time column ({'/'.join(_TIME_KEYS)}), "
+        f"prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
+        f"and output tokens ({'/'.join(_OUTPUT_KEYS)}), at the top of a row or in an object in it "
+        f"(usage.prompt_tokens); found {', '.join(names) or 'none'}"
+    )
 
 
 # A numeric time above this is epoch milliseconds, whatever the format says (year 5138 in seconds, 1973 in
@@ -176,23 +264,26 @@ def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
 
 
 def _requests(
-    source: str, rows: Iterator[Any], millis: bool, shares: _PrefixShare | None
+    source: str, rows: Iterator[Any], jsonl: bool, shares: _PrefixShare | None
 ) -> tuple[list[TraceRequest], int]:
     """The usable requests of the rows, in file order, and how many rows there were."""
-    first = next(rows)
-    tkey, pkey, okey = _columns(source, first)
-    millis = millis and tkey.strip().lower() != "arrival_s"
+    json_text = not jsonl  # a CSV's cells may hold JSON objects as text
+    (tkey, pkey, okey), read = _columns(source, rows, json_text)
+    millis = jsonl and tkey[-1].strip().lower() != "arrival_s"
     out: list[TraceRequest] = []
     t0: datetime | None = None
     divisor: float | None = None
     seen = 0
-    for n, row in enumerate(itertools.chain((first,), rows), start=2):
+    for n, row in enumerate(itertools.chain(read, rows), start=2):
         seen += 1
+        if not isinstance(row, dict):
+            raise TraceError(f"{source}: row {n}: not an object of named fields")
         if shares is not None:
             shares.add(row)
         try:
-            prompt, output = int(float(row[pkey])), int(float(row[okey]))
-            raw = row[tkey]
+            prompt = int(float(_get(row, pkey, json_text)))
+            output = int(float(_get(row, okey, json_text)))
+            raw = _get(row, tkey, json_text)
             if isinstance(raw, int | float) or _is_number(str(raw)):
                 t = float(raw)
                 divisor = divisor or _time_divisor(t, millis)

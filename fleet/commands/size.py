@@ -87,7 +87,10 @@ def size(
         None, "--output-tokens", help="Mean output length (default 200)."
     ),
     trace: Path | None = typer.Option(
-        None, "--trace", help="A request trace (Azure/BurstGPT CSV, Mooncake JSONL)."
+        None,
+        "--trace",
+        help="A request trace: Azure/BurstGPT CSV, Mooncake JSONL, or a gateway log (OpenAI usage, LiteLLM, "
+        "SLS), plain or .gz (docs/simulator.md).",
     ),
     slo_ttft_p99_ms: float | None = typer.Option(
         None, "--slo-ttft-p99-ms", help="P99 time to first token, ms."

@@ -143,3 +143,70 @@ def test_epoch_times_in_any_unit_give_seconds(first: str, second: str, jsonl: bo
     got = parse_columns(text, "gw", jsonl=jsonl)
     assert got[1].arrival_s - got[0].arrival_s == pytest.approx(2.0)
     assert got[0].arrival_s == pytest.approx(1733500000.0, abs=1.0)
+
+
+GATEWAY_LOGS = {
+    # OpenAI-style responses as a gateway logs them: epoch-seconds created, the counts in a nested usage
+    "openai-nested": (
+        True,
+        '{"id": "c1", "created": 1733500000, "model": "qwen", '
+        '"usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}\n'
+        '{"id": "c2", "created": 1733500002, "model": "qwen", '
+        '"usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}\n',
+    ),
+    # an OpenAI batch output: the usage two objects down
+    "openai-batch": (
+        True,
+        '{"id": "b1", "response": {"body": {"created": 1733500000, '
+        '"usage": {"prompt_tokens": 100, "completion_tokens": 20}}}}\n'
+        '{"id": "b2", "response": {"body": {"created": 1733500002, '
+        '"usage": {"prompt_tokens": 50, "completion_tokens": 10}}}}\n',
+    ),
+    "openai-flat-csv": (
+        False,
+        "created,prompt_tokens,completion_tokens,total_tokens\n1733500000,100,20,120\n1733500002,50,10,60\n",
+    ),
+    # LiteLLM's spend logs: startTime / endTime as datetimes with a zone
+    "litellm-csv": (
+        False,
+        "request_id,call_type,spend,total_tokens,prompt_tokens,completion_tokens,startTime,endTime,model\n"
+        "a,acompletion,0.1,120,100,20,2024-12-06 10:00:00+00:00,2024-12-06 10:00:05+00:00,qwen\n"
+        "b,acompletion,0.1,60,50,10,2024-12-06 10:00:02+00:00,2024-12-06 10:00:04+00:00,qwen\n",
+    ),
+    "litellm-jsonl": (
+        True,
+        '{"request_id": "a", "startTime": "2024-12-06T10:00:00Z", "endTime": "2024-12-06T10:00:05Z", '
+        '"prompt_tokens": 100, "completion_tokens": 20}\n'
+        '{"request_id": "b", "startTime": "2024-12-06T10:00:02Z", "endTime": "2024-12-06T10:00:04Z", '
+        '"prompt_tokens": 50, "completion_tokens": 10}\n',
+    ),
+    # an Alibaba Cloud SLS export: __time__ in epoch seconds, a JSON field quoted in a CSV cell
+    "sls-json-cell": (
+        False,
+        "__time__,__source__,__topic__,request_id,usage\n"
+        '1733500000,10.0.0.1,gw,a,"{""prompt_tokens"": 100, ""completion_tokens"": 20}"\n'
+        '1733500002,10.0.0.1,gw,b,"{""prompt_tokens"": 50, ""completion_tokens"": 10}"\n',
+    ),
+    "sls-flat": (
+        False,
+        "__time__,__source__,prompt_tokens,completion_tokens\n"
+        "1733500000,10.0.0.1,100,20\n1733500002,10.0.0.1,50,10\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATEWAY_LOGS))
+def test_gateway_logs_are_read_by_their_own_column_names(name: str) -> None:
+    # each was refused: "needs a time column (timestamp/arrival_s/arrival_time/time) ..."
+    jsonl, text = GATEWAY_LOGS[name]
+    got = parse_columns(text, name, jsonl=jsonl)
+    assert [(r.arrival_s - got[0].arrival_s, r.prompt_tokens, r.output_tokens) for r in got] == [
+        (0.0, 100, 20),
+        (2.0, 50, 10),
+    ]
+
+
+def test_a_column_search_names_nested_fields_it_found() -> None:
+    text = '{"created": 1733500000, "usage": {"input": 5, "output": 2}}\n'
+    with pytest.raises(TraceError, match=r"found created, usage, usage\.input, usage\.output$"):
+        parse_columns(text, "x.jsonl", jsonl=True)
