@@ -84,9 +84,28 @@ def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
                 yield _json_line(source, n, line)
         return
     try:
-        yield from csv.DictReader(lines)
+        reader = csv.reader(lines)
+        header = next(reader, None)
+        if header is None:
+            return
+        _check_header(source, header)
+        for values in reader:
+            if not values:
+                continue
+            # a header again: logs exported in parts and joined with cat carry one per part
+            yield None if values == header else dict(zip(header, values, strict=False))
     except csv.Error as exc:
         raise TraceError(f"{source}: cannot parse the trace ({exc})") from None
+
+
+def _check_header(source: str, header: list[str]) -> None:
+    """A column the reader may use named twice is refused: which of the two holds the counts is a guess (the
+    last one was taken)."""
+    wanted = set(_TIME_KEYS + _PROMPT_KEYS + _OUTPUT_KEYS)
+    names = [h.strip().lower() for h in header]
+    twice = sorted({n for n in names if n in wanted and names.count(n) > 1})
+    if twice:
+        raise TraceError(f"{source}: the header names {', '.join(twice)} twice: keep one column of each")
 
 
 def _without_bom(lines: Iterable[str]) -> Iterator[str]:
@@ -139,6 +158,8 @@ def _find(row: dict[str, Any], names: tuple[str, ...], json_text: bool, depth: i
 def _get(row: dict[str, Any], column: Column, json_text: bool) -> Any:
     """The row's value at ``column``; None where the row lacks it."""
     value: Any = row.get(column[0])
+    if len(column) == 1:
+        return value
     for key in column[1:]:
         inner = _as_object(value, json_text)
         if inner is None:
@@ -208,14 +229,6 @@ def _time_divisor(first: float, millis: bool) -> float:
     return 1000.0 if millis and size < EPOCH_S_ABOVE else 1.0
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest, ...]:
     """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
 
@@ -235,11 +248,36 @@ def parse_trace(text: str, source: str, *, jsonl: bool) -> tuple[tuple[TraceRequ
 
 @dataclass(frozen=True, slots=True)
 class TraceRead:
-    """What :func:`read_trace` read: the requests sorted by arrival, and the prefix share of a JSONL trace
-    with Mooncake's ``hash_ids`` (None otherwise)."""
+    """What :func:`read_trace` read: the requests sorted by arrival, the prefix share of a JSONL trace with
+    Mooncake's ``hash_ids`` (None otherwise), how many rows it had and why it skipped those it skipped."""
 
     requests: tuple[TraceRequest, ...]
     prefix_share: float | None = None
+    rows: int = 0
+    skipped: tuple[tuple[str, int], ...] = ()
+
+    def skipped_note(self) -> str | None:
+        """``N of M rows skipped: ...`` with the count of each reason, None when none was skipped."""
+        return _skipped_note(self.rows, self.skipped)
+
+
+# Why a row is skipped, in the order the note lists them.
+NO_TOKENS = "with no token counts"
+ZERO_TOKENS = "with zero tokens (failed requests)"
+NEGATIVE_TOKENS = "with negative token counts"
+NO_TIME = "with no time"
+BAD_TIME = "with a time that is not finite"
+HEADER_AGAIN = "repeating the header"
+_REASONS = (ZERO_TOKENS, NO_TOKENS, NEGATIVE_TOKENS, NO_TIME, BAD_TIME, HEADER_AGAIN)
+# Cell text that means no value: what exports write for a null.
+_EMPTY = frozenset({"", "null", "none", "nan", "n/a", "na", "-"})
+
+
+def _skipped_note(rows: int, skipped: tuple[tuple[str, int], ...]) -> str | None:
+    total = sum(count for _, count in skipped)
+    if not total:
+        return None
+    return f"{total} of {rows} rows skipped: " + ", ".join(f"{count} {why}" for why, count in skipped)
 
 
 def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
@@ -247,57 +285,125 @@ def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
     time: the shell hands over an open file, plain or gzip, and only the requests are kept."""
     rows = _rows(lines, source, jsonl=jsonl)
     first = next(rows, None)
+    while first is None and not jsonl:  # a header repeated before any row: skip to the first row
+        first = next(rows, _END)
     if not isinstance(first, dict):
         raise TraceError(f"{source}: the trace has no request rows")
     shares = _PrefixShare() if jsonl else None
-    requests, seen = _requests(source, itertools.chain((first,), rows), jsonl, shares)
+    skips: dict[str, int] = {}
+    requests, seen = _requests(source, itertools.chain((first,), rows), jsonl, shares, skips)
     out = tuple(sorted(requests, key=lambda r: r.arrival_s))
+    skipped = tuple((why, skips[why]) for why in _REASONS if skips.get(why))
     if len(out) < 2:
-        skipped = seen - len(out)
-        why = (
-            f" ({skipped} of {seen} rows skipped: no prompt or output tokens, or no finite time)"
-            if skipped
-            else ""
-        )
-        raise TraceError(f"{source}: fewer than two usable requests{why}")
-    return TraceRead(out, shares.value() if shares is not None else None)
+        note = _skipped_note(seen, skipped)
+        raise TraceError(f"{source}: fewer than two usable requests" + (f" ({note})" if note else ""))
+    return TraceRead(out, shares.value() if shares is not None else None, seen, skipped)
+
+
+_END = object()
 
 
 def _requests(
-    source: str, rows: Iterator[Any], jsonl: bool, shares: _PrefixShare | None
+    source: str, rows: Iterator[Any], jsonl: bool, shares: _PrefixShare | None, skips: dict[str, int]
 ) -> tuple[list[TraceRequest], int]:
-    """The usable requests of the rows, in file order, and how many rows there were."""
+    """The usable requests of the rows, in file order, and how many rows there were; ``skips`` counts the
+    rows skipped by reason."""
     json_text = not jsonl  # a CSV's cells may hold JSON objects as text
     (tkey, pkey, okey), read = _columns(source, rows, json_text)
     millis = jsonl and tkey[-1].strip().lower() != "arrival_s"
     out: list[TraceRequest] = []
+    zone: bool | None = None  # whether the first datetime had a zone
     t0: datetime | None = None
     divisor: float | None = None
     seen = 0
     for n, row in enumerate(itertools.chain(read, rows), start=2):
         seen += 1
+        if row is None:
+            skips[HEADER_AGAIN] = skips.get(HEADER_AGAIN, 0) + 1
+            continue
         if not isinstance(row, dict):
             raise TraceError(f"{source}: row {n}: not an object of named fields")
         if shares is not None:
             shares.add(row)
-        try:
-            prompt = int(float(_get(row, pkey, json_text)))
-            output = int(float(_get(row, okey, json_text)))
-            raw = _get(row, tkey, json_text)
-            if isinstance(raw, int | float) or _is_number(str(raw)):
-                t = float(raw)
-                divisor = divisor or _time_divisor(t, millis)
-                t = t / divisor if divisor != 1.0 else t
-            else:
-                stamp = datetime.fromisoformat(str(raw).strip())
-                t0 = t0 or stamp
-                t = (stamp - t0).total_seconds()
-        except (TypeError, ValueError, KeyError, OverflowError) as exc:
-            raise TraceError(f"{source}: row {n}: {exc}") from None
-        if prompt <= 0 or output <= 0 or not math.isfinite(t):
+        prompt = _tokens(source, n, "prompt", _get(row, pkey, json_text))
+        output = _tokens(source, n, "output", _get(row, okey, json_text))
+        raw = _get(row, tkey, json_text)
+        why: str | None = None
+        if prompt is None or output is None:
+            skips[NO_TOKENS] = skips.get(NO_TOKENS, 0) + 1
+            continue
+        if prompt < 0 or output < 0:
+            why = NEGATIVE_TOKENS
+        elif prompt == 0 or output == 0:
+            why = ZERO_TOKENS
+        elif raw is None or (type(raw) is str and raw.strip().lower() in _EMPTY):
+            why = NO_TIME
+        if why is not None:
+            skips[why] = skips.get(why, 0) + 1
+            continue
+        t = _number(raw)
+        if t is not None:
+            divisor = divisor or _time_divisor(t, millis)
+            t = t / divisor if divisor != 1.0 else t
+        else:
+            stamp = _datetime(source, n, raw)
+            if zone is None:
+                zone, t0 = stamp.tzinfo is not None, stamp
+            elif zone != (stamp.tzinfo is not None):
+                has = "has no zone where the first row's has one" if zone else "has a zone, the first one not"
+                raise TraceError(f"{source}: row {n}: time {raw!r} {has}: give every time the same way")
+            assert t0 is not None
+            t = (stamp - t0).total_seconds()
+        if not math.isfinite(t):
+            skips[BAD_TIME] = skips.get(BAD_TIME, 0) + 1
             continue
         out.append(TraceRequest(t, prompt, output))
     return out, seen
+
+
+def _number(raw: object) -> float | None:
+    """A time as a number, None where it is text that is not one (a datetime)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+    except OverflowError:  # an int past a float's range
+        return math.inf
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _EMPTY)
+
+
+def _tokens(source: str, n: int, what: str, value: object) -> int | None:
+    """A token count as a whole number; None where the row has none (an empty cell, a JSON null)."""
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    if _missing(value):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]  # checked: TypeError below
+        return int(number)
+    except (TypeError, ValueError):
+        raise TraceError(f"{source}: row {n}: {what} tokens {value!r} is not a number") from None
+    except OverflowError:  # 1e400, inf
+        raise TraceError(f"{source}: row {n}: {what} tokens {value!r} is not a finite number") from None
+
+
+def _datetime(source: str, n: int, raw: object) -> datetime:
+    try:
+        return datetime.fromisoformat(str(raw).strip())
+    except ValueError:
+        raise TraceError(
+            f"{source}: row {n}: time {raw!r} is neither a number nor an ISO-8601 datetime"
+        ) from None
 
 
 # --------------------------------------------------------------------------- the simulator's two formats

@@ -165,6 +165,22 @@ def _hardware(model: str, instance_type: str, max_model_len: int | None, region:
     return hardware
 
 
+def _warn_trace(spec: Any) -> None:
+    """A user's trace whose rows were skipped (no, zero or negative token counts, no time, a header again)
+    says how many and why, once, on stderr."""
+    if spec.kind != "trace":
+        return
+    from rich.markup import escape
+
+    from fleet.sim.workload import read_trace_file
+
+    note = read_trace_file(spec.name).skipped_note()  # read already to bound the run: not parsed again
+    if note:
+        err_console.print(
+            f"[yellow]warning:[/] {escape(spec.name)}: {escape(note)}", highlight=False, soft_wrap=True
+        )
+
+
 def _warn_tp(spec: Any, hardware: Any) -> None:
     """The world runs one engine over all of an instance's GPUs: a group that declares a smaller
     ``predictive.tp`` (several engines per instance) is simulated as something else than it runs."""
@@ -258,6 +274,7 @@ def simulate(
         _check_size(spec, hours)  # reads the trace to bound the run: a missing file surfaces here
     except WorkloadError as exc:
         fail(f"--workload: {exc}")
+    _warn_trace(spec)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 from rich import box
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -373,6 +374,11 @@ def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
         got = read_trace_file(path)
     except WorkloadError as exc:
         fail(str(exc))
+    note = got.skipped_note()
+    if note:
+        err_console.print(
+            f"[yellow]warning:[/] {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True
+        )
     return got.requests, got.prefix_share
 
 

@@ -134,13 +134,27 @@ def _open_trace(path: Path) -> IO[str]:
     return path.open(encoding="utf-8-sig", newline="")
 
 
+# The last user trace read, by path and what its stat says: `fleet simulate` reads it to bound the run, to
+# warn of skipped rows and to build the run, and a million-row log takes seconds each time.
+_LAST_READ: dict[str, tuple[tuple[int, int, int], TraceRead]] = {}
+
+
 def read_trace_file(path: Path | str) -> TraceRead:
     """A per-request trace file read row by row (a file of millions of rows is never held whole), plain or
-    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``)."""
+    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``). A file
+    read again unchanged (same inode, size and modification time) is not parsed again."""
     path = Path(path)
     try:
+        st = path.stat()
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        last = _LAST_READ.get(str(path))
+        if last is not None and last[0] == stamp:
+            return last[1]
         with _open_trace(path) as handle:
-            return read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
+            got = read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
+        _LAST_READ.clear()
+        _LAST_READ[str(path)] = (stamp, got)
+        return got
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:
@@ -537,7 +551,7 @@ _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
 
 def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Request, ...]:
     """A per-request trace by kind and name, loaded once per process."""
-    if kind == "trace":  # the user's file, read each time: it may change between runs of one process
+    if kind == "trace":  # the user's file, read again when it changed: it may between runs of one process
         return tuple(load_columns(name))
     directory = directory or traces_dir()
     key = (str(directory), f"{kind}:{name}")

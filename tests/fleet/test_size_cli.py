@@ -649,7 +649,11 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
 @pytest.mark.parametrize(
     "name, content, named",
     [
-        ("huge.csv", "timestamp,prompt_tokens,output_tokens\n1,1e400,5\n2,100,5\n", "row 2: cannot convert"),
+        (
+            "huge.csv",
+            "timestamp,prompt_tokens,output_tokens\n1,1e400,5\n2,100,5\n",
+            "row 2: prompt tokens '1e400' is not a finite number",
+        ),
         (
             "broken.jsonl",
             '{"timestamp": 1, "input_length": 5, "output_length": 5}\nnot json\n',

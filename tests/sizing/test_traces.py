@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import io
+import re
+
 import pytest
 
-from sizing.traces import TraceError, TraceRequest, parse_azure_csv, parse_columns, parse_mooncake_jsonl
+from sizing.traces import (
+    TraceError,
+    TraceRequest,
+    parse_azure_csv,
+    parse_columns,
+    parse_mooncake_jsonl,
+    read_trace,
+)
 
 AZURE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -82,7 +92,8 @@ def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
         (
             "time,prompt_tokens,output_tokens\n1,2,0\n2,4,0\n3,5,0\n",
             False,
-            r"m.csv: fewer than two usable requests \(3 of 3 rows skipped: no prompt or output tokens",
+            r"m.csv: fewer than two usable requests \(3 of 3 rows skipped: "
+            r"3 with zero tokens \(failed requests\)\)$",
         ),
     ],
 )
@@ -210,3 +221,63 @@ def test_a_column_search_names_nested_fields_it_found() -> None:
     text = '{"created": 1733500000, "usage": {"input": 5, "output": 2}}\n'
     with pytest.raises(TraceError, match=r"found created, usage, usage\.input, usage\.output$"):
         parse_columns(text, "x.jsonl", jsonl=True)
+
+
+def test_skipped_rows_are_counted_by_reason_not_dropped_silently() -> None:
+    # a missing count refused the whole trace ("row 3: could not convert string to float: ''"), a JSON null
+    # likewise; negative and zero counts were dropped without a word
+    text = (
+        "timestamp,prompt_tokens,completion_tokens\n"
+        "0,10,2\n1,,2\n2,-5,2\n3,10,-1\n4,10,0\n5,null,2\n"
+        "timestamp,prompt_tokens,completion_tokens\n"  # a second export appended with its header
+        "6,11,3\n7,,\n8,12,4\n"
+    )
+    got = read_trace(io.StringIO(text, newline=""), "gw.csv", jsonl=False)
+    assert [(r.arrival_s, r.prompt_tokens) for r in got.requests] == [(0.0, 10), (6.0, 11), (8.0, 12)]
+    assert got.skipped_note() == (
+        "7 of 10 rows skipped: 1 with zero tokens (failed requests), 3 with no token counts, "
+        "2 with negative token counts, 1 repeating the header"
+    )
+    rows = (
+        '{"created": 1733500000, "usage": null}\n'
+        '{"created": 1733500001, "usage": {"prompt_tokens": 9, "completion_tokens": null}}\n'
+        '{"created": null, "usage": {"prompt_tokens": 9, "completion_tokens": 1}}\n'
+        '{"created": 1733500002, "usage": {"prompt_tokens": 9, "completion_tokens": 1}}\n'
+        '{"created": 1733500003, "usage": {"prompt_tokens": 9, "completion_tokens": 1}}\n'
+    )
+    got = read_trace(io.StringIO(rows, newline=""), "gw.jsonl", jsonl=True)
+    assert len(got.requests) == 2
+    assert got.skipped_note() == "3 of 5 rows skipped: 2 with no token counts, 1 with no time"
+    clean = read_trace(io.StringIO(BURSTGPT.replace(",0\n", ",5\n"), newline=""), "b.csv", jsonl=False)
+    assert clean.skipped_note() is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # the last of two prompt_tokens columns was taken, silently
+        (
+            "timestamp,prompt_tokens,Prompt_Tokens,completion_tokens\n0,1,2,3\n",
+            "the header names prompt_tokens twice",
+        ),
+        (
+            "timestamp,prompt_tokens,completion_tokens\n0,many,3\n",
+            "row 2: prompt tokens 'many' is not a number",
+        ),
+        (
+            "timestamp,prompt_tokens,completion_tokens\n2024-12-06 10:00,1,3\n06/12/2024 10:01,1,3\n",
+            "row 3: time '06/12/2024 10:01' is neither a number nor an ISO-8601 datetime",
+        ),
+        (
+            "timestamp,prompt_tokens,completion_tokens\n2024-12-06T10:00Z,1,3\n2024-12-06T10:01,1,3\n",
+            "row 3: time '2024-12-06T10:01' has no zone where the first row's has one",
+        ),
+        (
+            "timestamp,prompt_tokens,completion_tokens\ntimestamp,prompt_tokens,completion_tokens\n",
+            "the trace has no request rows",
+        ),
+    ],
+)
+def test_a_log_that_cannot_be_read_right_is_one_line_naming_the_problem(text: str, message: str) -> None:
+    with pytest.raises(TraceError, match="^gw.csv: " + re.escape(message)):
+        parse_columns(text, "gw.csv", jsonl=False)

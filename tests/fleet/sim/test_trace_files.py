@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import tracemalloc
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_a_broken_gzip_file_is_one_line_naming_it(tmp_path: Path, capsys) -> Non
 def test_a_big_trace_is_read_row_by_row_not_held_whole(tmp_path: Path) -> None:
     # the reader held the whole text and a dict per row besides the requests: a million-row gateway log
     # took gigabytes; now what stays is the requests (and the sort's list of them)
-    rows = 50_000
+    rows = 20_000
     path = tmp_path / "big.csv"
     with path.open("w") as handle:
         handle.write("timestamp,model,user,prompt_tokens,completion_tokens,total_tokens,status\n")
@@ -59,3 +60,26 @@ def test_a_big_trace_is_read_row_by_row_not_held_whole(tmp_path: Path) -> None:
     assert len(got) == rows
     # 850 bytes a row before (the text, a dict a row, the requests), 180 now (the requests, restarted at 0 s)
     assert peak < rows * 400, f"peak {peak / 1e6:.1f} MB for {rows} rows"
+
+
+SKIPPY = "timestamp,prompt_tokens,completion_tokens\n0,10,2\n60,,2\n120,-5,2\n180,10,0\n240,11,3\n300,11,3\n"
+SKIPPED = "3 of 6 rows skipped: 1 with zero tokens (failed requests), 1 with no token counts, 1 with negative"
+
+
+def test_fleet_size_warns_of_skipped_rows_on_stderr_not_in_its_json(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "gw.csv"
+    path.write_text(SKIPPY)
+    code = main(["size", "--model", "Qwen2.5-14B", "--trace", str(path), "--top", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["workload"]["trace_requests"] == 3
+    assert f"warning: {path}: {SKIPPED}" in " ".join(err.split())
+
+
+def test_fleet_simulate_warns_of_skipped_rows_once_before_the_run(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "gw.csv"
+    path.write_text(SKIPPY)
+    # a bad fault ends the command right after the workload is checked: the warning comes before any run
+    code = main(["simulate", "--workload", f"trace:{path}", "--hours", "1", "--fault", "bogus", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert " ".join(err.split()).count(SKIPPED) == 1
