@@ -181,6 +181,35 @@ def _warn_trace(spec: Any) -> None:
         )
 
 
+def _warn_trace_end(spec: Any, hours: float) -> None:
+    """A replay played once (``loop=false``) that ends before ``--hours`` leaves the rest of the run without
+    requests, while the fleet's floor goes on costing: the GPU-hours and cost grow with hours of nothing. Say
+    where the trace ends, once, on stderr."""
+    import math
+
+    from rich.markup import escape
+
+    from fleet.sim.workload import load_trace
+
+    if spec.kind == "servegen" or spec.params.get("loop", "true").lower() == "true":
+        return
+    trace = load_trace(spec.kind, spec.name)  # read already to bound the run
+    if not trace:
+        return
+    end_s = (trace[-1].arrival_s - trace[0].arrival_s) / float(spec.params.get("speed", "1"))
+    idle_s = hours * 3600.0 - end_s
+    if idle_s < 60.0:  # under a tick of the service: nothing to say
+        return
+    err_console.print(
+        f"[yellow]warning:[/] {escape(spec.kind)}:{escape(spec.name)} with loop=false ends at "
+        f"{end_s / 3600:.2f} h ({end_s:,.0f} s) of the {hours:g} h run: the last {idle_s / 3600:.2f} h "
+        "have no requests, and the fleet's GPU-hours and cost still count them (give --hours "
+        f"{math.ceil(end_s / 36) / 100:g} or drop loop=false)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _warn_tp(spec: Any, hardware: Any) -> None:
     """The world runs one engine over all of an instance's GPUs: a group that declares a smaller
     ``predictive.tp`` (several engines per instance) is simulated as something else than it runs."""
@@ -275,6 +304,7 @@ def simulate(
     except WorkloadError as exc:
         fail(f"--workload: {exc}")
     _warn_trace(spec)
+    _warn_trace_end(spec, hours)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)

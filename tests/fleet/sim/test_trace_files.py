@@ -83,3 +83,23 @@ def test_fleet_simulate_warns_of_skipped_rows_once_before_the_run(tmp_path: Path
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert " ".join(err.split()).count(SKIPPED) == 1
+
+
+def test_hours_past_the_end_of_a_trace_played_once_are_warned_of_once(tmp_path: Path, capsys) -> None:
+    # the run went on idle after the trace's last request, and its GPU-hours grew with nothing said
+    path = tmp_path / "gw.csv"
+    path.write_text("timestamp,prompt_tokens,completion_tokens\n0,10,2\n1800,11,3\n")
+    argv = ["simulate", "--workload", f"trace:{path},loop=false,speed=2", "--hours", "2", "--fault", "bogus"]
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    err = " ".join(err.split())
+    assert code == 2 and out == ""
+    assert (
+        err.count("with loop=false ends at 0.25 h (900 s) of the 2 h run: the last 1.75 h have no requests")
+        == 1
+    )
+    assert "--hours 0.25" in err
+    for quiet in (f"trace:{path},speed=2", f"trace:{path},loop=false,speed=2"):
+        hours = "2" if "loop" not in quiet else "0.25"
+        main(["simulate", "--workload", quiet, "--hours", hours, "--fault", "bogus", "--json"])
+        assert "ends at" not in capsys.readouterr().err
