@@ -74,6 +74,9 @@ def _json_line(source: str, number: int, line: str) -> object:
         raise TraceError(f"{source}: line {number}: nested too deeply to be a trace row") from None
 
 
+_HEADER_AGAIN = object()  # what _rows gives for a CSV row that repeats the header
+
+
 # Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read
 def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
     """The rows one at a time, as the lines come (a file of a million rows is never held whole)."""
@@ -93,7 +96,7 @@ def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
             if not values:
                 continue
             # a header again: logs exported in parts and joined with cat carry one per part
-            yield None if values == header else dict(zip(header, values, strict=False))
+            yield _HEADER_AGAIN if values == header else dict(zip(header, values, strict=False))
     except csv.Error as exc:
         raise TraceError(f"{source}: cannot parse the trace ({exc})") from None
 
@@ -189,6 +192,8 @@ def _columns(
     read: list[Any] = []
     for row in rows:
         read.append(row)
+        if row is _HEADER_AGAIN:
+            continue
         if not isinstance(row, dict):
             break
         found = [_find(row, keys, json_text) for keys in (_TIME_KEYS, _PROMPT_KEYS, _OUTPUT_KEYS)]
@@ -285,8 +290,8 @@ def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
     time: the shell hands over an open file, plain or gzip, and only the requests are kept."""
     rows = _rows(lines, source, jsonl=jsonl)
     first = next(rows, None)
-    while first is None and not jsonl:  # a header repeated before any row: skip to the first row
-        first = next(rows, _END)
+    while first is _HEADER_AGAIN:  # a header repeated before any row: skip to the first row
+        first = next(rows, None)
     if not isinstance(first, dict):
         raise TraceError(f"{source}: the trace has no request rows")
     shares = _PrefixShare() if jsonl else None
@@ -298,9 +303,6 @@ def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
         note = _skipped_note(seen, skipped)
         raise TraceError(f"{source}: fewer than two usable requests" + (f" ({note})" if note else ""))
     return TraceRead(out, shares.value() if shares is not None else None, seen, skipped)
-
-
-_END = object()
 
 
 def _requests(
@@ -318,7 +320,7 @@ def _requests(
     seen = 0
     for n, row in enumerate(itertools.chain(read, rows), start=2):
         seen += 1
-        if row is None:
+        if row is _HEADER_AGAIN:
             skips[HEADER_AGAIN] = skips.get(HEADER_AGAIN, 0) + 1
             continue
         if not isinstance(row, dict):

@@ -281,3 +281,9 @@ def test_skipped_rows_are_counted_by_reason_not_dropped_silently() -> None:
 def test_a_log_that_cannot_be_read_right_is_one_line_naming_the_problem(text: str, message: str) -> None:
     with pytest.raises(TraceError, match="^gw.csv: " + re.escape(message)):
         parse_columns(text, "gw.csv", jsonl=False)
+
+
+def test_a_json_null_line_is_refused_not_taken_for_a_repeated_header() -> None:
+    rows = '{"timestamp": 0, "input_length": 1, "output_length": 1}\nnull\n'
+    with pytest.raises(TraceError, match="^m.jsonl: row 3: not an object of named fields$"):
+        parse_columns(rows, "m.jsonl", jsonl=True)

@@ -103,3 +103,32 @@ def test_hours_past_the_end_of_a_trace_played_once_are_warned_of_once(tmp_path: 
         hours = "2" if "loop" not in quiet else "0.25"
         main(["simulate", "--workload", quiet, "--hours", hours, "--fault", "bogus", "--json"])
         assert "ends at" not in capsys.readouterr().err
+
+
+# The published traces' shapes and the ways files come: each must give these three requests.
+SHAPES = {
+    "burstgpt.csv": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,9,0,9,Conversation log\n"
+    "7,GPT-4,50,10,60,Conversation log\n9,GPT-4,30,5,35,Conversation log\n",
+    "azure.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0000000,100,20\n"
+    "2023-11-16 18:15:48.0000000,50,10\n2023-11-16 18:15:50.0000000,30,5",
+    "mooncake.jsonl": '{"timestamp": 0, "input_length": 100, "output_length": 20, "hash_ids": [0]}\n'
+    '{"timestamp": 2000, "input_length": 50, "output_length": 10, "hash_ids": [1]}\n'
+    '{"timestamp": 4000, "input_length": 30, "output_length": 5, "hash_ids": [2]}\n',
+    "crlf.csv": "time,input_tokens,output_tokens\r\n0,100,20\r\n2,50,10\r\n4,30,5\r\n",
+    "unsorted.csv": "time,input_tokens,output_tokens\n4,30,5\n0,100,20\n2,50,10\n",
+    "iso-t-zone.csv": "time,input_tokens,output_tokens\n2024-12-06T10:00:00+08:00,100,20\n"
+    "2024-12-06T02:00:02Z,50,10\n2024-12-06T10:00:04+08:00,30,5\n",
+    "iso-space.csv": "time,input_tokens,output_tokens\n2024-12-06 10:00:00,100,20\n"
+    "2024-12-06 10:00:02,50,10\n2024-12-06 10:00:04,30,5\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("packed", [False, True])
+def test_published_shapes_read_the_same_plain_or_gzip(tmp_path: Path, name: str, packed: bool) -> None:
+    path = tmp_path / (name + (".gz" if packed else ""))
+    data = SHAPES[name].encode()
+    path.write_bytes(gzip.compress(data) if packed else data)
+    got = [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in load_columns(path)]
+    assert got == [(0.0, 100, 20), (2.0, 50, 10), (4.0, 30, 5)]
