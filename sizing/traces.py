@@ -82,9 +82,17 @@ def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
     """The rows one at a time, as the lines come (a file of a million rows is never held whole)."""
     lines = _without_bom(lines)
     if jsonl:
+        first = True
         for n, line in enumerate(lines, start=1):
-            if line.strip():
-                yield _json_line(source, n, line)
+            if not line.strip():
+                continue
+            if first and line.lstrip().startswith("["):  # a JSON array, pretty-printed or on one line
+                raise TraceError(
+                    f"{source}: holds a JSON array, not JSON lines (one object a line): "
+                    "convert it with jq -c '.[]'"
+                )
+            first = False
+            yield _json_line(source, n, line)
         return
     try:
         reader = csv.reader(lines)

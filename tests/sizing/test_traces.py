@@ -287,3 +287,16 @@ def test_a_json_null_line_is_refused_not_taken_for_a_repeated_header() -> None:
     rows = '{"timestamp": 0, "input_length": 1, "output_length": 1}\nnull\n'
     with pytest.raises(TraceError, match="^m.jsonl: row 3: not an object of named fields$"):
         parse_columns(rows, "m.jsonl", jsonl=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"timestamp": 0, "input_length": 1, "output_length": 1}]\n',
+        '[\n  {"timestamp": 0, "input_length": 1, "output_length": 1}\n]\n',
+    ],
+)
+def test_a_json_array_export_is_named_as_one(text: str) -> None:
+    # read as JSON lines it was "the trace has no request rows" or "line 1: not valid JSON"
+    with pytest.raises(TraceError, match=r"^log.json: holds a JSON array, not JSON lines"):
+        parse_columns(text, "log.json", jsonl=True)
