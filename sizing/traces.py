@@ -86,13 +86,16 @@ def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
         for n, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            if first and line.lstrip().startswith("["):  # a JSON array, pretty-printed or on one line
+            # a JSON array, pretty-printed ("[" alone on the first line) or on one line
+            array = first and line.strip() == "["
+            value = None if array else _json_line(source, n, line)
+            if array or (first and isinstance(value, list)):
                 raise TraceError(
                     f"{source}: holds a JSON array, not JSON lines (one object a line): "
                     "convert it with jq -c '.[]'"
                 )
             first = False
-            yield _json_line(source, n, line)
+            yield value
         return
     try:
         reader = csv.reader(lines)
