@@ -8,6 +8,7 @@ import logging
 import textwrap
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from fleet.cloud.clients import make_clients
@@ -27,6 +28,21 @@ ASG = Identity("asg-chat", "", "cn-chengdu")
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test-ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret-value"}
 FAST = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter=False, sleep=lambda s: None)
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def any_store(database_url):
+    """The store on each database the suite runs (SQLite, and PostgreSQL where it answers)."""
+    store = open_store(database_url)
+    yield store
+    store.close()
 
 
 def _rows(store: Store, group: str) -> int:
@@ -50,116 +66,82 @@ def _adopt(store: Store, group: str, configured: set[str], identity: Identity = 
         )
 
 
-def test_a_renamed_group_takes_over_the_demand_forecasts_and_capacity_memory_of_its_former_name(database_url):
-    store = open_store(database_url)
-    try:
-        _seed(store, "chat")
-        done = _adopt(store, "chat-v2", {"chat-v2"})
-        assert done is not None and done.former == "chat"
-        assert done.rows == {"demand_samples": 3, "forecasts": 1, "capacity_memory": 1}
-        assert _rows(store, "chat-v2") == 3 and _rows(store, "chat") == 0
-        assert cs.load_memory(store, "chat-v2").rung == 1
-        assert cs.load_memory(store, "chat") == CapacityMemory()
-        assert "adopted 3 demand minutes, 1 forecasts, its capacity memory of chat" in done.describe()
-    finally:
-        store.close()
+def test_a_renamed_group_takes_over_the_demand_forecasts_and_capacity_memory_of_its_former_name(any_store):
+    _seed(any_store, "chat")
+    done = _adopt(any_store, "chat-v2", {"chat-v2"})
+    assert done is not None and done.former == "chat"
+    assert done.rows == {"demand_samples": 3, "forecasts": 1, "capacity_memory": 1}
+    assert _rows(any_store, "chat-v2") == 3 and _rows(any_store, "chat") == 0
+    assert cs.load_memory(any_store, "chat-v2").rung == 1
+    assert cs.load_memory(any_store, "chat") == CapacityMemory()
+    assert "adopted 3 demand minutes, 1 forecasts, its capacity memory of chat" in done.describe()
 
 
-def test_nothing_is_merged_into_a_group_that_has_rows_of_its_own(database_url):
-    store = open_store(database_url)
-    try:
-        _seed(store, "chat")
-        DemandLog(store, {}).write("chat-v2", [DemandReading(T0, 1.0)])
-        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
-        assert _rows(store, "chat") == 3 and _rows(store, "chat-v2") == 1
-    finally:
-        store.close()
+def test_nothing_is_merged_into_a_group_that_has_rows_of_its_own(any_store):
+    _seed(any_store, "chat")
+    DemandLog(any_store, {}).write("chat-v2", [DemandReading(T0, 1.0)])
+    assert _adopt(any_store, "chat-v2", {"chat-v2"}) is None
+    assert _rows(any_store, "chat") == 3 and _rows(any_store, "chat-v2") == 1
 
 
-def test_a_former_name_still_configured_keeps_its_rows(database_url):
-    store = open_store(database_url)
-    try:
-        _seed(store, "chat")
-        assert _adopt(store, "chat-v2", {"chat", "chat-v2"}) is None
-        assert _rows(store, "chat") == 3 and _rows(store, "chat-v2") == 0
-    finally:
-        store.close()
+def test_a_former_name_still_configured_keeps_its_rows(any_store):
+    _seed(any_store, "chat")
+    assert _adopt(any_store, "chat-v2", {"chat", "chat-v2"}) is None
+    assert _rows(any_store, "chat") == 3 and _rows(any_store, "chat-v2") == 0
 
 
-def test_a_name_of_another_scaling_group_account_or_region_is_not_taken_over(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        _seed(store, "other-id", Identity("asg-other", "", "cn-chengdu"))
-        _seed(store, "other-region", Identity("asg-chat", "", "cn-beijing"))
-        _seed(store, "other-account", Identity("asg-chat", "prod", "cn-chengdu"))
-        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
-        assert _rows(store, "chat-v2") == 0
-    finally:
-        store.close()
+def test_a_name_of_another_scaling_group_account_or_region_is_not_taken_over(store):
+    _seed(store, "other-id", Identity("asg-other", "", "cn-chengdu"))
+    _seed(store, "other-region", Identity("asg-chat", "", "cn-beijing"))
+    _seed(store, "other-account", Identity("asg-chat", "prod", "cn-chengdu"))
+    assert _adopt(store, "chat-v2", {"chat-v2"}) is None
+    assert _rows(store, "chat-v2") == 0
 
 
-def test_two_former_names_of_one_scaling_group_with_rows_are_left_alone(tmp_path):
+def test_two_former_names_of_one_scaling_group_with_rows_are_left_alone(store):
     # which one was meant cannot be told: neither is taken
-    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        _seed(store, "chat")
-        _seed(store, "chat-old")
-        assert _adopt(store, "chat-v2", {"chat-v2"}) is None
-        assert _rows(store, "chat") == 3 and _rows(store, "chat-old") == 3
-    finally:
-        store.close()
+    _seed(store, "chat")
+    _seed(store, "chat-old")
+    assert _adopt(store, "chat-v2", {"chat-v2"}) is None
+    assert _rows(store, "chat") == 3 and _rows(store, "chat-old") == 3
 
 
-def test_the_learned_forecast_state_moves_and_the_former_names_is_reset(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        _seed(store, "chat")
-        learned = ForecastState(correction=0.8, ratios=[1.1, 0.9])
-        held = GroupHistory(forecast=learned, last_target=4)
-        store.save_history(History(groups={"chat": held}).model_dump(mode="json"), T0, 1)
-        done = _adopt(store, "chat-v2", {"chat-v2"})
-        assert done is not None and done.learned
-        saved = History.model_validate(store.load_history())
-        assert saved.groups["chat-v2"].forecast == learned
-        assert saved.groups["chat"].forecast == ForecastState()
-        assert saved.groups["chat"].last_target == 4  # the rest stays (incidents go by their instances)
-    finally:
-        store.close()
+def test_the_learned_forecast_state_moves_and_the_former_names_is_reset(store):
+    _seed(store, "chat")
+    learned = ForecastState(correction=0.8, ratios=[1.1, 0.9])
+    held = GroupHistory(forecast=learned, last_target=4)
+    store.save_history(History(groups={"chat": held}).model_dump(mode="json"), T0, 1)
+    done = _adopt(store, "chat-v2", {"chat-v2"})
+    assert done is not None and done.learned
+    saved = History.model_validate(store.load_history())
+    assert saved.groups["chat-v2"].forecast == learned
+    assert saved.groups["chat"].forecast == ForecastState()
+    assert saved.groups["chat"].last_target == 4  # the rest stays (incidents go by their instances)
 
 
-def test_the_learned_state_of_a_former_name_in_another_shard_is_copied_and_left_to_its_leader(tmp_path):
+def test_the_learned_state_of_a_former_name_in_another_shard_is_copied_and_left_to_its_leader(store):
     # another shard's history is written by that shard's leader only: copied from, never rewritten
-    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        _seed(store, "chat")
-        learned = ForecastState(correction=0.8)
-        old = History(groups={"chat": GroupHistory(forecast=learned)}).model_dump(mode="json")
-        store.save_history(old, T0, 1, key="fleet#shard-a")
-        with store.begin() as conn:
-            keys = {"chat": "fleet#shard-a", "chat-v2": "fleet#shard-b"}
-            done = adopt(store, "chat-v2", ASG, {"chat-v2"}, conn, history_key=keys.get, now=T0, epoch=2)
-        assert done is not None and done.learned
-        assert (
-            History.model_validate(store.load_history("fleet#shard-b")).groups["chat-v2"].forecast == learned
-        )
-        assert store.load_history("fleet#shard-a") == old
-    finally:
-        store.close()
+    _seed(store, "chat")
+    learned = ForecastState(correction=0.8)
+    old = History(groups={"chat": GroupHistory(forecast=learned)}).model_dump(mode="json")
+    store.save_history(old, T0, 1, key="fleet#shard-a")
+    with store.begin() as conn:
+        keys = {"chat": "fleet#shard-a", "chat-v2": "fleet#shard-b"}
+        done = adopt(store, "chat-v2", ASG, {"chat-v2"}, conn, history_key=keys.get, now=T0, epoch=2)
+    assert done is not None and done.learned
+    assert History.model_validate(store.load_history("fleet#shard-b")).groups["chat-v2"].forecast == learned
+    assert store.load_history("fleet#shard-a") == old
 
 
-def test_a_renamed_group_with_learned_state_of_its_own_keeps_it(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        _seed(store, "chat")
-        own = GroupHistory(forecast=ForecastState(correction=1.2))
-        groups = {"chat": GroupHistory(forecast=ForecastState(correction=0.8)), "chat-v2": own}
-        store.save_history(History(groups=groups).model_dump(mode="json"), T0, 1)
-        done = _adopt(store, "chat-v2", {"chat-v2"})
-        assert done is not None and not done.learned  # the rows move; the learned state is not merged
-        saved = History.model_validate(store.load_history())
-        assert saved.groups["chat-v2"] == own and saved.groups["chat"].forecast.correction == 0.8
-    finally:
-        store.close()
+def test_a_renamed_group_with_learned_state_of_its_own_keeps_it(store):
+    _seed(store, "chat")
+    own = GroupHistory(forecast=ForecastState(correction=1.2))
+    groups = {"chat": GroupHistory(forecast=ForecastState(correction=0.8)), "chat-v2": own}
+    store.save_history(History(groups=groups).model_dump(mode="json"), T0, 1)
+    done = _adopt(store, "chat-v2", {"chat-v2"})
+    assert done is not None and not done.learned  # the rows move; the learned state is not merged
+    saved = History.model_validate(store.load_history())
+    assert saved.groups["chat-v2"] == own and saved.groups["chat"].forecast.correction == 0.8
 
 
 def test_a_store_at_the_previous_revision_migrates_with_its_rows_and_then_follows_a_rename(database_url):
