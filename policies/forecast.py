@@ -275,6 +275,21 @@ def _week_share(idx: _Index, at_s: float, zone: ZoneInfo | None) -> float:
     return _share(sum(day), sum(week))
 
 
+def hour_of(at: datetime) -> int:
+    """The hour holding ``at`` (hours since the epoch): what ``week_share`` is a property of."""
+    return math.floor(at.timestamp() / 3600.0)
+
+
+def week_share(series: DemandSeries | None, at: datetime, zone: ZoneInfo | None = None) -> float:
+    """The week-ago reference's share of the seasonal part for the hour holding ``at``, judged at the hour's
+    middle as ``hourly`` judges each coming hour (``_week_share``). It reads only hours at least half a day
+    old, so it is the same all hour long: the service works it out once an hour (``DemandInputs.week_share``)
+    rather than every tick, where it was most of what a forecast cost."""
+    if series is None or not series.rps:
+        return WEEK_SHARE
+    return _week_share(_Index(series), hour_of(at) * 3600.0 + 1800.0, zone)
+
+
 def _shape_errors(pairs: list[tuple[float, float]]) -> list[float]:
     """The absolute error of each (actual, reference) pair's reference rescaled to the actuals' total, as the
     seasonal predictor rescales its reference to today's level: what is left is the difference in shape (a
@@ -375,9 +390,11 @@ def forecast(
     state: ForecastState,
     step_s: float = 60.0,
     zone: ZoneInfo | None = None,
+    share: float | None = None,
 ) -> Forecast:
     """Demand over the next ``horizon_s`` from ``series`` (history up to ``now``); ``zone``: the clock whose
-    yesterday and last week the seasonal part reads (``lag_s``)."""
+    yesterday and last week the seasonal part reads (``lag_s``); ``share``: ``week_share`` of this hour where
+    the caller has it, else worked out here."""
     if series is None or not series.rps:
         return Forecast(Method.NONE, None, 0.0, 0.0, 0.0, 0.0, ())
     idx = _Index(series)
@@ -389,7 +406,8 @@ def forecast(
     seasonal_used = False
     steps = max(1, math.ceil(horizon_s / step_s))
     lags = (lag_s(now_s, 1, zone), lag_s(now_s, 7, zone))
-    share = _week_share(idx, now_s, zone)
+    if share is None:
+        share = _week_share(idx, hour_of(now) * 3600.0 + 1800.0, zone)
     for k in range(1, steps + 1):
         ahead = min(horizon_s, k * step_s)
         value, used = _blend(idx, now_s, ahead, level, slope, lags, share)

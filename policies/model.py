@@ -303,6 +303,15 @@ class DemandInputs(_Model):
             " period): what the demand now is sized on; None: this tick's sum of the instances' rates"
         ),
     )
+    week_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description=(
+            "the week-ago reference's share of the seasonal forecast for this hour (policies.forecast."
+            "week_share), worked out once an hour by the shell; None: the policy works it out"
+        ),
+    )
     in_service: list[tuple[float, float]] = Field(
         default_factory=list,
         description=(

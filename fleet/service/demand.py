@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from fleet.service.store import Store, demand_samples, forecasts
+from policies import forecast as fc
 from policies import metrics as pm
 from policies.model import DemandSeries, GroupHistory, MetricSample
 
@@ -112,7 +114,7 @@ def read_demand(
         newest = rate.at if newest is None or rate.at > newest else newest
         for name, pairs in mix.items():
             tok = m.get(name)
-            if tok is None or not _fresh(tok, now, stale_after_s):
+            if tok is None or not _fresh(tok, now, max(stale_after_s, pm.MIX_STALE_S)):
                 continue
             if max_tokens is not None and tok.value > max_tokens:
                 refused.append(iid)
@@ -176,6 +178,7 @@ class _GroupLog:
     as_of: datetime | None = None  # the newest rate point of the last reading recorded
     held: DemandReading | None = None  # a reading far above capacity, waiting for the next one to confirm it
     surge: bool = False  # readings above the ceiling confirmed and not yet below it: counted as they come
+    share: tuple[int, float] | None = None  # (hour, the forecast's week share for it)
 
     def put(self, minute: datetime, rps: float) -> None:
         self.rps[minute] = rps
@@ -389,6 +392,16 @@ class DemandLog:
                 rps[i] = sum(glog.open.rps) / len(glog.open.rps)
         # built here from floats and None only: no validation needed (model_construct skips it)
         return DemandSeries.model_construct(start=first, step_s=STEP_S, rps=rps)
+
+    def week_share(self, group: str, now: datetime, zone: ZoneInfo | None) -> float:
+        """The forecast's week-ago share for the hour holding ``now`` (``policies.forecast.week_share``),
+        worked out at the hour's first tick and kept for the rest of it: it reads only hours at least half a
+        day old (a minute written that far back meanwhile, by ``write``, waits for the next hour)."""
+        glog = self._log(group, now)
+        hour = fc.hour_of(now)
+        if glog.share is None or glog.share[0] != hour:
+            glog.share = (hour, fc.week_share(self.series(group, now), now, zone))
+        return glog.share[1]
 
     def _refresh(
         self, glog: _GroupLog, start: datetime, end: datetime

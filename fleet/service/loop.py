@@ -459,7 +459,9 @@ class Service:
                 if i.created_at is not None and 0 <= (now - i.created_at).total_seconds() < load_s + stale_s
             ]
             ids = [i.instance_id for i in in_service]
-            context = self._context.setdefault(spec.name, served_context(spec))
+            if spec.name not in self._context:
+                self._context[spec.name] = served_context(spec)
+            context = self._context[spec.name]
             reading = read_group_demand(ids, g.metrics, now, stale_s, loading, context)
             self._note_refused_mix(spec.name, reading, context)
             if reading is not None:
@@ -474,6 +476,7 @@ class Service:
             gs.demand = DemandInputs.model_validate(
                 {
                     "history": self.demand.series(spec.name, now),
+                    "week_share": self.demand.week_share(spec.name, now, spec.predictive.seasonal_zone),
                     "recent_rps": self.demand.recent(spec.name, now),
                     **fields,
                 }

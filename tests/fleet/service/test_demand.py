@@ -348,3 +348,36 @@ def test_a_token_mean_longer_than_any_request_the_group_serves_is_left_out_of_th
     assert r.refused_mix == ("c",)
     unbounded = read_demand(["a", "b", "c"], metrics, NOW, 120)
     assert unbounded is not None and unbounded.prompt_tokens == (4 * 1000 + 50_000) / 5
+
+
+def test_the_forecasts_week_share_is_worked_out_once_an_hour_and_is_the_policys_own(tmp_path, monkeypatch):
+    """The week share reads only hours at least half a day old: the service works it out at an hour's first
+    tick and keeps it (``DemandLog.week_share``), and the forecast given it is the one that works it out."""
+    from policies import forecast as fc
+
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        start = NOW - timedelta(days=9)
+        # weekdays busy, weekends quiet: the week ago speaks for more than its 35 %
+        rows = [
+            DemandReading(
+                start + timedelta(minutes=k),
+                2.0 if (start + timedelta(minutes=k)).weekday() >= 5 else 10.0 + (k % 7),
+            )
+            for k in range(9 * 1440)
+        ]
+        log = DemandLog(store, {"chat": 9 * 86400})
+        log.write("chat", rows)
+        calls = []
+        real = fc._week_share
+        monkeypatch.setattr(fc, "_week_share", lambda *a: calls.append(a) or real(*a))
+        ticks = [NOW + timedelta(seconds=15 * k) for k in range(8 * 60)]  # two hours of 15 s ticks
+        shares = {t: log.week_share("chat", t, None) for t in ticks}
+        assert len(calls) == len({fc.hour_of(t) for t in ticks}) == 3  # 02:00, 03:00 and 04:00
+        for t in (ticks[0], ticks[-1]):
+            series = log.series("chat", t)
+            assert shares[t] == fc.week_share(series, t)
+            given = fc.forecast(series, t, 300.0, ForecastState(), share=shares[t])
+            assert given == fc.forecast(series, t, 300.0, ForecastState())
+    finally:
+        store.close()
