@@ -184,7 +184,27 @@ class ModelShape:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0
-    # State-space (Mamba) layers of another family (Jamba, Nemotron-H, Falcon-H1, Granite 4): not modelled
+    # State-space (Mamba) layers (Nemotron-H, Granite 4.0-H and Falcon-H1's Mamba2, Jamba's Mamba1): a
+    # fixed state per sequence, the convolution's last kernel - 1 inputs and the SSM state (vLLM's
+    # mamba2_state_shape, mamba1_state_shape), instead of a KV cache. Mamba2: ``mamba_heads`` heads of
+    # ``mamba_head_dim`` in ``mamba_groups`` groups; Mamba1: ``mamba_dt_rank``. ``attention_layers`` counts
+    # the attention layers where they are not the rest of the layers (Nemotron-H's MLP-only blocks,
+    # Falcon-H1's attention beside Mamba on every layer), ``mlp_layers`` the layers with an MLP where not
+    # all have one (Nemotron-H), 0 otherwise.
+    mamba_layers: int = 0
+    mamba_version: int = 0  # 1 or 2
+    mamba_inner: int = 0  # the mixer's intermediate width (d_inner)
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_groups: int = 0
+    mamba_d_state: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_dt_rank: int = 0
+    attention_layers: int = 0
+    mlp_layers: int = 0
+    mlp_gated: bool = True  # False: up and down projections only (Nemotron-H's squared ReLU)
+    # State-space or lightning-attention layers of a variant not modelled (a Nemotron-H with MoE blocks, a
+    # pure Mamba model, MiniMax): every layer sized as attention, with a warning
     state_space: bool = False
     quantization: str | None = None  # from config.json quantization_config (awq, gptq, fp8, int8, mxfp4)
     # vLLM refuses float16 for this architecture (_FLOAT16_NOT_SUPPORTED_MODELS: Gemma 2 and 3, GLM-4,
@@ -232,10 +252,43 @@ class ModelShape:
         return inp + self.linear_conv_dim * self.linear_conv_kernel + value * self.hidden
 
     @property
+    def full_attention_layers(self) -> int:
+        """Layers that attend over the whole context (a KV cache), beside the linear or Mamba ones."""
+        return self.attention_layers or self.layers - self.linear_layers - self.mamba_layers
+
+    @property
+    def state_layers(self) -> int:
+        """Layers that keep a fixed recurrent state per sequence (linear attention or Mamba)."""
+        return self.linear_layers + self.mamba_layers
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of a Mamba layer's short convolution: x (and Mamba2's B and C of every group)."""
+        if self.mamba_version == 1:
+            return self.mamba_inner
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_d_state
+
+    @property
+    def mamba_params_per_layer(self) -> int:
+        """A Mamba layer's weights as vLLM's mixers hold them. Mamba2 (MambaMixer2): in_proj to z, x, B, C
+        and dt; the convolution and its bias; dt_bias, A and D per head; the gated norm; out_proj. Mamba1
+        (MambaMixer): in_proj to x and z; the convolution; x_proj to dt, B and C; dt_proj; A and D per
+        channel; Jamba's dt/B/C norms; out_proj."""
+        inner, hidden, conv = self.mamba_inner, self.hidden, self.mamba_conv_dim
+        conv_weights = conv * self.mamba_conv_kernel + conv
+        if self.mamba_version == 1:
+            rank, state = self.mamba_dt_rank, self.mamba_d_state
+            inp = hidden * 2 * inner + inner * (rank + 2 * state) + rank * inner + inner
+            return inp + conv_weights + inner * state + inner + (rank + 2 * state) + inner * hidden
+        inp = hidden * (inner + conv + self.mamba_heads)
+        return inp + conv_weights + 3 * self.mamba_heads + inner + inner * hidden
+
+    @property
     def _attention_params(self) -> int:
-        """Every layer's attention (or linear-attention) weights."""
-        full = (self.layers - self.linear_layers) * self.attention_params_per_layer
-        return full + self.linear_layers * self.linear_attention_params_per_layer
+        """Every layer's attention (or linear-attention, or Mamba) weights."""
+        full = self.full_attention_layers * self.attention_params_per_layer
+        mamba = self.mamba_layers * self.mamba_params_per_layer if self.mamba_layers else 0
+        return full + self.linear_layers * self.linear_attention_params_per_layer + mamba
 
     @property
     def attention_params_per_layer(self) -> int:
@@ -265,7 +318,7 @@ class ModelShape:
         """MLP weights every token reads: the dense MLP, or a MoE's router and shared expert."""
         if self.experts:
             return self.hidden * self.experts + 3 * self.hidden * self.shared_expert_intermediate
-        return 3 * self.hidden * self.intermediate
+        return (3 if self.mlp_gated else 2) * self.hidden * self.intermediate
 
     @property
     def expert_params(self) -> int:
@@ -276,7 +329,7 @@ class ModelShape:
     def _always_read_mlp_params(self) -> int:
         """MLP weights every token reads in the whole model: the dense MLPs, routers and shared experts."""
         if not self.experts:
-            return self.layers * self.dense_mlp_params_per_layer
+            return (self.mlp_layers or self.layers) * self.dense_mlp_params_per_layer
         leading = self.dense_layers * 3 * self.hidden * self.intermediate
         return leading + self.moe_layers * self.dense_mlp_params_per_layer
 
@@ -287,7 +340,9 @@ class ModelShape:
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.layers + 1) * self.hidden
+        """Two norms a layer and the final one; one a block where a layer is one mixer or one MLP
+        (Nemotron-H)."""
+        return ((1 if self.mlp_layers else 2) * self.layers + 1) * self.hidden
 
     @property
     def linear_params(self) -> int:
@@ -352,6 +407,18 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         linear_key_head_dim=int(row.get("linear_key_head_dim", 0)),
         linear_value_head_dim=int(row.get("linear_value_head_dim", 0)),
         linear_conv_kernel=int(row.get("linear_conv_kernel", 0)),
+        mamba_layers=int(row.get("mamba_layers", 0)),
+        mamba_version=int(row.get("mamba_version", 0)),
+        mamba_inner=int(row.get("mamba_inner", 0)),
+        mamba_heads=int(row.get("mamba_heads", 0)),
+        mamba_head_dim=int(row.get("mamba_head_dim", 0)),
+        mamba_groups=int(row.get("mamba_groups", 0)),
+        mamba_d_state=int(row.get("mamba_d_state", 0)),
+        mamba_conv_kernel=int(row.get("mamba_conv_kernel", 0)),
+        mamba_dt_rank=int(row.get("mamba_dt_rank", 0)),
+        attention_layers=int(row.get("attention_layers", 0)),
+        mlp_layers=int(row.get("mlp_layers", 0)),
+        mlp_gated=bool(row.get("mlp_gated", True)),
         vision_params=int(row.get("vision_params", 0)),
         kv_lora_rank=int(row.get("kv_lora_rank", 0)),
         q_lora_rank=int(row.get("q_lora_rank", 0)),
@@ -460,7 +527,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     kv_heads = pick("num_key_value_heads", "multi_query_group_num", required=False, default=heads)
     if cfg.get("multi_query_attention") is False:
         kv_heads = heads
-    head_dim = pick("head_dim", "kv_channels", required=False, default=hidden // heads)
+    head_dim = pick("head_dim", "attention_head_dim", "kv_channels", required=False, default=hidden // heads)
     intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
@@ -471,6 +538,10 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     linear = _linear_attention(cfg, name, layers, pick)
+    mamba = _mamba(cfg, name, layers, hidden, pick)
+    if str(cfg.get("model_type", "")) == "granitemoehybrid" and not cfg.get("num_local_experts"):
+        # Granite 4.0's dense models: the MLP is the "shared" one, as wide as shared_intermediate_size
+        intermediate = pick("shared_intermediate_size", required=False, default=intermediate)
     window, sliding = _local_attention(cfg, name, layers, max_position)
     if kv_lora:
         head_dim = qk_nope + qk_rope  # a query head's width (DeepSeek's config has no head_dim)
@@ -522,7 +593,8 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         linear_key_head_dim=linear[3],
         linear_value_head_dim=linear[4],
         linear_conv_kernel=linear[5],
-        state_space=_state_space(cfg),
+        state_space=_state_space(cfg) if mamba is None else False,
+        **(mamba or {}),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
         qk_nope_head_dim=qk_nope,
@@ -554,11 +626,14 @@ def _moe_widths(
 ) -> tuple[int, int, int, int]:
     """(experts, routed expert width, shared experts' width, dense MLP width) of a config.json; a dense
     model's first three are 0."""
-    experts = pick("num_local_experts", "num_experts", "n_routed_experts", required=False, default=0)
+    # a dense model of a MoE family may say 0 experts (Granite 4.0's dense models: num_local_experts 0)
+    keys = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not False]
+    keys = [k for k in keys if not (isinstance(cfg.get(k), int) and cfg.get(k) == 0)]
+    experts = pick(*keys, required=False, default=0) if keys else 0
     if not experts:
         return 0, 0, 0, intermediate
     moe_intermediate = pick("moe_intermediate_size", required=False, default=intermediate)
-    shared = pick("shared_expert_intermediate_size", required=False, default=0)
+    shared = pick("shared_expert_intermediate_size", "shared_intermediate_size", required=False, default=0)
     if not shared:  # DeepSeek counts its shared experts, each as wide as a routed one
         shared = pick("n_shared_experts", required=False, default=0) * moe_intermediate
     if str(cfg.get("model_type", "")).startswith("llama4"):
@@ -795,6 +870,118 @@ def _state_space(cfg: dict[str, Any]) -> bool:
     attn = cfg.get("attn_type_list")  # MiniMax: 0 marks a lightning (linear) attention layer
     lightning = isinstance(attn, list) and 0 in attn
     return named or lightning or any(cfg.get(k) for k in _SSM_KEYS)
+
+
+# Nemotron-H's block kinds: hybrid_override_pattern's characters, or layers_block_type's names
+_NEMOTRON_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_blocks(cfg: dict[str, Any], name: str, layers: int) -> str | None:
+    """A Nemotron-H config.json's blocks, one character a layer (M Mamba2, * attention, - MLP, E MoE), from
+    ``hybrid_override_pattern`` or ``layers_block_type``; None for another model."""
+    pattern = cfg.get("hybrid_override_pattern")
+    listed = cfg.get("layers_block_type")
+    if isinstance(pattern, str):
+        blocks = pattern
+    elif str(cfg.get("model_type", "")) == "nemotron_h" and isinstance(listed, list):
+        blocks = "".join(_NEMOTRON_BLOCKS.get(str(t), "?") for t in listed)
+    else:
+        return None
+    if len(blocks) != layers or set(blocks) - set("M*-E"):
+        raise SizingInputError(
+            f"{name}: config.json hybrid_override_pattern / layers_block_type must name one block a layer "
+            "(M, *, - or E; mamba, attention, mlp or moe)"
+        )
+    return blocks
+
+
+def _mamba(
+    cfg: dict[str, Any], name: str, layers: int, hidden: int, pick: Callable[..., Any]
+) -> dict[str, Any] | None:
+    """The Mamba layers of a state-space hybrid vLLM runs with its hybrid KV cache manager, as ModelShape
+    fields, from each family's own config.json names (vLLM's ``get_mamba_state_shape_from_config``):
+
+    * Nemotron-H (``hybrid_override_pattern``): Mamba2 blocks (M), attention blocks (*) and MLP blocks (-),
+      ``mamba_num_heads`` x ``mamba_head_dim`` wide, ``n_groups``, ``ssm_state_size``, ``conv_kernel``;
+    * Granite 4.0-H (``granitemoehybrid``): ``layer_types`` mamba or attention, every layer with its MLP;
+      ``mamba_expand`` x hidden wide, ``mamba_n_heads``, ``mamba_d_head``, ``mamba_n_groups``,
+      ``mamba_d_state``, ``mamba_d_conv``;
+    * Falcon-H1 (``falcon_h1``): attention and Mamba2 side by side on every layer, ``mamba_d_ssm`` (else
+      ``mamba_expand`` x hidden) wide, the Granite names otherwise;
+    * Jamba (``jamba``): attention on every ``attn_layer_period``-th layer from ``attn_layer_offset``, Mamba1
+      on the others, ``mamba_expand`` x hidden wide, ``mamba_d_state``, ``mamba_d_conv``, ``mamba_dt_rank``.
+
+    {} for a config of such a family without Mamba layers (Granite 4.0 Micro); None for any other model, and
+    for a variant not modelled (Nemotron-H with MoE blocks, a model without attention layers): it keeps
+    ``state_space``'s warning."""
+    model_type = str(cfg.get("model_type", ""))
+    blocks = _nemotron_blocks(cfg, name, layers)
+    if blocks is not None:
+        if "E" in blocks or not blocks.count("M") or not blocks.count("*"):
+            return None
+        heads, head_dim = pick("mamba_num_heads"), pick("mamba_head_dim")
+        return {
+            "mamba_layers": blocks.count("M"),
+            "attention_layers": blocks.count("*"),
+            "mlp_layers": blocks.count("-"),
+            "mlp_gated": False,
+            "mamba_version": 2,
+            "mamba_inner": heads * head_dim,
+            "mamba_heads": heads,
+            "mamba_head_dim": head_dim,
+            "mamba_groups": pick("n_groups"),
+            "mamba_d_state": pick("ssm_state_size"),
+            "mamba_conv_kernel": pick("conv_kernel"),
+        }
+    if model_type in ("granitemoehybrid", "falcon_h1"):
+        if model_type == "granitemoehybrid":
+            types = _layer_types(cfg, name, layers)
+            if types is None:
+                return None
+            mamba_layers = sum(1 for t in types if t == "mamba")
+            if not mamba_layers:
+                return {}
+            attention = 0
+        else:
+            mamba_layers = attention = layers
+        inner = pick("mamba_d_ssm", required=False) or int(_expand(cfg, name) * hidden)
+        return {
+            "mamba_layers": mamba_layers,
+            "attention_layers": attention,
+            "mamba_version": 2,
+            "mamba_inner": inner,
+            "mamba_heads": pick("mamba_n_heads"),
+            "mamba_head_dim": pick("mamba_d_head"),
+            "mamba_groups": pick("mamba_n_groups"),
+            "mamba_d_state": pick("mamba_d_state"),
+            "mamba_conv_kernel": pick("mamba_d_conv"),
+        }
+    if model_type == "jamba":
+        period = _count(cfg, "attn_layer_period", name, below=layers + 1) or 1
+        offset = _count(cfg, "attn_layer_offset", name, below=layers)
+        attention = len(range(offset, layers, period))
+        if not attention or attention == layers:
+            return None
+        rank = cfg.get("mamba_dt_rank", "auto")
+        return {
+            "mamba_layers": layers - attention,
+            "mamba_version": 1,
+            "mamba_inner": int(_expand(cfg, name) * hidden),
+            "mamba_d_state": pick("mamba_d_state"),
+            "mamba_conv_kernel": pick("mamba_d_conv"),
+            "mamba_dt_rank": math.ceil(hidden / 16) if rank == "auto" else pick("mamba_dt_rank"),
+        }
+    return None
+
+
+def _expand(cfg: dict[str, Any], name: str) -> float:
+    """A config.json's ``mamba_expand``: the Mamba mixer's width over the hidden size."""
+    value = cfg.get("mamba_expand")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 64:
+        raise SizingInputError(
+            f"{name}: config.json field 'mamba_expand' must be a positive number, got {value!r}"
+        )
+    return float(value)
 
 
 def _linear_attention(

@@ -195,7 +195,7 @@ class MemoryPlan:
     def prefix_caching(self) -> bool:
         """Whether vLLM caches prompt prefixes here: not for a linear-attention hybrid, whose recurrent
         state is not kept per block (vLLM runs it without prefix caching)."""
-        return self.local is None or self.local.kind != "linear"
+        return self.local is None or not self.local.recurrent
 
     def computed_share(self, prefix_hit: float) -> float:
         """The share of a prompt vLLM computes when ``prefix_hit`` of it is in the prefix cache: the rest,
@@ -216,9 +216,10 @@ class LocalAttention:
     table, and one pool block holds a page for each of the ``group_size`` slots. A sequence of ``n`` tokens
     holds ``cdiv(n, block_size)`` blocks in every full-attention group and in every local group at most
     ``window_tokens`` worth (a sliding window), or exactly one block (a linear layer's recurrent state,
-    vLLM's MambaSpec without prefix caching, the attention block enlarged until its page holds the state)."""
+    vLLM's MambaSpec without prefix caching, the attention block enlarged until its page holds the state; a
+    Mamba layer's state alike)."""
 
-    kind: str  # "sliding" or "linear"
+    kind: str  # "sliding", "linear" (Gated DeltaNet) or "mamba"
     window: int  # the sliding window, tokens (0 for linear attention)
     window_tokens: int  # what a local group keeps per sequence: (cdiv(window - 1, bs) + 1) blocks, or one
     block_size: int
@@ -229,6 +230,12 @@ class LocalAttention:
     local_groups: int
     pool_tokens: int  # pool blocks x block_size
     read_per_held: float  # a decode step's local read per token it holds, in full-attention context tokens
+    model_layers: int = 0  # the model's layers (0: full + local), what kv_bytes_per_token counts
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the local layers keep a recurrent state (linear attention or Mamba), not a window."""
+        return self.kind in ("linear", "mamba")
 
     @property
     def context_tokens(self) -> int:
@@ -242,20 +249,20 @@ class LocalAttention:
 
     @property
     def full_share(self) -> float:
-        """Share of the layers that read the whole context."""
-        return self.full_layers / (self.full_layers + self.local_layers)
+        """Share of the model's layers that read the whole context."""
+        return self.full_layers / (self.model_layers or self.full_layers + self.local_layers)
 
     def local_blocks_max(self, max_model_len: int, batched_tokens: int) -> int:
         """Blocks a local layer (or group) holds at most for one ``max_model_len`` request (vLLM's
         ``max_memory_usage_bytes``): a sliding window's window - 1 tokens plus one step's chunk, and a block
         more; a linear layer's state, one block."""
-        if self.kind == "linear":
+        if self.recurrent:
             return 1
         return math.ceil(min(self.window - 1 + batched_tokens, max_model_len) / self.block_size) + 1
 
     def local_tokens(self, tokens: int) -> float:
         """What the local groups of a sequence of ``tokens`` hold, in the full-attention groups' tokens."""
-        held = self.window_tokens if self.kind == "linear" else min(tokens, self.window_tokens)
+        held = self.window_tokens if self.recurrent else min(tokens, self.window_tokens)
         return self.kv_ratio * held
 
 
@@ -265,7 +272,7 @@ def hybrid_kv(dep: Deployment) -> bool:
     model = dep.model
     if dep.engine != "v1" or model.mla:
         return False
-    if 0 < model.linear_layers < model.layers:
+    if model.state_layers and model.full_attention_layers > 0:
         return True
     if not 0 < model.sliding_layers < model.layers:
         return False
@@ -287,14 +294,34 @@ def linear_state_bytes(model: ModelShape, tp: int) -> int:
     return 2 * (conv + ssm)
 
 
+def mamba_state_bytes(model: ModelShape, tp: int) -> int:
+    """One Mamba layer's state for one sequence on one rank, 16-bit (``mamba_cache_dtype`` and
+    ``mamba_ssm_cache_dtype`` auto). Mamba2 (``mamba2_state_shape``): the convolution's last kernel - 1 inputs
+    over x, B and C (the groups padded to the TP size where it does not divide them) and the heads x head_dim
+    x d_state SSM state; Mamba1 (``mamba1_state_shape``): kernel - 1 inputs and d_state per inner channel."""
+    keep = model.mamba_conv_kernel - 1
+    if model.mamba_version == 1:
+        return 2 * (model.mamba_inner // tp) * (keep + model.mamba_d_state)
+    groups = model.mamba_groups
+    groups += 0 if groups % tp == 0 else tp - groups
+    conv = (model.mamba_inner + 2 * groups * model.mamba_d_state) // tp * keep
+    ssm = model.mamba_heads // tp * model.mamba_head_dim * model.mamba_d_state
+    return 2 * (conv + ssm)
+
+
+def state_bytes(model: ModelShape, tp: int) -> int:
+    """One recurrent layer's state (linear attention or Mamba) for one sequence on one rank."""
+    return mamba_state_bytes(model, tp) if model.mamba_layers else linear_state_bytes(model, tp)
+
+
 def hybrid_block_size(dep: Deployment) -> int:
-    """The block size vLLM runs a hybrid model at: the configured one, or for linear attention the smallest
-    multiple of 16 tokens whose attention page holds a layer's state (``HybridAttentionMambaModelConfig``:
-    Qwen3-Next at TP 1 gets 544)."""
-    if not dep.model.linear_layers:
+    """The block size vLLM runs a hybrid model at: the configured one, or for linear attention and Mamba the
+    smallest multiple of 16 tokens whose attention page holds a layer's state
+    (``HybridAttentionMambaModelConfig`` without prefix caching: Qwen3-Next at TP 1 gets 544)."""
+    if not dep.model.state_layers:
         return dep.block_size
     per_token = _attn_token_bytes(dep)
-    need = math.ceil(linear_state_bytes(dep.model, dep.tp) / (16 * per_token)) * 16
+    need = math.ceil(state_bytes(dep.model, dep.tp) / (16 * per_token)) * 16
     return max(dep.block_size, need)
 
 
@@ -303,9 +330,9 @@ def _local_layout(dep: Deployment, kv_avail_bytes: float) -> LocalAttention:
     is under 1.5 times the smaller (fewer padding layers); blocks = available // (page x group size)."""
     model = dep.model
     bs = hybrid_block_size(dep)
-    linear = model.linear_layers > 0
-    local = model.linear_layers if linear else model.sliding_layers
-    full = model.layers - local
+    linear = model.state_layers > 0
+    local = model.state_layers if linear else model.sliding_layers
+    full = model.full_attention_layers if linear else model.layers - local
     small, large = min(full, local), max(full, local)
     group = large if large < small * 1.5 else small
     per_token = _attn_token_bytes(dep)
@@ -314,14 +341,14 @@ def _local_layout(dep: Deployment, kv_avail_bytes: float) -> LocalAttention:
     full_groups, local_groups = math.ceil(full / group), math.ceil(local / group)
     if linear:
         window_tokens = bs
-        # a step reads and writes every linear layer's state once per sequence
-        read = 2.0 * local * linear_state_bytes(model, dep.tp) / (full * per_token)
+        # a step reads and writes every linear or Mamba layer's state once per sequence
+        read = 2.0 * local * state_bytes(model, dep.tp) / (full * per_token)
         read_per_held = read / (local_groups / full_groups * bs)
     else:
         window_tokens = (math.ceil((model.sliding_window - 1) / bs) + 1) * bs
         read_per_held = (local / full) / (local_groups / full_groups)
     return LocalAttention(
-        kind="linear" if linear else "sliding",
+        kind=("mamba" if model.mamba_layers else "linear") if linear else "sliding",
         window=0 if linear else model.sliding_window,
         window_tokens=window_tokens,
         block_size=bs,
@@ -332,6 +359,7 @@ def _local_layout(dep: Deployment, kv_avail_bytes: float) -> LocalAttention:
         local_groups=local_groups,
         pool_tokens=blocks * bs,
         read_per_held=read_per_held,
+        model_layers=model.layers,
     )
 
 
@@ -407,6 +435,12 @@ def check_tp(model: ModelShape, tp: int) -> None:
             f"tensor parallel size {tp} neither divides nor is a multiple of "
             f"{model.name}'s {model.kv_heads} KV heads"
         )
+    mamba = _mamba_split(model, tp)
+    if mamba:
+        raise SizingInputError(
+            f"tensor parallel size {tp} does not split {model.name}'s Mamba layers evenly ({mamba}), which "
+            "vLLM refuses"
+        )
     split = _split_group(model, tp)
     if split:
         valid = [t for t in (1, 2, 4, 8, 16) if not _split_group(model, t) and model.heads % t == 0]
@@ -415,6 +449,20 @@ def check_tp(model: ModelShape, tp: int) -> None:
             f"weights, not whole {model.quant_group}-weight groups of its {model.quantization} checkpoint "
             f"(vLLM refuses to load it); valid: {', '.join(map(str, valid)) or 'none'}"
         )
+
+
+def _mamba_split(model: ModelShape, tp: int) -> str:
+    """What a TP of ``tp`` cannot split in a model's Mamba layers (vLLM's MambaMixer2 checks: the heads, and
+    the groups unless there is one; MambaMixer: the inner width); "" when it splits."""
+    if not model.mamba_layers:
+        return ""
+    if model.mamba_version == 1:
+        return "" if model.mamba_inner % tp == 0 else f"{model.mamba_inner} inner channels"
+    if model.mamba_heads % tp:
+        return f"{model.mamba_heads} heads"
+    if model.mamba_groups % tp and model.mamba_groups != 1:
+        return f"{model.mamba_groups} groups"
+    return ""
 
 
 def _split_group(model: ModelShape, tp: int) -> int:
@@ -748,7 +796,7 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
             "leave headroom, or bound it with --limit-mm-per-prompt"
         )
-    warnings += _layer_warnings(model, local)
+    warnings += _layer_warnings(model, local, dep.tp)
     fit_len = (
         _longest_fit(dep, local, block_bytes, tokens, kv_avail)
         if local
@@ -798,11 +846,20 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
     )
 
 
-def _layer_warnings(model: ModelShape, local: LocalAttention | None) -> list[str]:
+def _layer_warnings(model: ModelShape, local: LocalAttention | None, tp: int = 1) -> list[str]:
     """What the sizing says about a model's local, linear and state-space layers: how the hybrid KV cache
     manager lays them out, or that they are sized as full attention and the KV capacity is a lower bound."""
     out: list[str] = []
-    if local is not None and local.kind == "linear":
+    if local is not None and local.kind == "mamba":
+        out.append(
+            f"Mamba{model.mamba_version} state-space layers on {local.local_layers} of {model.layers} "
+            f"layers: each keeps a fixed {state_bytes(model, tp) / 2**20:.2f} MiB state per "
+            f"sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without prefix "
+            f"caching: a prefix hit does not apply), so a token of context costs the {local.full_layers} "
+            "attention layers' KV; the KV tokens shown are vLLM's own derived figure (max concurrency x "
+            "max_model_len)"
+        )
+    elif local is not None and local.kind == "linear":
         out.append(
             f"linear attention on {local.local_layers} of {model.layers} layers: each keeps a fixed state "
             f"per sequence (one {local.block_size}-token block, vLLM's hybrid KV cache manager without "
@@ -822,6 +879,11 @@ def _layer_warnings(model: ModelShape, local: LocalAttention | None) -> list[str
             "state-space (Mamba) or lightning-attention layers are not modelled: every layer is sized as "
             "attention, so the KV capacity here is a lower bound and the weights an estimate; calibrate from "
             "your own vLLM log"
+        )
+    if local is None and model.mamba_layers:
+        out.append(
+            f"Mamba layers ({model.mamba_layers} of {model.layers}) are sized as full attention under the V0 "
+            "engine (whose separate Mamba cache is not modelled): the KV capacity here is a lower bound"
         )
     if local is None and model.linear_layers:
         out.append(

@@ -216,8 +216,9 @@ def perf_for(dep: Deployment, plan: MemoryPlan) -> PerfModel:
     """The perf model of a deployment as planned (its calibration included). Under vLLM's hybrid KV cache
     manager a context token is read by the full-attention layers alone (``kv_bytes_per_token``); the local
     layers read their window or state, which the engine adds per sequence (``LocalAttention``). The
-    prefill's attention FLOPs leave linear-attention layers out; they still count every sliding-window
-    layer over the whole prompt (a bound: past the window such a layer attends to fewer tokens)."""
+    prefill's attention FLOPs leave linear-attention and Mamba layers out; they still count every
+    sliding-window layer over the whole prompt (a bound: past the window such a layer attends to fewer
+    tokens)."""
     perf = perf_model(
         dep.model, dep.gpu, dep.tp, plan.dtype, plan.kv_cache_dtype, calibration=dep.calibration
     )
@@ -225,7 +226,7 @@ def perf_for(dep: Deployment, plan: MemoryPlan) -> PerfModel:
     if local is None:
         return perf
     share = local.full_share
-    if local.kind == "linear":  # linear attention attends to no pairs: its cost is in its projections
+    if local.recurrent:  # linear attention and Mamba attend to no pairs: their cost is in their projections
         return replace(
             perf,
             kv_bytes_per_token=perf.kv_bytes_per_token * share,
