@@ -147,6 +147,28 @@ def test_nemotron_h_8b_keeps_2_mib_a_layer_and_runs_at_528_token_blocks():
     assert hybrid_block_size(dep.with_(kv_cache_dtype="fp8")) == 1056  # half the page: twice the tokens
 
 
+# nvidia/NVIDIA-Nemotron-Nano-9B-v2's fields: 56 blocks, 27 Mamba2 of 128 heads x 80, 4 attention, 25 MLP
+NEMOTRON_NANO_9B_V2 = {
+    **NEMOTRON_H_8B,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    "num_hidden_layers": 56,
+    "hidden_size": 4480,
+    "intermediate_size": 15680,
+    "num_attention_heads": 40,
+    "head_dim": 128,
+    "mamba_head_dim": 80,
+    "max_position_embeddings": 131072,
+}
+
+
+def test_nemotron_nano_9b_v2_gets_the_672_token_blocks_vllm_gives_it():
+    # vllm#24280: "large attention page sizes (672 tokens for nvidia/NVIDIA-Nemotron-Nano-9B-v2)"
+    model = model_from_hf_config(NEMOTRON_NANO_9B_V2)
+    assert (model.mamba_layers, model.full_attention_layers, model.mlp_layers) == (27, 4, 25)
+    assert hybrid_block_size(Deployment(model=model, gpu=find_gpu("H100"), tp=1)) == 672
+    assert model.params / 1e9 == pytest.approx(9, rel=0.02)  # the card's 9B
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_a_mamba1_layers_state_is_vllms_shape_split_over_tp(tp):
     model = model_from_hf_config(JAMBA)
