@@ -286,3 +286,14 @@ def test_fleet_size_on_a_nemotron_h_config_shows_the_mamba_layout_without_the_lo
     [c] = json.loads(capsys.readouterr().out)["candidates"]
     assert c["kv_layout"]["kind"] == "mamba" and c["kv_layout"]["block_size"] == 528
     assert not any("lower bound" in w for w in c["warnings"])
+
+
+def test_the_catalogs_nemotron_h_8b_is_the_same_shape_as_its_config():
+    from sizing import find_model
+
+    catalog = find_model("nvidia/Nemotron-H-8B-Base-8K")
+    config = model_from_hf_config(NEMOTRON_H_8B, name=catalog.name)
+    assert catalog.params == config.params == 8_100_852_736
+    assert (catalog.mamba_layers, catalog.full_attention_layers, catalog.mlp_gated) == (24, 4, False)
+    dep = Deployment(model=catalog, gpu=find_gpu("H20"), tp=2, max_model_len=8192)
+    assert plan_memory(dep).local == plan_memory(dep.with_(model=config)).local
