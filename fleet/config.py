@@ -34,7 +34,14 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
-from policies.spec import Duration, GroupSpec, PolicySpec, default_isolation_rules, threshold_pairs
+from policies.spec import (
+    Calendar,
+    Duration,
+    GroupSpec,
+    PolicySpec,
+    default_isolation_rules,
+    threshold_pairs,
+)
 
 ENV_PREFIX = "FLEET_"
 # short spellings people reach for, mapped to the nested form pydantic-settings reads
@@ -304,6 +311,12 @@ class FleetConfig(BaseSettings):
     region: str = Field(min_length=1, description="Alibaba Cloud region id, e.g. cn-chengdu")
     account_id: str | None = Field(default=None, description="for the custom metric namespace")
     groups: tuple[GroupConfig, ...] = Field(description="at least one scaling group")
+    calendar: Calendar | None = Field(
+        default=None,
+        description=(
+            "holidays and makeup workdays of every group's schedules (a group's own calendar: replaces it)"
+        ),
+    )
     accounts: dict[str, AccountConfig] = Field(
         default_factory=dict,
         description="credentials profile name -> its account (groups name one by account)",
@@ -340,6 +353,25 @@ class FleetConfig(BaseSettings):
         env = _ENV.get()
         source = _MappingEnvSource(settings_cls, env if env is not None else os.environ)
         return (source, init_settings)  # the environment overrides the file
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit_calendar(cls, data: Any) -> Any:  # Any: a "before" validator sees and returns raw input
+        # the top level's calendar is each group's that names none (a group's ``calendar: null`` keeps none):
+        # the policies read the group's alone
+        if not isinstance(data, dict) or data.get("calendar") is None:
+            return data
+        groups = data.get("groups")
+        if not isinstance(groups, list | tuple):
+            return data
+        try:
+            calendar = Calendar.model_validate(data["calendar"])
+        except ValidationError:
+            return data  # reported once, under calendar:, not again under every group
+        inherited = [
+            {**g, "calendar": calendar} if isinstance(g, dict) and "calendar" not in g else g for g in groups
+        ]
+        return {**data, "groups": inherited}
 
     @model_validator(mode="after")
     def _unique_groups(self) -> FleetConfig:
@@ -639,6 +671,18 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _timestamp(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> Any:
+    """A date or time as PyYAML reads it; one that reads as a date but is none (2027-02-30) stays text, for
+    the field to refuse in one line (PyYAML raised a bare ValueError out of the load)."""
+    try:
+        return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
 
 # FLEET_* variables read by other parts of fleet (the adapters, the agent, the CLI), not by FleetConfig.
 OTHER_ENV_VARS = frozenset(

@@ -8,6 +8,11 @@ windows: the highest floor wins; the lowest ceiling wins, but a ceiling never go
 Windows are computed as UTC instants, and every length and lead is elapsed time: in a zone with daylight
 saving time an aware datetime in the zone adds and compares by its wall clock (03:00 less 3 minutes is 02:57,
 which the spring-forward day skips, read an hour late), so nothing here does arithmetic in the zone.
+
+A group's ``calendar`` (holidays, makeup workdays) changes the weekday a ``days`` window reads a date as, in
+the schedule's own zone: on a holiday a ``mon-fri`` window stays closed, on a makeup Saturday it opens. A
+window belongs to the day it starts on (a Friday 20:00-08:00 window is Friday's). Cron windows follow their
+cron expression alone: it names minutes and days, not day types.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from policies.spec import GroupSpec, Schedule
+from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,11 @@ def day_window(schedule: Schedule, day: date) -> tuple[datetime, datetime]:
     return wall_start(day, schedule.start, zone), w_end
 
 
-def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[Window]:
-    """Occurrences of ``schedule`` overlapping [start, end) (aware datetimes, any zone), in UTC.
+def windows_between(
+    schedule: Schedule, start: datetime, end: datetime, calendar: Calendar | None = None
+) -> list[Window]:
+    """Occurrences of ``schedule`` overlapping [start, end) (aware datetimes, any zone), in UTC; a ``days``
+    window opens on the dates whose weekday under ``calendar`` is one of its days.
 
     A cron window lasts ``duration`` of elapsed time, on a day with a daylight-saving change as on any other
     (the same length that decides how far back a still-open window can have started)."""
@@ -83,7 +91,7 @@ def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[
     last = end.astimezone(zone).date()
     day = first
     while day <= last:
-        if day.weekday() in schedule.weekdays:
+        if weekday_of(calendar, day) in schedule.weekdays:
             w_start, w_end = day_window(schedule, day)
             if w_start < end and w_end > start:
                 out.append(Window(schedule.name, w_start, w_end))
@@ -91,12 +99,13 @@ def windows_between(schedule: Schedule, start: datetime, end: datetime) -> list[
     return out
 
 
-def is_active(schedule: Schedule, at: datetime, lead_s: float = 0.0) -> bool:
+def is_active(
+    schedule: Schedule, at: datetime, lead_s: float = 0.0, calendar: Calendar | None = None
+) -> bool:
     """Whether a window of ``schedule`` is active at ``at`` or starts within ``lead_s`` after it."""
     horizon = at + timedelta(seconds=lead_s)
-    return any(
-        w.start <= horizon and w.end > at for w in windows_between(schedule, at, horizon + timedelta(0, 1))
-    )
+    windows = windows_between(schedule, at, horizon + timedelta(0, 1), calendar)
+    return any(w.start <= horizon and w.end > at for w in windows)
 
 
 @dataclass(frozen=True)
@@ -110,18 +119,19 @@ class Bounds:
 
 
 def bounds(spec: GroupSpec, at: datetime) -> Bounds:
-    """The effective floor and ceiling of a group at ``at``."""
+    """The effective floor and ceiling of a group at ``at`` (its calendar's holidays and makeup workdays
+    honoured)."""
     floor, floor_source = spec.min_size, "min_size"
     if spec.warm_floor > floor:
         floor, floor_source = spec.warm_floor, "warm_floor"
     active: list[str] = []
     ceiling, ceiling_source = spec.max_size, "max_size"
     for sched in spec.schedules:
-        if is_active(sched, at, spec.cold_start_s):
+        if is_active(sched, at, spec.cold_start_s, spec.calendar):
             active.append(sched.name)
             if sched.floor > floor:
                 floor, floor_source = sched.floor, f"schedule:{sched.name}"
-        if sched.ceiling is not None and sched.ceiling < ceiling and is_active(sched, at, 0.0):
+        if sched.ceiling is not None and sched.ceiling < ceiling and is_active(sched, at, 0.0, spec.calendar):
             ceiling, ceiling_source = sched.ceiling, f"schedule:{sched.name}"
     floor = min(floor, spec.max_size)
     clipped = ceiling < floor

@@ -12,7 +12,7 @@ import difflib
 import fnmatch
 import math
 import re
-from datetime import time
+from datetime import date, datetime, time, timedelta
 from enum import Enum, StrEnum
 from typing import Annotated, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -361,6 +361,144 @@ class Schedule(_Model):
     @property
     def weekdays(self) -> tuple[int, ...]:
         return self.days if self.days is not None else tuple(range(7))
+
+
+# ---- calendar ----------------------------------------------------------------------------------------------
+
+# a holiday run, or a run of makeup workdays, longer than this is a typo in a year (2072 for 2027)
+MAX_DAY_SPAN_DAYS = 366
+
+
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
+def parse_day_span(value: Any) -> tuple[date, date]:
+    """The first and last day of ``2027-02-06`` (one day) or ``2027-02-06..2027-02-13`` (both included);
+    YAML reads an unquoted date as a ``date``."""
+    if isinstance(value, datetime):
+        raise ValueError(f"{value.isoformat()} is a time; give a date, e.g. 2027-02-06")
+    if isinstance(value, date):
+        return value, value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r}: expected a date (2027-02-06) or a range (2027-02-06..2027-02-13)")
+    parts = [p.strip() for p in value.strip().split("..")]
+    if len(parts) > 2 or not all(parts):
+        raise ValueError(f"{value!r}: expected a date (2027-02-06) or a range (2027-02-06..2027-02-13)")
+    first, last = _iso_day(parts[0]), _iso_day(parts[-1])
+    if last < first:
+        raise ValueError(f"{value!r}: the range ends before it starts; write the earlier date first")
+    if (last - first).days >= MAX_DAY_SPAN_DAYS:
+        raise ValueError(f"{value!r}: a range of {(last - first).days + 1} days; at most {MAX_DAY_SPAN_DAYS}")
+    return first, last
+
+
+def _iso_day(text: str) -> date:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise ValueError(f"{text!r} is not a date; write YYYY-MM-DD, e.g. 2027-02-06")
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a date ({exc})") from None
+
+
+def _span_text(span: tuple[date, date]) -> str:
+    first, last = span
+    return first.isoformat() if first == last else f"{first.isoformat()}..{last.isoformat()}"
+
+
+DaySpan = Annotated[
+    tuple[date, date],
+    BeforeValidator(parse_day_span),
+    PlainSerializer(_span_text, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^\d{4}-\d{2}-\d{2}(\.\.\d{4}-\d{2}-\d{2})?$",
+            "description": "a date (2027-02-06) or a range of dates, both included (2027-02-06..2027-02-13)",
+        }
+    ),
+]
+
+
+# Any: a field validator sees the raw value parsed from YAML or JSON, of whatever type the user wrote
+def parse_one_weekday(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 6:
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected one weekday: mon, tue, wed, thu, fri, sat or sun")
+    return _weekday(value.strip().lower())
+
+
+OneWeekday = Annotated[
+    int,
+    BeforeValidator(parse_one_weekday),
+    PlainSerializer(lambda d: _WEEKDAYS[d], return_type=str),
+    WithJsonSchema({"type": "string", "enum": list(_WEEKDAYS), "description": "one weekday"}),
+]
+
+
+class Calendar(_Model):
+    """Days whose type differs from their weekday's: public holidays (an office's load falls to a weekend's)
+    and makeup workdays (a Saturday or Sunday that is an official workday, China's 调休).
+
+    Each schedule reads the dates in its own ``timezone``. On a holiday a ``days`` window applies as on
+    ``holiday_like`` (Sunday), on a makeup workday as on ``workday_like`` (Monday): ``mon-fri`` business hours
+    are off on a holiday and on on a makeup Saturday, a ``sat,sun`` window the other way round.
+    """
+
+    holidays: tuple[DaySpan, ...] = Field(
+        default=(), description="non-working days, each read as holiday_like (dates or ranges a..b)"
+    )
+    workdays: tuple[DaySpan, ...] = Field(
+        default=(), description="makeup working days, each read as workday_like (dates or ranges a..b)"
+    )
+    holiday_like: OneWeekday = Field(default=6, description="the weekday a holiday is read as (sun)")
+    workday_like: OneWeekday = Field(default=0, description="the weekday a makeup workday is read as (mon)")
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Calendar:
+        problems = _overlaps("holidays", self.holidays) + _overlaps("workdays", self.workdays)
+        for h in self.holidays:
+            for w in self.workdays:
+                if h[0] <= w[1] and w[0] <= h[1]:
+                    both = max(h[0], w[0])
+                    problems.append(
+                        f"{both.isoformat()} is both a holiday ({_span_text(h)}) and a workday "
+                        f"({_span_text(w)}); list it once"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def weekday_of(self, day: date) -> int:
+        """The weekday (Monday = 0) a schedule reads ``day`` as: the calendar's on an exception."""
+        if any(first <= day <= last for first, last in self.holidays):
+            return self.holiday_like
+        if any(first <= day <= last for first, last in self.workdays):
+            return self.workday_like
+        return day.weekday()
+
+    def exception_days(self, first: date, last: date) -> list[date]:
+        """The holidays and makeup workdays from ``first`` to ``last`` (both included), in order."""
+        out: set[date] = set()
+        for lo, hi in (*self.holidays, *self.workdays):
+            day = max(lo, first)
+            while day <= min(hi, last):
+                out.add(day)
+                day += timedelta(days=1)
+        return sorted(out)
+
+
+def _overlaps(key: str, spans: tuple[tuple[date, date], ...]) -> list[str]:
+    ordered = sorted(spans)
+    return [
+        f"{key}: {_span_text(b)} overlaps {_span_text(a)}; list each day once"
+        for a, b in zip(ordered, ordered[1:], strict=False)
+        if b[0] <= a[1]
+    ]
+
+
+def weekday_of(calendar: Calendar | None, day: date) -> int:
+    """``day``'s weekday as a schedule reads it under ``calendar`` (none: its own)."""
+    return day.weekday() if calendar is None else calendar.weekday_of(day)
 
 
 Aggregation = Literal["per_instance", "mean", "max", "min", "sum"]
@@ -875,6 +1013,10 @@ class GroupSpec(_Model):
         default=180.0, description="order-to-serving time; floors start this early"
     )
     schedules: tuple[Schedule, ...] = ()
+    calendar: Calendar | None = Field(
+        default=None,
+        description="holidays and makeup workdays the schedules honour (default: the top level's calendar)",
+    )
     scale_out: tuple[ScaleOutRule, ...] = ()
     scale_in: tuple[ScaleInRule, ...] = ()
     stabilization: Stabilization = Field(default_factory=Stabilization)

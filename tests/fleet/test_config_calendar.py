@@ -1,0 +1,73 @@
+"""fleet.yaml's calendar: a top-level one for every group, a group's own replacing it, and bad dates refused
+by `fleet validate` in one line naming the field."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from fleet.cli import main
+from fleet.config import ConfigError, config_json_schema, load_config
+
+HEAD = "region: cn-chengdu\n"
+GROUPS = """groups:
+  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8,
+     schedules: [{name: biz, days: mon-fri, start: "09:00", end: "18:00", min: 4}]}
+  - {name: batch, scaling_group_id: asg-2, min_size: 1, max_size: 8}
+"""
+TOP = """calendar:
+  holidays: [2027-02-10..2027-02-12, 2027-10-01]
+  workdays: [2027-02-20]
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_top_level_calendar_is_every_groups(tmp_path):
+    cfg = load_config(write(tmp_path, HEAD + TOP + GROUPS), env={})
+    for g in cfg.groups:
+        assert g.calendar is not None
+        assert g.calendar.weekday_of(date(2027, 2, 20)) == 0
+        assert g.calendar.weekday_of(date(2027, 10, 1)) == 6
+
+
+def test_a_groups_own_calendar_replaces_the_top_levels_and_null_opts_out(tmp_path):
+    groups = GROUPS.replace(
+        "{name: batch, scaling_group_id: asg-2,", "{name: batch, scaling_group_id: asg-2, calendar: null,"
+    ).replace("{name: chat,", "{name: chat, calendar: {holidays: [2027-05-01]},")
+    cfg = load_config(write(tmp_path, HEAD + TOP + groups), env={})
+    chat, batch = cfg.groups
+    assert chat.calendar is not None and chat.calendar.holidays == ((date(2027, 5, 1), date(2027, 5, 1)),)
+    assert batch.calendar is None
+
+
+@pytest.mark.parametrize(
+    ("calendar", "expected"),
+    [
+        ("holidays: [2027-02-30]", "calendar.holidays[0]: '2027-02-30' is not a date"),
+        ("holidays: [2027-02-13..2027-02-06]", "calendar.holidays[0]: '2027-02-13..2027-02-06': the range"),
+        ("holidays: [2027-02-10, 2027-02-10]", "calendar: holidays: 2027-02-10 overlaps 2027-02-10"),
+        ("holidays: [2027-02-20], workdays: [2027-02-20]", "2027-02-20 is both a holiday"),
+        ("holiday: [2027-02-20]", "unknown key (did you mean 'holidays'?)"),
+    ],
+)
+def test_fleet_validate_refuses_a_bad_calendar_in_one_line(tmp_path, capsys, calendar, expected):
+    path = write(tmp_path, HEAD + f"calendar: {{{calendar}}}\n" + GROUPS)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert len(err.value.problems) == 1 and expected in err.value.problems[0], err.value.problems
+    assert main(["validate", "--config", str(path)]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    assert expected in out.err + out.out
+
+
+def test_the_schema_documents_the_calendar():
+    schema = config_json_schema()
+    assert "calendar" in schema["properties"]
+    assert "holidays" in schema["$defs"]["Calendar"]["properties"]

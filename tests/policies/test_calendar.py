@@ -1,0 +1,103 @@
+"""A group's calendar: holidays read as Sundays and makeup workdays as Mondays by the schedule floor."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from policy_builders import group_spec
+from pydantic import ValidationError
+
+from policies.schedule import bounds, windows_between
+from policies.spec import Calendar, Schedule
+
+BIZ = {"name": "biz", "days": "mon-fri", "start": "09:00", "end": "18:00", "min": 6}
+WEEKEND = {"name": "weekend", "days": "sat,sun", "start": "00:00", "end": "24:00", "max": 4}
+# illustrative dates: Wednesday 2027-02-10 to Friday 2027-02-12 off, Saturday 2027-02-20 worked
+CALENDAR = {"holidays": ["2027-02-10..2027-02-12"], "workdays": [date(2027, 2, 20)]}
+
+
+def shanghai(month: int, day: int, hour: int, minute: int = 0) -> datetime:
+    """2027-<month>-<day> at hour:minute in Asia/Shanghai (UTC+8), as UTC."""
+    return datetime(2027, month, day, hour, minute, tzinfo=UTC) - timedelta(hours=8)
+
+
+def test_a_holiday_on_a_weekday_holds_no_business_hours_floor():
+    spec = group_spec(schedules=[BIZ], calendar=CALENDAR)
+    assert bounds(spec, shanghai(2, 10, 10)).floor == 2  # a Wednesday, a holiday
+    assert bounds(spec, shanghai(2, 9, 10)).floor == 6  # the Tuesday before: business hours
+
+
+def test_a_makeup_saturday_holds_the_business_hours_floor_from_the_cold_start_before_nine():
+    spec = group_spec(cold_start_s=300, schedules=[BIZ], calendar=CALENDAR)
+    assert bounds(spec, shanghai(2, 20, 8, 55)).floor == 6
+    assert bounds(spec, shanghai(2, 20, 8, 54)).floor == 2
+    assert bounds(spec, shanghai(2, 27, 10)).floor == 2  # the next Saturday is a weekend again
+
+
+def test_a_weekend_window_applies_on_a_holiday_and_not_on_a_makeup_workday():
+    spec = group_spec(schedules=[BIZ, WEEKEND], calendar=CALENDAR)
+    assert bounds(spec, shanghai(2, 11, 12)).ceiling == 4
+    assert bounds(spec, shanghai(2, 20, 12)).ceiling == 20
+
+
+def test_without_a_calendar_the_weekdays_rule():
+    spec = group_spec(schedules=[BIZ])
+    assert bounds(spec, shanghai(2, 10, 10)).floor == 6
+    assert bounds(spec, shanghai(2, 20, 10)).floor == 2
+
+
+def test_the_dates_are_read_in_the_schedules_own_zone():
+    # 09:00-18:00 in New York on 2027-02-10 is 14:00-23:00 UTC: the holiday is New York's date
+    ny = Schedule.model_validate({**BIZ, "timezone": "America/New_York"})
+    cal = Calendar.model_validate({"holidays": ["2027-02-10"]})
+    day = datetime(2027, 2, 10, tzinfo=UTC)
+    assert windows_between(ny, day, day + timedelta(days=1), cal) == []
+    assert len(windows_between(ny, day, day + timedelta(days=1))) == 1
+
+
+def test_a_window_past_midnight_belongs_to_the_day_it_starts():
+    late = {"name": "late", "days": "mon-fri", "start": "20:00", "end": "02:00", "min": 5}
+    spec = group_spec(schedules=[late], calendar={"holidays": ["2027-02-12"]})  # a Friday
+    assert bounds(spec, shanghai(2, 11, 23)).floor == 5  # Thursday's window
+    assert bounds(spec, shanghai(2, 12, 1)).floor == 5  # Thursday's window, after midnight
+    assert bounds(spec, shanghai(2, 12, 21)).floor == 2  # the holiday's own window does not open
+
+
+def test_the_weekday_a_day_is_read_as_is_configurable():
+    cal = Calendar.model_validate({"workdays": ["2027-02-20"], "workday_like": "fri", "holiday_like": "sat"})
+    assert cal.weekday_of(date(2027, 2, 20)) == 4
+    assert cal.model_dump()["workday_like"] == "fri"
+
+
+@pytest.mark.parametrize(
+    ("calendar", "problem"),
+    [
+        ({"holidays": ["2027-02-30"]}, "'2027-02-30' is not a date"),
+        ({"holidays": ["2027-2-3"]}, "write YYYY-MM-DD"),
+        ({"holidays": ["2027-02-13..2027-02-06"]}, "the range ends before it starts"),
+        ({"holidays": ["2027-02-06..2072-02-06"]}, "at most 366"),
+        (
+            {"holidays": ["2027-02-06..2027-02-13", "2027-02-10"]},
+            "2027-02-10 overlaps 2027-02-06..2027-02-13",
+        ),
+        ({"holidays": ["2027-02-06..2027-02-13"], "workdays": ["2027-02-07"]}, "2027-02-07 is both"),
+        ({"holidays": [datetime(2027, 2, 6, 10)]}, "is a time; give a date"),
+        ({"holidays": [20270206]}, "expected a date"),
+        ({"workday_like": "someday"}, "unknown weekday"),
+    ],
+)
+def test_bad_calendars_are_refused_naming_the_problem(calendar, problem):
+    with pytest.raises(ValidationError) as exc:
+        Calendar.model_validate(calendar)
+    assert problem in str(exc.value)
+
+
+def test_a_calendar_serializes_as_it_is_written():
+    cal = Calendar.model_validate(CALENDAR)
+    assert cal.model_dump(mode="json")["holidays"] == ["2027-02-10..2027-02-12"]
+    assert Calendar.model_validate(cal.model_dump(mode="json")) == cal
+
+
+def test_exception_days_lists_each_day_of_a_range():
+    cal = Calendar.model_validate(CALENDAR)
+    got = cal.exception_days(date(2027, 2, 11), date(2027, 2, 28))
+    assert got == [date(2027, 2, 11), date(2027, 2, 12), date(2027, 2, 20)]
