@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
-from fleet.commands._common import console, fail, load_config_or_exit, parse_at, write_atomically
+from fleet.commands._common import console, err_console, fail, load_config_or_exit, parse_at, write_atomically
 
 terraform_app = typer.Typer(
     name="terraform",
@@ -50,7 +51,7 @@ def export(
 ) -> None:
     """Write the module's variables (bounds, alarm thresholds and metric names, scheduled floors in UTC) for
     every group of the config, or the one named by --group."""
-    from fleet.terraform.export import ExportError, build_all_tfvars, build_tfvars
+    from fleet.terraform.export import ExportError, build_all_tfvars, build_tfvars, calendar_warning
 
     now = datetime.now(UTC) if at is None else parse_at(at)
     config = load_config_or_exit(config_path)
@@ -62,6 +63,11 @@ def export(
             by_group = build_all_tfvars(config, now=now, scheduled_tasks=scheduled_tasks)
     except ExportError as exc:
         fail(f"{config_path}: {exc}")
+    if scheduled_tasks:
+        for spec in config.groups:
+            warning = calendar_warning(spec, now) if spec.name in by_group else None
+            if warning:
+                err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if len(by_group) == 1:
         (tfvars,) = by_group.values()
         _write_one(output or Path("terraform.tfvars.json"), tfvars)

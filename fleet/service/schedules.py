@@ -20,6 +20,17 @@ marked at the next sync). Tasks under its prefix that another service marked are
 not mirrored (ESS cron runs in UTC and a local cron plus a lead does not translate in general): they are
 reported as skipped.
 
+Calendar exceptions (a group's ``calendar``, policies/schedule.py): ESS Weekly tasks cannot skip a date, so
+the service writes what the coming days call for. A window whose recurring tasks would fire on a day its
+calendar takes off (a ``mon-fri`` window on a holiday, a ``sat,sun`` one on a makeup workday) gets its
+recurring tasks' LaunchTime moved past the run of such days ahead of their next firing: the first launch of
+a Weekly task is its LaunchTime, so they resume after the holiday. A window that opens on an exception day
+but not on its weekday (``mon-fri`` on a makeup Saturday) gets a one-off pair for that date,
+``fleet-<group>-<schedule>-YYYYMMDD-start``/``-end``, written up to ``ONE_OFF_DAYS`` ahead and deleted once
+fired. While the service is down ESS holds the days it last wrote: a holiday after the next regular firing
+holds the weekday floor, and a makeup workday more than ``ONE_OFF_DAYS`` ahead holds the weekend's, until
+a sync after the service is back.
+
 The weekly days and time are computed from the window's next occurrence (every weekday of the schedule at
 that occurrence's UTC offset), so DST zones are right until their offset changes; the periodic re-sync moves
 the tasks as soon as the next occurrence is past the change, a day ahead of it.
@@ -28,6 +39,7 @@ the tasks as soon as the next occurrence is past the change, a day ahead of it.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -35,7 +47,7 @@ from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
 from policies.schedule import day_window
-from policies.spec import GroupSpec, Schedule
+from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +55,11 @@ TASK_PREFIX = "fleet-"
 # ESS allows a LaunchTime at most 90 days ahead; a recurrence end is refreshed well before it is reached.
 RECURRENCE_SPAN = timedelta(days=300)
 RECURRENCE_REFRESH = timedelta(days=30)
+# Makeup workdays get one-off tasks this many days ahead (each costs two tasks of the region's quota; ESS
+# takes a LaunchTime up to 90 days ahead): a week covers the makeup days of a golden week and its weekend.
+ONE_OFF_DAYS = 7
+# How far the recurring tasks' next launch is looked for past a run of days the calendar takes off.
+SKIP_SEARCH_DAYS = 60
 # A learned floor's task is kept exact only while it is the next to fire (within the hour); the later ones
 # are rewritten once an hour, and then only when their floor moved by more than LEARNED_DEADBAND.
 LEARNED_EXACT_WITHIN_S = 3600.0
@@ -88,13 +105,25 @@ def owned(task_name: str, group: str) -> bool:
 class DesiredTask:
     name: str
     launch_time: datetime  # next occurrence, UTC, minute resolution
-    recurrence_value: str  # Weekly: comma-separated days, 0 = Sunday (UTC)
+    recurrence_value: str  # Weekly: comma-separated days, 0 = Sunday (UTC); "" for a one-off task
     min_value: int | None
     max_value: int | None
+    # a window's task: its next firing is ``launch_time`` exactly (the calendar may move it past holidays); a
+    # learned floor's fires daily at its time, whatever the date its LaunchTime was written with
+    exact_launch: bool = False
 
     @property
     def hhmm(self) -> str:
         return self.launch_time.strftime("%H:%M")
+
+    @property
+    def once(self) -> bool:
+        """A one-off task (a calendar exception's), fired at ``launch_time`` and then deleted."""
+        return not self.recurrence_value
+
+    @property
+    def recurrence_type(self) -> str | None:
+        return None if self.once else "Weekly"
 
 
 @dataclass(frozen=True)
@@ -112,29 +141,49 @@ class TaskChange:
         return self.code == QUOTA_CODE
 
 
+def _edge(sched: Schedule, day: date, lead_s: float, at_end: bool, now: datetime) -> datetime:
+    """The window of ``day``'s start (less ``lead_s``) or end, rounded down to ESS's whole minutes (never
+    late)."""
+    w_start, w_end = day_window(sched, day)
+    edge = w_end if at_end else w_start - timedelta(seconds=lead_s)
+    return edge.astimezone(now.tzinfo).replace(second=0, microsecond=0)
+
+
 def _weekly(
-    sched: Schedule, now: datetime, lead_s: float = 0.0, at_end: bool = False
+    sched: Schedule,
+    now: datetime,
+    lead_s: float = 0.0,
+    at_end: bool = False,
+    calendar: Calendar | None = None,
 ) -> tuple[datetime, str]:
     """The next UTC occurrence after ``now`` of a window's start (less ``lead_s``) or end, and the UTC
     weekdays (ESS numbering, 0 = Sunday) on which it recurs at that same UTC time.
 
     The weekdays are every weekday of the schedule at the UTC offset of that next occurrence: a
     daylight-saving change in the coming days moves the later ones by an hour (the re-sync after it moves the
-    task), and leaving them out would lose those days' floors altogether while the service is down."""
+    task), and leaving them out would lose those days' floors altogether while the service is down.
+
+    The next occurrence skips the days ``calendar`` takes off the window (a ``mon-fri`` window's holidays):
+    the task's LaunchTime, its first firing, lies past them."""
     today = now.astimezone(sched.zone).date()
-    occurrences: list[tuple[datetime, date]] = []
-    for offset in range(-2, 12):  # every weekday after ``now``, whatever the UTC shift
+    nxt: tuple[datetime, date] | None = None
+    for offset in range(-2, 12 + SKIP_SEARCH_DAYS):  # every weekday after ``now``, whatever the UTC shift
         day = today + timedelta(days=offset)
         if day.weekday() not in sched.weekdays:
             continue
-        w_start, w_end = day_window(sched, day)
-        edge = w_end if at_end else w_start - timedelta(seconds=lead_s)
-        # ESS launch times have minute resolution: round down, never late.
-        occurrences.append((edge.astimezone(now.tzinfo).replace(second=0, microsecond=0), day))
-    nxt, local_day = min(o for o in occurrences if o[0] > now)
-    shift = (nxt.astimezone(UTC).date() - local_day).days  # the edge's UTC date against its window's day
+        edge = _edge(sched, day, lead_s, at_end, now)
+        if edge <= now:
+            continue
+        if nxt is None:
+            nxt = (edge, day)  # the regular next occurrence: kept if the calendar leaves none in the span
+        if weekday_of(calendar, day) in sched.weekdays:
+            nxt = (edge, day)
+            break
+    assert nxt is not None, "a weekly window occurs within two weeks"
+    nxt_at, local_day = nxt
+    shift = (nxt_at.astimezone(UTC).date() - local_day).days  # the edge's UTC date against its window's day
     days = sorted({(d + shift + 1) % 7 for d in sched.weekdays})  # Python: Monday = 0; ESS: Sunday = 0
-    return nxt, ",".join(str(d) for d in days)
+    return nxt_at, ",".join(str(d) for d in days)
 
 
 @dataclass(frozen=True)
@@ -164,6 +213,31 @@ def learned_tasks(spec: GroupSpec, learned: list[LearnedFloor]) -> list[DesiredT
     return out
 
 
+def one_off_tasks(spec: GroupSpec, sched: Schedule, now: datetime) -> list[DesiredTask]:
+    """The one-off pair of each coming day (up to ``ONE_OFF_DAYS`` ahead) on which the group's calendar opens
+    a window its weekday does not (a ``mon-fri`` window on a makeup Saturday); each task is wanted until it
+    fires."""
+    calendar = spec.calendar
+    if calendar is None:
+        return []
+    today = now.astimezone(sched.zone).date()
+    out = []
+    for day in calendar.exception_days(today - timedelta(days=1), today + timedelta(days=ONE_OFF_DAYS)):
+        if day.weekday() in sched.weekdays or calendar.weekday_of(day) not in sched.weekdays:
+            continue
+        name = f"{task_prefix(spec.name)}{sched.name}-{day:%Y%m%d}"
+        start = _edge(sched, day, spec.cold_start_s, False, now)
+        end = _edge(sched, day, 0.0, True, now)
+        end_max = spec.max_size if sched.ceiling is not None else None
+        for task in (
+            DesiredTask(f"{name}-start", start, "", sched.floor, sched.ceiling),
+            DesiredTask(f"{name}-end", end, "", spec.min_size, end_max),
+        ):
+            if task.launch_time > now:
+                out.append(task)
+    return out
+
+
 def desired_tasks(
     spec: GroupSpec, now: datetime, learned: list[LearnedFloor] | None = None
 ) -> tuple[list[DesiredTask], list[str]]:
@@ -174,8 +248,9 @@ def desired_tasks(
         if sched.cron is not None or sched.start is None or sched.end is None:
             skipped.append(sched.name)
             continue
-        start_at, start_days = _weekly(sched, now, lead_s=spec.cold_start_s)
-        end_at, end_days = _weekly(sched, now, at_end=True)
+        start_at, start_days = _weekly(sched, now, lead_s=spec.cold_start_s, calendar=spec.calendar)
+        end_at, end_days = _weekly(sched, now, at_end=True, calendar=spec.calendar)
+        tasks.extend(one_off_tasks(spec, sched, now))
         tasks.append(
             DesiredTask(
                 name=f"{task_prefix(spec.name)}{sched.name}-start",
@@ -183,6 +258,7 @@ def desired_tasks(
                 recurrence_value=start_days,
                 min_value=sched.floor,
                 max_value=sched.ceiling,
+                exact_launch=True,
             )
         )
         tasks.append(
@@ -192,6 +268,7 @@ def desired_tasks(
                 recurrence_value=end_days,
                 min_value=spec.min_size,
                 max_value=spec.max_size if sched.ceiling is not None else None,
+                exact_launch=True,
             )
         )
     return tasks, skipped
@@ -217,21 +294,48 @@ def _left_as_is(have: ScheduledTask, want: DesiredTask, now: datetime, refresh_f
     return abs(have.min_value - want.min_value) <= LEARNED_DEADBAND
 
 
+def next_weekly_fire(task: ScheduledTask, now: datetime) -> datetime | None:
+    """When a Weekly task as ESS holds it next fires after ``now``: on one of its days at its launch time of
+    day (UTC), not before its LaunchTime."""
+    if task.launch_time is None or task.recurrence_type != "Weekly" or not task.recurrence_value:
+        return None
+    days = {int(d) for d in task.recurrence_value.split(",") if d.strip().isdigit()}
+    launch = task.launch_time.astimezone(UTC)
+    at = max(launch, now.astimezone(UTC))
+    first = at.replace(hour=launch.hour, minute=launch.minute, second=0, microsecond=0)
+    for offset in range(8):
+        fire = first + timedelta(days=offset)
+        if fire >= launch and fire > now and (fire.weekday() + 1) % 7 in days:
+            return fire
+    return None
+
+
 def _differs(have: ScheduledTask, want: DesiredTask, now: datetime, service: str) -> list[str]:
     diffs = []
     if have.description != owner_mark(service):
         diffs.append("owner")  # written before the mark: adopted
-    if have.recurrence_type != "Weekly" or (have.recurrence_value or "") != want.recurrence_value:
-        diffs.append("recurrence")
-    if have.launch_time is None or have.launch_time.strftime("%H:%M") != want.hhmm:
-        diffs.append("time")
+    if want.once:
+        if have.recurrence_type is not None or have.launch_time != want.launch_time:
+            diffs.append("launch")
+    else:
+        if have.recurrence_type != "Weekly" or (have.recurrence_value or "") != want.recurrence_value:
+            diffs.append("recurrence")
+        if have.launch_time is None or have.launch_time.strftime("%H:%M") != want.hhmm:
+            diffs.append("time")
+        elif want.exact_launch and not diffs and next_weekly_fire(have, now) != want.launch_time:
+            # the calendar moved the next firing past a holiday, or (a holiday dropped) back before it
+            diffs.append("launch")
     if have.min_value != want.min_value:
         diffs.append("min")
     if want.max_value is not None and have.max_value != want.max_value:
         diffs.append("max")
     if not have.enabled:
         diffs.append("enabled")
-    if have.recurrence_end_time is not None and have.recurrence_end_time < now + RECURRENCE_REFRESH:
+    if (
+        not want.once
+        and have.recurrence_end_time is not None
+        and have.recurrence_end_time < now + RECURRENCE_REFRESH
+    ):
         diffs.append("recurrence_end")
     return diffs
 
@@ -281,9 +385,8 @@ def plan_sync(
     for task in want:
         have = ours.pop(task.name, None)
         if have is None:
-            creates.append(
-                TaskChange(spec.name, "create", task.name, f"weekly {task.recurrence_value} {task.hhmm}Z")
-            )
+            when = f"once {task.launch_time:%Y-%m-%d}" if task.once else f"weekly {task.recurrence_value}"
+            creates.append(TaskChange(spec.name, "create", task.name, f"{when} {task.hhmm}Z"))
             continue
         diffs = _differs(have, task, now, service)
         if diffs == ["min"] and _learned(task.name, spec.name) and _left_as_is(have, task, now, refresh_far):
@@ -293,12 +396,21 @@ def plan_sync(
     # deletes first, so that they free the region's quota for the creates; the config's windows before the
     # learned floors, and of those the soonest first: what the quota leaves out is the least needed
     deletes = [
-        TaskChange(spec.name, "delete", name, "no longer in the config", have.task_id)
+        TaskChange(spec.name, "delete", name, _why_deleted(name), have.task_id)
         for name, have in sorted(ours.items())
     ]
     fires = {t.name: t.launch_time for t in want}
     creates.sort(key=lambda c: (_learned(c.name, spec.name), fires[c.name]))
     return deletes + changes + creates, want
+
+
+_ONE_OFF_NAME = re.compile(r"-\d{8}-(start|end)$")
+
+
+def _why_deleted(name: str) -> str:
+    if _ONE_OFF_NAME.search(name):
+        return "a calendar day's one-off task: fired, or its day no longer an exception"
+    return "no longer in the config"
 
 
 def sync_group(
@@ -359,11 +471,11 @@ def sync_group(
                 ess.modify_scheduled_task(
                     ch.task_id,
                     launch_time=t.launch_time,
-                    recurrence_type="Weekly",
-                    recurrence_value=t.recurrence_value,
+                    recurrence_type=t.recurrence_type,
+                    recurrence_value=t.recurrence_value or None,
                     min_value=t.min_value,
                     max_value=t.max_value,
-                    recurrence_end_time=end,
+                    recurrence_end_time=None if t.once else end,
                     enabled=True,
                     description=mark,
                 )
@@ -403,11 +515,11 @@ def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime, mark: str
         group_id,
         t.name,
         t.launch_time,
-        "Weekly",
-        t.recurrence_value,
+        t.recurrence_type,
+        t.recurrence_value or None,
         min_value=t.min_value,
         max_value=t.max_value,
-        recurrence_end_time=end,
+        recurrence_end_time=None if t.once else end,
         enabled=True,
         description=mark,
     )

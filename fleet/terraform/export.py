@@ -16,6 +16,11 @@
 - ``chat_robot_webhook_url`` from the first DingTalk robot among the notifications, when there is one;
 - ``backstop_alarm.threshold`` kept above any scale-out rule on ``gpu_util_avg``.
 
+A group's ``calendar`` (holidays, makeup workdays) is not exported: ESS Weekly tasks cannot skip a date, and a
+one-off task written for a date in a Terraform file fails every apply once the date is past. The tasks hold
+the regular week; :func:`calendar_warning` says so, and ``fleet serve`` (which moves its own tasks past the
+holidays ahead and writes one-off tasks for the coming makeup workdays) is what honours it.
+
 Problems the configuration cannot express in ESS (a schedule that does not repeat weekly in UTC, such as a
 window in a zone with daylight saving time) raise :class:`ExportError` naming the group and the reason.
 """
@@ -385,6 +390,8 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
     """
     if not spec.schedules:
         return {}
+    # the regular week: a holiday in one of the weeks compared would read as a pattern that is not weekly
+    spec = spec.model_copy(update={"calendar": None})
     for schedule in spec.schedules:
         # a cron that names days of the month or months fires on dates, which no sample of weeks can judge
         # (a monthly window falls in none of the weeks checked: it was exported as no task at all)
@@ -432,6 +439,25 @@ def scheduled_tasks_for(spec: GroupSpec, now: datetime) -> dict[str, dict[str, A
             "description": f"{spec.name}: min {floor}, max {ceiling} from {', '.join(sources)} (export)",
         }
     return tasks
+
+
+def calendar_warning(spec: GroupSpec, now: datetime) -> str | None:
+    """One line when the group's calendar has exception days from ``now`` on that its exported scheduled
+    tasks do not honour (they recur every week), else None."""
+    cal = spec.calendar
+    windows = [s.name for s in spec.schedules if s.cron is None]
+    if cal is None or not windows:
+        return None
+    spans = [*cal.holidays, *cal.workdays]
+    coming = cal.exception_days(now.astimezone(UTC).date(), max(last for _, last in spans)) if spans else []
+    if not coming:
+        return None
+    return (
+        f"group {spec.name!r}: the exported scheduled tasks recur every week and do not honour the "
+        f"calendar's {len(coming)} coming holidays and makeup workdays ({coming[0].isoformat()} first): "
+        "on those days they hold the regular weekday's floors; fleet serve corrects its own tasks, so export "
+        "with --no-scheduled-tasks where it runs"
+    )
 
 
 def _first_launch(now: datetime, weekdays: list[int], minute: int) -> datetime:

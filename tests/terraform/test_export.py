@@ -21,6 +21,7 @@ from fleet.terraform.export import (
     ExportError,
     build_all_tfvars,
     build_tfvars,
+    calendar_warning,
     scheduled_tasks_for,
 )
 from fleet.terraform.hcl import load_dir, load_hcl_tfvars, parse_type, type_errors
@@ -573,3 +574,31 @@ def test_a_group_of_another_region_and_account_exports_its_own_region_and_namesp
         "chat-bj": ("cn-beijing", "9876543210"),
         "chat-sh": ("cn-shanghai", "1234567890"),
     }
+
+
+# --- calendar ----------------------------------------------------------------------------------------------
+
+# illustrative: the Wednesday to Friday after NOW off, that Saturday worked
+CALENDAR = {"holidays": ["2026-12-02..2026-12-04"], "workdays": ["2026-12-05"]}
+
+
+def test_a_calendar_exports_the_regular_week_and_says_what_it_leaves_out():
+    spec = group(schedules=[BUSINESS_HOURS], calendar=CALENDAR)
+    # a holiday in the first week compared read as a week that differs from the others: refused as DST
+    assert scheduled_tasks_for(spec, NOW) == scheduled_tasks_for(group(schedules=[BUSINESS_HOURS]), NOW)
+    warning = calendar_warning(spec, NOW)
+    assert warning is not None and "4 coming holidays and makeup workdays (2026-12-02 first)" in warning
+    assert calendar_warning(spec, datetime(2026, 12, 6, tzinfo=UTC)) is None  # all past
+    assert calendar_warning(group(schedules=[BUSINESS_HOURS]), NOW) is None
+
+
+def test_the_export_command_warns_of_the_calendar_on_stderr(tmp_path, capsys):
+    path = tmp_path / "fleet.yaml"
+    cfg = config(group(schedules=[BUSINESS_HOURS], calendar=CALENDAR))
+    path.write_text(json.dumps(cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)))
+    out = tmp_path / "t.json"
+    args = ["terraform", "export", "-c", str(path), "-o", str(out), "--at", NOW.isoformat()]
+    assert main(args) == 0
+    assert "do not honour the calendar's 4 coming" in capsys.readouterr().err
+    assert main([*args, "--no-scheduled-tasks"]) == 0
+    assert "calendar" not in capsys.readouterr().err

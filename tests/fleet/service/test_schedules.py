@@ -597,3 +597,148 @@ def test_with_the_quota_full_the_learned_floors_kept_are_the_coming_hours_not_th
     again = sync_group(ess, spec, gid, later, learned=learned)
     assert not [c for c in again if c.op in ("create", "delete")]
     assert learned_names() == {hour(start + timedelta(hours=h)) for h in (4, 5)}
+
+
+# -- calendar exceptions: Weekly tasks cannot skip a date -------------------------------------------------
+
+# illustrative dates: Wednesday 2026-03-04 to Friday 2026-03-06 off, Saturday 2026-03-07 worked
+CALENDAR = {"holidays": ["2026-03-04..2026-03-06"], "workdays": ["2026-03-07"]}
+TUESDAY_NOON = datetime(2026, 3, 3, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai, the day before the holidays
+
+
+def _by_name(tasks):
+    return {t.name: t for t in tasks}
+
+
+def test_the_next_start_is_moved_past_the_holidays_ahead_and_the_end_task_is_not():
+    tasks = _by_name(desired_tasks(_spec(calendar=CALENDAR), TUESDAY_NOON)[0])
+    # Monday 2026-03-09 08:57 Shanghai: Wednesday to Friday skipped, still Weekly mon-fri
+    assert tasks["fleet-chat-biz-start"].launch_time == datetime(2026, 3, 9, 0, 57, tzinfo=UTC)
+    assert tasks["fleet-chat-biz-start"].recurrence_value == "1,2,3,4,5"
+    assert tasks["fleet-chat-biz-end"].launch_time == datetime(2026, 3, 3, 10, 0, tzinfo=UTC)  # today's
+
+
+def test_a_makeup_saturday_gets_a_one_off_pair_for_its_date():
+    tasks = _by_name(desired_tasks(_spec(calendar=CALENDAR), TUESDAY_NOON)[0])
+    start, end = tasks["fleet-chat-biz-20260307-start"], tasks["fleet-chat-biz-20260307-end"]
+    assert (start.once, start.launch_time, start.min_value) == (
+        True,
+        datetime(2026, 3, 7, 0, 57, tzinfo=UTC),
+        6,
+    )
+    assert (end.once, end.launch_time, end.min_value) == (True, datetime(2026, 3, 7, 10, 0, tzinfo=UTC), 1)
+
+
+def test_a_start_task_that_would_fire_on_a_holiday_is_modified_then_left_alone():
+    spec = _spec(calendar=CALENDAR)
+    _, regular = plan_sync(_spec(), [], TUESDAY_NOON)
+    existing = [  # written on Monday without the calendar: the start fires on Wednesday, a holiday
+        _task(
+            t.name,
+            launch_time=datetime(2026, 3, 2, t.launch_time.hour, t.launch_time.minute, tzinfo=UTC),
+            recurrence_value=t.recurrence_value,
+            min_value=t.min_value,
+            max_value=t.max_value,
+        )
+        for t in regular
+    ]
+    changes, want = plan_sync(spec, existing, TUESDAY_NOON)
+    assert [(c.op, c.name, c.detail) for c in changes if c.op == "modify"] == [
+        ("modify", "fleet-chat-biz-start", "launch")
+    ]
+    assert {c.name for c in changes if c.op == "create"} == {
+        "fleet-chat-biz-20260307-start",
+        "fleet-chat-biz-20260307-end",
+    }
+    applied = [
+        _task(
+            t.name,
+            launch_time=t.launch_time,
+            recurrence_type=t.recurrence_type,
+            recurrence_value=t.recurrence_value or None,
+            min_value=t.min_value,
+            max_value=t.max_value,
+        )
+        for t in want
+    ]
+    assert plan_sync(spec, applied, TUESDAY_NOON)[0] == []
+
+
+def test_a_one_off_task_that_fired_is_deleted_and_a_dropped_holiday_moves_the_start_back():
+    spec = _spec(calendar=CALENDAR)
+    _, want = plan_sync(spec, [], TUESDAY_NOON)
+    applied = [
+        _task(
+            t.name,
+            launch_time=t.launch_time,
+            recurrence_type=t.recurrence_type,
+            recurrence_value=t.recurrence_value or None,
+            min_value=t.min_value,
+            max_value=t.max_value,
+        )
+        for t in want
+    ]
+    sunday = datetime(2026, 3, 8, 4, 0, tzinfo=UTC)
+    changes, _ = plan_sync(spec, applied, sunday)
+    assert sorted((c.op, c.name) for c in changes) == [
+        ("delete", "fleet-chat-biz-20260307-end"),
+        ("delete", "fleet-chat-biz-20260307-start"),
+    ]
+    changes, _ = plan_sync(_spec(), applied, TUESDAY_NOON)  # the calendar removed before the holidays
+    assert ("modify", "fleet-chat-biz-start", "launch") in [(c.op, c.name, c.detail) for c in changes]
+
+
+def test_a_weekend_window_gets_one_off_tasks_on_a_holiday():
+    weekend = {
+        "name": "wknd",
+        "timezone": "Asia/Shanghai",
+        "days": "sat,sun",
+        "start": "10:00",
+        "end": "16:00",
+        "min": 2,
+        "max": 4,
+    }
+    tasks = _by_name(desired_tasks(_spec(calendar=CALENDAR, schedules=[weekend]), TUESDAY_NOON)[0])
+    assert {n for n in tasks if n.startswith("fleet-chat-wknd-2026")} == {
+        f"fleet-chat-wknd-2026030{d}-{edge}" for d in (4, 5, 6) for edge in ("start", "end")
+    }
+    # its recurring start skips the makeup Saturday: next Sunday 09:57 Shanghai
+    assert tasks["fleet-chat-wknd-start"].launch_time == datetime(2026, 3, 8, 1, 57, tzinfo=UTC)
+
+
+CAL_YAML = """\
+min_size: 1
+max_size: 20
+schedules:
+  - {{name: biz, timezone: Asia/Shanghai, days: mon-fri, start: "09:00", end: "18:00", min: 6}}
+calendar: {{holidays: [{wed}..{fri}], workdays: [{sat}]}}
+"""
+
+
+def test_with_the_service_down_from_the_eve_of_the_holidays_ess_holds_the_calendars_floors(fake_world):
+    from datetime import date, timedelta
+
+    from fleet.service.schedules import sync_group
+    from fleet.testing import mock_aliyun
+
+    with mock_aliyun() as probe:  # the fake's clock: the holidays are the week after its start
+        start = probe.now()
+    tuesday = start.date() + timedelta(days=8 - start.weekday())
+    wed, fri, sat = (tuesday + timedelta(days=d) for d in (1, 3, 4))
+    cloud, svc, gid = fake_world(CAL_YAML.format(wed=wed, fri=fri, sat=sat), in_service=6)
+
+    def at(day: date, hour: int) -> int:  # the fake's clock moved to ``hour`` in Shanghai: MinSize then
+        when = datetime(day.year, day.month, day.day, hour, tzinfo=UTC) - timedelta(hours=8)
+        cloud.advance((when - cloud.now()).total_seconds())
+        return cloud.ess.groups[gid].min_size
+
+    for day in (tuesday - timedelta(days=1), tuesday):  # the last sync before the service stops: Tuesday
+        at(day, 12)
+        changes = sync_group(_plain_ess(cloud, svc), svc.specs[0], gid, cloud.now())
+        assert not any(c.op == "error" for c in changes), changes
+    assert at(tuesday, 17) == 6  # a workday
+    assert at(wed, 10) == 1  # a holiday
+    assert at(fri, 10) == 1  # a holiday
+    assert at(sat, 10) == 6  # the makeup Saturday
+    assert at(sat, 19) == 1
+    assert at(sat + timedelta(days=2), 10) == 6  # Monday: the weekly task again
