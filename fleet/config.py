@@ -541,6 +541,26 @@ def _capacity_mix_warnings(g: GroupSpec) -> list[str]:
     return out
 
 
+def _calendar_warnings(g: GroupSpec) -> list[str]:
+    """A calendar the group's cron windows ignore, and makeup workdays that are weekdays already."""
+    cal = g.calendar
+    if cal is None:
+        return []
+    out = [
+        f"schedule {s.name!r}: a cron window follows its cron expression alone; the calendar's holidays and "
+        "makeup workdays apply to days/start/end windows (write it that way to have them honoured)"
+        for s in g.schedules
+        if s.cron is not None
+    ]
+    weekdays = [d for first, last in cal.workdays for d in (first, last) if first == last and d.weekday() < 5]
+    out.extend(
+        f"calendar.workdays: {d.isoformat()} is a {d.strftime('%A')} already; a makeup workday is a Saturday "
+        "or Sunday that is worked (a holiday goes under holidays)"
+        for d in weekdays
+    )
+    return out
+
+
 def _policy_warnings(g: GroupSpec) -> list[str]:
     """Valid but risky policy choices: no dead band between scale-in and scale-out thresholds, and a custom
     isolation rule list without the default XID and system-event rules."""
@@ -563,6 +583,7 @@ def _policy_warnings(g: GroupSpec) -> list[str]:
         and r.above < GPU_MEM_AT_REST_PCT
     )
     out.extend(_capacity_mix_warnings(g))
+    out.extend(_calendar_warnings(g))
     if g.stabilization.stale_after_s < MIN_METRIC_PERIOD_S:
         out.append(
             f"stabilization.stale_after {g.stabilization.stale_after_s:g}s is under the "

@@ -71,3 +71,28 @@ def test_the_schema_documents_the_calendar():
     schema = config_json_schema()
     assert "calendar" in schema["properties"]
     assert "holidays" in schema["$defs"]["Calendar"]["properties"]
+
+
+def test_validate_warns_of_a_cron_window_the_calendar_does_not_reach_and_of_a_weekday_workday(tmp_path):
+    groups = GROUPS.replace(
+        "{name: biz, days: mon-fri,",
+        '{name: cron-biz, cron: "0 9 * * 1-5", duration: 9h, min: 4}, {name: biz, days: mon-fri,',
+    )
+    text = HEAD + "calendar: {holidays: [2027-02-10], workdays: [2027-02-22]}\n" + groups
+    warnings = load_config(write(tmp_path, text), env={}).warnings()
+    assert any("schedule 'cron-biz': a cron window follows its cron expression alone" in w for w in warnings)
+    assert any("2027-02-22 is a Monday already" in w for w in warnings)
+    assert not any(
+        "calendar" in w for w in load_config(write(tmp_path, HEAD + TOP + GROUPS), env={}).warnings()
+    )
+
+
+def test_the_examples_commented_calendar_validates_once_uncommented(tmp_path):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml").read_text()
+    text = re.sub(r"^#   ", "  ", re.sub(r"^# calendar:", "calendar:", text, flags=re.M), flags=re.M)
+    cfg = load_config(write(tmp_path, text), env={})
+    assert all(g.calendar is not None and g.calendar.workdays for g in cfg.groups)
+    assert not any("calendar" in w for w in cfg.warnings())
