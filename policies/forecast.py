@@ -9,6 +9,12 @@ for the same reason):
   office's Monday after a quiet weekend is last Monday's, not Sunday's);
 - **level and trend**: the mean of the last minutes plus a damped slope.
 
+With a ``calendar`` (the group's holidays and makeup workdays) the references are days of today's type
+(``reference_days``): a holiday's day-ago reference is the last non-working day, a makeup workday's the last
+workday, the first workday after a holiday's the last workday before it; the week-ago reference steps back by
+whole weeks to a day of the same type. Without one, or on days the calendar leaves alone, yesterday and a
+week ago as before.
+
 With under a day of history only the second one speaks. "The same time" is the same time on the clock of
 ``predictive.timezone`` when the group names one (demand that follows New York's or Berlin's clock is 23
 hours after yesterday's on the spring-forward day, 25 on the fall-back day), else whole days of 86,400 s.
@@ -24,11 +30,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from policies.model import DemandSeries, ForecastState, PendingForecast
+from policies.spec import Calendar, weekday_of
 
 DAY_S = 86400.0
 WEEK_S = 7 * DAY_S
@@ -223,6 +230,60 @@ def lag_s(at_s: float, days: int, zone: ZoneInfo | None) -> float:
     return at_s - then.timestamp()
 
 
+# How far back a reference of today's day type is looked for (past a golden week and its weekends).
+REFERENCE_SEARCH_DAYS = 21
+REFERENCE_WEEKS = 4  # whole weeks the week-ago reference steps back to find a day of today's type
+
+
+def _working(calendar: Calendar | None, day: date) -> bool:
+    return weekday_of(calendar, day) < 5
+
+
+def _altered(calendar: Calendar | None, day: date) -> bool:
+    """Whether the calendar changes ``day``'s type (a holiday on a weekday, a worked Saturday)."""
+    return calendar is not None and _working(calendar, day) != (day.weekday() < 5)
+
+
+def reference_days(
+    at_s: float,
+    zone: ZoneInfo | None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
+) -> tuple[int, int]:
+    """Days back to the seasonal part's day-ago and week-ago references for the demand at ``at_s``: 1 and 7,
+    unless the calendar changes the type of today or of that day. Then the day-ago reference is the last day
+    of today's type (working or not), and the week-ago one the same weekday up to ``REFERENCE_WEEKS`` weeks
+    back that is of today's type and left alone by the calendar, else the last day of today's type a week or
+    more back. The dates are read on ``calendar_zone``'s clock, else ``zone``'s, else UTC's."""
+    if calendar is None:
+        return 1, 7
+    today = datetime.fromtimestamp(at_s, calendar_zone or zone or UTC).date()
+    kind = _working(calendar, today)
+
+    def same(back: int) -> bool:
+        return _working(calendar, today - timedelta(days=back)) == kind
+
+    day, week = 1, 7
+    if _altered(calendar, today) or _altered(calendar, today - timedelta(days=1)):
+        day = next((b for b in range(1, REFERENCE_SEARCH_DAYS) if same(b)), 1)
+    if _altered(calendar, today) or _altered(calendar, today - timedelta(days=7)):
+        weeks = (7 * k for k in range(1, REFERENCE_WEEKS + 1))
+        week = next((b for b in weeks if same(b) and not _altered(calendar, today - timedelta(days=b))), 0)
+        week = week or next((b for b in range(7, 7 + REFERENCE_SEARCH_DAYS) if same(b)), 7)
+    return day, week
+
+
+def reference_lags(
+    at_s: float,
+    zone: ZoneInfo | None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
+) -> tuple[float, float]:
+    """Seconds back to the day-ago and week-ago references (``reference_days``, ``lag_s``)."""
+    day, week = reference_days(at_s, zone, calendar, calendar_zone)
+    return lag_s(at_s, day, zone), lag_s(at_s, week, zone)
+
+
 def _back(at_s: float, days: int, zone: ZoneInfo | None) -> float:
     """The same time ``days`` days before ``at_s`` (``lag_s``)."""
     return at_s - lag_s(at_s, days, zone)
@@ -390,11 +451,14 @@ def forecast(
     state: ForecastState,
     step_s: float = 60.0,
     zone: ZoneInfo | None = None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
     share: float | None = None,
 ) -> Forecast:
     """Demand over the next ``horizon_s`` from ``series`` (history up to ``now``); ``zone``: the clock whose
-    yesterday and last week the seasonal part reads (``lag_s``); ``share``: ``week_share`` of this hour where
-    the caller has it, else worked out here."""
+    yesterday and last week the seasonal part reads (``lag_s``); ``calendar``: the days whose type differs
+    from their weekday's (``reference_days``; its dates on ``calendar_zone``'s clock); ``share``:
+    ``week_share`` of this hour where the caller has it, else worked out here."""
     if series is None or not series.rps:
         return Forecast(Method.NONE, None, 0.0, 0.0, 0.0, 0.0, ())
     idx = _Index(series)
@@ -405,7 +469,7 @@ def forecast(
     points: list[tuple[float, float]] = []
     seasonal_used = False
     steps = max(1, math.ceil(horizon_s / step_s))
-    lags = (lag_s(now_s, 1, zone), lag_s(now_s, 7, zone))
+    lags = reference_lags(now_s, zone, calendar, calendar_zone)
     if share is None:
         share = _week_share(idx, hour_of(now) * 3600.0 + 1800.0, zone)
     for k in range(1, steps + 1):
@@ -557,6 +621,8 @@ def hourly(
     *,
     horizon_s: float,
     zone: ZoneInfo | None = None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
 ) -> list[HourForecast]:
     """The next ``hours`` whole hours from the seasonal predictor (empty with under a day of history).
 
@@ -579,7 +645,8 @@ def hourly(
         weighted: list[tuple[float, float]] = []
         lows: list[float] = []
         week = _week_share(idx, start.timestamp() + 1800.0, zone)
-        for days, share in ((1, 1 - week), (7, week)):
+        refs = reference_days(start.timestamp(), zone, calendar, calendar_zone)
+        for days, share in zip(refs, (1 - week, week), strict=True):
             got = _hour_then(
                 idx,
                 start.timestamp() - lag_s(start.timestamp(), days, zone),

@@ -1132,6 +1132,14 @@ class GroupSpec(_Model):
         return max(timeout, max(load_s, float(self.cold_start_s)) + HEALTH_CHECK_LOAD_MARGIN_S)
 
     @property
+    def calendar_zone(self) -> ZoneInfo | None:
+        """The clock the forecast reads the calendar's dates on: the predictive timezone, else the first
+        schedule's (the schedules read them on their own), else None (UTC)."""
+        if self.predictive.timezone is not None:
+            return ZoneInfo(self.predictive.timezone)
+        return self.schedules[0].zone if self.schedules else None
+
+    @property
     def base_floor(self) -> int:
         return max(self.min_size, self.warm_floor)
 

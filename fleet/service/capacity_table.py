@@ -300,6 +300,8 @@ def learned_floors(
         state,
         horizon_s=spec.horizon_s,
         zone=spec.predictive.seasonal_zone,
+        calendar=spec.calendar,
+        calendar_zone=spec.calendar_zone,
     )
     if not hours:
         return None

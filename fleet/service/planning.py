@@ -221,12 +221,23 @@ def plan_forecast(
     prompt, output = mix_of(rows, at)
     cap = table.lookup(spec, prompt, output)
     rps = None if cap.rps is None else cap.rps * state.correction
-    near = fc.forecast(series, at, spec.horizon_s, state, zone=spec.predictive.seasonal_zone)
+    zone, calendar, calendar_zone = spec.predictive.seasonal_zone, spec.calendar, spec.calendar_zone
+    near = fc.forecast(
+        series, at, spec.horizon_s, state, zone=zone, calendar=calendar, calendar_zone=calendar_zone
+    )
     burst = fc.burstiness(series, at, cap=fc.STAFFING_MAX_BURSTINESS)
     planned: list[PlannedHour] = []
-    for h in fc.hourly(
-        series, at, hours, state, horizon_s=spec.horizon_s, zone=spec.predictive.seasonal_zone
-    ):
+    hours_ahead = fc.hourly(
+        series,
+        at,
+        hours,
+        state,
+        horizon_s=spec.horizon_s,
+        zone=zone,
+        calendar=calendar,
+        calendar_zone=calendar_zone,
+    )
+    for h in hours_ahead:
         floor = bounds(spec, h.start).floor
         want = (
             floor if rps is None else max(floor, staffing(h.upper_rps / rps, spec.predictive.headroom, burst))

@@ -302,7 +302,16 @@ def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
     horizon = inp.spec.horizon_s
     state = fc.judge(_for_engine(gh.forecast, pred), inp.now, d.rps if d.complete else None)
     share = dem.week_share if dem else None
-    f = fc.forecast(series, inp.now, horizon, state, zone=pred.seasonal_zone, share=share)
+    f = fc.forecast(
+        series,
+        inp.now,
+        horizon,
+        state,
+        zone=pred.seasonal_zone,
+        calendar=inp.spec.calendar,
+        calendar_zone=inp.spec.calendar_zone,
+        share=share,
+    )
     state = fc.remember(state, inp.now, f, horizon)
     model_rps = pred.capacity_rps or (dem.capacity_rps if dem else None)
     if model_rps:

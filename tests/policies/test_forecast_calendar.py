@@ -1,0 +1,85 @@
+"""The forecast's seasonal references under a calendar: a holiday is foretold from the last non-working day,
+a makeup workday and the first workday after a holiday from the last workday (synthetic office traffic)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from policies import forecast as fc
+from policies.model import DemandSeries, ForecastState
+from policies.spec import Calendar, weekday_of
+
+HORIZON_S = 360.0
+# illustrative: Tuesday 2026-12-15 and Wednesday 2026-12-16 off, Saturday 2026-12-19 worked (dates in UTC)
+CAL = Calendar.model_validate({"holidays": ["2026-12-15..2026-12-16"], "workdays": ["2026-12-19"]})
+
+
+def _office(t: datetime) -> float:
+    """10 req/s 09:00-18:00 (UTC) on the calendar's working days, 0.5 on their nights, 0.2 on other days."""
+    if weekday_of(CAL, t.date()) >= 5:
+        return 0.2
+    return 10.0 if 9 <= t.hour < 18 else 0.5
+
+
+def _history(now: datetime, days: int = 21) -> DemandSeries:
+    n = days * 1440
+    start = now - timedelta(minutes=n - 1)
+    return DemandSeries(start=start, step_s=60, rps=[_office(start + timedelta(minutes=i)) for i in range(n)])
+
+
+def _business_hours_error(now: datetime, calendar: Calendar | None) -> float:
+    """Mean absolute error of the hourly forecast made at ``now`` (the early morning) over 09:00-18:00."""
+    hours = fc.hourly(_history(now), now, 20, ForecastState(), horizon_s=HORIZON_S, calendar=calendar)
+    office = [h for h in hours if 9 <= h.start.hour < 18]
+    assert len(office) == 9
+    return sum(abs(h.mean_rps - _office(h.start)) for h in office) / len(office)
+
+
+@pytest.mark.parametrize(
+    ("day", "refs"),
+    [
+        (date(2026, 12, 14), (1, 7)),  # a Monday the calendar leaves alone, its references too
+        (date(2026, 12, 15), (2, 9)),  # a holiday Tuesday: Sunday, and the Sunday before last
+        (date(2026, 12, 16), (1, 10)),  # the second holiday: the first one, then a Sunday 10 days back
+        (date(2026, 12, 17), (3, 7)),  # Thursday after: Monday; last Thursday was a workday
+        (date(2026, 12, 19), (1, 8)),  # the makeup Saturday: Friday, and Friday a week before
+        (date(2026, 12, 21), (1, 7)),  # the Monday after it: yesterday was a plain Sunday
+        (date(2026, 12, 22), (1, 14)),  # a Tuesday whose week ago was a holiday: two weeks back
+    ],
+)
+def test_the_references_are_days_of_todays_type(day, refs):
+    at = datetime(day.year, day.month, day.day, 12, tzinfo=UTC).timestamp()
+    assert fc.reference_days(at, None, CAL) == refs
+    assert fc.reference_days(at, None, None) == (1, 7)
+
+
+def test_the_day_after_a_holiday_is_forecast_from_the_last_workday():
+    at = datetime(2026, 12, 17, 2, 30, tzinfo=UTC)  # Thursday, after two days off
+    plain, with_calendar = _business_hours_error(at, None), _business_hours_error(at, CAL)
+    assert plain > 3.0  # yesterday's 0.2 holds most of the blend: the office hours forecast far too low
+    assert with_calendar < 0.5
+    assert with_calendar < plain / 5
+
+
+def test_a_holiday_is_forecast_from_the_last_non_working_day():
+    at = datetime(2026, 12, 15, 2, 30, tzinfo=UTC)  # the holiday Tuesday
+    plain, with_calendar = _business_hours_error(at, None), _business_hours_error(at, CAL)
+    assert plain > 3.0  # a Monday's office hours, on a day nobody works
+    assert with_calendar < 0.5
+
+
+def test_a_makeup_saturday_is_forecast_as_a_workday():
+    at = datetime(2026, 12, 19, 2, 30, tzinfo=UTC)
+    plain, with_calendar = _business_hours_error(at, None), _business_hours_error(at, CAL)
+    assert plain > 3.0
+    assert with_calendar < 0.5
+
+
+def test_the_near_term_forecast_before_nine_climbs_on_the_day_after_a_holiday():
+    at = datetime(2026, 12, 17, 8, 55, tzinfo=UTC)
+    plain = fc.forecast(_history(at), at, 1800, ForecastState())
+    cal = fc.forecast(_history(at), at, 1800, ForecastState(), calendar=CAL)
+    assert cal.points[-1][1] > 0.75 * 10.0
+    assert plain.points[-1][1] < cal.points[-1][1]
