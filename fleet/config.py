@@ -34,6 +34,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
+from policies.schedule import by_weekday
 from policies.spec import (
     Calendar,
     Duration,
@@ -542,15 +543,16 @@ def _capacity_mix_warnings(g: GroupSpec) -> list[str]:
 
 
 def _calendar_warnings(g: GroupSpec) -> list[str]:
-    """A calendar the group's cron windows ignore, and makeup workdays that are weekdays already."""
+    """A calendar the group's cron windows on dates ignore, and makeup workdays that are weekdays already."""
     cal = g.calendar
     if cal is None:
         return []
     out = [
-        f"schedule {s.name!r}: a cron window follows its cron expression alone; the calendar's holidays and "
-        "makeup workdays apply to days/start/end windows (write it that way to have them honoured)"
+        f"schedule {s.name!r}: cron {s.cron!r} names days of the month or months, so it follows its "
+        "expression alone: the calendar's holidays and makeup workdays apply to windows that pick days by "
+        "weekday (days/start/end, or a cron whose day of month and month are *)"
         for s in g.schedules
-        if s.cron is not None
+        if s.cron is not None and not by_weekday(s.cron)
     ]
     weekdays = [d for first, last in cal.workdays for d in (first, last) if first == last and d.weekday() < 5]
     out.extend(

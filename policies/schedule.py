@@ -11,8 +11,9 @@ which the spring-forward day skips, read an hour late), so nothing here does ari
 
 A group's ``calendar`` (holidays, makeup workdays) changes the weekday a ``days`` window reads a date as, in
 the schedule's own zone: on a holiday a ``mon-fri`` window stays closed, on a makeup Saturday it opens. A
-window belongs to the day it starts on (a Friday 20:00-08:00 window is Friday's). Cron windows follow their
-cron expression alone: it names minutes and days, not day types.
+window belongs to the day it starts on (a Friday 20:00-08:00 window is Friday's). A cron window that picks
+days by weekday alone (day of month and month ``*``) fires on an exception day at the times it fires on the
+weekday the day is read as; one that names days of the month or months follows its expression alone.
 """
 
 from __future__ import annotations
@@ -74,18 +75,7 @@ def windows_between(
     zone = schedule.zone
     out: list[Window] = []
     if schedule.cron is not None:
-        duration = timedelta(seconds=schedule.duration_s or 0.0)
-        # first fire that could still be active at ``start``
-        base = (start - duration).astimezone(zone) - timedelta(seconds=1)
-        it = croniter(schedule.cron, base)
-        for _ in range(10_000):  # a bound, not an expectation: minutely crons over long spans
-            fire = it.get_next(datetime).astimezone(UTC)
-            if fire >= end:
-                break
-            w_end = fire + duration
-            if w_end > start:
-                out.append(Window(schedule.name, fire, w_end))
-        return out
+        return _cron_windows(schedule, start, end, calendar if by_weekday(schedule.cron) else None)
     assert schedule.start is not None and schedule.end is not None
     first = (start.astimezone(zone) - timedelta(days=1)).date()
     last = end.astimezone(zone).date()
@@ -96,6 +86,56 @@ def windows_between(
             if w_start < end and w_end > start:
                 out.append(Window(schedule.name, w_start, w_end))
         day += timedelta(days=1)
+    return out
+
+
+def by_weekday(cron: str) -> bool:
+    """Whether a cron expression picks its days by weekday alone (day of month and month ``*``): the days a
+    calendar can re-type."""
+    fields = cron.split()
+    return len(fields) >= 5 and fields[2] == "*" and fields[3] == "*"
+
+
+def _cron_windows(
+    schedule: Schedule, start: datetime, end: datetime, calendar: Calendar | None
+) -> list[Window]:
+    """A cron window's occurrences overlapping [start, end): its fires, less those on the calendar's exception
+    days, plus each exception day's fires at the wall times of the weekday it is read as."""
+    assert schedule.cron is not None
+    zone = schedule.zone
+    duration = timedelta(seconds=schedule.duration_s or 0.0)
+    first_s = (start - duration).astimezone(zone)  # the first fire that could still be active at ``start``
+    exceptions: set[date] = set()
+    if calendar is not None:
+        exceptions = set(calendar.exception_days(first_s.date(), end.astimezone(zone).date()))
+    fires = [
+        f for f in _fires(schedule.cron, zone, first_s, end) if f.astimezone(zone).date() not in exceptions
+    ]
+    for day in sorted(exceptions):
+        assert calendar is not None
+        like = day + timedelta(days=(calendar.weekday_of(day) - day.weekday()) % 7)
+        midnight = wall_start(like, time(0), zone)
+        for fire in _fires(
+            schedule.cron, zone, midnight, wall_start(like + timedelta(days=1), time(0), zone)
+        ):
+            fires.append(wall_start(day, fire.astimezone(zone).time(), zone))
+    return [
+        Window(schedule.name, fire, fire + duration)
+        for fire in sorted(fires)
+        if fire < end and fire + duration > start
+    ]
+
+
+def _fires(cron: str, zone: ZoneInfo, after: datetime, before: datetime) -> list[datetime]:
+    """The fires of ``cron`` (read on ``zone``'s clock) from ``after`` (included) to ``before`` (excluded),
+    in UTC."""
+    it = croniter(cron, after.astimezone(zone) - timedelta(seconds=1))
+    out = []
+    for _ in range(10_000):  # a bound, not an expectation: minutely crons over long spans
+        fire = it.get_next(datetime).astimezone(UTC)
+        if fire >= before:
+            break
+        out.append(fire)
     return out
 
 

@@ -76,11 +76,11 @@ def test_the_schema_documents_the_calendar():
 def test_validate_warns_of_a_cron_window_the_calendar_does_not_reach_and_of_a_weekday_workday(tmp_path):
     groups = GROUPS.replace(
         "{name: biz, days: mon-fri,",
-        '{name: cron-biz, cron: "0 9 * * 1-5", duration: 9h, min: 4}, {name: biz, days: mon-fri,',
+        '{name: cron-biz, cron: "0 9 1-5 * *", duration: 9h, min: 4}, {name: biz, days: mon-fri,',
     )
     text = HEAD + "calendar: {holidays: [2027-02-10], workdays: [2027-02-22]}\n" + groups
     warnings = load_config(write(tmp_path, text), env={}).warnings()
-    assert any("schedule 'cron-biz': a cron window follows its cron expression alone" in w for w in warnings)
+    assert any("schedule 'cron-biz': cron '0 9 1-5 * *' names days of the month" in w for w in warnings)
     assert any("2027-02-22 is a Monday already" in w for w in warnings)
     assert not any(
         "calendar" in w for w in load_config(write(tmp_path, HEAD + TOP + GROUPS), env={}).warnings()

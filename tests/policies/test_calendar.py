@@ -101,3 +101,22 @@ def test_exception_days_lists_each_day_of_a_range():
     cal = Calendar.model_validate(CALENDAR)
     got = cal.exception_days(date(2027, 2, 11), date(2027, 2, 28))
     assert got == [date(2027, 2, 11), date(2027, 2, 12), date(2027, 2, 20)]
+
+
+CRON_BIZ = {"name": "cron-biz", "cron": "0 9 * * 1-5", "duration": "9h", "min": 6}
+
+
+def test_a_weekday_cron_window_honours_the_calendar_as_a_days_window_does():
+    spec = group_spec(cold_start_s=300, schedules=[CRON_BIZ], calendar=CALENDAR)
+    assert bounds(spec, shanghai(2, 10, 10)).floor == 2  # a holiday Wednesday
+    assert bounds(spec, shanghai(2, 9, 10)).floor == 6  # the Tuesday before
+    assert bounds(spec, shanghai(2, 20, 8, 55)).floor == 6  # the makeup Saturday, a cold start early
+    assert bounds(spec, shanghai(2, 20, 17, 59)).floor == 6
+    assert bounds(spec, shanghai(2, 20, 18)).floor == 2
+    assert bounds(spec, shanghai(2, 27, 10)).floor == 2
+
+
+def test_a_cron_window_on_days_of_the_month_follows_its_expression_alone():
+    monthly = {"name": "month-end", "cron": "0 9 10 * *", "duration": "9h", "min": 6}  # the 10th
+    spec = group_spec(schedules=[monthly], calendar=CALENDAR)
+    assert bounds(spec, shanghai(2, 10, 10)).floor == 6  # a holiday, but the expression names the date
