@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,6 +17,9 @@ from fleet.commands._common import (
     wide_console,
     write_atomically,
 )
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without the simulator's modules
+    from sizing.traces import TraceRead
 
 bench_app = typer.Typer(
     name="bench",
@@ -123,11 +126,25 @@ def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
         fail(f"--model-error: must be between 0 and {MAX_MODEL_ERROR_PCT:g} (%), got {model_error:g}")
 
 
-def _check_size(spec: Any, hours: float) -> None:
+def _read_user_trace(spec: Any) -> TraceRead | None:
+    """The user's trace file of a ``trace:PATH`` workload (None for the others), read here once: the bound,
+    the warnings and the run are each handed this read, so a million-row log is parsed once per run and
+    every step sees the same rows."""
+    if spec.kind != "trace":
+        return None
+    from fleet.sim.workload import WorkloadError, read_trace_file
+
+    try:
+        return read_trace_file(spec.name)
+    except WorkloadError as exc:
+        fail(f"--workload: {exc}")
+
+
+def _check_size(spec: Any, hours: float, user_trace: TraceRead | None) -> None:
     from fleet.sim.scenario import MAX_REQUESTS, requests_upper_bound
 
     try:
-        bound = requests_upper_bound(spec, hours)
+        bound = requests_upper_bound(spec, hours, user_trace)
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")
     if bound > MAX_REQUESTS:
@@ -165,23 +182,21 @@ def _hardware(model: str, instance_type: str, max_model_len: int | None, region:
     return hardware
 
 
-def _warn_trace(spec: Any) -> None:
+def _warn_trace(spec: Any, user_trace: TraceRead | None) -> None:
     """A user's trace whose rows were skipped (no, zero or negative token counts, no time, a header again)
     says how many and why, once, on stderr."""
-    if spec.kind != "trace":
+    if user_trace is None:
         return
     from rich.markup import escape
 
-    from fleet.sim.workload import read_trace_file
-
-    note = read_trace_file(spec.name).skipped_note()  # read already to bound the run: not parsed again
+    note = user_trace.skipped_note()
     if note:
         err_console.print(
             f"[yellow]warning:[/] {escape(spec.name)}: {escape(note)}", highlight=False, soft_wrap=True
         )
 
 
-def _warn_trace_end(spec: Any, hours: float) -> None:
+def _warn_trace_end(spec: Any, hours: float, user_trace: TraceRead | None) -> None:
     """A replay played once (``loop=false``) that ends before ``--hours`` leaves the rest of the run without
     requests, while the fleet's floor goes on costing: the GPU-hours and cost grow with hours of nothing. Say
     where the trace ends, once, on stderr."""
@@ -193,7 +208,7 @@ def _warn_trace_end(spec: Any, hours: float) -> None:
 
     if spec.kind == "servegen" or spec.params.get("loop", "true").lower() == "true":
         return
-    trace = load_trace(spec.kind, spec.name)  # read already to bound the run
+    trace = load_trace(spec.kind, spec.name, user_trace=user_trace)  # a bundled one: loaded once a process
     if not trace:
         return
     end_s = (trace[-1].arrival_s - trace[0].arrival_s) / float(spec.params.get("speed", "1"))
@@ -299,12 +314,13 @@ def simulate(
         fail(f"--workload: {exc}")
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
+    user_trace = _read_user_trace(spec)
     try:
-        _check_size(spec, hours)  # reads the trace to bound the run: a missing file surfaces here
+        _check_size(spec, hours, user_trace)  # a bundled trace missing surfaces here
     except WorkloadError as exc:
         fail(f"--workload: {exc}")
-    _warn_trace(spec)
-    _warn_trace_end(spec, hours)
+    _warn_trace(spec, user_trace)
+    _warn_trace_end(spec, hours, user_trace)
     faults = _faults(fault, embedded, hours)
     cfg = _load(config)
     index = _group_index(cfg, config, group)
@@ -323,7 +339,15 @@ def simulate(
         )
     try:
         result = run_sim(
-            cfg, workload, hours, faults=faults, policy=policy, hardware=hw, options=opts, group_index=index
+            cfg,
+            workload,
+            hours,
+            faults=faults,
+            policy=policy,
+            hardware=hw,
+            options=opts,
+            group_index=index,
+            user_trace=user_trace,
         )
     except FileNotFoundError as exc:
         fail(f"--workload: trace file missing: {exc.filename} (set FLEET_TRACES_DIR)")

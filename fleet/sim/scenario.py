@@ -34,6 +34,7 @@ from fleet.sim.world import Fault, World, WorldParams
 from policies.spec import GroupSpec
 from sizing.capacity import largest_passing
 from sizing.stats import nearest_rank
+from sizing.traces import TraceRead
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sim" / "fleet.yaml"
 # Prompts are cut to leave this many tokens of max_model_len for the output (vLLM refuses a prompt that fills
@@ -211,17 +212,20 @@ def prompt_cap_tokens(max_model_len: int) -> int:
     return max_model_len - min(OUTPUT_ROOM_TOKENS, max_model_len // 2)
 
 
-def sizes_for(spec: WorkloadSpec, max_prompt_tokens: int | None = None) -> Sequence[Request]:
+def sizes_for(
+    spec: WorkloadSpec, max_prompt_tokens: int | None = None, *, user_trace: TraceRead | None = None
+) -> Sequence[Request]:
     """The request-size mix a workload draws from (for calibration), with its prompts cut to
     ``max_prompt_tokens`` as the run's are: the capacity test must measure the requests the world serves (an
     engine rejects a prompt past ``max_model_len``, and a P99 over a mix with more than 1 % of them is a miss
-    at any rate, which sized every instance at the bisection's floor)."""
+    at any rate, which sized every instance at the bisection's floor). A ``trace:PATH`` spec draws from
+    ``user_trace`` where the caller has read the file already."""
     if spec.kind == "servegen":
         from fleet.sim.workload import SIZE_SOURCES
 
         sizes = load_trace(*SIZE_SOURCES[spec.params.get("sizes", "azure-conv")])
     else:
-        sizes = load_trace(spec.kind, spec.name)
+        sizes = load_trace(spec.kind, spec.name, user_trace=user_trace)
     return sizes if max_prompt_tokens is None else cut_prompts(sizes, max_prompt_tokens)
 
 
@@ -238,8 +242,11 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     capacity_cache: dict[tuple[str, str, str], CapacityTest] | None = None,
     group_index: int = 0,
+    user_trace: TraceRead | None = None,
 ) -> SimResult:
-    """One simulated run of ``workload`` for ``hours`` under ``policy``, on the group ``group_index``."""
+    """One simulated run of ``workload`` for ``hours`` under ``policy``, on the group ``group_index``.
+    ``user_trace``: the file of a ``trace:PATH`` workload as the command read it, so that the run does not
+    read it again (without it, the run reads the file)."""
     from fleet.sim.engine import make_engine_factory
 
     hardware = hardware or Hardware()
@@ -247,7 +254,7 @@ def simulate(
     config = with_predictive_hardware(config, group_index, hardware)
     group = config.groups[group_index]
     max_prompt = prompt_cap_tokens(hardware.max_model_len)
-    requests = build_workload(spec_w, hours * 3600.0, max_prompt_tokens=max_prompt)
+    requests = build_workload(spec_w, hours * 3600.0, max_prompt_tokens=max_prompt, user_trace=user_trace)
     factory = engine_factory or make_engine_factory(hardware)
     slo = slo_ttft_ms(group)
     opts = options or SimOptions()
@@ -259,7 +266,9 @@ def simulate(
     key = (deployment, spec_w.params.get("sizes", spec_w.name), str(slo))
     test = (capacity_cache or {}).get(key)
     if test is None:
-        test = capacity_test(factory, sizes_for(spec_w, max_prompt), slo, seed=opts.seed)
+        test = capacity_test(
+            factory, sizes_for(spec_w, max_prompt, user_trace=user_trace), slo, seed=opts.seed
+        )
         if capacity_cache is not None:
             capacity_cache[key] = test
     opts = sized_options(opts, requests, test, group.max_size)
@@ -372,14 +381,15 @@ def _refine_oracle(
 MAX_REQUESTS = 10_000_000
 
 
-def requests_upper_bound(spec: WorkloadSpec, hours: float) -> float:
+def requests_upper_bound(spec: WorkloadSpec, hours: float, user_trace: TraceRead | None = None) -> float:
     """At most how many requests ``spec`` makes in ``hours``: ServeGen never exceeds its peak rate on average
-    over a window; a replay keeps the trace's mean rate times ``rate`` and ``speed``."""
+    over a window; a replay keeps the trace's mean rate times ``rate`` and ``speed``. A ``trace:PATH`` spec
+    is bounded on ``user_trace`` where the caller has read the file already."""
     duration_s = hours * 3600.0
     p = spec.params
     if spec.kind == "servegen":
         return float(p.get("peak", "20")) * duration_s
-    trace = load_trace(spec.kind, spec.name)
+    trace = load_trace(spec.kind, spec.name, user_trace=user_trace)
     if len(trace) < 2:
         return float(len(trace))
     if p.get("loop", "true").lower() == "true":

@@ -134,27 +134,14 @@ def _open_trace(path: Path) -> IO[str]:
     return path.open(encoding="utf-8-sig", newline="")
 
 
-# The last user trace read, by path and what its stat says: `fleet simulate` reads it to bound the run, to
-# warn of skipped rows and to build the run, and a million-row log takes seconds each time.
-_LAST_READ: dict[str, tuple[tuple[int, int, int], TraceRead]] = {}
-
-
 def read_trace_file(path: Path | str) -> TraceRead:
     """A per-request trace file read row by row (a file of millions of rows is never held whole), plain or
-    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``). A file
-    read again unchanged (same inode, size and modification time) is not parsed again."""
+    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``). Each call
+    parses the file: a command that needs it in several steps reads it once and hands the result on."""
     path = Path(path)
     try:
-        st = path.stat()
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        last = _LAST_READ.get(str(path))
-        if last is not None and last[0] == stamp:
-            return last[1]
         with _open_trace(path) as handle:
-            got = read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
-        _LAST_READ.clear()
-        _LAST_READ[str(path)] = (stamp, got)
-        return got
+            return read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:
@@ -165,13 +152,17 @@ def read_trace_file(path: Path | str) -> TraceRead:
         raise WorkloadError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
+def restarted(read: TraceRead) -> tuple[Request, ...]:
+    """The requests of a trace read, restarted at 0 s (rows with zero tokens were skipped by the read)."""
+    t0 = read.requests[0].arrival_s
+    return tuple(TraceRequest(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in read.requests)
+
+
 def load_columns(path: Path | str) -> list[Request]:
     """Any per-request trace whose time and token columns ``fleet size --trace`` finds by name (Azure LLM,
     BurstGPT, Mooncake, or the user's own CSV / JSONL, plain or ``.gz``): rows with zero tokens skipped,
     restarted at 0 s."""
-    got = read_trace_file(path).requests
-    t0 = got[0].arrival_s
-    return [TraceRequest(r.arrival_s - t0, r.prompt_tokens, r.output_tokens) for r in got]
+    return list(restarted(read_trace_file(path)))
 
 
 def load_servegen(path: Path | str, window_s: float = 600.0, *, fill_gaps: bool = True) -> RateCurve:
@@ -546,13 +537,19 @@ def _check_bounds(key: str, value: float, text: str) -> None:
         raise WorkloadError(f"workload {text!r}: {key} must be a whole number, got {value:g}")
 
 
+# The bundled traces, by folder and name: immutable files, parsed once per process.
 _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
 
 
-def load_trace(kind: str, name: str, directory: Path | None = None) -> tuple[Request, ...]:
-    """A per-request trace by kind and name, loaded once per process."""
-    if kind == "trace":  # the user's file, read again when it changed: it may between runs of one process
-        return tuple(load_columns(name))
+def load_trace(
+    kind: str, name: str, directory: Path | None = None, *, user_trace: TraceRead | None = None
+) -> tuple[Request, ...]:
+    """A per-request trace by kind and name. A bundled one is loaded once per process; the user's file
+    (kind ``trace``) is ``user_trace``, the file as the command read it (:func:`read_trace_file`), else read
+    now: it may change between runs of one process, and a command that needs it in several steps reads it
+    once and hands the read to each."""
+    if kind == "trace":
+        return restarted(user_trace if user_trace is not None else read_trace_file(name))
     directory = directory or traces_dir()
     key = (str(directory), f"{kind}:{name}")
     if key not in _CACHE:
@@ -585,8 +582,10 @@ def build_workload(
     *,
     directory: Path | None = None,
     max_prompt_tokens: int | None = None,
+    user_trace: TraceRead | None = None,
 ) -> list[Request]:
-    """The requests of ``spec`` over ``duration_s``, deterministic for the spec's seed."""
+    """The requests of ``spec`` over ``duration_s``, deterministic for the spec's seed; a ``trace:PATH``
+    spec replays ``user_trace`` where the caller has read the file already (:func:`load_trace`)."""
     if isinstance(spec, str):
         spec = parse_workload_spec(spec)
     directory = directory or traces_dir()
@@ -609,7 +608,7 @@ def build_workload(
             cv_cap=cv_cap,
             max_prompt_tokens=max_prompt_tokens,
         )
-    trace = load_trace(spec.kind, spec.name, directory)
+    trace = load_trace(spec.kind, spec.name, directory, user_trace=user_trace)
     loop = p.get("loop", "true").lower() == "true"
     if loop:
         check_loopable(trace, spec.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -132,3 +133,58 @@ def test_published_shapes_read_the_same_plain_or_gzip(tmp_path: Path, name: str,
     path.write_bytes(gzip.compress(data) if packed else data)
     got = [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in load_columns(path)]
     assert got == [(0.0, 100, 20), (2.0, 50, 10), (4.0, 30, 5)]
+
+
+def test_fleet_simulate_parses_the_users_trace_once_and_runs_as_a_run_that_reads_it_itself(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # the file was parsed to bound the run, to warn of skipped rows, to say where a loop=false trace ends,
+    # to build the workload and to calibrate the sizes: five reads of a log that may hold millions of rows,
+    # held off by a cache keyed by the file's stat. Now the command reads it once and hands the read on.
+    from fleet.config import load_config
+    from fleet.sim import scenario, workload
+    from fleet.sim.types import SimOptions
+
+    path = tmp_path / "gw.csv"
+    path.write_text(SKIPPY)
+    config = tmp_path / "fleet.yaml"  # the rules alone, so no capacity model is sized during the run
+    config.write_text(scenario.DEFAULT_CONFIG.read_text().replace("mode: on", "mode: off"))
+    spec = f"trace:{path},loop=false,seed=0"
+    parsed: list[str] = []
+    parse = workload.read_trace
+
+    def counted(lines, source: str, *, jsonl: bool):
+        parsed.append(source)
+        return parse(lines, source, jsonl=jsonl)
+
+    def sized(factory, sizes, slo_ms, *, seed=0, duration_s=600.0):
+        # the engine's bisection takes seconds: a stand-in that still reads the sizes it was handed
+        return scenario.CapacityTest(sum(r.prompt_tokens for r in sizes) / 10, float(len(sizes)))
+
+    monkeypatch.setattr(workload, "read_trace", counted)
+    monkeypatch.setattr(scenario, "capacity_test", sized)
+    argv = ["simulate", "--config", str(config), "--workload", spec, "--hours", "0.1", "--json"]
+    for _ in range(2):  # each run reads the file, once: a second run in the process is not handed the first's
+        parsed.clear()
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0 and parsed == [str(path)]
+        err = " ".join(err.split())
+        assert err.count(SKIPPED) == 1 and err.count("with loop=false ends at") == 1
+    # the same run with the trace read by the run itself, as a library caller runs it
+    alone = scenario.simulate(load_config(config, env={}), spec, 0.1, options=SimOptions())
+    assert json.loads(out) == json.loads(json.dumps(alone.summary))
+    assert alone.summary["requests"] == 3 and alone.summary["capacity_rps_per_instance"] == 3.2
+
+
+def test_a_trace_rewritten_in_place_is_read_anew_even_where_its_stat_says_the_same(tmp_path: Path) -> None:
+    # a cache keyed by inode, size and modification time gave the old rows for a file rewritten within the
+    # file system's time resolution (or with its time set back, as a copy that keeps times does)
+    path = tmp_path / "gw.csv"
+    path.write_text(CSV)
+    stat = path.stat()
+    assert [r.prompt_tokens for r in read_trace_file(path).requests] == [100, 200, 50]
+    with path.open("r+") as handle:  # the same inode and size
+        handle.write(CSV.replace("0,100,20", "0,900,20"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert [r.prompt_tokens for r in read_trace_file(path).requests] == [900, 200, 50]
