@@ -4,7 +4,8 @@ An operator request that needs ESS (isolate, release, replace) waits while its g
 is written to a group the service cannot see. The operator must be told, at once and in `fleet status`, that
 the request is queued and why it waits. The leader records each group's change of reach as an event of the
 pseudo-incident ``ess:<group>`` (``ess_unreadable`` with the read's error, ``ess_readable`` when it answers
-again), once per change and not once per tick; the commands read the last one.
+again), once per change and not once per tick (fleet/service/pseudo_incidents.py); the commands read the last
+one.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fleet.service.observe import Observation
-from fleet.service.store import IncidentEvent, Store
+from fleet.service.pseudo_incidents import Episode, Kinds, Timeline, episodes
+from fleet.service.store import Store
 
 UNREADABLE = "ess_unreadable"
 READABLE = "ess_readable"
+# an outage is recorded when it starts and when it ends, never again while it lasts
+KINDS = Kinds(start=UNREADABLE, end=READABLE)
 
 
 def event_key(group: str) -> str:
@@ -40,20 +44,16 @@ class Unreadable:
             f"{self.error or 'the read failed'}); applied once it answers"
         )
 
-
-def unreadable(store: Store, group: str) -> Unreadable | None:
-    """The group's ESS outage as the leader last recorded it, or None when ESS answered."""
-    return outages(store, [group]).get(group)
+    @classmethod
+    def of(cls, group: str, episode: Episode) -> Unreadable:
+        """The outage its timeline records: since its last event (the one that started it), its error."""
+        return cls(group, episode.last_at, episode.detail)
 
 
 def outages(store: Store, groups: Iterable[str]) -> dict[str, Unreadable]:
     """The groups ESS could not be read for at the leader's last tick (one read for them all)."""
     keys = {event_key(g): g for g in groups}
-    out = {}
-    for key, events in store.incident_events_by_incident(keys).items():
-        if events and events[-1].kind == UNREADABLE:
-            out[keys[key]] = Unreadable(keys[key], events[-1].at, events[-1].detail)
-    return out
+    return {keys[key]: Unreadable.of(keys[key], ep) for key, ep in episodes(store, keys, KINDS).items()}
 
 
 def outage_for_instance(store: Store, instance_id: str) -> Unreadable | None:
@@ -73,27 +73,20 @@ class EssReach:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        # per group, as last recorded: its outage, or None (read from the store at first use)
-        self._state: dict[str, Unreadable | None] = {}
+        # each group's outage as last recorded, or none (read from the store at the group's first use)
+        self.timeline = Timeline(store, KINDS)
 
     def update(self, observation: Observation, names: Iterable[str], now: datetime) -> None:
         for name in names:
             g = observation.groups.get(name)
             if g is None:
                 continue
-            if name not in self._state:
-                self._state[name] = unreadable(self.store, name)
-            was = self._state[name]
-            if (was is not None) == (not g.ok):
-                continue
             if g.ok:
-                self._state[name] = None
-                self.store.add_incident_event(IncidentEvent(event_key(name), now, READABLE, ""))
-                continue
-            error = "; ".join(dict.fromkeys(g.errors))[:2000]
-            self._state[name] = Unreadable(name, now, error)
-            self.store.add_incident_event(IncidentEvent(event_key(name), now, UNREADABLE, error))
+                self.timeline.clear(event_key(name), now, "")
+            else:
+                self.timeline.holds(event_key(name), now, "; ".join(dict.fromkeys(g.errors))[:2000])
 
     def outage(self, group: str) -> Unreadable | None:
         """The group's outage as this replica last saw it (None: read, or not observed by it)."""
-        return self._state.get(group)
+        episode = self.timeline.known(event_key(group))
+        return None if episode is None else Unreadable.of(group, episode)

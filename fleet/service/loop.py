@@ -63,6 +63,7 @@ from fleet.service.observe import (
     scope_of,
 )
 from fleet.service.pool import CallPools
+from fleet.service.pseudo_incidents import record_once
 from fleet.service.renames import Identity, adopt, record_identity
 from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings
@@ -1053,9 +1054,8 @@ class Service:
                 continue
             # once per incident, or per group (and instance: a run of failed launches is named by its first)
             key = w.incident_id or f"group:{w.group}" + (f":{w.instance_id}" if w.instance_id else "")
-            if any(e.kind == w.code.value for e in self.store.incident_events(key)):
+            if not record_once(self.store, key, w.code.value, now, w.detail):
                 continue
-            self.store.add_incident_event(IncidentEvent(key, now, w.code.value, w.detail))
             if kind == "sla_breach":
                 self.metrics.sla_breaches.labels(
                     kind="respond" if "respond" in w.code.value else "isolate"

@@ -15,8 +15,8 @@ failure never pages:
 
 Ticks that write nothing (ESS already has the target, a conflict with an activity in progress, a paused or
 disabled group) neither extend nor end a run. Each page is kept as an event of the pseudo-incident
-``scale-write:<group>`` (as SLA pages keep theirs), so a restarted or new leader resumes a paged run instead
-of paging it again, and still announces its recovery.
+``scale-write:<group>`` (as SLA pages keep theirs; fleet/service/pseudo_incidents.py), so a restarted or new
+leader resumes a paged run instead of paging it again, and still announces its recovery.
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from fleet.service.actuate import ActionResult
 from fleet.service.notify import Announcement
-from fleet.service.store import IncidentEvent, Outcome, Store
+from fleet.service.pseudo_incidents import Kinds, Timeline
+from fleet.service.store import Outcome, Store
 
 log = logging.getLogger(__name__)
 
 FAILING = "scale_write_failing"
 STILL_FAILING = "scale_write_still_failing"
 RECOVERED = "scale_write_recovered"
-_PAGED = (FAILING, STILL_FAILING)
+KINDS = Kinds(start=FAILING, repeat=STILL_FAILING, end=RECOVERED)
 # the outcomes of a scale write that reached ESS and was answered: refused for good, or transiently
 _FAILED = (Outcome.FAILED, Outcome.ERROR)
 
@@ -47,13 +49,13 @@ def event_key(group: str) -> str:
 
 @dataclass
 class _Run:
-    """A run of failed scale writes of one group: since when, how many, the last error, the last page."""
+    """A run of failed scale writes of one group: since when, how many, the last error and target (whether
+    and when it was paged: :attr:`ScaleWriteAlerts.pages`)."""
 
     first_at: datetime
     attempts: int = 0
     error: str = ""
     target: int | None = None
-    paged_at: datetime | None = None
 
 
 class ScaleWriteAlerts:
@@ -76,6 +78,7 @@ class ScaleWriteAlerts:
         self.after_attempts = after_attempts
         self.after_s = after_s
         self.repeat_s = repeat_s
+        self.pages = Timeline(store, KINDS)
         self._runs: dict[str, _Run] = {}
         self._resumed: set[str] = set()
 
@@ -97,32 +100,23 @@ class ScaleWriteAlerts:
         if group in self._resumed:
             return
         self._resumed.add(group)
-        events = self.store.incident_events(event_key(group))
-        if not events or events[-1].kind not in _PAGED:
-            return
-        first = events[-1]
-        for ev in reversed(events):
-            if ev.kind not in _PAGED:
-                break
-            first = ev
-        self._runs[group] = _Run(
-            first_at=first.at, attempts=self.after_attempts, error=events[-1].detail, paged_at=events[-1].at
-        )
+        paged = self.pages.current(event_key(group))
+        if paged is not None:
+            self._runs[group] = _Run(paged.started_at, attempts=self.after_attempts, error=paged.detail)
 
     def _failed(self, group: str, write: ActionResult, now: datetime) -> None:
         run = self._runs.setdefault(group, _Run(first_at=now))
         run.attempts += 1
         run.error = write.error or write.outcome
         run.target = write.target
-        if run.paged_at is None:
-            due = run.attempts >= self.after_attempts and (now - run.first_at).total_seconds() >= self.after_s
-            if due:
-                self._page(group, run, now, FAILING)
-        elif (now - run.paged_at).total_seconds() >= self.repeat_s:
-            self._page(group, run, now, STILL_FAILING)
+        due = run.attempts >= self.after_attempts and (now - run.first_at).total_seconds() >= self.after_s
+        if self.pages.current(event_key(group)) is None and not due:
+            return
+        kind = self.pages.holds(event_key(group), now, run.error[:2000], repeat_s=self.repeat_s)
+        if kind is not None:
+            self._page(group, run, now, kind)
 
     def _page(self, group: str, run: _Run, now: datetime, kind: str) -> None:
-        run.paged_at = now
         minutes = int((now - run.first_at).total_seconds() // 60)
         still = "still " if kind == STILL_FAILING else ""
         title = f"{group}: scale writes {still}failing for {minutes} min"
@@ -130,39 +124,29 @@ class ScaleWriteAlerts:
             f"{run.attempts} scale write(s) in a row failed since {run.first_at.isoformat()}: the group "
             f"cannot reach its target ({run.target}) until a write succeeds. Last error: {run.error}"
         )
-        log.error("%s: %s", title, text, extra={"group": group})
-        self.store.add_incident_event(IncidentEvent(event_key(group), now, kind, run.error[:2000]))
-        self.notify(
-            Announcement(
-                kind="scale_failure",
-                title=title,
-                text=text,
-                severity="critical",
-                group=group,
-                fields={
-                    "target": run.target,
-                    "failed_writes": run.attempts,
-                    "failing_since": run.first_at.isoformat(),
-                },
-            )
-        )
+        fields = {
+            "target": run.target,
+            "failed_writes": run.attempts,
+            "failing_since": run.first_at.isoformat(),
+        }
+        self._announce(group, title, text, "critical", fields)
 
     def _ended(self, group: str, now: datetime) -> None:
         run = self._runs.pop(group, None)
-        if run is None or run.paged_at is None:
+        if run is None or self.pages.current(event_key(group)) is None:
             return  # a run nobody was paged for ends quietly
         minutes = int((now - run.first_at).total_seconds() // 60)
         title = f"{group}: scale writes succeed again"
         text = f"a scale write was applied after {run.attempts} failed one(s) over {minutes} min"
-        log.warning("%s: %s", title, text, extra={"group": group})
-        self.store.add_incident_event(IncidentEvent(event_key(group), now, RECOVERED, text))
+        self.pages.clear(event_key(group), now, text)
+        self._announce(group, title, text, "info", {"failing_since": run.first_at.isoformat()})
+
+    def _announce(self, group: str, title: str, text: str, severity: str, fields: dict[str, Any]) -> None:
+        """Log a page of the group's run (an error while it fails, a warning at its end) and notify it."""
+        level = logging.ERROR if severity == "critical" else logging.WARNING
+        log.log(level, "%s: %s", title, text, extra={"group": group})
         self.notify(
             Announcement(
-                kind="scale_failure",
-                title=title,
-                text=text,
-                severity="info",
-                group=group,
-                fields={"failing_since": run.first_at.isoformat()},
+                kind="scale_failure", title=title, text=text, severity=severity, group=group, fields=fields
             )
         )
