@@ -241,8 +241,7 @@ def check(
     if checker.max_isolated_for is not None:
         checker.max_isolated = checker.max_isolated_for(max(1, desired))
     # launched broken, or dead as they went out: the guardrail's count of isolated serving capacity omits them
-    served_nothing = frozenset(iid for iid, i in world.instances.items() if i.never_serves or i.out_dead)
-    checker.check(at, desired, states, fresh, never_served=served_nothing)
+    checker.check(at, desired, states, fresh, never_served=world.served_nothing(states))
 
 
 def minute_point(world: World, cloud: FakeCloud, group_id: str, minute: int, start: datetime) -> MinutePoint:

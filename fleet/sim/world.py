@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -476,6 +476,23 @@ class World:
         """Whether the instance's vLLM runs: loaded, not crashed, and not lost with its GPU to a hardware XID
         (CUDA errors kill vLLM's workers; it stays down until the GPU is reset)."""
         return self.now_s >= inst.ready_s and not inst.engine_down(self.now_s) and inst.hw_fault_xid is None
+
+    def served_nothing(self, states: Mapping[str, str]) -> frozenset[str]:
+        """The instances whose isolation took no serving capacity (the guardrail's count leaves them out):
+        launched broken, or serving nothing as they went into Standby. One that ``states`` (the group's
+        lifecycle states now) shows in Standby before the world's next sync has seen it go there is judged
+        now, as that sync will judge it: a tick moves instances between the world's syncs."""
+        return frozenset(
+            iid
+            for iid, inst in self.instances.items()
+            if inst.never_serves
+            or inst.out_dead
+            or (
+                states.get(iid) == "Standby"
+                and inst.lifecycle != "Standby"
+                and not self._serving_engine(inst)
+            )
+        )
 
     def _serving_engine(self, inst: SimInstance) -> bool:
         """Whether the instance's engine can serve now: running (``_engine_running``) and not hung."""

@@ -530,3 +530,33 @@ def test_the_simulators_incidents_judge_the_response_clock_as_the_sla_report(
     if not body:  # the report reads acknowledgments, the simulator every response step: the same when none
         assert row["sla_breached"] is sla_row(rec, start + timedelta(hours=0.5))["respond_breached"]
     assert row["sla_breached"] is breached
+
+
+def test_the_guardrail_check_leaves_out_dead_nodes_a_tick_moved_into_standby_before_the_worlds_sync(factory):
+    # Two nodes whose GPUs fell off the bus (hardware XIDs) serve nothing: the service isolates both at once,
+    # taking no serving capacity. The tick moves them into Standby; the invariant check runs right after it,
+    # before the world's next sync has seen them go. Judged by what the world knew at its last sync, they
+    # read as two serving nodes out, past a max_isolated of 1 (a min_size = max_size group, 2026-12-07).
+    from types import SimpleNamespace
+
+    from fleet.sim import cloudview
+    from fleet.sim.invariants import InvariantChecker
+
+    faults = [parse_fault_spec("xid:79,at=5s,instance=i-a"), parse_fault_spec("xid:48,at=5s,instance=i-b")]
+    states = {"i-a": "InService", "i-b": "InService", "i-c": "InService", "i-d": "InService"}
+    world, _ = make_world(factory, states, steady(2.0, 60.0), faults)
+    world.run_until(30.0)
+    moved = {**states, "i-a": "Standby", "i-b": "Standby"}
+    ess = SimpleNamespace(
+        groups={"asg-1": SimpleNamespace(instance_ids=list(moved), desired_capacity=4)},
+        instances={iid: SimpleNamespace(lifecycle_state=s) for iid, s in moved.items()},
+        activities={},
+    )
+    checker = InvariantChecker(min_size=4, max_size=4, max_isolated=1)
+    cloudview.check(checker, world, SimpleNamespace(ess=ess), "asg-1", datetime(2026, 3, 2, tzinfo=UTC), 0.0)
+    assert checker.violations == []
+    # two serving nodes out are still two
+    moved = {**states, "i-c": "Standby", "i-d": "Standby"}
+    ess.instances = {iid: SimpleNamespace(lifecycle_state=s) for iid, s in moved.items()}
+    cloudview.check(checker, world, SimpleNamespace(ess=ess), "asg-1", datetime(2026, 3, 2, tzinfo=UTC), 0.0)
+    assert [v["kind"] for v in checker.violations] == ["guardrail"]
