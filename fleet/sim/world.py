@@ -844,6 +844,11 @@ def parse_fault_spec(text: str) -> Fault:
     if "extra" in params and kind != "slow-launch":
         hint = " (an overheat's is extra_c)" if kind == "overheat" else ""
         raise FaultSpecError(f"fault {text!r}: extra is for slow-launch{hint}")
+    if "extra_c" in params and kind != "overheat":
+        raise FaultSpecError(f"fault {text!r}: extra_c does not apply to {kind} (it is an overheat's)")
+    if "instance" in params and kind in CLOUD_FAULT_KINDS:
+        # a cloud-wide fault picks no instance: a spot reclaim takes its share of the group's spot ones
+        raise FaultSpecError(f"fault {text!r}: instance does not apply to {kind}")
     _kind_argument(text, fault, bool(sep), arg, params)
     if "extra_c" in params:
         try:
@@ -874,7 +879,8 @@ def _kind_argument(text: str, fault: Fault, sep: bool, arg: str, params: dict[st
         if not 1 <= fault.xid <= MAX_XID:
             raise FaultSpecError(f"fault {text!r}: an XID code is between 1 and {MAX_XID}, got {fault.xid}")
     elif kind == "event":
-        if not arg or "." not in arg:
+        category, dot, name = arg.partition(".")
+        if not (category.strip() and dot and name.strip()):
             raise FaultSpecError(
                 f"fault {text!r}: event needs an ECS event code, e.g. event:SystemFailure.Reboot"
             )

@@ -342,6 +342,17 @@ def test_durations_parse(text: str, seconds: float):
         ("slow-launch,at=1h,extra=0s", "extra must be positive"),
         ("slow-launch,at=1h,extra=soon", "is not a duration"),
         ("slow-launch,at=1h,instance=2", "instance does not apply to slow-launch"),
+        # keys a kind does not use were taken and ignored (2026-12-07): a reclaim of "instance 2" took its
+        # share of the spot instances, an XID's extra_c heated nothing, an event code "." matched no rule
+        ("spot-reclaim,at=1h,instance=2", "instance does not apply to spot-reclaim"),
+        ("stockout:ecs.gn7i-2x.8xlarge,at=1h,for=1h,instance=i-abc", "instance does not apply to stockout"),
+        ("xid:79,at=1h,extra_c=50", "extra_c does not apply to xid"),
+        ("engine-hang,at=1h,extra_c=50", "extra_c does not apply to engine-hang"),
+        ("stockout:ecs.gn7i-2x.8xlarge,at=1h,for=1h,extra_c=5", "extra_c does not apply to stockout"),
+        ("event:SystemFailure.Reboot,at=1h,extra_c=5", "extra_c does not apply to event"),
+        ("event:.,at=1h", "ECS event code"),
+        ("event:SystemFailure.,at=1h", "ECS event code"),
+        ("event:.Reboot,at=1h", "ECS event code"),
     ],
 )
 def test_bad_fault_specs_name_the_problem(text: str, fragment: str):
