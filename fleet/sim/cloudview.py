@@ -37,9 +37,18 @@ def initial_size(spec: GroupSpec, at: datetime) -> int:
 
 
 def create_group(
-    cloud: FakeCloud, spec: GroupConfig, hardware: Hardware, initial: int, *, region: str, max_size: int
+    cloud: FakeCloud,
+    spec: GroupConfig,
+    hardware: Hardware,
+    initial: int,
+    *,
+    region: str,
+    max_size: int,
+    setup: Callable[[FakeCloud, str], None] | None = None,
 ) -> str:
-    """The scaling group of ``spec`` in the fake, with ``initial`` instances already InService."""
+    """The scaling group of ``spec`` in the fake, with ``initial`` instances already InService; ``setup`` (the
+    group's spot mix and economical mode, ``SimOptions.group_setup``) is applied before they are launched, so
+    that a spot group's start fleet holds its spot instances as its scale-outs do."""
     return cloud.create_group_for_tests(
         name=spec.scaling_group_name or spec.name,
         min_size=min(spec.min_size, initial),
@@ -49,6 +58,7 @@ def create_group(
         region_id=region,
         in_service=initial,
         default_cooldown_s=300,
+        setup=None if setup is None else lambda group_id: setup(cloud, group_id),
     )
 
 

@@ -175,10 +175,14 @@ def run(
     ) as cloud:
         initial = _start_fleet(spec, options)
         group_id = cloudview.create_group(
-            cloud, spec, hardware, initial, region=config.region, max_size=spec.max_size
+            cloud,
+            spec,
+            hardware,
+            initial,
+            region=config.region,
+            max_size=spec.max_size,
+            setup=options.group_setup,
         )
-        if options.group_setup is not None:
-            options.group_setup(cloud, group_id)
         config = cloudview.bind_group(config, group_index, group_id)
         spec = config.groups[group_index]
         params = WorldParams(

@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from collections import Counter, deque
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -450,9 +451,12 @@ class FakeCloud:
         enable: bool = True,
         in_service: int = 0,
         default_cooldown_s: int = 300,
+        setup: Callable[[str], None] | None = None,
     ) -> str:
         """Create a group with one scaling configuration, optionally enabled and with ``in_service`` instances
-        already InService (booted at once, no activity left in progress). Returns the group id.
+        already InService (booted at once, no activity left in progress). Returns the group id. ``setup``
+        (given the group id) configures the group before any instance is launched: the ``in_service`` ones
+        are bought as it says (a spot mix, say).
 
         Raises ValueError, creating nothing, when ``in_service`` is negative, above ``max_size`` or given
         for a group left disabled (the scale-out would otherwise stop short of it without a word)."""
@@ -473,6 +477,7 @@ class FakeCloud:
                 enable=enable,
                 in_service=in_service,
                 default_cooldown_s=default_cooldown_s,
+                setup=setup,
             )
 
     def state(self) -> dict[str, Any]:

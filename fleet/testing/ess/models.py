@@ -23,6 +23,7 @@ What the fake models (aliyun-api.md section 1):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fleet.testing.core.timeutil import iso_s
@@ -115,6 +116,7 @@ class EssBackend(
         enable: bool,
         in_service: int,
         default_cooldown_s: int,
+        setup: Callable[[str], None] | None = None,
     ) -> str:
         group = self.create_scaling_group(
             region_id=region_id,
@@ -138,6 +140,8 @@ class EssBackend(
             group.group_id, name=f"{name}-config", instance_types=[instance_type], image_id=None, extra={}
         )
         self._activate_config(group, config.config_id)
+        if setup is not None:
+            setup(group.group_id)  # before the first launch: the start fleet is bought as the group says
         if not enable:
             return group.group_id
         group.lifecycle_state = "Active"

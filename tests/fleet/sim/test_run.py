@@ -12,7 +12,7 @@ import yaml
 from fleet.cli import main
 from fleet.config import load_config
 from fleet.sim.scenario import DEFAULT_CONFIG, simulate
-from fleet.sim.types import SimOptions
+from fleet.sim.types import Hardware, SimOptions
 from fleet.sim.workload import traces_dir
 from fleet.sim.world import parse_fault_spec
 
@@ -761,3 +761,29 @@ def test_prompts_are_cut_to_leave_room_for_an_answer_even_on_a_short_context(max
     from fleet.sim.scenario import prompt_cap_tokens
 
     assert prompt_cap_tokens(max_model_len) == cap
+
+
+def test_a_spot_groups_start_fleet_is_bought_with_its_spot_mix_as_its_scale_outs_are(tmp_path):
+    # The start fleet was launched before the group got its spot mix: all on demand, billed at full price,
+    # and a spot-reclaim at the run's first minutes found no spot instance to reclaim (2026-12-07:
+    # --config with capacity_mix --fault spot-reclaim,at=0,share=1.0 warned "reclaimed nothing").
+    from fleet.sim import cloudview
+    from fleet.sim.scenario import terraform_setup
+    from fleet.testing import mock_aliyun
+
+    text = DEFAULT_CONFIG.read_text().replace(
+        "    predictive:",
+        "    capacity_mix: {on_demand_base: 2, spot_percentage_above_base: 70}\n    predictive:",
+        1,
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    spec = load_config(path, env={}).groups[0]
+    with mock_aliyun() as cloud:
+        gid = cloudview.create_group(
+            cloud, spec, Hardware(), 12, region="cn-hangzhou", max_size=40, setup=terraform_setup(spec)
+        )
+        members = [cloud.ecs.instances[i] for i in cloud.ess.groups[gid].instance_ids]
+        spot = [i for i in members if i.spot_strategy != "NoSpot"]
+        assert len(members) == 12
+        assert len(spot) == 7  # 70 % of the 10 above the on-demand base of 2
