@@ -81,6 +81,9 @@ def _load(config: Path | None) -> Any:
     from fleet.sim.scenario import DEFAULT_CONFIG
 
     path = config or DEFAULT_CONFIG
+    # (a directory is refused here, in one line, rather than by the option's dir_okay: a usage box)
+    if path.is_dir():
+        fail(f"--config: {path} is a directory; give the fleet.yaml file")
     if not path.is_file():
         fail(f"{path}: no such config file" + ("" if config else " (the embedded default is missing)"))
     cfg = load_config_or_exit(path, env={})
@@ -111,7 +114,7 @@ def _group_index(cfg: Any, config: Path | None, group: str | None) -> int:
     return 0
 
 
-def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
+def _check_numbers(hours: float, tick_s: float, model_error: float, seed: int = 0) -> None:
     """Bounded before anything is built, so an absurd size is one line, not an hour of work or a crash."""
     import math
 
@@ -124,6 +127,9 @@ def _check_numbers(hours: float, tick_s: float, model_error: float) -> None:
         fail(f"--tick-s: must be between 1 and 3600 seconds, got {tick_s:g}")
     if not (math.isfinite(model_error) and 0 <= model_error <= MAX_MODEL_ERROR_PCT):
         fail(f"--model-error: must be between 0 and {MAX_MODEL_ERROR_PCT:g} (%), got {model_error:g}")
+    if not 0 <= seed < 2**63:
+        # (as the workload's seed= it was refused naming --workload and a SPEC nobody wrote)
+        fail(f"--seed: must be a whole number from 0 to 2**63 - 1, got {seed}")
 
 
 def _read_user_trace(spec: Any) -> TraceRead | None:
@@ -242,7 +248,7 @@ def _warn_tp(spec: Any, hardware: Any) -> None:
 
 def simulate(
     config: Path | None = typer.Option(
-        None, "--config", help="fleet.yaml (default: the embedded examples/sim/fleet.yaml).", dir_okay=False
+        None, "--config", help="fleet.yaml (default: the embedded examples/sim/fleet.yaml)."
     ),
     workload: str = typer.Option(
         None,
@@ -301,7 +307,7 @@ def simulate(
 
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
-    _check_numbers(hours, tick_s, model_error)
+    _check_numbers(hours, tick_s, model_error, seed)
     from fleet.sim.history import MAX_HISTORY_DAYS
 
     if not 0 <= history_days <= MAX_HISTORY_DAYS:
@@ -502,7 +508,6 @@ def bench_autoscale(
         "--config",
         help="fleet.yaml (default: the embedded one); its group's predictive.model and instance_type are the "
         "hardware every run serves on.",
-        dir_okay=False,
     ),
     quick: bool = typer.Option(
         False,
@@ -665,9 +670,7 @@ def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
 @bench_app.command("capacity")
 def bench_capacity(
     json_out: bool = typer.Option(False, "--json", help="Print {scenario: {variant: summary}} as JSON."),
-    config: Path | None = typer.Option(
-        None, "--config", help="fleet.yaml (default: the embedded one).", dir_okay=False
-    ),
+    config: Path | None = typer.Option(None, "--config", help="fleet.yaml (default: the embedded one)."),
     hours: float = typer.Option(12.0, "--hours", help="Simulated hours per run (from local midnight)."),
     scenario: list[str] = typer.Option(
         [], "--scenario", help="stockout, stockout-surge, spot or economical (repeatable)."

@@ -51,12 +51,26 @@ def _config_file(tmp_path, mutate) -> str:
         (["--workload", "servegen:m-small,day=-1"], "day must be between 0 and 13"),
         (["--workload", "servegen:m-small,day=1.5"], "day must be a whole number"),
         (["--workload", "servegen:m-small,peak=1000", "--hours", "300"], "more than one run simulates"),
+        # named as --seed (2026-12-07; before, as "--workload: workload '...,seed=-1'", a SPEC nobody wrote)
+        (["--seed", "-1"], "--seed: must be a whole number from 0"),
+        (["--seed", "99999999999999999999999"], "--seed: must be a whole number from 0"),
     ],
 )
 def test_absurd_sizes_are_refused_in_one_line_with_exit_2(capsys, args, fragment):
     assert main(["simulate", *args]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "command", [["simulate"], ["bench", "autoscale", "--quick"], ["bench", "capacity", "--hours", "7"]]
+)
+def test_a_config_that_is_a_directory_is_one_line_and_exit_2(tmp_path, capsys, command):
+    # (2026-12-07; before, the option's own check printed a usage box of five lines)
+    assert main([*command, "--config", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config: {tmp_path} is a directory" in err
     assert len(err.strip().splitlines()) == 1
 
 
