@@ -452,10 +452,10 @@ def _warn_unfired(result: Any, asked: int) -> None:
 
     fired = len(injected(result.fault_log))
     if fired < asked:
-        # a fault waits for its target; an instance id that never appears means it never fired
+        # a fault waits for its target: an instance id that never appears, or an index while nothing serves
+        why = "; ".join(result.summary.get("unfired_faults", [])) or "no instance to hit"
         err_console.print(
-            f"[yellow]warning:[/] {asked - fired} of {asked} fault(s) never fired: "
-            "no instance to hit (an instance=i-... that never existed?)",
+            f"[yellow]warning:[/] {asked - fired} of {asked} fault(s) never fired: {why}",
             highlight=False,
             soft_wrap=True,
         )

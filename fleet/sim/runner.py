@@ -23,7 +23,7 @@ from fleet.sim.capacity import Billing
 from fleet.sim.modelerror import ModelError
 from fleet.sim.types import Hardware, MinutePoint, SimOptions, SimResult
 from fleet.sim.workload import Request
-from fleet.sim.world import Fault, World, WorldParams
+from fleet.sim.world import Fault, World, WorldParams, unfired
 from sizing.stats import nearest_rank
 
 
@@ -275,6 +275,7 @@ def run(
                 **_capacity_fields(spec, options, model_error),
                 **billing.summary(),
                 **({"failed_ticks": failed_ticks} if failed_ticks else {}),
+                **({"unfired_faults": missed} if (missed := unfired(world.faults)) else {}),
             },
         )
         decisions = cloudview.decisions(controller)

@@ -771,6 +771,20 @@ CLOUD_FAULT_KINDS = ("stockout", "spot-reclaim", "api-outage", "bad-launch", "sl
 NODE_FAULT_KINDS = tuple(k for k in FAULT_KINDS if k not in CLOUD_FAULT_KINDS)
 
 
+def unfired(faults: Iterable[Fault]) -> list[str]:
+    """What each fault that never fired aimed at, and why it found nothing, in a few words each."""
+    out = []
+    for f in faults:
+        if f.fired:
+            continue
+        at = f"{f.kind} at {f.at_s / 60:g} min"
+        if f.target.startswith("i-"):
+            out.append(f"{at} on {f.target}: no such instance in the group from then to the end")
+        else:
+            out.append(f"{at} on instance {f.target}: no instance serving from then to the end")
+    return out
+
+
 def injected(fault_log: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The fault log's injected faults, one entry each, without what the world notes beside them (an ECS
     reboot, a stopped instance started again, the end of an API outage)."""

@@ -496,7 +496,27 @@ def test_simulate_warns_about_a_fault_that_never_fired(capsys, instance, warned)
         f"overheat,at=1m,instance={instance}",
     ]
     assert main(argv) == 0
-    assert ("1 of 1 fault(s) never fired" in capsys.readouterr().err) is warned
+    captured = capsys.readouterr()
+    assert ("1 of 1 fault(s) never fired" in captured.err) is warned
+    if warned:  # which one, and why (2026-12-07; before, "an instance=i-... that never existed?" for any)
+        assert "overheat at 1 min on i-never-existed: no such instance in the group" in captured.err
+        assert json.loads(captured.out)["unfired_faults"] == [
+            "overheat at 1 min on i-never-existed: no such instance in the group from then to the end"
+        ]
+
+
+def test_a_fault_on_an_index_while_nothing_serves_is_named_as_that_not_as_a_missing_id(tmp_path, capsys):
+    # min_size 0 under the HPA baseline: nothing waits at the first tick, the fleet goes to 0, and a fault on
+    # instance 1 finds nothing serving; the warning asked about an instance id nobody gave (2026-12-07)
+    doc = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    doc["groups"][0].update(min_size=0, warm_floor=0, schedules=[])
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    argv = ["simulate", "--config", str(path), "--workload", "azure:conv,rate=0.1", "--hours", "0.1"]
+    assert main([*argv, "--policy", "target-tracking", "--fault", "xid:79,at=5m,instance=1"]) == 0
+    err = capsys.readouterr().err
+    assert "1 of 1 fault(s) never fired: xid at 5 min on instance 1: no instance serving" in err
+    assert "i-..." not in err
 
 
 def test_what_the_world_notes_beside_the_faults_is_neither_a_fired_fault_nor_an_incident(capsys):
