@@ -37,13 +37,6 @@ REQUEST_RATE = "request_rate"
 PROMPT_TOKENS_PER_REQUEST = "prompt_tokens_per_request"
 OUTPUT_TOKENS_PER_REQUEST = "output_tokens_per_request"
 DEMAND_METRICS: tuple[str, ...] = (REQUEST_RATE, PROMPT_TOKENS_PER_REQUEST, OUTPUT_TOKENS_PER_REQUEST)
-# The token mix is looked up rate-weighted over the last half hour in a capacity table that buckets it 15 %
-# apart: the service reads it every MIX_REFRESH_S (not every tick, nor every minute: each read is one more
-# CloudMonitor call, the most of what a tick costs) and counts a sample fresh for MIX_STALE_S, a read's
-# points being up to an agent period and a tick old when the next read comes.
-MIX_METRICS: frozenset[str] = frozenset({PROMPT_TOKENS_PER_REQUEST, OUTPUT_TOKENS_PER_REQUEST})
-MIX_REFRESH_S = 300.0
-MIX_STALE_S = MIX_REFRESH_S + 60.0
 
 # Custom metrics published by the node agent (PutCustomMetric, GroupId 0, dimension instanceId).
 CUSTOM_METRIC_NAMES: dict[str, str] = {

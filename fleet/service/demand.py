@@ -114,7 +114,7 @@ def read_demand(
         newest = rate.at if newest is None or rate.at > newest else newest
         for name, pairs in mix.items():
             tok = m.get(name)
-            if tok is None or not _fresh(tok, now, max(stale_after_s, pm.MIX_STALE_S)):
+            if tok is None or not _fresh(tok, now, stale_after_s):
                 continue
             if max_tokens is not None and tok.value > max_tokens:
                 refused.append(iid)

@@ -26,7 +26,6 @@ import contextvars
 import dataclasses
 import hashlib
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -74,12 +73,12 @@ ECS_SCAN_MIN_IDS = 2 * MAX_IDS_PER_CALL
 BLIND_MAX_AGE_S = 24 * 3600.0
 
 
-# Read seldom: the mean prompt and output tokens per request every pm.MIX_REFRESH_S (they are themselves
-# minute means, the node agent's, looked up rate-weighted over the last half hour in a capacity table that
-# buckets them 15 % apart); the KV-cache use and the running and waiting requests where only the online
-# correction reads them (its slack check and Little's law, both smoothed over minutes), not a rule or a
-# drain, every SLOW_REFRESH_S. Every other metric is read every tick.
-SLOW_METRICS = pm.MIX_METRICS
+# Read at most every SLOW_REFRESH_S: the mean prompt and output tokens per request are themselves minute means
+# (the node agent's), looked up rate-weighted over the last half hour in a capacity table that buckets them
+# 15 % apart; so are the KV-cache use and the running and waiting requests where only the online correction
+# reads them (its slack check and Little's law, both smoothed over minutes), not a rule or a drain. Every
+# other metric is read every tick.
+SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
 # A slow read's points must not go stale before the next read: a point is up to one agent period (15 s) old
@@ -159,12 +158,9 @@ def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     return (SLOW_METRICS | ((CORRECTION_METRICS | {pm.GPU_UTIL_PCT}) - ruled)) & needed_metrics(spec)
 
 
-def slow_refresh_s(spec: GroupSpec, canonical: str | None = None) -> float:
-    """How long a group reuses a slow read of ``canonical``: the token mix ``pm.MIX_REFRESH_S`` (its samples
-    are fresh for ``pm.MIX_STALE_S``), any other ``SLOW_REFRESH_S``, shorter where the group's
-    ``stale_after`` would let the reused points go stale first (at 30 s or less, every tick reads them)."""
-    if canonical in pm.MIX_METRICS:
-        return pm.MIX_REFRESH_S
+def slow_refresh_s(spec: GroupSpec) -> float:
+    """How long a group reuses a slow read: ``SLOW_REFRESH_S``, shorter where its ``stale_after`` would let
+    the reused points go stale first (at 30 s or less, every tick reads them)."""
     return max(0.0, min(SLOW_REFRESH_S, float(spec.stabilization.stale_after_s) - SLOW_READ_SLACK_S))
 
 
@@ -297,7 +293,7 @@ class _Metric:
     canonical: str
     groups: list[tuple[GroupObservation, list[str]]] = field(default_factory=list)
     slow: bool = True  # every group of the read reads it seldom (slow_metrics)
-    refresh_s: float = math.inf  # a slow read is reused this long: the least of its groups'
+    refresh_s: float = SLOW_REFRESH_S  # a slow read is reused this long: the least of its groups'
     since: datetime | None = None  # a spanned read: every point after this, not the last one
 
 
@@ -342,8 +338,7 @@ class Observer:
         self._cache_lock = threading.Lock()
         # the token mix moves slowly: read once a minute per source; a slow metric's last read: when, and its
         # kept points as one sample per instance (combined once)
-        # a slow read: when, its samples, and whether every instance it asked for had one
-        self._slow: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample], bool]] = {}
+        self._slow: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
         # a spanned metric's last read: when, and the sample each instance was given (its newest point's time)
         self._spans: dict[tuple[int, str], tuple[datetime, dict[str, MetricSample]]] = {}
         # drops (and logs once) samples no real source can produce: NaN, infinities, negatives, far futures
@@ -614,7 +609,7 @@ class Observer:
         for spec, g in observed:
             measured = [i.instance_id for i in g.instances if i.lifecycle_state not in _UNMEASURED_STATES]
             source = self.sources[spec.name]
-            slow = slow_metrics(spec)
+            slow, refresh_s = slow_metrics(spec), slow_refresh_s(spec)
             for canonical in sorted(needed_metrics(spec)):
                 if not measured:
                     g.staleness_s[canonical] = None
@@ -622,7 +617,7 @@ class Observer:
                 read = reads.setdefault((id(source), canonical), _Metric(source, canonical))
                 read.groups.append((g, measured))
                 read.slow = read.slow and canonical in slow
-                read.refresh_s = min(read.refresh_s, slow_refresh_s(spec, canonical))
+                read.refresh_s = min(read.refresh_s, refresh_s)
         reused = {
             key: self._slow[key][1]
             for key, read in reads.items()
@@ -684,9 +679,7 @@ class Observer:
                 apply_samples(g, read.canonical, measured, spanned, now)
         if read.slow:
             kept = [p for _, _, points in filtered for p in points]
-            samples = combine_by_instance(read.canonical, kept)
-            asked = {iid for _, measured in read.groups for iid in measured}
-            self._slow[key] = (now, samples, asked <= set(samples))
+            self._slow[key] = (now, combine_by_instance(read.canonical, kept))
 
     def _span_start(self, key: tuple[int, str], read: _Metric, now: datetime) -> datetime | None:
         """Where a spanned metric's read starts: the oldest newest-point given to its instances at the last
@@ -734,14 +727,11 @@ class Observer:
         return out
 
     def _slow_fresh(self, key: tuple[int, str], now: datetime, refresh_s: float) -> bool:
-        """A slow metric read less than ``refresh_s`` ago (its points are reused, never past staleness); one
-        whose answer lacked an instance asked for (none published yet: a service started before its agents)
-        is reused no longer than ``SLOW_REFRESH_S``, so the token mix is not unknown for ``MIX_REFRESH_S``."""
+        """A slow metric read less than ``refresh_s`` ago (its points are reused, never past staleness)."""
         if key not in self._slow:
             return False
-        read_at, _, whole = self._slow[key]
-        age_s = (now - read_at).total_seconds()
-        return 0 <= age_s < (refresh_s if whole else min(refresh_s, SLOW_REFRESH_S))
+        age_s = (now - self._slow[key][0]).total_seconds()
+        return 0 <= age_s < refresh_s
 
 
 def _scope_label(scope: Scope) -> str:

@@ -110,7 +110,6 @@ def observed_demand(inp: ScalingInputs, load_s: float) -> Demand:
     """
     stale_after_s = inp.spec.stabilization.stale_after_s
     is_fresh = freshness(inp.now, stale_after_s)
-    mix_fresh = freshness(inp.now, max(stale_after_s, m.MIX_STALE_S))  # read seldom (MIX_REFRESH_S)
     rates: list[float] = []
     prompts: list[tuple[float, float]] = []
     outputs: list[tuple[float, float]] = []
@@ -134,7 +133,7 @@ def observed_demand(inp: ScalingInputs, load_s: float) -> Demand:
         rates.append(sample.value)
         for name, into in ((m.PROMPT_TOKENS_PER_REQUEST, prompts), (m.OUTPUT_TOKENS_PER_REQUEST, outputs)):
             tok = inst.metrics.get(name)
-            if tok is not None and mix_fresh(tok):
+            if tok is not None and is_fresh(tok):
                 into.append((tok.value, max(sample.value, 1e-6)))
         for name, vals in ((m.TTFT_P99_MS, ttfts), (m.KV_CACHE_USAGE_PCT, kvs)):
             other = inst.metrics.get(name)

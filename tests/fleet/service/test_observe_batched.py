@@ -17,7 +17,6 @@ from fleet.service.observe import FailureLog, Observer, needed_metrics
 from fleet.service.pool import CallPools, TokenBucket
 from fleet.service.settings import ServiceSettings
 from fleet.testing import mock_aliyun
-from policies import metrics as pm
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
@@ -76,10 +75,7 @@ def test_one_metric_read_covers_every_group_and_is_split_by_group(tmp_path):
         assert obs.calls_by_action["DescribeMetricLast"] == len(needed_metrics(cfg.groups[0]))
 
 
-@pytest.mark.parametrize("partial", [False, True])
-def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path, partial):
-    """Read every MIX_REFRESH_S; an answer that lacked an instance (its agent had published no output
-    tokens yet) is read again after SLOW_REFRESH_S, so a mix is not unknown for five minutes."""
+def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path):
     from fleet.service.observe import SLOW_REFRESH_S, slow_metrics
 
     with mock_aliyun() as cloud:
@@ -90,8 +86,6 @@ def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path, partia
         ids = next(iter(cloud.ess.groups.values())).instance_ids
         for iid in ids:
             cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": iid}, 900.0)
-            if iid != min(ids) or not partial:
-                cloud.put_custom_metric("vllm_output_tokens_per_request", {"instanceId": iid}, 150.0)
             cloud.put_custom_metric("vllm_request_rate", {"instanceId": iid}, 2.0)
         observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
         every = len(needed_metrics(cfg.groups[0]))
@@ -114,42 +108,10 @@ def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path, partia
             assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
         cloud.advance(SLOW_REFRESH_S)
         cloud.calls.clear()
-        third = observer.observe(cloud.now())
-        # past the refresh: read again (the request rate over the whole gap: every period since the last
-        # read), but for the mix, read every MIX_REFRESH_S and still carried
-        carried = 1 if partial else 2  # the prompt tokens; the output tokens too unless one lacked them
-        assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every - carried
-        assert _calls(cloud, "DescribeMetricList") == 1
-        (g,) = third.groups.values()
-        assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
-        cloud.advance(pm.MIX_REFRESH_S - SLOW_REFRESH_S)
-        cloud.calls.clear()
         observer.observe(cloud.now())
+        # past the refresh: read again (the request rate over the whole gap: every period since the last read)
         assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
-
-
-def test_a_carried_token_mix_counts_in_the_demand_until_its_next_read_is_due():
-    """The mix is read every MIX_REFRESH_S: a sample that old (and an agent period and a tick more) still
-    weighs in the group's demand reading, where the group's stale_after alone would have dropped it."""
-    from fleet.service.demand import read_demand
-    from policies.model import MetricSample
-
-    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
-    mixed_at = now - timedelta(seconds=pm.MIX_REFRESH_S + 30)
-    metrics = {
-        "i-1": {
-            "request_rate": MetricSample(value=2.0, at=now),
-            "prompt_tokens_per_request": MetricSample(value=900.0, at=mixed_at),
-            "output_tokens_per_request": MetricSample(value=150.0, at=mixed_at),
-        }
-    }
-    reading = read_demand(["i-1"], metrics, now, stale_after_s=120.0)
-    assert reading is not None and reading.prompt_tokens == 900.0 and reading.output_tokens == 150.0
-    too_old = now - timedelta(seconds=pm.MIX_STALE_S + 1)
-    for name in ("prompt_tokens_per_request", "output_tokens_per_request"):
-        metrics["i-1"][name] = MetricSample(value=1.0, at=too_old)
-    reading = read_demand(["i-1"], metrics, now, stale_after_s=120.0)
-    assert reading is not None and reading.prompt_tokens is None and reading.output_tokens is None
+        assert _calls(cloud, "DescribeMetricList") == 1
 
 
 def test_an_engine_rule_reads_the_gpus_utilization_and_a_predictive_group_once_a_minute(tmp_path):
@@ -418,10 +380,8 @@ def test_a_tick_gap_longer_than_ten_minutes_reads_the_rate_over_the_last_ten(tmp
 
 
 def test_a_seldom_read_is_reread_before_its_points_go_stale(tmp_path):
-    """A seldom read (the KV-cache use, where only the online correction reads it) is reused up to
-    SLOW_REFRESH_S, less where the group's stale_after is short: ticking every 15 s for five minutes, each
-    point 10 s old when read, every tick's reused sample stays fresh. The token mix has its own freshness
-    (pm.MIX_STALE_S) and is read every pm.MIX_REFRESH_S whatever the stale_after."""
+    """The token mix is reused up to SLOW_REFRESH_S, less where the group's stale_after is short: ticking
+    every 15 s for five minutes, each point 10 s old when read, every tick's reused sample stays fresh."""
     from fleet.service.observe import SLOW_REFRESH_S, slow_refresh_s
 
     with mock_aliyun() as cloud:
@@ -431,18 +391,16 @@ def test_a_seldom_read_is_reread_before_its_points_go_stale(tmp_path):
         short = load_config(tmp_path / "fleet.yaml", env={})
         assert slow_refresh_s(cfg.groups[0]) == SLOW_REFRESH_S  # the default stale_after leaves room
         assert slow_refresh_s(short.groups[0]) < SLOW_REFRESH_S
-        for spec in (cfg.groups[0], short.groups[0]):
-            assert slow_refresh_s(spec, "prompt_tokens_per_request") == pm.MIX_REFRESH_S
         (a,) = next(iter(cloud.ess.groups.values())).instance_ids
         reads: dict[float, int] = {}
         for spec, stale_s in ((cfg.groups[0], 120.0), (short.groups[0], 45.0)):
             observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), [spec])
             seen = set()
             for _ in range(20):
-                cloud.put_custom_metric("vllm_kv_cache_usage_pct", {"instanceId": a}, 40.0)
+                cloud.put_custom_metric("vllm_prompt_tokens_per_request", {"instanceId": a}, 900.0)
                 cloud.advance(10)
                 (g,) = observer.observe(cloud.now()).groups.values()
-                sample = g.metrics[a]["kv_cache_usage_pct"]
+                sample = g.metrics[a]["prompt_tokens_per_request"]
                 assert (cloud.now() - sample.at).total_seconds() <= stale_s
                 seen.add(sample.at)  # a new point each tick: one time per read
                 cloud.advance(5)
