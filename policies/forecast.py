@@ -301,7 +301,13 @@ def _share(day_err: float, week_err: float) -> float:
     return max(WEEK_SHARE, week_w / (day_w + week_w))
 
 
-def _week_share(idx: _Index, at_s: float, zone: ZoneInfo | None) -> float:
+def _week_share(
+    idx: _Index,
+    at_s: float,
+    zone: ZoneInfo | None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
+) -> float:
     """The week-ago reference's share of the seasonal part for the demand at ``at_s``, from what each
     reference missed the last times it could be judged around that time of day: the hourly means of the
     ``DAY_TYPE_HOURS`` around it a week ago as the day before foretold them (the day-ago reference's
@@ -311,15 +317,31 @@ def _week_share(idx: _Index, at_s: float, zone: ZoneInfo | None) -> float:
     every day finds the two about alike, and they share as ``WEEK_SHARE`` says, as they do unless the two
     differ by ``SIGNIFICANT`` standard errors of the hours' differences (one day's noise is no weekday).
     Each reference is rescaled to the hours it foretold first (``_shape_errors``). Needs 8 days of history
-    and half those hours known (``history: 8d`` or more); with less, ``WEEK_SHARE``."""
+    and half those hours known (``history: 8d`` or more); with less, ``WEEK_SHARE``.
+
+    With a ``calendar`` the references judged are those the forecast uses (``reference_days``): the day-ago
+    one on the week-ago reference's day, foretold by that day's own day-ago reference, and the week-ago one
+    on the day-ago reference's day, foretold by that day's own week-ago reference. Judged on plain days, a
+    holiday yesterday (foretold by a workday a week before) read as the week ago failing on a Thursday whose
+    forecast steps over the holiday to Tuesday."""
     half = DAY_TYPE_HOURS // 2
     rows: list[tuple[float, float, float, float]] = []
+
+    def refs(x: float) -> tuple[int, int]:
+        return reference_days(x, zone, calendar, calendar_zone)
+
     for k in range(-half, DAY_TYPE_HOURS - half):
         t = at_s + k * 3600.0
-        week_ago, yesterday = _back(t, 7, zone), _back(t, 1, zone)
+        day_back, week_back = refs(t)
+        week_ago, yesterday = _back(t, week_back, zone), _back(t, day_back, zone)
         hours = [
             idx.past_mean(x, x + 3600.0)
-            for x in (week_ago, _back(week_ago, 1, zone), yesterday, _back(yesterday, 7, zone))
+            for x in (
+                week_ago,
+                _back(week_ago, refs(week_ago)[0], zone),
+                yesterday,
+                _back(yesterday, refs(yesterday)[1], zone),
+            )
         ]
         if all(h is not None for h in hours):
             rows.append(tuple(hours))  # type: ignore[arg-type]  # none is None
@@ -341,14 +363,21 @@ def hour_of(at: datetime) -> int:
     return math.floor(at.timestamp() / 3600.0)
 
 
-def week_share(series: DemandSeries | None, at: datetime, zone: ZoneInfo | None = None) -> float:
+def week_share(
+    series: DemandSeries | None,
+    at: datetime,
+    zone: ZoneInfo | None = None,
+    calendar: Calendar | None = None,
+    calendar_zone: ZoneInfo | None = None,
+) -> float:
     """The week-ago reference's share of the seasonal part for the hour holding ``at``, judged at the hour's
-    middle as ``hourly`` judges each coming hour (``_week_share``). It reads only hours at least half a day
-    old, so it is the same all hour long: the service works it out once an hour (``DemandInputs.week_share``)
-    rather than every tick, where it was most of what a forecast cost."""
+    middle as ``hourly`` judges each coming hour (``_week_share``, with the group's ``calendar`` as
+    ``forecast`` is given it). It reads only hours at least half a day old, so it is the same all hour long:
+    the service works it out once an hour (``DemandInputs.week_share``) rather than every tick, where it was
+    most of what a forecast cost."""
     if series is None or not series.rps:
         return WEEK_SHARE
-    return _week_share(_Index(series), hour_of(at) * 3600.0 + 1800.0, zone)
+    return _week_share(_Index(series), hour_of(at) * 3600.0 + 1800.0, zone, calendar, calendar_zone)
 
 
 def _shape_errors(pairs: list[tuple[float, float]]) -> list[float]:
@@ -471,7 +500,7 @@ def forecast(
     steps = max(1, math.ceil(horizon_s / step_s))
     lags = reference_lags(now_s, zone, calendar, calendar_zone)
     if share is None:
-        share = _week_share(idx, hour_of(now) * 3600.0 + 1800.0, zone)
+        share = _week_share(idx, hour_of(now) * 3600.0 + 1800.0, zone, calendar, calendar_zone)
     for k in range(1, steps + 1):
         ahead = min(horizon_s, k * step_s)
         value, used = _blend(idx, now_s, ahead, level, slope, lags, share)
@@ -644,7 +673,7 @@ def hourly(
         start = first + timedelta(hours=h)
         weighted: list[tuple[float, float]] = []
         lows: list[float] = []
-        week = _week_share(idx, start.timestamp() + 1800.0, zone)
+        week = _week_share(idx, start.timestamp() + 1800.0, zone, calendar, calendar_zone)
         refs = reference_days(start.timestamp(), zone, calendar, calendar_zone)
         for days, share in zip(refs, (1 - week, week), strict=True):
             got = _hour_then(

@@ -27,6 +27,7 @@ from fleet.service.store import Store, demand_samples, forecasts
 from policies import forecast as fc
 from policies import metrics as pm
 from policies.model import DemandSeries, GroupHistory, MetricSample
+from policies.spec import Calendar
 
 log = logging.getLogger("fleet.service.demand")
 
@@ -393,14 +394,23 @@ class DemandLog:
         # built here from floats and None only: no validation needed (model_construct skips it)
         return DemandSeries.model_construct(start=first, step_s=STEP_S, rps=rps)
 
-    def week_share(self, group: str, now: datetime, zone: ZoneInfo | None) -> float:
-        """The forecast's week-ago share for the hour holding ``now`` (``policies.forecast.week_share``),
-        worked out at the hour's first tick and kept for the rest of it: it reads only hours at least half a
-        day old (a minute written that far back meanwhile, by ``write``, waits for the next hour)."""
+    def week_share(
+        self,
+        group: str,
+        now: datetime,
+        zone: ZoneInfo | None,
+        calendar: Calendar | None = None,
+        calendar_zone: ZoneInfo | None = None,
+    ) -> float:
+        """The forecast's week-ago share for the hour holding ``now`` (``policies.forecast.week_share``; the
+        group's ``calendar``, its dates on ``calendar_zone``'s clock, as the forecast is given them), worked
+        out at the hour's first tick and kept for the rest of it: it reads only hours at least half a day old
+        (a minute written that far back meanwhile, by ``write``, waits for the next hour)."""
         glog = self._log(group, now)
         hour = fc.hour_of(now)
         if glog.share is None or glog.share[0] != hour:
-            glog.share = (hour, fc.week_share(self.series(group, now), now, zone))
+            series = self.series(group, now)
+            glog.share = (hour, fc.week_share(series, now, zone, calendar, calendar_zone))
         return glog.share[1]
 
     def _refresh(

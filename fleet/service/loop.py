@@ -477,7 +477,9 @@ class Service:
             gs.demand = DemandInputs.model_validate(
                 {
                     "history": self.demand.series(spec.name, now),
-                    "week_share": self.demand.week_share(spec.name, now, spec.predictive.seasonal_zone),
+                    "week_share": self.demand.week_share(
+                        spec.name, now, spec.predictive.seasonal_zone, spec.calendar, spec.calendar_zone
+                    ),
                     "recent_rps": self.demand.recent(spec.name, now),
                     **fields,
                 }

@@ -83,3 +83,36 @@ def test_the_near_term_forecast_before_nine_climbs_on_the_day_after_a_holiday():
     cal = fc.forecast(_history(at), at, 1800, ForecastState(), calendar=CAL)
     assert cal.points[-1][1] > 0.75 * 10.0
     assert plain.points[-1][1] < cal.points[-1][1]
+
+
+def _thursdays_differ(t: datetime) -> float:
+    """``_office``, but a Thursday's office hours run 4 req/s to 14:00 and 25 after: a weekday whose shape
+    only the week-ago reference foretells."""
+    if weekday_of(CAL, t.date()) < 5 and 9 <= t.hour < 18 and t.date().weekday() == 3:
+        return 25.0 if t.hour >= 14 else 4.0
+    return _office(t)
+
+
+def _thursday_history(now: datetime, days: int = 21) -> DemandSeries:
+    n = days * 1440
+    start = now - timedelta(minutes=n - 1)
+    rps = [_thursdays_differ(start + timedelta(minutes=i)) for i in range(n)]
+    return DemandSeries(start=start, step_s=60, rps=rps)
+
+
+def test_the_week_share_judges_the_references_the_forecast_uses():
+    """The Thursday after two holidays: the forecast steps over them to Monday and last Thursday. Judged on
+    plain days, yesterday's holiday (foretold by a workday a week before) read as the week ago failing, and
+    the share of last Thursday's shape fell; judged on the days the forecast reads, the share is the one an
+    ordinary Thursday learns, and the afternoon peak is foretold."""
+    ordinary = datetime(2026, 12, 10, 2, 30, tzinfo=UTC)  # a Thursday of a week the calendar leaves alone
+    after = datetime(2026, 12, 17, 2, 30, tzinfo=UTC)
+    hours = fc.hourly(_thursday_history(after), after, 20, ForecastState(), horizon_s=HORIZON_S, calendar=CAL)
+    office = [h for h in hours if 9 <= h.start.hour < 18]
+    error = sum(abs(h.mean_rps - _thursdays_differ(h.start)) for h in office) / len(office)
+    assert error < 0.3  # judged on plain days: 1.5 req/s, Monday's flat 10 blended into the 4 and the 25
+    for hour in (10, 15):
+        usual = fc.week_share(_thursday_history(ordinary), ordinary.replace(hour=hour), None, CAL)
+        shared = fc.week_share(_thursday_history(after), after.replace(hour=hour), None, CAL)
+        assert shared == pytest.approx(usual, abs=0.02)
+        assert shared > 0.95  # only last Thursday foretold a Thursday

@@ -381,3 +381,39 @@ def test_the_forecasts_week_share_is_worked_out_once_an_hour_and_is_the_policys_
             assert given == fc.forecast(series, t, 300.0, ForecastState())
     finally:
         store.close()
+
+
+def test_the_week_share_is_judged_with_the_groups_calendar(tmp_path):
+    """A group with a calendar: the hour's week share is judged on the days its forecast reads
+    (``policies.forecast.week_share`` given the calendar), not on plain yesterday and a week ago. The
+    Thursday after a holiday Wednesday, of office traffic whose Thursdays have their own shape."""
+    from policies import forecast as fc
+    from policies.spec import Calendar
+
+    calendar = Calendar.model_validate({"holidays": ["2026-12-16"]})
+    now = datetime(2026, 12, 17, 10, 0, 30, tzinfo=UTC)
+
+    def rps(t: datetime) -> float:
+        if calendar.weekday_of(t.date()) >= 5:
+            return 0.2
+        if not 9 <= t.hour < 18:
+            return 0.5
+        return (25.0 if t.hour >= 14 else 4.0) if t.weekday() == 3 else 10.0
+
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        start = now - timedelta(days=12)
+        log = DemandLog(store, {"chat": 12 * 86400})
+        log.write(
+            "chat",
+            [
+                DemandReading(start + timedelta(minutes=k), rps(start + timedelta(minutes=k)))
+                for k in range(12 * 1440)
+            ],
+        )
+        series = log.series("chat", now)
+        shared = log.week_share("chat", now, None, calendar)
+        assert shared == fc.week_share(series, now, None, calendar)
+        assert shared > fc.week_share(series, now) + 0.05  # the holiday no longer reads as last week failing
+    finally:
+        store.close()
