@@ -15,6 +15,7 @@ import re
 import typing
 from collections.abc import Mapping
 from contextvars import ContextVar
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -34,7 +35,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
-from policies.schedule import by_weekday
+from policies.schedule import by_weekday, opened_by_calendar
 from policies.spec import (
     Calendar,
     Duration,
@@ -473,6 +474,10 @@ class FleetConfig(BaseSettings):
 # ESS scheduled tasks an account holds per region by default (DescribeLimitation's MaxNumberOfScheduledTasks;
 # Quota Center raises it). A group's learned floors take one an hour (policies.forecast.LEARNED_HOURS).
 SCHEDULED_TASK_QUOTA = 70
+# The service writes a one-off start/end pair for each day up to this many days ahead on which a calendar
+# opens a window its weekday does not (fleet/service/schedules.py; ESS takes a LaunchTime up to 90 days
+# ahead): a week covers the makeup days of a golden week and its weekend.
+ONE_OFF_DAYS = 7
 
 
 def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
@@ -480,15 +485,48 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     quota: the service creates the windows first, then the learned floors that fire soonest."""
     windows = sum(2 for g in groups for s in g.schedules if s.cron is None)
     learned = sum(LEARNED_HOURS for g in groups if g.predictive.mirrors_learned_floors)
-    if windows + learned <= SCHEDULED_TASK_QUOTA:
+    one_off = _one_off_peak(groups)
+    total = windows + one_off + learned
+    if total <= SCHEDULED_TASK_QUOTA:
         return None
+    calendar = f", at most {one_off} one-off for holidays and makeup workdays" if one_off else ""
     return (
-        f"{where}: the groups mirror {windows + learned} ESS scheduled tasks ({windows} for schedule "
-        f"windows, {learned} learned floors) where an account holds {SCHEDULED_TASK_QUOTA} per region by "
-        "default: the windows are created first and the learned floors that fire latest are left out; "
-        "raise the quota (Quota Center, ESS scheduled tasks) or set predictive.learned_floors: false on "
+        f"{where}: the groups mirror {total} ESS scheduled tasks ({windows} for schedule "
+        f"windows{calendar}, {learned} learned floors) where an account holds {SCHEDULED_TASK_QUOTA} per "
+        "region by default: the windows are created first and the learned floors that fire latest are left "
+        "out; raise the quota (Quota Center, ESS scheduled tasks) or set predictive.learned_floors: false on "
         "some groups"
     )
+
+
+def _one_off_peak(groups: list[GroupConfig]) -> int:
+    """The most one-off tasks the groups' calendars have the service hold at once (the worst day of the
+    calendar): a start/end pair for each day from today to ``ONE_OFF_DAYS`` ahead on which the calendar opens
+    a window its weekday does not, and yesterday's end for a window past midnight."""
+    opened: list[tuple[set[date], bool]] = []  # per mirrored window: its days, and whether it ends next day
+    for g in groups:
+        cal = g.calendar
+        if cal is None:
+            continue
+        spans = (*cal.holidays, *cal.workdays)
+        days = cal.exception_days(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else []
+        for s in g.schedules:
+            if s.cron is None and s.start is not None and s.end is not None:
+                mine = {d for d in days if opened_by_calendar(s, cal, d)}
+                if mine:
+                    opened.append((mine, s.end <= s.start))
+    if not opened:
+        return 0
+    todays = {d - timedelta(days=k) for mine, _ in opened for d in mine for k in range(-1, ONE_OFF_DAYS + 1)}
+
+    def held(today: date) -> int:
+        ahead = [today + timedelta(days=k) for k in range(ONE_OFF_DAYS + 1)]
+        return sum(
+            2 * sum(d in mine for d in ahead) + int(overnight and today - timedelta(days=1) in mine)
+            for mine, overnight in opened
+        )
+
+    return max(held(t) for t in todays)
 
 
 def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:

@@ -89,6 +89,17 @@ def windows_between(
     return out
 
 
+def opened_by_calendar(schedule: Schedule, calendar: Calendar | None, day: date) -> bool:
+    """Whether ``calendar`` opens a ``days`` window on ``day`` that its weekday does not (a ``mon-fri``
+    window on a makeup Saturday, a ``sat,sun`` one on a holiday Wednesday): the days the service writes
+    one-off ESS tasks for."""
+    return (
+        calendar is not None
+        and day.weekday() not in schedule.weekdays
+        and calendar.weekday_of(day) in schedule.weekdays
+    )
+
+
 def by_weekday(cron: str) -> bool:
     """Whether a cron expression picks its days by weekday alone (day of month and month ``*``): the days a
     calendar can re-type."""

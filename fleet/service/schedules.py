@@ -46,7 +46,8 @@ from datetime import UTC, date, datetime, timedelta
 from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
-from policies.schedule import day_window
+from fleet.config import ONE_OFF_DAYS
+from policies.schedule import day_window, opened_by_calendar
 from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,6 @@ TASK_PREFIX = "fleet-"
 # ESS allows a LaunchTime at most 90 days ahead; a recurrence end is refreshed well before it is reached.
 RECURRENCE_SPAN = timedelta(days=300)
 RECURRENCE_REFRESH = timedelta(days=30)
-# Makeup workdays get one-off tasks this many days ahead (each costs two tasks of the region's quota; ESS
-# takes a LaunchTime up to 90 days ahead): a week covers the makeup days of a golden week and its weekend.
-ONE_OFF_DAYS = 7
 # How far the recurring tasks' next launch is looked for past a run of days the calendar takes off.
 SKIP_SEARCH_DAYS = 60
 # A learned floor's task is kept exact only while it is the next to fire (within the hour); the later ones
@@ -223,7 +221,7 @@ def one_off_tasks(spec: GroupSpec, sched: Schedule, now: datetime) -> list[Desir
     today = now.astimezone(sched.zone).date()
     out = []
     for day in calendar.exception_days(today - timedelta(days=1), today + timedelta(days=ONE_OFF_DAYS)):
-        if day.weekday() in sched.weekdays or calendar.weekday_of(day) not in sched.weekdays:
+        if not opened_by_calendar(sched, calendar, day):
             continue
         name = f"{task_prefix(spec.name)}{sched.name}-{day:%Y%m%d}"
         start = _edge(sched, day, spec.cold_start_s, False, now)

@@ -96,3 +96,26 @@ def test_the_examples_commented_calendar_validates_once_uncommented(tmp_path):
     cfg = load_config(write(tmp_path, text), env={})
     assert all(g.calendar is not None and g.calendar.workdays for g in cfg.groups)
     assert not any("calendar" in w for w in cfg.warnings())
+
+
+def test_the_quota_warning_counts_the_one_off_tasks_of_the_worst_week(tmp_path):
+    """Each day the calendar opens a window its weekday does not gets a one-off start/end pair up to a week
+    ahead: two predictive groups (48 learned floors) and five mon-fri windows (10 tasks) fit the region's 70
+    with one makeup Saturday in any week (10 more), not with two a week apart (20 more)."""
+    predictive = "predictive: {mode: on, model: Qwen2.5-7B, instance_type: ecs.gn7i-c8g1.2xlarge}"
+    windows = ", ".join(
+        f'{{name: w{h}, days: mon-fri, start: "{h:02d}:00", end: "{h + 1:02d}:00", min: 2}}'
+        for h in range(8, 13)
+    )
+
+    def warned(workdays: str) -> list[str]:
+        text = (
+            f"{HEAD}calendar: {{workdays: [{workdays}]}}\ngroups:\n"
+            f"  - {{name: a, min_size: 1, max_size: 8, {predictive}, schedules: [{windows}]}}\n"
+            f"  - {{name: b, min_size: 1, max_size: 8, {predictive}}}\n"
+        )
+        return [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
+
+    assert not warned("2027-02-13, 2027-02-27")  # 58 + 10: the two are two weeks apart
+    [w] = warned("2027-02-13, 2027-02-20")
+    assert "mirror 78 ESS scheduled tasks" in w and "at most 20 one-off" in w
