@@ -35,7 +35,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
-from policies.schedule import by_weekday, opened_by_calendar
+from policies.schedule import by_weekday, opened_by_calendar, weekdays_opened
 from policies.spec import (
     Calendar,
     Duration,
@@ -45,6 +45,7 @@ from policies.spec import (
     threshold_pairs,
 )
 
+WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 ENV_PREFIX = "FLEET_"
 # short spellings people reach for, mapped to the nested form pydantic-settings reads
 _ENV_SHORTHANDS = {"FLEET_API_TOKEN": "FLEET_API__TOKEN", "FLEET_LEASE_TTL_S": "FLEET_LEASE__TTL_S"}
@@ -598,7 +599,23 @@ def _calendar_warnings(g: GroupSpec) -> list[str]:
         "or Sunday that is worked (a holiday goes under holidays)"
         for d in weekdays
     )
+    out.extend(_workday_like_warnings(g, cal))
     return out
+
+
+def _workday_like_warnings(g: GroupSpec, cal: Calendar) -> list[str]:
+    """A makeup workday read as a weekday none of the group's weekday windows opens on (``workday_like:
+    mon`` with a ``fri``-only window): no window's floor applies on it."""
+    opened = [(s.name, days) for s in g.schedules if (days := weekdays_opened(s)) is not None]
+    workday_windows = [name for name, days in opened if days & set(range(5))]
+    if not cal.workdays or not workday_windows or any(cal.workday_like in days for _, days in opened):
+        return []
+    like = WEEKDAY_NAMES[cal.workday_like]
+    return [
+        f"calendar.workday_like: a makeup workday ({cal.workdays[0][0].isoformat()}) is read as a {like}, "
+        f"a day none of the windows opens on ({', '.join(workday_windows)}): no window's floor applies on "
+        "it; set workday_like to a day they name"
+    ]
 
 
 def _policy_warnings(g: GroupSpec) -> list[str]:

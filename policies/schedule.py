@@ -100,6 +100,19 @@ def opened_by_calendar(schedule: Schedule, calendar: Calendar | None, day: date)
     )
 
 
+def weekdays_opened(schedule: Schedule) -> frozenset[int] | None:
+    """The weekdays (Monday = 0) a window opens on, the ones a calendar's exception day can be read as; None
+    for a cron window naming days of the month or months (the calendar leaves it alone)."""
+    if schedule.cron is None:
+        return frozenset(schedule.weekdays)
+    if not by_weekday(schedule.cron):
+        return None
+    dow = croniter.expand(schedule.cron)[0][4]
+    if "*" in dow:
+        return frozenset(range(7))
+    return frozenset((int(d) - 1) % 7 for d in dow)  # cron: Sunday = 0 (or 7)
+
+
 def by_weekday(cron: str) -> bool:
     """Whether a cron expression picks its days by weekday alone (day of month and month ``*``): the days a
     calendar can re-type."""

@@ -119,3 +119,34 @@ def test_the_quota_warning_counts_the_one_off_tasks_of_the_worst_week(tmp_path):
     assert not warned("2027-02-13, 2027-02-27")  # 58 + 10: the two are two weeks apart
     [w] = warned("2027-02-13, 2027-02-20")
     assert "mirror 78 ESS scheduled tasks" in w and "at most 20 one-off" in w
+
+
+@pytest.mark.parametrize(
+    ("days", "like", "warns"),
+    [
+        ("fri", "", True),  # a makeup Saturday read as a Monday: the Friday window stays shut
+        ("fri", "workday_like: fri, ", False),
+        ("mon-fri", "", False),
+        ("sat,sun", "", False),  # no window of working days: a makeup day off the weekend's floor is meant
+    ],
+)
+def test_a_makeup_workday_read_as_a_day_no_window_opens_on_is_warned(tmp_path, days, like, warns):
+    text = (
+        f"{HEAD}calendar: {{{like}workdays: [2027-02-20]}}\ngroups:\n"
+        "  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8,\n"
+        f'     schedules: [{{name: late, days: "{days}", start: "09:00", end: "18:00", min: 4}}]}}\n'
+    )
+    warned = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "workday_like" in w]
+    assert bool(warned) == warns
+    if warns:
+        assert "2027-02-20" in warned[0] and "Monday" in warned[0] and "late" in warned[0]
+
+
+def test_a_weekday_cron_counts_for_the_makeup_workday(tmp_path):
+    text = (
+        f"{HEAD}calendar: {{workdays: [2027-02-20]}}\ngroups:\n"
+        "  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8, schedules: [\n"
+        '     {name: fri, days: fri, start: "09:00", end: "18:00", min: 4},\n'
+        '     {name: mon, cron: "0 9 * * 1", duration: 9h, min: 4}]}\n'
+    )
+    assert not [w for w in load_config(write(tmp_path, text), env={}).warnings() if "workday_like" in w]
