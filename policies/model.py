@@ -651,6 +651,11 @@ class GroupPlan(_Model):
     reason: ReasonCode = ReasonCode.HOLD
     reasons: list[Reason] = Field(default_factory=list)
     floor: int = 0
+    floor_source: str = Field(
+        "",
+        description="what sets the floor: min_size, warm_floor or schedule:<name>, and the calendar's day "
+        "when a holiday or makeup workday is why (min_size on holiday 2027-02-11 (as Sunday))",
+    )
     ceiling: int = 0
     active_schedules: list[str] = Field(default_factory=list)
     scale_in_order: list[str] = Field(default_factory=list, description="instances to remove first")

@@ -18,7 +18,7 @@ weekday the day is read as; one that names days of the month or months follows i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -180,22 +180,59 @@ class Bounds:
     ceiling_source: str  # "max_size" or "schedule:<name>"
     active: tuple[str, ...]  # schedules whose floor applies (including by lead time)
     ceiling_clipped: bool  # a schedule ceiling was below the floor and was raised to it
+    # the calendar's days that made the floor other than the regular week's, e.g. "holiday 2027-02-11 (as
+    # Sunday)" ("" when the calendar changed nothing): why a mon-fri window's floor is not there on a weekday
+    floor_calendar: str = ""
+
+    @property
+    def floor_why(self) -> str:
+        """The floor's source, with the calendar's day when that is why: ``min_size on holiday 2027-02-11 (as
+        Sunday)``."""
+        return f"{self.floor_source} on {self.floor_calendar}" if self.floor_calendar else self.floor_source
+
+
+# how far around an instant a calendar's exception day can hold the window that decides it (a window past
+# midnight, a zone 14 hours off UTC, the lead): with none that near, the regular week's bounds are the bounds
+CALENDAR_REACH = timedelta(days=2)
 
 
 def bounds(spec: GroupSpec, at: datetime) -> Bounds:
     """The effective floor and ceiling of a group at ``at`` (its calendar's holidays and makeup workdays
-    honoured)."""
+    honoured, and named in ``floor_calendar`` where they changed the floor)."""
+    out = _bounds(spec, at, spec.calendar)
+    cal = spec.calendar
+    if cal is None:
+        return out
+    near = cal.exception_days((at - CALENDAR_REACH).date(), (at + CALENDAR_REACH).date())
+    if not near:
+        return out
+    regular = _bounds(spec, at, None)
+    if (regular.floor, regular.floor_source) == (out.floor, out.floor_source):
+        return out
+    days: set[date] = set()
+    horizon = at + timedelta(seconds=spec.cold_start_s)
+    for sched in spec.schedules:
+        with_cal = windows_between(sched, at, horizon + timedelta(0, 1), cal)
+        without = windows_between(sched, at, horizon + timedelta(0, 1), None)
+        for w in set(with_cal) ^ set(without):
+            if w.start <= horizon and w.end > at:
+                days.add(w.start.astimezone(sched.zone).date())
+    notes = [text for d in sorted(days) if (text := cal.describe(d))]
+    return replace(out, floor_calendar=", ".join(notes)) if notes else out
+
+
+def _bounds(spec: GroupSpec, at: datetime, calendar: Calendar | None) -> Bounds:
     floor, floor_source = spec.min_size, "min_size"
     if spec.warm_floor > floor:
         floor, floor_source = spec.warm_floor, "warm_floor"
     active: list[str] = []
     ceiling, ceiling_source = spec.max_size, "max_size"
     for sched in spec.schedules:
-        if is_active(sched, at, spec.cold_start_s, spec.calendar):
+        if is_active(sched, at, spec.cold_start_s, calendar):
             active.append(sched.name)
             if sched.floor > floor:
                 floor, floor_source = sched.floor, f"schedule:{sched.name}"
-        if sched.ceiling is not None and sched.ceiling < ceiling and is_active(sched, at, 0.0, spec.calendar):
+        if sched.ceiling is not None and sched.ceiling < ceiling and is_active(sched, at, 0.0, calendar):
             ceiling, ceiling_source = sched.ceiling, f"schedule:{sched.name}"
     floor = min(floor, spec.max_size)
     clipped = ceiling < floor

@@ -435,6 +435,9 @@ OneWeekday = Annotated[
 ]
 
 
+_WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
 class Calendar(_Model):
     """Days whose type differs from their weekday's: public holidays (an office's load falls to a weekend's)
     and makeup workdays (a Saturday or Sunday that is an official workday, China's 调休).
@@ -475,6 +478,15 @@ class Calendar(_Model):
         if any(first <= day <= last for first, last in self.workdays):
             return self.workday_like
         return day.weekday()
+
+    def describe(self, day: date) -> str | None:
+        """``holiday 2027-02-11 (as Sunday)`` or ``makeup workday 2027-02-20 (as Monday)``; None for a day the
+        calendar leaves alone: what a floor's reason names when the calendar changed it."""
+        if any(first <= day <= last for first, last in self.holidays):
+            return f"holiday {day.isoformat()} (as {_WEEKDAY_NAMES[self.holiday_like]})"
+        if any(first <= day <= last for first, last in self.workdays):
+            return f"makeup workday {day.isoformat()} (as {_WEEKDAY_NAMES[self.workday_like]})"
+        return None
 
     def exception_days(self, first: date, last: date) -> list[date]:
         """The holidays and makeup workdays from ``first`` to ``last`` (both included), in order."""

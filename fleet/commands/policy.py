@@ -193,6 +193,10 @@ def _render(plan: Any) -> None:
     for g in plan.groups:
         for r in g.reasons:
             console.print(escape(f"  {g.group}: {r.code.value}: {r.detail}"), highlight=False)
+        floor = f"floor {g.floor} ({g.floor_source})"
+        if g.floor_source and not any(floor in r.detail for r in g.reasons):
+            # where the floor comes from, even where it does not bind: a holiday's names the calendar's day
+            console.print(escape(f"  {g.group}: {floor}"), highlight=False)
     steps = [(g.group, s) for g in plan.groups for s in g.steps]
     if steps:
         st = Table(title="isolation steps")

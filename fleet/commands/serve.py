@@ -417,6 +417,13 @@ def status(
     console.print(table)
     for g in view["groups"]:
         last = g["last_scale"] or {}
+        if last.get("reason"):
+            # why the last scale: the floor's reason names a holiday or makeup workday where that is why
+            console.print(
+                escape(f"{g['name']}: last scale to {last['target']}: {last['reason']}"),
+                highlight=False,
+                soft_wrap=True,
+            )
         if last.get("error") and last.get("outcome") != "applied":
             # why the write failed: a RAM denial names the permission to grant and the policy holding it
             console.print(

@@ -68,6 +68,7 @@ def service_status(
                 target=gp.target_capacity,
                 reason=gp.reason.value,
                 floor=gp.floor,
+                floor_source=gp.floor_source,
                 ceiling=gp.ceiling,
                 active_schedules=gp.active_schedules,
                 warnings=[w.model_dump(mode="json") for w in gp.warnings],
@@ -106,6 +107,7 @@ def status_from_store(store: Store, now: datetime, group_names: list[str]) -> di
                     "target": last.target,
                     "outcome": last.outcome,
                     "error": last.error,
+                    "reason": last.reason,  # why: a floor's names the calendar's day where that is why
                 },
                 "serving_target": gh.get("last_target"),
                 "metrics_known_since": gh.get("known_since"),

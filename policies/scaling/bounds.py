@@ -10,7 +10,7 @@ schedule's ``max: 0``, or ``max_size: 0``) empties the group.
 
 from __future__ import annotations
 
-from policies.model import PlanWarning, Reason, ReasonCode, WarningCode
+from policies.model import PlanWarning, Reason, ReasonCode, Scalar, WarningCode
 from policies.scaling.context import Contribution, ScalingContext
 
 _FLOOR_CODES = {"min_size": ReasonCode.FLOOR_MIN_SIZE, "warm_floor": ReasonCode.FLOOR_WARM}
@@ -22,11 +22,10 @@ def floor(ctx: ScalingContext) -> Contribution | None:
     if ctx.target >= bnd.floor:
         return None
     code = _FLOOR_CODES.get(bnd.floor_source, ReasonCode.FLOOR_SCHEDULE)
-    reason = Reason(
-        code=code,
-        detail=f"floor {bnd.floor} ({bnd.floor_source})",
-        inputs={"floor": bnd.floor, "before": ctx.target},
-    )
+    inputs: dict[str, Scalar] = {"floor": bnd.floor, "before": ctx.target}
+    if bnd.floor_calendar:
+        inputs["calendar"] = bnd.floor_calendar
+    reason = Reason(code=code, detail=f"floor {bnd.floor} ({bnd.floor_why})", inputs=inputs)
     return Contribution(target=bnd.floor, reason=reason)
 
 

@@ -120,3 +120,38 @@ def test_a_cron_window_on_days_of_the_month_follows_its_expression_alone():
     monthly = {"name": "month-end", "cron": "0 9 10 * *", "duration": "9h", "min": 6}  # the 10th
     spec = group_spec(schedules=[monthly], calendar=CALENDAR)
     assert bounds(spec, shanghai(2, 10, 10)).floor == 6  # a holiday, but the expression names the date
+
+
+def test_the_floor_names_the_calendar_day_that_changed_it():
+    spec = group_spec(schedules=[BIZ, WEEKEND], calendar=CALENDAR)
+    holiday = bounds(spec, shanghai(2, 11, 10))  # a Thursday, a holiday: no business hours
+    assert (holiday.floor, holiday.floor_source) == (2, "min_size")
+    assert holiday.floor_calendar == "holiday 2027-02-11 (as Sunday)"
+    assert holiday.floor_why == "min_size on holiday 2027-02-11 (as Sunday)"
+    makeup = bounds(spec, shanghai(2, 20, 8, 58))  # the makeup Saturday, from the cold start before nine
+    assert (makeup.floor, makeup.floor_source) == (6, "schedule:biz")
+    assert makeup.floor_why == "schedule:biz on makeup workday 2027-02-20 (as Monday)"
+    # where the calendar changes nothing, nothing is said: a plain Tuesday, and the holiday's night
+    for at in (shanghai(2, 9, 10), shanghai(2, 11, 22), shanghai(2, 20, 8, 50)):
+        assert bounds(spec, at).floor_calendar == ""
+    later = group_spec(schedules=[BIZ], calendar={"holidays": ["2027-02-11"], "holiday_like": "sat"})
+    assert bounds(later, shanghai(2, 11, 10)).floor_calendar == "holiday 2027-02-11 (as Saturday)"
+
+
+def test_the_plan_says_the_calendar_is_why_the_floor_fell():
+    """A holiday Thursday: the floor that lifts one instance to two names the holiday, in the reason the
+    decision records and in the plan's floor source (GET /status, ``fleet plan``)."""
+    from policy_builders import fleet, snapshot
+
+    from policies import PolicySpec, ReasonCode, decide
+
+    at = shanghai(2, 11, 10)
+    spec = PolicySpec(groups=(group_spec(schedules=[BIZ], calendar=CALENDAR),))
+    gp = decide(snapshot(at, fleet(at, 1)), spec, None, at).group("chat")
+    assert gp is not None and gp.floor == 2
+    assert gp.floor_source == "min_size on holiday 2027-02-11 (as Sunday)"
+    (floor,) = [r for r in gp.reasons if r.code == ReasonCode.FLOOR_MIN_SIZE]
+    assert floor.detail == "floor 2 (min_size on holiday 2027-02-11 (as Sunday))"
+    assert floor.inputs["calendar"] == "holiday 2027-02-11 (as Sunday)"
+    plain = decide(snapshot(at, fleet(at, 1)), PolicySpec(groups=(group_spec(),)), None, at).group("chat")
+    assert plain is not None and plain.floor_source == "min_size"
