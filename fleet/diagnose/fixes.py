@@ -189,6 +189,65 @@ def knee_batch(ctx: GroupContext, tokens_per_seq: float) -> int | None:
     )
 
 
+@dataclass(frozen=True)
+class BusyCeiling:
+    """The memory-busy share a bandwidth-limited decode iteration reaches (sizing's decode step model)."""
+
+    share: float  # 0..1: the iteration's weight and KV reads over the whole iteration
+    batch: int
+    tokens_per_seq: float
+    read_ms: float  # streaming the weights and the batch's KV at the effective bandwidth
+    comm_ms: float  # the tensor-parallel all-reduces (0 at TP 1)
+    other_ms: float  # per-layer kernel cost
+    tp: int
+    interconnect: str  # "pcie" or "nvlink"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ceiling_pct": round(100.0 * self.share, 1),
+            "batch": self.batch,
+            "tokens_per_seq": round(self.tokens_per_seq),
+            "read_ms": round(self.read_ms, 2),
+            "allreduce_ms": round(self.comm_ms, 2),
+            "other_ms": round(self.other_ms, 2),
+            "tp": self.tp,
+            "interconnect": self.interconnect,
+        }
+
+
+def decode_busy_ceiling(ctx: GroupContext, batch: float, tokens_per_seq: float) -> BusyCeiling | None:
+    """The share of a decode iteration of ``batch`` sequences of ``tokens_per_seq`` context that device
+    memory is busy when the iteration is limited by bandwidth: what a memory-busy metric reads at most on a
+    deployment that decodes back to back. The rest of the iteration is the tensor-parallel all-reduces (over
+    the instance's PCIe or NVLink) and the per-layer kernel cost, which stream no weights or KV.
+
+    ``None`` when the deployment is unknown, or when the sizing model says such an iteration is not limited by
+    bandwidth (compute bounds it, or the host's per-step work outlasts the GPU's)."""
+    d = deployment(ctx)
+    if d is None or batch <= 0 or tokens_per_seq < 0:
+        return None
+    n = max(1, round(batch))
+    p = d.perf
+    context = n * tokens_per_seq
+    if p.decode_read_s(n, context) <= 0:
+        return None
+    read = p.read_s(n, context)
+    comm = p.comm_latency_s + p.comm_s_per_token * n
+    gpu = p.overhead_s + read + comm
+    if gpu < p.floor_s or gpu <= 0:
+        return None
+    return BusyCeiling(
+        share=read / gpu,
+        batch=n,
+        tokens_per_seq=tokens_per_seq,
+        read_ms=1000.0 * read,
+        comm_ms=1000.0 * comm,
+        other_ms=1000.0 * p.overhead_s,
+        tp=d.deployment.tp,
+        interconnect=d.deployment.gpu.interconnect.kind if d.deployment.tp > 1 else "none",
+    )
+
+
 def kv_batch_limit(ctx: GroupContext, tokens_per_seq: float, full_share: float = 0.9) -> int | None:
     """The most sequences of ``tokens_per_seq`` context the KV cache holds while staying ``full_share`` full
     (the sizing model's KV tokens per instance); ``None`` when the deployment is unknown."""

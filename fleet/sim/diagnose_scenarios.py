@@ -183,8 +183,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         "bandwidth-bound-decode",
         "memory_bandwidth_bound",
         "Long outputs at a high batch with a tight TPOT SLO: decode streams weights and KV cache.",
-        # the simulator ties bandwidth to KV occupancy: ~9.5/s keeps the KV cache at ~80% (not full) and the
-        # batch at ~72 sequences, where TPOT is past the SLO
+        # ~9.5/s keeps the batch at ~67 sequences and the KV cache at ~70% (not full), where TPOT is past the
+        # SLO; memory reads ~80% busy, near the ~84% a bandwidth-limited decode reaches at TP 2 over PCIe
         rate_steps=((0.0, 9.5),),
         sizes="fixed:200:600",
         slo_tpot_ms=45.0,

@@ -21,6 +21,7 @@ from fleet.diagnose.model import (
 from fleet.diagnose.rules.shared import (
     AGENT_METRICS,
     BW_BOUND_PCT,
+    BW_NEAR_CEILING,
     DASHBOARD_METRICS,
     HOT_C,
     HW_SLOWDOWN_BIT,
@@ -400,10 +401,27 @@ def _names(masks: Iterable[float]) -> list[str]:
 
 
 # ---- memory bandwidth --------------------------------------------------------------------------------------
+def _bw_threshold(st: _State, inst: InstanceWindow) -> tuple[float, fixes.BusyCeiling | None]:
+    """The memory-busy share (percent) at or above which ``inst`` counts as bandwidth-bound, and the ceiling
+    behind it: :data:`BW_NEAR_CEILING` of what the sizing model says a bandwidth-limited decode iteration
+    reads busy on this deployment at the instance's batch and context (the all-reduces of a TP > 1 engine and
+    the per-layer kernel cost leave memory idle, so such a deployment never reads 100%); the fixed
+    :data:`BW_BOUND_PCT` (the same margin under a 100% ceiling) when the model, the instance type or the
+    batch is unknown, or the model expects this decode to be compute- or host-bound."""
+    batch = _mean(inst.values(pm.REQUESTS_RUNNING))
+    if batch is None or batch < 1:
+        return BW_BOUND_PCT, None
+    ceiling = fixes.decode_busy_ceiling(st.window.group, batch, _tokens_per_seq(st, [inst]))
+    if ceiling is None:
+        return BW_BOUND_PCT, None
+    return min(BW_BOUND_PCT, 100.0 * BW_NEAR_CEILING * ceiling.share), ceiling
+
+
 def _bandwidth(st: _State) -> list[Finding]:
     w = st.window
     g = w.group
     hit: dict[str, dict[str, Any]] = {}
+    ceilings: dict[str, fixes.BusyCeiling] = {}
     for inst in st.measured:
         if inst.instance_id in st.explained or inst.instance_id in st.kv_bound:
             continue
@@ -412,7 +430,8 @@ def _bandwidth(st: _State) -> list[Finding]:
         run = _by_time(inst, pm.REQUESTS_RUNNING)
         if len(bw) < 3 or len(tpot) < 3:
             continue
-        high = _frac(list(bw.values()), lambda v: v >= BW_BOUND_PCT)
+        threshold, ceiling = _bw_threshold(st, inst)
+        high = _frac(list(bw.values()), lambda v, th=threshold: v >= th)
         if high < SUSTAINED:
             continue
         common = sorted(set(tpot) & set(run))
@@ -426,11 +445,15 @@ def _bandwidth(st: _State) -> list[Finding]:
             continue
         hit[inst.instance_id] = {
             "mem_bw_util_pct_mean": _r(_mean(bw.values())),  # the signal named by bandwidth_signal
+            "threshold_pct": _r(threshold),
             "samples_over": round(high, 2),
             "tpot_p99_ms_median": _r(_median(tpots)),
             "requests_running_mean": _r(_mean(run.values())),
             "tpot_vs_batch_correlation": round(corr, 2),
         }
+        if ceiling is not None:
+            hit[inst.instance_id]["ceiling"] = ceiling.to_json()
+            ceilings[inst.instance_id] = ceiling
     if not hit:
         return []
     seqs = _max_num_seqs(st)
@@ -472,18 +495,58 @@ def _bandwidth(st: _State) -> list[Finding]:
             {
                 "window": _span(w),
                 "signal": signal.value,
-                "threshold_pct": BW_BOUND_PCT,
+                "threshold": "sizing_ceiling" if ceilings else "fixed",
+                "near_ceiling_share": BW_NEAR_CEILING,
+                "threshold_pct": BW_BOUND_PCT if not ceilings else None,
                 "slo_tpot_p99_ms": g.slo_tpot_p99_ms,
                 "max_num_seqs": seqs,
                 "instances": hit,
             },
-            f"{SIGNAL_TEXT[signal]} was above {BW_BOUND_PCT:.0f}% and TPOT rose with the batch: decoding "
-            "looks limited by reading weights and KV cache, so more compute would not speed it up"
-            + ("" if signal == BandwidthSignal.DCGM_DRAM_ACTIVE else BUSY_CAVEAT)
-            + ".",
+            f"{SIGNAL_TEXT[signal]} {_bw_level_text(g, hit, ceilings)}, and "
+            + (
+                f"P99 TPOT was over its {g.slo_tpot_p99_ms:g} ms SLO"
+                if g.slo_tpot_p99_ms is not None
+                else "TPOT rose with the batch"
+            )
+            + ": decoding looks limited by reading weights and KV cache, so more compute would not "
+            "speed it up" + ("" if signal == BandwidthSignal.DCGM_DRAM_ACTIVE else BUSY_CAVEAT) + ".",
             "; ".join(parts) + ".",
         )
     ]
+
+
+_LINK_NAME = {"pcie": "PCIe", "nvlink": "NVLink"}
+
+
+def _bw_level_text(g: Any, hit: dict[str, dict[str, Any]], ceilings: dict[str, fixes.BusyCeiling]) -> str:
+    """How high the memory-busy share was, and against which ceiling it was judged (and why that one)."""
+    means = sorted({round(v["mem_bw_util_pct_mean"]) for v in hit.values() if v["mem_bw_util_pct_mean"]})
+    level = "averaged " + (f"{means[0]}%" if len(means) == 1 else f"{means[0]}-{means[-1]}%") if means else ""
+    if not ceilings:
+        why = (
+            "the sizing model does not know this model or instance type"
+            if fixes.deployment(g) is None
+            else "the sizing model expects this decode to be compute- or host-bound, so it gives no ceiling"
+        )
+        return f"{level} and was at or above {BW_BOUND_PCT:.0f}% in most samples (a fixed threshold: {why})"
+    shares = sorted({round(100.0 * c.share) for c in ceilings.values()})
+    ceil = f"{shares[0]}%" if len(shares) == 1 else f"{shares[0]}-{shares[-1]}%"
+    c = ceilings[sorted(ceilings)[0]]
+    if c.tp > 1:
+        link = _LINK_NAME.get(c.interconnect, c.interconnect)
+        idle = (
+            f"{c.comm_ms:.1f} ms in the TP {c.tp} all-reduces over {link} and {c.other_ms:.1f} ms of "
+            "per-layer kernel cost"
+        )
+    else:
+        idle = f"{c.other_ms:.1f} ms of per-layer kernel cost"
+    return (
+        f"{level} and was in most samples at or above {100 * BW_NEAR_CEILING:.0f}% of the {ceil} a "
+        "bandwidth-limited decode can read on this deployment (the sizing model's decode step at the "
+        f"measured batch of {c.batch} and {c.tokens_per_seq:.0f} tokens per sequence spends "
+        f"{c.read_ms:.1f} ms streaming weights and KV and {idle}, which leave memory idle, so even a fully "
+        "bandwidth-bound engine does not read near 100% here)"
+    )
 
 
 # ---- node outlier ------------------------------------------------------------------------------------------

@@ -23,7 +23,11 @@ from policies import metrics as pm
 HOT_C = 85.0  # issue 10 and the isolation rules' gpu_overheat; NVIDIA data-centre slowdown starts ~87-90 C
 THROTTLED_CLOCK_RATIO = 0.9  # SM clock below 90% of its maximum is a real slowdown, not boost jitter
 KV_FULL_PCT = 90.0  # "near full" (issue 10); vLLM preempts at 100%
-BW_BOUND_PCT = 90.0  # memory-bandwidth utilization above ~90% (issue 10)
+BW_BOUND_PCT = 90.0  # memory-bandwidth utilization above ~90% (issue 10): the fallback threshold
+# ... which is this share of a 100% ceiling. Where the sizing model knows the deployment, the threshold is
+# this share of the busy share its bandwidth-limited decode iteration reaches (TP all-reduces leave memory
+# idle, so a TP > 1 engine never reads 100%).
+BW_NEAR_CEILING = 0.9
 SATURATED_UTIL_PCT = 90.0  # "GPU utilization ~100%": nvidia-smi's busy share of time
 QUEUE_PER_INSTANCE = 2.0  # waiting requests per instance that count as a queue (the example config's rule)
 OUTLIER_FACTOR = 2.0  # an instance's P99 over twice its peers' median (the isolation rules' peer_factor)

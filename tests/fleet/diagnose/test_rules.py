@@ -83,6 +83,22 @@ FIRING: list[tuple[str, str, dict]] = [
         },
     ),
     (
+        # 2 x A10 at TP 2: the PCIe all-reduces keep a bandwidth-limited decode at ~84% memory busy (sizing)
+        "memory busy near a TP 2 deployment's decode ceiling and TPOT over its SLO",
+        "memory_bandwidth_bound",
+        {
+            "changes": {
+                "*": {
+                    "gpu_mem_bw_util_pct": 80.0,
+                    "tpot_p99_ms": 55.0,
+                    "requests_running": 66.0,
+                    "kv_cache_usage_pct": 67.0,
+                }
+            },
+            "group": {**SIZED, "slo_tpot_p99_ms": 45.0},
+        },
+    ),
+    (
         "saturated GPUs and queues growing all through the window",
         "undersized_fleet",
         {
@@ -207,6 +223,21 @@ QUIET: list[tuple[str, str, dict]] = [
         {
             "changes": {"*": {"gpu_mem_bw_util_pct": 94.0, "tpot_p99_ms": 40.0}},
             "group": {"slo_tpot_p99_ms": 45.0},
+        },
+    ),
+    (
+        "memory busy well below a TP 2 deployment's decode ceiling with TPOT over its SLO",
+        "memory_bandwidth_bound",
+        {
+            "changes": {
+                "*": {
+                    "gpu_mem_bw_util_pct": 70.0,
+                    "tpot_p99_ms": 55.0,
+                    "requests_running": 66.0,
+                    "kv_cache_usage_pct": 67.0,
+                }
+            },
+            "group": {**SIZED, "slo_tpot_p99_ms": 45.0},
         },
     ),
     (
