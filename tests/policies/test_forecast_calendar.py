@@ -16,25 +16,27 @@ HORIZON_S = 360.0
 CAL = Calendar.model_validate({"holidays": ["2026-12-15..2026-12-16"], "workdays": ["2026-12-19"]})
 
 
-def _office(t: datetime) -> float:
+def office(t: datetime, calendar: Calendar = CAL) -> float:
     """10 req/s 09:00-18:00 (UTC) on the calendar's working days, 0.5 on their nights, 0.2 on other days."""
-    if weekday_of(CAL, t.date()) >= 5:
+    if weekday_of(calendar, t.date()) >= 5:
         return 0.2
     return 10.0 if 9 <= t.hour < 18 else 0.5
 
 
-def _history(now: datetime, days: int = 21) -> DemandSeries:
+def office_history(now: datetime, days: int = 21, calendar: Calendar = CAL) -> DemandSeries:
+    """``days`` of ``office`` minutes up to ``now``."""
     n = days * 1440
     start = now - timedelta(minutes=n - 1)
-    return DemandSeries(start=start, step_s=60, rps=[_office(start + timedelta(minutes=i)) for i in range(n)])
+    rps = [office(start + timedelta(minutes=i), calendar) for i in range(n)]
+    return DemandSeries(start=start, step_s=60, rps=rps)
 
 
 def _business_hours_error(now: datetime, calendar: Calendar | None) -> float:
     """Mean absolute error of the hourly forecast made at ``now`` (the early morning) over 09:00-18:00."""
-    hours = fc.hourly(_history(now), now, 20, ForecastState(), horizon_s=HORIZON_S, calendar=calendar)
-    office = [h for h in hours if 9 <= h.start.hour < 18]
-    assert len(office) == 9
-    return sum(abs(h.mean_rps - _office(h.start)) for h in office) / len(office)
+    hours = fc.hourly(office_history(now), now, 20, ForecastState(), horizon_s=HORIZON_S, calendar=calendar)
+    busy = [h for h in hours if 9 <= h.start.hour < 18]
+    assert len(busy) == 9
+    return sum(abs(h.mean_rps - office(h.start)) for h in busy) / len(busy)
 
 
 @pytest.mark.parametrize(
@@ -79,18 +81,18 @@ def test_a_makeup_saturday_is_forecast_as_a_workday():
 
 def test_the_near_term_forecast_before_nine_climbs_on_the_day_after_a_holiday():
     at = datetime(2026, 12, 17, 8, 55, tzinfo=UTC)
-    plain = fc.forecast(_history(at), at, 1800, ForecastState())
-    cal = fc.forecast(_history(at), at, 1800, ForecastState(), calendar=CAL)
+    plain = fc.forecast(office_history(at), at, 1800, ForecastState())
+    cal = fc.forecast(office_history(at), at, 1800, ForecastState(), calendar=CAL)
     assert cal.points[-1][1] > 0.75 * 10.0
     assert plain.points[-1][1] < cal.points[-1][1]
 
 
 def _thursdays_differ(t: datetime) -> float:
-    """``_office``, but a Thursday's office hours run 4 req/s to 14:00 and 25 after: a weekday whose shape
+    """``office``, but a Thursday's office hours run 4 req/s to 14:00 and 25 after: a weekday whose shape
     only the week-ago reference foretells."""
     if weekday_of(CAL, t.date()) < 5 and 9 <= t.hour < 18 and t.date().weekday() == 3:
         return 25.0 if t.hour >= 14 else 4.0
-    return _office(t)
+    return office(t)
 
 
 def _thursday_history(now: datetime, days: int = 21) -> DemandSeries:

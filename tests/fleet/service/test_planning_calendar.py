@@ -10,22 +10,15 @@ import pytest
 from fleet.service.demand import DemandReading
 from fleet.service.planning import plan_forecast
 from policies.model import DemandSeries
-from policies.spec import Calendar, GroupSpec, weekday_of
+from policies.spec import Calendar, GroupSpec
+from tests.policies.test_forecast_calendar import office_history
 
 # illustrative: Tuesday 2026-12-15 and Wednesday 2026-12-16 off (dates in UTC, the group's forecast clock)
 CAL = Calendar.model_validate({"holidays": ["2026-12-15..2026-12-16"]})
 
 
-def _office(t: datetime) -> float:
-    if weekday_of(CAL, t.date()) >= 5:
-        return 0.2
-    return 10.0 if 9 <= t.hour < 18 else 0.5
-
-
 def _history(now: datetime, days: int = 21) -> DemandSeries:
-    n = days * 1440
-    start = now - timedelta(minutes=n - 1)
-    return DemandSeries(start=start, step_s=60, rps=[_office(start + timedelta(minutes=i)) for i in range(n)])
+    return office_history(now, days, CAL)
 
 
 def test_fleet_forecast_reads_the_groups_calendar():

@@ -650,34 +650,14 @@ def test_a_start_task_that_would_fire_on_a_holiday_is_modified_then_left_alone()
         "fleet-chat-biz-20260307-start",
         "fleet-chat-biz-20260307-end",
     }
-    applied = [
-        _task(
-            t.name,
-            launch_time=t.launch_time,
-            recurrence_type=t.recurrence_type,
-            recurrence_value=t.recurrence_value or None,
-            min_value=t.min_value,
-            max_value=t.max_value,
-        )
-        for t in want
-    ]
+    applied = _as_written(want)
     assert plan_sync(spec, applied, TUESDAY_NOON)[0] == []
 
 
 def test_a_one_off_task_that_fired_is_deleted_and_a_dropped_holiday_moves_the_start_back():
     spec = _spec(calendar=CALENDAR)
     _, want = plan_sync(spec, [], TUESDAY_NOON)
-    applied = [
-        _task(
-            t.name,
-            launch_time=t.launch_time,
-            recurrence_type=t.recurrence_type,
-            recurrence_value=t.recurrence_value or None,
-            min_value=t.min_value,
-            max_value=t.max_value,
-        )
-        for t in want
-    ]
+    applied = _as_written(want)
     sunday = datetime(2026, 3, 8, 4, 0, tzinfo=UTC)
     changes, _ = plan_sync(spec, applied, sunday)
     assert sorted((c.op, c.name) for c in changes) == [
@@ -742,3 +722,18 @@ def test_with_the_service_down_from_the_eve_of_the_holidays_ess_holds_the_calend
     assert at(sat, 10) == 6  # the makeup Saturday
     assert at(sat, 19) == 1
     assert at(sat + timedelta(days=2), 10) == 6  # Monday: the weekly task again
+
+
+def _as_written(want):
+    """The desired tasks as ESS lists them once written."""
+    return [
+        _task(
+            t.name,
+            launch_time=t.launch_time,
+            recurrence_type=t.recurrence_type,
+            recurrence_value=t.recurrence_value or None,
+            min_value=t.min_value,
+            max_value=t.max_value,
+        )
+        for t in want
+    ]
