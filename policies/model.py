@@ -99,6 +99,9 @@ class ReasonCode(StrEnum):
     # isolation
     RULE_BREACHED = "rule_breached"
     UNSERVED_LAUNCH = "unserved_launch"  # found on a launch that never served: no guardrail counts it
+    # admitted as taking no capacity (a launch that never served, a node serving nothing), it serves now (or
+    # its engine runs again out of traffic): max_isolated counts it, or it waits for room in traffic
+    SERVES_AGAIN = "serves_again"
     MANUAL_ISOLATION = "manual_isolation"
     NOTIFY_HUMAN = "notify_human"
     ACKNOWLEDGED = "acknowledged"
@@ -509,7 +512,8 @@ class Incident(_Model):
     @property
     def took_no_capacity(self) -> bool:
         """Out of traffic, its node takes no serving capacity with it (a launch that never served, or a node
-        that served nothing when admitted): ``max_isolated`` does not count it."""
+        that served nothing when admitted): ``max_isolated`` does not count it. Admission judges it again
+        every tick: once its node serves (or runs its engine in Standby) both flags are cleared: it counts."""
         return self.unserved or self.served_nothing
 
 

@@ -13,6 +13,12 @@ toward neither: a run of broken launches must not trip the breaker and hold a re
 behind it until a human resets it. It still waits while the breaker is open, and while launches keep
 failing (``policies.launch_verdicts.failed_run``): its replacement would be launched the same way, and
 the launches' scaling step removes the instance instead (``policies/scaling/launches.py``).
+
+Taking no capacity is judged on each tick's evidence, not once: an incident admitted as such (a dead launch,
+a node serving nothing) whose node serves again before it left traffic (a supervisor restarted its engine)
+needs room like any other, and without room is not taken out; one out already whose engine runs again
+counts from then on (``_judge_again``). So the serving nodes out never outnumber ``max_isolated`` whatever
+the order in which engines die and come back.
 """
 
 from __future__ import annotations
@@ -21,16 +27,27 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from policies import metrics as m
-from policies.isolation.shared import Tick, close, note
+from policies.isolation.shared import SERVING_STATES, Tick, close, note
 from policies.launch_verdicts import (
     REMOVE_AFTER_S,
+    engine_up,
     failed_run,
     judged_by,
     late_launch,
     serves_nothing,
     verdict,
 )
-from policies.model import Incident, LaunchRecord, PlanWarning, ReasonCode, StepAction, WarningCode
+from policies.model import (
+    PRE_ISOLATION_STATES,
+    Incident,
+    InstanceSnapshot,
+    LaunchRecord,
+    LifecycleState,
+    PlanWarning,
+    ReasonCode,
+    StepAction,
+    WarningCode,
+)
 from policies.spec import resolve_count
 
 # How long past its due time a launch's verdict is waited for: the judge needs a fresh engine reading, and a
@@ -47,42 +64,112 @@ class _Limits:
 
 
 def admit(t: Tick) -> None:
-    """Admit the open incidents the guardrails allow; warn while the breaker is open."""
+    """Admit the open incidents the guardrails allow, and judge again those admitted as taking no capacity;
+    warn while the breaker is open."""
     limits = _limits(t)
     ordered = t.open_in_detection_order()
     # what is out of traffic: an admitted incident on a launch that never served took no capacity out
     admitted = [i for i in ordered if i.admitted_at is not None and not i.took_no_capacity]
     failed = failed_run(t.gh.launches)
     for inc in ordered:
-        if inc.admitted_at is not None or inc.incident_id in t.released:
+        if inc.incident_id in t.released or inc.instance_id not in t.by_id:
+            continue  # released: its handler returns the instance; gone: its handler closes it
+        if inc.admitted_at is None and _out_already(t, inc):
+            # held back after it was asked out of traffic, but its EnterStandby (in flight) landed: it is out,
+            # and counts as any node out is judged (``_judge_again``, below)
+            inc.admitted_at = t.now
+            if not inc.took_no_capacity:
+                admitted.append(inc)
+        if inc.admitted_at is not None:
+            if inc.took_no_capacity:
+                _judge_again(t, inc, admitted, limits)
             continue
-        if inc.instance_id not in t.by_id:
-            continue  # closed by its handler as gone
-        if inc.scheduled_ahead(t.now):
-            _wait_for_event(t, inc)
-            continue
-        if not inc.manual and _held_by_breaker(t, inc, limits):
-            continue
-        if inc.unserved and _closed_as_served(t, inc):
-            continue
-        if inc.unserved:  # (still: a launch that has since served makes it one of serving capacity)
-            if not _launch_waits(t, inc, failed):
-                inc.admitted_at = t.now
-            continue
-        if _dead(t, inc):
-            # its node serves nothing: taking it out takes no serving capacity, so it needs no room and takes
-            # none (a dead node waiting behind a live one that cannot be spared would be billed for nothing)
-            inc.admitted_at, inc.served_nothing = t.now, True
-            continue
-        if len(admitted) >= limits.max_isolated:
-            _wait_for_room(t, inc, len(admitted), limits.max_isolated)
-            continue
-        inc.admitted_at = t.now
-        admitted.append(inc)
+        _admit_held(t, inc, admitted, limits, failed)
     if t.gh.breaker.open:
         t.result.warnings.append(
             PlanWarning(code=WarningCode.BREAKER_OPEN, group=t.group.name, detail=t.gh.breaker.reason)
         )
+
+
+def _admit_held(
+    t: Tick, inc: Incident, admitted: list[Incident], limits: _Limits, failed: list[LaunchRecord]
+) -> None:
+    """Admit one incident not admitted yet, if the guardrails allow; else it waits, with a WAIT step."""
+    if inc.scheduled_ahead(t.now):
+        _wait_for_event(t, inc)
+        return
+    if not inc.manual and _held_by_breaker(t, inc, limits):
+        return
+    if inc.unserved and _closed_as_served(t, inc):
+        return
+    if inc.unserved:  # (still: a launch that has since served makes it one of serving capacity)
+        if _launch_waits(t, inc, failed):
+            return
+        if not _serves_again(t, inc, t.by_id[inc.instance_id]):
+            inc.admitted_at = t.now
+            return
+        # no verdict says it served (none yet, or judged failed before the engine came up), but its engine
+        # no longer reads down: taken out, it may take serving capacity, so it needs room (below)
+    elif _dead(t, inc):
+        # its node serves nothing: taking it out takes no serving capacity, so it needs no room and takes
+        # none (a dead node waiting behind a live one that cannot be spared would be billed for nothing)
+        inc.admitted_at, inc.served_nothing = t.now, True
+        return
+    if len(admitted) >= limits.max_isolated:
+        _wait_for_room(t, inc, len(admitted), limits.max_isolated)
+        return
+    inc.admitted_at = t.now
+    if inc.took_no_capacity:  # it serves now: it counts
+        inc.unserved = inc.served_nothing = False
+        note(inc, t.now, ReasonCode.SERVES_AGAIN, "it serves now: max_isolated counts it")
+    admitted.append(inc)
+
+
+def _judge_again(t: Tick, inc: Incident, admitted: list[Incident], limits: _Limits) -> None:
+    """An incident admitted as taking no capacity (``Incident.took_no_capacity``), judged again on this tick's
+    evidence: its admission holds only as long as what it was admitted on. A node that serves again (its
+    engine restarted by its supervisor, a launch loaded after all) before it left traffic needs room like any
+    node that serves: with none, it is not taken out, and waits for room as if never admitted (the next tick
+    judges it afresh; one on a launch stays ``unserved``, so that a launch judged served after all closes as
+    before). A node out
+    already, in Standby, whose engine runs again is serving capacity held out: it counts from now on, room
+    or not (what is out is out), so that no further serving node is taken out beside it. Once counted, an
+    incident counts until it closes."""
+    inst = t.by_id[inc.instance_id]
+    state = inst.lifecycle_state
+    if state == LifecycleState.STANDBY:
+        out, serves = True, engine_up(inst, t.now, t.stale_after_s) is True
+    elif state in SERVING_STATES and inc.state in PRE_ISOLATION_STATES:
+        out, serves = False, _serves_again(t, inc, inst)
+    else:
+        return  # starting, stopped, on its way out, or back in traffic after its remediation
+    if not serves:
+        return
+    if out or len(admitted) < limits.max_isolated:
+        inc.unserved = inc.served_nothing = False
+        why = "out of traffic, its engine runs again" if out else "it serves again"
+        note(inc, t.now, ReasonCode.SERVES_AGAIN, f"{why}: max_isolated counts it")
+        admitted.append(inc)
+        return
+    inc.admitted_at, inc.served_nothing = None, False
+    note(inc, t.now, ReasonCode.SERVES_AGAIN, "it serves again before it left traffic: it needs room")
+    _wait_for_room(t, inc, len(admitted), limits.max_isolated)
+
+
+def _out_already(t: Tick, inc: Incident) -> bool:
+    """Whether a held incident's instance is in Standby because we asked for it: ``_judge_again`` held it back
+    while its EnterStandby was in flight."""
+    inst = t.by_id[inc.instance_id]
+    return inc.standby_requested_at is not None and inst.lifecycle_state == LifecycleState.STANDBY
+
+
+def _serves_again(t: Tick, inc: Incident, inst: InstanceSnapshot) -> bool:
+    """Whether the node of an incident taking no capacity may serve, in traffic: a launch's engine no longer
+    reads down on a fresh sample (what found it unserved read it down; a launch gone silent may have loaded
+    since, and is taken out as one that serves), any other node no longer ``serves_nothing``."""
+    if inc.unserved:
+        return engine_up(inst, t.now, t.stale_after_s) is not False
+    return not serves_nothing(inst, t.now, t.stale_after_s)
 
 
 def _dead(t: Tick, inc: Incident) -> bool:

@@ -133,7 +133,8 @@ def _take_out_of_traffic(t: Tick, inc: Incident, inst: InstanceSnapshot) -> None
         why = "it serves nothing (vLLM down): no capacity leaves"
         _to_standby(t, inc, in_service, remaining, why, serves_nothing=True)
         return
-    inc.served_nothing = False  # it serves (again: its engine restarted): it counts as capacity
+    # it serves: admitted as serving nothing, it was judged again this tick (``admission._judge_again``), and
+    # counts toward max_isolated, or waits for room and does not get here
     t.result.leaving_serving += 1
     remaining = in_service - t.result.leaving_serving
     if remaining < t.floor:

@@ -43,6 +43,7 @@ class Node:
     never_serves: bool = False  # launched broken (image, model store): vLLM never comes up, a reboot or not
     loads_until: datetime | None = None  # launched slow (a slow model store): vLLM down until then
     gpu_util_pct: float | None = None  # CloudMonitor's GPU utilization, if not what the engine's state gives
+    out_serving: bool = False  # its engine ran as it went into Standby: it took serving capacity out
 
 
 class World:
@@ -67,6 +68,8 @@ class World:
         # ECS's API down until then: a reboot step errors (the service records no outcome, as for a transient
         # error, and tries the same step again when the plan asks for it)
         self.ecs_down_until: datetime | None = None
+        # ESS's API down until then: an EnterStandby step errors (tried again when the plan asks for it)
+        self.ess_down_until: datetime | None = None
         self.pending_notifications: list[Notification] = []
         self.pending_outcomes: list[StepOutcome] = []
         self.operator_actions: list = []
@@ -103,6 +106,20 @@ class World:
     def serving(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.state == "InService"]
 
+    def engine_runs(self, node: Node) -> bool:
+        """Whether the node's vLLM runs now: not crashed, not loading after a reboot, not launched slow."""
+        now = self.now
+        loading = node.rebooted_at is not None and now < node.rebooted_at + timedelta(
+            seconds=max(60.0, self.cold_start_s)
+        )
+        slow = node.loads_until is not None and now < node.loads_until
+        return node.state != "Pending" and not (node.engine_down or loading or slow)
+
+    def serving_out(self) -> list[str]:
+        """The nodes in Standby that took serving capacity out (their engine ran as they went), as the
+        guardrail ``max_isolated`` rations it."""
+        return sorted(n.instance_id for n in self.nodes.values() if n.state == "Standby" and n.out_serving)
+
     def apply(self, plan: Plan) -> None:
         gp = plan.group(GROUP)
         assert gp is not None
@@ -115,9 +132,8 @@ class World:
                 )
             if node is None:
                 continue
-            if step.action == StepAction.ENTER_STANDBY and node.state == "InService":
-                node.state = "Standby"
-                self.actions.append((self.now, "enter_standby", node.instance_id))
+            if step.action == StepAction.ENTER_STANDBY:
+                self._enter_standby(node)
             elif step.action == StepAction.REBOOT and self.ecs_down_until and self.now < self.ecs_down_until:
                 self.errors.append((self.now, "reboot", node.instance_id))
             elif step.action == StepAction.REBOOT:
@@ -151,6 +167,14 @@ class World:
                 self.nodes[iid].state = "Removed"
                 self.removed.append(iid)
 
+    def _enter_standby(self, node: Node) -> None:
+        if self.ess_down_until and self.now < self.ess_down_until:
+            self.errors.append((self.now, "enter_standby", node.instance_id))
+        elif node.state == "InService":
+            node.state = "Standby"
+            node.out_serving = self.engine_runs(node)
+            self.actions.append((self.now, "enter_standby", node.instance_id))
+
     # ---- time and observation ----------------------------------------------------------------------------
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
@@ -172,15 +196,11 @@ class World:
             if node.state == "Removed":
                 continue
             metrics: dict[str, MetricSample] = {}
-            booting = node.rebooted_at is not None and now < node.rebooted_at + timedelta(seconds=60)
             # after a reboot the agent reports within a minute; vLLM serves once the weights are loaded again
-            loading = node.rebooted_at is not None and now < node.rebooted_at + timedelta(
-                seconds=max(60.0, self.cold_start_s)
-            )
+            booting = node.rebooted_at is not None and now < node.rebooted_at + timedelta(seconds=60)
             if not in_outage and node.state != "Pending" and not booting and not node.silent:
                 standby = node.state == "Standby"
-                slow = node.loads_until is not None and now < node.loads_until
-                engine_down = node.engine_down or loading or slow
+                engine_down = not self.engine_runs(node)
                 values = {
                     "queue_waiting": 0.0 if standby else per_instance,
                     "requests_running": 0.0 if standby else 4.0,

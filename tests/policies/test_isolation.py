@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_builders import GROUP, MONDAY_10_SHANGHAI, fleet, instance, policy, snapshot
 from policy_world import World
@@ -318,6 +318,160 @@ def test_a_live_node_rebooting_for_isolation_still_takes_its_room():
     assert world.nodes["i-0002"].state == "Standby"  # still out, loading
     assert second.admitted_at is None
     assert any(e.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for e in second.timeline)
+
+
+def drive_guarded(world, spec, seconds, history=None, max_isolated=1, tick=15):
+    """``drive``, checking after every tick that the nodes out that took serving capacity (their engine ran
+    as they went into Standby) never outnumber ``max_isolated``."""
+    for _ in range(int(seconds // tick)):
+        plan = decide(world.observe(), spec, history, world.now)
+        history = plan.history
+        world.apply(plan)
+        assert len(world.serving_out()) <= max_isolated, (world.now, world.serving_out())
+        world.advance(tick)
+    return history
+
+
+def _long_in_service(world):
+    for node in world.nodes.values():  # not launches that have not served yet
+        node.created_at = T0 - timedelta(days=1)
+
+
+# an overheating node is held in Standby for a human: out, serving capacity taken, for as long as a test runs
+_HOLD_HOT = [
+    {"name": "engine_down", "metric": "vllm_up", "below": 0.5, "for": "2m", "action": "reboot"},
+    {"name": "gpu_overheat", "metric": "gpu_temperature_c", "above": 85, "for": "2m", "action": "hold"},
+]
+
+
+def test_a_dead_node_that_serves_again_before_it_is_out_needs_room():
+    """A node admitted as serving nothing (its vLLM crashed) needs no max_isolated room; its EnterStandby
+    fails (ESS down) and its supervisor restarts the engine meanwhile. It serves again: taken out now, it
+    would be a second serving node out beside the overheating one held in Standby (max_isolated 1).
+    Before, it was taken out anyway, as soon as ESS answered; now it waits for room, in traffic."""
+    spec = policy(guardrails={"max_isolated": 1}, isolation={"rules": _HOLD_HOT})
+    world = World(T0, 6)
+    _long_in_service(world)
+    world.nodes["i-0003"].hot = True
+    hist = drive_guarded(world, spec, 3 * 60)
+    assert world.serving_out() == ["i-0003"]
+    crashed = world.nodes["i-0002"]
+    crashed.engine_down = True
+    world.ess_down_until = world.now + timedelta(minutes=6)
+    hist = drive_guarded(
+        world, spec, 5.5 * 60, hist
+    )  # found (the load time and 2 minutes); EnterStandby errors
+    inc = next(i for i in incidents(hist) if i.instance_id == "i-0002")
+    assert inc.admitted_at is not None and inc.served_nothing
+    assert ("enter_standby", "i-0002") in {(a, i) for _, a, i in world.errors}
+    crashed.engine_down = False  # its supervisor restarted vLLM
+    hist = drive_guarded(world, spec, 4 * 60, hist)  # ESS answers again
+    inc = next(i for i in incidents(hist) if i.instance_id == "i-0002")
+    assert crashed.state == "InService" and inc.admitted_at is None
+    assert not inc.served_nothing
+    reasons = [e.reason for e in inc.timeline]
+    assert ReasonCode.SERVES_AGAIN in reasons and ReasonCode.GUARDRAIL_MAX_ISOLATED in reasons
+
+
+def test_a_launch_judged_dead_whose_engine_comes_up_at_admission_needs_room():
+    """An incident on a launch that never served is admitted without room once its launch is judged
+    failed. Its engine coming up in that very tick (slow to load, not dead) makes it a serving node: before,
+    it was taken out as a dead launch, a second serving node out beside the overheating one held in Standby
+    (max_isolated 1). Now it waits for room, and closes as recovered once its launch is judged served."""
+    spec = policy(guardrails={"max_isolated": 1}, isolation={"rules": _HOLD_HOT})
+    world = World(T0, 6)
+    _long_in_service(world)
+    launch = world.nodes["i-0001"]
+    launch.created_at, launch.engine_down = T0, True  # launched now, its engine not up
+    world.nodes["i-0003"].hot = True  # out, held, from ~2 minutes
+    hist = None
+    for _ in range(12 * 4):  # found at 5 minutes, its verdict (failed) due at 8
+        records = hist.groups[GROUP].launches if hist is not None else []
+        if any(r.instance_id == "i-0001" and not r.served for r in records):
+            launch.engine_down = False  # it comes up in the tick after its failed verdict
+        hist = drive_guarded(world, spec, 15, hist)
+    assert not launch.engine_down  # the failed verdict came
+    inc = next(i for i in incidents(hist) if i.instance_id == "i-0001")
+    reasons = [e.reason for e in inc.timeline]
+    assert ReasonCode.UNSERVED_LAUNCH in reasons and ReasonCode.GUARDRAIL_MAX_ISOLATED in reasons
+    assert inc.outcome == "recovered" and inc.isolated_at is None
+    assert launch.state == "InService" and world.serving_out() == ["i-0003"]
+
+
+def test_a_dead_node_out_whose_engine_runs_again_counts():
+    """A dead node held in Standby for a human takes no room; once its engine runs again there (its
+    supervisor restarted it), it is serving capacity held out, and a live fault waits for room."""
+    rules = [
+        {"name": "engine_down", "metric": "vllm_up", "below": 0.5, "for": "2m", "action": "hold"},
+        {"name": "gpu_overheat", "metric": "gpu_temperature_c", "above": 85, "for": "2m", "action": "reboot"},
+    ]
+    spec = policy(guardrails={"max_isolated": 1}, isolation={"rules": rules})
+    world = World(T0, 6)
+    _long_in_service(world)
+    world.nodes["i-0002"].engine_down = True
+    _, hist = drive(world, spec, 5.5 * 60)  # found after the load time and 2 minutes
+    (dead,) = incidents(hist)
+    assert dead.served_nothing and world.nodes["i-0002"].state == "Standby"
+    world.nodes["i-0002"].engine_down = False
+    _, hist = drive(world, spec, 30, hist)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 4 * 60, hist)
+    dead, hot = sorted(incidents(hist), key=lambda i: i.detected_at)
+    assert not dead.served_nothing and any(e.reason == ReasonCode.SERVES_AGAIN for e in dead.timeline)
+    assert hot.admitted_at is None and world.nodes["i-0003"].state == "InService"
+    assert any(e.reason == ReasonCode.GUARDRAIL_MAX_ISOLATED for e in hot.timeline)
+
+
+_NODES = [f"i-{n:04d}" for n in range(1, 7)]
+# What befalls a node, from a tick for some ticks (15 s each): its engine crashes until its supervisor
+# restarts it (an engine_down incident is found 20 ticks in: the load time and 2 minutes), a GPU overheats,
+# its agent dies; and ESS stops answering for a while (an EnterStandby errors, and is asked again).
+_CHAOS = st.lists(
+    st.tuples(
+        st.sampled_from(["crash", "crash", "hot", "silent"]),
+        st.sampled_from(_NODES),
+        st.integers(0, 30),
+        st.sampled_from([4, 20, 21, 22, 24, 30, 200]),
+    ),
+    max_size=6,
+)
+_ESS_DOWN = st.lists(st.tuples(st.integers(0, 48), st.sampled_from([4, 8, 16])), max_size=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chaos=_CHAOS,
+    ess_down=_ESS_DOWN,
+    # launches loading when the run starts, until then (s): judged failed at 480 s, up a tick later, or never
+    young=st.dictionaries(st.sampled_from(_NODES), st.sampled_from([120.0, 495.0, 900.0]), max_size=2),
+    max_isolated=st.sampled_from([0, 1, 2]),
+    hold=st.booleans(),
+)
+def test_serving_nodes_out_never_outnumber_max_isolated(chaos, ess_down, young, max_isolated, hold):
+    """Whatever the order in which engines die and come back around the isolation's ticks, the nodes out of
+    traffic that took serving capacity with them (their engine ran as they went into Standby) never
+    outnumber ``max_isolated``: a node admitted as serving nothing, or as a launch that never served, that
+    serves by the time it is taken out needs room like any other."""
+    guardrails = {"max_isolated": max_isolated, "breaker": {"max_isolations": 20, "window": "1h"}}
+    spec = policy(guardrails=guardrails, **({"isolation": {"rules": _HOLD_HOT}} if hold else {}))
+    world = World(T0, 6)
+    _long_in_service(world)
+    for iid, load_s in young.items():
+        world.nodes[iid].created_at, world.nodes[iid].loads_until = T0, T0 + timedelta(seconds=load_s)
+    hist = None
+    for k in range(64):
+        for what, iid, start, ticks in chaos:
+            node = world.nodes[iid]
+            if what == "crash" and k in (start, start + ticks):
+                node.engine_down = k == start
+            elif what == "hot" and k == start:
+                node.hot = True
+            elif what == "silent" and k == start:
+                node.silent = True
+        for start, ticks in ess_down:
+            if k == start:
+                world.ess_down_until = world.now + timedelta(seconds=15 * ticks)
+        hist = drive_guarded(world, spec, 15, hist, max_isolated=max_isolated)
 
 
 def test_a_dead_engine_on_healthy_gpus_is_rebooted_and_returns():
