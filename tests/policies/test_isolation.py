@@ -373,6 +373,31 @@ def test_a_dead_node_that_serves_again_before_it_is_out_needs_room():
     assert ReasonCode.SERVES_AGAIN in reasons and ReasonCode.GUARDRAIL_MAX_ISOLATED in reasons
 
 
+def test_a_node_held_back_whose_enter_standby_lands_late_counts_as_out():
+    """Held back for room after it was asked out of traffic, a node whose EnterStandby (in flight) lands
+    after all is out: it is admitted again and counts, so a further live fault waits."""
+    spec = policy(guardrails={"max_isolated": 1}, isolation={"rules": _HOLD_HOT})
+    world = World(T0, 6)
+    _long_in_service(world)
+    world.nodes["i-0003"].hot = True
+    _, hist = drive(world, spec, 3 * 60)
+    crashed = world.nodes["i-0002"]
+    crashed.engine_down = True
+    world.ess_down_until = world.now + timedelta(minutes=6)
+    _, hist = drive(world, spec, 5.5 * 60, hist)
+    crashed.engine_down = False
+    _, hist = drive(world, spec, 30, hist)
+    inc = next(i for i in incidents(hist) if i.instance_id == "i-0002")
+    assert inc.admitted_at is None and inc.standby_requested_at is not None
+    crashed.state = "Standby"  # the EnterStandby asked before lands now
+    world.nodes["i-0004"].hot = True
+    _, hist = drive(world, spec, 3 * 60, hist)
+    inc = next(i for i in incidents(hist) if i.instance_id == "i-0002")
+    hot = next(i for i in incidents(hist) if i.instance_id == "i-0004")
+    assert inc.admitted_at is not None and inc.isolated_at is not None and not inc.took_no_capacity
+    assert hot.admitted_at is None and world.nodes["i-0004"].state == "InService"
+
+
 def test_a_launch_judged_dead_whose_engine_comes_up_at_admission_needs_room():
     """An incident on a launch that never served is admitted without room once its launch is judged
     failed. Its engine coming up in that very tick (slow to load, not dead) makes it a serving node: before,
