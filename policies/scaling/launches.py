@@ -28,6 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from policies.launch_verdicts import (
+    JUDGE_WINDOW_S,
     LAUNCH_GRACE_S,
     engine_up,
     failed_run,
@@ -40,7 +41,7 @@ from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, Warnin
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
 
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
-KEEP = 20
+KEEP = 20  # verdicts kept beyond those of launches still young enough to be judged (``judge``)
 
 
 def judge(inp: ScalingInputs) -> None:
@@ -74,7 +75,15 @@ def judge(inp: ScalingInputs) -> None:
                     slow=slow,
                 )
             )
-    gh.launches = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))[-KEEP:]
+    # the newest KEEP verdicts, and every one whose instance is still young enough to be judged: trimmed
+    # away, it would be judged afresh each tick (a launch that served, then crashed, read as never served)
+    ordered = sorted(gh.launches, key=lambda r: (r.launched_at, r.instance_id))
+    window_s = load_s + LAUNCH_GRACE_S + JUDGE_WINDOW_S
+    gh.launches = [
+        r
+        for i, r in enumerate(ordered)
+        if i >= len(ordered) - KEEP or (now - r.launched_at).total_seconds() <= window_s
+    ]
 
 
 def failing(inp: ScalingInputs) -> tuple[list[LaunchRecord], datetime | None]:

@@ -290,3 +290,29 @@ def test_a_failing_run_under_a_learned_slow_load_says_how_long_it_waited():
         gp = _decide(_fleet(dead=0), GroupHistory(last_target=6, launches=launches)).groups[0]
         held = next(r for r in gp.reasons if r.code == ReasonCode.LAUNCHES_FAILING)
         assert waited in held.detail
+
+
+def test_every_launch_still_within_the_judging_window_keeps_its_verdict():
+    """More launches at once than the record keeps (24 against KEEP = 20): each keeps its verdict while it is
+    young enough to be judged. Trimmed to the newest 20, four were judged afresh every tick, and one whose
+    engine crashed right after it had served read as a launch that never served."""
+    from policies.scaling.launches import KEEP
+
+    n = KEEP + 4
+    young = timedelta(seconds=COLD_S + 60)
+
+    def fleet(crashed: int | None) -> list:
+        out = []
+        for i in range(n):
+            up = 0.0 if i == crashed else 1.0
+            inst = instance(i, NOW, metrics={"queue_waiting": 0.5, "requests_running": 2.0, "vllm_up": up})
+            inst.created_at = NOW - young
+            out.append(inst)
+        return out
+
+    gh = _decide(fleet(crashed=None)).history.groups[GROUP]
+    assert len(gh.launches) == n and all(r.served for r in gh.launches)
+    plan = _decide(fleet(crashed=0), gh)  # the lowest id: the one trimmed first by (launched_at, id)
+    verdicts = {r.instance_id: r.served for r in plan.history.groups[GROUP].launches}
+    assert verdicts.get("i-000") is True  # it served: a crash now is the engine rules' business
+    assert plan.groups[0].reason != ReasonCode.LAUNCHES_FAILING
