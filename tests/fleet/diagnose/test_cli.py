@@ -364,3 +364,10 @@ def test_dropped_samples_are_printed_even_without_findings(tmp_path, capsys):
     assert main(["diagnose", "--snapshot", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "no latency problem found" in out and "window errors:" in out and "queue_waiting" in out
+
+
+@pytest.mark.parametrize("flag", ["--config", "--snapshot"])
+def test_a_directory_for_a_file_is_one_line_naming_the_option(capsys, tmp_path, flag):
+    assert main(["diagnose", flag, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"error: {flag}: {tmp_path} is a directory; give the file"]
