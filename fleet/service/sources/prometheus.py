@@ -208,6 +208,7 @@ class PrometheusClient:
         # a complete answer or an error: Thanos would otherwise drop an unreachable store's series and say so
         # only in a warning (Prometheus ignores the parameter)
         form = {**form, "partial_response": "false"}
+        started = time.monotonic()
         try:
             # never followed: a 301/302/303 turns the POST into a GET without the query (answered with a
             # baffling "invalid parameter query"), and any redirect would be taken again at every query
@@ -215,7 +216,7 @@ class PrometheusClient:
                 url, data=form, timeout=self.timeout_s, allow_redirects=False, stream=True
             )
             with resp:
-                text = self._read(resp, shown, endpoint, form["query"])
+                text = self._read(resp, shown, endpoint, form["query"], started + self.timeout_s)
         except requests.RequestException as exc:
             raise NetworkError(
                 "Prometheus.Unreachable", f"{shown}: {type(exc).__name__}: {exc}", action=endpoint
@@ -225,9 +226,12 @@ class PrometheusClient:
             notes += [w for w in warnings if w not in notes]
         return data
 
-    def _read(self, resp: requests.Response, shown: str, endpoint: str, promql: str) -> str:
+    def _read(self, resp: requests.Response, shown: str, endpoint: str, promql: str, deadline: float) -> str:
         """The answer's text, read up to ``max_answer_bytes`` (decompressed): a larger answer is refused
-        before it is held whole in memory, by its Content-Length where it sends one."""
+        before it is held whole in memory, by its Content-Length where it sends one. Read by what has arrived
+        (``read1``), and given up once ``timeout_s`` has passed since the query was sent (``deadline``): the
+        socket's timeout bounds only each wait, so a server trickling its answer a few bytes at a time held
+        the tick for as long as it liked."""
         limit = self.max_answer_bytes
 
         def too_large(size: str) -> InvalidRequest:
@@ -244,10 +248,23 @@ class PrometheusClient:
         if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
             raise too_large(f"{declared} bytes, over")
         raw = bytearray()
-        for chunk in resp.iter_content(chunk_size=64 * 1024):
+        read1 = getattr(resp.raw, "read1", None)
+        chunks = (
+            iter(lambda: read1(64 * 1024, decode_content=True), b"")
+            if read1 is not None
+            else resp.iter_content(chunk_size=64 * 1024)
+        )
+        for chunk in chunks:
             raw += chunk
             if len(raw) > limit:
                 raise too_large("over")
+            if time.monotonic() > deadline:
+                raise NetworkError(
+                    "Prometheus.Unreachable",
+                    f"{shown}: the answer to {_brief(promql)} took longer than metrics_source.timeout_s "
+                    f"({self.timeout_s:g} s) to arrive ({len(raw)} bytes so far): a server trickling it",
+                    action=endpoint,
+                )
         try:
             return raw.decode(resp.encoding or "utf-8", errors="replace")
         except LookupError:  # a charset no codec knows: Prometheus' API is UTF-8 JSON

@@ -90,6 +90,7 @@ class FakePromApi:
         self.authorizations: list[str | None] = []
         self.answer: Callable[[str, dict[str, str]], tuple] = lambda e, f: (200, vector([]))
         self.send_length = True  # False: no Content-Length, the body ends when the connection closes
+        self.trickle: tuple[int, float] | None = None  # (bytes, seconds): the body that many bytes at a time
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,7 +113,14 @@ class FakePromApi:
                 self.end_headers()
                 # a client may stop reading (an answer over its size limit)
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(raw)
+                    if api.trickle is None:
+                        self.wfile.write(raw)
+                        return
+                    size, pause = api.trickle
+                    for at in range(0, len(raw), size):
+                        self.wfile.write(raw[at : at + size])
+                        self.wfile.flush()
+                        time.sleep(pause)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -492,3 +492,18 @@ def test_a_matrix_where_a_vector_is_expected_names_the_query_in_one_short_line(p
     assert info.value.code == "Prometheus.BadResultType"
     assert "'matrix'" in info.value.message and "vllm:num_requests_waiting" in info.value.message
     assert len(info.value.message) < 500
+
+
+def test_an_answer_trickled_past_the_timeout_fails_the_read_naming_the_timeout(prom_api):
+    """Each wait for a byte was bounded by timeout_s, not the answer: a server sending a few bytes every
+    tenth of a second held the read (and the tick) until it was done. Now the read gives up once timeout_s
+    has passed since the query was sent."""
+    rows = [({"instance_id": f"i-{n}"}, n) for n in range(40)]  # ~2.6 kB: 13 s at 20 bytes a tenth
+    prom_api.answer = lambda e, f: (200, vector(rows))
+    prom_api.trickle = (20, 0.1)
+    with pytest.raises(NetworkError) as info:
+        PrometheusSource(prom_api.url, timeout_s=0.5).read_last(pm.QUEUE_WAITING, ["i-a"])
+    assert info.value.code == "Prometheus.Unreachable"
+    assert "longer than metrics_source.timeout_s (0.5 s)" in info.value.message
+    prom_api.trickle = None
+    assert len(PrometheusSource(prom_api.url, timeout_s=0.5).read_last(pm.QUEUE_WAITING, ["i-1"])) == 1
