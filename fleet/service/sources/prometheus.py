@@ -250,7 +250,8 @@ class PrometheusClient:
         raw = bytearray()
         read1 = getattr(resp.raw, "read1", None)
         chunks = (
-            iter(lambda: read1(64 * 1024, decode_content=True), b"")
+            # (urllib3 answers None, not b"", for a response already closed: the end of it either way)
+            iter(lambda: read1(64 * 1024, decode_content=True) or b"", b"")
             if read1 is not None
             else resp.iter_content(chunk_size=64 * 1024)
         )
