@@ -169,6 +169,14 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek V3.2's sparse attention (DSA): a lightning indexer per MLA layer picks the top index_topk
+    # context tokens each query attends to. It keeps its own key cache beside the latent, one
+    # ``index_head_dim``-wide key per token and layer in FP8 with an fp32 scale per 128 values
+    # (vLLM's DeepseekV32IndexerCache, whatever --kv-cache-dtype says), and adds its query, key and
+    # head-weight projections (``index_heads`` heads) to the attention weights. 0: no indexer
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
     # Local attention on some or all layers (Gemma 2/3, gpt-oss and Mistral v0.1's sliding window, Llama 4's
     # chunks): the span in tokens, 0 when none; and how many layers attend within a sliding window (0 for
     # chunks, which vLLM sizes as full attention by default). vLLM's hybrid KV cache manager keeps only the
@@ -301,12 +309,29 @@ class ModelShape:
             )
             kv_a = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
             kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
+            return (
+                q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden + self.indexer_params_per_layer
+            )
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
         return q + kv + o + bias
+
+    @property
+    def indexer_params_per_layer(self) -> int:
+        """DeepSeek V3.2's lightning indexer in one layer: queries from the compressed query (``wq_b``), one
+        key from the hidden state (``wk``) and its LayerNorm, and a weight per head (``weights_proj``)."""
+        if not self.index_heads:
+            return 0
+        width = self.index_heads * self.index_head_dim
+        query_in = self.q_lora_rank or self.hidden
+        return (
+            query_in * width
+            + self.hidden * self.index_head_dim
+            + 2 * self.index_head_dim
+            + self.hidden * self.index_heads
+        )
 
     @property
     def expert_params_per_layer(self) -> int:
@@ -425,6 +450,9 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         qk_nope_head_dim=int(row.get("qk_nope_head_dim", 0)),
         qk_rope_head_dim=int(row.get("qk_rope_head_dim", 0)),
         v_head_dim=int(row.get("v_head_dim", 0)),
+        index_heads=int(row.get("index_heads", 0)),
+        index_head_dim=int(row.get("index_head_dim", 0)),
+        index_topk=int(row.get("index_topk", 0)),
         hf_id=str(row.get("hf_id", "")),
         source=str(row.get("source", "")),
         params_b_reference=row.get("params_b"),
@@ -537,6 +565,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     context = _scaled_context(rope, max_position, name)
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
+    indexer = _indexer(cfg, name, pick) if kv_lora else (0, 0, 0)
     linear = _linear_attention(cfg, name, layers, pick)
     mamba = _mamba(cfg, name, layers, hidden, pick)
     if str(cfg.get("model_type", "")) == "granitemoehybrid" and not cfg.get("num_local_experts"):
@@ -600,6 +629,9 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         qk_nope_head_dim=qk_nope,
         qk_rope_head_dim=qk_rope,
         v_head_dim=v_dim,
+        index_heads=indexer[0],
+        index_head_dim=indexer[1],
+        index_topk=indexer[2],
         quantization=quantization,
         quant_group=quant_group,
         no_fp16=bool(_NO_FP16 & {model_type, str(config.get("model_type", ""))}),
@@ -1026,6 +1058,20 @@ def _mla_fields(cfg: dict[str, Any], pick: Callable[..., Any]) -> tuple[int, int
         pick("qk_rope_head_dim"),
         pick("v_head_dim"),
     )
+
+
+def _indexer(cfg: dict[str, Any], name: str, pick: Callable[..., Any]) -> tuple[int, int, int]:
+    """DeepSeek V3.2's lightning indexer: (``index_n_heads``, ``index_head_dim``, ``index_topk``); zeros for
+    an MLA model without one. vLLM quantizes the indexer's keys in blocks of 128 values."""
+    if cfg.get("index_n_heads") is None and cfg.get("index_head_dim") is None:
+        return 0, 0, 0
+    heads, width, topk = pick("index_n_heads"), pick("index_head_dim"), pick("index_topk")
+    if width % 128:
+        raise SizingInputError(
+            f"{name}: config.json field 'index_head_dim' must be a multiple of 128 (vLLM's FP8 indexer cache "
+            f"quantizes in blocks of 128), got {width}"
+        )
+    return heads, width, topk
 
 
 # ---------------------------------------------------------------------------------------------------- prices

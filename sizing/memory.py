@@ -499,8 +499,22 @@ def kv_bytes_per_token(model: ModelShape, tp: int, kv_cache_dtype: str, dtype: s
     )  # fp8 KV cache is one byte; auto follows the 16-bit activations
     del dtype  # weights' format does not change the KV dtype under "auto"
     if model.mla:
-        return model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_elem
+        return model.layers * mla_token_bytes(model, kv_cache_dtype)
     return 2 * model.layers * max(1, model.kv_heads // tp) * model.head_dim * kv_elem
+
+
+def mla_token_bytes(model: ModelShape, kv_cache_dtype: str) -> int:
+    """One MLA layer's cache for one token (whole on every rank): the latent and rotary key, 16-bit, or one
+    byte each in FP8; with DeepSeek V3.2's indexer, FP8 is vLLM's ``fp8_ds_mla`` record (the latent in FP8
+    with an fp32 scale per 128 values and the rotary key left 16-bit: 656 bytes for V3.2) and the indexer's
+    own key cache comes beside it (128 FP8 values and a 4-byte scale per 128: 132 bytes), both pages in the
+    same block (vLLM's UniformTypeKVCacheSpecs sums them)."""
+    latent, rope = model.kv_lora_rank, model.qk_rope_head_dim
+    if not model.index_heads:
+        return (latent + rope) * (1 if kv_cache_dtype == "fp8" else 2)
+    fp8 = kv_cache_dtype == "fp8"
+    mla = latent + latent // 128 * 4 + 2 * rope if fp8 else 2 * (latent + rope)
+    return mla + model.index_head_dim + model.index_head_dim // 128 * 4
 
 
 def default_batch_limits(gpu: GPU, visible_gib: float) -> tuple[int, int]:
@@ -775,6 +789,14 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"one {max_model_len}-token request fits with under {REFUSAL_MARGIN:.0%} to spare "
             f"({kv_tokens:,} tokens of KV cache): within this model's error, vLLM may refuse to start; "
             "lower --max-model-len or raise --gpu-memory-utilization"
+        )
+    if model.index_heads:
+        warnings.append(
+            f"DeepSeek V3.2 sparse attention: each token keeps the {model.index_head_dim}-wide FP8 key of "
+            f"the lightning indexer beside its latent ({mla_token_bytes(model, dep.kv_cache_dtype)} bytes a "
+            "token and layer in all); a decode step is costed as reading every context token's latent, "
+            f"though each query attends to only {model.index_topk:,} of them, so past that context the step "
+            "time here is an upper bound"
         )
     if model.mla:
         latent = model.kv_lora_rank + model.qk_rope_head_dim

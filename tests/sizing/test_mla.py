@@ -136,3 +136,55 @@ def test_a_deepseek_config_file_is_sized_not_refused(tmp_path, capsys):
     assert main(["size", "--config", str(path), "--gpu", "A100-80G", "--max-model-len", "32768"]) == 0
     out = capsys.readouterr().out
     assert "MLA attention" in out and "not supported" not in out
+
+
+# deepseek-ai/DeepSeek-V3.2-Exp config.json: DeepSeek-V3's shape with the lightning indexer of its sparse
+# attention (64 heads of 128, each query attending to the top 2,048 tokens it scores)
+DEEPSEEK_V32 = {
+    **DEEPSEEK_V3,
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "model_type": "deepseek_v32",
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+}
+
+
+def test_deepseek_v32_counts_its_indexer_and_the_published_parameters():
+    v3, v32 = model_from_hf_config(DEEPSEEK_V3, "v3"), model_from_hf_config(DEEPSEEK_V32, "v32")
+    # per layer: wq_b (q_lora_rank -> 64 x 128), wk (hidden -> 128), the key's LayerNorm (weight and bias),
+    # weights_proj (hidden -> 64), on each of the 61 layers
+    indexer = 61 * (1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64)
+    assert v32.params - v3.params == indexer
+    assert v32.active_linear_params - v3.active_linear_params == indexer
+    # the card's 685B holds the 14B multi-token-prediction layer, which vLLM loads only to speculate
+    assert v32.params / 1e9 == pytest.approx(685.0 - 14.0, rel=0.01)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_deepseek_v32_caches_the_indexer_key_beside_the_latent(tp):
+    model = model_from_hf_config(DEEPSEEK_V32, "v32")
+    indexer = 128 + 128 // 128 * 4  # FP8 values and one fp32 scale per 128, whatever the KV dtype
+    assert kv_bytes_per_token(model, tp, "auto", "fp8") == 61 * ((512 + 64) * 2 + indexer)
+    # FP8: vLLM's fp8_ds_mla record, the latent in FP8 with four fp32 scales and the rotary key in 16 bit
+    assert kv_bytes_per_token(model, tp, "fp8", "fp8") == 61 * (512 + 4 * 4 + 64 * 2 + indexer)
+    assert 512 + 4 * 4 + 64 * 2 == 656  # the record's size as vLLM's FlashMLA sparse backend states it
+
+
+def test_a_deepseek_v32_config_file_is_sized_with_the_indexer_cache(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V32))
+    argv = ["size", "--config", str(path), "--instance-type", "ecs.gn8v-8x.48xlarge", "--tp", "8"]
+    assert main([*argv, "--max-model-len", "16384", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    per_token = 61 * ((512 + 64) * 2 + 132)
+    blocks = int(best["kv_cache_gib"] * 2**30 // (16 * per_token))
+    assert abs(best["kv_cache_tokens"] - 16 * blocks) <= 16
+    assert any("lightning indexer" in w for w in best["warnings"])
+
+
+def test_an_indexer_config_with_a_width_vllm_cannot_quantize_is_refused_naming_it():
+    with pytest.raises(SizingInputError, match="'index_head_dim' must be a multiple of 128"):
+        model_from_hf_config({**DEEPSEEK_V32, "index_head_dim": 96}, "bad")
+    with pytest.raises(SizingInputError, match="'index_topk'"):
+        model_from_hf_config({k: v for k, v in DEEPSEEK_V32.items() if k != "index_topk"}, "bad")
