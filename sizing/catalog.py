@@ -535,6 +535,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
         cfg = {**cfg, **cfg["text_config"]}
     vision = cfg.get("vision_config")
+    cfg.update(_per_layer_values(cfg, name))
 
     def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
@@ -590,6 +591,11 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         "qwen2_vl",
         "qwen2_5_vl",
     }
+    if cfg.get("use_cla"):
+        raise SizingInputError(
+            f"{name}: config.json field 'use_cla' (Hunyuan's cross-layer attention, layers sharing one KV "
+            "cache) is not modelled"
+        )
     if kv_heads > heads or heads % kv_heads:
         raise SizingInputError(
             f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
@@ -609,7 +615,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         qkv_bias=qkv_bias,
         experts=experts,
         experts_per_token=pick(
-            "num_experts_per_tok", "moe_topk", required=False, default=2 if experts else 0
+            "num_experts_per_tok", "moe_topk", "moe_k", required=False, default=2 if experts else 0
         ),
         moe_intermediate=moe_intermediate,
         shared_expert_intermediate=shared,
@@ -659,15 +665,22 @@ def _moe_widths(
     """(experts, routed expert width, shared experts' width, dense MLP width) of a config.json; a dense
     model's first three are 0."""
     # a dense model of a MoE family may say 0 experts (Granite 4.0's dense models: num_local_experts 0)
-    keys = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not False]
+    names = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    keys = [k for k in names if cfg.get(k) is not False]
     keys = [k for k in keys if not (isinstance(cfg.get(k), int) and cfg.get(k) == 0)]
     experts = pick(*keys, required=False, default=0) if keys else 0
     if not experts:
         return 0, 0, 0, intermediate
     moe_intermediate = pick("moe_intermediate_size", required=False, default=intermediate)
-    shared = pick("shared_expert_intermediate_size", "shared_intermediate_size", required=False, default=0)
-    if not shared:  # DeepSeek counts its shared experts, each as wide as a routed one
-        shared = pick("n_shared_experts", required=False, default=0) * moe_intermediate
+    # 0 says none (MiniMax's shared_intermediate_size)
+    widths = [k for k in ("shared_expert_intermediate_size", "shared_intermediate_size") if cfg.get(k) != 0]
+    shared = pick(*widths, required=False, default=0) if widths else 0
+    counts = [k for k in ("n_shared_experts", "moe_num_shared_experts") if cfg.get(k) != 0]
+    if not shared and counts:  # DeepSeek and ERNIE count their shared experts, each as wide as a routed one
+        shared = pick(*counts, required=False, default=0) * moe_intermediate
+    if str(cfg.get("model_type", "")).startswith("hunyuan") and cfg.get("use_mixed_mlp_moe"):
+        # Hunyuan: num_shared_expert MLPs as wide as intermediate_size (vLLM's HunYuanSparseMoeBlock)
+        shared = pick("num_shared_expert", required=False, default=0) * intermediate
     if str(cfg.get("model_type", "")).startswith("llama4"):
         # Llama 4: one shared expert as wide as a routed one beside them; its dense layers (Maverick's every
         # other one) have their own, wider MLP
@@ -721,6 +734,12 @@ def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
                 f"{name}: config.json field 'moe_layers' must list layer indices from 0 to {layers - 1}"
             )
         return layers - len(set(listed))
+    if cfg.get("moe_layer_start_index") is not None:  # ERNIE 4.5: every interval-th layer from start to end
+        start = _count(cfg, "moe_layer_start_index", name, below=layers)
+        end = layers - 1 if cfg.get("moe_layer_end_index") is None else cfg.get("moe_layer_end_index")
+        end = _count({"moe_layer_end_index": end}, "moe_layer_end_index", name, below=layers)
+        interval = max(1, _count(cfg, "moe_layer_interval", name, below=layers + 1))
+        return layers - sum(1 for i in range(start, end + 1) if (i + 1) % interval == 0)
     if cfg.get("expert_layer_period") is not None:  # Jamba: the experts on every period-th layer from offset
         period = _count(cfg, "expert_layer_period", name, below=layers + 1)
         offset = _count(cfg, "expert_layer_offset", name, below=layers)
@@ -736,6 +755,28 @@ def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:
         raise SizingInputError(f"{name}: config.json field 'mlp_only_layers' must list layer indices")
     sparse = [i for i in range(first, layers) if (i + 1) % step == 0 and i not in set(only)]
     return layers - len(sparse)
+
+
+# config.json fields some families give once per layer (Hunyuan's MoE): one value when every layer has it
+_PER_LAYER_FIELDS = ("moe_topk", "moe_intermediate_size", "num_shared_expert", "moe_k")
+
+
+def _per_layer_values(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """The fields of _PER_LAYER_FIELDS a config.json lists per layer, each as its one value; a list whose
+    layers differ is refused naming it (the shape holds one width and top-k for all MoE layers)."""
+    out: dict[str, Any] = {}
+    for key in _PER_LAYER_FIELDS:
+        value = cfg.get(key)
+        if not isinstance(value, list) or not value:
+            continue
+        if len({repr(v) for v in value}) > 1:
+            raise SizingInputError(
+                f"{name}: config.json field {key!r} differs between layers "
+                f"({', '.join(sorted(set(map(repr, value))))}): "
+                "layers of different widths or top-k are not modelled"
+            )
+        out[key] = value[0]
+    return out
 
 
 def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | None:

@@ -1,0 +1,162 @@
+"""MoE families whose config.json names its mixture in its own words (ERNIE 4.5, Hunyuan, MiniMax):
+parameter counts by hand from the config's fields, against the model cards, and `fleet size --config`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleet.cli import main
+from sizing import SizingInputError, model_from_hf_config
+from sizing.memory import kv_bytes_per_token
+
+# baidu/ERNIE-4.5-300B-A47B-PT config.json: experts on layers 3 to 53, none shared
+ERNIE_300B = {
+    "architectures": ["Ernie4_5_MoeForCausalLM"],
+    "model_type": "ernie4_5_moe",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 54,
+    "vocab_size": 103424,
+    "moe_num_experts": 64,
+    "moe_k": 8,
+    "moe_intermediate_size": 3584,
+    "moe_layer_start_index": 3,
+    "moe_layer_end_index": 53,
+    "moe_layer_interval": 1,
+    "moe_num_shared_experts": 0,
+    "tie_word_embeddings": False,
+    "use_bias": False,
+    "torch_dtype": "bfloat16",
+}
+# baidu/ERNIE-4.5-21B-A3B-PT: the first layer dense, two shared experts, tied embeddings, no end index
+ERNIE_21B = {
+    **ERNIE_300B,
+    "hidden_size": 2560,
+    "intermediate_size": 12288,
+    "num_attention_heads": 20,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 28,
+    "moe_k": 6,
+    "moe_intermediate_size": 1536,
+    "moe_layer_start_index": 1,
+    "moe_layer_end_index": None,
+    "moe_num_shared_experts": 2,
+    "tie_word_embeddings": True,
+}
+# tencent/Hunyuan-A13B-Instruct: the MoE fields listed once per layer, one shared MLP beside 64 experts
+HUNYUAN_A13B = {
+    "architectures": ["HunYuanMoEV1ForCausalLM"],
+    "model_type": "hunyuan_v1_moe",
+    "hidden_size": 4096,
+    "intermediate_size": 3072,
+    "attention_head_dim": 128,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128167,
+    "num_experts": 64,
+    "moe_topk": [8] * 32,
+    "moe_intermediate_size": [3072] * 32,
+    "num_shared_expert": [1] * 32,
+    "use_mixed_mlp_moe": True,
+    "use_cla": False,
+    "use_qk_norm": True,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+# MiniMaxAI/MiniMax-M2: full attention on all 62 layers (attn_type_list all 1), 256 experts, none shared
+MINIMAX_M2 = {
+    "architectures": ["MiniMaxM2ForCausalLM"],
+    "model_type": "minimax_m2",
+    "hidden_size": 3072,
+    "head_dim": 128,
+    "intermediate_size": 1536,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 62,
+    "num_local_experts": 256,
+    "num_experts_per_tok": 8,
+    "shared_intermediate_size": 0,
+    "attn_type_list": [1] * 62,
+    "max_position_embeddings": 196608,
+    "vocab_size": 200064,
+    "rotary_dim": 64,
+    "use_qk_norm": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "fmt": "float8_e4m3fn"},
+}
+
+
+def _attention(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+
+
+def _by_hand(cfg: dict, layers_moe: int, shared: int, topk: int, heads_dim: int) -> tuple[int, int]:
+    """(total, active without embeddings) of a GQA MoE config: attention and norms on every layer, a dense
+    SwiGLU MLP on the others, a router, ``shared`` wide shared MLP and the experts on ``layers_moe``."""
+    h, layers, experts = cfg["hidden_size"], cfg["num_hidden_layers"], cfg.get("moe_num_experts") or 0
+    experts = experts or cfg.get("num_experts") or cfg.get("num_local_experts")
+    width = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]  # MiniMax: the experts' width
+    width = width[0] if isinstance(width, list) else width
+    attention = layers * _attention(h, cfg["num_attention_heads"], cfg["num_key_value_heads"], heads_dim)
+    dense = (layers - layers_moe) * 3 * h * cfg["intermediate_size"]
+    always = layers_moe * (h * experts + 3 * h * shared)
+    routed = layers_moe * experts * 3 * h * width
+    embed = cfg["vocab_size"] * h * (1 if cfg["tie_word_embeddings"] else 2)
+    norms = (2 * layers + 1) * h
+    active = attention + dense + always + layers_moe * topk * 3 * h * width
+    return attention + dense + always + routed + embed + norms, active
+
+
+@pytest.mark.parametrize(
+    ("config", "layers_moe", "shared", "topk", "total_b", "active_b"),
+    [
+        # the cards: 300B total, 47B activated; 21B and 3B
+        (ERNIE_300B, 51, 0, 8, 300.0, 47.0),
+        (ERNIE_21B, 27, 2 * 1536, 6, 21.8, 3.0),
+        # 80B total, 13B active (one shared MLP of intermediate_size beside 8 of 64 experts)
+        (HUNYUAN_A13B, 32, 3072, 8, 80.0, 13.0),
+        # 230B total, 10B activated
+        (MINIMAX_M2, 62, 0, 8, 230.0, 10.0),
+    ],
+)
+def test_moe_configs_in_their_own_words_count_the_published_parameters(
+    config, layers_moe, shared, topk, total_b, active_b
+):
+    model = model_from_hf_config(config, "moe")
+    head_dim = config.get("head_dim") or config.get("attention_head_dim") or 128
+    total, active = _by_hand(config, layers_moe, shared, topk, head_dim)
+    assert model.params == total and model.active_linear_params == active
+    assert model.params / 1e9 == pytest.approx(total_b, rel=0.02)
+    # the cards count the lm_head a token multiplies, or not (MiniMax); within 10 % either way
+    assert model.active_linear_params / 1e9 == pytest.approx(active_b, rel=0.10)
+
+
+def test_a_per_layer_list_whose_layers_differ_is_refused_naming_the_field():
+    with pytest.raises(SizingInputError, match="'moe_topk' differs between layers"):
+        model_from_hf_config({**HUNYUAN_A13B, "moe_topk": [8] * 31 + [4]}, "bad")
+    with pytest.raises(SizingInputError, match="'use_cla'"):
+        model_from_hf_config({**HUNYUAN_A13B, "use_cla": True}, "bad")
+
+
+def test_minimax_m2_caches_keys_and_values_per_kv_head_on_every_layer():
+    model = model_from_hf_config(MINIMAX_M2, "m2")
+    assert not model.state_space and model.quantization == "fp8"
+    assert kv_bytes_per_token(model, 1, "auto", "fp8") == 2 * 62 * 8 * 128 * 2
+
+
+@pytest.mark.parametrize("config", [ERNIE_21B, HUNYUAN_A13B, MINIMAX_M2])
+def test_their_config_files_are_sized_not_refused(config, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code = main(["size", "--config", str(path), "--gpu", "H20", "--tp", "4", "--max-model-len", "8192"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "Traceback" not in out.err and "not modelled" not in out.out
