@@ -192,6 +192,10 @@ class ModelShape:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0
+    # The linear layers are MiniMax-Text-01/M1's lightning attention (``attn_type_list`` 0), not Gated
+    # DeltaNet: heads x head_dim x head_dim state and no convolution (vLLM's linear_attention_state_shape);
+    # q/k/v, output gate and output projections (linear_key_heads = linear_value_heads = heads)
+    lightning: bool = False
     # State-space (Mamba) layers (Nemotron-H, Granite 4.0-H and Falcon-H1's Mamba2, Jamba's Mamba1): a
     # fixed state per sequence, the convolution's last kernel - 1 inputs and the SSM state (vLLM's
     # mamba2_state_shape, mamba1_state_shape), instead of a KV cache. Mamba2: ``mamba_heads`` heads of
@@ -256,6 +260,8 @@ class ModelShape:
     def linear_attention_params_per_layer(self) -> int:
         """A Gated DeltaNet layer: q/k/v/z and the b/a gates in, the short convolution, the output out."""
         value = self.linear_value_heads * self.linear_value_head_dim
+        if self.lightning:  # qkv_proj, output_gate, out_proj and the norm over the heads
+            return 5 * self.hidden * value + value
         inp = self.hidden * (self.linear_conv_dim + value + 2 * self.linear_value_heads)
         return inp + self.linear_conv_dim * self.linear_conv_kernel + value * self.hidden
 
@@ -432,6 +438,7 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         linear_key_head_dim=int(row.get("linear_key_head_dim", 0)),
         linear_value_head_dim=int(row.get("linear_value_head_dim", 0)),
         linear_conv_kernel=int(row.get("linear_conv_kernel", 0)),
+        lightning=bool(row.get("lightning", False)),
         mamba_layers=int(row.get("mamba_layers", 0)),
         mamba_version=int(row.get("mamba_version", 0)),
         mamba_inner=int(row.get("mamba_inner", 0)),
@@ -567,7 +574,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     indexer = _indexer(cfg, name, pick) if kv_lora else (0, 0, 0)
-    linear = _linear_attention(cfg, name, layers, pick)
+    linear = _linear_attention(cfg, name, layers, pick) or _lightning(cfg, name, layers, heads, head_dim)
     mamba = _mamba(cfg, name, layers, hidden, pick)
     if str(cfg.get("model_type", "")) == "granitemoehybrid" and not cfg.get("num_local_experts"):
         # Granite 4.0's dense models: the MLP is the "shared" one, as wide as shared_intermediate_size
@@ -628,6 +635,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         linear_key_head_dim=linear[3],
         linear_value_head_dim=linear[4],
         linear_conv_kernel=linear[5],
+        lightning=bool(linear[0]) and not cfg.get("linear_num_value_heads"),
         state_space=_state_space(cfg) if mamba is None else False,
         **(mamba or {}),
         kv_lora_rank=kv_lora,
@@ -940,8 +948,8 @@ def _state_space(cfg: dict[str, Any]) -> bool:
         return False
     types = cfg.get("layer_types")
     named = isinstance(types, list) and any(str(t) in ("mamba", "linear_attention", "mamba2") for t in types)
-    attn = cfg.get("attn_type_list")  # MiniMax: 0 marks a lightning (linear) attention layer
-    lightning = isinstance(attn, list) and 0 in attn
+    attn = cfg.get("attn_type_list")  # MiniMax: 0 marks a lightning layer; with no 1, no attention at all
+    lightning = isinstance(attn, list) and 0 in attn and 1 not in attn
     return named or lightning or any(cfg.get(k) for k in _SSM_KEYS)
 
 
@@ -1057,14 +1065,35 @@ def _expand(cfg: dict[str, Any], name: str) -> float:
     return float(value)
 
 
+def _lightning(
+    cfg: dict[str, Any], name: str, layers: int, heads: int, head_dim: int
+) -> tuple[int, int, int, int, int, int]:
+    """MiniMax-Text-01/M1's lightning-attention layers, those ``attn_type_list`` marks 0 beside full
+    attention (1), in _linear_attention's terms: every attention head keeps a head_dim x head_dim state and
+    there is no convolution (kernel 1 keeps no input). All 0 for other models, and for a config without a
+    full-attention layer (``_state_space`` warns of it)."""
+    types = cfg.get("attn_type_list")
+    if not isinstance(types, list) or not types:
+        return 0, 0, 0, 0, 0, 0
+    if len(types) != layers or not all(t in (0, 1) and not isinstance(t, bool) for t in types):
+        raise SizingInputError(
+            f"{name}: config.json field 'attn_type_list' must give 0 (lightning) or 1 (full attention) for "
+            f"each of the {layers} layers"
+        )
+    linear = types.count(0)
+    if not linear or linear == layers:
+        return 0, 0, 0, 0, 0, 0
+    return linear, heads, heads, head_dim, head_dim, 1
+
+
 def _linear_attention(
     cfg: dict[str, Any], name: str, layers: int, pick: Callable[..., Any]
-) -> tuple[int, int, int, int, int, int]:
+) -> tuple[int, ...]:
     """A Gated DeltaNet hybrid's (Qwen3-Next) linear-attention layers, those ``layer_types`` names
     ``linear_attention``, else all but every ``full_attention_interval``-th; and their key heads, value
-    heads, key and value head widths and convolution kernel. All 0 for other models."""
+    heads, key and value head widths and convolution kernel. Empty for other models."""
     if not cfg.get("linear_num_value_heads"):
-        return 0, 0, 0, 0, 0, 0
+        return ()
     types = _layer_types(cfg, name, layers)
     if types is not None:
         linear = sum(1 for t in types if t == "linear_attention")

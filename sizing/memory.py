@@ -289,6 +289,7 @@ def linear_state_bytes(model: ModelShape, tp: int) -> int:
     """One linear-attention layer's recurrent state for one sequence on one rank (16-bit, as vLLM's
     ``mamba_ssm_cache_dtype: auto``): the convolution's last kernel - 1 inputs and the value_heads x
     key_dim x value_dim delta-rule matrix (``gated_delta_net_state_shape``)."""
+    # lightning attention (MiniMax): no convolution, kernel 1; the same heads x dim x dim state
     conv = model.linear_conv_dim // tp * (model.linear_conv_kernel - 1)
     ssm = model.linear_value_heads // tp * model.linear_key_head_dim * model.linear_value_head_dim
     return 2 * (conv + ssm)

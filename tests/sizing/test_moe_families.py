@@ -160,3 +160,69 @@ def test_their_config_files_are_sized_not_refused(config, tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "Traceback" not in out.err and "not modelled" not in out.out
+
+
+# MiniMaxAI/MiniMax-Text-01 config.json: lightning attention on seven layers in eight (attn_type_list 0),
+# softmax attention on the eighth (1); 32 experts, two a token. MiniMax-M1 has the same shape.
+MINIMAX_TEXT_01 = {
+    "architectures": ["MiniMaxText01ForCausalLM"],
+    "model_type": "minimax_text_01",
+    "hidden_size": 6144,
+    "head_dim": 128,
+    "intermediate_size": 9216,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 2,
+    "shared_intermediate_size": 0,
+    "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10,
+    "max_position_embeddings": 10240000,
+    "vocab_size": 200064,
+    "rotary_dim": 64,
+    "postnorm": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_minimax_text_01_counts_its_lightning_layers_and_the_published_parameters():
+    model = model_from_hf_config(MINIMAX_TEXT_01, "text01")
+    h, width = 6144, 64 * 128
+    # a lightning layer: qkv_proj (3 x 64 heads x 128), output_gate and out_proj, the norm over the heads
+    lightning = 5 * h * width + width
+    softmax = 2 * h * width + 2 * h * 8 * 128
+    experts = 32 * 3 * h * 9216
+    total = 70 * lightning + 10 * softmax + 80 * (h * 32 + experts) + 2 * 200064 * h + (2 * 80 + 1) * h
+    assert model.params == total
+    assert model.linear_layers == 70 and model.full_attention_layers == 10 and not model.state_space
+    # the card: 456B total, 45.9B activated per token
+    assert model.params / 1e9 == pytest.approx(456.0, rel=0.01)
+    active = 70 * lightning + 10 * softmax + 80 * (h * 32 + 2 * 3 * h * 9216)
+    assert model.active_linear_params == active
+    assert active / 1e9 == pytest.approx(45.9, rel=0.01)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_a_lightning_layer_keeps_a_head_dim_square_state_per_head(tp):
+    from sizing.memory import state_bytes
+
+    model = model_from_hf_config(MINIMAX_TEXT_01, "text01")
+    # vLLM's linear_attention_state_shape: (heads / TP, head_dim, head_dim), 16-bit, no convolution
+    assert state_bytes(model, tp) == 64 // tp * 128 * 128 * 2
+
+
+def test_minimax_text_01_is_sized_with_its_hybrid_cache_not_as_attention(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MINIMAX_TEXT_01))
+    argv = ["size", "--config", str(path), "--gpu", "H20", "--tp", "8", "--dtype", "fp8"]
+    assert main([*argv, "--max-model-len", "131072", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert best["fits"]
+    assert any("linear attention on 70 of 80 layers" in w for w in best["warnings"])
+    assert not any("not modelled" in w for w in best["warnings"])
+
+
+def test_an_attn_type_list_that_is_not_one_flag_a_layer_is_refused_naming_it():
+    with pytest.raises(SizingInputError, match="'attn_type_list'"):
+        model_from_hf_config({**MINIMAX_TEXT_01, "attn_type_list": [0, 1] * 10}, "bad")
