@@ -622,7 +622,12 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         qkv_bias=qkv_bias,
         experts=experts,
         experts_per_token=pick(
-            "num_experts_per_tok", "moe_topk", "moe_k", required=False, default=2 if experts else 0
+            "num_experts_per_tok",
+            "num_experts_per_token",  # Kimi-Linear
+            "moe_topk",
+            "moe_k",
+            required=False,
+            default=2 if experts else 0,
         ),
         moe_intermediate=moe_intermediate,
         shared_expert_intermediate=shared,
@@ -683,7 +688,9 @@ def _moe_widths(
     # 0 says none (MiniMax's shared_intermediate_size)
     widths = [k for k in ("shared_expert_intermediate_size", "shared_intermediate_size") if cfg.get(k) != 0]
     shared = pick(*widths, required=False, default=0) if widths else 0
-    counts = [k for k in ("n_shared_experts", "moe_num_shared_experts") if cfg.get(k) != 0]
+    counts = [
+        k for k in ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts") if cfg.get(k) != 0
+    ]
     if not shared and counts:  # DeepSeek and ERNIE count their shared experts, each as wide as a routed one
         shared = pick(*counts, required=False, default=0) * moe_intermediate
     if str(cfg.get("model_type", "")).startswith("hunyuan") and cfg.get("use_mixed_mlp_moe"):
@@ -950,7 +957,9 @@ def _state_space(cfg: dict[str, Any]) -> bool:
     named = isinstance(types, list) and any(str(t) in ("mamba", "linear_attention", "mamba2") for t in types)
     attn = cfg.get("attn_type_list")  # MiniMax: 0 marks a lightning layer; with no 1, no attention at all
     lightning = isinstance(attn, list) and 0 in attn and 1 not in attn
-    return named or lightning or any(cfg.get(k) for k in _SSM_KEYS)
+    kda = cfg.get("linear_attn_config")  # Kimi-Linear: Kimi Delta Attention layers beside MLA
+    kimi = isinstance(kda, dict) and bool(kda.get("kda_layers") or kda.get("num_heads"))
+    return named or lightning or kimi or any(cfg.get(k) for k in _SSM_KEYS)
 
 
 # Nemotron-H's block kinds: hybrid_override_pattern's characters, or layers_block_type's names

@@ -899,7 +899,8 @@ def _layer_warnings(model: ModelShape, local: LocalAttention | None, tp: int = 1
         )
     if model.state_space:
         out.append(
-            "state-space (Mamba) or lightning-attention layers are not modelled: every layer is sized as "
+            "state-space (Mamba), lightning-attention or Kimi Delta Attention layers are not modelled: "
+            "every layer is sized as "
             "attention, so the KV capacity here is a lower bound and the weights an estimate; calibrate from "
             "your own vLLM log"
         )

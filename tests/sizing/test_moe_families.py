@@ -226,3 +226,60 @@ def test_minimax_text_01_is_sized_with_its_hybrid_cache_not_as_attention(tmp_pat
 def test_an_attn_type_list_that_is_not_one_flag_a_layer_is_refused_naming_it():
     with pytest.raises(SizingInputError, match="'attn_type_list'"):
         model_from_hf_config({**MINIMAX_TEXT_01, "attn_type_list": [0, 1] * 10}, "bad")
+
+
+# moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: MLA on 7 layers, Kimi Delta Attention on 20
+# (1-based in linear_attn_config), 8 of 256 experts a token and one shared (Kimi's own field names)
+KIMI_LINEAR = {
+    "architectures": ["KimiLinearForCausalLM"],
+    "model_type": "kimi_linear",
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "moe_intermediate_size": 1024,
+    "num_experts": 256,
+    "num_experts_per_token": 8,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "num_hidden_layers": 27,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "head_dim": 72,
+    "vocab_size": 163840,
+    "max_position_embeddings": 1048576,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "linear_attn_config": {
+        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+        "head_dim": 128,
+        "num_heads": 32,
+        "short_conv_kernel_size": 4,
+    },
+}
+
+
+def test_kimi_linear_routes_its_published_top_k_and_warns_that_its_kda_layers_are_not_modelled():
+    model = model_from_hf_config(KIMI_LINEAR, "kimi")
+    assert (model.experts_per_token, model.shared_expert_intermediate) == (8, 1024)
+    # active beyond attention: the dense first layer, then 26 layers of router, shared and 8 routed experts
+    h = 2304
+    mlp = 3 * h * 9216 + 26 * (h * 256 + 3 * h * 1024 + 8 * 3 * h * 1024)
+    assert model.active_linear_params - model._attention_params == mlp
+    # the card: 48B total, 3B activated (with the embeddings); KDA layers counted as MLA ones
+    assert model.params / 1e9 == pytest.approx(48.0, rel=0.02)
+    assert (model.active_linear_params + model.embedding_params) / 1e9 == pytest.approx(3.0, rel=0.10)
+    assert model.state_space
+
+
+def test_kimi_linear_is_sized_with_the_not_modelled_warning(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(KIMI_LINEAR))
+    argv = ["size", "--config", str(path), "--gpu", "H20", "--tp", "2", "--max-model-len", "65536"]
+    assert main([*argv, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert any("Kimi Delta Attention layers are not modelled" in w for w in best["warnings"])

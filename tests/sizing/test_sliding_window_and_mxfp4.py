@@ -341,7 +341,8 @@ def test_other_state_space_hybrids_are_sized_as_attention_with_a_warning():
     plan = _plan(jamba_like, max_model_len=8192)
     assert plan.local is None
     assert any(
-        "state-space (Mamba) or lightning-attention layers are not modelled" in w for w in plan.warnings
+        "state-space (Mamba), lightning-attention or Kimi Delta Attention layers are not modelled" in w
+        for w in plan.warnings
     )
     assert not any("state-space" in w for w in _plan(DENSE, max_model_len=8192).warnings)
     # lightning attention on every layer, no softmax layer to hold the context: still sized as attention
