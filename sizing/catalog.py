@@ -536,21 +536,18 @@ def find_model(name: str) -> ModelShape:
 # Any: parsed JSON from the user's file, checked below
 def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     """A model shape from a parsed Hugging Face ``config.json`` (the dict); bad or missing fields raise."""
-    if not isinstance(config, dict):
-        raise SizingInputError(f"{name}: config.json must be a JSON object, got {type(config).__name__}")
-    cfg = dict(config)
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
-        cfg = {**cfg, **cfg["text_config"]}
+    cfg = _language_model(config, name)
     vision = cfg.get("vision_config")
-    cfg.update(_per_layer_values(cfg, name))
+    model_type = str(cfg.get("model_type", ""))
 
     def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
         for k in keys:
             if cfg.get(k) is not None:
                 value = cfg[k]
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
                     raise SizingInputError(
-                        f"{name}: config.json field {k!r} must be a positive integer, got {value!r}"
+                        f"{name}: config.json field {k!r} must be a positive integer, got {shown}"
                     )
                 return value
         if required:
@@ -558,6 +555,8 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         return default
 
     layers = pick("num_hidden_layers", "num_layers", "n_layer")
+    if layers > MAX_LAYERS:  # the layer plans below walk every layer: a typo of 10**12 would never return
+        raise SizingInputError(f"{name}: config.json gives {layers} layers; at most {MAX_LAYERS} are sized")
     hidden = pick("hidden_size", "n_embd", "d_model")
     heads = pick("num_attention_heads", "n_head")
     kv_heads = pick("num_key_value_heads", "multi_query_group_num", required=False, default=heads)
@@ -567,7 +566,6 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     intermediate = pick("intermediate_size", "ffn_hidden_size", "n_inner", required=False, default=4 * hidden)
     vocab = pick("vocab_size", "padded_vocab_size")
     max_position = pick("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
-    model_type = str(cfg.get("model_type", ""))
     # Gemma 3 states its context already scaled (vLLM skips its factor)
     rope = None if "gemma3" in model_type else cfg.get("rope_scaling")
     context = _scaled_context(rope, max_position, name)
@@ -658,6 +656,26 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
     )
+
+
+def _language_model(config: Any, name: str) -> dict[str, Any]:  # Any: parsed JSON, checked here
+    """The fields of a config.json's language model: a multimodal wrapper's ``text_config`` (and Qwen3-Omni's
+    ``thinker_config``, the part vLLM serves) laid over the outer fields, with per-layer lists of one value
+    taken as that value; a family not modelled is refused by name."""
+    if not isinstance(config, dict):
+        raise SizingInputError(f"{name}: config.json must be a JSON object, got {type(config).__name__}")
+    cfg = dict(config)
+    thinker = cfg.get("thinker_config")
+    if isinstance(thinker, dict):
+        cfg = {**cfg, **thinker}
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model here
+        cfg = {**cfg, **cfg["text_config"]}
+    model_type = str(cfg.get("model_type", ""))
+    for family, what in _NOT_MODELLED.items():
+        if model_type.startswith(family):
+            raise SizingInputError(f"{name}: model_type {model_type!r} is not modelled: {what}")
+    cfg.update(_per_layer_values(cfg, name))
+    return cfg
 
 
 def _count(cfg: dict[str, Any], key: str, name: str, below: int) -> int:
@@ -801,6 +819,14 @@ def _layer_types(cfg: dict[str, Any], name: str, layers: int) -> list[Any] | Non
         raise SizingInputError(f"{name}: config.json field 'layer_types' must list one type per layer")
     return types
 
+
+# The most layers a config.json may give (the deepest open models have about 100)
+MAX_LAYERS = 10_000
+
+# Families whose layers the shape cannot hold: refused by name rather than sized wrong
+_NOT_MODELLED = {
+    "gemma3n": "Gemma 3n's per-layer embeddings, AltUp streams and KV cache shared across layers",
+}
 
 # Architectures vLLM refuses to run in float16 (vllm/config: _FLOAT16_NOT_SUPPORTED_MODELS)
 _NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4", "plamo2"})

@@ -283,3 +283,64 @@ def test_kimi_linear_is_sized_with_the_not_modelled_warning(tmp_path, capsys):
     assert main([*argv, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["candidates"][0]
     assert any("Kimi Delta Attention layers are not modelled" in w for w in best["warnings"])
+
+
+def test_qwen3_omni_is_sized_from_its_thinker():
+    # Qwen/Qwen3-Omni-30B-A3B-Instruct: vLLM serves the thinker, whose language model is Qwen3-30B-A3B's MoE
+    text = {
+        "hidden_size": 2048,
+        "intermediate_size": 768,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_hidden_layers": 48,
+        "vocab_size": 152064,
+        "max_position_embeddings": 65536,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
+    omni = {
+        "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+        "model_type": "qwen3_omni_moe",
+        "thinker_config": {"model_type": "qwen3_omni_moe_thinker", "text_config": text},
+        "talker_config": {"text_config": {"num_hidden_layers": 20}},
+        "torch_dtype": "bfloat16",
+    }
+    model = model_from_hf_config(omni, "omni")
+    assert (model.layers, model.experts, model.max_position) == (48, 128, 65536)
+    h = 2048
+    per_layer = 2 * h * 32 * 128 + 2 * h * 4 * 128 + h * 128 + 128 * 3 * h * 768
+    assert model.params == 48 * per_layer + 2 * 152064 * h + (2 * 48 + 1) * h
+
+
+def test_gemma_3n_is_refused_naming_what_is_not_modelled():
+    gemma3n = {
+        "model_type": "gemma3n",
+        "text_config": {
+            "model_type": "gemma3n_text",
+            "hidden_size": 2048,
+            "intermediate_size": [16384] * 35,
+            "num_hidden_layers": 35,
+            "num_attention_heads": 8,
+            "vocab_size": 262400,
+            "max_position_embeddings": 32768,
+        },
+    }
+    with pytest.raises(
+        SizingInputError, match="model_type 'gemma3n_text' is not modelled: .*per-layer embed"
+    ):
+        model_from_hf_config(gemma3n, "gemma3n")
+
+
+def test_a_list_where_a_count_belongs_is_refused_in_one_short_line():
+    with pytest.raises(SizingInputError) as err:
+        model_from_hf_config({**ERNIE_300B, "intermediate_size": [28672] * 54}, "bad")
+    assert "'intermediate_size' must be a positive integer" in str(err.value) and len(str(err.value)) < 160
+
+
+def test_an_absurd_layer_count_is_refused_at_once_not_walked_layer_by_layer():
+    with pytest.raises(SizingInputError, match="gives 1000000000000 layers; at most 10000"):
+        model_from_hf_config({**ERNIE_300B, "num_hidden_layers": 10**12}, "typo")
