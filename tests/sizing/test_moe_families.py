@@ -102,7 +102,7 @@ def _by_hand(cfg: dict, layers_moe: int, shared: int, topk: int, heads_dim: int)
     """(total, active without embeddings) of a GQA MoE config: attention and norms on every layer, a dense
     SwiGLU MLP on the others, a router, ``shared`` wide shared MLP and the experts on ``layers_moe``."""
     h, layers, experts = cfg["hidden_size"], cfg["num_hidden_layers"], cfg.get("moe_num_experts") or 0
-    experts = experts or cfg.get("num_experts") or cfg.get("num_local_experts")
+    experts = experts or cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
     width = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]  # MiniMax: the experts' width
     width = width[0] if isinstance(width, list) else width
     attention = layers * _attention(h, cfg["num_attention_heads"], cfg["num_key_value_heads"], heads_dim)
@@ -344,3 +344,47 @@ def test_a_list_where_a_count_belongs_is_refused_in_one_short_line():
 def test_an_absurd_layer_count_is_refused_at_once_not_walked_layer_by_layer():
     with pytest.raises(SizingInputError, match="gives 1000000000000 layers; at most 10000"):
         model_from_hf_config({**ERNIE_300B, "num_hidden_layers": 10**12}, "typo")
+
+
+# zai-org/GLM-4.5 config.json (GLM-4.6: the same with max_position_embeddings 202752): 160 experts and one
+# shared on all but the first three layers, query/key/value biases, half the head rotated
+GLM_45 = {
+    "architectures": ["Glm4MoeForCausalLM"],
+    "model_type": "glm4_moe",
+    "attention_bias": True,
+    "first_k_dense_replace": 3,
+    "head_dim": 128,
+    "hidden_size": 5120,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 131072,
+    "moe_intermediate_size": 1536,
+    "n_routed_experts": 160,
+    "n_shared_experts": 1,
+    "num_attention_heads": 96,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 92,
+    "num_key_value_heads": 8,
+    "num_nextn_predict_layers": 1,
+    "partial_rotary_factor": 0.5,
+    "use_qk_norm": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151552,
+}
+
+
+@pytest.mark.parametrize("context", [131072, 202752])
+def test_glm_45_and_46_count_the_published_parameters_and_cache_gqa_keys(context):
+    model = model_from_hf_config({**GLM_45, "max_position_embeddings": context}, "glm")
+    h = 5120
+    attention = 2 * h * 96 * 128 + 2 * h * 8 * 128 + (96 + 2 * 8) * 128  # q/k/v/o and the q/k/v biases
+    total, active = _by_hand(GLM_45, 89, 1536, 8, 128)
+    bias = 92 * (96 + 2 * 8) * 128
+    assert model.params == total + bias and model.active_linear_params == active + bias
+    assert model.attention_params_per_layer == attention and model.max_position == context
+    # the card: 355B total, 32B active (its multi-token-prediction layer, which vLLM loads only to
+    # speculate, left out here)
+    assert model.params / 1e9 == pytest.approx(355.0, rel=0.02)
+    assert model.active_linear_params / 1e9 == pytest.approx(32.0, rel=0.02)
+    # partial rotary changes nothing in the cache: keys and values of 8 heads of 128 on all 92 layers
+    assert kv_bytes_per_token(model, 1, "auto", "bf16") == 2 * 92 * 8 * 128 * 2
