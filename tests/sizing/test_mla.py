@@ -188,3 +188,10 @@ def test_an_indexer_config_with_a_width_vllm_cannot_quantize_is_refused_naming_i
         model_from_hf_config({**DEEPSEEK_V32, "index_head_dim": 96}, "bad")
     with pytest.raises(SizingInputError, match="'index_topk'"):
         model_from_hf_config({k: v for k, v in DEEPSEEK_V32.items() if k != "index_topk"}, "bad")
+
+
+def test_the_catalogs_deepseek_v32_is_its_config_shape_with_the_indexer():
+    row, from_config = find_model("DeepSeek-V3.2"), model_from_hf_config(DEEPSEEK_V32, "v32")
+    assert row.name == "DeepSeek-V3.2-Exp" and row.hf_id == "deepseek-ai/DeepSeek-V3.2-Exp"
+    assert (row.params, row.active_linear_params) == (from_config.params, from_config.active_linear_params)
+    assert kv_bytes_per_token(row, 8, "fp8", "fp8") == kv_bytes_per_token(from_config, 8, "fp8", "fp8")
