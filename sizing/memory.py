@@ -624,6 +624,10 @@ def _budgets(dep: Deployment, max_model_len: int) -> tuple[int, int, bool]:
     return tokens, seqs, chunked
 
 
+# The compute capability vLLM's sparse MLA kernels (DeepSeek V3.2's FlashMLA sparse backend) start at
+SPARSE_MLA_SINCE = 9.0
+
+
 def _validate(dep: Deployment) -> None:
     check_tp(dep.model, dep.tp)
     if dep.engine not in ("v0", "v1"):
@@ -637,6 +641,12 @@ def _validate(dep: Deployment) -> None:
     if dep.kv_cache_dtype == "fp8" and dep.gpu.compute_capability < 8.0:
         raise SizingInputError(
             f"an fp8 KV cache needs compute capability 8.0, {dep.gpu.name} has {dep.gpu.compute_capability}"
+        )
+    if dep.model.index_heads and dep.gpu.compute_capability < SPARSE_MLA_SINCE:
+        # vLLM's sparse MLA backends (FlashMLA sparse) run on Hopper and Blackwell data-centre GPUs only
+        raise SizingInputError(
+            f"DeepSeek V3.2's sparse attention needs compute capability {SPARSE_MLA_SINCE} (Hopper) in vLLM, "
+            f"{dep.gpu.name} has {dep.gpu.compute_capability}"
         )
 
 

@@ -195,3 +195,20 @@ def test_the_catalogs_deepseek_v32_is_its_config_shape_with_the_indexer():
     assert row.name == "DeepSeek-V3.2-Exp" and row.hf_id == "deepseek-ai/DeepSeek-V3.2-Exp"
     assert (row.params, row.active_linear_params) == (from_config.params, from_config.active_linear_params)
     assert kv_bytes_per_token(row, 8, "fp8", "fp8") == kv_bytes_per_token(from_config, 8, "fp8", "fp8")
+
+
+def test_deepseek_v32_is_impossible_below_hopper_and_the_search_says_why(capsys):
+    from sizing import find_gpu
+    from sizing.memory import Deployment, plan_memory
+
+    model = model_from_hf_config(DEEPSEEK_V32, "v32")
+    with pytest.raises(SizingInputError, match="sparse attention needs compute capability 9.0.*A100"):
+        plan_memory(Deployment(model=model, gpu=find_gpu("A100-80G"), tp=8, max_model_len=8192))
+    assert plan_memory(Deployment(model=model, gpu=find_gpu("H20"), tp=8, max_model_len=8192)).fits
+    # the dense MLA of V3 still runs on an A100
+    v3 = model_from_hf_config(DEEPSEEK_V3, "v3")
+    plan_memory(Deployment(model=v3, gpu=find_gpu("A100-80G"), tp=8, max_model_len=8192))
+    code = main(
+        ["size", "--model", "DeepSeek-V3.2", "--gpu", "A100-80G", "--tp", "8", "--max-model-len", "8192"]
+    )
+    assert code == 2 and "compute capability 9.0" in capsys.readouterr().err
