@@ -68,7 +68,7 @@ from fleet.service.renames import Identity, adopt, record_identity
 from fleet.service.schedules import LEARNED_REFRESH_S, TaskChange, sync_group
 from fleet.service.settings import NowFn, ServiceSettings
 from fleet.service.shards import ShardCoordinator, history_key, shard_of
-from fleet.service.snapshot import build_snapshot
+from fleet.service.snapshot import build_snapshot, unplaced_requests
 from fleet.service.store import (
     DecisionRecord,
     IncidentEvent,
@@ -366,9 +366,11 @@ class Service:
         self.ess_reach.update(observation, [s.name for s in specs], now)
         taken = {op.action_id for g in snapshot.groups for op in g.operator_actions}
         waiting = self._waiting(requests, taken, unmatched, observation, specs)
+        orphaned: list[tuple[OperatorRequest, str]] = []
         if self.shards.shards > 1:
-            # A request naming another shard's instance is that shard's to apply: only the matched ones here.
-            requests = [r for r in requests if f"req-{r.id}" in taken]
+            # A request naming another shard's group is that shard's to apply or expire; those naming no
+            # configured group are shard 0's to end.
+            requests, orphaned = self._shard_requests(shard, requests, taken, observation, specs, now)
             unmatched = []
         plan = self._decide(snapshot, history, now, keeper.lease, result, specs)
         plan.groups = [clip_to_ess(gp, _ess_group(observation, gp.group)) for gp in plan.groups]
@@ -383,7 +385,7 @@ class Service:
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
-        if not self._persist(plan, keeper, requests, unmatched, now, key, waiting):
+        if not self._persist(plan, keeper, requests, unmatched, now, key, waiting, orphaned):
             result.errors.append("lease lost before the history was saved: nothing written")
             return
         if self._schedule_sync_due(shard, now):
@@ -972,6 +974,7 @@ class Service:
         now: datetime,
         key: str,
         waiting: dict[int, list[Unreadable]] | None = None,
+        orphaned: Sequence[tuple[OperatorRequest, str]] = (),
     ) -> bool:
         """Save the plan's history, incidents and handled requests in one transaction, fenced by the lease."""
         lease = keeper.lease
@@ -1002,7 +1005,37 @@ class Service:
                         IncidentEvent(inc.incident_id, inc.detected_at, "detected", inc.rule), conn
                     )
             self._settle_requests(requests, unmatched, applied_ops, waiting or {}, now, conn)
+            for req, why in orphaned:
+                self.store.mark_request(req.id, why, now, conn)
         return True
+
+    def _shard_requests(
+        self,
+        shard: int,
+        requests: list[OperatorRequest],
+        taken: set[str],
+        observation: Observation,
+        specs: list[GroupSpec],
+        now: datetime,
+    ) -> tuple[list[OperatorRequest], list[tuple[OperatorRequest, str]]]:
+        """With several shards, the requests this shard settles: those its policy took and those naming one
+        of its groups (expired as with one replica); and, for shard 0 only, those older than REQUEST_EXPIRY
+        that name nothing in any configured group as the store last saw them, each with why it ends.
+
+        No shard can refuse such a request at once as one replica does (the instance may be in another
+        shard's group, read by another replica): it waits REQUEST_EXPIRY, as long as one the policy never
+        takes up, and shard 0's leader (one replica at a time) ends it."""
+        names = {s.name for s in specs}
+        where = {i.instance_id: n for n, g in observation.groups.items() if n in names for i in g.instances}
+        mine: list[OperatorRequest] = []
+        rest: list[OperatorRequest] = []
+        for req in requests:
+            group = req.group_name or where.get(req.instance_id or "")
+            (mine if f"req-{req.id}" in taken or group in names else rest).append(req)
+        old = [r for r in rest if now - r.created_at > REQUEST_EXPIRY]
+        if shard != 0 or not old:
+            return mine, []
+        return mine, unplaced_requests(self.store, old, {s.name for s in self.specs}, REQUEST_EXPIRY)
 
     def _settle_requests(
         self,

@@ -209,3 +209,36 @@ def step_outcomes(store: Store, history: History | None, now: datetime) -> dict[
             )
         )
     return out
+
+
+def unplaced_requests(
+    store: Store, requests: list[OperatorRequest], configured: set[str], waited: timedelta
+) -> list[tuple[OperatorRequest, str]]:
+    """Of ``requests`` (ones no shard took up within ``waited``), those naming nothing in any configured
+    group as the store last saw them (every shard's last instance lists, the incidents), each with the
+    outcome that ends it. With several shards no leader observes every group, so the store stands in for
+    the observation a single replica refuses such a request on."""
+    held = {
+        row.get("instance_id")
+        for name, (_, rows) in store.instance_lists().items()
+        if name in configured
+        for row in rows
+        if isinstance(row, dict)
+    }
+    incidents = store.incidents_by_id(r.incident_id for r in requests if r.incident_id)
+    minutes = int(waited.total_seconds() // 60)
+    out = []
+    for req in requests:
+        if req.group_name is not None:
+            if req.group_name in configured:
+                continue
+            what = f"group {req.group_name} is not configured"
+        else:
+            inc = incidents.get(req.incident_id or "")
+            if req.instance_id in held or (
+                inc is not None and inc.service == store.service and inc.group_name in configured
+            ):
+                continue
+            what = f"{req.instance_id or req.incident_id} is in none of the configured groups"
+        out.append((req, f"expired: no shard took it in {minutes} min: {what}"))
+    return out
