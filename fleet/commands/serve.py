@@ -879,6 +879,30 @@ def reset_breaker(
     )
 
 
+def cancel_request(
+    request_id: int = typer.Argument(..., help="the request's number (fleet status lists the queued ones)"),
+    reason: str = typer.Option("", "--reason", help="why it is withdrawn (recorded)"),
+    by: str = typer.Option(os.environ.get("USER", "operator"), "--by", help="who withdraws it"),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+) -> None:
+    """Withdraw a queued isolate, release, replace or reset-breaker before the leader takes it."""
+    from fleet.service.store import CancelOutcome
+    from fleet.service.views import cancel_refusal, request_what
+
+    _check_request_text("-", reason, by)
+    store = _open(database, service, existing=True)
+    found, req = store.cancel_request(request_id, by, _now(), reason=reason)
+    if found == CancelOutcome.CANCELLED and req is not None:
+        done = f"request {request_id} ({request_what(req)}) cancelled by {by}"
+        console.print(escape(done), highlight=False)
+        return
+    refusal = cancel_refusal(found, req, request_id, store.service)
+    if found == CancelOutcome.OTHER_SERVICE and req is not None:
+        refusal += f": cancel it with --service {req.service}"
+    fail(refusal)
+
+
 def _check_request_text(instance_id: str, reason: str, by: str) -> None:
     """An operator request's text as the store can hold it (PostgreSQL refuses NUL and long ids)."""
     problem = text_problem(instance_id, MAX_INSTANCE_ID_CHARS)
@@ -945,4 +969,5 @@ def register(app: typer.Typer) -> None:
     app.command("release")(release)
     app.command("replace")(replace)
     app.command("reset-breaker")(reset_breaker)
+    app.command("cancel-request")(cancel_request)
     app.command("sla-report")(sla_report)

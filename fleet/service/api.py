@@ -31,7 +31,15 @@ from starlette.routing import Route
 from fleet.service.console import Console
 from fleet.service.ess_reach import outage_for_instance
 from fleet.service.metrics import ServiceMetrics
-from fleet.service.store import MAX_HUMAN_NAME_CHARS, NO_INCIDENT, AckOutcome, Store, human_actor
+from fleet.service.store import (
+    MAX_HUMAN_NAME_CHARS,
+    NO_INCIDENT,
+    AckOutcome,
+    CancelOutcome,
+    Store,
+    human_actor,
+)
+from fleet.service.views import cancel_refusal, request_what
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +106,7 @@ class _StatusApi:
             Route("/isolate", self.operator_request("isolate"), methods=["POST"]),
             Route("/release", self.operator_request("release"), methods=["POST"]),
             Route("/replace", self.operator_request("replace"), methods=["POST"]),
+            Route("/requests/{request_id}/cancel", self.cancel_request, methods=["POST"]),
         ]
 
     def authorized(self, request: Request) -> Response | None:
@@ -213,6 +222,30 @@ class _StatusApi:
             partial(self.store.add_request, "ack", now, incident_id=incident_id, actor=human_actor(actor))
         )
         return _json({"incident": incident_id, "acknowledged_by": actor})
+
+    async def cancel_request(self, request: Request) -> Response:
+        """Withdraw a queued request the leader has not taken: 404 unknown, 409 already handled (its
+        outcome named), an acknowledgment, or another service's."""
+        if (denied := self.authorized(request)) is not None:
+            return denied
+        raw = request.path_params["request_id"]
+        if not raw.isdigit() or len(raw) > 18:
+            return _json({"error": f"request id must be a number, not {raw[:40]!r}"}, 400)
+        body = await self.body_of(request)
+        reason, actor = str(body.get("reason") or ""), str(body.get("actor") or "api")
+        bad = _text_problem("actor", actor, MAX_ACTOR_CHARS) or (
+            "reason must not contain NUL characters" if "\x00" in reason else None
+        )
+        if body.get("__invalid__") or bad is not None:
+            return _json({"error": bad or "body must be a JSON object"}, 400)
+        rid = int(raw)
+        cancel = partial(self.store.cancel_request, rid, actor, self.clock(), reason=reason)
+        found, req = await run_in_threadpool(cancel)
+        if found == CancelOutcome.CANCELLED and req is not None:
+            log.info("request %s (%s) cancelled by %s through the API", rid, request_what(req), actor)
+            return _json({"request": rid, "kind": req.kind, "cancelled": True, "by": actor})
+        status = 404 if found == CancelOutcome.UNKNOWN else 409
+        return _json({"error": cancel_refusal(found, req, rid, self.store.service)}, status)
 
     def operator_request(self, kind: str) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:

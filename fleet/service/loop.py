@@ -108,6 +108,15 @@ REQUEST_WAIT_MAX = timedelta(days=1)
 QUOTA_NOTE_S = 3600.0  # a full scheduled-task quota is audited once an hour while it lasts
 
 
+class RequestWithdrawn(Exception):
+    """An operator request the plan applies was cancelled after the tick read it: the plan's transaction is
+    rolled back and nothing is written (the next tick decides without it)."""
+
+    def __init__(self, request_id: int) -> None:
+        super().__init__(f"request {request_id} was cancelled")
+        self.request_id = request_id
+
+
 @dataclass
 class TickResult:
     """What one tick did: whether it led, what it decided, what it wrote, what went wrong."""
@@ -385,7 +394,15 @@ class Service:
         # Write-ahead: the new history (the intent, e.g. the new target) is persisted before any cloud write,
         # so a crash between the write and the end of the tick resumes from the intent, never from the state
         # before it (which would undo the write). Every write below is idempotent by its ClientToken.
-        if not self._persist(plan, keeper, requests, unmatched, now, key, waiting, orphaned):
+        try:
+            persisted = self._persist(plan, keeper, requests, unmatched, now, key, waiting, orphaned)
+        except RequestWithdrawn as gone:
+            result.errors.append(
+                f"request {gone.request_id} was cancelled while this tick decided on it: nothing written; "
+                "the next tick decides without it"
+            )
+            return
+        if not persisted:
             result.errors.append("lease lost before the history was saved: nothing written")
             return
         if self._schedule_sync_due(shard, now):
@@ -1049,7 +1066,8 @@ class Service:
         """Mark the requests the policy applied, expired or refused; note why the others wait."""
         for req in requests:
             if f"req-{req.id}" in applied_ops:
-                self.store.mark_request(req.id, "applied", now, conn)
+                if not self.store.mark_request(req.id, "applied", now, conn):
+                    raise RequestWithdrawn(req.id)  # cancelled since it was read: this plan is void
             elif req.id in waits and now - req.created_at <= REQUEST_WAIT_MAX:
                 # ESS cannot be read for its group: it waits, and says why
                 note = "; ".join(o.why() for o in waits[req.id])[:2000]

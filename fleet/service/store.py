@@ -233,6 +233,20 @@ class AckOutcome(StrEnum):
     OTHER_SERVICE = "other_service"  # another service's (``Store.incident_owner``): nothing is written
 
 
+class CancelOutcome(StrEnum):
+    """What an operator's cancel of a queued request found (``Store.cancel_request``)."""
+
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # no request has that id
+    HANDLED = "handled"  # taken, refused, expired or cancelled before: nothing is written
+    OTHER_SERVICE = "other_service"  # another service's: nothing is written
+    ACK = "ack"  # an acknowledgment is recorded when it is made: its queued copy only tells the policy
+
+
+# The outcome a cancelled request ends with: "cancelled by NAME" and, where one was given, ": REASON".
+CANCELLED_PREFIX = "cancelled by "
+
+
 class Outcome(StrEnum):
     """What became of a decision: the ``outcome`` of its record (and of the actuator's result)."""
 
@@ -943,17 +957,51 @@ class Store:
 
     def mark_request(
         self, request_id: int, outcome: str, now: datetime, conn: Connection | None = None
-    ) -> None:
+    ) -> bool:
+        """End a queued request with ``outcome``; False when it had already ended (an operator cancelled
+        it since it was read, say): the outcome first written stays."""
         stmt = (
             sa.update(operator_requests)
-            .where(operator_requests.c.id == request_id)
+            .where(operator_requests.c.id == request_id, operator_requests.c.handled_at.is_(None))
             .values(handled_at=now, outcome=outcome)
         )
         if conn is not None:
-            conn.execute(stmt)
-            return
+            return bool(conn.execute(stmt).rowcount)
         with self.begin() as c:
-            c.execute(stmt)
+            return bool(c.execute(stmt).rowcount)
+
+    def cancel_request(
+        self, request_id: int, actor: str, now: datetime, reason: str = ""
+    ) -> tuple[CancelOutcome, OperatorRequest | None]:
+        """Withdraw a request the leader has not taken yet: it ends as ``cancelled by ACTOR[: REASON]`` at
+        ``now``, in one conditional UPDATE, so that a leader taking it at the same moment and the cancel
+        cannot both win (``mark_request`` writes only a request still queued). The request as it was read
+        comes back with what was found (None when unknown)."""
+        outcome = f"{CANCELLED_PREFIX}{actor}" + (f": {reason}" if reason else "")
+        t = operator_requests
+        with self.begin() as c:
+            row = c.execute(sa.select(t).where(t.c.id == request_id)).first()
+            req = OperatorRequest(**dict(row._mapping)) if row is not None else None
+            if req is None:
+                return CancelOutcome.UNKNOWN, None
+            if req.service != self.service:
+                return CancelOutcome.OTHER_SERVICE, req
+            if req.kind == "ack":
+                return CancelOutcome.ACK, req
+            done = c.execute(
+                sa.update(t)
+                .where(t.c.id == request_id, t.c.handled_at.is_(None))
+                .values(handled_at=now, outcome=outcome[:2000])
+            )
+        if done.rowcount == 0:
+            return CancelOutcome.HANDLED, self.request(request_id) or req
+        return CancelOutcome.CANCELLED, req
+
+    def request(self, request_id: int) -> OperatorRequest | None:
+        """One request by id, of any service."""
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(operator_requests).where(operator_requests.c.id == request_id)).first()
+        return OperatorRequest(**dict(row._mapping)) if row is not None else None
 
 
 def _new_id(result: Any) -> int:

@@ -15,6 +15,7 @@ from fleet.service.lease import LeaseManager
 from fleet.service.observe import Observation
 from fleet.service.shards import SHARD_INFIX
 from fleet.service.store import (
+    CancelOutcome,
     DecisionRecord,
     IncidentRecord,
     OperatorRequest,
@@ -149,6 +150,23 @@ def request_view(req: OperatorRequest) -> dict[str, Any]:
         "queued_at": req.created_at.isoformat(),
         "waiting": req.outcome,
     }
+
+
+def request_what(req: OperatorRequest) -> str:
+    """A request in a few words: its kind and what it names."""
+    return f"{req.kind} {req.instance_id or req.incident_id or req.group_name or ''}".strip()
+
+
+def cancel_refusal(found: CancelOutcome, req: OperatorRequest | None, request_id: int, service: str) -> str:
+    """Why a cancel wrote nothing, in one line (the CLI's and the API's refusal)."""
+    if req is None or found == CancelOutcome.UNKNOWN:
+        return f"request {request_id}: no such request (fleet status lists the queued ones)"
+    if found == CancelOutcome.OTHER_SERVICE:
+        return f"request {request_id} belongs to service {req.service!r}, not {service!r}"
+    if found == CancelOutcome.ACK:
+        return f"request {request_id} is an acknowledgment: it was recorded when it was made and stays"
+    at = req.handled_at.isoformat(timespec="seconds") if req.handled_at else "?"
+    return f"request {request_id} ({request_what(req)}) was already handled at {at}: {req.outcome}"
 
 
 def _outage_view(outage: Unreadable | None) -> dict[str, Any] | None:

@@ -228,3 +228,41 @@ def test_isolate_of_an_instance_whose_group_ess_cannot_read_says_it_waits_and_wh
         client().post("/isolate", headers=AUTH, json={"instance_id": "i-8", "reason": "x"}).json()["waiting"]
         is None
     )  # in no group ESS cannot read
+
+
+def test_a_queued_request_is_cancelled_through_the_api(store, client):
+    rid = store.add_request("isolate", T0, instance_id="i-7", reason="x", actor="bob")
+    body = {"actor": "carol", "reason": "wrong host"}
+    r = client().post(f"/requests/{rid}/cancel", json=body, headers=AUTH)
+    assert r.status_code == 200
+    assert r.json() == {"request": rid, "kind": "isolate", "cancelled": True, "by": "carol"}
+    [req] = store.requests()
+    assert (req.outcome, req.handled_at) == ("cancelled by carol: wrong host", T0)
+
+
+@pytest.mark.parametrize(
+    ("setup", "status", "error"),
+    [
+        ("unknown", 404, "no such request"),
+        ("applied", 409, "was already handled at 2026-03-02T08:00:00+00:00: applied"),
+        ("ack", 409, "is an acknowledgment"),
+    ],
+)
+def test_a_cancel_that_finds_nothing_to_withdraw_is_refused(store, client, setup, status, error):
+    rid = 41
+    if setup == "applied":
+        rid = store.add_request("release", T0, instance_id="i-7", actor="bob")
+        store.mark_request(rid, "applied", T0)
+    elif setup == "ack":
+        rid = store.add_request("ack", T0, incident_id="inc-1", actor="human:bob")
+    r = client().post(f"/requests/{rid}/cancel", headers=AUTH)
+    assert r.status_code == status
+    assert error in r.json()["error"]
+
+
+def test_a_cancel_needs_the_token_and_a_numeric_id(store, client):
+    rid = store.add_request("isolate", T0, instance_id="i-7", reason="x", actor="bob")
+    c = client()
+    assert c.post(f"/requests/{rid}/cancel").status_code == 401
+    assert c.post("/requests/abc/cancel", headers=AUTH).status_code == 400
+    assert [r.id for r in store.pending_requests()] == [rid]

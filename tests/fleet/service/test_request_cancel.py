@@ -1,0 +1,134 @@
+"""Withdrawing a queued operator request (``fleet cancel-request``, ``Store.cancel_request``): before, an
+operator who queued the wrong isolation had no way to take it back before the leader acted on it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fleet.cli import main
+from fleet.service.store import CancelOutcome, DecisionRecord, open_store
+
+HOT_RULE = """\
+min_size: 1
+max_size: 20
+warm_floor: 3
+cold_start_s: 60
+isolation:
+  drain_timeout: 60s
+  rules:
+    - {metric: gpu_temperature_c, above: 85, for: 2m, action: reboot}
+"""
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def _store(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = open_store(url)
+    fields = {"group_name": "chat", "kind": "scale", "action": "scale_to", "decision_id": "d"}
+    store.record_decision(DecisionRecord(service="fleet", at=T0, outcome="noop", **fields))
+    return url, store
+
+
+def _err(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def test_a_queued_isolation_is_cancelled_with_who_and_when(tmp_path, capsys):
+    url, store = _store(tmp_path)
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--database", url]) == 0
+    [queued] = store.pending_requests()
+    assert (
+        main(["cancel-request", str(queued.id), "--by", "carol", "--reason", "wrong host", "--database", url])
+        == 0
+    )
+    assert f"request {queued.id} (isolate i-7) cancelled by carol" in capsys.readouterr().out
+    assert store.pending_requests() == []
+    [req] = store.requests()
+    assert req.outcome == "cancelled by carol: wrong host"
+    assert req.handled_at is not None
+
+
+def test_a_request_already_handled_cannot_be_cancelled(tmp_path, capsys):
+    url, store = _store(tmp_path)
+    rid = store.add_request("isolate", T0, instance_id="i-7", reason="x", actor="bob")
+    store.mark_request(rid, "applied", T0 + timedelta(seconds=15))
+    assert main(["cancel-request", str(rid), "--database", url]) == 2
+    err = _err(capsys)
+    assert f"request {rid} (isolate i-7) was already handled at 2026-03-02T08:00:15+00:00: applied" in err
+    assert "Traceback" not in err
+    [req] = store.requests()
+    assert req.outcome == "applied"
+
+
+def test_a_cancelled_request_cannot_be_cancelled_again(tmp_path, capsys):
+    url, store = _store(tmp_path)
+    rid = store.add_request("reset_breaker", T0, group_name="chat", reason="x", actor="bob")
+    assert main(["cancel-request", str(rid), "--by", "carol", "--database", url]) == 0
+    assert main(["cancel-request", str(rid), "--by", "dave", "--database", url]) == 2
+    assert "was already handled" in _err(capsys)
+    assert [r.outcome for r in store.requests()] == ["cancelled by carol"]
+
+
+def test_an_unknown_request_is_refused_in_one_line(tmp_path, capsys):
+    url, _ = _store(tmp_path)
+    assert main(["cancel-request", "99", "--database", url]) == 2
+    assert "request 99: no such request" in _err(capsys)
+
+
+def test_a_request_id_that_is_not_a_number_is_refused(tmp_path, capsys):
+    url, _ = _store(tmp_path)
+    assert main(["cancel-request", "i-7", "--database", url]) == 2
+    assert "Traceback" not in _err(capsys)
+
+
+def test_an_acknowledgment_is_not_cancelled(tmp_path, capsys):
+    url, store = _store(tmp_path)
+    rid = store.add_request("ack", T0, incident_id="inc-1", actor="human:bob")
+    assert main(["cancel-request", str(rid), "--database", url]) == 2
+    assert f"request {rid} is an acknowledgment" in _err(capsys)
+    assert [r.id for r in store.pending_requests()] == [rid]
+
+
+def test_another_services_request_is_refused_naming_it(tmp_path):
+    url, store = _store(tmp_path)
+    rid = open_store(url, service="other").add_request("release", T0, instance_id="i-7", actor="bob")
+    assert store.cancel_request(rid, "carol", T0)[0] == CancelOutcome.OTHER_SERVICE
+    assert open_store(url, service="other").pending_requests()[0].id == rid
+
+
+def test_the_leader_does_not_overwrite_a_cancel(tmp_path):
+    """A leader that read the request before the cancel marks nothing over it."""
+    _, store = _store(tmp_path)
+    rid = store.add_request("isolate", T0, instance_id="i-7", reason="x", actor="bob")
+    assert store.cancel_request(rid, "carol", T0)[0] == CancelOutcome.CANCELLED
+    assert store.mark_request(rid, "applied", T0 + timedelta(seconds=15)) is False
+    assert [r.outcome for r in store.requests()] == ["cancelled by carol"]
+
+
+def _ids(svc, cloud):
+    return [i.instance_id for i in svc.observer.observe(cloud.now()).groups["chat"].instances]
+
+
+def test_a_cancel_during_the_tick_that_takes_the_request_writes_nothing(fake_world):
+    """The tick read the isolation, then the operator withdrew it: the plan applying it is not saved and
+    not carried out, and the next tick decides without it."""
+    cloud, svc, _ = fake_world(HOT_RULE)
+    target = _ids(svc, cloud)[1]
+    rid = svc.store.add_request("isolate", cloud.now(), instance_id=target, reason="x", actor="bob")
+    read = svc.store.pending_requests
+
+    def read_then_cancel():
+        queued = read()
+        assert svc.store.cancel_request(rid, "carol", cloud.now())[0] == CancelOutcome.CANCELLED
+        return queued
+
+    svc.store.pending_requests = read_then_cancel
+    calls = len(list(cloud.calls))
+    result = svc.tick(cloud.now())
+    assert any(f"request {rid} was cancelled" in e for e in result.errors)
+    assert not [a for _, a in list(cloud.calls)[calls:] if not a.startswith("Describe")]  # no write
+    svc.store.pending_requests = read
+    for _ in range(3):
+        svc.tick(cloud.advance(15))
+    assert svc.store.incidents() == []
+    assert [r.outcome for r in svc.store.requests()] == ["cancelled by carol"]
