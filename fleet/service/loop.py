@@ -368,7 +368,8 @@ class Service:
         """Decide, persist and actuate one shard's groups, every write fenced by that shard's lease."""
         key = history_key(self.settings.service_name, shard, self.shards.shards)
         # before the history is read and the demand recorded (or pruned): a renamed group takes its rows over
-        self._follow_renames(keeper, specs, observation, now)
+        if self._follow_renames(keeper, specs, observation, now):
+            paused = self.store.paused_groups()  # a pause moved to its group's new name holds it at once
         history = self._load_history(key)
         snapshot, unmatched = build_snapshot(self.store, specs, now, observation, paused, requests, history)
         self._add_demand(snapshot, observation, now, specs, history)
@@ -506,11 +507,12 @@ class Service:
 
     def _follow_renames(
         self, keeper: LeaseKeeper, specs: list[GroupSpec], observation: Observation, now: datetime
-    ) -> None:
+    ) -> bool:
         """Record the scaling group each of the shard's groups is observed as, once per replica (and again
         should it change), and, for a group so seen for the first time, take over the rows of its former
         name (``fleet.service.renames``): one transaction, fenced by the shard's lease. A failure is logged
-        and tried again at the next tick; it never fails the tick."""
+        and tried again at the next tick; it never fails the tick. True when an operator's pause (or
+        resume) moved to a new name."""
         todo: dict[str, Identity] = {}
         for spec in specs:
             g = observation.groups.get(spec.name)
@@ -521,7 +523,7 @@ class Service:
             if self._identities.get(spec.name) != identity:
                 todo[spec.name] = identity
         if not todo:
-            return
+            return False
         configured = {s.name for s in self.specs}
         lease = keeper.lease
         service, shards = self.settings.service_name, self.shards.shards
@@ -532,7 +534,7 @@ class Service:
         try:
             with self.store.begin() as conn:
                 if keeper.lost or not keeper.manager.still_held(lease, keeper.now(), conn):
-                    return
+                    return False
                 adopted = []
                 for name, identity in todo.items():
                     if name not in self._identities:  # seen first by this replica: at start or a reload
@@ -551,11 +553,12 @@ class Service:
                     record_identity(self.store, name, identity, now, conn)
         except Exception:
             log.warning("following the groups renamed in fleet.yaml failed", exc_info=True)
-            return
+            return False
         self._identities.update(todo)
         for done in adopted:
             self.demand.forget(done.group)
             log.info(done.describe(), extra={"group": done.group})
+        return any("group_controls" in done.rows for done in adopted)
 
     def _note_refused_mix(self, group: str, reading: DemandReading | None, context: int | None) -> None:
         """Warn once of each instance whose token mean is left out of the group's mix, until it is back."""

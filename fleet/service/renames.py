@@ -12,6 +12,11 @@ unconfigured name recorded with the same scaling group move to it, in the leader
 fenced by the shard's lease. Never when both names are configured, never when the new name already has rows
 of its own (nothing is merged), and never when several unconfigured names could be meant.
 
+An operator's pause or resume (``group_controls``) moves along with them, unless the new name has one of its
+own: a group paused and then renamed stays paused from the first tick under its new name. It is not a row
+"of its own" (a pause of the new name does not stop its history being taken over), and a former name with
+only a pause is followed all the same.
+
 Open incidents are not moved here: ``policies.decide`` hands them to the group now holding their instance.
 """
 
@@ -25,7 +30,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from fleet.service.capacity_store import capacity_memory
-from fleet.service.store import Store, demand_samples, forecasts, group_identities, policy_state
+from fleet.service.store import (
+    Store,
+    demand_samples,
+    forecasts,
+    group_controls,
+    group_identities,
+    policy_state,
+)
 from policies.model import ForecastState, GroupHistory, History
 
 # The per-name rows a renamed group takes over: "rows of its own" are rows in any of these.
@@ -51,6 +63,7 @@ class Adoption:
     identity: Identity
     rows: dict[str, int]  # table -> rows moved
     learned: bool  # the saved forecast state (capacity correction) and launch times came along
+    paused: bool = False  # an operator's pause came along (a control row moved: rows["group_controls"])
 
     def describe(self) -> str:
         parts = [
@@ -61,6 +74,8 @@ class Adoption:
             parts.append("its capacity memory")
         if self.learned:
             parts.append("its forecast state and launch times")
+        if self.paused:
+            parts.append("its pause")
         return (
             f"group {self.group}: adopted {', '.join(parts)} of {self.former}, the former name of scaling "
             f"group {self.identity.scaling_group_id} (renamed in fleet.yaml)"
@@ -109,8 +124,29 @@ def former_name(
         for name, seen in identities(store, conn).items()
         if seen == identity and name != group and name not in configured
     ]
-    with_rows = [name for name in sorted(same) if has_rows(store, name, conn)]
+    with_rows = [name for name in sorted(same) if has_rows(store, name, conn) or _control(store, name, conn)]
     return with_rows[0] if len(with_rows) == 1 else None
+
+
+def _control(store: Store, group: str, conn: Connection) -> bool | None:
+    """Whether an operator paused ``group`` (False: resumed), None when it has no control row."""
+    t = group_controls
+    q = sa.select(t.c.paused).where(t.c.service == store.service, t.c.group_name == group)
+    row = conn.execute(q).first()
+    return None if row is None else bool(row[0])
+
+
+def _move_control(store: Store, group: str, former: str, conn: Connection) -> bool | None:
+    """Move ``former``'s pause or resume to ``group`` unless ``group`` has its own; what moved (None:
+    nothing)."""
+    state = _control(store, former, conn)
+    if state is None or _control(store, group, conn) is not None:
+        return None
+    t = group_controls
+    conn.execute(
+        sa.update(t).where(t.c.service == store.service, t.c.group_name == former).values(group_name=group)
+    )
+    return state
 
 
 def adopt(
@@ -140,9 +176,12 @@ def adopt(
     for table in MOVED_TABLES:
         mine = (table.c.service == store.service) & (table.c.group_name == former)
         rows[table.name] = int(conn.execute(sa.update(table).where(mine).values(group_name=group)).rowcount)
+    control = _move_control(store, group, former, conn)
+    if control is not None:
+        rows[group_controls.name] = 1
     keys = (history_key(group), history_key(former))
     learned = _adopt_learned(store, group, former, conn, *keys, now, epoch)
-    return Adoption(group, former, identity, rows, learned)
+    return Adoption(group, former, identity, rows, learned, paused=bool(control))
 
 
 def _load(conn: Connection, key: str) -> History | None:

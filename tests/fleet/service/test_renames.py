@@ -185,7 +185,7 @@ def test_a_store_at_the_previous_revision_migrates_with_its_rows_and_then_follow
 # -- the service: the first tick after a restart (or a SIGHUP reload) on the renamed fleet.yaml ------------
 
 
-def _service(tmp_path, cloud, gid, name):
+def _service(tmp_path, cloud, gid, name, warm_floor: int = 2):
     text = textwrap.dedent(f"""
         region: {REGION}
         account_id: "1234567890"
@@ -194,7 +194,7 @@ def _service(tmp_path, cloud, gid, name):
             scaling_group_id: {gid}
             min_size: 1
             max_size: 10
-            warm_floor: 2
+            warm_floor: {warm_floor}
             predictive: {{mode: forecast-only, capacity_rps: 1.0, history: 1d}}
     """)
     path = tmp_path / "fleet.yaml"
@@ -246,5 +246,54 @@ def test_the_service_renamed_in_fleet_yaml_resumes_from_its_former_names_history
             cloud.advance(15)
             assert svc.tick(cloud.now()).ok
             assert len([r for r in caplog.records if "adopted" in r.getMessage()]) == 1  # once
+        finally:
+            svc.close()
+
+
+# -- an operator's pause follows the rename -------------------------------------------------------------
+
+
+def test_a_paused_groups_pause_moves_with_its_rename(store):
+    with store.begin() as conn:
+        record_identity(store, "chat", ASG, T0, conn)
+    store.set_paused("chat", True, "alice", T0, reason="investigating")
+    done = _adopt(store, "chat-v2", {"chat-v2"})
+    assert done is not None and done.rows["group_controls"] == 1
+    assert store.paused_groups() == {"chat-v2"}
+    assert "its pause" in done.describe()
+
+
+def test_a_pause_of_the_new_name_is_its_own_and_its_history_is_taken_over_all_the_same(store):
+    _seed(store, "chat")
+    store.set_paused("chat", False, "alice", T0)
+    store.set_paused("chat-v2", True, "bob", T0)
+    done = _adopt(store, "chat-v2", {"chat-v2"})
+    assert done is not None and "group_controls" not in done.rows  # the history moves, not the control
+    assert store.paused_groups() == {"chat-v2"}
+    assert _rows(store, "chat-v2") == 3
+
+
+def test_a_group_paused_then_renamed_stays_paused_from_the_first_tick(tmp_path):
+    """Before, the pause stayed under the former name: the renamed group was written to at once."""
+    with mock_aliyun(boot_seconds=30) as cloud:
+        gid = cloud.create_group_for_tests(
+            name="chat", min_size=1, max_size=10, desired_capacity=2, in_service=2, region_id=REGION
+        )
+        svc = _service(tmp_path, cloud, gid, "chat", warm_floor=2)
+        try:
+            assert svc.tick(cloud.now()).ok  # observed as "chat": its scaling group is recorded
+            svc.store.set_paused("chat", True, "alice", cloud.now(), reason="investigating")
+        finally:
+            svc.close()
+        cloud.advance(60)
+        svc = _service(tmp_path, cloud, gid, "chat-v2", warm_floor=5)  # a write were it not paused
+        try:
+            calls = len(list(cloud.calls))
+            assert svc.tick(cloud.now()).ok
+            assert svc.store.paused_groups() == {"chat-v2"}
+            writes = [a for _, a in list(cloud.calls)[calls:] if not a.startswith("Describe")]
+            assert "ScaleWithAdjustment" not in writes and "ModifyScalingGroup" not in writes
+            [group] = svc.status()["groups"]
+            assert group["paused"] is True
         finally:
             svc.close()
