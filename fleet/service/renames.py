@@ -36,6 +36,7 @@ from fleet.service.store import (
     forecasts,
     group_controls,
     group_identities,
+    instance_lists,
     policy_state,
 )
 from policies.model import ForecastState, GroupHistory, History
@@ -119,13 +120,38 @@ def former_name(
 ) -> str | None:
     """The one unconfigured name recorded as the same scaling group that has rows, or None (none, or
     several: which one was meant cannot be told)."""
+    recorded = identities(store, conn)
     same = [
         name
-        for name, seen in identities(store, conn).items()
+        for name, seen in recorded.items()
         if seen == identity and name != group and name not in configured
     ]
-    with_rows = [name for name in sorted(same) if has_rows(store, name, conn) or _control(store, name, conn)]
+    with_rows = [name for name in sorted(same) if _followed(store, name, conn)]
+    if not with_rows:
+        # none recorded: a name last observed before migration 0007 recorded names, known by the scaling
+        # group its stored instance list (0005) names
+        unrecorded = set(_listed_as(store, identity.scaling_group_id, conn)) - set(recorded) - set(configured)
+        with_rows = [name for name in sorted(unrecorded - {group}) if _followed(store, name, conn)]
     return with_rows[0] if len(with_rows) == 1 else None
+
+
+def _followed(store: Store, name: str, conn: Connection) -> bool:
+    """Whether a former name has anything a renamed group takes over."""
+    return has_rows(store, name, conn) or _control(store, name, conn) is not None
+
+
+def _listed_as(store: Store, scaling_group_id: str, conn: Connection) -> list[str]:
+    """The names whose last stored instance list holds an instance of ``scaling_group_id``. The list names
+    no account or region: only a name with no recorded identity is looked for this way, and an empty list
+    (a group at zero instances) names nothing."""
+    t = instance_lists
+    rows = conn.execute(sa.select(t.c.group_name, t.c.body).where(t.c.service == store.service))
+    return [
+        name
+        for name, body in rows
+        if isinstance(body, list)
+        and any(isinstance(i, dict) and i.get("group_id") == scaling_group_id for i in body)
+    ]
 
 
 def _control(store: Store, group: str, conn: Connection) -> bool | None:

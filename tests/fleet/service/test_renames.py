@@ -18,7 +18,7 @@ from fleet.service import capacity_store as cs
 from fleet.service.app import build_service
 from fleet.service.demand import DemandLog, DemandReading, minute_of
 from fleet.service.renames import Identity, adopt, record_identity
-from fleet.service.store import Store, forecasts, make_engine, open_store
+from fleet.service.store import Store, demand_samples, forecasts, instance_lists, make_engine, open_store
 from fleet.testing import mock_aliyun
 from policies.capacity import CapacityMemory
 from policies.model import ForecastState, GroupHistory, History
@@ -297,3 +297,66 @@ def test_a_group_paused_then_renamed_stays_paused_from_the_first_tick(tmp_path):
             assert group["paused"] is True
         finally:
             svc.close()
+
+
+# -- a rename made with the upgrade to 0007: the former name was never recorded ---------------------------
+
+
+def _at_0006(database_url):
+    from alembic import command
+    from alembic.config import Config
+
+    from fleet.service.store import MIGRATIONS_DIR, _migration_transaction
+
+    engine = make_engine(database_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with _migration_transaction(engine) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0006_request_group")
+    return engine
+
+
+def _listed(conn, group: str, *group_ids: str) -> None:
+    """The instance list a 0006 service kept for ``group``: each instance names its scaling group."""
+    body = [
+        {"instance_id": f"i-{n}", "group_id": gid, "lifecycle_state": "InService"}
+        for n, gid in enumerate(group_ids)
+    ]
+    conn.execute(sa.insert(instance_lists).values(service="fleet", group_name=group, read_at=T0, body=body))
+
+
+def _demand(conn, group: str) -> None:
+    conn.execute(
+        sa.insert(demand_samples).values(service="fleet", group_name=group, at=T0, request_rate_rps=2.0)
+    )
+
+
+def test_a_rename_made_with_the_upgrade_is_followed_by_the_instance_list_kept_before_it(database_url):
+    """The former name was last observed before 0007 recorded names: its stored instance list (0005) names
+    its scaling group. Before, such a rename was not followed."""
+    engine = _at_0006(database_url)
+    with engine.begin() as conn:
+        _demand(conn, "chat")
+        _listed(conn, "chat", "asg-chat", "asg-chat")
+    engine.dispose()
+    store = open_store(database_url)
+    try:
+        done = _adopt(store, "chat-v2", {"chat-v2"})
+        assert done is not None and done.former == "chat"
+        assert _rows(store, "chat-v2") == 1 and _rows(store, "chat") == 0
+    finally:
+        store.close()
+
+
+def test_an_unrecorded_name_is_not_followed_where_a_recorded_one_is_or_two_could_be_meant(store):
+    with store.begin() as conn:
+        _demand(conn, "chat-old")
+        _listed(conn, "chat-old", "asg-chat")
+    _seed(store, "chat")  # recorded as the same scaling group: it is the former name
+    assert _adopt(store, "chat-v2", {"chat-v2"}).former == "chat"
+    assert _rows(store, "chat-old") == 1
+    with store.begin() as conn:
+        _demand(conn, "chat-older")
+        _listed(conn, "chat-older", "asg-chat")
+    assert _adopt(store, "chat-v3", {"chat-v3"}) is None  # chat-old or chat-older: not told
