@@ -838,7 +838,11 @@ def _queued(store: Any, what: str, rid: int, instance_id: str) -> None:
     outage = outage_for_instance(store, instance_id)
     if outage is None:
         console.print(
-            escape(f"{what} queued (request {rid}); the leader acts on its next tick"), highlight=False
+            escape(
+                f"{what} queued (request {rid}); the leader acts on its next tick "
+                f"(fleet cancel-request {rid} withdraws it before then)"
+            ),
+            highlight=False,
         )
         return
     console.print(

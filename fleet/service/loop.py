@@ -1052,7 +1052,8 @@ class Service:
         for req in requests:
             group = req.group_name or where.get(req.instance_id or "")
             (mine if f"req-{req.id}" in taken or group in names else rest).append(req)
-        old = [r for r in rest if now - r.created_at > REQUEST_EXPIRY]
+        # one noted as waiting for ESS is its shard's, waiting up to REQUEST_WAIT_MAX
+        old = [r for r in rest if now - r.created_at > REQUEST_EXPIRY and r.outcome is None]
         if shard != 0 or not old:
             return mine, []
         return mine, unplaced_requests(self.store, old, {s.name for s in self.specs}, REQUEST_EXPIRY)
