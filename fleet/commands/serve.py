@@ -884,7 +884,7 @@ def reset_breaker(
 
 
 def cancel_request(
-    request_id: int = typer.Argument(..., help="the request's number (fleet status lists the queued ones)"),
+    request_id: str = typer.Argument(..., help="the request's number (fleet status lists the queued ones)"),
     reason: str = typer.Option("", "--reason", help="why it is withdrawn (recorded)"),
     by: str = typer.Option(os.environ.get("USER", "operator"), "--by", help="who withdraws it"),
     database: str | None = typer.Option(None, "--database", help=DB_HELP),
@@ -892,16 +892,19 @@ def cancel_request(
 ) -> None:
     """Withdraw a queued isolate, release, replace or reset-breaker before the leader takes it."""
     from fleet.service.store import CancelOutcome
-    from fleet.service.views import cancel_refusal, request_what
+    from fleet.service.views import cancel_refusal, request_id_problem, request_what
 
+    problem = request_id_problem(request_id)
+    if problem:
+        fail(f"{problem} (fleet status lists the queued requests)")
     _check_request_text("-", reason, by)
+    rid = int(request_id)
     store = _open(database, service, existing=True)
-    found, req = store.cancel_request(request_id, by, _now(), reason=reason)
+    found, req = store.cancel_request(rid, by, _now(), reason=reason)
     if found == CancelOutcome.CANCELLED and req is not None:
-        done = f"request {request_id} ({request_what(req)}) cancelled by {by}"
-        console.print(escape(done), highlight=False)
+        console.print(escape(f"request {rid} ({request_what(req)}) cancelled by {by}"), highlight=False)
         return
-    refusal = cancel_refusal(found, req, request_id, store.service)
+    refusal = cancel_refusal(found, req, rid, store.service)
     if found == CancelOutcome.OTHER_SERVICE and req is not None:
         refusal += f": cancel it with --service {req.service}"
     fail(refusal)

@@ -39,7 +39,7 @@ from fleet.service.store import (
     Store,
     human_actor,
 )
-from fleet.service.views import cancel_refusal, request_what
+from fleet.service.views import cancel_refusal, request_id_problem, request_what
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +229,8 @@ class _StatusApi:
         if (denied := self.authorized(request)) is not None:
             return denied
         raw = request.path_params["request_id"]
-        if not raw.isdigit() or len(raw) > 18:
-            return _json({"error": f"request id must be a number, not {raw[:40]!r}"}, 400)
+        if (problem := request_id_problem(raw)) is not None:
+            return _json({"error": problem}, 400)
         body = await self.body_of(request)
         reason, actor = str(body.get("reason") or ""), str(body.get("actor") or "api")
         bad = _text_problem("actor", actor, MAX_ACTOR_CHARS) or (
@@ -238,7 +238,7 @@ class _StatusApi:
         )
         if body.get("__invalid__") or bad is not None:
             return _json({"error": bad or "body must be a JSON object"}, 400)
-        rid = int(raw)
+        rid = int(raw.strip())
         cancel = partial(self.store.cancel_request, rid, actor, self.clock(), reason=reason)
         found, req = await run_in_threadpool(cancel)
         if found == CancelOutcome.CANCELLED and req is not None:

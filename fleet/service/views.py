@@ -152,6 +152,18 @@ def request_view(req: OperatorRequest) -> dict[str, Any]:
     }
 
 
+# operator_requests.id is an INTEGER: PostgreSQL refuses a larger number in the query itself.
+MAX_REQUEST_ID = 2**31 - 1
+
+
+def request_id_problem(raw: str) -> str | None:
+    """Why ``raw`` names no request id, or None."""
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_REQUEST_ID:
+        return f"request id must be a request's number, e.g. 7, not {raw[:40]!r}"
+    return None
+
+
 def request_what(req: OperatorRequest) -> str:
     """A request in a few words: its kind and what it names."""
     return f"{req.kind} {req.instance_id or req.incident_id or req.group_name or ''}".strip()

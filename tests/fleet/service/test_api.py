@@ -265,4 +265,5 @@ def test_a_cancel_needs_the_token_and_a_numeric_id(store, client):
     c = client()
     assert c.post(f"/requests/{rid}/cancel").status_code == 401
     assert c.post("/requests/abc/cancel", headers=AUTH).status_code == 400
+    assert c.post("/requests/99999999999/cancel", headers=AUTH).status_code == 400  # past INTEGER
     assert [r.id for r in store.pending_requests()] == [rid]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from fleet.cli import main
 from fleet.service.store import CancelOutcome, DecisionRecord, open_store
 
@@ -75,10 +77,14 @@ def test_an_unknown_request_is_refused_in_one_line(tmp_path, capsys):
     assert "request 99: no such request" in _err(capsys)
 
 
-def test_a_request_id_that_is_not_a_number_is_refused(tmp_path, capsys):
-    url, _ = _store(tmp_path)
-    assert main(["cancel-request", "i-7", "--database", url]) == 2
-    assert "Traceback" not in _err(capsys)
+@pytest.mark.parametrize("raw", ["i-7", "7x", "7.0", "99999999999999999999", "\u0667"])
+def test_a_request_id_that_is_not_a_requests_number_is_refused_in_one_line(tmp_path, capsys, raw):
+    url, store = _store(tmp_path)
+    rid = store.add_request("isolate", T0, instance_id="i-7", reason="x", actor="bob")
+    assert main(["cancel-request", raw, "--database", url]) == 2
+    err = capsys.readouterr().err
+    assert "request id must be a request's number" in err and len(err.strip().splitlines()) == 1
+    assert [r.id for r in store.pending_requests()] == [rid]
 
 
 def test_an_acknowledgment_is_not_cancelled(tmp_path, capsys):
