@@ -552,3 +552,41 @@ def test_a_kill_before_enter_standby_reached_ess_is_retried_with_the_same_token(
     ]
     assert "interrupted" in (rows[0].error or "")
     assert sum(1 for _, action in cloud.calls if action == "EnterStandby") == 1
+
+
+_EDGE_VALUES = st.one_of(
+    st.sampled_from([0.0, -0.0, -1e-12, 100.0, 100.0 + 1e-9, 100.0 + 1e-6, 1e4, 1e4 + 1, 1e12, 1e12 * 1.01]),
+    st.sampled_from([math.nan, math.inf, -math.inf, 2.0**31, 2.0**32, 1.5, 7.0, None, True, 3]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_EDGE_VALUES,
+    canonical=st.sampled_from(
+        [
+            pm.QUEUE_WAITING,
+            pm.KV_CACHE_USAGE_PCT,
+            pm.REQUEST_RATE,
+            pm.PROMPT_TOKENS_PER_REQUEST,
+            pm.GPU_THROTTLE_REASONS,
+            pm.GPU_XID,
+        ]
+    ),
+    ahead_s=st.sampled_from([-60.0, 0.0, 29.0, 30.0, 30.5, 3600.0]),
+)
+def test_the_guards_quick_check_keeps_exactly_what_problem_keeps(
+    value: float | None, canonical: str, ahead_s: float
+) -> None:
+    """``SampleGuard.filter`` decides plain floats without ``problem``: it must keep and drop the same points
+    (bounds, percentages, integer metrics, the future tolerance)."""
+    from datetime import UTC, timedelta
+
+    from fleet.service.sanitize import SampleGuard
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    at = now + timedelta(seconds=ahead_s)
+    point = MetricPoint(namespace="ns", metric="m", instance_id="i-1", timestamp=at, value=value)
+    kept = SampleGuard().filter("chat", canonical, "m", [point], now)
+    assert (kept == [point]) == (problem(canonical, value, at, now) is None)
