@@ -17,15 +17,17 @@ Bad text raises :class:`TraceError` with one line that names the source and the 
 from __future__ import annotations
 
 import csv
+import enum
 import io
 import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from sizing.container_logs import ContainerLog, LogKind
 from sizing.errors import SizingInputError
 
 
@@ -75,30 +77,35 @@ def _json_line(source: str, number: int, line: str) -> object:
 
 
 _HEADER_AGAIN = object()  # what _rows gives for a CSV row that repeats the header
+_NOT_JSON = object()  # what _rows gives for a log's line that is not JSON (the program's other output)
 
 
 # Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read
-def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
-    """The rows one at a time, as the lines come (a file of a million rows is never held whole)."""
-    lines = _without_bom(lines)
+def _rows(
+    lines: Iterable[str], source: str, *, jsonl: bool, other_lines: bool = False
+) -> Iterator[tuple[int, Any]]:
+    """The rows one at a time with the line each begins on, as the lines come (a file of a million rows is
+    never held whole). A container runtime's log (CRI, Docker json-file) is unwrapped first, its long lines
+    joined again (:mod:`sizing.container_logs`)."""
+    log = ContainerLog(_without_bom(lines))
     if jsonl:
-        first = True
-        for n, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            # a JSON array, pretty-printed ("[" alone on the first line) or on one line
-            array = first and line.strip() == "["
-            value = None if array else _json_line(source, n, line)
-            if array or (first and isinstance(value, list)):
-                raise TraceError(
-                    f"{source}: holds a JSON array, not JSON lines (one object a line): "
-                    "convert it with jq -c '.[]'"
-                )
-            first = False
-            yield value
+        yield from _json_rows(log, source, other_lines)
         return
+    numbered = iter(log)
+    head: list[tuple[int, str]] = []  # up to the header line, to see its delimiter
+    for item in numbered:
+        head.append(item)
+        if item[1].strip():
+            break
+    number = 0
+
+    def text() -> Iterator[str]:
+        nonlocal number
+        for number, line in itertools.chain(head, numbered):  # noqa: B007  # the line each row ends on
+            yield line
+
     try:
-        reader = csv.reader(lines)
+        reader = csv.reader(text(), delimiter=_delimiter(head[-1][1] if head else ""))
         header = next(reader, None)
         if header is None:
             return
@@ -107,9 +114,44 @@ def _rows(lines: Iterable[str], source: str, *, jsonl: bool) -> Iterator[Any]:
             if not values:
                 continue
             # a header again: logs exported in parts and joined with cat carry one per part
-            yield _HEADER_AGAIN if values == header else dict(zip(header, values, strict=False))
+            row = _HEADER_AGAIN if values == header else dict(zip(header, values, strict=False))
+            yield number, row
     except csv.Error as exc:
-        raise TraceError(f"{source}: cannot parse the trace ({exc})") from None
+        raise TraceError(f"{source}: line {number}: cannot parse the trace ({exc})") from None
+
+
+def _json_rows(log: ContainerLog, source: str, other_lines: bool) -> Iterator[tuple[int, Any]]:
+    """JSON lines; in a program's log (``other_lines``, or a container runtime's) a line that is not JSON is
+    the program's other output (a start-up message), given as ``_NOT_JSON`` to be counted, not refused."""
+    first = True
+    for n, line in log:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        mixed = other_lines or log.kind is not LogKind.PLAIN
+        if mixed and not stripped.startswith(("{", "[")):
+            yield n, _NOT_JSON  # a gateway container's start-up messages among its access records
+            continue
+        # a JSON array, pretty-printed ("[" alone on the first line) or on one line
+        array = first and stripped == "["
+        value = None if array else _json_line(source, n, line)
+        if array or (first and isinstance(value, list)):
+            raise TraceError(
+                f"{source}: holds a JSON array, not JSON lines (one object a line): "
+                "convert it with jq -c '.[]'"
+            )
+        first = False
+        yield n, value
+
+
+def _delimiter(header: str) -> str:
+    """A comma, unless the header has none and has tabs (a TSV export: Hive, spreadsheets) or semicolons (a
+    spreadsheet saved where the comma is the decimal mark)."""
+    if "," not in header:
+        for other in ("\t", ";"):
+            if other in header:
+                return other
+    return ","
 
 
 def _check_header(source: str, header: list[str]) -> None:
@@ -196,14 +238,14 @@ def _names(row: dict[str, Any], json_text: bool) -> list[str]:
 
 
 def _columns(
-    source: str, rows: Iterator[Any], json_text: bool
-) -> tuple[tuple[Column, Column, Column], list[Any]]:
+    source: str, rows: Iterator[tuple[int, Any]], json_text: bool
+) -> tuple[tuple[Column, Column, Column], list[tuple[int, Any]]]:
     """The time, prompt and output columns, from the first row that has all three (within
     ``LOOKAHEAD_ROWS``), and the rows read to find them."""
-    read: list[Any] = []
-    for row in rows:
-        read.append(row)
-        if row is _HEADER_AGAIN:
+    read: list[tuple[int, Any]] = []
+    for number, row in rows:
+        read.append((number, row))
+        if row is _HEADER_AGAIN or row is _NOT_JSON:
             continue
         if not isinstance(row, dict):
             break
@@ -212,13 +254,43 @@ def _columns(
             return (found[0], found[1], found[2]), read
         if len(read) >= LOOKAHEAD_ROWS:
             break
-    names = _names(read[0], json_text) if read and isinstance(read[0], dict) else []
-    raise TraceError(
-        f"{source}: needs a time column ({'/'.join(_TIME_KEYS)}), "
+    first = next((row for _, row in read if isinstance(row, dict)), None)
+    names = _names(first, json_text) if first is not None else []
+    raise TraceError(f"{source}: {_missing_columns(names)}")
+
+
+def _missing_columns(names: list[str]) -> str:
+    """What a file without the three columns lacks, in one line; a log with only a total count is told that
+    the split is what the model needs (prefill and decode cost differently: no split can be guessed)."""
+    found = ", ".join(names) or "none"
+    if any(n.split(".")[-1] in _TOTAL_KEYS for n in names):
+        return (
+            f"has total tokens but not the prompt / output split the sizing model needs (prefill and decode "
+            f"cost differently); log both counts (OpenAI-style usage.prompt_tokens and "
+            f"usage.completion_tokens, or input_tokens and output_tokens); found {found}"
+        )
+    return (
+        f"needs a time column ({'/'.join(_TIME_KEYS)}), "
         f"prompt tokens ({'/'.join(_PROMPT_KEYS)}) "
         f"and output tokens ({'/'.join(_OUTPUT_KEYS)}), at the top of a row or in an object in it "
-        f"(usage.prompt_tokens); found {', '.join(names) or 'none'}"
+        f"(usage.prompt_tokens); found {found}"
     )
+
+
+_TOTAL_KEYS = ("total_tokens", "totaltokens", "total tokens", "tokens")
+
+
+class TimeUnit(enum.Enum):
+    """The unit of a trace's numeric times, and what they are divided by to give seconds."""
+
+    S = "s"
+    MS = "ms"
+    US = "us"
+    NS = "ns"
+
+    @property
+    def divisor(self) -> float:
+        return {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[self.value]
 
 
 # A numeric time above this is epoch milliseconds, whatever the format says (year 5138 in seconds, 1973 in
@@ -229,29 +301,47 @@ EPOCH_MS_ABOVE = 1e11
 # gateways and OpenTelemetry exports write them, and read as milliseconds they replayed 1000 x too slowly.
 EPOCH_US_ABOVE = 1e14
 EPOCH_NS_ABOVE = 1e17
-# In JSON lines a number is milliseconds from the start (Mooncake), except from here up: epoch seconds (2001
-# on; 11.6 days of milliseconds), as an OpenAI-style ``created`` is; read as milliseconds it replayed a log
-# 1000 x too fast.
-EPOCH_S_ABOVE = 1e9
+_EPOCH_UNITS = ((EPOCH_NS_ABOVE, TimeUnit.NS), (EPOCH_US_ABOVE, TimeUnit.US), (EPOCH_MS_ABOVE, TimeUnit.MS))
+# In JSON lines a number is milliseconds from the start (Mooncake), unless the column's smallest time is a
+# date in epoch seconds that a log could hold: 2015-01-01 (1.42e9) to 2100-01-01 (4.1e9). Below 1e9 both
+# readings agree on ms (epoch seconds before 2001 are no LLM's); between 1e9 and 1.42e9, or past 4.1e9, a
+# trace is milliseconds from its start (11.6 days and more into it). In between it is a guess, and said so.
+EPOCH_S_FROM = 1_420_070_400.0
+EPOCH_S_UNTIL = 4_102_444_800.0
+# Columns that are epoch seconds by their format's definition: OpenAI's created, SLS's __time__.
+_EPOCH_S_NAMES = frozenset({"created", "__time__"})
 
 
-def _time_divisor(first: float, millis: bool) -> float:
-    """What a trace's numeric times are divided by to give seconds, from the magnitude of its first one (so a
-    file keeps one unit): epoch ns, us or ms by size, epoch seconds, else the format's unit."""
-    size = abs(first)
-    for above, divisor in ((EPOCH_NS_ABOVE, 1e9), (EPOCH_US_ABOVE, 1e6), (EPOCH_MS_ABOVE, 1000.0)):
-        if size > above:
-            return divisor
-    return 1000.0 if millis and size < EPOCH_S_ABOVE else 1.0
+def _magnitude(value: float) -> TimeUnit | None:
+    """The epoch unit a time's size alone tells (milliseconds and finer), None below epoch milliseconds."""
+    size = abs(value)
+    return next((unit for above, unit in _EPOCH_UNITS if size > above), None)
+
+
+def time_unit(name: str, low: float, *, jsonl: bool) -> tuple[TimeUnit, bool]:
+    """The unit of a column of numeric times named ``name`` whose smallest time is ``low``, and whether that
+    is a guess (epoch seconds or milliseconds from the start, both plausible): epoch ns, us or ms by size;
+    seconds in a CSV or a column named ``arrival_s``; in JSON lines milliseconds (Mooncake), except epoch
+    seconds under a name that means them or at a size that reads as a date of 2015-2099."""
+    unit = _magnitude(low)
+    if unit is not None:
+        return unit, False
+    if not jsonl or name == "arrival_s":
+        return TimeUnit.S, False
+    if low < 1e9:
+        return TimeUnit.MS, False
+    if name in _EPOCH_S_NAMES:
+        return TimeUnit.S, False
+    if EPOCH_S_FROM <= low < EPOCH_S_UNTIL:
+        return TimeUnit.S, True
+    return TimeUnit.MS, False
 
 
 def parse_columns(text: str, source: str, *, jsonl: bool) -> tuple[TraceRequest, ...]:
     """Requests of a trace (``jsonl``: one JSON object a line, else CSV with a header), sorted by arrival.
 
     Rows with zero tokens (failed requests in BurstGPT) are skipped; fewer than two usable requests fail.
-    Numeric times are seconds, in JSON lines milliseconds (Mooncake's ``timestamp``), except a column named
-    ``arrival_s``: its name says seconds, in either format; and epoch times in either, whose unit the first
-    row's size tells (:func:`_time_divisor`: seconds, milliseconds, microseconds or nanoseconds)."""
+    Numeric times are read in the unit :func:`time_unit` tells from the whole column."""
     return read_trace(io.StringIO(text, newline=""), source, jsonl=jsonl).requests
 
 
@@ -265,12 +355,14 @@ def parse_trace(text: str, source: str, *, jsonl: bool) -> tuple[tuple[TraceRequ
 @dataclass(frozen=True, slots=True)
 class TraceRead:
     """What :func:`read_trace` read: the requests sorted by arrival, the prefix share of a JSONL trace with
-    Mooncake's ``hash_ids`` (None otherwise), how many rows it had and why it skipped those it skipped."""
+    Mooncake's ``hash_ids`` (None otherwise), how many rows it had and why it skipped those it skipped, and
+    where its numeric times' unit was a guess, the guess (``unit_guess``: one line to warn with)."""
 
     requests: tuple[TraceRequest, ...]
     prefix_share: float | None = None
     rows: int = 0
     skipped: tuple[tuple[str, int], ...] = ()
+    unit_guess: str | None = None
 
     def skipped_note(self) -> str | None:
         """``N of M rows skipped: ...`` with the count of each reason, None when none was skipped."""
@@ -284,9 +376,13 @@ NEGATIVE_TOKENS = "with negative token counts"
 NO_TIME = "with no time"
 BAD_TIME = "with a time that is not finite"
 HEADER_AGAIN = "repeating the header"
-_REASONS = (ZERO_TOKENS, NO_TOKENS, NEGATIVE_TOKENS, NO_TIME, BAD_TIME, HEADER_AGAIN)
+NOT_JSON = "not JSON (the log's other lines)"
+_REASONS = (ZERO_TOKENS, NO_TOKENS, NEGATIVE_TOKENS, NO_TIME, BAD_TIME, HEADER_AGAIN, NOT_JSON)
 # Cell text that means no value: what exports write for a null.
 _EMPTY = frozenset({"", "null", "none", "nan", "n/a", "na", "-"})
+# More tokens than any model's context (the longest, Llama 4 Scout's, is 10M): a count past this is a
+# corrupt cell or a byte count, and summed into a sizing it overflowed the simulator's arithmetic.
+MAX_TOKENS = 100_000_000
 
 
 def _skipped_note(rows: int, skipped: tuple[tuple[str, int], ...]) -> str | None:
@@ -296,82 +392,171 @@ def _skipped_note(rows: int, skipped: tuple[tuple[str, int], ...]) -> str | None
     return f"{total} of {rows} rows skipped: " + ", ".join(f"{count} {why}" for why, count in skipped)
 
 
-def read_trace(lines: Iterable[str], source: str, *, jsonl: bool) -> TraceRead:
+def read_trace(
+    lines: Iterable[str],
+    source: str,
+    *,
+    jsonl: bool,
+    unit: TimeUnit | None = None,
+    other_lines: bool = False,
+) -> TraceRead:
     """:func:`parse_columns` over lines as a file gives them (opened with ``newline=""``), read one row at a
-    time: the shell hands over an open file, plain or gzip, and only the requests are kept."""
-    rows = _rows(lines, source, jsonl=jsonl)
-    first = next(rows, None)
-    while first is _HEADER_AGAIN:  # a header repeated before any row: skip to the first row
-        first = next(rows, None)
-    if not isinstance(first, dict):
+    time: the shell hands over an open file, plain or gzip, and only the requests are kept. ``unit`` is the
+    unit of numeric times where the user gave it; without, the column tells (:func:`time_unit`).
+    ``other_lines``: JSON lines in a program's log, whose lines that are not JSON are skipped and counted
+    (as they are in a container runtime's log, whatever this says)."""
+    rows = _rows(lines, source, jsonl=jsonl, other_lines=other_lines)
+    pending: list[tuple[int, Any]] = []
+    for item in rows:  # rows before the first request row: a header repeated, a container's own lines
+        pending.append(item)
+        if item[1] is not _HEADER_AGAIN and item[1] is not _NOT_JSON:
+            break
+    if not pending or not isinstance(pending[-1][1], dict):
         raise TraceError(f"{source}: the trace has no request rows")
     shares = _PrefixShare() if jsonl else None
+    times = _Times(source, jsonl, unit)
     skips: dict[str, int] = {}
-    requests, seen = _requests(source, itertools.chain((first,), rows), jsonl, shares, skips)
-    out = tuple(sorted(requests, key=lambda r: r.arrival_s))
+    requests, seen = _requests(source, itertools.chain(pending, rows), times, shares, skips)
+    out = tuple(sorted(times.in_seconds(requests), key=lambda r: r.arrival_s))
     skipped = tuple((why, skips[why]) for why in _REASONS if skips.get(why))
     if len(out) < 2:
         note = _skipped_note(seen, skipped)
         raise TraceError(f"{source}: fewer than two usable requests" + (f" ({note})" if note else ""))
-    return TraceRead(out, shares.value() if shares is not None else None, seen, skipped)
+    prefix = shares.value() if shares is not None else None
+    return TraceRead(out, prefix, seen, skipped, times.guess)
+
+
+class _Times:
+    """A trace's times as they are read: datetimes to seconds from the first, numbers kept as they are
+    written until the whole column is seen, then put in seconds in the unit it tells (:func:`time_unit`).
+    Refuses a column that mixes datetimes and numbers, zones and none, or numbers of two epoch units."""
+
+    def __init__(self, source: str, jsonl: bool, unit: TimeUnit | None) -> None:
+        self.source, self.jsonl, self.unit = source, jsonl, unit
+        self.name = ""
+        self.kind: str | None = None  # "number" or "datetime", from the first time read
+        self.zone: bool | None = None  # whether the first datetime had a zone
+        self.t0: datetime | None = None
+        self.low: tuple[float, int, object] | None = None  # the smallest number, its line and text
+        self.guess: str | None = None
+
+    def read(self, n: int, raw: object) -> float:
+        """The row's time: seconds for a datetime, the number as written for a number."""
+        t = _number(raw)
+        kind = "number" if t is not None else "datetime"
+        if self.kind is None:
+            self.kind = kind
+        elif kind != self.kind:
+            raise TraceError(
+                f"{self.source}: line {n}: time {raw!r} is a {kind} where the first row's is a {self.kind}: "
+                "give every time the same way"
+            )
+        if t is not None:
+            self._check_unit(n, t, raw)
+            return t
+        stamp = _datetime(self.source, n, raw)
+        if self.zone is None:
+            self.zone, self.t0 = stamp.tzinfo is not None, stamp
+        elif self.zone != (stamp.tzinfo is not None):
+            has = (
+                "has no zone where the first row's has one"
+                if self.zone
+                else "has a zone, the first one's not"
+            )
+            raise TraceError(f"{self.source}: line {n}: time {raw!r} {has}: give every time the same way")
+        assert self.t0 is not None
+        return (stamp - self.t0).total_seconds()
+
+    def _check_unit(self, n: int, t: float, raw: object) -> None:
+        if not math.isfinite(t) or self.unit is not None:
+            return
+        if self.low is not None and _magnitude(t) is not _magnitude(self.low[0]):
+            low, line, text = self.low
+            raise TraceError(
+                f"{self.source}: line {n}: time {raw!r} ({_unit_words(t)}) is not in the unit of line "
+                f"{line}'s {text!r} ({_unit_words(low)}): give every time in one unit"
+            )
+        if self.low is None or t < self.low[0]:
+            self.low = (t, n, raw)
+
+    def in_seconds(self, requests: list[TraceRequest]) -> list[TraceRequest]:
+        """The requests with numeric times put in seconds (datetimes already are)."""
+        if self.kind != "number" or (self.low is None and self.unit is None):
+            return requests
+        unit = self.unit
+        if unit is None:
+            assert self.low is not None
+            unit, guessed = time_unit(self.name, self.low[0], jsonl=self.jsonl)
+            if guessed:
+                self.guess = (
+                    f"numeric times read as epoch seconds (the smallest, {self.low[2]!r}, as "
+                    f"{datetime.fromtimestamp(self.low[0], UTC):%Y-%m-%dT%H:%M:%SZ}); if they are "
+                    "milliseconds from the trace's start, give the time unit ms"
+                )
+        if unit is TimeUnit.S:
+            return requests
+        d = unit.divisor
+        return [TraceRequest(r.arrival_s / d, r.prompt_tokens, r.output_tokens) for r in requests]
+
+
+def _unit_words(value: float) -> str:
+    unit = _magnitude(value)
+    return f"epoch {unit.value} by its size" if unit is not None else "too small for epoch ms"
 
 
 def _requests(
-    source: str, rows: Iterator[Any], jsonl: bool, shares: _PrefixShare | None, skips: dict[str, int]
+    source: str,
+    rows: Iterator[tuple[int, Any]],
+    times: _Times,
+    shares: _PrefixShare | None,
+    skips: dict[str, int],
 ) -> tuple[list[TraceRequest], int]:
-    """The usable requests of the rows, in file order, and how many rows there were; ``skips`` counts the
-    rows skipped by reason."""
-    json_text = not jsonl  # a CSV's cells may hold JSON objects as text
+    """The usable requests of the rows, in file order, with their times as :class:`_Times` reads them, and
+    how many rows there were; ``skips`` counts the rows skipped by reason."""
+    json_text = not times.jsonl  # a CSV's cells may hold JSON objects as text
     (tkey, pkey, okey), read = _columns(source, rows, json_text)
-    millis = jsonl and tkey[-1].strip().lower() != "arrival_s"
+    times.name = tkey[-1].strip().lower()
     out: list[TraceRequest] = []
-    zone: bool | None = None  # whether the first datetime had a zone
-    t0: datetime | None = None
-    divisor: float | None = None
     seen = 0
-    for n, row in enumerate(itertools.chain(read, rows), start=2):
+    for n, row in itertools.chain(read, rows):
         seen += 1
-        if row is _HEADER_AGAIN:
-            skips[HEADER_AGAIN] = skips.get(HEADER_AGAIN, 0) + 1
-            continue
-        if not isinstance(row, dict):
-            raise TraceError(f"{source}: row {n}: not an object of named fields")
-        if shares is not None:
-            shares.add(row)
-        prompt = _tokens(source, n, "prompt", _get(row, pkey, json_text))
-        output = _tokens(source, n, "output", _get(row, okey, json_text))
-        raw = _get(row, tkey, json_text)
-        why: str | None = None
-        if prompt is None or output is None:
-            skips[NO_TOKENS] = skips.get(NO_TOKENS, 0) + 1
-            continue
-        if prompt < 0 or output < 0:
-            why = NEGATIVE_TOKENS
-        elif prompt == 0 or output == 0:
-            why = ZERO_TOKENS
-        elif raw is None or (type(raw) is str and raw.strip().lower() in _EMPTY):
-            why = NO_TIME
-        if why is not None:
+        if row is _HEADER_AGAIN or row is _NOT_JSON:
+            why = HEADER_AGAIN if row is _HEADER_AGAIN else NOT_JSON
             skips[why] = skips.get(why, 0) + 1
             continue
-        t = _number(raw)
-        if t is not None:
-            divisor = divisor or _time_divisor(t, millis)
-            t = t / divisor if divisor != 1.0 else t
+        if not isinstance(row, dict):
+            raise TraceError(f"{source}: line {n}: not an object of named fields")
+        if shares is not None:
+            shares.add(row)
+        request = _request(source, n, row, (tkey, pkey, okey), times)
+        if isinstance(request, str):
+            skips[request] = skips.get(request, 0) + 1
         else:
-            stamp = _datetime(source, n, raw)
-            if zone is None:
-                zone, t0 = stamp.tzinfo is not None, stamp
-            elif zone != (stamp.tzinfo is not None):
-                has = "has no zone where the first row's has one" if zone else "has a zone, the first one not"
-                raise TraceError(f"{source}: row {n}: time {raw!r} {has}: give every time the same way")
-            assert t0 is not None
-            t = (stamp - t0).total_seconds()
-        if not math.isfinite(t):
-            skips[BAD_TIME] = skips.get(BAD_TIME, 0) + 1
-            continue
-        out.append(TraceRequest(t, prompt, output))
+            out.append(request)
     return out, seen
+
+
+def _request(
+    source: str, n: int, row: dict[str, Any], columns: tuple[Column, Column, Column], times: _Times
+) -> TraceRequest | str:
+    """The row's request (its time as :class:`_Times` reads it), or why it is skipped."""
+    tkey, pkey, okey = columns
+    json_text = not times.jsonl
+    prompt = _tokens(source, n, "prompt", _get(row, pkey, json_text))
+    output = _tokens(source, n, "output", _get(row, okey, json_text))
+    raw = _get(row, tkey, json_text)
+    if prompt is None or output is None:
+        return NO_TOKENS
+    if prompt < 0 or output < 0:
+        return NEGATIVE_TOKENS
+    if prompt == 0 or output == 0:
+        return ZERO_TOKENS
+    if raw is None or (type(raw) is str and raw.strip().lower() in _EMPTY):
+        return NO_TIME
+    t = times.read(n, raw)
+    if not math.isfinite(t):
+        return BAD_TIME
+    return TraceRequest(t, prompt, output)
 
 
 def _number(raw: object) -> float | None:
@@ -387,11 +572,24 @@ def _number(raw: object) -> float | None:
 
 
 def _missing(value: object) -> bool:
+    """An empty cell, a JSON null, or a NaN (what pandas and Python's json write for a missing number)."""
+    if isinstance(value, float):
+        return math.isnan(value)
     return value is None or (isinstance(value, str) and value.strip().lower() in _EMPTY)
 
 
 def _tokens(source: str, n: int, what: str, value: object) -> int | None:
     """A token count as a whole number; None where the row has none (an empty cell, a JSON null)."""
+    count = _count(source, n, what, value)
+    if count is not None and count > MAX_TOKENS:
+        raise TraceError(
+            f"{source}: line {n}: {what} tokens {value!r} is more than any model's context "
+            f"({MAX_TOKENS:,}): not a token count"
+        )
+    return count
+
+
+def _count(source: str, n: int, what: str, value: object) -> int | None:
     if type(value) is int:
         return value
     if type(value) is str:
@@ -401,21 +599,36 @@ def _tokens(source: str, n: int, what: str, value: object) -> int | None:
             pass
     if _missing(value):
         return None
+    if isinstance(value, bool):  # JSON true is no count (Python's int 1)
+        raise TraceError(f"{source}: line {n}: {what} tokens {value!r} is not a number")
     try:
         number = float(value)  # type: ignore[arg-type]  # checked: TypeError below
         return int(number)
     except (TypeError, ValueError):
-        raise TraceError(f"{source}: row {n}: {what} tokens {value!r} is not a number") from None
+        raise TraceError(f"{source}: line {n}: {what} tokens {value!r} is not a number") from None
     except OverflowError:  # 1e400, inf
-        raise TraceError(f"{source}: row {n}: {what} tokens {value!r} is not a finite number") from None
+        raise TraceError(f"{source}: line {n}: {what} tokens {value!r} is not a finite number") from None
+
+
+# A zone written as a name after the time (SQL exports, Go's time.String): "2024-12-06 10:00:00 UTC".
+_UTC_NAMES = (" UTC", " GMT", " +0000 UTC")
 
 
 def _datetime(source: str, n: int, raw: object) -> datetime:
+    text = str(raw).strip()
+    for name in _UTC_NAMES:
+        if text.endswith(name):
+            text = text.removesuffix(name) + "+00:00"
+            break
     try:
-        return datetime.fromisoformat(str(raw).strip())
+        return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    try:  # an access log's local time (nginx $time_local, Apache %t): 06/Dec/2024:10:00:00 +0800
+        return datetime.strptime(text.strip("[]"), "%d/%b/%Y:%H:%M:%S %z")
     except ValueError:
         raise TraceError(
-            f"{source}: row {n}: time {raw!r} is neither a number nor an ISO-8601 datetime"
+            f"{source}: line {n}: time {raw!r} is neither a number nor an ISO-8601 datetime"
         ) from None
 
 

@@ -30,8 +30,11 @@ Every rank of a TP engine prints its own lines; the first value of each kind is 
 smallest KV figure and the largest non-torch figure are kept (vLLM sizes the KV cache by the tightest rank).
 A start with no KV block at all (``# cuda blocks: 0``, a negative remainder, vllm#13882) is a refusal.
 
-Logs as they are kept: a file (``journalctl``, a container's log) often holds several starts of the server, a
-refused one and then the one that ran, or the starts before and after a change of flags; only the last start
+Logs as they are kept: a container runtime's log copied from a node (CRI, Docker json-file) is unwrapped
+first, a line it cut at 16 KiB joined again (:mod:`sizing.container_logs`: the engine's config line can be
+that long, and a number cut in two was read short). A file (``journalctl``, a container's log) often holds
+several starts of the server, a refused one and then the one that ran, or the starts before and after a
+change of flags; only the last start
 that got as far as sizing its KV cache is read (a start is the server's first line: ``vLLM API server
 version X`` in earlier releases, later (0.23 in vllm#46169) a logo with ``version X`` beside it or, with
 ``VLLM_DISABLE_LOG_LOGO=1``, ``vLLM server version X, serving model M``; without one, the ``Initializing ...
@@ -45,6 +48,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 
+from sizing.container_logs import unwrap_text
 from sizing.errors import SizingInputError
 
 # A number that reaches the end of the text may be cut short ("12" of "128"): something must follow it.
@@ -293,7 +297,7 @@ def read_startup_log(text: str) -> LogFacts:
 
     Of several starts in one log, the last that states its KV cache (or was refused) is read; when none does,
     the last start."""
-    starts = _starts(_one_server(_ANSI.sub("", text)))
+    starts = _starts(_one_server(_ANSI.sub("", unwrap_text(text))))
     for index in range(len(starts), 0, -1):
         facts = _read_start(starts[index - 1])
         if facts.refused or not _missing_kv(facts):

@@ -141,7 +141,7 @@ def _read_user_trace(spec: Any) -> TraceRead | None:
     from fleet.sim.workload import WorkloadError, read_trace_file
 
     try:
-        return read_trace_file(spec.name)
+        return read_trace_file(spec.name, unit=spec.params.get("time_unit"))
     except WorkloadError as exc:
         fail(f"--workload: {exc}")
 
@@ -190,16 +190,17 @@ def _hardware(model: str, instance_type: str, max_model_len: int | None, region:
 
 def _warn_trace(spec: Any, user_trace: TraceRead | None) -> None:
     """A user's trace whose rows were skipped (no, zero or negative token counts, no time, a header again)
-    says how many and why, once, on stderr."""
+    says how many and why, once, on stderr; one whose numeric times' unit was a guess says what it took."""
     if user_trace is None:
         return
     from rich.markup import escape
 
-    note = user_trace.skipped_note()
-    if note:
-        err_console.print(
-            f"[yellow]warning:[/] {escape(spec.name)}: {escape(note)}", highlight=False, soft_wrap=True
-        )
+    guess = f"{user_trace.unit_guess} (trace:FILE,time_unit=ms)" if user_trace.unit_guess else None
+    for note in (user_trace.skipped_note(), guess):
+        if note:
+            err_console.print(
+                f"[yellow]warning:[/] {escape(spec.name)}: {escape(note)}", highlight=False, soft_wrap=True
+            )
 
 
 def _warn_trace_end(spec: Any, hours: float, user_trace: TraceRead | None) -> None:
@@ -214,7 +215,8 @@ def _warn_trace_end(spec: Any, hours: float, user_trace: TraceRead | None) -> No
 
     if spec.kind == "servegen" or spec.params.get("loop", "true").lower() == "true":
         return
-    trace = load_trace(spec.kind, spec.name, user_trace=user_trace)  # a bundled one: loaded once a process
+    # a bundled one: loaded once a process
+    trace = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     if not trace:
         return
     end_s = (trace[-1].arrival_s - trace[0].arrival_s) / float(spec.params.get("speed", "1"))

@@ -93,6 +93,11 @@ def size(
         help="A request trace: Azure/BurstGPT CSV, Mooncake JSONL, or a gateway log (OpenAI usage, LiteLLM, "
         "SLS), plain or .gz (docs/simulator.md).",
     ),
+    trace_time_unit: str | None = typer.Option(
+        None,
+        "--trace-time-unit",
+        help="The unit of the trace's numeric times (s, ms, us, ns) where their size leaves it a guess.",
+    ),
     slo_ttft_p99_ms: float | None = typer.Option(
         None, "--slo-ttft-p99-ms", help="P99 time to first token, ms."
     ),
@@ -138,6 +143,8 @@ def size(
     from sizing.search import SLO, Settings, search
 
     _check_exclusive(model, config, gpu, instance_type, trace, prompt_tokens, output_tokens)
+    if trace_time_unit is not None and trace is None:
+        fail("--trace-time-unit: it is the unit of --trace's times: give it with --trace")
     _check_ranges(
         top,
         counts={
@@ -169,7 +176,7 @@ def size(
         book = sizing.price_book(_read_yaml(prices), str(prices)) if prices else sizing.price_book()
         if region is not None:
             book.price(next(iter(sizing.load_instances().values())), region)  # validates the region name
-        requests, shared = _read_trace(trace) if trace is not None else ((), None)
+        requests, shared = _read_trace(trace, trace_time_unit) if trace is not None else ((), None)
         workload = Workload(
             qps=qps,
             prompt_tokens=prompt_tokens or 1000,
@@ -363,22 +370,25 @@ def _read_yaml(path: Path) -> Any:
         fail(f"{path}: nested too deeply to read as YAML")
 
 
-def _read_trace(path: Path) -> tuple[tuple[TraceRequest, ...], float | None]:
+def _read_trace(path: Path, unit: str | None) -> tuple[tuple[TraceRequest, ...], float | None]:
     """Requests of a trace file (sizing.traces.read_trace, row by row, plain or ``.gz``): Azure LLM,
     BurstGPT, Mooncake or a gateway's log; and the share of its prompt tokens in a prefix seen before, where
     its rows say (Mooncake's hash_ids). The byte-order mark Excel and Notepad put before a CSV's first column
     name is dropped."""
-    from fleet.sim.workload import WorkloadError, read_trace_file
+    from fleet.sim.workload import TIME_UNITS, WorkloadError, read_trace_file
 
+    if unit is not None and unit not in TIME_UNITS:
+        fail(f"--trace-time-unit: {unit!r} is not one of {', '.join(TIME_UNITS)}")
     try:
-        got = read_trace_file(path)
+        got = read_trace_file(path, unit=unit)
     except WorkloadError as exc:
         fail(str(exc))
-    note = got.skipped_note()
-    if note:
-        err_console.print(
-            f"[yellow]warning:[/] {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True
-        )
+    guess = f"{got.unit_guess} (--trace-time-unit ms)" if got.unit_guess else None
+    for note in (got.skipped_note(), guess):
+        if note:
+            err_console.print(
+                f"[yellow]warning:[/] {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True
+            )
     return got.requests, got.prefix_share
 
 

@@ -225,7 +225,7 @@ def sizes_for(
 
         sizes = load_trace(*SIZE_SOURCES[spec.params.get("sizes", "azure-conv")])
     else:
-        sizes = load_trace(spec.kind, spec.name, user_trace=user_trace)
+        sizes = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     return sizes if max_prompt_tokens is None else cut_prompts(sizes, max_prompt_tokens)
 
 
@@ -389,7 +389,7 @@ def requests_upper_bound(spec: WorkloadSpec, hours: float, user_trace: TraceRead
     p = spec.params
     if spec.kind == "servegen":
         return float(p.get("peak", "20")) * duration_s
-    trace = load_trace(spec.kind, spec.name, user_trace=user_trace)
+    trace = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     if len(trace) < 2:
         return float(len(trace))
     if p.get("loop", "true").lower() == "true":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import math
 import os
 import random
@@ -26,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from sizing.container_logs import ContainerLog
 from sizing.traces import (
+    TimeUnit,
     TraceError,
     TraceRead,
     TraceRequest,
@@ -119,29 +122,58 @@ def load_mooncake_jsonl(path: Path | str) -> list[Request]:
 
 
 def trace_is_jsonl(path: Path) -> bool:
-    """Whether a trace file holds JSON lines: its name ends in ``.jsonl`` or ``.json``, before any ``.gz``."""
+    """Whether a trace file holds JSON lines by its name: ``.jsonl``, ``.ndjson`` or ``.json``, before any
+    ``.gz``. A file of another name (``access.log``) is JSON lines when its first line is a JSON object
+    (:func:`read_trace_file` looks)."""
     suffixes = [x.lower() for x in path.suffixes]
     if suffixes[-1:] == [".gz"]:
         suffixes = suffixes[:-1]
-    return bool(suffixes) and suffixes[-1] in {".jsonl", ".json"}
+    return bool(suffixes) and suffixes[-1] in {".jsonl", ".ndjson", ".json"}
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _open_trace(path: Path) -> IO[str]:
-    """The file as text lines, through gzip when its name ends in ``.gz``; the byte-order mark Excel writes
-    before a CSV's first column name is dropped."""
-    if path.name.lower().endswith(".gz"):
+    """The file as text lines, through gzip when it is gzip (its first two bytes say so, whatever its name:
+    logrotate's ``access.log.1`` compressed in place, a ``.gz`` that was already unpacked); the byte-order
+    mark Excel writes before a CSV's first column name is dropped."""
+    with path.open("rb") as raw:
+        packed = raw.read(2) == _GZIP_MAGIC
+    if packed:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     return path.open(encoding="utf-8-sig", newline="")
 
 
-def read_trace_file(path: Path | str) -> TraceRead:
+def _looks_jsonl(path: Path) -> bool:
+    """Whether a line among the first thousand, as the program wrote it (a container runtime's record
+    unwrapped), is a JSON object: a gateway's access log named ``.log`` or ``.txt``, its start-up messages
+    first (``kubectl logs``). No CSV line begins with a brace."""
+    with _open_trace(path) as handle:
+        for _, line in ContainerLog(itertools.islice(handle, 1000)):
+            if line.lstrip("\ufeff").lstrip().startswith("{"):
+                return True
+    return False
+
+
+TIME_UNITS = tuple(unit.value for unit in TimeUnit)
+
+
+def read_trace_file(path: Path | str, *, unit: str | None = None) -> TraceRead:
     """A per-request trace file read row by row (a file of millions of rows is never held whole), plain or
-    gzip-compressed (a name ending in ``.gz``); the columns are found by name (``sizing.traces``). Each call
-    parses the file: a command that needs it in several steps reads it once and hands the result on."""
+    gzip-compressed; JSON lines by its name or its first line, else CSV; the columns are found by name
+    (``sizing.traces``). ``unit`` is the unit of numeric times (``s``, ``ms``, ``us``, ``ns``) where the user
+    gave it. Each call parses the file: a command that needs it in several steps reads it once and hands
+    the result on."""
     path = Path(path)
+    if unit is not None and unit not in TIME_UNITS:
+        raise WorkloadError(f"{path}: time unit {unit!r} is not one of {', '.join(TIME_UNITS)}")
     try:
+        named = trace_is_jsonl(path)
+        found = not named and _looks_jsonl(path)  # a program's log: its other lines are skipped
         with _open_trace(path) as handle:
-            return read_trace(handle, str(path), jsonl=trace_is_jsonl(path))
+            given = TimeUnit(unit) if unit is not None else None
+            return read_trace(handle, str(path), jsonl=named or found, unit=given, other_lines=found)
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:
@@ -412,6 +444,7 @@ SIZE_SOURCES = {
 }
 
 _REPLAY_KEYS = {"speed", "rate", "loop", "seed"}
+_TRACE_KEYS = _REPLAY_KEYS | {"time_unit"}
 _CURVE_KEYS = {"peak", "day", "sizes", "cv_cap", "seed", "start_h", "gaps"}
 
 
@@ -427,7 +460,9 @@ class WorkloadSpec:
     * ``azure:conv|code`` and ``mooncake:conversation|synthetic``: keys ``speed`` (time compression, default
       1), ``rate`` (request multiplier, default 1), ``loop`` (``true``/``false``, default true), ``seed``.
     * ``trace:PATH``: the user's own per-request trace (CSV or ``.jsonl``, columns found by name as ``fleet
-      size --trace`` finds them; PATH relative to the working directory), with the replay keys.
+      size --trace`` finds them; PATH relative to the working directory), with the replay keys and
+      ``time_unit`` (``s``, ``ms``, ``us``, ``ns``: the unit of numeric times, where the column's size would
+      leave it a guess).
     """
 
     kind: str
@@ -491,7 +526,7 @@ def _resolve_trace(kind: str, name: str, params: dict[str, str], text: str) -> t
             )
         return name, _REPLAY_KEYS
     if kind == "trace":
-        return name, _REPLAY_KEYS
+        return name, _TRACE_KEYS
     raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake, trace")
 
 
@@ -499,6 +534,10 @@ def _check_values(params: dict[str, str], text: str) -> None:
     """Numbers where numbers are wanted (positive for rates), and loop a boolean."""
     for key in params:
         if key in ("sizes", "loop", "gaps"):
+            continue
+        if key == "time_unit":
+            if params[key] not in TIME_UNITS:
+                raise WorkloadError(f"workload {text!r}: time_unit must be one of {', '.join(TIME_UNITS)}")
             continue
         if key == "cv_cap" and params[key].lower() == "none":
             continue
@@ -542,14 +581,19 @@ _CACHE: dict[tuple[str, str], tuple[Request, ...]] = {}
 
 
 def load_trace(
-    kind: str, name: str, directory: Path | None = None, *, user_trace: TraceRead | None = None
+    kind: str,
+    name: str,
+    directory: Path | None = None,
+    *,
+    user_trace: TraceRead | None = None,
+    unit: str | None = None,
 ) -> tuple[Request, ...]:
     """A per-request trace by kind and name. A bundled one is loaded once per process; the user's file
     (kind ``trace``) is ``user_trace``, the file as the command read it (:func:`read_trace_file`), else read
     now: it may change between runs of one process, and a command that needs it in several steps reads it
-    once and hands the read to each."""
+    once and hands the read to each; ``unit`` is its ``time_unit``."""
     if kind == "trace":
-        return restarted(user_trace if user_trace is not None else read_trace_file(name))
+        return restarted(user_trace if user_trace is not None else read_trace_file(name, unit=unit))
     directory = directory or traces_dir()
     key = (str(directory), f"{kind}:{name}")
     if key not in _CACHE:
@@ -608,7 +652,8 @@ def build_workload(
             cv_cap=cv_cap,
             max_prompt_tokens=max_prompt_tokens,
         )
-    trace = load_trace(spec.kind, spec.name, directory, user_trace=user_trace)
+    unit = spec.params.get("time_unit")
+    trace = load_trace(spec.kind, spec.name, directory, user_trace=user_trace, unit=unit)
     loop = p.get("loop", "true").lower() == "true"
     if loop:
         check_loopable(trace, spec.name)

@@ -652,7 +652,7 @@ def test_a_plot_file_mode_follows_the_umask(tmp_path, capsys):
         (
             "huge.csv",
             "timestamp,prompt_tokens,output_tokens\n1,1e400,5\n2,100,5\n",
-            "row 2: prompt tokens '1e400' is not a finite number",
+            "line 2: prompt tokens '1e400' is not a finite number",
         ),
         (
             "broken.jsonl",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
 
 from sizing.traces import (
+    TimeUnit,
     TraceError,
     TraceRequest,
     parse_azure_csv,
@@ -86,7 +88,7 @@ def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
             True,
             "m.csv: line 2: not valid JSON",
         ),
-        ("time,prompt_tokens,output_tokens\n1,x,3\n2,4,5\n", False, "m.csv: row 2:"),
+        ("time,prompt_tokens,output_tokens\n1,x,3\n2,4,5\n", False, "m.csv: line 2:"),
         ("time,prompt_tokens,output_tokens\n1,2,3\n", False, "m.csv: fewer than two usable requests$"),
         # every row a failed request (no output): the line said "fewer than two usable" of a 3-row trace
         (
@@ -262,15 +264,15 @@ def test_skipped_rows_are_counted_by_reason_not_dropped_silently() -> None:
         ),
         (
             "timestamp,prompt_tokens,completion_tokens\n0,many,3\n",
-            "row 2: prompt tokens 'many' is not a number",
+            "line 2: prompt tokens 'many' is not a number",
         ),
         (
             "timestamp,prompt_tokens,completion_tokens\n2024-12-06 10:00,1,3\n06/12/2024 10:01,1,3\n",
-            "row 3: time '06/12/2024 10:01' is neither a number nor an ISO-8601 datetime",
+            "line 3: time '06/12/2024 10:01' is neither a number nor an ISO-8601 datetime",
         ),
         (
             "timestamp,prompt_tokens,completion_tokens\n2024-12-06T10:00Z,1,3\n2024-12-06T10:01,1,3\n",
-            "row 3: time '2024-12-06T10:01' has no zone where the first row's has one",
+            "line 3: time '2024-12-06T10:01' has no zone where the first row's has one",
         ),
         (
             "timestamp,prompt_tokens,completion_tokens\ntimestamp,prompt_tokens,completion_tokens\n",
@@ -285,7 +287,7 @@ def test_a_log_that_cannot_be_read_right_is_one_line_naming_the_problem(text: st
 
 def test_a_json_null_line_is_refused_not_taken_for_a_repeated_header() -> None:
     rows = '{"timestamp": 0, "input_length": 1, "output_length": 1}\nnull\n'
-    with pytest.raises(TraceError, match="^m.jsonl: row 3: not an object of named fields$"):
+    with pytest.raises(TraceError, match="^m.jsonl: line 2: not an object of named fields$"):
         parse_columns(rows, "m.jsonl", jsonl=True)
 
 
@@ -300,3 +302,149 @@ def test_a_json_array_export_is_named_as_one(text: str) -> None:
     # read as JSON lines it was "the trace has no request rows" or "line 1: not valid JSON"
     with pytest.raises(TraceError, match=r"^log.json: holds a JSON array, not JSON lines"):
         parse_columns(text, "log.json", jsonl=True)
+
+
+# ------------------------------------------------------------------------- logs as they are kept and shipped
+def _cri(lines: list[str], cut: int = 16 * 1024) -> str:
+    """A gateway's stdout as containerd keeps it: a line past 16 KiB in P records, then an F."""
+    out = []
+    for line in lines:
+        pieces = [line[i : i + cut] for i in range(0, len(line), cut)]
+        for k, piece in enumerate(pieces):
+            out.append(
+                f"2024-12-06T10:00:0{k}.123456789Z stdout {'F' if k == len(pieces) - 1 else 'P'} {piece}\n"
+            )
+    return "".join(out)
+
+
+def _docker(lines: list[str], cut: int = 16 * 1024) -> str:
+    """The same as Docker's json-file driver keeps it: each piece but the last without its newline."""
+    out = []
+    for line in lines:
+        text = line + "\n"
+        for i in range(0, len(text), cut):
+            out.append(
+                json.dumps({"log": text[i : i + cut], "stream": "stdout", "time": "2024-12-06T10:00:00Z"})
+            )
+    return "\n".join(out) + "\n"
+
+
+def _access(t: int, prompt: int, messages: int = 0) -> str:
+    """One OpenAI-style access record; ``messages`` characters of request body make it long."""
+    body = {"messages": [{"role": "user", "content": "x" * messages}]}
+    return json.dumps(
+        {"created": t, "request": body, "usage": {"prompt_tokens": prompt, "completion_tokens": 7}}
+    )
+
+
+@pytest.mark.parametrize("wrap", [_cri, _docker])
+def test_a_container_runtimes_log_is_read_with_its_long_lines_joined(wrap) -> None:
+    # read as JSON lines, each record was "line 1: not valid JSON" (CRI) or lacked the columns (Docker's
+    # log/stream/time); a line past 16 KiB came in pieces
+    lines = [_access(1733500000, 100), _access(1733500002, 40_000, messages=40_000), _access(1733500003, 50)]
+    got = read_trace(io.StringIO(wrap(lines), newline=""), "gw.log", jsonl=True)
+    assert [(r.arrival_s - 1733500000, r.prompt_tokens) for r in got.requests] == [
+        (0, 100),
+        (2, 40_000),
+        (3, 50),
+    ]
+    assert got.skipped_note() is None
+
+
+def test_a_container_logs_other_output_is_counted_not_refused() -> None:
+    text = _cri(["INFO:     Started server process [1]", _access(1733500000, 10), _access(1733500001, 20)])
+    got = read_trace(io.StringIO(text, newline=""), "gw.log", jsonl=True)
+    assert [r.prompt_tokens for r in got.requests] == [10, 20]
+    assert got.skipped_note() == "1 of 3 rows skipped: 1 not JSON (the log's other lines)"
+    # in a file named as JSON lines that is no container's log, such a line is refused, naming it
+    with pytest.raises(TraceError, match=r"^gw.jsonl: line 2: not valid JSON"):
+        parse_columns(_access(1, 1) + "\nINFO: Started\n", "gw.jsonl", jsonl=True)
+
+
+def _mooncake(times: list[int]) -> str:
+    return "".join(f'{{"timestamp": {t}, "input_length": 10, "output_length": 2}}\n' for t in times)
+
+
+def test_milliseconds_from_the_start_past_1e9_are_milliseconds_whichever_row_comes_first() -> None:
+    # the first row fixed the unit: a trace whose first row was 11.6 days in (rows out of order, or a slice
+    # of a longer trace) read as epoch seconds and played 1000 x too slowly
+    got = read_trace(io.StringIO(_mooncake([1_300_000_000, 0, 1_000_000_000])), "m.jsonl", jsonl=True)
+    assert [r.arrival_s for r in got.requests] == [0.0, 1_000_000.0, 1_300_000.0]
+    late = read_trace(io.StringIO(_mooncake([1_000_000_000, 1_000_002_000])), "m.jsonl", jsonl=True)
+    assert late.requests[1].arrival_s - late.requests[0].arrival_s == 2.0
+    assert late.unit_guess is None  # 1e9 s is 2001: no log of an LLM's, so not a guess
+
+
+def test_a_json_time_that_reads_as_a_recent_date_is_epoch_seconds_and_the_guess_is_said() -> None:
+    got = read_trace(io.StringIO(_mooncake([1733500000, 1733500002])), "m.jsonl", jsonl=True)
+    assert got.requests[1].arrival_s - got.requests[0].arrival_s == 2.0
+    assert got.unit_guess is not None and "epoch seconds" in got.unit_guess and "2024-12-06" in got.unit_guess
+    # a name that means epoch seconds (OpenAI's created) is no guess; a unit given is taken as given
+    assert (
+        read_trace(
+            io.StringIO(_access(1733500000, 1) + "\n" + _access(1733500001, 1)), "g", jsonl=True
+        ).unit_guess
+        is None
+    )
+    given = read_trace(
+        io.StringIO(_mooncake([1733500000, 1733500002])), "m.jsonl", jsonl=True, unit=TimeUnit.MS
+    )
+    assert given.requests[1].arrival_s - given.requests[0].arrival_s == pytest.approx(0.002)
+    assert given.unit_guess is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _mooncake([1733500000000, 1733500001000, 5]),
+            "line 3: time 5 (too small for epoch ms) is not in the unit of line 1's 1733500000000 "
+            "(epoch ms by its size): give every time in one unit",
+        ),
+        (
+            '{"timestamp": "2024-12-06T10:00:00Z", "input_length": 1, "output_length": 1}\n'
+            '{"timestamp": 1733500000, "input_length": 1, "output_length": 1}\n',
+            "line 2: time 1733500000 is a number where the first row's is a datetime",
+        ),
+        (
+            '{"created": 1, "usage": {"total_tokens": 5}}\n',
+            "has total tokens but not the prompt / output split the sizing model needs",
+        ),
+        (
+            '{"timestamp": 1, "input_length": true, "output_length": 1}\n',
+            "line 1: prompt tokens True is not a number",
+        ),
+        (
+            '\n\n{"timestamp": 1, "input_length": 1e12, "output_length": 1}\n',
+            "line 3: prompt tokens 1000000000000.0 is more than any model's context (100,000,000)",
+        ),
+    ],
+)
+def test_json_lines_that_cannot_be_read_right_name_the_line_and_the_problem(text: str, message: str) -> None:
+    with pytest.raises(TraceError, match="^m.jsonl: " + re.escape(message)):
+        parse_columns(text, "m.jsonl", jsonl=True)
+
+
+def test_a_json_nan_count_is_a_missing_count_as_a_csv_nan_is() -> None:
+    # json.dumps writes a missing float as NaN: it was "prompt tokens nan is not a number"
+    text = _mooncake([0, 1]) + '{"timestamp": 2, "input_length": NaN, "output_length": 2}\n'
+    got = read_trace(io.StringIO(text), "m.jsonl", jsonl=True)
+    assert len(got.requests) == 2 and got.skipped_note() == "1 of 3 rows skipped: 1 with no token counts"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "timestamp\tprompt_tokens\tcompletion_tokens\n1\t10\t2\n3\t20\t4\n",  # a TSV export
+        "timestamp;prompt_tokens;completion_tokens\n1;10;2\n3;20;4\n",  # a spreadsheet's ; separated values
+        "timestamp,prompt_tokens,completion_tokens\n"  # a zone named after the time (SQL exports)
+        "2024-12-06 10:00:01 UTC,10,2\n2024-12-06 10:00:03 UTC,20,4\n",
+        "timestamp,prompt_tokens,completion_tokens\n"  # nginx's $time_local
+        "06/Dec/2024:18:00:01 +0800,10,2\n[06/Dec/2024:18:00:03 +0800],20,4\n",
+        "timestamp,prompt_tokens,completion_tokens\n"  # nanoseconds and a zone offset
+        "2024-12-06T18:00:01.000000001+08:00,10,2\n2024-12-06T10:00:03.000000001Z,20,4\n",
+    ],
+)
+def test_other_common_csv_shapes_read_the_same(text: str) -> None:
+    got = parse_columns(text, "gw.csv", jsonl=False)
+    assert [(r.arrival_s - got[0].arrival_s, r.prompt_tokens) for r in got] == [(0.0, 10), (2.0, 20)]

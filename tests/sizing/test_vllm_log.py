@@ -162,3 +162,33 @@ def test_v0_refusal_message_carries_the_kv_tokens():
     assert facts.refused and facts.kv_cache_tokens == 81_536
     assert facts.weights_gib == 13.9476
     assert "v0-refusal" in facts.formats
+
+
+def _containerd(text: str, cut: int = 16 * 1024) -> str:
+    """A log as containerd keeps it on the node (/var/log/pods/...): a line past 16 KiB in P records."""
+    out = []
+    for line in text.splitlines():
+        pieces = [line[i : i + cut] for i in range(0, len(line), cut)] or [""]
+        for k, piece in enumerate(pieces):
+            out.append(
+                f"2025-10-03T08:22:17.{k:09d}Z stderr {'F' if k == len(pieces) - 1 else 'P'} {piece}\n"
+            )
+    return "".join(out)
+
+
+def test_a_node_copy_of_the_log_joins_the_config_line_the_runtime_cut():
+    # the engine's config line (its compilation_config lists every graph size) passed 16 KiB: containerd cut
+    # it with a timestamp between "max_seq_len=327" and "68", and the start was read as 327 tokens long
+    head = (
+        "(EngineCore_DP0 pid=1133552) INFO 10-03 16:22:05 [core.py:77] Initializing a V1 LLM engine "
+        "(v0.11.0) with config: model='Qwen/Qwen3-14B', dtype=torch.bfloat16, "
+    )
+    pad = (
+        "compilation_config={"
+        + "x" * (16 * 1024 - len(head) - len("compilation_config={}, max_seq_len=327"))
+        + "}, "
+    )
+    config = head + pad + "max_seq_len=32768, tensor_parallel_size=1\n"
+    assert config.index("max_seq_len=327") + len("max_seq_len=327") == 16 * 1024  # the cut is in the number
+    facts = parse_startup_log(_containerd(config + logs.V1_QWEN3_14B))
+    assert (facts.max_model_len, facts.kv_cache_tokens, facts.vllm_version) == (32768, 42656, "0.11.0")

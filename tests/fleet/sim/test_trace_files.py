@@ -35,10 +35,21 @@ def test_a_broken_gzip_file_is_one_line_naming_it(tmp_path: Path, capsys) -> Non
     path.write_bytes(gzip.compress(CSV.encode())[:30])  # cut short, as a download that stopped
     with pytest.raises(WorkloadError, match="not a readable gzip file"):
         read_trace_file(path)
-    path.write_bytes(b"not gzip at all")
     code = main(["simulate", "--workload", f"trace:{path}", "--hours", "1", "--json"])
     err = capsys.readouterr().err
     assert code == 2 and f"{path}: not a readable gzip file" in err and "Traceback" not in err
+
+
+def test_a_trace_is_unpacked_by_its_bytes_not_its_name(tmp_path: Path) -> None:
+    # a .gz that a browser already unpacked was "not a readable gzip file"; logrotate's access.log.1
+    # compressed in place was "not UTF-8 text"
+    plain = tmp_path / "log.csv"
+    plain.write_text(CSV)
+    unpacked = tmp_path / "download.csv.gz"
+    unpacked.write_text(CSV)
+    packed = tmp_path / "rotated.csv"
+    packed.write_bytes(gzip.compress(CSV.encode()))
+    assert load_columns(unpacked) == load_columns(packed) == load_columns(plain)
 
 
 def test_a_big_trace_is_read_row_by_row_not_held_whole(tmp_path: Path) -> None:
@@ -153,9 +164,9 @@ def test_fleet_simulate_parses_the_users_trace_once_and_runs_as_a_run_that_reads
     parsed: list[str] = []
     parse = workload.read_trace
 
-    def counted(lines, source: str, *, jsonl: bool):
+    def counted(lines, source: str, **how):
         parsed.append(source)
-        return parse(lines, source, jsonl=jsonl)
+        return parse(lines, source, **how)
 
     def sized(factory, sizes, slo_ms, *, seed=0, duration_s=600.0):
         # the engine's bisection takes seconds: a stand-in that still reads the sizes it was handed
@@ -188,3 +199,58 @@ def test_a_trace_rewritten_in_place_is_read_anew_even_where_its_stat_says_the_sa
         handle.write(CSV.replace("0,100,20", "0,900,20"))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert [r.prompt_tokens for r in read_trace_file(path).requests] == [900, 200, 50]
+
+
+def _access(t: int, prompt: int) -> str:
+    return json.dumps({"created": t, "usage": {"prompt_tokens": prompt, "completion_tokens": 7}})
+
+
+def test_a_gateways_log_of_any_name_is_read_as_json_lines_by_its_content(tmp_path: Path) -> None:
+    # `kubectl logs deploy/gateway > gw.log`: read as CSV for its name, it was "needs a time column ...;
+    # found info:     started server process [1]"
+    path = tmp_path / "gw.log"
+    path.write_text(
+        "INFO:     Started server process [1]\n" + _access(1733500000, 10) + "\n" + _access(1733500002, 20)
+    )
+    got = read_trace_file(path)
+    assert [(r.arrival_s - 1733500000, r.prompt_tokens) for r in got.requests] == [(0, 10), (2, 20)]
+    assert got.skipped_note() == "1 of 3 rows skipped: 1 not JSON (the log's other lines)"
+
+
+GUESSED = "numeric times read as epoch seconds"
+RELATIVE_MS = "".join(
+    f'{{"timestamp": {1_500_000_000 + i * 60_000}, "input_length": 100, "output_length": 20}}\n'
+    for i in range(5)
+)
+
+
+def test_fleet_size_says_when_the_unit_of_a_traces_times_is_a_guess_and_takes_the_one_given(
+    tmp_path: Path, capsys
+) -> None:
+    path = tmp_path / "late.jsonl"  # 17 days into a trace in ms from its start: reads as a date of 2017
+    path.write_text(RELATIVE_MS)
+    argv = ["size", "--model", "Qwen2.5-14B", "--trace", str(path), "--top", "1", "--json"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0 and GUESSED in err and "--trace-time-unit ms" in " ".join(err.split())
+    assert json.loads(out)["workload"]["trace_requests"] == 5
+    code = main([*argv, "--trace-time-unit", "ms"])
+    out, err = capsys.readouterr()
+    assert code == 0 and GUESSED not in err
+    assert main([*argv, "--trace-time-unit", "minutes"]) == 2
+    assert "--trace-time-unit: 'minutes' is not one of s, ms, us, ns" in capsys.readouterr().err
+
+
+def test_a_simulated_trace_takes_its_time_unit_from_the_spec(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "late.jsonl"
+    path.write_text(RELATIVE_MS)
+    # a minute apart in milliseconds; read as epoch seconds, 16.7 hours apart: one request in the hour
+    seconds = build_workload(f"trace:{path},loop=false", 3600.0)
+    millis = build_workload(f"trace:{path},loop=false,time_unit=ms", 3600.0)
+    assert len(seconds) == 1 and [r.arrival_s for r in millis] == [0.0, 60.0, 120.0, 180.0, 240.0]
+    code = main(["simulate", "--workload", f"trace:{path},time_unit=h", "--hours", "1", "--json"])
+    assert code == 2 and "time_unit must be one of s, ms, us, ns" in capsys.readouterr().err
+    # the guess is said once before the run, naming the key that settles it
+    code = main(["simulate", "--workload", f"trace:{path}", "--hours", "1", "--fault", "bogus", "--json"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and err.count(GUESSED) == 1 and "time_unit=ms" in err
