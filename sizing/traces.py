@@ -108,7 +108,7 @@ def _rows(
         reader = csv.reader(text(), delimiter=_delimiter(head[-1][1] if head else ""))
         header = next(reader, None)
         if header is None:
-            return
+            raise TraceError(f"{source}: the file is empty")
         _check_header(source, header)
         for values in reader:
             if not values:
@@ -123,11 +123,12 @@ def _rows(
 def _json_rows(log: ContainerLog, source: str, other_lines: bool) -> Iterator[tuple[int, Any]]:
     """JSON lines; in a program's log (``other_lines``, or a container runtime's) a line that is not JSON is
     the program's other output (a start-up message), given as ``_NOT_JSON`` to be counted, not refused."""
-    first = True
+    first, blank = True, True
     for n, line in log:
         stripped = line.strip()
         if not stripped:
             continue
+        blank = False
         mixed = other_lines or log.kind is not LogKind.PLAIN
         if mixed and not stripped.startswith(("{", "[")):
             yield n, _NOT_JSON  # a gateway container's start-up messages among its access records
@@ -142,6 +143,8 @@ def _json_rows(log: ContainerLog, source: str, other_lines: bool) -> Iterator[tu
             )
         first = False
         yield n, value
+    if blank:
+        raise TraceError(f"{source}: the file is empty")
 
 
 def _delimiter(header: str) -> str:

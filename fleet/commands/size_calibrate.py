@@ -182,6 +182,10 @@ def _read_text(path: Path) -> str:
         data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
+    if not data.strip():
+        if str(path) == "-":  # `docker logs` writes the container's stderr on its own stderr
+            fail("standard input is empty: pipe the log in with its stderr (docker logs NAME 2>&1 | ...)")
+        fail(f"{path}: the file is empty: give the lines vLLM printed while it started")
     try:
         return decode_log(data)
     except sizing.SizingInputError as exc:

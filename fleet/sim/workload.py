@@ -132,6 +132,7 @@ def trace_is_jsonl(path: Path) -> bool:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def _open_trace(path: Path) -> IO[str]:
@@ -139,10 +140,12 @@ def _open_trace(path: Path) -> IO[str]:
     logrotate's ``access.log.1`` compressed in place, a ``.gz`` that was already unpacked); the byte-order
     mark Excel writes before a CSV's first column name is dropped."""
     with path.open("rb") as raw:
-        packed = raw.read(2) == _GZIP_MAGIC
-    if packed:
+        head = raw.read(2)
+    if head == _GZIP_MAGIC:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return path.open(encoding="utf-8-sig", newline="")
+    # UTF-16 by its byte-order mark: PowerShell's > and Excel's "Unicode text" save so
+    encoding = "utf-16" if head in _UTF16_BOMS else "utf-8-sig"
+    return path.open(encoding=encoding, newline="")
 
 
 def _looks_jsonl(path: Path) -> bool:
@@ -177,7 +180,9 @@ def read_trace_file(path: Path | str, *, unit: str | None = None) -> TraceRead:
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:
-        raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start}): not a trace") from None
+        raise WorkloadError(
+            f"{path}: not UTF-8 text (byte {exc.start}): save it as UTF-8 (or UTF-16 with a byte-order mark)"
+        ) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise WorkloadError(f"{path}: not a readable gzip file ({exc or 'cut short'})") from None
     except OSError as exc:

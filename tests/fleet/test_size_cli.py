@@ -718,7 +718,9 @@ def test_size_with_the_calibration_changes_the_answer_as_printed(tmp_path, capsy
     ("text", "message"),
     [
         ("INFO api_server.py] vLLM API server version 0.8.1\n", "found no KV cache line"),
-        ("", "found no KV cache line"),
+        # an empty file was "not a vLLM startup log I can read: found no KV cache line ..."
+        ("", "bad.log: the file is empty"),
+        ("\r\n  \n", "bad.log: the file is empty"),
     ],
 )
 def test_calibrate_refuses_a_log_it_cannot_read_with_one_line(tmp_path, capsys, text, message):
@@ -730,6 +732,16 @@ def test_calibrate_refuses_a_log_it_cannot_read_with_one_line(tmp_path, capsys, 
     assert code == 2 and message in err and "Traceback" not in err
     assert len(capsys.readouterr().err.strip().splitlines()) <= 1
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_calibrate_says_an_empty_standard_input_lacks_the_logs_stderr(capsys, monkeypatch):
+    # `docker logs vllm | fleet size calibrate -` pipes only the container's stdout
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    code, err = _error(capsys, ["size", "calibrate", "-", "--gpu", "A10", "--model", "Qwen2.5-7B", "-o", "c"])
+    assert code == 2 and "standard input is empty" in err and "2>&1" in err
 
 
 def test_calibrate_needs_the_gpu(tmp_path, capsys):

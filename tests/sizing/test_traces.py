@@ -82,7 +82,9 @@ def test_a_column_named_arrival_s_is_seconds_in_json_lines_too() -> None:
     ("text", "jsonl", "message"),
     [
         ("a,b,c\n1,2,3\n", False, "m.csv: needs a time column"),
-        ("", False, "m.csv: the trace has no request rows"),
+        ("", False, "m.csv: the file is empty"),
+        ("\r\n\n", True, "m.csv: the file is empty"),
+        ("timestamp,prompt_tokens,completion_tokens\r\n", False, "m.csv: the trace has no request rows"),
         (
             '{"timestamp": 1, "input_length": 1, "output_length": 1}\nnot json\n',
             True,

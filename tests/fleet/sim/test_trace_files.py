@@ -254,3 +254,19 @@ def test_a_simulated_trace_takes_its_time_unit_from_the_spec(tmp_path: Path, cap
     code = main(["simulate", "--workload", f"trace:{path}", "--hours", "1", "--fault", "bogus", "--json"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and err.count(GUESSED) == 1 and "time_unit=ms" in err
+
+
+def test_a_utf16_trace_is_read_and_another_encoding_is_named(tmp_path: Path) -> None:
+    # PowerShell's > saves UTF-16 with its byte-order mark: it was "not UTF-8 text (byte 0): not a trace"
+    path = tmp_path / "gw.csv"
+    path.write_bytes(CSV.replace("\n", "\r\n").encode("utf-16"))
+    assert load_columns(path) == load_columns_of(tmp_path, CSV)
+    path.write_bytes("timestamp,model,prompt_tokens,completion_tokens\n0,café,1,1\n".encode("latin-1"))
+    with pytest.raises(WorkloadError, match=r"gw.csv: not UTF-8 text \(byte 53\): save it as UTF-8"):
+        read_trace_file(path)
+
+
+def load_columns_of(tmp_path: Path, text: str) -> list:
+    plain = tmp_path / "plain.csv"
+    plain.write_text(text)
+    return load_columns(plain)
