@@ -38,17 +38,19 @@ class HistoryFileError(ValueError):
 
 def read_history_file(path: Path) -> list[DemandReading]:
     """Rows from CSV (``at,request_rate_rps[,prompt_tokens,output_tokens]`` with a header) or JSON (a list of
-    objects with the same keys); ``at`` ISO 8601 with a zone."""
-    from fleet.timefmt import outside_calendar, parse_iso
-
+    objects with the same keys); ``at`` ISO 8601 with a zone. A refusal names a CSV's line in the file and a
+    JSON list's row."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark before "at"
     except FileNotFoundError:
         raise HistoryFileError(f"{path}: history file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise HistoryFileError(f"{path}: cannot read: {exc}") from None
+    if not text.strip():
+        raise HistoryFileError(f"{path}: the file is empty")
     try:
         records: list[Any]
+        lines: list[int] = []  # a CSV record's line in the file (where it ends)
         if text.lstrip()[:1] in ("[", "{"):
             loaded = json.loads(text)
             if not isinstance(loaded, list):
@@ -57,8 +59,11 @@ def read_history_file(path: Path) -> list[DemandReading]:
                 )
             records = loaded
         else:
-            reader = csv.DictReader(io.StringIO(text))
-            records = list(reader)
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            records = []
+            for record in reader:
+                records.append(record)
+                lines.append(reader.line_num)
             missing = {"at", "request_rate_rps"} - set(reader.fieldnames or ())
             if records and missing:
                 named = ", ".join(sorted(missing))
@@ -69,27 +74,33 @@ def read_history_file(path: Path) -> list[DemandReading]:
         raise HistoryFileError(f"{path}: not CSV or a JSON list: {exc}") from None
     except RecursionError:
         raise HistoryFileError(f"{path}: JSON nested too deeply") from None
-    rows: list[DemandReading] = []
-    for n, rec in enumerate(records, start=1):
-        if not isinstance(rec, dict):
-            raise HistoryFileError(f"{path}: row {n}: not an object with at and request_rate_rps")
-        try:
-            at = parse_iso(str(rec["at"]))
-            if at.tzinfo is None:
-                raise ValueError("no timezone")
-            too_far = outside_calendar(at)
-            if too_far is not None:
-                raise ValueError(f"at {too_far}")
-            rps = _rate(rec["request_rate_rps"])
-            prompt = _opt(rec.get("prompt_tokens"), "prompt_tokens")
-            output = _opt(rec.get("output_tokens"), "output_tokens")
-        except (KeyError, TypeError, ValueError) as exc:
-            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise HistoryFileError(f"{path}: row {n}: {what}") from None
-        rows.append(DemandReading(at, rps, prompt, output))
+    where = [f"line {n}" for n in lines] if lines else [f"row {n}" for n in range(1, len(records) + 1)]
+    rows = [_reading(path, at, rec) for at, rec in zip(where, records, strict=True)]
     if not rows:
         raise HistoryFileError(f"{path}: no rows")
     return sorted(rows, key=lambda r: r.at)
+
+
+def _reading(path: Path, where: str, rec: Any) -> DemandReading:
+    """One row of a history file; ``where`` names it in a refusal (``line 3``, ``row 2``)."""
+    from fleet.timefmt import outside_calendar, parse_iso
+
+    if not isinstance(rec, dict):
+        raise HistoryFileError(f"{path}: {where}: not an object with at and request_rate_rps")
+    try:
+        at = parse_iso(str(rec["at"]))
+        if at.tzinfo is None:
+            raise ValueError("no timezone")
+        too_far = outside_calendar(at)
+        if too_far is not None:
+            raise ValueError(f"at {too_far}")
+        rps = _rate(rec["request_rate_rps"])
+        prompt = _opt(rec.get("prompt_tokens"), "prompt_tokens")
+        output = _opt(rec.get("output_tokens"), "output_tokens")
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise HistoryFileError(f"{path}: {where}: {what}") from None
+    return DemandReading(at, rps, prompt, output)
 
 
 def _rate(value: Any) -> float:

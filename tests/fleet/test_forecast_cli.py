@@ -114,21 +114,43 @@ def test_a_bad_history_row_names_the_row(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("at,request_rate_rps\n2026-12-01T00:00:00Z,1\n2026-12-01T00:01:00Z,-3\n")
     assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(bad)]) == 2
-    assert "row 2" in capsys.readouterr().err
+    # it said "row 2" of the rows after the header: the file's line 3
+    assert "bad.csv: line 3: request_rate_rps must be a number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Excel's byte-order mark was glued to "at": "the CSV header must name at and ... (no at)"
+        (
+            "\ufeffat,request_rate_rps\r\n2026-12-01T00:00:00Z,1\r\n2026-12-01T00:01:00Z,x\r\n",
+            "line 3: could not",
+        ),
+        ("", "h.csv: the file is empty"),  # it said "no rows"
+        (" \n", "h.csv: the file is empty"),
+        ("at,request_rate_rps\n", "h.csv: no rows"),
+    ],
+)
+def test_a_history_file_as_saved_is_read_or_named_in_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "h.csv"
+    path.write_text(text, encoding="utf-8", newline="")
+    assert main(["forecast", "--config", SIM_CONFIG, "--group", "chat-14b", "--history", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ("2026-12-01T00:01:00Z,3,nan,200", "row 2: prompt_tokens must be a number from 1 to 16,777,216"),
-        ("2026-12-01T00:01:00Z,3,-5,200", "row 2: prompt_tokens must be a number from 1 to 16,777,216"),
-        ("2026-12-01T00:01:00Z,3,800,inf", "row 2: output_tokens must be a number from 1 to 16,777,216"),
-        ("2026-12-01T00:01:00Z,3,800,1e9", "row 2: output_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,nan,200", "line 3: prompt_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,-5,200", "line 3: prompt_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,800,inf", "line 3: output_tokens must be a number from 1 to 16,777,216"),
+        ("2026-12-01T00:01:00Z,3,800,1e9", "line 3: output_tokens must be a number from 1 to 16,777,216"),
         # one such minute set the mean of the same hour the next day: a 300-digit forecast
-        ("2026-12-01T00:01:00Z,1e308,800,200", "row 2: request_rate_rps 1e+308 is beyond what any scaling"),
+        ("2026-12-01T00:01:00Z,1e308,800,200", "line 3: request_rate_rps 1e+308 is beyond what any scaling"),
         ("2026-12-01T00:01:00Z,3e7,800,200", "(at most 2e+07: 2000 instances x 10000 req/s)"),
-        ("9999-12-31T23:59:00Z,3,800,200", "row 2: at 9999-12-31T23:59:00+00:00 is outside 1970..8999"),
-        ("0001-01-01T00:00:00Z,3,800,200", "row 2: at 0001-01-01T00:00:00+00:00 is outside 1970..8999"),
+        ("9999-12-31T23:59:00Z,3,800,200", "line 3: at 9999-12-31T23:59:00+00:00 is outside 1970..8999"),
+        ("0001-01-01T00:00:00Z,3,800,200", "line 3: at 0001-01-01T00:00:00+00:00 is outside 1970..8999"),
     ],
 )
 def test_token_counts_and_instants_out_of_range_are_refused_not_clamped(tmp_path, capsys, row, message):
