@@ -21,6 +21,7 @@ per stream (stdout and stderr records interleave); a file of any other kind pass
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -81,17 +82,23 @@ class ContainerLog:
         self.kind = LogKind.PLAIN
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
+        numbered = enumerate(self._lines, start=1)
+        for number, line in numbered:
+            if line.strip():
+                self.kind = detect(line)
+                break
+            yield number, line
+        else:
+            return
+        if self.kind is LogKind.PLAIN:  # the common case, at the speed of the file's own lines
+            yield number, line
+            yield from numbered
+            return
+        yield from self._joined(itertools.chain([(number, line)], numbered))
+
+    def _joined(self, numbered: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
         pending: dict[str, tuple[int, list[str]]] = {}  # per stream: where the line began, its pieces
-        decided = False
-        for number, line in enumerate(self._lines, start=1):
-            if not decided:
-                if not line.strip():
-                    yield number, line
-                    continue
-                self.kind, decided = detect(line), True
-            if self.kind is LogKind.PLAIN:
-                yield number, line
-                continue
+        for number, line in numbered:
             piece = self._piece(line)
             if piece is None:
                 yield number, line

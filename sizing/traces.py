@@ -318,7 +318,17 @@ _EPOCH_S_NAMES = frozenset({"created", "__time__"})
 def _magnitude(value: float) -> TimeUnit | None:
     """The epoch unit a time's size alone tells (milliseconds and finer), None below epoch milliseconds."""
     size = abs(value)
-    return next((unit for above, unit in _EPOCH_UNITS if size > above), None)
+    for above, unit in _EPOCH_UNITS:
+        if size > above:
+            return unit
+    return None
+
+
+def _band(value: float) -> tuple[float, float]:
+    """The sizes (exclusive, inclusive) that share ``value``'s :func:`_magnitude`: one comparison a row."""
+    edges = (-1.0, EPOCH_MS_ABOVE, EPOCH_US_ABOVE, EPOCH_NS_ABOVE, math.inf)
+    size = abs(value)
+    return next((lo, hi) for lo, hi in itertools.pairwise(edges) if size <= hi)
 
 
 def time_unit(name: str, low: float, *, jsonl: bool) -> tuple[TimeUnit, bool]:
@@ -441,6 +451,7 @@ class _Times:
         self.zone: bool | None = None  # whether the first datetime had a zone
         self.t0: datetime | None = None
         self.low: tuple[float, int, object] | None = None  # the smallest number, its line and text
+        self.band: tuple[float, float] | None = None  # the sizes of the first number's unit
         self.guess: str | None = None
 
     def read(self, n: int, raw: object) -> float:
@@ -471,9 +482,12 @@ class _Times:
         return (stamp - self.t0).total_seconds()
 
     def _check_unit(self, n: int, t: float, raw: object) -> None:
-        if not math.isfinite(t) or self.unit is not None:
+        if self.unit is not None or not math.isfinite(t):
             return
-        if self.low is not None and _magnitude(t) is not _magnitude(self.low[0]):
+        if self.band is None:
+            self.band = _band(t)
+        elif not self.band[0] < abs(t) <= self.band[1]:
+            assert self.low is not None
             low, line, text = self.low
             raise TraceError(
                 f"{self.source}: line {n}: time {raw!r} ({_unit_words(t)}) is not in the unit of line "
