@@ -58,8 +58,23 @@ _TIME_KEYS = (
     "created_at",
     "request_time",
 )
-_PROMPT_KEYS = ("contexttokens", "request tokens", "input_length", "prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("generatedtokens", "response tokens", "output_length", "output_tokens", "completion_tokens")
+# Higress's ai-statistics plugin logs input_token / output_token in its "ai_log" field, a JSON object as text.
+_PROMPT_KEYS = (
+    "contexttokens",
+    "request tokens",
+    "input_length",
+    "prompt_tokens",
+    "input_tokens",
+    "input_token",
+)
+_OUTPUT_KEYS = (
+    "generatedtokens",
+    "response tokens",
+    "output_length",
+    "output_tokens",
+    "completion_tokens",
+    "output_token",
+)
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 # The byte-order mark Excel writes at the start of a UTF-8 CSV: read as text it is glued to the first column's
 # name ("\ufeffTIMESTAMP"), so a reader that decodes with plain utf-8 passes it on; the parsers drop it.
@@ -184,8 +199,8 @@ Column = tuple[str, ...]
 
 
 def _as_object(value: object, json_text: bool) -> dict[str, Any] | None:
-    """A nested object of a row: a JSON object, or in a CSV (``json_text``) a cell holding one as text (an SLS
-    export quotes a JSON field so)."""
+    """A nested object of a row: a JSON object, or (``json_text``) a CSV cell or a JSON string holding one as
+    text (an SLS export quotes a JSON field so; Higress logs its ai_log so)."""
     if isinstance(value, dict):
         return value
     if json_text and isinstance(value, str) and value.lstrip().startswith("{"):
@@ -280,7 +295,7 @@ def _missing_columns(names: list[str]) -> str:
     )
 
 
-_TOTAL_KEYS = ("total_tokens", "totaltokens", "total tokens", "tokens")
+_TOTAL_KEYS = ("total_tokens", "totaltokens", "total tokens", "total_token", "tokens")
 
 
 class TimeUnit(enum.Enum):
@@ -530,7 +545,7 @@ def _requests(
 ) -> tuple[list[TraceRequest], int]:
     """The usable requests of the rows, in file order, with their times as :class:`_Times` reads them, and
     how many rows there were; ``skips`` counts the rows skipped by reason."""
-    json_text = not times.jsonl  # a CSV's cells may hold JSON objects as text
+    json_text = True  # a CSV's cells, and a JSON line's strings (Higress's ai_log), may hold JSON as text
     (tkey, pkey, okey), read = _columns(source, rows, json_text)
     times.name = tkey[-1].strip().lower()
     out: list[TraceRequest] = []
@@ -558,7 +573,7 @@ def _request(
 ) -> TraceRequest | str:
     """The row's request (its time as :class:`_Times` reads it), or why it is skipped."""
     tkey, pkey, okey = columns
-    json_text = not times.jsonl
+    json_text = True
     prompt = _tokens(source, n, "prompt", _get(row, pkey, json_text))
     output = _tokens(source, n, "output", _get(row, okey, json_text))
     raw = _get(row, tkey, json_text)

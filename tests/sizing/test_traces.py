@@ -202,6 +202,14 @@ GATEWAY_LOGS = {
         '1733500000,10.0.0.1,gw,a,"{""prompt_tokens"": 100, ""completion_tokens"": 20}"\n'
         '1733500002,10.0.0.1,gw,b,"{""prompt_tokens"": 50, ""completion_tokens"": 10}"\n',
     ),
+    # Higress's access log with the ai-statistics plugin: its ai_log a JSON object as a string, counts as text
+    "higress-ai-log": (
+        True,
+        '{"start_time": "2024-12-06T10:00:00.123Z", "method": "POST", "response_code": "200", '
+        '"ai_log": "{\\"model\\":\\"qwen\\",\\"input_token\\":\\"100\\",\\"output_token\\":\\"20\\"}"}\n'
+        '{"start_time": "2024-12-06T10:00:02.123Z", "method": "POST", "response_code": "200", '
+        '"ai_log": "{\\"model\\":\\"qwen\\",\\"input_token\\":\\"50\\",\\"output_token\\":\\"10\\"}"}\n',
+    ),
     "sls-flat": (
         False,
         "__time__,__source__,prompt_tokens,completion_tokens\n"
