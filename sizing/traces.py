@@ -86,6 +86,11 @@ def _json_line(source: str, number: int, line: str) -> object:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
+        if line.strip() == "{":  # jq's default output, one field a line
+            raise TraceError(
+                f"{source}: line {number}: a JSON object over several lines, not JSON lines (one object a "
+                "line): convert it with jq -c ."
+            ) from None
         raise TraceError(f"{source}: line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:  # the parser recurses per level: 100,000 nested '[' exhaust the stack
         raise TraceError(f"{source}: line {number}: nested too deeply to be a trace row") from None

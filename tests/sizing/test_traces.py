@@ -435,6 +435,13 @@ def test_json_lines_that_cannot_be_read_right_name_the_line_and_the_problem(text
         parse_columns(text, "m.jsonl", jsonl=True)
 
 
+def test_pretty_printed_json_objects_are_named_as_such() -> None:
+    # `jq . log.json > out.jsonl` (without -c) was "line 1: not valid JSON (Expecting property name ...)"
+    text = '{\n  "timestamp": 0,\n  "input_length": 1,\n  "output_length": 1\n}\n'
+    with pytest.raises(TraceError, match=r"^m.jsonl: line 1: a JSON object over several lines.*jq -c \.$"):
+        parse_columns(text, "m.jsonl", jsonl=True)
+
+
 def test_a_json_nan_count_is_a_missing_count_as_a_csv_nan_is() -> None:
     # json.dumps writes a missing float as NaN: it was "prompt tokens nan is not a number"
     text = _mooncake([0, 1]) + '{"timestamp": 2, "input_length": NaN, "output_length": 2}\n'
