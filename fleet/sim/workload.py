@@ -121,14 +121,19 @@ def load_mooncake_jsonl(path: Path | str) -> list[Request]:
         raise WorkloadError(str(exc)) from None
 
 
-def trace_is_jsonl(path: Path) -> bool:
-    """Whether a trace file holds JSON lines by its name: ``.jsonl``, ``.ndjson`` or ``.json``, before any
-    ``.gz``. A file of another name (``access.log``) is JSON lines when its first line is a JSON object
-    (:func:`read_trace_file` looks)."""
+def _suffix(path: Path) -> str:
+    """The file's kind by its name, before any ``.gz``: ``.csv`` of ``log.csv.gz``."""
     suffixes = [x.lower() for x in path.suffixes]
     if suffixes[-1:] == [".gz"]:
         suffixes = suffixes[:-1]
-    return bool(suffixes) and suffixes[-1] in {".jsonl", ".ndjson", ".json"}
+    return suffixes[-1] if suffixes else ""
+
+
+def trace_is_jsonl(path: Path) -> bool:
+    """Whether a trace file holds JSON lines by its name: ``.jsonl``, ``.ndjson`` or ``.json``, before any
+    ``.gz``. A file of a name that says neither this nor CSV (``access.log``) is JSON lines when one of its
+    first lines is a JSON object (:func:`read_trace_file` looks)."""
+    return _suffix(path) in {".jsonl", ".ndjson", ".json"}
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -173,7 +178,8 @@ def read_trace_file(path: Path | str, *, unit: str | None = None) -> TraceRead:
         raise WorkloadError(f"{path}: time unit {unit!r} is not one of {', '.join(TIME_UNITS)}")
     try:
         named = trace_is_jsonl(path)
-        found = not named and _looks_jsonl(path)  # a program's log: its other lines are skipped
+        # a program's log (its other lines are skipped); a name that says CSV is CSV
+        found = not named and _suffix(path) not in {".csv", ".tsv"} and _looks_jsonl(path)
         with _open_trace(path) as handle:
             given = TimeUnit(unit) if unit is not None else None
             return read_trace(handle, str(path), jsonl=named or found, unit=given, other_lines=found)

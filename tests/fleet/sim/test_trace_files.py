@@ -215,6 +215,10 @@ def test_a_gateways_log_of_any_name_is_read_as_json_lines_by_its_content(tmp_pat
     got = read_trace_file(path)
     assert [(r.arrival_s - 1733500000, r.prompt_tokens) for r in got.requests] == [(0, 10), (2, 20)]
     assert got.skipped_note() == "1 of 3 rows skipped: 1 not JSON (the log's other lines)"
+    # a name that says CSV is read as CSV, a row that begins with a brace among its rows
+    named = tmp_path / "gw.csv"
+    named.write_text(CSV + "{x},,\n")
+    assert read_trace_file(named).skipped_note() == "1 of 4 rows skipped: 1 with no token counts"
 
 
 GUESSED = "numeric times read as epoch seconds"
