@@ -6,12 +6,13 @@ Two readers, for two jobs:
 * :func:`parse_columns` (and :func:`read_trace`, row by row) finds the time and token columns by name in any
   of the published per-request traces (Azure LLM CSV with datetimes, BurstGPT CSV with seconds, Mooncake
   JSONL with milliseconds) and in gateways' logs (OpenAI-style usage, nested or not; LiteLLM spend logs;
-  Alibaba Cloud SLS exports) and skips rows with zero tokens (BurstGPT's failed requests): what ``fleet size
-  --trace`` sizes for and ``fleet simulate --workload trace:FILE`` replays;
+  Alibaba Cloud SLS exports; Higress's ai_log), also as a container runtime keeps them on the node
+  (:mod:`sizing.container_logs`), and skips rows with zero tokens (BurstGPT's failed requests): what ``fleet
+  size --trace`` sizes for and ``fleet simulate --workload trace:FILE`` replays;
 * :func:`parse_azure_csv` and :func:`parse_mooncake_jsonl` read the two formats the simulator replays,
   strictly (the exact header or keys), sorted and restarted at 0 s, every request at least one token each way.
 
-Bad text raises :class:`TraceError` with one line that names the source and the row.
+Bad text raises :class:`TraceError` with one line that names the source and the line in it.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ _NOT_JSON = object()  # what _rows gives for a log's line that is not JSON (the 
 def _rows(
     lines: Iterable[str], source: str, *, jsonl: bool, other_lines: bool = False
 ) -> Iterator[tuple[int, Any]]:
-    """The rows one at a time with the line each begins on, as the lines come (a file of a million rows is
-    never held whole). A container runtime's log (CRI, Docker json-file) is unwrapped first, its long lines
+    """The rows one at a time with their line in the file (a JSON line's first piece in a container's log;
+    where a CSV row spans several, the line it ends on), as the lines come (a file of a million rows is never
+    held whole). A container runtime's log (CRI, Docker json-file) is unwrapped first, its long lines
     joined again (:mod:`sizing.container_logs`)."""
     log = ContainerLog(_without_bom(lines))
     if jsonl:
