@@ -291,6 +291,11 @@ def _kv_bytes(cal: Calibration, facts: LogFacts, plan: MemoryPlan) -> Calibratio
     if facts.kv_cache_gib is None or not tokens or plan.local is not None:
         return cal  # a hybrid model's logged tokens are derived (concurrency x max_model_len), not a pool
     implied = facts.kv_cache_gib * GIB / tokens
+    if implied < 1.0:  # a corrupt or pasted line: a zero in the file divided every later sizing by zero
+        raise SizingInputError(
+            f"the log's KV cache of {facts.kv_cache_gib:g} GiB holds {tokens:,} tokens, under one byte a "
+            "token: the two lines are not of one start; give the log as vLLM wrote it"
+        )
     if abs(implied / plan.kv_bytes_per_token - 1.0) <= KV_BYTES_TOLERANCE:
         return cal  # within the rounding of the printed GiB: the model's own figure is exact
     term = Term("kv_bytes_per_token", Scope.DEPLOYMENT, implied, plan.kv_bytes_per_token, "bytes")

@@ -106,6 +106,14 @@ def test_v1_log_kv_bytes_agree_with_the_model_so_no_kv_correction_is_made():
     assert plan.kv_cache_tokens == pytest.approx(42_656, rel=0.002)
 
 
+def test_a_kv_line_of_more_tokens_than_bytes_is_refused_not_divided_by():
+    # a corrupt token count gave 0 bytes a token: the calibration divided by it (ZeroDivisionError)
+    dep = Deployment(find_model("Qwen3-14B"), find_gpu("A100-40G"), 1, max_model_len=32768)
+    text = logs.V1_QWEN3_14B.replace("42,656 tokens", "10,000,000,000 tokens")
+    with pytest.raises(SizingInputError, match=r"6\.51 GiB holds 10,000,000,000 tokens, under one"):
+        calibrate(parse_startup_log(text), dep)
+
+
 @settings(max_examples=25, deadline=None)
 @given(util=st.floats(0.80, 0.97), seqs=st.sampled_from([32, 64, 128, 256]))
 def test_v1_calibration_moves_only_by_the_models_differences(util, seqs):
