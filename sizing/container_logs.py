@@ -107,12 +107,12 @@ class ContainerLog:
             start, parts = pending.pop(stream, (number, []))
             parts.append(text)
             if full:
-                yield start, "".join(parts)
+                yield start, _join(parts)
             else:
                 pending[stream] = (start, parts)
         # a file cut while a long line was being written: what arrived of it
         for start, parts in sorted(pending.values()):
-            yield start, "".join(parts)
+            yield start, _join(parts)
 
     def _piece(self, line: str) -> tuple[str, str, bool] | None:
         """(stream, text, whether the program's line ends here) of one record; None where it is not one."""
@@ -127,6 +127,19 @@ class ContainerLog:
             return None
         stream, text = record
         return stream, text, text.endswith("\n")
+
+
+def _join(parts: list[str]) -> str:
+    """The pieces of one line as one. The runtime cut it at a byte count, maybe inside a character: a file
+    read keeping the bytes it could not decode (``surrogateescape``) has that character's bytes at the end of
+    one piece and the start of the next, whole again once joined."""
+    joined = "".join(parts)
+    if len(parts) == 1:
+        return joined
+    try:
+        return joined.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate of another kind (a JSON "\ud800"): nothing to mend
+        return joined
 
 
 def unwrap_text(text: str) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sizing.container_logs import ContainerLog
+from sizing.container_logs import ContainerLog, LogKind, detect
 from sizing.traces import (
     TimeUnit,
     TraceError,
@@ -147,10 +147,22 @@ def _open_trace(path: Path) -> IO[str]:
     with path.open("rb") as raw:
         head = raw.read(2)
     if head == _GZIP_MAGIC:
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    # UTF-16 by its byte-order mark: PowerShell's > and Excel's "Unicode text" save so
-    encoding = "utf-16" if head in _UTF16_BOMS else "utf-8-sig"
-    return path.open(encoding=encoding, newline="")
+        errors = "surrogateescape" if _is_cri(path, packed=True) else "strict"
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors=errors, newline="")
+    if head in _UTF16_BOMS:  # PowerShell's > and Excel's "Unicode text" save so
+        return path.open(encoding="utf-16", newline="")
+    errors = "surrogateescape" if _is_cri(path, packed=False) else "strict"
+    return path.open(encoding="utf-8-sig", errors=errors, newline="")
+
+
+def _is_cri(path: Path, *, packed: bool) -> bool:
+    """Whether the file is a CRI log. containerd cuts a long line at a byte count, often inside a character
+    of more than one byte (Chinese text in a request's messages): each piece alone is not UTF-8, so such a
+    file is decoded keeping the bytes it cannot (``surrogateescape``) and the joined line decoded again
+    (:class:`sizing.container_logs.ContainerLog`)."""
+    with gzip.open(path, "rb") if packed else path.open("rb") as raw:
+        first = raw.readline(4096)
+    return detect(first.decode("utf-8", "replace")) is LogKind.CRI
 
 
 def _looks_jsonl(path: Path) -> bool:

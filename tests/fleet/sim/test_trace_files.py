@@ -274,3 +274,31 @@ def load_columns_of(tmp_path: Path, text: str) -> list:
     plain = tmp_path / "plain.csv"
     plain.write_text(text)
     return load_columns(plain)
+
+
+def test_a_cri_log_cut_inside_a_character_is_read_whole(tmp_path: Path) -> None:
+    # containerd cuts at 16 KiB of bytes: inside a character of Chinese text, each piece alone is not UTF-8,
+    # and the file was refused as "not UTF-8 text"
+    cut = 16 * 1024
+    records = []
+    for t in range(3):
+        line = json.dumps(
+            {
+                "created": 1733500000 + t,
+                "messages": "你好" * 6000,
+                "usage": {"prompt_tokens": 9, "completion_tokens": 3},
+            },
+            ensure_ascii=False,
+        ).encode()
+        pieces = [line[i : i + cut] for i in range(0, len(line), cut)]
+        for k, piece in enumerate(pieces):
+            tag = b"F" if k == len(pieces) - 1 else b"P"
+            records.append(b"2024-12-06T10:00:00.1Z stdout " + tag + b" " + piece + b"\n")
+    data = b"".join(records)
+    with pytest.raises(UnicodeDecodeError):
+        data.decode()  # a cut is inside a character
+    for name, body in (("gw.log", data), ("gw.log.gz", gzip.compress(data))):
+        path = tmp_path / name
+        path.write_bytes(body)
+        got = read_trace_file(path)
+        assert [r.prompt_tokens for r in got.requests] == [9, 9, 9] and got.skipped_note() is None
