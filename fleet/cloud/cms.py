@@ -39,6 +39,9 @@ CUSTOM_NAMESPACE_PREFIX = "acs_customMetric_"
 CUSTOM_GROUP_ID = "0"  # GroupId 0: the metric belongs to no application group
 
 _NOT_STATS = frozenset({"timestamp"})
+# The statistic keys of a row: read as numbers even when sent as text ("12.5"), never kept as dimensions. A
+# key outside this set that holds text is a dimension (userId, instanceId and gpuId are numeric text too).
+_STATISTICS = frozenset({"Average", "Maximum", "Minimum", "Sum", "SampleCount", "value", "Value"})
 
 T = TypeVar("T")
 
@@ -108,7 +111,7 @@ class CmsAdapter:
                 partial(self._last_request, namespace, metric, None, length=MAX_LENGTH),
                 self._client.describe_metric_last,
             ):
-                point = _point(namespace, metric, row, statistic)
+                point = _point(namespace, metric, row, statistic, "DescribeMetricLast")
                 if point.instance_id in wanted:
                     points.append(point)
             return points
@@ -118,7 +121,7 @@ class CmsAdapter:
                 partial(self._last_request, namespace, metric, dims),
                 self._client.describe_metric_last,
             ):
-                points.append(_point(namespace, metric, row, statistic))
+                points.append(_point(namespace, metric, row, statistic, "DescribeMetricLast"))
         return points
 
     def metric_list(
@@ -140,7 +143,7 @@ class CmsAdapter:
                 partial(self._list_request, namespace, metric, dims, start_ms, end_ms, period_s),
                 self._client.describe_metric_list,
             ):
-                points.append(_point(namespace, metric, row, statistic))
+                points.append(_point(namespace, metric, row, statistic, "DescribeMetricList"))
         points.sort(key=lambda p: (p.instance_id or "", p.timestamp))
         return points
 
@@ -265,6 +268,37 @@ def _datapoints(raw: Any, action: str) -> list[dict[str, Any]]:
     return [row for row in rows if isinstance(row, dict)]
 
 
+def _number(value: Any) -> float | None:
+    """A statistic's value: a JSON number, or text holding one; None for anything else (a missing value,
+    which the service treats as unknown)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _timestamp(metric: str, raw: Any, action: str) -> datetime:
+    """A row's time (epoch milliseconds, as a number or text). A row without one, or with one no clock can
+    hold, makes the whole answer InvalidDatapoints: its age cannot be known, so nothing in it is trusted."""
+    if isinstance(raw, bool):
+        raise CloudError("InvalidDatapoints", f"a {metric} datapoint has timestamp {raw!r}", action=action)
+    try:
+        timestamp = parse_time(raw)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise CloudError(
+            "InvalidDatapoints", f"a {metric} datapoint has timestamp {raw!r}: {exc}", action=action
+        ) from exc
+    if timestamp is None:
+        raise CloudError("InvalidDatapoints", f"a {metric} datapoint has no timestamp", action=action)
+    return timestamp
+
+
 def _parse_dimension(text: str) -> dict[str, str]:
     """'gpu=0&instanceId=i-1' -> {'gpu': '0', 'instanceId': 'i-1'} (custom metric dimension strings)."""
     out: dict[str, str] = {}
@@ -275,13 +309,17 @@ def _parse_dimension(text: str) -> dict[str, str]:
     return out
 
 
-def _point(namespace: str, metric: str, row: Mapping[str, Any], statistic: str) -> MetricPoint:
+def _point(namespace: str, metric: str, row: Mapping[str, Any], statistic: str, action: str) -> MetricPoint:
     dims: dict[str, str] = {}
     stats: dict[str, float] = {}
     for key, value in row.items():
         if key in _NOT_STATS:
             continue
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key in _STATISTICS:
+            number = _number(value)
+            if number is not None:
+                stats[key] = number
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
             stats[key] = float(value)
         elif key == "dimension" and isinstance(value, str):
             dims.update(_parse_dimension(value))
@@ -290,9 +328,7 @@ def _point(namespace: str, metric: str, row: Mapping[str, Any], statistic: str) 
     value = stats.get(statistic)
     if value is None:
         value = stats.get("value", stats.get("Value"))
-    timestamp = parse_time(row.get("timestamp"))
-    if timestamp is None:
-        raise CloudError("InvalidDatapoints", f"a {metric} datapoint has no timestamp")
+    timestamp = _timestamp(metric, row.get("timestamp"), action)
     return MetricPoint(
         namespace=namespace,
         metric=metric,

@@ -12,7 +12,10 @@
     ├── InvalidRequest       every other 4xx (parameter errors: never retried)
     └── ServerError          5xx (retried where the call is idempotent)
         ├── NetworkError     no usable HTTP answer: refused, reset, timed out, or cut off mid-body
-        └── IncompleteListing  a paged list whose pages did not add up to its TotalCount, twice running
+        ├── IncompleteListing  a paged list whose pages did not add up to its TotalCount, twice running
+        └── MalformedAnswer  an answer that came back whole but not as the API defines it (a body that is
+                             no JSON object, a list answer without its list or TotalCount, a number or
+                             time that does not parse): retried as a 5xx, never read as data
 
 The SDKs raise `alibabacloud_tea_openapi.exceptions.{ThrottlingException, ClientException, ServerException}`
 for HTTP errors (ThrottlingException when the answer carries `x-acs-retry-after`, whatever the status), and a
@@ -175,6 +178,14 @@ class IncompleteListing(ServerError):
     """A paged list that ended short of its TotalCount (a page answered fewer items than PageSize while the
     count said more remained), or whose TotalCount moved between its pages, on two walks running: the
     caller has part of a list and must not act on it as the whole. Raised by the adapter, not the wire."""
+
+
+class MalformedAnswer(ServerError):
+    """An answer read whole that is not what the API defines: a 200 whose body is JSON but no object
+    (``null``, a string), a list answer carrying neither its list nor TotalCount (a RequestId and nothing
+    else), a field that should be a number or a time and does not parse. Raised by the adapter, not the
+    wire; retried where the call is idempotent, as a 5xx is, and never turned into an empty list or a
+    default value the service would act on."""
 
 
 class AuthError(CloudError):

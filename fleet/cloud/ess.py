@@ -8,6 +8,7 @@ Writes that start an activity carry the caller's ClientToken, so a retried call 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ess20220222 import models as m
 
-from fleet.cloud.errors import IncompleteListing
+from fleet.cloud.errors import IncompleteListing, MalformedAnswer
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import (
     LifecycleAction,
@@ -59,6 +60,23 @@ ESS_MIN_GROUP_SIZE = 0
 ESS_MAX_GROUP_SIZE = 2000
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class _List:
+    """A paged ESS list answer: the wire name of its array, how to read it from the SDK's body, and each
+    item's id (an item listed twice in one walk means the list moved under it)."""
+
+    name: str
+    items: Callable[[Any], list[Any] | None]
+    key: Callable[[Any], Any]
+
+
+_GROUPS = _List("ScalingGroups", lambda b: b.scaling_groups, lambda r: r.scaling_group_id)
+_INSTANCES = _List("ScalingInstances", lambda b: b.scaling_instances, lambda r: r.instance_id)
+_ACTIVITIES = _List("ScalingActivities", lambda b: b.scaling_activities, lambda r: r.scaling_activity_id)
+_TASKS = _List("ScheduledTasks", lambda b: b.scheduled_tasks, lambda r: r.scheduled_task_id)
 
 
 class EssSdkClient(Protocol):
@@ -184,13 +202,13 @@ class EssAdapter:
             filters.append({})
         seen: dict[str, ScalingGroup] = {}
         for flt in filters:
-            for raw in self._pages(
+            raws = self._pages(
                 "DescribeScalingGroups",
                 partial(self._groups_request, flt),
                 self._client.describe_scaling_groups,
-                lambda body: body.scaling_groups,
-            ):
-                group = _group(raw)
+                _GROUPS,
+            )
+            for group in _parsed("DescribeScalingGroups", _group, raws):
                 seen.setdefault(group.group_id, group)
         return list(seen.values())
 
@@ -198,9 +216,10 @@ class EssAdapter:
         self, group_id: str, lifecycle_states: Sequence[str] | None = None
     ) -> list[ScalingInstance]:
         states = list(lifecycle_states) if lifecycle_states else None
-        return [
-            _instance(raw, group_id)
-            for raw in self._pages(
+        return _parsed(
+            "DescribeScalingInstances",
+            partial(_instance, group_id=group_id),
+            self._pages(
                 "DescribeScalingInstances",
                 lambda page: m.DescribeScalingInstancesRequest(
                     region_id=self._region,
@@ -210,18 +229,19 @@ class EssAdapter:
                     page_size=PAGE_SIZE,
                 ),
                 self._client.describe_scaling_instances,
-                lambda body: body.scaling_instances,
-            )
-        ]
+                _INSTANCES,
+            ),
+        )
 
     def describe_scaling_activities(
         self, group_id: str, status_code: str | None = None, limit: int = 20
     ) -> list[ScalingActivity]:
         if limit <= 0:
             return []
-        return [
-            _activity(raw, group_id)
-            for raw in self._pages(
+        return _parsed(
+            "DescribeScalingActivities",
+            partial(_activity, group_id=group_id),
+            self._pages(
                 "DescribeScalingActivities",
                 lambda page: m.DescribeScalingActivitiesRequest(
                     region_id=self._region,
@@ -231,23 +251,24 @@ class EssAdapter:
                     page_size=min(PAGE_SIZE, limit),
                 ),
                 self._client.describe_scaling_activities,
-                lambda body: body.scaling_activities,
+                _ACTIVITIES,
                 limit=limit,
-            )
-        ]
+            ),
+        )
 
     def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]:
-        return [
-            _task(raw)
-            for raw in self._pages(
+        return _parsed(
+            "DescribeScheduledTasks",
+            _task,
+            self._pages(
                 "DescribeScheduledTasks",
                 lambda page: m.DescribeScheduledTasksRequest(
                     region_id=self._region, scaling_group_id=group_id, page_number=page, page_size=PAGE_SIZE
                 ),
                 self._client.describe_scheduled_tasks,
-                lambda body: body.scheduled_tasks,
-            )
-        ]
+                _TASKS,
+            ),
+        )
 
     def _groups_request(self, flt: dict[str, list[str]], page: int) -> m.DescribeScalingGroupsRequest:
         return m.DescribeScalingGroupsRequest(
@@ -483,7 +504,7 @@ class EssAdapter:
         action: str,
         make_request: Callable[[int], Any],
         method: Callable[[Any], Any],
-        items: Callable[[Any], list[Any] | None],
+        listing: _List,
         limit: int | None = None,
     ) -> list[Any]:
         """Every item of a paged list (or its first ``limit``), walked again once when the walk did not add
@@ -491,14 +512,16 @@ class EssAdapter:
 
         A page shorter than PageSize ends a walk; when the items seen by then fall short of TotalCount, or
         TotalCount moved between pages (the list shifted under the walk: an instance leaving page 1 moves one
-        of page 2 onto it, unseen), what came back is part of the list. Taken as the whole, a partial
+        of page 2 onto it, unseen), or an item came back on two pages (one left and one joined between the
+        pages: the count held, one moved onto the next page and another was never seen), what came back is
+        part of the list. Taken as the whole, a partial
         instance list reads as a fleet missing instances (or as fewer than it runs): the caller must not
         act on it, so it is an error, not a short answer."""
-        first = self._walk(action, make_request, method, items, limit)
+        first = self._walk(action, make_request, method, listing, limit)
         if first.complete:
             return first.items
         log.debug("%s: %s; listing it again", action, first.describe())
-        second = self._walk(action, make_request, method, items, limit)
+        second = self._walk(action, make_request, method, listing, limit)
         if second.complete:
             return second.items
         raise IncompleteListing(
@@ -512,7 +535,7 @@ class EssAdapter:
         action: str,
         make_request: Callable[[int], Any],
         method: Callable[[Any], Any],
-        items: Callable[[Any], list[Any] | None],
+        listing: _List,
         limit: int | None,
     ) -> _Walk:
         """Walk PageNumber 1, 2, ... until TotalCount items were seen, ``limit`` were, or a page came back
@@ -520,9 +543,10 @@ class EssAdapter:
         walk = _Walk()
         while True:
             req = make_request(walk.pages + 1)
-            resp = self._call(action, partial(method, req))
-            batch = items(resp.body) or []
+            resp = self._call(action, partial(_listed, method, req, listing))
+            batch = listing.items(resp.body) or []
             walk.items.extend(batch)
+            walk.keys.extend(listing.key(raw) for raw in batch)
             walk.pages += 1
             if resp.body.total_count is not None:
                 walk.totals.append(int(resp.body.total_count))
@@ -541,11 +565,20 @@ class _Walk:
 
     items: list[Any] = field(default_factory=list)
     totals: list[int] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)  # each item's id, in the order listed
     pages: int = 0
     limited: bool = False  # stopped at the caller's limit: the rest was not wanted
 
     @property
+    def twice(self) -> list[Any]:
+        """The ids listed more than once (a row without an id is left to the conversion to refuse)."""
+        counts = Counter(k for k in self.keys if k is not None)
+        return sorted(k for k, n in counts.items() if n > 1)
+
+    @property
     def complete(self) -> bool:
+        if self.twice:
+            return False
         if self.limited or not self.totals:
             return True
         return len(set(self.totals)) == 1 and len(self.items) >= self.totals[-1]
@@ -555,7 +588,28 @@ class _Walk:
             counts = "TotalCount moving " + " -> ".join(map(str, self.totals))
         else:
             counts = f"TotalCount {self.totals[-1] if self.totals else '?'}"
-        return f"{len(self.items)} items in {self.pages} page(s) against {counts}"
+        twice = f"; listed twice: {', '.join(map(str, self.twice))}" if self.twice else ""
+        return f"{len(self.items)} items in {self.pages} page(s) against {counts}{twice}"
+
+
+def _listed(method: Callable[[Any], Any], request: Any, listing: _List) -> Any:
+    """One page, refused (and so retried) when it carries neither its list nor TotalCount: a body of a
+    RequestId alone is no answer, and read as one it is a group without instances."""
+    resp = method(request)
+    body = getattr(resp, "body", None)
+    # the SDK reads a missing array as [] (from_map), so the array's absence shows only as an empty one
+    if body is not None and not listing.items(body) and getattr(body, "total_count", None) is None:
+        raise MalformedAnswer("MalformedAnswer", f"the answer carries neither {listing.name} nor TotalCount")
+    return resp
+
+
+def _parsed(action: str, convert: Callable[[Any], R], raws: list[Any]) -> list[R]:
+    """Each raw item as our type; a field that does not parse fails the whole list as a MalformedAnswer
+    naming it (part of a list is never returned as the whole)."""
+    try:
+        return [convert(raw) for raw in raws]
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise MalformedAnswer("MalformedAnswer", f"an item does not parse: {exc}", action=action) from exc
 
 
 def _chunks(values: list[str], size: int) -> Iterator[list[str]]:
@@ -618,18 +672,37 @@ def _ess_time(value: datetime | str | None) -> str | None:
 def _int(value: Any, default: int = 0) -> int:
     if value is None or value == "":
         return default
-    return int(value)
+    return _whole_number(value)
 
 
 def _opt_int(value: Any) -> int | None:
     if value is None or value == "":
         return None
-    return int(value)
+    return _whole_number(value)
+
+
+def _whole_number(value: Any) -> int:
+    """An integer field (a number or its text); anything else raises ValueError naming the value."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a whole number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a whole number") from None
+    if not number.is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def _id(value: Any, field_name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"an item without {field_name}")
+    return value
 
 
 def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
     return ScalingGroup(
-        group_id=g.scaling_group_id,
+        group_id=_id(g.scaling_group_id, "ScalingGroupId"),
         name=g.scaling_group_name or "",
         lifecycle_state=g.lifecycle_state or "",
         min_size=_int(g.min_size, ESS_MIN_GROUP_SIZE),
@@ -651,7 +724,7 @@ def _group(g: m.DescribeScalingGroupsResponseBodyScalingGroups) -> ScalingGroup:
 
 def _instance(i: m.DescribeScalingInstancesResponseBodyScalingInstances, group_id: str) -> ScalingInstance:
     return ScalingInstance(
-        instance_id=i.instance_id,
+        instance_id=_id(i.instance_id, "InstanceId"),
         group_id=i.scaling_group_id or group_id,
         lifecycle_state=i.lifecycle_state or "",
         health_status=i.health_status,
@@ -665,7 +738,7 @@ def _instance(i: m.DescribeScalingInstancesResponseBodyScalingInstances, group_i
 
 def _activity(a: m.DescribeScalingActivitiesResponseBodyScalingActivities, group_id: str) -> ScalingActivity:
     return ScalingActivity(
-        activity_id=a.scaling_activity_id,
+        activity_id=_id(a.scaling_activity_id, "ScalingActivityId"),
         group_id=a.scaling_group_id or group_id,
         status_code=a.status_code or "",
         cause=a.cause,

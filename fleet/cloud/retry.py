@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from fleet.cloud.errors import CloudError, Conflict, ServerError, Throttled, from_sdk
+from fleet.cloud.errors import CloudError, Conflict, MalformedAnswer, ServerError, Throttled, from_sdk
 
 log = logging.getLogger("fleet.cloud")
 # The line each retried attempt logs (args: product, action, attempt, attempts, the CloudError, the wait):
@@ -124,7 +124,7 @@ def call(
     def attempt() -> T:
         _count(action)
         try:
-            result = fn()
+            result = _whole(fn())
         except CloudError as exc:  # raised by an adapter check on a 200 answer (CMS Success:false)
             if exc.action is None:
                 exc.action = action
@@ -165,6 +165,17 @@ def call(
         exc.attempts = retrying.statistics.get("attempt_number", 1)
         log.debug("%s %s gave up: %s", product, action, exc)
         raise
+
+
+_NO_BODY = object()
+
+
+def _whole(response: T) -> T:
+    """The SDK's answer, unless it carries no body: a 2xx whose JSON is no object (``null``, a string, a
+    number) leaves ``body`` None, which every reader would fail on as an AttributeError far from the call."""
+    if getattr(response, "body", _NO_BODY) is None:
+        raise MalformedAnswer("MalformedAnswer", "the answer's body is not a JSON object")
+    return response
 
 
 def _request_id(response: object) -> str | None:
