@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 from alibabacloud_cms20190101 import models as m
 
 from fleet.cloud.errors import CloudError, classify
+from fleet.cloud.paging import TokenWalk
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import CustomMetric, MetricPoint, parse_time, to_epoch_ms
 
@@ -208,15 +209,15 @@ class CmsAdapter:
         self, action: str, make_request: Callable[[str | None], Any], method: Callable[[Any], Any]
     ) -> Iterator[dict[str, Any]]:
         token: str | None = None
-        seen_tokens: set[str] = set()
+        walk = TokenWalk(action)
         while True:
             req = make_request(token)
             resp = self._call(action, partial(_checked_call, method, req))
-            yield from _datapoints(resp.body.datapoints, action)
-            token = resp.body.next_token or None
-            if token is None or token in seen_tokens:  # a repeated token would loop forever
+            rows = _datapoints(resp.body.datapoints, action)
+            yield from rows
+            token = walk.follow(resp.body.next_token, len(rows))
+            if token is None:
                 return
-            seen_tokens.add(token)
 
 
 def _dimension_batches(namespace: str, instance_ids: Sequence[str]) -> Iterator[str]:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ecs20140526 import models as m
 
+from fleet.cloud.paging import TokenWalk
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import InstanceHealth, InstanceInfo, SystemEvent, parse_time
 
@@ -89,7 +90,7 @@ class EcsAdapter:
         for chunk in _chunks(instance_ids, MAX_IDS_PER_CALL):
             ids_json = json.dumps(chunk, separators=(",", ":"))
             token: str | None = None
-            seen_tokens: set[str] = set()
+            walk = TokenWalk("DescribeInstances")
             while True:
                 req = m.DescribeInstancesRequest(
                     region_id=self._region, instance_ids=ids_json, max_results=PAGE_SIZE, next_token=token
@@ -98,10 +99,9 @@ class EcsAdapter:
                 body = resp.body
                 rows = (body.instances.instance if body.instances else None) or []
                 out.extend(_info(row) for row in rows)
-                token = body.next_token or None
-                if token is None or token in seen_tokens:
+                token = walk.follow(body.next_token, len(rows))
+                if token is None:
                     break
-                seen_tokens.add(token)
         return out
 
     def describe_full_status(self, instance_ids: Sequence[str]) -> list[InstanceHealth]:
@@ -146,7 +146,7 @@ class EcsAdapter:
         out: list[SystemEvent] = []
         for instance_id in dict.fromkeys(instance_ids):
             token: str | None = None
-            seen_tokens: set[str] = set()
+            walk = TokenWalk("DescribeInstanceHistoryEvents")
             while True:
                 req = m.DescribeInstanceHistoryEventsRequest(
                     region_id=self._region,
@@ -166,10 +166,9 @@ class EcsAdapter:
                     event = _event(row, instance_id)
                     if not active_only or event.cycle_status in ACTIVE_CYCLE_STATES:
                         out.append(event)
-                token = body.next_token or None
-                if token is None or token in seen_tokens:
+                token = walk.follow(body.next_token, len(rows))
+                if token is None:
                     break
-                seen_tokens.add(token)
         return out
 
     def reboot_instance(self, instance_id: str, force_stop: bool = False) -> None:

@@ -158,3 +158,51 @@ def test_a_statistic_that_is_no_number_is_a_missing_value(stub, clients, text):
 def test_an_empty_string_datapoints_is_no_points(stub, clients):
     stub.on("DescribeMetricList", {"Code": "200", "Success": True, "Datapoints": ""})
     assert _metric_list(clients) == []
+
+
+# -- NextToken walks that never end ---------------------------------------------------------------------
+
+
+def test_a_next_token_that_comes_back_again_fails_the_read_rather_than_loop(stub, clients):
+    row = {"timestamp": T0_MS, "instanceId": "i-1", "Average": 1.0}
+    tokens = iter(["a", "b", "a"])
+    stub.on("DescribeMetricList", lambda params: {**_rows(row), "NextToken": next(tokens)})
+    with pytest.raises(IncompleteListing) as info:
+        _metric_list(clients)
+    assert "NextToken 'a' came back again after 3 pages" in str(info.value)
+
+
+def test_a_fresh_next_token_on_empty_pages_for_ever_ends_the_read(stub, clients):
+    tokens = (f"t-{n}" for n in range(10_000))
+    stub.on("DescribeMetricList", lambda params: {**_rows(), "NextToken": next(tokens)})
+    with pytest.raises(IncompleteListing) as info:
+        _metric_list(clients)
+    assert "5 pages running carried no rows" in str(info.value)
+    assert len(stub.calls_of("DescribeMetricList")) == 5
+
+
+def test_a_fresh_next_token_on_full_pages_for_ever_ends_the_read(stub, clients, monkeypatch):
+    import fleet.cloud.paging as paging
+
+    monkeypatch.setattr(paging, "MAX_PAGES", 30)
+    row = {"timestamp": T0_MS, "instanceId": "i-1", "Average": 1.0}
+    tokens = (f"t-{n}" for n in range(10_000))
+    stub.on("DescribeMetricList", lambda params: {**_rows(row), "NextToken": next(tokens)})
+    with pytest.raises(IncompleteListing):
+        _metric_list(clients)
+    assert len(stub.calls_of("DescribeMetricList")) == 30
+
+
+def test_one_empty_last_page_with_a_token_is_the_end_of_a_read(stub, clients):
+    row = {"timestamp": T0_MS, "instanceId": "i-1", "Average": 1.0}
+    stub.sequence(
+        "DescribeMetricList", {**_rows(row), "NextToken": "t-1"}, {**_rows(), "NextToken": "t-2"}, _rows()
+    )
+    assert [p.value for p in _metric_list(clients)] == [1.0]
+
+
+def test_an_ecs_next_token_that_comes_back_again_fails_the_read(stub, clients):
+    inst = {"InstanceId": "i-1", "Status": "Running", "InstanceType": "ecs.gn7i-c8g1.2xlarge"}
+    stub.on("DescribeInstances", {"Instances": {"Instance": [inst]}, "NextToken": "same"})
+    with pytest.raises(IncompleteListing):
+        clients.ecs.describe_instances(["i-1"])
