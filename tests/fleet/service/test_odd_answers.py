@@ -1,0 +1,132 @@
+"""The service's tick against cloud answers that are legal HTTP but not what the API defines (a RequestId
+and nothing else, a row that does not parse, a NextToken that never ends): the tick goes on, the group whose
+read cannot be trusted is not acted on, the other group is decided and scaled as usual, and the failure is
+one warning line, never a traceback.
+
+The two groups of ``tests/fleet/service/test_hostile.py``'s world (``chat``, ``other``) both have a queue
+deep enough to scale out; the odd answer is given to ``chat``'s reads only, by the SDK client itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fleet.service.store import Outcome
+from policies import metrics as pm
+
+from .test_hostile import World, _instances, world  # noqa: F401 - the world fixture
+
+__all__ = ["world"]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def records() -> Iterator[_Records]:
+    handler = _Records()
+    root = logging.getLogger("fleet")
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+
+
+def _queue_deep(w: World) -> dict[str, list[str]]:
+    instances = _instances(w)
+    for ids in instances.values():
+        for iid in ids:
+            w.cloud.put_custom_metric("vllm_num_requests_waiting", {"instanceId": iid}, 9.0)
+    for name in instances:
+        w.svc.observer.invalidate(name)  # the next tick reads the instances again
+    return instances
+
+
+def _answer_chat_with(w: World, sdk: Any, method: str, change: Callable[[Any, Any], None]) -> None:
+    """``change(request, response)`` to every answer of ``method`` about the chat group's instances."""
+    real = getattr(sdk, method)
+    chat = w.ids["chat"]
+
+    def odd(request: Any) -> Any:
+        response = real(request)
+        if _about_chat(request, chat, w):
+            change(request, response)
+        return response
+
+    setattr(sdk, method, odd)
+
+
+def _about_chat(request: Any, chat: str, w: World) -> bool:
+    if getattr(request, "scaling_group_id", None) == chat:
+        return True
+    dims = getattr(request, "dimensions", None) or ""
+    return any(iid in dims for iid in w.chat_ids)
+
+
+def _tick_and_check(w: World, records: _Records, failure: str) -> None:
+    result = w.svc.tick(w.cloud.now())
+    assert result.plan is not None and {gp.group for gp in result.plan.groups} == {"chat", "other"}
+    assert any(failure in e for e in result.errors), result.errors
+    assert not any("other" in e for e in result.errors), result.errors
+    scaled = [(a.group, a.outcome) for a in result.actions if a.action == "scale_to"]
+    assert scaled == [("other", Outcome.APPLIED)]
+    assert not [r for r in records.records if r.exc_info], "a traceback was logged"
+    # the adapter's retry lines (fleet.cloud, thinned on the way out) aside, the service says it once
+    said = [r for r in records.records if r.name.startswith("fleet.service") and failure in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in records.records]
+
+
+def test_an_instance_list_of_a_request_id_alone_is_not_an_empty_group(world: World, records) -> None:
+    world.chat_ids = _queue_deep(world)["chat"]  # type: ignore[attr-defined]
+
+    def request_id_only(request: Any, response: Any) -> None:
+        response.body.scaling_instances, response.body.total_count = [], None
+
+    _answer_chat_with(world, world.svc.clients.ess._client, "describe_scaling_instances", request_id_only)
+    _tick_and_check(world, records, "neither ScalingInstances nor TotalCount")
+    assert world.svc.last_observation is not None
+    assert not world.svc.last_observation.groups["chat"].ok
+
+
+def test_an_instance_row_that_does_not_parse_fails_its_group_not_the_region(world: World, records) -> None:
+    world.chat_ids = _queue_deep(world)["chat"]  # type: ignore[attr-defined]
+
+    def unreadable_time(request: Any, response: Any) -> None:
+        response.body.scaling_instances[0].created_time = "last tuesday"
+
+    _answer_chat_with(world, world.svc.clients.ess._client, "describe_scaling_instances", unreadable_time)
+    _tick_and_check(world, records, "last tuesday")
+
+
+def test_a_metric_read_whose_next_token_never_ends_leaves_the_metric_unknown(world: World, records) -> None:
+    _queue_deep(world)
+    sdk = world.svc.clients.cms._client
+    real = sdk.describe_metric_last
+    tokens = (f"t-{n}" for n in range(10_000))
+
+    def endless(request: Any) -> Any:
+        request.next_token = None  # the fake knows no token of ours: answer the first page again
+        response = real(request)
+        response.body.next_token = next(tokens)
+        return response
+
+    sdk.describe_metric_last = endless
+    result = world.svc.tick(world.cloud.now())
+    assert any("IncompleteListing" in e for e in result.errors), result.errors
+    assert not [r for r in records.records if r.exc_info], "a traceback was logged"
+    # the metric reads are shared by both groups: neither is scaled on a queue it could not read
+    assert [a for a in result.actions if a.action == "scale_to"] == []
+    assert world.svc.last_observation is not None
+    for g in world.svc.last_observation.groups.values():
+        assert all(pm.QUEUE_WAITING not in metrics for metrics in g.metrics.values())
