@@ -149,14 +149,17 @@ class Actuator:
     ) -> ActionResult | None:
         """Write the plan's desired capacity when it differs from what ESS has (within the ESS group's
         MinSize..MaxSize: ``clip_to_ess``, which the loop has already applied to the plan it records)."""
-        if gp.desired_capacity is None or observed.group is None:
+        if observed.group is None:
             return None
         group = observed.group
         gp = clip_to_ess(gp, group)  # a plan already clipped is returned as it is
+        clip = next((r for r in gp.reasons if r.code == ReasonCode.CLIPPED_TO_ESS_BOUNDS), None)
+        current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+        if clip is not None and clip.inputs.get("above_max_size"):
+            self._warn_above_max(gp.group, current, group.max_size)
         target = gp.desired_capacity
         if target is None:
-            return None  # ESS already has the clipped target
-        current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
+            return None  # ESS already has the clipped target (or removes the excess over MaxSize itself)
         inputs = {
             "observed_desired": current,
             "in_service": gp.in_service,
@@ -168,7 +171,6 @@ class Actuator:
             **gp.predictive,  # demand_rps, forecast_rps, forecast_upper_rps, capacity_per_instance_rps, ...
         }
         reason = _reason_text(gp)
-        clip = next((r for r in gp.reasons if r.code == ReasonCode.CLIPPED_TO_ESS_BOUNDS), None)
         if clip is not None:
             # fleet.yaml's bounds are wider than the ESS group's: ESS would clamp (or refuse) the write, so
             # ask for what it can do, and say so once instead of a failed write every tick
@@ -253,6 +255,19 @@ class Actuator:
             group,
             target,
             ess_min,
+            ess_max,
+        )
+
+    def _warn_above_max(self, group: str, current: int, ess_max: int) -> None:
+        key = (group, -current, ess_max)  # apart from _warn_bounds' keys (MinSize is never negative)
+        if key in self._bounds_warned:
+            return
+        self._bounds_warned.add(key)
+        log.warning(
+            "group %s: the ESS group has %d instances desired, above its MaxSize %d (lowered in the "
+            "console?): the service writes no scale-in for it; ESS removes the excess itself",
+            group,
+            current,
             ess_max,
         )
 
@@ -673,23 +688,39 @@ def clip_to_ess(gp: GroupPlan, group: ScalingGroup | None) -> GroupPlan:
     fleet.yaml's bounds wider than the ESS group's would have ESS clamp (or refuse) the write; the plan that
     is recorded, shown and written then says what is really asked: the clipped target, the write it needs
     (none when ESS already has it), and a ``clipped_to_ess_bounds`` reason naming the bound and what the
-    policy wanted. The policy's own history keeps what it decided."""
+    policy wanted. The policy's own history keeps what it decided.
+
+    A group above its own MaxSize (lowered in the console below the capacity it has) is never scaled in by
+    the clip: the write would take out instances no policy decided to, all in one activity and past the
+    scale-in's stabilization, and ESS brings a group outside its bounds within them by itself. The plan is
+    then shown clipped and written only when the policy's own target is within MaxSize."""
     if group is None:
         return gp
     target = gp.target_capacity
     limited = max(group.min_size, min(group.max_size, target))
     if limited == target:
         return gp
+    current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
     side = "MaxSize" if target > group.max_size else "MinSize"
+    over_max = side == "MaxSize" and limited < current
+    detail = f"clipped to the ESS group's {side} {limited} (the plan asks {target})"
+    if over_max:
+        detail += (
+            f"; the group has {current}, above its MaxSize: ESS removes the excess, the service does not"
+        )
     reason = Reason(
         code=ReasonCode.CLIPPED_TO_ESS_BOUNDS,
-        detail=f"clipped to the ESS group's {side} {limited} (the plan asks {target})",
-        inputs={"planned_target": target, "ess_min_size": group.min_size, "ess_max_size": group.max_size},
+        detail=detail,
+        inputs={
+            "planned_target": target,
+            "ess_min_size": group.min_size,
+            "ess_max_size": group.max_size,
+            "above_max_size": over_max,
+        },
     )
-    current = group.desired_capacity if group.desired_capacity is not None else group.total_capacity
     # as decide: no write while paused, nor when ESS already has the target
     paused = gp.reason == ReasonCode.PAUSED
-    desired = None if paused or group.desired_capacity == limited else limited
+    desired = None if paused or over_max or group.desired_capacity == limited else limited
     direction = "none" if desired is None or desired == current else ("up" if desired > current else "down")
     update = {
         "target_capacity": limited,

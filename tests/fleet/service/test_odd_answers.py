@@ -130,3 +130,46 @@ def test_a_metric_read_whose_next_token_never_ends_leaves_the_metric_unknown(wor
     assert world.svc.last_observation is not None
     for g in world.svc.last_observation.groups.values():
         assert all(pm.QUEUE_WAITING not in metrics for metrics in g.metrics.values())
+
+
+# -- a group above its own MaxSize (lowered in the console) -------------------------------------------------
+
+
+def test_a_plan_clipped_below_what_the_group_has_is_not_written() -> None:
+    from fleet.cloud.types import ScalingGroup
+    from fleet.service.actuate import clip_to_ess
+    from policies.model import GroupPlan
+
+    # MaxSize 2 while the group has 5 desired: the policy asks 6, or holds at 5, or scales in to 4
+    group = ScalingGroup("asg-1", "chat", "Active", 1, 2, 5, 5, 5, 0, 0, 0, 0, 0, None, 300)
+    for asks in (6, 5, 4):
+        gp = GroupPlan(group="chat", serving_target=asks, target_capacity=asks, desired_capacity=asks)
+        clipped = clip_to_ess(gp, group)
+        assert (clipped.target_capacity, clipped.desired_capacity) == (2, None)
+        assert "above its MaxSize" in clipped.reasons[-1].detail
+    # a scale-in the policy decided to within MaxSize is written as decided
+    within = GroupPlan(group="chat", serving_target=1, target_capacity=1, desired_capacity=1)
+    assert clip_to_ess(within, group) is within
+
+
+def test_a_group_above_its_max_size_is_not_scaled_in_by_the_service(world: World, records) -> None:
+    _queue_deep(world)
+    sdk = world.svc.clients.ess._client
+    real = sdk.describe_scaling_groups
+
+    def max_lowered(request: Any) -> Any:
+        response = real(request)
+        for g in response.body.scaling_groups:
+            g.max_size = 1  # both groups have 2
+        return response
+
+    sdk.describe_scaling_groups = max_lowered
+    for _ in range(2):
+        result = world.svc.tick(world.cloud.now())
+        assert result.ok, result.errors
+        assert [a for a in result.actions if a.action == "scale_to"] == []
+        world.cloud.advance(15)
+    assert result.plan is not None
+    assert {gp.group: gp.target_capacity for gp in result.plan.groups} == {"chat": 1, "other": 1}
+    said = [r.getMessage() for r in records.records if "above its MaxSize 1" in r.getMessage()]
+    assert len(said) == 2 and any("group chat" in line for line in said)  # once per group over two ticks
