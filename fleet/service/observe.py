@@ -48,7 +48,7 @@ from fleet.cloud.types import (
 from fleet.cloud.types import SystemEvent as CloudSystemEvent
 from fleet.service.logs import HeldBack
 from fleet.service.pool import CallPools
-from fleet.service.sanitize import SampleGuard
+from fleet.service.sanitize import FUTURE_TOLERANCE_S, SampleGuard
 from fleet.service.sources import MetricSource, source_for
 from policies import metrics as pm
 from policies.model import LifecycleState, MetricSample, SystemEvent, XidEvent
@@ -658,13 +658,14 @@ class Observer:
 
     def _apply_read(self, read: _Metric, got: list[MetricPoint], now: datetime) -> None:
         """A read's points, sanitized, to each of its groups; a slow or spanned metric's remembered."""
+        name = read.source.describe(read.canonical)
         owner = {iid: g for g, measured in read.groups for iid in measured}
+        got = self._drop_skewed(read, [p for p in got if p.instance_id in owner], name, now)
         by_group: dict[str, list[MetricPoint]] = {}
         for p in got:
             holder = owner.get(p.instance_id or "")
             if holder is not None:
                 by_group.setdefault(holder.name, []).append(p)
-        name = read.source.describe(read.canonical)
         # the sanitizing step (issue 14): hostile values are dropped per group, logged once each
         filtered = [
             (g, measured, self.guard.filter(g.name, read.canonical, name, by_group.get(g.name, []), now))
@@ -680,6 +681,34 @@ class Observer:
         if read.slow:
             kept = [p for _, _, points in filtered for p in points]
             self._slow[key] = (now, combine_by_instance(read.canonical, kept))
+
+    def _drop_skewed(
+        self, read: _Metric, got: list[MetricPoint], name: str, now: datetime
+    ) -> list[MetricPoint]:
+        """A read whose points of more than one instance are dated ahead of ``now`` says this host's clock is
+        behind the source's (or the source's ahead): those points are dropped (unknown, as the guard would)
+        and said in one line for every metric and instance, thinned as failures are, instead of one line
+        per instance and metric (500 for 100 instances' five metrics). One instance alone ahead is its
+        agent's clock: left to the guard, which names it."""
+        limit = now + timedelta(seconds=FUTURE_TOLERANCE_S)
+        ahead = [p for p in got if p.timestamp > limit and p.instance_id is not None]
+        instances = {p.instance_id for p in ahead}
+        if len(instances) < 2:
+            return got
+        ahead_s = max((p.timestamp - now).total_seconds() for p in ahead)
+        verdict = self.failures.held.seen(("clock", read.source.kind), now.timestamp())
+        if verdict.write:
+            held = f" ({verdict.held} more reads since the last line)" if verdict.held else ""
+            log.warning(
+                "observe %s: points of %d instances are dated up to %.0f s ahead of this host's clock "
+                "(now %s): ignored, their metrics are unknown; is this host's clock behind (NTP)?%s",
+                name,
+                len(instances),
+                ahead_s,
+                now.isoformat(),
+                held,
+            )
+        return [p for p in got if p.timestamp <= limit]
 
     def _span_start(self, key: tuple[int, str], read: _Metric, now: datetime) -> datetime | None:
         """Where a spanned metric's read starts: the oldest newest-point given to its instances at the last

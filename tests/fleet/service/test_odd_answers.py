@@ -173,3 +173,55 @@ def test_a_group_above_its_max_size_is_not_scaled_in_by_the_service(world: World
     assert {gp.group: gp.target_capacity for gp in result.plan.groups} == {"chat": 1, "other": 1}
     said = [r.getMessage() for r in records.records if "above its MaxSize 1" in r.getMessage()]
     assert len(said) == 2 and any("group chat" in line for line in said)  # once per group over two ticks
+
+
+# -- this host's clock minutes behind the cloud's ------------------------------------------------------------
+
+
+def test_a_host_clock_minutes_behind_the_cloud_is_one_line_not_one_per_instance(
+    world: World, records
+) -> None:
+    from datetime import timedelta
+
+    _queue_deep(world)
+    for ids in _instances(world).values():
+        for iid in ids:
+            world.cloud.put_custom_metric("gpu_throttle_reasons", {"instanceId": iid}, 0.0)
+            world.cloud.put_custom_metric("gpu_xid", {"instanceId": iid}, 0.0)
+    behind = timedelta(minutes=3)
+    first = world.svc.tick(world.cloud.now() - behind)
+    world.cloud.advance(15)
+    again = world.svc.tick(world.cloud.now() - behind)
+    for result in (first, again):
+        # every point is dated ahead of the host: unknown, so nothing is scaled on them
+        assert [a for a in result.actions if a.action == "scale_to"] == []
+    said = [r.getMessage() for r in records.records if r.name.startswith("fleet.service")]
+    assert len(said) == 1, said
+    assert "ahead of this host's clock" in said[0] and "4 instances" in said[0]
+    assert world.svc.last_observation is not None
+    for g in world.svc.last_observation.groups.values():
+        assert all(pm.QUEUE_WAITING not in metrics for metrics in g.metrics.values())
+
+
+def test_one_agent_with_a_clock_ahead_is_still_named_alone(world: World, records) -> None:
+    import json
+
+    instances = _queue_deep(world)
+    bad = instances["chat"][0]
+    sdk = world.svc.clients.cms._client
+    real = sdk.describe_metric_last
+
+    def one_ahead(request: Any) -> Any:
+        response = real(request)
+        rows = json.loads(response.body.datapoints or "[]")
+        for row in rows:
+            if bad in json.dumps(row):
+                row["timestamp"] += 180_000  # this agent stamps its points 3 minutes ahead
+        response.body.datapoints = json.dumps(rows)
+        return response
+
+    sdk.describe_metric_last = one_ahead
+    world.svc.tick(world.cloud.now())
+    said = [r.getMessage() for r in records.records if r.name.startswith("fleet.service")]
+    assert [line for line in said if bad in line and "in the future" in line], said
+    assert not [line for line in said if "ahead of this host's clock" in line], said
