@@ -29,6 +29,7 @@ from fleet.cloud.errors import CloudError
 from fleet.cloud.types import LifecycleAction, MetricPoint
 from fleet.service.actuate import ActionResult, client_token
 from fleet.service.observe import GroupObservation, combine
+from fleet.service.sanitize import problem
 from fleet.service.sources import MetricSource
 from policies import metrics as pm
 from policies.spec import GroupSpec
@@ -77,13 +78,19 @@ def action_drained(action: LifecycleAction, states: Mapping[str, DrainState]) ->
     return True, f"drained: no request running or waiting on {', '.join(sorted(waiting))}"
 
 
-def in_flight(source: MetricSource, ids: Sequence[str]) -> dict[str, InFlight]:
-    """Running + waiting per instance from one read per metric; an instance missing either is unknown."""
+def in_flight(source: MetricSource, ids: Sequence[str], now: datetime) -> dict[str, InFlight]:
+    """Running + waiting per instance from one read per metric; an instance missing either is unknown.
+
+    A point the sample guard would drop (``fleet.service.sanitize.problem``: a negative or NaN count, one
+    dated ahead of ``now``) is missing here too: read as 0 requests, or as taken after the scale-in began,
+    it would complete the lifecycle action of an instance that may still be serving."""
     readings: dict[str, dict[str, tuple[float, datetime]]] = {}
     for canonical in IN_FLIGHT_METRICS:
         grouped: dict[str, list[MetricPoint]] = {}
         for p in source.read_last(canonical, ids):
-            if p.instance_id is not None and p.instance_id in ids and p.value is not None:
+            if p.instance_id is None or p.instance_id not in ids or p.value is None:
+                continue
+            if problem(canonical, p.value, p.timestamp, now) is None:
                 grouped.setdefault(p.instance_id, []).append(p)
         for iid, points in grouped.items():
             sample = combine(canonical, points)
@@ -131,7 +138,7 @@ class Drainer:
             return []
         ids = [i.instance_id for i in waiting]
         try:
-            readings = in_flight(source, ids)
+            readings = in_flight(source, ids, now)
         except CloudError as exc:
             log.warning("drain of %s: in-flight requests unreadable: %s", spec.name, exc)
             return []

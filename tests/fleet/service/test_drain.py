@@ -162,3 +162,31 @@ def test_standby_instances_show_weight_0_in_the_load_balancer(world):
     assert {i.instance_id: i.load_balancer_weight for i in clients.ess.describe_scaling_instances(gid)}[
         first
     ] > 0
+
+
+@pytest.mark.parametrize(
+    ("running", "waiting"),
+    [(-4.0, 0.0), (0.0, -1.0), (float("nan"), 0.0), (-float("inf"), 0.0)],
+)
+def test_an_in_flight_reading_no_real_agent_sends_does_not_drain_the_instance(world, running, waiting):
+    """A negative or NaN count is a broken agent's, not 'no request running': the sample guard drops it
+    for the policies, and the drain must not complete a scale-in on it either (its requests are cut)."""
+    cloud, svc, clients, gid, _ = world
+    victim = _scale_in_one(cloud, svc, clients, gid)
+    cloud.advance(15)
+    _publish(cloud, victim, running=running, waiting=waiting)
+    svc.tick(cloud.now())
+    assert _states(clients, gid)[victim] == "Removing:Wait"
+    assert not svc.store.decisions(kind="drain")
+
+
+def test_an_in_flight_reading_dated_ahead_of_the_host_does_not_drain_the_instance(world):
+    """A point dated minutes ahead of this host (a clock off) has no age that can be known: it cannot say
+    the instance drained after the scale-in began."""
+    cloud, svc, clients, gid, _ = world
+    victim = _scale_in_one(cloud, svc, clients, gid)
+    cloud.advance(180)
+    _publish(cloud, victim, running=0, waiting=0)
+    svc.tick(cloud.now() - timedelta(seconds=170))
+    assert _states(clients, gid)[victim] == "Removing:Wait"
+    assert not svc.store.decisions(kind="drain")
