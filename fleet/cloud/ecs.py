@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ecs20140526 import models as m
 
+from fleet.cloud.errors import parsed_items
 from fleet.cloud.paging import TokenWalk
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import InstanceHealth, InstanceInfo, SystemEvent, parse_time
@@ -98,7 +99,7 @@ class EcsAdapter:
                 resp = self._call("DescribeInstances", partial(self._client.describe_instances, req))
                 body = resp.body
                 rows = (body.instances.instance if body.instances else None) or []
-                out.extend(_info(row) for row in rows)
+                out.extend(parsed_items("DescribeInstances", _info, rows))
                 token = walk.follow(body.next_token, len(rows))
                 if token is None:
                     break
@@ -132,7 +133,7 @@ class EcsAdapter:
             body = resp.body
             sets = body.instance_full_status_set
             rows = (sets.instance_full_status_type if sets else None) or []
-            out.extend(_health(row) for row in rows)
+            out.extend(parsed_items("DescribeInstancesFullStatus", _health, rows))
             done = body.total_count is not None and len(out) >= body.total_count
             if not rows or len(rows) < PAGE_SIZE or done:
                 return out
@@ -162,8 +163,8 @@ class EcsAdapter:
                 body = resp.body
                 sets = body.instance_system_event_set
                 rows = (sets.instance_system_event_type if sets else None) or []
-                for row in rows:
-                    event = _event(row, instance_id)
+                convert = partial(_event, instance_id=instance_id)
+                for event in parsed_items("DescribeInstanceHistoryEvents", convert, rows):
                     if not active_only or event.cycle_status in ACTIVE_CYCLE_STATES:
                         out.append(event)
                 token = walk.follow(body.next_token, len(rows))
@@ -206,7 +207,7 @@ def _first_ip(holder: Any) -> str | None:
 def _info(row: m.DescribeInstancesResponseBodyInstancesInstance) -> InstanceInfo:
     vpc_ip = _first_ip(row.vpc_attributes.private_ip_address) if row.vpc_attributes else None
     return InstanceInfo(
-        instance_id=row.instance_id,
+        instance_id=_id(row.instance_id),
         status=row.status or "",
         instance_type=row.instance_type or "",
         gpu_amount=int(row.gpuamount or 0),
@@ -214,6 +215,12 @@ def _info(row: m.DescribeInstancesResponseBodyInstancesInstance) -> InstanceInfo
         zone_id=row.zone_id,
         private_ip=vpc_ip or _first_ip(row.inner_ip_address),
     )
+
+
+def _id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("an item without InstanceId")
+    return value
 
 
 def _event(row: Any, instance_id: str | None) -> SystemEvent:
@@ -234,7 +241,7 @@ def _health(
     sets = row.scheduled_system_event_set
     events = (sets.scheduled_system_event_type if sets else None) or []
     return InstanceHealth(
-        instance_id=row.instance_id,
+        instance_id=_id(row.instance_id),
         status=_name(row.status),
         health_status=_name(row.health_status),
         events=tuple(_event(e, row.instance_id) for e in events),

@@ -27,7 +27,8 @@ Nothing here ever includes request headers or credentials: only the server's cod
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from alibabacloud_tea_openapi.exceptions import (
     AlibabaCloudException,
@@ -186,6 +187,19 @@ class MalformedAnswer(ServerError):
     else), a field that should be a number or a time and does not parse. Raised by the adapter, not the
     wire; retried where the call is idempotent, as a 5xx is, and never turned into an empty list or a
     default value the service would act on."""
+
+
+R = TypeVar("R")
+
+
+def parsed_items(action: str, convert: Callable[[Any], R], raws: Iterable[Any]) -> list[R]:
+    """Each raw SDK item as our type; a field that does not parse (a time, a number) fails the whole list
+    as a MalformedAnswer naming it: part of a list is never returned as the whole, and a ValueError from a
+    conversion never reaches the service as a bug."""
+    try:
+        return [convert(raw) for raw in raws]
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise MalformedAnswer("MalformedAnswer", f"an item does not parse: {exc}", action=action) from exc
 
 
 class AuthError(CloudError):

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from alibabacloud_ess20220222 import models as m
 
-from fleet.cloud.errors import IncompleteListing, MalformedAnswer
+from fleet.cloud.errors import IncompleteListing, MalformedAnswer, parsed_items
 from fleet.cloud.retry import RetryPolicy, call
 from fleet.cloud.types import (
     LifecycleAction,
@@ -60,7 +60,6 @@ ESS_MIN_GROUP_SIZE = 0
 ESS_MAX_GROUP_SIZE = 2000
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -208,7 +207,7 @@ class EssAdapter:
                 self._client.describe_scaling_groups,
                 _GROUPS,
             )
-            for group in _parsed("DescribeScalingGroups", _group, raws):
+            for group in parsed_items("DescribeScalingGroups", _group, raws):
                 seen.setdefault(group.group_id, group)
         return list(seen.values())
 
@@ -216,7 +215,7 @@ class EssAdapter:
         self, group_id: str, lifecycle_states: Sequence[str] | None = None
     ) -> list[ScalingInstance]:
         states = list(lifecycle_states) if lifecycle_states else None
-        return _parsed(
+        return parsed_items(
             "DescribeScalingInstances",
             partial(_instance, group_id=group_id),
             self._pages(
@@ -238,7 +237,7 @@ class EssAdapter:
     ) -> list[ScalingActivity]:
         if limit <= 0:
             return []
-        return _parsed(
+        return parsed_items(
             "DescribeScalingActivities",
             partial(_activity, group_id=group_id),
             self._pages(
@@ -257,7 +256,7 @@ class EssAdapter:
         )
 
     def describe_scheduled_tasks(self, group_id: str) -> list[ScheduledTask]:
-        return _parsed(
+        return parsed_items(
             "DescribeScheduledTasks",
             _task,
             self._pages(
@@ -601,15 +600,6 @@ def _listed(method: Callable[[Any], Any], request: Any, listing: _List) -> Any:
     if body is not None and not listing.items(body) and getattr(body, "total_count", None) is None:
         raise MalformedAnswer("MalformedAnswer", f"the answer carries neither {listing.name} nor TotalCount")
     return resp
-
-
-def _parsed(action: str, convert: Callable[[Any], R], raws: list[Any]) -> list[R]:
-    """Each raw item as our type; a field that does not parse fails the whole list as a MalformedAnswer
-    naming it (part of a list is never returned as the whole)."""
-    try:
-        return [convert(raw) for raw in raws]
-    except (TypeError, ValueError, OverflowError, OSError) as exc:
-        raise MalformedAnswer("MalformedAnswer", f"an item does not parse: {exc}", action=action) from exc
 
 
 def _chunks(values: list[str], size: int) -> Iterator[list[str]]:

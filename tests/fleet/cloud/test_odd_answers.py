@@ -206,3 +206,43 @@ def test_an_ecs_next_token_that_comes_back_again_fails_the_read(stub, clients):
     stub.on("DescribeInstances", {"Instances": {"Instance": [inst]}, "NextToken": "same"})
     with pytest.raises(IncompleteListing):
         clients.ecs.describe_instances(["i-1"])
+
+
+# -- ECS ------------------------------------------------------------------------------------------------
+
+
+def _full_status(**event_fields) -> dict:
+    event = {
+        "EventId": "e-1",
+        "EventType": {"Code": 1, "Name": "SystemMaintenance.Reboot"},
+        "EventCycleStatus": {"Code": 24, "Name": "Scheduled"},
+        "NotBefore": "2026-12-08T02:00:00Z",
+        **event_fields,
+    }
+    row = {
+        "InstanceId": "i-1",
+        "Status": {"Code": 1, "Name": "Running"},
+        "HealthStatus": {"Code": 0, "Name": "Ok"},
+        "ScheduledSystemEventSet": {"ScheduledSystemEventType": [event]},
+    }
+    return {"InstanceFullStatusSet": {"InstanceFullStatusType": [row]}, "TotalCount": 1}
+
+
+def test_an_event_of_a_type_never_seen_is_read_as_it_is(stub, clients):
+    new = {"EventType": {"Code": 99, "Name": "SystemUpgrade.Migrate"}}
+    stub.on("DescribeInstancesFullStatus", _full_status(**new))
+    [health] = clients.ecs.describe_full_status(["i-1"])
+    assert [e.code for e in health.events] == ["SystemUpgrade.Migrate"]
+
+
+def test_an_event_whose_not_before_does_not_parse_is_a_malformed_answer(stub, clients):
+    stub.on("DescribeInstancesFullStatus", _full_status(NotBefore="after the weekend"))
+    with pytest.raises(MalformedAnswer) as info:
+        clients.ecs.describe_full_status(["i-1"])
+    assert info.value.action == "DescribeInstancesFullStatus" and "after the weekend" in str(info.value)
+
+
+def test_an_instance_without_its_id_is_a_malformed_answer(stub, clients):
+    stub.on("DescribeInstances", {"Instances": {"Instance": [{"Status": "Running"}]}})
+    with pytest.raises(MalformedAnswer):
+        clients.ecs.describe_instances(["i-1"])

@@ -225,3 +225,36 @@ def test_one_agent_with_a_clock_ahead_is_still_named_alone(world: World, records
     said = [r.getMessage() for r in records.records if r.name.startswith("fleet.service")]
     assert [line for line in said if bad in line and "in the future" in line], said
     assert not [line for line in said if "ahead of this host's clock" in line], said
+
+
+# -- ECS health answers -------------------------------------------------------------------------------------
+
+
+def test_an_ecs_event_that_does_not_parse_fails_the_ecs_read_not_the_region(world: World, records) -> None:
+    world.chat_ids = _queue_deep(world)["chat"]  # type: ignore[attr-defined]
+    sdk = world.svc.clients.ecs._client
+    real = sdk.describe_instances_full_status
+
+    def odd_event(request: Any) -> Any:
+        response = real(request)
+        body = response.body.to_map()
+        for row in body.get("InstanceFullStatusSet", {}).get("InstanceFullStatusType", []):
+            event = {
+                "EventId": "e-1",
+                "EventType": {"Code": 1, "Name": "SystemMaintenance.Reboot"},
+                "EventCycleStatus": {"Code": 24, "Name": "Scheduled"},
+                "NotBefore": "after the weekend",
+            }
+            row["ScheduledSystemEventSet"] = {"ScheduledSystemEventType": [event]}
+        response.body = type(response.body)().from_map(body)
+        return response
+
+    sdk.describe_instances_full_status = odd_event
+    result = world.svc.tick(world.cloud.now())
+    assert not [r for r in records.records if r.exc_info], "a traceback was logged"
+    assert any("after the weekend" in e for e in result.errors), result.errors
+    # the events are unread (isolation acts on none of them); both groups are observed and scaled
+    scaled = [(a.group, a.outcome) for a in result.actions if a.action == "scale_to"]
+    assert scaled == [("chat", Outcome.APPLIED), ("other", Outcome.APPLIED)]
+    assert world.svc.last_observation is not None
+    assert world.svc.last_observation.groups["other"].ok
