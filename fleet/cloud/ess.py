@@ -596,9 +596,17 @@ def _listed(method: Callable[[Any], Any], request: Any, listing: _List) -> Any:
     RequestId alone is no answer, and read as one it is a group without instances."""
     resp = method(request)
     body = getattr(resp, "body", None)
+    if body is None:
+        return resp
+    total = getattr(body, "total_count", None)
     # the SDK reads a missing array as [] (from_map), so the array's absence shows only as an empty one
-    if body is not None and not listing.items(body) and getattr(body, "total_count", None) is None:
+    if not listing.items(body) and total is None:
         raise MalformedAnswer("MalformedAnswer", f"the answer carries neither {listing.name} nor TotalCount")
+    if total is not None:
+        try:
+            body.total_count = _whole_number(total)
+        except ValueError as exc:
+            raise MalformedAnswer("MalformedAnswer", f"TotalCount {exc}") from exc
     return resp
 
 

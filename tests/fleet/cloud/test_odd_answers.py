@@ -246,3 +246,17 @@ def test_an_instance_without_its_id_is_a_malformed_answer(stub, clients):
     stub.on("DescribeInstances", {"Instances": {"Instance": [{"Status": "Running"}]}})
     with pytest.raises(MalformedAnswer):
         clients.ecs.describe_instances(["i-1"])
+
+
+def test_a_total_count_that_is_no_number_is_a_malformed_answer(stub, clients):
+    row = {"InstanceId": "i-1", "LifecycleState": "InService"}
+    stub.on("DescribeScalingInstances", {"ScalingInstances": [row], "TotalCount": "lots"})
+    with pytest.raises(MalformedAnswer) as info:
+        clients.ess.describe_scaling_instances("asg-1")
+    assert "'lots' is not a whole number" in str(info.value)
+
+
+def test_a_total_count_sent_as_text_is_read_as_its_number(stub, clients):
+    rows = [{"InstanceId": f"i-{n}", "LifecycleState": "InService"} for n in range(2)]
+    stub.on("DescribeScalingInstances", {"ScalingInstances": rows, "TotalCount": "2"})
+    assert [i.instance_id for i in clients.ess.describe_scaling_instances("asg-1")] == ["i-0", "i-1"]
