@@ -460,13 +460,15 @@ class Observer:
         ]
         observed: list[tuple[GroupSpec, GroupObservation]] = []
         for (spec, _), got in zip(resolved, read, strict=True):
-            if isinstance(got, CloudError):
-                self._fail(obs, got, f"{spec.name} instances")
-                got = GroupObservation(name=spec.name, ok=False, errors=[str(got)])
+            if isinstance(got, Exception):
+                # a bug in one group's read (anything but a CloudError) fails that group, as a failed call
+                # does, never the region's other groups
+                where = f"{spec.name} instances"
+                failure = got if isinstance(got, CloudError) else self._unexpected(where, got, obs)
+                self._fail(obs, failure, where, logged=failure is not got)
+                got = GroupObservation(name=spec.name, ok=False, errors=[str(failure)])
                 if self._blind(got, now):
                     blind.append((spec, got))
-            elif isinstance(got, Exception):
-                raise got
             obs.groups[spec.name] = got
             if got.ok:
                 observed.append((spec, got))

@@ -258,3 +258,28 @@ def test_an_ecs_event_that_does_not_parse_fails_the_ecs_read_not_the_region(worl
     assert scaled == [("chat", Outcome.APPLIED), ("other", Outcome.APPLIED)]
     assert world.svc.last_observation is not None
     assert world.svc.last_observation.groups["other"].ok
+
+
+def test_an_unexpected_exception_reading_one_group_fails_that_group_not_the_region(
+    world: World, records, monkeypatch
+) -> None:
+    _queue_deep(world)
+    ess = world.svc.clients.ess
+    real = ess.describe_scaling_instances
+    chat = world.ids["chat"]
+
+    def broken(group_id: str, *args: Any, **kwargs: Any) -> Any:
+        if group_id == chat:
+            raise KeyError("a bug in a conversion")
+        return real(group_id, *args, **kwargs)
+
+    monkeypatch.setattr(ess, "describe_scaling_instances", broken)
+    result = world.svc.tick(world.cloud.now())
+    assert any("chat" in e or "KeyError" in e for e in result.errors), result.errors
+    scaled = [(a.group, a.outcome) for a in result.actions if a.action == "scale_to"]
+    assert scaled == [("other", Outcome.APPLIED)]
+    assert world.svc.last_observation is not None
+    groups = world.svc.last_observation.groups
+    assert groups["other"].ok and not groups["chat"].ok
+    said = [r.getMessage() for r in records.records if "a bug in a conversion" in r.getMessage()]
+    assert len(said) == 1, said
