@@ -570,7 +570,10 @@ class _Walk:
 
     @property
     def twice(self) -> list[Any]:
-        """The ids listed more than once (a row without an id is left to the conversion to refuse)."""
+        """The ids listed on more than one page (a row without an id is left to the conversion to refuse).
+        One page listing an id twice is no moving list: the service counts such an instance once."""
+        if self.pages <= 1:
+            return []
         counts = Counter(k for k in self.keys if k is not None)
         return sorted(k for k, n in counts.items() if n > 1)
 

@@ -260,3 +260,11 @@ def test_a_total_count_sent_as_text_is_read_as_its_number(stub, clients):
     rows = [{"InstanceId": f"i-{n}", "LifecycleState": "InService"} for n in range(2)]
     stub.on("DescribeScalingInstances", {"ScalingInstances": rows, "TotalCount": "2"})
     assert [i.instance_id for i in clients.ess.describe_scaling_instances("asg-1")] == ["i-0", "i-1"]
+
+
+def test_one_page_listing_an_instance_twice_is_read_as_it_is(stub, clients):
+    # no list moved under a one-page walk: the snapshot counts the instance once (test_hostile_input.py)
+    rows = [{"InstanceId": i, "LifecycleState": "InService"} for i in ("i-1", "i-1", "i-2")]
+    stub.on("DescribeScalingInstances", {"ScalingInstances": rows, "TotalCount": 3})
+    assert [i.instance_id for i in clients.ess.describe_scaling_instances("asg-1")] == ["i-1", "i-1", "i-2"]
+    assert len(stub.calls_of("DescribeScalingInstances")) == 1
