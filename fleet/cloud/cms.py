@@ -14,6 +14,7 @@ Wire facts this relies on (../shared/reference/aliyun-api.md section 2):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
@@ -21,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from alibabacloud_cms20190101 import models as m
 
+from fleet.cloud import paging
 from fleet.cloud.errors import CloudError, classify
 from fleet.cloud.paging import TokenWalk
 from fleet.cloud.retry import RetryPolicy, call
@@ -36,6 +38,7 @@ MAX_LENGTH = 1440  # DescribeMetricList/Last Length upper bound [DOC]
 # 50 dimensions. Below it, the dimension batches are cheaper (the namespace may hold instances of other
 # fleets: acs_ecs_dashboard holds every ECS instance of the region).
 NAMESPACE_SCAN_MIN_IDS = 4 * MAX_DIMENSIONS_PER_CALL
+MAX_GPUS_PER_INSTANCE = 16  # per-GPU rows: no ECS GPU instance type has more than 16 GPUs
 CUSTOM_NAMESPACE_PREFIX = "acs_customMetric_"
 CUSTOM_GROUP_ID = "0"  # GroupId 0: the metric belongs to no application group
 
@@ -143,6 +146,7 @@ class CmsAdapter:
                 "DescribeMetricList",
                 partial(self._list_request, namespace, metric, dims, start_ms, end_ms, period_s),
                 self._client.describe_metric_list,
+                max_pages=_list_pages(len(json.loads(dims)), (end - start).total_seconds(), period_s),
             ):
                 points.append(_point(namespace, metric, row, statistic, "DescribeMetricList"))
         points.sort(key=lambda p: (p.instance_id or "", p.timestamp))
@@ -206,10 +210,14 @@ class CmsAdapter:
         return call(self._retry, self.product, action, fn)
 
     def _rows(
-        self, action: str, make_request: Callable[[str | None], Any], method: Callable[[Any], Any]
+        self,
+        action: str,
+        make_request: Callable[[str | None], Any],
+        method: Callable[[Any], Any],
+        max_pages: int | None = None,
     ) -> Iterator[dict[str, Any]]:
         token: str | None = None
-        walk = TokenWalk(action)
+        walk = TokenWalk(action, max_pages=max_pages)
         while True:
             req = make_request(token)
             resp = self._call(action, partial(_checked_call, method, req))
@@ -218,6 +226,14 @@ class CmsAdapter:
             token = walk.follow(resp.body.next_token, len(rows))
             if token is None:
                 return
+
+
+def _list_pages(instances: int, window_s: float, period_s: int) -> int | None:
+    """The most pages a DescribeMetricList walk may take: twice what the window can hold at one row per GPU
+    per period, when that is above the walk's default bound (a diagnosis over days), else the default."""
+    rows = instances * MAX_GPUS_PER_INSTANCE * (max(0.0, window_s) / max(1, period_s) + 1)
+    pages = 2 * math.ceil(rows / MAX_LENGTH)
+    return pages if pages > paging.MAX_PAGES else None
 
 
 def _dimension_batches(namespace: str, instance_ids: Sequence[str]) -> Iterator[str]:

@@ -268,3 +268,15 @@ def test_one_page_listing_an_instance_twice_is_read_as_it_is(stub, clients):
     stub.on("DescribeScalingInstances", {"ScalingInstances": rows, "TotalCount": 3})
     assert [i.instance_id for i in clients.ess.describe_scaling_instances("asg-1")] == ["i-1", "i-1", "i-2"]
     assert len(stub.calls_of("DescribeScalingInstances")) == 1
+
+
+def test_a_metric_list_over_days_may_take_more_pages_than_a_tick_would(stub, clients, monkeypatch):
+    import fleet.cloud.paging as paging
+
+    monkeypatch.setattr(paging, "MAX_PAGES", 5)
+    row = {"timestamp": T0_MS, "instanceId": "i-1", "Average": 1.0}
+    pages = iter([{**_rows(row), "NextToken": f"t-{n}"} for n in range(11)] + [_rows(row)])
+    stub.on("DescribeMetricList", lambda params: next(pages))
+    # one instance over 7 days at 15 s holds up to 16 x 40,321 rows: far more than 5 pages of 1,440
+    points = clients.cms.metric_list("acs_ecs_dashboard", "m", ["i-1"], T0 - timedelta(days=7), T0)
+    assert len(points) == 12
