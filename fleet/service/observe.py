@@ -701,11 +701,14 @@ class Observer:
         verdict = self.failures.held.seen(("clock", read.source.kind), now.timestamp())
         if verdict.write:
             held = f" ({verdict.held} more reads since the last line)" if verdict.held else ""
+            names = sorted(str(i) for i in instances)
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             log.warning(
-                "observe %s: points of %d instances are dated up to %.0f s ahead of this host's clock "
+                "observe %s: points of %d instances (%s) are dated up to %.0f s ahead of this host's clock "
                 "(now %s): ignored, their metrics are unknown; is this host's clock behind (NTP)?%s",
                 name,
                 len(instances),
+                shown,
                 ahead_s,
                 now.isoformat(),
                 held,
