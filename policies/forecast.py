@@ -430,22 +430,29 @@ def min_record(horizon_s: float) -> int:
     return max(MIN_RECORD, math.ceil(surprise_run(horizon_s) / (1.0 - UPPER_QUANTILE) - 1e-9))
 
 
-def _but_one_event(ratios: list[float], top: bool) -> list[float]:
+def _but_one_event(ratios: list[float], top: bool, horizon_s: float) -> list[float]:
     """``ratios`` (in the order judged) less one event: when the tail of the quantile (the highest
-    ``1 - UPPER_QUANTILE`` of them for ``top``, else the lowest ``LOWER_QUANTILE``) is one run of consecutive
-    forecasts, that run and its shoulders (the neighbours on the same side of the median: forecasts made as
-    the level caught up); as they are when the tail is spread over several runs (bursts, or two steps)."""
+    ``1 - UPPER_QUANTILE`` of them for ``top``, else the lowest ``LOWER_QUANTILE``) lies within one surprise's
+    run (``surprise_run``) of consecutive forecasts all on its side of the median, that run and its shoulders
+    (the neighbours on the same side of the median: forecasts made as the level caught up); as they are when
+    the tail is spread over several runs (bursts, or two steps) or over more forecasts than one surprise lands
+    in (a regime, not an event).
+
+    The tail need not be consecutive: within one event the misses rise and fall with the minutes' noise (a
+    service started on a morning ramp misses its first forecasts by 2-2.7x in no order, and a tail that had
+    to be consecutive read them as several events: a 2.5x band and three times the instances the ramp
+    needed)."""
     n = len(ratios)
     m = max(1, math.ceil((1.0 - UPPER_QUANTILE if top else LOWER_QUANTILE) * n - 1e-9))
     tail = sorted(range(n), key=lambda k: ratios[k], reverse=top)[:m]
     first, last = min(tail), max(tail)
-    if last - first + 1 != m:
-        return ratios
     median = quantile(ratios, 0.5)
 
     def beyond(k: int) -> bool:
         return ratios[k] > median if top else ratios[k] < median
 
+    if last - first + 1 > surprise_run(horizon_s) or not all(beyond(k) for k in range(first, last + 1)):
+        return ratios
     while first > 0 and beyond(first - 1):
         first -= 1
     while last < n - 1 and beyond(last + 1):
@@ -457,7 +464,7 @@ def error_bands(state: ForecastState, horizon_s: float) -> tuple[float, float]:
     """(upper, lower) multipliers of the mean from the measured ratios actual / predicted of the forecasts
     over ``horizon_s``.
 
-    While the record is shorter than ``min_record``, a tail that is one run of consecutive forecasts is left
+    While the record is shorter than ``min_record``, a tail that is one event (``_but_one_event``) is left
     out of its quantile: one surprise (a step) lands in every forecast made within a horizon before it, and
     in a short record those are the whole tail, so the band would be that one event (a step from 1 to 12
     req/s in a service's first hour read as a 3x band, which took the fleet to its max_size for a load of
@@ -467,7 +474,7 @@ def error_bands(state: ForecastState, horizon_s: float) -> tuple[float, float]:
         return DEFAULT_UPPER, DEFAULT_LOWER
     high = low = state.ratios
     if n < min_record(horizon_s):
-        high, low = _but_one_event(high, top=True), _but_one_event(low, top=False)
+        high, low = _but_one_event(high, True, horizon_s), _but_one_event(low, False, horizon_s)
     upper = max(MIN_UPPER, quantile(high, UPPER_QUANTILE))
     lower = min(1.0, max(0.2, quantile(low, LOWER_QUANTILE)))
     return upper, lower

@@ -424,3 +424,20 @@ def test_without_a_weekly_pattern_the_references_share_as_before():
     hours = fc.hourly(noisy, NOW, 6, ForecastState(), horizon_s=HORIZON_S)
     for h in hours:
         assert h.mean_rps == pytest.approx(daily_ramp(h.start.hour * 60 + 30), rel=0.1)
+
+
+def test_one_event_whose_misses_come_in_no_order_does_not_set_the_band():
+    # a service started on a morning ramp (0.5 to 12 req/s over an hour): its first ten forecasts, made from
+    # a few minutes' level and no slope yet, miss by 2-2.7x, in the order the minutes' noise gives them; the
+    # forecasts after them miss by 1.1-1.5x (the ratios the simulator recorded on such a ramp)
+    first = [2.7, 2.47, 2.55, 2.03, 2.61, 2.27, 2.18, 2.22, 2.31, 2.02]
+    state = ForecastState(ratios=[*first, 1.48, 1.32, 1.3, 1.36, 1.38, 1.17, 1.32, 1.14, 1.16, 1.28])
+    assert len(state.ratios) < fc.min_record(HORIZON_S)
+    # the top tenth (2.7 and 2.61) is not consecutive, but it lies in one run above the median: one event
+    upper, _ = fc.error_bands(state, HORIZON_S)
+    assert upper == 1.38  # the rest's 90th percentile, not the ramp's start (2.55)
+    # misses above the median over more forecasts than one surprise lands in are a regime: they speak
+    run = fc.surprise_run(HORIZON_S)
+    regime = ForecastState(ratios=[1.0] * 20 + [1.6 if k % 4 == 0 else 1.5 for k in range(20)])
+    assert run < 13  # the top tenth (the 1.6s at 0, 4, 8, 12) spans 13 forecasts: more than one surprise
+    assert fc.error_bands(regime, HORIZON_S)[0] == 1.6
