@@ -661,6 +661,11 @@ class GroupPlan(_Model):
         "when a holiday or makeup workday is why (min_size on holiday 2027-02-11 (as Sunday))",
     )
     ceiling: int = 0
+    ceiling_source: str = Field(
+        "",
+        description="what sets the ceiling: max_size or schedule:<name>, and the calendar's day when a "
+        "holiday or makeup workday is why (schedule:weekend on holiday 2027-02-11 (as Sunday))",
+    )
     active_schedules: list[str] = Field(default_factory=list)
     scale_in_order: list[str] = Field(default_factory=list, description="instances to remove first")
     scale_in_suspects: int = Field(

@@ -183,12 +183,23 @@ class Bounds:
     # the calendar's days that made the floor other than the regular week's, e.g. "holiday 2027-02-11 (as
     # Sunday)" ("" when the calendar changed nothing): why a mon-fri window's floor is not there on a weekday
     floor_calendar: str = ""
+    # the same for the ceiling: why a sat,sun window's max holds on a holiday Thursday, or not on a makeup
+    # Saturday
+    ceiling_calendar: str = ""
 
     @property
     def floor_why(self) -> str:
         """The floor's source, with the calendar's day when that is why: ``min_size on holiday 2027-02-11 (as
         Sunday)``."""
         return f"{self.floor_source} on {self.floor_calendar}" if self.floor_calendar else self.floor_source
+
+    @property
+    def ceiling_why(self) -> str:
+        """The ceiling's source, with the calendar's day when that is why: ``schedule:weekend on holiday
+        2027-02-11 (as Sunday)``."""
+        if self.ceiling_calendar:
+            return f"{self.ceiling_source} on {self.ceiling_calendar}"
+        return self.ceiling_source
 
 
 # how far around an instant a calendar's exception day can hold the window that decides it (a window past
@@ -198,7 +209,8 @@ CALENDAR_REACH = timedelta(days=2)
 
 def bounds(spec: GroupSpec, at: datetime) -> Bounds:
     """The effective floor and ceiling of a group at ``at`` (its calendar's holidays and makeup workdays
-    honoured, and named in ``floor_calendar`` where they changed the floor)."""
+    honoured, and named in ``floor_calendar`` / ``ceiling_calendar`` where they changed the floor /
+    ceiling)."""
     out = _bounds(spec, at, spec.calendar)
     cal = spec.calendar
     if cal is None:
@@ -207,18 +219,29 @@ def bounds(spec: GroupSpec, at: datetime) -> Bounds:
     if not near:
         return out
     regular = _bounds(spec, at, None)
-    if (regular.floor, regular.floor_source) == (out.floor, out.floor_source):
-        return out
+    if (regular.floor, regular.floor_source) != (out.floor, out.floor_source):
+        # floors apply from the cold start before a window opens
+        out = replace(out, floor_calendar=_calendar_days(spec, cal, at, spec.cold_start_s, floors=True))
+    if (regular.ceiling, regular.ceiling_source) != (out.ceiling, out.ceiling_source):
+        # ceilings only while it is open; only schedules with a max can have changed one
+        out = replace(out, ceiling_calendar=_calendar_days(spec, cal, at, 0.0, floors=False))
+    return out
+
+
+def _calendar_days(spec: GroupSpec, cal: Calendar, at: datetime, lead_s: float, floors: bool) -> str:
+    """The calendar's days whose windows around ``at`` (``lead_s`` ahead) differ from the regular week's,
+    described (``holiday 2027-02-11 (as Sunday)``), comma-separated; "" for none."""
     days: set[date] = set()
-    horizon = at + timedelta(seconds=spec.cold_start_s)
+    horizon = at + timedelta(seconds=lead_s)
     for sched in spec.schedules:
+        if not floors and sched.ceiling is None:
+            continue
         with_cal = windows_between(sched, at, horizon + timedelta(0, 1), cal)
         without = windows_between(sched, at, horizon + timedelta(0, 1), None)
         for w in set(with_cal) ^ set(without):
             if w.start <= horizon and w.end > at:
                 days.add(w.start.astimezone(sched.zone).date())
-    notes = [text for d in sorted(days) if (text := cal.describe(d))]
-    return replace(out, floor_calendar=", ".join(notes)) if notes else out
+    return ", ".join(text for d in sorted(days) if (text := cal.describe(d)))
 
 
 def _bounds(spec: GroupSpec, at: datetime, calendar: Calendar | None) -> Bounds:

@@ -197,6 +197,10 @@ def _render(plan: Any) -> None:
         if g.floor_source and not any(floor in r.detail for r in g.reasons):
             # where the floor comes from, even where it does not bind: a holiday's names the calendar's day
             console.print(escape(f"  {g.group}: {floor}"), highlight=False)
+        ceiling = f"ceiling {g.ceiling} ({g.ceiling_source})"
+        if g.ceiling_source not in ("", "max_size") and not any(ceiling in r.detail for r in g.reasons):
+            # a schedule's ceiling, or the calendar's day that set or lifted one, even where it does not bind
+            console.print(escape(f"  {g.group}: {ceiling}"), highlight=False)
     steps = [(g.group, s) for g in plan.groups for s in g.steps]
     if steps:
         st = Table(title="isolation steps")

@@ -71,6 +71,7 @@ def service_status(
                 floor=gp.floor,
                 floor_source=gp.floor_source,
                 ceiling=gp.ceiling,
+                ceiling_source=gp.ceiling_source,
                 active_schedules=gp.active_schedules,
                 warnings=[w.model_dump(mode="json") for w in gp.warnings],
             )

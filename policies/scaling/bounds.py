@@ -57,9 +57,8 @@ def ceiling(ctx: ScalingContext) -> Contribution | None:
     if ctx.target <= bnd.ceiling:
         return Contribution(warnings=warnings) if warnings else None
     code = ReasonCode.CEILING_MAX_SIZE if bnd.ceiling_source == "max_size" else ReasonCode.CEILING_SCHEDULE
-    reason = Reason(
-        code=code,
-        detail=f"ceiling {bnd.ceiling} ({bnd.ceiling_source})",
-        inputs={"ceiling": bnd.ceiling, "before": ctx.target},
-    )
+    inputs: dict[str, Scalar] = {"ceiling": bnd.ceiling, "before": ctx.target}
+    if bnd.ceiling_calendar:
+        inputs["calendar"] = bnd.ceiling_calendar
+    reason = Reason(code=code, detail=f"ceiling {bnd.ceiling} ({bnd.ceiling_why})", inputs=inputs)
     return Contribution(target=bnd.ceiling, reason=reason, warnings=warnings)

@@ -155,3 +155,36 @@ def test_the_plan_says_the_calendar_is_why_the_floor_fell():
     assert floor.inputs["calendar"] == "holiday 2027-02-11 (as Sunday)"
     plain = decide(snapshot(at, fleet(at, 1)), PolicySpec(groups=(group_spec(),)), None, at).group("chat")
     assert plain is not None and plain.floor_source == "min_size"
+
+
+def test_the_ceiling_names_the_calendar_day_that_changed_it():
+    spec = group_spec(schedules=[BIZ, WEEKEND], calendar=CALENDAR)
+    holiday = bounds(spec, shanghai(2, 11, 12))  # a Thursday, a holiday: the weekend's max of 4 holds
+    assert (holiday.ceiling, holiday.ceiling_source) == (4, "schedule:weekend")
+    assert holiday.ceiling_why == "schedule:weekend on holiday 2027-02-11 (as Sunday)"
+    makeup = bounds(spec, shanghai(2, 20, 12))  # the makeup Saturday: no weekend max
+    assert makeup.ceiling_why == "max_size on makeup workday 2027-02-20 (as Monday)"
+    # where the calendar changes nothing, nothing is said: a plain Saturday and a plain Tuesday
+    for at in (shanghai(2, 27, 12), shanghai(2, 9, 12)):
+        assert bounds(spec, at).ceiling_calendar == ""
+    assert bounds(spec, shanghai(2, 27, 12)).ceiling_why == "schedule:weekend"
+
+
+def test_the_plan_says_the_calendar_is_why_the_ceiling_holds():
+    """A holiday Thursday read as Sunday: the weekend's ceiling that takes six instances down to four names
+    the holiday, in the reason the decision records and in the plan's ceiling source (GET /status, ``fleet
+    plan``)."""
+    from policy_builders import fleet, snapshot
+
+    from policies import PolicySpec, ReasonCode, decide
+
+    at = shanghai(2, 11, 12)
+    spec = PolicySpec(groups=(group_spec(schedules=[BIZ, WEEKEND], calendar=CALENDAR),))
+    gp = decide(snapshot(at, fleet(at, 6)), spec, None, at).group("chat")
+    assert gp is not None and gp.ceiling == 4 and gp.serving_target == 4
+    assert gp.ceiling_source == "schedule:weekend on holiday 2027-02-11 (as Sunday)"
+    (ceiling,) = [r for r in gp.reasons if r.code == ReasonCode.CEILING_SCHEDULE]
+    assert ceiling.detail == "ceiling 4 (schedule:weekend on holiday 2027-02-11 (as Sunday))"
+    assert ceiling.inputs["calendar"] == "holiday 2027-02-11 (as Sunday)"
+    plain = decide(snapshot(at, fleet(at, 6)), PolicySpec(groups=(group_spec(),)), None, at).group("chat")
+    assert plain is not None and plain.ceiling_source == "max_size"

@@ -320,8 +320,8 @@ def group_page(
         i=g.get("in_service", "-"),
         s=g.get("standby", "-"),
         t=g.get("target", "-"),
-        f=g.get("floor", "-"),
-        c=g.get("ceiling", "-"),
+        f=_bound(g, "floor"),
+        c=_bound(g, "ceiling"),
         pause=pause,
     )
     rows = [
@@ -351,6 +351,12 @@ def group_page(
             more,
         ]
     )
+
+
+def _bound(g: dict[str, Any], which: str) -> str:
+    """The floor or ceiling and what sets it: ``4 (schedule:weekend on holiday 2027-02-11 (as Sunday))``."""
+    source = g.get(f"{which}_source")
+    return f"{g.get(which, '-')}" + (f" ({source})" if source else "")
 
 
 def _forecast_section(forecast: list[ForecastPoint], start: datetime, now: datetime) -> Safe:

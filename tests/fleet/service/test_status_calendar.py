@@ -100,3 +100,51 @@ def test_fleet_plan_names_the_holiday_even_where_the_floor_does_not_bind(tmp_pat
     assert main(["plan", "--config", str(config), "--snapshot", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "chat: floor 2 (warm_floor on holiday 2027-02-11 (as Sunday))" in out
+
+
+WEEKEND = {"name": "weekend", "days": "sat,sun", "start": "00:00", "end": "24:00", "max": 4}
+
+
+def test_the_status_names_the_holiday_that_set_the_weekend_ceiling(tmp_path):
+    """A holiday Thursday read as Sunday: GET /status and the console's group page say the weekend's
+    ceiling holds because of the holiday (they gave the ceiling's number alone)."""
+    from fleet.service.console.pages import _bound
+
+    group = GroupSpec.model_validate(
+        {
+            "name": "chat",
+            "min_size": 1,
+            "max_size": 8,
+            "schedules": [BIZ, WEEKEND],
+            "calendar": {"holidays": ["2027-02-11"]},
+        }
+    )
+    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=6)])
+    plan = decide(snap, PolicySpec(groups=(group,)), None, AT)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        view = service_status(store, AT, ["chat"], {}, None, plan)
+    finally:
+        store.close()
+    (g,) = view["groups"]
+    assert (g["ceiling"], g["ceiling_source"]) == (4, "schedule:weekend on holiday 2027-02-11 (as Sunday)")
+    assert _bound(g, "ceiling") == "4 (schedule:weekend on holiday 2027-02-11 (as Sunday))"
+
+
+def test_fleet_plan_names_the_holiday_even_where_the_ceiling_does_not_bind(tmp_path, capsys):
+    """Three instances on a holiday Thursday: the weekend's ceiling of 4 does not take any down, yet the
+    plan says where it comes from and that the holiday is why."""
+    from fleet.cli import main
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        "region: cn-chengdu\ncalendar: {holidays: [2027-02-11]}\ngroups:\n"
+        "  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8,\n"
+        '     schedules: [{name: weekend, days: "sat,sun", start: "00:00", end: "24:00", max: 4}]}\n'
+    )
+    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=3)])
+    path = tmp_path / "snap.json"
+    path.write_text(snap.model_dump_json())
+    assert main(["plan", "--config", str(config), "--snapshot", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "chat: ceiling 4 (schedule:weekend on holiday 2027-02-11 (as Sunday))" in out
