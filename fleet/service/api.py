@@ -39,7 +39,14 @@ from fleet.service.store import (
     Store,
     human_actor,
 )
-from fleet.service.views import cancel_refusal, request_id_problem, request_what
+from fleet.service.views import (
+    MAX_REQUEST_LOG_ROWS,
+    REQUEST_LOG_ROWS,
+    cancel_refusal,
+    request_id_problem,
+    request_log_view,
+    request_what,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +113,7 @@ class _StatusApi:
             Route("/isolate", self.operator_request("isolate"), methods=["POST"]),
             Route("/release", self.operator_request("release"), methods=["POST"]),
             Route("/replace", self.operator_request("replace"), methods=["POST"]),
+            Route("/requests", self.requests_view, methods=["GET"]),
             Route("/requests/{request_id}/cancel", self.cancel_request, methods=["POST"]),
         ]
 
@@ -154,6 +162,17 @@ class _StatusApi:
 
     def metrics_view(self, request: Request) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def requests_view(self, request: Request) -> Response:
+        """The queued requests, then the newest handled ones: ``limit`` in all (open, like /status, whose
+        ``requests`` lists the queued ones)."""
+        raw = request.query_params.get("limit", str(REQUEST_LOG_ROWS))
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_REQUEST_LOG_ROWS:
+            return _json(
+                {"error": f"limit must be a number from 1 to {MAX_REQUEST_LOG_ROWS}, not {raw[:40]!r}"}, 400
+            )
+        rows = self.store.request_log(int(raw))
+        return _json({"service": self.store.service, "requests": [request_log_view(r) for r in rows]})
 
     def unknown_group(self, name: str) -> Response | None:
         """A 404 naming the groups there are, for a group name this service does not decide."""

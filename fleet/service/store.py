@@ -947,6 +947,22 @@ class Store:
             rows = c.execute(q.order_by(operator_requests.c.id))
             return [OperatorRequest(**dict(r._mapping)) for r in rows]
 
+    def request_log(self, limit: int) -> list[OperatorRequest]:
+        """The queued requests (oldest first: the order the leader takes them), then the newest handled
+        ones, ``limit`` in all. Acknowledgments are left out: the incident records them when they are made."""
+        t = operator_requests
+        q = (
+            sa.select(t)
+            .where(t.c.service == self.service, t.c.kind != "ack")
+            .order_by(
+                sa.case((t.c.handled_at.is_(None), 0), else_=1),
+                sa.case((t.c.handled_at.is_(None), t.c.id), else_=-t.c.id),
+            )
+            .limit(limit)
+        )
+        with self.engine.connect() as c:
+            return [OperatorRequest(**dict(r._mapping)) for r in c.execute(q)]
+
     def note_request(self, request_id: int, note: str | None, conn: Connection) -> None:
         """Why a queued request still waits (kept in ``outcome`` while ``handled_at`` is unset), or None."""
         conn.execute(

@@ -153,6 +153,23 @@ def request_view(req: OperatorRequest) -> dict[str, Any]:
     }
 
 
+# How many requests GET /requests and the console's Incidents page list by default, and at most.
+REQUEST_LOG_ROWS = 50
+MAX_REQUEST_LOG_ROWS = 500
+
+
+def request_log_view(req: OperatorRequest) -> dict[str, Any]:
+    """A request queued or handled (GET /requests): ``waiting`` while it is queued, then when it was handled
+    and its ``outcome`` (applied, refused, expired, ``cancelled by NAME``)."""
+    handled = req.handled_at is not None
+    return {
+        **request_view(req),
+        "waiting": None if handled else req.outcome,
+        "handled_at": req.handled_at.isoformat() if req.handled_at else None,
+        "outcome": req.outcome if handled else None,
+    }
+
+
 # operator_requests.id is an INTEGER: PostgreSQL refuses a larger number in the query itself.
 MAX_REQUEST_ID = 2**31 - 1
 

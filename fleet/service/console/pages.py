@@ -17,7 +17,14 @@ from fleet.service.console import svg
 from fleet.service.console.data import CapacityPoint, DecisionFilter, ForecastPoint
 from fleet.service.console.html import Safe, esc, join, options, render, table
 from fleet.service.console.security import CSRF_FIELD
-from fleet.service.store import DecisionRecord, IncidentEvent, IncidentRecord, is_human, state_label
+from fleet.service.store import (
+    DecisionRecord,
+    IncidentEvent,
+    IncidentRecord,
+    OperatorRequest,
+    is_human,
+    state_label,
+)
 from policies.model import ReasonCode
 
 # Seconds between live refreshes of a page's <main> (the script); without script, <noscript> meta refresh.
@@ -408,6 +415,7 @@ def incidents_page(
     window: str,
     viewer: Viewer,
     now: datetime,
+    requests: Sequence[OperatorRequest] = (),
 ) -> Safe:
     ordered = sorted(incidents, key=lambda i: (not i.is_open, -i.detected_at.timestamp()))
     rows = []
@@ -445,6 +453,7 @@ def incidents_page(
         [
             render("<p>{n} open · {m} closed in the window</p>", n=open_n, m=len(incidents) - open_n),
             table(headers, rows, cls="incidents"),
+            _requests(requests, viewer, now),
             _isolate_form(viewer),
             _sla(report, window),
         ]
@@ -471,6 +480,48 @@ def _incident_actions(inc: IncidentRecord, viewer: Viewer) -> Safe:
         )
     parts.append(action_form(viewer, "/console/release", "release", back, instance_id=inc.instance_id))
     return join(parts, " ")
+
+
+def _requests(requests: Sequence[OperatorRequest], viewer: Viewer, now: datetime) -> Safe:
+    """Operator requests: the queued ones (why each waits, and cancel), then the newest handled (how each
+    ended)."""
+    rows = []
+    for req in requests:
+        queued = req.handled_at is None
+        if queued:
+            state = render("<b>queued</b>; {w}", w=req.outcome or "the leader's next tick takes it")
+        else:
+            state = render(
+                '{o} <span class="muted">at {t}</span>', o=req.outcome or "-", t=_ts(req.handled_at)
+            )
+        cancel = action_form(viewer, f"/console/requests/{req.id}/cancel", "cancel", "/console/incidents")
+        rows.append(
+            [
+                render('<span id="request-{i}">{i}</span>', i=req.id),
+                req.kind,
+                req.instance_id or req.incident_id or req.group_name or "-",
+                req.actor or "-",
+                render(
+                    '<span title="{t}">{age}</span>', t=_ts(req.created_at), age=_age(now - req.created_at)
+                ),
+                state,
+                cancel if queued else Safe(""),
+            ]
+        )
+    waiting = sum(1 for r in requests if r.handled_at is None)
+    return join(
+        [
+            render(
+                "<h2>Operator requests</h2><p>{n} queued, then the newest handled</p>",
+                n=waiting,
+            ),
+            table(["request", "kind", "target", "by", "age", "state / outcome", ""], rows, cls="requests"),
+        ]
+    )
+
+
+def _age(span: timedelta) -> str:
+    return _left_text(max(span.total_seconds(), 0.0)) + " ago"
 
 
 def _isolate_form(viewer: Viewer) -> Safe:

@@ -2,9 +2,10 @@
 
 Actions write exactly what the JSON API's do (fleet/service/api.py): acknowledging marks the incident
 and queues an ``ack`` for the leader; isolate and release queue operator requests that the lease holder's
-next tick carries out; pause and resume write the group's control row. Each is recorded under the signed-in
-operator's name. The order of checks on a POST: a token is configured (403), the Origin is this host (403), a
-valid session (401), the form's CSRF token (403), then the input (400).
+next tick carries out, and cancel withdraws one still queued; pause and resume write the group's control
+row. Each is recorded under the signed-in operator's name. The order of checks on a POST: a token is
+configured (403), the Origin is this host (403), a valid session (401), the form's CSRF token (403), then
+the input (400).
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ from starlette.routing import Route
 from fleet.service.console import data, pages, security
 from fleet.service.console.html import Safe
 from fleet.service.console.static import CSS, FAVICON_SVG, JS
-from fleet.service.store import NOT_RELEASABLE, AckOutcome, Store, human_actor
-from fleet.service.views import sla_report
+from fleet.service.store import NOT_RELEASABLE, AckOutcome, CancelOutcome, Store, human_actor
+from fleet.service.views import (
+    REQUEST_LOG_ROWS,
+    cancel_refusal,
+    request_id_problem,
+    request_what,
+    sla_report,
+)
 from policies.spec import parse_duration
 
 log = logging.getLogger("fleet.console")
@@ -98,6 +105,7 @@ class Console:
             Route("/console/incidents/{incident_id}/ack", self.action(self._ack), methods=["POST"]),
             Route("/console/isolate", self.action(self._isolate), methods=["POST"]),
             Route("/console/release", self.action(self._release), methods=["POST"]),
+            Route("/console/requests/{request_id}/cancel", self.action(self._cancel), methods=["POST"]),
             Route("/console/groups/{name}/pause", self.action(self._pause(True)), methods=["POST"]),
             Route("/console/groups/{name}/resume", self.action(self._pause(False)), methods=["POST"]),
             Route("/console/static/{file}", self.static, methods=["GET"]),
@@ -182,8 +190,9 @@ class Console:
         rows.update({i.id: i for i in self.store.incidents(open_only=True)})
         events = {i: self.store.incident_events(i) for i in rows}
         report = sla_report(self.store, since, now)
+        requests = self.store.request_log(REQUEST_LOG_ROWS)
         viewer, _ = self.viewer(request)
-        body = pages.incidents_page(list(rows.values()), events, report, window, viewer, now)
+        body = pages.incidents_page(list(rows.values()), events, report, window, viewer, now, requests)
         return self.page(request, "Incidents", "incidents", body)
 
     def decisions(self, request: Request) -> Response:  # sync: run in a worker thread (store reads)
@@ -344,6 +353,19 @@ class Console:
         )
         log.info("console: %s asked to release %s (request %s)", act.session.name, instance_id, rid)
         return f"release of {instance_id} queued (request {rid}) by {act.session.name}"
+
+    async def _cancel(self, request: Request, act: Action) -> str:
+        """Withdraw a queued request, as ``POST /requests/{id}/cancel`` does; refused with its one line."""
+        raw = request.path_params["request_id"]
+        if (problem := request_id_problem(raw)) is not None:
+            raise Refused(400, problem)
+        rid, name = int(raw.strip()), act.session.name
+        found, req = await run_in_threadpool(self.store.cancel_request, rid, name, self.clock())
+        if found != CancelOutcome.CANCELLED or req is None:
+            status = 404 if found == CancelOutcome.UNKNOWN else 409
+            raise Refused(status, cancel_refusal(found, req, rid, self.store.service))
+        log.info("console: %s cancelled request %s (%s)", name, rid, request_what(req))
+        return f"request {rid} ({request_what(req)}) cancelled by {name}"
 
     def _pause(self, paused: bool) -> Callable[[Request, Action], Awaitable[str]]:
         async def perform(request: Request, act: Action) -> str:

@@ -267,3 +267,40 @@ def test_a_cancel_needs_the_token_and_a_numeric_id(store, client):
     assert c.post("/requests/abc/cancel", headers=AUTH).status_code == 400
     assert c.post("/requests/99999999999/cancel", headers=AUTH).status_code == 400  # past INTEGER
     assert [r.id for r in store.pending_requests()] == [rid]
+
+
+def test_requests_lists_the_queued_then_the_newest_handled_without_a_token(store, client):
+    done = store.add_request("isolate", T0 - timedelta(minutes=9), instance_id="i-1", reason="x", actor="bob")
+    store.mark_request(done, "applied", T0 - timedelta(minutes=8))
+    later = store.add_request("reset_breaker", T0 - timedelta(minutes=7), group_name="chat", reason="y")
+    store.cancel_request(later, "carol", T0 - timedelta(minutes=6))
+    first = store.add_request("release", T0 - timedelta(minutes=5), instance_id="i-2", actor="bob")
+    store.add_request("ack", T0 - timedelta(minutes=4), incident_id="inc-1", actor="human:bob")
+    second = store.add_request("isolate", T0 - timedelta(minutes=3), instance_id="i-3", reason="z")
+    with store.begin() as conn:
+        store.note_request(second, "waiting: ESS cannot be read for group chat", conn)
+    r = client().get("/requests")
+    assert r.status_code == 200
+    rows = r.json()["requests"]
+    # queued in the order the leader takes them, then the handled newest first; no acknowledgment
+    assert [x["id"] for x in rows] == [first, second, later, done]
+    assert [(x["waiting"], x["outcome"]) for x in rows] == [
+        (None, None),
+        ("waiting: ESS cannot be read for group chat", None),
+        (None, "cancelled by carol"),
+        (None, "applied"),
+    ]
+    assert rows[2]["group"] == "chat" and rows[2]["handled_at"] == (T0 - timedelta(minutes=6)).isoformat()
+    assert rows[0]["handled_at"] is None and rows[0]["by"] == "bob" and rows[0]["instance_id"] == "i-2"
+
+
+def test_requests_takes_a_limit_and_refuses_a_bad_one_in_one_line(store, client):
+    queued = store.add_request("isolate", T0, instance_id="i-1", reason="x", actor="bob")
+    handled = store.add_request("release", T0, instance_id="i-2", actor="bob")
+    store.mark_request(handled, "applied", T0)
+    c = client()
+    assert [x["id"] for x in c.get("/requests", params={"limit": 1}).json()["requests"]] == [queued]
+    for bad in ("0", "501", "ten", "-1"):
+        r = c.get("/requests", params={"limit": bad})
+        assert r.status_code == 400, bad
+        assert r.json()["error"].startswith("limit must be a number from 1 to 500"), bad

@@ -355,6 +355,13 @@ def test_ack_and_release_from_the_page_change_the_store(fleet, browser):
     finally:
         store.close()
     assert acked and released and released[0].instance_id == fleet.hot
+    # the operator requests panel lists the release, queued or already handled by the leader
+    row = wait_for(
+        lambda: browser.find_elements(By.ID, f"request-{released[0].id}"), what="the release's request row"
+    )
+    assert row
+    text = browser.find_element(By.CSS_SELECTOR, "table.requests").text
+    assert f"release {fleet.hot} oncall" in " ".join(text.split())
 
 
 def test_forms_without_csrf_or_sign_in_are_refused(fleet, browser):

@@ -3,6 +3,7 @@ every action. Fast; the browser-level checks live in test_browser.py."""
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -164,6 +165,8 @@ def test_store_data_is_escaped_everywhere(store):
             isolate_by=T0,
         )
     )
+    store.add_request("reset_breaker", T0, group_name=HOSTILE, actor=HOSTILE)
+    store.mark_request(store.add_request("isolate", T0, instance_id="i-1"), HOSTILE, T0)
     for path in (
         "/console/",
         "/console/incidents",
@@ -424,3 +427,63 @@ def test_a_declared_oversized_sign_in_form_is_refused_unread(client):
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 413
+
+
+def _requests_table(text: str) -> str:
+    return re.search(r'<table class="requests">.*?</table>', text, re.S).group(0)
+
+
+def test_incidents_page_lists_queued_and_handled_requests_with_why_and_how(client, store):
+    done = store.add_request("release", T0 - timedelta(minutes=20), instance_id="i-old", actor="bob")
+    store.mark_request(done, "refused: no open incident", T0 - timedelta(minutes=19))
+    store.add_request("ack", T0 - timedelta(minutes=6), incident_id="inc-1", actor="human:bob")
+    waits = store.add_request("isolate", T0 - timedelta(minutes=5), instance_id="i-hot1", actor="bob")
+    with store.begin() as conn:
+        store.note_request(waits, "waiting: ESS cannot be read for group chat", conn)
+    store.add_request("reset_breaker", T0 - timedelta(seconds=30), group_name="chat", reason="y", actor="dan")
+    requests = _requests_table(client.get("/console/incidents").text)
+    rows = re.findall(r"<tr><td>(.*?)</tr>", requests, re.S)
+    cells = [[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in r.split("</td><td>")] for r in rows]
+    assert [c[:5] for c in cells] == [
+        [str(waits), "isolate", "i-hot1", "bob", "5m 0s ago"],
+        [str(waits + 1), "reset_breaker", "chat", "dan", "30s ago"],
+        [str(done), "release", "i-old", "bob", "20m 0s ago"],
+    ]
+    assert cells[0][5] == "queued; waiting: ESS cannot be read for group chat"
+    assert cells[1][5] == "queued; the leader's next tick takes it"
+    assert cells[2][5].startswith("refused: no open incident at ")
+    assert "cancel" not in requests  # read-only: no forms
+    sign_in(client)
+    signed = _requests_table(client.get("/console/incidents").text)
+    assert signed.count(">cancel</button>") == 2  # the queued ones only
+    assert f'action="/console/requests/{waits}/cancel"' in signed
+
+
+def test_cancel_from_the_console_withdraws_a_queued_request_under_the_operators_name(client, store):
+    rid = store.add_request("isolate", T0, instance_id="i-hot1", reason="fans", actor="bob")
+    csrf = sign_in(client, "carol")
+    r = client.post(f"/console/requests/{rid}/cancel", data={"csrf": csrf, "next": "/console/incidents"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/console/incidents?")
+    assert store.pending_requests() == []
+    assert store.request(rid).outcome == "cancelled by carol"
+    assert f"request {rid} (isolate i-hot1) cancelled by carol" in client.get(r.headers["location"]).text
+
+
+def test_a_cancel_from_the_console_is_refused_with_the_apis_line(client, store):
+    rid = store.add_request("release", T0, instance_id="i-hot1", actor="bob")
+    store.mark_request(rid, "applied", T0)
+    csrf = sign_in(client, "carol")
+    r = client.post(f"/console/requests/{rid}/cancel", data={"csrf": csrf})
+    assert r.status_code == 409
+    at = T0.isoformat(timespec="seconds")
+    assert f"request {rid} (release i-hot1) was already handled at {at}: applied" in r.text
+    assert client.post("/console/requests/41/cancel", data={"csrf": csrf}).status_code == 404
+    assert client.post("/console/requests/i-7/cancel", data={"csrf": csrf}).status_code == 400
+
+
+def test_a_cancel_needs_sign_in_and_the_csrf_token(client, store):
+    rid = store.add_request("isolate", T0, instance_id="i-hot1", reason="fans", actor="bob")
+    assert client.post(f"/console/requests/{rid}/cancel", data={"csrf": "x"}).status_code == 401
+    sign_in(client)
+    assert client.post(f"/console/requests/{rid}/cancel", data={}).status_code == 403
+    assert [q.id for q in store.pending_requests()] == [rid]
