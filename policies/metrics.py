@@ -128,13 +128,39 @@ THROTTLE_REASON_NAMES: dict[str, ThrottleReason] = {
     "display_clocks": ThrottleReason.DISPLAY_CLOCKS,
 }
 
-# XID classes (NVIDIA "XID Errors" catalogue). Hardware/reset XIDs mean the GPU itself is suspect:
-# 48 double-bit ECC, 63/64 row-remapping pending/failure, 74 NVLink error, 79 fallen off the bus,
-# 92 high single-bit ECC rate, 94/95 contained/uncontained ECC. Application XIDs (13 graphics engine
-# exception, 31 MMU fault, 43 channel reset, 45 preemptive cleanup) are usually caused by the workload and
-# only mean something when they repeat.
-HARDWARE_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95)
+# XID classes, from NVIDIA's XID catalogue ("Xid Errors", docs.nvidia.com/deploy/xid-errors/, the Ampere+
+# catalogue's "Resolution Bucket (Immediate Action)" column) and its memory error documents (A100/H100 GPU
+# memory error management: row remapping; dynamic page retirement). docs/policies.md has the table with each
+# code's recommended action and why the product maps it as it does. On ECS a GPU reset is a reboot of the
+# instance (nvidia-smi -r needs every process off the GPU), and a replacement lands on other hardware.
+#
+# Replace: the GPU is broken, or NVIDIA's action ends in servicing the board (RMA).
+#   48 double-bit ECC error (DBE), 64 row remapping / page retirement failure (the row cannot be spared:
+#   RMA), 74 NVLink error, 79 GPU fallen off the bus (restart the machine, then check the mechanics: the
+#   board, the riser, power), 92 high single-bit ECC error rate, 95 uncontained ECC error (every process on
+#   the GPU is hit).
+HARDWARE_XIDS: tuple[int, ...] = (48, 64, 74, 79, 92, 95)
+# Reboot at once: a GPU reset clears the condition, and a node that shows it again after the reboot fails
+# its health check and is replaced (max_reboots). NVIDIA's catalogue: RESET_GPU.
+#   61 / 62 internal micro-controller breakpoint / halt, 63 row remapping (or page retirement) pending: the
+#   spare row is used only after a reset, 94 contained ECC error (the process that hit it is killed; the
+#   row is remapped at the next reset), 119 GSP RPC timeout, 120 GSP error, 140 unrecovered ECC error, 154
+#   the driver's own "GPU recovery action changed ... to GPU Reset Required / Node Reboot Required / Drain
+#   and Reset" (the agent drops a 154 whose new action is None: the GPU recovered).
+RESET_XIDS: tuple[int, ...] = (61, 62, 63, 94, 119, 120, 140, 154)
+# Application XIDs: raised by what the process did (an illegal address, a bad instruction), the GPU is
+# fine; NVIDIA's action is RESTART_APP (13 graphics engine exception, 31 MMU fault / GPU memory page fault,
+# 43 GPU stopped processing: the channel of a faulting process was reset), or IGNORE for 45 (preemptive
+# cleanup: channels torn down because their process was killed or an earlier XID ended it). No default rule
+# isolates a node for them: a vLLM that keeps crashing on them is what engine_restarting catches.
 APPLICATION_XIDS: tuple[int, ...] = (13, 31, 43, 45)
+
+
+def xid_severity(code: int) -> int:
+    """2 for a hardware XID, 1 for a reset-class one, 0 for any other: which of a period's XIDs to report."""
+    if code in HARDWARE_XIDS:
+        return 2
+    return 1 if code in RESET_XIDS else 0
 
 
 def throttle_mask(names: list[str] | tuple[str, ...]) -> int:

@@ -933,9 +933,10 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
         # the agent again; one that does not come back is replaced when the health check times out.
         IsolationRule(name="agent_silent", metric=m.VLLM_UP, absent_for_s=600, action="reboot"),
         IsolationRule(name="xid_hardware", xids=m.HARDWARE_XIDS, action="replace"),
-        IsolationRule(
-            name="xid_application", xids=m.APPLICATION_XIDS, repeat=3, window_s=600, action="reboot"
-        ),
+        # XIDs a GPU reset clears (row remap pending, GSP timeout, the driver asking for a reset): a reboot is
+        # the reset on ECS; one that comes back after it fails the health check and the node is replaced.
+        # Application XIDs (13, 31, 43, 45) isolate nothing: NVIDIA's action is to restart the application.
+        IsolationRule(name="xid_reset", xids=m.RESET_XIDS, action="reboot"),
         IsolationRule(name="ecs_system_failure", events=("SystemFailure.*",), action="replace"),
         IsolationRule(name="ecs_maintenance", events=("SystemMaintenance.*",), action="reboot"),
         IsolationRule(

@@ -19,7 +19,7 @@ from typing import Any
 from fleet.agent.clock import StampResult
 from fleet.agent.nvml import THROTTLE_MASK, GpuReading, GpuSnapshot
 from fleet.agent.vllm import VllmReading
-from policies.metrics import HARDWARE_XIDS
+from policies.metrics import xid_severity
 
 # Instance-level custom metric names the service maps to policy metrics (keep them: issue 5, brief contract).
 INSTANCE_METRICS_READ_BY_SERVICE = (
@@ -135,9 +135,10 @@ def instance_values(sample: Sample) -> dict[str, float]:
     if g.xid_events:
         # Published with NVML down too: the kernel log still reports XIDs then (a GPU off the bus can take
         # the driver's NVML side with it).
-        # One value a period: the hardware XID the default rules replace a node for (79 fallen off the bus, 48
-        # double-bit ECC) outranks an application one logged after it, which would have hidden it.
-        out["gpu_xid"] = float(max(reversed(g.xid_events), key=lambda e: e.xid in HARDWARE_XIDS).xid)
+        # One value a period, the most severe: a hardware XID the default rules replace a node for (79 fallen
+        # off the bus, 48 double-bit ECC), else a reset-class one they reboot it for (63 row remap pending,
+        # 119 GSP timeout), else the last. An application XID logged after either would have hidden it.
+        out["gpu_xid"] = float(max(reversed(g.xid_events), key=lambda e: xid_severity(e.xid)).xid)
     if g.nvml_ok:
         live = [r for r in g.gpus if not r.lost]
         out["gpu_count"] = float(len(g.gpus))

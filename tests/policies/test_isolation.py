@@ -792,8 +792,31 @@ def test_application_xid_once_is_tolerated():
     assert not incidents(hist)
 
 
-def test_application_xid_repeated_in_the_window_reboots():
+def test_application_xids_never_isolate_a_node_under_the_default_rules():
+    # NVIDIA's action for 13 / 31 / 43 is to restart the application, for 45 to ignore it: a workload that
+    # faults again and again is a bug a reboot does not fix (a crash-looping engine is engine_restarting's).
     spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].xids = [
+        XidEvent(code=code, at=T0 + timedelta(minutes=k)) for k, code in enumerate([13, 31, 43, 45] * 3)
+    ]
+    _, hist = drive(world, spec, 15 * 60)
+    assert not incidents(hist)
+
+
+def test_a_reset_class_xid_reboots_at_once():
+    spec = policy()
+    world = World(T0, 6)
+    world.nodes["i-0004"].xids = [XidEvent(code=119, at=T0)]  # GSP RPC timeout: NVIDIA says reset the GPU
+    _, hist = drive(world, spec, 3 * 60)
+    (inc,) = incidents(hist)
+    assert inc.rule == "xid_reset" and inc.action == "reboot"
+
+
+def test_an_explicit_application_xid_rule_reboots_when_repeated_in_the_window():
+    spec = policy(
+        isolation={"rules": [{"name": "xid_application", "xids": [43], "repeat": 3, "window": "10m"}]}
+    )
     world = World(T0, 6)
     world.nodes["i-0004"].xids = [XidEvent(code=43, at=T0 + timedelta(minutes=3 * k)) for k in range(3)]
     _, hist = drive(world, spec, 8 * 60)

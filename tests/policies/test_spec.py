@@ -196,10 +196,42 @@ def test_default_isolation_rules_cover_the_issue_classes():
     rules = {r.rule_id: r for r in group_spec().isolation.rules}
     assert rules["gpu_overheat"].above == 85 and rules["gpu_overheat"].for_s == 120
     assert rules["xid_hardware"].action == "replace" and rules["xid_hardware"].repeat == 1
-    assert rules["xid_application"].repeat > 1
+    assert rules["xid_reset"].action == "reboot" and rules["xid_reset"].repeat == 1
     assert rules["engine_restarting"].metric == "vllm_up" and rules["engine_restarting"].repeat > 1
     assert rules["agent_silent"].kind == "absent" and rules["agent_silent"].absent_for_s == 600
-    assert 79 in rules["xid_hardware"].xids and 13 in rules["xid_application"].xids
+    assert 79 in rules["xid_hardware"].xids and 154 in rules["xid_reset"].xids
+
+
+def _default_xid_action(code: int) -> str | None:
+    acts = [r.action for r in group_spec().isolation.rules if r.kind == "xid" and code in (r.xids or ())]
+    assert len(acts) <= 1, f"XID {code} is in more than one default rule"
+    return acts[0] if acts else None
+
+
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [
+        # NVIDIA's XID catalogue, "Resolution Bucket (Immediate Action)", as docs/policies.md maps it
+        (79, "replace"),  # fallen off the bus: restart the machine, check the mechanics
+        (64, "replace"),  # row remapping failure: RMA
+        (48, "replace"),
+        (95, "replace"),
+        (63, "reboot"),  # row remapping pending: a reset activates the spare row, the GPU is sound
+        (94, "reboot"),  # contained ECC error: the process is killed, the row remapped at the next reset
+        (119, "reboot"),  # GSP RPC timeout: RESET_GPU
+        (120, "reboot"),  # GSP error: RESET_GPU
+        (140, "reboot"),  # unrecovered ECC error: RESET_GPU
+        (61, "reboot"),
+        (62, "reboot"),
+        (154, "reboot"),  # the driver's recovery action: GPU Reset Required / Node Reboot Required
+        (13, None),  # application faults: RESTART_APP, never the node
+        (31, None),
+        (43, None),
+        (45, None),  # preemptive cleanup after a killed process: IGNORE
+    ],
+)
+def test_default_xid_rules_follow_nvidias_recommended_actions(code, action):
+    assert _default_xid_action(code) == action
 
 
 def test_default_sla_is_15_minutes_and_4_hours():

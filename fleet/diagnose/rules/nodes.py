@@ -233,10 +233,11 @@ def _nothing_published(w: Window, serving: list[InstanceWindow]) -> list[Finding
 
 # ---- XID errors -------------------------------------------------------------------------------------------
 def _xid_errors(st: _State) -> list[Finding]:
-    """A hardware or reset-class XID (policies.metrics.HARDWARE_XIDS): the GPU is unusable until reset."""
+    """A hardware or reset-class XID (policies.metrics.HARDWARE_XIDS, RESET_XIDS): the GPU is unusable until
+    reset."""
     out: list[Finding] = []
     for inst in st.serving:
-        seen = [(t, int(v)) for t, v in inst.metrics.get(pm.GPU_XID, ()) if int(v) in pm.HARDWARE_XIDS]
+        seen = [(t, int(v)) for t, v in inst.metrics.get(pm.GPU_XID, ()) if pm.xid_severity(int(v)) > 0]
         if not seen:
             continue
         st.explained.add(inst.instance_id)
@@ -257,11 +258,22 @@ def _xid_errors(st: _State) -> list[Finding]:
                 f"{inst.instance_id} reported hardware XID {', '.join(map(str, codes))} (NVIDIA's catalogue: "
                 "the GPU needs a reset or replacement); it serves nothing or fails the requests it gets."
                 + _stopped_text(stopped),
-                f"Replace {inst.instance_id} (the isolation policy's xid_hardware rule: replace), or take it "
-                "out of service now with fleet isolate; check the host's GPU before it returns.",
+                _xid_remedy(inst.instance_id, codes),
             )
         )
     return out
+
+
+def _xid_remedy(instance_id: str, codes: list[int]) -> str:
+    if any(pm.xid_severity(c) > 1 for c in codes):
+        return (
+            f"Replace {instance_id} (the isolation policy's xid_hardware rule: replace), or take it "
+            "out of service now with fleet isolate; check the host's GPU before it returns."
+        )
+    return (
+        f"Reboot {instance_id} (a GPU reset clears these: the isolation policy's xid_reset rule), or take "
+        "it out of service now with fleet isolate; replace it if the XID returns."
+    )
 
 
 # ---- thermal and power throttling --------------------------------------------------------------------------

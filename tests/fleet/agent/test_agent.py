@@ -113,6 +113,26 @@ def test_gpu_xid_is_published_only_in_a_period_with_an_xid(vllm_server):
     assert sink.values("gpu_device_xid", {"instanceId": INSTANCE, "gpu": "1"}) == [48.0]
 
 
+@pytest.mark.parametrize(
+    ("pushed", "published"),
+    [
+        ([63, 13], 63.0),  # row remap pending, then an application fault: the reset-class XID is reported
+        ([119, 45], 119.0),  # GSP timeout, then the preemptive cleanup of the killed engine
+        ([94, 79, 13], 79.0),  # a hardware XID outranks a reset-class one
+        ([13, 31], 31.0),  # only application XIDs: the last
+    ],
+)
+def test_gpu_xid_reports_the_periods_most_severe_xid(vllm_server, pushed, published):
+    gpus = [FakeGpu()]
+    sink = RecordingSink(INSTANCE)
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus), sink=sink)
+    agent.prime()
+    for code in pushed:
+        gpus[0].push_xid(code)
+    agent.step()
+    assert sink.values("gpu_xid") == [published]
+
+
 def test_per_gpu_points_carry_the_gpu_dimension(vllm_server):
     gpus = [FakeGpu(temperature_c=51), FakeGpu(temperature_c=88)]
     agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
