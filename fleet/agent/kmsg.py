@@ -72,6 +72,14 @@ _XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\):"
     r"\s*(?P<xid>\d{1,6})\b"
 )
+# XID 154 (driver r550 and later) names the recovery the GPU now needs, NVML's nvmlGpuRecoveryAction_t:
+#   NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)
+# 0x1 GPU Reset Required, 0x2 Node Reboot Required, 0x3 Drain P2P, 0x4 Drain and Reset. A change *to* 0x0
+# (None) says the GPU needs nothing any more (a reset completed): no fault, so not reported.
+XID_RECOVERY_ACTION_CHANGED = 154
+_RECOVERY_ACTION_RE = re.compile(
+    r"recovery action changed from 0x[0-9A-Fa-f]+\b.*?\bto 0x(?P<to>[0-9A-Fa-f]+)"
+)
 _BUS_ID_RE = re.compile(
     r"(?:PCI:)?(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):(?P<device>[0-9A-Fa-f]{1,2})"
     r"(?:\.(?P<function>[0-7]))?"
@@ -98,9 +106,17 @@ class KernelXid:
 def parse_xid_message(message: str) -> tuple[str, int] | None:
     """``(pci_bus_id, xid)`` of an ``NVRM: Xid (...)`` message, None for any other message."""
     match = _XID_RE.search(message)
-    if match is None:
+    if match is None or _recovered(match, message):
         return None
     return match["bus"], int(match["xid"])
+
+
+def _recovered(match: re.Match[str], text: str) -> bool:
+    """An XID 154 whose new recovery action is None (0x0): the GPU recovered, nothing to act on."""
+    if int(match["xid"]) != XID_RECOVERY_ACTION_CHANGED:
+        return False
+    action = _RECOVERY_ACTION_RE.search(text, match.end())
+    return action is not None and int(action["to"], 16) == 0
 
 
 def normalize_pci_bus_id(text: str) -> str | None:
@@ -163,7 +179,7 @@ def parse_text_line(line: str) -> TextXid | None:
     program, not the driver, and is not an XID.
     """
     match = _XID_RE.search(line)
-    if match is None:
+    if match is None or _recovered(match, line):
         return None
     prefix = line[: match.start()]
     stamp = _KERNEL_STAMP_RE.search(prefix)

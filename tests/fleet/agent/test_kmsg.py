@@ -136,6 +136,32 @@ def log_file(tmp_path) -> Path:
         ("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus", ("0000:44:00", 79)),  # no pid
         ("NVRM: Xid (0000:03:00): 14, Channel 00000001", ("0000:03:00", 14)),  # drivers before "PCI:"
         ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08", ("0018:01:00", 149)),
+        (  # GSP firmware (r525 and later), the name field present
+            "NVRM: Xid (PCI:0000:00:07.0): 119, pid=18451, name=python3, Timeout after 6s of waiting for RPC "
+            "response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).",
+            ("0000:00:07.0", 119),
+        ),
+        (  # the driver's recovery action (r550 and later): a reboot is needed
+            "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+            "(Node Reboot Required)",
+            ("0000:01:00", 154),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:0d:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+            "(GPU Reset Required)",
+            ("0000:0d:00", 154),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:b3:00): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
+            "to activate.",
+            ("0000:b3:00", 63),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:b3:00): 94, pid=3312, name=python3, Contained: CE User Channel (0x9). "
+            "RST: No, D-RST: No",
+            ("0000:b3:00", 94),
+        ),
+        ("NVRM: Xid (PCI:0000:3b:00): 45, pid=2534, name=python3, Ch 00000010", ("0000:3b:00", 45)),
     ],
 )
 def test_xid_messages_of_every_driver_generation_parse(message, expected):
@@ -151,6 +177,9 @@ def test_xid_messages_of_every_driver_generation_parse(message, expected):
         "NVRM: Xid (PCI:zz:00:07): 79, pid=1",
         "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) has fallen off the bus",
         "",
+        # the GPU recovered (a reset completed): the driver says it needs nothing any more
+        "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 "
+        "(None)",
     ],
 )
 def test_messages_that_are_not_xids_are_ignored(message):
@@ -227,6 +256,11 @@ def test_malformed_kmsg_records_are_none(raw):
             None,
             WALL_S,
         ),  # dmesg --time-format iso
+        (
+            "Jan 01 00:00:00.123456 gpu-node kernel: NVRM: Xid (PCI:0000:00:07): 79, x",
+            None,
+            None,
+        ),  # journalctl -k -o short-precise (no year: no wall time)
     ],
 )
 def test_text_lines_of_every_log_tool_parse_with_their_stamps(line, kernel_time_s, wall_time_s):
@@ -516,6 +550,19 @@ def test_kernel_xids_map_to_the_gpu_with_that_bus_id(log_file):
     ]
     assert snap.xid_events[2].pci_bus_id == "0000:99:00"
     assert [g.last_xid for g in snap.gpus] == [13, 48]
+
+
+def test_a_recovery_action_back_to_none_is_no_xid_and_one_that_asks_for_a_reset_is(log_file):
+    collector = collector_with_log(log_file)
+    collector.read()
+    append(
+        log_file,
+        "Jan 01 00:00:01 gpu-node kernel: NVRM: Xid (PCI:0000:00:07): 154, GPU recovery action changed from "
+        "0x0 (None) to 0x1 (GPU Reset Required)",
+        "Jan 01 00:00:09 gpu-node kernel: NVRM: Xid (PCI:0000:00:07): 154, GPU recovery action changed from "
+        "0x1 (GPU Reset Required) to 0x0 (None)",
+    )
+    assert [(e.gpu_index, e.xid) for e in collector.read().xid_events] == [(0, 154)]
 
 
 def test_kernel_xid_of_a_lost_gpu_maps_by_its_last_known_bus_id(log_file):
