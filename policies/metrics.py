@@ -7,6 +7,7 @@ aggregated here from the per-instance ones (or given directly, e.g. by a Prometh
 
 from __future__ import annotations
 
+import math
 from enum import IntFlag
 
 # ---- per-instance metrics --------------------------------------------------------------------------------
@@ -94,6 +95,25 @@ GROUP_METRICS: dict[str, tuple[str, str]] = {
 }
 
 AGGREGATIONS = ("per_instance", "mean", "max", "min", "sum")
+
+# The values a working sensor can report. A GPU temperature sensor that failed answers 0 or 255 (0xFF) and
+# NVML passes it on as a reading; no running GPU sits at 0 C and none passes its shutdown temperature (about
+# 90-100 C) without switching off. Memory "used" above "total" comes from MIG and some vGPU profiles, where
+# reserved memory counts as used but not in the total. A rule reads a value outside its range as unknown
+# (neither a breach nor a clear), so a dead sensor neither isolates a node nor hides a real fault for long:
+# the track of unbroken evidence starts again with the next plausible sample.
+PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
+    GPU_TEMPERATURE_C: (1.0, 150.0),
+    GPU_MEM_USED_PCT: (0.0, 100.0),
+    GPU_UTIL_PCT: (0.0, 100.0),
+}
+
+
+def plausible(metric: str, value: float) -> bool:
+    """Whether ``value`` is a reading a working sensor of ``metric`` can give (any, for one not listed)."""
+    low, high = PLAUSIBLE_RANGE.get(metric, (-math.inf, math.inf))
+    return low <= value <= high
+
 
 # Metrics that are a share in percent (0-100): a threshold at or beyond 100 never holds (above) or always does
 PERCENT_METRICS: frozenset[str] = frozenset(

@@ -50,6 +50,11 @@ THROTTLE_MASK = 0
 for _bit in THROTTLE_REASON_BITS.values():
     THROTTLE_MASK |= _bit
 
+# The GPU temperatures published (degrees C, inclusive). Outside them the sensor failed: 0 and 255 are what a
+# broken or absent sensor answers, and a GPU shuts itself down near 100 C, so 150 leaves room for any board.
+MIN_PLAUSIBLE_TEMPERATURE_C = 1
+MAX_PLAUSIBLE_TEMPERATURE_C = 150
+
 # At most this many XID events are drained per period, so a GPU storming events cannot stall the loop.
 MAX_XID_EVENTS_PER_PERIOD = 64
 
@@ -283,8 +288,11 @@ class _FieldReader:
             self.note(exc)
 
     def note(self, exc: BaseException) -> None:
+        self.note_text(describe_nvml_error(exc))
+
+    def note_text(self, text: str) -> None:
         if self._reading.error is None:
-            self._reading.error = describe_nvml_error(exc)
+            self._reading.error = text
 
 
 def _read_identity(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
@@ -303,12 +311,27 @@ def _read_usage(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader)
     mem = get(nvml.nvmlDeviceGetMemoryInfo, handle)
     if mem is not None:
         reading.mem_used_bytes, reading.mem_total_bytes = int(mem.used), int(mem.total)
-        if mem.total:
+        if mem.used > mem.total:
+            # Seen with MIG enabled and on some vGPU profiles: reserved memory counted in "used" but not in
+            # "total". Not a percentage of anything: left out, so that no rule reads "memory over 95 %".
+            get.note_text(
+                f"memory used {int(mem.used)} B exceeds total {int(mem.total)} B: usage not published"
+            )
+        elif mem.total:
             reading.mem_used_pct = 100.0 * mem.used / mem.total
 
 
 def _read_thermal(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
     temperature = get(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+    if (
+        temperature is not None
+        and not MIN_PLAUSIBLE_TEMPERATURE_C <= temperature <= MAX_PLAUSIBLE_TEMPERATURE_C
+    ):
+        # A failed sensor answers 0 or 255 (0xFF) with NVML_SUCCESS: no GPU that runs sits at 0 C, and none
+        # reads past its shutdown temperature (about 90-100 C) without switching off. Left out, so that the
+        # overheat rule neither fires on nor is calmed by a reading that is not one.
+        get.note_text(f"temperature sensor read {temperature} C: not a plausible reading, not published")
+        temperature = None
     reading.temperature_c = float(temperature) if temperature is not None else None
     slowdown = get(nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
     shutdown = get(nvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)

@@ -228,6 +228,9 @@ def _metric(rule: IsolationRule, p: Probe) -> Detection | None:
         _unknown(p)
         return None
     assert sample is not None
+    if not m.plausible(rule.metric, sample.value):  # a dead sensor's 0 or 255 C: neither a breach nor a clear
+        _unknown(p)
+        return None
     breaching = sample.value > rule.above if rule.above is not None else sample.value < (rule.below or 0.0)
     if rule.repeat > 1:
         return _episodes(rule, p, sample.value, sample.at, breaching)

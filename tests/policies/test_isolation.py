@@ -1408,3 +1408,34 @@ def test_a_group_renamed_in_the_config_takes_over_the_open_incidents_of_its_inst
     assert not any(i.open for i in plan.history.groups["chat-old"].incidents)
     steps = [s.action for s in plan.group(GROUP).steps if s.instance_id == "i-001"]
     assert steps == [StepAction.EXIT_STANDBY]
+
+
+def _incidents_after_ten_minutes_of(metrics: dict[str, float]) -> list[str]:
+    spec = policy()
+    hist = None
+    for k in range(41):  # a sample every 15 s for 10 minutes
+        at = T0 + timedelta(seconds=15 * k)
+        insts = fleet(at, 5) + [instance(9, at, metrics=metrics)]
+        plan = decide(snapshot(at, insts), spec, hist, at)
+        hist = plan.history
+    return [i.rule for i in hist.groups[GROUP].incidents]
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"gpu_temperature_c": 255.0},  # a failed sensor's 0xFF, as NVML passes it on
+        {"gpu_temperature_c": 0.0},  # a sensor that answers nothing
+        {"gpu_mem_used_pct": 104.0},  # MIG / vGPU: reserved memory counted in "used" but not in "total"
+    ],
+)
+def test_a_bogus_sensor_reading_isolates_nothing(metrics):
+    assert _incidents_after_ten_minutes_of(metrics) == []
+
+
+@pytest.mark.parametrize(
+    ("metrics", "rule"),
+    [({"gpu_temperature_c": 96.0}, "gpu_overheat"), ({"gpu_mem_used_pct": 99.0}, "gpu_memory_full")],
+)
+def test_a_real_reading_over_the_threshold_still_isolates(metrics, rule):
+    assert _incidents_after_ten_minutes_of(metrics) == [rule]

@@ -316,3 +316,13 @@ def test_several_vllm_servers_on_one_instance_add_up():
     clock.advance(15)
     vllm = agent.step().vllm
     assert not vllm.up and "8001" in (vllm.error or "") and vllm.num_requests_waiting == 3
+
+
+def test_a_failed_sensor_publishes_no_temperature_and_leaves_the_max_to_the_others(vllm_server):
+    gpus = [FakeGpu(temperature_c=255), FakeGpu(temperature_c=64)]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    sample = agent.step()
+    temps = {p.dimensions["gpu"]: p.value for p in to_points(sample) if p.name == "gpu_device_temperature_c"}
+    assert temps == {"1": 64.0}
+    assert instance_values(sample)["gpu_temperature_max_c"] == 64.0

@@ -172,3 +172,40 @@ def test_real_nvml_without_a_driver_reports_instead_of_raising():
     if snap.nvml_ok:
         pytest.skip("an NVIDIA driver is present here; this test is about machines without one")
     assert snap.error
+
+
+@pytest.mark.parametrize("bogus_c", [0, 255])
+def test_a_failed_temperature_sensor_is_marked_unread_not_published(bogus_c):
+    # NVML answers NVML_SUCCESS with 0 or 255 (0xFF) from a sensor that failed: no reading at all
+    snap = GpuCollector(FakeNvml([FakeGpu(temperature_c=bogus_c), FakeGpu(temperature_c=71)])).read()
+    broken, fine = snap.gpus
+    assert broken.temperature_c is None and f"{bogus_c} C" in (broken.error or "")
+    assert fine.temperature_c == 71.0 and fine.error is None
+    assert broken.util_pct is not None and broken.power_w is not None  # the rest of the reading stands
+
+
+def test_a_real_overheat_is_still_read():
+    assert GpuCollector(FakeNvml([FakeGpu(temperature_c=97)])).read().gpus[0].temperature_c == 97.0
+
+
+def test_memory_used_over_total_publishes_no_percentage():
+    # MIG and some vGPU profiles count reserved memory in "used" but not in "total"
+    gpu = FakeGpu(mem_total_bytes=80 * 1024**3, mem_used_bytes=82 * 1024**3)
+    reading = GpuCollector(FakeNvml([gpu])).read().gpus[0]
+    assert reading.mem_used_pct is None and "exceeds total" in (reading.error or "")
+    assert reading.mem_used_bytes == 82 * 1024**3 and reading.mem_total_bytes == 80 * 1024**3
+
+
+class _LostMidRead(FakeNvml):
+    """The GPU falls off the bus between two calls of one reading (after its temperature was read)."""
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        value = super().nvmlDeviceGetTemperature(handle, sensor)
+        self.gpus[handle.index].lose()
+        return value
+
+
+def test_a_gpu_lost_in_the_middle_of_its_reading_is_lost_and_the_next_gpu_is_read():
+    snap = GpuCollector(_LostMidRead([FakeGpu(), FakeGpu()])).read()
+    assert [g.lost for g in snap.gpus] == [True, True]  # the fake loses each GPU as its temperature is read
+    assert all("GpuIsLost" in (g.error or "") for g in snap.gpus)
