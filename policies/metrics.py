@@ -26,6 +26,13 @@ GPU_UTIL_PCT = "gpu_util_pct"
 GPU_MEM_USED_PCT = "gpu_mem_used_pct"
 GPU_TEMPERATURE_C = "gpu_temperature_c"
 GPU_POWER_W = "gpu_power_w"
+# Row remapping, the worst GPU of the instance (NVML nvmlDeviceGetRemappedRows; DCGM ROW_REMAP_PENDING and
+# ROW_REMAP_FAILURE): 0 neither, 1 a remap pending (the spare row is used from the next GPU reset: NVIDIA's
+# A100/H100 memory error management guide says reset the GPU), 2 remapping failed (no spare left: service the
+# board). Read whatever the XIDs said: 63 and 64 are raised once, and a pending remap waits until a reset.
+GPU_ROW_REMAP = "gpu_row_remap"
+ROW_REMAP_PENDING = 1.0
+ROW_REMAP_FAILURE = 2.0
 # 1 while the node agent can scrape the instance's vLLM server, 0 when it cannot (the process died, hung, or
 # is still loading its weights): the instance's GPUs may read healthy while it serves nothing.
 VLLM_UP = "vllm_up"
@@ -56,6 +63,7 @@ CUSTOM_METRIC_NAMES: dict[str, str] = {
     PROMPT_TOKENS_PER_REQUEST: "vllm_prompt_tokens_per_request",
     OUTPUT_TOKENS_PER_REQUEST: "vllm_output_tokens_per_request",
     VLLM_UP: "vllm_up",
+    GPU_ROW_REMAP: "gpu_row_remap",
 }
 
 # CloudMonitor namespace acs_ecs_dashboard, per instance; the statistic the service should read.

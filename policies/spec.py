@@ -937,6 +937,16 @@ def default_isolation_rules() -> tuple[IsolationRule, ...]:
         # the reset on ECS; one that comes back after it fails the health check and the node is replaced.
         # Application XIDs (13, 31, 43, 45) isolate nothing: NVIDIA's action is to restart the application.
         IsolationRule(name="xid_reset", xids=m.RESET_XIDS, action="reboot"),
+        # Row remapping as NVML reads it now: an XID 63 / 64 raised while the agent was down is not lost.
+        IsolationRule(
+            name="row_remap_failure",
+            metric=m.GPU_ROW_REMAP,
+            above=m.ROW_REMAP_FAILURE - 0.5,
+            action="replace",
+        ),
+        IsolationRule(
+            name="row_remap_pending", metric=m.GPU_ROW_REMAP, above=m.ROW_REMAP_PENDING - 0.5, action="reboot"
+        ),
         IsolationRule(name="ecs_system_failure", events=("SystemFailure.*",), action="replace"),
         IsolationRule(name="ecs_maintenance", events=("SystemMaintenance.*",), action="reboot"),
         IsolationRule(

@@ -39,6 +39,9 @@ class FakeGpu:
     clock_event_reasons: int = 0
     ecc_uncorrected: int | None = 0
     ecc_corrected: int | None = 0
+    # nvmlDeviceGetRemappedRows: None answers "Not Supported" (pre-Ampere boards such as the T4)
+    row_remap_pending: bool | None = False
+    row_remap_failure: bool | None = False
     xid_supported: bool = True
     legacy_driver: bool = False  # only the pre-rename nvmlDeviceGetCurrentClocksThrottleReasons exists
     mig_mode: bool = False  # utilization is not reported for a GPU split into MIG instances
@@ -189,6 +192,12 @@ class FakeNvml:
         if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return self._supported(gpu.ecc_uncorrected)
         return self._supported(gpu.ecc_corrected)
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        gpu = self._gpu(handle)
+        if gpu.row_remap_pending is None or gpu.row_remap_failure is None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return (0, int(gpu.row_remap_pending), int(gpu.row_remap_pending), int(gpu.row_remap_failure))
 
     # -- events ---------------------------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> dict[str, Any]:

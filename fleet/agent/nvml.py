@@ -88,6 +88,7 @@ class Nvml(Protocol):
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int: ...
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int: ...
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int: ...
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
@@ -128,7 +129,20 @@ class GpuReading:
     throttle_reason_names: list[str] = field(default_factory=list)
     ecc_uncorrected_volatile: int | None = None
     ecc_corrected_volatile: int | None = None
+    # Row remapping (Ampere and newer; "Not Supported" before, where pages are retired instead): a row marked
+    # for remapping is spared only at the next GPU reset (pending), and a failure means no spare was left.
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
     last_xid: int | None = None  # last XID seen on this GPU during the period
+
+    @property
+    def row_remap_state(self) -> int | None:
+        """2 remapping failed (RMA), 1 a remap pending (reset the GPU), 0 neither, None unread."""
+        if self.row_remap_failure:
+            return 2
+        if self.row_remap_pending:
+            return 1
+        return None if self.row_remap_pending is None and self.row_remap_failure is None else 0
 
 
 class XidSource(StrEnum):
@@ -366,6 +380,12 @@ def _read_ecc(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -
         pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
         pynvml.NVML_VOLATILE_ECC,
     )
+    # nvmlDeviceGetRemappedRows: (correctable rows, uncorrectable rows, isPending, failureOccurred), what
+    # `nvidia-smi -q -d ROW_REMAPPER` prints as "Pending" and "Remapping Failure Occurred".
+    remapped = get(nvml.nvmlDeviceGetRemappedRows, handle)
+    if remapped is not None:
+        _, _, pending, failure = remapped
+        reading.row_remap_pending, reading.row_remap_failure = bool(pending), bool(failure)
 
 
 class GpuCollector:

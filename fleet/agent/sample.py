@@ -38,6 +38,7 @@ INSTANCE_METRICS_READ_BY_SERVICE = (
     "vllm_prompt_tokens_per_request",
     "vllm_output_tokens_per_request",
     "vllm_up",
+    "gpu_row_remap",
 )
 
 # Per-GPU metric name -> GpuReading field.
@@ -52,6 +53,7 @@ GPU_DEVICE_METRICS: dict[str, str] = {
     "gpu_device_throttle_reasons": "clock_event_reasons_raw",
     "gpu_device_ecc_uncorrected": "ecc_uncorrected_volatile",
     "gpu_device_xid": "last_xid",
+    "gpu_device_row_remap": "row_remap_state",
 }
 
 
@@ -155,6 +157,8 @@ def instance_values(sample: Sample) -> dict[str, float]:
         optional["gpu_mem_bw_util"] = _max([r.mem_bw_util_pct for r in live])
         optional["gpu_sm_clock_ratio"] = _min([r.sm_clock_ratio for r in live])
         optional["gpu_temperature_max_c"] = _max([r.temperature_c for r in live])
+        # the worst GPU's row remapping: 2 failed, 1 pending (a reset spares the row), 0 neither
+        optional["gpu_row_remap"] = _max([r.row_remap_state for r in live])
         ecc = [r.ecc_uncorrected_volatile for r in live if r.ecc_uncorrected_volatile is not None]
         if ecc:
             out["gpu_ecc_uncorrected"] = float(sum(ecc))

@@ -1439,3 +1439,17 @@ def test_a_bogus_sensor_reading_isolates_nothing(metrics):
 )
 def test_a_real_reading_over_the_threshold_still_isolates(metrics, rule):
     assert _incidents_after_ten_minutes_of(metrics) == [rule]
+
+
+@pytest.mark.parametrize(
+    ("state", "rule", "action"),
+    [(1.0, "row_remap_pending", "reboot"), (2.0, "row_remap_failure", "replace"), (0.0, None, None)],
+)
+def test_row_remapping_pending_reboots_and_failure_replaces(state, rule, action):
+    spec = policy()
+    at = T0
+    plan = decide(
+        snapshot(at, fleet(at, 5) + [instance(9, at, metrics={"gpu_row_remap": state})]), spec, None, at
+    )
+    found = [(i.rule, i.action) for i in plan.group(GROUP).incidents]
+    assert found == ([(rule, action)] if rule else [])

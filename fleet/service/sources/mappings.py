@@ -234,6 +234,18 @@ _ROWS: tuple[PromMapping, ...] = (
         note="the last XID error code per GPU (0: none); dated by when the value last changed",
     ),
     PromMapping(
+        pm.GPU_ROW_REMAP,
+        # 2 where a GPU's remapping failed, else 1 where one is pending, else 0 (DCGM fields 395 / 396)
+        f"max by ({{by}}) ((2 * ({_per_gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0)) "
+        f"or ({_per_gpu('DCGM_FI_DEV_ROW_REMAP_PENDING')} > 0) "
+        f"or ({_per_gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} * 0))",
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
+        per_gpu=False,
+        source="dcgm",
+        note="row remapping of the worst GPU: 2 failed, 1 pending (a GPU reset spares the row), 0 neither; "
+        "needs DCGM_FI_DEV_ROW_REMAP_FAILURE and _PENDING exported",
+    ),
+    PromMapping(
         pm.GPU_SM_CLOCK_RATIO,
         # without the max clock there is no ratio: unknown, never a guess
         f"min by ({{by}}) ({_per_gpu('DCGM_FI_DEV_SM_CLOCK')} / {_per_gpu('DCGM_FI_DEV_MAX_SM_CLOCK')})",

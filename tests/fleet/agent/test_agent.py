@@ -326,3 +326,23 @@ def test_a_failed_sensor_publishes_no_temperature_and_leaves_the_max_to_the_othe
     temps = {p.dimensions["gpu"]: p.value for p in to_points(sample) if p.name == "gpu_device_temperature_c"}
     assert temps == {"1": 64.0}
     assert instance_values(sample)["gpu_temperature_max_c"] == 64.0
+
+
+def test_row_remapping_publishes_the_worst_gpu_and_nothing_where_unsupported(vllm_server):
+    gpus = [
+        FakeGpu(),
+        FakeGpu(row_remap_pending=True),
+        FakeGpu(row_remap_pending=None, row_remap_failure=None),
+    ]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    sample = agent.step()
+    assert instance_values(sample)["gpu_row_remap"] == 1.0
+    per_gpu = {p.dimensions["gpu"]: p.value for p in to_points(sample) if p.name == "gpu_device_row_remap"}
+    assert per_gpu == {"0": 0.0, "1": 1.0}  # GPU 2 cannot say: no point rather than a healthy-looking 0
+    gpus[0].row_remap_failure = True
+    assert instance_values(agent.step())["gpu_row_remap"] == 2.0
+    unsupported = [FakeGpu(row_remap_pending=None, row_remap_failure=None)]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(unsupported))
+    agent.prime()
+    assert "gpu_row_remap" not in instance_values(agent.step())

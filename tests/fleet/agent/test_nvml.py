@@ -209,3 +209,15 @@ def test_a_gpu_lost_in_the_middle_of_its_reading_is_lost_and_the_next_gpu_is_rea
     snap = GpuCollector(_LostMidRead([FakeGpu(), FakeGpu()])).read()
     assert [g.lost for g in snap.gpus] == [True, True]  # the fake loses each GPU as its temperature is read
     assert all("GpuIsLost" in (g.error or "") for g in snap.gpus)
+
+
+@pytest.mark.parametrize(
+    ("pending", "failure", "state"),
+    [(False, False, 0), (True, False, 1), (False, True, 2), (True, True, 2), (None, None, None)],
+)
+def test_row_remapping_is_read_as_nvidia_smi_shows_it(pending, failure, state):
+    # nvmlDeviceGetRemappedRows; None: "Not Supported" (a T4 retires pages instead), which is no error
+    reading = GpuCollector(FakeNvml([FakeGpu(row_remap_pending=pending, row_remap_failure=failure)])).read()
+    gpu = reading.gpus[0]
+    assert (gpu.row_remap_pending, gpu.row_remap_failure, gpu.row_remap_state) == (pending, failure, state)
+    assert gpu.error is None
