@@ -42,6 +42,8 @@ class FakeGpu:
     # nvmlDeviceGetRemappedRows: None answers "Not Supported" (pre-Ampere boards such as the T4)
     row_remap_pending: bool | None = False
     row_remap_failure: bool | None = False
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none, 1 GPU reset, 2 node reboot, ...); None: not in this driver
+    recovery_action: int | None = 0
     xid_supported: bool = True
     legacy_driver: bool = False  # only the pre-rename nvmlDeviceGetCurrentClocksThrottleReasons exists
     mig_mode: bool = False  # utilization is not reported for a GPU split into MIG instances
@@ -198,6 +200,21 @@ class FakeNvml:
         if gpu.row_remap_pending is None or gpu.row_remap_failure is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return (0, int(gpu.row_remap_pending), int(gpu.row_remap_pending), int(gpu.row_remap_failure))
+
+    def nvmlDeviceGetFieldValues(self, handle: _Handle, fieldIds: list[int]) -> list[Any]:
+        gpu = self._gpu(handle)
+        out = []
+        for field_id in fieldIds:
+            known = field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and gpu.recovery_action is not None
+            out.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    nvmlReturn=pynvml.NVML_SUCCESS if known else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                    value=SimpleNamespace(uiVal=gpu.recovery_action if known else 0),
+                )
+            )
+        return out
 
     # -- events ---------------------------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> dict[str, Any]:

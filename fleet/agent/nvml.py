@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 import pynvml
 
-from fleet.agent.kmsg import KernelLogReader, KernelXid, normalize_pci_bus_id
+from fleet.agent.kmsg import XID_RECOVERY_ACTION_CHANGED, KernelLogReader, KernelXid, normalize_pci_bus_id
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
 # nvidia-ml-py). The published bitmask carries every bit as NVML reports it (the policies match named bits);
@@ -89,6 +89,7 @@ class Nvml(Protocol):
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int: ...
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int: ...
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]: ...
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Any: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
@@ -622,9 +623,29 @@ class GpuCollector:
                 raise
             except pynvml.NVMLError:
                 break
-            if int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
-                events.append(XidEvent(gpu_index=self._index_of(data.device), xid=int(data.eventData)))
+            if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            xid = int(data.eventData)
+            if xid == XID_RECOVERY_ACTION_CHANGED and self._recovery_action(data.device) == 0:
+                # The event carries only the code; the kernel log's line says "to 0x0 (None)" for a GPU
+                # that recovered. NVML's own field says the same now: nothing to act on.
+                continue
+            events.append(XidEvent(gpu_index=self._index_of(data.device), xid=xid))
         return events
+
+    def _recovery_action(self, handle: Any) -> int | None:
+        """NVML's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlGpuRecoveryAction_t: 0 none, 1 GPU reset, 2 node
+        reboot, 3 drain P2P, 4 drain and reset), None where the driver does not have it (before r550)."""
+        assert self._nvml is not None
+        try:
+            (value,) = self._nvml.nvmlDeviceGetFieldValues(
+                handle, [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]
+            )
+        except (pynvml.NVMLError, ValueError):
+            return None
+        if int(value.nvmlReturn) != pynvml.NVML_SUCCESS:
+            return None
+        return int(value.value.uiVal)
 
     def _index_of(self, handle: Any) -> int | None:
         assert self._nvml is not None

@@ -221,3 +221,14 @@ def test_row_remapping_is_read_as_nvidia_smi_shows_it(pending, failure, state):
     gpu = reading.gpus[0]
     assert (gpu.row_remap_pending, gpu.row_remap_failure, gpu.row_remap_state) == (pending, failure, state)
     assert gpu.error is None
+
+
+@pytest.mark.parametrize(("recovery_action", "reported"), [(0, []), (2, [154]), (1, [154]), (None, [154])])
+def test_an_nvml_xid_154_is_dropped_only_when_nvml_says_no_recovery_is_needed(recovery_action, reported):
+    # NVML's XID event carries only the code; NVML_FI_DEV_GET_GPU_RECOVERY_ACTION says what is needed now
+    # (None where the driver predates the field: the 154 is reported, the safe side)
+    gpu = FakeGpu(recovery_action=recovery_action)
+    collector = GpuCollector(FakeNvml([gpu]))
+    collector.read()
+    gpu.push_xid(154)
+    assert [e.xid for e in collector.read().xid_events] == reported
