@@ -145,17 +145,7 @@ def test_a_renamed_group_with_learned_state_of_its_own_keeps_it(store):
 
 
 def test_a_store_at_the_previous_revision_migrates_with_its_rows_and_then_follows_a_rename(database_url):
-    from alembic import command
-    from alembic.config import Config
-
-    from fleet.service.store import MIGRATIONS_DIR, _migration_transaction
-
-    engine = make_engine(database_url)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with _migration_transaction(engine) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0006_request_group")
+    engine = _at_0006(database_url)
     with engine.begin() as conn:
         assert "group_identities" not in sa.inspect(conn).get_table_names()
         conn.execute(

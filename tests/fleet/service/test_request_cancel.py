@@ -9,17 +9,8 @@ import pytest
 
 from fleet.cli import main
 from fleet.service.store import CancelOutcome, DecisionRecord, open_store
+from tests.fleet.service.test_isolation import HOT_RULE
 
-HOT_RULE = """\
-min_size: 1
-max_size: 20
-warm_floor: 3
-cold_start_s: 60
-isolation:
-  drain_timeout: 60s
-  rules:
-    - {metric: gpu_temperature_c, above: 85, for: 2m, action: reboot}
-"""
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 

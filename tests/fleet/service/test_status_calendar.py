@@ -86,19 +86,8 @@ def test_fleet_status_says_why_the_last_scale_was_made(tmp_path, capsys):
 def test_fleet_plan_names_the_holiday_even_where_the_floor_does_not_bind(tmp_path, capsys):
     """Six instances held on a holiday Thursday: no floor reason (the floor does not lift them), yet the plan
     says where its floor of 2 comes from and that the holiday is why."""
-    from fleet.cli import main
-
-    config = tmp_path / "fleet.yaml"
-    config.write_text(
-        "region: cn-chengdu\ncalendar: {holidays: [2027-02-11]}\ngroups:\n"
-        "  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8,\n"
-        '     schedules: [{name: biz, days: mon-fri, start: "09:00", end: "18:00", min: 6}]}\n'
-    )
-    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=6)])
-    path = tmp_path / "snap.json"
-    path.write_text(snap.model_dump_json())
-    assert main(["plan", "--config", str(config), "--snapshot", str(path)]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+    schedule = '{name: biz, days: mon-fri, start: "09:00", end: "18:00", min: 6}'
+    out = _plan_on_the_holiday(tmp_path, capsys, schedule, desired=6)
     assert "chat: floor 2 (warm_floor on holiday 2027-02-11 (as Sunday))" in out
 
 
@@ -134,17 +123,24 @@ def test_the_status_names_the_holiday_that_set_the_weekend_ceiling(tmp_path):
 def test_fleet_plan_names_the_holiday_even_where_the_ceiling_does_not_bind(tmp_path, capsys):
     """Three instances on a holiday Thursday: the weekend's ceiling of 4 does not take any down, yet the
     plan says where it comes from and that the holiday is why."""
+    schedule = '{name: weekend, days: "sat,sun", start: "00:00", end: "24:00", max: 4}'
+    out = _plan_on_the_holiday(tmp_path, capsys, schedule, desired=3)
+    assert "chat: ceiling 4 (schedule:weekend on holiday 2027-02-11 (as Sunday))" in out
+
+
+def _plan_on_the_holiday(tmp_path, capsys, schedule: str, desired: int) -> str:
+    """``fleet plan``'s output, whitespace folded, for one group with ``schedule`` and ``desired`` instances
+    at AT, a holiday Thursday by the calendar."""
     from fleet.cli import main
 
     config = tmp_path / "fleet.yaml"
     config.write_text(
         "region: cn-chengdu\ncalendar: {holidays: [2027-02-11]}\ngroups:\n"
         "  - {name: chat, scaling_group_id: asg-1, min_size: 1, max_size: 8,\n"
-        '     schedules: [{name: weekend, days: "sat,sun", start: "00:00", end: "24:00", max: 4}]}\n'
+        f"     schedules: [{schedule}]}}\n"
     )
-    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=3)])
+    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=desired)])
     path = tmp_path / "snap.json"
     path.write_text(snap.model_dump_json())
     assert main(["plan", "--config", str(config), "--snapshot", str(path)]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "chat: ceiling 4 (schedule:weekend on holiday 2027-02-11 (as Sunday))" in out
+    return " ".join(capsys.readouterr().out.split())
