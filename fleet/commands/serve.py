@@ -910,6 +910,48 @@ def cancel_request(
     fail(refusal)
 
 
+def requests(
+    limit: str = typer.Option(
+        "50", "--limit", help="how many (1-500): the queued ones first, then the newest handled"
+    ),
+    database: str | None = typer.Option(None, "--database", help=DB_HELP),
+    service: str | None = typer.Option(None, "--service", help=SERVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output (GET /requests' shape)"),
+) -> None:
+    """Operator requests: the queued ones (why each waits) and what became of the newest handled ones."""
+    from rich.table import Table
+
+    from fleet.service.views import MAX_REQUEST_LOG_ROWS, request_log_view, request_what
+
+    text = limit.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_REQUEST_LOG_ROWS:
+        fail(f"--limit must be a number from 1 to {MAX_REQUEST_LOG_ROWS}, not {limit[:40]!r}")
+    store = _open(database, service, existing=True)
+    rows = store.request_log(int(text))
+    if as_json:
+        print_json({"service": store.service, "requests": [request_log_view(r) for r in rows]})
+        return
+    if not rows:
+        console.print(escape(f"no operator requests for service {store.service}"), highlight=False)
+        return
+    table = Table()
+    for col in ("id", "request", "by", "queued", "state"):
+        table.add_column(col, no_wrap=col == "id")
+    for r in rows:
+        if r.handled_at is None:
+            state = f"queued: {r.outcome or 'the leader takes it on its next tick'}"
+        else:
+            state = f"{r.handled_at.isoformat(timespec='seconds')}: {r.outcome or 'handled'}"
+        table.add_row(
+            str(r.id),
+            escape(request_what(r)),
+            escape(r.actor or "-"),
+            r.created_at.isoformat(timespec="seconds"),
+            escape(state),
+        )
+    console.print(table)
+
+
 def _check_request_text(instance_id: str, reason: str, by: str) -> None:
     """An operator request's text as the store can hold it (PostgreSQL refuses NUL and long ids)."""
     problem = text_problem(instance_id, MAX_INSTANCE_ID_CHARS)
@@ -977,4 +1019,5 @@ def register(app: typer.Typer) -> None:
     app.command("replace")(replace)
     app.command("reset-breaker")(reset_breaker)
     app.command("cancel-request")(cancel_request)
+    app.command("requests")(requests)
     app.command("sla-report")(sla_report)

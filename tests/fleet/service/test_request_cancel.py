@@ -3,6 +3,7 @@ operator who queued the wrong isolation had no way to take it back before the le
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -129,3 +130,33 @@ def test_a_cancel_during_the_tick_that_takes_the_request_writes_nothing(fake_wor
         svc.tick(cloud.advance(15))
     assert svc.store.incidents() == []
     assert [r.outcome for r in svc.store.requests()] == ["cancelled by carol"]
+
+
+def test_fleet_requests_lists_the_queued_then_the_handled_with_their_outcome(tmp_path, capsys):
+    """``fleet requests`` (before, only ``fleet status`` listed requests, the queued ones alone): a queued
+    isolate with why it waits, and a cancelled one with who cancelled it; --json has GET /requests' shape."""
+    url, store = _store(tmp_path)
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--by", "alice", "--database", url]) == 0
+    assert main(["isolate", "i-9", "--reason", "hot", "--by", "bob", "--database", url]) == 0
+    first, second = store.pending_requests()
+    assert main(["cancel-request", str(first.id), "--by", "carol", "--database", url]) == 0
+    capsys.readouterr()
+    assert main(["requests", "--database", url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["requests"]
+    assert [(r["id"], r["instance_id"], r["by"]) for r in rows] == [
+        (second.id, "i-9", "bob"),
+        (first.id, "i-7", "alice"),
+    ]
+    assert rows[0]["handled_at"] is None and rows[0]["outcome"] is None
+    assert rows[1]["handled_at"] is not None and rows[1]["outcome"] == "cancelled by carol"
+    assert main(["requests", "--database", url]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "isolate i-9" in out and "queued:" in out
+    assert "isolate i-7" in out and "cancelled by carol" in out
+
+
+def test_fleet_requests_refuses_a_limit_out_of_range_in_one_line(tmp_path, capsys):
+    url, _ = _store(tmp_path)
+    assert main(["requests", "--limit", "0", "--database", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--limit" in err and "\n" not in err
