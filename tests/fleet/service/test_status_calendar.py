@@ -24,18 +24,7 @@ def test_the_status_names_the_holiday_that_took_the_business_hours_floor(tmp_pat
             "calendar": {"holidays": ["2027-02-11"]},
         }
     )
-    plan = decide(
-        Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=1)]),
-        PolicySpec(groups=(group,)),
-        None,
-        AT,
-    )
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    try:
-        view = service_status(store, AT, ["chat"], {}, None, plan)
-    finally:
-        store.close()
-    (g,) = view["groups"]
+    g = _status_on_the_holiday(tmp_path, group, desired=1)
     assert (g["floor"], g["floor_source"]) == (2, "warm_floor on holiday 2027-02-11 (as Sunday)")
     assert "holiday 2027-02-11" in str(_floors(g, ()))
 
@@ -108,14 +97,7 @@ def test_the_status_names_the_holiday_that_set_the_weekend_ceiling(tmp_path):
             "calendar": {"holidays": ["2027-02-11"]},
         }
     )
-    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=6)])
-    plan = decide(snap, PolicySpec(groups=(group,)), None, AT)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    try:
-        view = service_status(store, AT, ["chat"], {}, None, plan)
-    finally:
-        store.close()
-    (g,) = view["groups"]
+    g = _status_on_the_holiday(tmp_path, group, desired=6)
     assert (g["ceiling"], g["ceiling_source"]) == (4, "schedule:weekend on holiday 2027-02-11 (as Sunday)")
     assert _bound(g, "ceiling") == "4 (schedule:weekend on holiday 2027-02-11 (as Sunday))"
 
@@ -144,3 +126,16 @@ def _plan_on_the_holiday(tmp_path, capsys, schedule: str, desired: int) -> str:
     path.write_text(snap.model_dump_json())
     assert main(["plan", "--config", str(config), "--snapshot", str(path)]) == 0
     return " ".join(capsys.readouterr().out.split())
+
+
+def _status_on_the_holiday(tmp_path, group: GroupSpec, desired: int) -> dict:
+    """The group's entry in GET /status's view of the plan decided at AT with ``desired`` instances."""
+    snap = Snapshot(taken_at=AT, groups=[GroupSnapshot(name="chat", desired_capacity=desired)])
+    plan = decide(snap, PolicySpec(groups=(group,)), None, AT)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        view = service_status(store, AT, ["chat"], {}, None, plan)
+    finally:
+        store.close()
+    (g,) = view["groups"]
+    return g
