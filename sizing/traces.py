@@ -17,6 +17,7 @@ Bad text raises :class:`TraceError` with one line that names the source and the 
 
 from __future__ import annotations
 
+import collections
 import csv
 import enum
 import io
@@ -403,6 +404,24 @@ class TraceRead:
         """``N of M rows skipped: ...`` with the count of each reason, None when none was skipped."""
         return _skipped_note(self.rows, self.skipped)
 
+    def repeated_note(self) -> str | None:
+        """A warning where many requests repeat another one exactly (the same time and token counts), as a
+        log exported or collected twice gives (its load read double); None otherwise. They are kept: a
+        client replaying one prompt at a coarse clock repeats rows too."""
+        seen = collections.Counter((r.arrival_s, r.prompt_tokens, r.output_tokens) for r in self.requests)
+        repeats = sum(n - 1 for n in seen.values())
+        if repeats < REPEATED_MIN or repeats < REPEATED_SHARE * len(self.requests):
+            return None
+        return (
+            f"{repeats} of {len(self.requests)} requests repeat another exactly "
+            "(same time and token counts): a log exported or collected twice reads as twice the load; "
+            "remove the copies if that is so"
+        )
+
+
+# Repeated requests are warned of from this many, and this share of the requests, on (TraceRead.repeated_note)
+REPEATED_MIN = 10
+REPEATED_SHARE = 0.1
 
 # Why a row is skipped, in the order the note lists them.
 NO_TOKENS = "with no token counts"

@@ -190,13 +190,14 @@ def _hardware(model: str, instance_type: str, max_model_len: int | None, region:
 
 def _warn_trace(spec: Any, user_trace: TraceRead | None) -> None:
     """A user's trace whose rows were skipped (no, zero or negative token counts, no time, a header again)
-    says how many and why, once, on stderr; one whose numeric times' unit was a guess says what it took."""
+    says how many and why, once, on stderr; one whose numeric times' unit was a guess says what it took; one
+    whose requests often repeat exactly (a log read twice) says how many."""
     if user_trace is None:
         return
     from rich.markup import escape
 
     guess = f"{user_trace.unit_guess} (trace:FILE,time_unit=ms)" if user_trace.unit_guess else None
-    for note in (user_trace.skipped_note(), guess):
+    for note in (user_trace.skipped_note(), guess, user_trace.repeated_note()):
         if note:
             err_console.print(
                 f"[yellow]warning:[/] {escape(spec.name)}: {escape(note)}", highlight=False, soft_wrap=True

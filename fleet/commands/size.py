@@ -384,7 +384,7 @@ def _read_trace(path: Path, unit: str | None) -> tuple[tuple[TraceRequest, ...],
     except WorkloadError as exc:
         fail(str(exc))
     guess = f"{got.unit_guess} (--trace-time-unit ms)" if got.unit_guess else None
-    for note in (got.skipped_note(), guess):
+    for note in (got.skipped_note(), guess, got.repeated_note()):
         if note:
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True

@@ -315,6 +315,26 @@ def test_a_json_array_export_is_named_as_one(text: str) -> None:
 
 
 # ------------------------------------------------------------------------- logs as they are kept and shipped
+def test_a_log_read_twice_is_warned_of_and_distinct_requests_are_not() -> None:
+    """A gateway log exported twice into one file read as twice the load without a word; the copies are
+    kept (a client replaying one prompt repeats rows too) but the read says how many repeat."""
+    rows = [f"{t},{100 + 7 * t},{20 + t % 9}\n" for t in range(40)]
+    header = "timestamp,prompt_tokens,completion_tokens\n"
+    once = read_trace(io.StringIO(header + "".join(rows), newline=""), "gw.csv", jsonl=False)
+    assert once.repeated_note() is None
+    twice = read_trace(io.StringIO(header + "".join(rows) + "".join(rows), newline=""), "gw.csv", jsonl=False)
+    assert len(twice.requests) == 80
+    assert twice.repeated_note() == (
+        "40 of 80 requests repeat another exactly (same time and token counts): a log exported or collected "
+        "twice reads as twice the load; remove the copies if that is so"
+    )
+    # a few chance repeats in a long log are not worth a warning
+    few = read_trace(
+        io.StringIO(header + "".join(rows) + "".join(rows[:3]), newline=""), "gw.csv", jsonl=False
+    )
+    assert few.repeated_note() is None
+
+
 def _cri(lines: list[str], cut: int = 16 * 1024) -> str:
     """A gateway's stdout as containerd keeps it: a line past 16 KiB in P records, then an F."""
     out = []

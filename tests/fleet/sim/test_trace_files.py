@@ -87,6 +87,16 @@ def test_fleet_size_warns_of_skipped_rows_on_stderr_not_in_its_json(tmp_path: Pa
     assert f"warning: {path}: {SKIPPED}" in " ".join(err.split())
 
 
+def test_fleet_size_warns_of_a_log_read_twice(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "gw.csv"
+    rows = "".join(f"{t * 30},{300 + t},{40 + t % 5}\n" for t in range(20))
+    path.write_text("timestamp,prompt_tokens,completion_tokens\n" + rows + rows)
+    code = main(["size", "--model", "Qwen2.5-14B", "--trace", str(path), "--top", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["workload"]["trace_requests"] == 40
+    assert f"warning: {path}: 20 of 40 requests repeat another exactly" in " ".join(err.split())
+
+
 def test_fleet_simulate_warns_of_skipped_rows_once_before_the_run(tmp_path: Path, capsys) -> None:
     path = tmp_path / "gw.csv"
     path.write_text(SKIPPY)
