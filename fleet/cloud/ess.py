@@ -545,7 +545,7 @@ class EssAdapter:
             resp = self._call(action, partial(_listed, method, req, listing))
             batch = listing.items(resp.body) or []
             walk.items.extend(batch)
-            walk.keys.extend(listing.key(raw) for raw in batch)
+            walk.keys.append({listing.key(raw) for raw in batch} - {None})
             walk.pages += 1
             if resp.body.total_count is not None:
                 walk.totals.append(int(resp.body.total_count))
@@ -564,7 +564,7 @@ class _Walk:
 
     items: list[Any] = field(default_factory=list)
     totals: list[int] = field(default_factory=list)
-    keys: list[Any] = field(default_factory=list)  # each item's id, in the order listed
+    keys: list[set[Any]] = field(default_factory=list)  # each page's item ids
     pages: int = 0
     limited: bool = False  # stopped at the caller's limit: the rest was not wanted
 
@@ -572,9 +572,7 @@ class _Walk:
     def twice(self) -> list[Any]:
         """The ids listed on more than one page (a row without an id is left to the conversion to refuse).
         One page listing an id twice is no moving list: the service counts such an instance once."""
-        if self.pages <= 1:
-            return []
-        counts = Counter(k for k in self.keys if k is not None)
+        counts = Counter(k for page in self.keys for k in page)
         return sorted(k for k, n in counts.items() if n > 1)
 
     @property

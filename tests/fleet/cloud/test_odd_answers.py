@@ -270,6 +270,25 @@ def test_one_page_listing_an_instance_twice_is_read_as_it_is(stub, clients):
     assert len(stub.calls_of("DescribeScalingInstances")) == 1
 
 
+def test_a_page_of_a_longer_walk_listing_an_instance_twice_is_read_as_it_is(stub, clients):
+    # only an id on two pages says the list moved; one page of a two-page walk listing an id twice was read
+    # as a moving list, listed again and refused
+    ids = [f"i-{n:03d}" for n in range(60)]
+    ids.insert(10, "i-005")
+
+    def page(params):
+        number, size = int(params["PageNumber"]), int(params["PageSize"])
+        rows = ids[(number - 1) * size : number * size]
+        return {
+            "ScalingInstances": [{"InstanceId": i, "LifecycleState": "InService"} for i in rows],
+            "TotalCount": len(ids),
+        }
+
+    stub.on("DescribeScalingInstances", page)
+    assert [i.instance_id for i in clients.ess.describe_scaling_instances("asg-1")] == ids
+    assert len(stub.calls_of("DescribeScalingInstances")) == 2
+
+
 def test_a_metric_list_over_days_may_take_more_pages_than_a_tick_would(stub, clients, monkeypatch):
     import fleet.cloud.paging as paging
 
