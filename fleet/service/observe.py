@@ -892,8 +892,6 @@ def combine(canonical: str, points: Iterable[MetricPoint]) -> MetricSample:
     saturated card limits a tensor-parallel instance. The time is the newest point's.
     """
     pts = list(points)
-    if len(pts) == 1 and pts[0].value is not None and canonical != pm.GPU_THROTTLE_REASONS:
-        return MetricSample(value=float(pts[0].value), at=pts[0].timestamp)  # one series: most metrics
     at = max(p.timestamp for p in pts)
     values = [float(p.value) for p in pts if p.value is not None]
     if canonical == pm.GPU_THROTTLE_REASONS:

@@ -80,21 +80,8 @@ class SampleGuard:
         """The trustworthy points; each newly bad instance is logged once with the metric's source name."""
         good: list[MetricPoint] = []
         bad: dict[str, str] = {}
-        # the common case decided without ``problem``: a float within the metric's bounds, dated no later
-        # than the tolerance allows (one comparison chain per point; ``problem`` builds ``now``'s bound and
-        # checks each type every time, and a read is 20-50 points every tick); anything else is judged by it
-        ceiling = min(
-            MAX_VALUE.get(canonical, MAX_GAUGE_VALUE),
-            100.0 + 1e-9 if canonical.endswith("_pct") else math.inf,
-        )
-        simple = canonical not in INTEGRAL_METRICS
-        latest = now + timedelta(seconds=FUTURE_TOLERANCE_S)
         for p in points:
-            v = p.value
-            if simple and type(v) is float and 0.0 <= v <= ceiling and p.timestamp <= latest:
-                good.append(p)
-                continue
-            why = problem(canonical, v, p.timestamp, now)
+            why = problem(canonical, p.value, p.timestamp, now)
             if why is None:
                 good.append(p)
             elif p.instance_id is not None:

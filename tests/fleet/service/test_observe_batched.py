@@ -602,23 +602,3 @@ def test_a_listing_cut_short_once_is_read_again_whole(tmp_path, monkeypatch):
         obs = Observer(clients, cfg.groups).observe(cloud.now())
         (g,) = obs.groups.values()
         assert g.ok and len(g.instances) == 70
-
-
-def test_one_point_is_combined_as_several_are() -> None:
-    """``combine`` takes one series' point as it is (its quick path) and still ORs throttle reasons: a lone
-    mask point is an integer mask, as it is among several."""
-    from fleet.cloud.types import MetricPoint
-    from fleet.service.observe import combine
-    from policies import metrics as pm
-
-    at = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
-
-    def point(value: float, seconds: int = 0) -> MetricPoint:
-        return MetricPoint("ns", "m", "i-1", at + timedelta(seconds=seconds), value)
-
-    for canonical in (pm.QUEUE_WAITING, pm.REQUEST_RATE, pm.GPU_THROTTLE_REASONS):
-        for value in (0.0, 4.0, 5.0):
-            alone = combine(canonical, [point(value)])
-            assert (alone.value, alone.at) == (combine(canonical, [point(value), point(0.0, -15)]).value, at)
-    assert combine(pm.GPU_THROTTLE_REASONS, [point(5.7)]).value == 5.0
-    assert combine(pm.QUEUE_WAITING, [point(5.7)]).value == 5.7
