@@ -162,8 +162,7 @@ def _floors(g: dict[str, Any], codes: Sequence[str]) -> Safe:
     """The floor and where it comes from: active schedules, floor reasons of the last scale."""
     parts = []
     if g.get("floor") is not None:
-        source = g.get("floor_source")  # a holiday's names the calendar's day: min_size on holiday ...
-        parts.append(f"floor {g['floor']}" + (f" ({source})" if source else ""))
+        parts.append(f"floor {_bound(g, 'floor')}")  # a holiday's source names the day: min_size on holiday
     if g.get("active_schedules"):
         parts.append("schedule: " + ", ".join(g["active_schedules"]))
     if codes:
