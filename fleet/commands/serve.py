@@ -921,13 +921,13 @@ def requests(
     """Operator requests: the queued ones (why each waits) and what became of the newest handled ones."""
     from rich.table import Table
 
-    from fleet.service.views import MAX_REQUEST_LOG_ROWS, request_log_view, request_what
+    from fleet.service.views import request_limit_problem, request_log_view, request_what
 
-    text = limit.strip()
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_REQUEST_LOG_ROWS:
-        fail(f"--limit must be a number from 1 to {MAX_REQUEST_LOG_ROWS}, not {limit[:40]!r}")
+    problem = request_limit_problem(limit.strip())
+    if problem:
+        fail(f"--{problem}")
     store = _open(database, service, existing=True)
-    rows = store.request_log(int(text))
+    rows = store.request_log(int(limit))
     if as_json:
         print_json({"service": store.service, "requests": [request_log_view(r) for r in rows]})
         return

@@ -40,10 +40,10 @@ from fleet.service.store import (
     human_actor,
 )
 from fleet.service.views import (
-    MAX_REQUEST_LOG_ROWS,
     REQUEST_LOG_ROWS,
     cancel_refusal,
     request_id_problem,
+    request_limit_problem,
     request_log_view,
     request_what,
 )
@@ -167,10 +167,9 @@ class _StatusApi:
         """The queued requests, then the newest handled ones: ``limit`` in all (open, like /status, whose
         ``requests`` lists the queued ones)."""
         raw = request.query_params.get("limit", str(REQUEST_LOG_ROWS))
-        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_REQUEST_LOG_ROWS:
-            return _json(
-                {"error": f"limit must be a number from 1 to {MAX_REQUEST_LOG_ROWS}, not {raw[:40]!r}"}, 400
-            )
+        problem = request_limit_problem(raw)
+        if problem:
+            return _json({"error": problem}, 400)
         rows = self.store.request_log(int(raw))
         return _json({"service": self.store.service, "requests": [request_log_view(r) for r in rows]})
 

@@ -158,6 +158,13 @@ REQUEST_LOG_ROWS = 50
 MAX_REQUEST_LOG_ROWS = 500
 
 
+def request_limit_problem(raw: str) -> str | None:
+    """Why ``raw`` is no count of requests to list (GET /requests' ``limit``, ``fleet requests --limit``)."""
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_REQUEST_LOG_ROWS:
+        return f"limit must be a number from 1 to {MAX_REQUEST_LOG_ROWS}, not {raw[:40]!r}"
+    return None
+
+
 def request_log_view(req: OperatorRequest) -> dict[str, Any]:
     """A request queued or handled (GET /requests): ``waiting`` while it is queued, then when it was handled
     and its ``outcome`` (applied, refused, expired, ``cancelled by NAME``)."""
