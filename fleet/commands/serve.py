@@ -830,11 +830,32 @@ def replace(
     _queued(store, f"replacement of {instance_id}", rid, instance_id)
 
 
+def _warn_if_no_leader(store: Any, rid: int) -> None:
+    """Say at once when no replica holds the service's lease (every shard's expired: the service was
+    stopped, or its replicas died): the request waits, queued, until one runs again."""
+    from fleet.service.views import shard_views
+
+    shards = shard_views(store, _now())
+    if not shards or any(s["valid"] for s in shards):
+        return  # never ran under a lease (refused earlier when unknown), or a leader acts on its next tick
+    last = max(s["expires_at"] for s in shards)
+    err_console.print(
+        escape(
+            f"warning: no replica of service {store.service!r} holds its lease (the last expired at "
+            f"{last[:19]}): the request waits until fleet serve runs again (fleet cancel-request {rid} "
+            "withdraws it)"
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _queued(store: Any, what: str, rid: int, instance_id: str) -> None:
     """Say a request is queued, and when ESS could not be read for the instance's group at the leader's
     last tick, that it waits for ESS and why (it is applied once ESS answers)."""
     from fleet.service.ess_reach import outage_for_instance
 
+    _warn_if_no_leader(store, rid)
     outage = outage_for_instance(store, instance_id)
     if outage is None:
         console.print(
@@ -877,6 +898,7 @@ def reset_breaker(
     if group not in known:  # a typo would be refused by the leader, in a record nobody reads
         fail(f"group {group!r}: this service has decided no such group; it has: {', '.join(known) or 'none'}")
     rid = store.add_request("reset_breaker", _now(), group_name=group, reason=reason, actor=by)
+    _warn_if_no_leader(store, rid)
     console.print(
         escape(f"breaker reset of {group} queued (request {rid}); the leader acts on its next tick"),
         highlight=False,

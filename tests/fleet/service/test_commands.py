@@ -593,3 +593,22 @@ def test_acking_another_services_incident_is_refused_naming_its_service(tmp_path
     # under its own service the ack goes through
     assert main(["incidents", "ack", "inc-b", "--by", "alice", "--service", "batch", "--database", url]) == 0
     assert other.incident("inc-b").acknowledged_by == "human:alice"
+
+
+def test_a_request_while_no_replica_holds_the_lease_is_warned_about_at_once(db, capsys):
+    """A service that ran and stopped leaves its lease expired: the command said "the leader acts on its
+    next tick", and the request waited, queued, until someone started fleet serve again."""
+    from fleet.service.lease import LeaseManager
+
+    store = open_store(db)
+    lease = LeaseManager(store.engine, "fleet", "replica-a", 30.0)
+    lease.acquire(datetime.now(UTC))
+    assert main(["isolate", "i-hot", "--reason", "fan noise", "--database", db]) == 0
+    assert "warning" not in capsys.readouterr().err  # a leader holds the lease: it acts on its next tick
+    lease.release(datetime.now(UTC))
+    assert main(["isolate", "i-hot", "--reason", "again", "--database", db]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no replica of service 'fleet' holds its lease" in err and "fleet cancel-request 2" in err
+    assert main(["reset-breaker", "chat", "--reason", "checked", "--database", db]) == 0
+    assert "holds its lease" in capsys.readouterr().err
+    assert len(store.pending_requests()) == 3  # queued all the same
