@@ -212,9 +212,9 @@ def _warn_trace_end(spec: Any, hours: float, user_trace: TraceRead | None) -> No
 
     from rich.markup import escape
 
-    from fleet.sim.workload import load_trace
+    from fleet.sim.workload import CURVE_KINDS, load_trace
 
-    if spec.kind == "servegen" or spec.params.get("loop", "true").lower() == "true":
+    if spec.kind in CURVE_KINDS or spec.params.get("loop", "true").lower() == "true":
         return
     # a bundled one: loaded once a process
     trace = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
@@ -256,7 +256,8 @@ def simulate(
     workload: str = typer.Option(
         None,
         "--workload",
-        help="KIND:NAME[,key=value...], e.g. servegen:m-small,day=2,peak=30 (docs/simulator.md).",
+        help="KIND:NAME[,key=value...], e.g. servegen:m-small,day=2,peak=30 or shape:flash,peak=20 "
+        "(docs/simulator.md).",
     ),
     hours: float = typer.Option(24.0, "--hours", help="Simulated hours."),
     fault: list[str] = typer.Option(
@@ -528,7 +529,8 @@ def bench_autoscale(
     sweep: str | None = typer.Option(
         None,
         "--sweep",
-        help="servegen: ours, static-peak and oracle over every day of the three ServeGen language traces.",
+        help="servegen: ours, static-peak and oracle over every day of the three ServeGen language traces; "
+        "shapes: ours, static-peak and kpa on each synthetic traffic shape (shape:NAME workloads).",
     ),
     jobs: int = typer.Option(
         1, "--jobs", help="Simulations to run at once, one process each (up to the machine's cores)."
@@ -541,7 +543,6 @@ def bench_autoscale(
 ) -> None:
     """The autoscaling benchmark: each workload under ours, the four baselines and the oracle."""
     from fleet.sim.scenario import BENCH_WORKLOADS
-    from fleet.sim.sweep import Sweep
 
     if not 1 <= jobs <= (os.cpu_count() or 1):
         fail(f"--jobs: must be between 1 and this machine's {os.cpu_count() or 1} cores, got {jobs}")
@@ -550,22 +551,7 @@ def bench_autoscale(
     hw = _hardware(*_declared_hardware(cfg.groups[0], None, None), cfg.region)  # as fleet simulate runs it
     _warn_tp(cfg.groups[0], hw)
     if sweep is not None:
-        if sweep not in {s.value for s in Sweep}:
-            fail(f"--sweep: unknown sweep {sweep!r}; one of {', '.join(s.value for s in Sweep)}")
-        if only or only_policies:
-            flag = "--workload" if only else "--policy"
-            fail(f"{flag}: not with --sweep (the sweep runs ours, static-peak and the oracle on every day)")
-        if days is not None and quick:
-            fail("--days: not with --quick (which runs days 0-1 of each trace)")
-        chosen = [0, 1] if quick else None
-        if days is not None:
-            from fleet.sim.sweep import parse_days
-
-            try:
-                chosen = parse_days(days)
-            except ValueError as exc:
-                fail(f"--days: {exc}")
-        _run_sweep(cfg, chosen, json_out, jobs, hw)
+        _run_sweep(cfg, _sweep_plan(sweep, bool(only or only_policies), days, quick), json_out, jobs, hw)
         return
     if days is not None:
         fail("--days: only with --sweep (the benchmark's workloads are named days)")
@@ -594,15 +580,53 @@ def bench_autoscale(
         raise typer.Exit(1)
 
 
-def _run_sweep(cfg: Any, days: list[int] | None, json_out: bool, jobs: int, hardware: Any) -> None:
-    """The sweep over ``days`` of each trace (None: every day)."""
-    from fleet.sim.sweep import SWEEP_POLICIES, run_sweep, sweep_workloads
+def _sweep_plan(
+    name: str, chosen: bool, days: str | None, quick: bool
+) -> tuple[Any, list[int] | None, float | None]:
+    """The sweep ``--sweep`` names, the ServeGen days it runs (None: every day) and the hours of each run
+    (None: the sweep's own); ``chosen``: --workload or --policy was given, which a sweep does not take."""
+    from fleet.sim.sweep import SHAPE_QUICK_HOURS, Sweep, parse_days
 
-    runs = len(sweep_workloads(days)) * len(SWEEP_POLICIES)
-    with _progress_bar(runs) as progress:
-        out = run_sweep(cfg, days=days, progress=progress, jobs=jobs, hardware=hardware)
+    if name not in {s.value for s in Sweep}:
+        fail(f"--sweep: unknown sweep {name!r}; one of {', '.join(s.value for s in Sweep)}")
+    sweep = Sweep(name)
+    if chosen:
+        what = "the oracle on every day" if sweep is Sweep.SERVEGEN else "kpa on every shape"
+        fail(f"--workload/--policy: not with --sweep (the sweep runs ours, static-peak and {what})")
+    if sweep is Sweep.SHAPES:
+        if days is not None:
+            fail("--days: only with --sweep servegen (the shapes sweep runs each shape once)")
+        return sweep, None, SHAPE_QUICK_HOURS if quick else None
+    if days is not None and quick:
+        fail("--days: not with --quick (which runs days 0-1 of each trace)")
+    if days is None:
+        return sweep, [0, 1] if quick else None, None
+    try:
+        return sweep, parse_days(days), None
+    except ValueError as exc:
+        fail(f"--days: {exc}")
+
+
+def _run_sweep(
+    cfg: Any, plan: tuple[Any, list[int] | None, float | None], json_out: bool, jobs: int, hardware: Any
+) -> None:
+    """The sweep of ``plan`` (:func:`_sweep_plan`): a progress bar on stderr, the JSON or the tables on
+    stdout."""
+    from fleet.sim.sweep import Sweep, run_sweep, sweep_runs
+
+    sweep, days, hours = plan
+    workloads, policies = sweep_runs(sweep, days, hours)
+    with _progress_bar(len(workloads) * len(policies)) as progress:
+        out = run_sweep(
+            cfg, sweep=sweep, days=days, hours=hours, progress=progress, jobs=jobs, hardware=hardware
+        )
     if json_out:
         print_json(out)
+    elif sweep is Sweep.SHAPES:
+        print_bench_tables(out["workloads"])
+        print_sweep_table(
+            out["distribution"], title="Shapes sweep: per policy over the shapes", count="shapes"
+        )
     else:
         print_sweep_table(out["distribution"])
     if any(r["invariant_violations"] for per in out["workloads"].values() for r in per.values()):
@@ -643,12 +667,19 @@ class _progress_bar:  # noqa: N801 - used as a context manager, like rich's own
         self.bar.stop()
 
 
-def print_sweep_table(dist: dict[str, dict[str, Any]], out: Any = None) -> None:
+def print_sweep_table(
+    dist: dict[str, dict[str, Any]],
+    out: Any = None,
+    *,
+    title: str = "ServeGen sweep: per policy over the days",
+    count: str = "days",
+) -> None:
     from rich.table import Table
 
     con = out or wide_console(110)
-    table = Table(title="ServeGen sweep: per policy over the days")
-    for col in ("policy", "days", "GPU-h / oracle median", "p90", "max", "SLO min median", "max", "days > 0"):
+    table = Table(title=title)
+    cols = ("policy", count, "GPU-h / oracle median", "p90", "max", "SLO min median", "max", f"{count} > 0")
+    for col in cols:
         table.add_column(col, justify="right" if col != "policy" else "left", no_wrap=True)
     for pol, d in dist.items():
         ratio = d.get("gpu_hours_vs_oracle", {})

@@ -21,6 +21,7 @@ from fleet.sim.oracle import level_need, minute_need
 from fleet.sim.runner import late_minutes, run
 from fleet.sim.types import DEFAULT_START, Hardware, SimOptions, SimResult
 from fleet.sim.workload import (
+    SIZE_SOURCES,
     Request,
     WorkloadSpec,
     build_workload,
@@ -29,6 +30,9 @@ from fleet.sim.workload import (
     load_trace,
     parse_workload_spec,
     peak_rate_rps,
+    shape_of,
+    shape_start_h,
+    size_source,
 )
 from fleet.sim.world import Fault, World, WorldParams
 from policies.spec import GroupSpec
@@ -220,10 +224,9 @@ def sizes_for(
     engine rejects a prompt past ``max_model_len``, and a P99 over a mix with more than 1 % of them is a miss
     at any rate, which sized every instance at the bisection's floor). A ``trace:PATH`` spec draws from
     ``user_trace`` where the caller has read the file already."""
-    if spec.kind == "servegen":
-        from fleet.sim.workload import SIZE_SOURCES
-
-        sizes = load_trace(*SIZE_SOURCES[spec.params.get("sizes", "azure-conv")])
+    source = size_source(spec)
+    if source is not None:
+        sizes = load_trace(*SIZE_SOURCES[source])
     else:
         sizes = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     return sizes if max_prompt_tokens is None else cut_prompts(sizes, max_prompt_tokens)
@@ -263,7 +266,8 @@ def simulate(
     if opts.group_setup is None:
         opts = replace(opts, group_setup=terraform_setup(group))
     deployment = f"{hardware.model}/{hardware.instance_type}/{hardware.max_model_len}"
-    key = (deployment, spec_w.params.get("sizes", spec_w.name), str(slo))
+    # one capacity test per size mix: every ServeGen curve and shape drawing from one trace shares it
+    key = (deployment, size_source(spec_w) or spec_w.name, str(slo))
     test = (capacity_cache or {}).get(key)
     if test is None:
         test = capacity_test(
@@ -389,6 +393,8 @@ def requests_upper_bound(spec: WorkloadSpec, hours: float, user_trace: TraceRead
     p = spec.params
     if spec.kind == "servegen":
         return float(p.get("peak", "20")) * duration_s
+    if spec.kind == "shape":
+        return shape_of(spec).top_rps * duration_s + 1.0  # the thinned draws never outrun the top rate
     trace = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     if len(trace) < 2:
         return float(len(trace))
@@ -404,10 +410,13 @@ def requests_upper_bound(spec: WorkloadSpec, hours: float, user_trace: TraceRead
 
 def run_start(spec: WorkloadSpec, start: Any) -> Any:
     """When the run starts on the clock: replays at 10:00 local, ServeGen curves at local midnight plus their
-    ``start_h`` (the clock moves with the curve, so schedules and time-of-day read the hour the curve plays).
-    A start given explicitly (not the default Monday) is kept."""
+    ``start_h`` (the clock moves with the curve, so schedules and time-of-day read the hour the curve plays),
+    shapes at their ``start_h`` (10:00 by default, as the replays). A start given explicitly (not the
+    default Monday) is kept."""
     if start != DEFAULT_START:
         return start
+    if spec.kind == "shape":
+        return DEFAULT_START + timedelta(hours=shape_start_h(spec))
     if spec.kind != "servegen":
         return DEFAULT_START + REPLAY_START_OFFSET
     return DEFAULT_START + timedelta(hours=float(spec.params.get("start_h", "0")))

@@ -1,10 +1,14 @@
 """`fleet bench autoscale --sweep servegen`: ours, static provisioning and the oracle over every day of the
-three ServeGen language traces, and the distribution of the results.
+three ServeGen language traces, and the distribution of the results; `--sweep shapes`: ours, static
+provisioning and the KPA on each synthetic traffic shape (``fleet.sim.shapes``) over its window.
 
 A controller that wins on the benchmark's named days and loses on the next has not won
 (``../shared/reference/capacity-control.md``): the sweep is how a change is checked to generalize. Each day
 runs 24 h from local midnight at the benchmark's peak; the distribution gives, per policy, the ratio of its
-GPU-hours to the oracle's and its SLO-violation minutes as median, 90th percentile and worst day.
+GPU-hours to the oracle's and its SLO-violation minutes as median, 90th percentile and worst day. The
+shapes (a flash crowd, a ramp, a step, ...) ask what ours does on traffic no trace records; each runs its
+window (2 h, the sine 3 h) from 10:00 with its default parameters, and the distribution is over the shapes
+(its ``days`` counts them).
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from typing import Any
 SWEEP_TRACES = ("m-large", "m-mid", "m-small")
 SWEEP_POLICIES = ("ours", "static-peak", "oracle")
 SWEEP_PEAK_RPS = 15.0
+SHAPE_POLICIES = ("ours", "static-peak", "kpa")
+# --quick: the first hour of each shape (the flash, the step, the drop and the ramp's rise happen in it)
+SHAPE_QUICK_HOURS = 1.0
 
 
 class Sweep(StrEnum):
     """What ``--sweep`` can run over."""
 
     SERVEGEN = "servegen"
+    SHAPES = "shapes"
 
 
 @functools.cache
@@ -48,6 +56,13 @@ def sweep_workloads(
                 (f"servegen-{trace}-day{day}", f"servegen:{trace},day={day},peak={SWEEP_PEAK_RPS:g}", hours)
             )
     return out
+
+
+def shape_workloads(hours: float | None = None) -> list[tuple[str, str, float]]:
+    """(name, SPEC, hours) for every synthetic shape at its defaults, over its own window or ``hours``."""
+    from fleet.sim.shapes import SHAPES
+
+    return [(f"shape-{name}", f"shape:{name}", hours or kind.hours) for name, kind in SHAPES.items()]
 
 
 def parse_days(text: str, traces: Sequence[str] = SWEEP_TRACES) -> list[int]:
@@ -107,28 +122,39 @@ def distribution(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
     return out
 
 
+def sweep_runs(
+    sweep: Sweep, days: Sequence[int] | None = None, hours: float | None = None
+) -> tuple[list[tuple[str, str, float]], tuple[str, ...]]:
+    """The workloads and policies of ``sweep``: ServeGen's ``days`` (None: every day) for ``hours`` (default
+    24), or every shape over its window (or ``hours``)."""
+    if sweep is Sweep.SHAPES:
+        return shape_workloads(hours), SHAPE_POLICIES
+    return sweep_workloads(days, hours or 24.0), SWEEP_POLICIES
+
+
 def run_sweep(
     config: Any,
     *,
+    sweep: Sweep = Sweep.SERVEGEN,
     days: Sequence[int] | None = None,
-    hours: float = 24.0,
-    policies: Sequence[str] = SWEEP_POLICIES,
+    hours: float | None = None,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
     hardware: Any = None,
 ) -> dict[str, Any]:
-    """``{"sweep": "servegen", "workloads": {day: {policy: summary}}, "distribution": {policy: ...}}``;
+    """``{"sweep": NAME, "workloads": {workload: {policy: summary}}, "distribution": {policy: ...}}``;
     ``hardware`` (a ``fleet.sim.types.Hardware``; None: the simulator's default) is what every run serves
     on."""
     from fleet.sim.scenario import bench_autoscale
 
+    workloads, policies = sweep_runs(sweep, days, hours)
     results = bench_autoscale(
         config,
-        workloads=sweep_workloads(days, hours),
+        workloads=workloads,
         policies=policies,
         hardware=hardware,
         progress=progress,
         model_error_pct=None,
         jobs=jobs,
     )
-    return {"sweep": Sweep.SERVEGEN.value, "workloads": results, "distribution": distribution(results)}
+    return {"sweep": sweep.value, "workloads": results, "distribution": distribution(results)}

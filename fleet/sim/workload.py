@@ -1,4 +1,5 @@
-"""Workloads for the simulator: real request traces replayed, and ServeGen rate curves turned into arrivals.
+"""Workloads for the simulator: real request traces replayed, and ServeGen rate curves and synthetic traffic
+shapes turned into arrivals.
 
 Three sources live in ``../shared/traces`` (see its README for shapes and licences):
 
@@ -10,7 +11,8 @@ Three sources live in ``../shared/traces`` (see its README for shapes and licenc
 A workload is a list of :class:`Request` sorted by arrival, built deterministically from a seed. Replays are
 time- and rate-scalable and loop to fill the simulated duration; ServeGen curves are scaled to a target peak
 and sampled with Gamma inter-arrivals at each window's recorded CV, drawing request sizes from a per-request
-trace.
+trace. Synthetic shapes (a flash crowd, a ramp, a step, ...: ``fleet.sim.shapes``) are Poisson arrivals at a
+rate that a few parameters give, with sizes drawn the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from fleet.sim.shapes import SHAPE_NAMES, SHAPES, TIME_FIELDS, Shape, make_shape, shape_arrivals
 from sizing.container_logs import ContainerLog, LogKind, detect
 from sizing.traces import (
     TimeUnit,
@@ -469,6 +472,11 @@ SIZE_SOURCES = {
 _REPLAY_KEYS = {"speed", "rate", "loop", "seed"}
 _TRACE_KEYS = _REPLAY_KEYS | {"time_unit"}
 _CURVE_KEYS = {"peak", "day", "sizes", "cv_cap", "seed", "start_h", "gaps"}
+_SHAPE_KEYS = {"sizes", "seed", "start_h"}  # and the shape's own (fleet.sim.shapes.SHAPES)
+# The kinds whose arrivals are generated from a rate, with sizes drawn from one of SIZE_SOURCES (``sizes=``).
+CURVE_KINDS = ("servegen", "shape")
+# A shape's run starts at 10:00 local unless start_h says otherwise: the replays' start, in business hours.
+SHAPE_START_H = 10.0
 
 
 @dataclass(frozen=True)
@@ -486,6 +494,11 @@ class WorkloadSpec:
       size --trace`` finds them; PATH relative to the working directory), with the replay keys and
       ``time_unit`` (``s``, ``ms``, ``us``, ``ns``: the unit of numeric times, where the column's size would
       leave it a guess).
+    * ``shape:NAME`` (``ramp``, ``flash``, ``step``, ``silence``, ``sine``, ``spikes``, ``drop``, ``noise``):
+      Poisson arrivals at a synthetic rate (:mod:`fleet.sim.shapes`); keys the shape's own (``base``,
+      ``peak``, ``after`` in req/s; ``at``, ``for``, ``hold``, ``period``, ``every``, ``width`` as durations
+      like ``40m``), ``sizes`` (as ``servegen``), ``start_h`` (hour of the day the run starts at, default 10),
+      ``seed``.
     """
 
     kind: str
@@ -522,7 +535,7 @@ def parse_workload_spec(text: str) -> WorkloadSpec:
         raise WorkloadError(
             f"workload {text!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
         )
-    _check_values(params, text)
+    _check_values(params, text, kind)
     return WorkloadSpec(kind, name, params, text.strip())
 
 
@@ -550,13 +563,37 @@ def _resolve_trace(kind: str, name: str, params: dict[str, str], text: str) -> t
         return name, _REPLAY_KEYS
     if kind == "trace":
         return name, _TRACE_KEYS
-    raise WorkloadError(f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake, trace")
+    if kind == "shape":
+        return _resolve_shape(name, params, text)
+    raise WorkloadError(
+        f"workload {text!r}: unknown kind {kind!r}; one of servegen, azure, mooncake, trace, shape"
+    )
 
 
-def _check_values(params: dict[str, str], text: str) -> None:
-    """Numbers where numbers are wanted (positive for rates), and loop a boolean."""
+def _resolve_shape(name: str, params: dict[str, str], text: str) -> tuple[str, set[str]]:
+    """A shape's name and keys; its own values are checked here (durations, rates, how they fit together)."""
+    name = name.lower()
+    if name not in SHAPES:
+        raise WorkloadError(f"workload {text!r}: unknown shape {name!r}; one of {', '.join(SHAPE_NAMES)}")
+    if params.get("sizes", "azure-conv") not in SIZE_SOURCES:
+        raise WorkloadError(f"workload {text!r}: sizes must be one of {', '.join(SIZE_SOURCES)}")
+    allowed = _SHAPE_KEYS | set(SHAPES[name].defaults)
+    if set(params) <= allowed:
+        try:
+            make_shape(name, params)
+        except ValueError as exc:
+            raise WorkloadError(f"workload {text!r}: {exc}") from None
+    return name, allowed
+
+
+def _check_values(params: dict[str, str], text: str, kind: str) -> None:
+    """Numbers where numbers are wanted (positive for rates; a shape's may be 0 where another of its rates
+    is not), and loop a boolean."""
+    positive = ("speed", "rate") if kind == "shape" else ("peak", "speed", "rate")
     for key in params:
-        if key in ("sizes", "loop", "gaps"):
+        if (
+            key in ("sizes", "loop", "gaps") or key in TIME_FIELDS
+        ):  # (a shape's times: checked as it resolved)
             continue
         if key == "time_unit":
             if params[key] not in TIME_UNITS:
@@ -568,7 +605,7 @@ def _check_values(params: dict[str, str], text: str) -> None:
             value = float(params[key])
         except ValueError:
             raise WorkloadError(f"workload {text!r}: {key}={params[key]!r} is not a number") from None
-        if key in ("peak", "speed", "rate") and value <= 0:
+        if key in positive and value <= 0:
             raise WorkloadError(f"workload {text!r}: {key} must be positive")
         _check_bounds(key, value, text)
     if params.get("loop", "true").lower() not in ("true", "false"):
@@ -578,10 +615,12 @@ def _check_values(params: dict[str, str], text: str) -> None:
 
 
 # What a workload may ask, so that an absurd size is one line and not a run that never ends or a crash: a
-# peak of 1,000 req/s is ~50 times what the default fleet's 40 instances serve, a rate of 100 copies each
-# request 100 times, and the ServeGen traces hold 14 days.
+# peak (or a shape's base or after) of 1,000 req/s is ~50 times what the default fleet's 40 instances serve,
+# a rate of 100 copies each request 100 times, and the ServeGen traces hold 14 days.
 _BOUNDS: dict[str, tuple[float, float]] = {
     "peak": (0.0, 1000.0),
+    "base": (0.0, 1000.0),
+    "after": (0.0, 1000.0),
     "rate": (0.0, 100.0),
     "speed": (0.001, 1000.0),
     "day": (0.0, 13.0),
@@ -643,6 +682,22 @@ def fills_gaps(spec: WorkloadSpec) -> bool:
     return spec.params.get("gaps", "fill").lower() == "fill"
 
 
+def size_source(spec: WorkloadSpec) -> str | None:
+    """The SIZE_SOURCES name a generated workload (``servegen``, ``shape``) draws its sizes from; None for a
+    replay, whose sizes are its own."""
+    return spec.params.get("sizes", "azure-conv") if spec.kind in CURVE_KINDS else None
+
+
+def shape_of(spec: WorkloadSpec) -> Shape:
+    """The shape of a ``shape:`` spec with its parameters resolved (the spec was checked as it was parsed)."""
+    return make_shape(spec.name, spec.params)
+
+
+def shape_start_h(spec: WorkloadSpec) -> float:
+    """The hour of the day a ``shape:`` run starts at: ``start_h``, else 10:00 (``SHAPE_START_H``)."""
+    return float(spec.params.get("start_h", SHAPE_START_H))
+
+
 def build_workload(
     spec: WorkloadSpec | str,
     duration_s: float,
@@ -657,6 +712,12 @@ def build_workload(
         spec = parse_workload_spec(spec)
     directory = directory or traces_dir()
     p = spec.params
+    if spec.kind == "shape":
+        size_kind, size_name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
+        reqs = shape_arrivals(
+            shape_of(spec), duration_s, load_trace(size_kind, size_name, directory), seed=spec.seed
+        )
+        return reqs if max_prompt_tokens is None else cut_prompts(reqs, max_prompt_tokens)
     if spec.kind == "servegen":
         curve = load_servegen(servegen_path(spec.name, directory), fill_gaps=fills_gaps(spec))
         day = int(float(p.get("day", "0")))

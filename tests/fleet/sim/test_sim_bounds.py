@@ -272,13 +272,13 @@ def test_model_error_is_recorded_in_the_summary(config):
 
 def test_bench_and_sweep_refuse_bad_names(capsys):
     assert main(["bench", "autoscale", "--sweep", "nope"]) == 2
-    assert "--sweep: unknown sweep 'nope'; one of servegen" in capsys.readouterr().err
+    assert "--sweep: unknown sweep 'nope'; one of servegen, shapes" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--workload", "nope"]) == 2
     assert "--workload: unknown benchmark workload 'nope'" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--policy", "nope"]) == 2
     assert "--policy: unknown policy 'nope'; one of ours, static-peak" in capsys.readouterr().err
     assert main(["bench", "autoscale", "--sweep", "servegen", "--policy", "ours"]) == 2
-    assert "--policy: not with --sweep" in capsys.readouterr().err
+    assert "--workload/--policy: not with --sweep" in capsys.readouterr().err
 
 
 @needs_traces
@@ -350,7 +350,7 @@ def test_sweep_days_reach_the_sweep_and_its_progress_count(monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run_sweep(cfg, *, days, progress, jobs, hardware):
+    def fake_run_sweep(cfg, *, sweep, days, hours, progress, jobs, hardware):
         seen.update(days=days, jobs=jobs, hardware=(hardware.model, hardware.instance_type))
         return {"sweep": "servegen", "workloads": {}, "distribution": {}}
 
