@@ -591,9 +591,8 @@ def _check_values(params: dict[str, str], text: str, kind: str) -> None:
     is not), and loop a boolean."""
     positive = ("speed", "rate") if kind == "shape" else ("peak", "speed", "rate")
     for key in params:
-        if (
-            key in ("sizes", "loop", "gaps") or key in TIME_FIELDS
-        ):  # (a shape's times: checked as it resolved)
+        # (a shape's times are durations, checked as the shape resolved)
+        if key in ("sizes", "loop", "gaps") or key in TIME_FIELDS:
             continue
         if key == "time_unit":
             if params[key] not in TIME_UNITS:
