@@ -384,4 +384,6 @@ def _inputs(sig: DemandSignals, gh: GroupHistory) -> dict[str, Scalar]:
         "forecast_mape_pct": _r(fc.mape_pct(gh.forecast), 2),
         "forecast_coverage": _r(fc.coverage(gh.forecast)),
         "forecast_horizon_s": _r(sig.horizon_s, 1),
+        "demand_need": sig.need_now,  # the observed demand alone, staffed: what a burst's minute needed
+        "scale_in_window_target": sig.window_target,  # scale-in goes no lower (``_window``)
     }

@@ -268,6 +268,9 @@ def test_scale_in_goes_no_lower_than_the_windows_highest_target():
     later = NOW + timedelta(minutes=2)
     quiet = decide(at(later, 2.0), spec(), busy.history, later).groups[0]
     assert quiet.serving_target == 20  # the window remembers the burst's target
+    # the plan says what held it: the window's target, above what the quiet demand itself needs
+    assert quiet.predictive["scale_in_window_target"] == busy.groups[0].predictive["predictive_target"]
+    assert quiet.predictive["demand_need"] < quiet.predictive["predictive_target"] < 20
     much_later = NOW + timedelta(minutes=11)  # past the 10-minute scale-in window
     calm = decide(at(much_later, 2.0), spec(), busy.history, much_later).groups[0]
     assert calm.reason == ReasonCode.PREDICTIVE_SCALE_IN
