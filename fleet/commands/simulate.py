@@ -259,7 +259,9 @@ def simulate(
         help="KIND:NAME[,key=value...], e.g. servegen:m-small,day=2,peak=30 or shape:flash,peak=20 "
         "(docs/simulator.md).",
     ),
-    hours: float = typer.Option(24.0, "--hours", help="Simulated hours."),
+    hours: float | None = typer.Option(
+        None, "--hours", help="Simulated hours. Default: 24, a shape: workload's own window (2 h, sine 3 h)."
+    ),
     fault: list[str] = typer.Option(
         [], "--fault", help="KIND[:ARG],at=TIME[,instance=N], e.g. overheat,at=10h (repeatable)."
     ),
@@ -311,7 +313,7 @@ def simulate(
 
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
-    _check_numbers(hours, tick_s, model_error, seed)
+    _check_numbers(24.0 if hours is None else hours, tick_s, model_error, seed)
     from fleet.sim.history import MAX_HISTORY_DAYS
 
     if not 0 <= history_days <= MAX_HISTORY_DAYS:
@@ -322,6 +324,7 @@ def simulate(
         spec = parse_workload_spec(workload)
     except WorkloadError as exc:
         fail(f"--workload: {exc}")
+    hours = _run_hours(spec, hours)
     if "seed" not in spec.params:
         workload = f"{workload},seed={seed}"
     user_trace = _read_user_trace(spec)
@@ -380,6 +383,18 @@ def simulate(
             console.print(f"report: {report}")
     if result.summary["invariant_violations"]:
         raise typer.Exit(1)
+
+
+def _run_hours(spec: Any, hours: float | None) -> float:
+    """``--hours``, else a day, or the window a ``shape:`` workload is made for (after it, its last rate
+    would just go on)."""
+    if hours is not None:
+        return hours
+    if spec.kind == "shape":
+        from fleet.sim.shapes import SHAPES
+
+        return SHAPES[spec.name].hours
+    return 24.0
 
 
 def _faults(texts: list[str], embedded: bool, hours: float) -> list[Any]:

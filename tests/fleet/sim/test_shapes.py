@@ -207,6 +207,29 @@ def test_a_short_shape_runs_end_to_end_on_the_command_line(capsys):
     assert summary["invariant_violations"] == []
 
 
+@needs_traces
+@pytest.mark.parametrize(("spec", "hours"), [("shape:flash", 2.0), ("shape:sine,period=1h", 3.0)])
+def test_a_shape_without_hours_runs_its_own_window_not_a_day(monkeypatch, spec, hours):
+    """--hours defaulted to 24: a flash crowd's run went on for 22 hours of its base rate after it."""
+    import fleet.sim.scenario as scenario
+
+    asked: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def run(cfg, workload, run_hours, **kw):
+        asked.append(run_hours)
+        raise Stop
+
+    monkeypatch.setattr(scenario, "simulate", run)
+    with pytest.raises(Stop):
+        main(["simulate", "--workload", spec, "--json"])
+    with pytest.raises(Stop):
+        main(["simulate", "--workload", spec, "--hours", "5", "--json"])
+    assert asked == [hours, 5.0]
+
+
 def test_the_shapes_sweep_runs_every_shape_over_its_window_under_ours_static_and_kpa():
     from fleet.sim.sweep import Sweep, sweep_runs
 
