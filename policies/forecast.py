@@ -77,6 +77,10 @@ BURSTINESS_LOOKBACK_S = 86400.0  # how far back a gap in the history sends it fo
 LONE_OUTLIER = 8.0
 SHIFT_REVERT_BUCKETS = 5  # a jump not undone within this many minutes is a level shift, not a clump
 STEP_FIT = 0.25  # a step explains a span when a level each side of it leaves under this of a line's error
+# A fall from a level: every minute since it lies this many times the minutes' noise below each of the
+# ``SHIFT_REVERT_BUCKETS`` minutes before it (``_since_fall``)
+FALL_SIGMAS = 4.0
+FALL_MINUTES = 2  # minutes below it before a fall is the level: one minute below is a reading, not a level
 
 
 class Method(StrEnum):
@@ -164,11 +168,16 @@ def _level_trend(idx: _Index, now_s: float) -> tuple[float | None, float]:
         return None, 0.0
     if _known(idx, now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S) < MIN_LEVEL_BUCKETS:
         return level, 0.0  # no slope from a window that hardly saw anything
+    fall = _since_fall(idx, now_s)
+    if fall is not None and fall[1] >= FALL_MINUTES:
+        return fall[0], 0.0
     after_step = _since_step(idx, now_s)
     if after_step is not None:
         return after_step, 0.0
     before = idx.mean(now_s - 2 * LEVEL_WINDOW_S, now_s - LEVEL_WINDOW_S)
     slope = 0.0 if before is None else (level - before) / LEVEL_WINDOW_S
+    if fall is not None:
+        slope = min(0.0, slope)  # nothing rises from a minute that fell: the windows' means straddle a burst
     return level, slope
 
 
@@ -189,6 +198,37 @@ def _since_step(idx: _Index, now_s: float) -> float | None:
     sides = _sse(before) + _sse(after)
     kept = [(float(x), v) for x, v in enumerate(values) if x <= min(shift) or x > max(shift)]
     return sum(after) / len(after) if sides <= STEP_FIT * _line_sse(kept) else None
+
+
+def _since_fall(idx: _Index, now_s: float) -> tuple[float, int] | None:
+    """The level since a fall inside the slope's span and the minutes since it, or None when there is none:
+    the earliest minute from which every minute up to now lies ``FALL_SIGMAS`` times the minutes' noise
+    (``_noise``) below each of the ``SHIFT_REVERT_BUCKETS`` minutes before it, a level (a burst that outlasted
+    a clump's minutes, or the demand before a drop). Unlike a rise, which waits ``SHIFT_REVERT_BUCKETS``
+    minutes to be told from a clump's start, a fall is the level from its ``FALL_MINUTES``-th minute, and in
+    its first no slope rises from it: the 10-minute mean, and the two windows' means read as a slope, held
+    an 8-minute burst of 12 req/s in the forecast for the 10 minutes after it ended, which ordered instances
+    that arrived after it (docs/simulator.md, "Unseen workloads"). Not from its first minute: ServeGen days
+    dip below their level for one minute every few hours, and each dip believed was a forecast judged a miss,
+    which widened the upper band for the hours after."""
+    values = idx.known(now_s - 2 * LEVEL_WINDOW_S, now_s + idx.step_s)
+    spread = _noise(values)
+    for k in range(SHIFT_REVERT_BUCKETS, len(values)):  # the most minutes since the fall first
+        before, after = values[k - SHIFT_REVERT_BUCKETS : k], values[k:]
+        # never under the noise of Poisson arrivals at the level before: a span mostly of empty minutes
+        # has no spread of its own
+        noise = max(spread, math.sqrt(max(0.0, sum(before) / len(before)) / idx.step_s))
+        if max(after) + FALL_SIGMAS * noise < min(before):
+            return sum(after) / len(after), len(after)
+    return None
+
+
+def _noise(values: list[float]) -> float:
+    """The spread of a minute's value about its level: the median of the first differences over 0.954 (the
+    median absolute difference of two normal draws of unit standard deviation), which the jumps of a step
+    or a clump do not move."""
+    diffs = sorted(abs(b - a) for a, b in zip(values, values[1:], strict=False))
+    return diffs[len(diffs) // 2] / 0.954 if diffs else 0.0
 
 
 def _sse(values: list[float]) -> float:

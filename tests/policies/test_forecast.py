@@ -188,6 +188,64 @@ def test_a_ramp_keeps_its_slope(steepest_ago):
     assert f.level_rps is not None and f.peak_rps > 1.2 * f.level_rps
 
 
+@pytest.mark.parametrize("since", [2, 4, 8])
+def test_a_burst_that_ended_is_not_the_level(since):
+    # 1 req/s for an hour, 12 for 8 minutes, then 1 again for the last ``since`` minutes: the 10-minute mean
+    # still held the burst, and the two windows' means read it as a slope, for the minutes after it ended
+    burst = _poisson_minutes(lambda m: 12.0 if since <= m < since + 8 else 1.0, 60)
+    f = fc.forecast(burst, NOW, HORIZON_S, ForecastState())
+    assert f.level_rps is not None and f.level_rps < 1.5
+    assert f.peak_rps < 1.5
+
+
+def test_nothing_rises_from_the_first_minute_after_a_burst():
+    # one minute after the burst the level is still the 10-minute mean (one low minute is a reading, and
+    # real traffic dips so for a minute), but the windows' means straddling the burst are no rising trend
+    burst = _poisson_minutes(lambda m: 12.0 if 1 <= m < 9 else 1.0, 60)
+    f = fc.forecast(burst, NOW, HORIZON_S, ForecastState())
+    assert f.level_rps is not None and f.peak_rps <= f.level_rps
+
+
+@pytest.mark.parametrize("since", [2, 4])
+def test_a_drop_is_the_level_from_its_second_minute(since):
+    # 10 req/s for an hour, then 0.5 for the last ``since`` minutes (a batch job ending, a client failing
+    # over elsewhere): the level is the demand since the drop, not the 10-minute mean across it, and not
+    # five minutes later, as a rise is
+    drop = _poisson_minutes(lambda m: 0.5 if m < since else 10.0, 60)
+    f = fc.forecast(drop, NOW, HORIZON_S, ForecastState())
+    assert f.level_rps is not None and f.level_rps < 1.0
+    assert f.peak_rps < 1.0
+
+
+def _minutes(values):
+    """An index over ``values`` (req/s a minute), the last one at NOW."""
+    return fc._Index(DemandSeries(start=NOW - timedelta(minutes=len(values) - 1), step_s=60, rps=values))
+
+
+@pytest.mark.parametrize(
+    ("values", "fall"),
+    [
+        # a level of five minutes or more, then every minute since far below it
+        ([1.0] * 12 + [12.0, 11.6, 12.3, 12.1, 11.8, 12.2, 0.9], (0.9, 1)),
+        ([10.2, 9.8, 10.1, 9.9, 10.0, 10.3, 9.7, 0.5, 0.6, 0.4], (0.5, 3)),
+        # a clump of three minutes falling back is the clump's (the 10-minute mean keeps it)
+        ([1.0, 1.1, 0.9, 1.0, 1.2, 1.0, 12.0, 12.4, 11.9, 1.0], None),
+        # one minute a little under the five before it: noise, not a fall
+        ([8.1, 7.9, 8.2, 8.0, 7.8, 8.3, 7.9, 8.1, 8.0, 7.6], None),
+        # the same after a silence, whose empty minutes have no spread: Poisson's at the level is the least
+        ([0.0] * 10 + [7.5, 8.1, 8.5, 7.8, 8.4, 8.0, 8.6, 7.7, 7.4], None),
+        # a steep ramp down is a trend: each minute is a little under the last, never a level's fall
+        ([20.0 - k for k in range(20)], None),
+        # a rise
+        ([1.0] * 10 + [9.0] * 3, None),
+    ],
+)
+def test_a_fall_is_a_level_left_behind(values, fall):
+    # ``fall``: the level since it (the mean of the minutes since) and those minutes, None where there is none
+    got = fc._since_fall(_minutes(values), NOW.timestamp())
+    assert got == (None if fall is None else pytest.approx(fall))
+
+
 def test_poisson_minutes_are_not_bursty_and_clumped_ones_are():
     rng = random.Random(3)
     start = NOW - timedelta(minutes=59)
