@@ -81,6 +81,10 @@ BLIND_MAX_AGE_S = 24 * 3600.0
 SLOW_METRICS = frozenset({pm.PROMPT_TOKENS_PER_REQUEST, pm.OUTPUT_TOKENS_PER_REQUEST})
 CORRECTION_METRICS = frozenset({pm.KV_CACHE_USAGE_PCT, pm.REQUESTS_RUNNING, pm.QUEUE_WAITING})
 SLOW_REFRESH_S = 60.0
+# Read at most every SLOW_REFRESH_S by every group, predictive or not: row remapping is a GPU's memory wearing
+# out, which a rule answers with a reboot or a replacement well within the 15-minute respond window either
+# way, and every group on the default rules read it once more each tick (CloudMonitor's monthly call budget).
+SLOW_ISOLATION_METRICS = frozenset({pm.GPU_ROW_REMAP})
 # A slow read's points must not go stale before the next read: a point is up to one agent period (15 s) old
 # when read, and the tick that reads again past the refresh comes up to one 15 s tick after it.
 SLOW_READ_SLACK_S = 30.0
@@ -149,13 +153,14 @@ class FailureLog:
 def slow_metrics(spec: GroupSpec) -> frozenset[str]:
     """The metrics of ``needed_metrics(spec)`` that are read once a minute for this group."""
     if spec.predictive.mode == "off":
-        return frozenset()
+        return SLOW_ISOLATION_METRICS & needed_metrics(spec)
     ruled = {pm.GROUP_METRICS[rule.metric][0] for rule in (*spec.scale_out, *spec.scale_in)}
     ruled.update(iso.metric for iso in spec.isolation.rules if iso.metric is not None)
     if spec.isolation.enabled:
         ruled.update({pm.QUEUE_WAITING, pm.REQUESTS_RUNNING})  # a drain watches them
     # the GPUs' utilization, where only a dead engine's second reading needs it: once a minute
-    return (SLOW_METRICS | ((CORRECTION_METRICS | {pm.GPU_UTIL_PCT}) - ruled)) & needed_metrics(spec)
+    seldom = SLOW_METRICS | SLOW_ISOLATION_METRICS | ((CORRECTION_METRICS | {pm.GPU_UTIL_PCT}) - ruled)
+    return seldom & needed_metrics(spec)
 
 
 def slow_refresh_s(spec: GroupSpec) -> float:

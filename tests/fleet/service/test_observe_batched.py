@@ -95,14 +95,16 @@ def test_the_token_mix_is_read_seldom_and_carried_between_reads(tmp_path):
         cloud.advance(15)
         cloud.calls.clear()
         second = observer.observe(cloud.now())
-        # the mix, and the KV-cache use and GPU utilization that no rule of this group reads, are reused
+        # the mix, the KV-cache use and GPU utilization that no rule of this group reads, and the GPUs' row
+        # remapping (as every group), are reused
         assert slow_metrics(cfg.groups[0]) == {
             "prompt_tokens_per_request",
             "output_tokens_per_request",
             "kv_cache_usage_pct",
             "gpu_util_pct",
+            "gpu_row_remap",
         }
-        assert _calls(cloud, "DescribeMetricLast") == every - 4
+        assert _calls(cloud, "DescribeMetricLast") == every - 5
         for obs in (first, second):
             (g,) = obs.groups.values()
             assert all(g.metrics[iid]["prompt_tokens_per_request"].value == 900.0 for iid in ids)
@@ -602,3 +604,31 @@ def test_a_listing_cut_short_once_is_read_again_whole(tmp_path, monkeypatch):
         obs = Observer(clients, cfg.groups).observe(cloud.now())
         (g,) = obs.groups.values()
         assert g.ok and len(g.instances) == 70
+
+
+def test_row_remapping_is_read_once_a_minute_by_every_group_predictive_or_not(tmp_path):
+    """The default rules' gpu_row_remap was one more CloudMonitor read every tick for every group: a GPU's
+    memory wearing out is answered within the respond window read once a minute, and the monthly call
+    budget is shared by every read."""
+    from fleet.service.observe import SLOW_REFRESH_S, slow_metrics
+
+    with mock_aliyun() as cloud:
+        cfg = _world(tmp_path, cloud, groups=1, instances=2)
+        (spec,) = cfg.groups
+        assert spec.predictive.mode == "off" and "gpu_row_remap" in needed_metrics(spec)
+        assert slow_metrics(spec) == {"gpu_row_remap"}
+        first = sorted(next(iter(cloud.ess.groups.values())).instance_ids)[0]
+        cloud.put_custom_metric("gpu_row_remap", {"instanceId": first}, 1.0)
+        observer = Observer(make_clients(REGION, cloud.account_id, retry=FAST, env=ENV), cfg.groups)
+        every = len(needed_metrics(spec))
+        observer.observe(cloud.now())
+        cloud.advance(15)
+        cloud.calls.clear()
+        second = observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") == every - 1
+        (g,) = second.groups.values()
+        assert g.metrics[first]["gpu_row_remap"].value == 1.0  # carried from the read before
+        cloud.advance(SLOW_REFRESH_S)
+        cloud.calls.clear()
+        observer.observe(cloud.now())
+        assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
