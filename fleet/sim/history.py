@@ -3,9 +3,15 @@ quickly.
 
 For a ServeGen workload of day ``d``, the history is the demand of days ``d-N .. d-1`` of the same trace (and
 the hours of day ``d`` before the run's ``start_h``), scaled exactly as the run's day is, one row a minute
-with the Poisson noise a minute's count has. No engine runs: these are the demand-level metrics the service
-records (``demand_samples``), not requests. A trace without preceding days (a per-request replay) has no
-history to give: the run says so and the forecast starts from level and trend.
+with the scatter a minute's count has when arrivals come as the run draws them: Gamma inter-arrival gaps at
+each window's recorded CV (``cv_cap`` as the run's), whose minute counts have a variance of CV^2 times their
+mean (a renewal process's; CV 1 is Poisson's), drawn as a Gamma count of that mean and variance. Before,
+every minute had Poisson noise alone, so a history of clumpy windows (m-mid's) read as smooth, and nothing
+learned from it (the dispersion, the seasonal levels) had seen a clump.
+
+No engine runs: these are the demand-level metrics the service records (``demand_samples``), not requests. A
+trace without preceding days (a per-request replay) has no history to give: the run says so and the forecast
+starts from level and trend.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ def history_rows(
     sizes = load_trace(kind, name, directory)
     prompt = sum(r.prompt_tokens for r in sizes) / len(sizes)
     output = sum(r.output_tokens for r in sizes) / len(sizes)
+    cv_text = p.get("cv_cap", "8")
+    cv_cap = None if cv_text.lower() == "none" else float(cv_text)
     rng = random.Random(seed * 7919 + 16)
     midnight = run_start - timedelta(seconds=offset_s)
     first = max(0, day - days)
@@ -75,10 +83,22 @@ def history_rows(
                 if at >= run_start:
                     break
                 mean = w.rate_rps * scale * 60.0
-                count = max(0.0, rng.gauss(mean, math.sqrt(mean))) if mean > 0 else 0.0
+                count = _minute_count(rng, mean, _cv(w.iat_cv, cv_cap)) if mean > 0 else 0.0
                 rows.append(DemandReading(at, count / 60.0, prompt, output))
     got = day - first
     note = f"history: {got} day(s) of {spec.name} before day {day} ({len(rows)} minutes)"
     if got < days:
         note += f"; the trace has no day before day {first}"
     return rows, note
+
+
+def _cv(recorded: float, cap: float | None) -> float:
+    """The inter-arrival CV the run draws a window's arrivals with (``from_rate_curve``)."""
+    cv = recorded if recorded > 0 else 1.0
+    return cv if cap is None else min(cv, cap)
+
+
+def _minute_count(rng: random.Random, mean: float, cv: float) -> float:
+    """A minute's arrivals: a Gamma draw of ``mean`` and variance ``cv**2 x mean``, never negative."""
+    k = mean / (cv * cv)
+    return rng.gammavariate(k, mean / k)
