@@ -456,17 +456,11 @@ def status(
 
 
 def _print_requests(rows: list[dict[str, Any]]) -> None:
-    """Operator requests the leader has not applied yet, and why one waits."""
+    """Operator requests the leader has not applied yet, and why one waits (as ``fleet requests`` says)."""
+    from fleet.service.views import queued_request_line
+
     for r in rows:
-        what = r["instance_id"] or r["incident_id"] or r["group"] or ""
-        why = r["waiting"] or "the leader takes it on its next tick"
-        console.print(
-            escape(
-                f"request {r['id']} ({r['kind']} {what}, by {r['by']}, queued {r['queued_at'][:19]}): {why}"
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
+        console.print(escape(queued_request_line(r)), highlight=False, soft_wrap=True)
 
 
 def _print_capacity(records: list[dict[str, Any]]) -> None:
@@ -943,7 +937,7 @@ def requests(
     """Operator requests: the queued ones (why each waits) and what became of the newest handled ones."""
     from rich.table import Table
 
-    from fleet.service.views import request_limit_problem, request_log_view, request_what
+    from fleet.service.views import request_limit_problem, request_log_view, request_target
 
     problem = request_limit_problem(limit.strip())
     if problem:
@@ -956,20 +950,23 @@ def requests(
     if not rows:
         console.print(escape(f"no operator requests for service {store.service}"), highlight=False)
         return
+    views = [request_log_view(r) for r in rows]
+    # the queued ones in the line fleet status prints; the handled ones in a table with how each ended
+    _print_requests([v for v in views if v["handled_at"] is None])
+    handled = [v for v in views if v["handled_at"] is not None]
+    if not handled:
+        return
     table = Table()
-    for col in ("id", "request", "by", "queued", "state"):
+    for col in ("id", "request", "by", "queued", "handled", "outcome"):
         table.add_column(col, no_wrap=col == "id")
-    for r in rows:
-        if r.handled_at is None:
-            state = f"queued: {r.outcome or 'the leader takes it on its next tick'}"
-        else:
-            state = f"{r.handled_at.isoformat(timespec='seconds')}: {r.outcome or 'handled'}"
+    for v in handled:
         table.add_row(
-            str(r.id),
-            escape(request_what(r)),
-            escape(r.actor or "-"),
-            r.created_at.isoformat(timespec="seconds"),
-            escape(state),
+            str(v["id"]),
+            escape(f"{v['kind']} {request_target(v)}"),
+            escape(v["by"] or "-"),
+            v["queued_at"][:19],
+            v["handled_at"][:19],
+            escape(v["outcome"] or "handled"),
         )
     console.print(table)
 

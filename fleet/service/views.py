@@ -4,7 +4,7 @@ incidents with their SLA timers, and the SLA report (`fleet sla-report`). Plain 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -151,6 +151,29 @@ def request_view(req: OperatorRequest) -> dict[str, Any]:
         "queued_at": req.created_at.isoformat(),
         "waiting": req.outcome,
     }
+
+
+# What a queued request's ``waiting`` (None) means, in the words of every rendering (CLI and console).
+NEXT_TICK = "the leader takes it on its next tick"
+
+
+def request_target(view: Mapping[str, Any]) -> str:
+    """What a request's view (``request_view``) names: its instance, incident or group; ``-`` for none."""
+    return str(view["instance_id"] or view["incident_id"] or view["group"] or "-")
+
+
+def request_waits(view: Mapping[str, Any]) -> str:
+    """Why a queued request's view waits: the leader's note, or that its next tick takes it."""
+    return str(view["waiting"] or NEXT_TICK)
+
+
+def queued_request_line(view: Mapping[str, Any]) -> str:
+    """A queued request in one line, as ``fleet status`` and ``fleet requests`` print it: id, what, by whom,
+    when it was queued (UTC, to the second) and why it waits."""
+    return (
+        f"request {view['id']} ({view['kind']} {request_target(view)}, by {view['by'] or '-'}, "
+        f"queued {view['queued_at'][:19]}): {request_waits(view)}"
+    )
 
 
 # How many requests GET /requests and the console's Incidents page list by default, and at most.

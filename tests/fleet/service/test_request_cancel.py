@@ -151,8 +151,33 @@ def test_fleet_requests_lists_the_queued_then_the_handled_with_their_outcome(tmp
     assert rows[1]["handled_at"] is not None and rows[1]["outcome"] == "cancelled by carol"
     assert main(["requests", "--database", url]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "isolate i-9" in out and "queued:" in out
+    assert f"request {second.id} (isolate i-9, by bob, queued " in out
+    assert "): the leader takes it on its next tick" in out
     assert "isolate i-7" in out and "cancelled by carol" in out
+
+
+def _lines(capsys, start: str) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith(start)]
+
+
+def test_fleet_requests_and_fleet_status_print_a_queued_request_in_the_same_line(tmp_path, capsys):
+    """Before, ``fleet status`` said ``request N (isolate i-7, by alice, queued T): ...`` and ``fleet
+    requests`` a table row ``queued: ...``, other words for the same wait; now one function writes both."""
+    url, store = _store(tmp_path)
+    assert main(["isolate", "i-7", "--reason", "ECC storm", "--by", "alice", "--database", url]) == 0
+    waits = store.add_request("release", T0, instance_id="i-9", actor="bob")
+    with store.begin() as conn:
+        store.note_request(waits, "waiting: ESS cannot be read for group chat", conn)
+    capsys.readouterr()
+    assert main(["status", "--database", url]) == 0
+    status = _lines(capsys, "request ")
+    assert main(["requests", "--database", url]) == 0
+    listed = _lines(capsys, "request ")
+    assert len(status) == 2 and listed == status
+    assert status[1] == (
+        f"request {waits} (release i-9, by bob, queued 2026-03-02T08:00:00): "
+        "waiting: ESS cannot be read for group chat"
+    )
 
 
 def test_fleet_requests_refuses_a_limit_out_of_range_in_one_line(tmp_path, capsys):
