@@ -25,6 +25,7 @@ from fleet.service.store import (
     is_human,
     state_label,
 )
+from fleet.service.views import request_log_view, request_target, request_waits
 from policies.model import ReasonCode
 
 # Seconds between live refreshes of a page's <main> (the script); without script, <noscript> meta refresh.
@@ -483,31 +484,30 @@ def _incident_actions(inc: IncidentRecord, viewer: Viewer) -> Safe:
 
 def _requests(requests: Sequence[OperatorRequest], viewer: Viewer, now: datetime) -> Safe:
     """Operator requests: the queued ones (why each waits, and cancel), then the newest handled (how each
-    ended)."""
+    ended). Each row reads the request's ``GET /requests`` view, so it shows what the CLI and the API say."""
     rows = []
-    for req in requests:
-        queued = req.handled_at is None
+    views = [request_log_view(req) for req in requests]
+    for v in views:
+        queued = v["handled_at"] is None
         if queued:
-            state = render("<b>queued</b>; {w}", w=req.outcome or "the leader's next tick takes it")
+            state = render("<b>queued</b>; {w}", w=request_waits(v))
         else:
-            state = render(
-                '{o} <span class="muted">at {t}</span>', o=req.outcome or "-", t=_ts(req.handled_at)
-            )
-        cancel = action_form(viewer, f"/console/requests/{req.id}/cancel", "cancel", "/console/incidents")
+            handled_at = datetime.fromisoformat(v["handled_at"])
+            state = render('{o} <span class="muted">at {t}</span>', o=v["outcome"] or "-", t=_ts(handled_at))
+        cancel = action_form(viewer, f"/console/requests/{v['id']}/cancel", "cancel", "/console/incidents")
+        queued_at = datetime.fromisoformat(v["queued_at"])
         rows.append(
             [
-                render('<span id="request-{i}">{i}</span>', i=req.id),
-                req.kind,
-                req.instance_id or req.incident_id or req.group_name or "-",
-                req.actor or "-",
-                render(
-                    '<span title="{t}">{age}</span>', t=_ts(req.created_at), age=_age(now - req.created_at)
-                ),
+                render('<span id="request-{i}">{i}</span>', i=v["id"]),
+                v["kind"],
+                request_target(v),
+                v["by"] or "-",
+                render('<span title="{t}">{age}</span>', t=_ts(queued_at), age=_age(now - queued_at)),
                 state,
                 cancel if queued else Safe(""),
             ]
         )
-    waiting = sum(1 for r in requests if r.handled_at is None)
+    waiting = sum(1 for v in views if v["handled_at"] is None)
     return join(
         [
             render(

@@ -450,7 +450,7 @@ def test_incidents_page_lists_queued_and_handled_requests_with_why_and_how(clien
         [str(done), "release", "i-old", "bob", "20m 0s ago"],
     ]
     assert cells[0][5] == "queued; waiting: ESS cannot be read for group chat"
-    assert cells[1][5] == "queued; the leader's next tick takes it"
+    assert cells[1][5] == "queued; the leader takes it on its next tick"  # as fleet status says
     assert cells[2][5].startswith("refused: no open incident at ")
     assert "cancel" not in requests  # read-only: no forms
     sign_in(client)
