@@ -33,8 +33,8 @@ needs_traces = pytest.mark.skipif(
 SIZES = [Request(0.0, 100 + i, 10 + i) for i in range(50)]
 M = 60.0
 
-# The shapes as the probe of 2026-12-07 defined them (/tmp/shapes/gen.py then), written out again here so
-# that the module's own rate functions are checked against them, not against themselves.
+# The shapes as the probe of 2026-12-07 defined them (a one-off generator script then), written out again
+# here so that the module's own rate functions are checked against them, not against themselves.
 REFERENCE: dict[str, tuple[float, Callable[[float], float]]] = {
     "ramp": (120 * M, lambda t: (0.5 + 11.5 * t / (60 * M)) if t < 60 * M else (12.0 if t < 90 * M else 1.0)),
     "flash": (120 * M, lambda t: 12.0 if 40 * M <= t < 48 * M else 1.0),
