@@ -827,12 +827,13 @@ def replace(
 def _warn_if_no_leader(store: Any, rid: int) -> None:
     """Say at once when no replica holds the service's lease (every shard's expired: the service was
     stopped, or its replicas died): the request waits, queued, until one runs again."""
-    from fleet.service.views import shard_views
+    from fleet.service.views import shard_leases
 
-    shards = shard_views(store, _now())
-    if not shards or any(s["valid"] for s in shards):
+    expiries = [expires_at for *_, expires_at in shard_leases(store)]
+    now = _now()
+    if not expiries or any(now < at for at in expiries):
         return  # never ran under a lease (refused earlier when unknown), or a leader acts on its next tick
-    last = max(s["expires_at"] for s in shards)
+    last = max(expiries).isoformat(timespec="seconds")
     err_console.print(
         escape(
             f"warning: no replica of service {store.service!r} holds its lease (the last expired at "

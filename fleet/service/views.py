@@ -233,51 +233,67 @@ def _outage_view(outage: Unreadable | None) -> dict[str, Any] | None:
     return None if outage is None else {"since": outage.since.isoformat(), "error": outage.error}
 
 
+def _shard_no(store: Store, name: str) -> int | None:
+    """The shard a lease or history row under ``name`` is of: 0 for the service's own, ``k`` for
+    ``<service>/shard-<k>``, None for another service's."""
+    if name == store.service:
+        return 0
+    prefix = f"{store.service}{SHARD_INFIX}"
+    tail = name[len(prefix) :] if name.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None
+
+
+def _of_service(column: Any, store: Store) -> Any:
+    return sa.or_(column == store.service, column.like(f"{store.service}{SHARD_INFIX}%"))
+
+
+def shard_leases(store: Store) -> list[tuple[int, str, int, datetime]]:
+    """Each shard's lease as ``(shard, holder, epoch, expires_at)``, without reading any history."""
+    with store.engine.connect() as c:
+        rows = c.execute(
+            sa.select(leases.c.name, leases.c.holder, leases.c.epoch, leases.c.expires_at).where(
+                _of_service(leases.c.name, store)
+            )
+        ).all()
+    return [
+        (k, holder, int(epoch), expires_at)
+        for name, holder, epoch, expires_at in rows
+        if (k := _shard_no(store, name)) is not None
+    ]
+
+
 def shard_views(store: Store, now: datetime) -> list[dict[str, Any]]:
     """Each shard's lease (holder, epoch, expiry) and last tick (its history's save), with its groups and
     (``histories``) their persisted policy history.
 
     One shard (the default) is the service's own lease and history; sharded services keep
     ``<service>/shard-<k>`` for both (``fleet.service.shards``)."""
-    prefix = f"{store.service}{SHARD_INFIX}"
-
-    def shard_no(name: str) -> int | None:
-        if name == store.service:
-            return 0
-        tail = name[len(prefix) :] if name.startswith(prefix) else ""
-        return int(tail) if tail.isdigit() else None
-
+    lease_rows = shard_leases(store)
     with store.engine.connect() as c:
-        lease_rows = c.execute(
-            sa.select(leases.c.name, leases.c.holder, leases.c.epoch, leases.c.expires_at).where(
-                sa.or_(leases.c.name == store.service, leases.c.name.like(prefix + "%"))
-            )
-        ).all()
         state_rows = c.execute(
             sa.select(policy_state.c.service, policy_state.c.updated_at, policy_state.c.history).where(
-                sa.or_(policy_state.c.service == store.service, policy_state.c.service.like(prefix + "%"))
+                _of_service(policy_state.c.service, store)
             )
         ).all()
     out: dict[int, dict[str, Any]] = {}
-    for name, holder, epoch, expires_at in lease_rows:
-        k = shard_no(name)
-        if k is not None:
-            out[k] = {
-                "shard": k,
-                "holder": holder,
-                "epoch": int(epoch),
-                "expires_at": expires_at.isoformat(),
-                "valid": now < expires_at,
-                "last_tick": None,
-                "groups": [],
-                "histories": {},
-            }
+    for k, holder, epoch, expires_at in lease_rows:
+        out[k] = {
+            "shard": k,
+            "holder": holder,
+            "epoch": epoch,
+            "expires_at": expires_at.isoformat(),
+            "valid": now < expires_at,
+            "last_tick": None,
+            "groups": [],
+            "histories": {},
+        }
     for name, updated_at, history in state_rows:
-        k = shard_no(name)
-        if k is not None and k in out:
-            out[k]["last_tick"] = updated_at.isoformat() if updated_at else None
-            out[k]["groups"] = sorted((history or {}).get("groups", {}))
-            out[k]["histories"] = dict((history or {}).get("groups", {}))
+        no = _shard_no(store, name)
+        shard = None if no is None else out.get(no)  # None: another service's, or a shard without a lease
+        if shard is not None:
+            shard["last_tick"] = updated_at.isoformat() if updated_at else None
+            shard["groups"] = sorted((history or {}).get("groups", {}))
+            shard["histories"] = dict((history or {}).get("groups", {}))
     return [out[k] for k in sorted(out)]
 
 
