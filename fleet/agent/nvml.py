@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 import pynvml
 
 from fleet.agent.kmsg import XID_RECOVERY_ACTION_CHANGED, KernelLogReader, KernelXid, normalize_pci_bus_id
+from policies import metrics as pm
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
 # nvidia-ml-py). The published bitmask carries every bit as NVML reports it (the policies match named bits);
@@ -49,11 +50,6 @@ BENIGN_REASON_BITS: dict[str, int] = {
 THROTTLE_MASK = 0
 for _bit in THROTTLE_REASON_BITS.values():
     THROTTLE_MASK |= _bit
-
-# The GPU temperatures published (degrees C, inclusive). Outside them the sensor failed: 0 and 255 are what a
-# broken or absent sensor answers, and a GPU shuts itself down near 100 C, so 150 leaves room for any board.
-MIN_PLAUSIBLE_TEMPERATURE_C = 1
-MAX_PLAUSIBLE_TEMPERATURE_C = 150
 
 # At most this many XID events are drained per period, so a GPU storming events cannot stall the loop.
 MAX_XID_EVENTS_PER_PERIOD = 64
@@ -338,10 +334,8 @@ def _read_usage(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader)
 
 def _read_thermal(nvml: Nvml, handle: Any, reading: GpuReading, get: _FieldReader) -> None:
     temperature = get(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
-    if (
-        temperature is not None
-        and not MIN_PLAUSIBLE_TEMPERATURE_C <= temperature <= MAX_PLAUSIBLE_TEMPERATURE_C
-    ):
+    # the range the isolation rules read as a reading (policies.metrics.PLAUSIBLE_RANGE: 1-150 C)
+    if temperature is not None and not pm.plausible(pm.GPU_TEMPERATURE_C, temperature):
         # A failed sensor answers 0 or 255 (0xFF) with NVML_SUCCESS: no GPU that runs sits at 0 C, and none
         # reads past its shutdown temperature (about 90-100 C) without switching off. Left out, so that the
         # overheat rule neither fires on nor is calmed by a reading that is not one.
