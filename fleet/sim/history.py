@@ -22,16 +22,17 @@ from datetime import datetime, timedelta
 
 from fleet.service.demand import DemandReading
 from fleet.sim.workload import (
-    SIZE_SOURCES,
     RateCurve,
     WorkloadError,
     WorkloadSpec,
     curve_offset_s,
+    curve_sizes,
+    cv_cap_of,
     fills_gaps,
     load_servegen,
-    load_trace,
     servegen_path,
     traces_dir,
+    window_cv,
 )
 
 MAX_HISTORY_DAYS = 14
@@ -64,12 +65,10 @@ def history_rows(
     day = int(float(p.get("day", "0")))
     offset_s = float(p.get("start_h", "0")) * 3600.0
     scale = _scale(full, duration_s, float(p.get("peak", "20")), curve_offset_s(spec))
-    kind, name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
-    sizes = load_trace(kind, name, directory)
+    sizes = curve_sizes(spec, directory)
     prompt = sum(r.prompt_tokens for r in sizes) / len(sizes)
     output = sum(r.output_tokens for r in sizes) / len(sizes)
-    cv_text = p.get("cv_cap", "8")
-    cv_cap = None if cv_text.lower() == "none" else float(cv_text)
+    cv_cap = cv_cap_of(spec)
     rng = random.Random(seed * 7919 + 16)
     midnight = run_start - timedelta(seconds=offset_s)
     first = max(0, day - days)
@@ -83,19 +82,13 @@ def history_rows(
                 if at >= run_start:
                     break
                 mean = w.rate_rps * scale * 60.0
-                count = _minute_count(rng, mean, _cv(w.iat_cv, cv_cap)) if mean > 0 else 0.0
+                count = _minute_count(rng, mean, window_cv(w.iat_cv, cv_cap)) if mean > 0 else 0.0
                 rows.append(DemandReading(at, count / 60.0, prompt, output))
     got = day - first
     note = f"history: {got} day(s) of {spec.name} before day {day} ({len(rows)} minutes)"
     if got < days:
         note += f"; the trace has no day before day {first}"
     return rows, note
-
-
-def _cv(recorded: float, cap: float | None) -> float:
-    """The inter-arrival CV the run draws a window's arrivals with (``from_rate_curve``)."""
-    cv = recorded if recorded > 0 else 1.0
-    return cv if cap is None else min(cv, cap)
 
 
 def _minute_count(rng: random.Random, mean: float, cv: float) -> float:

@@ -21,11 +21,12 @@ from fleet.sim.oracle import level_need, minute_need
 from fleet.sim.runner import late_minutes, run
 from fleet.sim.types import DEFAULT_START, Hardware, SimOptions, SimResult
 from fleet.sim.workload import (
-    SIZE_SOURCES,
+    CURVE_KINDS,
     Request,
     WorkloadSpec,
     build_workload,
     check_loopable,
+    curve_sizes,
     cut_prompts,
     load_trace,
     parse_workload_spec,
@@ -224,9 +225,8 @@ def sizes_for(
     engine rejects a prompt past ``max_model_len``, and a P99 over a mix with more than 1 % of them is a miss
     at any rate, which sized every instance at the bisection's floor). A ``trace:PATH`` spec draws from
     ``user_trace`` where the caller has read the file already."""
-    source = size_source(spec)
-    if source is not None:
-        sizes = load_trace(*SIZE_SOURCES[source])
+    if spec.kind in CURVE_KINDS:
+        sizes = curve_sizes(spec)
     else:
         sizes = load_trace(spec.kind, spec.name, user_trace=user_trace, unit=spec.params.get("time_unit"))
     return sizes if max_prompt_tokens is None else cut_prompts(sizes, max_prompt_tokens)

@@ -428,9 +428,7 @@ def from_rate_curve(
         if rate <= 0:  # a collection gap: nothing arrives until the next window
             t = window_end
             continue
-        cv = w.iat_cv if w.iat_cv > 0 else 1.0
-        if cv_cap is not None:
-            cv = min(cv, cv_cap)
+        cv = window_cv(w.iat_cv, cv_cap)
         shape = 1.0 / (cv * cv)
         gap = rng.gammavariate(shape, 1.0 / (rate * shape))
         if t + gap >= window_end:
@@ -444,6 +442,13 @@ def from_rate_curve(
         prompt = s.prompt_tokens if max_prompt_tokens is None else min(s.prompt_tokens, max_prompt_tokens)
         out.append(Request(t, prompt, s.output_tokens))
     return out
+
+
+def window_cv(recorded: float, cap: float | None) -> float:
+    """The inter-arrival CV a window's arrivals are drawn with: the recorded one (1, Poisson, where none is
+    recorded), at most ``cap``."""
+    cv = recorded if recorded > 0 else 1.0
+    return cv if cap is None else min(cv, cap)
 
 
 # ------------------------------------------------------------------------------------------------ the SPEC
@@ -687,6 +692,17 @@ def size_source(spec: WorkloadSpec) -> str | None:
     return spec.params.get("sizes", "azure-conv") if spec.kind in CURVE_KINDS else None
 
 
+def curve_sizes(spec: WorkloadSpec, directory: Path | None = None) -> tuple[Request, ...]:
+    """The per-request trace a generated workload (``servegen``, ``shape``) draws its sizes from."""
+    return load_trace(*SIZE_SOURCES[spec.params.get("sizes", "azure-conv")], directory)
+
+
+def cv_cap_of(spec: WorkloadSpec) -> float | None:
+    """A ``servegen`` spec's ``cv_cap`` (default 8; ``none``: the CV as recorded)."""
+    text = spec.params.get("cv_cap", "8")
+    return None if text.lower() == "none" else float(text)
+
+
 def shape_of(spec: WorkloadSpec) -> Shape:
     """The shape of a ``shape:`` spec with its parameters resolved (the spec was checked as it was parsed)."""
     return make_shape(spec.name, spec.params)
@@ -712,27 +728,20 @@ def build_workload(
     directory = directory or traces_dir()
     p = spec.params
     if spec.kind == "shape":
-        size_kind, size_name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
-        reqs = shape_arrivals(
-            shape_of(spec), duration_s, load_trace(size_kind, size_name, directory), seed=spec.seed
-        )
+        reqs = shape_arrivals(shape_of(spec), duration_s, curve_sizes(spec, directory), seed=spec.seed)
         return reqs if max_prompt_tokens is None else cut_prompts(reqs, max_prompt_tokens)
     if spec.kind == "servegen":
         curve = load_servegen(servegen_path(spec.name, directory), fill_gaps=fills_gaps(spec))
         day = int(float(p.get("day", "0")))
         curve.day(day)  # a day past the trace's end is refused here
-        size_kind, size_name = SIZE_SOURCES[p.get("sizes", "azure-conv")]
-        sizes = load_trace(size_kind, size_name, directory)
-        cv_text = p.get("cv_cap", "8")
-        cv_cap = None if cv_text.lower() == "none" else float(cv_text)
         return from_rate_curve(
             curve,
             duration_s,
             peak_rps=float(p.get("peak", "20")),
-            sizes=sizes,
+            sizes=curve_sizes(spec, directory),
             seed=spec.seed,
             start_offset_s=curve_offset_s(spec),
-            cv_cap=cv_cap,
+            cv_cap=cv_cap_of(spec),
             max_prompt_tokens=max_prompt_tokens,
         )
     unit = spec.params.get("time_unit")
