@@ -313,7 +313,7 @@ def simulate(
 
     if policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(POLICIES)}")
-    _check_numbers(24.0 if hours is None else hours, tick_s, model_error, seed)
+    _check_numbers(DAY_HOURS if hours is None else hours, tick_s, model_error, seed)
     from fleet.sim.history import MAX_HISTORY_DAYS
 
     if not 0 <= history_days <= MAX_HISTORY_DAYS:
@@ -385,6 +385,9 @@ def simulate(
         raise typer.Exit(1)
 
 
+DAY_HOURS = 24.0  # --hours by default, but for a shape
+
+
 def _run_hours(spec: Any, hours: float | None) -> float:
     """``--hours``, else a day, or the window a ``shape:`` workload is made for (after it, its last rate
     would just go on)."""
@@ -394,7 +397,7 @@ def _run_hours(spec: Any, hours: float | None) -> float:
         from fleet.sim.shapes import SHAPES
 
         return SHAPES[spec.name].hours
-    return 24.0
+    return DAY_HOURS
 
 
 def _faults(texts: list[str], embedded: bool, hours: float) -> list[Any]:
