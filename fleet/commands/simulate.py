@@ -21,6 +21,8 @@ from fleet.commands._common import (
 if TYPE_CHECKING:  # imported where used: the CLI starts without the simulator's modules
     from sizing.traces import TraceRead
 
+DAY_HOURS = 24.0  # fleet simulate's --hours by default, but for a shape (its own window)
+
 bench_app = typer.Typer(
     name="bench",
     help="Benchmarks run in the simulator (autoscaling policies; more to come).",
@@ -383,9 +385,6 @@ def simulate(
             console.print(f"report: {report}")
     if result.summary["invariant_violations"]:
         raise typer.Exit(1)
-
-
-DAY_HOURS = 24.0  # --hours by default, but for a shape
 
 
 def _run_hours(spec: Any, hours: float | None) -> float:
