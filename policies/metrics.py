@@ -174,8 +174,14 @@ HARDWARE_XIDS: tuple[int, ...] = (48, 64, 74, 79, 92, 95)
 #   spare row is used only after a reset, 94 contained ECC error (the process that hit it is killed; the
 #   row is remapped at the next reset), 119 GSP RPC timeout, 120 GSP error, 140 unrecovered ECC error, 154
 #   the driver's own "GPU recovery action changed ... to GPU Reset Required / Node Reboot Required / Drain
-#   and Reset" (the agent drops a 154 whose new action is None: the GPU recovered).
-RESET_XIDS: tuple[int, ...] = (61, 62, 63, 94, 119, 120, 140, 154)
+#   and Reset" (the agent drops a 154 whose new action is None: the GPU recovered), 143 GPU initialization
+#   error, 156 resource retirement event (the retirement takes effect at the reset, as 63's remap does), 158
+#   GPU fatal timeout.
+# Not here: the NVLink5 codes of B100 / GB200 (144 SAW, 145 RLW, 146 TLW, 147 TREX, 148 NVLPW_CTRL, 149 NETIR,
+# 150 MSE). The catalogue's action for them is WORKFLOW_NVLINK5_ERR: it depends on the error's sub-code and
+# status (some RESET_GPU, many IGNORE), which the code alone does not carry; where a reset is needed the
+# driver raises 154 beside them ("XID_154_EVAL"), and 154 is here.
+RESET_XIDS: tuple[int, ...] = (61, 62, 63, 94, 119, 120, 140, 143, 154, 156, 158)
 # Application XIDs: raised by what the process did (an illegal address, a bad instruction), the GPU is
 # fine; NVIDIA's action is RESTART_APP (13 graphics engine exception, 31 MMU fault / GPU memory page fault,
 # 43 GPU stopped processing: the channel of a faulting process was reset), or IGNORE for 45 (preemptive

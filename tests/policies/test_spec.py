@@ -224,6 +224,11 @@ def _default_xid_action(code: int) -> str | None:
         (61, "reboot"),
         (62, "reboot"),
         (154, "reboot"),  # the driver's recovery action: GPU Reset Required / Node Reboot Required
+        (143, "reboot"),  # GPU initialization error: RESET_GPU
+        (156, "reboot"),  # resource retirement event: RESET_GPU
+        (158, "reboot"),  # GPU fatal timeout: RESET_GPU
+        (149, None),  # NVLink5 NETIR error: WORKFLOW_NVLINK5_ERR, by sub-code; a needed reset comes as 154
+        (150, None),  # NVLink5 MSE error: the same workflow
         (13, None),  # application faults: RESTART_APP, never the node
         (31, None),
         (43, None),
