@@ -7,6 +7,27 @@ NVRM: Xid"), in one of these forms depending on the driver's age::
     NVRM: Xid (PCI:0000:00:07.0): 79, pid=1234, name=python3, GPU has fallen off the bus.
     NVRM: Xid (0000:03:00): 14, Channel 00000001
 
+The driver also says a GPU is lost in words, without an XID code, and each such line is read as XID 79
+(ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, the code the driver logs for the same event), from the driver's
+source (open-gpu-kernel-modules: ``osHandleGpuLost`` in osapi.c; the probe's register check in nv.c)::
+
+    NVRM: GPU 0000:05:00.0: GPU has fallen off the bus.
+
+at run time, printed right after the ``Xid (...): 79`` line of the same event, and::
+
+    NVRM: The NVIDIA GPU 0000:b3:00.0
+    NVRM: (PCI ID: 10de:26b5) installed in this system has
+    NVRM: fallen off the bus and is not responding to commands.
+
+when the driver loads or probes a GPU whose registers read all ones (after a reboot, say), with no XID line
+at all. That one is a single kernel record with embedded newlines: /dev/kmsg escapes them (``\\x0a``), rsyslog
+writes ``#012``, dmesg and journalctl print three lines (the text reader joins them). A lost-GPU line for a
+GPU that had an XID 79 in the same read or within ``LOST_GPU_SAME_EVENT_S`` is the same event and is dropped,
+as are the repeats of a storm of them (a GPU the driver probes again and again). Other wordings are not
+read: ``RmInitAdapter failed!`` is any failed initialisation (a driver that does not support the GPU, a
+firmware that did not boot), not a lost GPU; ``GPU is lost`` is what nvidia-smi prints, and the driver's own
+``GPU is lost, skipping nv_pci_probe`` is an info-level message printed only with debug logging.
+
 The NVML event set only sees XIDs raised after the agent registered, and some vGPU / passthrough setups do
 not deliver them at all; the kernel log has them all, including those logged while the agent restarted.
 
@@ -72,6 +93,22 @@ _XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\):"
     r"\s*(?P<xid>\d{1,6})\b"
 )
+_BUS = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
+XID_FALLEN_OFF_THE_BUS = 79
+# The run-time line (osHandleGpuLost) and the probe's, whole (one kmsg record, or a text line where the
+# newlines were escaped); the probe's first line alone, whose last line follows two lines later in dmesg.
+_LOST_GPU_RE = re.compile(
+    rf"NVRM: GPU (?P<bus>{_BUS}): GPU has fallen off the bus\b"
+    rf"|NVRM: The NVIDIA GPU (?P<probe_bus>{_BUS})\b.*?fallen off the bus and is not responding"
+)
+_PROBE_FIRST_LINE_RE = re.compile(rf"NVRM: The NVIDIA GPU (?P<bus>{_BUS})\s*$")
+_PROBE_LAST_LINE = "fallen off the bus and is not responding"
+_PROBE_LINES_AFTER_FIRST = 2
+# A lost-GPU line this soon after an XID 79 (or another lost-GPU line) of the same GPU is the same event: the
+# driver prints the run-time line right after the XID, so a minute covers a read that split the two.
+LOST_GPU_SAME_EVENT_S = 60.0
+_TEXT_MARKERS = (b"NVRM: Xid", b"fallen off the bus", b"NVRM: The NVIDIA GPU")
+
 # XID 154 (driver r550 and later) names the recovery the GPU now needs, NVML's nvmlGpuRecoveryAction_t:
 #   NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)
 # 0x1 GPU Reset Required, 0x2 Node Reboot Required, 0x3 Drain P2P, 0x4 Drain and Reset. A change *to* 0x0
@@ -101,6 +138,16 @@ class KernelXid:
     xid: int
     kernel_time_s: float | None  # seconds since boot (kmsg timestamp, a dmesg "[...]" stamp); None if absent
     sequence: int  # the kmsg sequence number, or the line's byte offset in a text log
+    lost_gpu_line: bool = False  # the driver's "fallen off the bus" words, read as XID 79 (no XID line)
+
+
+def parse_lost_gpu_message(message: str) -> str | None:
+    """The bus id of a GPU the driver says is lost ("fallen off the bus", the words without an XID), None for
+    any other message."""
+    match = _LOST_GPU_RE.search(message)
+    if match is None:
+        return None
+    return match["bus"] or match["probe_bus"]
 
 
 def parse_xid_message(message: str) -> tuple[str, int] | None:
@@ -109,6 +156,17 @@ def parse_xid_message(message: str) -> tuple[str, int] | None:
     if match is None or _recovered(match, message):
         return None
     return match["bus"], int(match["xid"])
+
+
+def _find_fault(text: str) -> tuple[int, str, int, bool] | None:
+    """``(where, pci_bus_id, xid, lost_gpu_line)`` of an XID or a lost-GPU message in ``text``, else None."""
+    match = _XID_RE.search(text)
+    if match is not None:
+        return None if _recovered(match, text) else (match.start(), match["bus"], int(match["xid"]), False)
+    lost = _LOST_GPU_RE.search(text)
+    if lost is None:
+        return None
+    return lost.start(), lost["bus"] or lost["probe_bus"], XID_FALLEN_OFF_THE_BUS, True
 
 
 def _recovered(match: re.Match[str], text: str) -> bool:
@@ -169,28 +227,44 @@ class TextXid:
     xid: int
     kernel_time_s: float | None
     wall_time_s: float | None
+    lost_gpu_line: bool = False
 
 
 def parse_text_line(line: str) -> TextXid | None:
-    """An XID from a dmesg, ``journalctl -k`` or kern.log line, None for any other line.
+    """An XID (or a lost-GPU line, as XID 79) from a dmesg, ``journalctl -k`` or kern.log line, None for any
+    other line.
 
     The prefix may carry an ISO 8601 wall-clock stamp, a syslog ``host tag:`` and a ``[seconds]`` kernel
     stamp, in the orders those tools print them. A line whose syslog tag is not ``kernel`` was logged by a
     program, not the driver, and is not an XID.
     """
-    match = _XID_RE.search(line)
-    if match is None or _recovered(match, line):
+    found = _find_fault(line)
+    if found is None:
         return None
-    prefix = line[: match.start()]
+    start, bus, xid, lost = found
+    return _stamped(line[:start], bus, xid, lost)
+
+
+def parse_probe_first_line(line: str) -> TextXid | None:
+    """The first of the three lines a probe that found the GPU lost prints (``NVRM: The NVIDIA GPU <bus>``),
+    as XID 79 with its stamps; the caller confirms it with the third line."""
+    match = _PROBE_FIRST_LINE_RE.search(line)
+    if match is None:
+        return None
+    return _stamped(line[: match.start()], match["bus"], XID_FALLEN_OFF_THE_BUS, True)
+
+
+def _stamped(prefix: str, bus: str, xid: int, lost: bool) -> TextXid | None:
     stamp = _KERNEL_STAMP_RE.search(prefix)
     tag = _SYSLOG_TAG_RE.search(_KERNEL_STAMP_RE.sub(" ", prefix).rstrip())
     if tag is not None and tag["tag"] != "kernel":
         return None
     return TextXid(
-        pci_bus_id=match["bus"],
-        xid=int(match["xid"]),
+        pci_bus_id=bus,
+        xid=xid,
         kernel_time_s=float(stamp[1]) if stamp else None,
         wall_time_s=_wall_time_s(prefix),
+        lost_gpu_line=lost,
     )
 
 
@@ -286,7 +360,7 @@ class KmsgSource:
             if not raw:  # end of a regular file standing in for the device
                 self._caught_up = True
                 break
-            if b"NVRM: Xid" not in raw:  # most records: no need to decode and parse them
+            if b"NVRM: Xid" not in raw and b"fallen off the bus" not in raw:  # most records: not parsed
                 continue
             xid = self._xid_of(parse_kmsg_record(raw), window)
             if xid is not None:
@@ -299,12 +373,13 @@ class KmsgSource:
         self._last_sequence = record.sequence
         if record.facility != 0:  # written from user space: only the kernel logs as LOG_KERN
             return None
-        found = parse_xid_message(record.message)
+        found = _find_fault(record.message)
         if found is None:
             return None
         if not self._caught_up and not window.admits(record.kernel_time_s, None):
             return None
-        return KernelXid(found[0], found[1], record.kernel_time_s, record.sequence)
+        _, bus, xid, lost = found
+        return KernelXid(bus, xid, record.kernel_time_s, record.sequence, lost_gpu_line=lost)
 
     def close(self) -> None:
         device, self._device = self._device, None
@@ -324,6 +399,8 @@ class TextLogSource:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the offset is in
         self._offset = 0
         self._history_end = 0  # lines before this offset were in the file when it was first opened
+        # a probe's "NVRM: The NVIDIA GPU <bus>" line, its offset, and how many lines its last may still be
+        self._probe: tuple[TextXid, int, int] | None = None
 
     def open(self) -> None:
         if self._file is not None:
@@ -384,14 +461,38 @@ class TextLogSource:
         return lines, len(lines) < limit and len(data) < self._chunk_bytes
 
     def _xid_of(self, offset: int, line: bytes, window: LookbackWindow) -> KernelXid | None:
-        if b"NVRM: Xid" not in line:
+        probe = self._probe_ended_by(line)
+        if probe is not None:
+            return self._admitted(probe[0], probe[1], window)
+        if not any(marker in line for marker in _TEXT_MARKERS):  # most lines: not decoded
             return None
-        found = parse_text_line(line.decode("utf-8", errors="replace"))
+        text = line.decode("utf-8", errors="replace")
+        found = parse_text_line(text)
         if found is None:
+            first = parse_probe_first_line(text)
+            if first is not None:  # dmesg prints the probe's record as three lines: wait for its last
+                self._probe = (first, offset, _PROBE_LINES_AFTER_FIRST)
             return None
+        return self._admitted(found, offset, window)
+
+    def _probe_ended_by(self, line: bytes) -> tuple[TextXid, int] | None:
+        """The pending probe line and its offset when ``line`` is its last line; the pending one is given up
+        after the lines it may take."""
+        if self._probe is None:
+            return None
+        first, offset, left = self._probe
+        if _PROBE_LAST_LINE.encode() in line:
+            self._probe = None
+            return first, offset
+        self._probe = (first, offset, left - 1) if left > 1 else None
+        return None
+
+    def _admitted(self, found: TextXid, offset: int, window: LookbackWindow) -> KernelXid | None:
         if offset < self._history_end and not window.admits(found.kernel_time_s, found.wall_time_s):
             return None
-        return KernelXid(found.pci_bus_id, found.xid, found.kernel_time_s, offset)
+        return KernelXid(
+            found.pci_bus_id, found.xid, found.kernel_time_s, offset, lost_gpu_line=found.lost_gpu_line
+        )
 
     def _follow_rotation(self) -> bool:
         """At the end of the file: when the path now names another file (rotated), move to its start."""
@@ -447,6 +548,7 @@ class KernelLogReader:
         self.available = False
         self.error: str | None = None
         self._overwritten_logged = 0
+        self._lost_at: dict[str, float] = {}  # bus id -> monotonic time of its last XID 79 or lost-GPU line
 
     @property
     def path(self) -> str:
@@ -470,7 +572,27 @@ class KernelLogReader:
             return []
         self._now_available()
         self._note_overwrites()
-        return xids
+        return self._without_repeated_lost_gpu(xids)
+
+    def _without_repeated_lost_gpu(self, xids: list[KernelXid]) -> list[KernelXid]:
+        """``xids`` less the lost-GPU lines of an event already counted: one for a GPU with an XID 79 line in
+        this read or within LOST_GPU_SAME_EVENT_S (the driver prints both for one event), or another lost-GPU
+        line within it (a storm). XID lines themselves are all kept."""
+        now_s = self._clock.monotonic()
+        with_xid_line = {
+            _bus_key(x.pci_bus_id) for x in xids if x.xid == XID_FALLEN_OFF_THE_BUS and not x.lost_gpu_line
+        }
+        out: list[KernelXid] = []
+        for x in xids:
+            if x.xid == XID_FALLEN_OFF_THE_BUS:
+                bus = _bus_key(x.pci_bus_id)
+                last_s = self._lost_at.get(bus)
+                recent = last_s is not None and now_s - last_s <= LOST_GPU_SAME_EVENT_S
+                self._lost_at[bus] = now_s
+                if x.lost_gpu_line and (bus in with_xid_line or recent):
+                    continue
+            out.append(x)
+        return out
 
     def close(self) -> None:
         self.source.close()
@@ -500,6 +622,12 @@ class KernelLogReader:
                 lost,
             )
             self._overwritten_logged = self.overwritten_total
+
+
+def _bus_key(pci_bus_id: str) -> str:
+    """One form of a bus id for matching: ``0000:3b:00`` (older drivers' XID lines) and ``0000:3b:00.0``
+    (the lost-GPU lines) are the same GPU."""
+    return normalize_pci_bus_id(pci_bus_id) or pci_bus_id
 
 
 def open_kernel_log(

@@ -24,6 +24,7 @@ from fleet.agent.kmsg import (
     normalize_pci_bus_id,
     open_kernel_log,
     parse_kmsg_record,
+    parse_lost_gpu_message,
     parse_text_line,
     parse_xid_message,
 )
@@ -184,6 +185,36 @@ def test_xid_messages_of_every_driver_generation_parse(message, expected):
 )
 def test_messages_that_are_not_xids_are_ignored(message):
     assert parse_xid_message(message) is None
+
+
+LOST_AT_RUN_TIME = "NVRM: GPU 0000:00:08.0: GPU has fallen off the bus."
+
+
+def lost_at_probe(bus: str, sep: str) -> str:
+    return (
+        f"NVRM: The NVIDIA GPU {bus}{sep}NVRM: (PCI ID: 10de:2330) installed in this system has{sep}"
+        "NVRM: fallen off the bus and is not responding to commands."
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "bus"),
+    [
+        (LOST_AT_RUN_TIME, "0000:00:08.0"),  # osHandleGpuLost, after its XID 79 line
+        # the probe's record, as /dev/kmsg escapes its newlines
+        (lost_at_probe("0000:b3:00.0", "\\x0a"), "0000:b3:00.0"),
+        (lost_at_probe("0000:b3:00.0", "#012"), "0000:b3:00.0"),  # as rsyslog escapes it
+        # the XID line itself is an XID (parse_xid_message), not a second lost GPU
+        ("NVRM: Xid (PCI:0000:00:08): 79, pid=1, name=python3, GPU has fallen off the bus.", None),
+        # any failed initialisation (an unsupported GPU, a firmware that did not boot): not a lost GPU
+        ("NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x62:0xffff:1863)", None),
+        # info level, printed only with debug logging; nvidia-smi's "GPU is lost" is not the kernel's
+        ("NVRM: GPU 0000:01:00.0: GPU is lost, skipping nv_pci_probe", None),
+        ("NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) has fallen off the bus", None),
+    ],
+)
+def test_the_drivers_lost_gpu_words_name_the_gpu_and_nothing_else_does(message, bus):
+    assert parse_lost_gpu_message(message) == bus
 
 
 def test_kmsg_record_keeps_the_first_line_and_drops_the_dictionary_lines():
@@ -396,6 +427,46 @@ def test_kmsg_storm_bounds_the_records_read_not_only_the_xids():
     assert devices[0].reads == 50
 
 
+def lost(xids) -> list[tuple[str, int, bool]]:
+    return [(x.pci_bus_id, x.xid, x.lost_gpu_line) for x in xids]
+
+
+def test_a_lost_gpu_line_without_an_xid_line_is_read_as_xid_79():
+    kmsg = FakeKmsg()
+    reader = kmsg_reader(kmsg)
+    assert reader.read() == []
+    kmsg.log(1, LOST_AT_RUN_TIME, 1001.0, prio=3)
+    kmsg.log(2, lost_at_probe("0000:b3:00.0", "\\x0a"), 1002.0, prio=3)
+    assert lost(reader.read()) == [("0000:00:08.0", 79, True), ("0000:b3:00.0", 79, True)]
+
+
+def test_an_xid_79_and_its_lost_gpu_line_count_once_in_one_read_or_a_minute():
+    clock = ManualAgentClock()
+    kmsg = FakeKmsg()
+    reader = kmsg_reader(kmsg, clock)
+    assert reader.read() == []
+    # the driver's order: the XID, then the words; the older drivers' bus id has no function
+    kmsg.log(1, xid_message("0000:00:08", 79), 1001.0)
+    kmsg.log(2, LOST_AT_RUN_TIME, 1001.0)
+    kmsg.log(3, "NVRM: GPU 0000:00:09.0: GPU has fallen off the bus.", 1001.0)  # another GPU: its own
+    assert lost(reader.read()) == [("0000:00:08", 79, False), ("0000:00:09.0", 79, True)]
+    clock.advance(30)
+    kmsg.log(4, LOST_AT_RUN_TIME, 1030.0)  # a read split the pair, or the line repeats: the same event
+    assert reader.read() == []
+    clock.advance(120)
+    kmsg.log(5, LOST_AT_RUN_TIME, 1150.0)  # minutes later: a new one
+    assert lost(reader.read()) == [("0000:00:08.0", 79, True)]
+
+
+def test_lost_gpu_words_before_the_xid_line_in_one_read_count_once():
+    kmsg = FakeKmsg()
+    reader = kmsg_reader(kmsg)
+    assert reader.read() == []
+    kmsg.log(1, LOST_AT_RUN_TIME, 1001.0)
+    kmsg.log(2, xid_message("0000:00:08", 79), 1001.0)
+    assert lost(reader.read()) == [("0000:00:08", 79, False)]
+
+
 def test_kmsg_refused_is_reported_once_with_the_reason_and_retried(caplog):
     kmsg = FakeKmsg()
     kmsg.refuse = PermissionError(errno.EPERM, "Operation not permitted")
@@ -516,6 +587,25 @@ def test_text_storm_is_bounded_per_read_and_nothing_is_lost(log_file):
     assert len(offsets) == 5000 and len(set(offsets)) == 5000
 
 
+def test_a_probes_lost_gpu_lines_in_a_text_log_are_one_xid_79_and_a_storm_of_them_counts_once(log_file):
+    reader = text_reader(log_file)
+    assert reader.read() == []
+    probe = [
+        "[ 1001.250000] NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "               NVRM: (PCI ID: 10de:2330) installed in this system has",
+        "               NVRM: fallen off the bus and is not responding to commands.",
+    ]
+    append(log_file, *probe, "[ 1001.260000] nvidia: probe of 0000:b3:00.0 failed with error -1", *probe)
+    xids = reader.read()
+    assert [(x.pci_bus_id, x.xid, x.kernel_time_s, x.lost_gpu_line) for x in xids] == [
+        ("0000:b3:00.0", 79, 1001.25, True)
+    ]
+    # a first line whose last never comes (another message took its place) is no lost GPU
+    append(log_file, "[ 1002.0] NVRM: The NVIDIA GPU 0000:b4:00.0", "[ 1002.1] a", "[ 1002.2] b", "[ 1002.3]")
+    append(log_file, "               NVRM: fallen off the bus and is not responding to commands.")
+    assert reader.read() == []
+
+
 def test_malformed_text_lines_are_skipped(log_file):
     reader = text_reader(log_file, chunk_bytes=4096)
     reader.read()
@@ -619,6 +709,19 @@ def test_collector_counts_an_xid_both_sources_saw_once(log_file):
     assert [(e.gpu_index, e.xid, e.source) for e in snap.xid_events] == [(1, 48, XidSource.NVML)]
     assert snap.xid_sources == [XidSource.NVML, XidSource.KERNEL_LOG] and snap.xid_supported
     assert collector.read().xid_events == []
+
+
+def test_collector_counts_a_gpu_off_the_bus_once_whichever_lines_and_events_report_it(log_file):
+    gpus = [FakeGpu(), FakeGpu()]
+    collector = collector_with_log(log_file, gpus)
+    collector.read()
+    gpus[1].push_xid(79)
+    append(log_file, xid_message("0000:00:08", 79), LOST_AT_RUN_TIME)
+    assert [(e.gpu_index, e.xid) for e in collector.read().xid_events] == [(1, 79)]
+    append(log_file, "NVRM: GPU 0000:00:07.0: GPU has fallen off the bus.")  # the words alone: GPU 0 lost
+    snap = collector.read()
+    assert [(e.gpu_index, e.xid, e.source) for e in snap.xid_events] == [(0, 79, XidSource.KERNEL_LOG)]
+    assert snap.gpus[0].last_xid == 79
 
 
 def test_the_kernel_log_makes_xids_supported_where_nvml_events_are_not(log_file):
