@@ -64,10 +64,41 @@ def _metric(
 ) -> tuple[bool, str]:
     assert rule.metric is not None
     s = _since_reboot(rule.metric, inst, since, now, stale)
-    if s is None:
-        return False, f"no {rule.metric} since the reboot yet"
+    if s is None or not m.plausible(rule.metric, s.value):
+        return _unreadable(rule, s, inst, since, now, stale)
     bad = s.value > rule.above if rule.above is not None else s.value < (rule.below or 0.0)
     return (not bad), f"{rule.metric}={s.value:g}"
+
+
+# The throttle reasons a GPU sets itself when it runs hot, whatever its temperature sensor says.
+_THERMAL_THROTTLE = m.throttle_mask(("sw_thermal", "hw_thermal"))
+
+
+def _unreadable(
+    rule: IsolationRule,
+    s: MetricSample | None,
+    inst: InstanceSnapshot,
+    since: datetime,
+    now: datetime,
+    stale: float,
+) -> tuple[bool, str]:
+    """The rule's metric has no reading since the reboot. For one a sensor gives (PLAUSIBLE_RANGE: a dead
+    temperature sensor reads 0 or 255 C, and the agent leaves that out), the sensor may have died across the
+    reboot on a node that works: once the rule's window (at least the staleness horizon) has passed with the
+    instance reporting its other metrics and its engine serving (``healthy_again`` checked both), the check
+    passes on them, its reason saying the metric is unreadable, rather than time out and replace the node.
+    A GPU that still runs hot throttles itself (sw/hw thermal), which fails it here and is what
+    ``gpu_throttled`` watches while the sensor stays dead. Any other metric waits for its reading."""
+    metric = rule.metric
+    assert metric is not None
+    waiting = f"no {metric} since the reboot yet" if s is None else f"{metric}={s.value:g} is no reading"
+    if metric not in m.PLAUSIBLE_RANGE or (now - since).total_seconds() < max(rule.for_s, stale):
+        return False, waiting
+    if metric == m.GPU_TEMPERATURE_C:
+        throttle = _since_reboot(m.GPU_THROTTLE_REASONS, inst, since, now, stale)
+        if throttle is not None and int(throttle.value) & _THERMAL_THROTTLE:
+            return False, f"{metric} unreadable and the GPU throttles for heat ({int(throttle.value):#x})"
+    return True, f"{metric} unreadable since the reboot (a dead sensor?): passed on the other signals"
 
 
 def _absent(

@@ -44,6 +44,11 @@ class Node:
     loads_until: datetime | None = None  # launched slow (a slow model store): vLLM down until then
     gpu_util_pct: float | None = None  # CloudMonitor's GPU utilization, if not what the engine's state gives
     out_serving: bool = False  # its engine ran as it went into Standby: it took serving capacity out
+    # its temperature sensor dies at the next reboot: the agent leaves the reading out (None), or a source
+    # that does not filter passes on what the sensor answers (0 or 255 C)
+    sensor_dies_at_reboot: bool = False
+    dead_sensor_reads: float | None = None
+    thermal_throttle: bool = False  # the GPU throttles itself for heat (sw/hw thermal slowdown)
 
 
 class World:
@@ -206,13 +211,18 @@ class World:
                     "requests_running": 0.0 if standby else 4.0,
                     "gpu_temperature_c": 91.0 if node.hot else 66.0,
                     "ttft_p99_ms": node.ttft_ms if node.ttft_ms is not None else ttft_ms,
-                    "gpu_throttle_reasons": 0.0,
+                    "gpu_throttle_reasons": 0x60 if node.thermal_throttle else 0.0,
                     "vllm_up": 0.0 if engine_down else 1.0,
                     # CloudMonitor's own agent: idle GPUs under a dead or loading engine
                     "gpu_util_pct": node.gpu_util_pct
                     if node.gpu_util_pct is not None
                     else (0.0 if engine_down else 60.0),
                 }
+                if node.sensor_dies_at_reboot and node.rebooted_at is not None:
+                    if node.dead_sensor_reads is None:
+                        del values["gpu_temperature_c"]
+                    else:
+                        values["gpu_temperature_c"] = node.dead_sensor_reads
                 if engine_down:  # no vLLM to scrape: only the agent's GPU readings and vllm_up
                     for name in ("queue_waiting", "requests_running", "ttft_p99_ms"):
                         del values[name]

@@ -1204,6 +1204,40 @@ def test_reboot_that_does_not_cure_is_replaced_after_the_health_check_timeout():
     assert any(e.reason == ReasonCode.HEALTH_CHECK_TIMEOUT for e in inc.timeline)
 
 
+OVERHEAT_ONLY = {
+    "rules": [
+        {"name": "gpu_overheat", "metric": "gpu_temperature_c", "above": 85, "for": "2m", "action": "reboot"}
+    ]
+}
+
+
+@pytest.mark.parametrize("reads", [None, 255.0, 0.0])  # left out by the agent, or passed on as read
+def test_a_temperature_sensor_dead_after_the_reboot_passes_the_health_check_on_the_other_signals(reads):
+    spec = policy(isolation=OVERHEAT_ONLY)
+    world = World(T0, 6)
+    node = world.nodes["i-0003"]
+    node.hot, node.sensor_dies_at_reboot, node.dead_sensor_reads = True, True, reads
+    _, hist = drive(world, spec, 20 * 60)
+    (inc,) = incidents(hist)
+    assert inc.outcome == "rebooted"
+    assert [a for _, a, i in world.actions if i == "i-0003"] == ["enter_standby", "reboot", "exit_standby"]
+    (passed,) = [e for e in inc.timeline if e.reason == ReasonCode.HEALTH_CHECK_PASSED]
+    assert "gpu_temperature_c unreadable" in passed.detail
+    # not at the first sample without it: only once the rule's window has passed since the reboot
+    assert passed.at - node.rebooted_at >= timedelta(minutes=2)
+
+
+def test_a_dead_sensor_on_a_gpu_that_throttles_for_heat_still_fails_the_health_check():
+    spec = policy(isolation={**OVERHEAT_ONLY, "health_check_timeout": "5m"})
+    world = World(T0, 6)
+    node = world.nodes["i-0003"]
+    node.hot, node.sensor_dies_at_reboot, node.thermal_throttle = True, True, True
+    _, hist = drive(world, spec, 20 * 60)
+    (inc,) = incidents(hist)
+    assert inc.outcome == "replaced"
+    assert any(e.reason == ReasonCode.HEALTH_CHECK_TIMEOUT for e in inc.timeline)
+
+
 def test_repeated_faults_on_one_instance_lead_to_replacement():
     spec = policy(
         min_size=6,
