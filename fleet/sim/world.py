@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from fleet.agent.vllm import E2E_BUCKETS_S, STALL_S, TPOT_BUCKETS_S, TTFT_BUCKETS_S, histogram_quantile
 from fleet.sim.thermal import GpuThermal, ThermalParams
 from fleet.sim.workload import Request
+from policies import metrics as pm
 
 # the period's observations -> (their buckets, the (published name, quantile) the node agent sends of them)
 _LATENCY_METRICS = {
@@ -33,13 +34,10 @@ _LATENCY_METRICS = {
     "e2e": (E2E_BUCKETS_S, (("vllm_e2e_p99_ms", 0.99), ("vllm_e2e_p95_ms", 0.95))),
 }
 
-# XID classes (NVIDIA "XID Errors" catalogue; the policy reference lists the same split): hardware or
-# reset-class
-# XIDs leave the GPU unusable until it is reset or replaced; application XIDs are raised by a faulty program
-# and
-# the GPU keeps working.
-HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
-APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+# The XIDs that leave a GPU unusable until it is reset or replaced: those the default isolation rules answer
+# (policies.metrics, from NVIDIA's XID catalogue: HARDWARE_XIDS replace, RESET_XIDS reboot). Any other code
+# (the application XIDs 13, 31, 43, 45 among them) is raised by a faulty program and the GPU keeps working.
+DISABLING_XIDS = frozenset(pm.HARDWARE_XIDS) | frozenset(pm.RESET_XIDS)
 
 
 class ServingEngine(Protocol):
@@ -696,7 +694,7 @@ class World:
         elif f.kind == "xid":
             inst.xids.append(f.xid)
             entry["xid"] = f.xid
-            if f.xid in HARDWARE_XIDS:
+            if f.xid in DISABLING_XIDS:
                 inst.hw_fault_xid = f.xid
                 self._drop_inflight(inst)
         elif f.kind == "event":

@@ -9,6 +9,7 @@ import pytest
 from fleet.sim.engine import make_engine_factory, resolve_hardware
 from fleet.sim.workload import Request
 from fleet.sim.world import Fault, FaultSpecError, World, WorldParams, parse_duration_s, parse_fault_spec
+from policies import metrics as pm
 
 
 class StubCloud:
@@ -152,6 +153,15 @@ def test_hardware_xid_takes_the_instance_out_of_the_balancer(factory):
     assert len(sent) >= 3 and set(sent) == {79.0}  # reported every period while the GPU stays unusable
     assert not world.instances["i-a"].serving(world.now_s)
     assert world.instances["i-b"].completed > world.instances["i-a"].completed
+
+
+@pytest.mark.parametrize("code", sorted({*pm.HARDWARE_XIDS, *pm.RESET_XIDS}))
+def test_every_xid_the_default_rules_answer_takes_the_gpu_out(factory, code):
+    # one list of codes: what the default xid_hardware / xid_reset rules act on is what the world disables
+    fault = parse_fault_spec(f"xid:{code},at=10s,instance=i-a")
+    world, _ = make_world(factory, {"i-a": "InService"}, steady(1.0, 60.0), [fault])
+    world.run_until(30.0)
+    assert not world.instances["i-a"].serving(world.now_s)
 
 
 def test_application_xid_is_reported_but_the_instance_keeps_serving(factory):
