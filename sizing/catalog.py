@@ -401,6 +401,13 @@ class ModelShape:
         return 4.0 * self.layers * self.heads * self.head_dim
 
     @property
+    def indexer_flops_per_pair(self) -> float:
+        """FLOPs of DeepSeek V3.2's lightning indexer scoring one context token for one query token, all
+        layers: every indexer head's dot product with the token's key (vLLM replicates the indexer on every
+        TP rank). 0 without an indexer."""
+        return 2.0 * self.layers * self.index_heads * self.index_head_dim
+
+    @property
     def activation_intermediate(self) -> int:
         """Width of the widest MLP intermediate one token produces (for the activation peak)."""
         if self.experts:

@@ -158,7 +158,7 @@ class InstanceEngine:
         self._n_dec = 0
         self._base_sum = 0  # sum of base over decoding seqs: their context is _base_sum + _n_dec * _d
         self._prefill_kv = 0  # KV tokens held by prefilling seqs
-        self._affine: dict[int, tuple[float, float]] = {}
+        self._affine: dict[tuple[int, bool], tuple[float, float]] = {}  # (sequences, past the sparse knee)
         # When a list: each request's TTFT (s) is appended the moment its first token is sampled, as vLLM
         # observes its time_to_first_token histogram then (not at the request's end); the owner drains it.
         self.first_tokens: list[float] | None = None
@@ -369,21 +369,22 @@ class InstanceEngine:
         kv_k = int(free // n)
         if kv_k < k:
             k = kv_k
+        c_read = c0 + self._local_sum * self._local_read
+        k, above = self._sparse_limit(n, c_read, k)
         if k < 2:
             return False
         horizon = until_s
         if can_admit and self._pending and self._pending[0][0] < horizon:
             horizon = self._pending[0][0]
-        ab = self._affine.get(n)
+        ab = self._affine.get((n, above))
         if ab is None:
-            ab = self._affine[n] = self.perf.decode_affine(n)
+            ab = self._affine[(n, above)] = self.perf.decode_affine(n, c_read)
         a, b = ab
         speed = self.speed_factor
         target = (horizon - self._now) * speed
         if target <= 0:
             return False
         half_bn = b * n / 2.0
-        c_read = c0 + self._local_sum * self._local_read
         cost = k * a + b * k * c_read + half_bn * k * (k - 1)
         if cost > target:
             # smallest k with k*a + b*(k*c + n*k*(k-1)/2) >= target: the iteration that crosses the horizon
@@ -405,6 +406,16 @@ class InstanceEngine:
         self._d += k
         self._complete_decodes(done)
         return True
+
+    def _sparse_limit(self, n: int, c_read: float, k: int) -> tuple[int, bool]:
+        """``k`` cut so ``k`` iterations of ``n`` sequences from ``c_read`` of context stay on one side of
+        sparse attention's knee (where the cost bends), and whether they are past it."""
+        knee = self.perf.sparse_knee(n)
+        if c_read >= knee:
+            return k, True
+        if c_read + n * (k - 1) > knee:
+            k = int((knee - c_read) // n) + 1
+        return k, False
 
     def _jump_memory(self, n: int, k: int, context_cost: float) -> float:
         """The memory-streaming part of ``k`` decode iterations of ``n`` sequences whose context costs

@@ -59,10 +59,8 @@ def explain(dep: Deployment, plan: MemoryPlan, perf: PerfModel, context_tokens: 
         else " (BW_EFF fitted on tt-inference-server#143 + InferenceBench H100)"
     )
     weights_ms = perf.weights_read_s(1) * 1000
-    kv_ms = context_tokens * perf.kv_bytes_per_token / perf.bandwidth_bps * 1000
-    flops = (
-        perf.linear_flops_per_token + perf.lm_head_flops_per_token + context_tokens * perf.attn_flops_per_pair
-    )
+    kv_ms = perf.kv_read_bytes(1, context_tokens) / perf.bandwidth_bps * 1000
+    flops = perf.linear_flops_per_token + perf.lm_head_flops_per_token + perf.attn_flops(1, context_tokens)
     compute_ms = flops / perf.compute_flops * 1000
     bound = "bandwidth" if weights_ms + kv_ms >= compute_ms else "compute"
     layers = dep.model.layers

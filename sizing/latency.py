@@ -349,14 +349,14 @@ def capacity_estimate(
     per_seq_kv = p + o / 2 + 8 + (local.local_tokens(round(p + o)) if local else 0.0)
     n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
     window_read = local.read_per_held * local.local_tokens(round(p + o / 2)) if local else 0.0
-    c_prefill = (
-        perf.linear_flops_per_token + perf.attn_flops_per_pair * p / 2
-    ) / perf.compute_flops + perf.comm_s_per_token
+    prefill_flops = perf.linear_flops_per_token + perf.attn_flops(1, p / 2)
+    c_prefill = prefill_flops / perf.compute_flops + perf.comm_s_per_token
     c_prefill *= plan.computed_share(prefix_hit_share)  # cached prompt tokens are not computed
 
     def tau(n: int) -> float:
-        a, b = perf.decode_affine(n)
-        return a + b * n * (p + o / 2 + window_read) + c_prefill * p * n / o
+        context = n * (p + o / 2 + window_read)
+        a, b = perf.decode_affine(n, context)
+        return a + b * context + c_prefill * p * n / o
 
     n = n_max
     if slo_tpot_p99_ms is not None:

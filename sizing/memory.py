@@ -515,7 +515,13 @@ def mla_token_bytes(model: ModelShape, kv_cache_dtype: str) -> int:
         return (latent + rope) * (1 if kv_cache_dtype == "fp8" else 2)
     fp8 = kv_cache_dtype == "fp8"
     mla = latent + latent // 128 * 4 + 2 * rope if fp8 else 2 * (latent + rope)
-    return mla + model.index_head_dim + model.index_head_dim // 128 * 4
+    return mla + indexer_token_bytes(model)
+
+
+def indexer_token_bytes(model: ModelShape) -> int:
+    """One layer's lightning-indexer key for one token (DeepSeek V3.2; 0 without an indexer): the
+    ``index_head_dim`` FP8 values and an fp32 scale per 128 of them, whole on every rank."""
+    return model.index_head_dim + model.index_head_dim // 128 * 4 if model.index_heads else 0
 
 
 def default_batch_limits(gpu: GPU, visible_gib: float) -> tuple[int, int]:
@@ -805,9 +811,9 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
         warnings.append(
             f"DeepSeek V3.2 sparse attention: each token keeps the {model.index_head_dim}-wide FP8 key of "
             f"the lightning indexer beside its latent ({mla_token_bytes(model, dep.kv_cache_dtype)} bytes a "
-            "token and layer in all); a decode step is costed as reading every context token's latent, "
-            f"though each query attends to only {model.index_topk:,} of them, so past that context the step "
-            "time here is an upper bound"
+            f"token and layer in all); a decode step reads at most {model.index_topk:,} latents a sequence "
+            "(the tokens the indexer picks) and scans every token's indexer key, so past that context the "
+            "step grows with the indexer's scan alone"
         )
     if model.mla:
         latent = model.kv_lora_rank + model.qk_rope_head_dim

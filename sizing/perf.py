@@ -40,11 +40,19 @@ docs/sizing-accuracy.md compares the result with further public measurements.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from sizing.calibration import Calibration
 from sizing.catalog import GPU, ModelShape
-from sizing.memory import WEIGHT_BYTES, Deployment, MemoryPlan, kv_bytes_per_token, weight_bytes_per_rank
+from sizing.memory import (
+    WEIGHT_BYTES,
+    Deployment,
+    MemoryPlan,
+    indexer_token_bytes,
+    kv_bytes_per_token,
+    weight_bytes_per_rank,
+)
 
 BW_EFF = 0.78
 MFU = 0.62
@@ -83,6 +91,35 @@ class PerfModel:
     bw_eff: float = BW_EFF  # the achievable bandwidth share behind ``bandwidth_bps`` (for calibration)
     decode_time_scale: float = 1.0  # calibrated: measured / modelled decode step
     prefill_time_scale: float = 1.0  # calibrated: measured / modelled prefill
+    # DeepSeek V3.2's sparse attention: each query token attends to at most ``sparse_topk`` context tokens,
+    # reading their latents (``sparse_kv_bytes_per_token``) and attending to them (``sparse_flops_per_pair``),
+    # while the lightning indexer scans every context token (``kv_bytes_per_token``,
+    # ``attn_flops_per_pair``). 0: dense attention
+    sparse_topk: int = 0
+    sparse_kv_bytes_per_token: float = 0.0
+    sparse_flops_per_pair: float = 0.0
+
+    def kv_read_bytes(self, num_tokens: int, context_tokens: float) -> float:
+        """Bytes of cache an iteration of ``num_tokens`` new tokens reads over ``context_tokens`` of context:
+        all of it, or with sparse attention the indexer's keys of all of it and at most top-k latents a
+        query token (exact for decode, one query a sequence; a bound where contexts straddle top-k)."""
+        read = context_tokens * self.kv_bytes_per_token
+        if self.sparse_topk:
+            read += min(context_tokens, num_tokens * self.sparse_topk) * self.sparse_kv_bytes_per_token
+        return read
+
+    def attn_flops(self, num_tokens: int, attn_pairs: float) -> float:
+        """Attention FLOPs of ``attn_pairs`` (query x context token) pairs among ``num_tokens`` queries: with
+        sparse attention, the indexer's over every pair and the attention's over at most top-k a query."""
+        flops = attn_pairs * self.attn_flops_per_pair
+        if self.sparse_topk:
+            flops += min(attn_pairs, num_tokens * self.sparse_topk) * self.sparse_flops_per_pair
+        return flops
+
+    def sparse_knee(self, n: int) -> float:
+        """The total context past which ``n`` decoding sequences' attention stops growing but for the
+        indexer's scan (``n`` x top-k); infinite for dense attention."""
+        return float(n * self.sparse_topk) if self.sparse_topk else math.inf
 
     def weights_read_s(self, num_tokens: int) -> float:
         if not self.experts:
@@ -104,7 +141,7 @@ class PerfModel:
         flops = (
             self.linear_flops_per_token * num_tokens
             + self.lm_head_flops_per_token * sampled
-            + attn_pairs * self.attn_flops_per_pair
+            + self.attn_flops(num_tokens, attn_pairs)
         )
         read = self.read_s(num_tokens, context_tokens)
         gpu = (
@@ -119,7 +156,8 @@ class PerfModel:
     def read_s(self, num_tokens: int, context_tokens: float) -> float:
         """The iteration's memory reads at the effective bandwidth: the weights its tokens touch and the KV of
         ``context_tokens``."""
-        return self.weights_read_s(num_tokens) + context_tokens * self.kv_bytes_per_token / self.bandwidth_bps
+        kv = self.kv_read_bytes(num_tokens, context_tokens)
+        return self.weights_read_s(num_tokens) + kv / self.bandwidth_bps
 
     def decode_step_s(self, n: int, context_tokens: float) -> float:
         """A decode-only iteration of ``n`` sequences holding ``context_tokens`` in all."""
@@ -131,22 +169,27 @@ class PerfModel:
         flops = (
             self.linear_flops_per_token * n
             + self.lm_head_flops_per_token * n
-            + context_tokens * self.attn_flops_per_pair
+            + self.attn_flops(n, context_tokens)
         )
         return read * self.decode_time_scale if read >= flops / self.compute_flops else 0.0
 
-    def decode_affine(self, n: int) -> tuple[float, float]:
+    def decode_affine(self, n: int, context_tokens: float = 0.0) -> tuple[float, float]:
         """A decode-only iteration of ``n`` sequences costs about ``a + b x total_context``: returns (a, b).
 
         Exact while the step is bandwidth-bound (decode almost always is): the context adds KV reads. Where
         the host's floor bounds the step (tiny models, few sequences) ``a`` is the floor and the slope a
-        little high."""
-        a = self.step_s(n, 0.0, 0.0, n)
-        if self.decode_read_s(n, 0.0) > 0:
-            b = self.kv_bytes_per_token / self.bandwidth_bps
+        little high. With sparse attention the cost bends at ``sparse_knee(n)``: (a, b) is the piece that
+        holds ``context_tokens``, past the knee only the indexer's scan growing with the context."""
+        knee = self.sparse_knee(n)
+        above = context_tokens >= knee
+        start = knee if above else 0.0
+        latent, attend = (0.0, 0.0) if above else (self.sparse_kv_bytes_per_token, self.sparse_flops_per_pair)
+        if self.decode_read_s(n, start) > 0:
+            b = (self.kv_bytes_per_token + latent) / self.bandwidth_bps
         else:
-            b = self.attn_flops_per_pair / self.compute_flops
-        return a, b * self.decode_time_scale
+            b = (self.attn_flops_per_pair + attend) / self.compute_flops
+        b *= self.decode_time_scale
+        return self.step_s(n, start, start, n) - b * start, b
 
     def decode_tpot_s(self, context_tokens: int = 0) -> float:
         """Batch-1 time per output token at a given context length."""
@@ -184,6 +227,13 @@ def perf_model(
     total = weight_bytes_per_rank(model, dtype, tp)
     expert_bytes = model.expert_params * WEIGHT_BYTES[dtype] / tp
     lm_head = 2.0 * model.hidden * model.vocab / tp
+    kv = float(kv_bytes_per_token(model, tp, kv_cache_dtype, dtype))
+    attn = model.attention_flops_per_pair / tp
+    sparse: dict[str, float] = {}
+    if model.index_topk:  # the indexer scans every token's key; the attention reads the top-k latents
+        index = float(model.layers * indexer_token_bytes(model))
+        sparse = {"sparse_kv_bytes_per_token": kv - index, "sparse_flops_per_pair": attn}
+        kv, attn = index, model.indexer_flops_per_pair
     ic = gpu.interconnect
     comm_latency = comm_per_token = 0.0
     if tp > 1:
@@ -198,8 +248,8 @@ def perf_model(
         experts_per_token=model.experts_per_token,
         linear_flops_per_token=2.0 * model.active_linear_params / tp,
         lm_head_flops_per_token=lm_head,
-        kv_bytes_per_token=float(kv_bytes_per_token(model, tp, kv_cache_dtype, dtype)),
-        attn_flops_per_pair=model.attention_flops_per_pair / tp,
+        kv_bytes_per_token=kv,
+        attn_flops_per_pair=attn,
         bandwidth_bps=gpu.bandwidth_gbps * 1e9 * bw_eff,
         compute_flops=compute_tflops(gpu, dtype) * 1e12 * mfu,
         comm_latency_s=comm_latency,
@@ -209,6 +259,8 @@ def perf_model(
         bw_eff=bw_eff,
         decode_time_scale=(dep_cal.decode_time_scale or 1.0) if dep_cal else 1.0,
         prefill_time_scale=(dep_cal.prefill_time_scale or 1.0) if dep_cal else 1.0,
+        sparse_topk=model.index_topk,
+        **sparse,
     )
 
 

@@ -156,8 +156,9 @@ TPOT_MEAN_SHARE = 0.9
 
 def _tpot_ms(d: Deploy, n: int, tokens_per_seq: float) -> float:
     """Mean time per output token with ``n`` sequences of ``tokens_per_seq`` context decoding together."""
-    a, b = d.perf.decode_affine(n)
-    return 1000.0 * (a + b * n * tokens_per_seq)
+    context = n * tokens_per_seq
+    a, b = d.perf.decode_affine(n, context)
+    return 1000.0 * (a + b * context)
 
 
 def batch_for_tpot(ctx: GroupContext, limit_ms: float, tokens_per_seq: float) -> int | None:

@@ -212,3 +212,48 @@ def test_deepseek_v32_is_impossible_below_hopper_and_the_search_says_why(capsys)
         ["size", "--model", "DeepSeek-V3.2", "--gpu", "A100-80G", "--tp", "8", "--max-model-len", "8192"]
     )
     assert code == 2 and "compute capability 9.0" in capsys.readouterr().err
+
+
+def _v32_on_h20(**kw):
+    from sizing import Deployment, find_gpu
+
+    base = dict(model=find_model("DeepSeek-V3.2"), gpu=find_gpu("H20"), tp=8, max_model_len=16384)
+    base.update(kw)
+    return Deployment(**base)
+
+
+def test_deepseek_v32_decode_reads_the_top_k_latents_and_scans_only_the_indexer_keys_past_them():
+    from sizing.perf import perf_model
+
+    model, gpu = find_model("DeepSeek-V3.2"), _v32_on_h20().gpu
+    perf = perf_model(model, gpu, 8, "fp8")
+    index = 61 * (128 + 4)  # the indexer's FP8 key and its scale, every layer
+    latent = 61 * (512 + 64) * 2
+    assert perf.kv_bytes_per_token == index and perf.sparse_kv_bytes_per_token == latent
+    # below top-k every token's latent is read; past it each step reads 2,048 latents and scans every key
+    short = perf.decode_tpot_s(2048) - perf.decode_tpot_s(1024)
+    assert short == pytest.approx(1024 * (index + latent) / perf.bandwidth_bps, rel=1e-6)
+    long = perf.decode_tpot_s(65536) - perf.decode_tpot_s(32768)
+    assert long == pytest.approx(32768 * index / perf.bandwidth_bps, rel=1e-6)
+    # a batch of n: the knee is n x top-k in all, and each piece of the affine cost is the step's own
+    for n, context in ((4, 4000.0), (4, 8192.0), (4, 50_000.0), (32, 1e6)):
+        a, b = perf.decode_affine(n, context)
+        assert a + b * context == pytest.approx(perf.decode_step_s(n, context), rel=1e-9)
+
+
+def test_deepseek_v32_engine_jumps_across_the_top_k_knee_as_it_steps(monkeypatch):
+    import random
+
+    from sizing import InstanceEngine
+
+    fast, slow = InstanceEngine(_v32_on_h20()), InstanceEngine(_v32_on_h20())
+    monkeypatch.setattr(slow, "_try_jump", lambda until_s, done: False)
+    for engine in (fast, slow):
+        rng = random.Random(3)
+        for i in range(12):  # contexts that start under 2,048 tokens and grow past it
+            engine.submit(i, 0.2 * i, rng.randint(1500, 2000), rng.randint(600, 1500))
+    a = sorted(fast.advance(1e6), key=lambda r: r.request_id)
+    b = sorted(slow.advance(1e6), key=lambda r: r.request_id)
+    assert len(a) == len(b) == 12
+    for x, y in zip(a, b, strict=True):
+        assert x.e2e_s == pytest.approx(y.e2e_s, rel=1e-6)
