@@ -196,6 +196,11 @@ class ModelShape:
     # DeltaNet: heads x head_dim x head_dim state and no convolution (vLLM's linear_attention_state_shape);
     # q/k/v, output gate and output projections (linear_key_heads = linear_value_heads = heads)
     lightning: bool = False
+    # The linear layers are Kimi-Linear's Kimi Delta Attention (``linear_attn_config``), beside MLA layers:
+    # queries, keys and values of ``linear_value_heads`` heads alike, each with its short convolution; a
+    # low-rank forget gate and output gate per channel, a beta per head; the recurrent state
+    # heads x head_dim x head_dim in fp32 (vLLM's kda_state_shape and kda_state_dtype)
+    kda: bool = False
     # State-space (Mamba) layers (Nemotron-H, Granite 4.0-H and Falcon-H1's Mamba2, Jamba's Mamba1): a
     # fixed state per sequence, the convolution's last kernel - 1 inputs and the SSM state (vLLM's
     # mamba2_state_shape, mamba1_state_shape), instead of a KV cache. Mamba2: ``mamba_heads`` heads of
@@ -262,8 +267,20 @@ class ModelShape:
         value = self.linear_value_heads * self.linear_value_head_dim
         if self.lightning:  # qkv_proj, output_gate, out_proj and the norm over the heads
             return 5 * self.hidden * value + value
+        if self.kda:
+            return self._kda_params_per_layer
         inp = self.hidden * (self.linear_conv_dim + value + 2 * self.linear_value_heads)
         return inp + self.linear_conv_dim * self.linear_conv_kernel + value * self.hidden
+
+    @property
+    def _kda_params_per_layer(self) -> int:
+        """A Kimi Delta Attention layer as vLLM's KimiDeltaAttention holds it: q/k/v and o projections, the
+        three short convolutions, the forget gate (f_a to head_dim, f_b back, dt_bias per channel), beta
+        (b_proj, one a head), A_log per head, the output gate (g_a, g_b) and the output norm."""
+        hidden, dim, heads = self.hidden, self.linear_value_head_dim, self.linear_value_heads
+        width = heads * dim
+        gates = 2 * (hidden * dim + dim * width) + width + hidden * heads + heads + dim
+        return 4 * hidden * width + self.linear_conv_dim * self.linear_conv_kernel + gates
 
     @property
     def full_attention_layers(self) -> int:
@@ -446,6 +463,7 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         linear_value_head_dim=int(row.get("linear_value_head_dim", 0)),
         linear_conv_kernel=int(row.get("linear_conv_kernel", 0)),
         lightning=bool(row.get("lightning", False)),
+        kda=bool(row.get("kda", False)),
         mamba_layers=int(row.get("mamba_layers", 0)),
         mamba_version=int(row.get("mamba_version", 0)),
         mamba_inner=int(row.get("mamba_inner", 0)),
@@ -579,7 +597,10 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     experts, moe_intermediate, shared, intermediate = _moe_widths(cfg, pick, intermediate)
     kv_lora, q_lora, qk_nope, qk_rope, v_dim = _mla_fields(cfg, pick)
     indexer = _indexer(cfg, name, pick) if kv_lora else (0, 0, 0)
-    linear = _linear_attention(cfg, name, layers, pick) or _lightning(cfg, name, layers, heads, head_dim)
+    kda = () if cfg.get("linear_num_value_heads") else _kda(cfg, name, layers)
+    linear = (
+        _linear_attention(cfg, name, layers, pick) or kda or _lightning(cfg, name, layers, heads, head_dim)
+    )
     mamba = _mamba(cfg, name, layers, hidden, pick)
     if str(cfg.get("model_type", "")) == "granitemoehybrid" and not cfg.get("num_local_experts"):
         # Granite 4.0's dense models: the MLP is the "shared" one, as wide as shared_intermediate_size
@@ -645,8 +666,9 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         linear_key_head_dim=linear[3],
         linear_value_head_dim=linear[4],
         linear_conv_kernel=linear[5],
-        lightning=bool(linear[0]) and not cfg.get("linear_num_value_heads"),
-        state_space=_state_space(cfg) if mamba is None else False,
+        lightning=bool(linear[0]) and not cfg.get("linear_num_value_heads") and not kda,
+        kda=bool(kda),
+        state_space=_state_space(cfg) if mamba is None and not kda else False,
         **(mamba or {}),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
@@ -1126,6 +1148,39 @@ def _lightning(
     if not linear or linear == layers:
         return 0, 0, 0, 0, 0, 0
     return linear, heads, heads, head_dim, head_dim, 1
+
+
+def _kda(cfg: dict[str, Any], name: str, layers: int) -> tuple[int, ...]:
+    """Kimi-Linear's Kimi Delta Attention layers, those ``linear_attn_config`` lists in ``kda_layers``
+    (numbered from 1) beside its MLA layers, in _linear_attention's terms: ``num_heads`` heads of
+    ``head_dim`` for queries, keys and values alike, and the ``short_conv_kernel_size`` convolution. Empty
+    for other models, and for a config without a full-attention layer (``_state_space`` warns of it)."""
+    config = cfg.get("linear_attn_config")
+    if not isinstance(config, dict) or not config.get("kda_layers"):
+        return ()
+    listed = config["kda_layers"]
+    if not isinstance(listed, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= layers for i in listed
+    ):
+        raise SizingInputError(
+            f"{name}: config.json field 'linear_attn_config.kda_layers' must list layer numbers from 1 to "
+            f"{layers}"
+        )
+    linear = len(set(listed))
+    if linear == layers:
+        return ()
+
+    def whole(key: str) -> int:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SizingInputError(
+                f"{name}: config.json field 'linear_attn_config.{key}' must be a positive integer, got "
+                f"{value!r}"
+            )
+        return value
+
+    heads, dim = whole("num_heads"), whole("head_dim")
+    return linear, heads, heads, dim, dim, whole("short_conv_kernel_size")
 
 
 def _linear_attention(

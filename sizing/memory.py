@@ -268,12 +268,15 @@ class LocalAttention:
 
 def hybrid_kv(dep: Deployment) -> bool:
     """Whether vLLM gives ``dep``'s local layers their own KV cache groups: V1, a model mixing full
-    attention with linear attention, or with a sliding window from HYBRID_KV_SINCE; no MLA."""
+    attention (MLA included: Kimi-Linear) with linear attention, or with a sliding window from
+    HYBRID_KV_SINCE (no MLA)."""
     model = dep.model
-    if dep.engine != "v1" or model.mla:
+    if dep.engine != "v1":
         return False
     if model.state_layers and model.full_attention_layers > 0:
         return True
+    if model.mla:
+        return False
     if not 0 < model.sliding_layers < model.layers:
         return False
     version = version_tuple(dep.vllm_version)
@@ -281,7 +284,7 @@ def hybrid_kv(dep: Deployment) -> bool:
 
 
 def _attn_token_bytes(dep: Deployment) -> int:
-    """One full-attention layer's KV for one token on one rank (a hybrid has no MLA: every layer alike)."""
+    """One full-attention layer's KV for one token on one rank (every layer alike; an MLA layer's latent)."""
     return kv_bytes_per_token(dep.model, dep.tp, dep.kv_cache_dtype, dep.dtype) // dep.model.layers
 
 
@@ -292,7 +295,8 @@ def linear_state_bytes(model: ModelShape, tp: int) -> int:
     # lightning attention (MiniMax): no convolution, kernel 1; the same heads x dim x dim state
     conv = model.linear_conv_dim // tp * (model.linear_conv_kernel - 1)
     ssm = model.linear_value_heads // tp * model.linear_key_head_dim * model.linear_value_head_dim
-    return 2 * (conv + ssm)
+    # Kimi Delta Attention keeps its recurrent state in fp32 (vLLM's kda_state_dtype)
+    return 2 * conv + (4 if model.kda else 2) * ssm
 
 
 def mamba_state_bytes(model: ModelShape, tp: int) -> int:

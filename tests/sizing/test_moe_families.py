@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fleet.cli import main
-from sizing import SizingInputError, model_from_hf_config
-from sizing.memory import kv_bytes_per_token
+from sizing import Deployment, SizingInputError, find_gpu, model_from_hf_config, plan_memory
+from sizing.memory import hybrid_block_size, kv_bytes_per_token, linear_state_bytes
 
 # baidu/ERNIE-4.5-300B-A47B-PT config.json: experts on layers 3 to 53, none shared
 ERNIE_300B = {
@@ -263,26 +263,54 @@ KIMI_LINEAR = {
 }
 
 
-def test_kimi_linear_routes_its_published_top_k_and_warns_that_its_kda_layers_are_not_modelled():
+def test_kimi_linear_routes_its_published_top_k_and_counts_its_kda_layers():
     model = model_from_hf_config(KIMI_LINEAR, "kimi")
     assert (model.experts_per_token, model.shared_expert_intermediate) == (8, 1024)
     # active beyond attention: the dense first layer, then 26 layers of router, shared and 8 routed experts
     h = 2304
     mlp = 3 * h * 9216 + 26 * (h * 256 + 3 * h * 1024 + 8 * 3 * h * 1024)
     assert model.active_linear_params - model._attention_params == mlp
-    # the card: 48B total, 3B activated (with the embeddings); KDA layers counted as MLA ones
-    assert model.params / 1e9 == pytest.approx(48.0, rel=0.02)
-    assert (model.active_linear_params + model.embedding_params) / 1e9 == pytest.approx(3.0, rel=0.10)
-    assert model.state_space
+    assert (model.linear_layers, model.full_attention_layers, model.kda) == (20, 7, True)
+    assert not model.state_space and not model.lightning
+    # a KDA layer as vLLM's KimiDeltaAttention holds it: q/k/v/o (32 heads of 128), three 4-tap short
+    # convolutions, f_a/f_b and g_a/g_b gates through head_dim, dt_bias per channel, b_proj and A_log per
+    # head, the output norm
+    width, dim, heads = 32 * 128, 128, 32
+    kda = 4 * h * width + 3 * width * 4 + 2 * (h * dim + dim * width) + width + h * heads + heads + dim
+    assert model.linear_attention_params_per_layer == kda
+    mla = model.attention_params_per_layer
+    assert model._attention_params == 7 * mla + 20 * kda
+    # the card says 48B total, 3B activated: the routed experts alone are 26 x 256 x 3 x 2304 x 1024 = 47.1B
+    # and the embeddings 0.75B, so its 48B is a round figure; the fields sum to 49.1B
+    assert model.params / 1e9 == pytest.approx(49.1, abs=0.05)
+    assert (model.active_linear_params + model.embedding_params) / 1e9 == pytest.approx(3.0, rel=0.20)
 
 
-def test_kimi_linear_is_sized_with_the_not_modelled_warning(tmp_path, capsys):
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_kda_layers_state_is_vllms_shape_with_an_fp32_recurrent_state(tp):
+    model = model_from_hf_config(KIMI_LINEAR, "kimi")
+    # kda_state_shape: q, k and v convolutions of 32 x 128 channels keep kernel - 1 = 3 inputs each (16-bit);
+    # kda_state_dtype: the 32 heads' 128 x 128 recurrent state in fp32
+    conv = 3 * (32 * 128 // tp) * 3 * 2
+    recurrent = (32 // tp) * 128 * 128 * 4
+    assert linear_state_bytes(model, tp) == conv + recurrent
+
+
+def test_kimi_linear_is_sized_with_its_hybrid_cache_not_as_attention(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(KIMI_LINEAR))
     argv = ["size", "--config", str(path), "--gpu", "H20", "--tp", "2", "--max-model-len", "65536"]
     assert main([*argv, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["candidates"][0]
-    assert any("Kimi Delta Attention layers are not modelled" in w for w in best["warnings"])
+    assert best["fits"]
+    assert any("linear attention on 20 of 27 layers" in w for w in best["warnings"])
+    assert not any("not modelled" in w for w in best["warnings"])
+    model = model_from_hf_config(KIMI_LINEAR, "kimi")
+    dep = Deployment(model=model, gpu=find_gpu("H20"), tp=2, max_model_len=65536)
+    # the attention block grows until one MLA layer's page (576 16-bit values a token) holds a KDA state
+    assert hybrid_block_size(dep) == -(-linear_state_bytes(model, 2) // (16 * 576 * 2)) * 16
+    plan = plan_memory(dep)
+    assert plan.local is not None and plan.local.kind == "linear" and plan.local.full_layers == 7
 
 
 def test_qwen3_omni_is_sized_from_its_thinker():
