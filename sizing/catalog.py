@@ -233,6 +233,9 @@ class ModelShape:
     # A multimodal model's vision encoder and projector (config.json vision_config): weights held in 16 bit
     # beside the language model's, never read by a decode step
     vision_params: int = 0
+    # A multimodal model's audio encoder (config.json audio_config: Qwen3-Omni's AuT, Qwen2-Audio's and
+    # Qwen2.5-Omni's Whisper encoder), held in 16 bit like the vision encoder and never read by a decode step
+    audio_params: int = 0
     hf_id: str = ""
     source: str = ""
     params_b_reference: float | None = None
@@ -242,6 +245,11 @@ class ModelShape:
     def checkpoint(self, dtype: str) -> str | None:
         """The published Hugging Face repo of this model quantized to ``dtype``, if one is known."""
         return dict(self.checkpoints).get(dtype)
+
+    @property
+    def encoder_params(self) -> int:
+        """The multimodal encoders' weights (vision and audio), beside the language model's."""
+        return self.vision_params + self.audio_params
 
     @property
     def mla(self) -> bool:
@@ -477,6 +485,7 @@ def _model_from_row(row: dict[str, Any]) -> ModelShape:
         mlp_layers=int(row.get("mlp_layers", 0)),
         mlp_gated=bool(row.get("mlp_gated", True)),
         vision_params=int(row.get("vision_params", 0)),
+        audio_params=int(row.get("audio_params", 0)),
         kv_lora_rank=int(row.get("kv_lora_rank", 0)),
         q_lora_rank=int(row.get("q_lora_rank", 0)),
         qk_nope_head_dim=int(row.get("qk_nope_head_dim", 0)),
@@ -562,7 +571,7 @@ def find_model(name: str) -> ModelShape:
 def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
     """A model shape from a parsed Hugging Face ``config.json`` (the dict); bad or missing fields raise."""
     cfg = _language_model(config, name)
-    vision = cfg.get("vision_config")
+    vision, audio = cfg.get("vision_config"), cfg.get("audio_config")
     model_type = str(cfg.get("model_type", ""))
 
     def pick(*keys: str, required: bool = True, default: Any = None) -> Any:  # Any: a config.json value
@@ -682,6 +691,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         quant_group=quant_group,
         no_fp16=bool(_NO_FP16 & {model_type, str(config.get("model_type", ""))}),
         vision_params=_vision_params(vision, hidden) if isinstance(vision, dict) else 0,
+        audio_params=_audio_params(audio, hidden) if isinstance(audio, dict) else 0,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
     )
@@ -756,14 +766,11 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
     the patch embedding and the projector to the language model), or 0 where its shape cannot be read.
 
     The MLP is gated (three matrices) where the activation is SiLU (Qwen2.5-VL), else two (GELU: Qwen2-VL,
-    Llama 4, InternViT); the projector merges ``spatial_merge_size``^2 patches (Qwen) or maps one (LLaVA)."""
-
-    def whole(*keys: str) -> int:
-        for key in keys:
-            value = vision.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return 0
+    Llama 4, InternViT); the projector merges ``spatial_merge_size``^2 patches (Qwen) or maps one (LLaVA),
+    and Qwen3-VL's and Qwen3-Omni's DeepStack keeps one more such merger for each of its
+    ``deepstack_visual_indexes``; a learned position table (``num_position_embeddings``) is counted where
+    the config gives one."""
+    whole = _whole_of(vision)
 
     layers = whole("depth", "num_hidden_layers", "num_layers")
     width = whole("hidden_size", "embed_dim", "width")
@@ -780,7 +787,53 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
     out = whole("out_hidden_size", "projection_dim", "vision_output_dim") or text_hidden
     merged = width * (whole("spatial_merge_size") or 1) ** 2
     projector = merged * merged + merged * out if merged > width else width * out + out * out
-    return blocks + embed + projector
+    deepstack = vision.get("deepstack_visual_indexes")
+    mergers = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
+    return blocks + embed + mergers * projector + whole("num_position_embeddings") * width
+
+
+def _whole_of(config: dict[str, Any]) -> Callable[..., int]:
+    """A reader of an encoder config's sizes: the first of ``keys`` that is a positive integer, else 0."""
+
+    def whole(*keys: str) -> int:
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 0
+
+    return whole
+
+
+def _audio_params(audio: dict[str, Any], text_hidden: int) -> int:
+    """An audio encoder's weights from its config.json ``audio_config``, or 0 where its shape cannot be read.
+
+    Whisper-style blocks (``encoder_layers`` of ``d_model``): q/k/v/out projections with biases, a two-matrix
+    GELU MLP ``encoder_ffn_dim`` wide, two LayerNorms; a final LayerNorm. The front end and the head are
+    Qwen3-Omni's AuT where the config gives ``downsample_hidden_size`` (three stride-2 3x3 Conv2d of that
+    many channels over the mel bins, a linear from channels x bins / 8 to ``d_model``, then ``d_model`` to
+    ``d_model`` and to ``output_dim``), else Whisper's (two kernel-3 Conv1d, mel bins to ``d_model`` and
+    ``d_model`` to ``d_model``, and one projection to ``output_dim``: Qwen2-Audio, Qwen2.5-Omni)."""
+    whole = _whole_of(audio)
+    width = whole("d_model", "hidden_size")
+    layers = whole("encoder_layers", "num_hidden_layers")
+    if not width or not layers:
+        return 0
+    ffn = whole("encoder_ffn_dim", "intermediate_size") or 4 * width
+    blocks = layers * (4 * width * width + 4 * width + 2 * width * ffn + ffn + width + 4 * width)
+    mels = whole("num_mel_bins") or 128
+    out = whole("output_dim") or text_hidden
+    channels = whole("downsample_hidden_size")
+    if channels:
+        bins = mels
+        for _ in range(3):
+            bins = (bins + 1) // 2
+        front = 10 * channels + 2 * (9 * channels * channels + channels) + channels * bins * width
+        head = width * width + width + width * out + out
+    else:
+        front = 3 * mels * width + width + 3 * width * width + width
+        head = width * out + out
+    return blocks + front + head + 2 * width
 
 
 def _dense_layers(cfg: dict[str, Any], name: str, layers: int) -> int:

@@ -491,9 +491,10 @@ def weight_bytes_per_rank(model: ModelShape, dtype: str, tp: int) -> float:
         linear = model.expert_params * WEIGHT_BYTES[dtype] + (model.linear_params - model.expert_params) * 2.0
     else:
         linear = model.linear_params * WEIGHT_BYTES[dtype]
-    # embedding and lm_head are vocab-parallel (split over TP); norms are replicated; a vision encoder stays
-    # in 16 bit (quantized checkpoints leave it out) and is split over TP like the language model
-    return (linear + (model.embedding_params + model.vision_params) * 2.0) / tp + model.norm_params * 2.0
+    # embedding and lm_head are vocab-parallel (split over TP); norms are replicated; vision and audio
+    # encoders stay in 16 bit (quantized checkpoints leave them out) and are split over TP like the language
+    # model
+    return (linear + (model.embedding_params + model.encoder_params) * 2.0) / tp + model.norm_params * 2.0
 
 
 def kv_bytes_per_token(model: ModelShape, tp: int, kv_cache_dtype: str, dtype: str) -> int:
@@ -838,6 +839,12 @@ def plan_memory(dep: Deployment) -> MemoryPlan:
             f"vision encoder: its {model.vision_params / 1e9:.2f}B parameters are counted in the weights; "
             "the memory vLLM's profiling run spends encoding the largest images a prompt may carry is not: "
             "leave headroom, or bound it with --limit-mm-per-prompt"
+        )
+    if model.audio_params:
+        warnings.append(
+            f"audio encoder: its {model.audio_params / 1e9:.2f}B parameters are counted in the weights; the "
+            "memory vLLM's profiling run spends encoding the longest audio a prompt may carry is not: leave "
+            "headroom, or bound it with --limit-mm-per-prompt"
         )
     warnings += _layer_warnings(model, local, dep.tp)
     fit_len = (

@@ -344,6 +344,65 @@ def test_qwen3_omni_is_sized_from_its_thinker():
     assert model.params == 48 * per_layer + 2 * 152064 * h + (2 * 48 + 1) * h
 
 
+# Qwen/Qwen3-Omni-30B-A3B-Instruct's thinker_config audio_config (the AuT encoder) and vision_config
+QWEN3_OMNI_AUDIO = {
+    "model_type": "qwen3_omni_moe_audio_encoder",
+    "d_model": 1280,
+    "encoder_layers": 32,
+    "encoder_attention_heads": 20,
+    "encoder_ffn_dim": 5120,
+    "downsample_hidden_size": 480,
+    "num_mel_bins": 128,
+    "output_dim": 2048,
+}
+QWEN3_OMNI_VISION = {
+    "model_type": "qwen3_omni_moe_vision_encoder",
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "hidden_act": "gelu_pytorch_tanh",
+    "num_heads": 16,
+    "in_channels": 3,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "out_hidden_size": 2048,
+    "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": [8, 16, 24],
+}
+
+
+def test_qwen3_omni_counts_its_audio_and_vision_encoders_in_16_bit():
+    from sizing.memory import weight_bytes_per_rank
+
+    text = {"hidden_size": 2048, "intermediate_size": 768, "moe_intermediate_size": 768, "num_experts": 128}
+    text |= {"num_experts_per_tok": 8, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128}
+    text |= {"num_hidden_layers": 48, "vocab_size": 152064, "max_position_embeddings": 65536}
+    thinker = {"text_config": text, "audio_config": QWEN3_OMNI_AUDIO, "vision_config": QWEN3_OMNI_VISION}
+    omni = {"model_type": "qwen3_omni_moe", "thinker_config": thinker, "torch_dtype": "bfloat16"}
+    model = model_from_hf_config(omni, "omni")
+    bare = model_from_hf_config({**omni, "thinker_config": {"text_config": text}}, "bare")
+    assert model.params == bare.params  # the language model: what a decode step reads
+    # the audio tower as transformers lists its modules: 32 layers of q/k/v/out (with biases), fc1/fc2 and two
+    # LayerNorms; ln_post; conv2d1-3 (3x3, 480 channels); conv_out from 480 x 16 mel bins; proj1 and proj2
+    d, ffn, c = 1280, 5120, 480
+    layer = 4 * (d * d + d) + (d * ffn + ffn) + (ffn * d + d) + 2 * 2 * d
+    convs = (9 * c + c) + 2 * (9 * c * c + c) + c * 16 * d
+    assert model.audio_params == 32 * layer + 2 * d + convs + (d * d + d) + (d * 2048 + 2048)
+    assert model.audio_params / 1e9 == pytest.approx(0.65, abs=0.01)
+    # the vision tower: 27 blocks (qkv, proj, fc1, fc2 with biases, two LayerNorms), the Conv3d patch
+    # embedding, a 2,304-entry position table, the merger and three DeepStack mergers (LayerNorm, 4608 -> 4608
+    # -> 2048); the shape leaves the biases and norms out, under 0.2 % of it
+    w, mlp, m = 1152, 4304, 4 * 1152
+    block = (w * 3 * w + 3 * w) + (w * w + w) + (w * mlp + mlp) + (mlp * w + w) + 4 * w
+    merger = 2 * m + (m * m + m) + (m * 2048 + 2048)
+    listed = 27 * block + 3 * 2 * 16 * 16 * w + 2304 * w + 4 * merger
+    assert model.vision_params == pytest.approx(listed, rel=0.002)
+    assert model.vision_params / 1e9 == pytest.approx(0.54, abs=0.01)
+    extra = weight_bytes_per_rank(model, "bf16", 2) - weight_bytes_per_rank(bare, "bf16", 2)
+    assert extra == pytest.approx((model.audio_params + model.vision_params) * 2.0 / 2)
+
+
 def test_gemma_3n_is_refused_naming_what_is_not_modelled():
     gemma3n = {
         "model_type": "gemma3n",
