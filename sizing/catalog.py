@@ -690,7 +690,7 @@ def model_from_hf_config(config: Any, name: str = "custom") -> ModelShape:
         quantization=quantization,
         quant_group=quant_group,
         no_fp16=bool(_NO_FP16 & {model_type, str(config.get("model_type", ""))}),
-        vision_params=_vision_params(vision, hidden) if isinstance(vision, dict) else 0,
+        vision_params=_vision_params(vision, hidden, str(config.get("model_type", ""))) if vision else 0,
         audio_params=_audio_params(audio, hidden) if isinstance(audio, dict) else 0,
         hf_id=str(cfg.get("_name_or_path") or name),
         source="config.json",
@@ -761,7 +761,7 @@ def _moe_widths(
     return experts, moe_intermediate, shared, intermediate
 
 
-def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
+def _vision_params(vision: Any, text_hidden: int, family: str = "") -> int:  # Any: a config.json value
     """A vision encoder's weights from its config.json ``vision_config`` (a ViT: attention and MLP per block,
     the patch embedding and the projector to the language model), or 0 where its shape cannot be read.
 
@@ -769,9 +769,11 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
     Llama 4, InternViT); the projector merges ``spatial_merge_size``^2 patches (Qwen) or maps one (LLaVA),
     and Qwen3-VL's and Qwen3-Omni's DeepStack keeps one more such merger for each of its
     ``deepstack_visual_indexes``; a learned position table (``num_position_embeddings``) is counted where
-    the config gives one."""
+    the config gives one. GLM-4.1V and GLM-4.5V (``family`` glm4v...) are laid out otherwise
+    (_glm4v_vision)."""
+    if not isinstance(vision, dict):
+        return 0
     whole = _whole_of(vision)
-
     layers = whole("depth", "num_hidden_layers", "num_layers")
     width = whole("hidden_size", "embed_dim", "width")
     if not layers or not width:
@@ -785,11 +787,25 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> int:
     channels = (whole("in_chans", "num_channels") or 3) * (whole("temporal_patch_size") or 1)
     embed = channels * patch * patch * width
     out = whole("out_hidden_size", "projection_dim", "vision_output_dim") or text_hidden
+    if family.startswith("glm4v") or str(vision.get("model_type", "")).startswith("glm4v"):
+        return embed + _glm4v_vision(whole, layers, width, out, patch)
     merged = width * (whole("spatial_merge_size") or 1) ** 2
     projector = merged * merged + merged * out if merged > width else width * out + out * out
     deepstack = vision.get("deepstack_visual_indexes")
     mergers = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
     return blocks + embed + mergers * projector + whole("num_position_embeddings") * width
+
+
+def _glm4v_vision(whole: Callable[..., int], layers: int, width: int, out: int, patch: int) -> int:
+    """GLM-4.1V's and GLM-4.5V's vision encoder past its patch embedding, as vLLM's ``glm4_1v.py`` builds it:
+    each block's gated MLP is ``out_hidden_size`` wide (not ``intermediate_size``); a Conv2d merges
+    ``spatial_merge_size``^2 patches into ``out_hidden_size``; the merger is a square projection and a gated
+    MLP ``intermediate_size`` wide; a position table covers (``image_size`` / ``patch_size``)^2 patches."""
+    merge = whole("spatial_merge_size") or 1
+    blocks = layers * (4 * width * width + 3 * width * out)
+    side = whole("image_size") // patch
+    merger = out * out + 3 * out * whole("intermediate_size")
+    return blocks + width * out * merge * merge + merger + side * side * width
 
 
 def _whole_of(config: dict[str, Any]) -> Callable[..., int]:

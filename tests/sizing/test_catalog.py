@@ -582,3 +582,22 @@ def test_a_two_part_quantization_tag_of_another_publisher_resolves_to_the_catalo
         "gptq",
         "someone/Qwen2.5-14B-Instruct-GPTQ-Int4",
     )
+
+
+def test_glm_4v_vision_blocks_are_out_hidden_size_wide_and_its_merger_intermediate_size():
+    # transformers' Glm4vConfig defaults, GLM-4.1V-9B-Thinking's shape
+    text = {"model_type": "glm4v_text", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696}
+    text |= {"num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2}
+    text |= {"max_position_embeddings": 65536, "attention_bias": True}
+    vision = {"depth": 24, "hidden_size": 1536, "hidden_act": "silu", "num_heads": 12, "image_size": 336}
+    vision |= {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 4096}
+    vision |= {"intermediate_size": 13696}
+    model = model_from_hf_config({"model_type": "glm4v", "text_config": text, "vision_config": vision})
+    # vLLM's glm4_1v.py: 24 blocks of qkv and proj and a gated MLP 4,096 wide; the Conv3d patch embedding; a
+    # 2 x 2 Conv2d down to 4,096; the merger's 4,096-square projection and gated MLP 13,696 wide; a position
+    # table of (336 / 14)^2 patches
+    w, out = 1536, 4096
+    blocks = 24 * (4 * w * w + 3 * w * out)
+    expected = blocks + 3 * 2 * 14 * 14 * w + w * out * 4 + out * out + 3 * out * 13696 + 24 * 24 * w
+    assert model.vision_params == expected
+    assert (model.params + model.vision_params) / 1e9 == pytest.approx(10.29, abs=0.01)
