@@ -15,7 +15,7 @@ import re
 import typing
 from collections.abc import Mapping
 from contextvars import ContextVar
-from datetime import date, timedelta
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -35,12 +35,13 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
-from policies.schedule import by_weekday, opened_by_calendar, weekdays_opened
+from policies.schedule import by_weekday, calendar_one_offs, opened_by_calendar, wall_start, weekdays_opened
 from policies.spec import (
     Calendar,
     Duration,
     GroupSpec,
     PolicySpec,
+    Schedule,
     default_isolation_rules,
     threshold_pairs,
 )
@@ -501,33 +502,36 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
 
 
 def _one_off_peak(groups: list[GroupConfig]) -> int:
-    """The most one-off tasks the groups' calendars have the service hold at once (the worst day of the
-    calendar): a start/end pair for each day from today to ``ONE_OFF_DAYS`` ahead on which the calendar opens
-    a window its weekday does not, and yesterday's end for a window past midnight."""
-    opened: list[tuple[set[date], bool]] = []  # per mirrored window: its days, and whether it ends next day
+    """The most one-off tasks the groups' calendars have the service hold at once: at each instant, every
+    window's start/end pair of each day from its yesterday to ``ONE_OFF_DAYS`` ahead on which the calendar
+    opens it where its weekday does not, less the edges already past (``calendar_one_offs``). Each window
+    reads its today in its own zone: Pacific/Kiritimati is a day ahead of Pacific/Pago_Pago. The count grows
+    only when a day enters a window's reach, at midnight in its zone, so those instants are the ones to count
+    at."""
+    windows: list[tuple[Calendar, Schedule, float]] = []
+    instants: set[datetime] = set()
     for g in groups:
         cal = g.calendar
-        if cal is None:
+        spans = (*cal.holidays, *cal.workdays) if cal is not None else ()
+        if cal is None or not spans:
             continue
-        spans = (*cal.holidays, *cal.workdays)
-        days = cal.exception_days(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else []
+        days = cal.exception_days(min(s[0] for s in spans), max(s[1] for s in spans))
         for s in g.schedules:
-            if s.cron is None and s.start is not None and s.end is not None:
-                mine = {d for d in days if opened_by_calendar(s, cal, d)}
-                if mine:
-                    opened.append((mine, s.end <= s.start))
-    if not opened:
-        return 0
-    todays = {d - timedelta(days=k) for mine, _ in opened for d in mine for k in range(-1, ONE_OFF_DAYS + 1)}
+            if s.cron is not None or s.start is None or s.end is None:
+                continue
+            mine = [d for d in days if opened_by_calendar(s, cal, d)]
+            if mine:
+                windows.append((cal, s, g.cold_start_s))
+                instants.update(wall_start(d - timedelta(days=ONE_OFF_DAYS), time(0), s.zone) for d in mine)
 
-    def held(today: date) -> int:
-        ahead = [today + timedelta(days=k) for k in range(ONE_OFF_DAYS + 1)]
+    def held(at: datetime) -> int:
         return sum(
-            2 * sum(d in mine for d in ahead) + int(overnight and today - timedelta(days=1) in mine)
-            for mine, overnight in opened
+            (start > at) + (end > at)
+            for cal, s, lead_s in windows
+            for _, start, end in calendar_one_offs(s, cal, at, lead_s, ONE_OFF_DAYS)
         )
 
-    return max(held(t) for t in todays)
+    return max((held(at) for at in instants), default=0)
 
 
 def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:

@@ -100,6 +100,24 @@ def opened_by_calendar(schedule: Schedule, calendar: Calendar | None, day: date)
     )
 
 
+def calendar_one_offs(
+    schedule: Schedule, calendar: Calendar | None, now: datetime, lead_s: float, ahead_days: int
+) -> list[tuple[date, datetime, datetime]]:
+    """The days from yesterday to ``ahead_days`` ahead (dates in the schedule's own zone at ``now``) on which
+    ``calendar`` opens the window its weekday does not (``opened_by_calendar``), each with the UTC instants of
+    its window's start less ``lead_s`` and its end: the days the service writes one-off ESS tasks for. Past
+    edges are kept: the caller drops those at or before ``now``."""
+    if calendar is None or schedule.start is None or schedule.end is None:
+        return []
+    today = now.astimezone(schedule.zone).date()
+    out = []
+    for day in calendar.exception_days(today - timedelta(days=1), today + timedelta(days=ahead_days)):
+        if opened_by_calendar(schedule, calendar, day):
+            start, end = day_window(schedule, day)
+            out.append((day, start - timedelta(seconds=lead_s), end))
+    return out
+
+
 def weekdays_opened(schedule: Schedule) -> frozenset[int] | None:
     """The weekdays (Monday = 0) a window opens on, the ones a calendar's exception day can be read as; None
     for a cron window naming days of the month or months (the calendar leaves it alone)."""

@@ -47,7 +47,7 @@ from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
 from fleet.config import ONE_OFF_DAYS
-from policies.schedule import day_window, opened_by_calendar
+from policies.schedule import calendar_one_offs, day_window
 from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,12 @@ def _edge(sched: Schedule, day: date, lead_s: float, at_end: bool, now: datetime
     """The window of ``day``'s start (less ``lead_s``) or end, rounded down to ESS's whole minutes (never
     late)."""
     w_start, w_end = day_window(sched, day)
-    edge = w_end if at_end else w_start - timedelta(seconds=lead_s)
-    return edge.astimezone(now.tzinfo).replace(second=0, microsecond=0)
+    return _minute(w_end if at_end else w_start - timedelta(seconds=lead_s), now)
+
+
+def _minute(at: datetime, now: datetime) -> datetime:
+    """``at`` in ``now``'s zone, rounded down to ESS's whole minutes (never late)."""
+    return at.astimezone(now.tzinfo).replace(second=0, microsecond=0)
 
 
 def _weekly(
@@ -215,21 +219,13 @@ def one_off_tasks(spec: GroupSpec, sched: Schedule, now: datetime) -> list[Desir
     """The one-off pair of each coming day (up to ``ONE_OFF_DAYS`` ahead) on which the group's calendar opens
     a window its weekday does not (a ``mon-fri`` window on a makeup Saturday); each task is wanted until it
     fires."""
-    calendar = spec.calendar
-    if calendar is None:
-        return []
-    today = now.astimezone(sched.zone).date()
     out = []
-    for day in calendar.exception_days(today - timedelta(days=1), today + timedelta(days=ONE_OFF_DAYS)):
-        if not opened_by_calendar(sched, calendar, day):
-            continue
+    for day, start, end in calendar_one_offs(sched, spec.calendar, now, spec.cold_start_s, ONE_OFF_DAYS):
         name = f"{task_prefix(spec.name)}{sched.name}-{day:%Y%m%d}"
-        start = _edge(sched, day, spec.cold_start_s, False, now)
-        end = _edge(sched, day, 0.0, True, now)
         end_max = spec.max_size if sched.ceiling is not None else None
         for task in (
-            DesiredTask(f"{name}-start", start, "", sched.floor, sched.ceiling),
-            DesiredTask(f"{name}-end", end, "", spec.min_size, end_max),
+            DesiredTask(f"{name}-start", _minute(start, now), "", sched.floor, sched.ceiling),
+            DesiredTask(f"{name}-end", _minute(end, now), "", spec.min_size, end_max),
         ):
             if task.launch_time > now:
                 out.append(task)

@@ -150,3 +150,22 @@ def test_a_weekday_cron_counts_for_the_makeup_workday(tmp_path):
         '     {name: mon, cron: "0 9 * * 1", duration: 9h, min: 4}]}\n'
     )
     assert not [w for w in load_config(write(tmp_path, text), env={}).warnings() if "workday_like" in w]
+
+
+def test_the_quota_warning_reads_each_windows_days_in_its_own_time_zone(tmp_path):
+    """Pacific/Kiritimati (UTC+14) is a day ahead of Pacific/Pago_Pago (UTC-11): at Pago Pago's midnight
+    starting the holiday Friday 2027-02-12, its weekend window's one-off pair for that day is ahead, and
+    Kiritimati's today is already Saturday the 13th, so its business window's pair for the makeup Saturday
+    eight days later (2027-02-20, seven ahead there) is written too: four one-off tasks at once, where one
+    date for every window's today never has the two days within its week."""
+    predictive = "predictive: {mode: on, model: Qwen2.5-7B, instance_type: ecs.gn7i-c8g1.2xlarge}"
+    text = (
+        f"{HEAD}calendar: {{holidays: [2027-02-12], workdays: [2027-02-20]}}\ngroups:\n"
+        f"  - {{name: a, min_size: 1, max_size: 8, {predictive}, schedules: [{{name: biz, days: mon-fri,\n"
+        '     timezone: Pacific/Kiritimati, start: "09:00", end: "18:00", min: 2}]}\n'
+        f"  - {{name: b, min_size: 1, max_size: 8, {predictive}, schedules: [{{name: wknd, days: sat-sun,\n"
+        '     timezone: Pacific/Pago_Pago, start: "09:00", end: "18:00", min: 2}]}\n'
+        f"  - {{name: c, min_size: 1, max_size: 8, {predictive}}}\n"
+    )
+    [w] = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
+    assert "mirror 80 ESS scheduled tasks (4 for schedule windows, at most 4 one-off" in w
