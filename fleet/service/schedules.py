@@ -24,12 +24,15 @@ Calendar exceptions (a group's ``calendar``, policies/schedule.py): ESS Weekly t
 the service writes what the coming days call for. A window whose recurring tasks would fire on a day its
 calendar takes off (a ``mon-fri`` window on a holiday, a ``sat,sun`` one on a makeup workday) gets its
 recurring tasks' LaunchTime moved past the run of such days ahead of their next firing: the first launch of
-a Weekly task is its LaunchTime, so they resume after the holiday. A window that opens on an exception day
-but not on its weekday (``mon-fri`` on a makeup Saturday) gets a one-off pair for that date,
-``fleet-<group>-<schedule>-YYYYMMDD-start``/``-end``, written up to ``ONE_OFF_DAYS`` ahead and deleted once
-fired. While the service is down ESS holds the days it last wrote: a holiday after the next regular firing
-holds the weekday floor, and a makeup workday more than ``ONE_OFF_DAYS`` ahead holds the weekend's, until
-a sync after the service is back.
+a Weekly task is its LaunchTime, so they resume after the holiday. A firing the calendar takes off later,
+within ``ONE_OFF_DAYS``, ends the task's recurrence (RecurrenceEndTime) a minute before it, and another Weekly
+task, ``fleet-<group>-<schedule>-fromYYYYMMDD-start``/``-end``, launches at the first firing after the run
+(dated by its window's day); once the cut is past, the window's own task moves there and that one is deleted.
+A window that opens on an exception day but not on its weekday (``mon-fri`` on a makeup Saturday) gets a
+one-off pair for that date, ``fleet-<group>-<schedule>-YYYYMMDD-start``/``-end``, written up to
+``ONE_OFF_DAYS`` ahead and deleted once fired. While the service is down ESS holds the days it last wrote: a
+holiday more than ``ONE_OFF_DAYS`` ahead holds the weekday floor, and a makeup workday that far ahead holds
+the weekend's, until a sync after the service is back.
 
 The weekly days and time are computed from the window's next occurrence (every weekday of the schedule at
 that occurrence's UTC offset), so DST zones are right until their offset changes; the periodic re-sync moves
@@ -109,6 +112,9 @@ class DesiredTask:
     # a window's task: its next firing is ``launch_time`` exactly (the calendar may move it past holidays); a
     # learned floor's fires daily at its time, whatever the date its LaunchTime was written with
     exact_launch: bool = False
+    # a window's task that stops before a firing the calendar takes off (its run resumed by another task);
+    # None: it recurs for RECURRENCE_SPAN
+    recurrence_end: datetime | None = None
 
     @property
     def hhmm(self) -> str:
@@ -151,41 +157,78 @@ def _minute(at: datetime, now: datetime) -> datetime:
     return at.astimezone(now.tzinfo).replace(second=0, microsecond=0)
 
 
-def _weekly(
-    sched: Schedule,
-    now: datetime,
-    lead_s: float = 0.0,
-    at_end: bool = False,
-    calendar: Calendar | None = None,
-) -> tuple[datetime, str]:
-    """The next UTC occurrence after ``now`` of a window's start (less ``lead_s``) or end, and the UTC
-    weekdays (ESS numbering, 0 = Sunday) on which it recurs at that same UTC time.
+@dataclass(frozen=True)
+class _Segment:
+    """A stretch of a window's weekly firings that the calendar leaves alone: one Weekly task."""
 
-    The weekdays are every weekday of the schedule at the UTC offset of that next occurrence: a
-    daylight-saving change in the coming days moves the later ones by an hour (the re-sync after it moves the
-    task), and leaving them out would lose those days' floors altogether while the service is down.
+    launch: datetime  # its first firing (UTC)
+    day: date  # that firing's window's day, in the schedule's zone
+    days: str  # the UTC weekdays it recurs on (ESS numbering, 0 = Sunday)
+    end: datetime | None  # its RecurrenceEndTime: a minute before a firing the calendar takes off; None: open
 
-    The next occurrence skips the days ``calendar`` takes off the window (a ``mon-fri`` window's holidays):
-    the task's LaunchTime, its first firing, lies past them."""
+
+def _firings(
+    sched: Schedule, now: datetime, lead_s: float, at_end: bool, calendar: Calendar | None
+) -> list[tuple[datetime, date, bool]]:
+    """Every firing after ``now`` of a window's start (less ``lead_s``) or end on the schedule's weekdays, for
+    the coming weeks: its instant, its window's day, and whether the calendar keeps the window on that day
+    (a ``mon-fri`` window's holiday does not)."""
     today = now.astimezone(sched.zone).date()
-    nxt: tuple[datetime, date] | None = None
+    out = []
     for offset in range(-2, 12 + SKIP_SEARCH_DAYS):  # every weekday after ``now``, whatever the UTC shift
         day = today + timedelta(days=offset)
         if day.weekday() not in sched.weekdays:
             continue
         edge = _edge(sched, day, lead_s, at_end, now)
-        if edge <= now:
-            continue
-        if nxt is None:
-            nxt = (edge, day)  # the regular next occurrence: kept if the calendar leaves none in the span
-        if weekday_of(calendar, day) in sched.weekdays:
-            nxt = (edge, day)
-            break
-    assert nxt is not None, "a weekly window occurs within two weeks"
-    nxt_at, local_day = nxt
-    shift = (nxt_at.astimezone(UTC).date() - local_day).days  # the edge's UTC date against its window's day
+        if edge > now:
+            out.append((edge, day, weekday_of(calendar, day) in sched.weekdays))
+    return out
+
+
+def _ess_days(sched: Schedule, at: datetime, local_day: date) -> str:
+    """The UTC weekdays (ESS numbering, 0 = Sunday) on which a window's edge recurs at ``at``'s UTC time."""
+    shift = (at.astimezone(UTC).date() - local_day).days  # the edge's UTC date against its window's day
     days = sorted({(d + shift + 1) % 7 for d in sched.weekdays})  # Python: Monday = 0; ESS: Sunday = 0
-    return nxt_at, ",".join(str(d) for d in days)
+    return ",".join(str(d) for d in days)
+
+
+def _segments(
+    sched: Schedule,
+    now: datetime,
+    lead_s: float = 0.0,
+    at_end: bool = False,
+    calendar: Calendar | None = None,
+) -> list[_Segment]:
+    """The Weekly tasks of a window's start (less ``lead_s``) or end: the first launches at the next firing
+    the calendar keeps (past a run of holidays directly ahead); when a firing the calendar takes off follows
+    within ``ONE_OFF_DAYS``, that task's recurrence ends a minute before it and another launches at the next
+    kept firing after the run, and so on. Each recurs at the UTC time of its first firing, on every weekday of
+    the schedule at that firing's UTC offset: a daylight-saving change in the coming days moves the later
+    ones by an hour (the re-sync after it moves the task), and leaving them out would lose those days' floors
+    altogether while the service is down."""
+    firings = _firings(sched, now, lead_s, at_end, calendar)
+    assert firings, "a weekly window occurs within two weeks"
+    kept = [k for k, f in enumerate(firings) if f[2]]
+    # the regular next occurrence when the calendar keeps none in the span
+    k = kept[0] if kept else 0
+    last_day = now.astimezone(sched.zone).date() + timedelta(days=ONE_OFF_DAYS)
+    starts: list[int] = [k]
+    ends: list[datetime | None] = [None]
+    while k + 1 < len(firings) and firings[k + 1][1] <= last_day:
+        k += 1
+        if firings[k][2]:
+            continue
+        resume = next((j for j in kept if j > k), None)
+        if resume is None:
+            break
+        ends[-1] = firings[k][0] - timedelta(minutes=1)
+        starts.append(resume)
+        ends.append(None)
+        k = resume
+    return [
+        _Segment(firings[j][0], firings[j][1], _ess_days(sched, firings[j][0], firings[j][1]), end)
+        for j, end in zip(starts, ends, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -242,29 +285,25 @@ def desired_tasks(
         if sched.cron is not None or sched.start is None or sched.end is None:
             skipped.append(sched.name)
             continue
-        start_at, start_days = _weekly(sched, now, lead_s=spec.cold_start_s, calendar=spec.calendar)
-        end_at, end_days = _weekly(sched, now, at_end=True, calendar=spec.calendar)
         tasks.extend(one_off_tasks(spec, sched, now))
-        tasks.append(
-            DesiredTask(
-                name=f"{task_prefix(spec.name)}{sched.name}-start",
-                launch_time=start_at,
-                recurrence_value=start_days,
-                min_value=sched.floor,
-                max_value=sched.ceiling,
-                exact_launch=True,
-            )
-        )
-        tasks.append(
-            DesiredTask(
-                name=f"{task_prefix(spec.name)}{sched.name}-end",
-                launch_time=end_at,
-                recurrence_value=end_days,
-                min_value=spec.min_size,
-                max_value=spec.max_size if sched.ceiling is not None else None,
-                exact_launch=True,
-            )
-        )
+        end_max = spec.max_size if sched.ceiling is not None else None
+        for edge, lead_s, at_end, min_value, max_value in (
+            ("start", spec.cold_start_s, False, sched.floor, sched.ceiling),
+            ("end", 0.0, True, spec.min_size, end_max),
+        ):
+            for k, seg in enumerate(_segments(sched, now, lead_s, at_end, spec.calendar)):
+                name = f"{sched.name}-{edge}" if k == 0 else f"{sched.name}-from{seg.day:%Y%m%d}-{edge}"
+                tasks.append(
+                    DesiredTask(
+                        name=f"{task_prefix(spec.name)}{name}",
+                        launch_time=seg.launch,
+                        recurrence_value=seg.days,
+                        min_value=min_value,
+                        max_value=max_value,
+                        exact_launch=True,
+                        recurrence_end=seg.end,
+                    )
+                )
     return tasks, skipped
 
 
@@ -325,11 +364,12 @@ def _differs(have: ScheduledTask, want: DesiredTask, now: datetime, service: str
         diffs.append("max")
     if not have.enabled:
         diffs.append("enabled")
-    if (
-        not want.once
-        and have.recurrence_end_time is not None
-        and have.recurrence_end_time < now + RECURRENCE_REFRESH
-    ):
+    if want.once:
+        pass
+    elif want.recurrence_end is not None:
+        if have.recurrence_end_time != want.recurrence_end:
+            diffs.append("recurrence_end")  # a holiday's firing ahead: the recurrence stops before it
+    elif have.recurrence_end_time is not None and have.recurrence_end_time < now + RECURRENCE_REFRESH:
         diffs.append("recurrence_end")
     return diffs
 
@@ -399,9 +439,12 @@ def plan_sync(
 
 
 _ONE_OFF_NAME = re.compile(r"-\d{8}-(start|end)$")
+_RESUMED_NAME = re.compile(r"-from\d{8}-(start|end)$")
 
 
 def _why_deleted(name: str) -> str:
+    if _RESUMED_NAME.search(name):
+        return "a weekly task resumed after calendar days off: now the window's own task, or no longer cut"
     if _ONE_OFF_NAME.search(name):
         return "a calendar day's one-off task: fired, or its day no longer an exception"
     return "no longer in the config"
@@ -469,7 +512,7 @@ def sync_group(
                     recurrence_value=t.recurrence_value or None,
                     min_value=t.min_value,
                     max_value=t.max_value,
-                    recurrence_end_time=None if t.once else end,
+                    recurrence_end_time=None if t.once else t.recurrence_end or end,
                     enabled=True,
                     description=mark,
                 )
@@ -513,7 +556,7 @@ def _create(ess: EssApi, group_id: str, t: DesiredTask, end: datetime, mark: str
         t.recurrence_value or None,
         min_value=t.min_value,
         max_value=t.max_value,
-        recurrence_end_time=None if t.once else end,
+        recurrence_end_time=None if t.once else t.recurrence_end or end,
         enabled=True,
         description=mark,
     )

@@ -115,6 +115,7 @@ def test_matching_tasks_need_no_change():
             recurrence_value=t.recurrence_value,
             min_value=t.min_value,
             max_value=t.max_value,
+            recurrence_end_time=t.recurrence_end,
         )
         for t in want
     ]
@@ -643,12 +644,15 @@ def test_a_start_task_that_would_fire_on_a_holiday_is_modified_then_left_alone()
         for t in regular
     ]
     changes, want = plan_sync(spec, existing, TUESDAY_NOON)
+    # the end fires today, then on the holidays: its recurrence stops before them, another resumes it
     assert [(c.op, c.name, c.detail) for c in changes if c.op == "modify"] == [
-        ("modify", "fleet-chat-biz-start", "launch")
+        ("modify", "fleet-chat-biz-start", "launch"),
+        ("modify", "fleet-chat-biz-end", "recurrence_end"),
     ]
     assert {c.name for c in changes if c.op == "create"} == {
         "fleet-chat-biz-20260307-start",
         "fleet-chat-biz-20260307-end",
+        "fleet-chat-biz-from20260309-end",
     }
     applied = _as_written(want)
     assert plan_sync(spec, applied, TUESDAY_NOON)[0] == []
@@ -663,6 +667,8 @@ def test_a_one_off_task_that_fired_is_deleted_and_a_dropped_holiday_moves_the_st
     assert sorted((c.op, c.name) for c in changes) == [
         ("delete", "fleet-chat-biz-20260307-end"),
         ("delete", "fleet-chat-biz-20260307-start"),
+        ("delete", "fleet-chat-biz-from20260309-end"),  # the end task fires next: its recurrence reopens
+        ("modify", "fleet-chat-biz-end"),
     ]
     changes, _ = plan_sync(_spec(), applied, TUESDAY_NOON)  # the calendar removed before the holidays
     assert ("modify", "fleet-chat-biz-start", "launch") in [(c.op, c.name, c.detail) for c in changes]
@@ -724,6 +730,41 @@ def test_with_the_service_down_from_the_eve_of_the_holidays_ess_holds_the_calend
     assert at(sat + timedelta(days=2), 10) == 6  # Monday: the weekly task again
 
 
+def test_with_the_service_down_before_the_last_workday_ahead_of_the_holidays_they_hold_the_holiday_floor(
+    fake_world,
+):
+    """Synced last on Monday, the holidays Wednesday to Friday: the weekly start fires on Tuesday, its next
+    launch, and before the recurrence was cut there it fired on the holidays too (MinSize 6 on Wednesday)."""
+    from datetime import date, timedelta
+
+    from fleet.service.schedules import sync_group
+    from fleet.testing import mock_aliyun
+
+    with mock_aliyun() as probe:
+        start = probe.now()
+    monday = start.date() + timedelta(days=7 - start.weekday())
+    tuesday, wed, fri, sat = (monday + timedelta(days=d) for d in (1, 2, 4, 5))
+    cloud, svc, gid = fake_world(CAL_YAML.format(wed=wed, fri=fri, sat=sat), in_service=6)
+
+    def at(day: date, hour: int) -> int:
+        when = datetime(day.year, day.month, day.day, hour, tzinfo=UTC) - timedelta(hours=8)
+        cloud.advance((when - cloud.now()).total_seconds())
+        return cloud.ess.groups[gid].min_size
+
+    at(monday, 12)
+    changes = sync_group(_plain_ess(cloud, svc), svc.specs[0], gid, cloud.now())
+    assert not any(c.op == "error" for c in changes), changes
+    assert at(tuesday, 10) == 6  # the last workday before the holidays
+    assert at(tuesday, 19) == 1
+    assert at(wed, 10) == 1  # a holiday
+    assert at(fri, 10) == 1
+    assert at(sat, 10) == 6  # the makeup Saturday
+    assert at(sat, 19) == 1
+    assert at(sat + timedelta(days=2), 10) == 6  # Monday: the weekly task resumed
+    assert at(sat + timedelta(days=2), 19) == 1
+    assert at(sat + timedelta(days=3), 10) == 6
+
+
 def _as_written(want):
     """The desired tasks as ESS lists them once written."""
     return [
@@ -734,6 +775,7 @@ def _as_written(want):
             recurrence_value=t.recurrence_value or None,
             min_value=t.min_value,
             max_value=t.max_value,
+            recurrence_end_time=t.recurrence_end,
         )
         for t in want
     ]
