@@ -35,7 +35,14 @@ from pydantic_settings.exceptions import SettingsError
 
 from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
-from policies.schedule import by_weekday, calendar_one_offs, opened_by_calendar, wall_start, weekdays_opened
+from policies.schedule import (
+    by_weekday,
+    calendar_cuts,
+    calendar_one_offs,
+    opened_by_calendar,
+    wall_start,
+    weekdays_opened,
+)
 from policies.spec import (
     Calendar,
     Duration,
@@ -491,7 +498,7 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     total = windows + one_off + learned
     if total <= SCHEDULED_TASK_QUOTA:
         return None
-    calendar = f", at most {one_off} one-off for holidays and makeup workdays" if one_off else ""
+    calendar = f", at most {one_off} one-off or resumed for holidays and makeup workdays" if one_off else ""
     return (
         f"{where}: the groups mirror {total} ESS scheduled tasks ({windows} for schedule "
         f"windows{calendar}, {learned} learned floors) where an account holds {SCHEDULED_TASK_QUOTA} per "
@@ -502,9 +509,11 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
 
 
 def _one_off_peak(groups: list[GroupConfig]) -> int:
-    """The most one-off tasks the groups' calendars have the service hold at once: at each instant, every
-    window's start/end pair of each day from its yesterday to ``ONE_OFF_DAYS`` ahead on which the calendar
-    opens it where its weekday does not, less the edges already past (``calendar_one_offs``). Each window
+    """The most one-off and resumed tasks the groups' calendars have the service hold at once: at each
+    instant, every window's start/end pair of each day from its yesterday to ``ONE_OFF_DAYS`` ahead on which
+    the calendar opens it where its weekday does not, less the edges already past (``calendar_one_offs``),
+    and the start/end pair resuming its weekly tasks after each run of days the calendar takes off it that
+    starts within ``ONE_OFF_DAYS`` (``calendar_cuts``). Each window
     reads its today in its own zone: Pacific/Kiritimati is a day ahead of Pacific/Pago_Pago. The count grows
     only when a day enters a window's reach, at midnight in its zone, so those instants are the ones to count
     at."""
@@ -520,16 +529,19 @@ def _one_off_peak(groups: list[GroupConfig]) -> int:
             if s.cron is not None or s.start is None or s.end is None:
                 continue
             mine = [d for d in days if opened_by_calendar(s, cal, d)]
+            mine += [d for d in days if d.weekday() in s.weekdays and cal.weekday_of(d) not in s.weekdays]
             if mine:
                 windows.append((cal, s, g.cold_start_s))
                 instants.update(wall_start(d - timedelta(days=ONE_OFF_DAYS), time(0), s.zone) for d in mine)
 
     def held(at: datetime) -> int:
-        return sum(
+        one_off = sum(
             (start > at) + (end > at)
             for cal, s, lead_s in windows
             for _, start, end in calendar_one_offs(s, cal, at, lead_s, ONE_OFF_DAYS)
         )
+        resumed = sum(2 * len(calendar_cuts(s, cal, at, ONE_OFF_DAYS)) for cal, s, _ in windows)
+        return one_off + resumed
 
     return max((held(at) for at in instants), default=0)
 

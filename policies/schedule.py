@@ -118,6 +118,32 @@ def calendar_one_offs(
     return out
 
 
+def calendar_cuts(
+    schedule: Schedule, calendar: Calendar | None, now: datetime, ahead_days: int
+) -> list[date]:
+    """The first days, from today to ``ahead_days`` ahead (in the schedule's zone at ``now``), of the runs of
+    the window's weekdays that ``calendar`` takes off (a ``mon-fri`` window's holidays): before each the
+    service ends its weekly tasks' recurrence and resumes them with another pair after the run (one run
+    directly ahead of their next firing needs none, which this still lists)."""
+    if calendar is None or schedule.start is None or schedule.end is None:
+        return []
+
+    def off(day: date) -> bool:
+        return day.weekday() in schedule.weekdays and calendar.weekday_of(day) not in schedule.weekdays
+
+    today = now.astimezone(schedule.zone).date()
+    out = []
+    for day in calendar.exception_days(today, today + timedelta(days=ahead_days)):
+        if not off(day):
+            continue
+        before = day - timedelta(days=1)
+        while before.weekday() not in schedule.weekdays:
+            before -= timedelta(days=1)
+        if not off(before):
+            out.append(day)
+    return out
+
+
 def weekdays_opened(schedule: Schedule) -> frozenset[int] | None:
     """The weekdays (Monday = 0) a window opens on, the ones a calendar's exception day can be read as; None
     for a cron window naming days of the month or months (the calendar leaves it alone)."""

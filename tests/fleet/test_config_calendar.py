@@ -169,3 +169,18 @@ def test_the_quota_warning_reads_each_windows_days_in_its_own_time_zone(tmp_path
     )
     [w] = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
     assert "mirror 80 ESS scheduled tasks (4 for schedule windows, at most 4 one-off" in w
+
+
+def test_the_quota_warning_counts_the_weekly_tasks_resumed_after_holidays(tmp_path):
+    """A mon-fri window's start and end each stop before a run of holidays within the week and a second
+    Weekly task resumes them after it: two more tasks while the run is ahead."""
+    predictive = "predictive: {mode: on, model: Qwen2.5-7B, instance_type: ecs.gn7i-c8g1.2xlarge}"
+    text = (
+        f"{HEAD}calendar: {{holidays: [2027-02-10..2027-02-12]}}\ngroups:\n"
+        f"  - {{name: a, min_size: 1, max_size: 8, {predictive}, schedules: [{{name: biz, days: mon-fri,\n"
+        '     start: "09:00", end: "18:00", min: 2}]}\n'
+        f"  - {{name: b, min_size: 1, max_size: 8, {predictive}}}\n"
+        f"  - {{name: c, min_size: 1, max_size: 8, {predictive}}}\n"
+    )
+    [w] = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
+    assert "mirror 76 ESS scheduled tasks (2 for schedule windows, at most 2 one-off or resumed" in w
