@@ -487,6 +487,10 @@ SCHEDULED_TASK_QUOTA = 70
 # opens a window its weekday does not (fleet/service/schedules.py; ESS takes a LaunchTime up to 90 days
 # ahead): a week covers the makeup days of a golden week and its weekend.
 ONE_OFF_DAYS = 7
+# Further ahead, to this many days, the one-off pairs are written too, after the learned floors and only as
+# the quota leaves room (a service down for weeks is rarer than one down for hours): 12 weeks, under ESS's
+# 90 days with room for a window that ends the next day in a zone 14 hours off UTC.
+ONE_OFF_FAR_DAYS = 84
 
 
 def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
@@ -494,10 +498,20 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     quota: the service creates the windows first, then the learned floors that fire soonest."""
     windows = sum(2 for g in groups for s in g.schedules if s.cron is None)
     learned = sum(LEARNED_HOURS for g in groups if g.predictive.mirrors_learned_floors)
-    one_off = _one_off_peak(groups)
+    one_off = _one_off_peak(groups, ONE_OFF_DAYS)
     total = windows + one_off + learned
     if total <= SCHEDULED_TASK_QUOTA:
-        return None
+        far = _one_off_peak(groups, ONE_OFF_FAR_DAYS)
+        if windows + far + learned <= SCHEDULED_TASK_QUOTA:
+            return None
+        return (
+            f"{where}: with the one-off tasks of calendar days {ONE_OFF_DAYS + 1} to {ONE_OFF_FAR_DAYS} "
+            f"ahead (at most {far - one_off} more) the groups mirror {windows + far + learned} ESS scheduled "
+            f"tasks where an account holds {SCHEDULED_TASK_QUOTA} per region by default: those are created "
+            "after the learned floors as the quota leaves room, and a day left out holds its weekday's floor "
+            f"if the service is down from more than {ONE_OFF_DAYS} days before it; raise the quota (Quota "
+            "Center, ESS scheduled tasks)"
+        )
     calendar = f", at most {one_off} one-off or resumed for holidays and makeup workdays" if one_off else ""
     return (
         f"{where}: the groups mirror {total} ESS scheduled tasks ({windows} for schedule "
@@ -508,15 +522,14 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     )
 
 
-def _one_off_peak(groups: list[GroupConfig]) -> int:
+def _one_off_peak(groups: list[GroupConfig], ahead_days: int) -> int:
     """The most one-off and resumed tasks the groups' calendars have the service hold at once: at each
-    instant, every window's start/end pair of each day from its yesterday to ``ONE_OFF_DAYS`` ahead on which
+    instant, every window's start/end pair of each day from its yesterday to ``ahead_days`` ahead on which
     the calendar opens it where its weekday does not, less the edges already past (``calendar_one_offs``),
     and the start/end pair resuming its weekly tasks after each run of days the calendar takes off it that
-    starts within ``ONE_OFF_DAYS`` (``calendar_cuts``). Each window
-    reads its today in its own zone: Pacific/Kiritimati is a day ahead of Pacific/Pago_Pago. The count grows
-    only when a day enters a window's reach, at midnight in its zone, so those instants are the ones to count
-    at."""
+    starts within ``ONE_OFF_DAYS`` (``calendar_cuts``). Each window reads its today in its own zone:
+    Pacific/Kiritimati is a day ahead of Pacific/Pago_Pago. The count grows only when a day enters a window's
+    reach, at midnight in its zone, so those instants are the ones to count at."""
     windows: list[tuple[Calendar, Schedule, float]] = []
     instants: set[datetime] = set()
     for g in groups:
@@ -533,12 +546,13 @@ def _one_off_peak(groups: list[GroupConfig]) -> int:
             if mine:
                 windows.append((cal, s, g.cold_start_s))
                 instants.update(wall_start(d - timedelta(days=ONE_OFF_DAYS), time(0), s.zone) for d in mine)
+                instants.update(wall_start(d - timedelta(days=ahead_days), time(0), s.zone) for d in mine)
 
     def held(at: datetime) -> int:
         one_off = sum(
             (start > at) + (end > at)
             for cal, s, lead_s in windows
-            for _, start, end in calendar_one_offs(s, cal, at, lead_s, ONE_OFF_DAYS)
+            for _, start, end in calendar_one_offs(s, cal, at, lead_s, ahead_days)
         )
         resumed = sum(2 * len(calendar_cuts(s, cal, at, ONE_OFF_DAYS)) for cal, s, _ in windows)
         return one_off + resumed

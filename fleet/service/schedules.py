@@ -30,9 +30,11 @@ task, ``fleet-<group>-<schedule>-fromYYYYMMDD-start``/``-end``, launches at the 
 (dated by its window's day); once the cut is past, the window's own task moves there and that one is deleted.
 A window that opens on an exception day but not on its weekday (``mon-fri`` on a makeup Saturday) gets a
 one-off pair for that date, ``fleet-<group>-<schedule>-YYYYMMDD-start``/``-end``, written up to
-``ONE_OFF_DAYS`` ahead and deleted once fired. While the service is down ESS holds the days it last wrote: a
-holiday more than ``ONE_OFF_DAYS`` ahead holds the weekday floor, and a makeup workday that far ahead holds
-the weekend's, until a sync after the service is back.
+``ONE_OFF_FAR_DAYS`` ahead (ESS takes a LaunchTime up to 90 days ahead) and deleted once fired; those more
+than ``ONE_OFF_DAYS`` ahead are created after the learned floors and displace none when the quota is full.
+While the service is down ESS holds the days it last wrote: a holiday more than ``ONE_OFF_DAYS`` ahead holds
+the weekday floor, and a makeup workday whose pair the quota left out holds the weekend's, until a sync after
+the service is back.
 
 The weekly days and time are computed from the window's next occurrence (every weekday of the schedule at
 that occurrence's UTC offset), so DST zones are right until their offset changes; the periodic re-sync moves
@@ -49,7 +51,7 @@ from datetime import UTC, date, datetime, timedelta
 from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
-from fleet.config import ONE_OFF_DAYS
+from fleet.config import ONE_OFF_DAYS, ONE_OFF_FAR_DAYS
 from policies.schedule import calendar_one_offs, day_window
 from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
 
@@ -112,6 +114,8 @@ class DesiredTask:
     # a window's task: its next firing is ``launch_time`` exactly (the calendar may move it past holidays); a
     # learned floor's fires daily at its time, whatever the date its LaunchTime was written with
     exact_launch: bool = False
+    # a one-off task more than ONE_OFF_DAYS ahead: created after the learned floors, and displacing none
+    deferred: bool = False
     # a window's task that stops before a firing the calendar takes off (its run resumed by another task);
     # None: it recurs for RECURRENCE_SPAN
     recurrence_end: datetime | None = None
@@ -259,16 +263,18 @@ def learned_tasks(spec: GroupSpec, learned: list[LearnedFloor]) -> list[DesiredT
 
 
 def one_off_tasks(spec: GroupSpec, sched: Schedule, now: datetime) -> list[DesiredTask]:
-    """The one-off pair of each coming day (up to ``ONE_OFF_DAYS`` ahead) on which the group's calendar opens
-    a window its weekday does not (a ``mon-fri`` window on a makeup Saturday); each task is wanted until it
-    fires."""
+    """The one-off pair of each coming day (up to ``ONE_OFF_FAR_DAYS`` ahead; those past ``ONE_OFF_DAYS``
+    ``deferred``) on which the group's calendar opens a window its weekday does not (a ``mon-fri`` window on a
+    makeup Saturday); each task is wanted until it fires."""
+    near = now.astimezone(sched.zone).date() + timedelta(days=ONE_OFF_DAYS)
     out = []
-    for day, start, end in calendar_one_offs(sched, spec.calendar, now, spec.cold_start_s, ONE_OFF_DAYS):
+    for day, start, end in calendar_one_offs(sched, spec.calendar, now, spec.cold_start_s, ONE_OFF_FAR_DAYS):
         name = f"{task_prefix(spec.name)}{sched.name}-{day:%Y%m%d}"
         end_max = spec.max_size if sched.ceiling is not None else None
+        far = day > near
         for task in (
-            DesiredTask(f"{name}-start", _minute(start, now), "", sched.floor, sched.ceiling),
-            DesiredTask(f"{name}-end", _minute(end, now), "", spec.min_size, end_max),
+            DesiredTask(f"{name}-start", _minute(start, now), "", sched.floor, sched.ceiling, deferred=far),
+            DesiredTask(f"{name}-end", _minute(end, now), "", spec.min_size, end_max, deferred=far),
         ):
             if task.launch_time > now:
                 out.append(task)
@@ -433,9 +439,19 @@ def plan_sync(
         TaskChange(spec.name, "delete", name, _why_deleted(name), have.task_id)
         for name, have in sorted(ours.items())
     ]
-    fires = {t.name: t.launch_time for t in want}
-    creates.sort(key=lambda c: (_learned(c.name, spec.name), fires[c.name]))
-    return deletes + changes + creates, want
+    by_name = {t.name: t for t in want}
+    creates.sort(key=lambda c: (_rank(by_name[c.name], spec.name), by_name[c.name].launch_time))
+    # a weekly task resumed after days off is created before the cut of the one it resumes (a modify): a
+    # full quota stops the sync at the create, so no recurrence is cut without its resumption
+    resumed = [c for c in creates if _RESUMED_NAME.search(c.name)]
+    creates = [c for c in creates if not _RESUMED_NAME.search(c.name)]
+    return deletes + resumed + changes + creates, want
+
+
+def _rank(task: DesiredTask, group: str) -> int:
+    """The order creates are tried in: the windows' tasks and the coming week's one-offs, then the learned
+    floors, then the one-offs further ahead."""
+    return 2 if task.deferred else int(_learned(task.name, group))
 
 
 _ONE_OFF_NAME = re.compile(r"-\d{8}-(start|end)$")
@@ -536,11 +552,12 @@ def sync_group(
 
 def _displaces(t: DesiredTask, spare: list[ScheduledTask], now: datetime, learned: bool) -> bool:
     """Whether ``t``, refused by a full quota, takes the place of the latest-firing of the group's learned
-    tasks (``spare``, latest last): a window's task always does; a learned one when it fires sooner. With
+    tasks (``spare``, latest last): a window's task always does; a learned one when it fires sooner; a
+    one-off more than ``ONE_OFF_DAYS`` ahead (``deferred``) never. With
     the quota leaving room for only some hours, the ones the first sync created were kept for good, so after
     a few hours the group's learned tasks were the hours just past, the next to fire a day away, and the
     coming ones (what a service that goes down needs) never written."""
-    if not spare:
+    if not spare or t.deferred:
         return False
     if not learned:
         return True

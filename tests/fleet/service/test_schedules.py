@@ -654,6 +654,11 @@ def test_a_start_task_that_would_fire_on_a_holiday_is_modified_then_left_alone()
         "fleet-chat-biz-20260307-end",
         "fleet-chat-biz-from20260309-end",
     }
+    # the resumption is written before the cut: a full quota refusing it leaves the recurrence uncut
+    order = [(c.op, c.name) for c in changes]
+    assert order.index(("create", "fleet-chat-biz-from20260309-end")) < order.index(
+        ("modify", "fleet-chat-biz-end")
+    )
     applied = _as_written(want)
     assert plan_sync(spec, applied, TUESDAY_NOON)[0] == []
 
@@ -779,3 +784,53 @@ def _as_written(want):
         )
         for t in want
     ]
+
+
+# -- calendar days beyond the week ---------------------------------------------------------------------------
+
+FAR_CALENDAR = {"workdays": ["2026-04-11"]}  # a makeup Saturday 39 days after TUESDAY_NOON
+
+
+def test_a_makeup_saturday_weeks_ahead_gets_its_one_off_pair_ranked_after_the_learned_floors():
+    """ESS takes a LaunchTime up to 90 days ahead: the makeup day is written weeks before, so a service down
+    from now until then still raises its floor; its pair is created after the learned floors (which a service
+    down for hours needs first)."""
+    from datetime import timedelta
+
+    from fleet.service.schedules import LearnedFloor
+
+    spec = _learning(calendar=FAR_CALENDAR)
+    learned = [LearnedFloor(TUESDAY_NOON + timedelta(hours=h), 3) for h in (1, 2)]
+    changes, want = plan_sync(spec, [], TUESDAY_NOON, learned=learned)
+    tasks = _by_name(want)
+    start = tasks["fleet-chat-biz-20260411-start"]
+    assert (start.once, start.launch_time, start.min_value) == (
+        True,
+        datetime(2026, 4, 11, 0, 57, tzinfo=UTC),
+        6,
+    )
+    assert [c.name for c in changes if c.op == "create"][-2:] == [
+        "fleet-chat-biz-20260411-start",
+        "fleet-chat-biz-20260411-end",
+    ]
+
+
+def test_a_far_makeup_days_task_refused_by_a_full_quota_displaces_no_learned_floor(fake_world):
+    from datetime import date, timedelta
+
+    from fleet.service.schedules import sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    ess = _plain_ess(cloud, svc)
+    now = cloud.now()
+    makeup = now.date() + timedelta(days=40)
+    makeup += timedelta(days=(5 - makeup.weekday()) % 7)  # a Saturday five to six weeks ahead
+    spec = _learning(schedules=svc.specs[0].schedules, calendar={"workdays": [date.isoformat(makeup)]})
+    name = f"fleet-chat-learned-{(now + timedelta(hours=5)):%H}00-start"
+    ess.create_scheduled_task(gid, name, now + timedelta(hours=5), "Weekly", "0,1,2,3,4,5,6", min_value=3)
+    cloud.ess.scheduled_task_quota = 3
+    changes = sync_group(ess, spec, gid, now, learned=None)
+    names = {t.name for t in cloud.ess.scheduled_tasks.values()}
+    assert names == {"fleet-chat-biz-start", "fleet-chat-biz-end", name}
+    [error] = [c for c in changes if c.op == "error"]
+    assert error.quota_full and error.name == f"fleet-chat-biz-{makeup:%Y%m%d}-start"
