@@ -834,3 +834,29 @@ def test_a_far_makeup_days_task_refused_by_a_full_quota_displaces_no_learned_flo
     assert names == {"fleet-chat-biz-start", "fleet-chat-biz-end", name}
     [error] = [c for c in changes if c.op == "error"]
     assert error.quota_full and error.name == f"fleet-chat-biz-{makeup:%Y%m%d}-start"
+
+
+def test_with_the_service_down_for_weeks_a_makeup_saturday_still_gets_its_floor(fake_world):
+    from datetime import date, timedelta
+
+    from fleet.service.schedules import sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY, in_service=6)
+    now = cloud.now()
+    makeup = now.date() + timedelta(days=40)
+    makeup += timedelta(days=(5 - makeup.weekday()) % 7)  # a Saturday five to six weeks ahead
+    group = svc.specs[0]  # the config's group, with a makeup Saturday
+    spec = type(group).model_validate({**group.model_dump(), "calendar": {"workdays": [makeup.isoformat()]}})
+    changes = sync_group(_plain_ess(cloud, svc), spec, gid, now)
+    assert not any(c.op == "error" for c in changes), changes
+
+    def at(day: date, hour: int) -> int:  # MinSize at ``hour`` in Shanghai, the service down since the sync
+        when = datetime(day.year, day.month, day.day, hour, tzinfo=UTC) - timedelta(hours=8)
+        cloud.advance((when - cloud.now()).total_seconds())
+        return cloud.ess.groups[gid].min_size
+
+    assert at(makeup - timedelta(days=1), 10) == 6  # Friday
+    assert at(makeup - timedelta(days=1), 19) == 1
+    assert at(makeup, 10) == 6  # the makeup Saturday
+    assert at(makeup, 19) == 1
+    assert at(makeup + timedelta(days=1), 10) == 1  # Sunday
