@@ -50,10 +50,12 @@ class FakeGpu:
     is_lost: bool = False
     pending_xids: deque[int] = field(default_factory=deque)
 
-    def lose(self) -> None:
-        """The GPU falls off the bus: every call on it now fails with "GPU is lost" (and XID 79 fires)."""
+    def lose(self, *, with_xid: bool = True) -> None:
+        """The GPU falls off the bus: every call on it now fails with "GPU is lost" (and XID 79 fires, unless
+        ``with_xid`` is false: an event set registered after the fall, or a vGPU that delivers no events)."""
         self.is_lost = True
-        self.pending_xids.append(79)
+        if with_xid:
+            self.pending_xids.append(79)
 
     def push_xid(self, code: int) -> None:
         """Queue an XID critical error for the event set."""

@@ -10,6 +10,12 @@ Failure model: NVML missing (no driver, no library) makes the whole GPU side una
 is reported as lost for that GPU while the others are still read; a field a GPU does not support (ECC on a
 consumer card, thresholds on some boards) is simply absent.
 
+NVML's own ``NVML_ERROR_GPU_IS_LOST`` ("the GPU has fallen off the bus or has otherwise become
+inaccessible") is also read as XID 79, the code the driver logs for that event, so that a lost GPU whose
+XID reached neither source (it fell before the agent registered for events, on a vGPU that delivers none,
+with the kernel log unreadable) still raises the hardware signal. Each fall counts once: see
+``GpuCollector._count_falls``.
+
 XIDs come from two sources: NVML's event set, and (when the collector is given one) the kernel log
 (``fleet.agent.kmsg``), whose records name the GPU by PCI bus id and are mapped to the NVML index here. The
 two are merged so that one XID seen by both counts once (``merge_xid_events``); kernel-log XIDs are still
@@ -26,7 +32,13 @@ from typing import Any, Protocol, TypeVar
 
 import pynvml
 
-from fleet.agent.kmsg import XID_RECOVERY_ACTION_CHANGED, KernelLogReader, KernelXid, normalize_pci_bus_id
+from fleet.agent.kmsg import (
+    XID_FALLEN_OFF_THE_BUS,
+    XID_RECOVERY_ACTION_CHANGED,
+    KernelLogReader,
+    KernelXid,
+    normalize_pci_bus_id,
+)
 from policies import metrics as pm
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
@@ -106,6 +118,7 @@ class GpuReading:
     name: str | None = None
     pci_bus_id: str | None = None
     lost: bool = False  # fell off the bus (NVML: GPU is lost / reset required)
+    gpu_is_lost: bool = False  # NVML answered NVML_ERROR_GPU_IS_LOST itself: read as XID 79
     error: str | None = None
     util_pct: float | None = None
     mem_used_bytes: int | None = None
@@ -147,6 +160,7 @@ class XidSource(StrEnum):
 
     NVML = "nvml"  # the NVML event set (nvmlEventTypeXidCriticalError)
     KERNEL_LOG = "kernel_log"  # the driver's "NVRM: Xid" line in the kernel log
+    NVML_GPU_IS_LOST = "nvml_gpu_is_lost"  # no XID: NVML answered NVML_ERROR_GPU_IS_LOST, read as XID 79
 
 
 @dataclass
@@ -398,6 +412,9 @@ class GpuCollector:
         # Every GPU seen since the agent started, by UUID: (index, PCI bus id) when last read.
         self._known: dict[str, tuple[int, str | None]] = {}
         self._xid_carry = XidCarry()
+        # GPU index -> what counted its fall off the bus (an XID 79, or NVML's GPU_IS_LOST) since it was last
+        # read whole.
+        self._fall_counted: dict[int, XidSource] = {}
 
     def _ensure_init(self) -> bool:
         if self._initialized:
@@ -478,7 +495,7 @@ class GpuCollector:
             self._event_set = None
             return self._without_nvml(describe_nvml_error(cause or exc))
         gpus += self._vanished(gpus)
-        events = self._merge(nvml_events, self._kernel_xids(gpus))
+        events = self._count_falls(gpus, self._merge(nvml_events, self._kernel_xids(gpus)))
         by_index = {reading.index: reading for reading in gpus}
         for event in events:
             if event.gpu_index in by_index:
@@ -490,7 +507,7 @@ class GpuCollector:
 
     def _without_nvml(self, error: str | None) -> GpuSnapshot:
         """NVML is down: no readings, but the kernel log's XIDs (mapped by the bus ids seen before)."""
-        events = self._merge([], self._kernel_xids([]))
+        events = self._count_falls([], self._merge([], self._kernel_xids([])))
         sources = self._xid_sources()
         return GpuSnapshot(
             nvml_ok=False, error=error, xid_events=events, xid_supported=bool(sources), xid_sources=sources
@@ -505,6 +522,32 @@ class GpuCollector:
     def _merge(self, nvml_events: list[XidEvent], kernel_events: list[XidEvent]) -> list[XidEvent]:
         events, self._xid_carry = merge_xid_events(nvml_events, kernel_events, self._xid_carry)
         return events
+
+    def _count_falls(self, gpus: list[GpuReading], events: list[XidEvent]) -> list[XidEvent]:
+        """``events`` plus an XID 79 for each GPU NVML answers GPU_IS_LOST for, one per fall off the bus.
+
+        A fall is counted by the first of: an XID 79 of that GPU (from either source), or NVML's GPU_IS_LOST.
+        It lasts until the GPU is read whole again (a reset), so a GPU read lost after its XID 79 (in the same
+        period, or periods later: NVML was down meanwhile, or the XID came between the GPU's reading and the
+        events' drain) adds nothing, and an XID 79 arriving after GPU_IS_LOST counted the fall (a kernel log
+        that became readable, its lookback replaying the line) is dropped. XID 79s counted by nothing else
+        are all kept, as before.
+        """
+        for reading in gpus:
+            if reading.uuid is not None and not reading.lost:
+                self._fall_counted.pop(reading.index, None)
+        out: list[XidEvent] = []
+        for event in events:
+            if event.xid == XID_FALLEN_OFF_THE_BUS and event.gpu_index is not None:
+                if self._fall_counted.get(event.gpu_index) is XidSource.NVML_GPU_IS_LOST:
+                    continue
+                self._fall_counted[event.gpu_index] = event.source
+            out.append(event)
+        for reading in gpus:
+            if reading.gpu_is_lost and reading.index not in self._fall_counted:
+                self._fall_counted[reading.index] = XidSource.NVML_GPU_IS_LOST
+                out.append(XidEvent(reading.index, XID_FALLEN_OFF_THE_BUS, XidSource.NVML_GPU_IS_LOST))
+        return out
 
     def _kernel_xids(self, gpus: list[GpuReading]) -> list[XidEvent]:
         if self._kernel_log is None:
@@ -566,6 +609,7 @@ class GpuCollector:
             # nvidia-smi's "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error": the
             # state of a GPU after XID 79 on many drivers, where NVML answers Unknown rather than GpuIsLost.
             reading.lost = True
+            reading.gpu_is_lost = isinstance(exc, pynvml.NVMLError_GpuIsLost)
             reading.error = describe_nvml_error(exc)
             return reading
         except _NVML_DOWN_ERRORS as exc:
@@ -587,6 +631,7 @@ class GpuCollector:
             _read_ecc(nvml, handle, reading, get)
         except _LOST_ERRORS as exc:
             reading.lost = True
+            reading.gpu_is_lost = isinstance(exc, pynvml.NVMLError_GpuIsLost)
             reading.error = describe_nvml_error(exc)
         except _NVML_DOWN_ERRORS as exc:
             raise _NvmlDown() from exc

@@ -328,6 +328,20 @@ def test_a_failed_sensor_publishes_no_temperature_and_leaves_the_max_to_the_othe
     assert instance_values(sample)["gpu_temperature_max_c"] == 64.0
 
 
+def test_a_gpu_nvml_answers_gpu_is_lost_for_publishes_xid_79(vllm_server):
+    # no XID event came (a vGPU, or the fall was before the agent registered): NVML's GPU_IS_LOST alone
+    # must raise what the default rules replace a node for
+    gpus = [FakeGpu(), FakeGpu()]
+    agent = make_agent(vllm_server.url, nvml=FakeNvml(gpus))
+    agent.prime()
+    gpus[1].lose(with_xid=False)
+    sample = agent.step()
+    values = instance_values(sample)
+    assert values["gpu_xid"] == 79.0 and values["gpu_lost"] == 1.0
+    per_gpu = {p.dimensions["gpu"]: p.value for p in to_points(sample) if p.name == "gpu_device_xid"}
+    assert per_gpu == {"1": 79.0}
+
+
 def test_row_remapping_publishes_the_worst_gpu_and_nothing_where_unsupported(vllm_server):
     gpus = [
         FakeGpu(),

@@ -724,6 +724,29 @@ def test_collector_counts_a_gpu_off_the_bus_once_whichever_lines_and_events_repo
     assert snap.gpus[0].last_xid == 79
 
 
+def test_a_gpu_nvml_reads_lost_counts_once_with_the_kernel_logs_xid_79_before_or_after(log_file):
+    gpus = [FakeGpu(), FakeGpu()]
+    nvml = FakeNvml(gpus)
+    collector = GpuCollector(nvml, text_reader(log_file))
+    collector.read()
+    # the kernel log says it while NVML is down; NVML, back, answers GPU_IS_LOST: the same fall
+    nvml.driver_unloaded = True
+    gpus[1].lose(with_xid=False)
+    append(log_file, xid_message("0000:00:08", 79))
+    down = collector.read()
+    assert not down.nvml_ok and [(e.gpu_index, e.xid) for e in down.xid_events] == [(1, 79)]
+    nvml.driver_unloaded = False
+    snap = collector.read()
+    assert snap.gpus[1].gpu_is_lost and snap.xid_events == []
+    # NVML first, the kernel log's XID line and words a period later: the same fall
+    gpus[0].lose(with_xid=False)
+    assert [(e.gpu_index, e.xid, e.source) for e in collector.read().xid_events] == [
+        (0, 79, XidSource.NVML_GPU_IS_LOST)
+    ]
+    append(log_file, xid_message("0000:00:07", 79), "NVRM: GPU 0000:00:07.0: GPU has fallen off the bus.")
+    assert collector.read().xid_events == []
+
+
 def test_the_kernel_log_makes_xids_supported_where_nvml_events_are_not(log_file):
     collector = collector_with_log(log_file, [FakeGpu(xid_supported=False)])
     snap = collector.read()

@@ -232,3 +232,60 @@ def test_an_nvml_xid_154_is_dropped_only_when_nvml_says_no_recovery_is_needed(re
     collector.read()
     gpu.push_xid(154)
     assert [e.xid for e in collector.read().xid_events] == reported
+
+
+def _falls(snap) -> list[tuple[int | None, int, str]]:
+    return [(e.gpu_index, e.xid, str(e.source)) for e in snap.xid_events]
+
+
+def test_a_gpu_nvml_answers_gpu_is_lost_for_reads_as_xid_79_once_without_any_xid_event():
+    # it fell before the agent registered for events, or on a vGPU that delivers none: NVML's
+    # NVML_ERROR_GPU_IS_LOST (15) is then the only word of it, and must raise the same signal as XID 79
+    gpus = [FakeGpu(), FakeGpu()]
+    collector = GpuCollector(FakeNvml(gpus))
+    collector.read()
+    gpus[1].lose(with_xid=False)
+    snap = collector.read()
+    assert snap.gpus[1].lost and snap.gpus[1].gpu_is_lost
+    assert _falls(snap) == [(1, 79, "nvml_gpu_is_lost")]
+    assert snap.gpus[1].last_xid == 79 and snap.gpus[0].last_xid is None
+    assert collector.read().xid_events == []  # still lost: the same fall
+
+
+def test_a_gpu_lost_with_its_xid_79_counts_once_whichever_comes_first():
+    gpus = [FakeGpu(), FakeGpu(), FakeGpu()]
+    collector = GpuCollector(FakeNvml(gpus))
+    collector.read()
+    gpus[0].lose()  # the event and the lost reading in one period: the event counts
+    gpus[1].push_xid(79)  # the event a period before NVML reads the GPU lost
+    assert _falls(collector.read()) == [(0, 79, "nvml"), (1, 79, "nvml")]
+    gpus[1].lose(with_xid=False)
+    gpus[2].lose(with_xid=False)  # the lost reading a period before the event
+    assert _falls(collector.read()) == [(2, 79, "nvml_gpu_is_lost")]
+    gpus[2].push_xid(79)
+    assert collector.read().xid_events == []
+
+
+def test_a_gpu_reset_and_lost_again_is_a_second_fall():
+    gpu = FakeGpu()
+    collector = GpuCollector(FakeNvml([gpu]))
+    gpu.lose(with_xid=False)
+    assert [e.xid for e in collector.read().xid_events] == [79]
+    gpu.is_lost = False  # reset: read whole again
+    assert collector.read().xid_events == []
+    gpu.lose(with_xid=False)
+    assert [e.xid for e in collector.read().xid_events] == [79]
+
+
+class _ResetRequired(FakeNvml):
+    """NVML_ERROR_RESET_REQUIRED for GPU 0: it needs a reset, which is not a fall off the bus."""
+
+    def nvmlDeviceGetUUID(self, handle):
+        if handle.index == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_RESET_REQUIRED)
+        return super().nvmlDeviceGetUUID(handle)
+
+
+def test_a_gpu_that_needs_a_reset_is_lost_but_no_xid_79():
+    snap = GpuCollector(_ResetRequired([FakeGpu()])).read()
+    assert snap.gpus[0].lost and not snap.gpus[0].gpu_is_lost and snap.xid_events == []
