@@ -126,7 +126,8 @@ class FakeNvml:
         return _Handle(index)
 
     def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
-        self._check_init()
+        # nvml.h: GPU_IS_LOST "if the target GPU has fallen off the bus or is otherwise inaccessible"
+        self._gpu(handle)
         return handle.index
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:

@@ -24,6 +24,7 @@ reported while NVML is down, when they are often the only word of what happened.
 
 from __future__ import annotations
 
+import ctypes
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -284,6 +285,15 @@ def _optional(fn: Callable[..., _T], *args: Any) -> _T | None:
         return None
 
 
+def _handle_key(handle: Any) -> Any:
+    """A key equal for every handle of one device: pynvml's handles are ctypes pointers, which compare by
+    identity, so their address; any other handle (the fake's) as it is."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return handle
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -415,6 +425,8 @@ class GpuCollector:
         # GPU index -> what counted its fall off the bus (an XID 79, or NVML's GPU_IS_LOST) since it was last
         # read whole.
         self._fall_counted: dict[int, XidSource] = {}
+        # This NVML session's device handles -> NVML index, for an event whose GPU no longer tells its index.
+        self._index_by_handle: dict[Any, int] = {}
 
     def _ensure_init(self) -> bool:
         if self._initialized:
@@ -431,6 +443,7 @@ class GpuCollector:
             return False
         self._initialized = True
         self._init_error = None
+        self._index_by_handle = {}
         self._register_xid_events()
         return True
 
@@ -450,6 +463,7 @@ class GpuCollector:
         for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                self._index_by_handle[_handle_key(handle)] = index
                 nvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
                 registered += 1
             except pynvml.NVMLError:
@@ -604,6 +618,7 @@ class GpuCollector:
         reading = GpuReading(index=index)
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            self._index_by_handle[_handle_key(handle)] = index
             reading.uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         except _UNREACHABLE_ERRORS as exc:
             # nvidia-smi's "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error": the
@@ -687,11 +702,13 @@ class GpuCollector:
         return int(value.value.uiVal)
 
     def _index_of(self, handle: Any) -> int | None:
+        """The event's GPU. nvmlDeviceGetIndex answers GPU_IS_LOST for a GPU off the bus (nvml.h), the one an
+        XID 79 comes from: the index its handle had when the GPU was read, else None."""
         assert self._nvml is not None
         try:
             return int(self._nvml.nvmlDeviceGetIndex(handle))
         except pynvml.NVMLError:
-            return None
+            return self._index_by_handle.get(_handle_key(handle))
 
 
 def _kernel_xid_event(record: KernelXid, index_by_bus: dict[str, int]) -> XidEvent:

@@ -289,3 +289,27 @@ class _ResetRequired(FakeNvml):
 def test_a_gpu_that_needs_a_reset_is_lost_but_no_xid_79():
     snap = GpuCollector(_ResetRequired([FakeGpu()])).read()
     assert snap.gpus[0].lost and not snap.gpus[0].gpu_is_lost and snap.xid_events == []
+
+
+def test_the_xid_79_of_a_gpu_that_no_longer_tells_its_index_is_that_gpus():
+    # nvml.h: nvmlDeviceGetIndex answers GPU_IS_LOST for a GPU off the bus, the very GPU an XID 79 is about
+    gpus = [FakeGpu(), FakeGpu()]
+    collector = GpuCollector(FakeNvml(gpus))
+    collector.read()
+    gpus[1].lose()
+    snap = collector.read()
+    assert _falls(snap) == [(1, 79, "nvml")] and snap.gpus[1].last_xid == 79
+
+
+def test_two_pynvml_handles_of_one_device_are_one_gpu():
+    # pynvml's handles are ctypes pointers, a new object per call and per event, equal only by address
+    import ctypes
+
+    from fleet.agent.nvml import _handle_key
+
+    device = pynvml.struct_c_nvmlDevice_t()
+    first = pynvml.c_nvmlDevice_t(device)
+    event = pynvml.c_nvmlEventData_t()
+    event.device = ctypes.cast(ctypes.addressof(device), pynvml.c_nvmlDevice_t)
+    assert first != event.device and _handle_key(first) == _handle_key(event.device)
+    assert _handle_key(pynvml.c_nvmlDevice_t(pynvml.struct_c_nvmlDevice_t())) != _handle_key(first)
