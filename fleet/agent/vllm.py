@@ -8,6 +8,12 @@ the window's own. A restart is seen by a counter that went down, or by a series'
 ``process_start_time_seconds``) that changed: a server that restarted and got busy can have climbed past the
 old counts before the next scrape, and differencing then would lose what it served before it caught up.
 
+Each series (label set) is differenced on its own and the windows are then added up, as Prometheus'
+``sum(increase(...))`` does: a server with several data-parallel engines labels each engine's series
+(``engine="0"``, ``engine="1"``), and one engine that restarts resets its own series only. Adding the
+engines up first made one engine's restart a reset of all, counting the others' lifetime totals as the
+window's (or, where the others had grown more than it lost, hiding the restart and its window).
+
 Metric names follow vLLM's ``/metrics`` (both the V0 names and the V1 renames are accepted, newest first).
 Scraping uses urllib on purpose: the fake cloud intercepts ``requests``, and the local server must stay local.
 """
@@ -77,6 +83,16 @@ SCRAPE_CHUNK_BYTES = 64 * 1024
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 
 
+# A series' labels, sorted: which engine, model and finish reason it counts.
+SeriesKey = tuple[tuple[str, str], ...]
+# One metric's values by label set.
+Series = dict[SeriesKey, float]
+
+
+def series_key(labels: dict[str, str], without: str | None = None) -> SeriesKey:
+    return tuple(sorted((name, value) for name, value in labels.items() if name != without))
+
+
 class ScrapeError(Exception):
     """The metrics endpoint could not be read or parsed."""
 
@@ -142,38 +158,86 @@ class ParsedMetrics:
         values = [v for _, v in self.samples.get(name, []) if not math.isnan(v)]
         return max(values) if values else None
 
-    def buckets(self, histogram: str) -> dict[float, float]:
-        """Cumulative bucket counts by upper bound, summed over label sets."""
-        out: dict[float, float] = {}
-        for labels, value in self.samples.get(histogram + "_bucket", []):
+    def series(self, name: str) -> Series | None:
+        """Values by label set (NaN left out); None when the page has no value of ``name``."""
+        out = {
+            series_key(labels): value for labels, value in self.samples.get(name, []) if not math.isnan(value)
+        }
+        return out or None
+
+    def counter(self, name: str) -> CounterSeries | None:
+        """A counter (``..._total``) or a histogram's ``_sum``/``_count``, by label set."""
+        values = self.series(name)
+        if values is None:
+            return None
+        base = name.removesuffix("_total").removesuffix("_sum").removesuffix("_count")
+        return CounterSeries(created=base + "_created", values=values)
+
+    def histogram(self, name: str) -> HistogramSeries:
+        """Cumulative bucket counts by upper bound, per label set (less ``le``)."""
+        out: dict[SeriesKey, dict[float, float]] = {}
+        for labels, value in self.samples.get(name + "_bucket", []):
             try:
                 upper = float(labels.get("le", "nan"))
             except ValueError:
                 continue
             if math.isnan(upper) or not math.isfinite(value):
                 continue
-            out[upper] = out.get(upper, 0.0) + value
-        return out
+            out.setdefault(series_key(labels, without="le"), {})[upper] = value
+        return HistogramSeries(created=name + "_created", buckets=out)
 
-    def restart_marks(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def restart_marks(self) -> dict[tuple[str, SeriesKey], float]:
         """Per series, what changes only when the server restarts: every vLLM ``_created`` stamp (the time
         prometheus_client created the counter or histogram series) and ``process_start_time_seconds``."""
-        marks: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        marks: dict[tuple[str, SeriesKey], float] = {}
         for name, samples in self.samples.items():
             if name == PROCESS_START or (name.startswith("vllm:") and name.endswith("_created")):
                 for labels, value in samples:
                     if not math.isnan(value):
-                        marks[(name, tuple(sorted(labels.items())))] = value
+                        marks[(name, series_key(labels))] = value
         return marks
 
 
-def restarted(
-    now: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-) -> bool:
-    """True when a series present in both scrapes was created anew (a series first seen now is not a restart:
+@dataclass(frozen=True)
+class CounterSeries:
+    """One counter's values by label set, and the name of its ``_created`` stamps."""
+
+    created: str
+    values: Series
+
+
+@dataclass(frozen=True)
+class HistogramSeries:
+    """One histogram's cumulative buckets by label set, and the name of its ``_created`` stamps."""
+
+    created: str
+    buckets: dict[SeriesKey, dict[float, float]]
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """The series that restarted between two scrapes, by their ``_created`` stamps (a fall of a counter is
+    seen where it is differenced)."""
+
+    everything: bool = False  # process_start_time_seconds changed: the whole server restarted
+    created: frozenset[tuple[str, SeriesKey]] = frozenset()  # the _created stamps that changed
+
+    def of(self, created: str, key: SeriesKey) -> bool:
+        """Whether the series ``key`` whose stamps are named ``created`` restarted."""
+        return self.everything or (created, key) in self.created
+
+    def __bool__(self) -> bool:
+        return self.everything or bool(self.created)
+
+
+def restarts(now: dict[tuple[str, SeriesKey], float], before: dict[tuple[str, SeriesKey], float]) -> Restarts:
+    """The series present in both scrapes that were created anew (a series first seen now is not a restart:
     vLLM creates some label sets on first use)."""
-    return any(key in before and before[key] != value for key, value in now.items())
+    changed = {key for key, value in now.items() if key in before and before[key] != value}
+    return Restarts(
+        everything=any(name == PROCESS_START for name, _ in changed),
+        created=frozenset(key for key in changed if key[0] != PROCESS_START),
+    )
 
 
 def parse_metrics(text: str) -> ParsedMetrics:
@@ -242,6 +306,34 @@ def counter_delta(current: float | None, previous: float | None, reset: bool = F
     return current if reset or current < previous else current - previous
 
 
+def series_delta(
+    now: CounterSeries | None, before: CounterSeries | None, restarted: Restarts
+) -> float | None:
+    """A counter's increase over the window, each label set differenced on its own and the increases added:
+    a series that restarted (its stamp changed, or its count fell) counts from zero, one first seen now counts
+    whole (vLLM creates a label set on its first use), one gone counts nothing. None without a baseline."""
+    if now is None or before is None:
+        return None
+    total = 0.0
+    for key, value in now.values.items():
+        delta = counter_delta(value, before.values.get(key, 0.0), restarted.of(now.created, key))
+        total += delta or 0.0
+    return total
+
+
+def histogram_window(
+    now: HistogramSeries, before: HistogramSeries | None, restarted: Restarts
+) -> dict[float, float]:
+    """The window's cumulative buckets: each label set's ``bucket_delta``, added up by bound."""
+    out: dict[float, float] = {}
+    previous = before.buckets if before is not None else {}
+    for key, current in now.buckets.items():
+        delta = bucket_delta(current, previous.get(key), restarted.of(now.created, key))
+        for upper, count in delta.items():
+            out[upper] = out.get(upper, 0.0) + count
+    return out
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
@@ -283,9 +375,10 @@ class VllmReading:
 @dataclass
 class _Previous:
     monotonic_s: float
-    histograms: dict[str, dict[float, float]]
-    counters: dict[str, float | None]
-    marks: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    histograms: dict[str, HistogramSeries]
+    counters: dict[str, CounterSeries | None]
+    in_flight: Series | None = None  # waiting + running, by label set
+    marks: dict[tuple[str, SeriesKey], float] = field(default_factory=dict)
 
 
 class VllmCollector:
@@ -317,70 +410,74 @@ class VllmCollector:
             fraction = parsed.maximum(kv_name)  # the fullest engine is the one that preempts
             reading.kv_cache_usage_pct = None if fraction is None else 100.0 * fraction
 
-        histograms: dict[str, dict[float, float]] = {}
+        histograms: dict[str, HistogramSeries] = {}
         for key, names in (("ttft", TTFT), ("tpot", TPOT), ("e2e", E2E)):
             name = parsed.first_present(names, "_bucket")
             if name is not None:
-                histograms[key] = parsed.buckets(name)
+                histograms[key] = parsed.histogram(name)
         counters = {
-            "success": parsed.total(REQUEST_SUCCESS),
-            "generation": parsed.total(GENERATION_TOKENS),
-            "prompt": parsed.total(PROMPT_TOKENS),
-            "preemptions": _first_total(parsed, PREEMPTIONS),
-            "in_flight": _sum_known(reading.num_requests_waiting, reading.num_requests_running),
-            "prefix_queries": _first_total(parsed, PREFIX_CACHE_QUERIES),
-            "prefix_hits": _first_total(parsed, PREFIX_CACHE_HITS),
+            "success": parsed.counter(REQUEST_SUCCESS),
+            "generation": parsed.counter(GENERATION_TOKENS),
+            "prompt": parsed.counter(PROMPT_TOKENS),
+            "preemptions": _first_counter(parsed, PREEMPTIONS),
+            "prefix_queries": _first_counter(parsed, PREFIX_CACHE_QUERIES),
+            "prefix_hits": _first_counter(parsed, PREFIX_CACHE_HITS),
         }
         for key, names in (("prompt", PROMPT_TOKENS_HIST), ("output", OUTPUT_TOKENS_HIST)):
             name = parsed.first_present(names, "_sum")
-            counters[f"{key}_sum"] = parsed.total(name + "_sum") if name else None
-            counters[f"{key}_count"] = parsed.total(name + "_count") if name else None
+            counters[f"{key}_sum"] = parsed.counter(name + "_sum") if name else None
+            counters[f"{key}_count"] = parsed.counter(name + "_count") if name else None
+        in_flight = _add_series(parsed.series(WAITING), parsed.series(RUNNING))
 
         previous = self._previous
         marks = parsed.restart_marks()
-        self._previous = _Previous(monotonic_s, histograms, counters, marks)
+        self._previous = _Previous(monotonic_s, histograms, counters, in_flight, marks)
         if previous is None:
             return reading
         window_s = monotonic_s - previous.monotonic_s
         if window_s <= 0:
             return reading
         reading.window_s = window_s
-        reset = restarted(marks, previous.marks)
+        restarted = restarts(marks, previous.marks)
         for key, current in histograms.items():
-            if key not in previous.histograms and not reset:
+            if key not in previous.histograms and not restarted:
                 continue  # no baseline (the last scrape lacked it): its lifetime counts are not this window's
-            delta = bucket_delta(current, previous.histograms.get(key), reset)
+            delta = histogram_window(current, previous.histograms.get(key), restarted)
             p50, p95, p99 = (_ms(histogram_quantile(q, delta)) for q in QUANTILES)
             total = max(delta.values()) if delta else 0.0
             setattr(reading, key, LatencyQuantiles(p50_ms=p50, p95_ms=p95, p99_ms=p99, count=total))
-        success = counter_delta(counters["success"], previous.counters.get("success"), reset)
+        success = series_delta(counters["success"], previous.counters.get("success"), restarted)
         reading.request_rate_per_s = None if success is None else success / window_s
-        generation = counter_delta(counters["generation"], previous.counters.get("generation"), reset)
+        generation = series_delta(counters["generation"], previous.counters.get("generation"), restarted)
         reading.generation_tokens_per_s = None if generation is None else generation / window_s
-        reading.preemptions = counter_delta(
-            counters["preemptions"], previous.counters.get("preemptions"), reset
+        reading.preemptions = series_delta(
+            counters["preemptions"], previous.counters.get("preemptions"), restarted
         )
-        _demand(reading, counters, previous.counters, success, window_s, reset)
-        self._judge_progress(reading, counters, previous, success, generation, reset, monotonic_s)
+        _demand(reading, counters, previous, in_flight, success, window_s, restarted)
+        self._judge_progress(
+            reading, counters, in_flight, previous, success, generation, restarted, monotonic_s
+        )
         return reading
 
     def _judge_progress(
         self,
         reading: VllmReading,
-        counters: dict[str, float | None],
+        counters: dict[str, CounterSeries | None],
+        in_flight: Series | None,
         previous: _Previous,
         success: float | None,
         generation: float | None,
-        reset: bool,
+        restarted: Restarts,
         monotonic_s: float,
     ) -> None:
         """An engine with requests in flight (waiting or running) at both ends of the window that finished
         none and computed no token (prefill or decode) made no progress; after STALL_S of that it is reported
         down."""
-        prompt = counter_delta(counters["prompt"], previous.counters.get("prompt"), reset)
+        prompt = series_delta(counters["prompt"], previous.counters.get("prompt"), restarted)
         moved = [d for d in (success, generation, prompt) if d is not None]
-        busy = (counters["in_flight"] or 0.0) > 0 and (previous.counters.get("in_flight") or 0.0) > 0
-        if reset or not busy or not moved or max(moved) > 0:
+        in_flight_now = sum((in_flight or {}).values())
+        busy = in_flight_now > 0 and sum((previous.in_flight or {}).values()) > 0
+        if restarted or not busy or not moved or max(moved) > 0:
             self._stalled_since = None
             return
         if self._stalled_since is None:
@@ -389,7 +486,7 @@ class VllmCollector:
         if reading.stalled_s >= STALL_S:
             reading.up = False
             reading.error = (
-                f"engine stalled: {counters['in_flight']:g} requests in flight and no token computed "
+                f"engine stalled: {in_flight_now:g} requests in flight and no token computed "
                 f"for {reading.stalled_s:g} s"
             )
 
@@ -441,10 +538,22 @@ def combine(readings: Sequence[VllmReading]) -> VllmReading:
     return out
 
 
-def _first_total(parsed: ParsedMetrics, names: Sequence[str]) -> float | None:
-    """The total of the first of ``names`` the page has (the current name before an older one)."""
+def _first_counter(parsed: ParsedMetrics, names: Sequence[str]) -> CounterSeries | None:
+    """The first of ``names`` the page has (the current name before an older one)."""
     name = parsed.first_present(names)
-    return parsed.total(name) if name is not None else None
+    return parsed.counter(name) if name is not None else None
+
+
+def _add_series(*parts: Series | None) -> Series | None:
+    """Several metrics' values added by label set (the waiting and the running requests of each engine)."""
+    known = [part for part in parts if part is not None]
+    if not known:
+        return None
+    out: Series = {}
+    for part in known:
+        for key, value in part.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def _max_known(*values: float | None) -> float | None:
@@ -459,30 +568,60 @@ def _sum_known(*values: float | None) -> float | None:
 
 def _demand(
     reading: VllmReading,
-    now: dict[str, float | None],
-    before: dict[str, float | None],
+    now: dict[str, CounterSeries | None],
+    previous: _Previous,
+    in_flight: Series | None,
     success: float | None,
     window_s: float,
-    reset: bool = False,
+    restarted: Restarts,
 ) -> None:
     """Arrival rate and tokens per request over the window (vLLM counts requests when they finish).
 
     Arrivals are the completions plus the growth of the requests in flight; a restart (a counter reset) loses
     what was in flight, so the growth is counted from zero then.
     """
+    before = previous.counters
     if success is not None:
-        in_now, in_before = now.get("in_flight"), before.get("in_flight")
-        growth = 0.0
-        if in_now is not None and in_before is not None:
-            restart = reset or (now.get("success") or 0.0) < (before.get("success") or 0.0)
-            growth = in_now if restart else in_now - in_before
+        growth = _in_flight_growth(
+            in_flight, previous.in_flight, now["success"], before.get("success"), restarted
+        )
         reading.arrival_rate_per_s = max(0.0, success + growth) / window_s
     for key, attr in (("prompt", "prompt_tokens_per_request"), ("output", "output_tokens_per_request")):
-        total = counter_delta(now.get(f"{key}_sum"), before.get(f"{key}_sum"), reset)
-        count = counter_delta(now.get(f"{key}_count"), before.get(f"{key}_count"), reset)
+        total = series_delta(now.get(f"{key}_sum"), before.get(f"{key}_sum"), restarted)
+        count = series_delta(now.get(f"{key}_count"), before.get(f"{key}_count"), restarted)
         if total is not None and count:
             setattr(reading, attr, total / count)
-    queries = counter_delta(now.get("prefix_queries"), before.get("prefix_queries"), reset)
-    hits = counter_delta(now.get("prefix_hits"), before.get("prefix_hits"), reset)
+    queries = series_delta(now.get("prefix_queries"), before.get("prefix_queries"), restarted)
+    hits = series_delta(now.get("prefix_hits"), before.get("prefix_hits"), restarted)
     if queries and hits is not None:
         reading.prefix_cache_hit_ratio = min(1.0, hits / queries)
+
+
+def _in_flight_growth(
+    now: Series | None,
+    before: Series | None,
+    success: CounterSeries | None,
+    success_before: CounterSeries | None,
+    restarted: Restarts,
+) -> float:
+    """The growth of the requests in flight over the window, by label set (an engine's waiting + running).
+
+    An engine that restarted lost what it had in flight, so its growth counts from zero: one whose labels
+    belong to a request-success series that restarted (its stamp changed, or its count fell). A label set
+    first seen now counts whole, one gone counts nothing.
+    """
+    if now is None or before is None:
+        return 0.0
+    reset_keys: list[set[tuple[str, str]]] = []
+    if success is not None:
+        earlier = success_before.values if success_before is not None else {}
+        reset_keys = [
+            set(key)
+            for key, value in success.values.items()
+            if restarted.of(success.created, key) or value < earlier.get(key, value)
+        ]
+    growth = 0.0
+    for key, value in now.items():
+        lost = restarted.everything or any(set(key) <= reset for reset in reset_keys)
+        growth += value if lost or key not in before else value - before[key]
+    return growth

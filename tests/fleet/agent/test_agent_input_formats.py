@@ -120,6 +120,68 @@ def test_a_page_from_a_server_with_two_engines_nan_and_escaped_labels_reads_as_v
     assert reading.kv_cache_usage_pct == pytest.approx(25.0)
 
 
+def _dp_page(*engines: tuple[float, float, float, float, float], created_series: bool = True) -> str:
+    """A data-parallel server's page: one (success, ttft_fast, ttft_all, created, waiting) per engine, each
+    engine's series labelled with its rank, as vLLM writes them with --data-parallel-size."""
+    lines = [
+        "# TYPE vllm:num_requests_waiting gauge",
+        "# TYPE vllm:request_success_total counter",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        "# TYPE process_start_time_seconds gauge",
+        "process_start_time_seconds 1.75e+09",
+    ]
+    for rank, (success, fast, every, created, waiting) in enumerate(engines):
+        labels = f'engine="{rank}",model_name="{MODEL}"'
+        lines += [
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {success}',
+            f'vllm:time_to_first_token_seconds_bucket{{{labels},le="0.1"}} {fast}',
+            f'vllm:time_to_first_token_seconds_bucket{{{labels},le="1.0"}} {every}',
+            f'vllm:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {every}',
+            f"vllm:time_to_first_token_seconds_count{{{labels}}} {every}",
+            f"vllm:time_to_first_token_seconds_sum{{{labels}}} {every * 0.5}",
+        ]
+        if created_series:
+            lines += [
+                f'vllm:request_success_created{{{labels},finished_reason="stop"}} {created:e}',
+                f"vllm:time_to_first_token_seconds_created{{{labels}}} {created:e}",
+            ]
+    # the exposition groups a family's samples: sort them into families as prometheus_client writes them
+    header, body = lines[:5], lines[5:]
+    order = ["vllm:num_requests_waiting", "vllm:request_success_total", "vllm:request_success_created"]
+    order += ["vllm:time_to_first_token_seconds_", "vllm:time_to_first_token_seconds_created"]
+    body.sort(key=lambda line: max(i for i, prefix in enumerate(order) if line.startswith(prefix)))
+    return "\n".join(header + body) + "\n"
+
+
+def test_one_data_parallel_engine_restarting_resets_its_series_alone():
+    # engine 0 served 10 requests in the window (over 100 ms each); engine 1 restarted (a new _created stamp)
+    # and served 5, under 100 ms: the window holds 15 requests, not engine 0's 1010 of its lifetime
+    before = _dp_page((1000, 0, 1000, 1.75e9, 2), (1000, 0, 1000, 1.75e9, 3))
+    after = _dp_page((1010, 0, 1010, 1.75e9, 2), (5, 5, 5, 1.75e9 + 600, 0))
+    reading = _two_scrapes(before, after)
+    assert reading.request_rate_per_s == pytest.approx(15 / 10.0)
+    assert reading.ttft.count == 15.0
+    # 10 of 15 in (0.1, 1] s: the P50 lies in that bucket, not at engine 0's lifetime of slow requests
+    assert reading.ttft.p50_ms == pytest.approx(100 + 900 * (7.5 - 5) / 10)
+    # arrivals: 15 finished; engine 0's queue held (2 -> 2), engine 1 lost its 3 in the restart (from zero: 0)
+    assert reading.arrival_rate_per_s == pytest.approx(15 / 10.0)
+
+
+@pytest.mark.parametrize(
+    ("engine0_after", "expected_rate"),
+    [(1100, (100 + 5) / 10.0), (2000, (1000 + 5) / 10.0)],  # the sum fell; the sum rose (by 5)
+)
+def test_a_data_parallel_engine_whose_counters_fell_resets_alone_without_created_stamps(
+    engine0_after, expected_rate
+):
+    before = _dp_page((1000, 0, 1000, 0, 0), (1000, 0, 1000, 0, 0), created_series=False)
+    after = _dp_page((engine0_after, 0, engine0_after, 0, 0), (5, 5, 5, 0, 0), created_series=False)
+    reading = _two_scrapes(before, after)
+    assert reading.request_rate_per_s == pytest.approx(expected_rate)
+    assert reading.ttft.count == engine0_after - 1000 + 5
+
+
 # -- NVML ---------------------------------------------------------------------------------------------------
 
 
