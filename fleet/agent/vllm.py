@@ -388,7 +388,8 @@ class VllmCollector:
         self.url = url
         self._fetch = fetch
         self._previous: _Previous | None = None
-        self._stalled_since: float | None = None  # since when work in flight has made no progress
+        # since when work in flight has made no progress: the whole server's (None), or one engine's
+        self._stalled_since: dict[SeriesKey | None, float] = {}
 
     def read(self, monotonic_s: float) -> VllmReading:
         try:
@@ -454,9 +455,7 @@ class VllmCollector:
             counters["preemptions"], previous.counters.get("preemptions"), restarted
         )
         _demand(reading, counters, previous, in_flight, success, window_s, restarted)
-        self._judge_progress(
-            reading, counters, in_flight, previous, success, generation, restarted, monotonic_s
-        )
+        self._judge_progress(reading, counters, in_flight, previous, restarted, monotonic_s)
         return reading
 
     def _judge_progress(
@@ -465,30 +464,87 @@ class VllmCollector:
         counters: dict[str, CounterSeries | None],
         in_flight: Series | None,
         previous: _Previous,
-        success: float | None,
-        generation: float | None,
         restarted: Restarts,
         monotonic_s: float,
     ) -> None:
         """An engine with requests in flight (waiting or running) at both ends of the window that finished
         none and computed no token (prefill or decode) made no progress; after STALL_S of that it is reported
-        down."""
-        prompt = series_delta(counters["prompt"], previous.counters.get("prompt"), restarted)
-        moved = [d for d in (success, generation, prompt) if d is not None]
-        in_flight_now = sum((in_flight or {}).values())
-        busy = in_flight_now > 0 and sum((previous.in_flight or {}).values()) > 0
-        if restarted or not busy or not moved or max(moved) > 0:
-            self._stalled_since = None
+        down.
+
+        The server is judged as a whole, and each of its data-parallel engines (a label set of the in-flight
+        gauges, ``engine="1"``) on its own, by the counter series that carry its labels: one hung engine
+        next to a busy one moves the server's sums, and only its own series show it stand still."""
+        now = in_flight or {}
+        before = previous.in_flight or {}
+        groups: dict[SeriesKey | None, tuple[float, float]] = {
+            None: (sum(now.values()), sum(before.values()))
+        }
+        if len(now) > 1:
+            groups.update({key: (value, before.get(key, 0.0)) for key, value in now.items()})
+        since: dict[SeriesKey | None, float] = {}
+        for group, (now_n, before_n) in groups.items():
+            if now_n > 0 and before_n > 0 and _stood_still(group, counters, previous.counters, restarted):
+                since[group] = self._stalled_since.get(group, previous.monotonic_s)
+        self._stalled_since = since
+        if not since:
             return
-        if self._stalled_since is None:
-            self._stalled_since = previous.monotonic_s
-        reading.stalled_s = monotonic_s - self._stalled_since
-        if reading.stalled_s >= STALL_S:
-            reading.up = False
-            reading.error = (
-                f"engine stalled: {in_flight_now:g} requests in flight and no token computed "
-                f"for {reading.stalled_s:g} s"
-            )
+        reading.stalled_s = monotonic_s - min(since.values())
+        hung = [group for group, start in since.items() if monotonic_s - start >= STALL_S]
+        if not hung:
+            return
+        reading.up = False
+        # the whole server hung says it all; otherwise name each engine that did
+        named = [None] if None in hung else hung
+        reading.error = "; ".join(
+            f"engine stalled: {_labels(group)}{groups[group][0]:g} requests in flight and no token computed "
+            f"for {monotonic_s - since[group]:g} s"
+            for group in named
+        )
+
+
+def _stood_still(
+    group: SeriesKey | None,
+    counters: dict[str, CounterSeries | None],
+    before: dict[str, CounterSeries | None],
+    restarted: Restarts,
+) -> bool:
+    """Whether the progress counters (requests finished, prompt and generated tokens) of ``group`` (None: the
+    whole server; else one engine's labels) all stood still over the window. Not when none of them can say
+    (absent, no baseline, no series of the engine's) or when one of its series restarted."""
+    if group is None:
+        if restarted:
+            return False
+        moved = [
+            series_delta(counters[k], before.get(k), restarted) for k in ("success", "generation", "prompt")
+        ]
+    else:
+        if restarted.everything or any(set(group) <= set(key) for _, key in restarted.created):
+            return False
+        moved = [
+            _engine_delta(group, counters[k], before.get(k), restarted)
+            for k in ("success", "generation", "prompt")
+        ]
+    known = [delta for delta in moved if delta is not None]
+    return bool(known) and max(known) <= 0
+
+
+def _engine_delta(
+    group: SeriesKey, now: CounterSeries | None, before: CounterSeries | None, restarted: Restarts
+) -> float | None:
+    """``series_delta`` over the series whose labels include ``group``'s; None when there are none."""
+    if now is None or before is None:
+        return None
+    mine = {key: value for key, value in now.values.items() if set(group) <= set(key)}
+    if not mine:
+        return None
+    return series_delta(CounterSeries(now.created, mine), before, restarted)
+
+
+def _labels(group: SeriesKey | None) -> str:
+    """An engine's labels as Prometheus writes them, and a colon; nothing for the whole server."""
+    if not group:
+        return ""
+    return "{" + ",".join(f'{name}="{value}"' for name, value in group) + "}: "
 
 
 def combine(readings: Sequence[VllmReading]) -> VllmReading:

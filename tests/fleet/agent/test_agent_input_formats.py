@@ -182,6 +182,63 @@ def test_a_data_parallel_engine_whose_counters_fell_resets_alone_without_created
     assert reading.ttft.count == engine0_after - 1000 + 5
 
 
+def _dp_progress_page(*engines: tuple[float, float, float, float]) -> str:
+    """A server's page, one engine per (running, requests finished, prompt tokens, generated tokens)."""
+    lines = []
+    for name, column in (
+        ("vllm:num_requests_running", 0),
+        ("vllm:request_success_total", 1),
+        ("vllm:prompt_tokens_total", 2),
+        ("vllm:generation_tokens_total", 3),
+    ):
+        lines.append(f"# TYPE {name.removesuffix('_total')} {'gauge' if column == 0 else 'counter'}")
+        for rank, values in enumerate(engines):
+            labels = f'engine="{rank}",model_name="{MODEL}"'
+            if column == 1:
+                labels += ',finished_reason="stop"'
+            lines.append(f"{name}{{{labels}}} {values[column]}")
+    lines.append("# TYPE vllm:num_requests_waiting gauge")
+    lines += [
+        f'vllm:num_requests_waiting{{engine="{rank}",model_name="{MODEL}"}} 0' for rank in range(len(engines))
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _dp_readings(engine1_running: float, engine1_moves: bool, periods: int = 6) -> list[VllmReading]:
+    """Readings every 15 s of a two-engine server: engine 0 serves (4 running, 2 finished and 500 tokens a
+    period); engine 1 holds ``engine1_running`` and moves as engine 0 does or not at all."""
+    pages = []
+    for k in range(periods):
+        served = (4, 2 * k, 300 * k, 200 * k)
+        other = served if engine1_moves else (0, 0, 0, 0)
+        pages.append(_dp_progress_page(served, (engine1_running, *other[1:])))
+    collector = VllmCollector("http://127.0.0.1:8000/metrics", fetch=lambda url: pages.pop(0))
+    return [collector.read(15.0 * k) for k in range(periods)]
+
+
+def test_one_hung_data_parallel_engine_next_to_a_serving_one_reads_down():
+    """Engine 1 holds 3 requests and computes nothing while engine 0 serves: the server's sums move, engine
+    1's series do not. A minute of that is the hung engine the stall check is for."""
+    readings = _dp_readings(engine1_running=3, engine1_moves=False)
+    assert [r.stalled_s for r in readings[1:4]] == [15.0, 30.0, 45.0] and all(r.up for r in readings[:4])
+    last = readings[-1]
+    assert not last.up and last.stalled_s == 75.0
+    assert last.error == (
+        f'engine stalled: {{engine="1",model_name="{MODEL}"}}: 3 requests in flight and no token computed '
+        "for 75 s"
+    )
+    assert last.request_rate_per_s == pytest.approx(2 / 15)  # engine 0's work is still published
+
+
+@pytest.mark.parametrize(
+    ("engine1_running", "engine1_moves"),
+    [(4, True), (0, False)],  # both serving; engine 1 idle (nothing in flight, nothing counted)
+)
+def test_data_parallel_engines_serving_or_idle_never_read_stalled(engine1_running, engine1_moves):
+    readings = _dp_readings(engine1_running, engine1_moves)
+    assert all(r.up and r.stalled_s is None for r in readings)
+
+
 # -- NVML ---------------------------------------------------------------------------------------------------
 
 
