@@ -12,6 +12,7 @@ from policies import (
     GroupHistory,
     History,
     IncidentState,
+    MetricSample,
     OperatorAction,
     ReasonCode,
     StepAction,
@@ -22,7 +23,7 @@ from policies import (
     decide,
 )
 from policies.launch_verdicts import LAUNCH_GRACE_S, load_time_s, slowest_launch
-from policies.model import LaunchRecord
+from policies.model import OPEN_STATES, LaunchRecord
 
 T0 = MONDAY_10_SHANGHAI + timedelta(hours=14)  # 00:00 Shanghai: only the warm floor applies
 COLD_S = 180  # policy_builders' cold_start_s
@@ -834,6 +835,29 @@ def test_a_sticky_last_xid_reported_every_sample_is_one_occurrence():
         hist = plan.history
     assert not plan.group(GROUP).incidents
     assert len(hist.groups[GROUP].xids) == 1
+
+
+def test_an_xid_79_replayed_by_a_restarted_agent_joins_the_instances_open_incident():
+    """The node agent keeps no state across its restarts (docs/agent.md): a restarted agent reads a GPU still
+    off the bus as a new XID 79 (NVML's GPU_IS_LOST, or its kernel log's lookback replaying the line). The
+    service records it as a second occurrence, but the instance's incident is still open: one incident, its
+    action unchanged, nothing counted twice by the breaker."""
+    spec = policy()
+    hist = None
+    replayed_at = T0 + timedelta(minutes=10)
+    for k in range(61):  # 15 s ticks for 15 minutes; the lost node's remedy is asked, never carried out here
+        at = T0 + timedelta(seconds=15 * k)
+        lost = instance(9, at)
+        for xid_at in (T0, replayed_at):
+            if timedelta(0) <= at - xid_at <= timedelta(minutes=2):  # the agent's point, while CMS reads it
+                lost.metrics["gpu_xid"] = MetricSample(value=79.0, at=xid_at)
+        plan = decide(snapshot(at, fleet(at, 5) + [lost]), spec, hist, at)
+        hist = plan.history
+    gh = hist.groups[GROUP]
+    assert [x.at for x in gh.xids] == [T0, replayed_at]  # the replay is a second occurrence...
+    (inc,) = gh.incidents  # ...that opens no second incident
+    assert (inc.rule, inc.action, inc.detected_at) == ("xid_hardware", "replace", T0)
+    assert inc.state in OPEN_STATES and ReasonCode.ESCALATED not in [e.reason for e in inc.timeline]
 
 
 def test_application_xids_spread_beyond_the_window_are_tolerated():
