@@ -40,6 +40,7 @@ from fleet.agent.kmsg import (
     KernelXid,
     normalize_pci_bus_id,
 )
+from fleet.agent.state import Falls, FallsFile
 from policies import metrics as pm
 
 # Clock event ("throttle") reason bits, from NVML's nvmlClocksEventReason* constants (nvml.h, as exposed by
@@ -413,7 +414,12 @@ class GpuCollector:
     With a ``kernel_log`` reader, XIDs the driver logged are merged with NVML's XID events.
     """
 
-    def __init__(self, nvml: Nvml | None, kernel_log: KernelLogReader | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Nvml | None,
+        kernel_log: KernelLogReader | None = None,
+        falls_file: FallsFile | None = None,
+    ) -> None:
         self._nvml = nvml
         self._kernel_log = kernel_log
         self._initialized = False
@@ -425,6 +431,13 @@ class GpuCollector:
         # GPU index -> what counted its fall off the bus (an XID 79, or NVML's GPU_IS_LOST) since it was last
         # read whole.
         self._fall_counted: dict[int, XidSource] = {}
+        # The falls an earlier run of the agent counted in this boot (``falls_file``): counted already, as
+        # GPU_IS_LOST counts one, so neither NVML nor the kernel log's lookback counts them again; with the
+        # bus ids they had, to place a replayed kernel log line. What was last written, to write only changes.
+        self._falls_file = falls_file
+        self._saved_falls: Falls = falls_file.load() if falls_file is not None else {}
+        self._fall_counted.update(dict.fromkeys(self._saved_falls, XidSource.NVML_GPU_IS_LOST))
+        self._fallen_bus_ids = {index: bus for index, bus in self._saved_falls.items() if bus is not None}
         # This NVML session's device handles -> NVML index, for an event whose GPU no longer tells its index.
         self._index_by_handle: dict[Any, int] = {}
 
@@ -561,7 +574,19 @@ class GpuCollector:
             if reading.gpu_is_lost and reading.index not in self._fall_counted:
                 self._fall_counted[reading.index] = XidSource.NVML_GPU_IS_LOST
                 out.append(XidEvent(reading.index, XID_FALLEN_OFF_THE_BUS, XidSource.NVML_GPU_IS_LOST))
+        self._save_falls(gpus)
         return out
+
+    def _save_falls(self, gpus: list[GpuReading]) -> None:
+        """Keep the counted falls for a restarted agent (``falls_file``), when they changed."""
+        if self._falls_file is None:
+            return
+        bus_ids: dict[int, str | None] = dict(self._fallen_bus_ids)
+        bus_ids.update((index, pci) for index, pci in self._known.values() if pci is not None)
+        bus_ids.update((r.index, r.pci_bus_id) for r in gpus if r.pci_bus_id is not None)
+        falls = {index: bus_ids.get(index) for index in self._fall_counted}
+        if falls != self._saved_falls and self._falls_file.save(falls):
+            self._saved_falls = falls
 
     def _kernel_xids(self, gpus: list[GpuReading]) -> list[XidEvent]:
         if self._kernel_log is None:
@@ -574,9 +599,11 @@ class GpuCollector:
 
     def _index_by_bus_id(self, gpus: list[GpuReading]) -> dict[str, int]:
         """GPU index by normalised PCI bus id: this period's readings, else the last reading of each GPU
-        seen (a GPU lost after XID 79 no longer answers with its bus id)."""
+        seen (a GPU lost after XID 79 no longer answers with its bus id), else the bus id an earlier run of
+        the agent kept for a GPU whose fall it counted."""
         out: dict[str, int] = {}
-        readings = [(index, pci) for index, pci in self._known.values()]
+        readings: list[tuple[int, str | None]] = list(self._fallen_bus_ids.items())  # known to an earlier run
+        readings += [(index, pci) for index, pci in self._known.values()]
         readings += [(r.index, r.pci_bus_id) for r in gpus]  # later wins: the current index
         for index, pci in readings:
             bus_id = normalize_pci_bus_id(pci) if pci is not None else None

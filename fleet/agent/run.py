@@ -12,6 +12,7 @@ failures are reported in the sample, CMS failures are buffered, and anything une
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from fleet.agent.nvml import GpuCollector, Nvml
 from fleet.agent.prom import AgentCollector, AgentCounters
 from fleet.agent.publish import CmsPublisher
 from fleet.agent.sample import PublishStatus, Sample, to_points
+from fleet.agent.state import FALLS_FILE_NAME, FallsFile, read_boot_id
 from fleet.agent.vllm import VllmCollector, combine, fetch_metrics_text
 
 log = logging.getLogger("fleet.agent")
@@ -42,6 +44,9 @@ class AgentConfig:
     # None (the library's default; `fleet agent` defaults to /dev/kmsg): NVML's events only.
     kernel_log: str | None = None
     kernel_log_lookback_s: float = DEFAULT_LOOKBACK_S
+    # A directory the agent may write (systemd's StateDirectory=): it keeps there, for a restarted agent in
+    # the same boot, the GPUs whose fall off the bus it counted (fleet.agent.state). None: nothing kept.
+    state_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not self.instance_id:
@@ -50,6 +55,8 @@ class AgentConfig:
             raise ValueError(f"period_s must be > 0, got {self.period_s}")
         if self.kernel_log == "":
             raise ValueError("kernel_log must be a path or None, not empty")
+        if self.state_dir == "":
+            raise ValueError("state_dir must be a directory or None, not empty")
         if not self.kernel_log_lookback_s >= 0:
             raise ValueError(f"kernel_log_lookback_s must be >= 0, got {self.kernel_log_lookback_s}")
 
@@ -66,6 +73,7 @@ class Agent:
         publisher: CmsPublisher | None = None,
         vllm_fetch: Callable[[str], str] = fetch_metrics_text,
         guard: TimestampGuard | None = None,
+        boot_id: Callable[[], str | None] = read_boot_id,
     ) -> None:
         self.config = config
         self._clock = clock
@@ -74,7 +82,12 @@ class Agent:
             if config.kernel_log is not None
             else None
         )
-        self._gpus = GpuCollector(nvml, kernel_log=kernel_log)
+        falls_file = (
+            FallsFile(os.path.join(config.state_dir, FALLS_FILE_NAME), boot_id())
+            if config.state_dir is not None
+            else None
+        )
+        self._gpus = GpuCollector(nvml, kernel_log=kernel_log, falls_file=falls_file)
         urls = (config.vllm_url, *config.more_vllm_urls)
         self._vllm = [VllmCollector(url, vllm_fetch) for url in urls]
         self._publisher = publisher

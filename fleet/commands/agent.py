@@ -69,6 +69,14 @@ def agent(
         help="Kernel log to read XID errors from beside NVML's events: /dev/kmsg (needs root or CAP_SYSLOG "
         "when kernel.dmesg_restrict=1), or a dmesg / journalctl -k / kern.log text file; 'none' disables.",
     ),
+    state_dir: str | None = typer.Option(
+        None,
+        "--state-dir",
+        envvar="STATE_DIRECTORY",
+        help="A directory the agent may write (systemd's StateDirectory= sets STATE_DIRECTORY): it keeps "
+        "there the GPUs whose fall off the bus it counted, so a restart in the same boot does not count "
+        "them again. Default: nothing kept.",
+    ),
 ) -> None:
     """Sample GPU health (NVML) and vLLM metrics every period; publish to CloudMonitor and serve /metrics."""
     from fleet.agent.metadata import fetch_metadata, metadata_base_url
@@ -85,6 +93,7 @@ def agent(
         fail("--vllm-url: the same server is given twice (its queue and rates would count double)")
     parsed_listen = _parse_listen(listen)  # checked with --once too, so a typo shows before it is deployed
     kernel_log_path = _parse_kernel_log(kernel_log)
+    state_dir = _parse_state_dir(state_dir)
     listen_at = None if once else parsed_listen
 
     base_url = metadata_base_url()
@@ -114,6 +123,7 @@ def agent(
             more_vllm_urls=tuple(vllm_urls[1:]),
             period_s=period_s,
             kernel_log=kernel_log_path,
+            state_dir=state_dir,
         ),
         nvml=load_nvml(),
         clock=SystemClock(),
@@ -163,6 +173,16 @@ def _parse_kernel_log(value: str) -> str | None:
     if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
         fail(f"--kernel-log must be {DEFAULT_KERNEL_LOG} or a regular log file, got {value!r}")
     return value
+
+
+def _parse_state_dir(value: str | None) -> str | None:
+    """An existing directory; systemd's STATE_DIRECTORY lists several separated by ':' (the first is ours)."""
+    if value is None or not value.strip():
+        return None
+    path = value.split(":")[0]
+    if "\0" in path or not os.path.isdir(path):
+        fail(f"--state-dir must be an existing directory, got {value!r}")
+    return path
 
 
 def _make_publisher(region: str | None, account_id: str | None, max_buffered_points: int) -> Any:

@@ -797,6 +797,40 @@ def test_agent_publishes_an_xid_appended_to_the_kernel_log(log_file, closed_port
     assert seen[1].gpu.xid_events[0].source is XidSource.KERNEL_LOG
 
 
+@pytest.mark.parametrize(("boot_id_after", "published_after"), [("boot-1", []), ("boot-2", [79.0])])
+def test_a_restarted_agent_counts_a_gpu_still_lost_again_only_after_a_reboot(
+    tmp_path, log_file, closed_port_url, boot_id_after, published_after
+):
+    """GPU 1 falls off the bus (NVML's XID event and the kernel log's line) and the agent restarts 5 minutes
+    later with it still lost: NVML answers GPU_IS_LOST and the kernel log's lookback replays the line. The
+    state directory says this boot's agent counted that fall, so nothing is published again. After a reboot
+    (another boot id) a GPU still lost is a new fall, as the reboot's health check expects."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    clock = ManualAgentClock()
+    gpus = [FakeGpu(), FakeGpu()]
+
+    def run(boot_id: str, samples: int, on_sample=None) -> list[float]:
+        sink = RecordingSink(INSTANCE)
+        config = AgentConfig(
+            instance_id=INSTANCE, vllm_url=closed_port_url, kernel_log=str(log_file), state_dir=str(state_dir)
+        )
+        agent = Agent(
+            config, nvml=FakeNvml(gpus), clock=clock, publisher=CmsPublisher(sink), boot_id=lambda: boot_id
+        )
+        assert agent.run(threading.Event(), max_samples=samples, on_sample=on_sample) == samples
+        return sink.values("gpu_xid")
+
+    def fall(sample) -> None:
+        if not gpus[1].is_lost:
+            gpus[1].lose()
+            append(log_file, f"[{clock.monotonic():.6f}] " + xid_message("0000:00:08", 79))
+
+    assert run("boot-1", 3, on_sample=fall) == [79.0]
+    clock.advance(300.0)
+    assert run(boot_id_after, 3) == published_after
+
+
 def test_agent_without_a_kernel_log_has_only_nvml_events(closed_port_url):
     agent = Agent(
         AgentConfig(instance_id=INSTANCE, vllm_url=closed_port_url),
