@@ -182,7 +182,9 @@ def test_a_data_parallel_engine_whose_counters_fell_resets_alone_without_created
     assert reading.ttft.count == engine0_after - 1000 + 5
 
 
-def _dp_progress_page(*engines: tuple[float, float, float, float]) -> str:
+def _dp_progress_page(
+    *engines: tuple[float, float, float, float], created: tuple[float, ...] | None = None
+) -> str:
     """A server's page, one engine per (running, requests finished, prompt tokens, generated tokens)."""
     lines = []
     for name, column in (
@@ -197,6 +199,11 @@ def _dp_progress_page(*engines: tuple[float, float, float, float]) -> str:
             if column == 1:
                 labels += ',finished_reason="stop"'
             lines.append(f"{name}{{{labels}}} {values[column]}")
+    if created is not None:  # each engine's request-success series' _created stamp
+        lines.append("# TYPE vllm:request_success_created gauge")
+        for rank, stamp in enumerate(created):
+            labels = f'engine="{rank}",model_name="{MODEL}",finished_reason="stop"'
+            lines.append(f"vllm:request_success_created{{{labels}}} {stamp:e}")
     lines.append("# TYPE vllm:num_requests_waiting gauge")
     lines += [
         f'vllm:num_requests_waiting{{engine="{rank}",model_name="{MODEL}"}} 0' for rank in range(len(engines))
@@ -228,6 +235,21 @@ def test_one_hung_data_parallel_engine_next_to_a_serving_one_reads_down():
         "for 75 s"
     )
     assert last.request_rate_per_s == pytest.approx(2 / 15)  # engine 0's work is still published
+
+
+def test_a_restart_of_the_serving_engine_does_not_restart_the_hung_engines_stall():
+    """Engine 0 restarts 30 s into engine 1's hang (a new _created stamp, its counters from zero): that is
+    engine 0's own restart; engine 1 still stands still, and reads down a minute after it stopped."""
+    pages = []
+    for k in range(6):
+        restarted = k >= 2
+        served = (4, 2 * (k - 2), 300 * (k - 2), 200 * (k - 2)) if restarted else (4, 2 * k, 300 * k, 200 * k)
+        stamps = (1.75e9 + 600 if restarted else 1.75e9, 1.75e9)
+        pages.append(_dp_progress_page(served, (3, 0, 0, 0), created=stamps))
+    collector = VllmCollector("http://127.0.0.1:8000/metrics", fetch=lambda url: pages.pop(0))
+    readings = [collector.read(15.0 * k) for k in range(6)]
+    assert [r.stalled_s for r in readings[1:5]] == [15.0, 30.0, 45.0, 60.0]
+    assert not readings[4].up and 'engine="1"' in (readings[4].error or "")
 
 
 @pytest.mark.parametrize(
