@@ -46,8 +46,9 @@ Two sources, one reader:
 On the first read only the last ``lookback_s`` of history is taken (15 minutes by default: long enough to
 cover an agent restart, short enough not to replay the boot's history as new incidents): a kmsg record's
 timestamp is compared with CLOCK_MONOTONIC (the kernel stamps records with the same clock, less drift), a text
-line's wall-clock stamp with the wall clock, else its ``[seconds]`` kernel stamp with CLOCK_MONOTONIC. A text
-line older than the reader with no stamp at all cannot be placed and is skipped. Everything logged after the
+line's wall-clock stamp with the wall clock (and not before this boot: the boot's wall time is the wall clock
+less CLOCK_MONOTONIC), else its ``[seconds]`` kernel stamp with CLOCK_MONOTONIC. A text line older than the
+reader with no stamp at all cannot be placed and is skipped. Everything logged after the
 first read is taken whatever its stamp.
 
 Failure model: an unreadable source (a missing file; ``EPERM`` on /dev/kmsg when ``kernel.dmesg_restrict=1``
@@ -288,8 +289,14 @@ class LookbackWindow:
 
     @classmethod
     def ending_now(cls, clock: AgentClock, lookback_s: float) -> LookbackWindow:
+        """The last ``lookback_s``, and nothing before this boot: CLOCK_MONOTONIC counts from the boot, so a
+        wall stamp older than now less the monotonic time (and the slack) is an earlier boot's line in a
+        kern.log; replayed after the reboot meant to clear its XID, it read as the fault coming back."""
         now_s = clock.monotonic()
-        return cls(now_s - lookback_s, now_s + _MONOTONIC_SLACK_S, clock.time() - lookback_s)
+        since_boot_s = max(0.0, now_s) + _MONOTONIC_SLACK_S
+        return cls(
+            now_s - lookback_s, now_s + _MONOTONIC_SLACK_S, clock.time() - min(lookback_s, since_boot_s)
+        )
 
     def admits(self, kernel_time_s: float | None, wall_time_s: float | None) -> bool:
         # A wall stamp survives reboots (a kern.log spans them), so it wins when both are there.

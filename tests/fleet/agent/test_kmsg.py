@@ -550,6 +550,19 @@ def test_text_lookback_keeps_recent_history_by_its_stamps_and_drops_the_rest(log
     assert codes(reader.read()) == [94]
 
 
+def test_text_lookback_after_a_reboot_skips_the_earlier_boots_lines(log_file):
+    """An XID 119 (reset class) rebooted the node; the agent starts 90 s into the new boot. Its kern.log line,
+    stamped 5 minutes ago, is within the lookback but from before the boot: replayed, it read as the fault
+    coming back after the reboot meant to clear it. A line of this boot is still taken."""
+    append(
+        log_file,
+        f"{iso(WALL_S - 300)} gpu-node kernel: " + xid_message("0000:00:07", 119),  # before the reboot
+        f"{iso(WALL_S - 30)} gpu-node kernel: " + xid_message("0000:00:08", 79),  # 60 s into this boot
+    )
+    reader = text_reader(log_file, clock=ManualAgentClock(wall_s=WALL_S, monotonic_s=90.0))
+    assert codes(reader.read()) == [79]
+
+
 def test_first_read_of_a_long_text_log_starts_near_its_end_on_a_whole_line(log_file):
     prefix = f"Jan  1 00:00:00 gpu-node kernel: [{MONO_S - 1:.6f}] "
     lines = [prefix + xid_message("0000:00:07", code) for code in range(100, 160)]
