@@ -837,27 +837,46 @@ def test_a_sticky_last_xid_reported_every_sample_is_one_occurrence():
     assert len(hist.groups[GROUP].xids) == 1
 
 
-def test_an_xid_79_replayed_by_a_restarted_agent_joins_the_instances_open_incident():
-    """The node agent keeps no state across its restarts (docs/agent.md): a restarted agent reads a GPU still
-    off the bus as a new XID 79 (NVML's GPU_IS_LOST, or its kernel log's lookback replaying the line). The
-    service records it as a second occurrence, but the instance's incident is still open: one incident, its
-    action unchanged, nothing counted twice by the breaker."""
+REPLAYED_AT = T0 + timedelta(minutes=10)
+
+
+def _xid_79_replayed(operator_actions=()):
+    """15 minutes of 15 s ticks: instance i-009 reports XID 79 at T0 and again at REPLAYED_AT; its remedy is
+    asked, never carried out here. Returns the group history."""
     spec = policy()
     hist = None
-    replayed_at = T0 + timedelta(minutes=10)
-    for k in range(61):  # 15 s ticks for 15 minutes; the lost node's remedy is asked, never carried out here
+    for k in range(61):
         at = T0 + timedelta(seconds=15 * k)
         lost = instance(9, at)
-        for xid_at in (T0, replayed_at):
+        for xid_at in (T0, REPLAYED_AT):
             if timedelta(0) <= at - xid_at <= timedelta(minutes=2):  # the agent's point, while CMS reads it
                 lost.metrics["gpu_xid"] = MetricSample(value=79.0, at=xid_at)
-        plan = decide(snapshot(at, fleet(at, 5) + [lost]), spec, hist, at)
+        done = [op for op in operator_actions if op.at <= at]
+        plan = decide(snapshot(at, fleet(at, 5) + [lost], operator_actions=done), spec, hist, at)
         hist = plan.history
-    gh = hist.groups[GROUP]
-    assert [x.at for x in gh.xids] == [T0, replayed_at]  # the replay is a second occurrence...
+    return hist.groups[GROUP]
+
+
+def test_an_xid_79_replayed_by_a_restarted_agent_joins_the_instances_open_incident():
+    """A node agent that kept no state (no state directory: docs/agent.md) reads a GPU still off the bus as a
+    new XID 79 when it restarts (NVML's GPU_IS_LOST, or its kernel log's lookback replaying the line). The
+    service records it as a second occurrence, but the instance's incident is still open: one incident, its
+    action unchanged, nothing counted twice by the breaker."""
+    gh = _xid_79_replayed()
+    assert [x.at for x in gh.xids] == [T0, REPLAYED_AT]  # the replay is a second occurrence...
     (inc,) = gh.incidents  # ...that opens no second incident
     assert (inc.rule, inc.action, inc.detected_at) == ("xid_hardware", "replace", T0)
     assert inc.state in OPEN_STATES and ReasonCode.ESCALATED not in [e.reason for e in inc.timeline]
+
+
+def test_an_xid_79_replayed_after_an_operator_released_the_incident_opens_another():
+    """The service cannot tell a replayed XID 79 from a new fall: once an operator released the instance's
+    incident, the replay opens a new one. Hence the agent keeps the falls it counted across its restarts."""
+    release = OperatorAction(
+        action_id="r-1", kind="release", at=T0 + timedelta(minutes=3), instance_id="i-009"
+    )
+    gh = _xid_79_replayed([release])
+    assert [(i.detected_at, i.outcome) for i in gh.incidents] == [(T0, "released"), (REPLAYED_AT, None)]
 
 
 def test_application_xids_spread_beyond_the_window_are_tolerated():
