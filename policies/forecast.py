@@ -609,6 +609,16 @@ def coverage(state: ForecastState) -> float | None:
     return sum(state.covered) / len(state.covered) if state.covered else None
 
 
+def busiest_minute(series: DemandSeries | None, now: datetime, window_s: float) -> float | None:
+    """The highest bucket rate of the last ``window_s`` up to now (None: no known bucket in it)."""
+    if series is None:
+        return None
+    idx = _Index(series)
+    now_s = now.timestamp()
+    known = idx.known(now_s - window_s, now_s + idx.step_s)
+    return max(known) if known else None
+
+
 def burstiness(
     series: DemandSeries | None,
     now: datetime,

@@ -89,6 +89,8 @@ class DemandSignals:
     target: int | None = None
     need_now: int | None = None  # instances the observed demand needs (headroom included)
     window_target: int | None = None  # the highest target of the scale-in window: scale-in goes no lower
+    mean_need: int | None = None  # instances the forecast's mean path (or the observed demand) needs
+    burst_need: int | None = None  # the scale-in window's busiest minute, square-root headroom only
     horizon_s: float = 0.0  # how far ahead the forecast looked
     inputs: dict[str, Scalar] = field(default_factory=dict)
     warnings: list[PlanWarning] = field(default_factory=list)
@@ -325,6 +327,11 @@ def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
         sig.target = staffing(need_rps / cap, pred.headroom, burst)
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
         state, sig.window_target = _window(inp, state, sig.target, burst)
+        sig.mean_need = staffing(max(f.peak_rps, d.rps) / cap, pred.headroom, burst)
+        window_s = inp.spec.stabilization.scale_in_window_s * min(burst, fc.MAX_BURSTINESS)
+        busiest = fc.busiest_minute(series, inp.now, window_s)
+        if busiest is not None:
+            sig.burst_need = staffing(busiest / cap, pred.headroom, 1.0)
     else:
         what = "capacity per instance" if cap is None else "request rate (or its recent level)"
         sig.warnings.append(

@@ -4,7 +4,9 @@ desired = max(floor, warm floor, this target, the rules): the floor steps come a
 before it are kept when they ask for more, except for a burst the warm fleet already covers. A burst shorter
 than the cold start cannot be met by ordering instances (they would arrive after it): while the observed
 demand fits in the instances serving now and no rule has breached for longer than ``cold_start_s``, the rules'
-scale-out is held at this target and the queue absorbs the burst (reason ``burst_absorbed``).
+scale-out is held at this target and the queue absorbs the burst (reason ``burst_absorbed``). The forecast's
+own scale-out is held likewise where only its band asks for it, the band's tail being such bursts
+(``_band_only``): it goes no higher than the busiest minute of the scale-in window needs.
 
 Scale-in as soon as the forecast over the horizon fits in fewer instances with ``scale_in_margin`` to spare,
 at most ``max_step_down`` per decision, never while the demand is missing, stale or partial (then nothing
@@ -21,7 +23,7 @@ import math
 
 from policies.model import OPEN_STATES, Reason, ReasonCode
 from policies.scaling.context import Contribution, ScalingContext
-from policies.scaling.demand import DemandSignals
+from policies.scaling.demand import LOADED, DemandSignals
 from policies.spec import PredictiveMode, resolve_count
 
 BREAKER_OPEN = "isolation breaker open"
@@ -69,13 +71,30 @@ def _unknown(ctx: ScalingContext) -> Contribution | None:
     return Contribution(target=ctx.hold, reason=reason)
 
 
-def _out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution:
+def _out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:
+    if sig.burst_need is not None and _band_only(ctx, sig):
+        # the band's tail is bursts shorter than the cold start: instances ordered for them arrive after them
+        target = min(target, max(ctx.target, sig.burst_need))
+        if target <= ctx.target:
+            return Contribution(notes=(_hold_reason(ctx, sig, "the bursts of the window fit the fleet"),))
     reason = Reason(
         code=ReasonCode.PREDICTIVE_SCALE_OUT,
         detail=f"forecast {sig.forecast.upper_rps:.2f} req/s over the horizon needs {target}",
         inputs=_inputs(ctx, sig),
     )
     return Contribution(target=target, reason=reason)
+
+
+def _band_only(ctx: ScalingContext, sig: DemandSignals) -> bool:
+    """Whether only the band's bursts ask for more than ``ctx.target``: a band of ``1 / LOADED`` or more (its
+    tail is bursts of twice the forecast or more, not the level's error, which a narrower band is), and the
+    forecast's mean path and the demand now needing no more instances than that and running them under half
+    load (they hold a burst of twice the mean warm)."""
+    cap = sig.capacity_rps
+    if cap is None or sig.mean_need is None or sig.forecast.band < 1.0 / LOADED:
+        return False
+    mean = max(sig.forecast.peak_rps, sig.demand.rps or 0.0)
+    return sig.mean_need <= ctx.target and mean < LOADED * ctx.target * cap
 
 
 def _after_rules_out(ctx: ScalingContext, sig: DemandSignals, target: int) -> Contribution | None:

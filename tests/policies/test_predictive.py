@@ -350,3 +350,32 @@ def test_the_demand_now_is_the_last_minute_of_readings_when_every_instance_repor
     partial = decide(s, spec(), history(10), NOW).groups[0]
     assert partial.predictive["demand_complete"] is False
     assert partial.predictive["demand_rps"] == pytest.approx(12.0 * 9 / 10)
+
+
+def test_a_band_learned_on_short_bursts_orders_no_more_than_the_windows_bursts_needed():
+    def spikes(m: float) -> float:
+        return 8.0 if int(m) % 5 == 0 else 2.0  # a one-minute burst every 5 minutes, far under the horizon
+
+    def plan(n: int, band: float) -> Any:
+        # a record whose top tenth is the bursts (a regime, not one event): the band is ``band``
+        state = fc.ForecastState(ratios=[band if i % 5 == 0 else 1.0 for i in range(200)])
+        insts = fleet(n, 2.0)
+        demand = DemandInputs(history=series(2, fn=spikes))
+        g = GroupSnapshot(name=GROUP, desired_capacity=n, instances=insts, demand=demand)
+        return decide(Snapshot(taken_at=NOW, groups=[g]), spec(), history(n, forecast=state), NOW).groups[0]
+
+    warm = plan(12, 2.5)
+    # the band's upper value with the dispersion's headroom asks for more than the 12 serving ...
+    assert warm.predictive["predictive_target"] > 12
+    # ... but the forecast's mean path fits them at under half load, and so does the window's busiest minute
+    assert warm.serving_target == 12
+    held = [r for r in warm.reasons if r.code == ReasonCode.PREDICTIVE_HOLD]
+    assert held and "bursts" in held[0].detail
+    # a fleet short of what the window's bursts needed is staffed to that, not to the band's target
+    short = plan(8, 2.5)
+    assert short.reason == ReasonCode.PREDICTIVE_SCALE_OUT
+    assert 8 < short.serving_target < short.predictive["predictive_target"]
+    # a band under 2x is the level's uncertainty, not bursts: its target is ordered in full
+    level = plan(8, 1.5)
+    assert level.reason == ReasonCode.PREDICTIVE_SCALE_OUT
+    assert level.serving_target == level.predictive["predictive_target"] > 8
