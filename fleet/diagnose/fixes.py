@@ -155,10 +155,11 @@ TPOT_MEAN_SHARE = 0.9
 
 
 def _tpot_ms(d: Deploy, n: int, tokens_per_seq: float) -> float:
-    """Mean time per output token with ``n`` sequences of ``tokens_per_seq`` context decoding together."""
-    context = n * tokens_per_seq
-    a, b = d.perf.decode_affine(n, context)
-    return 1000.0 * (a + b * context)
+    """Mean time per output token with ``n`` sequences of ``tokens_per_seq`` context decoding together: the
+    sizing model's decode step itself. (Its affine form, ``decode_affine``, is anchored at an empty context:
+    where a batch that large is compute-bound there, its slope is the attention's FLOPs, not the KV reads, and
+    the time per token fell as the batch grew past that point.)"""
+    return 1000.0 * d.perf.decode_step_s(n, n * tokens_per_seq)
 
 
 def batch_for_tpot(ctx: GroupContext, limit_ms: float, tokens_per_seq: float) -> int | None:
@@ -175,6 +176,13 @@ def batch_for_tpot(ctx: GroupContext, limit_ms: float, tokens_per_seq: float) ->
         else:
             hi = mid - 1
     return lo
+
+
+def expected_tpot_ms(ctx: GroupContext, batch: int, tokens_per_seq: float) -> float | None:
+    """The sizing model's mean time per output token with ``batch`` sequences of ``tokens_per_seq`` context
+    decoding together; ``None`` when the deployment is unknown."""
+    d = deployment(ctx)
+    return None if d is None or batch < 1 else _tpot_ms(d, batch, tokens_per_seq)
 
 
 KNEE_TPOT_FACTOR = 1.5  # the decode "knee": past this multiple of batch-1 TPOT, a bigger batch costs latency
