@@ -429,6 +429,31 @@ def _bw_threshold(st: _State, inst: InstanceWindow) -> tuple[float, fixes.BusyCe
     return min(BW_BOUND_PCT, 100.0 * BW_NEAR_CEILING * ceiling.share), ceiling
 
 
+def _past_knee(st: _State, inst: InstanceWindow) -> dict[str, Any] | None:
+    """Without a TPOT SLO: whether the instance's mean batch is at or past the sizing model's latency knee
+    (the batch where TPOT reaches :data:`fixes.KNEE_TPOT_FACTOR` x its batch-1 value at the measured context
+    per sequence), i.e. the batch itself slows every token. A batch held steady (at ``max_num_seqs``, say)
+    gives TPOT nothing to correlate with, so the model, not the correlation, has to say it."""
+    batch = _mean(inst.values(pm.REQUESTS_RUNNING))
+    if batch is None or batch < 1:
+        return None
+    g = st.window.group
+    tokens = _tokens_per_seq(st, [inst])
+    knee = fixes.knee_batch(g, tokens)
+    n = round(batch)
+    if knee is None or n < knee:
+        return None
+    at_batch = fixes.expected_tpot_ms(g, n, tokens)
+    alone = fixes.expected_tpot_ms(g, 1, tokens)
+    return {
+        "knee_batch": knee,
+        "batch": n,
+        "tokens_per_seq": round(tokens),
+        "tpot_ms_expected": _r(at_batch),
+        "tpot_ms_expected_batch_1": _r(alone),
+    }
+
+
 def _bandwidth(st: _State) -> list[Finding]:
     w = st.window
     g = w.group
@@ -449,10 +474,11 @@ def _bandwidth(st: _State) -> list[Finding]:
         common = sorted(set(tpot) & set(run))
         corr = _corr([run[t] for t in common], [tpot[t] for t in common])
         tpots = list(tpot.values())
+        beyond = _past_knee(st, inst) if g.slo_tpot_p99_ms is None else None
         if g.slo_tpot_p99_ms is not None:
             violated = _frac(tpots, lambda v: v > g.slo_tpot_p99_ms) >= 0.3
         else:
-            violated = corr >= 0.5
+            violated = corr >= 0.5 or beyond is not None
         if not violated:
             continue
         hit[inst.instance_id] = {
@@ -463,6 +489,8 @@ def _bandwidth(st: _State) -> list[Finding]:
             "requests_running_mean": _r(_mean(run.values())),
             "tpot_vs_batch_correlation": round(corr, 2),
         }
+        if beyond is not None:
+            hit[inst.instance_id]["past_knee"] = beyond
         if ceiling is not None:
             hit[inst.instance_id]["ceiling"] = ceiling.to_json()
             ceilings[inst.instance_id] = ceiling
@@ -474,6 +502,7 @@ def _bandwidth(st: _State) -> list[Finding]:
     limit_ms = g.slo_tpot_p99_ms
     knee = fixes.batch_for_tpot(g, limit_ms, _tokens_per_seq(st, hit_insts)) if limit_ms else None
     batch_now = _mean(_mean(i.values(pm.REQUESTS_RUNNING)) or 0.0 for i in hit_insts) or 0.0
+    past = [v["past_knee"] for v in hit.values() if "past_knee" in v]
     parts = []
     if knee and (seqs is None or knee < seqs) and knee < batch_now:
         parts.append(
@@ -481,6 +510,15 @@ def _bandwidth(st: _State) -> list[Finding]:
             f"{limit_ms:g} ms (the sizing model's decode time at the measured context per sequence; the "
             f"batch averaged {batch_now:.0f})"
         )
+    elif past:
+        k = min(p["knee_batch"] for p in past)
+        parts.append(
+            f"lower max_num_seqs{f' from {seqs}' if seqs else ''} to {k} (the latency knee: TPOT at "
+            f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model at the measured context "
+            "per sequence), or set a TPOT SLO (tpot_p99_ms) to size it against"
+        )
+    elif limit_ms is None:
+        parts.append("lower max_num_seqs until TPOT stops rising with the batch")
     else:
         parts.append(
             "lower max_num_seqs until P99 TPOT meets its SLO (each sequence streams the weights and its KV)"
@@ -515,16 +553,27 @@ def _bandwidth(st: _State) -> list[Finding]:
                 "instances": hit,
             },
             f"{SIGNAL_TEXT[signal]} {_bw_level_text(g, hit, ceilings)}, and "
-            + (
-                f"P99 TPOT was over its {g.slo_tpot_p99_ms:g} ms SLO"
-                if g.slo_tpot_p99_ms is not None
-                else "TPOT rose with the batch"
-            )
+            + _tpot_text(g, past)
             + ": decoding looks limited by reading weights and KV cache, so more compute would not "
             "speed it up" + ("" if signal == BandwidthSignal.DCGM_DRAM_ACTIVE else BUSY_CAVEAT) + ".",
             "; ".join(parts) + ".",
         )
     ]
+
+
+def _tpot_text(g: Any, past: list[dict[str, Any]]) -> str:
+    """Why TPOT counts as too high: over its SLO, else past the sizing model's knee, else rising with the
+    batch."""
+    if g.slo_tpot_p99_ms is not None:
+        return f"P99 TPOT was over its {g.slo_tpot_p99_ms:g} ms SLO"
+    if not past:
+        return "TPOT rose with the batch"
+    p = max(past, key=lambda v: v["batch"] / v["knee_batch"])
+    return (
+        f"the batch averaged {p['batch']}, at or past the sizing model's latency knee of {p['knee_batch']} "
+        f"sequences at {p['tokens_per_seq']} tokens each (it expects {p['tpot_ms_expected']:g} ms per token "
+        f"at that batch against {p['tpot_ms_expected_batch_1']:g} ms alone; the group has no TPOT SLO)"
+    )
 
 
 _LINK_NAME = {"pcie": "PCIe", "nvlink": "NVLink"}
