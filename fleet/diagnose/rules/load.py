@@ -142,7 +142,9 @@ def _kv_pressure(st: _State) -> list[Finding]:
         pre = sum(inst.values(PREEMPTIONS))
         queued = _frac(waiting, lambda v: v >= 1)
         run_mean = _mean(running) or 0.0
-        batch_not_full = seqs is None or run_mean < 0.9 * seqs
+        # A preemption is the KV cache running out (vLLM preempts for nothing else), so with one the cache
+        # limits the batch even when it also reached max_num_seqs.
+        batch_not_full = seqs is None or run_mean < 0.9 * seqs or pre > 0
         if full >= SUSTAINED and batch_not_full and (queued >= 0.3 or pre > 0):
             hit.append(inst.instance_id)
             ev[inst.instance_id] = {
@@ -180,6 +182,7 @@ def _kv_pressure(st: _State) -> list[Finding]:
     else:
         parts.append("or add instances")
     share = len(hit) / max(1, len(st.measured))
+    preempted = sum(1 for v in ev.values() if v["preemptions"])
     return [
         Finding(
             "kv_cache_pressure",
@@ -187,8 +190,13 @@ def _kv_pressure(st: _State) -> list[Finding]:
             [g.name] if share >= 0.5 else hit,
             {"window": _span(w), "kv_full_pct": KV_FULL_PCT, "max_num_seqs": seqs, "instances": ev},
             f"The KV cache was above {KV_FULL_PCT:.0f}% full on {len(hit)} of {len(st.measured)} instance(s) "
-            "while requests waited and the batch stayed below max_num_seqs: memory for context, not compute, "
-            "limits how many requests run at once.",
+            + (
+                f"and vLLM preempted running requests on {preempted} of them to free it"
+                if preempted
+                else "while requests waited and the batch stayed below max_num_seqs"
+            )
+            + ": memory for context, not compute, limits how many requests run at once"
+            + (", so a larger max_num_seqs would not help." if preempted else "."),
             "; ".join(parts[:1]) + "; " + ", ".join(parts[1:]) + ".",
         )
     ]

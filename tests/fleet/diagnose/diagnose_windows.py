@@ -52,14 +52,17 @@ def make_window(
     errors: list[str] | None = None,
 ) -> Window:
     """A window of ``ids`` reporting :data:`HEALTHY`, with per-instance ``changes`` (a constant or a function
-    of the sample index; None leaves the sample out), ``drop``ped metrics, and late first samples."""
+    of the sample index; None leaves the sample out; a metric not in HEALTHY is reported where named),
+    ``drop``ped metrics, and late first samples."""
     changes = changes or {}
     drop = drop or {}
     ts = times()
     instances = []
     for iid in ids:
         metrics: dict[str, list[tuple[datetime, float]]] = {}
-        for name, base in HEALTHY.items():
+        # metrics a healthy instance does not report (preemptions, say) appear where a change names them
+        named = {n: 0.0 for c in (changes.get(iid, {}), changes.get("*", {})) for n in c if n not in HEALTHY}
+        for name, base in {**HEALTHY, **named}.items():
             if name in drop.get(iid, ()) or name in drop.get("*", ()):
                 continue
             value = changes.get(iid, changes.get("*", {})).get(name, base)
