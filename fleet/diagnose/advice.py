@@ -30,19 +30,12 @@ def _since(inst: InstanceWindow, metric: str, since: datetime | None) -> list[tu
     return [(t, v) for t, v in inst.metrics.get(metric, ()) if since is None or t >= since]
 
 
-def batch_advice(
-    g: GroupContext,
-    backlog: Sequence[InstanceWindow],
-    since: datetime | None,
-    seqs: int,
-    knee: int,
-    tokens_per_seq: float,
-    evidence: dict[str, Any],
-) -> str | None:
-    """What to do with max_num_seqs on instances with a queue: raise it when the batch sits at the cap while
-    requests wait and the KV cache has room (the cap, not the GPU, limits throughput), to the smallest of the
-    latency knee, what the KV cache holds at 90% full and what the TPOT SLO allows (the sizing model at the
-    measured context per sequence); lower it when it is past the knee; else nothing (it is not the limit)."""
+def batch_at_cap(
+    backlog: Sequence[InstanceWindow], since: datetime | None, seqs: int
+) -> tuple[float, float | None] | None:
+    """(mean batch while requests waited, mean KV cache use) when the batch sat at ``max_num_seqs`` while
+    requests waited and the KV cache had room: the cap, not the GPU or its memory, limits throughput. ``None``
+    otherwise."""
     running: list[float] = []
     kv: list[float] = []
     for inst in backlog:
@@ -50,18 +43,73 @@ def batch_advice(
         running.extend(n for t, n in _since(inst, pm.REQUESTS_RUNNING, since) if waiting.get(t, 0.0) >= 1)
         kv.extend(v for _, v in _since(inst, pm.KV_CACHE_USAGE_PCT, since))
     batch, kv_used = _mean(running), _mean(kv)
-    pinned = batch is not None and batch >= BATCH_PINNED_SHARE * seqs
-    if pinned and knee > seqs and (kv_used is None or kv_used < KV_FULL_PCT):
-        limits: dict[str, int] = {"latency_knee": knee}
-        kv_limit = fixes.kv_batch_limit(g, tokens_per_seq, KV_FULL_PCT / 100.0)
-        if kv_limit is not None:
-            limits["kv_cache_90pct"] = kv_limit
-        tpot_limit = fixes.batch_for_tpot(g, g.slo_tpot_p99_ms, tokens_per_seq) if g.slo_tpot_p99_ms else None
-        if tpot_limit is not None:
-            limits["tpot_slo"] = tpot_limit
+    if batch is None or batch < BATCH_PINNED_SHARE * seqs or (kv_used is not None and kv_used >= KV_FULL_PCT):
+        return None
+    return batch, kv_used
+
+
+def raise_limits(g: GroupContext, knee: int, tokens_per_seq: float) -> dict[str, int]:
+    """What bounds a raised max_num_seqs: the latency knee, the KV cache at 90% full, the TPOT SLO."""
+    limits: dict[str, int] = {"latency_knee": knee}
+    kv_limit = fixes.kv_batch_limit(g, tokens_per_seq, KV_FULL_PCT / 100.0)
+    if kv_limit is not None:
+        limits["kv_cache_90pct"] = kv_limit
+    tpot_limit = fixes.batch_for_tpot(g, g.slo_tpot_p99_ms, tokens_per_seq) if g.slo_tpot_p99_ms else None
+    if tpot_limit is not None:
+        limits["tpot_slo"] = tpot_limit
+    return limits
+
+
+def cap_limits_throughput(
+    g: GroupContext,
+    backlog: Sequence[InstanceWindow],
+    since: datetime | None,
+    seqs: int | None,
+    knee: int | None,
+    tokens_per_seq: float,
+) -> bool:
+    """Whether raising max_num_seqs would let the instances serve more: the batch sat at the cap with KV room,
+    and the sizing model (when it knows the deployment) allows a larger one."""
+    if not seqs or batch_at_cap(backlog, since, seqs) is None:
+        return False
+    return knee is None or min(raise_limits(g, knee, tokens_per_seq).values()) > seqs
+
+
+def batch_advice(
+    g: GroupContext,
+    backlog: Sequence[InstanceWindow],
+    since: datetime | None,
+    seqs: int,
+    knee: int | None,
+    tokens_per_seq: float,
+    evidence: dict[str, Any],
+) -> str | None:
+    """What to do with max_num_seqs on instances with a queue: raise it when the batch sits at the cap while
+    requests wait and the KV cache has room (the cap, not the GPU, limits throughput), to the smallest of the
+    latency knee, what the KV cache holds at 90% full and what the TPOT SLO allows (the sizing model at the
+    measured context per sequence; without the model, raise it and say what would size it); lower it when it
+    is past the knee; else nothing (it is not the limit)."""
+    at_cap = batch_at_cap(backlog, since, seqs)
+    if at_cap is not None and knee is None:
+        batch, kv_used = at_cap
+        evidence.update(
+            batch_while_waiting_mean=round(batch, 1),
+            kv_cache_usage_pct_mean=None if kv_used is None else round(kv_used, 1),
+        )
+        return (
+            f"raise max_num_seqs from {seqs}: the batch sat at the cap ({batch:.0f} running) while requests "
+            f"waited and the KV cache was only {kv_used or 0:.0f}% used, so the cap, not the GPU, limits "
+            "throughput (the group names no model and instance type of the sizing catalog, so there is no "
+            f"computed target: raise it step by step while the KV cache stays below {KV_FULL_PCT:.0f}% and "
+            "TPOT within its SLO, or give --model and --instance-type)"
+        )
+    if at_cap is not None and knee is not None and knee > seqs:
+        batch, kv_used = at_cap
+        limits = raise_limits(g, knee, tokens_per_seq)
+        kv_limit, tpot_limit = limits.get("kv_cache_90pct"), limits.get("tpot_slo")
         target = min(limits.values())
         evidence.update(
-            batch_while_waiting_mean=round(batch or 0.0, 1),
+            batch_while_waiting_mean=round(batch, 1),
             kv_cache_usage_pct_mean=None if kv_used is None else round(kv_used, 1),
             max_num_seqs_limits=limits,
             max_num_seqs_recommended=target if target > seqs else None,
@@ -77,7 +125,7 @@ def batch_advice(
             + (f"; the TPOT SLO allows {tpot_limit}" if tpot_limit is not None else "")
             + ")"
         )
-    if knee < seqs:
+    if knee is not None and knee < seqs:
         return (
             f"lower max_num_seqs from {seqs} to {knee} (the latency knee: TPOT at "
             f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model)"

@@ -128,7 +128,19 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "undersized-high-load",
         "undersized_fleet",
-        "Short chat at about twice what four instances serve, sustained; scaling is capped at four.",
+        "Very short chat at about twice what four instances serve at their full batch, sustained; scaling "
+        "is capped at four.",
+        # 120 in / 60 out: the batch reaches the default max_num_seqs (256, past the sizing model's latency
+        # knee of ~214) with the KV cache ~80% full, so neither setting holds it back: only instances do
+        rate_steps=((0.0, 200.0),),
+        sizes="fixed:120:60",
+        minutes=12.0,
+    ),
+    Scenario(
+        "batch-at-max-num-seqs",
+        "queue_backlog",
+        "Short chat at about twice what four instances serve with max_num_seqs 32, the KV cache ~20% used: "
+        "the cap, not the GPUs or the instance count, limits throughput.",
         rate_steps=((0.0, 45.0),),
         sizes=SHORT,
         max_num_seqs=32,

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.diagnose import fixes
-from fleet.diagnose.advice import batch_advice
+from fleet.diagnose.advice import batch_advice, cap_limits_throughput
 from fleet.diagnose.model import (
     PREEMPTIONS,
     REQUEST_RATE_RPS,
@@ -312,7 +312,13 @@ def _queue_and_capacity(st: _State) -> list[Finding]:
         "offered_rps_estimate": _r(demand, 2),
     }
     overloaded = (len(scan.growing) + len(scan.pinned)) / len(pool)
-    if sat_share >= 0.75 and overloaded >= 0.5:
+    # A batch held at max_num_seqs with KV room is capped by the setting: the instances have not shown what
+    # they serve, so the fleet is not known to be too small; the backlog's fix raises the cap first.
+    seqs = _max_num_seqs(st)
+    tokens = _tokens_per_seq(st, scan.backlog)
+    knee = fixes.knee_batch(g, tokens) if seqs else None
+    capped = cap_limits_throughput(g, scan.backlog, st.steady_from, seqs, knee, tokens)
+    if sat_share >= 0.75 and overloaded >= 0.5 and not capped:
         return _undersized_fleet(st, scan, demand, evidence)
     if sat_share < 0.5:
         return []
@@ -440,7 +446,7 @@ def _queue_backlog(
     ]
     batch_part = (
         batch_advice(g, backlog, st.steady_from, seqs, knee, _tokens_per_seq(st, backlog), evidence)
-        if seqs and knee
+        if seqs
         else None
     )
     if batch_part:

@@ -94,3 +94,13 @@ def test_bench_command_refuses_an_unknown_scenario(capsys):
     _needs_bench_app()
     assert main(["bench", "diagnose", "--scenario", "nope"]) == 2
     assert "unknown nope" in capsys.readouterr().err
+
+
+@needs_traces
+def test_a_batch_held_at_max_num_seqs_is_told_to_raise_it_not_to_buy_instances():
+    scenario = by_name("batch-at-max-num-seqs")
+    run = run_scenario(scenario)
+    assert [f.kind for f in run.findings] == ["queue_backlog"]
+    f = run.findings[0]
+    assert f.fix.startswith(f"Raise max_num_seqs from {scenario.max_num_seqs} to ")
+    assert f.evidence["max_num_seqs_recommended"] > 2 * (scenario.max_num_seqs or 0)

@@ -36,3 +36,47 @@ def test_kv_cache_full_with_preemptions_at_max_num_seqs_is_kv_pressure() -> None
     assert "preempted" in f.explanation and "max_num_seqs would not help" in f.explanation
     assert "--kv-cache-dtype fp8" in f.fix and "--max-model-len" in f.fix
     assert "raise max_num_seqs" not in f.fix.lower()
+
+
+def _at_cap(queue: object, kv_pct: float, group: dict[str, object]) -> Window:
+    """Four instances whose batch sits at max_num_seqs 64 while requests wait, GPUs at 100%."""
+    return make_window(
+        {
+            "*": {
+                "requests_running": 64.0,
+                "queue_waiting": queue,  # type: ignore[dict-item]
+                "kv_cache_usage_pct": kv_pct,
+                "gpu_util_pct": 100.0,
+                "ttft_p99_ms": 6000.0,
+                "request_rate_rps": 2.0,
+            }
+        },
+        group={"max_num_seqs": 64, **group},
+    )
+
+
+def _growing(k: int) -> float:
+    return 2.0 + 1.5 * k
+
+
+def test_a_growing_queue_behind_a_batch_held_at_max_num_seqs_says_raise_it_not_buy_instances() -> None:
+    found = findings(_at_cap(_growing, 30.0, SIZED))
+    assert [f.kind for f in found] == ["queue_backlog"]
+    f = found[0]
+    assert f.fix.startswith("Raise max_num_seqs from 64 to ")
+    assert f.evidence["max_num_seqs_recommended"] > 64
+    assert "bigger card would not help" in f.explanation
+
+
+def test_a_batch_held_at_max_num_seqs_without_a_sized_model_still_says_raise_it() -> None:
+    for queue in (10.0, _growing):
+        found = findings(_at_cap(queue, 30.0, {}))
+        assert [f.kind for f in found] == ["queue_backlog"], queue
+        assert found[0].fix.startswith("Raise max_num_seqs from 64: the batch sat at the cap")
+        assert "--model and --instance-type" in found[0].fix
+
+
+def test_a_growing_queue_at_max_num_seqs_with_the_kv_cache_full_is_an_undersized_fleet() -> None:
+    # no room in the KV cache for a larger batch: more instances are the fix
+    found = findings(_at_cap(_growing, 95.0, SIZED))
+    assert [f.kind for f in found] == ["undersized_fleet"]
