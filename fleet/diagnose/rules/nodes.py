@@ -123,7 +123,11 @@ def _metrics_missing(st: _State, cov: AgentCoverage) -> list[Finding]:
     if not blind and not out:
         out.extend(_nothing_published(w, serving))
     no_dashboard = cov.no_dashboard
-    if no_dashboard and len(no_dashboard) == len([i for i in serving if i.instance_id not in blind]):
+    dashboard_absent = bool(no_dashboard) and len(no_dashboard) == len(
+        [i for i in serving if i.instance_id not in blind]
+    )
+    out.extend(_signals_missing(st, cov, dashboard_absent))
+    if dashboard_absent:
         out.append(
             Finding(
                 "metrics_missing",
@@ -138,6 +142,56 @@ def _metrics_missing(st: _State, cov: AgentCoverage) -> list[Finding]:
             )
         )
     return out
+
+
+# The signals later rules judge by, each with what cannot be judged without it. The agent's queue, running and
+# KV cache are covered above (an instance without them is not measured at all).
+_JUDGED_BY = {
+    pm.TTFT_P99_MS: "P99 TTFT (queueing, cold starts, the TTFT SLO)",
+    pm.TPOT_P99_MS: "P99 TPOT (memory bandwidth, slow nodes, the TPOT SLO)",
+    pm.GPU_UTIL_PCT: "GPU utilization (saturation: a falsely busy or an undersized fleet)",
+}
+
+
+def _signals_missing(st: _State, cov: AgentCoverage, dashboard_absent: bool) -> list[Finding]:
+    """A signal the rules judge by that no measured instance published: the rules needing it stay silent, so
+    say so rather than let silence read as health."""
+    measured = cov.measured
+    missing = [
+        m
+        for m in _JUDGED_BY
+        if not any(i.metrics.get(m) for i in measured) and not (m == pm.GPU_UTIL_PCT and dashboard_absent)
+    ]
+    if not measured or not missing:
+        return []
+    ids = sorted(i.instance_id for i in measured)
+    fixes_ = []
+    latency = [m for m in missing if m != pm.GPU_UTIL_PCT]
+    if latency:
+        fixes_.append(
+            "check that vLLM exports its latency histograms (vllm:time_to_first_token_seconds, "
+            "vllm:time_per_output_token_seconds or, on V1, vllm:inter_token_latency_seconds) and that the "
+            "node agent publishes them (`fleet agent --once --json` shows one sample)"
+        )
+    if pm.GPU_UTIL_PCT in missing:
+        fixes_.append(
+            "enable the CloudMonitor agent's GPU monitoring (acs_ecs_dashboard "
+            "instance_gpu_gpu_usedutilization) or point the group's metrics_source at Prometheus with DCGM "
+            "exporter"
+        )
+    return [
+        Finding(
+            "metrics_missing",
+            "warning",
+            [st.window.group.name],
+            {"window": _span(st.window), "missing": {m: ids for m in missing}},
+            f"None of the {len(ids)} measured instance(s) published "
+            + " or ".join(_JUDGED_BY[m] for m in missing)
+            + f", so the causes judged by {'it' if len(missing) == 1 else 'them'} cannot be seen: no finding "
+            "about them is not a sign of health.",
+            "; ".join(fixes_)[:1].upper() + "; ".join(fixes_)[1:] + ".",
+        )
+    ]
 
 
 def _blind_finding(

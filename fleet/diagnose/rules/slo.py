@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from fleet.diagnose import fixes
 from fleet.diagnose.model import Finding
-from fleet.diagnose.rules.shared import SUSTAINED, _after, _frac, _mean, _median, _r, _span, _State
+from fleet.diagnose.rules.shared import (
+    QUEUE_PER_INSTANCE,
+    SUSTAINED,
+    _after,
+    _frac,
+    _mean,
+    _median,
+    _r,
+    _span,
+    _State,
+)
 from policies import metrics as pm
 
 # Findings that explain a group's high latency; node findings explain only their own instances.
@@ -22,6 +32,7 @@ MIN_SAMPLES = 4  # a latency "over the SLO" in fewer samples than this is noise
 # rules' thresholds see (the simulator's healthy control sits at ~1.15x its TTFT SLO); half again over it, in
 # at least half the samples, is not.
 SLO_MARGIN = 1.5
+PUBLISH_UTIL_FIRST = "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
 
 
 def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
@@ -52,6 +63,16 @@ def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
         "kv_cache_usage_pct_mean": _r(_mean(v for i in pool for v in i.values(pm.KV_CACHE_USAGE_PCT))),
         "idle_instance": {k: round(v, 1) for k, v in idle.items()} if idle else None,
     }
+    util_missing = any(
+        f.kind == "metrics_missing" and pm.GPU_UTIL_PCT in (f.evidence.get("missing") or {}) for f in findings
+    )
+    queue = evidence["queue_waiting_mean"]
+    blind = (
+        f"; GPU utilization was not published, so whether the {queue:g} request(s) waiting per instance on "
+        "average queued behind saturated GPUs (queue_backlog, undersized_fleet) could not be judged"
+        if util_missing and isinstance(queue, float) and queue >= QUEUE_PER_INSTANCE
+        else ""
+    )
     said = " and ".join(
         f"P99 {m.split('_')[0].upper()} (median {v['median_ms']:g} ms) was over its {v['slo_ms']:g} ms SLO "
         f"in {100 * (v['samples_over'] or 0):.0f}% of the samples"
@@ -64,9 +85,14 @@ def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
             [g.name],
             evidence,
             f"{said} on {len(pool)} instance(s), and no rule explains it (a queue over busy GPUs, a full KV "
-            "cache, a throttled or broken GPU, a cold start, saturated memory bandwidth): the time goes "
-            "where these metrics do not look.",
-            _next_steps(over, idle, g.instance_type),
+            "cache, a throttled or broken GPU, a cold start, saturated memory bandwidth)"
+            + (blind or ": the time goes where these metrics do not look")
+            + ".",
+            (
+                "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
+                * bool(blind)
+            )
+            + _next_steps(over, idle, g.instance_type),
         )
     ]
 

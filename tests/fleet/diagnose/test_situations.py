@@ -80,3 +80,34 @@ def test_a_growing_queue_at_max_num_seqs_with_the_kv_cache_full_is_an_undersized
     # no room in the KV cache for a larger batch: more instances are the fix
     found = findings(_at_cap(_growing, 95.0, SIZED))
     assert [f.kind for f in found] == ["undersized_fleet"]
+
+
+def test_latency_metrics_missing_everywhere_is_said_not_read_as_health() -> None:
+    found = findings(make_window(drop={"*": ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")}, group=SIZED))
+    assert [f.kind for f in found] == ["metrics_missing"]
+    f = found[0]
+    assert set(f.evidence["missing"]) == {"ttft_p99_ms", "tpot_p99_ms"}
+    assert f.evidence["missing"]["ttft_p99_ms"] == ["i-a", "i-b", "i-c", "i-d"]
+    assert "not a sign of health" in f.explanation and "vllm:time_to_first_token_seconds" in f.fix
+
+
+def test_gpu_utilization_missing_under_a_queue_is_named_as_what_kept_the_cause_unseen() -> None:
+    w = make_window(
+        {"*": {"queue_waiting": 10.0, "ttft_p99_ms": 5000.0}}, drop={"*": ("gpu_util_pct",)}, group=SIZED
+    )
+    found = {f.kind: f for f in findings(w)}
+    assert set(found) == {"metrics_missing", "slo_violated_unexplained"}
+    assert list(found["metrics_missing"].evidence["missing"]) == ["gpu_util_pct"]
+    slo = found["slo_violated_unexplained"]
+    assert "GPU utilization was not published" in slo.explanation
+    assert "where these metrics do not look" not in slo.explanation
+    assert slo.fix.startswith("Publish GPU utilization first")
+
+
+def test_a_signal_missing_on_one_instance_only_is_not_reported() -> None:
+    assert findings(make_window(drop={"i-b": ("ttft_p99_ms", "gpu_util_pct")}, group=SIZED)) == []
+
+
+def test_a_healthy_sized_fleet_has_no_findings() -> None:
+    for group in (SIZED, {**SIZED, "max_num_seqs": 64, "slo_tpot_p99_ms": 100.0}, {}):
+        assert findings(make_window(group=group)) == [], group
