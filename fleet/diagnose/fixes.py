@@ -311,14 +311,22 @@ def _option(c: Candidate) -> dict[str, object]:
 
 def idle_latency_ms(ctx: GroupContext) -> dict[str, float] | None:
     """What the sizing model says one request of the group's mean size takes on an idle instance: the prompt's
-    prefill (``prefill_ms``, the floor of TTFT) and batch-1 time per output token (``tpot_ms``, of TPOT)."""
+    prefill (``prefill_ms``, the floor of TTFT), batch-1 time per output token (``tpot_ms``, of TPOT), and the
+    prefill with :data:`PREFILL_BUDGET_FACTOR` x the chunked-prefill budget (``prefill_ms_budget_x4``)."""
     d = deployment(ctx)
     if d is None:
         return None
     prompt, _ = request_sizes(ctx)
     tokens = max(1, round(prompt))
+    budget = d.plan.max_num_batched_tokens
     return {
         "prompt_tokens": float(tokens),
-        "prefill_ms": d.perf.prefill_s(tokens, d.plan.max_num_batched_tokens) * 1000,
+        "prefill_ms": d.perf.prefill_s(tokens, budget) * 1000,
         "tpot_ms": d.perf.decode_tpot_s(tokens) * 1000,
+        # the chunked-prefill budget, and the same prefill with four times it (fewer, larger chunks)
+        "max_num_batched_tokens": float(budget),
+        "prefill_ms_budget_x4": d.perf.prefill_s(tokens, PREFILL_BUDGET_FACTOR * budget) * 1000,
     }
+
+
+PREFILL_BUDGET_FACTOR = 4  # a "larger" chunked-prefill budget, to say whether the budget is what limits TTFT

@@ -32,6 +32,11 @@ MIN_SAMPLES = 4  # a latency "over the SLO" in fewer samples than this is noise
 # rules' thresholds see (the simulator's healthy control sits at ~1.15x its TTFT SLO); half again over it, in
 # at least half the samples, is not.
 SLO_MARGIN = 1.5
+# Where the mean prompt's idle prefill is at least this share of the TTFT SLO, say whether the chunked-prefill
+# budget (max_num_batched_tokens) is what makes it long.
+PREFILL_SHARE_FOR_BUDGET = 0.5
+# A budget four times larger that prefills the mean prompt less than 10% faster is not what limits TTFT.
+BUDGET_GAIN = 0.9
 PUBLISH_UTIL_FIRST = "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
 
 
@@ -86,7 +91,7 @@ def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
             evidence,
             f"{said} on {len(pool)} instance(s), and no rule explains it (a queue over busy GPUs, a full KV "
             "cache, a throttled or broken GPU, a cold start, saturated memory bandwidth)"
-            + (blind or ": the time goes where these metrics do not look")
+            + (blind or _prompt_text(over, idle) or ": the time goes where these metrics do not look")
             + ".",
             (
                 "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
@@ -103,7 +108,15 @@ def _next_steps(
     steps = []
     if pm.TTFT_P99_MS in over:
         slo = over[pm.TTFT_P99_MS]["slo_ms"] or 0.0
-        if idle:
+        if idle and idle["prefill_ms"] >= slo:
+            steps.append(
+                f"the sizing model prefills a mean {idle['prompt_tokens']:.0f}-token prompt in "
+                f"{idle['prefill_ms']:.0f} ms on an idle {itype} ({100 * idle['prefill_ms'] / slo:.0f}% of "
+                "the SLO), so such a prompt misses the SLO at any load: shorten prompts or reuse shared "
+                "prefixes (vLLM's prefix caching), give each instance more compute (more GPUs, a faster "
+                "card), or set a TTFT SLO these prompts can meet"
+            )
+        elif idle:
             steps.append(
                 f"compare prompt lengths with the TTFT SLO: the sizing model prefills a mean "
                 f"{idle['prompt_tokens']:.0f}-token prompt in {idle['prefill_ms']:.0f} ms on an idle {itype} "
@@ -115,6 +128,9 @@ def _next_steps(
                 "compare prompt lengths with the TTFT SLO (with the group's model and instance type known, "
                 "the sizing model gives a mean prompt's prefill time on an idle instance)"
             )
+        budget = _budget_text(idle) if idle and idle["prefill_ms"] >= PREFILL_SHARE_FOR_BUDGET * slo else None
+        if budget:
+            steps.append(budget)
     if pm.TPOT_P99_MS in over and idle:
         steps.append(f"the sizing model decodes one request alone at {idle['tpot_ms']:.1f} ms per token")
     steps.append(
@@ -122,4 +138,36 @@ def _next_steps(
         "long outputs) and the network between the gateway and the instances: compare vLLM's own latency "
         "histograms with the gateway's"
     )
-    return "Look at what these metrics do not show: " + "; ".join(steps) + "."
+    long_prompt = (
+        idle is not None
+        and pm.TTFT_P99_MS in over
+        and idle["prefill_ms"] >= (over[pm.TTFT_P99_MS]["slo_ms"] or 0.0)
+    )
+    lead = "Look at the prompts first: " if long_prompt else "Look at what these metrics do not show: "
+    return lead + "; ".join(steps) + "."
+
+
+def _prompt_text(over: dict[str, dict[str, float | None]], idle: dict[str, float] | None) -> str:
+    """When the mean prompt's idle prefill alone is over the TTFT SLO, that is the explanation."""
+    ttft = over.get(pm.TTFT_P99_MS)
+    if ttft is None or idle is None or idle["prefill_ms"] < (ttft["slo_ms"] or 0.0):
+        return ""
+    return (
+        f": by the sizing model the mean {idle['prompt_tokens']:.0f}-token prompt alone takes "
+        f"{idle['prefill_ms']:.0f} ms to prefill on an idle instance, more than the {ttft['slo_ms']:g} ms "
+        "SLO, so the prompts' length, not the load, sets this TTFT"
+    )
+
+
+def _budget_text(idle: dict[str, float]) -> str | None:
+    """That a larger chunked-prefill budget would not shorten the mean prompt's prefill, when sizing's perf
+    model says so (a long prompt makes people suspect max_num_batched_tokens)."""
+    budget = idle["max_num_batched_tokens"]
+    faster = idle["prefill_ms_budget_x4"]
+    if faster < BUDGET_GAIN * idle["prefill_ms"]:
+        return None
+    return (
+        "a larger chunked-prefill budget would not help: with max_num_batched_tokens "
+        f"{fixes.PREFILL_BUDGET_FACTOR * budget:.0f} instead of {budget:.0f} the sizing model prefills the "
+        f"mean prompt in {faster:.0f} ms (the prefill is bound by compute, not by the number of chunks)"
+    )

@@ -111,3 +111,53 @@ def test_a_signal_missing_on_one_instance_only_is_not_reported() -> None:
 def test_a_healthy_sized_fleet_has_no_findings() -> None:
     for group in (SIZED, {**SIZED, "max_num_seqs": 64, "slo_tpot_p99_ms": 100.0}, {}):
         assert findings(make_window(group=group)) == [], group
+
+
+def _long_prompts(prompt_tokens: float) -> Window:
+    """Low load (two running, no queue, GPUs 60% busy) with P99 TTFT at 6 s against the 2 s SLO."""
+    return make_window(
+        {
+            "*": {
+                "requests_running": 2.0,
+                "kv_cache_usage_pct": 20.0,
+                "gpu_util_pct": 60.0,
+                "gpu_mem_bw_util_pct": 30.0,
+                "ttft_p99_ms": 6000.0,
+                "tpot_p99_ms": 40.0,
+                "request_rate_rps": 0.2,
+            }
+        },
+        group={**SIZED, "prompt_tokens_mean": prompt_tokens, "output_tokens_mean": 100},
+    )
+
+
+def test_prompts_whose_idle_prefill_exceeds_the_slo_are_named_as_the_cause() -> None:
+    from fleet.diagnose.fixes import idle_latency_ms
+
+    w = _long_prompts(16000)
+    idle = idle_latency_ms(w.group)
+    assert idle is not None and idle["prefill_ms"] > 2000.0
+    found = findings(w)
+    assert [f.kind for f in found] == ["slo_violated_unexplained"]
+    f = found[0]
+    assert "the prompts' length, not the load, sets this TTFT" in f.explanation
+    assert f.fix.startswith("Look at the prompts first: ")
+    assert "misses the SLO at any load" in f.fix and "only prompts that much longer" not in f.fix
+    # the chunked-prefill budget is not what makes it long (sizing: fewer, larger chunks gain < 10%)
+    assert idle["prefill_ms_budget_x4"] > 0.9 * idle["prefill_ms"]
+    assert "a larger chunked-prefill budget would not help" in f.fix
+
+
+def test_short_prompts_keep_the_look_elsewhere_advice() -> None:
+    f = findings(_long_prompts(1000))[0]
+    assert f.kind == "slo_violated_unexplained"
+    assert "where these metrics do not look" in f.explanation
+    assert "only prompts that much longer reach the SLO" in f.fix and "chunked-prefill" not in f.fix
+
+
+def test_the_prompt_advice_is_given_once() -> None:
+    for prompt in (1000, 16000):
+        f = findings(_long_prompts(prompt))[0]
+        assert f.fix.count("prefills a mean") == 1 and "gives a mean prompt's prefill time" not in f.fix
+    f = findings(make_window({"*": {"ttft_p99_ms": 6000.0}}))[0]  # no sizing model: the generic advice
+    assert f.fix.count("compare prompt lengths with the TTFT SLO") == 1
