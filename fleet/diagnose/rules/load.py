@@ -444,6 +444,17 @@ def _queue_backlog(
         if cap_q
         else "cap the queue (max waiting) at about throughput x the TTFT SLO per instance"
     ]
+    idle_peers = _idle_peers(st, pool, backlog)
+    if idle_peers:
+        # The queue is where the requests were sent, not where capacity ran out: spread them.
+        evidence["instances_without_queue"] = idle_peers
+        parts.insert(
+            0,
+            f"spread the requests: {len(idle_peers)} of {len(pool)} instance(s) had no queue meanwhile, so "
+            "the balancer, not the capacity, put them there (least-outstanding-requests balancing; check "
+            "session affinity)",
+        )
+        return [_backlog_finding(st, pool, scan, flat, over_share, evidence, parts)]
     batch_part = (
         batch_advice(g, backlog, st.steady_from, seqs, knee, _tokens_per_seq(st, backlog), evidence)
         if seqs
@@ -455,18 +466,43 @@ def _queue_backlog(
     if demand and per:
         extra = max(1, math.ceil(demand / (per * fixes.TARGET_LOAD_FRACTION)) - len(pool))
         parts.append(f"or scale out by {extra} instance(s) so each runs below 80% load")
-    return [
-        Finding(
-            "queue_backlog",
-            "critical" if over_share >= 0.5 else "warning",
-            [g.name] if len(backlog) * 2 >= len(pool) else sorted(i.instance_id for i in backlog),
-            evidence,
-            (
-                "The GPUs look fully busy, but completions stayed flat while requests waited in the queue"
-                if flat
-                else "The GPUs look fully busy while requests waited in the queue"
-            )
-            + ": the latency is waiting time, not compute, so a bigger card would not help.",
-            "; ".join(parts) + ".",
+    return [_backlog_finding(st, pool, scan, flat, over_share, evidence, parts)]
+
+
+def _idle_peers(st: _State, pool: Sequence[InstanceWindow], backlog: Sequence[InstanceWindow]) -> list[str]:
+    """The instances without a queue (under one waiting on average) when fewer than half of ``pool`` had one
+    and all the others had none: the load is unevenly spread. Empty otherwise."""
+    if len(backlog) * 2 >= len(pool):
+        return []
+    others = [i for i in pool if i not in backlog]
+    means = {
+        i.instance_id: _mean(_after(i.metrics.get(pm.QUEUE_WAITING, ()), st.steady_from)) for i in others
+    }
+    if any(m is None or m >= 1.0 for m in means.values()):
+        return []
+    return sorted(means)
+
+
+def _backlog_finding(
+    st: _State,
+    pool: Sequence[InstanceWindow],
+    scan: _QueueScan,
+    flat: bool,
+    over_share: float,
+    evidence: dict[str, Any],
+    parts: list[str],
+) -> Finding:
+    backlog = scan.backlog
+    return Finding(
+        "queue_backlog",
+        "critical" if over_share >= 0.5 else "warning",
+        [st.window.group.name] if len(backlog) * 2 >= len(pool) else sorted(i.instance_id for i in backlog),
+        evidence,
+        (
+            "The GPUs look fully busy, but completions stayed flat while requests waited in the queue"
+            if flat
+            else "The GPUs look fully busy while requests waited in the queue"
         )
-    ]
+        + ": the latency is waiting time, not compute, so a bigger card would not help.",
+        "; ".join(parts) + ".",
+    )

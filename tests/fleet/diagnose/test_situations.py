@@ -161,3 +161,24 @@ def test_the_prompt_advice_is_given_once() -> None:
         assert f.fix.count("prefills a mean") == 1 and "gives a mean prompt's prefill time" not in f.fix
     f = findings(make_window({"*": {"ttft_p99_ms": 6000.0}}))[0]  # no sizing model: the generic advice
     assert f.fix.count("compare prompt lengths with the TTFT SLO") == 1
+
+
+def test_a_queue_on_one_instance_while_its_peers_have_none_says_spread_the_load_not_scale_out() -> None:
+    w = make_window(
+        {
+            "i-a": {
+                "queue_waiting": 20.0,
+                "requests_running": 64.0,
+                "gpu_util_pct": 100.0,
+                "ttft_p99_ms": 9000.0,
+                "request_rate_rps": 2.0,
+            }
+        },
+        group=SIZED,
+    )
+    backlog = [f for f in findings(w) if f.kind == "queue_backlog"]
+    assert len(backlog) == 1 and backlog[0].scope == ["i-a"]
+    f = backlog[0]
+    assert f.fix.startswith("Spread the requests: 3 of 4 instance(s) had no queue")
+    assert f.evidence["instances_without_queue"] == ["i-b", "i-c", "i-d"]
+    assert "scale out" not in f.fix and "max_num_seqs" not in f.fix
