@@ -9,7 +9,7 @@ The report says so rather than "no problem found", with what the sizing model sa
 from __future__ import annotations
 
 from fleet.diagnose import fixes
-from fleet.diagnose.model import Finding
+from fleet.diagnose.model import Finding, InstanceWindow
 from fleet.diagnose.rules.shared import (
     QUEUE_PER_INSTANCE,
     SUSTAINED,
@@ -20,6 +20,7 @@ from fleet.diagnose.rules.shared import (
     _r,
     _span,
     _State,
+    _tokens_per_seq,
 )
 from policies import metrics as pm
 
@@ -37,6 +38,9 @@ SLO_MARGIN = 1.5
 PREFILL_SHARE_FOR_BUDGET = 0.5
 # A budget four times larger that prefills the mean prompt less than 10% faster is not what limits TTFT.
 BUDGET_GAIN = 0.9
+# A measured P99 TPOT this many times what the sizing model expects at the measured batch is more than P99
+# over mean and model error: the engine or the GPU runs slower than the hardware should.
+SLOWER_THAN_MODEL = 2.0
 PUBLISH_UTIL_FIRST = "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
 
 
@@ -68,6 +72,9 @@ def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
         "kv_cache_usage_pct_mean": _r(_mean(v for i in pool for v in i.values(pm.KV_CACHE_USAGE_PCT))),
         "idle_instance": {k: round(v, 1) for k, v in idle.items()} if idle else None,
     }
+    at_batch = _tpot_at_batch(st, pool, over)
+    if at_batch is not None:
+        evidence["tpot_expected_at_batch"] = at_batch
     util_missing = any(
         f.kind == "metrics_missing" and pm.GPU_UTIL_PCT in (f.evidence.get("missing") or {}) for f in findings
     )
@@ -97,13 +104,37 @@ def _slo_unexplained(st: _State, findings: list[Finding]) -> list[Finding]:
                 "Publish GPU utilization first (the metrics_missing finding), then diagnose again. "
                 * bool(blind)
             )
-            + _next_steps(over, idle, g.instance_type),
+            + _next_steps(over, idle, g.instance_type, at_batch),
         )
     ]
 
 
+def _tpot_at_batch(
+    st: _State, pool: list[InstanceWindow], over: dict[str, dict[str, float | None]]
+) -> dict[str, float] | None:
+    """With P99 TPOT over its SLO: what the sizing model expects per token at the pool's mean batch and
+    measured context per sequence, and the measured median's multiple of it."""
+    tpot = over.get(pm.TPOT_P99_MS)
+    batch = _mean(v for i in pool for v in i.values(pm.REQUESTS_RUNNING))
+    if tpot is None or tpot["median_ms"] is None or batch is None or batch < 1:
+        return None
+    tokens = _tokens_per_seq(st, pool)
+    expected = fixes.expected_tpot_ms(st.window.group, round(batch), tokens)
+    if expected is None or expected <= 0:
+        return None
+    return {
+        "batch": round(batch),
+        "tokens_per_seq": round(tokens),
+        "tpot_ms_expected": round(expected, 1),
+        "measured_over_expected": round(tpot["median_ms"] / expected, 2),
+    }
+
+
 def _next_steps(
-    over: dict[str, dict[str, float | None]], idle: dict[str, float] | None, itype: str | None
+    over: dict[str, dict[str, float | None]],
+    idle: dict[str, float] | None,
+    itype: str | None,
+    at_batch: dict[str, float] | None = None,
 ) -> str:
     steps = []
     if pm.TTFT_P99_MS in over:
@@ -131,7 +162,16 @@ def _next_steps(
         budget = _budget_text(idle) if idle and idle["prefill_ms"] >= PREFILL_SHARE_FOR_BUDGET * slo else None
         if budget:
             steps.append(budget)
-    if pm.TPOT_P99_MS in over and idle:
+    if at_batch is not None and at_batch["measured_over_expected"] >= SLOWER_THAN_MODEL:
+        steps.append(
+            f"the sizing model decodes a batch of {at_batch['batch']:.0f} at "
+            f"{at_batch['tpot_ms_expected']:g} ms per token; a P99 {at_batch['measured_over_expected']:g}x "
+            "that means the engine runs slower than this hardware allows: check vLLM's flags (CUDA graphs "
+            "on, no --enforce-eager; the dtype, quantization and tensor-parallel size meant), the GPU clocks "
+            "and power limit against their maximum (nvidia-smi -q -d CLOCK,POWER), and other processes on "
+            "the GPUs"
+        )
+    elif pm.TPOT_P99_MS in over and idle:
         steps.append(f"the sizing model decodes one request alone at {idle['tpot_ms']:.1f} ms per token")
     steps.append(
         "check the tokenizer and API server (CPU on the host, vLLM's --api-server-count, detokenization of "

@@ -182,3 +182,25 @@ def test_a_queue_on_one_instance_while_its_peers_have_none_says_spread_the_load_
     assert f.fix.startswith("Spread the requests: 3 of 4 instance(s) had no queue")
     assert f.evidence["instances_without_queue"] == ["i-b", "i-c", "i-d"]
     assert "scale out" not in f.fix and "max_num_seqs" not in f.fix
+
+
+def test_a_tpot_far_above_what_the_hardware_gives_at_the_batch_points_at_the_engine() -> None:
+    ctx = make_window(group=SIZED).group
+    w = make_window({"*": {"tpot_p99_ms": 120.0}}, group={**SIZED, "slo_tpot_p99_ms": 60.0})
+    found = findings(w)
+    assert [f.kind for f in found] == ["slo_violated_unexplained"]
+    f = found[0]
+    at = f.evidence["tpot_expected_at_batch"]
+    assert at["batch"] == 8 and at["measured_over_expected"] >= 2.0
+    assert at["tpot_ms_expected"] < 60.0 and ctx.model == "Qwen2.5-14B"
+    assert "the engine runs slower than this hardware allows" in f.fix and "--enforce-eager" in f.fix
+
+
+def test_a_tpot_near_what_the_model_expects_keeps_the_batch_1_figure() -> None:
+    w = make_window({"*": {"tpot_p99_ms": 70.0}}, group={**SIZED, "slo_tpot_p99_ms": 40.0})
+    f = findings(w)[0]
+    assert (
+        f.kind == "slo_violated_unexplained"
+        and f.evidence["tpot_expected_at_batch"]["measured_over_expected"] < 2
+    )
+    assert "decodes one request alone at" in f.fix and "slower than this hardware" not in f.fix
