@@ -28,6 +28,10 @@ versions of the last two years; each wording is one small pattern below, named f
 
 Every rank of a TP engine prints its own lines; the first value of each kind is kept, except that the
 smallest KV figure and the largest non-torch figure are kept (vLLM sizes the KV cache by the tightest rank).
+Where the ranks' lines carry their process's prefix (``(VllmWorker rank=1 pid=N)``, ``(Worker_TP1 pid=N)``,
+``(RayWorkerWrapper pid=N, ip=A)``, ``(VllmWorkerProcess pid=N)`` beside the unprefixed driver), the per-GPU
+figures (weights, non-torch memory, activation peak, CUDA graphs) are all the tightest rank's, the one with
+the least KV cache memory, so that they add up with its KV figure to one GPU's memory.
 A start with no KV block at all (``# cuda blocks: 0``, a negative remainder, vllm#13882) is a refusal.
 
 Logs as they are kept: a container runtime's log copied from a node (CRI, Docker json-file) is unwrapped
@@ -359,7 +363,54 @@ def _engine_marks(text: str) -> list[int]:
     return marks
 
 
+# The figures each rank of a TP engine prints of its own GPU (the rest are the engine's, printed once).
+_PER_RANK = ("weights_gib", "non_torch_gib", "activation_gib", "peak_torch", "consumed", "cuda_graph_gib")
+# A worker process's prefix anywhere in a line (after a journal's or a collector's own prefix): "(VllmWorker
+# rank=1 pid=N)", "(VllmWorkerProcess pid=N)", "(RayWorkerWrapper pid=N, ip=A)", "(Worker_TP1 pid=N)"
+_PROCESS = re.compile(r"\(([A-Za-z_][\w]*(?: rank=[0-9]+)? pid=[0-9]+)[^)]*\)\s")
+# vLLM's own record header: a line without one continues the record above it (a multi-line message)
+_RECORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} ")
+
+
 def _read_start(text: str) -> LogFacts:
+    values, formats = _match_patterns(text)
+    _tightest_rank(text, values)
+    return _facts(text, values, formats)
+
+
+def _by_process(text: str) -> dict[str, str]:
+    """The lines of each process that printed into the log, by its prefix (``""``: the unprefixed driver)."""
+    groups: dict[str, list[str]] = {}
+    key = ""
+    for line in text.splitlines(keepends=True):
+        process = _PROCESS.search(line)
+        if process:
+            key = process.group(1)
+        elif _RECORD.search(line):
+            key = ""
+        groups.setdefault(key, []).append(line)
+    return {key: "".join(lines) for key, lines in groups.items()}
+
+
+def _tightest_rank(text: str, values: dict[str, object]) -> None:
+    """Where the ranks of a TP engine each print their figures, the per-GPU ones are the tightest rank's: the
+    one with the least KV cache memory, by which vLLM sizes every rank's pool (``unify_kv_cache_configs`` in
+    V1, the minimum of the workers' block counts in V0). Its weights, activation peak and non-torch memory
+    then add up with that KV figure to the one GPU's memory, as the calibration needs them to."""
+    ranks = []
+    for lines in _by_process(text).values():
+        own, _ = _match_patterns(lines)
+        if isinstance(own.get("kv_cache_gib"), float):
+            ranks.append(own)
+    if len(ranks) < 2:
+        return
+    tightest = min(ranks, key=lambda own: own["kv_cache_gib"])  # type: ignore[arg-type,return-value]
+    for name in _PER_RANK:
+        if name in tightest:
+            values[name] = tightest[name]
+
+
+def _match_patterns(text: str) -> tuple[dict[str, object], list[str]]:
     values: dict[str, object] = {}
     formats: list[str] = []
     for name, fmt, pattern, kind in _PATTERNS:
@@ -375,6 +426,10 @@ def _read_start(text: str) -> LogFacts:
                 values.setdefault(name, value)
             if fmt not in formats:
                 formats.append(fmt)
+    return values, formats
+
+
+def _facts(text: str, values: dict[str, object], formats: list[str]) -> LogFacts:
     conc = _CONCURRENCY.search(text)
     if conc:
         values["concurrency_len"] = _i(conc.group(1))
@@ -390,14 +445,13 @@ def _read_start(text: str) -> LogFacts:
     if dtype:
         values["dtype"] = _DTYPES[dtype.group(1)]
     values.pop("peak_torch", None)
-    facts = LogFacts(
+    return LogFacts(
         **values,  # type: ignore[arg-type]  # keys are LogFacts fields by construction of _PATTERNS
         cuda_graph_estimated=bool(_GRAPH_PROFILE.search(text)),
         refused=bool(_REFUSED.search(text)) or _no_room(values.get("kv_cache_gib")),
         kv_cache_memory_given=bool(_KV_GIVEN.search(text)),
         formats=tuple(formats),
     )
-    return facts
 
 
 def _version_and_engine(text: str, values: dict[str, object]) -> None:
