@@ -100,6 +100,12 @@ def _json_line(source: str, number: int, line: str) -> object:
 
 _HEADER_AGAIN = object()  # what _rows gives for a CSV row that repeats the header
 _NOT_JSON = object()  # what _rows gives for a log's line that is not JSON (the program's other output)
+_NOT_ROW = object()  # what _rows gives for a log's line that is not a CSV row of the header's width
+
+
+class _LogRow(dict[str, str]):
+    """A CSV row among a program's other output: one whose token cells are not numbers is one of its other
+    lines that happens to have the header's width (``WARNING: slow, retrying, 3 s``), skipped, not refused."""
 
 
 # Any: rows are CSV dicts of strings or whatever JSON each line holds; each is checked where it is read
@@ -120,6 +126,9 @@ def _rows(
         head.append(item)
         if item[1].strip():
             break
+    if other_lines or log.kind is not LogKind.PLAIN:
+        yield from _log_csv_rows(itertools.chain(head, numbered), source)
+        return
     number = 0
 
     def text() -> Iterator[str]:
@@ -141,6 +150,61 @@ def _rows(
             yield number, row
     except csv.Error as exc:
         raise TraceError(f"{source}: line {number}: cannot parse the trace ({exc})") from None
+
+
+def _cells(line: str, delimiter: str) -> list[str] | None:
+    """One line's CSV cells, None where it is blank or not CSV."""
+    if not line.strip():
+        return None
+    try:
+        return next(csv.reader([line], delimiter=delimiter), None)
+    except csv.Error:
+        return None
+
+
+def _names_columns(cells: list[str]) -> bool:
+    """Whether CSV cells name a time, a prompt and an output column: a trace's header."""
+    names = {cell.strip().lower(): "" for cell in cells}
+    return all(_find(names, keys, False) is not None for keys in (_TIME_KEYS, _PROMPT_KEYS, _OUTPUT_KEYS))
+
+
+def _log_csv_rows(numbered: Iterator[tuple[int, str]], source: str) -> Iterator[tuple[int, Any]]:
+    """CSV rows among a program's other output (a container runtime's log, a log named neither ``.csv`` nor
+    ``.tsv``), each line read on its own: the header is the first line that names the three columns (within
+    ``LOOKAHEAD_ROWS``); a line before it or after it that is not a row of its width is ``_NOT_ROW``, to be
+    counted, not refused (an unclosed quote in a message no longer swallows the rows after it)."""
+    ahead: list[tuple[int, str]] = []
+    header: list[str] | None = None
+    delimiter = ","
+    for number, line in numbered:
+        ahead.append((number, line))
+        delimiter = _delimiter(line)
+        cells = _cells(line, delimiter)
+        if cells is not None and _names_columns(cells):
+            header = cells
+            break
+        if len(ahead) >= LOOKAHEAD_ROWS:
+            break
+    if header is None:
+        first = next((cells for _, line in ahead if (cells := _cells(line, _delimiter(line)))), None)
+        if first is None:
+            raise TraceError(f"{source}: the file is empty")
+        names = [cell.strip().lower() for cell in first]
+        raise TraceError(f"{source}: no line of the log is a CSV header: {_missing_columns(names)}")
+    _check_header(source, header)
+    for number, line in ahead[:-1]:
+        if line.strip():
+            yield number, _NOT_ROW  # the program's lines before its header (start-up messages)
+    for number, line in numbered:
+        cells = _cells(line, delimiter)
+        if not line.strip():
+            continue
+        if cells == header:
+            yield number, _HEADER_AGAIN
+        elif cells is None or len(cells) != len(header):
+            yield number, _NOT_ROW
+        else:
+            yield number, _LogRow(zip(header, cells, strict=True))
 
 
 def _json_rows(log: ContainerLog, source: str, other_lines: bool) -> Iterator[tuple[int, Any]]:
@@ -271,7 +335,7 @@ def _columns(
     read: list[tuple[int, Any]] = []
     for number, row in rows:
         read.append((number, row))
-        if row is _HEADER_AGAIN or row is _NOT_JSON:
+        if id(row) in _SENTINELS:
             continue
         if not isinstance(row, dict):
             break
@@ -431,7 +495,9 @@ NO_TIME = "with no time"
 BAD_TIME = "with a time that is not finite"
 HEADER_AGAIN = "repeating the header"
 NOT_JSON = "not JSON (the log's other lines)"
-_REASONS = (ZERO_TOKENS, NO_TOKENS, NEGATIVE_TOKENS, NO_TIME, BAD_TIME, HEADER_AGAIN, NOT_JSON)
+NOT_ROW = "not rows of the CSV trace (the log's other lines)"
+_REASONS = (ZERO_TOKENS, NO_TOKENS, NEGATIVE_TOKENS, NO_TIME, BAD_TIME, HEADER_AGAIN, NOT_JSON, NOT_ROW)
+_SENTINELS = {id(_HEADER_AGAIN): HEADER_AGAIN, id(_NOT_JSON): NOT_JSON, id(_NOT_ROW): NOT_ROW}
 # Cell text that means no value: what exports write for a null.
 _EMPTY = frozenset({"", "null", "none", "nan", "n/a", "na", "-"})
 # More tokens than any model's context (the longest, Llama 4 Scout's, is 10M): a count past this is a
@@ -457,13 +523,14 @@ def read_trace(
     """:func:`parse_columns` over lines as a file gives them (opened with ``newline=""``), read one row at a
     time: the shell hands over an open file, plain or gzip, and only the requests are kept. ``unit`` is the
     unit of numeric times where the user gave it; without, the column tells (:func:`time_unit`).
-    ``other_lines``: JSON lines in a program's log, whose lines that are not JSON are skipped and counted
-    (as they are in a container runtime's log, whatever this says)."""
+    ``other_lines``: a trace in a program's log among its other output, as in a container runtime's log
+    (whatever this says): JSON lines whose lines that are not JSON are skipped and counted, or a CSV whose
+    header is the first line naming the columns and whose lines that are not rows of its width are."""
     rows = _rows(lines, source, jsonl=jsonl, other_lines=other_lines)
     pending: list[tuple[int, Any]] = []
     for item in rows:  # rows before the first request row: a header repeated, a container's own lines
         pending.append(item)
-        if item[1] is not _HEADER_AGAIN and item[1] is not _NOT_JSON:
+        if id(item[1]) not in _SENTINELS:
             break
     if not pending or not isinstance(pending[-1][1], dict):
         raise TraceError(f"{source}: the trace has no request rows")
@@ -578,8 +645,10 @@ def _requests(
     seen = 0
     for n, row in itertools.chain(read, rows):
         seen += 1
-        if row is _HEADER_AGAIN or row is _NOT_JSON:
-            why = HEADER_AGAIN if row is _HEADER_AGAIN else NOT_JSON
+        why = _SENTINELS.get(id(row))
+        if why is None and isinstance(row, _LogRow) and not _counts_read(source, n, row, (pkey, okey)):
+            why = NOT_ROW
+        if why is not None:
             skips[why] = skips.get(why, 0) + 1
             continue
         if not isinstance(row, dict):
@@ -592,6 +661,16 @@ def _requests(
         else:
             out.append(request)
     return out, seen
+
+
+def _counts_read(source: str, n: int, row: dict[str, Any], columns: tuple[Column, Column]) -> bool:
+    """Whether the row's token cells read as counts (or are empty)."""
+    try:
+        for column in columns:
+            _count(source, n, "", _get(row, column, True))
+    except TraceError:
+        return False
+    return True
 
 
 def _request(

@@ -194,10 +194,11 @@ def read_trace_file(path: Path | str, *, unit: str | None = None) -> TraceRead:
     try:
         named = trace_is_jsonl(path)
         # a program's log (its other lines are skipped); a name that says CSV is CSV
-        found = not named and _suffix(path) not in {".csv", ".tsv"} and _looks_jsonl(path)
+        log = not named and _suffix(path) not in {".csv", ".tsv"}
+        found = log and _looks_jsonl(path)
         with _open_trace(path) as handle:
             given = TimeUnit(unit) if unit is not None else None
-            return read_trace(handle, str(path), jsonl=named or found, unit=given, other_lines=found)
+            return read_trace(handle, str(path), jsonl=named or found, unit=given, other_lines=log)
     except TraceError as exc:
         raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:

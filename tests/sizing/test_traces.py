@@ -391,6 +391,57 @@ def test_a_container_logs_other_output_is_counted_not_refused() -> None:
         parse_columns(_access(1, 1) + "\nINFO: Started\n", "gw.jsonl", jsonl=True)
 
 
+# A gateway that prints its per-request CSV to stdout among its other output (uvicorn's start-up and access
+# lines, a warning with commas in it, one with an unclosed quote)
+CSV_IN_LOG = [
+    "INFO:     Started server process [1]",
+    "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
+    "timestamp,input_tokens,output_tokens",
+    "1733500000,100,50",
+    'WARNING: slow upstream, "model busy, retrying',
+    "1733500002,40,7",
+    'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    "WARNING: queue at 12, draining, 3 s",
+    "1733500003,60,9",
+    "timestamp,input_tokens,output_tokens",
+    "1733500005,10,2",
+]
+
+
+@pytest.mark.parametrize("wrap", [_cri, _docker])
+def test_a_csv_trace_in_a_container_log_skips_and_counts_the_logs_other_lines(wrap) -> None:
+    got = read_trace(io.StringIO(wrap(CSV_IN_LOG), newline=""), "gw.log", jsonl=False)
+    assert [(r.arrival_s - 1733500000, r.prompt_tokens, r.output_tokens) for r in got.requests] == [
+        (0, 100, 50),
+        (2, 40, 7),
+        (3, 60, 9),
+        (5, 10, 2),
+    ]
+    assert got.skipped_note() == (
+        "6 of 10 rows skipped: 1 repeating the header, 5 not rows of the CSV trace (the log's other lines)"
+    )
+
+
+def test_a_csv_trace_among_a_programs_output_in_a_plain_log_is_read_the_same() -> None:
+    text = "\n".join(CSV_IN_LOG) + "\n"
+    got = read_trace(io.StringIO(text, newline=""), "gw.log", jsonl=False, other_lines=True)
+    assert [r.prompt_tokens for r in got.requests] == [100, 40, 60, 10]
+    # a file that is a CSV by its name keeps refusing a line that is not a row of it
+    with pytest.raises(TraceError, match=r"^gw.csv: line 2: prompt tokens"):
+        parse_columns(
+            "timestamp,input_tokens,output_tokens\nbusy, retrying, 3 s\n1,2,3\n", "gw.csv", jsonl=False
+        )
+
+
+def test_a_container_log_left_with_too_few_rows_or_no_header_is_refused() -> None:
+    few = _cri(["INFO: starting", "timestamp,input_tokens,output_tokens", "1733500000,100,50", "INFO: bye"])
+    with pytest.raises(TraceError, match=r"fewer than two usable requests \(2 of 3 rows skipped: 2 not rows"):
+        read_trace(io.StringIO(few, newline=""), "gw.log", jsonl=False)
+    none = _cri(["INFO: starting", "INFO: serving", "1733500000,100,50"])
+    with pytest.raises(TraceError, match=r"^gw.log: no line of the log is a CSV header: needs a time column"):
+        read_trace(io.StringIO(none, newline=""), "gw.log", jsonl=False)
+
+
 def _mooncake(times: list[int]) -> str:
     return "".join(f'{{"timestamp": {t}, "input_length": 10, "output_length": 2}}\n' for t in times)
 

@@ -231,6 +231,24 @@ def test_a_gateways_log_of_any_name_is_read_as_json_lines_by_its_content(tmp_pat
     assert read_trace_file(named).skipped_note() == "1 of 4 rows skipped: 1 with no token counts"
 
 
+def test_fleet_size_reads_a_csv_trace_among_a_programs_other_output(tmp_path: Path, capsys) -> None:
+    # `kubectl logs deploy/gateway > gw.log` of a gateway that prints CSV: the first line was taken for the
+    # header ("needs a time column ...; found info:     started server process [1]")
+    path = tmp_path / "gw.log"
+    rows = [f"{1733500000 + t * 30},{300 + t},{40 + t % 5}\n" for t in range(20)]
+    path.write_text(
+        "INFO:     Started server process [1]\ntimestamp,prompt_tokens,completion_tokens\n"
+        + "".join(rows[:10])
+        + "WARNING: upstream slow, retrying, 2 s\n"
+        + "".join(rows[10:])
+    )
+    code = main(["size", "--model", "Qwen2.5-14B", "--trace", str(path), "--top", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["workload"]["trace_requests"] == 20
+    note = "2 of 22 rows skipped: 2 not rows of the CSV trace (the log's other lines)"
+    assert f"warning: {path}: {note}" in " ".join(err.split())
+
+
 GUESSED = "numeric times read as epoch seconds"
 RELATIVE_MS = "".join(
     f'{{"timestamp": {1_500_000_000 + i * 60_000}, "input_length": 100, "output_length": 20}}\n'
