@@ -391,6 +391,10 @@ EPOCH_MS_ABOVE = 1e11
 # gateways and OpenTelemetry exports write them, and read as milliseconds they replayed 1000 x too slowly.
 EPOCH_US_ABOVE = 1e14
 EPOCH_NS_ABOVE = 1e17
+# A column with numbers on both sides of one of these sizes is of one unit where it runs on across it: its
+# smallest number above within this factor of its largest below (milliseconds from the start pass 1e11 3.2
+# years in); an epoch-ms time (1.4e12 and more since 2015) among smaller ones is at least 14 times them.
+CROSSING_GAP = 2.0
 _EPOCH_UNITS = ((EPOCH_NS_ABOVE, TimeUnit.NS), (EPOCH_US_ABOVE, TimeUnit.US), (EPOCH_MS_ABOVE, TimeUnit.MS))
 # In JSON lines a number is milliseconds from the start (Mooncake), unless the column's smallest time is a
 # date in epoch seconds that a log could hold: 2015-01-01 (1.42e9) to 2100-01-01 (4.1e9). Below 1e9 both
@@ -559,7 +563,10 @@ class _Times:
         self.zone: bool | None = None  # whether the first datetime had a zone
         self.t0: datetime | None = None
         self.low: tuple[float, int, object] | None = None  # the smallest number, its line and text
-        self.band: tuple[float, float] | None = None  # the sizes of the first number's unit
+        # per band of sizes (_band) the column has numbers in: its first row's line and text, the smallest
+        # and the largest size in it
+        self.bands: dict[tuple[float, float], list[Any]] = {}
+        self.band: tuple[float, float] | None = None  # the last number's band, to look up once a band
         self.guess: str | None = None
 
     def read(self, n: int, raw: object) -> float:
@@ -592,17 +599,44 @@ class _Times:
     def _check_unit(self, n: int, t: float, raw: object) -> None:
         if self.unit is not None or not math.isfinite(t):
             return
-        if self.band is None:
+        size = abs(t)
+        if self.band is None or not self.band[0] < size <= self.band[1]:
             self.band = _band(t)
-        elif not self.band[0] < abs(t) <= self.band[1]:
-            assert self.low is not None
-            low, line, text = self.low
-            raise TraceError(
-                f"{self.source}: line {n}: time {raw!r} ({_unit_words(t)}) is not in the unit of line "
-                f"{line}'s {text!r} ({_unit_words(low)}): give every time in one unit"
-            )
+        seen = self.bands.get(self.band)
+        if seen is None:
+            self.bands[self.band] = [n, raw, size, size]
+        elif size < seen[2]:
+            seen[2] = size
+        elif size > seen[3]:
+            seen[3] = size
         if self.low is None or t < self.low[0]:
             self.low = (t, n, raw)
+
+    def _one_unit(self) -> None:
+        """Refuse numbers of two units: sizes in two bands of :func:`_magnitude` with a gap between them. A
+        column that runs on across a band's edge (milliseconds from the start past 1e11, 3.2 years in) is of
+        one unit: the smallest size past the edge is within ``CROSSING_GAP`` times the largest below it, where
+        an epoch-ms time (1.4e12 and more since 2015) among smaller numbers is 14 times them and more."""
+        if len(self.bands) < 2:
+            return
+        order = sorted(self.bands)
+        groups = [[order[0]]]
+        for lower, upper in itertools.pairwise(order):
+            if lower[1] == upper[0] and self.bands[upper][2] <= CROSSING_GAP * self.bands[lower][3]:
+                groups[-1].append(upper)
+            else:
+                groups.append([upper])
+        if len(groups) == 1:
+            return
+        first = min(self.bands, key=lambda band: self.bands[band][0])  # the band of the column's first row
+        home = next(group for group in groups if first in group)
+        other = min((b for b in self.bands if b not in home), key=lambda band: self.bands[band][0])
+        line, text, size = self.bands[first][:3]
+        n, raw, other_size = self.bands[other][:3]
+        raise TraceError(
+            f"{self.source}: line {n}: time {raw!r} ({_unit_words(other_size)}) is not in the unit of line "
+            f"{line}'s {text!r} ({_unit_words(size)}): give every time in one unit"
+        )
 
     def in_seconds(self, requests: list[TraceRequest]) -> list[TraceRequest]:
         """The requests with numeric times put in seconds (datetimes already are)."""
@@ -611,6 +645,7 @@ class _Times:
         unit = self.unit
         if unit is None:
             assert self.low is not None
+            self._one_unit()
             unit, guessed = time_unit(self.name, self.low[0], jsonl=self.jsonl)
             if guessed:
                 self.guess = (

@@ -474,6 +474,32 @@ def test_a_json_time_that_reads_as_a_recent_date_is_epoch_seconds_and_the_guess_
     assert given.unit_guess is None
 
 
+def test_milliseconds_from_the_start_past_3_2_years_are_one_unit_not_two() -> None:
+    # ms from 0 pass 1e11 (the size above which a number is epoch ms) 3.2 years in: the column runs on across
+    # that size without a gap, and was refused as "not in the unit of line 1's 0"
+    times = [0, 60_000, 99_999_990_000, 100_000_020_000, 100_000_080_000]
+    for order in (times, times[::-1]):
+        got = read_trace(io.StringIO(_mooncake(order)), "m.jsonl", jsonl=True)
+        assert [r.arrival_s for r in got.requests] == [t / 1000 for t in times]
+        assert got.unit_guess is None
+    # the unit given is taken as given, as before
+    given = read_trace(io.StringIO(_mooncake(times)), "m.jsonl", jsonl=True, unit=TimeUnit.MS)
+    assert [r.arrival_s for r in given.requests] == [t / 1000 for t in times]
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        [0, 60_000, 1733500000000],  # ms from the start, then an epoch-ms row: a gap of 1.7e12
+        [99_000_000_000, 1733500000000],  # both near the edge, still 17 x apart
+        [1733500000000, 1733500001000, 1733500000000000],  # epoch ms then epoch us
+    ],
+)
+def test_numbers_of_two_units_with_a_gap_between_them_are_still_refused(times: list[int]) -> None:
+    with pytest.raises(TraceError, match=r"is not in the unit of line 1's .*: give every time in one unit"):
+        parse_columns(_mooncake(times), "m.jsonl", jsonl=True)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
