@@ -20,9 +20,11 @@ versions of the last two years; each wording is one small pattern below, named f
   ``Available KV cache memory: 18.38 GiB``, ``GPU KV cache size: 42,656 tokens`` (early V1:
   ``# GPU blocks: N``, vllm PR#13596), ``Maximum concurrency for 32,768 tokens per request: 1.30x``,
   ``Graph capturing finished in 5 secs, took 0.53 GiB``, and from 0.21 ``Estimated CUDA graph memory: 0.36
-  GiB total`` (gpustack/runner#251); the summary ``Free memory on device (F/T GiB) on startup. ... Actual
-  usage is ...`` (non-torch memory, activation peak, CUDA graphs), and ``Available KV cache memory: -1.42
-  GiB`` on a rank with no room left.
+  GiB total`` (gpustack/runner#251); at DEBUG in 0.10-0.11 ``Requested memory: 0.90 (util), 71.27 GiB`` and
+  ``Memory profiling takes 6.42 seconds. Total non KV cache memory: 17.73GiB; torch peak memory increase:
+  1.87GiB; non-torch forward increase memory: 0.87GiB; weights memory: 14.99GiB.``; the summary ``Free
+  memory on device (F/T GiB) on startup. ... Actual usage is ...`` (non-torch memory, activation peak, CUDA
+  graphs), and ``Available KV cache memory: -1.42 GiB`` on a rank with no room left.
 * Settings: ``Initializing a V0|V1 LLM engine (v0.8.1) with config: model='...', ... max_seq_len=6600, ...,
   tensor_parallel_size=1``, ``non-default args: {...}``, ``--gpu-memory-utilization=0.8200``.
 
@@ -186,6 +188,20 @@ _PATTERNS: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ),
     ("cuda_graph_gib", "v1-usage", re.compile(_NUM + r"\s*GiB for CUDAGraph memory"), "f"),
     ("kv_cache_gib", "v1-usage", re.compile(r"Current kv cache memory in use is " + _NUM + r"\s*GiB"), "min"),
+    # MemoryProfilingResult's repr (vllm/utils), at DEBUG in 0.10-0.11 (VLLM_LOGGING_LEVEL=DEBUG): V0's
+    # summary figures under other names, "Memory profiling takes 6.42 seconds. Total non KV cache memory:
+    # 17.73GiB; torch peak memory increase: 1.87GiB; non-torch forward increase memory: 0.87GiB; weights
+    # memory: 14.99GiB." (negative, not read, with weights offloaded to the CPU), after "Initial free memory:
+    # 78.60 GiB; Requested memory: 0.90 (util), 71.27 GiB"
+    ("weights_gib", "v1-profile", re.compile(r"; weights memory: " + _NUM + r"\s*GiB"), "f"),
+    ("activation_gib", "v1-profile", re.compile(r"torch peak memory increase: " + _NUM + r"\s*GiB"), "f"),
+    (
+        "non_torch_gib",
+        "v1-profile",
+        re.compile(r"non-torch forward increase memory: " + _NUM + r"\s*GiB"),
+        "max",
+    ),
+    ("gpu_memory_utilization", "v1-profile", re.compile(r"Requested memory: " + _NUM + r" \(util\)"), "f"),
     ("total_gib", "v1-free", re.compile(r"Free memory on device \([0-9.]+/" + _NUM + r"\s*GiB\)"), "f"),
     (
         "gpu_memory_utilization",

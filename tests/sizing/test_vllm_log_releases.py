@@ -107,6 +107,29 @@ def test_the_earlier_v1_memory_summary_names_each_term():
     )
 
 
+def _profile_debug(non_torch: str) -> str:
+    """0.10-0.11 with VLLM_LOGGING_LEVEL=DEBUG: gpu_worker.py's requested memory and MemoryProfilingResult's
+    repr (vllm/utils), V0's four-line summary of the same figures under other names."""
+    p = "(EngineCore_DP0 pid=200)"
+    return (
+        f"{p} INFO 10-01 10:00:31 [gpu_model_runner.py:2653] Model loading took 14.99 GiB and 4.4 seconds\n"
+        f"{p} DEBUG 10-01 10:00:50 [gpu_worker.py:262] Initial free memory: 78.60 GiB; Requested memory: 0.90 (util), 71.27 GiB\n"
+        f"{p} DEBUG 10-01 10:00:50 [gpu_worker.py:276] Memory profiling takes 6.42 seconds. Total non KV cache memory: 17.73GiB; torch peak memory increase: 1.87GiB; non-torch forward increase memory: {non_torch}GiB; weights memory: 14.99GiB.\n"
+        f"{p} INFO 10-01 10:00:50 [gpu_worker.py:277] Available KV cache memory: 53.54 GiB\n"
+        f"{p} INFO 10-01 10:00:51 [kv_cache_utils.py:1087] GPU KV cache size: 438,608 tokens\n"
+        f"{p} INFO 10-01 10:00:51 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 13.39x\n"
+    )
+
+
+def test_the_v1_debug_profile_gives_activation_peak_non_torch_memory_and_util():
+    facts = parse_startup_log(_profile_debug("0.87"))
+    assert (facts.weights_gib, facts.activation_gib, facts.non_torch_gib) == (14.99, 1.87, 0.87)
+    assert facts.gpu_memory_utilization == 0.90 and facts.kv_cache_gib == 53.54
+    assert (facts.kv_cache_tokens, facts.concurrency_len, facts.max_concurrency) == (438_608, 32_768, 13.39)
+    # with the weights offloaded to the CPU the increase is negative: not a non-torch figure
+    assert parse_startup_log(_profile_debug("-15.24")).non_torch_gib is None
+
+
 def test_a_memory_summary_without_a_weights_line_gives_no_non_torch_figure():
     # consumed memory is weights and non-torch together: without the weights it cannot be split
     line = _usage_tp2((8.41, 8.53)).splitlines()[4] + "\n"
