@@ -460,13 +460,15 @@ def parse_trace(text: str, source: str, *, jsonl: bool) -> tuple[tuple[TraceRequ
 class TraceRead:
     """What :func:`read_trace` read: the requests sorted by arrival, the prefix share of a JSONL trace with
     Mooncake's ``hash_ids`` (None otherwise), how many rows it had and why it skipped those it skipped, and
-    where its numeric times' unit was a guess, the guess (``unit_guess``: one line to warn with)."""
+    where its numeric times' unit was a guess, the guess (``unit_guess``: one line to warn with) and the unit
+    to give where it is not so (``unit_hint``)."""
 
     requests: tuple[TraceRequest, ...]
     prefix_share: float | None = None
     rows: int = 0
     skipped: tuple[tuple[str, int], ...] = ()
     unit_guess: str | None = None
+    unit_hint: str = "ms"  # the time unit to give where the guess is not so
 
     def skipped_note(self) -> str | None:
         """``N of M rows skipped: ...`` with the count of each reason, None when none was skipped."""
@@ -548,7 +550,7 @@ def read_trace(
         note = _skipped_note(seen, skipped)
         raise TraceError(f"{source}: fewer than two usable requests" + (f" ({note})" if note else ""))
     prefix = shares.value() if shares is not None else None
-    return TraceRead(out, prefix, seen, skipped, times.guess)
+    return TraceRead(out, prefix, seen, skipped, times.guess, times.hint)
 
 
 class _Times:
@@ -568,6 +570,7 @@ class _Times:
         self.bands: dict[tuple[float, float], list[Any]] = {}
         self.band: tuple[float, float] | None = None  # the last number's band, to look up once a band
         self.guess: str | None = None
+        self.hint = "ms"  # the unit the guess's alternative is
 
     def read(self, n: int, raw: object) -> float:
         """The row's time: seconds for a datetime, the number as written for a number."""
@@ -612,13 +615,31 @@ class _Times:
         if self.low is None or t < self.low[0]:
             self.low = (t, n, raw)
 
-    def _one_unit(self) -> None:
-        """Refuse numbers of two units: sizes in two bands of :func:`_magnitude` with a gap between them. A
+    def _across(self, unit: TimeUnit) -> TimeUnit:
+        """The unit of a column that runs on across 1e11 (:meth:`_one_unit`): milliseconds from the start
+        where its smallest time tells seconds (past 1e11 no seconds are: 3,170 years), and the reading said,
+        as microseconds from the start pass 1e11 27.8 hours in and nanoseconds 100 s in."""
+        assert self.low is not None
+        if unit is TimeUnit.S:
+            unit = TimeUnit.MS
+        high = max(seen[3] for seen in self.bands.values())
+        days = (high - self.low[0]) / unit.divisor / 86_400
+        self.hint = "us"
+        self.guess = (
+            f"numeric times run from {self.low[2]!r} past 1e11 (the size of epoch ms) without a gap: "
+            f"read as {_UNIT_WORDS[unit]} from the trace's start ({days:.0f} days); if they are "
+            "microseconds or nanoseconds from it, give that time unit"
+        )
+        return unit
+
+    def _one_unit(self) -> bool:
+        """Whether the numbers run on across a band's edge; refuses numbers of two units: sizes in two bands
+        of :func:`_magnitude` with a gap between them. A
         column that runs on across a band's edge (milliseconds from the start past 1e11, 3.2 years in) is of
         one unit: the smallest size past the edge is within ``CROSSING_GAP`` times the largest below it, where
         an epoch-ms time (1.4e12 and more since 2015) among smaller numbers is 14 times them and more."""
         if len(self.bands) < 2:
-            return
+            return False
         order = sorted(self.bands)
         groups = [[order[0]]]
         for lower, upper in itertools.pairwise(order):
@@ -627,7 +648,7 @@ class _Times:
             else:
                 groups.append([upper])
         if len(groups) == 1:
-            return
+            return True
         first = min(self.bands, key=lambda band: self.bands[band][0])  # the band of the column's first row
         home = next(group for group in groups if first in group)
         other = min((b for b in self.bands if b not in home), key=lambda band: self.bands[band][0])
@@ -645,9 +666,10 @@ class _Times:
         unit = self.unit
         if unit is None:
             assert self.low is not None
-            self._one_unit()
             unit, guessed = time_unit(self.name, self.low[0], jsonl=self.jsonl)
-            if guessed:
+            if self._one_unit():
+                unit = self._across(unit)
+            elif guessed:
                 self.guess = (
                     f"numeric times read as epoch seconds (the smallest, {self.low[2]!r}, as "
                     f"{datetime.fromtimestamp(self.low[0], UTC):%Y-%m-%dT%H:%M:%SZ}); if they are "
@@ -657,6 +679,14 @@ class _Times:
             return requests
         d = unit.divisor
         return [TraceRequest(r.arrival_s / d, r.prompt_tokens, r.output_tokens) for r in requests]
+
+
+_UNIT_WORDS = {
+    TimeUnit.S: "seconds",
+    TimeUnit.MS: "milliseconds",
+    TimeUnit.US: "microseconds",
+    TimeUnit.NS: "nanoseconds",
+}
 
 
 def _unit_words(value: float) -> str:

@@ -198,7 +198,11 @@ def _warn_trace(spec: Any, user_trace: TraceRead | None) -> None:
         return
     from rich.markup import escape
 
-    guess = f"{user_trace.unit_guess} (trace:FILE,time_unit=ms)" if user_trace.unit_guess else None
+    guess = (
+        f"{user_trace.unit_guess} (trace:FILE,time_unit={user_trace.unit_hint})"
+        if user_trace.unit_guess
+        else None
+    )
     for note in (user_trace.skipped_note(), guess, user_trace.repeated_note()):
         if note:
             err_console.print(

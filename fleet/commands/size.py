@@ -383,7 +383,7 @@ def _read_trace(path: Path, unit: str | None) -> tuple[tuple[TraceRequest, ...],
         got = read_trace_file(path, unit=unit)
     except WorkloadError as exc:
         fail(str(exc))
-    guess = f"{got.unit_guess} (--trace-time-unit ms)" if got.unit_guess else None
+    guess = f"{got.unit_guess} (--trace-time-unit {got.unit_hint})" if got.unit_guess else None
     for note in (got.skipped_note(), guess, got.repeated_note()):
         if note:
             err_console.print(

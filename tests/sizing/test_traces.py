@@ -481,10 +481,17 @@ def test_milliseconds_from_the_start_past_3_2_years_are_one_unit_not_two() -> No
     for order in (times, times[::-1]):
         got = read_trace(io.StringIO(_mooncake(order)), "m.jsonl", jsonl=True)
         assert [r.arrival_s for r in got.requests] == [t / 1000 for t in times]
-        assert got.unit_guess is None
-    # the unit given is taken as given, as before
+        # microseconds from the start pass 1e11 27.8 hours in, nanoseconds 100 s in: the reading is said
+        assert got.unit_guess is not None and got.unit_hint == "us"
+        assert "read as milliseconds from the trace's start (1157 days)" in got.unit_guess
+    # in a CSV too, where numbers are seconds otherwise: past 1e11 they are no seconds (3,170 years)
+    csv_text = "timestamp,input_tokens,output_tokens\n" + "".join(f"{t},10,2\n" for t in times)
+    got = parse_columns(csv_text, "gw.csv", jsonl=False)
+    assert [r.arrival_s for r in got] == [t / 1000 for t in times]
+    # the unit given is taken as given, as before, and nothing is guessed
     given = read_trace(io.StringIO(_mooncake(times)), "m.jsonl", jsonl=True, unit=TimeUnit.MS)
     assert [r.arrival_s for r in given.requests] == [t / 1000 for t in times]
+    assert given.unit_guess is None
 
 
 @pytest.mark.parametrize(
