@@ -395,16 +395,18 @@ def _read_start(text: str) -> LogFacts:
 
 
 def _by_process(text: str) -> dict[str, str]:
-    """The lines of each process that printed into the log, by its prefix (``""``: the unprefixed driver)."""
+    """The lines with a memory figure (GiB; V0's weights in "GB") of each process that printed into the log,
+    by its prefix (``""``: the unprefixed driver)."""
     groups: dict[str, list[str]] = {}
     key = ""
     for line in text.splitlines(keepends=True):
-        process = _PROCESS.search(line)
+        process = _PROCESS.search(line) if "pid=" in line else None
         if process:
             key = process.group(1)
         elif _RECORD.search(line):
             key = ""
-        groups.setdefault(key, []).append(line)
+        if "GiB" in line or "GB" in line:
+            groups.setdefault(key, []).append(line)
     return {key: "".join(lines) for key, lines in groups.items()}
 
 
@@ -415,7 +417,7 @@ def _tightest_rank(text: str, values: dict[str, object]) -> None:
     then add up with that KV figure to the one GPU's memory, as the calibration needs them to."""
     ranks = []
     for lines in _by_process(text).values():
-        own, _ = _match_patterns(lines)
+        own, _ = _match_patterns(lines, (*_PER_RANK, "kv_cache_gib"))
         if isinstance(own.get("kv_cache_gib"), float):
             ranks.append(own)
     if len(ranks) < 2:
@@ -426,10 +428,13 @@ def _tightest_rank(text: str, values: dict[str, object]) -> None:
             values[name] = tightest[name]
 
 
-def _match_patterns(text: str) -> tuple[dict[str, object], list[str]]:
+def _match_patterns(text: str, names: tuple[str, ...] = ()) -> tuple[dict[str, object], list[str]]:
+    """The figures the patterns find in ``text`` (only those of ``names`` where given) and their formats."""
     values: dict[str, object] = {}
     formats: list[str] = []
     for name, fmt, pattern, kind in _PATTERNS:
+        if names and name not in names:
+            continue
         for match in pattern.finditer(text):
             raw = match.group(1)
             value: float | int = _i(raw) if kind in ("i", "imin") else _f(raw)
