@@ -156,6 +156,8 @@ def _cells(line: str, delimiter: str) -> list[str] | None:
     """One line's CSV cells, None where it is blank or not CSV."""
     if not line.strip():
         return None
+    if '"' not in line:  # nothing quoted: the cells as the csv module would give them
+        return line.rstrip("\r\n").split(delimiter)
     try:
         return next(csv.reader([line], delimiter=delimiter), None)
     except csv.Error:
@@ -711,8 +713,6 @@ def _requests(
     for n, row in itertools.chain(read, rows):
         seen += 1
         why = _SENTINELS.get(id(row))
-        if why is None and isinstance(row, _LogRow) and not _counts_read(source, n, row, (pkey, okey)):
-            why = NOT_ROW
         if why is not None:
             skips[why] = skips.get(why, 0) + 1
             continue
@@ -728,24 +728,23 @@ def _requests(
     return out, seen
 
 
-def _counts_read(source: str, n: int, row: dict[str, Any], columns: tuple[Column, Column]) -> bool:
-    """Whether the row's token cells read as counts (or are empty)."""
-    try:
-        for column in columns:
-            _count(source, n, "", _get(row, column, True))
-    except TraceError:
-        return False
-    return True
-
-
 def _request(
     source: str, n: int, row: dict[str, Any], columns: tuple[Column, Column, Column], times: _Times
 ) -> TraceRequest | str:
-    """The row's request (its time as :class:`_Times` reads it), or why it is skipped."""
+    """The row's request (its time as :class:`_Times` reads it), or why it is skipped. A row among a
+    program's other output whose token cells are not numbers is one of its other lines."""
     tkey, pkey, okey = columns
     json_text = True
-    prompt = _tokens(source, n, "prompt", _get(row, pkey, json_text))
-    output = _tokens(source, n, "output", _get(row, okey, json_text))
+    prompt_cell, output_cell = _get(row, pkey, json_text), _get(row, okey, json_text)
+    try:
+        prompt_count = _count(source, n, "prompt", prompt_cell)
+        output_count = _count(source, n, "output", output_cell)
+    except TraceError:
+        if isinstance(row, _LogRow):
+            return NOT_ROW
+        raise
+    prompt = _bounded(source, n, "prompt", prompt_count, prompt_cell)
+    output = _bounded(source, n, "output", output_count, output_cell)
     raw = _get(row, tkey, json_text)
     if prompt is None or output is None:
         return NO_TOKENS
@@ -780,9 +779,8 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in _EMPTY)
 
 
-def _tokens(source: str, n: int, what: str, value: object) -> int | None:
-    """A token count as a whole number; None where the row has none (an empty cell, a JSON null)."""
-    count = _count(source, n, what, value)
+def _bounded(source: str, n: int, what: str, count: int | None, value: object) -> int | None:
+    """A token count (:func:`_count` of ``value``) within any model's context; None where the row has none."""
     if count is not None and count > MAX_TOKENS:
         raise TraceError(
             f"{source}: line {n}: {what} tokens {value!r} is more than any model's context "
