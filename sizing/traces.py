@@ -164,43 +164,48 @@ def _cells(line: str, delimiter: str) -> list[str] | None:
         return None
 
 
-def _names_columns(cells: list[str]) -> bool:
-    """Whether CSV cells name a time, a prompt and an output column: a trace's header."""
+def _names_columns(cells: list[str]) -> int:
+    """How much CSV cells name of a trace's header: 2 a time, a prompt and an output column, 1 a time column
+    only (the counts may be in a JSON cell: an SLS export's ``usage``), else 0."""
     names = {cell.strip().lower(): "" for cell in cells}
-    return all(_find(names, keys, False) is not None for keys in (_TIME_KEYS, _PROMPT_KEYS, _OUTPUT_KEYS))
+    if _find(names, _TIME_KEYS, False) is None:
+        return 0
+    return 2 if all(_find(names, keys, False) is not None for keys in (_PROMPT_KEYS, _OUTPUT_KEYS)) else 1
 
 
 def _log_csv_rows(numbered: Iterator[tuple[int, str]], source: str) -> Iterator[tuple[int, Any]]:
     """CSV rows among a program's other output (a container runtime's log, a log named neither ``.csv`` nor
-    ``.tsv``), each line read on its own: the header is the first line that names the three columns (within
-    ``LOOKAHEAD_ROWS``); a line before it or after it that is not a row of its width is ``_NOT_ROW``, to be
-    counted, not refused (an unclosed quote in a message no longer swallows the rows after it)."""
+    ``.tsv``), each line read on its own: the header is the first line that names the three columns, else
+    the first that names a time column (within ``LOOKAHEAD_ROWS``); a line before it or after it that is
+    not a row of its width is ``_NOT_ROW``, to be counted, not refused (an unclosed quote in a message no
+    longer swallows the rows after it)."""
     ahead: list[tuple[int, str]] = []
-    header: list[str] | None = None
-    delimiter = ","
+    found: dict[int, int] = {}  # how much a line names (_names_columns): the first line's index in ahead
     for number, line in numbered:
         ahead.append((number, line))
-        delimiter = _delimiter(line)
-        cells = _cells(line, delimiter)
-        if cells is not None and _names_columns(cells):
-            header = cells
+        cells = _cells(line, _delimiter(line))
+        named = _names_columns(cells) if cells is not None else 0
+        if named:
+            found.setdefault(named, len(ahead) - 1)
+        if named == 2 or len(ahead) >= LOOKAHEAD_ROWS:
             break
-        if len(ahead) >= LOOKAHEAD_ROWS:
-            break
-    if header is None:
+    if not found:
         first = next((cells for _, line in ahead if (cells := _cells(line, _delimiter(line)))), None)
         if first is None:
             raise TraceError(f"{source}: the file is empty")
         names = [cell.strip().lower() for cell in first]
         raise TraceError(f"{source}: no line of the log is a CSV header: {_missing_columns(names)}")
+    at = found.get(2, found.get(1, 0))
+    delimiter = _delimiter(ahead[at][1])
+    header = _cells(ahead[at][1], delimiter) or []
     _check_header(source, header)
-    for number, line in ahead[:-1]:
+    for number, line in ahead[:at]:
         if line.strip():
             yield number, _NOT_ROW  # the program's lines before its header (start-up messages)
-    for number, line in numbered:
-        cells = _cells(line, delimiter)
+    for number, line in itertools.chain(ahead[at + 1 :], numbered):
         if not line.strip():
             continue
+        cells = _cells(line, delimiter)
         if cells == header:
             yield number, _HEADER_AGAIN
         elif cells is None or len(cells) != len(header):

@@ -433,6 +433,15 @@ def test_a_csv_trace_among_a_programs_output_in_a_plain_log_is_read_the_same() -
         )
 
 
+@pytest.mark.parametrize("name", ["sls-json-cell", "sls-flat"])
+def test_a_csv_export_named_as_a_log_reads_as_it_does_named_csv(name: str) -> None:
+    # its token counts in a JSON cell: the header names only the time column, the rows the rest
+    _, text = GATEWAY_LOGS[name]
+    as_log = read_trace(io.StringIO(text, newline=""), "export.log", jsonl=False, other_lines=True)
+    assert as_log.requests == parse_columns(text, "export.csv", jsonl=False)
+    assert as_log.skipped_note() is None
+
+
 def test_a_container_log_left_with_too_few_rows_or_no_header_is_refused() -> None:
     few = _cri(["INFO: starting", "timestamp,input_tokens,output_tokens", "1733500000,100,50", "INFO: bye"])
     with pytest.raises(TraceError, match=r"fewer than two usable requests \(2 of 3 rows skipped: 2 not rows"):
