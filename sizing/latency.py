@@ -274,6 +274,7 @@ def summarize(
     )
 
 
+TPOT_MEAN_SHARE = 0.8  # capacity_estimate keeps the mean iteration at this share of a P99 TPOT SLO
 DEFAULT_REQUESTS = 1000  # per simulated load: enough for a P99 from ten requests, fast enough for a search
 
 
@@ -349,9 +350,7 @@ def capacity_estimate(
     per_seq_kv = p + o / 2 + 8 + (local.local_tokens(round(p + o)) if local else 0.0)
     n_max = max(1, min(seqs, int(plan.kv_context_tokens / per_seq_kv)))
     window_read = local.read_per_held * local.local_tokens(round(p + o / 2)) if local else 0.0
-    prefill_flops = perf.linear_flops_per_token + perf.attn_flops(1, p / 2)
-    c_prefill = prefill_flops / perf.compute_flops + perf.comm_s_per_token
-    c_prefill *= plan.computed_share(prefix_hit_share)  # cached prompt tokens are not computed
+    c_prefill = _prefill_s_per_token(plan, perf, p, prefix_hit_share)
 
     def tau(n: int) -> float:
         context = n * (p + o / 2 + window_read)
@@ -361,7 +360,7 @@ def capacity_estimate(
     n = n_max
     if slo_tpot_p99_ms is not None:
         # P99 TPOT sits above the mean iteration; keep the mean at 80% of the SLO (estimate).
-        limit = slo_tpot_p99_ms / 1000.0 * 0.8
+        limit = slo_tpot_p99_ms / 1000.0 * TPOT_MEAN_SHARE
         lo, hi = 1, n_max
         if tau(1) > limit:
             return 0.0, 0
@@ -373,6 +372,32 @@ def capacity_estimate(
                 hi = mid - 1
         n = lo
     return n / (o * tau(n)), n
+
+
+def _prefill_s_per_token(plan: MemoryPlan, perf: PerfModel, p: float, prefix_hit_share: float) -> float:
+    """Seconds one prompt token of a mean ``p``-token prompt costs to prefill inside a decode batch (its
+    cached share skipped)."""
+    prefill_flops = perf.linear_flops_per_token + perf.attn_flops(1, p / 2)
+    c_prefill = prefill_flops / perf.compute_flops + perf.comm_s_per_token
+    return c_prefill * plan.computed_share(prefix_hit_share)  # cached prompt tokens are not computed
+
+
+def single_stream_step_s(
+    plan: MemoryPlan,
+    perf: PerfModel,
+    prompt_tokens: float,
+    output_tokens: float,
+    prefix_hit_share: float = 0.0,
+) -> tuple[float, float]:
+    """The mean iteration of :func:`capacity_estimate` at a batch of one, in its two parts: (the decode step
+    of one sequence mid-output, the next request's prefill spread over this one's output tokens). Their sum
+    over 80% of a TPOT SLO is why the estimate finds no batch size that meets it."""
+    p, o = max(prompt_tokens, 1.0), max(output_tokens, 1.0)
+    local = plan.local
+    window_read = local.read_per_held * local.local_tokens(round(p + o / 2)) if local else 0.0
+    context = p + o / 2 + window_read
+    a, b = perf.decode_affine(1, context)
+    return a + b * context, _prefill_s_per_token(plan, perf, p, prefix_hit_share) * p / o
 
 
 # ----------------------------------------------------------------------------------------------- knee

@@ -25,7 +25,14 @@ from typing import Any
 from sizing.calibration import Calibration
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
-from sizing.latency import LatencyReport, Workload, capacity_estimate, simulate
+from sizing.latency import (
+    TPOT_MEAN_SHARE,
+    LatencyReport,
+    Workload,
+    capacity_estimate,
+    simulate,
+    single_stream_step_s,
+)
 from sizing.memory import Deployment, MemoryPlan, check_tp, default_engine, plan_memory
 from sizing.perf import PerfModel, perf_for
 
@@ -454,9 +461,9 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
         if best is None or key < best:
             best = key
     if best is None:
-        tpot = cand.perf.decode_tpot_s(int(p)) * 1000
-        why = f"even one request decodes at {tpot:.1f} ms per token > {slo.tpot_p99_ms:g} ms"
-        cand.rule(Verdict.SLO_MISSED, f"SLO missed: {why}", f"misses SLO: {why}")
+        assert slo.tpot_p99_ms is not None  # without a TPOT SLO every fitting option sustains some load
+        why, brief = _no_batch_meets_tpot(cand, workload, slo.tpot_p99_ms)
+        cand.rule(Verdict.SLO_MISSED, f"SLO missed: {why}", f"misses SLO: {brief}")
         cand.meets_slo = False
         return
     if slo.ttft_p99_ms is not None:
@@ -487,6 +494,25 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
     cand.max_num_seqs = -neg_seqs
     _set_count(cand, replicas, workload)
     cand.estimated = True
+
+
+def _no_batch_meets_tpot(cand: Candidate, workload: Workload, slo_tpot_ms: float) -> tuple[str, str]:
+    """Why no batch size meets the TPOT SLO, in full and in brief: one request's own decode step, or that
+    step with the next request's prefill spread over its output tokens (a long prompt, a short output)."""
+    assert cand.plan is not None and cand.perf is not None
+    p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
+    decode_s, spread_s = single_stream_step_s(cand.plan, cand.perf, p, o, workload.prefix_hit)
+    decode_ms, step_ms = decode_s * 1000, (decode_s + spread_s) * 1000
+    if decode_ms > slo_tpot_ms:
+        why = f"even one request decodes at {decode_ms:.1f} ms per token > {slo_tpot_ms:g} ms"
+        return why, why
+    mean_ms = f"{TPOT_MEAN_SHARE * slo_tpot_ms:.3g} ms"
+    return (
+        f"one request decodes at {decode_ms:.1f} ms per token, and the next {p:,.0f}-token prompt's prefill "
+        f"spread over its {o:,.0f} output tokens adds {spread_s * 1000:.1f} ms: {step_ms:.1f} ms > "
+        f"{mean_ms}, the mean the estimate keeps under a {slo_tpot_ms:g} ms P99",
+        f"decode with the next prompt's prefill at {step_ms:.1f} ms per token > {mean_ms}",
+    )
 
 
 def _set_count(cand: Candidate, replicas: int, workload: Workload) -> None:

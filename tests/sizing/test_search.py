@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sizing import ModelShape, SizingInputError, find_gpu, find_instance, find_model, price_book
@@ -421,3 +423,22 @@ def test_a_load_beyond_the_ess_group_limit_gets_no_count():
     )
     [cand] = res.candidates
     assert "needs more than 2000 instances" in cand.reason and cand.instances is None
+
+
+def test_a_tpot_miss_names_the_step_that_is_over_the_slo_not_a_decode_under_it():
+    # An A10 decodes Qwen2.5-7B (AWQ) at about 13 ms per token, under a 20 ms SLO; an 8,000-token prompt's
+    # prefill spread over 200 output tokens is what lifts the estimate's step over it. Every figure a
+    # reason compares with the SLO must be above it.
+    res = search(
+        MODEL,
+        settings=Settings(dtype="awq"),
+        workload=Workload(qps=5.0, prompt_tokens=8000, output_tokens=200),
+        slo=SLO(10000, 20),
+        prices=price_book(),
+        instances=[find_instance("ecs.gn7i-c8g1.2xlarge")],
+    )
+    (cand,) = res.candidates
+    assert cand.verdict is Verdict.SLO_MISSED
+    pairs = re.findall(r"([\d.]+) ms(?: per token)? > ([\d.]+) ms", cand.reason)
+    assert pairs and all(float(x) > float(y) for x, y in pairs), cand.reason
+    assert "prefill" in cand.reason and "prefill" in cand.brief
