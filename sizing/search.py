@@ -45,6 +45,8 @@ FLOOR_LOAD_DIVISOR = 16.0  # "idle": a sixteenth of the per-engine load at the v
 FLOOR_MARGIN = 0.9  # an SLO within 10% of the idle latency is met only by idling engines
 HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month cloud price lists use
 DEFAULT_QUEUE_WINDOW_S = 10.0  # queue limit horizon when no TTFT SLO is given
+QUEUE_REJECT_SHARE = 0.01  # a queue limit may turn away at most this share of the sized load (its bursts)
+QUEUE_LIMIT_STEPS = 4  # doublings of the queue limit tried against that share
 
 
 @dataclass(frozen=True)
@@ -663,8 +665,32 @@ def _headroom(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, iteratio
             hi = mid
     cand.capacity_rps = lo
     cand.headroom_pct = (lo * cand.replicas / workload.rate - 1.0) * 100.0
+    cand.queue_limit = _queue_limit(cand, sim, workload, slo, lo)
+
+
+def _queue_limit(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, capacity_rps: float) -> int:
+    """Waiting requests per engine beyond which a gateway should fail fast: those a full batch clears within
+    the TTFT SLO (Little's law at its throughput limit; waiting requests leave as the batch finishes them,
+    faster than the load that meets the SLOs arrives), raised until the sized load's own bursts pass (at most
+    ``QUEUE_REJECT_SHARE`` of its requests turned away in the simulation)."""
+    assert cand.deployment is not None and cand.plan is not None and cand.replicas is not None
+    assert cand.max_num_seqs is not None
     window_s = slo.ttft_p99_ms / 1000.0 if slo.ttft_p99_ms else DEFAULT_QUEUE_WINDOW_S
-    cand.queue_limit = max(1, math.floor(lo * window_s))
+    drain_rps = sim.run(cand, capacity_rps).throughput_limit_rps
+    limit = max(1, math.floor(max(capacity_rps, drain_rps if math.isfinite(drain_rps) else 0.0) * window_s))
+    dep = replace(cand.deployment, max_num_seqs=cand.max_num_seqs)
+    plan = replace(cand.plan, max_num_seqs=cand.max_num_seqs)
+    load = workload.with_qps(workload.rate / cand.replicas) if not workload.trace else workload
+    replicas = cand.replicas if workload.trace else 1
+    for _ in range(QUEUE_LIMIT_STEPS):
+        sim.count += 1
+        rep = simulate(
+            dep, load, replicas=replicas, seed=sim.seed, max_waiting=limit, plan=plan, perf=cand.perf
+        )
+        if rep.rejected <= QUEUE_REJECT_SHARE * max(rep.requests, 1):
+            break
+        limit *= 2
+    return limit
 
 
 # ---------------------------------------------------------------------------------------------- entry
