@@ -315,7 +315,7 @@ def vllm_args(
     elif not prequantized:
         args["quantization"] = _QUANT_ARGS[plan.dtype]  # a quantized checkpoint says so in its config
     args["tensor_parallel_size"] = dep.tp
-    if engines > 1:
+    if engines > 1 and dep.engine == "v1":  # V0 has no data parallel serving: see v0_engines_note
         args["data_parallel_size"] = engines
     args["max_model_len"] = plan.max_model_len
     args["gpu_memory_utilization"] = dep.gpu_memory_utilization
@@ -326,6 +326,18 @@ def vllm_args(
     if not plan.cuda_graphs_fit:
         args["enforce_eager"] = True  # no room for CUDA graphs outside gpu_memory_utilization
     return args
+
+
+def v0_engines_note(dep: Deployment, engines: int) -> str | None:
+    """How to run an instance's several engines where the engine is V0: ``vllm serve --data-parallel-size``
+    serves them on V1 only (vLLM issue 18702), and releases before 0.8 do not know the flag."""
+    if engines <= 1 or dep.engine == "v1":
+        return None
+    return (
+        f"V0 engine: vLLM serves data parallel on V1 only, so run the command {engines} times on the "
+        f"instance, each on its own {dep.tp} GPU(s) (CUDA_VISIBLE_DEVICES) and --port, and give the node "
+        "agent one --vllm-url per server"
+    )
 
 
 def vllm_command(args: dict[str, Any]) -> str:
@@ -390,9 +402,12 @@ def _option(
             cand.rule(Verdict.WEIGHTS_DO_NOT_FIT, plan.reason, brief)
     cand.max_num_seqs = cand.plan.max_num_seqs
     cand.warnings = list(cand.plan.warnings)
-    note = checkpoint_note(model, cand.plan.dtype)
-    if note:
-        cand.warnings.append(note)
+    for note in (
+        checkpoint_note(model, cand.plan.dtype),
+        v0_engines_note(cand.deployment, cand.replicas_per_instance),
+    ):
+        if note:
+            cand.warnings.append(note)
     if dtype is not None and dtype != settings.dtype:
         cand.warnings.append(
             f"{cand.plan.dtype.upper()} weights, chosen by the search: check output quality on your own "

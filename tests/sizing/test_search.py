@@ -191,6 +191,21 @@ def test_an_instance_with_gpus_for_several_engines_runs_them_as_one_data_paralle
         assert "--data-parallel-size" not in cmd
 
 
+def test_a_v0_engine_runs_an_instances_engines_as_separate_servers_not_data_parallel():
+    # vLLM serves data parallel on V1 only, and releases before 0.8 (V0 by default) have no such flag:
+    # a command with --data-parallel-size would not start there
+    res = search(
+        MODEL,
+        settings=Settings(tp=1, max_model_len=8192, vllm_version="0.6.0"),
+        instances=[find_instance("gn7i-2x.8xlarge")],  # two A10s
+        prices=price_book(),
+    )
+    [c] = res.candidates
+    assert c.replicas_per_instance == 2
+    assert "--data-parallel-size" not in vllm_command(c.vllm_args())
+    assert any("run the command 2 times" in w and "--vllm-url" in w for w in c.warnings), c.warnings
+
+
 def test_a_quantised_checkpoint_is_served_from_its_own_repo():
     # vLLM reads the format from the checkpoint's config; an explicit --quantization awq would force the slow
     # AWQ kernel instead of awq_marlin on Ampere and later
