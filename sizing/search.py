@@ -42,6 +42,7 @@ ESTIMATE_MARGIN = 1.25  # keep verifying while an estimate is within this factor
 MAX_SIMULATIONS = 60  # bound on the search's simulations (the catalog search must stay under 1 s)
 MAX_INSTANCES = 2000  # ESS caps a scaling group at 2000 instances; beyond it no count is offered
 FLOOR_LOAD_DIVISOR = 16.0  # "idle": a sixteenth of the per-engine load at the verified count
+FLOOR_OVERLAP = 0.001  # "idle": also at most this many requests in service at once, on average
 FLOOR_MARGIN = 0.9  # an SLO within 10% of the idle latency is met only by idling engines
 HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month cloud price lists use
 DEFAULT_QUEUE_WINDOW_S = 10.0  # queue limit horizon when no TTFT SLO is given
@@ -624,7 +625,15 @@ def _floor_check(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, insta
     the count that 'meets' it only idles engines until queueing vanishes. Say so instead of buying them.
     Returns whether the candidate is floor-bound (then it has no count and no cost)."""
     rpi = cand.replicas_per_instance
-    idle = sim.run(cand, workload.rate / (instances * rpi) / FLOOR_LOAD_DIVISOR)
+    load = workload.rate / (instances * rpi)
+    # idle: a sixteenth of the load, and rare enough that a request seldom arrives while another is in
+    # service; a sixteenth alone is no idle engine where a long prompt's prefill takes a good part of the
+    # gap between arrivals (the floor would then include queueing that more instances do remove)
+    service_s = sim.run(cand, load).in_service_mean_s
+    idle_rps = load / FLOOR_LOAD_DIVISOR
+    if service_s > 0:
+        idle_rps = min(idle_rps, FLOOR_OVERLAP / service_s)
+    idle = sim.run(cand, idle_rps)
     worst: list[str] = []
     for name, slo_ms, floor_ms in (
         ("TTFT", slo.ttft_p99_ms, idle.ttft_p99_ms),
