@@ -319,10 +319,16 @@ def simulate(
 def _concurrency_limit(plan: MemoryPlan, held: float) -> float:
     """How many requests the engine holds at once: max_num_seqs, or its KV cache over a mean request's
     tokens mid-decode (``held``: its prompt and half its output; on a hybrid, its windows or state too)."""
+    return min(float(plan.max_num_seqs), kv_held_requests(plan, held))
+
+
+def kv_held_requests(plan: MemoryPlan, held: float) -> float:
+    """How many requests of ``held`` tokens each the KV cache holds (on a hybrid, their windows or state
+    too), whatever max_num_seqs says."""
     local = plan.local
     if local is not None:
         held += local.local_tokens(round(held))
-    return min(float(plan.max_num_seqs), plan.kv_context_tokens / max(held, 1.0))
+    return plan.kv_context_tokens / max(held, 1.0)
 
 
 # -------------------------------------------------------------------------------------------- capacity

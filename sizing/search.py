@@ -30,6 +30,7 @@ from sizing.latency import (
     LatencyReport,
     Workload,
     capacity_estimate,
+    kv_held_requests,
     simulate,
     single_stream_step_s,
 )
@@ -676,6 +677,22 @@ def _n_plus_one(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO) -> Non
     cand.warnings.append(f"N+1: {lost}; {n + 1} instances{price} keep it through a loss")
 
 
+def _preemption_note(cand: Candidate, workload: Workload) -> None:
+    """Say so when the sized load preempts requests: max_num_seqs above what the KV cache holds lets vLLM
+    admit more than it can keep as their outputs grow, and it evicts and recomputes some."""
+    rep, plan = cand.report, cand.plan
+    if rep is None or plan is None or rep.preemptions == 0:
+        return
+    held = workload.mean_prompt_tokens + workload.mean_output_tokens / 2
+    kv = max(1, math.floor(kv_held_requests(plan, held)))
+    cand.warnings.append(
+        f"preemption: {rep.preemptions} among {rep.requests} simulated requests at this load (the P99s "
+        f"include their recompute): the KV cache holds {kv} requests at {held:,.0f} tokens and "
+        f"max_num_seqs is {cand.max_num_seqs}; at or under {kv} (or with --kv-cache-dtype fp8, twice the "
+        "tokens) vLLM seldom needs to preempt"
+    )
+
+
 def _headroom(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO, iterations: int = 5) -> None:
     """Highest per-engine load that still meets the SLOs (bisection), as headroom and a queue limit."""
     assert cand.replicas is not None
@@ -853,6 +870,7 @@ def _rank_under_load(
     for c in winners[:top]:
         _headroom(c, sim, workload, slo)
         _n_plus_one(c, sim, workload, slo)
+        _preemption_note(c, workload)
     best = winners[0] if winners else None
     if best is not None:
         best.rule(Verdict.BEST, "", "best")

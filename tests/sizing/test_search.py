@@ -502,3 +502,27 @@ def test_the_queue_limit_lets_the_sized_load_through():
     per_engine = load.with_qps(load.rate / best.replicas)
     rep = simulate(dep, per_engine, max_waiting=best.queue_limit, plan=plan, perf=best.perf)
     assert rep.rejected <= 0.01 * rep.requests, (best.queue_limit, rep.rejected, rep.requests)
+
+
+@pytest.mark.parametrize("qps", [20.0, 100.0])
+def test_a_load_that_preempts_says_so_and_what_max_num_seqs_the_kv_cache_holds(qps):
+    # Qwen2.5-7B AWQ on one A100-40G, 500 tokens in and 8,000 out: its KV cache holds about 119 such requests
+    # at mid-output, vLLM's max_num_seqs is 256; at 100 req/s the sized engines preempt, at 20 they do not
+    res = search(
+        MODEL,
+        settings=Settings(dtype="awq"),
+        workload=Workload(qps=qps, prompt_tokens=500, output_tokens=8000),
+        slo=SLO(10000, 100),
+        prices=price_book(),
+        instances=[find_instance("ecs.gn7-c12g1.3xlarge")],
+    )
+    best = res.best
+    assert best is not None
+    notes = [w for w in best.warnings if w.startswith("preemption:")]
+    assert (best.report.preemptions > 0) == (qps == 100.0)
+    if best.report.preemptions == 0:
+        assert notes == []
+        return
+    held = int(best.plan.kv_context_tokens // (500 + 8000 / 2))
+    assert held < best.max_num_seqs
+    assert len(notes) == 1 and f"at or under {held} " in notes[0], notes
