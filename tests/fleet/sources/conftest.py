@@ -183,7 +183,8 @@ class FakeExporters:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.gpus: dict[tuple[str, int], dict[str, float]] = {}
-        self.vllm: dict[str, VllmState] = {}
+        # vLLM per (instance, data-parallel engine): None is a server whose series carry no engine label
+        self.vllm: dict[tuple[str, str | None], VllmState] = {}
         exporters = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -214,9 +215,11 @@ class FakeExporters:
         with self.lock:
             self.gpus.setdefault((instance_id, index), {}).update(fields)
 
-    def set_vllm(self, instance_id: str, **values: object) -> None:
+    def set_vllm(self, instance_id: str, engine: str | None = None, **values: object) -> None:
+        """The instance's vLLM values; with ``engine``, those of one data-parallel engine (its series labelled
+        ``engine="..."``, as vLLM labels each engine's with ``--data-parallel-size``)."""
         with self.lock:
-            state = self.vllm.setdefault(instance_id, VllmState())
+            state = self.vllm.setdefault((instance_id, engine), VllmState())
             self._advance(state)
             for k, v in values.items():
                 setattr(state, k, v)
@@ -224,7 +227,8 @@ class FakeExporters:
     def drop(self, instance_id: str) -> None:
         """The instance's exporters vanish (node gone): its series get Prometheus staleness markers."""
         with self.lock:
-            self.vllm.pop(instance_id, None)
+            for key in [k for k in self.vllm if k[0] == instance_id]:
+                del self.vllm[key]
             for key in [k for k in self.gpus if k[0] == instance_id]:
                 del self.gpus[key]
 
@@ -253,9 +257,11 @@ class FakeExporters:
     def vllm_page(self) -> str:
         lines: list[str] = []
         with self.lock:
-            for iid, st in sorted(self.vllm.items()):
+            for (iid, engine), st in sorted(self.vllm.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
                 self._advance(st)
                 labels = f'model_name="qwen2.5-7b",instance_id="{iid}"'
+                if engine is not None:
+                    labels += f',engine="{engine}"'
                 lines += [
                     f"vllm:num_requests_waiting{{{labels}}} {st.waiting}",
                     f"vllm:num_requests_running{{{labels}}} {st.running}",
