@@ -56,13 +56,21 @@ def _quantile(q: float, *buckets: str) -> str:
 # A hung engine (the node agent's stall check, docs/agent.md): requests in flight through the whole window and
 # none of vLLM's progress counters moved in it. Every operand must be there: a counter that has fewer than two
 # samples in the window (a fresh server) or that this vLLM does not export gives no series, hence no stall.
+# Judged per data-parallel engine (vLLM labels each engine's series engine="0", engine="1"): one engine
+# holding requests with its counters standing still beside a busy one moves the instance's sums. Series
+# without the label group by the instance alone (an absent label groups as one), so a single-engine server
+# reads as it did summed per instance; the instance is stalled where any of its engines is.
+ENGINE_LABEL = "engine"
 _PROGRESS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total")
+_ENGINE = f"{{by}}, {ENGINE_LABEL}"
 _STALLED = (
-    "(sum by ({by}) (min_over_time(vllm:num_requests_running{sel}[{window}]))"
-    " + sum by ({by}) (min_over_time(vllm:num_requests_waiting{sel}[{window}]))) > 0"
+    f"max by ({{by}}) ((sum by ({_ENGINE}) (min_over_time(vllm:num_requests_running{{sel}}[{{window}}]))"
+    f" + sum by ({_ENGINE}) (min_over_time(vllm:num_requests_waiting{{sel}}[{{window}}]))) > 0"
     + "".join(
-        f" and on ({{by}}) (sum by ({{by}}) (increase({name}{{sel}}[{{window}}])) == 0)" for name in _PROGRESS
+        f" and on ({_ENGINE}) (sum by ({_ENGINE}) (increase({name}{{sel}}[{{window}}])) == 0)"
+        for name in _PROGRESS
     )
+    + ")"
 )
 
 

@@ -47,6 +47,11 @@ def seeded(exporters, real_prometheus):
     exporters.set_vllm("i-hung", running=3, rate_per_s=5.0)
     exporters.set_vllm("i-rest", rate_per_s=0.0)
     exporters.set_gpu("i-nov", 0, DCGM_FI_DEV_GPU_TEMP=40)
+    for iid in ("i-dp-hung", "i-dp-busy", "i-dp-idle"):  # two data-parallel engines each
+        exporters.set_vllm(iid, engine="0", running=4, rate_per_s=5.0)
+    exporters.set_vllm("i-dp-hung", engine="1", running=3, rate_per_s=5.0)
+    exporters.set_vllm("i-dp-busy", engine="1", running=2, rate_per_s=3.0)
+    exporters.set_vllm("i-dp-idle", engine="1", rate_per_s=0.0)
 
 
 @pytest.fixture
@@ -135,6 +140,21 @@ def test_vllm_up_reads_progress_and_a_stall(exporters, real_prometheus):
     assert [p.value for p in source.read_last(pm.VLLM_UP, ["i-busy"])] == [1]
     exporters.set_vllm("i-hung", rate_per_s=5.0)
     _up_becomes(source, "i-hung", 1, "moving again")
+
+
+def test_vllm_up_reads_a_stall_of_one_data_parallel_engine_beside_a_busy_one(exporters, real_prometheus):
+    source = PrometheusSource(real_prometheus.url, rate_window="5s")
+    _up_becomes(source, "i-dp-busy", 1, "both engines serving")
+    _up_becomes(source, "i-dp-idle", 1, "one engine serving, the other idle: nothing in flight is no stall")
+    _up_becomes(source, "i-dp-hung", 1, "both engines serving")
+    # engine 1 keeps its requests and stops moving; engine 0 serves on, so the server's sums still move
+    exporters.set_vllm("i-dp-hung", engine="1", rate_per_s=0.0)
+    _up_becomes(source, "i-dp-hung", 0, "engine 1 stalled")
+    assert [p.value for p in source.read_last(pm.VLLM_UP, ["i-dp-hung"])] == [0]  # one point per instance
+    both = source.read_last(pm.VLLM_UP, ["i-dp-busy", "i-dp-idle"])
+    assert sorted((p.instance_id, p.value) for p in both) == [("i-dp-busy", 1), ("i-dp-idle", 1)]
+    exporters.set_vllm("i-dp-hung", engine="1", rate_per_s=5.0)
+    _up_becomes(source, "i-dp-hung", 1, "engine 1 moving again")
 
 
 def test_latency_percentiles_from_the_histograms(exporters, source):
