@@ -63,6 +63,7 @@ def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
             tp=inst.gpus,
             max_model_len=ctx.max_model_len,
             max_num_seqs=ctx.max_num_seqs,
+            max_num_batched_tokens=ctx.max_num_batched_tokens,
         )
         if changes:
             dep = dep.with_(**changes)

@@ -39,6 +39,10 @@ EXTRA_METRICS: dict[str, str] = {
     GENERATION_TOKENS_PER_S: "vllm_generation_tokens_per_s",
 }
 
+# The smallest chunked-prefill budget a snapshot may name: vLLM's block size (16 tokens); a budget below it
+# is an edited file, not a running engine.
+MIN_BATCHED_TOKENS = 16
+
 SEVERITIES = ("critical", "warning", "info")
 
 # What a sample of each known metric can be: none is below zero (counts, latencies, rates, power, NVML's
@@ -89,6 +93,7 @@ class GroupContext:
     warm_floor: int | None = None
     max_num_seqs: int | None = None  # vLLM's, when known; else the sizing model's default for the deployment
     max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None  # vLLM's chunked-prefill budget; else the sizing default
     queue_limit: int | None = None  # max waiting requests per instance at the gateway, when there is one
     publish_period_s: float = 15.0  # the node agent's period
     region: str | None = None
@@ -227,6 +232,10 @@ def _check_group_field(key: str, value: Any, where: str) -> None:
         raise SnapshotError(f"{where}: expected a whole number, got {value!r}")
     if key.endswith("_s") and value > MAX_DURATION_S:  # the rules step through time by these
         raise SnapshotError(f"{where}: {value!r} s is longer than {MAX_DURATION_S / 86400:.0f} days")
+    if key == "max_num_batched_tokens" and value < MIN_BATCHED_TOKENS:
+        raise SnapshotError(
+            f"{where}: the chunked-prefill budget must be at least {MIN_BATCHED_TOKENS} tokens, got {value!r}"
+        )
     if key == "publish_period_s" and value <= 0:  # the window's slack and the rules' sample spacing
         raise SnapshotError(f"{where}: the agent's period must be positive, got {value!r}")
 
@@ -283,6 +292,12 @@ def _group_from_json(raw_group: Any, where: str) -> GroupContext:
         )
     for key, value in raw_group.items():
         _check_group_field(key, value, f"{where}.{key}")
+    tokens, seqs = raw_group.get("max_num_batched_tokens"), raw_group.get("max_num_seqs")
+    if tokens is not None and seqs and tokens < seqs:  # vLLM's scheduler refuses to start with this
+        raise SnapshotError(
+            f"{where}.max_num_batched_tokens: {tokens} is below max_num_seqs {seqs}; vLLM needs at least one "
+            "token a sequence"
+        )
     _check_catalog_names(raw_group, where)
     return GroupContext(**dict(raw_group))
 

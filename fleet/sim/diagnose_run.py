@@ -336,6 +336,7 @@ def run_scenario(sc: Any, *, progress: Callable[[str], None] | None = None) -> S
         ctx = context_for(spec, model=sc.model, instance_type=inst_type.name, region=config.region)
         ctx.max_num_seqs = plan.max_num_seqs
         ctx.max_model_len = plan.max_model_len
+        ctx.max_num_batched_tokens = plan.max_num_batched_tokens
         ctx.queue_limit = sc.queue_limit
         # The team knows its request mix (fleet diagnose --prompt-tokens/--output-tokens): the workload's.
         if requests:

@@ -53,6 +53,12 @@ def test_epoch_times_and_null_values_are_accepted():
         ({"group": {"name": "g"}, "start": 0, "end": 9, "version": 2}, "version"),
         ({"group": {"name": "g"}, "start": 0, "end": 9, "instances": [{"metrics": {}}]}, "instances[0]"),
         ({"group": {"name": "g"}, "start": 0, "end": 9, "scale_outs": [{"from": 1}]}, "scale_outs[0]"),
+        ({"group": {"name": "g", "max_num_batched_tokens": 0}, "start": 0, "end": 9}, "at least 16 tokens"),
+        ({"group": {"name": "g", "max_num_batched_tokens": 512.5}, "start": 0, "end": 9}, "whole number"),
+        (
+            {"group": {"name": "g", "max_num_batched_tokens": 64, "max_num_seqs": 128}, "start": 0, "end": 9},
+            "max_num_batched_tokens: 64 is below max_num_seqs 128",
+        ),
     ],
 )
 def test_bad_snapshot_names_where(data, field):

@@ -113,7 +113,7 @@ def test_a_healthy_sized_fleet_has_no_findings() -> None:
         assert findings(make_window(group=group)) == [], group
 
 
-def _long_prompts(prompt_tokens: float) -> Window:
+def _long_prompts(prompt_tokens: float, **group: object) -> Window:
     """Low load (two running, no queue, GPUs 60% busy) with P99 TTFT at 6 s against the 2 s SLO."""
     return make_window(
         {
@@ -127,7 +127,7 @@ def _long_prompts(prompt_tokens: float) -> Window:
                 "request_rate_rps": 0.2,
             }
         },
-        group={**SIZED, "prompt_tokens_mean": prompt_tokens, "output_tokens_mean": 100},
+        group={**SIZED, "prompt_tokens_mean": prompt_tokens, "output_tokens_mean": 100, **group},
     )
 
 
@@ -146,6 +146,21 @@ def test_prompts_whose_idle_prefill_exceeds_the_slo_are_named_as_the_cause() -> 
     # the chunked-prefill budget is not what makes it long (sizing: fewer, larger chunks gain < 10%)
     assert idle["prefill_ms_budget_x4"] > 0.9 * idle["prefill_ms"]
     assert "a larger chunked-prefill budget would not help" in f.fix
+
+
+def test_the_groups_chunked_prefill_budget_is_the_one_reasoned_about() -> None:
+    # The group runs vLLM with --max-num-batched-tokens 512, not the sizing default (2,048 on an A10): the
+    # prefill and the budget advice are worked out at 512 and name it.
+    from fleet.diagnose.fixes import idle_latency_ms
+
+    default, small = _long_prompts(16000), _long_prompts(16000, max_num_batched_tokens=512)
+    idle, idle_small = idle_latency_ms(default.group), idle_latency_ms(small.group)
+    assert idle is not None and idle_small is not None
+    assert idle_small["max_num_batched_tokens"] == 512 and idle["max_num_batched_tokens"] == 2048
+    assert idle_small["prefill_ms"] > idle["prefill_ms"]  # more, smaller chunks
+    f = findings(small)[0]
+    assert "with max_num_batched_tokens 2048 instead of 512" in f.fix
+    assert f"prompt in {idle_small['prefill_ms']:.0f} ms on an idle" in f.fix
 
 
 def test_short_prompts_keep_the_look_elsewhere_advice() -> None:
