@@ -22,6 +22,8 @@ from fleet.diagnose.rules.shared import (
     AGENT_METRICS,
     BW_BOUND_PCT,
     BW_NEAR_CEILING,
+    CLOCK_BELOW_PEERS,
+    CLOCK_OUTLIER_FACTOR,
     DASHBOARD_METRICS,
     HOT_C,
     HW_SLOWDOWN_BIT,
@@ -673,6 +675,7 @@ def _outliers(st: _State) -> list[Finding]:
     pool = st.measured
     if len(pool) < OUTLIER_MIN_PEERS + 1:
         return out
+    out.extend(_clock_outliers(st, pool))
     flagged: set[str] = set()
     for metric, floor in _OUTLIER_METRICS:
         # after cold starts, so that instances are compared over the same stretch of time
@@ -682,6 +685,8 @@ def _outliers(st: _State) -> list[Finding]:
             mine = med.get(iid)
             peers = [v for k, v in med.items() if k != iid and v is not None]
             if iid in flagged or iid in st.explained or mine is None or len(peers) < OUTLIER_MIN_PEERS:
+                continue
+            if any(iid in f.scope for f in out):  # slow by its clock: reported once
                 continue
             base = statistics.median(peers)
             if mine <= OUTLIER_FACTOR * base or mine - base < floor:
@@ -735,3 +740,75 @@ def _outliers(st: _State) -> list[Finding]:
                 )
             )
     return out
+
+
+def _clock_outliers(st: _State, pool: list[InstanceWindow]) -> list[Finding]:
+    """A node whose SM clock runs well below its peers' (no thermal or power reason published: the throttling
+    rule has not explained it) with P99 TPOT :data:`CLOCK_OUTLIER_FACTOR` x its peers' in at least half its
+    samples: a lowered power limit the driver does not flag, clocks locked low, a misconfigured card."""
+    out: list[Finding] = []
+    clock = {
+        i.instance_id: _median(_after(i.metrics.get(pm.GPU_SM_CLOCK_RATIO, ()), st.steady_from)) for i in pool
+    }
+    tpot = {i.instance_id: _median(_after(i.metrics.get(pm.TPOT_P99_MS, ()), st.steady_from)) for i in pool}
+    for inst in pool:
+        iid = inst.instance_id
+        mine, my_clock = tpot.get(iid), clock.get(iid)
+        peers = [v for k, v in tpot.items() if k != iid and v is not None]
+        peer_clocks = [v for k, v in clock.items() if k != iid and v is not None]
+        if iid in st.explained or mine is None or my_clock is None or len(peers) < OUTLIER_MIN_PEERS:
+            continue
+        if len(peer_clocks) < OUTLIER_MIN_PEERS:
+            continue
+        base, peer_clock = statistics.median(peers), statistics.median(peer_clocks)
+        if my_clock >= THROTTLED_CLOCK_RATIO or my_clock > CLOCK_BELOW_PEERS * peer_clock:
+            continue
+        if mine <= CLOCK_OUTLIER_FACTOR * base or mine - base < _OUTLIER_METRICS[0][1]:
+            continue
+        vals = _after(inst.metrics.get(pm.TPOT_P99_MS, ()), st.steady_from)
+        sustained = _frac(vals, lambda v, b=base: v > CLOCK_OUTLIER_FACTOR * b)
+        if sustained < SUSTAINED:
+            continue
+        temps = inst.values(pm.GPU_TEMPERATURE_C)
+        reasons = _names(inst.values(pm.GPU_THROTTLE_REASONS))
+        out.append(
+            Finding(
+                "node_outlier",
+                "warning",
+                [iid],
+                {
+                    "window": _span(st.window),
+                    "metric": pm.TPOT_P99_MS,
+                    "value_median": _r(mine),
+                    "peers_median": _r(base),
+                    "factor": round(mine / base, 2) if base > 0 else None,
+                    "samples_over": round(sustained, 2),
+                    "sm_clock_ratio_median": _r(my_clock, 2),
+                    "peers_sm_clock_ratio_median": _r(peer_clock, 2),
+                    "throttle_reasons": reasons,
+                    "temperature_max_c": _r(max(temps) if temps else None),
+                },
+                _clock_text(iid, my_clock, peer_clock, reasons, mine / base if base > 0 else math.inf),
+                _clock_fix(iid),
+            )
+        )
+    return out
+
+
+def _clock_text(iid: str, clock: float, peer_clock: float, reasons: list[str], factor: float) -> str:
+    why = f" (reasons: {', '.join(reasons)})" if reasons else ", with no thermal or power reason published"
+    return (
+        f"{iid}'s SM clock ran at {100 * clock:.0f}% of its maximum against its peers' "
+        f"{100 * peer_clock:.0f}%{why}, and its {pm.TPOT_P99_MS} was {factor:.1f}x its peers' median: "
+        "the lower clock slows every token it generates."
+    )
+
+
+def _clock_fix(iid: str) -> str:
+    return (
+        f"Check {iid}'s clocks and power limit against their maximum (`nvidia-smi -q -d "
+        "CLOCK,POWER,PERFORMANCE`): reset clocks locked or set low (`nvidia-smi -rgc`, "
+        "`nvidia-smi -rac`) and restore the default power limit (`nvidia-smi -pl <default>`); if the "
+        f"clock stays low, isolate it (fleet isolate {iid}) and replace or redeploy it to another host, "
+        "reporting the host with ECS ReportInstancesStatus."
+    )

@@ -32,6 +32,12 @@ SATURATED_UTIL_PCT = 90.0  # "GPU utilization ~100%": nvidia-smi's busy share of
 QUEUE_PER_INSTANCE = 2.0  # waiting requests per instance that count as a queue (the example config's rule)
 OUTLIER_FACTOR = 2.0  # an instance's P99 over twice its peers' median (the isolation rules' peer_factor)
 OUTLIER_MIN_PEERS = 2
+# A node whose SM clock runs at most this share of its peers' median clock (and below
+# THROTTLED_CLOCK_RATIO) is slow for that reason; TPOT this many times its peers' then suffices (a decode
+# step is partly memory-bound, so a clock at 55% makes it well under 2x slower): a card throttled without
+# a published reason.
+CLOCK_BELOW_PEERS = 0.85
+CLOCK_OUTLIER_FACTOR = 1.3
 SUSTAINED = 0.5  # share of an instance's samples a condition must hold in
 STALE_PERIODS = 4  # an agent silent for this many periods at the window's end has stopped
 DEFAULT_QUEUE_LIMIT = 64  # the simulator's and a typical gateway's max waiting per instance

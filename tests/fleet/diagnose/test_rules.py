@@ -538,3 +538,33 @@ def test_an_unexplained_ttft_names_the_sizing_models_idle_prefill():
     assert f.kind == "slo_violated_unexplained" and idle is not None
     assert f"prefills a mean 1000-token prompt in {idle['prefill_ms']:.0f} ms" in f.fix
     assert "API server" in f.fix and f.evidence["ttft_p99_ms"]["samples_over"] == 1.0
+
+
+def test_a_cool_node_with_its_clock_down_and_tpot_twice_its_peers_is_named_by_its_clock():
+    # The SM clock at 55% on a cool card with no throttle reason published (a lowered power limit the driver
+    # does not flag, or clocks locked low), TPOT exactly twice its peers': slow, and the clock says why.
+    w = make_window(
+        changes={"i-c": {"gpu_sm_clock_ratio": 0.55, "tpot_p99_ms": 140.0, "gpu_temperature_c": 60.0}}
+    )
+    found = diagnose(w)
+    assert [(f.kind, f.scope) for f in found] == [("node_outlier", ["i-c"])]
+    f = found[0]
+    assert f.evidence["sm_clock_ratio_median"] == 0.55 and f.evidence["peers_sm_clock_ratio_median"] == 1.0
+    assert f.evidence["factor"] == 2.0
+    assert "SM clock" in f.explanation and "55%" in f.explanation
+    assert "nvidia-smi -q -d CLOCK,POWER,PERFORMANCE" in f.fix and "fleet isolate i-c" in f.fix
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # clock a little low (boost jitter, a warm card), TPOT within noise of its peers
+        {"i-c": {"gpu_sm_clock_ratio": 0.85, "tpot_p99_ms": 80.0}},
+        # clock down, but the node keeps up with its peers (the engine is not compute-bound)
+        {"i-c": {"gpu_sm_clock_ratio": 0.6, "tpot_p99_ms": 75.0}},
+        # the whole fleet at a lower clock: nothing to compare against
+        {"*": {"gpu_sm_clock_ratio": 0.6}, "i-c": {"gpu_sm_clock_ratio": 0.6, "tpot_p99_ms": 84.0}},
+    ],
+)
+def test_a_lower_clock_without_a_slower_node_is_no_finding(changes):
+    assert kinds(make_window(changes=changes)) == []
