@@ -79,3 +79,18 @@ def test_a_steady_batch_below_the_knee_without_a_tpot_slo_is_quiet() -> None:
 
 def test_a_steady_batch_past_the_knee_with_memory_well_below_its_ceiling_is_quiet() -> None:
     assert _bandwidth(_steady_decode(200.0, 600.0, 60.0, 30.0)) is None
+
+
+def test_a_kv_cache_reading_zero_under_a_running_batch_falls_back_to_the_token_mix() -> None:
+    # 200 sequences running while kv_cache_usage_pct reads 0% (a gauge not updated yet, or a vLLM release
+    # publishing it wrong): no sequence runs with no context, so the reading says nothing about the context
+    # and the request mix (500 in, 200 out: 600 tokens a sequence halfway through) is used instead.
+    w = _steady_decode(200.0, 600.0, 95.0, 30.0)
+    for inst in w.instances:
+        inst.metrics["kv_cache_usage_pct"] = [(t, 0.0) for t, _ in inst.metrics["kv_cache_usage_pct"]]
+    w.group.prompt_tokens_mean, w.group.output_tokens_mean = 500.0, 200.0
+    f = _bandwidth(w)
+    assert f is not None
+    past = f.evidence["instances"]["i-a"]["past_knee"]
+    assert past["tokens_per_seq"] == 600
+    assert past["knee_batch"] == fixes.knee_batch(GroupContext(name="chat", **A100_40G), 600.0)
