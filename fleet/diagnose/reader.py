@@ -81,7 +81,7 @@ def context_for(
 
 def combine_points(canonical: str, points: Iterable[MetricPoint]) -> dict[str, list[tuple[datetime, float]]]:
     """Per instance, one value per timestamp: per-GPU rows reduced as the service does (throttle reasons
-    OR-ed, the rest the worst GPU)."""
+    OR-ed, the SM clock ratio the slowest GPU's, the rest the highest)."""
     by: dict[str, dict[datetime, float]] = {}
     for p in points:
         if p.instance_id is None or p.value is None:
@@ -90,7 +90,10 @@ def combine_points(canonical: str, points: Iterable[MetricPoint]) -> dict[str, l
         v = float(p.value)
         if p.timestamp in slot:
             old = slot[p.timestamp]
-            v = float(int(old) | int(v)) if canonical == pm.GPU_THROTTLE_REASONS else max(old, v)
+            if canonical == pm.GPU_THROTTLE_REASONS:
+                v = float(int(old) | int(v))
+            else:  # tensor-parallel ranks run in lock step: the slowest clock is the instance's
+                v = min(old, v) if canonical == pm.GPU_SM_CLOCK_RATIO else max(old, v)
         slot[p.timestamp] = v
     return {iid: sorted(series.items()) for iid, series in by.items()}
 

@@ -126,3 +126,14 @@ def test_a_read_ram_denies_names_the_permission_to_grant():
         )
         for e in w.errors
     )
+
+
+def test_per_gpu_clock_rows_keep_the_slowest_gpu():
+    # tensor-parallel ranks run in lock step: the slowest GPU's clock is the instance's (as the agent and the
+    # DCGM mapping reduce it); the highest would hide a throttled card behind a healthy one
+    t = START
+    rows = [
+        MetricPoint("ns", "m", "i-1", t, 0.55, {"gpu": "0"}, {}),
+        MetricPoint("ns", "m", "i-1", t, 1.0, {"gpu": "1"}, {}),
+    ]
+    assert combine_points("gpu_sm_clock_ratio", rows) == {"i-1": [(t, 0.55)]}
