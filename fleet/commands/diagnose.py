@@ -92,6 +92,14 @@ def diagnose(
     output_tokens: float | None = typer.Option(
         None, "--output-tokens", help="Mean output tokens per request (the sizing model's request mix)."
     ),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="vLLM's max_num_seqs on the group (default: the sizing model's)."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        help="vLLM's chunked-prefill budget on the group (default: the sizing model's).",
+    ),
     period_s: int = typer.Option(15, "--period", help="Metric resolution in seconds (CloudMonitor period)."),
     json_out: bool = typer.Option(False, "--json", help="Print {findings: [...], groups: [...]} as JSON."),
 ) -> None:
@@ -121,6 +129,7 @@ def diagnose(
         w.group.instance_type = instance_type or w.group.instance_type
         w.group.prompt_tokens_mean = prompt_tokens or w.group.prompt_tokens_mean
         w.group.output_tokens_mean = output_tokens or w.group.output_tokens_mean
+    _apply_batch_limits(windows, max_num_seqs, max_num_batched_tokens)
     if instance is not None and not any(w.instance(instance) for w in windows):
         known = sorted(i.instance_id for w in windows for i in w.instances)
         fail(f"--instance: {instance} is not in the group(s) read; instances: {', '.join(known) or 'none'}")
@@ -131,6 +140,28 @@ def diagnose(
         print_json(_json_report(results))
         return
     _print(results)
+
+
+def _apply_batch_limits(windows: list[Any], seqs: int | None, tokens: int | None) -> None:
+    """--max-num-seqs and --max-num-batched-tokens over each window's group, refused where vLLM would not
+    start with them (as a snapshot's group fields are)."""
+    from fleet.diagnose.model import MIN_BATCHED_TOKENS
+
+    for flag, value, least in (
+        ("--max-num-seqs", seqs, 1),
+        ("--max-num-batched-tokens", tokens, MIN_BATCHED_TOKENS),
+    ):
+        if value is not None and value < least:
+            fail(f"{flag}: must be at least {least}, got {value}")
+    for w in windows:
+        w.group.max_num_seqs = seqs or w.group.max_num_seqs
+        w.group.max_num_batched_tokens = tokens or w.group.max_num_batched_tokens
+        budget, cap = w.group.max_num_batched_tokens, w.group.max_num_seqs
+        if budget and cap and budget < cap:
+            fail(
+                f"--max-num-batched-tokens: {budget} is below max_num_seqs {cap} (group {w.group.name}); "
+                "vLLM needs at least one token a sequence"
+            )
 
 
 def _read_snapshot(snapshot: Path, group: str | None) -> list[Any]:

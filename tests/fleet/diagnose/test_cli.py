@@ -81,6 +81,25 @@ def test_save_writes_a_snapshot_that_diagnoses_the_same(tmp_path, capsys):
         ),
         (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--prompt-tokens", "inf"], "--prompt-tokens"),
         (["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--output-tokens", "inf"], "--output-tokens"),
+        (
+            ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--max-num-batched-tokens", "8"],
+            "--max-num-batched-tokens: must be at least 16, got 8",
+        ),
+        (
+            ["--snapshot", str(EXAMPLES / "healthy-steady.json"), "--max-num-seqs", "0"],
+            "--max-num-seqs: must be at least 1, got 0",
+        ),
+        (
+            [
+                "--snapshot",
+                str(EXAMPLES / "healthy-steady.json"),
+                "--max-num-seqs",
+                "128",
+                "--max-num-batched-tokens",
+                "64",
+            ],
+            "--max-num-batched-tokens: 64 is below max_num_seqs 128",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
@@ -371,3 +390,11 @@ def test_a_directory_for_a_file_is_one_line_naming_the_option(capsys, tmp_path, 
     assert main(["diagnose", flag, str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"error: {flag}: {tmp_path} is a directory; give the file"]
+
+
+def test_the_groups_batch_limits_reach_the_window(tmp_path, capsys):
+    saved = tmp_path / "again.json"
+    args = ["--max-num-seqs", "64", "--max-num-batched-tokens", "512", "--save", str(saved)]
+    run_json(capsys, "--snapshot", str(EXAMPLES / "healthy-steady.json"), *args)
+    group = json.loads(saved.read_text())["group"]
+    assert (group["max_num_seqs"], group["max_num_batched_tokens"]) == (64, 512)
