@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+# Property tests judge what a function returns, never how long it takes: Hypothesis's default 200 ms deadline
+# per example failed a one-line percentile once on a machine busy with the other test worker.
+settings.register_profile("fleet", deadline=None)
+settings.load_profile("fleet")
 
 # The CLI keeps the width a user sets in COLUMNS and gives piped output PIPE_WIDTH otherwise
 # (fleet/commands/_common.py); the tests read piped output, so they run as a pipe with no COLUMNS. Under

@@ -893,8 +893,9 @@ def _in_flight(group: ScalingGroup) -> bool:
 def combine(canonical: str, points: Iterable[MetricPoint]) -> MetricSample:
     """One sample per instance from its series (several for per-GPU custom metrics).
 
-    Throttle reasons are OR-ed (any GPU throttled counts), the rest take the worst (highest) GPU: one hot or
-    saturated card limits a tensor-parallel instance. The time is the newest point's.
+    Throttle reasons are OR-ed (any GPU throttled counts), the SM clock ratio takes the slowest GPU, the rest
+    the worst (highest): one hot, saturated or slow card limits a tensor-parallel instance. The time is the
+    newest point's.
     """
     pts = list(points)
     at = max(p.timestamp for p in pts)
@@ -904,6 +905,8 @@ def combine(canonical: str, points: Iterable[MetricPoint]) -> MetricSample:
         for v in values:
             mask |= int(v)
         return MetricSample(value=float(mask), at=at)
+    if canonical == pm.GPU_SM_CLOCK_RATIO:
+        return MetricSample(value=min(values), at=at)
     return MetricSample(value=max(values), at=at)
 
 

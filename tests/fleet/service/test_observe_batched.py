@@ -12,11 +12,13 @@ import pytest
 from fleet.cloud.clients import make_clients
 from fleet.cloud.errors import CloudError
 from fleet.cloud.retry import RetryPolicy, count_calls
+from fleet.cloud.types import MetricPoint
 from fleet.config import load_config
-from fleet.service.observe import FailureLog, Observer, needed_metrics
+from fleet.service.observe import FailureLog, Observer, combine, needed_metrics
 from fleet.service.pool import CallPools, TokenBucket
 from fleet.service.settings import ServiceSettings
 from fleet.testing import mock_aliyun
+from policies import metrics as pm
 
 REGION = "cn-chengdu"
 ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret-value"}
@@ -632,3 +634,21 @@ def test_row_remapping_is_read_once_a_minute_by_every_group_predictive_or_not(tm
         cloud.calls.clear()
         observer.observe(cloud.now())
         assert _calls(cloud, "DescribeMetricLast") + _calls(cloud, "DescribeMetricList") == every
+
+
+def test_per_gpu_points_combine_to_the_instances_worst_gpu():
+    """A per-GPU series (gpuId) becomes one sample: the hottest GPU's temperature, every GPU's throttle
+    reasons, and the slowest GPU's SM clock ratio (one card at 55 % of its clock holds back a tensor-parallel
+    instance whose other card runs at full clock)."""
+    at = datetime(2026, 3, 2, tzinfo=UTC)
+
+    def points(metric: str, *values: float) -> list[MetricPoint]:
+        return [
+            MetricPoint("ns", metric, "i-1", at + timedelta(seconds=n), v, {"gpuId": str(n)})
+            for n, v in enumerate(values)
+        ]
+
+    assert combine(pm.GPU_SM_CLOCK_RATIO, points("gpu_sm_clock_ratio", 1.0, 0.55)).value == 0.55
+    assert combine(pm.GPU_TEMPERATURE_C, points("t", 61.0, 88.0)).value == 88.0
+    assert combine(pm.GPU_THROTTLE_REASONS, points("r", 4.0, 32.0)).value == 36.0
+    assert combine(pm.GPU_SM_CLOCK_RATIO, points("gpu_sm_clock_ratio", 0.7)).at == at
