@@ -49,6 +49,8 @@ HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month cloud price lists use
 DEFAULT_QUEUE_WINDOW_S = 10.0  # queue limit horizon when no TTFT SLO is given
 QUEUE_REJECT_SHARE = 0.01  # a queue limit may turn away at most this share of the sized load (its bursts)
 QUEUE_LIMIT_STEPS = 4  # doublings of the queue limit tried against that share
+IDLE_BUSY_SHARE = 0.25  # engines busy less than this share of the time at the sized load are mostly idle
+LOOSER_SLO_FACTOR = 2.0  # the looser value of a binding SLO the idle-fleet warning prices
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class Candidate:
     cost_cny_per_hour: float | None = None
     cost_cny_per_million_tokens: float | None = None
     floor_bound: bool = False  # the SLO sits at the latency of an idle engine
+    slo_bound: SloBound | None = None  # mostly idle engines: a latency SLO, not the load, sets the count
     warnings: list[str] = field(default_factory=list)
     verdict: Verdict = Verdict.UNRANKED
     brief: str = ""  # the verdict in a few words
@@ -246,7 +249,31 @@ class Candidate:
         out["price_estimate"] = self.price_estimate
         out["vllm_command"] = vllm_command(out["vllm_args"]) if out["vllm_args"] else None
         out["warnings"] = list(self.warnings)
+        out["slo_bound"] = self.slo_bound.to_json() if self.slo_bound is not None else None
         return out
+
+
+@dataclass(frozen=True)
+class SloBound:
+    """A latency SLO, not the load, sets an option's count: its engines are mostly idle at the sized load,
+    and the count (and cost) the same option needs at a looser value of that SLO."""
+
+    slo: str  # "ttft_p99_ms" or "tpot_p99_ms"
+    slo_ms: float
+    busy_fraction: float
+    looser_slo_ms: float
+    looser_instances: int
+    looser_cost_cny_per_hour: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slo": self.slo,
+            "slo_ms": self.slo_ms,
+            "busy_fraction": _r(self.busy_fraction),
+            "looser_slo_ms": self.looser_slo_ms,
+            "looser_instances": self.looser_instances,
+            "looser_cost_cny_per_hour": _r(self.looser_cost_cny_per_hour),
+        }
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -677,6 +704,47 @@ def _n_plus_one(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO) -> Non
     cand.warnings.append(f"N+1: {lost}; {n + 1} instances{price} keep it through a loss")
 
 
+def _slo_bound_note(cand: Candidate, sim: _Sim, workload: Workload, slo: SLO) -> None:
+    """Say so when the sized engines are mostly idle because a latency SLO, not the load, sets the count:
+    which SLO (the one one instance fewer misses by the larger share) and the count and cost of the same
+    option at ``LOOSER_SLO_FACTOR`` times it (the same count search, its simulations mostly cached)."""
+    rep, n = cand.report, cand.instances
+    if rep is None or n is None or n < 2 or not cand.meets_slo or rep.busy_fraction >= IDLE_BUSY_SHARE:
+        return
+    fewer = sim.run(cand, workload.rate / ((n - 1) * cand.replicas_per_instance))
+    over = {
+        name: seen / limit
+        for name, seen, limit in (
+            ("ttft_p99_ms", fewer.ttft_p99_ms, slo.ttft_p99_ms),
+            ("tpot_p99_ms", fewer.tpot_p99_ms, slo.tpot_p99_ms),
+        )
+        if limit is not None and seen > limit
+    }
+    if not over:
+        return  # one fewer misses on stability alone (or meets): the load, not a latency SLO, binds
+    name = max(over, key=lambda k: over[k])
+    limit_ms = getattr(slo, name)
+    looser = replace(slo, **{name: limit_ms * LOOSER_SLO_FACTOR})
+    alt = replace(cand, report=None, warnings=[], slo_bound=None)
+    _verify_count(alt, sim, workload, looser)
+    if not alt.meets_slo or alt.instances is None or alt.instances >= n:
+        return  # a looser SLO buys nothing: it does not set the count
+    cand.slo_bound = SloBound(
+        name, limit_ms, rep.busy_fraction, limit_ms * LOOSER_SLO_FACTOR, alt.instances, alt.cost_cny_per_hour
+    )
+    what = "TTFT" if name == "ttft_p99_ms" else "TPOT"
+    cost = (
+        f" (CNY {alt.cost_cny_per_hour:.2f}/h instead of CNY {cand.cost_cny_per_hour:.2f}/h)"
+        if alt.cost_cny_per_hour is not None and cand.cost_cny_per_hour is not None
+        else ""
+    )
+    cand.warnings.append(
+        f"SLO-bound: the engines are busy {rep.busy_fraction:.0%} of the time at {workload.rate:.3g} req/s: "
+        f"the P99 {what} SLO of {limit_ms:g} ms, not the load, sets the count of {n}; one of "
+        f"{limit_ms * LOOSER_SLO_FACTOR:g} ms would take {alt.instances}{cost}"
+    )
+
+
 def _preemption_note(cand: Candidate, workload: Workload) -> None:
     """Say so when the sized load preempts requests: max_num_seqs above what the KV cache holds lets vLLM
     admit more than it can keep as their outputs grow, and it evicts and recomputes some."""
@@ -872,6 +940,8 @@ def _rank_under_load(
         _n_plus_one(c, sim, workload, slo)
         _preemption_note(c, workload)
     best = winners[0] if winners else None
+    if best is not None:
+        _slo_bound_note(best, sim, workload, slo)
     if best is not None:
         best.rule(Verdict.BEST, "", "best")
     for c in viable:

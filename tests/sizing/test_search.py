@@ -526,3 +526,39 @@ def test_a_load_that_preempts_says_so_and_what_max_num_seqs_the_kv_cache_holds(q
     held = int(best.plan.kv_context_tokens // (500 + 8000 / 2))
     assert held < best.max_num_seqs
     assert len(notes) == 1 and f"at or under {held} " in notes[0], notes
+
+
+def _awq_7b_on_4_a100(slo: SLO):
+    # 8,000-token prompts at 5 req/s: one mean prompt prefills in about 160 ms on an idle engine, so a 300 ms
+    # P99 TTFT takes engines that are mostly idle
+    return search(
+        MODEL,
+        settings=Settings(dtype="awq", tp=4, max_num_seqs=256, max_model_len=9216),
+        workload=Workload(qps=5.0, prompt_tokens=8000, output_tokens=200),
+        slo=slo,
+        prices=price_book(),
+        instances=[find_instance("ecs.gn7-c13g1.13xlarge")],
+    )
+
+
+def test_mostly_idle_engines_say_which_slo_sets_the_count_and_what_a_looser_one_costs():
+    best = _awq_7b_on_4_a100(SLO(ttft_p99_ms=300)).best
+    assert best is not None and best.report.busy_fraction < 0.25
+    bound = best.slo_bound
+    assert bound is not None and bound.slo == "ttft_p99_ms" and bound.looser_slo_ms == 600
+    # the count it names is the one the search buys at the looser SLO, and it is smaller
+    looser = _awq_7b_on_4_a100(SLO(ttft_p99_ms=600)).best
+    assert looser is not None and looser.instances == bound.looser_instances < best.instances
+    assert bound.looser_cost_cny_per_hour == pytest.approx(looser.cost_cny_per_hour)
+    notes = [w for w in best.warnings if w.startswith("SLO-bound:")]
+    assert len(notes) == 1, best.warnings
+    assert f"P99 TTFT SLO of 300 ms, not the load, sets the count of {best.instances};" in notes[0]
+    assert f"600 ms would take {looser.instances} (CNY {looser.cost_cny_per_hour:.2f}/h" in notes[0]
+    assert best.to_json(LOAD)["slo_bound"]["looser_instances"] == looser.instances
+
+
+def test_engines_kept_busy_by_the_load_carry_no_slo_bound_note(result):
+    best = result.best
+    assert best is not None and best.report.busy_fraction >= 0.25
+    assert best.slo_bound is None and best.to_json(LOAD)["slo_bound"] is None
+    assert not any(w.startswith("SLO-bound:") for w in best.warnings)
