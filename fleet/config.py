@@ -37,18 +37,17 @@ from policies import metrics as pm
 from policies.forecast import LEARNED_HOURS
 from policies.schedule import (
     by_weekday,
-    calendar_cuts,
     calendar_one_offs,
     opened_by_calendar,
     wall_start,
     weekdays_opened,
+    weekly_runs,
 )
 from policies.spec import (
     Calendar,
     Duration,
     GroupSpec,
     PolicySpec,
-    Schedule,
     default_isolation_rules,
     threshold_pairs,
 )
@@ -522,15 +521,11 @@ def _task_quota_warning(where: str, groups: list[GroupConfig]) -> str | None:
     )
 
 
-def _one_off_peak(groups: list[GroupConfig], ahead_days: int) -> int:
-    """The most one-off and resumed tasks the groups' calendars have the service hold at once: at each
-    instant, every window's start/end pair of each day from its yesterday to ``ahead_days`` ahead on which
-    the calendar opens it where its weekday does not, less the edges already past (``calendar_one_offs``),
-    and the start/end pair resuming its weekly tasks after each run of days the calendar takes off it that
-    starts within ``ONE_OFF_DAYS`` (``calendar_cuts``). Each window reads its today in its own zone:
-    Pacific/Kiritimati is a day ahead of Pacific/Pago_Pago. The count grows only when a day enters a window's
-    reach, at midnight in its zone, so those instants are the ones to count at."""
-    windows: list[tuple[Calendar, Schedule, float]] = []
+def _one_off_peak(groups: typing.Sequence[GroupSpec], ahead_days: int) -> int:
+    """The most one-off and resumed tasks the groups' calendars have the service hold at once
+    (``calendar_task_count``). Each window reads its today in its own zone: Pacific/Kiritimati is a day ahead
+    of Pacific/Pago_Pago. The count grows only when a day enters a window's reach, at midnight in its zone, so
+    those instants are the ones to count at."""
     instants: set[datetime] = set()
     for g in groups:
         cal = g.calendar
@@ -543,21 +538,32 @@ def _one_off_peak(groups: list[GroupConfig], ahead_days: int) -> int:
                 continue
             mine = [d for d in days if opened_by_calendar(s, cal, d)]
             mine += [d for d in days if d.weekday() in s.weekdays and cal.weekday_of(d) not in s.weekdays]
-            if mine:
-                windows.append((cal, s, g.cold_start_s))
-                instants.update(wall_start(d - timedelta(days=ONE_OFF_DAYS), time(0), s.zone) for d in mine)
-                instants.update(wall_start(d - timedelta(days=ahead_days), time(0), s.zone) for d in mine)
+            instants.update(wall_start(d - timedelta(days=ONE_OFF_DAYS), time(0), s.zone) for d in mine)
+            instants.update(wall_start(d - timedelta(days=ahead_days), time(0), s.zone) for d in mine)
+    return max((calendar_task_count(groups, at, ahead_days) for at in instants), default=0)
 
-    def held(at: datetime) -> int:
-        one_off = sum(
-            (start > at) + (end > at)
-            for cal, s, lead_s in windows
-            for _, start, end in calendar_one_offs(s, cal, at, lead_s, ahead_days)
-        )
-        resumed = sum(2 * len(calendar_cuts(s, cal, at, ONE_OFF_DAYS)) for cal, s, _ in windows)
-        return one_off + resumed
 
-    return max((held(at) for at in instants), default=0)
+def calendar_task_count(groups: typing.Sequence[GroupSpec], now: datetime, ahead_days: int) -> int:
+    """The scheduled tasks the groups' calendars add at ``now`` to the two Weekly tasks of each ``days``
+    window, from the functions the service's tasks come from (fleet/service/schedules.py): the one-off
+    start/end pair of each day from yesterday to ``ahead_days`` ahead on which the calendar opens a window its
+    weekday does not, less the edges already past (``calendar_one_offs``), and each Weekly task beyond the
+    first of a window's start and of its end, resuming it after a run of days the calendar takes off within
+    ``ONE_OFF_DAYS`` that is not directly ahead of its next firing (``weekly_runs``)."""
+    count = 0
+    for g in groups:
+        if g.calendar is None:
+            continue
+        for s in g.schedules:
+            if s.cron is not None or s.start is None or s.end is None:
+                continue
+            count += sum(
+                (start > now) + (end > now)
+                for _, start, end in calendar_one_offs(s, g.calendar, now, g.cold_start_s, ahead_days)
+            )
+            for lead_s, at_end in ((g.cold_start_s, False), (0.0, True)):
+                count += len(weekly_runs(s, g.calendar, now, lead_s, at_end, ONE_OFF_DAYS)) - 1
+    return count
 
 
 def _shared_scaling_groups(groups: typing.Sequence[GroupSpec]) -> list[str]:

@@ -118,30 +118,73 @@ def calendar_one_offs(
     return out
 
 
-def calendar_cuts(
-    schedule: Schedule, calendar: Calendar | None, now: datetime, ahead_days: int
-) -> list[date]:
-    """The first days, from today to ``ahead_days`` ahead (in the schedule's zone at ``now``), of the runs of
-    the window's weekdays that ``calendar`` takes off (a ``mon-fri`` window's holidays): before each the
-    service ends its weekly tasks' recurrence and resumes them with another pair after the run (one run
-    directly ahead of their next firing needs none, which this still lists)."""
-    if calendar is None or schedule.start is None or schedule.end is None:
-        return []
+# How far the recurring tasks' next launch is looked for past a run of days the calendar takes off.
+SKIP_SEARCH_DAYS = 60
 
-    def off(day: date) -> bool:
-        return day.weekday() in schedule.weekdays and calendar.weekday_of(day) not in schedule.weekdays
 
+@dataclass(frozen=True)
+class WeeklyRun:
+    """A stretch of a window's weekly firings that the calendar leaves alone: one ESS Weekly task."""
+
+    launch: datetime  # its first firing (whole minutes, in ``now``'s zone)
+    day: date  # that firing's window's day, in the schedule's zone
+    end: datetime | None  # its recurrence's end: a minute before a firing the calendar takes off; None: open
+
+
+def _firings(
+    schedule: Schedule, now: datetime, lead_s: float, at_end: bool, calendar: Calendar | None
+) -> list[tuple[datetime, date, bool]]:
+    """Every firing after ``now`` of a window's start (less ``lead_s``) or end on the schedule's weekdays, for
+    the coming weeks, rounded down to whole minutes (never late): its instant, its window's day, and whether
+    the calendar keeps the window on that day (a ``mon-fri`` window's holiday does not)."""
     today = now.astimezone(schedule.zone).date()
     out = []
-    for day in calendar.exception_days(today, today + timedelta(days=ahead_days)):
-        if not off(day):
+    for offset in range(-2, 12 + SKIP_SEARCH_DAYS):  # every weekday after ``now``, whatever the UTC shift
+        day = today + timedelta(days=offset)
+        if day.weekday() not in schedule.weekdays:
             continue
-        before = day - timedelta(days=1)
-        while before.weekday() not in schedule.weekdays:
-            before -= timedelta(days=1)
-        if not off(before):
-            out.append(day)
+        w_start, w_end = day_window(schedule, day)
+        at = w_end if at_end else w_start - timedelta(seconds=lead_s)
+        edge = at.astimezone(now.tzinfo).replace(second=0, microsecond=0)
+        if edge > now:
+            out.append((edge, day, weekday_of(calendar, day) in schedule.weekdays))
     return out
+
+
+def weekly_runs(
+    schedule: Schedule,
+    calendar: Calendar | None,
+    now: datetime,
+    lead_s: float,
+    at_end: bool,
+    cut_days: int,
+) -> list[WeeklyRun]:
+    """The Weekly tasks of a ``days`` window's start (less ``lead_s``) or end from ``now``: the first launches
+    at the next firing the calendar keeps (past a run of days it takes off directly ahead, which needs no
+    other task); when a firing the calendar takes off follows within ``cut_days`` (the window's days, in its
+    zone), that task's recurrence ends a minute before it and another launches at the next kept firing after
+    the run, and so on. The service writes one Weekly task for each (fleet/service/schedules.py), and
+    ``fleet validate`` counts them against the scheduled-task quota."""
+    firings = _firings(schedule, now, lead_s, at_end, calendar)
+    assert firings, "a weekly window occurs within two weeks"
+    kept = [k for k, f in enumerate(firings) if f[2]]
+    # the regular next occurrence when the calendar keeps none in the span
+    k = kept[0] if kept else 0
+    last_day = now.astimezone(schedule.zone).date() + timedelta(days=cut_days)
+    starts: list[int] = [k]
+    ends: list[datetime | None] = [None]
+    while k + 1 < len(firings) and firings[k + 1][1] <= last_day:
+        k += 1
+        if firings[k][2]:
+            continue
+        resume = next((j for j in kept if j > k), None)
+        if resume is None:
+            break
+        ends[-1] = firings[k][0] - timedelta(minutes=1)
+        starts.append(resume)
+        ends.append(None)
+        k = resume
+    return [WeeklyRun(firings[j][0], firings[j][1], end) for j, end in zip(starts, ends, strict=True)]
 
 
 def weekdays_opened(schedule: Schedule) -> frozenset[int] | None:

@@ -52,8 +52,8 @@ from fleet.cloud.errors import CloudError
 from fleet.cloud.ess import EssApi
 from fleet.cloud.types import ScheduledTask
 from fleet.config import ONE_OFF_DAYS, ONE_OFF_FAR_DAYS
-from policies.schedule import calendar_one_offs, day_window
-from policies.spec import Calendar, GroupSpec, Schedule, weekday_of
+from policies.schedule import calendar_one_offs, weekly_runs
+from policies.spec import Calendar, GroupSpec, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,6 @@ TASK_PREFIX = "fleet-"
 # ESS allows a LaunchTime at most 90 days ahead; a recurrence end is refreshed well before it is reached.
 RECURRENCE_SPAN = timedelta(days=300)
 RECURRENCE_REFRESH = timedelta(days=30)
-# How far the recurring tasks' next launch is looked for past a run of days the calendar takes off.
-SKIP_SEARCH_DAYS = 60
 # A learned floor's task is kept exact only while it is the next to fire (within the hour); the later ones
 # are rewritten once an hour, and then only when their floor moved by more than LEARNED_DEADBAND.
 LEARNED_EXACT_WITHIN_S = 3600.0
@@ -149,13 +147,6 @@ class TaskChange:
         return self.code == QUOTA_CODE
 
 
-def _edge(sched: Schedule, day: date, lead_s: float, at_end: bool, now: datetime) -> datetime:
-    """The window of ``day``'s start (less ``lead_s``) or end, rounded down to ESS's whole minutes (never
-    late)."""
-    w_start, w_end = day_window(sched, day)
-    return _minute(w_end if at_end else w_start - timedelta(seconds=lead_s), now)
-
-
 def _minute(at: datetime, now: datetime) -> datetime:
     """``at`` in ``now``'s zone, rounded down to ESS's whole minutes (never late)."""
     return at.astimezone(now.tzinfo).replace(second=0, microsecond=0)
@@ -169,24 +160,6 @@ class _Segment:
     day: date  # that firing's window's day, in the schedule's zone
     days: str  # the UTC weekdays it recurs on (ESS numbering, 0 = Sunday)
     end: datetime | None  # its RecurrenceEndTime: a minute before a firing the calendar takes off; None: open
-
-
-def _firings(
-    sched: Schedule, now: datetime, lead_s: float, at_end: bool, calendar: Calendar | None
-) -> list[tuple[datetime, date, bool]]:
-    """Every firing after ``now`` of a window's start (less ``lead_s``) or end on the schedule's weekdays, for
-    the coming weeks: its instant, its window's day, and whether the calendar keeps the window on that day
-    (a ``mon-fri`` window's holiday does not)."""
-    today = now.astimezone(sched.zone).date()
-    out = []
-    for offset in range(-2, 12 + SKIP_SEARCH_DAYS):  # every weekday after ``now``, whatever the UTC shift
-        day = today + timedelta(days=offset)
-        if day.weekday() not in sched.weekdays:
-            continue
-        edge = _edge(sched, day, lead_s, at_end, now)
-        if edge > now:
-            out.append((edge, day, weekday_of(calendar, day) in sched.weekdays))
-    return out
 
 
 def _ess_days(sched: Schedule, at: datetime, local_day: date) -> str:
@@ -203,35 +176,14 @@ def _segments(
     at_end: bool = False,
     calendar: Calendar | None = None,
 ) -> list[_Segment]:
-    """The Weekly tasks of a window's start (less ``lead_s``) or end: the first launches at the next firing
-    the calendar keeps (past a run of holidays directly ahead); when a firing the calendar takes off follows
-    within ``ONE_OFF_DAYS``, that task's recurrence ends a minute before it and another launches at the next
-    kept firing after the run, and so on. Each recurs at the UTC time of its first firing, on every weekday of
-    the schedule at that firing's UTC offset: a daylight-saving change in the coming days moves the later
-    ones by an hour (the re-sync after it moves the task), and leaving them out would lose those days' floors
-    altogether while the service is down."""
-    firings = _firings(sched, now, lead_s, at_end, calendar)
-    assert firings, "a weekly window occurs within two weeks"
-    kept = [k for k, f in enumerate(firings) if f[2]]
-    # the regular next occurrence when the calendar keeps none in the span
-    k = kept[0] if kept else 0
-    last_day = now.astimezone(sched.zone).date() + timedelta(days=ONE_OFF_DAYS)
-    starts: list[int] = [k]
-    ends: list[datetime | None] = [None]
-    while k + 1 < len(firings) and firings[k + 1][1] <= last_day:
-        k += 1
-        if firings[k][2]:
-            continue
-        resume = next((j for j in kept if j > k), None)
-        if resume is None:
-            break
-        ends[-1] = firings[k][0] - timedelta(minutes=1)
-        starts.append(resume)
-        ends.append(None)
-        k = resume
+    """The Weekly tasks of a window's start (less ``lead_s``) or end (``weekly_runs``, cut before the days
+    the calendar takes off within ``ONE_OFF_DAYS``). Each recurs at the UTC time of its first firing, on every
+    weekday of the schedule at that firing's UTC offset: a daylight-saving change in the coming days moves the
+    later ones by an hour (the re-sync after it moves the task), and leaving them out would lose those days'
+    floors altogether while the service is down."""
     return [
-        _Segment(firings[j][0], firings[j][1], _ess_days(sched, firings[j][0], firings[j][1]), end)
-        for j, end in zip(starts, ends, strict=True)
+        _Segment(run.launch, run.day, _ess_days(sched, run.launch, run.day), run.end)
+        for run in weekly_runs(sched, calendar, now, lead_s, at_end, ONE_OFF_DAYS)
     ]
 
 

@@ -860,3 +860,44 @@ def test_with_the_service_down_for_weeks_a_makeup_saturday_still_gets_its_floor(
     assert at(makeup, 10) == 6  # the makeup Saturday
     assert at(makeup, 19) == 1
     assert at(makeup + timedelta(days=1), 10) == 1  # Sunday
+
+
+# -- the quota count is the tasks the sync writes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("holidays", "workdays", "hour"),
+    [
+        ((), (), 12),  # no calendar day ahead
+        ((2,), (), 12),  # a holiday Wednesday: the start and the end each stop before it and resume after
+        ((1, 2), (), 12),  # holidays from tomorrow: the start moves past them, only today's end is cut
+        ((1, 2), (), 20),  # the same after today's window: both move past them, nothing resumes
+        ((), (5,), 12),  # a makeup Saturday: its one-off pair
+        ((2,), (5, 47), 20),  # a holiday Wednesday, a makeup Saturday and one six weeks ahead
+    ],
+)
+def test_the_quota_count_is_the_tasks_the_sync_creates(fake_world, holidays, workdays, hour):
+    """``fleet validate`` counts the calendar's tasks with the functions the sync writes them from: on the
+    fake, at a Monday ``hour`` in Shanghai, the sync creates the window's two Weekly tasks and as many more
+    as the count says."""
+    from datetime import timedelta
+
+    from fleet.config import ONE_OFF_FAR_DAYS, calendar_task_count
+    from fleet.service.schedules import sync_group
+
+    cloud, svc, gid = fake_world(BIZ_ONLY)
+    start = cloud.now()
+    monday = start.date() + timedelta(days=7 - start.weekday())
+    when = datetime(monday.year, monday.month, monday.day, hour, tzinfo=UTC) - timedelta(hours=8)
+    cloud.advance((when - start).total_seconds())
+    now = cloud.now()
+    calendar = {
+        "holidays": [(monday + timedelta(days=d)).isoformat() for d in holidays],
+        "workdays": [(monday + timedelta(days=d)).isoformat() for d in workdays],
+    }
+    group = svc.specs[0]
+    spec = type(group).model_validate({**group.model_dump(), "calendar": calendar})
+    changes = sync_group(_plain_ess(cloud, svc), spec, gid, now)
+    assert not any(c.op == "error" for c in changes), changes
+    created = [t for t in cloud.ess.scheduled_tasks.values() if t.group_id == gid]
+    assert len(created) == 2 + calendar_task_count([spec], now, ONE_OFF_FAR_DAYS)
