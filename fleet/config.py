@@ -39,6 +39,7 @@ from policies.schedule import (
     by_weekday,
     calendar_one_offs,
     opened_by_calendar,
+    uncut_days,
     wall_start,
     weekdays_opened,
     weekly_runs,
@@ -451,6 +452,26 @@ class FleetConfig(BaseSettings):
             warning = _task_quota_warning(where, groups)
             if warning:
                 out.append(warning)
+        return out
+
+    def uncut_holidays(self, now: datetime) -> list[str]:
+        """The holidays of the coming ``ONE_OFF_FAR_DAYS`` (``fleet validate`` prints these, read at its
+        clock) on which a window's weekly start task, as a sync at ``now`` writes it, still fires: the sync
+        cuts a recurrence only ``ONE_OFF_DAYS`` ahead, so with the service down from before its last workday
+        ahead of them ESS raises the window's floor on them (``uncut_days``)."""
+        out = []
+        for g in self.groups:
+            for s in g.schedules:
+                if s.cron is not None:
+                    continue
+                days = uncut_days(s, g.calendar, now, g.cold_start_s, ONE_OFF_DAYS, ONE_OFF_FAR_DAYS)
+                if days:
+                    out.append(
+                        f"groups[{g.name}].schedules[{s.name}]: holidays not protected yet: "
+                        f"{', '.join(map(str, days))}: the sync stops the weekly start task before a holiday "
+                        f"only {ONE_OFF_DAYS} days ahead, so with the service down from before then ESS "
+                        f"still raises MinValue to {s.floor} on them (docs/service.md, Holidays)"
+                    )
         return out
 
     def warnings(self) -> list[str]:

@@ -132,14 +132,19 @@ class WeeklyRun:
 
 
 def _firings(
-    schedule: Schedule, now: datetime, lead_s: float, at_end: bool, calendar: Calendar | None
+    schedule: Schedule,
+    now: datetime,
+    lead_s: float,
+    at_end: bool,
+    calendar: Calendar | None,
+    ahead_days: int = 12 + SKIP_SEARCH_DAYS,
 ) -> list[tuple[datetime, date, bool]]:
     """Every firing after ``now`` of a window's start (less ``lead_s``) or end on the schedule's weekdays, for
     the coming weeks, rounded down to whole minutes (never late): its instant, its window's day, and whether
     the calendar keeps the window on that day (a ``mon-fri`` window's holiday does not)."""
     today = now.astimezone(schedule.zone).date()
     out = []
-    for offset in range(-2, 12 + SKIP_SEARCH_DAYS):  # every weekday after ``now``, whatever the UTC shift
+    for offset in range(-2, ahead_days):  # every weekday after ``now``, whatever the UTC shift
         day = today + timedelta(days=offset)
         if day.weekday() not in schedule.weekdays:
             continue
@@ -185,6 +190,29 @@ def weekly_runs(
         ends.append(None)
         k = resume
     return [WeeklyRun(firings[j][0], firings[j][1], end) for j, end in zip(starts, ends, strict=True)]
+
+
+def uncut_days(
+    schedule: Schedule,
+    calendar: Calendar | None,
+    now: datetime,
+    lead_s: float,
+    cut_days: int,
+    ahead_days: int,
+) -> list[date]:
+    """The days from today to ``ahead_days`` ahead (in the schedule's zone at ``now``) that ``calendar`` takes
+    off a ``days`` window (a ``mon-fri`` window's holidays) on which the Weekly tasks of its start (less
+    ``lead_s``) a sync at ``now`` writes (``weekly_runs`` cut ``cut_days`` ahead) still fire: the days that,
+    with the service down from ``now``, ESS gives the window's floor."""
+    if calendar is None or schedule.start is None or schedule.end is None:
+        return []
+    runs = weekly_runs(schedule, calendar, now, lead_s, False, cut_days)
+    last = now.astimezone(schedule.zone).date() + timedelta(days=ahead_days)
+    return [
+        day
+        for at, day, kept in _firings(schedule, now, lead_s, False, calendar, ahead_days + 3)
+        if not kept and day <= last and any(r.launch <= at and (r.end is None or at <= r.end) for r in runs)
+    ]
 
 
 def weekdays_opened(schedule: Schedule) -> frozenset[int] | None:

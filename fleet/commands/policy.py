@@ -110,9 +110,11 @@ def register(app: typer.Typer) -> None:
             fail("--config is required (or use --schema)")
         cfg = load_config_or_exit(config)  # instance_types checked there too (issue 17)
         check_profiles(cfg, config)
+        from datetime import UTC, datetime
+
         from fleet.config import unknown_env_vars
 
-        for warning in [*cfg.warnings(), *unknown_env_vars()]:
+        for warning in [*cfg.warnings(), *unknown_env_vars(), *cfg.uncut_holidays(datetime.now(UTC))]:
             err_console.print(
                 f"[yellow]warning:[/] {escape(str(config))}: {escape(warning)}",
                 highlight=False,

@@ -34,7 +34,7 @@ one-off pair for that date, ``fleet-<group>-<schedule>-YYYYMMDD-start``/``-end``
 than ``ONE_OFF_DAYS`` ahead are created after the learned floors and displace none when the quota is full.
 While the service is down ESS holds the days it last wrote: a holiday more than ``ONE_OFF_DAYS`` ahead holds
 the weekday floor, and a makeup workday whose pair the quota left out holds the weekend's, until a sync after
-the service is back.
+the service is back (``fleet validate`` names those holidays: ``FleetConfig.uncut_holidays``).
 
 The weekly days and time are computed from the window's next occurrence (every weekday of the schedule at
 that occurrence's UTC offset), so DST zones are right until their offset changes; the periodic re-sync moves

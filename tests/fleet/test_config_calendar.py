@@ -186,3 +186,20 @@ def test_the_quota_warning_counts_the_weekly_tasks_resumed_after_holidays(tmp_pa
     )
     [w] = [w for w in load_config(write(tmp_path, text), env={}).warnings() if "scheduled tasks" in w]
     assert "mirror 76 ESS scheduled tasks (2 for schedule windows, at most 2 one-off or resumed" in w
+
+
+def test_validate_names_the_holidays_the_weekly_tasks_still_fire_on(tmp_path, capsys):
+    """The sync cuts a weekly task before a holiday only 7 days ahead: fleet validate names the holidays
+    beyond (within the 84 days the makeup days are written for) that a service down from now would leave
+    with the weekday floor. The holidays are set from the clock validate reads: a weekday three weeks on,
+    with the working day before it, and one within the week, which is cut."""
+    from datetime import UTC, datetime, timedelta
+
+    today = datetime.now(UTC).date()
+    far = next(d for d in (today + timedelta(days=k) for k in range(21, 28)) if d.weekday() in (1, 2, 3, 4))
+    near = next(d for d in (today + timedelta(days=k) for k in range(2, 6)) if d.weekday() in (1, 2, 3, 4))
+    text = HEAD + f"calendar: {{holidays: [{near}, {far}]}}\n" + GROUPS
+    assert main(["validate", "--config", str(write(tmp_path, text))]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"groups[chat].schedules[biz]: holidays not protected yet: {far}:" in err
+    assert str(near) not in err

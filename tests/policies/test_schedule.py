@@ -191,3 +191,32 @@ def test_ceiling_does_not_start_early():
 def test_base_floor_is_the_larger_of_min_size_and_warm_floor():
     assert bounds(group_spec(min_size=1, warm_floor=3), shanghai(8, 3, 0)).floor_source == "warm_floor"
     assert bounds(group_spec(min_size=4, warm_floor=3), shanghai(8, 3, 0)).floor == 4
+
+
+def test_the_holidays_the_weekly_tasks_still_fire_on_are_those_past_the_cut_with_a_workday_before():
+    """Synced on Monday 2026-03-02 noon in Shanghai with the cut 7 days ahead: a holiday Wednesday that week
+    is cut, a run of holidays from tomorrow is skipped by the next launch however long it is, and the holidays
+    of the week after next still get the weekly start; with the cut as far ahead, none does."""
+    from datetime import date
+
+    from policies.schedule import uncut_days
+    from policies.spec import Calendar
+
+    biz = Schedule.model_validate(
+        {
+            "name": "biz",
+            "timezone": "Asia/Shanghai",
+            "days": "mon-fri",
+            "start": "09:00",
+            "end": "18:00",
+            "min": 6,
+        }
+    )
+    now = datetime(2026, 3, 2, 4, 0, tzinfo=UTC)
+    cal = Calendar.model_validate({"holidays": ["2026-03-04", "2026-03-17..2026-03-18"]})
+    assert uncut_days(biz, cal, now, 180.0, 7, 84) == [date(2026, 3, 17), date(2026, 3, 18)]
+    assert uncut_days(biz, cal, now, 180.0, 84, 84) == []
+    assert uncut_days(biz, cal, now, 180.0, 7, 10) == []  # beyond the days asked about
+    long_run = Calendar.model_validate({"holidays": ["2026-03-03..2026-03-13"]})
+    assert uncut_days(biz, long_run, now, 180.0, 7, 84) == []
+    assert uncut_days(biz, None, now, 180.0, 7, 84) == []
