@@ -725,12 +725,7 @@ def _outliers(st: _State) -> list[Finding]:
                     "warning",
                     [iid],
                     {
-                        "window": _span(st.window),
-                        "metric": metric,
-                        "value_median": _r(mine),
-                        "peers_median": _r(base),
-                        "factor": round(mine / base, 2) if base > 0 else None,
-                        "samples_over": round(sustained, 2),
+                        **_outlier_evidence(st, metric, mine, base, sustained),
                         "load": _r(load),
                         "peers_load": _r(peer_load),
                     },
@@ -740,6 +735,19 @@ def _outliers(st: _State) -> list[Finding]:
                 )
             )
     return out
+
+
+def _outlier_evidence(st: _State, metric: str, mine: float, base: float, sustained: float) -> dict[str, Any]:
+    """The evidence every node_outlier finding carries, whichever check found it: the node's median of
+    ``metric`` against its peers', and the share of its samples over the check's factor."""
+    return {
+        "window": _span(st.window),
+        "metric": metric,
+        "value_median": _r(mine),
+        "peers_median": _r(base),
+        "factor": round(mine / base, 2) if base > 0 else None,
+        "samples_over": round(sustained, 2),
+    }
 
 
 def _clock_outliers(st: _State, pool: list[InstanceWindow]) -> list[Finding]:
@@ -777,12 +785,7 @@ def _clock_outliers(st: _State, pool: list[InstanceWindow]) -> list[Finding]:
                 "warning",
                 [iid],
                 {
-                    "window": _span(st.window),
-                    "metric": pm.TPOT_P99_MS,
-                    "value_median": _r(mine),
-                    "peers_median": _r(base),
-                    "factor": round(mine / base, 2) if base > 0 else None,
-                    "samples_over": round(sustained, 2),
+                    **_outlier_evidence(st, pm.TPOT_P99_MS, mine, base, sustained),
                     "sm_clock_ratio_median": _r(my_clock, 2),
                     "peers_sm_clock_ratio_median": _r(peer_clock, 2),
                     "throttle_reasons": reasons,
