@@ -31,17 +31,25 @@ def _since(inst: InstanceWindow, metric: str, since: datetime | None) -> list[tu
 
 
 def batch_at_cap(
-    backlog: Sequence[InstanceWindow], since: datetime | None, seqs: int
+    g: GroupContext, backlog: Sequence[InstanceWindow], since: datetime | None, seqs: int
 ) -> tuple[float, float | None] | None:
     """(mean batch while requests waited, mean KV cache use) when the batch sat at ``max_num_seqs`` while
     requests waited and the KV cache had room: the cap, not the GPU or its memory, limits throughput. ``None``
-    otherwise."""
+    otherwise. KV cache readings that cannot be true with the batch running
+    (:func:`fixes.kv_reading_plausible`: 0% while requests run) are left out; with none left the KV use is
+    ``None``: not known, not room."""
+    d = fixes.deployment(g)
     running: list[float] = []
     kv: list[float] = []
     for inst in backlog:
         waiting = dict(inst.metrics.get(pm.QUEUE_WAITING, ()))
+        running_at = dict(inst.metrics.get(pm.REQUESTS_RUNNING, ()))
         running.extend(n for t, n in _since(inst, pm.REQUESTS_RUNNING, since) if waiting.get(t, 0.0) >= 1)
-        kv.extend(v for _, v in _since(inst, pm.KV_CACHE_USAGE_PCT, since))
+        kv.extend(
+            v
+            for t, v in _since(inst, pm.KV_CACHE_USAGE_PCT, since)
+            if fixes.kv_reading_plausible(d, v, running_at.get(t, 0.0))
+        )
     batch, kv_used = _mean(running), _mean(kv)
     if batch is None or batch < BATCH_PINNED_SHARE * seqs or (kv_used is not None and kv_used >= KV_FULL_PCT):
         return None
@@ -70,7 +78,7 @@ def cap_limits_throughput(
 ) -> bool:
     """Whether raising max_num_seqs would let the instances serve more: the batch sat at the cap with KV room,
     and the sizing model (when it knows the deployment) allows a larger one."""
-    if not seqs or batch_at_cap(backlog, since, seqs) is None:
+    if not seqs or batch_at_cap(g, backlog, since, seqs) is None:
         return False
     return knee is None or min(raise_limits(g, knee, tokens_per_seq).values()) > seqs
 
@@ -89,7 +97,7 @@ def batch_advice(
     latency knee, what the KV cache holds at 90% full and what the TPOT SLO allows (the sizing model at the
     measured context per sequence; without the model, raise it and say what would size it); lower it when it
     is past the knee; else nothing (it is not the limit)."""
-    at_cap = batch_at_cap(backlog, since, seqs)
+    at_cap = batch_at_cap(g, backlog, since, seqs)
     if at_cap is not None and knee is None:
         batch, kv_used = at_cap
         evidence.update(
@@ -97,9 +105,8 @@ def batch_advice(
             kv_cache_usage_pct_mean=None if kv_used is None else round(kv_used, 1),
         )
         return (
-            f"raise max_num_seqs from {seqs}: the batch sat at the cap ({batch:.0f} running) while requests "
-            f"waited and the KV cache was only {kv_used or 0:.0f}% used, so the cap, not the GPU, limits "
-            "throughput (the group names no model and instance type of the sizing catalog, so there is no "
+            _raise_text(seqs, None, batch, kv_used)
+            + " (the group names no model and instance type of the sizing catalog, so there is no "
             f"computed target: raise it step by step while the KV cache stays below {KV_FULL_PCT:.0f}% and "
             "TPOT within its SLO, or give --model and --instance-type)"
         )
@@ -117,9 +124,8 @@ def batch_advice(
         if target <= seqs:
             return None
         return (
-            f"raise max_num_seqs from {seqs} to {target}: the batch sat at the cap ({batch:.0f} running) "
-            f"while requests waited and the KV cache was only {kv_used or 0:.0f}% used, so the cap, not the "
-            f"GPU, limits throughput (the sizing model at {tokens_per_seq:.0f} tokens per sequence: latency "
+            _raise_text(seqs, target, batch, kv_used)
+            + f" (the sizing model at {tokens_per_seq:.0f} tokens per sequence: latency "
             f"knee {knee}, where TPOT reaches {fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value"
             + (f"; the KV cache holds {kv_limit} at 90% full" if kv_limit is not None else "")
             + (f"; the TPOT SLO allows {tpot_limit}" if tpot_limit is not None else "")
@@ -131,6 +137,24 @@ def batch_advice(
             f"{fixes.KNEE_TPOT_FACTOR:g}x its batch-1 value, per the sizing model)"
         )
     return None
+
+
+def _raise_text(seqs: int, target: int | None, batch: float, kv_used: float | None) -> str:
+    """Why to raise max_num_seqs: the batch at the cap while requests waited, and the KV cache's room when a
+    plausible reading shows it; without one the advice is conditional on the room, not asserted."""
+    to = f" to {target}" if target is not None else ""
+    at_cap = f"the batch sat at the cap ({batch:.0f} running) while requests waited"
+    if kv_used is not None:
+        return (
+            f"raise max_num_seqs from {seqs}{to}: {at_cap} and the KV cache was only {kv_used:.0f}% used, "
+            "so the cap, not the GPU, limits throughput"
+        )
+    return (
+        f"raise max_num_seqs from {seqs}{to} if the KV cache has room: {at_cap}, but whether the KV cache "
+        "had room could not be judged (no plausible KV cache usage reading: none published, or under one "
+        "block per running request, such as 0% while requests ran); check vLLM's KV cache usage on the "
+        "instances first"
+    )
 
 
 # ---- thermal -----------------------------------------------------------------------------------------------

@@ -87,6 +87,18 @@ def deployment(ctx: GroupContext, **changes: object) -> Deploy | None:
     )
 
 
+def kv_reading_plausible(d: Deploy | None, kv_pct: float, running: float) -> bool:
+    """Whether a KV cache usage reading (percent) can be true with ``running`` sequences running: each holds
+    at least one block, so a reading under one block per running sequence (0% while requests run: a gauge not
+    updated yet, or a vLLM release publishing it wrong) is no reading of the cache. Without the sizing model's
+    plan (``d`` is ``None``: no block or cache size known) only 0% with requests running is ruled out."""
+    if running < 1:
+        return True
+    if d is None:
+        return kv_pct > 0
+    return kv_pct / 100.0 * d.kv_cache_tokens / running >= d.deployment.block_size
+
+
 def request_sizes(ctx: GroupContext, output_tokens: float | None = None) -> tuple[float, float]:
     """(prompt, output) tokens per request: the group's, else measured output, else the sizing defaults."""
     prompt = ctx.prompt_tokens_mean or DEFAULT_PROMPT_TOKENS

@@ -151,19 +151,16 @@ def _tokens_per_seq(st: _State, insts: Sequence[InstanceWindow]) -> float:
 
     A sample whose KV cache in use is less than one block per running sequence (0% with requests running: a
     gauge not updated yet, or a vLLM release publishing it wrong) is no reading of the context: each running
-    sequence holds at least one block. Such samples are left out; with none left, the request mix says."""
+    sequence holds at least one block (:func:`fixes.kv_reading_plausible`). Such samples are left out; with
+    none left, the request mix says."""
     d = fixes.deployment(st.window.group)
     ratios: list[float] = []
     if d is not None:
-        block = d.deployment.block_size
         for inst in insts:
             kv = _by_time(inst, pm.KV_CACHE_USAGE_PCT)
             for t, n in inst.metrics.get(pm.REQUESTS_RUNNING, ()):
-                if n < 1 or t not in kv:
-                    continue
-                per_seq = kv[t] / 100.0 * d.kv_cache_tokens / n
-                if per_seq >= block:
-                    ratios.append(per_seq)
+                if n >= 1 and t in kv and fixes.kv_reading_plausible(d, kv[t], n):
+                    ratios.append(kv[t] / 100.0 * d.kv_cache_tokens / n)
     if ratios:
         return statistics.median(ratios)
     prompt, output = fixes.request_sizes(st.window.group)

@@ -7,6 +7,7 @@ import math
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from diagnose_windows import IDS, T0, make_window
 
 from fleet.diagnose import fixes
@@ -82,6 +83,26 @@ def test_a_batch_below_its_cap_gets_no_max_num_seqs_advice_to_keep_it():
         inst.metrics["requests_running"] = [(t, 12.0) for t, _ in inst.metrics["requests_running"]]
     finding = _only(window, "queue_backlog")
     assert "raise max_num_seqs" not in finding.fix and "keep max_num_seqs" not in finding.fix
+
+
+# 0.01% of Qwen2.5-14B's 58,288-token cache on 2 x A10 is 6 tokens, under one 16-token block for each of the
+# 32 running; without the sizing model (no model or instance type) only 0% is known to be no reading
+@pytest.mark.parametrize(("kv_pct", "sized"), [(0.0, True), (0.01, True), (0.0, False)])
+def test_an_implausible_kv_reading_under_a_pinned_batch_makes_the_raise_conditional(kv_pct, sized):
+    # 32 running while the KV cache reads 0% (or under one block per running request): no reading of the
+    # cache's room, so the advice to raise max_num_seqs must not say the cache had room
+    window = _pinned_window(32, kv_pct=kv_pct, **({} if sized else {"model": None, "instance_type": None}))
+    finding = _only(window, "queue_backlog")
+    assert "raise max_num_seqs from 32" in finding.fix.lower()
+    assert "if the KV cache has room" in finding.fix and "could not be judged" in finding.fix
+    assert "% used" not in finding.fix
+    assert finding.evidence["kv_cache_usage_pct_mean"] is None
+
+
+def test_a_plausible_kv_reading_under_a_pinned_batch_says_the_cache_had_room():
+    finding = _only(_pinned_window(32, kv_pct=18.0), "queue_backlog")
+    assert "the KV cache was only 18% used" in finding.fix and "could not be judged" not in finding.fix
+    assert finding.evidence["kv_cache_usage_pct_mean"] == 18.0
 
 
 def test_thermal_fix_is_an_action_possible_on_ecs():
