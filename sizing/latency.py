@@ -275,6 +275,7 @@ def summarize(
 
 
 TPOT_MEAN_SHARE = 0.8  # capacity_estimate keeps the mean iteration at this share of a P99 TPOT SLO
+TPOT_FLOOR_SHARE = 0.02  # tpot_floor_s counts the prefills this share of requests sees (a P99, with margin)
 DEFAULT_REQUESTS = 1000  # per simulated load: enough for a P99 from ten requests, fast enough for a search
 
 
@@ -404,6 +405,44 @@ def single_stream_step_s(
     context = p + o / 2 + window_read
     a, b = perf.decode_affine(1, context)
     return a + b * context, _prefill_s_per_token(plan, perf, p, prefix_hit_share) * p / o
+
+
+def tpot_floor_s(
+    plan: MemoryPlan,
+    perf: PerfModel,
+    prompt_tokens: float,
+    output_tokens: float,
+    prefix_hit_share: float = 0.0,
+    min_rate_rps: float = 0.0,
+) -> float:
+    """A lower bound on the P99 TPOT of one engine at any load of at least ``min_rate_rps`` Poisson arrivals
+    of fixed-length requests (0: any load at all): one request's own decode step at a batch of one, plus the
+    prefills that at least one request in fifty sees start while it decodes. Each costs at least its
+    prompt's prefill alone less the decode steps it rides in (a mixed iteration is no faster than its chunk
+    alone). What no count of instances can go under, where :func:`capacity_estimate`'s mean iteration at a
+    batch of one (the next request's prefill always arriving) is a saturated engine's."""
+    p, o = max(prompt_tokens, 1.0), max(output_tokens, 1.0)
+    decode_s, _ = single_stream_step_s(plan, perf, p, o, prefix_hit_share)
+    if min_rate_rps <= 0 or o < 2:
+        return decode_s
+    computed = max(1, math.floor(p * plan.computed_share(prefix_hit_share)))
+    budget = plan.max_num_batched_tokens
+    prefill_s = perf.prefill_s(computed, budget)
+    extra_s = max(0.0, prefill_s - math.ceil(computed / budget) * perf.decode_step_s(1, p + o))
+    # a prefill that starts in the window ends inside this request's decode: the window is its decode less
+    # one prefill, at the shortest step (the prompt's context alone)
+    window_s = max(0.0, (o - 1) * perf.decode_step_s(1, p) - prefill_s)
+    return decode_s + _poisson_quantile(min_rate_rps * window_s, TPOT_FLOOR_SHARE) * extra_s / (o - 1)
+
+
+def _poisson_quantile(mean: float, tail: float) -> int:
+    """The largest k with P(Poisson(mean) >= k) >= ``tail``."""
+    k, term, below = 0, math.exp(-mean), 0.0  # below: P(X < k)
+    while 1.0 - below - term >= tail:  # P(X >= k + 1)
+        below += term
+        k += 1
+        term *= mean / k
+    return k
 
 
 # ----------------------------------------------------------------------------------------------- knee

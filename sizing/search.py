@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from sizing.calibration import Calibration
+from sizing.capacity import largest_passing
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
 from sizing.latency import (
@@ -33,6 +34,7 @@ from sizing.latency import (
     kv_held_requests,
     simulate,
     single_stream_step_s,
+    tpot_floor_s,
 )
 from sizing.memory import Deployment, MemoryPlan, check_tp, default_engine, plan_memory
 from sizing.perf import PerfModel, perf_for
@@ -508,6 +510,9 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
             best = key
     if best is None:
         assert slo.tpot_p99_ms is not None  # without a TPOT SLO every fitting option sustains some load
+        best = _near_idle_estimate(cand, workload, slo.tpot_p99_ms)
+    if best is None:
+        assert slo.tpot_p99_ms is not None
         why, brief = _no_batch_meets_tpot(cand, workload, slo.tpot_p99_ms)
         cand.rule(Verdict.SLO_MISSED, f"SLO missed: {why}", f"misses SLO: {brief}")
         cand.meets_slo = False
@@ -540,6 +545,33 @@ def _estimate(cand: Candidate, workload: Workload, slo: SLO, settings: Settings)
     cand.max_num_seqs = -neg_seqs
     _set_count(cand, replicas, workload)
     cand.estimated = True
+
+
+def _near_idle_estimate(
+    cand: Candidate, workload: Workload, slo_tpot_ms: float
+) -> tuple[float, int, int, float] | None:
+    """Where even a saturated batch of one misses the TPOT SLO, a mostly idle engine may still meet it: the
+    per-engine load whose TPOT floor (:func:`tpot_floor_s`) stays under the SLO, as ``_estimate``'s (cost,
+    -seqs, replicas, rate); None when the floor at the least load ``MAX_INSTANCES`` instances give is over
+    it (no count serves it). Lengths that vary, or a trace's arrivals, leave the floor one decode step."""
+    assert cand.plan is not None and cand.perf is not None
+    p, o, hit = workload.mean_prompt_tokens, workload.mean_output_tokens, workload.prefix_hit
+    poisson = not workload.trace and workload.length_cv == 0
+    limit = slo_tpot_ms / 1000.0
+
+    plan, perf = cand.plan, cand.perf
+
+    def floor_s(rate: float) -> float:
+        return tpot_floor_s(plan, perf, p, o, hit, rate if poisson else 0.0)
+
+    lo = workload.rate / (MAX_INSTANCES * cand.replicas_per_instance)
+    if floor_s(lo) > limit:
+        return None
+    rate = largest_passing(lambda r: floor_s(r) <= limit, lo, max(lo, workload.rate), iterations=30)
+    replicas = max(1, math.ceil(workload.rate / rate))
+    instances = math.ceil(replicas / cand.replicas_per_instance)
+    cost = instances * cand.price_cny_per_hour if cand.price_cny_per_hour is not None else float(instances)
+    return cost, -cand.plan.max_num_seqs, replicas, rate
 
 
 def _no_batch_meets_tpot(cand: Candidate, workload: Workload, slo_tpot_ms: float) -> tuple[str, str]:

@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 
 from sizing import ModelShape, SizingInputError, find_gpu, find_instance, find_model, price_book
-from sizing.latency import Workload, simulate
-from sizing.memory import Deployment
-from sizing.search import SLO, Settings, Verdict, search, vllm_command
+from sizing.latency import TPOT_MEAN_SHARE, Workload, simulate, single_stream_step_s, tpot_floor_s
+from sizing.memory import Deployment, plan_memory
+from sizing.perf import perf_for
+from sizing.search import FLOOR_MARGIN, SLO, Settings, Verdict, search, vllm_command
 
 MODEL = find_model("Qwen2.5-7B")
 LOAD = Workload(qps=4.0, prompt_tokens=1000, output_tokens=200)
@@ -466,8 +467,8 @@ def test_a_load_beyond_the_ess_group_limit_gets_no_count():
 
 def test_a_tpot_miss_names_the_step_that_is_over_the_slo_not_a_decode_under_it():
     # An A10 decodes Qwen2.5-7B (AWQ) at about 13 ms per token, under a 20 ms SLO; an 8,000-token prompt's
-    # prefill spread over 200 output tokens is what lifts the estimate's step over it. Every figure a
-    # reason compares with the SLO must be above it.
+    # prefill landing in one request's decode in a hundred is what lifts the P99 over it, even at the most
+    # instances. Every figure a reason compares with the SLO must be above it.
     res = search(
         MODEL,
         settings=Settings(dtype="awq"),
@@ -480,7 +481,6 @@ def test_a_tpot_miss_names_the_step_that_is_over_the_slo_not_a_decode_under_it()
     assert cand.verdict is Verdict.SLO_MISSED
     pairs = re.findall(r"([\d.]+) ms(?: per token)? > ([\d.]+) ms", cand.reason)
     assert pairs and all(float(x) > float(y) for x, y in pairs), cand.reason
-    assert "prefill" in cand.reason and "prefill" in cand.brief
 
 
 def test_the_queue_limit_lets_the_sized_load_through():
@@ -562,3 +562,30 @@ def test_engines_kept_busy_by_the_load_carry_no_slo_bound_note(result):
     assert best is not None and best.report.busy_fraction >= 0.25
     assert best.slo_bound is None and best.to_json(LOAD)["slo_bound"] is None
     assert not any(w.startswith("SLO-bound:") for w in best.warnings)
+
+
+def test_a_tpot_slo_a_saturated_batch_of_one_misses_but_a_near_idle_engine_meets_is_not_refused():
+    # The closed form's batch of one always has the next prompt's prefill arriving: over 80% of a TPOT SLO
+    # it used to refuse the option, though engines idle enough see that prefill rarely. The SLO here sits
+    # just under that refusal, from the engine's own figures (Qwen2.5-7B bf16 on one L20).
+    inst = find_instance("ecs.gn8is.2xlarge")
+    dep = Deployment(MODEL, find_gpu(inst.gpu), dtype="bf16")
+    plan = plan_memory(dep)
+    perf = perf_for(dep, plan)
+    decode_s, spread_s = single_stream_step_s(plan, perf, 1000, 200)
+    slo_ms = 0.99 * (decode_s + spread_s) * 1000 / TPOT_MEAN_SHARE
+    load = Workload(qps=1.0, prompt_tokens=1000, output_tokens=200)
+    lone = simulate(dep, load.with_qps(0.01), plan=plan, perf=perf)  # a request rarely meets another
+    assert lone.tpot_p99_ms < FLOOR_MARGIN * slo_ms  # so a count that meets the SLO exists
+    assert tpot_floor_s(plan, perf, 1000, 200, min_rate_rps=0.01) * 1000 <= lone.tpot_p99_ms
+    res = search(
+        MODEL,
+        settings=Settings(dtype="bf16"),
+        workload=load,
+        slo=SLO(tpot_p99_ms=slo_ms),
+        prices=price_book(),
+        instances=[inst],
+    )
+    best = res.best
+    assert best is not None and not best.estimated, res.candidates[0].reason
+    assert best.report.tpot_p99_ms <= slo_ms
