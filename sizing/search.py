@@ -27,7 +27,6 @@ from sizing.capacity import largest_passing
 from sizing.catalog import GPU, InstanceType, ModelShape, PriceBook, find_gpu, load_instances
 from sizing.errors import SizingInputError
 from sizing.latency import (
-    TPOT_MEAN_SHARE,
     LatencyReport,
     Workload,
     capacity_estimate,
@@ -575,21 +574,23 @@ def _near_idle_estimate(
 
 
 def _no_batch_meets_tpot(cand: Candidate, workload: Workload, slo_tpot_ms: float) -> tuple[str, str]:
-    """Why no batch size meets the TPOT SLO, in full and in brief: one request's own decode step, or that
-    step with the next request's prefill spread over its output tokens (a long prompt, a short output)."""
+    """Why no count meets the TPOT SLO, in full and in brief: one request's own decode step, or that step
+    with the prefills that land in its decode even at the least load ``MAX_INSTANCES`` instances give."""
     assert cand.plan is not None and cand.perf is not None
     p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
-    decode_s, spread_s = single_stream_step_s(cand.plan, cand.perf, p, o, workload.prefix_hit)
-    decode_ms, step_ms = decode_s * 1000, (decode_s + spread_s) * 1000
+    decode_s, _ = single_stream_step_s(cand.plan, cand.perf, p, o, workload.prefix_hit)
+    decode_ms = decode_s * 1000
     if decode_ms > slo_tpot_ms:
         why = f"even one request decodes at {decode_ms:.1f} ms per token > {slo_tpot_ms:g} ms"
         return why, why
-    mean_ms = f"{TPOT_MEAN_SHARE * slo_tpot_ms:.3g} ms"
+    least = workload.rate / (MAX_INSTANCES * cand.replicas_per_instance)
+    floor_ms = tpot_floor_s(cand.plan, cand.perf, p, o, workload.prefix_hit, least) * 1000
     return (
-        f"one request decodes at {decode_ms:.1f} ms per token, and the next {p:,.0f}-token prompt's prefill "
-        f"spread over its {o:,.0f} output tokens adds {spread_s * 1000:.1f} ms: {step_ms:.1f} ms > "
-        f"{mean_ms}, the mean the estimate keeps under a {slo_tpot_ms:g} ms P99",
-        f"decode with the next prompt's prefill at {step_ms:.1f} ms per token > {mean_ms}",
+        f"one request decodes at {decode_ms:.1f} ms per token, and even at {MAX_INSTANCES} instances "
+        f"({least:.3g} req/s each) other {p:,.0f}-token prompts' prefill lands in one request's decode in "
+        f"fifty: {floor_ms:.1f} ms per token > {slo_tpot_ms:g} ms",
+        f"decode with other prompts' prefill at {floor_ms:.1f} ms per token > {slo_tpot_ms:g} ms "
+        f"even at {MAX_INSTANCES} instances",
     )
 
 

@@ -17,7 +17,10 @@ from sizing.latency import (
     knee_sweep,
     percentile,
     simulate,
+    tpot_floor_s,
 )
+from sizing.memory import plan_memory
+from sizing.perf import perf_for
 
 DEP = Deployment(find_model("Qwen2.5-7B"), find_gpu("A10"), max_model_len=8192)
 
@@ -171,3 +174,25 @@ def test_in_service_concurrency_beyond_what_the_engine_holds_is_an_overload():
     assert report.stable
     assert not replace(report, concurrency_limit=report.concurrency_needed * 0.9).stable
     assert "requests in service at once" in replace(report, concurrency_limit=1.0).missed(None, None)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "prompt", "output", "rate"),
+    [
+        ("L20", "bf16", 1000, 200, 0.01),
+        ("L20", "bf16", 1000, 200, 0.2),
+        ("A10", "awq", 8000, 200, 0.05),
+        ("A10", "awq", 1000, 50, 0.05),
+    ],
+)
+def test_the_tpot_floor_is_under_the_simulated_p99_at_its_load(gpu, dtype, prompt, output, rate):
+    # The search refuses a TPOT SLO in closed form only over this floor, so it must never exceed what the
+    # engine gives: at a near-idle load (a prefill lands in a few requests' decode) and a busier one.
+    dep = Deployment(find_model("Qwen2.5-7B"), find_gpu(gpu), dtype=dtype, max_model_len=16384)
+    plan = plan_memory(dep)
+    perf = perf_for(dep, plan)
+    load = Workload(qps=rate, prompt_tokens=prompt, output_tokens=output)
+    sim = simulate(dep, load, plan=plan, perf=perf)
+    floor_ms = tpot_floor_s(plan, perf, prompt, output, min_rate_rps=rate) * 1000
+    alone_ms = tpot_floor_s(plan, perf, prompt, output) * 1000  # one request's own decode step
+    assert alone_ms <= floor_ms <= sim.tpot_p99_ms
