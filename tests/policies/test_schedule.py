@@ -1,12 +1,12 @@
 """Schedule windows: weekdays and hours in a timezone, cross-midnight, cron, cold-start lead, overlaps."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from policy_builders import group_spec
 
-from policies.schedule import bounds, is_active, windows_between
-from policies.spec import Schedule
+from policies.schedule import bounds, is_active, uncut_days, windows_between
+from policies.spec import Calendar, Schedule
 
 BIZ = Schedule.model_validate(
     {
@@ -197,26 +197,11 @@ def test_the_holidays_the_weekly_tasks_still_fire_on_are_those_past_the_cut_with
     """Synced on Monday 2026-03-02 noon in Shanghai with the cut 7 days ahead: a holiday Wednesday that week
     is cut, a run of holidays from tomorrow is skipped by the next launch however long it is, and the holidays
     of the week after next still get the weekly start; with the cut as far ahead, none does."""
-    from datetime import date
-
-    from policies.schedule import uncut_days
-    from policies.spec import Calendar
-
-    biz = Schedule.model_validate(
-        {
-            "name": "biz",
-            "timezone": "Asia/Shanghai",
-            "days": "mon-fri",
-            "start": "09:00",
-            "end": "18:00",
-            "min": 6,
-        }
-    )
     now = datetime(2026, 3, 2, 4, 0, tzinfo=UTC)
     cal = Calendar.model_validate({"holidays": ["2026-03-04", "2026-03-17..2026-03-18"]})
-    assert uncut_days(biz, cal, now, 180.0, 7, 84) == [date(2026, 3, 17), date(2026, 3, 18)]
-    assert uncut_days(biz, cal, now, 180.0, 84, 84) == []
-    assert uncut_days(biz, cal, now, 180.0, 7, 10) == []  # beyond the days asked about
+    assert uncut_days(BIZ, cal, now, 180.0, 7, 84) == [date(2026, 3, 17), date(2026, 3, 18)]
+    assert uncut_days(BIZ, cal, now, 180.0, 84, 84) == []
+    assert uncut_days(BIZ, cal, now, 180.0, 7, 10) == []  # beyond the days asked about
     long_run = Calendar.model_validate({"holidays": ["2026-03-03..2026-03-13"]})
-    assert uncut_days(biz, long_run, now, 180.0, 7, 84) == []
-    assert uncut_days(biz, None, now, 180.0, 7, 84) == []
+    assert uncut_days(BIZ, long_run, now, 180.0, 7, 84) == []
+    assert uncut_days(BIZ, None, now, 180.0, 7, 84) == []
