@@ -45,6 +45,7 @@ from policies.schedule import (
     weekly_runs,
 )
 from policies.spec import (
+    DEFAULT_MAX_MODEL_LEN,
     Calendar,
     Duration,
     GroupSpec,
@@ -241,21 +242,33 @@ def validate_hardware(spec: GroupSpec) -> str | None:
             why = None if model is None else cannot_hold(model, inst)
             if why is not None:
                 return f"predictive.instance_type {inst.name} cannot hold {pred.model}: {why}"
-            if model is not None and pred.max_model_len is not None:
+            if model is not None and (pred.max_model_len is not None or pred.vllm_settings):
                 # sized at every tick, where a refusal left the capacity unknown (predictive scaling off)
                 dep = Deployment(
-                    model, find_gpu(inst.gpu), tp=pred.tp or inst.gpus, max_model_len=pred.max_model_len
+                    model,
+                    find_gpu(inst.gpu),
+                    tp=pred.tp or inst.gpus,
+                    max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
                 )
-                memory = plan_memory(dep)
+                memory = plan_memory(dep.with_(**pred.vllm_settings))
                 if not memory.fits:
-                    return (
-                        f"predictive.max_model_len {pred.max_model_len}: vLLM cannot start {pred.model} on "
-                        f"{inst.name} with it (its KV cache holds no such request); at most "
-                        f"{memory.max_model_len_that_fits} tokens fit"
-                    )
+                    return _refusal(pred, inst.name, dep.max_model_len or 0, memory)
     except SizingInputError as exc:
         return str(exc)
     return None
+
+
+def _refusal(pred: Any, instance_type: str, max_model_len: int, memory: Any) -> str:
+    """Why vLLM would not start the group's predictive engine, naming the settings the section sets."""
+    settings = ", ".join(f"predictive.{name} {value:g}" for name, value in pred.vllm_settings.items())
+    if memory.max_model_len_that_fits <= 0 or pred.max_model_len is None:
+        with_ = f" with {settings}" if settings else ""
+        return f"vLLM cannot start {pred.model} on {instance_type}{with_}: {memory.reason}"
+    return (
+        f"predictive.max_model_len {max_model_len}: vLLM cannot start {pred.model} on {instance_type} with it"
+        f"{', ' + settings if settings else ''} (its KV cache holds no such request); at most "
+        f"{memory.max_model_len_that_fits} tokens fit"
+    )
 
 
 class GroupConfig(GroupSpec):

@@ -640,6 +640,11 @@ class PredictiveMode(StrEnum):
     ON = "on"
 
 
+# the context the capacity model sizes a group's engine for when its predictive section sets no max_model_len
+DEFAULT_MAX_MODEL_LEN = 8192
+VLLM_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+
+
 class Predictive(_Model):
     """Capacity-model, predictive scaling of one group (docs/policies.md, "Predictive scaling").
 
@@ -666,6 +671,17 @@ class Predictive(_Model):
     instance_type: str | None = Field(default=None, description="ECS instance type of the group")
     tp: int | None = Field(default=None, ge=1, description="tensor parallel size; default all GPUs")
     max_model_len: int | None = Field(default=None, ge=256)
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="vLLM's max_num_seqs on the group; default the sizing engine's"
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="vLLM's max_num_batched_tokens (the chunked-prefill budget); default the sizing engine's",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="vLLM's gpu_memory_utilization, in (0, 1]; default 0.9"
+    )
     capacity_rps: float | None = Field(
         default=None, gt=0, description="measured requests/s one instance serves within the SLOs"
     )
@@ -717,6 +733,12 @@ class Predictive(_Model):
     )
 
     @property
+    def vllm_settings(self) -> dict[str, int | float]:
+        """The vLLM settings the section sets (of ``VLLM_SETTINGS``), for the sizing engine's Deployment; the
+        others are left at the sizing engine's defaults."""
+        return {name: value for name in VLLM_SETTINGS if (value := getattr(self, name)) is not None}
+
+    @property
     def seasonal_zone(self) -> ZoneInfo | None:
         return ZoneInfo(self.timezone) if self.timezone is not None else None
 
@@ -745,6 +767,17 @@ class Predictive(_Model):
         sized = self.capacity_rps is not None or bool(self.model and self.instance_type)
         if self.mode != PredictiveMode.OFF and not sized:
             raise ValueError("predictive needs model and instance_type (sizing engine) or capacity_rps")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_budget(self) -> Predictive:
+        # vLLM refuses to start with a chunked-prefill budget below one token for each sequence
+        budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if budget is not None and seqs is not None and budget < seqs:
+            raise ValueError(
+                f"max_num_batched_tokens {budget} is below max_num_seqs {seqs}; vLLM needs at least one token"
+                " a sequence"
+            )
         return self
 
 

@@ -1,11 +1,13 @@
 """The capacity table: requests/s one instance of a group serves within its SLOs, per token mix.
 
 The sizing engine (``sizing.capacity``, the same model ``fleet size`` uses: model, instance type, TP, vLLM
-settings) is run once per mix bucket and cached; mixes are bucketed geometrically (``MIX_STEP``) in prompt
-and output tokens, so the table is tabulated once per bucket, not once per tick, and a mean is interpolated
-between the four buckets around it. A group with ``predictive.capacity_rps`` uses that measured
-value instead. The policy gets the value for the observed mix in ``GroupSnapshot.demand``; the online
-correction of it lives in the policy (``policies.scaling.demand``).
+settings: ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, the
+sizing engine's defaults for those the group's ``predictive`` section leaves out) is run once per mix bucket
+and cached; mixes are bucketed geometrically (``MIX_STEP``) in prompt and output tokens, so the table is
+tabulated once per bucket, not once per tick, and a mean is interpolated between the four buckets around it.
+A group with ``predictive.capacity_rps`` uses that measured value instead. The policy gets the value for the
+observed mix in ``GroupSnapshot.demand``; the online correction of it lives in the policy
+(``policies.scaling.demand``).
 
 Beside the capacity, the table keeps per mix the engine's mean time in service (admitted to last token) at a
 few loads up to that capacity (``in_service``): by Little's law an instance serving ``r`` requests/s holds
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from policies import forecast as fc
 from policies.model import ForecastState
 from policies.schedule import bounds
-from policies.spec import GroupSpec
+from policies.spec import DEFAULT_MAX_MODEL_LEN, GroupSpec
 
 if TYPE_CHECKING:
     from fleet.service.demand import DemandLog
@@ -37,7 +39,6 @@ T = TypeVar("T")
 MIX_STEP = 1.15  # token-mix buckets: 15 % apart
 DEFAULT_PROMPT_TOKENS = 1000.0  # before any request has been seen
 DEFAULT_OUTPUT_TOKENS = 200.0
-DEFAULT_MAX_MODEL_LEN = 8192
 # the loads, as shares of the mix's capacity, at which the time in service is tabulated
 IN_SERVICE_LOADS = (0.1, 0.25, 0.5, 0.75, 1.0)
 
@@ -140,6 +141,9 @@ class CapacityTable:
             pred.instance_type,
             pred.tp,
             pred.max_model_len,
+            pred.max_num_seqs,
+            pred.max_num_batched_tokens,
+            pred.gpu_memory_utilization,
             slo,
             pred.tpot_p99_ms,
             pred.prefix_hit,
@@ -174,7 +178,7 @@ class CapacityTable:
             tp=pred.tp or inst.gpus,
             max_model_len=pred.max_model_len or DEFAULT_MAX_MODEL_LEN,
         )
-        return dep, max(1, inst.gpus // (pred.tp or inst.gpus))
+        return dep.with_(**pred.vllm_settings), max(1, inst.gpus // (pred.tp or inst.gpus))
 
     def _tabulate(self, spec: GroupSpec, p: float, o: float) -> float:
         from sizing.capacity import capacity_rps

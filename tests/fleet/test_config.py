@@ -381,3 +381,15 @@ def test_a_stale_after_shorter_than_a_metric_period_is_warned(tmp_path):
     cfg = load_config(write(tmp_path, f"region: r\ngroups:\n  - {group}\n"), env={})
     assert any("stale_after 5s is under the 15s period" in w for w in cfg.warnings())
     assert not any("stale_after" in w for w in load_config(write(tmp_path, MINIMAL), env={}).warnings())
+
+
+def test_json_schema_knows_the_predictive_vllm_settings_and_their_bounds():
+    props = config_json_schema()["$defs"]["Predictive"]["properties"]
+
+    def bound(name: str, key: str) -> float:
+        return next(v[key] for v in props[name]["anyOf"] if key in v)
+
+    assert bound("max_num_seqs", "minimum") == 1 and bound("max_num_batched_tokens", "minimum") == 1
+    assert bound("gpu_memory_utilization", "exclusiveMinimum") == 0
+    assert bound("gpu_memory_utilization", "maximum") == 1
+    assert all(props[name]["description"] for name in ("max_num_seqs", "max_num_batched_tokens"))

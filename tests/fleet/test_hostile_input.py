@@ -388,6 +388,34 @@ def test_a_predictive_max_model_len_the_deployment_cannot_serve_is_refused_by_va
         assert problem in _one_error(capsys)
 
 
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ("max_num_seqs: 0", "max_num_seqs"),
+        (
+            "max_num_seqs: 256, max_num_batched_tokens: 128",
+            "max_num_batched_tokens 128 is below max_num_seqs 256",
+        ),
+        ("gpu_memory_utilization: 1.5", "gpu_memory_utilization"),
+        (
+            "gpu_memory_utilization: 0.3",
+            "cannot start Qwen2.5-7B on ecs.gn7i-c16g1.4xlarge with predictive.gpu_memory_utilization 0.3",
+        ),
+        ("max_num_seqs: 64, max_num_batched_tokens: 4096, gpu_memory_utilization: 0.85", None),
+    ],
+)
+def test_predictive_vllm_settings_vllm_would_refuse_are_refused_by_validate(
+    tmp_path, capsys, settings, problem
+):
+    text = GROUP + (
+        "    predictive: {mode: on, model: Qwen2.5-7B, instance_type: ecs.gn7i-c16g1.4xlarge, "
+        f"{settings}}}\n"
+    )
+    assert main(["validate", "--config", _write(tmp_path, text)]) == (2 if problem else 0)
+    if problem:
+        assert problem in _one_error(capsys)
+
+
 def test_json_output_writes_nan_and_infinity_as_null_so_strict_parsers_read_it(capsys):
     from fleet.commands._common import print_json
 

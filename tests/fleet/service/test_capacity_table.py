@@ -169,3 +169,44 @@ def test_the_served_context_bounds_a_requests_tokens():
     assert served_context(spec(**sized, max_model_len=8192)) == 8192
     assert served_context(spec(**sized)) == find_model("Qwen2.5-14B").max_position
     assert served_context(spec(capacity_rps=1.0)) is None  # a measured capacity: the mix sets nothing
+
+
+def test_the_groups_vllm_settings_reach_the_engine_and_a_smaller_batch_serves_no_more(monkeypatch):
+    import sizing.capacity
+    from fleet.service.capacity_table import CapacityTable
+
+    deps = []
+    real = sizing.capacity.capacity_rps
+    monkeypatch.setattr(
+        sizing.capacity, "capacity_rps", lambda dep, *a, **k: deps.append(dep) or real(dep, *a, **k)
+    )
+    table = CapacityTable()
+    default = table.lookup(_spec(), 1150, 250)
+    assert {(d.max_num_seqs, d.max_num_batched_tokens, d.gpu_memory_utilization) for d in deps} == {
+        (None, None, 0.90)  # unset: the sizing engine's defaults, as before
+    }
+    deps.clear()
+    settings = {"max_num_seqs": 4, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.8}
+    small = table.lookup(_spec(**settings), 1150, 250)
+    assert {(d.max_num_seqs, d.max_num_batched_tokens, d.gpu_memory_utilization) for d in deps} == {
+        (4, 2048, 0.8)
+    }
+    assert default.rps is not None and small.rps is not None
+    assert small.rps < default.rps  # a batch of 4 where the default holds far more
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"max_num_batched_tokens": -1}, "max_num_batched_tokens"),
+        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 1.2}, "gpu_memory_utilization"),
+        ({"max_num_seqs": 256, "max_num_batched_tokens": 128}, "below max_num_seqs 256"),
+    ],
+)
+def test_bad_vllm_settings_are_refused_by_the_config(settings, match):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=match):
+        _spec(**settings)
