@@ -558,8 +558,8 @@ class ForecastState(_Model):
     engine: str | None = Field(
         default=None,
         description=(
-            "what the correction was learned on (model, instance type, TP, max_model_len, or the measured"
-            " capacity): another starts it again from the model"
+            "what the correction was learned on (model, instance type, TP, max_model_len, the vLLM settings"
+            " the predictive section sets, or the measured capacity): another starts it again from the model"
         ),
     )
     targets: list[Recommendation] = Field(

@@ -206,14 +206,16 @@ def engine_of(pred: Predictive) -> str:
     """What the capacity per instance is of: the engine the sizing engine models, or the measured value."""
     if pred.capacity_rps is not None:
         return f"measured {pred.capacity_rps:g}"
-    return f"{pred.model} on {pred.instance_type} tp={pred.tp} max_model_len={pred.max_model_len}"
+    engine = f"{pred.model} on {pred.instance_type} tp={pred.tp} max_model_len={pred.max_model_len}"
+    # only the settings the section sets: a state learned before they existed stays on its engine
+    return engine + "".join(f" {name}={value:g}" for name, value in pred.vllm_settings.items())
 
 
 def _for_engine(state: ForecastState, pred: Predictive) -> ForecastState:
     """The state with the correction started again from the model when the group's engine changed (another
-    model, instance type, TP or context, or a new measured capacity): the speed and the feedback learned on
-    the old one say nothing of the new, and held it below its capacity (or above) until the slow feedback
-    wore them off. The forecast's record is of the demand and stays."""
+    model, instance type, TP, context or vLLM setting, or a new measured capacity): the speed and the feedback
+    learned on the old one say nothing of the new, and held it below its capacity (or above) until the slow
+    feedback wore them off. The forecast's record is of the demand and stays."""
     engine = engine_of(pred)
     if state.engine == engine:
         return state

@@ -198,3 +198,15 @@ def test_a_new_engine_starts_the_correction_again_from_the_model():
     # a new measured capacity (the group moved to another instance type): what the old one learned is gone
     new = decide(snap, with_capacity(1.3), hist, at).groups[0].predictive
     assert new["capacity_correction"] == pytest.approx(1.0) and new["capacity_speed"] == pytest.approx(1.0)
+
+
+def test_another_max_num_seqs_is_another_engine_and_unset_settings_keep_a_learned_state():
+    from policies.scaling.demand import engine_of
+    from policies.spec import Predictive
+
+    sized = Predictive(model="Qwen2.5-14B", instance_type="ecs.gn7i-2x.8xlarge", tp=2)
+    # the engine a state learned before the settings existed was recorded on
+    assert engine_of(sized) == "Qwen2.5-14B on ecs.gn7i-2x.8xlarge tp=2 max_model_len=None"
+    capped = sized.model_copy(update={"max_num_seqs": 64})
+    assert engine_of(capped) != engine_of(sized)
+    assert engine_of(capped) != engine_of(sized.model_copy(update={"max_num_seqs": 128}))
