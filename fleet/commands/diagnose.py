@@ -93,12 +93,16 @@ def diagnose(
         None, "--output-tokens", help="Mean output tokens per request (the sizing model's request mix)."
     ),
     max_num_seqs: int | None = typer.Option(
-        None, "--max-num-seqs", help="vLLM's max_num_seqs on the group (default: the sizing model's)."
+        None,
+        "--max-num-seqs",
+        help="vLLM's max_num_seqs on the group (default: the config's predictive.max_num_seqs, else the "
+        "sizing model's).",
     ),
     max_num_batched_tokens: int | None = typer.Option(
         None,
         "--max-num-batched-tokens",
-        help="vLLM's chunked-prefill budget on the group (default: the sizing model's).",
+        help="vLLM's chunked-prefill budget on the group (default: the config's "
+        "predictive.max_num_batched_tokens, else the sizing model's).",
     ),
     period_s: int = typer.Option(15, "--period", help="Metric resolution in seconds (CloudMonitor period)."),
     json_out: bool = typer.Option(False, "--json", help="Print {findings: [...], groups: [...]} as JSON."),

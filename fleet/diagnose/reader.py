@@ -52,7 +52,8 @@ def context_for(
 ) -> GroupContext:
     """The group's context from its fleet.yaml spec: sizes, cold start and SLOs, the ones its predictive
     section declares (``ttft_p99_ms``, ``tpot_p99_ms``: what the policy sizes for), else the tightest of
-    its scale-out rules' thresholds on the same metric."""
+    its scale-out rules' thresholds on the same metric. vLLM's ``max_num_seqs`` and ``max_num_batched_tokens``
+    are the predictive section's, when it sets them (``fleet diagnose``'s flags override them)."""
     ttft = tpot = None
     for rule in getattr(spec, "scale_out", ()):
         if rule.above is None:
@@ -65,6 +66,8 @@ def context_for(
     if pred is not None:
         ttft = ttft if pred.ttft_p99_ms is None else float(pred.ttft_p99_ms)
         tpot = tpot if pred.tpot_p99_ms is None else float(pred.tpot_p99_ms)
+    seqs = getattr(pred, "max_num_seqs", None)
+    budget = getattr(pred, "max_num_batched_tokens", None)
     return GroupContext(
         name=spec.name,
         cold_start_s=float(spec.cold_start_s),
@@ -76,6 +79,8 @@ def context_for(
         max_size=spec.max_size,
         warm_floor=spec.warm_floor,
         region=region,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
     )
 
 

@@ -398,3 +398,21 @@ def test_the_groups_batch_limits_reach_the_window(tmp_path, capsys):
     run_json(capsys, "--snapshot", str(EXAMPLES / "healthy-steady.json"), *args)
     group = json.loads(saved.read_text())["group"]
     assert (group["max_num_seqs"], group["max_num_batched_tokens"]) == (64, 512)
+
+
+def test_the_configs_batch_limits_reach_the_window_unless_the_flags_give_them(fake_cloud, tmp_path, capsys):
+    ids = _group(fake_cloud)
+    _publish(fake_cloud, ids, hot=ids[1])
+    config = _config(tmp_path)
+    config.write_text(
+        config.read_text() + "    predictive: {max_num_seqs: 48, max_num_batched_tokens: 1024}\n"
+    )
+    until = fake_cloud.now().isoformat()
+    saved = tmp_path / "again.json"
+    base = ["--config", str(config), "--since", "10m", "--until", until, "--save", str(saved)]
+    run_json(capsys, *base)
+    group = json.loads(saved.read_text())["group"]
+    assert (group["max_num_seqs"], group["max_num_batched_tokens"]) == (48, 1024)
+    run_json(capsys, *base, "--max-num-seqs", "96")
+    group = json.loads(saved.read_text())["group"]
+    assert (group["max_num_seqs"], group["max_num_batched_tokens"]) == (96, 1024)
