@@ -643,6 +643,9 @@ class PredictiveMode(StrEnum):
 # the context the capacity model sizes a group's engine for when its predictive section sets no max_model_len
 DEFAULT_MAX_MODEL_LEN = 8192
 VLLM_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+# The smallest chunked-prefill budget a group or a snapshot may name: vLLM's block size (16 tokens); a budget
+# below it is a typo, not a running engine.
+MIN_BATCHED_TOKENS = 16
 
 
 class Predictive(_Model):
@@ -676,7 +679,7 @@ class Predictive(_Model):
     )
     max_num_batched_tokens: int | None = Field(
         default=None,
-        ge=1,
+        ge=MIN_BATCHED_TOKENS,
         description="vLLM's max_num_batched_tokens (the chunked-prefill budget); default the sizing engine's",
     )
     gpu_memory_utilization: float | None = Field(

@@ -22,7 +22,7 @@ from typing import Any
 from fleet.timefmt import EARLIEST, LATEST, isoformat, outside_calendar, parse_iso_utc
 from policies import metrics as pm
 from policies.model import LifecycleState
-from policies.spec import MAX_DURATION_S
+from policies.spec import MAX_DURATION_S, MIN_BATCHED_TOKENS
 
 SNAPSHOT_VERSION = 1
 
@@ -38,10 +38,6 @@ EXTRA_METRICS: dict[str, str] = {
     VLLM_UP: "vllm_up",
     GENERATION_TOKENS_PER_S: "vllm_generation_tokens_per_s",
 }
-
-# The smallest chunked-prefill budget a snapshot may name: vLLM's block size (16 tokens); a budget below it
-# is an edited file, not a running engine.
-MIN_BATCHED_TOKENS = 16
 
 SEVERITIES = ("critical", "warning", "info")
 

@@ -8,6 +8,7 @@ import pytest
 
 from fleet.config import ConfigError, FleetConfig, config_json_schema, load_config
 from policies import PolicySpec, Snapshot, decide
+from policies.spec import MIN_BATCHED_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fleet.yaml"
@@ -389,7 +390,8 @@ def test_json_schema_knows_the_predictive_vllm_settings_and_their_bounds():
     def bound(name: str, key: str) -> float:
         return next(v[key] for v in props[name]["anyOf"] if key in v)
 
-    assert bound("max_num_seqs", "minimum") == 1 and bound("max_num_batched_tokens", "minimum") == 1
+    assert bound("max_num_seqs", "minimum") == 1
+    assert bound("max_num_batched_tokens", "minimum") == MIN_BATCHED_TOKENS
     assert bound("gpu_memory_utilization", "exclusiveMinimum") == 0
     assert bound("gpu_memory_utilization", "maximum") == 1
     assert all(props[name]["description"] for name in ("max_num_seqs", "max_num_batched_tokens"))
