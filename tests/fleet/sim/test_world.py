@@ -164,6 +164,21 @@ def test_every_xid_the_default_rules_answer_takes_the_gpu_out(factory, code):
     assert not world.instances["i-a"].serving(world.now_s)
 
 
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [(c, "replace") for c in pm.HARDWARE_XIDS] + [(c, "reboot") for c in pm.RESET_XIDS],
+)
+def test_the_simulators_config_answers_each_xid_the_world_disables_as_the_default_rules_do(code, action):
+    # The world takes the GPU out for every hardware and reset-class code; the embedded config must answer
+    # each as the default rules do. Its copy predated xid_reset: a 143, 156 or 158 matched no XID rule and
+    # waited 7 minutes for engine_down, and a 63 or 94 replaced a node a reboot mends.
+    from fleet.config import load_config
+    from fleet.sim.scenario import DEFAULT_CONFIG
+
+    rules = load_config(DEFAULT_CONFIG, env={}).groups[0].isolation.rules
+    assert [r.action for r in rules if r.kind == "xid" and code in (r.xids or ())] == [action]
+
+
 def test_application_xid_is_reported_but_the_instance_keeps_serving(factory):
     fault = parse_fault_spec("xid:13,at=10s,instance=i-a")
     world, cloud = make_world(factory, {"i-a": "InService"}, steady(1.0, 60.0), [fault])
