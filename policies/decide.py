@@ -29,6 +29,7 @@ from policies.model import (
 )
 from policies.observe import classify
 from policies.scaling import plan_scaling
+from policies.scaling.launches import judge
 from policies.schedule import bounds
 from policies.spec import GroupSpec, PolicySpec
 
@@ -78,7 +79,11 @@ def _held(spec: GroupSpec, group: GroupSnapshot | None, gh: GroupHistory, now: d
     warnings: list[PlanWarning] = []
     detail = "no observation this tick: nothing changes"
     if group is not None:
-        iso = run_isolation(spec, gh, group, classify(group), bnd.floor, now)
+        view = classify(group)
+        iso = run_isolation(spec, gh, group, view, bnd.floor, now)
+        # the launches' verdicts read only metrics: taken on the last instance list read, so that a held
+        # incident on a slow launch that serves meanwhile closes as recovered without waiting for ESS
+        judge(spec, gh, view, now)
         steps, warnings = iso.steps, list(iso.warnings)
         detail = "ESS unreadable: nothing scales; isolation watches the last instance list read and notifies"
     w = PlanWarning(code=WarningCode.GROUP_NOT_OBSERVED, group=spec.name, detail=detail)

@@ -37,21 +37,24 @@ from policies.launch_verdicts import (
     load_time_s,
     slowest_launch,
 )
-from policies.model import LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
+from policies.model import GroupHistory, LaunchRecord, PlanWarning, Reason, ReasonCode, WarningCode
+from policies.observe import GroupView
 from policies.scaling.context import Contribution, ScalingContext, ScalingInputs
+from policies.spec import GroupSpec
 
 RETRY_S = 1800.0  # after this since the last failure, a scale-out tries launching again
 KEEP = 20  # verdicts kept beyond those of launches still young enough to be judged (``judge``)
 
 
-def judge(inp: ScalingInputs) -> None:
+def judge(spec: GroupSpec, gh: GroupHistory, view: GroupView, now: datetime) -> None:
     """Record this tick's verdicts on the young InService instances not judged yet; a launch judged failed
-    that serves after all was slow to load, not dead (``late_at``): it ends a run of failures."""
-    gh, spec, now = inp.gh, inp.spec, inp.now
+    that serves after all was slow to load, not dead (``late_at``): it ends a run of failures. It reads only
+    the instances' metrics, no ESS: it runs on a tick ESS could not be read too (``policies.decide``), on the
+    last instance list read, so that a held incident on a launch that serves meanwhile closes as recovered."""
     judged = {r.instance_id: r for r in gh.launches}
     load_s = load_time_s(gh.launches, spec.cold_start_s)
     deadline_s = load_s + LAUNCH_GRACE_S
-    for inst in inp.view.serving:
+    for inst in view.serving:
         up = engine_up(inst, now, spec.stabilization.stale_after_s)
         record = judged.get(inst.instance_id)
         if record is not None:

@@ -57,7 +57,7 @@ def plan_scaling(
     signals = read_rules(inp, start)  # the only writes to the history: tracks, panic hold, window
     # the launches' verdicts first: the demand's instances still loading and the steps below wait by the
     # same load time (``load_time_s``), which a launch judged this tick can change
-    judge(inp)
+    judge(spec, gh, view, now)
     load_s = load_time_s(gh.launches, spec.cold_start_s)
     demand = read_demand(inp, load_s)  # the forecast's record, the capacity correction (None: predictive off)
     ctx = ScalingContext(

@@ -1431,6 +1431,29 @@ def test_with_ess_unreadable_a_hot_node_is_detected_admitted_and_announced_and_i
     assert [a for _, a, i in world.actions if i == "i-0003"][:2] == ["enter_standby", "reboot"]
 
 
+def test_with_ess_unreadable_slow_launches_that_serve_close_their_incidents_as_recovered():
+    # Launches load 15 minutes past the cold start: each is judged failed and its engine_down incident held.
+    # ESS becomes unreadable before they serve; once they serve, their incidents close as recovered on the
+    # blind ticks (the verdict and the close need no ESS call), not only once ESS answers again.
+    spec = policy(max_size=20)
+    world = World(T0, 6, demand=lambda at: 8.0)
+    world.slow_launch_s = 15 * 60
+    _, history = drive(world, spec, 12 * 60)
+    held = [i for i in incidents(history) if i.open]
+    assert held and all(i.unserved and i.admitted_at is None for i in held)
+    served_at = max(world.nodes[i.instance_id].loads_until for i in held)
+    for _ in range(10 * 4):  # ten minutes without ESS, past the launches' serving
+        plan = decide(_blind(world.observe()), spec, history, world.now)
+        history = plan.history
+        world.apply(plan)
+        world.advance(15)
+    ids = {i.incident_id for i in held}
+    closed = [i for i in incidents(history) if i.incident_id in ids]
+    assert all(i.outcome == "recovered" for i in closed)
+    assert all(i.closed_at is not None and i.closed_at <= served_at + timedelta(minutes=1) for i in closed)
+    assert not world.actions  # nothing written
+
+
 def _hot_node_with_ecs_down(down_for: timedelta, seconds: int):
     """i-0003 overheats from the start while ECS's API is down for ``down_for``: the world, the incident."""
     world = World(T0, 6, demand=lambda at: 5.0)
