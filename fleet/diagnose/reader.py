@@ -53,7 +53,9 @@ def context_for(
     """The group's context from its fleet.yaml spec: sizes, cold start and SLOs, the ones its predictive
     section declares (``ttft_p99_ms``, ``tpot_p99_ms``: what the policy sizes for), else the tightest of
     its scale-out rules' thresholds on the same metric. vLLM's ``max_num_seqs`` and ``max_num_batched_tokens``
-    are the predictive section's, when it sets them (``fleet diagnose``'s flags override them)."""
+    are the predictive section's, when it sets them (``fleet diagnose``'s flags override them). The model,
+    unless given, is the group's ``model``, else the predictive section's (what its capacity model sizes); the
+    instance type, unless given, is read from ECS (``read_window``): a fallback rung may run another type."""
     ttft = tpot = None
     for rule in getattr(spec, "scale_out", ()):
         if rule.above is None:
@@ -73,7 +75,7 @@ def context_for(
         cold_start_s=float(spec.cold_start_s),
         slo_ttft_p99_ms=ttft,
         slo_tpot_p99_ms=tpot,
-        model=model or getattr(spec, "model", None),
+        model=model or getattr(spec, "model", None) or getattr(pred, "model", None),
         instance_type=instance_type or getattr(spec, "instance_type", None),
         min_size=spec.min_size,
         max_size=spec.max_size,

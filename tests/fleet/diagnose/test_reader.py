@@ -56,6 +56,15 @@ def test_context_takes_the_slos_the_predictive_section_declares_over_the_rules()
     assert (ctx.slo_ttft_p99_ms, ctx.slo_tpot_p99_ms) == (3000.0, 80.0)  # TPOT still from its rule
 
 
+def test_context_sizes_the_model_the_groups_capacity_model_sizes():
+    """Without --model a config's group names its model where its capacity model reads it: the group's
+    ``model``, else the predictive section's; --model wins."""
+    pred = {"mode": "forecast-only", "model": "Qwen2.5-7B", "instance_type": "ecs.gn7i-c16g1.4xlarge"}
+    assert context_for(spec(predictive=pred)).model == "Qwen2.5-7B"
+    assert context_for(spec(model="Qwen2.5-14B", predictive=pred)).model == "Qwen2.5-14B"
+    assert context_for(spec(predictive=pred), model="Qwen2.5-32B").model == "Qwen2.5-32B"
+
+
 def test_per_gpu_rows_reduce_to_the_worst_gpu_and_or_of_throttle_bits():
     t = START
     rows = [
