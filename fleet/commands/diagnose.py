@@ -149,7 +149,7 @@ def diagnose(
 def _apply_batch_limits(windows: list[Any], seqs: int | None, tokens: int | None) -> None:
     """--max-num-seqs and --max-num-batched-tokens over each window's group, refused where vLLM would not
     start with them (as a snapshot's group fields are)."""
-    from fleet.diagnose.model import MIN_BATCHED_TOKENS
+    from policies.spec import MIN_BATCHED_TOKENS
 
     for flag, value, least in (
         ("--max-num-seqs", seqs, 1),

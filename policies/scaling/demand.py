@@ -330,8 +330,7 @@ def read_demand(inp: ScalingInputs, load_s: float) -> DemandSignals | None:
         sig.need_now = staffing(d.rps / cap, pred.headroom, burst)
         state, sig.window_target = _window(inp, state, sig.target, burst)
         sig.mean_need = staffing(max(f.peak_rps, d.rps) / cap, pred.headroom, burst)
-        window_s = inp.spec.stabilization.scale_in_window_s * min(burst, fc.MAX_BURSTINESS)
-        busiest = fc.busiest_minute(series, inp.now, window_s)
+        busiest = fc.busiest_minute(series, inp.now, _scale_in_window_s(inp, burst))
         if busiest is not None:
             sig.burst_need = staffing(busiest / cap, pred.headroom, 1.0)
     else:
@@ -357,12 +356,16 @@ def _window(inp: ScalingInputs, state: ForecastState, target: int, burst: float)
     The record keeps only targets that no later one equals or exceeds (a later target at least as high is
     in every window the earlier one is in), so it stays short however long the window.
     """
-    window_s = inp.spec.stabilization.scale_in_window_s
-    keep_from = inp.now - timedelta(seconds=window_s * fc.MAX_BURSTINESS)
+    keep_from = inp.now - timedelta(seconds=_scale_in_window_s(inp, fc.MAX_BURSTINESS))
     kept = [r for r in state.targets if r.at > keep_from and r.serving > target]
     kept.append(Recommendation(at=inp.now, serving=target))
-    start = inp.now - timedelta(seconds=window_s * min(burst, fc.MAX_BURSTINESS))
+    start = inp.now - timedelta(seconds=_scale_in_window_s(inp, burst))
     return state.model_copy(update={"targets": kept}), max(r.serving for r in kept if r.at > start)
+
+
+def _scale_in_window_s(inp: ScalingInputs, burst: float) -> float:
+    """The scale-in window: the configured one times ``burst`` (at most ``MAX_BURSTINESS``)."""
+    return inp.spec.stabilization.scale_in_window_s * min(burst, fc.MAX_BURSTINESS)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
